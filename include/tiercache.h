@@ -1,0 +1,132 @@
+/*
+ * tiercache.h: the engine API.
+ *
+ * A volume is an origin (slow: file, block device or NBD export) with zero
+ * or more cache devices (fast) in front of it.  Everything that reads or
+ * writes a volume -- the NBD server, the trace replayer, the tests -- goes
+ * through tc_submit(), so there is one implementation of every decision.
+ *
+ * The engine is single-threaded and asynchronous: it runs on the reactor
+ * (src/io/reactor.h) it was opened with, and every request completes
+ * through its done() callback, called from that reactor's thread.
+ */
+#ifndef TIERCACHE_H
+#define TIERCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tc_reactor;
+struct tc_volume;
+struct tc_json;
+
+enum tc_mode {
+    TC_MODE_WRITETHROUGH,   /* writes go to the origin and update the cache */
+    TC_MODE_WRITEBACK,      /* writes land in the cache log, drained later */
+    TC_MODE_WRITEAROUND,    /* writes go to the origin and invalidate the cache */
+    TC_MODE_PASSTHROUGH,    /* the cache is bypassed (still kept coherent) */
+};
+
+const char *tc_mode_name(enum tc_mode mode);
+int tc_mode_parse(const char *name, enum tc_mode *mode);
+
+struct tc_volume_config {
+    const char *origin;             /* path or NBD URI */
+    const char *const *caches;      /* cache devices, NULL-terminated; NULL = none */
+    enum tc_mode mode;
+    const char *policy;             /* "default", "lru", "fifo", "s3fifo" */
+    bool read_only;
+    uint64_t sequential_cutoff;     /* bytes; 0 = never bypass streams */
+    double dirty_target;            /* writeback: fraction of cache, e.g. 0.10 */
+    double dirty_high;              /* writeback: drain fast above this */
+    unsigned dirty_copies;          /* 1 or 2 */
+    uint64_t write_budget_rate;     /* cache device write budget, bytes/s; 0 = none */
+    uint64_t write_budget_burst;
+    uint64_t write_budget_minburst;
+    uint64_t origin_timeout_ns;     /* fail origin requests after this long offline */
+    bool adopt_origin;              /* accept an origin whose identity changed */
+    bool no_warm_restart;           /* ignore a clean-shutdown snapshot */
+};
+
+void tc_volume_config_defaults(struct tc_volume_config *cfg);
+
+/* Opens the devices, checks superblocks and rebuilds the index.  Returns
+ * NULL on error with a message naming the device and the reason in err. */
+struct tc_volume *tc_volume_open(struct tc_reactor *reactor, const struct tc_volume_config *cfg,
+                                 char *err, size_t errlen);
+
+/* Writes back nothing, drains nothing: stops background work, makes
+ * everything durable (flush, clean-shutdown snapshot) and calls done once
+ * the volume can be freed with tc_volume_free(). */
+void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg);
+void tc_volume_free(struct tc_volume *vol);
+
+/* Size exported to clients, in bytes (a multiple of 4096). */
+uint64_t tc_volume_size(const struct tc_volume *vol);
+bool tc_volume_read_only(const struct tc_volume *vol);
+bool tc_volume_rotational(const struct tc_volume *vol);
+/* True when TRIM and WRITE_ZEROES with FAST_ZERO may succeed. */
+bool tc_volume_can_fast_zero(const struct tc_volume *vol);
+
+enum tc_op {
+    TC_OP_READ,
+    TC_OP_WRITE,
+    TC_OP_FLUSH,            /* every write completed before it becomes durable */
+    TC_OP_TRIM,
+    TC_OP_WRITE_ZEROES,
+    TC_OP_CACHE,            /* advisory: bring the range into the cache */
+    TC_OP_BLOCK_STATUS,     /* allocation of the range, see tc_extent */
+};
+
+/* Request flags. */
+#define TC_REQ_FUA       (1u << 0)  /* write / write-zeroes / trim durable on reply */
+#define TC_REQ_NO_HOLE   (1u << 1)  /* write-zeroes must not deallocate */
+#define TC_REQ_FAST_ZERO (1u << 2)  /* write-zeroes: fail with -ENOTSUP unless fast */
+#define TC_REQ_REQ_ONE   (1u << 3)  /* block status: one extent is enough */
+
+/* Extent flags, as NBD's base:allocation context. */
+#define TC_EXTENT_HOLE (1u << 0)
+#define TC_EXTENT_ZERO (1u << 1)
+
+struct tc_extent {
+    uint64_t length;
+    uint32_t flags;
+};
+
+struct tc_request {
+    enum tc_op op;
+    unsigned flags;
+    uint64_t offset;
+    uint64_t length;
+    void *buf;                      /* READ: filled; WRITE: read from */
+    /* BLOCK_STATUS: room for max_extents, filled with nr_extents. */
+    struct tc_extent *extents;
+    unsigned max_extents, nr_extents;
+    /* Called once, from the reactor thread; err is 0 or -errno. */
+    void (*done)(struct tc_request *req, int err);
+    void *priv;                     /* the caller's */
+};
+
+/* Submit a request.  The caller has checked offset + length against the
+ * volume size and the read-only flag; the engine handles any alignment. */
+void tc_submit(struct tc_volume *vol, struct tc_request *req);
+
+/* Change the mode online.  Leaving writeback drains dirty data first;
+ * done is called when the new mode is in force. */
+void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode,
+                        void (*done)(void *arg, int err), void *arg);
+
+/* Every figure the volume keeps, as JSON members of the current object
+ * (documented in tiercache(8), section STATUS). */
+void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

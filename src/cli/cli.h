@@ -1,0 +1,25 @@
+/* Shared by the subcommands in src/cli/: one file per subcommand. */
+#ifndef TC_CLI_CLI_H
+#define TC_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define TC_VERSION "0.1.0"
+
+int cmd_serve(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+
+/* Where sockets go when no path is given: /run/tiercache for root, else
+ * $XDG_RUNTIME_DIR/tiercache or /tmp/tiercache-UID. */
+const char *cli_run_dir(void);
+/* mkdir -p for the directory part of path; false (err filled) on failure. */
+bool cli_make_parent(const char *path, char *err, size_t errlen);
+/* The control socket for --socket VALUE (data or control socket path), or
+ * the default one. */
+void cli_control_path(const char *socket_opt, char *out, size_t len);
+
+/* Print help text for a subcommand on stdout. */
+void cli_print(const char *text);
+
+#endif

@@ -1,0 +1,48 @@
+/* tiercache: one binary, one subcommand per file in src/cli/. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "util/log.h"
+
+static const char main_help[] =
+"Usage: tiercache COMMAND [OPTIONS]\n"
+"\n"
+"A storage-hierarchy cache: a slow origin cached on fast devices, exported\n"
+"over NBD; and a daemon that brings swapped-out memory back when idle.\n"
+"\n"
+"Commands:\n"
+"  serve          export an origin over NBD, cached or not\n"
+"  status         figures of a running daemon\n"
+"  version        print the version\n"
+"\n"
+"Run 'tiercache COMMAND --help' for the options of one command, and\n"
+"'man tiercache' (docs/tiercache.8) for the whole manual.\n";
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+};
+
+static const struct command commands[] = {
+    { "serve", cmd_serve },
+    { "status", cmd_status },
+};
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        cli_print(main_help);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+        printf("tiercache %s\n", TC_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    }
+    tc_die(2, "unknown command '%s' (try 'tiercache --help')", argv[1]);
+}

@@ -1,0 +1,366 @@
+/*
+ * tiercache serve: open the volume, export it over NBD, answer the control
+ * socket, and shut down in order on SIGTERM or SIGINT:
+ *
+ *   stop accepting ─► connections finish their requests ─► volume closed
+ *   (flushed, metadata persisted) ─► sockets removed ─► exit 0
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "ctl/ctl.h"
+#include "io/reactor.h"
+#include "nbd/server.h"
+#include "tiercache.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "util/parse.h"
+
+static const char serve_help[] =
+"Usage: tiercache serve --origin ORIGIN [OPTIONS]\n"
+"\n"
+"Export ORIGIN over the NBD protocol.  ORIGIN is a file, a block device, or\n"
+"an NBD URI (nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).\n"
+"\n"
+"Where clients connect:\n"
+"  --socket PATH        listen on this Unix socket (mode --socket-mode);\n"
+"                       default RUNDIR/tiercache.sock when --listen is not given\n"
+"  --listen [ADDR:]PORT listen on TCP; ADDR defaults to 127.0.0.1, so the\n"
+"                       volume is reachable from other hosts only when an\n"
+"                       address is given (e.g. 0.0.0.0:10809)\n"
+"  --socket-mode MODE   permissions of the Unix socket, octal (default 0600)\n"
+"  --export-name NAME   the export's name (default \"\"; \"\" always works too)\n"
+"  --description TEXT   free text shown by nbdinfo\n"
+"  --read-only          refuse writes, trims and write-zeroes with EPERM\n"
+"  --max-connections N  refuse clients beyond N at once (default 256)\n"
+"\n"
+"Daemon:\n"
+"  --foreground, -f     stay in the foreground and log to stderr\n"
+"  --control PATH       control socket for status/flush (default: the\n"
+"                       socket path with .sock replaced by .ctl)\n"
+"  --pidfile PATH       write the daemon's process id here\n"
+"  --log FILE           log to FILE (default: stderr in the foreground;\n"
+"                       RUNDIR/tiercache.log in the background)\n"
+"  --verbose, -v        log every connection and refused request\n"
+"  --help, -h           this text\n"
+"\n"
+"RUNDIR is /run/tiercache for root, else $XDG_RUNTIME_DIR/tiercache.\n"
+"SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
+"finishes the requests in flight, flushes the origin and exits 0.\n"
+"\n"
+"Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
+"nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";
+
+struct serve {
+    struct tc_reactor reactor;
+    struct tc_volume *vol;
+    struct nbd_server nbd;
+    struct ctl_server ctl;
+    bool have_nbd, have_ctl;
+    int sigfd;
+    struct signalfd_siginfo siginfo;
+    struct tc_io sig_io, sig_cancel_io;
+    bool stopping;
+    int exit_status;
+    uint64_t started_ns;
+    const char *pidfile;
+    char ctl_path[4096];
+};
+
+/* ---- status over the control socket ---- */
+
+static void status_cmd(struct ctl_conn *c, const char *args, void *arg)
+{
+    struct serve *s = arg;
+    (void)args;
+    struct tc_json j;
+    json_init(&j, false);
+    json_begin_object(&j, NULL);
+    json_string(&j, "version", TC_VERSION);
+    json_uint(&j, "pid", (uint64_t)getpid());
+    json_bool(&j, "stopping", s->stopping);
+    json_begin_object(&j, "volume");
+    tc_volume_status_json(s->vol, &j);
+    json_end_object(&j);
+    if (s->have_nbd)
+        nbd_server_status_json(&s->nbd, &j);
+    json_end_object(&j);
+    ctl_write(c, j.buf, j.len);
+    ctl_write(c, "\n", 1);
+    json_free(&j);
+    ctl_end(c);
+}
+
+/* ---- shutdown ---- */
+
+static void ignore_completion(struct tc_io *io, int res)
+{
+    (void)io;
+    (void)res;
+}
+
+static void volume_closed(void *arg, int err)
+{
+    struct serve *s = arg;
+    if (err)
+        s->exit_status = 1;
+    tc_info("volume closed%s", err ? " with errors" : "");
+    if (s->have_ctl)
+        ctl_server_stop(&s->ctl);
+    /* The pending signalfd read is the last thing keeping the loop alive. */
+    s->sig_cancel_io.done = ignore_completion;
+    io_uring_prep_cancel(reactor_sqe(&s->reactor, &s->sig_cancel_io), &s->sig_io, 0);
+    reactor_stop(&s->reactor);
+}
+
+static void nbd_stopped(struct nbd_server *srv)
+{
+    struct serve *s = container_of(srv, struct serve, nbd);
+    tc_info("all clients finished; closing the volume");
+    tc_volume_close(s->vol, volume_closed, s);
+}
+
+static void begin_shutdown(struct serve *s, const char *why)
+{
+    if (s->stopping)
+        return;
+    s->stopping = true;
+    tc_info("%s: shutting down", why);
+    if (s->have_nbd)
+        nbd_server_stop(&s->nbd, nbd_stopped);
+    else
+        tc_volume_close(s->vol, volume_closed, s);
+}
+
+static void signal_arm(struct serve *s);
+
+static void signal_done(struct tc_io *io, int res)
+{
+    struct serve *s = container_of(io, struct serve, sig_io);
+    if (res == (int)sizeof s->siginfo) {
+        int sig = (int)s->siginfo.ssi_signo;
+        if (sig == SIGTERM || sig == SIGINT) {
+            if (s->stopping) {
+                tc_warn("second %s while stopping; exiting at once",
+                        sig == SIGTERM ? "SIGTERM" : "SIGINT");
+                exit(1);
+            }
+            begin_shutdown(s, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        }
+    }
+    if (res != -ECANCELED)
+        signal_arm(s);
+}
+
+static void signal_arm(struct serve *s)
+{
+    s->sig_io.done = signal_done;
+    io_uring_prep_read(reactor_sqe(&s->reactor, &s->sig_io), s->sigfd, &s->siginfo,
+                       sizeof s->siginfo, 0);
+}
+
+/* ---- daemonizing ---- */
+
+/* Fork; the parent waits until the child reports it is serving, so that
+ * "tiercache serve ... && nbdinfo ..." works.  Returns the write end of the
+ * readiness pipe in the child. */
+static int daemonize(void)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        tc_die(1, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        tc_die(1, "fork: %s", strerror(errno));
+    if (pid > 0) {
+        close(p[1]);
+        char c;
+        ssize_t n = read(p[0], &c, 1);
+        _exit(n == 1 ? 0 : 1);
+    }
+    close(p[0]);
+    setsid();
+    return p[1];
+}
+
+static void detach_stdio(void)
+{
+    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+        dup2(fd, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (fd > 2)
+            close(fd);
+    }
+}
+
+enum {
+    OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
+    OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
+};
+
+static const struct option serve_opts[] = {
+    { "origin", required_argument, NULL, OPT_ORIGIN },
+    { "socket", required_argument, NULL, OPT_SOCKET },
+    { "listen", required_argument, NULL, OPT_LISTEN },
+    { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
+    { "export-name", required_argument, NULL, OPT_EXPORT_NAME },
+    { "description", required_argument, NULL, OPT_DESCRIPTION },
+    { "read-only", no_argument, NULL, OPT_READ_ONLY },
+    { "max-connections", required_argument, NULL, OPT_MAX_CONN },
+    { "foreground", no_argument, NULL, 'f' },
+    { "control", required_argument, NULL, OPT_CONTROL },
+    { "pidfile", required_argument, NULL, OPT_PIDFILE },
+    { "log", required_argument, NULL, OPT_LOG },
+    { "verbose", no_argument, NULL, 'v' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+};
+
+int cmd_serve(int argc, char **argv)
+{
+    struct tc_volume_config vcfg;
+    tc_volume_config_defaults(&vcfg);
+    struct nbd_server_config ncfg = { .export_name = "", .max_connections = 256,
+                                      .socket_mode = 0600 };
+    const char *control = NULL, *log_path = NULL, *pidfile = NULL;
+    bool foreground = false;
+    char err[512];
+    uint64_t v;
+    int opt;
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "fvh", serve_opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_ORIGIN: vcfg.origin = optarg; break;
+        case OPT_SOCKET: ncfg.socket_path = optarg; break;
+        case OPT_LISTEN: ncfg.listen = optarg; break;
+        case OPT_SOCKET_MODE: {
+            char *end;
+            long m = strtol(optarg, &end, 8);
+            if (*optarg == '\0' || *end || m < 0 || m > 0777)
+                tc_die(2, "--socket-mode: '%s' is not an octal mode like 0600", optarg);
+            ncfg.socket_mode = (unsigned)m;
+            break;
+        }
+        case OPT_EXPORT_NAME: ncfg.export_name = optarg; break;
+        case OPT_DESCRIPTION: ncfg.description = optarg; break;
+        case OPT_READ_ONLY: vcfg.read_only = true; ncfg.read_only = true; break;
+        case OPT_MAX_CONN:
+            if (tc_parse_uint("--max-connections", optarg, 1, 1000000, &v, err, sizeof err))
+                tc_die(2, "%s", err);
+            ncfg.max_connections = (unsigned)v;
+            break;
+        case 'f': foreground = true; break;
+        case OPT_CONTROL: control = optarg; break;
+        case OPT_PIDFILE: pidfile = optarg; break;
+        case OPT_LOG: log_path = optarg; break;
+        case 'v': tc_log_set_level(TC_LOG_DEBUG); break;
+        case 'h': cli_print(serve_help); return 0;
+        default:
+            fprintf(stderr, "Try 'tiercache serve --help'.\n");
+            return 2;
+        }
+    }
+    if (optind < argc)
+        tc_die(2, "serve: unexpected argument '%s' (try --help)", argv[optind]);
+    if (vcfg.origin == NULL)
+        tc_die(2, "serve: --origin is required (try --help)");
+
+    char sockbuf[4096], ctlbuf[4096];
+    if (ncfg.socket_path == NULL && ncfg.listen == NULL) {
+        snprintf(sockbuf, sizeof sockbuf, "%s/tiercache.sock", cli_run_dir());
+        ncfg.socket_path = sockbuf;
+    }
+    if (control == NULL) {
+        if (ncfg.socket_path)
+            ctl_path_for(ncfg.socket_path, ctlbuf, sizeof ctlbuf);
+        else
+            snprintf(ctlbuf, sizeof ctlbuf, "%s/tiercache.ctl", cli_run_dir());
+        control = ctlbuf;
+    }
+    if ((ncfg.socket_path && !cli_make_parent(ncfg.socket_path, err, sizeof err)) ||
+        !cli_make_parent(control, err, sizeof err))
+        tc_die(1, "%s", err);
+
+    char logbuf[4096];
+    if (!foreground && log_path == NULL) {
+        snprintf(logbuf, sizeof logbuf, "%s/tiercache.log", cli_run_dir());
+        if (!cli_make_parent(logbuf, err, sizeof err))
+            tc_die(1, "%s", err);
+        log_path = logbuf;
+    }
+    if (log_path && tc_log_open(log_path) < 0)
+        tc_die(1, "--log %s: %s", log_path, strerror(errno));
+
+    int ready_fd = -1;
+    if (!foreground)
+        ready_fd = daemonize();
+
+    static struct serve s;
+    memset(&s, 0, sizeof s);
+    s.started_ns = tc_now_ns();
+    s.pidfile = pidfile;
+    snprintf(s.ctl_path, sizeof s.ctl_path, "%s", control);
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    s.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
+    if (s.sigfd < 0)
+        tc_die(1, "signalfd: %s", strerror(errno));
+
+    if (reactor_init(&s.reactor, 1024) < 0)
+        tc_die(1, "io_uring: %s (the kernel must support io_uring)", strerror(errno));
+    s.vol = tc_volume_open(&s.reactor, &vcfg, err, sizeof err);
+    if (s.vol == NULL)
+        tc_die(1, "%s", err);
+    if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0)
+        tc_die(1, "%s", err);
+    s.have_nbd = true;
+    if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
+        tc_die(1, "%s", err);
+    s.have_ctl = true;
+    ctl_register(&s.ctl, "status", status_cmd, &s);
+    signal_arm(&s);
+
+    if (pidfile) {
+        FILE *fp = fopen(pidfile, "we");
+        if (fp == NULL)
+            tc_die(1, "--pidfile %s: %s", pidfile, strerror(errno));
+        fprintf(fp, "%d\n", (int)getpid());
+        fclose(fp);
+    }
+    tc_info("serving %s (control socket %s)", vcfg.origin, control);
+    if (ready_fd >= 0) {
+        if (write(ready_fd, "r", 1) != 1)
+            tc_warn("could not tell the parent process we are ready");
+        close(ready_fd);
+        detach_stdio();
+    }
+
+    reactor_run(&s.reactor);
+
+    ctl_server_close(&s.ctl);
+    tc_volume_free(s.vol);
+    reactor_fini(&s.reactor);
+    close(s.sigfd);
+    if (pidfile)
+        unlink(pidfile);
+    tc_info("stopped");
+    return s.exit_status;
+}

@@ -1,0 +1,83 @@
+/*
+ * The engine's private view of a volume.  The public API is
+ * include/tiercache.h; this header is shared by the files of src/engine/.
+ *
+ * A request travels:
+ *
+ *   tc_submit()                      volume.c
+ *     └─ unaligned?  align.c: bounce buffer, read-modify-write under a
+ *                    range lock, then the aligned request below
+ *     └─ aligned:    the mode's path: passthrough.c (no cache) or the
+ *                    cache paths, each completing through ereq_done()
+ */
+#ifndef TC_ENGINE_ENGINE_H
+#define TC_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/rangelock.h"
+#include "io/dev.h"
+#include "io/reactor.h"
+#include "tiercache.h"
+
+/* One aligned request inside the engine. */
+struct ereq {
+    struct tc_volume *vol;
+    enum tc_op op;
+    unsigned flags;
+    uint64_t off, len;              /* multiples of 4096 */
+    void *buf;                      /* 4096-aligned */
+    struct tc_extent *extents;      /* BLOCK_STATUS */
+    unsigned max_extents, nr_extents;
+    int err;                        /* first error, 0 or -errno */
+    unsigned pending;               /* sub-operations in flight */
+    void (*complete)(struct ereq *e);   /* called once, with e->err */
+    void (*after_unlock)(struct ereq *e);   /* engine_submit_locked() */
+    void *owner;                    /* the caller's context */
+    struct rl_entry lock;           /* shared range lock of write types */
+    struct tc_dev_io dio;           /* the one device I/O of simple paths */
+    uint64_t start_ns;
+};
+
+struct engine_stats {
+    uint64_t requests[8];
+    uint64_t read_bytes, write_bytes;
+    uint64_t unaligned_reads, unaligned_writes;
+    uint64_t errors;
+};
+
+struct tc_volume {
+    struct tc_reactor *reactor;
+    struct tc_volume_config cfg;
+    struct tc_dev *origin;
+    uint64_t size;                  /* exported, a multiple of 4096 */
+    enum tc_mode mode;
+    bool read_only;
+    bool closing;
+    struct rangelock locks;
+    struct engine_stats stats;
+    uint64_t opened_ns;
+    unsigned inflight;
+    /* close */
+    void (*close_done)(void *arg, int err);
+    void *close_arg;
+    struct tc_dev_io close_dio;
+};
+
+/* volume.c */
+struct ereq *ereq_new(struct tc_volume *vol);
+void ereq_free(struct ereq *e);
+/* Run an aligned request through the volume's path; e->complete is called. */
+void engine_dispatch(struct ereq *e);
+/* The same, holding the shared range lock a write-type request needs. */
+void engine_submit_locked(struct ereq *e);
+
+/* align.c: requests not aligned to 4096 (offset, length or buffer). */
+void align_submit(struct tc_volume *vol, struct tc_request *req);
+bool align_needed(const struct tc_request *req);
+
+/* passthrough.c: straight to the origin. */
+void passthrough_submit(struct ereq *e);
+
+#endif

@@ -1,0 +1,92 @@
+#include "io/dev.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+#include "util/misc.h"
+
+const char *dev_op_name(enum tc_dev_op op)
+{
+    switch (op) {
+    case TC_DEV_READ: return "read";
+    case TC_DEV_WRITE: return "write";
+    case TC_DEV_FLUSH: return "flush";
+    case TC_DEV_TRIM: return "trim";
+    case TC_DEV_ZERO: return "write-zeroes";
+    }
+    return "?";
+}
+
+bool dev_is_nbd_uri(const char *path)
+{
+    return strncmp(path, "nbd://", 6) == 0 || strncmp(path, "nbd+unix://", 11) == 0 ||
+           strncmp(path, "nbds://", 7) == 0 || strncmp(path, "nbds+unix://", 12) == 0 ||
+           strncmp(path, "nbd+vsock://", 12) == 0;
+}
+
+struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,
+                        size_t errlen)
+{
+    if (dev_is_nbd_uri(path))
+        return dev_nbd_open(r, path, read_only, err, errlen);
+    return dev_file_open(r, path, read_only, err, errlen);
+}
+
+void dev_close(struct tc_dev *dev)
+{
+    if (dev)
+        dev->ops->close(dev);
+}
+
+void dev_complete(struct tc_dev_io *dio, int err)
+{
+    struct tc_dev *dev = dio->dev;
+    struct tc_dev_stats *s = &dev->stats;
+    s->inflight--;
+    switch (dio->op) {
+    case TC_DEV_READ:
+        s->reads++;
+        if (err == 0)
+            s->read_bytes += dio->len;
+        else
+            s->read_errors++;
+        break;
+    case TC_DEV_WRITE:
+        s->writes++;
+        if (err == 0)
+            s->write_bytes += dio->len;
+        else
+            s->write_errors++;
+        break;
+    case TC_DEV_FLUSH:
+        s->flushes++;
+        if (err)
+            s->other_errors++;
+        break;
+    case TC_DEV_TRIM:
+        s->trims++;
+        if (err)
+            s->other_errors++;
+        break;
+    case TC_DEV_ZERO:
+        s->zeroes++;
+        if (err && err != -ENOTSUP && err != -EOPNOTSUPP)
+            s->other_errors++;
+        break;
+    }
+    if (err && !(dio->op == TC_DEV_ZERO && (dio->flags & TC_DEV_FAST_ZERO) &&
+                 (err == -ENOTSUP || err == -EOPNOTSUPP))) {
+        dev->consecutive_errors++;
+        /* Log the first errors of a burst in full, then one line in 1000. */
+        if (dev->consecutive_errors <= 10 || dev->consecutive_errors % 1000 == 0)
+            tc_error("%s: %s of %llu bytes at offset %llu failed: %s%s", dev->name,
+                     dev_op_name(dio->op), (unsigned long long)dio->len,
+                     (unsigned long long)dio->off, strerror(-err),
+                     dev->consecutive_errors == 10 ? " (further errors logged 1 in 1000)" : "");
+    } else if (err == 0) {
+        dev->consecutive_errors = 0;
+    }
+    dio->cb(dio, err);
+}

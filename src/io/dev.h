@@ -1,0 +1,104 @@
+/*
+ * Block devices as the engine sees them: the origin and each cache device.
+ *
+ * A device is a table of operations over an asynchronous request,
+ * struct tc_dev_io.  The file implementation (dev_file.c) drives regular
+ * files and block devices through the reactor's io_uring with O_DIRECT;
+ * the NBD implementation (dev_nbd.c) drives a remote export through
+ * libnbd's asynchronous API, polled by the same reactor.
+ *
+ * Contract:
+ *  - read/write buffers and offsets are 4096-aligned (the engine's sector);
+ *  - a request completes exactly once, through cb(dio, 0 or -errno);
+ *  - short transfers are continued by the device layer, never seen above;
+ *  - errors are counted and logged here, once, with device and offset.
+ */
+#ifndef TC_IO_DEV_H
+#define TC_IO_DEV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "io/reactor.h"
+
+enum tc_dev_op { TC_DEV_READ, TC_DEV_WRITE, TC_DEV_FLUSH, TC_DEV_TRIM, TC_DEV_ZERO };
+
+/* Request flags. */
+#define TC_DEV_FUA       (1u << 0)   /* write: durable on completion */
+#define TC_DEV_NO_HOLE   (1u << 1)   /* zero: keep the range allocated */
+#define TC_DEV_FAST_ZERO (1u << 2)   /* zero: fail with -ENOTSUP unless fast */
+
+struct tc_dev;
+
+struct tc_dev_io {
+    struct tc_io io;                /* reactor completion (device private) */
+    struct tc_dev *dev;
+    enum tc_dev_op op;
+    unsigned flags;
+    void *buf;
+    uint64_t off, len;
+    uint64_t done_bytes;            /* progress of a transfer (device private) */
+    struct tc_dev_io *next;         /* device private: lists of finished requests */
+    int status;                     /* device private: result waiting to be reported */
+    uint64_t start_ns;              /* when submitted (for latency figures) */
+    void (*cb)(struct tc_dev_io *dio, int err);
+    void *priv;                     /* the caller's */
+};
+
+struct tc_dev_stats {
+    uint64_t reads, read_bytes;
+    uint64_t writes, write_bytes;
+    uint64_t flushes, trims, zeroes;
+    uint64_t read_errors, write_errors, other_errors;
+    uint64_t inflight;
+};
+
+struct tc_dev_ops {
+    void (*submit)(struct tc_dev *dev, struct tc_dev_io *dio);
+    void (*close)(struct tc_dev *dev);
+};
+
+struct tc_dev {
+    const struct tc_dev_ops *ops;
+    struct tc_reactor *reactor;
+    char *name;                     /* path or URI, for messages */
+    uint64_t size;                  /* bytes */
+    unsigned logical_block;         /* alignment the device needs */
+    bool is_block_device;
+    bool read_only;
+    bool direct_io;                 /* O_DIRECT in effect */
+    bool can_trim, can_zero, can_fua, can_flush, can_multi_conn;
+    bool rotational;
+    char identity[128];             /* stable identity, see dev_identity() */
+    struct tc_dev_stats stats;
+    /* A failing device: set by the owner; the device keeps working. */
+    unsigned consecutive_errors;
+};
+
+/* Open a file, block device or NBD URI.  On error returns NULL and writes a
+ * message naming the path and the reason into err. */
+struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,
+                        size_t errlen);
+struct tc_dev *dev_file_open(struct tc_reactor *r, const char *path, bool read_only,
+                             char *err, size_t errlen);
+struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_only, char *err,
+                            size_t errlen);
+bool dev_is_nbd_uri(const char *path);
+
+static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
+{
+    dio->dev = dev;
+    dio->done_bytes = 0;
+    dev->stats.inflight++;
+    dev->ops->submit(dev, dio);
+}
+
+void dev_close(struct tc_dev *dev);
+
+/* Called by implementations when a request finishes: counts, logs errors
+ * with device and offset, and calls the request's callback. */
+void dev_complete(struct tc_dev_io *dio, int err);
+
+const char *dev_op_name(enum tc_dev_op op);
+
+#endif

@@ -1,0 +1,205 @@
+#include "io/reactor.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+#include "util/misc.h"
+
+int reactor_init(struct tc_reactor *r, unsigned entries)
+{
+    memset(r, 0, sizeof *r);
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
+              IORING_SETUP_SINGLE_ISSUER;
+    p.cq_entries = entries * 8;
+    int ret = io_uring_queue_init_params(entries, &r->ring, &p);
+    if (ret == -EINVAL) {
+        /* An older kernel: fall back to the basic flags. */
+        memset(&p, 0, sizeof p);
+        p.flags = IORING_SETUP_CQSIZE;
+        p.cq_entries = entries * 8;
+        ret = io_uring_queue_init_params(entries, &r->ring, &p);
+    }
+    if (ret < 0) {
+        errno = -ret;
+        return -1;
+    }
+    r->task_tail = &r->task_head;
+    return 0;
+}
+
+void reactor_fini(struct tc_reactor *r)
+{
+    io_uring_queue_exit(&r->ring);
+    free(r->heap);
+    r->heap = NULL;
+}
+
+struct io_uring_sqe *reactor_sqe(struct tc_reactor *r, struct tc_io *io)
+{
+    struct io_uring_sqe *sqe;
+    while ((sqe = io_uring_get_sqe(&r->ring)) == NULL)
+        io_uring_submit(&r->ring);
+    io_uring_sqe_set_data(sqe, io);
+    r->inflight++;
+    return sqe;
+}
+
+void reactor_defer(struct tc_reactor *r, struct tc_task *task)
+{
+    if (task->queued)
+        return;
+    task->queued = true;
+    task->next = NULL;
+    *r->task_tail = task;
+    r->task_tail = &task->next;
+}
+
+/* ---- timers: a binary min-heap on deadline ---- */
+
+static void heap_swap(struct tc_reactor *r, size_t a, size_t b)
+{
+    struct tc_timer *t = r->heap[a];
+    r->heap[a] = r->heap[b];
+    r->heap[b] = t;
+    r->heap[a]->heap_index = a;
+    r->heap[b]->heap_index = b;
+}
+
+static void heap_up(struct tc_reactor *r, size_t i)
+{
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (r->heap[parent]->deadline <= r->heap[i]->deadline)
+            break;
+        heap_swap(r, i, parent);
+        i = parent;
+    }
+}
+
+static void heap_down(struct tc_reactor *r, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, s = i;
+        if (l < r->heap_len && r->heap[l]->deadline < r->heap[s]->deadline)
+            s = l;
+        if (l + 1 < r->heap_len && r->heap[l + 1]->deadline < r->heap[s]->deadline)
+            s = l + 1;
+        if (s == i)
+            break;
+        heap_swap(r, i, s);
+        i = s;
+    }
+}
+
+void timer_cancel(struct tc_reactor *r, struct tc_timer *t)
+{
+    if (!t->armed)
+        return;
+    size_t i = t->heap_index;
+    t->armed = false;
+    r->heap_len--;
+    if (i != r->heap_len) {
+        r->heap[i] = r->heap[r->heap_len];
+        r->heap[i]->heap_index = i;
+        heap_down(r, i);
+        heap_up(r, i);
+    }
+}
+
+void timer_arm(struct tc_reactor *r, struct tc_timer *t, uint64_t delay_ns)
+{
+    timer_cancel(r, t);
+    if (r->heap_len == r->heap_cap) {
+        r->heap_cap = r->heap_cap ? r->heap_cap * 2 : 64;
+        r->heap = realloc(r->heap, r->heap_cap * sizeof *r->heap);
+        if (r->heap == NULL)
+            abort();
+    }
+    t->deadline = tc_now_ns() + delay_ns;
+    t->armed = true;
+    t->heap_index = r->heap_len;
+    r->heap[r->heap_len++] = t;
+    heap_up(r, t->heap_index);
+}
+
+static void run_timers(struct tc_reactor *r)
+{
+    uint64_t now = tc_now_ns();
+    while (r->heap_len > 0 && r->heap[0]->deadline <= now) {
+        struct tc_timer *t = r->heap[0];
+        timer_cancel(r, t);
+        t->fn(t);
+    }
+}
+
+static bool run_tasks(struct tc_reactor *r)
+{
+    /* Run the tasks queued so far; tasks they queue run on the next pass. */
+    struct tc_task *list = r->task_head;
+    if (list == NULL)
+        return false;
+    r->task_head = NULL;
+    r->task_tail = &r->task_head;
+    while (list) {
+        struct tc_task *t = list;
+        list = t->next;
+        t->queued = false;
+        t->fn(t);
+    }
+    return true;
+}
+
+static void reap(struct tc_reactor *r)
+{
+    struct io_uring_cqe *cqes[256];
+    for (;;) {
+        unsigned n = io_uring_peek_batch_cqe(&r->ring, cqes, TC_ARRAY_SIZE(cqes));
+        if (n == 0)
+            return;
+        struct { struct tc_io *io; int res; } done[256];
+        for (unsigned i = 0; i < n; i++) {
+            done[i].io = io_uring_cqe_get_data(cqes[i]);
+            done[i].res = cqes[i]->res;
+        }
+        io_uring_cq_advance(&r->ring, n);
+        r->inflight -= n;
+        for (unsigned i = 0; i < n; i++)
+            if (done[i].io)
+                done[i].io->done(done[i].io, done[i].res);
+    }
+}
+
+void reactor_poll(struct tc_reactor *r, uint64_t timeout_ns)
+{
+    run_tasks(r);
+    if (r->task_head)
+        timeout_ns = 0;
+    if (r->heap_len > 0) {
+        uint64_t now = tc_now_ns();
+        uint64_t d = r->heap[0]->deadline > now ? r->heap[0]->deadline - now : 0;
+        if (d < timeout_ns)
+            timeout_ns = d;
+    }
+    struct __kernel_timespec ts = { .tv_sec = (long long)(timeout_ns / 1000000000ull),
+                                    .tv_nsec = (long long)(timeout_ns % 1000000000ull) };
+    struct io_uring_cqe *cqe;
+    int ret;
+    if (timeout_ns == 0)
+        ret = io_uring_submit(&r->ring);
+    else
+        ret = io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
+    if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN)
+        tc_error("io_uring wait failed: %s", strerror(-ret));
+    reap(r);
+    run_timers(r);
+}
+
+void reactor_run(struct tc_reactor *r)
+{
+    while (!r->stop || r->inflight > 0 || r->task_head)
+        reactor_poll(r, 1000000000ull);
+}

@@ -1,0 +1,319 @@
+/*
+ * Listening sockets, accepting clients, and an orderly shutdown.
+ *
+ * The server listens on a Unix socket, a TCP address, or both.  A TCP
+ * listener binds to loopback unless an address is given.  On shutdown it
+ * stops accepting, lets every connection finish the requests it has in
+ * flight, and reports back once the last connection is gone.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "nbd/proto.h"
+#include "nbd/server.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+static void accept_arm(struct nbd_listener *l);
+
+static int listen_unix(const char *path, unsigned mode, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "socket path '%s' is longer than %zu bytes", path,
+                 sizeof sa.sun_path - 1);
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    /* A socket file left by a dead server is replaced; a live one is not. */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        snprintf(err, errlen, "%s: another server is listening on this socket", path);
+        close(fd);
+        return -1;
+    }
+    if (errno == ECONNREFUSED)
+        unlink(path);
+    close(fd);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    mode_t old = umask(0777 & ~mode);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    umask(old);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: cannot bind: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    chmod(path, mode);
+    if (listen(fd, 128) < 0) {
+        snprintf(err, errlen, "%s: cannot listen: %s", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    return fd;
+}
+
+/* "PORT", "ADDR:PORT", "[V6ADDR]:PORT"; no address means loopback. */
+static int listen_tcp(const char *spec, char *name, size_t namelen, char *err, size_t errlen)
+{
+    char host[256] = "127.0.0.1", port[32];
+    const char *colon = strrchr(spec, ':');
+    if (colon == NULL) {
+        snprintf(port, sizeof port, "%s", spec);
+    } else {
+        size_t hl = (size_t)(colon - spec);
+        if (hl >= sizeof host) {
+            snprintf(err, errlen, "--listen '%s': address too long", spec);
+            return -1;
+        }
+        memcpy(host, spec, hl);
+        host[hl] = '\0';
+        if (host[0] == '[' && hl >= 2 && host[hl - 1] == ']') {
+            memmove(host, host + 1, hl - 2);
+            host[hl - 2] = '\0';
+        }
+        snprintf(port, sizeof port, "%s", colon + 1);
+        if (host[0] == '\0')
+            snprintf(host, sizeof host, "127.0.0.1");
+    }
+    char *end;
+    long pn = strtol(port, &end, 10);
+    if (port[0] == '\0' || *end || pn < 0 || pn > 65535) {
+        snprintf(err, errlen, "--listen '%s': '%s' is not a port number", spec, port);
+        return -1;
+    }
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+    struct addrinfo *res;
+    int gai = getaddrinfo(host, port, &hints, &res);
+    if (gai) {
+        snprintf(err, errlen, "--listen '%s': %s", spec, gai_strerror(gai));
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        freeaddrinfo(res);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+        snprintf(err, errlen, "--listen '%s': cannot listen on %s port %s: %s", spec, host,
+                 port, strerror(errno));
+        close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    snprintf(name, namelen, "%s:%s", host, port);
+    return fd;
+}
+
+static void accept_done(struct tc_io *io, int res)
+{
+    struct nbd_listener *l = container_of(io, struct nbd_listener, accept_io);
+    struct nbd_server *srv = l->srv;
+    l->armed = false;
+    if (res < 0) {
+        if (res != -ECANCELED && !srv->stopping) {
+            tc_warn("%s: accept failed: %s", l->name, strerror(-res));
+            if (res == -EMFILE || res == -ENFILE || res == -ENOMEM) {
+                /* Out of descriptors: keep serving those we have. */
+            }
+        }
+        if (!srv->stopping)
+            accept_arm(l);
+        nbd_server_conn_gone(srv, NULL);
+        return;
+    }
+    int fd = res;
+    if (srv->stopping) {
+        close(fd);
+        nbd_server_conn_gone(srv, NULL);
+        return;
+    }
+    srv->stats.connections_total++;
+    char peer[80];
+    if (l->is_unix) {
+        snprintf(peer, sizeof peer, "unix");
+    } else {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        char h[64] = "?";
+        int port = 0;
+        if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+            if (ss.ss_family == AF_INET) {
+                struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+                inet_ntop(AF_INET, &s4->sin_addr, h, sizeof h);
+                port = ntohs(s4->sin_port);
+            } else if (ss.ss_family == AF_INET6) {
+                struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+                inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof h);
+                port = ntohs(s6->sin6_port);
+            }
+        }
+        snprintf(peer, sizeof peer, "%s:%d", h, port);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    if (srv->cfg.max_connections && srv->nconns >= srv->cfg.max_connections) {
+        srv->stats.connections_refused++;
+        tc_warn("%s: refusing a connection from %s: %u connections is the maximum "
+                "(--max-connections)", l->name, peer, srv->cfg.max_connections);
+        close(fd);
+    } else {
+        struct nbd_conn *c = conn_new(srv, fd, peer);
+        tc_debug("connection %llu from %s on %s", (unsigned long long)c->id, peer, l->name);
+    }
+    accept_arm(l);
+}
+
+static void accept_arm(struct nbd_listener *l)
+{
+    l->accept_io.done = accept_done;
+    io_uring_prep_accept(reactor_sqe(l->srv->reactor, &l->accept_io), l->fd, NULL, NULL,
+                         SOCK_CLOEXEC);
+    l->armed = true;
+}
+
+int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_volume *vol,
+                     const struct nbd_server_config *cfg, char *err, size_t errlen)
+{
+    memset(srv, 0, sizeof *srv);
+    srv->reactor = r;
+    srv->vol = vol;
+    srv->cfg = *cfg;
+    if (srv->cfg.export_name == NULL)
+        srv->cfg.export_name = "";
+    if (strlen(srv->cfg.export_name) > NBD_MAX_STRING) {
+        snprintf(err, errlen, "--export-name is longer than %u bytes", NBD_MAX_STRING);
+        return -1;
+    }
+    uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
+                 NBD_FLAG_SEND_CACHE | NBD_FLAG_CAN_MULTI_CONN;
+    if (tc_volume_read_only(vol) || cfg->read_only)
+        f |= NBD_FLAG_READ_ONLY;
+    else
+        f |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+    if (tc_volume_rotational(vol))
+        f |= NBD_FLAG_ROTATIONAL;
+    srv->export_flags = f;
+
+    if (cfg->socket_path) {
+        struct nbd_listener *l = &srv->listeners[srv->nlisteners];
+        l->fd = listen_unix(cfg->socket_path, cfg->socket_mode, err, errlen);
+        if (l->fd < 0)
+            return -1;
+        l->is_unix = true;
+        snprintf(l->name, sizeof l->name, "%s", cfg->socket_path);
+        l->srv = srv;
+        srv->nlisteners++;
+    }
+    if (cfg->listen) {
+        struct nbd_listener *l = &srv->listeners[srv->nlisteners];
+        l->fd = listen_tcp(cfg->listen, l->name, sizeof l->name, err, errlen);
+        if (l->fd < 0) {
+            if (srv->nlisteners) {
+                close(srv->listeners[0].fd);
+                unlink(cfg->socket_path);
+            }
+            return -1;
+        }
+        l->srv = srv;
+        srv->nlisteners++;
+    }
+    for (unsigned i = 0; i < srv->nlisteners; i++) {
+        accept_arm(&srv->listeners[i]);
+        tc_info("listening on %s", srv->listeners[i].name);
+    }
+    return 0;
+}
+
+static void cancel_done(struct tc_io *io, int res)
+{
+    (void)io;
+    (void)res;
+}
+
+void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c)
+{
+    (void)c;
+    if (!srv->stopping || srv->nconns > 0 || srv->stopped == NULL)
+        return;
+    for (unsigned i = 0; i < srv->nlisteners; i++)
+        if (srv->listeners[i].armed)
+            return;
+    void (*cb)(struct nbd_server *) = srv->stopped;
+    srv->stopped = NULL;
+    for (unsigned i = 0; i < srv->nlisteners; i++) {
+        close(srv->listeners[i].fd);
+        if (srv->listeners[i].is_unix)
+            unlink(srv->listeners[i].name);
+    }
+    cb(srv);
+}
+
+void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *srv))
+{
+    srv->stopping = true;
+    srv->stopped = stopped;
+    for (unsigned i = 0; i < srv->nlisteners; i++) {
+        struct nbd_listener *l = &srv->listeners[i];
+        if (l->armed) {
+            l->cancel_io.done = cancel_done;
+            io_uring_prep_cancel(reactor_sqe(srv->reactor, &l->cancel_io), &l->accept_io, 0);
+        }
+    }
+    for (struct nbd_conn *c = srv->conns, *next; c; c = next) {
+        next = c->next;
+        conn_close(c, "server shutting down");
+    }
+    nbd_server_conn_gone(srv, NULL);
+}
+
+static const char *cmd_key[] = { "read", "write", "disc", "flush", "trim", "cache",
+                                 "write_zeroes", "block_status" };
+
+void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
+{
+    json_begin_object(j, "nbd");
+    json_string(j, "export_name", srv->cfg.export_name);
+    json_begin_array(j, "listeners");
+    for (unsigned i = 0; i < srv->nlisteners; i++)
+        json_string(j, NULL, srv->listeners[i].name);
+    json_end_array(j);
+    json_uint(j, "connections", srv->nconns);
+    json_uint(j, "connections_total", srv->stats.connections_total);
+    json_uint(j, "connections_refused", srv->stats.connections_refused);
+    json_uint(j, "handshakes_failed", srv->stats.handshakes_failed);
+    json_uint(j, "protocol_errors", srv->stats.protocol_errors);
+    json_uint(j, "errors_sent", srv->stats.errors_sent);
+    json_uint(j, "read_bytes", srv->stats.read_bytes);
+    json_uint(j, "write_bytes", srv->stats.write_bytes);
+    json_begin_object(j, "requests");
+    for (unsigned i = 0; i < TC_ARRAY_SIZE(cmd_key); i++)
+        json_uint(j, cmd_key[i], srv->stats.requests[i]);
+    json_end_object(j);
+    json_end_object(j);
+}

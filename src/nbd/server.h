@@ -1,0 +1,162 @@
+/*
+ * The NBD server: listeners, connections, and the two protocol phases.
+ *
+ *   server.c        listening sockets, accept, shutdown, figures
+ *   conn.c          one client: receive buffer, send queue, lifetime
+ *   handshake.c     fixed newstyle option haggling
+ *   transmission.c  requests -> tc_submit() -> replies
+ *
+ * A connection's life:
+ *
+ *   accept ─► greeting ─► options ─► transmission ─► closing ─► freed
+ *                            │            ▲   │
+ *                            └── GO ──────┘   └── DISC, EOF, error, shutdown
+ *
+ * It is freed only when nothing refers to it any more: no receive or send
+ * in flight and no request inside the engine (conn->refs == 0).
+ */
+#ifndef TC_NBD_SERVER_H
+#define TC_NBD_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "io/reactor.h"
+#include "tiercache.h"
+
+struct nbd_server_config {
+    const char *socket_path;        /* Unix socket, or NULL */
+    const char *listen;             /* "ADDR:PORT", "PORT" or NULL */
+    const char *export_name;        /* "" is the default export */
+    const char *description;
+    bool read_only;
+    unsigned max_connections;
+    unsigned socket_mode;           /* permissions of the Unix socket */
+};
+
+struct nbd_server_stats {
+    uint64_t connections_total;
+    uint64_t connections_refused;   /* over --max-connections */
+    uint64_t handshakes_failed;
+    uint64_t requests[8];           /* by NBD command */
+    uint64_t read_bytes, write_bytes;
+    uint64_t errors_sent;           /* replies carrying an error */
+    uint64_t protocol_errors;       /* clients disconnected for bad input */
+};
+
+struct nbd_listener {
+    struct nbd_server *srv;
+    int fd;
+    bool is_unix;
+    bool armed;
+    char name[128];
+    struct tc_io accept_io;
+    struct tc_io cancel_io;
+};
+
+struct nbd_conn;
+
+struct nbd_server {
+    struct tc_reactor *reactor;
+    struct tc_volume *vol;
+    struct nbd_server_config cfg;
+    uint16_t export_flags;          /* transmission flags */
+    struct nbd_listener listeners[2];
+    unsigned nlisteners;
+    struct nbd_conn *conns;         /* doubly linked */
+    unsigned nconns;
+    uint64_t next_conn_id;
+    bool stopping;
+    void (*stopped)(struct nbd_server *srv);    /* called once all is closed */
+    struct nbd_server_stats stats;
+};
+
+/* A message waiting in a connection's send queue. */
+struct nbd_out {
+    struct nbd_out *next;
+    struct iovec iov[3];
+    unsigned iovcnt;
+    /* Called once it is sent, or dropped because the connection died. */
+    void (*release)(struct nbd_out *out);
+};
+
+enum conn_phase { PHASE_CLIENT_FLAGS, PHASE_OPTIONS, PHASE_TRANSMISSION };
+
+struct nbd_req;
+
+struct nbd_conn {
+    struct nbd_server *srv;
+    struct nbd_conn *prev, *next;
+    int fd;
+    uint64_t id;
+    char peer[80];
+    enum conn_phase phase;
+
+    /* Receiving: bytes in rx[rx_start, rx_end) are read but not parsed. */
+    uint8_t *rx;
+    size_t rx_start, rx_end;
+    struct tc_io rx_io;
+    bool rx_armed;
+    struct nbd_req *rx_req;         /* a write whose payload is arriving */
+    uint64_t rx_discard;            /* payload bytes to read and drop */
+
+    /* Sending: one sendmsg in flight at a time, gathering queued messages. */
+    struct nbd_out *txq, **txq_tail;
+    struct tc_io tx_io;
+    bool tx_armed;
+    struct msghdr tx_msg;
+    struct iovec tx_iov[64];
+
+    /* Negotiated. */
+    bool fixed_newstyle, no_zeroes, structured_replies, meta_allocation;
+
+    /* Requests inside the engine or waiting for their reply to be sent. */
+    unsigned inflight;
+    uint64_t inflight_bytes;
+    uint64_t requests;
+
+    bool closing;                   /* no more requests; close when idle */
+    bool dead;                      /* socket unusable; drop queued output */
+    bool finished;                  /* the "open" reference has been dropped */
+    bool parsing, reparse;          /* conn_parse() is not re-entered */
+    unsigned refs;
+    struct tc_io cancel_io;
+};
+
+/* server.c */
+int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_volume *vol,
+                     const struct nbd_server_config *cfg, char *err, size_t errlen);
+void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *srv));
+void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j);
+void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c);
+
+/* conn.c */
+struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer);
+void conn_send(struct nbd_conn *c, struct nbd_out *out);
+/* Queue a copy of bytes (handshake messages, small replies). */
+void conn_send_copy(struct nbd_conn *c, const void *data, size_t len);
+void conn_parse(struct nbd_conn *c);
+void conn_close(struct nbd_conn *c, const char *why);   /* graceful: finish in-flight */
+void conn_abort(struct nbd_conn *c, const char *why);   /* hard: protocol error */
+void conn_put(struct nbd_conn *c);
+static inline void conn_get(struct nbd_conn *c) { c->refs++; }
+static inline size_t conn_rx_avail(const struct nbd_conn *c) { return c->rx_end - c->rx_start; }
+
+/* handshake.c: returns false when it needs more bytes. */
+void handshake_start(struct nbd_conn *c);
+bool handshake_parse(struct nbd_conn *c);
+
+/* transmission.c */
+bool transmission_parse(struct nbd_conn *c);
+/* A write's payload: where the next bytes go, how many arrived (true once
+ * complete), then hand it to the engine; or drop it if the client left. */
+void *transmission_payload_target(struct nbd_req *req, size_t *len);
+bool transmission_payload_received(struct nbd_req *req, size_t n);
+void transmission_payload_done(struct nbd_conn *c, struct nbd_req *req);
+void transmission_abandon(struct nbd_req *req);
+bool transmission_can_accept(const struct nbd_conn *c);
+
+#endif

@@ -1,0 +1,385 @@
+/*
+ * The transmission phase: one NBD request from the socket to the engine
+ * and its reply back.
+ *
+ *   28-byte header ─► check ─┬─► error reply (payload, if any, discarded)
+ *                            └─► [payload into req->buf] ─► tc_submit()
+ *                                        tc_request.done ─► reply queued
+ *                                        reply sent ─► request freed
+ *
+ * Requests run concurrently and replies leave in completion order.  Each
+ * connection may hold at most MAX_INFLIGHT requests or MAX_INFLIGHT_BYTES of
+ * buffers in the engine; past that the connection stops reading.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/bufpool.h"
+#include "nbd/proto.h"
+#include "nbd/server.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+#define MAX_INFLIGHT 128
+#define MAX_INFLIGHT_BYTES (128ull << 20)
+#define MAX_EXTENTS 256
+
+struct nbd_req {
+    struct nbd_out out;             /* the reply */
+    struct nbd_conn *conn;
+    struct tc_request treq;
+    uint64_t cookie;
+    uint64_t offset;
+    uint32_t length;
+    uint32_t got;                   /* write payload bytes received */
+    uint16_t flags, type;
+    void *buf;                      /* read data / write payload / extents */
+    size_t buf_size;
+    size_t charged;                 /* bytes counted in conn->inflight_bytes */
+    uint8_t hdr[32];
+    char msg[96];                   /* error text for structured replies */
+    struct tc_extent extents[MAX_EXTENTS];
+};
+
+static const char *cmd_name(unsigned type)
+{
+    static const char *names[] = { "READ", "WRITE", "DISC", "FLUSH", "TRIM", "CACHE",
+                                   "WRITE_ZEROES", "BLOCK_STATUS" };
+    return type < TC_ARRAY_SIZE(names) ? names[type] : "UNKNOWN";
+}
+
+bool transmission_can_accept(const struct nbd_conn *c)
+{
+    return c->inflight < MAX_INFLIGHT && c->inflight_bytes < MAX_INFLIGHT_BYTES;
+}
+
+static uint32_t nbd_errno(int err)
+{
+    switch (err) {
+    case 0: return 0;
+    case EPERM: case EROFS: return NBD_EPERM;
+    case EIO: return NBD_EIO;
+    case ENOMEM: return NBD_ENOMEM;
+    case EINVAL: return NBD_EINVAL;
+    case ENOSPC: case EDQUOT: case EFBIG: return NBD_ENOSPC;
+    case EOVERFLOW: return NBD_EOVERFLOW;
+    case ENOTSUP: return NBD_ENOTSUP;
+    case ESHUTDOWN: return NBD_ESHUTDOWN;
+    default: return NBD_EIO;
+    }
+}
+
+static void req_release(struct nbd_out *out)
+{
+    struct nbd_req *req = container_of(out, struct nbd_req, out);
+    struct nbd_conn *c = req->conn;
+    bufpool_put(req->buf, req->buf_size);
+    c->inflight--;
+    c->inflight_bytes -= req->charged;
+    free(req);
+    /* A request slot is free: parse what is waiting, read more. */
+    conn_parse(c);
+    conn_put(c);
+}
+
+static struct nbd_req *req_new(struct nbd_conn *c)
+{
+    struct nbd_req *req = tc_xmalloc(sizeof *req);
+    memset(req, 0, offsetof(struct nbd_req, extents));
+    req->conn = c;
+    req->out.release = req_release;
+    c->inflight++;
+    conn_get(c);
+    return req;
+}
+
+static void req_alloc_buf(struct nbd_req *req, size_t size)
+{
+    req->buf = bufpool_get(size);
+    req->buf_size = size;
+    req->charged = size;
+    req->conn->inflight_bytes += size;
+}
+
+/* Build and queue the reply for req, with err (an NBD error code). */
+static void reply(struct nbd_req *req, uint32_t err)
+{
+    struct nbd_conn *c = req->conn;
+    struct nbd_server_stats *st = &c->srv->stats;
+    uint8_t *h = req->hdr;
+    if (err)
+        st->errors_sent++;
+
+    if (c->structured_replies && (req->type == NBD_CMD_READ || req->type == NBD_CMD_BLOCK_STATUS ||
+                                  err)) {
+        put_be32(h, NBD_STRUCTURED_REPLY_MAGIC);
+        put_be16(h + 4, NBD_REPLY_FLAG_DONE);
+        put_be64(h + 8, req->cookie);
+        if (err) {
+            const char *m = req->msg[0] ? req->msg : strerror(err == NBD_ENOTSUP ? ENOTSUP : (int)err);
+            size_t ml = TC_MIN(strlen(m), sizeof req->msg - 1);
+            put_be16(h + 6, NBD_REPLY_TYPE_ERROR);
+            put_be32(h + 16, (uint32_t)(6 + ml));
+            put_be32(h + 20, err);
+            put_be16(h + 24, (uint16_t)ml);
+            req->out.iov[0] = (struct iovec){ h, 26 };
+            req->out.iov[1] = (struct iovec){ (void *)m, ml };
+            req->out.iovcnt = 2;
+        } else if (req->type == NBD_CMD_READ) {
+            put_be16(h + 6, NBD_REPLY_TYPE_OFFSET_DATA);
+            put_be32(h + 16, 8 + req->length);
+            put_be64(h + 20, req->offset);
+            req->out.iov[0] = (struct iovec){ h, 28 };
+            req->out.iov[1] = (struct iovec){ req->buf, req->length };
+            req->out.iovcnt = 2;
+        } else {
+            /* Block status: the extents as descriptors after the context id. */
+            uint8_t *p = req->buf;
+            unsigned n = req->treq.nr_extents;
+            put_be32(p, NBD_BASE_ALLOCATION_ID);
+            for (unsigned i = 0; i < n; i++) {
+                put_be32(p + 4 + 8 * i, (uint32_t)req->extents[i].length);
+                put_be32(p + 8 + 8 * i, req->extents[i].flags);
+            }
+            put_be16(h + 6, NBD_REPLY_TYPE_BLOCK_STATUS);
+            put_be32(h + 16, 4 + 8 * n);
+            req->out.iov[0] = (struct iovec){ h, 20 };
+            req->out.iov[1] = (struct iovec){ req->buf, 4 + 8 * n };
+            req->out.iovcnt = 2;
+        }
+    } else {
+        put_be32(h, NBD_SIMPLE_REPLY_MAGIC);
+        put_be32(h + 4, err);
+        put_be64(h + 8, req->cookie);
+        req->out.iov[0] = (struct iovec){ h, 16 };
+        req->out.iovcnt = 1;
+        if (req->type == NBD_CMD_READ && !err) {
+            req->out.iov[1] = (struct iovec){ req->buf, req->length };
+            req->out.iovcnt = 2;
+        }
+    }
+    conn_send(c, &req->out);
+}
+
+static void engine_done(struct tc_request *treq, int err)
+{
+    struct nbd_req *req = container_of(treq, struct nbd_req, treq);
+    struct nbd_server_stats *st = &req->conn->srv->stats;
+    if (err == 0) {
+        if (req->type == NBD_CMD_READ)
+            st->read_bytes += req->length;
+        else if (req->type == NBD_CMD_WRITE)
+            st->write_bytes += req->length;
+    } else {
+        snprintf(req->msg, sizeof req->msg, "%s of %u bytes at offset %llu failed: %s",
+                 cmd_name(req->type), req->length, (unsigned long long)req->offset,
+                 strerror(-err));
+    }
+    reply(req, nbd_errno(-err));
+}
+
+static void submit(struct nbd_req *req)
+{
+    struct nbd_conn *c = req->conn;
+    struct tc_request *t = &req->treq;
+    t->offset = req->offset;
+    t->length = req->length;
+    t->buf = req->buf;
+    t->done = engine_done;
+    t->flags = 0;
+    if (req->flags & NBD_CMD_FLAG_FUA)
+        t->flags |= TC_REQ_FUA;
+    if (req->flags & NBD_CMD_FLAG_NO_HOLE)
+        t->flags |= TC_REQ_NO_HOLE;
+    if (req->flags & NBD_CMD_FLAG_FAST_ZERO)
+        t->flags |= TC_REQ_FAST_ZERO;
+    if (req->flags & NBD_CMD_FLAG_REQ_ONE)
+        t->flags |= TC_REQ_REQ_ONE;
+    switch (req->type) {
+    case NBD_CMD_READ: t->op = TC_OP_READ; break;
+    case NBD_CMD_WRITE: t->op = TC_OP_WRITE; break;
+    case NBD_CMD_FLUSH: t->op = TC_OP_FLUSH; t->offset = 0; t->length = 0; break;
+    case NBD_CMD_TRIM: t->op = TC_OP_TRIM; break;
+    case NBD_CMD_WRITE_ZEROES: t->op = TC_OP_WRITE_ZEROES; break;
+    case NBD_CMD_CACHE: t->op = TC_OP_CACHE; break;
+    case NBD_CMD_BLOCK_STATUS:
+        t->op = TC_OP_BLOCK_STATUS;
+        t->extents = req->extents;
+        t->max_extents = (req->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : MAX_EXTENTS;
+        t->nr_extents = 0;
+        break;
+    }
+    tc_submit(c->srv->vol, t);
+}
+
+/* Which flags each command accepts (others get EINVAL). */
+static uint16_t allowed_flags(const struct nbd_conn *c, uint16_t type)
+{
+    switch (type) {
+    case NBD_CMD_READ: return c->structured_replies ? NBD_CMD_FLAG_DF : 0;
+    case NBD_CMD_WRITE: return NBD_CMD_FLAG_FUA;
+    case NBD_CMD_TRIM: return NBD_CMD_FLAG_FUA;
+    case NBD_CMD_WRITE_ZEROES:
+        return NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
+    case NBD_CMD_BLOCK_STATUS: return NBD_CMD_FLAG_REQ_ONE;
+    default: return 0;
+    }
+}
+
+/* 0 if req may go to the engine, else the NBD error to answer with (and a
+ * message in req->msg). */
+static uint32_t check(struct nbd_conn *c, struct nbd_req *req)
+{
+    struct nbd_server *srv = c->srv;
+    uint64_t size = tc_volume_size(srv->vol);
+    uint16_t t = req->type;
+
+    if (t > NBD_CMD_BLOCK_STATUS || t == NBD_CMD_DISC) {
+        snprintf(req->msg, sizeof req->msg, "unknown command %u", t);
+        return NBD_EINVAL;
+    }
+    if (req->flags & ~allowed_flags(c, t)) {
+        snprintf(req->msg, sizeof req->msg, "flags 0x%x not valid for %s", req->flags,
+                 cmd_name(t));
+        return NBD_EINVAL;
+    }
+    if (srv->stopping) {
+        snprintf(req->msg, sizeof req->msg, "the server is shutting down");
+        return NBD_ESHUTDOWN;
+    }
+    if (t == NBD_CMD_FLUSH)
+        return 0;
+    if (req->length == 0) {
+        snprintf(req->msg, sizeof req->msg, "zero-length %s", cmd_name(t));
+        return NBD_EINVAL;
+    }
+    bool writes = t == NBD_CMD_WRITE || t == NBD_CMD_TRIM || t == NBD_CMD_WRITE_ZEROES;
+    if (writes && tc_volume_read_only(srv->vol)) {
+        snprintf(req->msg, sizeof req->msg, "the export is read-only");
+        return NBD_EPERM;
+    }
+    if (req->offset > size || req->length > size - req->offset) {
+        snprintf(req->msg, sizeof req->msg, "offset %llu + length %u is past the end (%llu)",
+                 (unsigned long long)req->offset, req->length, (unsigned long long)size);
+        return (t == NBD_CMD_WRITE || t == NBD_CMD_WRITE_ZEROES) ? NBD_ENOSPC : NBD_EINVAL;
+    }
+    if ((t == NBD_CMD_READ || t == NBD_CMD_WRITE) && req->length > NBD_MAX_PAYLOAD) {
+        snprintf(req->msg, sizeof req->msg, "length %u is over the maximum %u", req->length,
+                 NBD_MAX_PAYLOAD);
+        return NBD_EINVAL;
+    }
+    if (t == NBD_CMD_BLOCK_STATUS && !c->meta_allocation) {
+        snprintf(req->msg, sizeof req->msg, "no metadata context was negotiated");
+        return NBD_EINVAL;
+    }
+    return 0;
+}
+
+bool transmission_parse(struct nbd_conn *c)
+{
+    struct nbd_server *srv = c->srv;
+    if (!transmission_can_accept(c))
+        return false;
+    if (conn_rx_avail(c) < NBD_REQUEST_SIZE)
+        return false;
+    const uint8_t *p = c->rx + c->rx_start;
+    uint32_t magic = get_be32(p);
+    if (magic != NBD_REQUEST_MAGIC) {
+        srv->stats.protocol_errors++;
+        char why[64];
+        snprintf(why, sizeof why, "bad request magic 0x%08x", magic);
+        conn_abort(c, why);
+        return false;
+    }
+    uint16_t flags = get_be16(p + 4);
+    uint16_t type = get_be16(p + 6);
+    uint64_t cookie = get_be64(p + 8);
+    uint64_t offset = get_be64(p + 16);
+    uint32_t length = get_be32(p + 24);
+    c->rx_start += NBD_REQUEST_SIZE;
+    c->requests++;
+    if (type < TC_ARRAY_SIZE(srv->stats.requests))
+        srv->stats.requests[type]++;
+
+    if (type == NBD_CMD_DISC) {
+        conn_close(c, "client sent NBD_CMD_DISC");
+        return false;
+    }
+    if (type == NBD_CMD_WRITE && length > NBD_MAX_PAYLOAD) {
+        /* Reading such a payload would be a denial of service (proto.md). */
+        srv->stats.protocol_errors++;
+        char why[96];
+        snprintf(why, sizeof why, "write payload of %u bytes is over the maximum %u", length,
+                 NBD_MAX_PAYLOAD);
+        conn_abort(c, why);
+        return false;
+    }
+
+    struct nbd_req *req = req_new(c);
+    req->cookie = cookie;
+    req->offset = offset;
+    req->length = length;
+    req->flags = flags;
+    req->type = type;
+
+    uint32_t err = check(c, req);
+    if (err) {
+        tc_debug("connection %llu (%s): %s refused: %s", (unsigned long long)c->id, c->peer,
+                 cmd_name(type), req->msg);
+        if (type == NBD_CMD_WRITE)
+            c->rx_discard = length;     /* stay in step with the client */
+        reply(req, err);
+        return true;
+    }
+
+    switch (type) {
+    case NBD_CMD_READ:
+        req_alloc_buf(req, length);
+        break;
+    case NBD_CMD_WRITE: {
+        req_alloc_buf(req, length);
+        size_t n = TC_MIN(conn_rx_avail(c), (size_t)length);
+        memcpy(req->buf, c->rx + c->rx_start, n);
+        c->rx_start += n;
+        req->got = (uint32_t)n;
+        if (req->got < length) {
+            c->rx_req = req;        /* conn.c receives the rest into req->buf */
+            return true;
+        }
+        break;
+    }
+    case NBD_CMD_BLOCK_STATUS:
+        req_alloc_buf(req, 4 + 8 * MAX_EXTENTS);
+        break;
+    default:
+        break;
+    }
+    submit(req);
+    return true;
+}
+
+void *transmission_payload_target(struct nbd_req *req, size_t *len)
+{
+    *len = req->length - req->got;
+    return (char *)req->buf + req->got;
+}
+
+bool transmission_payload_received(struct nbd_req *req, size_t n)
+{
+    req->got += (uint32_t)n;
+    return req->got == req->length;
+}
+
+void transmission_payload_done(struct nbd_conn *c, struct nbd_req *req)
+{
+    (void)c;
+    submit(req);
+}
+
+void transmission_abandon(struct nbd_req *req)
+{
+    /* Never submitted and never answered: the client is gone. */
+    req_release(&req->out);
+}

@@ -1,0 +1,15 @@
+/*
+ * CRC-32C (Castagnoli), the checksum of every on-disk structure and of
+ * cached data.  Uses the SSE 4.2 instruction when the CPU has it.
+ */
+#ifndef TC_UTIL_CRC32C_H
+#define TC_UTIL_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* crc32c(0, data, len) is the standard CRC-32C of data.  Pass a previous
+ * result as crc to continue over a further piece. */
+uint32_t tc_crc32c(uint32_t crc, const void *data, size_t len);
+
+#endif

@@ -1,0 +1,74 @@
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static FILE *log_file;
+static enum tc_log_level log_level = TC_LOG_INFO;
+static const char *log_program = "tiercache";
+
+int tc_log_open(const char *path)
+{
+    if (path == NULL) {
+        log_file = NULL;
+        return 0;
+    }
+    FILE *f = fopen(path, "ae");
+    if (f == NULL)
+        return -1;
+    setvbuf(f, NULL, _IOLBF, 0);
+    log_file = f;
+    return 0;
+}
+
+void tc_log_set_level(enum tc_log_level level) { log_level = level; }
+enum tc_log_level tc_log_get_level(void) { return log_level; }
+void tc_log_set_program(const char *name) { log_program = name; }
+
+static const char *level_name[] = { "error", "warning", "info", "debug" };
+
+void tc_vlog(enum tc_log_level level, const char *fmt, va_list ap)
+{
+    if (level > log_level)
+        return;
+    int saved = errno;
+    char line[2048];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof line, "%04d-%02d-%02d %02d:%02d:%02d.%03ld %s[%d]: %s: ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, log_program, (int)getpid(),
+                     level_name[level]);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n < sizeof line)
+        vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    FILE *out = log_file ? log_file : stderr;
+    fprintf(out, "%s\n", line);
+    errno = saved;
+}
+
+void tc_log(enum tc_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tc_vlog(level, fmt, ap);
+    va_end(ap);
+}
+
+void tc_die(int status, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", log_program);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(status);
+}

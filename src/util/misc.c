@@ -1,0 +1,67 @@
+#include "util/misc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+void tc_uuid_generate(uint8_t uuid[16])
+{
+    size_t got = 0;
+    while (got < 16) {
+        ssize_t n = getrandom(uuid + got, 16 - got, 0);
+        if (n < 0)
+            abort();
+        got += (size_t)n;
+    }
+    uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40); /* version 4 */
+    uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+}
+
+void tc_uuid_format(const uint8_t u[16], char out[37])
+{
+    snprintf(out, 37,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+             u[13], u[14], u[15]);
+}
+
+void *tc_alloc_aligned(size_t size)
+{
+    void *p;
+    if (size == 0)
+        size = 4096;
+    if (posix_memalign(&p, 4096, tc_round_up(size, 4096)) != 0) {
+        fprintf(stderr, "tiercache: out of memory allocating %zu bytes\n", size);
+        abort();
+    }
+    return p;
+}
+
+void *tc_xmalloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    if (p == NULL) {
+        fprintf(stderr, "tiercache: out of memory allocating %zu bytes\n", size);
+        abort();
+    }
+    return p;
+}
+
+void *tc_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL) {
+        fprintf(stderr, "tiercache: out of memory allocating %zu x %zu bytes\n", n, size);
+        abort();
+    }
+    return p;
+}
+
+char *tc_xstrdup(const char *s)
+{
+    char *p = strdup(s);
+    if (p == NULL)
+        abort();
+    return p;
+}

@@ -1,0 +1,45 @@
+/* Small helpers shared by every part: time, alignment, UUIDs. */
+#ifndef TC_UTIL_MISC_H
+#define TC_UTIL_MISC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define TC_SECTOR 4096u          /* the unit of valid and dirty bits */
+#define TC_SECTOR_SHIFT 12
+
+#define TC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define TC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TC_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+static inline uint64_t tc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t tc_wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t tc_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static inline uint64_t tc_round_down(uint64_t x, uint64_t a) { return x / a * a; }
+
+/* 16 random bytes from getrandom(); aborts if the kernel cannot give them. */
+void tc_uuid_generate(uint8_t uuid[16]);
+/* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" into out[37]. */
+void tc_uuid_format(const uint8_t uuid[16], char out[37]);
+
+/* Aligned allocation for O_DIRECT buffers; aborts on out of memory. */
+void *tc_alloc_aligned(size_t size);
+void *tc_xmalloc(size_t size);
+void *tc_xcalloc(size_t n, size_t size);
+char *tc_xstrdup(const char *s);
+
+#endif
