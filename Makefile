@@ -15,12 +15,12 @@ CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
 LDLIBS  := -luring -lnbd -lpthread -lm
 
 ifeq ($(SANITIZE),1)
-  BUILD   := build-san
+  BUILD   ?= build-san
   CFLAGS  ?= -O1 -g -fno-omit-frame-pointer
   CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
 else
-  BUILD   := build
+  BUILD   ?= build
   CFLAGS  ?= -O2 -g
 endif
 CFLAGS += $(CSTD) $(WARN) -MMD -MP

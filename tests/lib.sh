@@ -1,0 +1,138 @@
+# Helpers for the shell tests.  Source it first:  . "$TC_SRC/tests/lib.sh"
+#
+# Every helper fails the test (exit 1) with a message on error; cleanup of
+# daemons, mounts, loop devices and swap the test made runs on exit.
+
+set -euo pipefail
+: "${TIERCACHE:?run tests through tests/run}"
+: "${TC_TMP:?run tests through tests/run}"
+export PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH   # Debian's python3 with the nbd module
+PY=/usr/bin/python3
+cd "$TC_TMP"
+
+_cleanups=()
+on_exit() { _cleanups+=("$*"); }
+_run_cleanups() {
+  local rc=$?
+  set +e
+  for ((i=${#_cleanups[@]}-1; i>=0; i--)); do eval "${_cleanups[$i]}" >/dev/null 2>&1; done
+  exit $rc
+}
+trap _run_cleanups EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }
+note() { echo "--- $*"; }
+
+assert_eq() {  # actual expected message
+  [ "$1" = "$2" ] || fail "$3: got '$1', expected '$2'"
+}
+assert_ge() {  # actual minimum message (numbers, may be decimal)
+  awk -v a="$1" -v b="$2" 'BEGIN{exit !(a+0 >= b+0)}' || fail "$3: $1 < $2"
+}
+assert_le() {
+  awk -v a="$1" -v b="$2" 'BEGIN{exit !(a+0 <= b+0)}' || fail "$3: $1 > $2"
+}
+assert_contains() {  # haystack needle message
+  grep -qF -- "$2" <<<"$1" || fail "$3: '$2' not found in: $1"
+}
+
+# Under the sanitizer build, the daemon's own findings are in its log.
+TC_DAEMON_ENV=()
+
+# start_server NAME ARGS...: tiercache serve in the foreground, in the
+# background, on $TC_TMP/NAME.sock, log in $TC_TMP/NAME.log.  Sets
+# SOCK_<NAME>, URI_<NAME>, PID_<NAME>.  Waits until it answers.
+start_server() {
+  local name=$1; shift
+  local sock=$TC_TMP/$name.sock log=$TC_TMP/$name.log
+  local wrap=()
+  if [ "${TC_VALGRIND:-0}" = 1 ]; then
+    wrap=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --log-file="$TC_TMP/$name.valgrind")
+  fi
+  "${wrap[@]}" "$TIERCACHE" serve --socket "$sock" --foreground "$@" >>"$log" 2>&1 &
+  local pid=$!
+  eval "PID_$name=$pid SOCK_$name=$sock URI_$name='nbd+unix:///?socket=$sock'"
+  on_exit "kill -9 $pid"
+  local i
+  for i in $(seq 1 300); do
+    if [ -S "$sock" ] && nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1; then
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; fail "server $name exited at start"; }
+    sleep 0.1
+  done
+  cat "$log" >&2
+  fail "server $name did not start"
+}
+
+# stop_server NAME: SIGTERM, wait, and require exit status 0 and a clean
+# sanitizer report.
+stop_server() {
+  local name=$1 pid rc=0
+  pid=$(eval echo "\$PID_$name")
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" || rc=$?
+  if [ "$rc" != 0 ]; then
+    tail -n 40 "$TC_TMP/$name.log" >&2
+    fail "server $name exited with status $rc"
+  fi
+  check_daemon_log "$name"
+}
+
+# kill_server NAME: SIGKILL (a crash); no checks.
+kill_server() {
+  local name=$1 pid
+  pid=$(eval echo "\$PID_$name")
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+check_daemon_log() {
+  local name=$1 log=$TC_TMP/$1.log
+  if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$log"; then
+    grep -E -A30 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$log" | head -60 >&2
+    fail "sanitizer findings in the log of server $name"
+  fi
+  if [ -s "$TC_TMP/$name.valgrind" ]; then
+    cat "$TC_TMP/$name.valgrind" >&2
+    fail "valgrind findings for server $name"
+  fi
+}
+
+# status_json NAME [jq-like dotted path]: a value from tiercache status --json
+status_value() {
+  local name=$1 path=$2 sock
+  sock=$(eval echo "\$SOCK_$name")
+  "$TIERCACHE" status --socket "$sock" --json | $PY -c '
+import json,sys
+v=json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v=v[int(k)] if isinstance(v,list) else v[k]
+print(v if not isinstance(v,bool) else str(v).lower())' "$path"
+}
+
+# make_file PATH SIZE [random]: a sparse or random file
+make_file() {
+  if [ "${3:-}" = random ]; then
+    head -c "$2" /dev/urandom > "$1"
+  else
+    rm -f "$1"; truncate -s "$2" "$1"
+  fi
+}
+
+# An nbdkit peer on a Unix socket: start_nbdkit NAME ARGS... (after -U/-P)
+start_nbdkit() {
+  local name=$1; shift
+  local sock=$TC_TMP/$name.sock
+  rm -f "$sock"
+  nbdkit -U "$sock" -P "$TC_TMP/$name.pid" "$@"
+  on_exit "kill \$(cat $TC_TMP/$name.pid); rm -f $sock"
+  eval "SOCK_$name=$sock URI_$name='nbd+unix:///?socket=$sock'"
+  local i
+  for i in $(seq 1 100); do
+    nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  fail "nbdkit $name did not start"
+}
