@@ -9,6 +9,10 @@
 
 int cmd_serve(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_format(int argc, char **argv);
+
+/* Split "a,b,c" into a NULL-terminated array (the string is modified). */
+const char **cli_split_list(char *s, unsigned max, unsigned *count);
 
 /* Where sockets go when no path is given: /run/tiercache for root, else
  * $XDG_RUNTIME_DIR/tiercache or /tmp/tiercache-UID. */

@@ -12,6 +12,7 @@ static const char main_help[] =
 "over NBD; and a daemon that brings swapped-out memory back when idle.\n"
 "\n"
 "Commands:\n"
+"  format         prepare cache devices for an origin\n"
 "  serve          export an origin over NBD, cached or not\n"
 "  status         figures of a running daemon\n"
 "  version        print the version\n"
@@ -25,6 +26,7 @@ struct command {
 };
 
 static const struct command commands[] = {
+    { "format", cmd_format },
     { "serve", cmd_serve },
     { "status", cmd_status },
 };

@@ -18,8 +18,10 @@
 
 #include "cli/cli.h"
 #include "ctl/ctl.h"
+#include "io/bufpool.h"
 #include "io/reactor.h"
 #include "nbd/server.h"
+#include "policy/policy.h"
 #include "tiercache.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -27,10 +29,32 @@
 #include "util/parse.h"
 
 static const char serve_help[] =
-"Usage: tiercache serve --origin ORIGIN [OPTIONS]\n"
+"Usage: tiercache serve --origin ORIGIN [--cache DEV[,DEV...]] [OPTIONS]\n"
 "\n"
-"Export ORIGIN over the NBD protocol.  ORIGIN is a file, a block device, or\n"
-"an NBD URI (nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).\n"
+"Export ORIGIN over the NBD protocol, cached on the fast devices DEV (made\n"
+"with 'tiercache format').  ORIGIN is a file, a block device, or an NBD URI\n"
+"(nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).  Without\n"
+"--cache the origin is served as it is.\n"
+"\n"
+"Cache:\n"
+"  --cache DEV[,DEV...] the cache devices of one set, in any order\n"
+"  --mode MODE          writethrough (default): writes reach the origin before\n"
+"                       they are acknowledged, and update the cache;\n"
+"                       writeback: writes land in the cache and reach the\n"
+"                       origin later (FLUSH makes them durable in the cache);\n"
+"                       writearound: writes go to the origin and invalidate\n"
+"                       the cache; passthrough: the cache is not used\n"
+"  --policy NAME        default, lru, fifo or s3fifo (see tiercache(8))\n"
+"  --sequential-cutoff SIZE\n"
+"                       a stream of sequential I/O longer than SIZE is not\n"
+"                       cached (default 4M; 0 caches everything)\n"
+"  --dirty-target PCT   writeback: keep dirty data near PCT%% of the cache\n"
+"                       while clients are busy (default 10)\n"
+"  --dirty-high PCT     writeback: above PCT%% write back at full speed\n"
+"                       (default 50)\n"
+"  --adopt-origin       accept an origin whose identity differs from the one\n"
+"                       the cache was formatted for (a copy of it); its size\n"
+"                       must still match\n"
 "\n"
 "Where clients connect:\n"
 "  --socket PATH        listen on this Unix socket (mode --socket-mode);\n"
@@ -208,10 +232,19 @@ static void detach_stdio(void)
 enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
+    OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
+    OPT_ADOPT_ORIGIN,
 };
 
 static const struct option serve_opts[] = {
     { "origin", required_argument, NULL, OPT_ORIGIN },
+    { "cache", required_argument, NULL, OPT_CACHE },
+    { "mode", required_argument, NULL, OPT_MODE },
+    { "policy", required_argument, NULL, OPT_POLICY },
+    { "sequential-cutoff", required_argument, NULL, OPT_SEQ_CUTOFF },
+    { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
+    { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
+    { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
     { "socket", required_argument, NULL, OPT_SOCKET },
     { "listen", required_argument, NULL, OPT_LISTEN },
     { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
@@ -244,6 +277,42 @@ int cmd_serve(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "fvh", serve_opts, NULL)) != -1) {
         switch (opt) {
         case OPT_ORIGIN: vcfg.origin = optarg; break;
+        case OPT_CACHE: {
+            unsigned n;
+            vcfg.caches = cli_split_list(optarg, 32, &n);
+            if (n == 0)
+                tc_die(2, "--cache: no device given");
+            break;
+        }
+        case OPT_MODE:
+            if (tc_mode_parse(optarg, &vcfg.mode) < 0)
+                tc_die(2, "--mode '%s': choose writethrough, writeback, writearound or "
+                       "passthrough", optarg);
+            break;
+        case OPT_POLICY:
+            if (policy_find(optarg) == NULL)
+                tc_die(2, "--policy '%s': no such policy (choose from %s)", optarg,
+                       policy_names());
+            vcfg.policy = optarg;
+            break;
+        case OPT_SEQ_CUTOFF:
+            if (tc_parse_size("--sequential-cutoff", optarg, &vcfg.sequential_cutoff, err,
+                              sizeof err) < 0)
+                tc_die(2, "%s", err);
+            break;
+        case OPT_DIRTY_TARGET:
+        case OPT_DIRTY_HIGH: {
+            double pct;
+            const char *name = opt == OPT_DIRTY_TARGET ? "--dirty-target" : "--dirty-high";
+            if (tc_parse_percent(name, optarg, &pct, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (opt == OPT_DIRTY_TARGET)
+                vcfg.dirty_target = pct / 100;
+            else
+                vcfg.dirty_high = pct / 100;
+            break;
+        }
+        case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
         case OPT_SOCKET: ncfg.socket_path = optarg; break;
         case OPT_LISTEN: ncfg.listen = optarg; break;
         case OPT_SOCKET_MODE: {
@@ -277,6 +346,11 @@ int cmd_serve(int argc, char **argv)
         tc_die(2, "serve: unexpected argument '%s' (try --help)", argv[optind]);
     if (vcfg.origin == NULL)
         tc_die(2, "serve: --origin is required (try --help)");
+    if (vcfg.dirty_high < vcfg.dirty_target)
+        tc_die(2, "--dirty-high %.0f%% is below --dirty-target %.0f%%", vcfg.dirty_high * 100,
+               vcfg.dirty_target * 100);
+    if (vcfg.caches == NULL && vcfg.mode != TC_MODE_WRITETHROUGH && vcfg.mode != TC_MODE_PASSTHROUGH)
+        tc_die(2, "--mode %s needs cache devices (--cache)", tc_mode_name(vcfg.mode));
 
     char sockbuf[4096], ctlbuf[4096];
     if (ncfg.socket_path == NULL && ncfg.listen == NULL) {
@@ -358,6 +432,8 @@ int cmd_serve(int argc, char **argv)
     ctl_server_close(&s.ctl);
     tc_volume_free(s.vol);
     reactor_fini(&s.reactor);
+    bufpool_trim();
+    free((void *)vcfg.caches);
     close(s.sigfd);
     if (pidfile)
         unlink(pidfile);

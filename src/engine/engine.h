@@ -21,6 +21,10 @@
 #include "io/reactor.h"
 #include "tiercache.h"
 
+/* An engine-internal request flag: admit whatever this read misses
+ * (NBD_CMD_CACHE asks for exactly that). */
+#define EREQ_FORCE_ADMIT (1u << 31)
+
 /* One aligned request inside the engine. */
 struct ereq {
     struct tc_volume *vol;
@@ -63,6 +67,7 @@ struct tc_volume {
     void (*close_done)(void *arg, int err);
     void *close_arg;
     struct tc_dev_io close_dio;
+    struct cache *cache;            /* NULL: no cache devices */
 };
 
 /* volume.c */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cache.h"
 #include "engine/engine.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -75,10 +76,11 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     vol->mode = cfg->caches && cfg->caches[0] ? cfg->mode : TC_MODE_PASSTHROUGH;
     vol->opened_ns = tc_now_ns();
     if (cfg->caches && cfg->caches[0]) {
-        snprintf(err, errlen, "cache devices are not supported yet");
-        dev_close(origin);
-        free(vol);
-        return NULL;
+        if (cache_open(vol, cfg->caches, err, errlen) < 0) {
+            dev_close(origin);
+            free(vol);
+            return NULL;
+        }
     }
     char sz[32];
     tc_info("origin %s: %s, %s%s", cfg->origin, tc_format_size(size, sz, sizeof sz),
@@ -109,12 +111,10 @@ void ereq_free(struct ereq *e)
 
 void engine_dispatch(struct ereq *e)
 {
-    switch (e->vol->mode) {
-    case TC_MODE_PASSTHROUGH:
-    default:
+    if (e->vol->cache)
+        cache_submit(e);
+    else
         passthrough_submit(e);
-        return;
-    }
 }
 
 static bool is_write_type(enum tc_op op)
@@ -200,11 +200,32 @@ static void close_flushed(struct tc_dev_io *dio, int err)
     vol->close_done(vol->close_arg, err);
 }
 
+static void cache_closed(void *arg, int err)
+{
+    struct tc_volume *vol = arg;
+    if (err) {
+        vol->close_done(vol->close_arg, err);
+        return;
+    }
+    if (vol->read_only || !vol->origin->can_flush) {
+        vol->close_done(vol->close_arg, 0);
+        return;
+    }
+    memset(&vol->close_dio, 0, sizeof vol->close_dio);
+    vol->close_dio.op = TC_DEV_FLUSH;
+    vol->close_dio.cb = close_flushed;
+    dev_submit(vol->origin, &vol->close_dio);
+}
+
 void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg)
 {
     vol->closing = true;
     vol->close_done = done;
     vol->close_arg = arg;
+    if (vol->cache) {
+        cache_close(vol->cache, cache_closed, vol);
+        return;
+    }
     if (vol->read_only || !vol->origin->can_flush) {
         done(arg, 0);
         return;
@@ -219,6 +240,7 @@ void tc_volume_free(struct tc_volume *vol)
 {
     if (vol == NULL)
         return;
+    cache_free(vol->cache);
     dev_close(vol->origin);
     free(vol);
 }
@@ -255,7 +277,7 @@ static const char *op_key[] = { "read", "write", "flush", "trim", "write_zeroes"
 void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
 {
     json_string(j, "mode", tc_mode_name(vol->mode));
-    json_string(j, "health", "ok");
+    json_string(j, "health", vol->cache ? vol->cache->health : "ok");
     json_uint(j, "size", vol->size);
     json_bool(j, "read_only", vol->read_only);
     json_double(j, "uptime_seconds", (double)(tc_now_ns() - vol->opened_ns) / 1e9);
@@ -270,4 +292,6 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "unaligned_writes", vol->stats.unaligned_writes);
     json_uint(j, "errors", vol->stats.errors);
     dev_json(j, "origin", vol->origin);
+    if (vol->cache)
+        cache_status_json(vol->cache, j);
 }

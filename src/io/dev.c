@@ -90,3 +90,33 @@ void dev_complete(struct tc_dev_io *dio, int err)
     }
     dio->cb(dio, err);
 }
+
+struct sync_io {
+    struct tc_dev_io dio;
+    bool done;
+    int err;
+};
+
+static void sync_done(struct tc_dev_io *dio, int err)
+{
+    struct sync_io *s = container_of(dio, struct sync_io, dio);
+    s->done = true;
+    s->err = err;
+}
+
+int dev_sync_io(struct tc_dev *dev, enum tc_dev_op op, void *buf, uint64_t off, uint64_t len,
+                unsigned flags)
+{
+    struct sync_io s;
+    memset(&s, 0, sizeof s);
+    s.dio.op = op;
+    s.dio.buf = buf;
+    s.dio.off = off;
+    s.dio.len = len;
+    s.dio.flags = flags;
+    s.dio.cb = sync_done;
+    dev_submit(dev, &s.dio);
+    while (!s.done)
+        reactor_poll(dev->reactor, 100000000ull);
+    return s.err;
+}

@@ -1,0 +1,494 @@
+/*
+ * The cache as a whole: attaching the devices (superblocks, set and origin
+ * checks), the index updates every path shares, dispatch of requests to
+ * the read, write and discard paths, orderly close, and the figures.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "policy/policy.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "util/parse.h"
+
+#define VERIFY_BUDGET (64ull << 20)
+
+/* ---- index updates ---- */
+
+void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
+                     const struct tc_mask *new_dirty)
+{
+    unsigned o = old_dirty ? mask_count(old_dirty) : 0;
+    unsigned n = new_dirty ? mask_count(new_dirty) : 0;
+    c->dirty_sectors += n;
+    c->dirty_sectors -= o;
+    uint64_t word = oblock / 64, bit = 1ull << (oblock % 64);
+    bool was = c->dirty_bits[word] & bit;
+    if (n && !was) {
+        c->dirty_bits[word] |= bit;
+        c->dirty_blocks++;
+    } else if (!n && was) {
+        c->dirty_bits[word] &= ~bit;
+        c->dirty_blocks--;
+    }
+}
+
+uint32_t cache_install(struct cache *c, uint64_t oblock, const struct tc_mask *valid,
+                       const struct tc_mask *dirty, uint32_t seg, uint16_t off, uint32_t mseg,
+                       uint16_t moff, uint16_t flags)
+{
+    struct tc_mask ov, od;
+    uint32_t id = index_lookup(&c->idx, oblock);
+    bool fresh = id == NIL;
+    if (fresh) {
+        id = index_insert(&c->idx, oblock);
+        mask_clear(&ov);
+        mask_clear(&od);
+    } else {
+        ce_get_masks(&c->idx, id, &ov, &od);
+        struct centry *e = CE(&c->idx, id);
+        seg_add_live(c, e->seg, -(int)mask_count(&ov));
+        seg_add_live(c, e->mseg, -(int)mask_count(&ov));
+    }
+    struct centry *e = CE(&c->idx, id);
+    e->seg = seg;
+    e->off = off;
+    e->mseg = mseg;
+    e->moff = moff;
+    e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT));
+    ce_set_masks(&c->idx, id, valid, dirty);
+    seg_add_live(c, seg, (int)mask_count(valid));
+    seg_add_live(c, mseg, (int)mask_count(valid));
+    cache_set_dirty(c, oblock, &od, dirty);
+    if (fresh)
+        c->policy->ops->inserted(c->policy->state, c, id, true);
+    return id;
+}
+
+void cache_drop(struct cache *c, uint64_t oblock)
+{
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (id == NIL)
+        return;
+    struct tc_mask v, d;
+    ce_get_masks(&c->idx, id, &v, &d);
+    struct centry *e = CE(&c->idx, id);
+    seg_add_live(c, e->seg, -(int)mask_count(&v));
+    seg_add_live(c, e->mseg, -(int)mask_count(&v));
+    cache_set_dirty(c, oblock, &d, NULL);
+    index_remove(&c->idx, id);
+}
+
+/* ---- dispatch ---- */
+
+void cache_submit(struct ereq *e)
+{
+    switch (e->op) {
+    case TC_OP_READ: cache_read(e); return;
+    case TC_OP_WRITE: cache_write(e); return;
+    case TC_OP_FLUSH: cache_flush(e); return;
+    case TC_OP_TRIM:
+    case TC_OP_WRITE_ZEROES: cache_discard(e); return;
+    case TC_OP_CACHE: cache_prefetch(e); return;
+    case TC_OP_BLOCK_STATUS: cache_block_status(e); return;
+    }
+    e->err = -EINVAL;
+    e->complete(e);
+}
+
+/* ---- attaching devices ---- */
+
+static int read_superblock(struct tc_dev *dev, struct tc_superblock *sb, char *err,
+                           size_t errlen)
+{
+    uint8_t *buf = tc_alloc_aligned(2 * TC_SB_SIZE);
+    int rc = dev_sync_io(dev, TC_DEV_READ, buf, 0, 2 * TC_SB_SIZE, 0);
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot read the superblock: %s", dev->name, strerror(-rc));
+        free(buf);
+        return -1;
+    }
+    char e1[160], e2[160];
+    int ok = sb_decode(buf, sb, e1, sizeof e1);
+    if (ok < 0) {
+        /* The second copy stands in for a damaged first one. */
+        ok = sb_decode(buf + TC_SB_SIZE, sb, e2, sizeof e2);
+        if (ok == 0)
+            tc_warn("%s: first superblock copy unusable (%s); using the second", dev->name,
+                    e1);
+    }
+    bool magic = sb_has_magic(buf) || sb_has_magic(buf + TC_SB_SIZE);
+    free(buf);
+    if (ok < 0) {
+        if (!magic)
+            snprintf(err, errlen, "%s: not a tiercache cache device (no superblock); create one "
+                     "with 'tiercache format --cache %s --origin ORIGIN'", dev->name, dev->name);
+        else
+            snprintf(err, errlen, "%s: superblock unusable: %s", dev->name, e1);
+        return -1;
+    }
+    if (sb->dev_size > dev->size) {
+        snprintf(err, errlen, "%s: device is %llu bytes but was formatted with %llu bytes",
+                 dev->name, (unsigned long long)dev->size, (unsigned long long)sb->dev_size);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_set(struct cache *c, struct tc_dev **devs, struct tc_superblock *sbs,
+                     unsigned n, char *err, size_t errlen)
+{
+    char u1[37], u2[37];
+    const struct tc_superblock *ref = &sbs[0];
+    for (unsigned i = 1; i < n; i++) {
+        if (memcmp(sbs[i].set_uuid, ref->set_uuid, 16) != 0) {
+            tc_uuid_format(sbs[i].set_uuid, u1);
+            tc_uuid_format(ref->set_uuid, u2);
+            snprintf(err, errlen, "%s belongs to cache set %s, but %s belongs to set %s: these "
+                     "devices are not one cache", devs[i]->name, u1, devs[0]->name, u2);
+            return -1;
+        }
+    }
+    if (n != ref->dev_count) {
+        snprintf(err, errlen, "the cache set has %u device%s but %u %s given", ref->dev_count,
+                 ref->dev_count == 1 ? "" : "s", n, n == 1 ? "was" : "were");
+        for (unsigned idx = 0; idx < ref->dev_count && n < ref->dev_count; idx++) {
+            bool have = false;
+            for (unsigned i = 0; i < n; i++)
+                if (sbs[i].dev_index == idx)
+                    have = true;
+            if (!have) {
+                tc_uuid_format(ref->dev_uuids[idx], u1);
+                size_t l = strlen(err);
+                snprintf(err + l, errlen - l, "; missing: device %u (uuid %s)", idx, u1);
+                break;
+            }
+        }
+        return -1;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        for (unsigned j = i + 1; j < n; j++) {
+            if (sbs[i].dev_index == sbs[j].dev_index) {
+                snprintf(err, errlen, "%s and %s are the same device of the set (index %u): is "
+                         "a device given twice?", devs[i]->name, devs[j]->name,
+                         sbs[i].dev_index);
+                return -1;
+            }
+        }
+        if (memcmp(sbs[i].dev_uuid, ref->dev_uuids[sbs[i].dev_index], 16) != 0 ||
+            sbs[i].block_size != ref->block_size || sbs[i].segment_size != ref->segment_size) {
+            snprintf(err, errlen, "%s does not match the set's description of device %u",
+                     devs[i]->name, sbs[i].dev_index);
+            return -1;
+        }
+    }
+    /* Order the devices by their index in the set. */
+    for (unsigned i = 0; i < n; i++) {
+        unsigned idx = sbs[i].dev_index;
+        c->devs[idx].dev = devs[i];
+        c->devs[idx].sb = sbs[i];
+        c->devs[idx].first_seg = sbs[i].first_segment;
+        c->devs[idx].nsegs = sbs[i].segment_count;
+        c->devs[idx].state = CDEV_OK;
+    }
+    return 0;
+}
+
+static void watermarks(struct cache *c)
+{
+    c->reserve_segs = 2 * c->ndevs;
+}
+
+int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen)
+{
+    struct tc_dev *devs[TC_MAX_DEVICES];
+    struct tc_superblock sbs[TC_MAX_DEVICES];
+    unsigned n = 0;
+    for (; paths[n]; n++) {
+        if (n == TC_MAX_DEVICES) {
+            snprintf(err, errlen, "at most %u cache devices", TC_MAX_DEVICES);
+            goto fail;
+        }
+        if (dev_is_nbd_uri(paths[n])) {
+            snprintf(err, errlen, "%s: a cache device must be a local file or block device",
+                     paths[n]);
+            goto fail;
+        }
+        devs[n] = dev_file_open(vol->reactor, paths[n], false, err, errlen);
+        if (devs[n] == NULL)
+            goto fail;
+        if (read_superblock(devs[n], &sbs[n], err, errlen) < 0) {
+            n++;
+            goto fail;
+        }
+    }
+    struct cache *c = tc_xcalloc(1, sizeof *c);
+    c->vol = vol;
+    c->reactor = vol->reactor;
+    c->ndevs = n;
+    if (check_set(c, devs, sbs, n, err, errlen) < 0) {
+        free(c);
+        goto fail;
+    }
+    memcpy(c->set_uuid, sbs[0].set_uuid, 16);
+    c->block_size = sbs[0].block_size;
+    c->spb = c->block_size / TC_SECTOR;
+    c->segment_size = sbs[0].segment_size;
+    c->seg_sectors = c->segment_size / TC_SECTOR;
+    c->nsegs = sbs[0].total_segments;
+    c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
+    c->dirty_bits = tc_xcalloc((c->nblocks_origin + 63) / 64 + 1, sizeof(uint64_t));
+    c->next_seq = 1;
+    snprintf(c->health, sizeof c->health, "ok");
+    vol->cache = c;
+
+    const struct policy_ops *pops = policy_find(vol->cfg.policy ? vol->cfg.policy : "default");
+    if (pops == NULL) {
+        snprintf(err, errlen, "--policy '%s': no such policy (choose from %s)", vol->cfg.policy,
+                 policy_names());
+        goto fail_cache;
+    }
+    uint64_t cache_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
+    c->policy = tc_xcalloc(1, sizeof *c->policy);
+    c->policy->ops = pops;
+    c->policy->state = pops->create(c, cache_blocks);
+    index_init(&c->idx, c->spb, cache_blocks);
+    space_init(c);
+    watermarks(c);
+    log_init(c);
+    verify_init(c, VERIFY_BUDGET);
+    blocklocks_init(c);
+    streams_init(c);
+    cleaner_init(c);
+    writeback_init(c);
+
+    uint64_t t0 = tc_now_ns();
+    if (recovery_run(c, err, errlen) < 0)
+        goto fail_cache;
+    c->recovery_ns = tc_now_ns() - t0;
+
+    /* The origin must be the one the cache was formatted for. */
+    const struct tc_superblock *sb = &c->devs[0].sb;
+    struct tc_dev *origin = vol->origin;
+    bool same_id = strncmp(sb->origin_id, origin->identity, TC_ORIGIN_ID_LEN - 1) == 0;
+    if (sb->origin_size != vol->size || (!same_id && !vol->cfg.adopt_origin)) {
+        char dirty[64] = "";
+        if (c->dirty_sectors)
+            tc_format_size(c->dirty_sectors * TC_SECTOR, dirty, sizeof dirty);
+        snprintf(err, errlen,
+                 "the cache on %s was formatted for origin '%s' (%s, %llu bytes), but this "
+                 "origin is '%s' (%s, %llu bytes). %s",
+                 c->devs[0].dev->name, sb->origin_path, sb->origin_id,
+                 (unsigned long long)sb->origin_size, origin->name, origin->identity,
+                 (unsigned long long)vol->size,
+                 c->dirty_sectors
+                     ? "The cache holds dirty data for its origin, which would be lost: serve "
+                       "it with its own origin and run 'tiercache flush' (or 'detach'); if "
+                       "this origin is an exact copy of that one, pass --adopt-origin."
+                     : "Serve it with its own origin, pass --adopt-origin if this origin is "
+                       "an exact copy of it, or reformat the cache with 'tiercache format "
+                       "--force' (its contents are discarded).");
+        if (c->dirty_sectors) {
+            size_t l = strlen(err);
+            snprintf(err + l, errlen - l, " (dirty data: %s)", dirty);
+        }
+        goto fail_cache;
+    }
+    if (!same_id)
+        tc_warn("origin identity changed from %s to %s: adopted (--adopt-origin)",
+                sb->origin_id, origin->identity);
+
+    char sz[32], dz[32];
+    tc_info("cache: %u device%s, %u segments of %u KiB, block %u KiB; recovered %llu blocks "
+            "(%s dirty) in %.3f s",
+            c->ndevs, c->ndevs == 1 ? "" : "s", c->nsegs, c->segment_size >> 10,
+            c->block_size >> 10, (unsigned long long)c->idx.count,
+            tc_format_size(c->dirty_sectors * TC_SECTOR, dz, sizeof dz),
+            (double)c->recovery_ns / 1e9);
+    (void)sz;
+    if (c->dirty_sectors)
+        writeback_kick(c);
+    return 0;
+
+fail_cache:
+    vol->cache = NULL;
+    cache_free(c);
+    return -1;
+fail:
+    for (unsigned i = 0; i < n; i++)
+        dev_close(devs[i]);
+    return -1;
+}
+
+/* ---- close ---- */
+
+struct close_ctx {
+    struct cache *c;
+    struct log_waiter w;
+    struct tc_dev_io dio;
+    uint64_t candidate;
+    void (*done)(void *arg, int err);
+    void *arg;
+};
+
+static void closed_synced(struct log_waiter *w, int err)
+{
+    struct close_ctx *x = container_of(w, struct close_ctx, w);
+    if (err)
+        tc_error("cache: final sync failed: %s", strerror(-err));
+    void (*done)(void *, int) = x->done;
+    void *arg = x->arg;
+    free(x);
+    done(arg, err);
+}
+
+/* The origin is flushed: every write-through version is on it, which the
+ * last chunk records, so the next start has nothing to re-check. */
+static void close_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct close_ctx *x = container_of(dio, struct close_ctx, dio);
+    struct cache *c = x->c;
+    if (err == 0 && x->candidate > c->wt_stable_seq)
+        c->wt_stable_seq = x->candidate;
+    log_seal_all(c, true);
+    log_sync(c, &x->w);
+}
+
+void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
+{
+    struct close_ctx *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->done = done;
+    x->arg = arg;
+    x->w.fn = closed_synced;
+    writeback_fini(c);
+    cleaner_stop(c);
+    x->candidate = wt_stable_candidate(c);
+    x->dio.op = TC_DEV_FLUSH;
+    x->dio.cb = close_origin_flushed;
+    if (c->vol->origin->can_flush && !c->vol->read_only)
+        dev_submit(c->vol->origin, &x->dio);
+    else
+        close_origin_flushed(&x->dio, 0);
+}
+
+void cache_free(struct cache *c)
+{
+    if (c == NULL)
+        return;
+    cleaner_fini(c);
+    writeback_fini(c);
+    streams_fini(c);
+    blocklocks_fini(c);
+    verify_fini(c);
+    log_fini(c);
+    space_fini(c);
+    index_fini(&c->idx);
+    if (c->policy) {
+        c->policy->ops->destroy(c->policy->state);
+        free(c->policy);
+    }
+    for (unsigned d = 0; d < c->ndevs; d++)
+        dev_close(c->devs[d].dev);
+    free(c->dirty_bits);
+    free(c);
+}
+
+/* ---- figures ---- */
+
+static const char *cdev_state_name(enum cdev_state s)
+{
+    return s == CDEV_OK ? "ok" : s == CDEV_FAILING ? "failing" : "missing";
+}
+
+void cache_status_json(struct cache *c, struct tc_json *j)
+{
+    struct cache_stats *s = &c->st;
+    uint64_t capacity = (uint64_t)c->nsegs * c->segment_size;
+    uint64_t live = 0;
+    for (uint32_t i = 0; i < c->nsegs; i++)
+        live += c->segs[i].live;
+    uint64_t index_mem = index_memory(&c->idx);
+    uint64_t policy_mem = c->policy->ops->memory(c->policy->state);
+    uint64_t dev_written = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        dev_written += c->devs[d].dev->stats.write_bytes;
+
+    json_begin_object(j, "cache");
+    json_string(j, "policy", c->policy->ops->name);
+    json_uint(j, "size", capacity);
+    json_uint(j, "used", live * TC_SECTOR);
+    json_uint(j, "block_size", c->block_size);
+    json_uint(j, "segment_size", c->segment_size);
+    json_uint(j, "segments", c->nsegs);
+    json_uint(j, "segments_free", c->free_segs);
+    json_uint(j, "groups", c->ngroups);
+    json_uint(j, "blocks_cached", c->idx.count);
+    json_uint(j, "read_hits", s->read_hits);
+    json_uint(j, "read_misses", s->read_misses);
+    json_uint(j, "read_partial_hits", s->read_partial);
+    uint64_t reads = s->read_hits + s->read_misses;
+    json_double(j, "read_hit_ratio", reads ? (double)s->read_hits / (double)reads : 0);
+    json_uint(j, "read_hit_bytes", s->read_hit_bytes);
+    json_uint(j, "read_miss_bytes", s->read_miss_bytes);
+    json_uint(j, "write_hits", s->write_hits);
+    json_uint(j, "write_misses", s->write_misses);
+    json_uint(j, "promotions", s->promotions);
+    json_uint(j, "promotion_bytes", s->promotion_bytes);
+    json_uint(j, "fills_dropped", s->fills_dropped);
+    json_uint(j, "not_admitted", s->not_admitted);
+    json_uint(j, "demotions", s->demotions);
+    json_uint(j, "reinsertions", s->reinsertions);
+    json_uint(j, "invalidations", s->invalidations);
+    json_uint(j, "bypassed_sequential_bytes", s->bypassed_sequential);
+    json_uint(j, "segments_written", s->segments_written);
+    json_uint(j, "chunks_written", s->chunks_written);
+    json_uint(j, "cache_write_bytes", dev_written);
+    json_double(j, "average_write_bytes",
+                s->chunks_written ? (double)s->chunk_bytes_written / (double)s->chunks_written : 0);
+    json_uint(j, "admitted_bytes", s->admitted_bytes);
+    json_double(j, "write_amplification",
+                s->admitted_bytes ? (double)dev_written / (double)s->admitted_bytes : 0);
+    json_uint(j, "groups_retired", s->groups_retired);
+    json_uint(j, "origin_read_bytes", c->vol->origin->stats.read_bytes);
+    json_uint(j, "origin_write_bytes", c->vol->origin->stats.write_bytes);
+    json_uint(j, "dirty_blocks", c->dirty_blocks);
+    json_uint(j, "dirty_bytes", c->dirty_sectors * TC_SECTOR);
+    json_uint(j, "checksum_errors", s->checksum_errors);
+    json_uint(j, "cache_read_errors", s->cache_read_errors);
+    json_uint(j, "cache_write_errors", s->cache_write_errors);
+    json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
+    json_uint(j, "index_memory_bytes", index_mem);
+    json_uint(j, "policy_memory_bytes", policy_mem);
+    json_double(j, "memory_per_block_bytes",
+                c->idx.count ? (double)(index_mem + policy_mem) / (double)c->idx.count : 0);
+    json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
+    json_uint(j, "recovered_entries", s->recovered_entries);
+    writeback_status_json(c, j);
+    json_begin_array(j, "devices");
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        struct tc_dev_stats *ds = &cd->dev->stats;
+        json_begin_object(j, NULL);
+        json_string(j, "path", cd->dev->name);
+        json_uint(j, "index", d);
+        json_string(j, "state", cdev_state_name(cd->state));
+        json_uint(j, "size", (uint64_t)cd->nsegs * c->segment_size);
+        json_uint(j, "segments", cd->nsegs);
+        json_uint(j, "segments_free", cd->free_segs);
+        json_uint(j, "reads", ds->reads);
+        json_uint(j, "read_bytes", ds->read_bytes);
+        json_uint(j, "writes", ds->writes);
+        json_uint(j, "write_bytes", ds->write_bytes);
+        json_double(j, "average_write_bytes",
+                    ds->writes ? (double)ds->write_bytes / (double)ds->writes : 0);
+        json_uint(j, "errors", ds->read_errors + ds->write_errors + ds->other_errors);
+        json_end_object(j);
+    }
+    json_end_array(j);
+    json_end_object(j);
+}

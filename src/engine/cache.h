@@ -1,0 +1,483 @@
+/*
+ * The cache: the fast tier of a volume.
+ *
+ * Data structures, from the client's block to the device sector:
+ *
+ *   origin block ──index──► struct centry ──(seg, off)──► segment ──► device
+ *   (block_size bytes)       valid/dirty masks,           a run of chunks,
+ *                            policy state                 one per large write
+ *
+ * - The index (index.c) maps an origin block number to its entry.  An
+ *   entry says where the block's cached sectors are: one location holding
+ *   exactly the valid sectors, packed in order (a partly cached block
+ *   takes only the space of its valid sectors).  Dirty data may have a
+ *   second copy (the mirror) on another device.
+ * - Segments (space.c) are written as one log in groups (see
+ *   format/ondisk.h): every append lands in the open group; groups are
+ *   reclaimed oldest first by the cleaner (cleaner.c), which keeps what
+ *   the policy calls hot by appending it again and writes dirty data back
+ *   to the origin before a segment is reused.
+ * - The log (log.c) buffers appends in an image of each open segment in
+ *   RAM and writes them as chunks: one header sector(s) plus data, in one
+ *   I/O.  While a segment has an image, reads of it are served from RAM.
+ * - Block locks (blocklock.c) order the operations on one block: the
+ *   steps of a write (read old sectors, append the merged version), the
+ *   origin writes of writeback, and fills after misses.
+ *
+ * Invariants:
+ *  - every sector an entry calls valid holds data at least as new as the
+ *    origin's; a dirty sector is newer than the origin's;
+ *  - entries only point into segments of live groups;
+ *  - a group is reused only after its dirty data is on the origin and a
+ *    durable chunk has recorded the new log tail;
+ *  - nothing is read from a segment while it is being rewritten: reads
+ *    pin segments, and a pinned segment is not reused.
+ */
+#ifndef TC_ENGINE_CACHE_H
+#define TC_ENGINE_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "format/ondisk.h"
+#include "io/dev.h"
+#include "io/reactor.h"
+
+#define NIL UINT32_MAX
+
+struct cache;
+struct policy;
+
+/* ---- masks of sectors within a block (up to 256 sectors) ---- */
+
+static inline void mask_clear(struct tc_mask *m)
+{
+    for (int i = 0; i < TC_MASK_WORDS; i++)
+        m->w[i] = 0;
+}
+static inline bool mask_test(const struct tc_mask *m, unsigned s) { return (m->w[s / 64] >> (s % 64)) & 1; }
+static inline void mask_set(struct tc_mask *m, unsigned s) { m->w[s / 64] |= 1ull << (s % 64); }
+/* Sectors [s0, s1). */
+void mask_range(struct tc_mask *m, unsigned s0, unsigned s1);
+unsigned mask_count(const struct tc_mask *m);
+bool mask_empty(const struct tc_mask *m);
+bool mask_covers(const struct tc_mask *m, const struct tc_mask *sub);  /* sub ⊆ m */
+void mask_or(struct tc_mask *d, const struct tc_mask *a);
+void mask_and(struct tc_mask *d, const struct tc_mask *a);
+void mask_andnot(struct tc_mask *d, const struct tc_mask *a);
+bool mask_equal(const struct tc_mask *a, const struct tc_mask *b);
+/* Number of set bits below sector s: the packed position of sector s. */
+unsigned mask_rank(const struct tc_mask *m, unsigned s);
+
+/* ---- the index ---- */
+
+/* Entry flags. */
+#define CE_WT        (1u << 0)   /* written through: the origin write may be pending */
+#define CE_REF       (1u << 1)   /* hit since it was last written (second chance) */
+#define CE_SMALL     (1u << 2)   /* policy: still in the probation queue */
+
+/*
+ * One cached block: 48 bytes, plus 4 bytes of hash bucket and the policy's
+ * share of its history (about 6 bytes), inside the design's 64-byte budget.  Blocks of more than 64 sectors (512 KiB and
+ * 1 MiB) keep their masks in a side array (index.ext), 64 bytes more.
+ * Entries live in one growing array and are named by their index there
+ * (never by pointer across an asynchronous step: the array may move).
+ */
+struct centry {
+    uint64_t oblock;
+    uint32_t hnext;             /* hash chain */
+    uint32_t seg;               /* segment of the copy (NIL: data in flight nowhere) */
+    uint32_t mseg;              /* segment of the mirror copy, or NIL */
+    uint16_t off, moff;         /* sector offsets of the data inside them */
+    uint64_t valid, dirty;      /* masks (blocks <= 64 sectors) */
+    uint16_t flags;             /* CE_* */
+    uint8_t freq;               /* policy: recent use, saturating */
+    uint8_t unused;
+};
+
+struct index {
+    struct centry *pool;
+    uint32_t cap, used, free_head;
+    uint32_t *buckets;
+    uint32_t bucket_mask;
+    uint64_t count;
+    struct tc_mask (*ext)[2];   /* valid, dirty for blocks > 64 sectors */
+    unsigned spb;
+};
+
+int index_init(struct index *ix, unsigned spb, uint64_t expected);
+void index_fini(struct index *ix);
+uint32_t index_lookup(const struct index *ix, uint64_t oblock);
+/* A new entry for oblock (which must not be in the index). */
+uint32_t index_insert(struct index *ix, uint64_t oblock);
+void index_remove(struct index *ix, uint32_t id);
+static inline struct centry *CE(const struct index *ix, uint32_t id) { return &ix->pool[id]; }
+void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty);
+void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid, const struct tc_mask *dirty);
+uint64_t index_memory(const struct index *ix);
+
+/* ---- segments and groups ---- */
+
+enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };
+
+/* Chunk table of a segment: where each chunk starts (for the CRC lookup of
+ * a cached sector and for the cleaner). */
+struct chunk_ref {
+    uint16_t start;             /* sector of the header */
+    uint16_t hdr_sectors;
+    uint16_t data_sectors;
+    uint16_t crcs_loaded;       /* its CRCs are in the verify cache */
+};
+
+struct segment {
+    uint8_t state;
+    uint8_t dev;                /* index in cache->devs */
+    uint16_t unused;
+    uint32_t group;             /* slot in the group ring while not free */
+    uint64_t seq;               /* the group's sequence number */
+    uint32_t fill;              /* sectors used by chunks (written or in flight) */
+    uint32_t live;              /* data sectors that index entries point to */
+    uint32_t pins;              /* reads in flight */
+    uint32_t writes_inflight;   /* chunk writes in flight */
+    uint8_t *image;             /* RAM image while open or writing */
+    struct chunk_ref *chunks;
+    uint32_t nchunks, chunks_cap;
+};
+
+/* A group: one segment on each of several devices, filled in parallel,
+ * reclaimed as one.  Kept in a ring from oldest (tail) to newest (open). */
+struct group {
+    uint64_t seq;
+    uint32_t segs[TC_MAX_DEVICES];
+    uint8_t nsegs;
+    bool open;
+    bool retiring;
+};
+
+/* ---- the log writer ---- */
+
+/* What a caller waits for after an append or a sync. */
+struct log_waiter {
+    void (*fn)(struct log_waiter *w, int err);
+    struct log_waiter *next;
+    uint64_t target;            /* chunk sequence to be written (and flushed) */
+    bool need_flush;
+};
+
+/* The chunk being built in one open segment. */
+struct head {
+    uint32_t seg;               /* NIL when the device has no open segment */
+    uint32_t chunk_start;       /* sector of the current chunk's header */
+    uint16_t hdr_sectors;       /* reserved for the current chunk's header */
+    uint16_t next_hdr_sectors;  /* what the next chunk reserves */
+    uint32_t data_fill;         /* data sectors appended to the current chunk */
+    struct tc_entry *entries;
+    uint32_t nentries, entries_cap;
+    bool urgent;                /* someone waits: write it now */
+};
+
+struct chunk_write {
+    struct tc_dev_io dio;
+    struct cache *cache;
+    uint32_t seg;
+    uint64_t chunk_seq;
+    struct chunk_write *prev, *next;    /* in flight, ordered by chunk_seq */
+    /* Entries written as clean fills: dropped again if the write fails. */
+};
+
+/* ---- devices of the cache ---- */
+
+enum cdev_state { CDEV_OK, CDEV_FAILING, CDEV_MISSING };
+
+struct cache_dev {
+    struct tc_dev *dev;
+    struct tc_superblock sb;
+    uint32_t first_seg, nsegs;
+    uint32_t *free_list;        /* stack of this device's free segments */
+    uint32_t free_segs;
+    enum cdev_state state;
+    bool written_since_flush;
+    uint64_t bytes_admitted;
+};
+
+struct cache_stats {
+    uint64_t read_hits, read_misses, read_partial;
+    uint64_t read_hit_bytes, read_miss_bytes;
+    uint64_t write_hits, write_misses;
+    uint64_t promotions, promotion_bytes, fills_dropped;
+    uint64_t demotions;             /* blocks dropped by the cleaner */
+    uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
+    uint64_t bypassed_sequential;   /* bytes not cached: sequential streams */
+    uint64_t not_admitted;          /* misses the policy kept out */
+    uint64_t invalidations;
+    uint64_t segments_written;      /* segments filled */
+    uint64_t chunks_written, chunk_bytes_written;
+    uint64_t groups_retired;
+    uint64_t admitted_bytes;        /* bytes the policy let in (for write amplification) */
+    uint64_t checksum_errors;
+    uint64_t cache_read_errors, cache_write_errors;
+    uint64_t lost_dirty_bytes;
+    uint64_t syncs;
+    uint64_t writeback_bytes, writeback_writes, writeback_passes;
+    uint64_t recovered_entries, recovered_dirty_sectors;
+};
+
+struct blocklocks;
+struct wpiece;
+struct writeback;
+struct cleaner;
+struct verify_cache;
+struct streams;
+
+struct cache {
+    struct tc_volume *vol;
+    struct tc_reactor *reactor;
+    unsigned ndevs;
+    struct cache_dev devs[TC_MAX_DEVICES];
+    uint8_t set_uuid[16];
+    uint32_t block_size, spb;       /* sectors per block */
+    uint32_t segment_size, seg_sectors;
+    uint64_t nblocks_origin;
+
+    struct index idx;
+    struct policy *policy;
+    struct blocklocks *locks;
+    struct writeback *wb;
+    struct cleaner *cleaner;
+    struct verify_cache *verify;
+    struct streams *streams;
+
+    struct segment *segs;
+    uint32_t nsegs, free_segs;
+    uint32_t reserve_segs;          /* kept free for the cleaner */
+    struct group *groups;           /* ring */
+    uint32_t groups_cap, group_tail, ngroups;
+    struct head heads[TC_MAX_DEVICES];
+    uint32_t open_group;            /* ring slot, or NIL */
+    unsigned next_dev;              /* round robin among open segments */
+
+    uint64_t next_seq;              /* sequence numbers of groups, chunks, entries */
+    uint64_t tail_seq;              /* oldest live group */
+    uint64_t wt_stable_seq;
+    uint64_t chunks_issued;         /* chunk_seq of the last chunk written */
+    uint64_t chunks_written_upto;   /* every chunk up to this one is written */
+    uint64_t flushed_upto;          /* ... and flushed */
+    struct chunk_write *inflight_head, *inflight_tail;
+    struct log_waiter *written_waiters, *flush_waiters;
+    bool flushing;
+    unsigned flushes_pending;
+    uint64_t flush_target;
+    struct tc_dev_io flush_dios[TC_MAX_DEVICES];
+    struct tc_timer seal_timer;
+    uint64_t seal_delay_ns;
+    uint32_t chunk_target_sectors;  /* seal a chunk at this size */
+
+    /* Dirty tracking: one bit per origin block, and totals. */
+    uint64_t *dirty_bits;
+    uint64_t dirty_blocks, dirty_sectors;
+
+    void *log_private;              /* log.c */
+    struct wpiece *wt_inflight;     /* writepath.c: write-through origin writes */
+    int log_error;                  /* first cache write error, reported to syncs */
+    struct cache_stats st;
+    uint64_t recovery_ns;
+    uint64_t last_flush_wall_ns;
+    bool degraded;
+    char health[128];
+};
+
+/* cache.c */
+int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
+void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
+void cache_free(struct cache *c);
+void cache_status_json(struct cache *c, struct tc_json *j);
+void cache_submit(struct ereq *e);
+
+/* space.c: segments and groups */
+int space_init(struct cache *c);
+void space_fini(struct cache *c);
+static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->segs[s]; }
+static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->segs[s].dev]; }
+uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
+struct group *group_at(struct cache *c, uint32_t slot);
+struct group *oldest_group(struct cache *c);
+uint32_t group_slot_of_oldest(struct cache *c);
+/* Open a new group from free segments; false if none is free. */
+bool space_open_group(struct cache *c);
+void space_close_group(struct cache *c);
+void space_free_group(struct cache *c);     /* the oldest; its segments become free */
+/* After recovery: every segment outside a live group goes on a free stack,
+ * highest numbers first so that allocation proceeds from low to high. */
+void space_collect_free(struct cache *c);
+/* Recovery rebuilds the ring: add a group as the newest, then its segments. */
+uint32_t space_push_group(struct cache *c, uint64_t seq);
+void space_group_add_seg(struct cache *c, uint32_t slot, uint32_t s);
+/* The last chunk write of a segment ended (a retired one may become free). */
+void space_write_done(struct cache *c, uint32_t seg);
+void seg_add_live(struct cache *c, uint32_t seg, int delta);
+void seg_pin(struct cache *c, uint32_t seg);
+void seg_unpin(struct cache *c, uint32_t seg);
+
+/* log.c */
+struct append {
+    uint64_t oblock;
+    uint8_t type;               /* TC_ENTRY_* */
+    uint8_t flags;              /* TC_ENTRY_WT, TC_ENTRY_MIRROR */
+    struct tc_mask valid, dirty;
+    uint64_t target;            /* CLEAN */
+    const void *data;           /* DATA: popcount(valid) sectors, packed */
+    bool mirror;                /* write a second copy on another device */
+    bool use_reserve;           /* the cleaner may use the reserved space */
+    bool urgent;                /* write the chunk now (someone waits on it) */
+};
+/* Appends an entry: copies the data into an open segment's image and
+ * records the entry in its chunk.  Returns 0 with the data's location(s),
+ * or -ENOSPC if no space is free right now.  When w is given, w->fn runs
+ * once the chunk holding the entry is written (and flushed if
+ * w->need_flush). */
+int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t *off,
+               uint32_t *mseg, uint16_t *moff, struct log_waiter *w);
+/* Everything appended so far: written, and the devices flushed. */
+void log_sync(struct cache *c, struct log_waiter *w);
+/* The commit interval: seal and flush what was appended, nobody waiting. */
+void log_commit(struct cache *c);
+/* Write every partly filled chunk now (e.g. to persist a new tail). */
+void log_seal_all(struct cache *c, bool force_header);
+int log_init(struct cache *c);
+void log_fini(struct cache *c);
+bool log_idle(struct cache *c);
+/* Free segments needed before appends of n sectors can go on. */
+uint32_t log_space_free(struct cache *c);
+/* Read sectors of a segment that still has its RAM image. */
+bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf);
+
+/* verify.c: data checksums of cached sectors */
+int verify_init(struct cache *c, uint64_t budget_bytes);
+void verify_fini(struct cache *c);
+/* Look up the CRCs of n sectors at (seg, off); true if all known now. */
+bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
+/* Remember a chunk header's CRCs (after reading or writing it). */
+void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
+                     const struct tc_chunk_header *h, const uint8_t *hdr_buf);
+void verify_forget_segment(struct cache *c, uint32_t seg);
+/* The chunk holding (seg, off), for reading its header. */
+const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off);
+void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
+                       uint32_t data_sectors);
+
+/* cacheio.c: a checked read of n sectors at (seg, off) into buf.  cb gets
+ * 0, -EBADMSG (checksum mismatch: [bad_from, bad_to) failed) or the I/O
+ * error. */
+struct cread {
+    struct cache *c;
+    uint32_t seg;
+    uint16_t off;
+    uint32_t n;
+    uint8_t *buf;
+    void (*cb)(struct cread *cr, int err);
+    void *priv;
+    /* results and internals */
+    int err;
+    uint32_t bad_from, bad_to;
+    bool from_device;
+    unsigned pending;
+    struct tc_dev_io dio, hdio;
+    uint8_t *hdr;
+    uint32_t *crcs;
+};
+void cache_read_verified(struct cache *c, struct cread *cr);
+
+/* blocklock.c */
+struct block_waiter {
+    void (*fn)(struct block_waiter *w);
+    struct block_waiter *next;
+};
+int blocklocks_init(struct cache *c);
+void blocklocks_fini(struct cache *c);
+/* Exclusive lock on one block; true if taken at once, else w->fn later. */
+bool block_lock(struct cache *c, uint64_t oblock, struct block_waiter *w);
+void block_unlock(struct cache *c, uint64_t oblock);
+bool block_is_locked(struct cache *c, uint64_t oblock);
+/* The block's generation: changes with every write, trim or invalidation,
+ * so a fill of data read earlier can tell that it went stale. */
+uint64_t block_gen(struct cache *c, uint64_t oblock);
+void block_gen_hold(struct cache *c, uint64_t oblock);     /* keep the counter alive */
+void block_gen_release(struct cache *c, uint64_t oblock);
+void block_gen_bump(struct cache *c, uint64_t oblock);
+/* A client write going to the origin for blocks not in the cache:
+ * registered for its duration so that no fill caches older data. */
+struct owrite {
+    uint64_t b0, b1;            /* blocks [b0, b1) */
+    struct owrite *prev, *next;
+};
+void owrite_begin(struct cache *c, struct owrite *o, uint64_t b0, uint64_t b1);
+void owrite_end(struct cache *c, struct owrite *o);
+bool owrite_overlaps(struct cache *c, uint64_t oblock);
+/* Writeback in flight on a block: origin writes from clients wait. */
+void block_wb_begin(struct cache *c, uint64_t oblock);
+void block_wb_end(struct cache *c, uint64_t oblock);
+bool block_wait_wb(struct cache *c, uint64_t oblock, struct block_waiter *w);
+bool block_wait_wb_free(struct cache *c, uint64_t oblock);  /* no writeback in flight */
+
+/* Entry updates shared by the paths (cache.c) */
+void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
+                     const struct tc_mask *new_dirty);
+/* Replace the block's entry by a new version appended at (seg, off). */
+uint32_t cache_install(struct cache *c, uint64_t oblock, const struct tc_mask *valid,
+                       const struct tc_mask *dirty, uint32_t seg, uint16_t off, uint32_t mseg,
+                       uint16_t moff, uint16_t flags);
+/* Remove the block's entry from the index (space accounting, dirty bits). */
+void cache_drop(struct cache *c, uint64_t oblock);
+static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
+
+/* readpath.c, writepath.c */
+/* The newest sequence number whose write-through origin write is done:
+ * after an origin flush, everything up to it is on the origin. */
+uint64_t wt_stable_candidate(struct cache *c);
+void cache_read(struct ereq *e);
+void cache_write(struct ereq *e);
+void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
+void cache_flush(struct ereq *e);
+void cache_prefetch(struct ereq *e);    /* NBD_CMD_CACHE */
+void cache_block_status(struct ereq *e);
+
+/* cleaner.c */
+int cleaner_init(struct cache *c);
+void cleaner_fini(struct cache *c);
+void cleaner_kick(struct cache *c);
+void cleaner_stop(struct cache *c);
+/* True while the cache has room without reclaiming (policies admit freely). */
+bool cache_has_free_space(struct cache *c);
+bool cleaner_idle(struct cache *c);
+/* Run w once free space allows appends again. */
+void cleaner_wait_space(struct cache *c, struct log_waiter *w);
+void cleaner_space_freed(struct cache *c);
+
+/* writeback.c */
+int writeback_init(struct cache *c);
+void writeback_fini(struct cache *c);
+void writeback_kick(struct cache *c);
+/* Drain everything; progress() is called now and then. */
+void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
+                     void (*done)(void *arg, int err), void *arg);
+bool writeback_idle(struct cache *c);
+void writeback_status_json(struct cache *c, struct tc_json *j);
+/* Write back the dirty sectors of these blocks now (ascending block
+ * numbers), flush the origin, then call done.  Blocks that fail stay dirty. */
+void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
+                      void (*done)(void *arg, int err), void *arg);
+/* The same for one block; w->fn runs when it is done. */
+void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
+void writeback_note_client_io(struct cache *c);
+
+/* recovery.c */
+int recovery_run(struct cache *c, char *err, size_t errlen);
+
+/* stream.c: sequential stream detection */
+int streams_init(struct cache *c);
+void streams_fini(struct cache *c);
+/* Feed a request; true if it belongs to a stream past the cutoff. */
+bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write);
+
+#endif

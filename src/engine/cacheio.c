@@ -1,0 +1,139 @@
+/*
+ * Reading cached data, checked.
+ *
+ * Every path that reads a cache device (client reads, the old sectors of a
+ * write being merged, writeback, the cleaner) reads through here: from the
+ * segment's RAM image while it is still being written, otherwise from the
+ * device, pinned, with every sector checked against the CRC its chunk
+ * header holds.  When the CRCs are not in RAM, the chunk header is read
+ * alongside the data.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+static void finished(struct cread *cr)
+{
+    struct cache *c = cr->c;
+    if (cr->from_device) {
+        if (cr->err == 0 && cr->crcs == NULL)
+            cr->err = -EBADMSG;
+        if (cr->err == 0) {
+            for (uint32_t i = 0; i < cr->n; i++) {
+                if (tc_crc32c(0, cr->buf + (size_t)i * TC_SECTOR, TC_SECTOR) != cr->crcs[i]) {
+                    if (cr->bad_from == UINT32_MAX)
+                        cr->bad_from = i;
+                    cr->bad_to = i + 1;
+                }
+            }
+            if (cr->bad_from != UINT32_MAX) {
+                c->st.checksum_errors++;
+                cr->err = -EBADMSG;
+                tc_error("%s: checksum mismatch in segment %u, sectors %u..%u: cached data "
+                         "not used", SEG_DEV(c, cr->seg)->dev->name, cr->seg,
+                         cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
+            }
+        } else if (cr->err == -EIO || cr->err != -EBADMSG) {
+            c->st.cache_read_errors++;
+        }
+        if (cr->err) {
+            if (cr->bad_from == UINT32_MAX) {
+                cr->bad_from = 0;
+                cr->bad_to = cr->n;
+            }
+        }
+        seg_unpin(c, cr->seg);
+        free(cr->hdr);
+        free(cr->crcs);
+        cr->hdr = NULL;
+        cr->crcs = NULL;
+    }
+    cr->cb(cr, cr->err);
+}
+
+static void data_done(struct tc_dev_io *dio, int err)
+{
+    struct cread *cr = dio->priv;
+    if (err && cr->err == 0)
+        cr->err = err;
+    if (--cr->pending == 0)
+        finished(cr);
+}
+
+static void hdr_done(struct tc_dev_io *dio, int err)
+{
+    struct cread *cr = dio->priv;
+    struct cache *c = cr->c;
+    bool ok = false;
+    if (err == 0) {
+        struct tc_chunk_header h;
+        char why[128];
+        if (chunk_decode(cr->hdr, dio->len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
+                         sizeof why) == 0 &&
+            h.segment == cr->seg) {
+            verify_remember(c, cr->seg, h.chunk_sector, &h, cr->hdr);
+            ok = verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs);
+        } else {
+            tc_error("%s: chunk header in segment %u unusable: %s",
+                     SEG_DEV(c, cr->seg)->dev->name, cr->seg, why);
+        }
+    }
+    if (!ok) {
+        free(cr->crcs);
+        cr->crcs = NULL;
+    }
+    if (--cr->pending == 0)
+        finished(cr);
+}
+
+void cache_read_verified(struct cache *c, struct cread *cr)
+{
+    cr->c = c;
+    cr->err = 0;
+    cr->bad_from = UINT32_MAX;
+    cr->bad_to = 0;
+    cr->from_device = false;
+    cr->hdr = NULL;
+    cr->crcs = NULL;
+    if (log_read_image(c, cr->seg, cr->off, cr->n, cr->buf)) {
+        cr->cb(cr, 0);
+        return;
+    }
+    cr->from_device = true;
+    seg_pin(c, cr->seg);
+    cr->crcs = tc_xmalloc((size_t)cr->n * 4);
+    cr->pending = 1;
+    if (!verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs)) {
+        const struct chunk_ref *ref = segment_chunk_of(c, cr->seg, cr->off);
+        if (ref == NULL) {
+            tc_error("cache: no chunk holds sectors %u..%u of segment %u", cr->off,
+                     cr->off + cr->n - 1, cr->seg);
+            free(cr->crcs);
+            cr->crcs = NULL;
+        } else {
+            cr->hdr = tc_alloc_aligned((size_t)ref->hdr_sectors * TC_SECTOR);
+            memset(&cr->hdio, 0, sizeof cr->hdio);
+            cr->hdio.op = TC_DEV_READ;
+            cr->hdio.buf = cr->hdr;
+            cr->hdio.off = seg_dev_offset(c, cr->seg) + (uint64_t)ref->start * TC_SECTOR;
+            cr->hdio.len = (uint64_t)ref->hdr_sectors * TC_SECTOR;
+            cr->hdio.cb = hdr_done;
+            cr->hdio.priv = cr;
+            cr->pending++;
+            dev_submit(SEG_DEV(c, cr->seg)->dev, &cr->hdio);
+        }
+    }
+    memset(&cr->dio, 0, sizeof cr->dio);
+    cr->dio.op = TC_DEV_READ;
+    cr->dio.buf = cr->buf;
+    cr->dio.off = seg_dev_offset(c, cr->seg) + (uint64_t)cr->off * TC_SECTOR;
+    cr->dio.len = (uint64_t)cr->n * TC_SECTOR;
+    cr->dio.cb = data_done;
+    cr->dio.priv = cr;
+    dev_submit(SEG_DEV(c, cr->seg)->dev, &cr->dio);
+}

@@ -1,0 +1,476 @@
+/*
+ * The cleaner: reclaims the oldest group of segments when free space runs
+ * low.
+ *
+ *   1. walk: read each chunk of the group (header and data, one I/O) and
+ *      check it; for every entry that is still its block's current version:
+ *          clean and hot  -> append it again at the head (reinsertion)
+ *          clean and cold -> leave it; it goes with the group
+ *          dirty          -> set aside
+ *   2. writeback: the dirty blocks set aside go to the origin (ascending,
+ *      merged, flushed); then each is decided like a clean one -- its data
+ *      read again if it is kept.  A block whose writeback fails is kept
+ *      dirty (appended again), never dropped.
+ *   3. tail: a durable chunk records that the group is no longer part of
+ *      the log (log_sync with the new tail).
+ *   4. drop: the cold blocks still pointing into the group leave the
+ *      index, and the group's segments become free.
+ *
+ * Blocks stay readable in the old group until step 3 is durable, so a
+ * crash at any step recovers a consistent index.  A segment holding dirty
+ * data is never reused before that data is on the origin.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "io/bufpool.h"
+#include "policy/policy.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+struct drop {
+    uint64_t oblock;
+    uint32_t seg;
+    uint16_t off;
+};
+
+/* A dirty block set aside, then re-read if it is kept. */
+struct later {
+    struct cleaner *k;
+    uint64_t oblock;
+    uint32_t seg;
+    uint16_t off;
+    struct cread cr;
+    uint8_t *buf;
+    size_t size;
+    struct tc_mask v, d;
+};
+
+struct cleaner {
+    struct cache *c;
+    bool running, stopping;
+    bool active;                    /* below the low mark, until the high one */
+    struct tc_task kick;
+    struct log_waiter *space_waiters;
+    /* the group being reclaimed */
+    uint32_t slot;
+    uint64_t seq;
+    uint32_t segs[TC_MAX_DEVICES];
+    unsigned nsegs, seg_i, chunk_i;
+    uint8_t *buf;
+    size_t buf_size;
+    struct tc_dev_io dio;
+    struct drop *drops;
+    size_t ndrops, drops_cap;
+    struct later *laters;
+    size_t nlaters, laters_cap;
+    uint64_t *dirty_blocks;
+    unsigned pending;
+    struct log_waiter lw;
+    uint64_t groups, relocated, dropped, written_back;
+};
+
+static void walk(struct cleaner *k);
+static void decide_laters(void *arg, int err);
+
+static uint32_t low_water(struct cache *c)
+{
+    return c->reserve_segs + 2 * c->ndevs + c->nsegs / 64;
+}
+
+static uint32_t high_water(struct cache *c)
+{
+    return low_water(c) + TC_MAX(c->ndevs, c->nsegs / 64);
+}
+
+bool cache_has_free_space(struct cache *c)
+{
+    return c->free_segs > low_water(c);
+}
+
+static void kick_fn(struct tc_task *t)
+{
+    struct cleaner *k = container_of(t, struct cleaner, kick);
+    struct cache *c = k->c;
+    if (k->running || k->stopping)
+        return;
+    if (c->free_segs < low_water(c))
+        k->active = true;
+    else if (c->free_segs >= high_water(c))
+        k->active = false;
+    if (!k->active && k->space_waiters == NULL)
+        return;
+    struct group *g = oldest_group(c);
+    if (g == NULL)
+        return;
+    if (g->open) {
+        /* The open group is the oldest: close it so that it can go. */
+        log_seal_all(c, false);
+        for (unsigned d = 0; d < c->ndevs; d++) {
+            if (c->heads[d].seg == NIL)
+                continue;
+            uint32_t s = c->heads[d].seg;
+            SEG(c, s)->state = SEG_CLOSED;
+            SEG(c, s)->fill = c->heads[d].chunk_start;
+            c->heads[d].seg = NIL;
+        }
+        space_close_group(c);
+    }
+    k->running = true;
+    k->slot = group_slot_of_oldest(c);
+    g->retiring = true;
+    k->seq = g->seq;
+    k->nsegs = g->nsegs;
+    memcpy(k->segs, g->segs, sizeof k->segs);
+    k->seg_i = 0;
+    k->chunk_i = 0;
+    k->ndrops = 0;
+    k->nlaters = 0;
+    walk(k);
+}
+
+int cleaner_init(struct cache *c)
+{
+    struct cleaner *k = tc_xcalloc(1, sizeof *k);
+    k->c = c;
+    k->kick.fn = kick_fn;
+    c->cleaner = k;
+    return 0;
+}
+
+void cleaner_fini(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL)
+        return;
+    bufpool_put(k->buf, k->buf_size);
+    free(k->drops);
+    free(k->laters);
+    free(k->dirty_blocks);
+    free(k);
+    c->cleaner = NULL;
+}
+
+void cleaner_stop(struct cache *c)
+{
+    if (c->cleaner)
+        c->cleaner->stopping = true;
+}
+
+void cleaner_kick(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k && !k->running && !k->stopping)
+        reactor_defer(c->reactor, &k->kick);
+}
+
+bool cleaner_idle(struct cache *c)
+{
+    return c->cleaner == NULL || !c->cleaner->running;
+}
+
+void cleaner_wait_space(struct cache *c, struct log_waiter *w)
+{
+    struct cleaner *k = c->cleaner;
+    w->next = k->space_waiters;
+    k->space_waiters = w;
+    cleaner_kick(c);
+}
+
+void cleaner_space_freed(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || c->free_segs <= c->reserve_segs)
+        return;
+    struct log_waiter *list = k->space_waiters;
+    k->space_waiters = NULL;
+    while (list) {
+        struct log_waiter *w = list;
+        list = w->next;
+        w->fn(w, 0);
+    }
+}
+
+/* ---- helpers ---- */
+
+static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off)
+{
+    if (k->ndrops == k->drops_cap) {
+        k->drops_cap = k->drops_cap ? k->drops_cap * 2 : 256;
+        k->drops = realloc(k->drops, k->drops_cap * sizeof *k->drops);
+        if (k->drops == NULL)
+            abort();
+    }
+    k->drops[k->ndrops++] = (struct drop){ oblock, seg, off };
+}
+
+static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off)
+{
+    if (k->nlaters == k->laters_cap) {
+        k->laters_cap = k->laters_cap ? k->laters_cap * 2 : 64;
+        k->laters = realloc(k->laters, k->laters_cap * sizeof *k->laters);
+        if (k->laters == NULL)
+            abort();
+    }
+    struct later *l = &k->laters[k->nlaters++];
+    memset(l, 0, sizeof *l);
+    l->k = k;
+    l->oblock = oblock;
+    l->seg = seg;
+    l->off = off;
+}
+
+/* The id of oblock if its current version is the one at (seg, off). */
+static uint32_t current_at(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off)
+{
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (id == NIL)
+        return NIL;
+    struct centry *e = CE(&c->idx, id);
+    return e->seg == seg && e->off == off ? id : NIL;
+}
+
+/* Append the current version of a block again, from data in hand. */
+static bool reinsert(struct cache *c, uint32_t id, uint64_t oblock, const struct tc_mask *v,
+                     const struct tc_mask *d, const uint8_t *data)
+{
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .valid = *v, .dirty = *d,
+                        .data = data, .use_reserve = true,
+                        .mirror = !mask_empty(d) && c->vol->cfg.dirty_copies > 1 };
+    uint32_t nseg, mseg;
+    uint16_t noff, moff;
+    if (log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL) < 0)
+        return false;
+    uint16_t flags = CE(&c->idx, id)->flags;
+    cache_install(c, oblock, v, d, nseg, noff, a.mirror ? mseg : NIL, a.mirror ? moff : 0, flags);
+    c->st.reinsertions++;
+    return true;
+}
+
+/* ---- 1. walk ---- */
+
+static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool readable)
+{
+    struct cache *c = k->c;
+    uint32_t seg = k->segs[k->seg_i];
+    struct tc_chunk_header h;
+    char why[128];
+    if (!readable || chunk_decode(k->buf, (size_t)cr->hdr_sectors * TC_SECTOR, c->set_uuid,
+                                  c->spb, c->seg_sectors, &h, why, sizeof why) < 0) {
+        if (readable)
+            tc_error("cleaner: chunk at sector %u of segment %u unusable: %s", cr->start, seg,
+                     why);
+        /* Its blocks cannot be copied from here: the index entries pointing
+         * into it are handled by the final drop (clean) or writeback
+         * (dirty) below, found through the index. */
+        for (uint32_t id = 0; id < c->idx.used; id++) {
+            struct centry *e = CE(&c->idx, id);
+            if (e->oblock == UINT64_MAX || e->seg != seg || e->off < cr->start ||
+                e->off >= cr->start + cr->hdr_sectors + cr->data_sectors)
+                continue;
+            if (e->dirty)
+                add_later(k, e->oblock, seg, e->off);
+            else
+                add_drop(k, e->oblock, seg, e->off);
+        }
+        return;
+    }
+    for (uint32_t i = 0; i < h.nr_entries; i++) {
+        struct tc_entry e;
+        if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0 ||
+            e.type != TC_ENTRY_DATA)
+            continue;
+        uint16_t off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector);
+        uint32_t id = current_at(c, e.oblock, seg, off);
+        if (id == NIL)
+            continue;       /* superseded, or the mirror copy of a version */
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        if (!mask_empty(&d)) {
+            add_later(k, e.oblock, seg, off);
+            continue;
+        }
+        unsigned n = mask_count(&v);
+        const uint8_t *data = k->buf + (size_t)(cr->hdr_sectors + e.data_sector) * TC_SECTOR;
+        bool intact = true;
+        for (unsigned s = 0; intact && s < n; s++)
+            if (tc_crc32c(0, data + (size_t)s * TC_SECTOR, TC_SECTOR) !=
+                chunk_data_crc(k->buf, &h, c->spb, e.data_sector + s))
+                intact = false;
+        if (!intact)
+            c->st.checksum_errors++;
+        if (intact && c->policy->ops->keep(c->policy->state, c, id) &&
+            reinsert(c, id, e.oblock, &v, &d, data))
+            continue;
+        add_drop(k, e.oblock, seg, off);
+    }
+}
+
+static void chunk_read(struct tc_dev_io *dio, int err)
+{
+    struct cleaner *k = container_of(dio, struct cleaner, dio);
+    struct cache *c = k->c;
+    uint32_t seg = k->segs[k->seg_i];
+    seg_unpin(c, seg);
+    process_chunk(k, &SEG(c, seg)->chunks[k->chunk_i], err == 0);
+    k->chunk_i++;
+    walk(k);
+}
+
+static void tail_synced(struct log_waiter *lw, int err);
+
+static void walk(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    while (k->seg_i < k->nsegs) {
+        uint32_t seg = k->segs[k->seg_i];
+        struct segment *sg = SEG(c, seg);
+        if (k->chunk_i >= sg->nchunks) {
+            k->seg_i++;
+            k->chunk_i = 0;
+            continue;
+        }
+        const struct chunk_ref *cr = &sg->chunks[k->chunk_i];
+        size_t len = (size_t)(cr->hdr_sectors + cr->data_sectors) * TC_SECTOR;
+        if (len > k->buf_size) {
+            bufpool_put(k->buf, k->buf_size);
+            k->buf_size = len;
+            k->buf = bufpool_get(len);
+        }
+        if (log_read_image(c, seg, cr->start, cr->hdr_sectors + cr->data_sectors, k->buf)) {
+            process_chunk(k, cr, true);
+            k->chunk_i++;
+            continue;
+        }
+        seg_pin(c, seg);
+        memset(&k->dio, 0, sizeof k->dio);
+        k->dio.op = TC_DEV_READ;
+        k->dio.buf = k->buf;
+        k->dio.off = seg_dev_offset(c, seg) + (uint64_t)cr->start * TC_SECTOR;
+        k->dio.len = len;
+        k->dio.cb = chunk_read;
+        dev_submit(SEG_DEV(c, seg)->dev, &k->dio);
+        return;
+    }
+    /* 2. The dirty blocks set aside go to the origin, in ascending order. */
+    if (k->nlaters > 0) {
+        k->dirty_blocks = realloc(k->dirty_blocks, k->nlaters * sizeof *k->dirty_blocks);
+        for (size_t i = 0; i < k->nlaters; i++)
+            k->dirty_blocks[i] = k->laters[i].oblock;
+        writeback_blocks(c, k->dirty_blocks, (unsigned)k->nlaters, decide_laters, k);
+        return;
+    }
+    decide_laters(k, 0);
+}
+
+/* ---- 2. dirty blocks, after their writeback ---- */
+
+static void later_done(struct cleaner *k)
+{
+    if (--k->pending > 0)
+        return;
+    /* 3. Record the new tail durably. */
+    struct cache *c = k->c;
+    uint32_t next = (k->slot + 1) % c->groups_cap;
+    c->tail_seq = c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq;
+    log_seal_all(c, true);
+    k->lw.fn = tail_synced;
+    log_sync(c, &k->lw);
+}
+
+static void later_read(struct cread *cr, int err)
+{
+    struct later *l = cr->priv;
+    struct cleaner *k = l->k;
+    struct cache *c = k->c;
+    uint32_t id = current_at(c, l->oblock, l->seg, l->off);
+    if (id != NIL) {
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        if (err == 0 && mask_equal(&v, &l->v) && reinsert(c, id, l->oblock, &v, &d, l->buf)) {
+            /* kept */
+        } else if (mask_empty(&d)) {
+            add_drop(k, l->oblock, l->seg, l->off);
+        } else {
+            /* Dirty and neither written back nor copied: its data is lost. */
+            uint64_t off = l->oblock * c->block_size;
+            tc_error("cleaner: dirty data of origin bytes %llu..%llu could not be kept",
+                     (unsigned long long)off, (unsigned long long)(off + c->block_size - 1));
+            c->st.lost_dirty_bytes += (uint64_t)mask_count(&d) * TC_SECTOR;
+            add_drop(k, l->oblock, l->seg, l->off);
+        }
+    }
+    bufpool_put(l->buf, l->size);
+    l->buf = NULL;
+    later_done(k);
+}
+
+static void decide_laters(void *arg, int err)
+{
+    struct cleaner *k = arg;
+    struct cache *c = k->c;
+    (void)err;
+    k->pending = 1;
+    for (size_t i = 0; i < k->nlaters; i++) {
+        struct later *l = &k->laters[i];
+        uint32_t id = current_at(c, l->oblock, l->seg, l->off);
+        if (id == NIL)
+            continue;
+        ce_get_masks(&c->idx, id, &l->v, &l->d);
+        bool keep = !mask_empty(&l->d) || c->policy->ops->keep(c->policy->state, c, id);
+        if (!keep) {
+            add_drop(k, l->oblock, l->seg, l->off);
+            continue;
+        }
+        /* Kept (hot, or still dirty because writeback failed): copy it. */
+        l->size = (size_t)mask_count(&l->v) * TC_SECTOR;
+        l->buf = bufpool_get(l->size);
+        l->cr.seg = l->seg;
+        l->cr.off = l->off;
+        l->cr.n = mask_count(&l->v);
+        l->cr.buf = l->buf;
+        l->cr.cb = later_read;
+        l->cr.priv = l;
+        k->pending++;
+        cache_read_verified(c, &l->cr);
+    }
+    later_done(k);
+}
+
+/* ---- 3 and 4: the tail is durable; drop and free ---- */
+
+static void tail_synced(struct log_waiter *lw, int err)
+{
+    struct cleaner *k = container_of(lw, struct cleaner, lw);
+    struct cache *c = k->c;
+    if (err) {
+        /* The new tail is not durable: keep the group, try again later. */
+        tc_error("cleaner: recording the log tail failed: %s", strerror(-err));
+        group_at(c, k->slot)->retiring = false;
+        k->running = false;
+        return;
+    }
+    for (size_t i = 0; i < k->ndrops; i++) {
+        struct drop *d = &k->drops[i];
+        if (current_at(c, d->oblock, d->seg, d->off) == NIL)
+            continue;
+        cache_drop(c, d->oblock);
+        block_gen_bump(c, d->oblock);
+        c->policy->ops->evicted(c->policy->state, c, d->oblock);
+        c->st.demotions++;
+    }
+    /* Mirror copies and superseded versions may still be counted in the
+     * group's segments; nothing points there any more. */
+    struct group *g = group_at(c, k->slot);
+    for (unsigned i = 0; i < g->nsegs; i++)
+        SEG(c, g->segs[i])->live = 0;
+    space_free_group(c);
+    c->st.groups_retired++;
+    k->groups++;
+    k->running = false;
+    cleaner_space_freed(c);
+    cleaner_kick(c);
+}

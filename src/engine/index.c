@@ -1,0 +1,230 @@
+/*
+ * The index: origin block number -> cached entry.
+ *
+ * A chained hash table over one array of entries.  Buckets and chains hold
+ * entry numbers (32 bits), not pointers, so the array can grow by
+ * reallocation; free entries are chained through hnext.  The table has a
+ * power-of-two number of buckets, at least as many as entries, and doubles
+ * with the array.
+ *
+ *   buckets[hash(oblock)] ─► entry 17 ─hnext─► entry 4 ─hnext─► NIL
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "util/misc.h"
+
+void mask_range(struct tc_mask *m, unsigned s0, unsigned s1)
+{
+    mask_clear(m);
+    for (unsigned s = s0; s < s1;) {
+        unsigned w = s / 64, b = s % 64;
+        unsigned n = TC_MIN(64 - b, s1 - s);
+        uint64_t bits = n == 64 ? ~0ull : ((1ull << n) - 1) << b;
+        m->w[w] |= bits;
+        s += n;
+    }
+}
+
+unsigned mask_count(const struct tc_mask *m)
+{
+    unsigned n = 0;
+    for (int i = 0; i < TC_MASK_WORDS; i++)
+        n += (unsigned)__builtin_popcountll(m->w[i]);
+    return n;
+}
+
+bool mask_empty(const struct tc_mask *m)
+{
+    return (m->w[0] | m->w[1] | m->w[2] | m->w[3]) == 0;
+}
+
+bool mask_covers(const struct tc_mask *m, const struct tc_mask *sub)
+{
+    for (int i = 0; i < TC_MASK_WORDS; i++)
+        if (sub->w[i] & ~m->w[i])
+            return false;
+    return true;
+}
+
+void mask_or(struct tc_mask *d, const struct tc_mask *a)
+{
+    for (int i = 0; i < TC_MASK_WORDS; i++)
+        d->w[i] |= a->w[i];
+}
+
+void mask_and(struct tc_mask *d, const struct tc_mask *a)
+{
+    for (int i = 0; i < TC_MASK_WORDS; i++)
+        d->w[i] &= a->w[i];
+}
+
+void mask_andnot(struct tc_mask *d, const struct tc_mask *a)
+{
+    for (int i = 0; i < TC_MASK_WORDS; i++)
+        d->w[i] &= ~a->w[i];
+}
+
+bool mask_equal(const struct tc_mask *a, const struct tc_mask *b)
+{
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+unsigned mask_rank(const struct tc_mask *m, unsigned s)
+{
+    unsigned n = 0, w = s / 64;
+    for (unsigned i = 0; i < w; i++)
+        n += (unsigned)__builtin_popcountll(m->w[i]);
+    if (s % 64)
+        n += (unsigned)__builtin_popcountll(m->w[w] & ((1ull << (s % 64)) - 1));
+    return n;
+}
+
+static uint32_t hash(const struct index *ix, uint64_t oblock)
+{
+    return (uint32_t)((oblock * 0x9E3779B97F4A7C15ull) >> 32) & ix->bucket_mask;
+}
+
+static void rehash(struct index *ix, uint32_t nbuckets)
+{
+    free(ix->buckets);
+    ix->buckets = tc_xmalloc((size_t)nbuckets * sizeof *ix->buckets);
+    memset(ix->buckets, 0xff, (size_t)nbuckets * sizeof *ix->buckets);
+    ix->bucket_mask = nbuckets - 1;
+    for (uint32_t i = 0; i < ix->used; i++) {
+        struct centry *e = &ix->pool[i];
+        if (e->oblock == UINT64_MAX)
+            continue;           /* a free slot */
+        uint32_t h = hash(ix, e->oblock);
+        e->hnext = ix->buckets[h];
+        ix->buckets[h] = i;
+    }
+}
+
+int index_init(struct index *ix, unsigned spb, uint64_t expected)
+{
+    memset(ix, 0, sizeof *ix);
+    ix->spb = spb;
+    uint32_t cap = 1024;
+    while (cap < expected && cap < (1u << 30))
+        cap *= 2;
+    ix->cap = cap;
+    ix->pool = tc_xmalloc((size_t)cap * sizeof *ix->pool);
+    if (spb > 64)
+        ix->ext = tc_xcalloc(cap, sizeof *ix->ext);
+    ix->free_head = NIL;
+    ix->buckets = NULL;
+    rehash(ix, cap);
+    return 0;
+}
+
+void index_fini(struct index *ix)
+{
+    free(ix->pool);
+    free(ix->buckets);
+    free(ix->ext);
+    memset(ix, 0, sizeof *ix);
+}
+
+uint32_t index_lookup(const struct index *ix, uint64_t oblock)
+{
+    for (uint32_t i = ix->buckets[hash(ix, oblock)]; i != NIL; i = ix->pool[i].hnext)
+        if (ix->pool[i].oblock == oblock)
+            return i;
+    return NIL;
+}
+
+uint32_t index_insert(struct index *ix, uint64_t oblock)
+{
+    uint32_t id;
+    if (ix->free_head != NIL) {
+        id = ix->free_head;
+        ix->free_head = ix->pool[id].hnext;
+    } else {
+        if (ix->used == ix->cap) {
+            uint32_t cap = ix->cap * 2;
+            struct centry *p = realloc(ix->pool, (size_t)cap * sizeof *p);
+            if (p == NULL)
+                abort();
+            ix->pool = p;
+            if (ix->ext) {
+                void *x = realloc(ix->ext, (size_t)cap * sizeof *ix->ext);
+                if (x == NULL)
+                    abort();
+                ix->ext = x;
+            }
+            ix->cap = cap;
+            rehash(ix, cap);
+        }
+        id = ix->used++;
+    }
+    struct centry *e = &ix->pool[id];
+    memset(e, 0, sizeof *e);
+    e->oblock = oblock;
+    e->seg = NIL;
+    e->mseg = NIL;
+    uint32_t h = hash(ix, oblock);
+    e->hnext = ix->buckets[h];
+    ix->buckets[h] = id;
+    if (ix->ext)
+        memset(ix->ext[id], 0, sizeof ix->ext[id]);
+    ix->count++;
+    return id;
+}
+
+void index_remove(struct index *ix, uint32_t id)
+{
+    struct centry *e = &ix->pool[id];
+    uint32_t *pp = &ix->buckets[hash(ix, e->oblock)];
+    while (*pp != id)
+        pp = &ix->pool[*pp].hnext;
+    *pp = e->hnext;
+    e->oblock = UINT64_MAX;
+    e->seg = NIL;
+    e->hnext = ix->free_head;
+    ix->free_head = id;
+    ix->count--;
+}
+
+void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty)
+{
+    if (ix->ext) {
+        if (valid)
+            *valid = ix->ext[id][0];
+        if (dirty)
+            *dirty = ix->ext[id][1];
+        return;
+    }
+    if (valid) {
+        mask_clear(valid);
+        valid->w[0] = ix->pool[id].valid;
+    }
+    if (dirty) {
+        mask_clear(dirty);
+        dirty->w[0] = ix->pool[id].dirty;
+    }
+}
+
+void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid,
+                  const struct tc_mask *dirty)
+{
+    if (ix->ext) {
+        ix->ext[id][0] = *valid;
+        ix->ext[id][1] = *dirty;
+        ix->pool[id].valid = valid->w[0];
+        ix->pool[id].dirty = dirty->w[0] | dirty->w[1] | dirty->w[2] | dirty->w[3];
+        return;
+    }
+    ix->pool[id].valid = valid->w[0];
+    ix->pool[id].dirty = dirty->w[0];
+}
+
+uint64_t index_memory(const struct index *ix)
+{
+    uint64_t m = (uint64_t)ix->cap * sizeof *ix->pool +
+                 ((uint64_t)ix->bucket_mask + 1) * sizeof *ix->buckets;
+    if (ix->ext)
+        m += (uint64_t)ix->cap * sizeof *ix->ext;
+    return m;
+}

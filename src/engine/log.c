@@ -1,0 +1,600 @@
+/*
+ * The log writer: appends, chunks, and durability.
+ *
+ * Every open segment has an image in RAM, laid out exactly as on disk.  An
+ * append copies the data into the image after the current chunk's data
+ * and records the entry; the chunk is sealed -- its header encoded in
+ * front of its data -- and written as one I/O when it reaches the target
+ * size (1 MiB), when its header is full, when its segment is full, when
+ * someone waits for it (FLUSH, FUA, write-through ordering), or a few
+ * milliseconds after its first append.  This is write clustering: many
+ * small client writes become one large sequential device write.
+ *
+ *   segment image:  [hdr|data data data][hdr|data data][hdr|data ... ]
+ *                    ^ written            ^ written      ^ current chunk
+ *
+ * Durability is tracked by chunk sequence number: chunks_written_upto says
+ * every chunk up to that number is on the device (possibly in its volatile
+ * cache) and flushed_upto that a device flush followed.  Waiters name the
+ * chunk they need and whether they need the flush; syncs that arrive while
+ * a flush is running share the next one (group commit).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+#define SEAL_DELAY_NS (5ull * 1000 * 1000)
+#define CHUNK_TARGET_BYTES (1u << 20)
+
+static void seal(struct cache *c, unsigned d, bool force, bool closing);
+static void seal_task_fn(struct tc_task *t);
+
+/* Per-head: waiters for the current chunk and its data CRCs. */
+struct head_extra {
+    struct log_waiter *waiters;
+    uint32_t *crcs;
+    uint32_t crcs_cap;
+};
+static struct head_extra *extra_of(struct cache *c, unsigned d);
+
+struct log_state {
+    struct head_extra extra[TC_MAX_DEVICES];
+    struct log_waiter commit;
+    bool commit_pending;
+    struct tc_task seal_task;
+    bool seal_pending;
+    struct cache *c;
+};
+
+static struct log_state *LS(struct cache *c) { return (struct log_state *)c->log_private; }
+static struct head_extra *extra_of(struct cache *c, unsigned d) { return &LS(c)->extra[d]; }
+
+static void seal_timer_fn(struct tc_timer *t)
+{
+    struct cache *c = container_of(t, struct cache, seal_timer);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        seal(c, d, false, false);
+}
+
+int log_init(struct cache *c)
+{
+    struct log_state *ls = tc_xcalloc(1, sizeof *ls);
+    ls->c = c;
+    ls->seal_task.fn = seal_task_fn;
+    c->log_private = ls;
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
+        c->heads[d].seg = NIL;
+        c->heads[d].next_hdr_sectors = 1;
+    }
+    c->seal_timer.fn = seal_timer_fn;
+    c->seal_delay_ns = SEAL_DELAY_NS;
+    c->chunk_target_sectors = TC_MIN(CHUNK_TARGET_BYTES / TC_SECTOR, c->seg_sectors / 2);
+    return 0;
+}
+
+void log_fini(struct cache *c)
+{
+    struct log_state *ls = LS(c);
+    if (ls == NULL)
+        return;
+    timer_cancel(c->reactor, &c->seal_timer);
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
+        free(c->heads[d].entries);
+        free(ls->extra[d].crcs);
+    }
+    free(ls);
+    c->log_private = NULL;
+}
+
+bool log_idle(struct cache *c)
+{
+    if (c->inflight_head || c->flushing || c->written_waiters || c->flush_waiters)
+        return false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->heads[d].seg != NIL && c->heads[d].nentries > 0)
+            return false;
+    return true;
+}
+
+bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf)
+{
+    struct segment *sg = SEG(c, seg);
+    if (sg->image == NULL)
+        return false;
+    memcpy(buf, sg->image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
+    return true;
+}
+
+/* ---- opening and closing segments ---- */
+
+static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
+{
+    struct head *h = &c->heads[d];
+    struct segment *sg = SEG(c, seg);
+    h->seg = seg;
+    h->chunk_start = 0;
+    h->hdr_sectors = h->next_hdr_sectors;
+    h->data_fill = 0;
+    h->nentries = 0;
+    h->urgent = false;
+    if (sg->image == NULL)
+        sg->image = tc_alloc_aligned(c->segment_size);
+}
+
+static void image_release(struct cache *c, uint32_t seg)
+{
+    struct segment *sg = SEG(c, seg);
+    if (sg->image && sg->state != SEG_OPEN && sg->writes_inflight == 0) {
+        free(sg->image);
+        sg->image = NULL;
+    }
+}
+
+/* Open a new group when no head has an open segment.  false: no space. */
+static bool ensure_group(struct cache *c, bool use_reserve)
+{
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->heads[d].seg != NIL)
+            return true;
+    space_close_group(c);
+    /* A group takes up to one segment per device: leave the reserve. */
+    if (!use_reserve && c->free_segs <= c->reserve_segs) {
+        cleaner_kick(c);
+        return false;
+    }
+    if (!space_open_group(c)) {
+        cleaner_kick(c);
+        return false;
+    }
+    struct group *g = group_at(c, c->open_group);
+    for (unsigned i = 0; i < g->nsegs; i++)
+        head_start_segment(c, SEG(c, g->segs[i])->dev, g->segs[i]);
+    cleaner_kick(c);
+    return true;
+}
+
+static void close_head(struct cache *c, unsigned d)
+{
+    struct head *h = &c->heads[d];
+    if (h->seg == NIL)
+        return;
+    struct segment *sg = SEG(c, h->seg);
+    sg->state = SEG_CLOSED;
+    sg->fill = h->chunk_start;
+    c->st.segments_written++;
+    uint32_t seg = h->seg;
+    h->seg = NIL;
+    image_release(c, seg);
+}
+
+/* ---- writing chunks ---- */
+
+static void notify_waiters(struct cache *c, int err);
+static void maybe_flush(struct cache *c);
+
+static void chunk_write_done(struct tc_dev_io *dio, int err)
+{
+    struct chunk_write *cw = container_of(dio, struct chunk_write, dio);
+    struct cache *c = cw->cache;
+    struct segment *sg = SEG(c, cw->seg);
+    if (cw->prev)
+        cw->prev->next = cw->next;
+    else
+        c->inflight_head = cw->next;
+    if (cw->next)
+        cw->next->prev = cw->prev;
+    else
+        c->inflight_tail = cw->prev;
+    c->chunks_written_upto = c->inflight_head ? c->inflight_head->chunk_seq - 1 : c->chunks_issued;
+    sg->writes_inflight--;
+    c->devs[sg->dev].written_since_flush = true;
+    if (err) {
+        c->st.cache_write_errors++;
+        c->degraded = true;
+        snprintf(c->health, sizeof c->health, "degraded: write error on %s",
+                 c->devs[sg->dev].dev->name);
+        c->log_error = err;
+    } else {
+        c->st.chunks_written++;
+        c->st.chunk_bytes_written += dio->len;
+    }
+    image_release(c, cw->seg);
+    space_write_done(c, cw->seg);
+    free(cw);
+    notify_waiters(c, 0);
+    maybe_flush(c);
+}
+
+static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t nsectors,
+                        uint64_t chunk_seq)
+{
+    struct segment *sg = SEG(c, seg);
+    struct chunk_write *cw = tc_xcalloc(1, sizeof *cw);
+    cw->cache = c;
+    cw->seg = seg;
+    cw->chunk_seq = chunk_seq;
+    cw->prev = c->inflight_tail;
+    if (c->inflight_tail)
+        c->inflight_tail->next = cw;
+    else
+        c->inflight_head = cw;
+    c->inflight_tail = cw;
+    sg->writes_inflight++;
+    cw->dio.op = TC_DEV_WRITE;
+    cw->dio.buf = sg->image + (size_t)start * TC_SECTOR;
+    cw->dio.off = seg_dev_offset(c, seg) + (uint64_t)start * TC_SECTOR;
+    cw->dio.len = (uint64_t)nsectors * TC_SECTOR;
+    cw->dio.cb = chunk_write_done;
+    dev_submit(SEG_DEV(c, seg)->dev, &cw->dio);
+}
+
+/* Seal head d's current chunk: encode its header and write it.  force
+ * writes a header even without entries (to persist the tail); closing
+ * marks it the segment's last chunk. */
+static void seal(struct cache *c, unsigned d, bool force, bool closing)
+{
+    struct head *h = &c->heads[d];
+    struct head_extra *x = extra_of(c, d);
+    if (h->seg == NIL || (h->nentries == 0 && !force))
+        return;
+    struct segment *sg = SEG(c, h->seg);
+    uint32_t room_after = c->seg_sectors - (h->chunk_start + h->hdr_sectors + h->data_fill);
+    if (room_after < 2)
+        closing = true;
+    struct tc_chunk_header hdr = {
+        .group_seq = sg->seq,
+        .chunk_seq = ++c->chunks_issued,
+        .tail_seq = c->tail_seq,
+        .wt_stable_seq = c->wt_stable_seq,
+        .segment = h->seg,
+        .chunk_sector = h->chunk_start,
+        .hdr_sectors = h->hdr_sectors,
+        .flags = closing ? TC_CHUNK_CLOSED : 0,
+        .data_sectors = h->data_fill,
+        .nr_entries = h->nentries,
+        .written_ns = tc_wall_ns(),
+        .flushed_seq = c->flushed_upto,
+    };
+    memcpy(hdr.set_uuid, c->set_uuid, 16);
+    uint8_t *hbuf = sg->image + (size_t)h->chunk_start * TC_SECTOR;
+    chunk_encode(hbuf, &hdr, h->entries, x->crcs, c->spb);
+    segment_add_chunk(c, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
+    verify_remember(c, h->seg, h->chunk_start, &hdr, hbuf);
+    uint32_t n = h->hdr_sectors + h->data_fill;
+    write_chunk(c, h->seg, h->chunk_start, n, hdr.chunk_seq);
+
+    /* Waiters of this chunk now wait for its sequence number. */
+    while (x->waiters) {
+        struct log_waiter *w = x->waiters;
+        x->waiters = w->next;
+        w->target = hdr.chunk_seq;
+        w->next = c->written_waiters;
+        c->written_waiters = w;
+    }
+
+    /* Size the next header: grow it when this one filled up early. */
+    size_t used = tc_chunk_header_bytes(c->spb, h->nentries, h->data_fill);
+    if (used > (size_t)(h->hdr_sectors * TC_SECTOR) * 3 / 4 &&
+        h->data_fill < c->chunk_target_sectors && h->next_hdr_sectors < TC_MAX_HDR_SECTORS)
+        h->next_hdr_sectors++;
+    else if (used < (size_t)(h->hdr_sectors - 1) * TC_SECTOR / 2 && h->next_hdr_sectors > 1)
+        h->next_hdr_sectors--;
+
+    sg->fill = h->chunk_start + n;
+    h->chunk_start += n;
+    h->hdr_sectors = h->next_hdr_sectors;
+    h->data_fill = 0;
+    h->nentries = 0;
+    h->urgent = false;
+    if (closing || h->chunk_start + h->hdr_sectors + 1 > c->seg_sectors)
+        close_head(c, d);
+}
+
+static void seal_task_fn(struct tc_task *t)
+{
+    struct log_state *ls = container_of(t, struct log_state, seal_task);
+    struct cache *c = ls->c;
+    ls->seal_pending = false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->heads[d].urgent)
+            seal(c, d, false, false);
+    notify_waiters(c, 0);
+    maybe_flush(c);
+}
+
+void log_seal_all(struct cache *c, bool force_header)
+{
+    if (force_header)
+        ensure_group(c, true);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        seal(c, d, force_header, false);
+}
+
+/* ---- appends ---- */
+
+static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need_seal)
+{
+    struct head *h = &c->heads[d];
+    *need_seal = false;
+    if (h->seg == NIL || c->devs[d].state != CDEV_OK)
+        return false;
+    size_t hdr_bytes = tc_chunk_header_bytes(c->spb, h->nentries + 1, h->data_fill + nsectors);
+    bool hdr_ok = hdr_bytes <= (size_t)h->hdr_sectors * TC_SECTOR;
+    bool space_ok = h->chunk_start + h->hdr_sectors + h->data_fill + nsectors <= c->seg_sectors;
+    if (hdr_ok && space_ok)
+        return true;
+    if (h->nentries == 0)
+        return false;       /* even an empty chunk cannot take it: segment full */
+    /* A fresh chunk after sealing this one might fit. */
+    uint32_t next_start = h->chunk_start + h->hdr_sectors + h->data_fill;
+    uint32_t next_hdr = h->next_hdr_sectors;
+    if (!hdr_ok && next_hdr < TC_MAX_HDR_SECTORS)
+        next_hdr++;
+    if (tc_chunk_header_bytes(c->spb, 1, nsectors) <= (size_t)next_hdr * TC_SECTOR &&
+        next_start + next_hdr + nsectors <= c->seg_sectors) {
+        *need_seal = true;
+        return true;
+    }
+    return false;
+}
+
+/* The open head with the least fill that can take n sectors. */
+static int pick_head(struct cache *c, uint32_t nsectors, int exclude)
+{
+    int best = -1;
+    uint32_t best_fill = UINT32_MAX;
+    for (unsigned i = 0; i < c->ndevs; i++) {
+        unsigned d = (c->next_dev + i) % c->ndevs;
+        bool ns;
+        if ((int)d == exclude || !head_fits(c, d, nsectors, &ns))
+            continue;
+        struct head *h = &c->heads[d];
+        uint32_t fill = h->chunk_start + h->hdr_sectors + h->data_fill;
+        if (fill < best_fill) {
+            best_fill = fill;
+            best = (int)d;
+        }
+    }
+    return best;
+}
+
+static void append_to(struct cache *c, unsigned d, const struct append *a, uint64_t seq,
+                      unsigned nsectors, uint32_t *seg, uint16_t *off, bool mirror_copy)
+{
+    struct head *h = &c->heads[d];
+    struct head_extra *x = extra_of(c, d);
+    bool need_seal;
+    head_fits(c, d, nsectors, &need_seal);
+    if (need_seal) {
+        seal(c, d, false, false);
+        if (h->seg == NIL)
+            abort();        /* head_fits promised room in this segment */
+        if (tc_chunk_header_bytes(c->spb, 1, nsectors) > (size_t)h->hdr_sectors * TC_SECTOR)
+            h->hdr_sectors++;
+    }
+    struct segment *sg = SEG(c, h->seg);
+    if (h->nentries == h->entries_cap) {
+        h->entries_cap = h->entries_cap ? h->entries_cap * 2 : 64;
+        h->entries = realloc(h->entries, h->entries_cap * sizeof *h->entries);
+        if (h->entries == NULL)
+            abort();
+    }
+    if (h->data_fill + nsectors > x->crcs_cap) {
+        x->crcs_cap = TC_MAX(c->seg_sectors, h->data_fill + nsectors);
+        x->crcs = realloc(x->crcs, x->crcs_cap * sizeof *x->crcs);
+        if (x->crcs == NULL)
+            abort();
+    }
+    struct tc_entry *e = &h->entries[h->nentries++];
+    memset(e, 0, sizeof *e);
+    e->oblock = a->oblock;
+    e->seq = seq;
+    e->type = a->type;
+    e->flags = (uint8_t)(a->flags | (mirror_copy || a->mirror ? TC_ENTRY_MIRROR : 0));
+    e->data_sector = h->data_fill;
+    e->target = a->target;
+    e->valid = a->valid;
+    e->dirty = a->dirty;
+    uint32_t at = h->chunk_start + h->hdr_sectors + h->data_fill;
+    if (nsectors) {
+        uint8_t *dst = sg->image + (size_t)at * TC_SECTOR;
+        memcpy(dst, a->data, (size_t)nsectors * TC_SECTOR);
+        for (unsigned i = 0; i < nsectors; i++)
+            x->crcs[h->data_fill + i] = tc_crc32c(0, dst + (size_t)i * TC_SECTOR, TC_SECTOR);
+    }
+    h->data_fill += nsectors;
+    if (seg) {
+        *seg = h->seg;
+        *off = (uint16_t)at;
+    }
+}
+
+static void schedule_seal(struct cache *c, unsigned d, bool urgent)
+{
+    struct head *h = &c->heads[d];
+    if (h->seg == NIL)
+        return;
+    if (h->data_fill >= c->chunk_target_sectors) {
+        seal(c, d, false, false);
+        return;
+    }
+    if (urgent) {
+        h->urgent = true;
+        struct log_state *ls = LS(c);
+        if (!ls->seal_pending) {
+            ls->seal_pending = true;
+            reactor_defer(c->reactor, &ls->seal_task);
+        }
+        return;
+    }
+    if (!c->seal_timer.armed)
+        timer_arm(c->reactor, &c->seal_timer, c->seal_delay_ns);
+}
+
+int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t *off,
+               uint32_t *mseg, uint16_t *moff, struct log_waiter *w)
+{
+    unsigned nsectors = a->type == TC_ENTRY_DATA ? mask_count(&a->valid) : 0;
+    int d1 = -1, d2 = -1;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (!ensure_group(c, a->use_reserve))
+            return -ENOSPC;
+        d1 = pick_head(c, nsectors, -1);
+        if (d1 >= 0 && a->mirror) {
+            d2 = pick_head(c, nsectors, d1);
+            if (d2 < 0)
+                d1 = -1;
+        }
+        if (d1 >= 0)
+            break;
+        /* The open group cannot take it: close it and open another. */
+        for (unsigned d = 0; d < c->ndevs; d++) {
+            seal(c, d, false, true);
+            close_head(c, d);
+        }
+    }
+    if (d1 < 0)
+        return -ENOSPC;
+    uint64_t seq = c->next_seq++;
+    append_to(c, (unsigned)d1, a, seq, nsectors, seg, off, false);
+    if (d2 >= 0)
+        append_to(c, (unsigned)d2, a, seq, nsectors, mseg, moff, true);
+    else if (mseg)
+        *mseg = NIL;
+    c->next_dev = (unsigned)(d1 + 1) % c->ndevs;
+
+    bool urgent = a->urgent || w != NULL;
+    if (w) {
+        /* Attach to the head sealed last, so its chunk number covers both. */
+        unsigned wd = (unsigned)(d2 >= 0 ? d2 : d1);
+        struct head_extra *x = extra_of(c, wd);
+        w->next = x->waiters;
+        x->waiters = w;
+        if (d2 >= 0)
+            c->heads[d1].urgent = true;
+    }
+    schedule_seal(c, (unsigned)d1, urgent);
+    if (d2 >= 0)
+        schedule_seal(c, (unsigned)d2, urgent);
+    return 0;
+}
+
+/* ---- waiting ---- */
+
+static void notify_waiters(struct cache *c, int err)
+{
+    int e = err ? err : c->log_error;
+    struct log_waiter **pp = &c->written_waiters, *ready = NULL;
+    while (*pp) {
+        struct log_waiter *w = *pp;
+        if (w->target <= c->chunks_written_upto) {
+            *pp = w->next;
+            if (w->need_flush) {
+                w->next = c->flush_waiters;
+                c->flush_waiters = w;
+            } else {
+                w->next = ready;
+                ready = w;
+            }
+        } else {
+            pp = &w->next;
+        }
+    }
+    while (ready) {
+        struct log_waiter *w = ready;
+        ready = w->next;
+        w->fn(w, e);
+    }
+}
+
+static void flush_done(struct tc_dev_io *dio, int err)
+{
+    struct cache *c = dio->priv;
+    if (err) {
+        c->log_error = err;
+        c->st.cache_write_errors++;
+    }
+    if (--c->flushes_pending > 0)
+        return;
+    c->flushing = false;
+    c->flushed_upto = c->flush_target;
+    int e = c->log_error;
+    struct log_waiter **pp = &c->flush_waiters, *ready = NULL;
+    while (*pp) {
+        struct log_waiter *w = *pp;
+        if (w->target <= c->flushed_upto) {
+            *pp = w->next;
+            w->next = ready;
+            ready = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+    while (ready) {
+        struct log_waiter *w = ready;
+        ready = w->next;
+        w->fn(w, e);
+    }
+    maybe_flush(c);
+}
+
+static void maybe_flush(struct cache *c)
+{
+    if (c->flushing || c->flush_waiters == NULL)
+        return;
+    c->flushing = true;
+    c->flush_target = c->chunks_written_upto;
+    c->flushes_pending = 1;     /* held until all are issued */
+    c->st.syncs++;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        if (!cd->written_since_flush || cd->state == CDEV_MISSING)
+            continue;
+        cd->written_since_flush = false;
+        struct tc_dev_io *dio = &c->flush_dios[d];
+        memset(dio, 0, sizeof *dio);
+        dio->op = TC_DEV_FLUSH;
+        dio->cb = flush_done;
+        dio->priv = c;
+        c->flushes_pending++;
+        dev_submit(cd->dev, dio);
+    }
+    struct tc_dev_io dummy = { .priv = c };
+    flush_done(&dummy, 0);
+}
+
+void log_sync(struct cache *c, struct log_waiter *w)
+{
+    for (unsigned d = 0; d < c->ndevs; d++)
+        seal(c, d, false, false);
+    w->target = c->chunks_issued;
+    w->need_flush = true;
+    w->next = c->written_waiters;
+    c->written_waiters = w;
+    notify_waiters(c, 0);
+    maybe_flush(c);
+}
+
+static void commit_done(struct log_waiter *w, int err)
+{
+    struct log_state *ls = container_of(w, struct log_state, commit);
+    ls->commit_pending = false;
+    if (err)
+        tc_error("cache: periodic commit failed: %s", strerror(-err));
+}
+
+void log_commit(struct cache *c)
+{
+    struct log_state *ls = LS(c);
+    if (ls->commit_pending)
+        return;
+    ls->commit_pending = true;
+    ls->commit.fn = commit_done;
+    log_sync(c, &ls->commit);
+}

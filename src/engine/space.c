@@ -1,0 +1,197 @@
+/*
+ * Segments and groups: the cache's space.
+ *
+ * Segments are numbered across all devices.  Free segments of each device
+ * are kept on a stack.  A group takes one free segment from every device
+ * that has one, so appends spread over all devices (the interleave), and
+ * the ring of groups is the log's order:
+ *
+ *   ring:  [oldest] [ ... ] [newest = open]
+ *             ^ the cleaner retires this one
+ *
+ * A retired segment whose reads are still in flight (pinned) becomes free
+ * only when the last read ends.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+/* A segment retired while pinned: freed by the last unpin. */
+#define SEG_RETIRED_PINNED 3
+
+uint64_t seg_dev_offset(struct cache *c, uint32_t s)
+{
+    struct cache_dev *d = SEG_DEV(c, s);
+    return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
+}
+
+struct group *group_at(struct cache *c, uint32_t slot) { return &c->groups[slot]; }
+
+uint32_t group_slot_of_oldest(struct cache *c) { return c->group_tail; }
+
+struct group *oldest_group(struct cache *c)
+{
+    return c->ngroups ? &c->groups[c->group_tail] : NULL;
+}
+
+static void push_free(struct cache *c, uint32_t s)
+{
+    struct segment *sg = SEG(c, s);
+    struct cache_dev *cd = &c->devs[sg->dev];
+    sg->state = SEG_FREE;
+    sg->seq = 0;
+    sg->group = NIL;
+    sg->fill = 0;
+    sg->live = 0;
+    sg->nchunks = 0;
+    cd->free_list[cd->free_segs++] = s;
+    c->free_segs++;
+}
+
+int space_init(struct cache *c)
+{
+    c->segs = tc_xcalloc(c->nsegs, sizeof *c->segs);
+    c->groups_cap = c->nsegs + 1;
+    c->groups = tc_xcalloc(c->groups_cap, sizeof *c->groups);
+    c->open_group = NIL;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        cd->free_list = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
+        for (uint32_t i = 0; i < cd->nsegs; i++) {
+            struct segment *sg = SEG(c, cd->first_seg + i);
+            sg->dev = (uint8_t)d;
+            sg->group = NIL;
+        }
+    }
+    return 0;
+}
+
+void space_collect_free(struct cache *c)
+{
+    for (uint32_t s = c->nsegs; s-- > 0;)
+        if (SEG(c, s)->state == SEG_FREE && SEG(c, s)->group == NIL) {
+            SEG(c, s)->state = SEG_CLOSED;    /* push_free sets FREE and counts it */
+            push_free(c, s);
+        }
+}
+
+void space_fini(struct cache *c)
+{
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        free(c->devs[d].free_list);
+        c->devs[d].free_list = NULL;
+    }
+    for (uint32_t s = 0; s < c->nsegs; s++) {
+        free(c->segs[s].chunks);
+        free(c->segs[s].image);
+    }
+    free(c->segs);
+    free(c->groups);
+}
+
+uint32_t space_push_group(struct cache *c, uint64_t seq)
+{
+    uint32_t slot = (c->group_tail + c->ngroups) % c->groups_cap;
+    struct group *g = &c->groups[slot];
+    memset(g, 0, sizeof *g);
+    g->seq = seq;
+    c->ngroups++;
+    return slot;
+}
+
+void space_group_add_seg(struct cache *c, uint32_t slot, uint32_t s)
+{
+    struct group *g = &c->groups[slot];
+    g->segs[g->nsegs++] = s;
+    SEG(c, s)->group = slot;
+    SEG(c, s)->seq = g->seq;
+}
+
+bool space_open_group(struct cache *c)
+{
+    uint32_t picked[TC_MAX_DEVICES];
+    unsigned n = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state != CDEV_OK)
+            continue;
+        struct cache_dev *cd = &c->devs[d];
+        if (cd->free_segs == 0)
+            continue;
+        picked[n++] = cd->free_list[--cd->free_segs];
+        c->free_segs--;
+    }
+    if (n == 0)
+        return false;
+    uint32_t slot = space_push_group(c, c->next_seq++);
+    struct group *g = &c->groups[slot];
+    g->open = true;
+    for (unsigned i = 0; i < n; i++) {
+        struct segment *sg = SEG(c, picked[i]);
+        sg->state = SEG_OPEN;
+        sg->fill = 0;
+        sg->live = 0;
+        sg->nchunks = 0;
+        space_group_add_seg(c, slot, picked[i]);
+    }
+    c->open_group = slot;
+    return true;
+}
+
+void space_close_group(struct cache *c)
+{
+    if (c->open_group == NIL)
+        return;
+    c->groups[c->open_group].open = false;
+    c->open_group = NIL;
+}
+
+void space_free_group(struct cache *c)
+{
+    struct group *g = &c->groups[c->group_tail];
+    for (unsigned i = 0; i < g->nsegs; i++) {
+        uint32_t s = g->segs[i];
+        struct segment *sg = SEG(c, s);
+        verify_forget_segment(c, s);
+        sg->group = NIL;
+        if (sg->pins > 0 || sg->writes_inflight > 0)
+            sg->state = SEG_RETIRED_PINNED;
+        else
+            push_free(c, s);
+    }
+    c->group_tail = (c->group_tail + 1) % c->groups_cap;
+    c->ngroups--;
+}
+
+void seg_add_live(struct cache *c, uint32_t seg, int delta)
+{
+    if (seg == NIL)
+        return;
+    struct segment *sg = SEG(c, seg);
+    sg->live = (uint32_t)((int64_t)sg->live + delta);
+}
+
+void seg_pin(struct cache *c, uint32_t seg)
+{
+    SEG(c, seg)->pins++;
+}
+
+void seg_unpin(struct cache *c, uint32_t seg)
+{
+    struct segment *sg = SEG(c, seg);
+    if (--sg->pins == 0 && sg->state == SEG_RETIRED_PINNED && sg->writes_inflight == 0) {
+        push_free(c, seg);
+        cleaner_space_freed(c);
+    }
+}
+
+void space_write_done(struct cache *c, uint32_t seg)
+{
+    struct segment *sg = SEG(c, seg);
+    if (sg->pins == 0 && sg->writes_inflight == 0 && sg->state == SEG_RETIRED_PINNED) {
+        push_free(c, seg);
+        cleaner_space_freed(c);
+    }
+}

@@ -1,0 +1,716 @@
+/*
+ * Writeback: dirty data from the cache to the origin.
+ *
+ * Background passes walk the dirty bitmap (one bit per origin block) in
+ * ascending order from a cursor, in jobs of up to 64 blocks:
+ *
+ *   job: read each block's cached sectors (checked)
+ *        -> build runs: maximal stretches of cached sectors that start and
+ *           end with dirty ones, across neighbouring blocks (clean cached
+ *           sectors between dirty ones are written too, so neighbours merge
+ *           into one large write)
+ *        -> write the runs to the origin, in ascending order (jobs of a
+ *           pass take turns, so the origin sees one ascending stream)
+ *        -> flush the origin
+ *        -> for each block not changed meanwhile: clear its dirty bits and
+ *           append a CLEAN record naming the version written back
+ *
+ * A block rewritten while its writeback was in flight stays dirty: the
+ * newer version goes in a later pass.  Client writes that go to the origin
+ * directly wait for a block's writeback to end (block_wait_wb), so older
+ * data never lands after newer.
+ *
+ * Pacing: no background writeback below the dirty target while clients
+ * are busy; a trickle when they are idle; two jobs at a time above the
+ * target; eight above the high mark, when idle, or while draining
+ * (tiercache flush, detach, a switch out of writeback mode).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "io/bufpool.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+#define JOB_BLOCKS 64
+#define RUN_MAX_BYTES (4u << 20)
+#define TICK_NS (100ull * 1000 * 1000)
+#define IDLE_NS (1000ull * 1000 * 1000)
+#define COMMIT_NS (2000ull * 1000 * 1000)
+
+struct wb_job;
+
+struct wb_block {
+    struct wb_job *job;
+    uint64_t oblock;
+    uint64_t gen;
+    uint32_t seg;
+    uint16_t off;
+    struct tc_mask valid, dirty;
+    uint8_t *data;
+    size_t size;
+    struct cread cr;
+    bool ok, failed;
+};
+
+struct wb_run {
+    struct wb_job *job;
+    struct tc_dev_io dio;
+    uint8_t *buf;
+    size_t size;
+    unsigned first, last;       /* blocks it covers */
+};
+
+struct wb_job {
+    struct writeback *wb;
+    struct wb_block b[JOB_BLOCKS];
+    unsigned n;
+    struct wb_run *runs;
+    unsigned nruns;
+    unsigned pending;
+    bool pass;                  /* a background pass job (takes turns) */
+    uint64_t ticket;
+    struct tc_dev_io flush;
+    int flush_err;
+    void (*done)(void *arg, int err);
+    void *arg;
+    struct wb_job *next_waiting;
+};
+
+struct writeback {
+    struct cache *c;
+    uint64_t cursor;
+    unsigned jobs;              /* pass jobs in flight */
+    unsigned all_jobs;
+    uint64_t next_ticket, turn;
+    struct wb_job *waiting;     /* pass jobs waiting for their turn */
+    struct tc_timer tick;
+    uint64_t last_client_io;
+    uint64_t last_commit;
+    uint64_t last_pass_off;
+    bool stopped;
+    /* figures */
+    uint64_t bytes, writes, jobs_done, errors, out_of_order;
+    uint64_t rate_bytes, rate_start;
+    double rate;
+    /* draining */
+    bool draining;
+    void (*drain_progress)(void *arg, uint64_t left, uint64_t done_bytes);
+    void (*drain_done)(void *arg, int err);
+    void *drain_arg;
+    uint64_t drain_start_bytes, drain_last_progress, drain_stuck_passes;
+    uint64_t drain_dirty_at_pass;
+    /* the commit interval's origin flush */
+    bool committing;
+    uint64_t commit_candidate;
+    struct tc_dev_io commit_dio;
+};
+
+static void pace(struct writeback *wb);
+static void job_submit_writes(struct wb_job *j);
+static void job_flushed(struct tc_dev_io *dio, int err);
+
+/* ---- jobs ---- */
+
+static void job_finish(struct wb_job *j)
+{
+    struct writeback *wb = j->wb;
+    struct cache *c = wb->c;
+    for (unsigned i = 0; i < j->n; i++) {
+        struct wb_block *b = &j->b[i];
+        bufpool_put(b->data, b->size);
+        block_wb_end(c, b->oblock);
+        block_gen_release(c, b->oblock);
+    }
+    for (unsigned r = 0; r < j->nruns; r++)
+        bufpool_put(j->runs[r].buf, j->runs[r].size);
+    free(j->runs);
+    wb->all_jobs--;
+    wb->jobs_done++;
+    if (j->pass)
+        wb->jobs--;
+    void (*done)(void *, int) = j->done;
+    void *arg = j->arg;
+    int err = j->flush_err;
+    free(j);
+    if (done)
+        done(arg, err);
+    pace(wb);
+}
+
+/* The origin has the runs durably: the blocks are clean now. */
+static void job_flushed(struct tc_dev_io *dio, int err)
+{
+    struct wb_job *j = container_of(dio, struct wb_job, flush);
+    struct writeback *wb = j->wb;
+    struct cache *c = wb->c;
+    j->flush_err = err;
+    for (unsigned i = 0; i < j->n && err == 0; i++) {
+        struct wb_block *b = &j->b[i];
+        if (!b->ok || b->failed || block_gen(c, b->oblock) != b->gen)
+            continue;
+        uint32_t id = index_lookup(&c->idx, b->oblock);
+        if (id == NIL)
+            continue;
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        struct tc_mask nd = d;
+        mask_andnot(&nd, &b->dirty);
+        struct centry *e = CE(&c->idx, id);
+        struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
+                            .target = tc_loc(e->seg, e->off), .valid = b->dirty,
+                            .use_reserve = true };
+        log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+        e = CE(&c->idx, id);
+        ce_set_masks(&c->idx, id, &v, &nd);
+        cache_set_dirty(c, b->oblock, &d, &nd);
+        e->flags &= (uint16_t)~CE_WT;
+        if (mask_empty(&nd) && e->mseg != NIL) {
+            /* Clean data keeps one copy. */
+            seg_add_live(c, e->mseg, -(int)mask_count(&v));
+            e->mseg = NIL;
+        }
+        uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
+        wb->bytes += bytes;
+        wb->rate_bytes += bytes;
+        c->st.writeback_bytes += bytes;
+    }
+    if (err)
+        tc_error("writeback: flushing the origin failed: %s; the blocks stay dirty",
+                 strerror(-err));
+    job_finish(j);
+}
+
+/* All runs are written (or failed): flush the origin, then finish. */
+static void writes_done(struct wb_job *j)
+{
+    bool any = false;
+    for (unsigned i = 0; i < j->n; i++)
+        if (j->b[i].ok && !j->b[i].failed)
+            any = true;
+    memset(&j->flush, 0, sizeof j->flush);
+    if (!any || !j->wb->c->vol->origin->can_flush) {
+        job_flushed(&j->flush, 0);
+        return;
+    }
+    j->flush.op = TC_DEV_FLUSH;
+    j->flush.cb = job_flushed;
+    dev_submit(j->wb->c->vol->origin, &j->flush);
+}
+
+static void run_written(struct tc_dev_io *dio, int err)
+{
+    struct wb_run *r = container_of(dio, struct wb_run, dio);
+    struct wb_job *j = r->job;
+    if (err) {
+        j->wb->errors++;
+        for (unsigned i = r->first; i <= r->last; i++)
+            j->b[i].failed = true;
+    } else {
+        j->wb->writes++;
+        j->wb->c->st.writeback_writes++;
+    }
+    if (--j->pending == 0)
+        writes_done(j);
+}
+
+/* Let waiting pass jobs whose turn has come write. */
+static void next_turn(struct writeback *wb)
+{
+    for (;;) {
+        struct wb_job **pp = &wb->waiting, *found = NULL;
+        while (*pp) {
+            if ((*pp)->ticket == wb->turn) {
+                found = *pp;
+                *pp = found->next_waiting;
+                break;
+            }
+            pp = &(*pp)->next_waiting;
+        }
+        if (found == NULL)
+            return;
+        job_submit_writes(found);
+    }
+}
+
+static void add_run(struct wb_job *j, unsigned first, unsigned last, uint64_t off,
+                    const uint8_t **src, unsigned nsect)
+{
+    struct cache *c = j->wb->c;
+    struct wb_run *r = &j->runs[j->nruns++];
+    r->job = j;
+    r->first = first;
+    r->last = last;
+    r->size = (size_t)nsect * TC_SECTOR;
+    r->buf = bufpool_get(r->size);
+    for (unsigned s = 0; s < nsect; s++)
+        memcpy(r->buf + (size_t)s * TC_SECTOR, src[s], TC_SECTOR);
+    r->dio.op = TC_DEV_WRITE;
+    r->dio.buf = r->buf;
+    r->dio.off = off;
+    r->dio.len = r->size;
+    r->dio.cb = run_written;
+    (void)c;
+}
+
+/* Runs: stretches of cached sectors that begin and end with dirty ones,
+ * continuing into the next block when it starts where this one ends. */
+static void build_runs(struct wb_job *j)
+{
+    struct cache *c = j->wb->c;
+    unsigned max_sect = RUN_MAX_BYTES / TC_SECTOR;
+    const uint8_t **src = tc_xmalloc(max_sect * sizeof *src);
+    j->runs = tc_xcalloc((size_t)j->n * c->spb, sizeof *j->runs);
+    uint64_t run_off = 0;
+    unsigned nsect = 0, first = 0, last_dirty_len = 0, last = 0;
+    uint64_t prev_end = UINT64_MAX;
+    for (unsigned i = 0; i < j->n; i++) {
+        struct wb_block *b = &j->b[i];
+        if (!b->ok)
+            continue;
+        for (unsigned s = 0; s < c->spb; s++) {
+            uint64_t off = b->oblock * c->block_size + (uint64_t)s * TC_SECTOR;
+            bool valid = mask_test(&b->valid, s), dirty = mask_test(&b->dirty, s);
+            bool contiguous = nsect > 0 && off == prev_end && valid && nsect < max_sect;
+            if (!contiguous && nsect > 0) {
+                if (last_dirty_len)
+                    add_run(j, first, last, run_off, src, last_dirty_len);
+                nsect = 0;
+                last_dirty_len = 0;
+            }
+            if (!valid || (nsect == 0 && !dirty)) {
+                prev_end = UINT64_MAX;
+                continue;
+            }
+            if (nsect == 0) {
+                run_off = off;
+                first = i;
+            }
+            src[nsect++] = b->data + (size_t)mask_rank(&b->valid, s) * TC_SECTOR;
+            prev_end = off + TC_SECTOR;
+            if (dirty) {
+                last_dirty_len = nsect;
+                last = i;
+            }
+        }
+    }
+    if (nsect > 0 && last_dirty_len)
+        add_run(j, first, last, run_off, src, last_dirty_len);
+    free(src);
+}
+
+static void job_submit_writes(struct wb_job *j)
+{
+    struct writeback *wb = j->wb;
+    struct cache *c = wb->c;
+    build_runs(j);
+    j->pending = 1;
+    for (unsigned r = 0; r < j->nruns; r++) {
+        struct wb_run *run = &j->runs[r];
+        if (j->pass) {
+            if (run->dio.off < wb->last_pass_off)
+                wb->out_of_order++;
+            wb->last_pass_off = run->dio.off + run->dio.len;
+        }
+        j->pending++;
+        dev_submit(c->vol->origin, &run->dio);
+    }
+    if (j->pass) {
+        wb->turn++;
+        next_turn(wb);
+    }
+    if (--j->pending == 0)
+        writes_done(j);
+}
+
+/* Every block's data is read: write when it is this job's turn. */
+static void reads_done(struct wb_job *j)
+{
+    struct writeback *wb = j->wb;
+    if (j->pass && j->ticket != wb->turn) {
+        j->next_waiting = wb->waiting;
+        wb->waiting = j;
+        return;
+    }
+    job_submit_writes(j);
+}
+
+static void block_read(struct cread *cr, int err)
+{
+    struct wb_block *b = cr->priv;
+    struct wb_job *j = b->job;
+    struct cache *c = j->wb->c;
+    if (err) {
+        uint64_t off = b->oblock * c->block_size;
+        tc_error("writeback: dirty data of origin bytes %llu..%llu is unreadable in the cache "
+                 "and cannot be written back", (unsigned long long)off,
+                 (unsigned long long)(off + c->block_size - 1));
+        j->wb->errors++;
+    } else {
+        b->ok = true;
+    }
+    if (--j->pending == 0)
+        reads_done(j);
+}
+
+/* Start a job over blocks (ascending).  Blocks not dirty, or with a
+ * writeback already in flight, are skipped. */
+static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, bool pass,
+                      void (*done)(void *arg, int err), void *arg)
+{
+    struct cache *c = wb->c;
+    struct wb_job *j = tc_xcalloc(1, sizeof *j);
+    j->wb = wb;
+    j->pass = pass;
+    j->done = done;
+    j->arg = arg;
+    wb->all_jobs++;
+    if (pass) {
+        wb->jobs++;
+        j->ticket = wb->next_ticket++;
+    }
+    for (unsigned i = 0; i < n && j->n < JOB_BLOCKS; i++) {
+        uint32_t id = index_lookup(&c->idx, blocks[i]);
+        if (id == NIL)
+            continue;
+        struct wb_block *b = &j->b[j->n];
+        ce_get_masks(&c->idx, id, &b->valid, &b->dirty);
+        if (mask_empty(&b->dirty) || !block_wait_wb_free(c, blocks[i]))
+            continue;
+        b->job = j;
+        b->oblock = blocks[i];
+        b->seg = CE(&c->idx, id)->seg;
+        b->off = CE(&c->idx, id)->off;
+        block_gen_hold(c, b->oblock);
+        b->gen = block_gen(c, b->oblock);
+        block_wb_begin(c, b->oblock);
+        j->n++;
+    }
+    j->pending = 1;
+    for (unsigned i = 0; i < j->n; i++) {
+        struct wb_block *b = &j->b[i];
+        unsigned cnt = mask_count(&b->valid);
+        b->size = (size_t)cnt * TC_SECTOR;
+        b->data = bufpool_get(b->size);
+        b->cr.seg = b->seg;
+        b->cr.off = b->off;
+        b->cr.n = cnt;
+        b->cr.buf = b->data;
+        b->cr.cb = block_read;
+        b->cr.priv = b;
+        j->pending++;
+        cache_read_verified(c, &b->cr);
+    }
+    if (--j->pending == 0)
+        reads_done(j);
+}
+
+/* ---- background passes ---- */
+
+static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
+{
+    struct cache *c = wb->c;
+    uint64_t nb = c->nblocks_origin;
+    *n = 0;
+    if (c->dirty_blocks == 0)
+        return false;
+    uint64_t b = wb->cursor;
+    uint64_t scanned = 0;
+    while (*n < JOB_BLOCKS && scanned < nb) {
+        if (b >= nb) {
+            b = 0;
+            c->st.writeback_passes++;
+            wb->last_pass_off = 0;
+            if (*n > 0)
+                break;      /* a job never spans two passes */
+        }
+        uint64_t word = c->dirty_bits[b / 64] >> (b % 64);
+        if (word == 0) {
+            uint64_t skip = 64 - b % 64;
+            b += skip;
+            scanned += skip;
+            continue;
+        }
+        unsigned z = (unsigned)__builtin_ctzll(word);
+        b += z;
+        scanned += z;
+        if (b >= nb)
+            continue;
+        if (block_wait_wb_free(c, b))
+            blocks[(*n)++] = b;
+        b++;
+        scanned++;
+    }
+    wb->cursor = b;
+    return *n > 0;
+}
+
+static unsigned window(struct writeback *wb)
+{
+    struct cache *c = wb->c;
+    if (wb->stopped)
+        return 0;
+    if (wb->draining)
+        return 8;
+    if (c->dirty_blocks == 0)
+        return 0;
+    uint64_t cap = (uint64_t)c->nsegs * c->segment_size;
+    double ratio = (double)(c->dirty_sectors * TC_SECTOR) / (double)cap;
+    bool idle = tc_now_ns() - wb->last_client_io > IDLE_NS;
+    if (ratio > c->vol->cfg.dirty_high)
+        return 8;
+    if (ratio > c->vol->cfg.dirty_target)
+        return idle ? 8 : 2;
+    return idle ? 4 : 0;
+}
+
+static void drain_check(struct writeback *wb);
+
+static void pace(struct writeback *wb)
+{
+    struct cache *c = wb->c;
+    unsigned w = window(wb);
+    while (wb->jobs < w) {
+        uint64_t blocks[JOB_BLOCKS];
+        unsigned n;
+        if (!next_batch(wb, blocks, &n))
+            break;
+        job_start(wb, blocks, n, true, NULL, NULL);
+    }
+    (void)c;
+    if (wb->draining)
+        drain_check(wb);
+}
+
+static void commit_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct writeback *wb = container_of(dio, struct writeback, commit_dio);
+    struct cache *c = wb->c;
+    wb->committing = false;
+    if (err == 0 && wb->commit_candidate > c->wt_stable_seq)
+        c->wt_stable_seq = wb->commit_candidate;
+    log_seal_all(c, true);
+    log_commit(c);
+    if (wb->stopped)
+        writeback_fini(c);
+}
+
+static void tick(struct tc_timer *t)
+{
+    struct writeback *wb = container_of(t, struct writeback, tick);
+    struct cache *c = wb->c;
+    uint64_t now = tc_now_ns();
+    if (now - wb->rate_start >= 1000000000ull) {
+        double secs = (double)(now - wb->rate_start) / 1e9;
+        double inst = (double)wb->rate_bytes / secs;
+        wb->rate = wb->rate * 0.5 + inst * 0.5;
+        wb->rate_bytes = 0;
+        wb->rate_start = now;
+    }
+    /* Commit interval: what was appended gets flushed to the cache devices
+     * within a few seconds even if no client asks (bounds what a power
+     * failure can take, and what recovery must check). */
+    if (now - wb->last_commit >= COMMIT_NS && !wb->committing) {
+        wb->last_commit = now;
+        if (c->wt_stable_seq < wt_stable_candidate(c) && c->vol->origin->can_flush &&
+            c->wt_inflight == NULL) {
+            /* Write-through versions: flush the origin, then record them
+             * as stable, so a crash re-checks only the last seconds. */
+            wb->committing = true;
+            wb->commit_candidate = wt_stable_candidate(c);
+            memset(&wb->commit_dio, 0, sizeof wb->commit_dio);
+            wb->commit_dio.op = TC_DEV_FLUSH;
+            wb->commit_dio.cb = commit_origin_flushed;
+            dev_submit(c->vol->origin, &wb->commit_dio);
+        } else if (c->chunks_issued > c->flushed_upto || !log_idle(c)) {
+            log_commit(c);
+        }
+    }
+    pace(wb);
+    if (!wb->stopped)
+        timer_arm(c->reactor, &wb->tick, TICK_NS);
+}
+
+int writeback_init(struct cache *c)
+{
+    struct writeback *wb = tc_xcalloc(1, sizeof *wb);
+    wb->c = c;
+    wb->tick.fn = tick;
+    wb->rate_start = tc_now_ns();
+    wb->last_commit = tc_now_ns();
+    c->wb = wb;
+    timer_arm(c->reactor, &wb->tick, TICK_NS);
+    return 0;
+}
+
+void writeback_fini(struct cache *c)
+{
+    struct writeback *wb = c->wb;
+    if (wb == NULL)
+        return;
+    if (wb->stopped && wb->all_jobs)
+        tc_warn("writeback: %u jobs still in flight at exit (%u pass jobs, turn %llu, next "
+                "ticket %llu, waiting %s)", wb->all_jobs, wb->jobs,
+                (unsigned long long)wb->turn, (unsigned long long)wb->next_ticket,
+                wb->waiting ? "yes" : "no");
+    if (!wb->stopped) {
+        wb->stopped = true;
+        timer_cancel(c->reactor, &wb->tick);
+        return;
+    }
+    if (wb->all_jobs == 0 && !wb->committing) {
+        free(wb);
+        c->wb = NULL;
+    }
+}
+
+bool writeback_idle(struct cache *c)
+{
+    return c->wb == NULL || c->wb->all_jobs == 0;
+}
+
+void writeback_kick(struct cache *c)
+{
+    if (c->wb && !c->wb->stopped)
+        pace(c->wb);
+}
+
+void writeback_note_client_io(struct cache *c)
+{
+    if (c->wb)
+        c->wb->last_client_io = tc_now_ns();
+}
+
+/* ---- on demand: the cleaner, and writes that must go to the origin ---- */
+
+struct blocks_req {
+    void (*done)(void *arg, int err);
+    void *arg;
+    unsigned pending;
+    int err;
+};
+
+static void chunk_done(void *arg, int err)
+{
+    struct blocks_req *br = arg;
+    if (err && br->err == 0)
+        br->err = err;
+    if (--br->pending > 0)
+        return;
+    void (*done)(void *, int) = br->done;
+    void *a = br->arg;
+    int e = br->err;
+    free(br);
+    done(a, e);
+}
+
+void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
+                      void (*done)(void *arg, int err), void *arg)
+{
+    struct blocks_req *br = tc_xcalloc(1, sizeof *br);
+    br->done = done;
+    br->arg = arg;
+    br->pending = 1;
+    for (unsigned i = 0; i < n; i += JOB_BLOCKS) {
+        br->pending++;
+        job_start(c->wb, blocks + i, TC_MIN(JOB_BLOCKS, n - i), false, chunk_done, br);
+    }
+    chunk_done(br, 0);
+}
+
+static void one_block_done(void *arg, int err)
+{
+    struct block_waiter *w = arg;
+    (void)err;
+    w->fn(w);
+}
+
+void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w)
+{
+    uint64_t b = oblock;
+    if (!block_wait_wb_free(c, oblock)) {
+        /* A writeback of it is already in flight: wait for that one. */
+        block_wait_wb(c, oblock, w);
+        return;
+    }
+    writeback_blocks(c, &b, 1, one_block_done, w);
+}
+
+/* ---- draining ---- */
+
+static void drain_check(struct writeback *wb)
+{
+    struct cache *c = wb->c;
+    uint64_t now = tc_now_ns();
+    if (wb->drain_progress && now - wb->drain_last_progress >= 500000000ull) {
+        wb->drain_last_progress = now;
+        wb->drain_progress(wb->drain_arg, c->dirty_sectors * TC_SECTOR,
+                           wb->bytes - wb->drain_start_bytes);
+    }
+    if (wb->jobs > 0)
+        return;
+    if (c->dirty_blocks > 0) {
+        /* A whole pass without progress: the origin refuses the data. */
+        if (c->dirty_sectors == wb->drain_dirty_at_pass) {
+            if (++wb->drain_stuck_passes < 3)
+                return;
+        } else {
+            wb->drain_dirty_at_pass = c->dirty_sectors;
+            wb->drain_stuck_passes = 0;
+            return;
+        }
+    }
+    wb->draining = false;
+    void (*done)(void *, int) = wb->drain_done;
+    void *arg = wb->drain_arg;
+    wb->drain_done = NULL;
+    if (wb->drain_progress)
+        wb->drain_progress(arg, c->dirty_sectors * TC_SECTOR, wb->bytes - wb->drain_start_bytes);
+    if (done)
+        done(arg, c->dirty_blocks ? -EIO : 0);
+}
+
+void writeback_drain(struct cache *c,
+                     void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
+                     void (*done)(void *arg, int err), void *arg)
+{
+    struct writeback *wb = c->wb;
+    wb->draining = true;
+    wb->drain_progress = progress;
+    wb->drain_done = done;
+    wb->drain_arg = arg;
+    wb->drain_start_bytes = wb->bytes;
+    wb->drain_last_progress = 0;
+    wb->drain_stuck_passes = 0;
+    wb->drain_dirty_at_pass = UINT64_MAX;
+    pace(wb);
+}
+
+void writeback_status_json(struct cache *c, struct tc_json *j)
+{
+    struct writeback *wb = c->wb;
+    json_begin_object(j, "writeback");
+    json_double(j, "dirty_target_ratio", c->vol->cfg.dirty_target);
+    json_double(j, "dirty_high_ratio", c->vol->cfg.dirty_high);
+    uint64_t cap = (uint64_t)c->nsegs * c->segment_size;
+    json_double(j, "dirty_ratio", cap ? (double)(c->dirty_sectors * TC_SECTOR) / (double)cap : 0);
+    if (wb) {
+        json_double(j, "rate_bytes_per_second", wb->rate);
+        json_uint(j, "written_bytes", wb->bytes);
+        json_uint(j, "origin_writes", wb->writes);
+        json_uint(j, "jobs_in_flight", wb->all_jobs);
+        json_uint(j, "jobs_done", wb->jobs_done);
+        json_uint(j, "errors", wb->errors);
+        json_uint(j, "out_of_order_writes", wb->out_of_order);
+        json_bool(j, "draining", wb->draining);
+    }
+    json_uint(j, "passes", c->st.writeback_passes);
+    if (c->last_flush_wall_ns)
+        json_double(j, "last_flush_unix_time", (double)c->last_flush_wall_ns / 1e9);
+    else
+        json_null(j, "last_flush_unix_time");
+    json_end_object(j);
+}

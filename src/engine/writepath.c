@@ -1,0 +1,719 @@
+/*
+ * Writes, flushes, trims, write-zeroes and prefetch requests.
+ *
+ * A write is cut into pieces, one per cache block.  A piece of a block
+ * that is not cached and that the cache will not take goes straight to
+ * the origin, registered as an origin write so no fill can cache older
+ * data meanwhile.  Every other piece takes the block's lock and follows
+ * its mode:
+ *
+ *   writeback     merge with the block's cached sectors, append the new
+ *                 version as dirty; done (a FLUSH or FUA makes it durable)
+ *   writethrough  merge, append the new version (clean, marked WT), wait
+ *                 until that chunk is written, then write the origin
+ *   writearound   append a tombstone, wait until it is written, then write
+ *                 the origin
+ *
+ * Waiting for the cache write before the origin write means that after a
+ * crash the cache never holds an older version than the origin: either
+ * the new version is in the log (and recovery treats it as dirty until a
+ * FLUSH recorded that the origin has it), or the origin write never
+ * started.
+ *
+ * Merging: the new version of a block must hold all its valid sectors.
+ * Sectors the write does not cover are copied from the old version: from
+ * RAM if its segment is still being written, else read from the cache
+ * device (checked).  A small write never needs a read of the origin.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "io/bufpool.h"
+#include "policy/policy.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+enum wmode { W_BACK, W_THROUGH, W_AROUND, W_DISCARD };
+
+struct wreq;
+
+struct wpiece {
+    struct wreq *w;
+    uint64_t oblock;
+    uint16_t s0, s1;
+    const uint8_t *src;             /* the piece's new data (NULL for discard) */
+    uint8_t mode;
+    bool locked, direct;
+    struct block_waiter bw;
+    struct log_waiter lw;
+    struct tc_dev_io dio;
+    struct cread cr;
+    struct owrite ow;
+    uint8_t *old;                   /* packed old sectors, for merging */
+    size_t old_size;
+    struct tc_mask ovalid, odirty;  /* the version being replaced */
+    uint32_t oseg;
+    uint16_t ooff;
+    uint64_t wt_seq;                /* sequence of a write-through entry */
+    struct wpiece *wt_prev, *wt_next;
+};
+
+struct wreq {
+    struct ereq *e;
+    struct cache *c;
+    struct wpiece *p;
+    unsigned np;
+    unsigned pending;
+    int err;
+    bool sync_at_end;               /* FUA: make everything durable first */
+    bool origin_flush_at_end;
+    struct log_waiter sync_w;
+    struct tc_dev_io flush_dio;
+    /* Discards: one origin operation for the whole range, after the pieces. */
+    struct owrite ow;
+    struct tc_dev_io odio;
+    void (*after_pieces)(struct wreq *w);   /* runs once pending reaches 0 */
+};
+
+static void piece_step(struct wpiece *p);
+static void piece_done(struct wpiece *p, int err);
+
+static const uint8_t *zero_block(void)
+{
+    static uint8_t *z;
+    if (z == NULL) {
+        z = tc_alloc_aligned(TC_MAX_BLOCK_SIZE);
+        memset(z, 0, TC_MAX_BLOCK_SIZE);
+    }
+    return z;
+}
+
+/* Write-through entries whose origin write is in flight (c->wt_inflight):
+ * a FLUSH may only declare stable what is older than the oldest of them. */
+static void wt_track(struct wpiece *p, uint64_t seq)
+{
+    struct cache *c = p->w->c;
+    p->wt_seq = seq;
+    p->wt_prev = NULL;
+    p->wt_next = c->wt_inflight;
+    if (c->wt_inflight)
+        c->wt_inflight->wt_prev = p;
+    c->wt_inflight = p;
+}
+
+static void wt_untrack(struct wpiece *p)
+{
+    if (p->wt_seq == 0)
+        return;
+    if (p->wt_prev)
+        p->wt_prev->wt_next = p->wt_next;
+    else
+        p->w->c->wt_inflight = p->wt_next;
+    if (p->wt_next)
+        p->wt_next->wt_prev = p->wt_prev;
+    p->wt_seq = 0;
+}
+
+uint64_t wt_stable_candidate(struct cache *c)
+{
+    uint64_t min = c->next_seq;
+    for (struct wpiece *p = c->wt_inflight; p; p = p->wt_next)
+        if (p->wt_seq < min)
+            min = p->wt_seq;
+    return min - 1;
+}
+
+/* ---- the end of a request ---- */
+
+static void request_end(struct wreq *w)
+{
+    struct ereq *e = w->e;
+    e->err = w->err;
+    free(w->p);
+    free(w);
+    e->complete(e);
+}
+
+static void end_synced(struct log_waiter *lw, int err)
+{
+    struct wreq *w = container_of(lw, struct wreq, sync_w);
+    if (err && w->err == 0)
+        w->err = err;
+    request_end(w);
+}
+
+static void end_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct wreq *w = container_of(dio, struct wreq, flush_dio);
+    if (err && w->err == 0)
+        w->err = err;
+    w->sync_w.fn = end_synced;
+    log_sync(w->c, &w->sync_w);
+}
+
+static void request_maybe_end(struct wreq *w)
+{
+    if (--w->pending > 0)
+        return;
+    if (w->after_pieces) {
+        void (*next)(struct wreq *) = w->after_pieces;
+        w->after_pieces = NULL;
+        next(w);
+        return;
+    }
+    if (w->err == 0 && w->origin_flush_at_end && w->c->vol->origin->can_flush) {
+        memset(&w->flush_dio, 0, sizeof w->flush_dio);
+        w->flush_dio.op = TC_DEV_FLUSH;
+        w->flush_dio.cb = end_origin_flushed;
+        dev_submit(w->c->vol->origin, &w->flush_dio);
+        return;
+    }
+    if (w->err == 0 && w->sync_at_end) {
+        w->sync_w.fn = end_synced;
+        log_sync(w->c, &w->sync_w);
+        return;
+    }
+    request_end(w);
+}
+
+static void piece_done(struct wpiece *p, int err)
+{
+    struct wreq *w = p->w;
+    struct cache *c = w->c;
+    wt_untrack(p);
+    if (p->old) {
+        bufpool_put(p->old, p->old_size);
+        p->old = NULL;
+    }
+    if (p->locked) {
+        block_gen_bump(c, p->oblock);
+        p->locked = false;
+        block_unlock(c, p->oblock);
+    }
+    if (err && w->err == 0)
+        w->err = err;
+    request_maybe_end(w);
+}
+
+/* ---- origin writes ---- */
+
+static void origin_write_done(struct tc_dev_io *dio, int err)
+{
+    struct wpiece *p = container_of(dio, struct wpiece, dio);
+    struct cache *c = p->w->c;
+    if (p->direct)
+        owrite_end(c, &p->ow);
+    if (err && p->mode == W_THROUGH && p->locked) {
+        /* The origin did not take it: the cache must not claim it did. */
+        uint32_t id = index_lookup(&c->idx, p->oblock);
+        if (id != NIL) {
+            struct tc_mask v, d;
+            ce_get_masks(&c->idx, id, &v, &d);
+            if (mask_empty(&d)) {
+                cache_drop(c, p->oblock);
+                struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
+                                    .use_reserve = true, .urgent = true };
+                log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+                c->st.invalidations++;
+            }
+        }
+    }
+    piece_done(p, err);
+}
+
+static void origin_write(struct wpiece *p)
+{
+    struct wreq *w = p->w;
+    struct cache *c = w->c;
+    memset(&p->dio, 0, sizeof p->dio);
+    p->dio.off = p->oblock * c->block_size + (uint64_t)p->s0 * TC_SECTOR;
+    p->dio.len = (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
+    p->dio.cb = origin_write_done;
+    if (p->mode == W_DISCARD) {
+        piece_done(p, 0);   /* the origin operation runs once for the request */
+        return;
+    }
+    p->dio.op = TC_DEV_WRITE;
+    p->dio.buf = (void *)p->src;
+    if (w->e->flags & TC_REQ_FUA)
+        p->dio.flags |= TC_DEV_FUA;
+    if (p->direct)
+        owrite_begin(c, &p->ow, p->oblock, p->oblock + 1);
+    dev_submit(c->vol->origin, &p->dio);
+}
+
+/* ---- appending the new version ---- */
+
+static void appended_written(struct log_waiter *lw, int err)
+{
+    struct wpiece *p = container_of(lw, struct wpiece, lw);
+    if (err) {
+        /* The cache device failed under us: the origin still gets it. */
+        tc_warn("cache: write of block %llu to the cache failed; writing the origin only",
+                (unsigned long long)p->oblock);
+        struct cache *c = p->w->c;
+        uint32_t id = index_lookup(&c->idx, p->oblock);
+        if (id != NIL) {
+            struct tc_mask v, d;
+            ce_get_masks(&c->idx, id, &v, &d);
+            if (mask_empty(&d))
+                cache_drop(c, p->oblock);
+        }
+    }
+    origin_write(p);
+}
+
+static void space_ready(struct log_waiter *lw, int err)
+{
+    struct wpiece *p = container_of(lw, struct wpiece, lw);
+    piece_step(p);
+}
+
+/* The old version's sectors are in p->old (or not needed): build and
+ * append the new version. */
+static void append_version(struct wpiece *p)
+{
+    struct wreq *w = p->w;
+    struct cache *c = w->c;
+    struct tc_mask wmask, nvalid, ndirty;
+    mask_range(&wmask, p->s0, p->s1);
+
+    if (p->mode == W_AROUND || p->mode == W_DISCARD) {
+        if (mask_empty(&p->ovalid)) {
+            origin_write(p);
+            return;
+        }
+        struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
+                            .use_reserve = true };
+        p->lw.fn = appended_written;
+        p->lw.need_flush = false;
+        int rc = log_append(c, &a, NULL, NULL, NULL, NULL, &p->lw);
+        if (rc == -ENOSPC) {
+            p->lw.fn = space_ready;
+            cleaner_wait_space(c, &p->lw);
+            return;
+        }
+        cache_drop(c, p->oblock);
+        c->st.invalidations++;
+        return;
+    }
+
+    nvalid = p->ovalid;
+    mask_or(&nvalid, &wmask);
+    ndirty = p->odirty;
+    if (p->mode == W_BACK)
+        mask_or(&ndirty, &wmask);
+    unsigned n = mask_count(&nvalid);
+    uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
+    unsigned k = 0;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(&nvalid, s))
+            continue;
+        const uint8_t *src;
+        if (s >= p->s0 && s < p->s1)
+            src = p->src + (size_t)(s - p->s0) * TC_SECTOR;
+        else
+            src = p->old + (size_t)mask_rank(&p->ovalid, s) * TC_SECTOR;
+        memcpy(data + (size_t)k++ * TC_SECTOR, src, TC_SECTOR);
+    }
+    struct append a = {
+        .oblock = p->oblock,
+        .type = TC_ENTRY_DATA,
+        .flags = p->mode == W_THROUGH ? TC_ENTRY_WT : 0,
+        .valid = nvalid,
+        .dirty = ndirty,
+        .data = data,
+        .mirror = !mask_empty(&ndirty) && c->vol->cfg.dirty_copies > 1,
+    };
+    uint32_t seg, mseg;
+    uint16_t off, moff;
+    struct log_waiter *lw = NULL;
+    if (p->mode == W_THROUGH) {
+        p->lw.fn = appended_written;
+        p->lw.need_flush = false;
+        lw = &p->lw;
+    }
+    int rc = log_append(c, &a, &seg, &off, &mseg, &moff, lw);
+    bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (rc == -ENOSPC) {
+        if (p->mode == W_THROUGH && mask_empty(&p->odirty)) {
+            /* No room for the new version: invalidate and write through. */
+            p->mode = W_AROUND;
+            append_version(p);
+            return;
+        }
+        p->lw.fn = space_ready;
+        cleaner_wait_space(c, &p->lw);
+        return;
+    }
+    if (p->mode == W_THROUGH)
+        wt_track(p, c->next_seq - 1);
+    cache_install(c, p->oblock, &nvalid, &ndirty, seg, off, a.mirror ? mseg : NIL,
+                  a.mirror ? moff : 0, p->mode == W_THROUGH ? CE_WT : 0);
+    c->st.admitted_bytes += (uint64_t)(mask_count(&nvalid) - mask_count(&p->ovalid)) * TC_SECTOR;
+    if (p->mode == W_BACK) {
+        writeback_kick(c);
+        piece_done(p, 0);
+    }
+}
+
+static void old_read(struct cread *cr, int err)
+{
+    struct wpiece *p = cr->priv;
+    struct cache *c = p->w->c;
+    if (err) {
+        /* The old copy is unreadable: keep only what this write covers,
+         * plus nothing else.  Dirty sectors outside the write are lost. */
+        struct tc_mask wmask, lost = p->odirty;
+        mask_range(&wmask, p->s0, p->s1);
+        mask_andnot(&lost, &wmask);
+        if (!mask_empty(&lost)) {
+            uint64_t off = p->oblock * c->block_size;
+            tc_error("cache: dirty sectors of origin bytes %llu..%llu are unreadable and "
+                     "lost", (unsigned long long)off,
+                     (unsigned long long)(off + c->block_size - 1));
+            c->st.lost_dirty_bytes += (uint64_t)mask_count(&lost) * TC_SECTOR;
+        }
+        mask_and(&p->ovalid, &wmask);
+        mask_and(&p->odirty, &wmask);
+        /* Those sectors are overwritten anyway: nothing of old is used. */
+    }
+    append_version(p);
+}
+
+static void wb_cleared(struct block_waiter *bw)
+{
+    struct wpiece *p = container_of(bw, struct wpiece, bw);
+    piece_step(p);
+}
+
+/* Locked: look at the block now and go on. */
+static void piece_step(struct wpiece *p)
+{
+    struct wreq *w = p->w;
+    struct cache *c = w->c;
+    uint32_t id = index_lookup(&c->idx, p->oblock);
+    mask_clear(&p->ovalid);
+    mask_clear(&p->odirty);
+    if (id != NIL) {
+        ce_get_masks(&c->idx, id, &p->ovalid, &p->odirty);
+        p->oseg = CE(&c->idx, id)->seg;
+        p->ooff = CE(&c->idx, id)->off;
+    }
+    block_gen_bump(c, p->oblock);
+
+    if (p->mode == W_DISCARD) {
+        /* Trim: dirty blocks keep their data (trim is advisory); clean
+         * ones are dropped, so the trimmed origin range is what remains. */
+        if (!mask_empty(&p->odirty))
+            mask_clear(&p->ovalid);
+        append_version(p);
+        return;
+    }
+    if (p->mode != W_BACK && !mask_empty(&p->odirty)) {
+        /* Dirty data (after a crash or a mode change) goes to the origin
+         * first, so the origin write below cannot be overtaken by it. */
+        p->bw.fn = wb_cleared;
+        writeback_block(c, p->oblock, &p->bw);
+        return;
+    }
+    if (id != NIL)
+        c->st.write_hits++;
+    else
+        c->st.write_misses++;
+    if (p->mode == W_AROUND) {
+        append_version(p);
+        return;
+    }
+    struct tc_mask wmask, need = p->ovalid;
+    mask_range(&wmask, p->s0, p->s1);
+    mask_andnot(&need, &wmask);
+    if (mask_empty(&need)) {
+        append_version(p);
+        return;
+    }
+    unsigned n = mask_count(&p->ovalid);
+    if (p->old)
+        bufpool_put(p->old, p->old_size);  /* a retry after waiting for space */
+    p->old_size = (size_t)n * TC_SECTOR;
+    p->old = bufpool_get(p->old_size);
+    p->cr.seg = p->oseg;
+    p->cr.off = p->ooff;
+    p->cr.n = n;
+    p->cr.buf = p->old;
+    p->cr.cb = old_read;
+    p->cr.priv = p;
+    cache_read_verified(c, &p->cr);
+}
+
+static void lock_granted(struct block_waiter *bw)
+{
+    struct wpiece *p = container_of(bw, struct wpiece, bw);
+    p->locked = true;
+    /* A write going to the origin waits for writeback of the block. */
+    if (p->mode != W_BACK) {
+        p->bw.fn = wb_cleared;
+        if (!block_wait_wb(p->w->c, p->oblock, &p->bw))
+            return;
+    }
+    piece_step(p);
+}
+
+static void piece_start(struct wpiece *p)
+{
+    struct wreq *w = p->w;
+    struct cache *c = w->c;
+    bool cached = index_lookup(&c->idx, p->oblock) != NIL;
+    if (!cached && p->mode != W_BACK) {
+        bool admit = false;
+        if (p->mode == W_THROUGH && !w->e->vol->read_only) {
+            bool free_space = cache_has_free_space(c);
+            admit = c->policy->ops->admit_write(c->policy->state, c, p->oblock, free_space);
+        }
+        if (!admit && !block_is_locked(c, p->oblock)) {
+            c->st.write_misses++;
+            p->direct = true;
+            if (p->mode == W_THROUGH)
+                p->mode = W_AROUND;
+            origin_write(p);
+            return;
+        }
+    }
+    p->bw.fn = lock_granted;
+    if (block_lock(c, p->oblock, &p->bw))
+        lock_granted(&p->bw);
+}
+
+static enum wmode mode_for(struct cache *c, const struct ereq *e)
+{
+    switch (e->vol->mode) {
+    case TC_MODE_WRITEBACK: return W_BACK;
+    case TC_MODE_WRITETHROUGH: return W_THROUGH;
+    default: return W_AROUND;
+    }
+}
+
+static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
+{
+    struct cache *c = e->vol->cache;
+    struct wreq *w = tc_xcalloc(1, sizeof *w);
+    w->e = e;
+    w->c = c;
+    uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;
+    w->p = tc_xcalloc(last - first + 1, sizeof *w->p);
+    uint64_t off = e->off, end = e->off + e->len;
+    unsigned i = 0;
+    while (off < end) {
+        struct wpiece *p = &w->p[i++];
+        p->w = w;
+        p->oblock = off / c->block_size;
+        uint64_t bstart = p->oblock * c->block_size;
+        uint64_t pend = TC_MIN(end, bstart + c->block_size);
+        p->s0 = (uint16_t)((off - bstart) / TC_SECTOR);
+        p->s1 = (uint16_t)((pend - bstart) / TC_SECTOR);
+        p->src = data ? data + (off - e->off) : NULL;
+        p->mode = (uint8_t)mode;
+        off = pend;
+    }
+    w->np = i;
+    return w;
+}
+
+static void run_pieces(struct wreq *w)
+{
+    w->pending = w->np + 1;
+    for (unsigned i = 0; i < w->np; i++)
+        piece_start(&w->p[i]);
+    request_maybe_end(w);
+}
+
+void cache_write(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    enum wmode mode = mode_for(c, e);
+    bool seq = streams_sequential(c, e->off, e->len, true);
+    writeback_note_client_io(c);
+    struct wreq *w = split(e, e->buf, mode);
+    if (seq && mode == W_BACK) {
+        /* A long sequential write bypasses the cache where it can: blocks
+         * not cached go to the origin; cached ones are updated in place. */
+        c->st.bypassed_sequential += e->len;
+        for (unsigned i = 0; i < w->np; i++)
+            if (index_lookup(&c->idx, w->p[i].oblock) == NIL)
+                w->p[i].mode = W_AROUND;
+    }
+    if (e->flags & TC_REQ_FUA)
+        w->sync_at_end = true;
+    run_pieces(w);
+}
+
+/* ---- flush ---- */
+
+struct flush_req {
+    struct ereq *e;
+    struct cache *c;
+    uint64_t candidate;
+    struct tc_dev_io dio;
+    struct log_waiter lw;
+};
+
+static void flush_synced(struct log_waiter *lw, int err)
+{
+    struct flush_req *f = container_of(lw, struct flush_req, lw);
+    struct ereq *e = f->e;
+    if (err && e->err == 0)
+        e->err = err;
+    if (e->err == 0)
+        f->c->last_flush_wall_ns = tc_wall_ns();
+    free(f);
+    e->complete(e);
+}
+
+static void flush_origin_done(struct tc_dev_io *dio, int err)
+{
+    struct flush_req *f = container_of(dio, struct flush_req, dio);
+    if (err)
+        f->e->err = err;
+    else if (f->candidate > f->c->wt_stable_seq)
+        f->c->wt_stable_seq = f->candidate;     /* carried by the next chunk header */
+    f->lw.fn = flush_synced;
+    log_sync(f->c, &f->lw);
+}
+
+void cache_flush(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    struct flush_req *f = tc_xcalloc(1, sizeof *f);
+    f->e = e;
+    f->c = c;
+    /* The origin holds every completed write-through and write-around
+     * write: flush it too.  In writeback mode the cache log alone is
+     * enough for client writes (writeback flushes the origin itself). */
+    if (e->vol->mode != TC_MODE_WRITEBACK && e->vol->origin->can_flush) {
+        f->candidate = wt_stable_candidate(c);
+        f->dio.op = TC_DEV_FLUSH;
+        f->dio.cb = flush_origin_done;
+        dev_submit(e->vol->origin, &f->dio);
+        return;
+    }
+    f->lw.fn = flush_synced;
+    log_sync(c, &f->lw);
+}
+
+/* ---- trim and write-zeroes ---- */
+
+static void discard_origin_done(struct tc_dev_io *dio, int err)
+{
+    struct wreq *w = container_of(dio, struct wreq, odio);
+    owrite_end(w->c, &w->ow);
+    if (err && w->err == 0)
+        w->err = err;
+    request_maybe_end(w);
+}
+
+/* The cached blocks are dealt with: now the origin range. */
+static void discard_origin(struct wreq *w)
+{
+    struct ereq *e = w->e;
+    struct cache *c = w->c;
+    if (w->pending == 0)
+        w->pending = 1;     /* after the pieces: this operation ends the request */
+    w->odio.op = e->op == TC_OP_TRIM ? TC_DEV_TRIM : TC_DEV_ZERO;
+    w->odio.off = e->off;
+    w->odio.len = e->len;
+    if (e->flags & TC_REQ_NO_HOLE)
+        w->odio.flags |= TC_DEV_NO_HOLE;
+    if (e->flags & TC_REQ_FAST_ZERO)
+        w->odio.flags |= TC_DEV_FAST_ZERO;
+    w->odio.cb = discard_origin_done;
+    owrite_begin(c, &w->ow, e->off / c->block_size,
+                 (e->off + e->len + c->block_size - 1) / c->block_size);
+    dev_submit(c->vol->origin, &w->odio);
+}
+
+/*
+ * Write-zeroes: cached blocks are written with zeroes through the mode's
+ * write path (in writeback they become dirty zeroes, alongside the origin
+ * zeroing); in the other modes they are invalidated first.  Trim: clean
+ * cached blocks are dropped, dirty ones keep their data.  In both cases
+ * the tombstones are written before the origin range changes, then the
+ * whole range goes to the origin as one operation.
+ */
+void cache_discard(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    writeback_note_client_io(c);
+    bool zero = e->op == TC_OP_WRITE_ZEROES;
+    bool back = zero && e->vol->mode == TC_MODE_WRITEBACK;
+    struct wreq *w = split(e, NULL, back ? W_BACK : zero ? W_AROUND : W_DISCARD);
+    /* Only the cached blocks need pieces. */
+    unsigned n = 0;
+    for (unsigned i = 0; i < w->np; i++) {
+        if (index_lookup(&c->idx, w->p[i].oblock) == NIL)
+            continue;
+        w->p[n] = w->p[i];
+        if (zero)
+            w->p[n].src = zero_block();
+        n++;
+    }
+    w->np = n;
+    if (e->flags & TC_REQ_FUA) {
+        w->sync_at_end = true;
+        w->origin_flush_at_end = true;
+    }
+    if (back) {
+        w->pending = w->np + 2;
+        for (unsigned i = 0; i < w->np; i++)
+            piece_start(&w->p[i]);
+        discard_origin(w);
+        request_maybe_end(w);
+        return;
+    }
+    w->after_pieces = discard_origin;
+    run_pieces(w);
+}
+
+/* ---- prefetch (NBD_CMD_CACHE) and block status ---- */
+
+struct prefetch {
+    struct ereq *e;
+    struct ereq inner;
+    void *buf;
+    size_t size;
+};
+
+static void prefetch_done(struct ereq *inner)
+{
+    struct prefetch *pf = container_of(inner, struct prefetch, inner);
+    struct ereq *e = pf->e;
+    e->err = 0;         /* advisory: a failure to prefetch is not the client's */
+    bufpool_put(pf->buf, pf->size);
+    pf->e->vol->inflight--;
+    free(pf);
+    e->complete(e);
+}
+
+void cache_prefetch(struct ereq *e)
+{
+    struct prefetch *pf = tc_xcalloc(1, sizeof *pf);
+    pf->e = e;
+    pf->size = e->len;
+    pf->buf = bufpool_get(pf->size);
+    pf->inner = *e;
+    pf->inner.op = TC_OP_READ;
+    pf->inner.buf = pf->buf;
+    pf->inner.complete = prefetch_done;
+    pf->inner.flags |= EREQ_FORCE_ADMIT;
+    e->vol->inflight++;
+    cache_read(&pf->inner);
+}
+
+void cache_block_status(struct ereq *e)
+{
+    e->extents[0].length = e->len;
+    e->extents[0].flags = 0;
+    e->nr_extents = 1;
+    e->complete(e);
+}

@@ -1,0 +1,37 @@
+/* Creating a cache set on devices (tiercache format) and reading one back
+ * (tiercache check, dump). */
+#ifndef TC_FORMAT_FORMAT_H
+#define TC_FORMAT_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/ondisk.h"
+
+struct tc_format_opts {
+    const char *const *caches;      /* NULL-terminated */
+    const char *origin;
+    uint32_t block_size;
+    uint32_t segment_size;
+    bool force;
+};
+
+struct tc_format_result {
+    uint8_t set_uuid[16];
+    uint32_t devices;
+    uint32_t segments;
+    uint64_t capacity;
+    uint64_t origin_size;
+};
+
+/* Checks everything first and writes nothing unless all checks pass.
+ * Returns 0, or -1 with a message naming the bad value in err. */
+int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char *err,
+              size_t errlen);
+
+/* What lives on a device, from its first 68 KiB: "ext4 file system",
+ * "tiercache cache device", "partition table", ... or NULL. */
+const char *tc_detect_signature(const uint8_t *buf, size_t len);
+
+#endif

@@ -1,0 +1,220 @@
+/*
+ * The on-disk format of a tiercache cache device, version 1.
+ *
+ * This header is the one specification of the format: every structure the
+ * engine writes to a cache device is defined, encoded, decoded and checked
+ * here (superblock.c, chunk.c), and docs/FORMAT.md explains it in prose.
+ * Integers are little-endian.  Every structure carries a CRC-32C.  A
+ * change of layout increments TC_FORMAT_VERSION; old versions are refused
+ * with a message, never misread.
+ *
+ * A cache device:
+ *
+ *   0        4 KiB    8 KiB                1 MiB (data_offset)
+ *   +--------+--------+---- - - - --------+-----------+-----------+---
+ *   | super- | super- |     (unused)      | segment 0 | segment 1 | ...
+ *   | block  | block  |                   |           |           |
+ *   | copy A | copy B |                   |           |           |
+ *   +--------+--------+---- - - - --------+-----------+-----------+---
+ *
+ * Segments are numbered across the whole set of devices: device 0 holds
+ * segments 0 .. n0-1, device 1 holds n0 .. n0+n1-1, and so on.  Segments
+ * are written as one log, in groups: a group is one segment on each of the
+ * devices that had one free when the group was opened, all filled in
+ * parallel (this is the interleave).  Every group has a sequence number;
+ * groups are reclaimed strictly oldest first, so everything in an older
+ * group is older than everything in a newer one.
+ *
+ * A segment is a run of chunks, each written by one large sequential I/O:
+ *
+ *   +---------------------+----------------------------------------+
+ *   | chunk header        | data: the sectors of the chunk's DATA  |
+ *   | (hdr_sectors x 4K)  | entries, packed, in entry order        |
+ *   +---------------------+----------------------------------------+
+ *
+ * The header is the chunk's summary: group sequence, log tail, entries
+ * (which origin blocks the data holds, with valid and dirty sector masks;
+ * tombstones; clean records), and one CRC-32C per data sector.  Recovery
+ * walks the chunks of every segment and replays the entries of live
+ * groups, newest sequence number winning, which rebuilds the index and the
+ * exact dirty set after a crash at any instant.  A chunk whose header or
+ * data did not fully reach the device fails its checksums and ends the
+ * segment's walk.
+ */
+#ifndef TC_FORMAT_ONDISK_H
+#define TC_FORMAT_ONDISK_H
+
+#include <endian.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TC_FORMAT_VERSION        1u
+#define TC_SB_MAGIC              0x0142534352454954ull   /* "TIERCSB\1" */
+#define TC_CHUNK_MAGIC           0x014B4E5548434354ull   /* "TCHUNK\1" + pad */
+#define TC_SB_SIZE               4096u
+#define TC_SB_COPIES             2u       /* at byte 0 and byte 4096 */
+#define TC_DATA_OFFSET           (1u << 20)
+#define TC_MAX_DEVICES           16u
+#define TC_ORIGIN_ID_LEN         128u
+#define TC_ORIGIN_PATH_LEN       256u
+
+#define TC_MIN_BLOCK_SIZE        4096u
+#define TC_MAX_BLOCK_SIZE        (1u << 20)
+#define TC_MIN_SEGMENT_SIZE      (1u << 20)
+#define TC_MAX_SEGMENT_SIZE      (256u << 20)  /* sector offsets fit 16 bits */
+#define TC_DEFAULT_BLOCK_SIZE    (64u << 10)
+#define TC_DEFAULT_SEGMENT_SIZE  (4u << 20)
+#define TC_MAX_HDR_SECTORS       8u
+
+/* ---- superblock: 4096 bytes, written twice at format, then read only ---- */
+
+struct tc_superblock {
+    uint32_t version;
+    uint8_t set_uuid[16];           /* the set of devices of one cache */
+    uint8_t dev_uuid[16];           /* this device */
+    uint32_t dev_index;             /* position of this device in the set */
+    uint32_t dev_count;             /* devices in the set */
+    uint64_t dev_size;              /* bytes of this device at format */
+    uint32_t block_size;            /* bytes per cache block (index unit) */
+    uint32_t segment_size;          /* bytes per segment */
+    uint64_t data_offset;           /* byte offset of segment 0 on this device */
+    uint32_t segment_count;         /* segments on this device */
+    uint32_t first_segment;         /* global number of this device's segment 0 */
+    uint32_t total_segments;        /* segments in the whole set */
+    uint32_t flags;
+    uint64_t origin_size;           /* bytes of the origin at format */
+    uint64_t format_time;           /* Unix seconds */
+    char origin_id[TC_ORIGIN_ID_LEN];       /* stable identity of the origin */
+    char origin_path[TC_ORIGIN_PATH_LEN];   /* as named at format, for messages */
+    uint32_t dev_segments[TC_MAX_DEVICES];  /* segment count of every device */
+    uint8_t dev_uuids[TC_MAX_DEVICES][16];  /* uuid of every device */
+};
+
+/* Byte offsets inside the 4096-byte superblock. */
+enum {
+    SB_OFF_MAGIC = 0, SB_OFF_VERSION = 8, SB_OFF_CRC = 12, SB_OFF_SET_UUID = 16,
+    SB_OFF_DEV_UUID = 32, SB_OFF_DEV_INDEX = 48, SB_OFF_DEV_COUNT = 52, SB_OFF_DEV_SIZE = 56,
+    SB_OFF_BLOCK_SIZE = 64, SB_OFF_SEGMENT_SIZE = 68, SB_OFF_DATA_OFFSET = 72,
+    SB_OFF_SEGMENT_COUNT = 80, SB_OFF_FIRST_SEGMENT = 84, SB_OFF_TOTAL_SEGMENTS = 88,
+    SB_OFF_FLAGS = 92, SB_OFF_ORIGIN_SIZE = 96, SB_OFF_FORMAT_TIME = 104,
+    SB_OFF_ORIGIN_ID = 112, SB_OFF_ORIGIN_PATH = 240, SB_OFF_DEV_SEGMENTS = 496,
+    SB_OFF_DEV_UUIDS = 560, SB_OFF_END = 816,
+};
+
+void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);
+/* 0 if buf holds a valid superblock (decoded into sb); otherwise -1 and a
+ * reason in err: "no tiercache superblock", "checksum mismatch", "format
+ * version N is not supported", "inconsistent geometry: ...". */
+int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err, size_t errlen);
+/* True if the buffer starts with the superblock magic (valid or not). */
+bool sb_has_magic(const uint8_t *buf);
+
+/* ---- chunk header ---- */
+
+enum tc_entry_type {
+    TC_ENTRY_DATA = 1,              /* a version of a block: data follows */
+    TC_ENTRY_TOMBSTONE = 2,         /* the block is no longer cached */
+    TC_ENTRY_CLEAN = 3,             /* dirty sectors of a version are on the origin */
+};
+
+#define TC_ENTRY_WT      (1u << 0)  /* writethrough: the origin write may be pending */
+#define TC_ENTRY_MIRROR  (1u << 1)  /* one of two copies of dirty data */
+
+#define TC_CHUNK_CLOSED  (1u << 0)  /* the last chunk of its segment */
+
+/* A location in the cache: a segment and a sector offset inside it. */
+static inline uint64_t tc_loc(uint32_t segment, uint32_t sector)
+{
+    return (uint64_t)segment << 32 | sector;
+}
+static inline uint32_t tc_loc_segment(uint64_t loc) { return (uint32_t)(loc >> 32); }
+static inline uint32_t tc_loc_sector(uint64_t loc) { return (uint32_t)loc; }
+
+/* Masks of sectors inside a block: up to 256 sectors (1 MiB blocks). */
+#define TC_MASK_WORDS 4
+struct tc_mask {
+    uint64_t w[TC_MASK_WORDS];
+};
+
+struct tc_entry {
+    uint64_t oblock;                /* origin block number */
+    uint64_t seq;                   /* update sequence: the newest wins */
+    uint8_t type;                   /* enum tc_entry_type */
+    uint8_t flags;                  /* TC_ENTRY_* */
+    uint32_t data_sector;           /* DATA: offset of its data in the chunk's data */
+    uint64_t target;                /* CLEAN: tc_loc() of the DATA version cleaned */
+    struct tc_mask valid;           /* DATA: sectors present, packed in order;
+                                       CLEAN: sectors now clean */
+    struct tc_mask dirty;           /* DATA: sectors newer than the origin */
+};
+
+struct tc_chunk_header {
+    uint8_t set_uuid[16];
+    uint64_t group_seq;             /* sequence of the group this segment belongs to */
+    uint64_t chunk_seq;             /* increases with every chunk written */
+    uint64_t tail_seq;              /* groups older than this are free */
+    uint64_t wt_stable_seq;         /* writethrough entries up to this are on the origin */
+    uint32_t segment;               /* global segment number */
+    uint32_t chunk_sector;          /* offset of this chunk inside the segment */
+    uint16_t hdr_sectors;
+    uint16_t flags;                 /* TC_CHUNK_* */
+    uint32_t data_sectors;
+    uint32_t nr_entries;
+    uint64_t written_ns;            /* wall clock when written, for diagnostics */
+    uint64_t flushed_seq;           /* every chunk up to this one was flushed when
+                                       this one was written: recovery checks the
+                                       data of later chunks, which may be torn */
+};
+
+enum {
+    CH_OFF_MAGIC = 0, CH_OFF_VERSION = 8, CH_OFF_CRC = 12, CH_OFF_SET_UUID = 16,
+    CH_OFF_GROUP_SEQ = 32, CH_OFF_CHUNK_SEQ = 40, CH_OFF_TAIL_SEQ = 48,
+    CH_OFF_WT_STABLE_SEQ = 56, CH_OFF_SEGMENT = 64, CH_OFF_CHUNK_SECTOR = 68,
+    CH_OFF_HDR_SECTORS = 72, CH_OFF_FLAGS = 74, CH_OFF_DATA_SECTORS = 76,
+    CH_OFF_NR_ENTRIES = 80, CH_OFF_WRITTEN_NS = 88, CH_OFF_FLUSHED_SEQ = 96,
+    CH_OFF_ENTRIES = 128,
+};
+
+/* Bytes of one encoded entry for a block of sectors_per_block sectors:
+ * 32 bytes, then the valid and the dirty mask in whole 64-bit words. */
+static inline size_t tc_entry_size(unsigned sectors_per_block)
+{
+    return 32 + 2 * 8 * (size_t)((sectors_per_block + 63) / 64);
+}
+
+/* Bytes an encoded header needs for n entries and d data sectors
+ * (the per-sector CRC array follows the entries). */
+static inline size_t tc_chunk_header_bytes(unsigned spb, uint32_t n, uint32_t d)
+{
+    return CH_OFF_ENTRIES + (size_t)n * tc_entry_size(spb) + 4 * (size_t)d;
+}
+
+/* Encode hdr and its entries and data CRCs into buf (hdr_sectors * 4096
+ * bytes, zeroed first), computing the header checksum last. */
+void chunk_encode(uint8_t *buf, const struct tc_chunk_header *hdr, const struct tc_entry *entries,
+                  const uint32_t *data_crcs, unsigned spb);
+/* Decode and check a header read from disk.  Returns 0 and fills hdr;
+ * -1 with a reason in err when the magic, version, set, size fields or
+ * checksum are wrong.  Entries are not decoded here (see chunk_entry). */
+int chunk_decode(const uint8_t *buf, size_t buflen, const uint8_t set_uuid[16], unsigned spb,
+                 uint32_t segment_sectors, struct tc_chunk_header *hdr, char *err,
+                 size_t errlen);
+/* Entry i of a header that chunk_decode() accepted; -1 (with err) if it
+ * is malformed (unknown type, data outside the chunk, masks out of range). */
+int chunk_entry(const uint8_t *buf, const struct tc_chunk_header *hdr, unsigned spb, uint32_t i,
+                struct tc_entry *e, char *err, size_t errlen);
+/* The CRC of data sector i of the chunk. */
+uint32_t chunk_data_crc(const uint8_t *buf, const struct tc_chunk_header *hdr, unsigned spb,
+                        uint32_t i);
+
+/* ---- little-endian helpers ---- */
+
+static inline void le16_put(uint8_t *p, uint16_t v) { v = htole16(v); __builtin_memcpy(p, &v, 2); }
+static inline void le32_put(uint8_t *p, uint32_t v) { v = htole32(v); __builtin_memcpy(p, &v, 4); }
+static inline void le64_put(uint8_t *p, uint64_t v) { v = htole64(v); __builtin_memcpy(p, &v, 8); }
+static inline uint16_t le16_get(const uint8_t *p) { uint16_t v; __builtin_memcpy(&v, p, 2); return le16toh(v); }
+static inline uint32_t le32_get(const uint8_t *p) { uint32_t v; __builtin_memcpy(&v, p, 4); return le32toh(v); }
+static inline uint64_t le64_get(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return le64toh(v); }
+
+#endif

@@ -1,0 +1,121 @@
+/* Encoding, decoding and checking of the superblock (see ondisk.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "format/ondisk.h"
+#include "util/crc32c.h"
+
+bool sb_has_magic(const uint8_t *buf)
+{
+    return le64_get(buf + SB_OFF_MAGIC) == TC_SB_MAGIC;
+}
+
+void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
+{
+    memset(buf, 0, TC_SB_SIZE);
+    le64_put(buf + SB_OFF_MAGIC, TC_SB_MAGIC);
+    le32_put(buf + SB_OFF_VERSION, TC_FORMAT_VERSION);
+    memcpy(buf + SB_OFF_SET_UUID, sb->set_uuid, 16);
+    memcpy(buf + SB_OFF_DEV_UUID, sb->dev_uuid, 16);
+    le32_put(buf + SB_OFF_DEV_INDEX, sb->dev_index);
+    le32_put(buf + SB_OFF_DEV_COUNT, sb->dev_count);
+    le64_put(buf + SB_OFF_DEV_SIZE, sb->dev_size);
+    le32_put(buf + SB_OFF_BLOCK_SIZE, sb->block_size);
+    le32_put(buf + SB_OFF_SEGMENT_SIZE, sb->segment_size);
+    le64_put(buf + SB_OFF_DATA_OFFSET, sb->data_offset);
+    le32_put(buf + SB_OFF_SEGMENT_COUNT, sb->segment_count);
+    le32_put(buf + SB_OFF_FIRST_SEGMENT, sb->first_segment);
+    le32_put(buf + SB_OFF_TOTAL_SEGMENTS, sb->total_segments);
+    le32_put(buf + SB_OFF_FLAGS, sb->flags);
+    le64_put(buf + SB_OFF_ORIGIN_SIZE, sb->origin_size);
+    le64_put(buf + SB_OFF_FORMAT_TIME, sb->format_time);
+    memcpy(buf + SB_OFF_ORIGIN_ID, sb->origin_id, strnlen(sb->origin_id, TC_ORIGIN_ID_LEN - 1));
+    memcpy(buf + SB_OFF_ORIGIN_PATH, sb->origin_path,
+           strnlen(sb->origin_path, TC_ORIGIN_PATH_LEN - 1));
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
+        le32_put(buf + SB_OFF_DEV_SEGMENTS + 4 * i, sb->dev_segments[i]);
+        memcpy(buf + SB_OFF_DEV_UUIDS + 16 * i, sb->dev_uuids[i], 16);
+    }
+    le32_put(buf + SB_OFF_CRC, tc_crc32c(0, buf, TC_SB_SIZE));
+}
+
+int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err, size_t errlen)
+{
+    if (!sb_has_magic(buf)) {
+        snprintf(err, errlen, "no tiercache superblock");
+        return -1;
+    }
+    uint32_t version = le32_get(buf + SB_OFF_VERSION);
+    if (version != TC_FORMAT_VERSION) {
+        snprintf(err, errlen, "format version %u is not supported (this build reads version %u)",
+                 version, TC_FORMAT_VERSION);
+        return -1;
+    }
+    uint8_t tmp[TC_SB_SIZE];
+    memcpy(tmp, buf, TC_SB_SIZE);
+    uint32_t want = le32_get(tmp + SB_OFF_CRC);
+    le32_put(tmp + SB_OFF_CRC, 0);
+    if (tc_crc32c(0, tmp, TC_SB_SIZE) != want) {
+        snprintf(err, errlen, "superblock checksum mismatch");
+        return -1;
+    }
+    memset(sb, 0, sizeof *sb);
+    sb->version = version;
+    memcpy(sb->set_uuid, buf + SB_OFF_SET_UUID, 16);
+    memcpy(sb->dev_uuid, buf + SB_OFF_DEV_UUID, 16);
+    sb->dev_index = le32_get(buf + SB_OFF_DEV_INDEX);
+    sb->dev_count = le32_get(buf + SB_OFF_DEV_COUNT);
+    sb->dev_size = le64_get(buf + SB_OFF_DEV_SIZE);
+    sb->block_size = le32_get(buf + SB_OFF_BLOCK_SIZE);
+    sb->segment_size = le32_get(buf + SB_OFF_SEGMENT_SIZE);
+    sb->data_offset = le64_get(buf + SB_OFF_DATA_OFFSET);
+    sb->segment_count = le32_get(buf + SB_OFF_SEGMENT_COUNT);
+    sb->first_segment = le32_get(buf + SB_OFF_FIRST_SEGMENT);
+    sb->total_segments = le32_get(buf + SB_OFF_TOTAL_SEGMENTS);
+    sb->flags = le32_get(buf + SB_OFF_FLAGS);
+    sb->origin_size = le64_get(buf + SB_OFF_ORIGIN_SIZE);
+    sb->format_time = le64_get(buf + SB_OFF_FORMAT_TIME);
+    memcpy(sb->origin_id, buf + SB_OFF_ORIGIN_ID, TC_ORIGIN_ID_LEN - 1);
+    memcpy(sb->origin_path, buf + SB_OFF_ORIGIN_PATH, TC_ORIGIN_PATH_LEN - 1);
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
+        sb->dev_segments[i] = le32_get(buf + SB_OFF_DEV_SEGMENTS + 4 * i);
+        memcpy(sb->dev_uuids[i], buf + SB_OFF_DEV_UUIDS + 16 * i, 16);
+    }
+
+    /* The geometry must make sense before anything relies on it. */
+    const char *bad = NULL;
+    if (sb->block_size < TC_MIN_BLOCK_SIZE || sb->block_size > TC_MAX_BLOCK_SIZE ||
+        (sb->block_size & (sb->block_size - 1)))
+        bad = "block size";
+    else if (sb->segment_size < TC_MIN_SEGMENT_SIZE || sb->segment_size > TC_MAX_SEGMENT_SIZE ||
+             sb->segment_size % sb->block_size)
+        bad = "segment size";
+    else if (sb->dev_count == 0 || sb->dev_count > TC_MAX_DEVICES ||
+             sb->dev_index >= sb->dev_count)
+        bad = "device index or count";
+    else if (sb->data_offset < 2 * TC_SB_SIZE || sb->data_offset % 4096)
+        bad = "data offset";
+    else if (sb->segment_count == 0 ||
+             sb->data_offset + (uint64_t)sb->segment_count * sb->segment_size > sb->dev_size)
+        bad = "segment count";
+    else if (sb->dev_segments[sb->dev_index] != sb->segment_count)
+        bad = "segment table";
+    else if (sb->origin_size == 0 || sb->origin_size % 4096)
+        bad = "origin size";
+    if (bad == NULL) {
+        uint64_t total = 0, first = 0;
+        for (unsigned i = 0; i < sb->dev_count; i++) {
+            if (i == sb->dev_index)
+                first = total;
+            total += sb->dev_segments[i];
+        }
+        if (total != sb->total_segments || first != sb->first_segment ||
+            total > UINT32_MAX / 2)
+            bad = "segment numbering";
+    }
+    if (bad) {
+        snprintf(err, errlen, "inconsistent geometry: %s", bad);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,103 @@
+/*
+ * s3fifo: S3-FIFO (Yang et al., SOSP 2023) on a log.
+ *
+ * New blocks enter on probation (CE_SMALL).  When the cleaner reaches a
+ * probation block: used again since admitted -> it moves to the main
+ * queue (written again, frequency reset); never used -> dropped, and its
+ * number goes to the ghost.  A miss on a block in the ghost skips
+ * probation.  Main blocks are kept while their frequency (raised by hits,
+ * up to 3) is above zero, lowering it by one each pass.
+ *
+ * The paper's small queue is 10% of the cache; in one log a probation
+ * block lives for one pass of the whole log, so this keeps the quick
+ * demotion of one-hit wonders only in spirit: they never earn a second
+ * write.  The ghost remembers as many blocks as the cache holds.
+ */
+#include <stdlib.h>
+
+#include "engine/cache.h"
+#include "policy/policy.h"
+#include "util/misc.h"
+
+struct s3 {
+    struct ghost *ghost;
+    uint64_t from_ghost;        /* admitted straight to main */
+};
+
+static void *create(struct cache *c, uint64_t blocks)
+{
+    struct s3 *p = tc_xcalloc(1, sizeof *p);
+    p->ghost = ghost_create(blocks / 2 + 64);
+    return p;
+}
+
+static void destroy(void *s)
+{
+    struct s3 *p = s;
+    ghost_destroy(p->ghost);
+    free(p);
+}
+
+static bool admit(void *s, struct cache *c, uint64_t oblock, bool free_space) { return true; }
+
+static void hit(void *s, struct cache *c, uint32_t id)
+{
+    struct centry *e = CE(&c->idx, id);
+    if (e->freq < 3)
+        e->freq++;
+}
+
+static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
+{
+    struct s3 *p = s;
+    struct centry *e = CE(&c->idx, id);
+    e->freq = 0;
+    if (ghost_contains(p->ghost, e->oblock)) {
+        ghost_remove(p->ghost, e->oblock);
+        e->flags &= (uint16_t)~CE_SMALL;
+        p->from_ghost++;
+    } else {
+        e->flags |= CE_SMALL;
+    }
+}
+
+static bool keep(void *s, struct cache *c, uint32_t id)
+{
+    struct s3 *p = s;
+    struct centry *e = CE(&c->idx, id);
+    if (e->flags & CE_SMALL) {
+        if (e->freq > 0) {
+            e->flags &= (uint16_t)~CE_SMALL;
+            e->freq = 0;
+            return true;
+        }
+        ghost_add(p->ghost, e->oblock);
+        return false;
+    }
+    if (e->freq == 0)
+        return false;
+    e->freq--;
+    return true;
+}
+
+static void evicted(void *s, struct cache *c, uint64_t oblock) {}
+
+static uint64_t memory(void *s)
+{
+    struct s3 *p = s;
+    return sizeof *p + ghost_memory(p->ghost);
+}
+
+const struct policy_ops policy_s3fifo = {
+    .name = "s3fifo",
+    .summary = "probation for new blocks, ghost history, frequency in main",
+    .create = create,
+    .destroy = destroy,
+    .admit = admit,
+    .admit_write = admit,
+    .hit = hit,
+    .inserted = inserted,
+    .keep = keep,
+    .evicted = evicted,
+    .memory = memory,
+};
