@@ -116,10 +116,26 @@ struct tc_request {
  * volume size and the read-only flag; the engine handles any alignment. */
 void tc_submit(struct tc_volume *vol, struct tc_request *req);
 
-/* Change the mode online.  Leaving writeback drains dirty data first;
- * done is called when the new mode is in force. */
-void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode,
+/* Progress of a long operation: dirty bytes left, bytes written so far. */
+typedef void (*tc_progress_fn)(void *arg, uint64_t left_bytes, uint64_t done_bytes);
+
+/* Write every dirty block back to the origin and make it durable there;
+ * done(arg, 0) once none is left, -EIO if the origin refuses some. */
+void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
+                           void (*done)(void *arg, int err), void *arg);
+
+/* Flush, then stop using the cache: it is emptied (durably) and every
+ * request goes straight to the origin from then on.  Restarting with the
+ * same --cache attaches it again, empty. */
+void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
+                      void (*done)(void *arg, int err), void *arg);
+
+/* Change the mode online.  New requests follow the new mode at once;
+ * leaving writeback, dirty data is then written back, and done is called
+ * when none is left. */
+void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
                         void (*done)(void *arg, int err), void *arg);
+enum tc_mode tc_volume_mode(const struct tc_volume *vol);
 
 /* Every figure the volume keeps, as JSON members of the current object
  * (documented in tiercache(8), section STATUS). */

@@ -15,6 +15,9 @@ static const char main_help[] =
 "  format         prepare cache devices for an origin\n"
 "  serve          export an origin over NBD, cached or not\n"
 "  status         figures of a running daemon\n"
+"  flush          write a running daemon's dirty data back to the origin\n"
+"  detach         flush, then serve the origin without the cache\n"
+"  mode           switch a running daemon's cache mode\n"
 "  version        print the version\n"
 "\n"
 "Run 'tiercache COMMAND --help' for the options of one command, and\n"
@@ -29,6 +32,9 @@ static const struct command commands[] = {
     { "format", cmd_format },
     { "serve", cmd_serve },
     { "status", cmd_status },
+    { "flush", cmd_flush },
+    { "detach", cmd_detach },
+    { "mode", cmd_mode },
 };
 
 int main(int argc, char **argv)

@@ -125,6 +125,80 @@ static void status_cmd(struct ctl_conn *c, const char *args, void *arg)
     ctl_end(c);
 }
 
+/* ---- flush, detach and mode over the control socket ---- */
+
+/* One long operation driven from a control connection.  The client may
+ * go away: the operation still runs to its end. */
+struct online {
+    struct ctl_conn *conn;
+    struct serve *s;
+    const char *what;
+    uint64_t start_ns;
+    uint64_t done_bytes;
+};
+
+static void online_progress(void *arg, uint64_t left, uint64_t done)
+{
+    struct online *o = arg;
+    o->done_bytes = done;
+    if (ctl_gone(o->conn))
+        return;
+    double secs = (double)(tc_now_ns() - o->start_ns) / 1e9;
+    ctl_printf(o->conn, "progress {\"left_bytes\":%llu,\"done_bytes\":%llu,\"seconds\":%.3f}\n",
+               (unsigned long long)left, (unsigned long long)done, secs);
+}
+
+static void online_done(void *arg, int err)
+{
+    struct online *o = arg;
+    double secs = (double)(tc_now_ns() - o->start_ns) / 1e9;
+    if (err)
+        ctl_printf(o->conn, "error: %s failed: %s\n", o->what, strerror(-err));
+    else
+        ctl_printf(o->conn, "done {\"written_bytes\":%llu,\"seconds\":%.3f,\"mode\":\"%s\"}\n",
+                   (unsigned long long)o->done_bytes, secs,
+                   tc_mode_name(tc_volume_mode(o->s->vol)));
+    tc_info("%s %s in %.3f s", o->what, err ? "failed" : "done", secs);
+    ctl_end(o->conn);
+    free(o);
+}
+
+static struct online *online_new(struct ctl_conn *c, struct serve *s, const char *what)
+{
+    struct online *o = tc_xcalloc(1, sizeof *o);
+    o->conn = c;
+    o->s = s;
+    o->what = what;
+    o->start_ns = tc_now_ns();
+    tc_info("%s requested over the control socket", what);
+    return o;
+}
+
+static void flush_cmd(struct ctl_conn *c, const char *args, void *arg)
+{
+    struct serve *s = arg;
+    tc_volume_flush_dirty(s->vol, online_progress, online_done, online_new(c, s, "flush"));
+}
+
+static void detach_cmd(struct ctl_conn *c, const char *args, void *arg)
+{
+    struct serve *s = arg;
+    tc_volume_detach(s->vol, online_progress, online_done, online_new(c, s, "detach"));
+}
+
+static void mode_cmd(struct ctl_conn *c, const char *args, void *arg)
+{
+    struct serve *s = arg;
+    enum tc_mode m;
+    if (tc_mode_parse(args, &m) < 0) {
+        ctl_printf(c, "error: mode '%s': choose writethrough, writeback, writearound or "
+                   "passthrough\n", args);
+        ctl_end(c);
+        return;
+    }
+    tc_volume_set_mode(s->vol, m, online_progress, online_done, online_new(c, s, "mode change"));
+}
+
 /* ---- shutdown ---- */
 
 static void ignore_completion(struct tc_io *io, int res)
@@ -410,6 +484,9 @@ int cmd_serve(int argc, char **argv)
         tc_die(1, "%s", err);
     s.have_ctl = true;
     ctl_register(&s.ctl, "status", status_cmd, &s);
+    ctl_register(&s.ctl, "flush", flush_cmd, &s);
+    ctl_register(&s.ctl, "detach", detach_cmd, &s);
+    ctl_register(&s.ctl, "mode", mode_cmd, &s);
     signal_arm(&s);
 
     if (pidfile) {

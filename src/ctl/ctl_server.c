@@ -135,6 +135,11 @@ void ctl_end(struct ctl_conn *c)
 
 static void conn_maybe_free(struct ctl_conn *c)
 {
+    if (c->rx_armed && c->ended && c->q == NULL && !c->tx_armed) {
+        /* All said: end the read we keep for noticing a vanished client. */
+        shutdown(c->fd, SHUT_RD);
+        return;
+    }
     if (c->rx_armed || c->tx_armed)
         return;
     if (!c->gone && !(c->ended && c->q == NULL))

@@ -324,6 +324,76 @@ fail:
     return -1;
 }
 
+/* ---- draining and detaching ---- */
+
+struct drain_ctx {
+    struct cache *c;
+    bool detach;
+    struct log_waiter w;
+    tc_progress_fn progress;
+    void (*done)(void *arg, int err);
+    void *arg;
+    int err;
+};
+
+static void drain_progress(void *arg, uint64_t left, uint64_t done_bytes)
+{
+    struct drain_ctx *x = arg;
+    if (x->progress)
+        x->progress(x->arg, left, done_bytes);
+}
+
+static void drain_synced(struct log_waiter *w, int err)
+{
+    struct drain_ctx *x = container_of(w, struct drain_ctx, w);
+    struct cache *c = x->c;
+    if (err == 0)
+        err = x->err;
+    if (x->detach && err == 0 && c->tail_seq != c->next_seq) {
+        /* Drained: now end every group, durably -- the cache is empty. */
+        cleaner_stop(c);
+        c->tail_seq = c->next_seq;
+        log_seal_all(c, true);
+        log_sync(c, &x->w);
+        return;
+    }
+    void (*done)(void *, int) = x->done;
+    void *arg = x->arg;
+    free(x);
+    done(arg, err);
+}
+
+static void drained(void *arg, int err)
+{
+    struct drain_ctx *x = arg;
+    x->err = err;
+    x->w.fn = drain_synced;
+    log_sync(x->c, &x->w);
+}
+
+void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
+                       void (*done)(void *arg, int err), void *arg)
+{
+    struct drain_ctx *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->progress = progress;
+    x->done = done;
+    x->arg = arg;
+    writeback_drain(c, drain_progress, drained, x);
+}
+
+void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
+                  void *arg)
+{
+    struct drain_ctx *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->detach = true;
+    x->progress = progress;
+    x->done = done;
+    x->arg = arg;
+    writeback_drain(c, drain_progress, drained, x);
+}
+
 /* ---- close ---- */
 
 struct close_ctx {

@@ -293,6 +293,10 @@ void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
 void cache_free(struct cache *c);
 void cache_status_json(struct cache *c, struct tc_json *j);
 void cache_submit(struct ereq *e);
+void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
+                       void (*done)(void *arg, int err), void *arg);
+void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
+                  void *arg);
 
 /* space.c: segments and groups */
 int space_init(struct cache *c);

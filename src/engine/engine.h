@@ -68,6 +68,7 @@ struct tc_volume {
     void *close_arg;
     struct tc_dev_io close_dio;
     struct cache *cache;            /* NULL: no cache devices */
+    bool detached;                  /* the cache is emptied and unused */
 };
 
 /* volume.c */

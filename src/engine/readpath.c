@@ -82,6 +82,7 @@ static void classify(struct rreq *r)
     uint64_t off = e->off, end = e->off + e->len;
     unsigned i = 0;
     bool free_space = cache_has_free_space(c);
+    bool bypass = e->vol->mode == TC_MODE_PASSTHROUGH;
     while (off < end) {
         struct rpiece *p = &r->p[i++];
         memset(p, 0, sizeof *p);
@@ -94,6 +95,8 @@ static void classify(struct rreq *r)
         struct tc_mask want;
         mask_range(&want, p->s0, p->s1);
         uint32_t id = index_lookup(&c->idx, p->oblock);
+        if (id != NIL && bypass && CE(&c->idx, id)->dirty == 0)
+            id = NIL;           /* passthrough: clean cached data is not used */
         if (id != NIL) {
             ce_get_masks(&c->idx, id, &p->valid, &p->dirty);
             struct centry *ce = CE(&c->idx, id);
@@ -110,11 +113,13 @@ static void classify(struct rreq *r)
             p->overlay = true;
         }
         p->kind = P_MISS;
-        if (r->sequential && !(e->flags & EREQ_FORCE_ADMIT)) {
+        if (bypass) {
+            /* passthrough: nothing is admitted */
+        } else if (r->sequential && !(e->flags & EREQ_FORCE_ADMIT)) {
             c->st.bypassed_sequential += pend - off;
         } else if (e->vol->read_only || owrite_overlaps(c, p->oblock)) {
             /* nothing: a write to the origin is under way here */
-        } else if (p->overlay || (e->flags & EREQ_FORCE_ADMIT) ||
+        } else if ((p->overlay && !bypass) || (e->flags & EREQ_FORCE_ADMIT) ||
                    c->policy->ops->admit(c->policy->state, c, p->oblock, free_space)) {
             /* A partly cached block always takes the rest: it is in. */
             p->admit = true;

@@ -111,7 +111,7 @@ void ereq_free(struct ereq *e)
 
 void engine_dispatch(struct ereq *e)
 {
-    if (e->vol->cache)
+    if (e->vol->cache && !e->vol->detached)
         cache_submit(e);
     else
         passthrough_submit(e);
@@ -245,12 +245,105 @@ void tc_volume_free(struct tc_volume *vol)
     free(vol);
 }
 
-void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode,
+enum tc_mode tc_volume_mode(const struct tc_volume *vol) { return vol->mode; }
+
+/* ---- online operations ---- */
+
+struct online_op {
+    struct tc_volume *vol;
+    struct tc_dev_io dio;
+    tc_progress_fn progress;
+    void (*done)(void *arg, int err);
+    void *arg;
+};
+
+static void op_progress(void *arg, uint64_t left, uint64_t done_bytes)
+{
+    struct online_op *op = arg;
+    if (op->progress)
+        op->progress(op->arg, left, done_bytes);
+}
+
+static void origin_flushed_op(struct tc_dev_io *dio, int err)
+{
+    struct online_op *op = container_of(dio, struct online_op, dio);
+    void (*done)(void *, int) = op->done;
+    void *arg = op->arg;
+    free(op);
+    done(arg, err);
+}
+
+static void flush_origin_only(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg)
+{
+    if (!vol->origin->can_flush || vol->read_only) {
+        done(arg, 0);
+        return;
+    }
+    struct online_op *op = tc_xcalloc(1, sizeof *op);
+    op->vol = vol;
+    op->done = done;
+    op->arg = arg;
+    op->dio.op = TC_DEV_FLUSH;
+    op->dio.cb = origin_flushed_op;
+    dev_submit(vol->origin, &op->dio);
+}
+
+void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
+                           void (*done)(void *arg, int err), void *arg)
+{
+    if (vol->cache && !vol->detached)
+        cache_flush_dirty(vol->cache, progress, done, arg);
+    else
+        flush_origin_only(vol, done, arg);
+}
+
+static void detached(void *arg, int err)
+{
+    struct online_op *op = arg;
+    if (err == 0) {
+        op->vol->detached = true;
+        tc_info("cache detached: serving the origin directly");
+    }
+    void (*done)(void *, int) = op->done;
+    void *a = op->arg;
+    free(op);
+    done(a, err);
+}
+
+void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
+                      void (*done)(void *arg, int err), void *arg)
+{
+    if (vol->cache == NULL || vol->detached) {
+        done(arg, vol->cache ? -EALREADY : -ENODEV);
+        return;
+    }
+    struct online_op *op = tc_xcalloc(1, sizeof *op);
+    op->vol = vol;
+    op->progress = progress;
+    op->done = done;
+    op->arg = arg;
+    /* From now on writes only invalidate; then drain and empty the cache. */
+    vol->mode = TC_MODE_PASSTHROUGH;
+    cache_detach(vol->cache, op_progress, detached, op);
+}
+
+void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
                         void (*done)(void *arg, int err), void *arg)
 {
-    (void)vol;
-    (void)mode;
-    done(arg, -ENOTSUP);
+    if (vol->cache == NULL || vol->detached) {
+        done(arg, mode == TC_MODE_PASSTHROUGH ? 0 : -ENODEV);
+        return;
+    }
+    enum tc_mode old = vol->mode;
+    vol->mode = mode;
+    if (old != mode)
+        tc_info("mode: %s -> %s", tc_mode_name(old), tc_mode_name(mode));
+    if (old == TC_MODE_WRITEBACK && mode != TC_MODE_WRITEBACK) {
+        /* New writes no longer add dirty data: drain what there is. */
+        cache_flush_dirty(vol->cache, progress, done, arg);
+        return;
+    }
+    done(arg, 0);
 }
 
 static void dev_json(struct tc_json *j, const char *key, struct tc_dev *d)
@@ -277,6 +370,7 @@ static const char *op_key[] = { "read", "write", "flush", "trim", "write_zeroes"
 void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
 {
     json_string(j, "mode", tc_mode_name(vol->mode));
+    json_bool(j, "detached", vol->detached);
     json_string(j, "health", vol->cache ? vol->cache->health : "ok");
     json_uint(j, "size", vol->size);
     json_bool(j, "read_only", vol->read_only);
@@ -292,6 +386,6 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "unaligned_writes", vol->stats.unaligned_writes);
     json_uint(j, "errors", vol->stats.errors);
     dev_json(j, "origin", vol->origin);
-    if (vol->cache)
+    if (vol->cache && !vol->detached)
         cache_status_json(vol->cache, j);
 }

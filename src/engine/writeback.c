@@ -698,7 +698,7 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
     uint64_t cap = (uint64_t)c->nsegs * c->segment_size;
     json_double(j, "dirty_ratio", cap ? (double)(c->dirty_sectors * TC_SECTOR) / (double)cap : 0);
     if (wb) {
-        json_double(j, "rate_bytes_per_second", wb->rate);
+        json_double(j, "rate_bytes_per_second", wb->rate < 1 ? 0 : wb->rate);
         json_uint(j, "written_bytes", wb->bytes);
         json_uint(j, "origin_writes", wb->writes);
         json_uint(j, "jobs_in_flight", wb->all_jobs);

@@ -1,0 +1,141 @@
+/*
+ * tiercache flush, detach and mode: long operations on a running daemon.
+ * The daemon streams "progress {...}" lines and ends with "done {...}" or
+ * an error; on a terminal the progress is shown in place, otherwise only
+ * the final summary is printed.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "ctl/ctl.h"
+#include "util/jsonread.h"
+#include "util/log.h"
+#include "util/parse.h"
+
+static const char flush_help[] =
+"Usage: tiercache flush [--socket PATH]\n"
+"\n"
+"Write every dirty block of a running daemon's cache back to the origin and\n"
+"make it durable there, showing the bytes left, the rate and the time left\n"
+"on a terminal.  The daemon keeps serving meanwhile.  Exit status 0 when no\n"
+"dirty data is left, 1 otherwise.\n"
+"\n"
+"  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
+"  --help, -h      this text\n";
+
+static const char detach_help[] =
+"Usage: tiercache detach [--socket PATH]\n"
+"\n"
+"Flush the cache (as tiercache flush), then stop using it: the daemon serves\n"
+"the origin directly from then on, and the cache devices are left empty.\n"
+"Restarting the daemon with the same --cache attaches them again.\n"
+"\n"
+"  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
+"  --help, -h      this text\n";
+
+static const char mode_help[] =
+"Usage: tiercache mode [--socket PATH] MODE\n"
+"\n"
+"Switch a running daemon to MODE: writethrough, writeback, writearound or\n"
+"passthrough.  New requests follow the new mode at once; leaving writeback,\n"
+"the dirty data is then written back (with progress, as tiercache flush),\n"
+"and the command returns when none is left.\n"
+"\n"
+"  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
+"  --help, -h      this text\n";
+
+struct view {
+    bool tty;
+    bool shown;
+    double last_left, last_secs;
+    char final[512];
+};
+
+static void on_line(const char *line, void *arg)
+{
+    struct view *v = arg;
+    char err[128];
+    if (strncmp(line, "progress ", 9) == 0) {
+        if (!v->tty)
+            return;
+        struct jv *j = jv_parse(line + 9, err, sizeof err);
+        if (j == NULL)
+            return;
+        double left = jv_num(jv_get(j, "left_bytes"), 0);
+        double done = jv_num(jv_get(j, "done_bytes"), 0);
+        double secs = jv_num(jv_get(j, "seconds"), 0);
+        double rate = secs > 0 ? done / secs : 0;
+        char l[32], r[32];
+        tc_format_size((uint64_t)left, l, sizeof l);
+        tc_format_size((uint64_t)rate, r, sizeof r);
+        if (rate > 0)
+            fprintf(stderr, "\r%s left, %s/s, about %.0f s to go      ", l, r, left / rate);
+        else
+            fprintf(stderr, "\r%s left      ", l);
+        v->shown = true;
+        jv_free(j);
+        return;
+    }
+    if (strncmp(line, "done ", 5) == 0) {
+        struct jv *j = jv_parse(line + 5, err, sizeof err);
+        if (j) {
+            char w[32];
+            double secs = jv_num(jv_get(j, "seconds"), 0);
+            double bytes = jv_num(jv_get(j, "written_bytes"), 0);
+            snprintf(v->final, sizeof v->final, "%s written back in %.1f s (%s/s); mode %s",
+                     tc_format_size((uint64_t)bytes, w, sizeof w), secs,
+                     tc_format_size((uint64_t)(secs > 0 ? bytes / secs : 0), w + 16, 16),
+                     jv_str(jv_get(j, "mode"), "?"));
+            jv_free(j);
+        }
+    }
+}
+
+static int run(const char *cmd, const char *help, int argc, char **argv, bool want_arg)
+{
+    static const struct option opts[] = {
+        { "socket", required_argument, NULL, 's' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *sock = NULL;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 's': sock = optarg; break;
+        case 'h': cli_print(help); return 0;
+        default: fprintf(stderr, "Try 'tiercache %s --help'.\n", cmd); return 2;
+        }
+    }
+    char line[256];
+    if (want_arg) {
+        if (optind + 1 != argc)
+            tc_die(2, "%s: give exactly one MODE (try --help)", cmd);
+        snprintf(line, sizeof line, "%s %s", cmd, argv[optind]);
+    } else {
+        if (optind < argc)
+            tc_die(2, "%s: unexpected argument '%s'", cmd, argv[optind]);
+        snprintf(line, sizeof line, "%s", cmd);
+    }
+    char path[4096], err[512];
+    cli_control_path(sock, path, sizeof path);
+    struct view v = { .tty = isatty(2) };
+    int rc = ctl_request(path, line, on_line, &v, err, sizeof err);
+    if (v.shown)
+        fputc('\n', stderr);
+    if (rc < 0)
+        tc_die(1, "%s: %s", cmd, err);
+    if (v.final[0] == '\0')
+        tc_die(1, "%s: the daemon ended the operation without a result", cmd);
+    printf("%s: %s\n", cmd, v.final);
+    return 0;
+}
+
+int cmd_flush(int argc, char **argv) { return run("flush", flush_help, argc, argv, false); }
+int cmd_detach(int argc, char **argv) { return run("detach", detach_help, argc, argv, false); }
+int cmd_mode(int argc, char **argv) { return run("mode", mode_help, argc, argv, true); }
