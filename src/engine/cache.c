@@ -37,36 +37,122 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
     }
 }
 
-uint32_t cache_install(struct cache *c, uint64_t oblock, const struct tc_mask *valid,
-                       const struct tc_mask *dirty, uint32_t seg, uint16_t off, uint32_t mseg,
-                       uint16_t moff, uint16_t flags)
+static void frag_unaccount(struct cache *c, uint32_t fid)
 {
+    struct tc_mask st;
+    frag_stored(&c->idx, fid, &st);
+    struct cfrag *f = FR(&c->idx, fid);
+    seg_add_live(c, f->seg, -(int)mask_count(&st));
+    seg_add_live(c, f->mseg, -(int)mask_count(&st));
+}
+
+uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                            const struct tc_mask *dirty, uint32_t seg, uint16_t off,
+                            uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
+{
+    struct index *ix = &c->idx;
     struct tc_mask ov, od;
-    uint32_t id = index_lookup(&c->idx, oblock);
+    uint32_t id = index_lookup(ix, oblock);
     bool fresh = id == NIL;
     if (fresh) {
-        id = index_insert(&c->idx, oblock);
+        id = index_insert(ix, oblock);
         mask_clear(&ov);
         mask_clear(&od);
     } else {
-        ce_get_masks(&c->idx, id, &ov, &od);
-        struct centry *e = CE(&c->idx, id);
-        seg_add_live(c, e->seg, -(int)mask_count(&ov));
-        seg_add_live(c, e->mseg, -(int)mask_count(&ov));
+        ce_get_masks(ix, id, &ov, &od);
     }
-    struct centry *e = CE(&c->idx, id);
-    e->seg = seg;
-    e->off = off;
-    e->mseg = mseg;
-    e->moff = moff;
-    e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT));
-    ce_set_masks(&c->idx, id, valid, dirty);
-    seg_add_live(c, seg, (int)mask_count(valid));
-    seg_add_live(c, mseg, (int)mask_count(valid));
-    cache_set_dirty(c, oblock, &od, dirty);
+    uint32_t fid = frag_alloc(ix);     /* may move the fragment array */
+    struct cfrag *f = FR(ix, fid);
+    f->seg = seg;
+    f->off = off;
+    f->mseg = mseg;
+    f->moff = moff;
+    frag_set_stored(ix, fid, stored);
+    seg_add_live(c, seg, (int)mask_count(stored));
+    seg_add_live(c, mseg, (int)mask_count(stored));
+
+    /* Older fragments lose the sectors this one stores; the empty go. */
+    struct centry *e = CE(ix, id);
+    struct tc_mask newer = *stored, st, nv = *stored, nd = od;
+    mask_andnot(&nd, stored);
+    mask_or(&nd, dirty);
+    uint32_t *link = &FR(ix, fid)->next;
+    *link = NIL;
+    unsigned n = 1;
+    for (uint32_t g = e->head, next; g != NIL; g = next) {
+        next = FR(ix, g)->next;
+        frag_stored(ix, g, &st);
+        struct tc_mask cur = st;
+        mask_andnot(&cur, &newer);
+        if (replace || mask_empty(&cur)) {
+            frag_unaccount(c, g);
+            frag_free(ix, g);
+            continue;
+        }
+        mask_or(&nv, &cur);
+        mask_or(&newer, &st);
+        *link = g;
+        link = &FR(ix, g)->next;
+        *link = NIL;
+        n++;
+    }
+    if (replace)
+        mask_and(&nd, &nv);
+    e = CE(ix, id);
+    e->head = fid;
+    e->nfrags = (uint8_t)n;
+    e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT) |
+                          (!replace && (e->flags & CE_WT) ? CE_WT : 0));
+    ce_set_masks(ix, id, &nv, &nd);
+    cache_set_dirty(c, oblock, &od, &nd);
     if (fresh)
         c->policy->ops->inserted(c->policy->state, c, id, true);
     return id;
+}
+
+uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
+                             uint32_t *idp)
+{
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (idp)
+        *idp = id;
+    if (id == NIL)
+        return NIL;
+    for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next)
+        if (FR(&c->idx, f)->seg == seg && FR(&c->idx, f)->off == off)
+            return f;
+    return NIL;
+}
+
+void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
+{
+    struct index *ix = &c->idx;
+    uint32_t id = index_lookup(ix, oblock);
+    if (id == NIL)
+        return;
+    struct tc_mask cur, v, d;
+    frag_current(ix, id, fid, &cur);
+    ce_get_masks(ix, id, &v, &d);
+    struct centry *e = CE(ix, id);
+    uint32_t *link = &e->head;
+    while (*link != NIL && *link != fid)
+        link = &FR(ix, *link)->next;
+    if (*link == NIL)
+        return;
+    *link = FR(ix, fid)->next;
+    frag_unaccount(c, fid);
+    frag_free(ix, fid);
+    e->nfrags--;
+    if (e->head == NIL) {
+        cache_set_dirty(c, oblock, &d, NULL);
+        index_remove(ix, id);
+        return;
+    }
+    struct tc_mask nd = d;
+    mask_andnot(&v, &cur);
+    mask_andnot(&nd, &cur);
+    ce_set_masks(ix, id, &v, &nd);
+    cache_set_dirty(c, oblock, &d, &nd);
 }
 
 void cache_drop(struct cache *c, uint64_t oblock)
@@ -74,11 +160,10 @@ void cache_drop(struct cache *c, uint64_t oblock)
     uint32_t id = index_lookup(&c->idx, oblock);
     if (id == NIL)
         return;
-    struct tc_mask v, d;
-    ce_get_masks(&c->idx, id, &v, &d);
-    struct centry *e = CE(&c->idx, id);
-    seg_add_live(c, e->seg, -(int)mask_count(&v));
-    seg_add_live(c, e->mseg, -(int)mask_count(&v));
+    struct tc_mask d;
+    ce_get_masks(&c->idx, id, NULL, &d);
+    for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next)
+        frag_unaccount(c, f);
     cache_set_dirty(c, oblock, &d, NULL);
     index_remove(&c->idx, id);
 }

@@ -77,44 +77,77 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s);
 #define CE_REF       (1u << 1)   /* hit since it was last written (second chance) */
 #define CE_SMALL     (1u << 2)   /* policy: still in the probation queue */
 
+/* A block holds at most this many fragments; a write that would add one
+ * more merges them all into one first. */
+#define MAX_FRAGS 8
+
 /*
- * One cached block: 48 bytes, plus 4 bytes of hash bucket and the policy's
- * share of its history (about 6 bytes), inside the design's 64-byte budget.  Blocks of more than 64 sectors (512 KiB and
- * 1 MiB) keep their masks in a side array (index.ext), 64 bytes more.
- * Entries live in one growing array and are named by their index there
- * (never by pointer across an asynchronous step: the array may move).
+ * A cached block is a chain of fragments, newest first.  A fragment is one
+ * append: the sectors it stored, packed in order, at one location (and a
+ * mirror copy of dirty data on another device).  A sector is served by the
+ * newest fragment that stored it; a fragment whose sectors newer ones all
+ * stored again is removed.  A small write to a cached block adds a small
+ * fragment instead of rewriting the block.
+ *
+ *   block 7:  [seg 40: sector 3] -> [seg 12: sectors 0..15]
+ *             sector 3 is read from segment 40, the others from segment 12
+ *
+ * Memory: 32 bytes per block and 20 per fragment (52 for the usual block
+ * of one fragment), plus 4 bytes of hash bucket.  Masks are stored inline
+ * for blocks of up to 32 sectors (128 KiB); larger blocks keep them in
+ * side arrays.  Entries and fragments are named by their index in growing
+ * arrays, never by pointer across an asynchronous step.
  */
 struct centry {
     uint64_t oblock;
     uint32_t hnext;             /* hash chain */
-    uint32_t seg;               /* segment of the copy (NIL: data in flight nowhere) */
-    uint32_t mseg;              /* segment of the mirror copy, or NIL */
-    uint16_t off, moff;         /* sector offsets of the data inside them */
-    uint64_t valid, dirty;      /* masks (blocks <= 64 sectors) */
+    uint32_t head;              /* newest fragment */
+    uint32_t valid, dirty;      /* inline masks (blocks of <= 32 sectors) */
     uint16_t flags;             /* CE_* */
     uint8_t freq;               /* policy: recent use, saturating */
-    uint8_t unused;
+    uint8_t nfrags;
+};
+
+struct cfrag {
+    uint32_t seg, mseg;         /* location and mirror location (or NIL) */
+    uint32_t next;              /* older fragment, or NIL (free list link) */
+    uint32_t stored;            /* inline mask of the sectors it holds */
+    uint16_t off, moff;
 };
 
 struct index {
     struct centry *pool;
     uint32_t cap, used, free_head;
+    struct cfrag *frags;
+    uint32_t fcap, fused, ffree;
     uint32_t *buckets;
     uint32_t bucket_mask;
-    uint64_t count;
-    struct tc_mask (*ext)[2];   /* valid, dirty for blocks > 64 sectors */
+    uint64_t count, nfrags;
+    struct tc_mask (*ext)[2];   /* valid, dirty of blocks > 32 sectors */
+    struct tc_mask *fext;       /* stored of fragments of such blocks */
     unsigned spb;
 };
 
 int index_init(struct index *ix, unsigned spb, uint64_t expected);
 void index_fini(struct index *ix);
 uint32_t index_lookup(const struct index *ix, uint64_t oblock);
-/* A new entry for oblock (which must not be in the index). */
+/* A new entry for oblock (not in the index), without fragments. */
 uint32_t index_insert(struct index *ix, uint64_t oblock);
+/* Remove the entry and free its fragments (accounting is the caller's). */
 void index_remove(struct index *ix, uint32_t id);
 static inline struct centry *CE(const struct index *ix, uint32_t id) { return &ix->pool[id]; }
+static inline struct cfrag *FR(const struct index *ix, uint32_t fid) { return &ix->frags[fid]; }
 void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty);
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid, const struct tc_mask *dirty);
+uint32_t frag_alloc(struct index *ix);
+void frag_free(struct index *ix, uint32_t fid);
+void frag_stored(const struct index *ix, uint32_t fid, struct tc_mask *m);
+void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m);
+/* The sectors fragment fid of entry id serves now: what it stored, minus
+ * what newer fragments stored. */
+void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_mask *m);
+/* The fragment serving sector s of entry id, or NIL. */
+uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s);
 uint64_t index_memory(const struct index *ix);
 
 /* ---- segments and groups ---- */
@@ -391,6 +424,10 @@ struct cread {
     uint32_t *crcs;
 };
 void cache_read_verified(struct cache *c, struct cread *cr);
+/* Read the sectors `want` of entry id, wherever its fragments keep them,
+ * into dst (sector s at dst + s * 4096); cb gets 0 or the first error. */
+void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
+                  void (*cb)(void *arg, int err), void *arg);
 
 /* blocklock.c */
 struct block_waiter {
@@ -427,12 +464,21 @@ bool block_wait_wb_free(struct cache *c, uint64_t oblock);  /* no writeback in f
 /* Entry updates shared by the paths (cache.c) */
 void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
                      const struct tc_mask *new_dirty);
-/* Replace the block's entry by a new version appended at (seg, off). */
-uint32_t cache_install(struct cache *c, uint64_t oblock, const struct tc_mask *valid,
-                       const struct tc_mask *dirty, uint32_t seg, uint16_t off, uint32_t mseg,
-                       uint16_t moff, uint16_t flags);
+/* A fragment appended at (seg, off) holding the sectors `stored` becomes
+ * the block's newest; `dirty` says which of them are dirty (the others are
+ * clean).  With replace, it replaces every fragment (a merged version).
+ * Returns the entry id. */
+uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                            const struct tc_mask *dirty, uint32_t seg, uint16_t off,
+                            uint32_t mseg, uint16_t moff, uint16_t flags, bool replace);
+/* Remove one fragment (the cleaner's drop); the block goes when none is
+ * left.  Its sectors must be clean. */
+void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);
 /* Remove the block's entry from the index (space accounting, dirty bits). */
 void cache_drop(struct cache *c, uint64_t oblock);
+/* The fragment of oblock located at (seg, off), or NIL. */
+uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
+                             uint32_t *id);
 static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
 
 /* readpath.c, writepath.c */

@@ -137,3 +137,75 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     cr->dio.priv = cr;
     dev_submit(SEG_DEV(c, cr->seg)->dev, &cr->dio);
 }
+
+/* ---- gathering the sectors of one block from its fragments ---- */
+
+struct gather {
+    struct cache *c;
+    void (*cb)(void *arg, int err);
+    void *arg;
+    unsigned pending;
+    int err;
+    struct cread *reads;
+    unsigned nreads;
+};
+
+static void gather_read(struct cread *cr, int err)
+{
+    struct gather *g = cr->priv;
+    if (err && g->err == 0)
+        g->err = err;
+    if (--g->pending > 0)
+        return;
+    void (*cb)(void *, int) = g->cb;
+    void *arg = g->arg;
+    int e = g->err;
+    free(g->reads);
+    free(g);
+    cb(arg, e);
+}
+
+void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
+                  void (*cb)(void *arg, int err), void *arg)
+{
+    struct gather *g = tc_xcalloc(1, sizeof *g);
+    g->c = c;
+    g->cb = cb;
+    g->arg = arg;
+    g->reads = tc_xcalloc(c->spb, sizeof *g->reads);
+    g->pending = 1;
+    struct cread *cur = NULL;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(want, s))
+            continue;
+        uint32_t fid = ce_locate(&c->idx, id, s);
+        if (fid == NIL) {
+            if (g->err == 0)
+                g->err = -ENODATA;
+            cur = NULL;
+            continue;
+        }
+        struct cfrag *f = FR(&c->idx, fid);
+        struct tc_mask st;
+        frag_stored(&c->idx, fid, &st);
+        uint16_t off = (uint16_t)(f->off + mask_rank(&st, s));
+        uint8_t *to = dst + (size_t)s * TC_SECTOR;
+        if (cur && cur->seg == f->seg && cur->off + cur->n == off &&
+            cur->buf + (size_t)cur->n * TC_SECTOR == to) {
+            cur->n++;
+            continue;
+        }
+        cur = &g->reads[g->nreads++];
+        cur->seg = f->seg;
+        cur->off = off;
+        cur->n = 1;
+        cur->buf = to;
+        cur->cb = gather_read;
+        cur->priv = g;
+    }
+    unsigned n = g->nreads;
+    g->pending += n;
+    for (unsigned i = 0; i < n; i++)
+        cache_read_verified(c, &g->reads[i]);
+    gather_read(&(struct cread){ .priv = g }, 0);
+}

@@ -37,16 +37,15 @@ struct drop {
     uint16_t off;
 };
 
-/* A dirty block set aside, then re-read if it is kept. */
+/* A fragment with dirty sectors, set aside; copied if it is kept. */
 struct later {
     struct cleaner *k;
     uint64_t oblock;
     uint32_t seg;
     uint16_t off;
-    struct cread cr;
-    uint8_t *buf;
+    uint8_t *buf;               /* by sector */
     size_t size;
-    struct tc_mask v, d;
+    struct tc_mask cur, d;
 };
 
 struct cleaner {
@@ -223,29 +222,34 @@ static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t
     l->off = off;
 }
 
-/* The id of oblock if its current version is the one at (seg, off). */
-static uint32_t current_at(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off)
+/* Append the sectors `cur` of a block again, from data laid out by sector
+ * (or packed, with packed_from set to the fragment's stored mask).  The
+ * copy becomes the block's newest fragment; the old one empties and goes. */
+static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur,
+                     const struct tc_mask *dirty, const uint8_t *by_sector,
+                     const uint8_t *packed, const struct tc_mask *packed_from)
 {
-    uint32_t id = index_lookup(&c->idx, oblock);
-    if (id == NIL)
-        return NIL;
-    struct centry *e = CE(&c->idx, id);
-    return e->seg == seg && e->off == off ? id : NIL;
-}
-
-/* Append the current version of a block again, from data in hand. */
-static bool reinsert(struct cache *c, uint32_t id, uint64_t oblock, const struct tc_mask *v,
-                     const struct tc_mask *d, const uint8_t *data)
-{
-    struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .valid = *v, .dirty = *d,
-                        .data = data, .use_reserve = true,
-                        .mirror = !mask_empty(d) && c->vol->cfg.dirty_copies > 1 };
+    unsigned n = mask_count(cur);
+    uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
+    unsigned k = 0;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(cur, s))
+            continue;
+        const uint8_t *from = by_sector ? by_sector + (size_t)s * TC_SECTOR
+                                        : packed + (size_t)mask_rank(packed_from, s) * TC_SECTOR;
+        memcpy(data + (size_t)k++ * TC_SECTOR, from, TC_SECTOR);
+    }
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .valid = *cur,
+                        .dirty = *dirty, .data = data, .use_reserve = true,
+                        .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1 };
     uint32_t nseg, mseg;
     uint16_t noff, moff;
-    if (log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL) < 0)
+    int rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
+    bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (rc < 0)
         return false;
-    uint16_t flags = CE(&c->idx, id)->flags;
-    cache_install(c, oblock, v, d, nseg, noff, a.mirror ? mseg : NIL, a.mirror ? moff : 0, flags);
+    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, a.mirror ? mseg : NIL,
+                       a.mirror ? moff : 0, 0, false);
     c->st.reinsertions++;
     return true;
 }
@@ -263,18 +267,26 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         if (readable)
             tc_error("cleaner: chunk at sector %u of segment %u unusable: %s", cr->start, seg,
                      why);
-        /* Its blocks cannot be copied from here: the index entries pointing
-         * into it are handled by the final drop (clean) or writeback
-         * (dirty) below, found through the index. */
+        /* Nothing can be copied from here: every fragment pointing into it
+         * is set aside (dirty: writeback reports what is lost) or dropped. */
         for (uint32_t id = 0; id < c->idx.used; id++) {
             struct centry *e = CE(&c->idx, id);
-            if (e->oblock == UINT64_MAX || e->seg != seg || e->off < cr->start ||
-                e->off >= cr->start + cr->hdr_sectors + cr->data_sectors)
+            if (e->oblock == UINT64_MAX)
                 continue;
-            if (e->dirty)
-                add_later(k, e->oblock, seg, e->off);
-            else
-                add_drop(k, e->oblock, seg, e->off);
+            for (uint32_t g = e->head; g != NIL; g = FR(&c->idx, g)->next) {
+                struct cfrag *f = FR(&c->idx, g);
+                if (f->seg != seg || f->off < cr->start ||
+                    f->off >= cr->start + cr->hdr_sectors + cr->data_sectors)
+                    continue;
+                struct tc_mask cur, v, d;
+                frag_current(&c->idx, id, g, &cur);
+                ce_get_masks(&c->idx, id, &v, &d);
+                mask_and(&d, &cur);
+                if (mask_empty(&d))
+                    add_drop(k, e->oblock, seg, f->off);
+                else
+                    add_later(k, e->oblock, seg, f->off);
+            }
         }
         return;
     }
@@ -284,26 +296,33 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             e.type != TC_ENTRY_DATA)
             continue;
         uint16_t off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector);
-        uint32_t id = current_at(c, e.oblock, seg, off);
-        if (id == NIL)
-            continue;       /* superseded, or the mirror copy of a version */
-        struct tc_mask v, d;
+        uint32_t id;
+        uint32_t fid = cache_find_fragment(c, e.oblock, seg, off, &id);
+        if (fid == NIL)
+            continue;       /* superseded, or the mirror copy of a fragment */
+        struct tc_mask cur, st, v, d;
+        frag_current(&c->idx, id, fid, &cur);
+        frag_stored(&c->idx, fid, &st);
         ce_get_masks(&c->idx, id, &v, &d);
+        mask_and(&d, &cur);
         if (!mask_empty(&d)) {
             add_later(k, e.oblock, seg, off);
             continue;
         }
-        unsigned n = mask_count(&v);
         const uint8_t *data = k->buf + (size_t)(cr->hdr_sectors + e.data_sector) * TC_SECTOR;
         bool intact = true;
-        for (unsigned s = 0; intact && s < n; s++)
-            if (tc_crc32c(0, data + (size_t)s * TC_SECTOR, TC_SECTOR) !=
-                chunk_data_crc(k->buf, &h, c->spb, e.data_sector + s))
+        for (unsigned s = 0; intact && s < c->spb; s++) {
+            if (!mask_test(&cur, s))
+                continue;
+            unsigned x = mask_rank(&st, s);
+            if (tc_crc32c(0, data + (size_t)x * TC_SECTOR, TC_SECTOR) !=
+                chunk_data_crc(k->buf, &h, c->spb, e.data_sector + x))
                 intact = false;
+        }
         if (!intact)
             c->st.checksum_errors++;
         if (intact && c->policy->ops->keep(c->policy->state, c, id) &&
-            reinsert(c, id, e.oblock, &v, &d, data))
+            reinsert(c, e.oblock, &cur, &d, NULL, data, &st))
             continue;
         add_drop(k, e.oblock, seg, off);
     }
@@ -381,16 +400,20 @@ static void later_done(struct cleaner *k)
     log_sync(c, &k->lw);
 }
 
-static void later_read(struct cread *cr, int err)
+static void later_read(void *arg, int err)
 {
-    struct later *l = cr->priv;
+    struct later *l = arg;
     struct cleaner *k = l->k;
     struct cache *c = k->c;
-    uint32_t id = current_at(c, l->oblock, l->seg, l->off);
-    if (id != NIL) {
-        struct tc_mask v, d;
+    uint32_t id;
+    uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
+    if (fid != NIL) {
+        struct tc_mask cur, v, d;
+        frag_current(&c->idx, id, fid, &cur);
         ce_get_masks(&c->idx, id, &v, &d);
-        if (err == 0 && mask_equal(&v, &l->v) && reinsert(c, id, l->oblock, &v, &d, l->buf)) {
+        mask_and(&d, &cur);
+        if (err == 0 && mask_equal(&cur, &l->cur) &&
+            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL)) {
             /* kept */
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);
@@ -416,26 +439,24 @@ static void decide_laters(void *arg, int err)
     k->pending = 1;
     for (size_t i = 0; i < k->nlaters; i++) {
         struct later *l = &k->laters[i];
-        uint32_t id = current_at(c, l->oblock, l->seg, l->off);
-        if (id == NIL)
+        uint32_t id;
+        uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
+        if (fid == NIL)
             continue;
-        ce_get_masks(&c->idx, id, &l->v, &l->d);
+        struct tc_mask v;
+        frag_current(&c->idx, id, fid, &l->cur);
+        ce_get_masks(&c->idx, id, &v, &l->d);
+        mask_and(&l->d, &l->cur);
         bool keep = !mask_empty(&l->d) || c->policy->ops->keep(c->policy->state, c, id);
         if (!keep) {
             add_drop(k, l->oblock, l->seg, l->off);
             continue;
         }
         /* Kept (hot, or still dirty because writeback failed): copy it. */
-        l->size = (size_t)mask_count(&l->v) * TC_SECTOR;
+        l->size = (size_t)c->spb * TC_SECTOR;
         l->buf = bufpool_get(l->size);
-        l->cr.seg = l->seg;
-        l->cr.off = l->off;
-        l->cr.n = mask_count(&l->v);
-        l->cr.buf = l->buf;
-        l->cr.cb = later_read;
-        l->cr.priv = l;
         k->pending++;
-        cache_read_verified(c, &l->cr);
+        cache_gather(c, id, &l->cur, l->buf, later_read, l);
     }
     later_done(k);
 }
@@ -455,12 +476,15 @@ static void tail_synced(struct log_waiter *lw, int err)
     }
     for (size_t i = 0; i < k->ndrops; i++) {
         struct drop *d = &k->drops[i];
-        if (current_at(c, d->oblock, d->seg, d->off) == NIL)
+        uint32_t fid = cache_find_fragment(c, d->oblock, d->seg, d->off, NULL);
+        if (fid == NIL)
             continue;
-        cache_drop(c, d->oblock);
+        cache_drop_fragment(c, d->oblock, fid);
         block_gen_bump(c, d->oblock);
-        c->policy->ops->evicted(c->policy->state, c, d->oblock);
-        c->st.demotions++;
+        if (index_lookup(&c->idx, d->oblock) == NIL) {
+            c->policy->ops->evicted(c->policy->state, c, d->oblock);
+            c->st.demotions++;
+        }
     }
     /* Mirror copies and superseded versions may still be counted in the
      * group's segments; nothing points there any more. */

@@ -1,13 +1,14 @@
 /*
- * The index: origin block number -> cached entry.
+ * The index: origin block number -> cached entry -> chain of fragments.
  *
- * A chained hash table over one array of entries.  Buckets and chains hold
- * entry numbers (32 bits), not pointers, so the array can grow by
- * reallocation; free entries are chained through hnext.  The table has a
- * power-of-two number of buckets, at least as many as entries, and doubles
- * with the array.
+ * A chained hash table over one array of entries; a second array holds the
+ * fragments.  Buckets, chains and links hold 32-bit numbers, not pointers,
+ * so both arrays can grow by reallocation; free slots are chained through
+ * hnext (entries) and next (fragments).  The table has a power-of-two
+ * number of buckets, at least as many as entries, and doubles with them.
  *
- *   buckets[hash(oblock)] ─► entry 17 ─hnext─► entry 4 ─hnext─► NIL
+ *   buckets[hash(oblock)] -> entry 17 -hnext-> entry 4 -hnext-> NIL
+ *   entry 17: head -> fragment 90 -next-> fragment 33 -next-> NIL
  */
 #include <stdlib.h>
 #include <string.h>
@@ -111,10 +112,14 @@ int index_init(struct index *ix, unsigned spb, uint64_t expected)
         cap *= 2;
     ix->cap = cap;
     ix->pool = tc_xmalloc((size_t)cap * sizeof *ix->pool);
-    if (spb > 64)
+    ix->fcap = cap;
+    ix->frags = tc_xmalloc((size_t)cap * sizeof *ix->frags);
+    if (spb > 32) {
         ix->ext = tc_xcalloc(cap, sizeof *ix->ext);
+        ix->fext = tc_xcalloc(cap, sizeof *ix->fext);
+    }
     ix->free_head = NIL;
-    ix->buckets = NULL;
+    ix->ffree = NIL;
     rehash(ix, cap);
     return 0;
 }
@@ -122,8 +127,10 @@ int index_init(struct index *ix, unsigned spb, uint64_t expected)
 void index_fini(struct index *ix)
 {
     free(ix->pool);
+    free(ix->frags);
     free(ix->buckets);
     free(ix->ext);
+    free(ix->fext);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -162,8 +169,7 @@ uint32_t index_insert(struct index *ix, uint64_t oblock)
     struct centry *e = &ix->pool[id];
     memset(e, 0, sizeof *e);
     e->oblock = oblock;
-    e->seg = NIL;
-    e->mseg = NIL;
+    e->head = NIL;
     uint32_t h = hash(ix, oblock);
     e->hnext = ix->buckets[h];
     ix->buckets[h] = id;
@@ -176,15 +182,63 @@ uint32_t index_insert(struct index *ix, uint64_t oblock)
 void index_remove(struct index *ix, uint32_t id)
 {
     struct centry *e = &ix->pool[id];
+    for (uint32_t f = e->head, next; f != NIL; f = next) {
+        next = ix->frags[f].next;
+        frag_free(ix, f);
+    }
     uint32_t *pp = &ix->buckets[hash(ix, e->oblock)];
     while (*pp != id)
         pp = &ix->pool[*pp].hnext;
     *pp = e->hnext;
     e->oblock = UINT64_MAX;
-    e->seg = NIL;
+    e->head = NIL;
     e->hnext = ix->free_head;
     ix->free_head = id;
     ix->count--;
+}
+
+uint32_t frag_alloc(struct index *ix)
+{
+    uint32_t fid;
+    if (ix->ffree != NIL) {
+        fid = ix->ffree;
+        ix->ffree = ix->frags[fid].next;
+    } else {
+        if (ix->fused == ix->fcap) {
+            uint32_t cap = ix->fcap * 2;
+            struct cfrag *p = realloc(ix->frags, (size_t)cap * sizeof *p);
+            if (p == NULL)
+                abort();
+            ix->frags = p;
+            if (ix->fext) {
+                void *x = realloc(ix->fext, (size_t)cap * sizeof *ix->fext);
+                if (x == NULL)
+                    abort();
+                ix->fext = x;
+            }
+            ix->fcap = cap;
+        }
+        fid = ix->fused++;
+    }
+    struct cfrag *f = &ix->frags[fid];
+    memset(f, 0, sizeof *f);
+    f->seg = f->mseg = f->next = NIL;
+    ix->nfrags++;
+    return fid;
+}
+
+void frag_free(struct index *ix, uint32_t fid)
+{
+    ix->frags[fid].seg = NIL;
+    ix->frags[fid].next = ix->ffree;
+    ix->ffree = fid;
+    ix->nfrags--;
+}
+
+static void get_inline(uint32_t v, struct tc_mask *m)
+{
+    mask_clear(m);
+    m->w[0] = v;
 }
 
 void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty)
@@ -196,14 +250,16 @@ void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, st
             *dirty = ix->ext[id][1];
         return;
     }
-    if (valid) {
-        mask_clear(valid);
-        valid->w[0] = ix->pool[id].valid;
-    }
-    if (dirty) {
-        mask_clear(dirty);
-        dirty->w[0] = ix->pool[id].dirty;
-    }
+    if (valid)
+        get_inline(ix->pool[id].valid, valid);
+    if (dirty)
+        get_inline(ix->pool[id].dirty, dirty);
+}
+
+/* Inline masks stay meaningful as "any bit set" tests for large blocks. */
+static uint32_t any_bits(const struct tc_mask *m)
+{
+    return mask_empty(m) ? 0 : 1;
 }
 
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid,
@@ -212,19 +268,64 @@ void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid,
     if (ix->ext) {
         ix->ext[id][0] = *valid;
         ix->ext[id][1] = *dirty;
-        ix->pool[id].valid = valid->w[0];
-        ix->pool[id].dirty = dirty->w[0] | dirty->w[1] | dirty->w[2] | dirty->w[3];
+        ix->pool[id].valid = any_bits(valid);
+        ix->pool[id].dirty = any_bits(dirty);
         return;
     }
-    ix->pool[id].valid = valid->w[0];
-    ix->pool[id].dirty = dirty->w[0];
+    ix->pool[id].valid = (uint32_t)valid->w[0];
+    ix->pool[id].dirty = (uint32_t)dirty->w[0];
+}
+
+void frag_stored(const struct index *ix, uint32_t fid, struct tc_mask *m)
+{
+    if (ix->fext)
+        *m = ix->fext[fid];
+    else
+        get_inline(ix->frags[fid].stored, m);
+}
+
+void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m)
+{
+    if (ix->fext) {
+        ix->fext[fid] = *m;
+        ix->frags[fid].stored = any_bits(m);
+    } else {
+        ix->frags[fid].stored = (uint32_t)m->w[0];
+    }
+}
+
+void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_mask *m)
+{
+    struct tc_mask newer, s;
+    mask_clear(&newer);
+    for (uint32_t f = ix->pool[id].head; f != NIL; f = ix->frags[f].next) {
+        frag_stored(ix, f, &s);
+        if (f == fid) {
+            *m = s;
+            mask_andnot(m, &newer);
+            return;
+        }
+        mask_or(&newer, &s);
+    }
+    mask_clear(m);
+}
+
+uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s)
+{
+    struct tc_mask m;
+    for (uint32_t f = ix->pool[id].head; f != NIL; f = ix->frags[f].next) {
+        frag_stored(ix, f, &m);
+        if (mask_test(&m, s))
+            return f;
+    }
+    return NIL;
 }
 
 uint64_t index_memory(const struct index *ix)
 {
-    uint64_t m = (uint64_t)ix->cap * sizeof *ix->pool +
+    uint64_t m = (uint64_t)ix->cap * sizeof *ix->pool + (uint64_t)ix->fcap * sizeof *ix->frags +
                  ((uint64_t)ix->bucket_mask + 1) * sizeof *ix->buckets;
     if (ix->ext)
-        m += (uint64_t)ix->cap * sizeof *ix->ext;
+        m += (uint64_t)ix->cap * sizeof *ix->ext + (uint64_t)ix->fcap * sizeof *ix->fext;
     return m;
 }

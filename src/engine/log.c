@@ -43,8 +43,14 @@ struct head_extra {
 };
 static struct head_extra *extra_of(struct cache *c, unsigned d);
 
+/* Segment images are reused, not freed: a fresh 4 MiB mapping costs a
+ * thousand page faults on first touch. */
+#define IMAGE_POOL 8
+
 struct log_state {
     struct head_extra extra[TC_MAX_DEVICES];
+    uint8_t *images[IMAGE_POOL];
+    unsigned nimages;
     struct log_waiter commit;
     bool commit_pending;
     struct tc_task seal_task;
@@ -88,6 +94,8 @@ void log_fini(struct cache *c)
         free(c->heads[d].entries);
         free(ls->extra[d].crcs);
     }
+    for (unsigned i = 0; i < ls->nimages; i++)
+        free(ls->images[i]);
     free(ls);
     c->log_private = NULL;
 }
@@ -123,15 +131,21 @@ static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
     h->data_fill = 0;
     h->nentries = 0;
     h->urgent = false;
-    if (sg->image == NULL)
-        sg->image = tc_alloc_aligned(c->segment_size);
+    if (sg->image == NULL) {
+        struct log_state *ls = LS(c);
+        sg->image = ls->nimages ? ls->images[--ls->nimages] : tc_alloc_aligned(c->segment_size);
+    }
 }
 
 static void image_release(struct cache *c, uint32_t seg)
 {
     struct segment *sg = SEG(c, seg);
     if (sg->image && sg->state != SEG_OPEN && sg->writes_inflight == 0) {
-        free(sg->image);
+        struct log_state *ls = LS(c);
+        if (ls->nimages < IMAGE_POOL)
+            ls->images[ls->nimages++] = sg->image;
+        else
+            free(sg->image);
         sg->image = NULL;
     }
 }

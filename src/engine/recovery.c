@@ -45,7 +45,8 @@ struct recovery {
     struct rec *recs;
     size_t nrecs, cap;
     uint64_t max_seq, max_chunk_seq, tail_seq, wt_stable, durable;
-    uint64_t *cur_seq;              /* per index entry: seq of its version */
+    uint64_t *cur_seq;              /* per index entry: seq of its newest fragment */
+    uint64_t *wt_seq;               /* per index entry: newest write-through seq */
     uint32_t cur_cap;
     uint8_t *hdr;
     uint64_t chunks, bad_entries;
@@ -186,18 +187,25 @@ static void read_entries(struct recovery *rc, uint32_t s)
     free(data);
 }
 
+static void grow(struct recovery *rc, uint32_t id)
+{
+    if (id < rc->cur_cap)
+        return;
+    uint32_t cap = rc->cur_cap ? rc->cur_cap : 1024;
+    while (cap <= id)
+        cap *= 2;
+    rc->cur_seq = realloc(rc->cur_seq, (size_t)cap * sizeof *rc->cur_seq);
+    rc->wt_seq = realloc(rc->wt_seq, (size_t)cap * sizeof *rc->wt_seq);
+    if (rc->cur_seq == NULL || rc->wt_seq == NULL)
+        abort();
+    memset(rc->cur_seq + rc->cur_cap, 0, (size_t)(cap - rc->cur_cap) * sizeof *rc->cur_seq);
+    memset(rc->wt_seq + rc->cur_cap, 0, (size_t)(cap - rc->cur_cap) * sizeof *rc->wt_seq);
+    rc->cur_cap = cap;
+}
+
 static uint64_t *cur_seq_slot(struct recovery *rc, uint32_t id)
 {
-    if (id >= rc->cur_cap) {
-        uint32_t cap = rc->cur_cap ? rc->cur_cap : 1024;
-        while (cap <= id)
-            cap *= 2;
-        rc->cur_seq = realloc(rc->cur_seq, (size_t)cap * sizeof *rc->cur_seq);
-        if (rc->cur_seq == NULL)
-            abort();
-        memset(rc->cur_seq + rc->cur_cap, 0, (size_t)(cap - rc->cur_cap) * sizeof *rc->cur_seq);
-        rc->cur_cap = cap;
-    }
+    grow(rc, id);
     return &rc->cur_seq[id];
 }
 
@@ -213,18 +221,24 @@ static void apply(struct recovery *rc)
                 continue;
             uint32_t id = index_lookup(&c->idx, r->oblock);
             if (id != NIL && *cur_seq_slot(rc, id) == r->seq) {
-                /* The second copy of a mirrored version. */
-                struct centry *e = CE(&c->idx, id);
-                if (e->mseg == NIL) {
-                    e->mseg = r->seg;
-                    e->moff = r->off;
+                /* The second copy of a mirrored fragment. */
+                struct cfrag *f = FR(&c->idx, CE(&c->idx, id)->head);
+                if (f->mseg == NIL) {
+                    f->mseg = r->seg;
+                    f->moff = r->off;
                     seg_add_live(c, r->seg, (int)mask_count(&r->valid));
                 }
                 continue;
             }
-            id = cache_install(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
-                               (r->flags & TC_ENTRY_WT) ? CE_WT : 0);
-            *cur_seq_slot(rc, id) = r->seq;
+            bool fresh = id == NIL;
+            id = cache_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
+                                    0, false);
+            grow(rc, id);
+            if (fresh)
+                rc->wt_seq[id] = 0;
+            rc->cur_seq[id] = r->seq;
+            if (r->flags & TC_ENTRY_WT)
+                rc->wt_seq[id] = r->seq;
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
             cache_drop(c, r->oblock);
         }
@@ -236,8 +250,8 @@ static void apply(struct recovery *rc)
         uint32_t id = index_lookup(&c->idx, r->oblock);
         if (id == NIL)
             continue;
-        struct centry *e = CE(&c->idx, id);
-        if (tc_loc(e->seg, e->off) != r->target || *cur_seq_slot(rc, id) > r->seq)
+        struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
+        if (tc_loc(head->seg, head->off) != r->target || *cur_seq_slot(rc, id) > r->seq)
             continue;
         struct tc_mask v, d, nd;
         ce_get_masks(&c->idx, id, &v, &d);
@@ -245,24 +259,30 @@ static void apply(struct recovery *rc)
         mask_andnot(&nd, &r->valid);
         ce_set_masks(&c->idx, id, &v, &nd);
         cache_set_dirty(c, r->oblock, &d, &nd);
-        e = CE(&c->idx, id);
-        e->flags &= (uint16_t)~CE_WT;
-        if (mask_empty(&nd) && e->mseg != NIL) {
-            seg_add_live(c, e->mseg, -(int)mask_count(&v));
-            e->mseg = NIL;
+        if (rc->wt_seq[id] <= r->seq)
+            rc->wt_seq[id] = 0;
+        if (mask_empty(&nd)) {
+            for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next) {
+                struct cfrag *fr = FR(&c->idx, f);
+                if (fr->mseg == NIL)
+                    continue;
+                struct tc_mask st;
+                frag_stored(&c->idx, f, &st);
+                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
+                fr->mseg = NIL;
+            }
         }
     }
     /* Write-through versions the origin may lack become dirty. */
     for (uint32_t id = 0; id < c->idx.used; id++) {
         struct centry *e = CE(&c->idx, id);
-        if (e->oblock == UINT64_MAX || !(e->flags & CE_WT))
-            continue;
-        if (*cur_seq_slot(rc, id) <= rc->wt_stable)
+        if (e->oblock == UINT64_MAX || id >= rc->cur_cap || rc->wt_seq[id] <= rc->wt_stable)
             continue;
         struct tc_mask v, d;
         ce_get_masks(&c->idx, id, &v, &d);
         ce_set_masks(&c->idx, id, &v, &v);
         cache_set_dirty(c, e->oblock, &d, &v);
+        e->flags |= CE_WT;
     }
 }
 
@@ -321,6 +341,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     free(live);
     free(rc.recs);
     free(rc.cur_seq);
+    free(rc.wt_seq);
     free(rc.hdr);
     (void)err;
     (void)errlen;

@@ -47,12 +47,9 @@ struct wb_block {
     struct wb_job *job;
     uint64_t oblock;
     uint64_t gen;
-    uint32_t seg;
-    uint16_t off;
     struct tc_mask valid, dirty;
-    uint8_t *data;
+    uint8_t *data;              /* the block's cached sectors, by sector */
     size_t size;
-    struct cread cr;
     bool ok, failed;
 };
 
@@ -159,19 +156,26 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         ce_get_masks(&c->idx, id, &v, &d);
         struct tc_mask nd = d;
         mask_andnot(&nd, &b->dirty);
-        struct centry *e = CE(&c->idx, id);
+        struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
         struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
-                            .target = tc_loc(e->seg, e->off), .valid = b->dirty,
+                            .target = tc_loc(head->seg, head->off), .valid = b->dirty,
                             .use_reserve = true };
         log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
-        e = CE(&c->idx, id);
         ce_set_masks(&c->idx, id, &v, &nd);
         cache_set_dirty(c, b->oblock, &d, &nd);
+        struct centry *e = CE(&c->idx, id);
         e->flags &= (uint16_t)~CE_WT;
-        if (mask_empty(&nd) && e->mseg != NIL) {
+        if (mask_empty(&nd)) {
             /* Clean data keeps one copy. */
-            seg_add_live(c, e->mseg, -(int)mask_count(&v));
-            e->mseg = NIL;
+            for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
+                struct cfrag *fr = FR(&c->idx, f);
+                if (fr->mseg == NIL)
+                    continue;
+                struct tc_mask st;
+                frag_stored(&c->idx, f, &st);
+                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
+                fr->mseg = NIL;
+            }
         }
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
         wb->bytes += bytes;
@@ -289,7 +293,7 @@ static void build_runs(struct wb_job *j)
                 run_off = off;
                 first = i;
             }
-            src[nsect++] = b->data + (size_t)mask_rank(&b->valid, s) * TC_SECTOR;
+            src[nsect++] = b->data + (size_t)s * TC_SECTOR;
             prev_end = off + TC_SECTOR;
             if (dirty) {
                 last_dirty_len = nsect;
@@ -338,9 +342,9 @@ static void reads_done(struct wb_job *j)
     job_submit_writes(j);
 }
 
-static void block_read(struct cread *cr, int err)
+static void block_read(void *arg, int err)
 {
-    struct wb_block *b = cr->priv;
+    struct wb_block *b = arg;
     struct wb_job *j = b->job;
     struct cache *c = j->wb->c;
     if (err) {
@@ -382,8 +386,6 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
             continue;
         b->job = j;
         b->oblock = blocks[i];
-        b->seg = CE(&c->idx, id)->seg;
-        b->off = CE(&c->idx, id)->off;
         block_gen_hold(c, b->oblock);
         b->gen = block_gen(c, b->oblock);
         block_wb_begin(c, b->oblock);
@@ -392,17 +394,10 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
     j->pending = 1;
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
-        unsigned cnt = mask_count(&b->valid);
-        b->size = (size_t)cnt * TC_SECTOR;
+        b->size = (size_t)c->spb * TC_SECTOR;
         b->data = bufpool_get(b->size);
-        b->cr.seg = b->seg;
-        b->cr.off = b->off;
-        b->cr.n = cnt;
-        b->cr.buf = b->data;
-        b->cr.cb = block_read;
-        b->cr.priv = b;
         j->pending++;
-        cache_read_verified(c, &b->cr);
+        cache_gather(c, index_lookup(&c->idx, b->oblock), &b->valid, b->data, block_read, b);
     }
     if (--j->pending == 0)
         reads_done(j);

@@ -20,10 +20,11 @@
  * FLUSH recorded that the origin has it), or the origin write never
  * started.
  *
- * Merging: the new version of a block must hold all its valid sectors.
- * Sectors the write does not cover are copied from the old version: from
- * RAM if its segment is still being written, else read from the cache
- * device (checked).  A small write never needs a read of the origin.
+ * A write to a cached block appends only the sectors it writes, as the
+ * block's newest fragment: no read, no rewrite of the rest.  When the
+ * block already has MAX_FRAGS fragments, the write merges them: the other
+ * valid sectors are read from the cache (checked) and one fragment with
+ * everything replaces the chain.  A small write never reads the origin.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -51,11 +52,10 @@ struct wpiece {
     struct tc_dev_io dio;
     struct cread cr;
     struct owrite ow;
-    uint8_t *old;                   /* packed old sectors, for merging */
+    uint8_t *old;                   /* merging: the other sectors, by sector */
     size_t old_size;
-    struct tc_mask ovalid, odirty;  /* the version being replaced */
-    uint32_t oseg;
-    uint16_t ooff;
+    bool merging;
+    struct tc_mask ovalid, odirty;  /* the block before this write */
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
 };
@@ -79,6 +79,7 @@ struct wreq {
 
 static void piece_step(struct wpiece *p);
 static void piece_done(struct wpiece *p, int err);
+static void wb_cleared(struct block_waiter *bw);
 
 static const uint8_t *zero_block(void)
 {
@@ -277,7 +278,7 @@ static void append_version(struct wpiece *p)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
-    struct tc_mask wmask, nvalid, ndirty;
+    struct tc_mask wmask;
     mask_range(&wmask, p->s0, p->s1);
 
     if (p->mode == W_AROUND || p->mode == W_DISCARD) {
@@ -300,32 +301,39 @@ static void append_version(struct wpiece *p)
         return;
     }
 
-    nvalid = p->ovalid;
-    mask_or(&nvalid, &wmask);
-    ndirty = p->odirty;
+    /* The new fragment: the written sectors, or everything when merging. */
+    struct tc_mask stored = wmask, dirty_new;
+    mask_clear(&dirty_new);
+    if (p->merging)
+        mask_or(&stored, &p->ovalid);
     if (p->mode == W_BACK)
-        mask_or(&ndirty, &wmask);
-    unsigned n = mask_count(&nvalid);
-    uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
-    unsigned k = 0;
-    for (unsigned s = 0; s < c->spb; s++) {
-        if (!mask_test(&nvalid, s))
-            continue;
-        const uint8_t *src;
-        if (s >= p->s0 && s < p->s1)
-            src = p->src + (size_t)(s - p->s0) * TC_SECTOR;
-        else
-            src = p->old + (size_t)mask_rank(&p->ovalid, s) * TC_SECTOR;
-        memcpy(data + (size_t)k++ * TC_SECTOR, src, TC_SECTOR);
+        dirty_new = wmask;
+    if (p->merging)
+        mask_or(&dirty_new, &p->odirty);
+    unsigned n = mask_count(&stored);
+    const uint8_t *data = p->src;
+    uint8_t *merged = NULL;
+    if (p->merging) {
+        merged = bufpool_get((size_t)n * TC_SECTOR);
+        unsigned k = 0;
+        for (unsigned s = 0; s < c->spb; s++) {
+            if (!mask_test(&stored, s))
+                continue;
+            const uint8_t *from = (s >= p->s0 && s < p->s1)
+                                      ? p->src + (size_t)(s - p->s0) * TC_SECTOR
+                                      : p->old + (size_t)s * TC_SECTOR;
+            memcpy(merged + (size_t)k++ * TC_SECTOR, from, TC_SECTOR);
+        }
+        data = merged;
     }
     struct append a = {
         .oblock = p->oblock,
         .type = TC_ENTRY_DATA,
         .flags = p->mode == W_THROUGH ? TC_ENTRY_WT : 0,
-        .valid = nvalid,
-        .dirty = ndirty,
+        .valid = stored,
+        .dirty = dirty_new,
         .data = data,
-        .mirror = !mask_empty(&ndirty) && c->vol->cfg.dirty_copies > 1,
+        .mirror = !mask_empty(&dirty_new) && c->vol->cfg.dirty_copies > 1,
     };
     uint32_t seg, mseg;
     uint16_t off, moff;
@@ -336,7 +344,8 @@ static void append_version(struct wpiece *p)
         lw = &p->lw;
     }
     int rc = log_append(c, &a, &seg, &off, &mseg, &moff, lw);
-    bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (merged)
+        bufpool_put(merged, (size_t)n * TC_SECTOR);
     if (rc == -ENOSPC) {
         if (p->mode == W_THROUGH && mask_empty(&p->odirty)) {
             /* No room for the new version: invalidate and write through. */
@@ -350,22 +359,22 @@ static void append_version(struct wpiece *p)
     }
     if (p->mode == W_THROUGH)
         wt_track(p, c->next_seq - 1);
-    cache_install(c, p->oblock, &nvalid, &ndirty, seg, off, a.mirror ? mseg : NIL,
-                  a.mirror ? moff : 0, p->mode == W_THROUGH ? CE_WT : 0);
-    c->st.admitted_bytes += (uint64_t)(mask_count(&nvalid) - mask_count(&p->ovalid)) * TC_SECTOR;
+    cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, a.mirror ? mseg : NIL,
+                       a.mirror ? moff : 0, p->mode == W_THROUGH ? CE_WT : 0, p->merging);
+    c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
         piece_done(p, 0);
     }
 }
 
-static void old_read(struct cread *cr, int err)
+static void merge_read(void *arg, int err)
 {
-    struct wpiece *p = cr->priv;
+    struct wpiece *p = arg;
     struct cache *c = p->w->c;
     if (err) {
-        /* The old copy is unreadable: keep only what this write covers,
-         * plus nothing else.  Dirty sectors outside the write are lost. */
+        /* The other sectors are unreadable: the new version holds only
+         * what this write covers.  Dirty ones among them are lost. */
         struct tc_mask wmask, lost = p->odirty;
         mask_range(&wmask, p->s0, p->s1);
         mask_andnot(&lost, &wmask);
@@ -376,9 +385,8 @@ static void old_read(struct cread *cr, int err)
                      (unsigned long long)(off + c->block_size - 1));
             c->st.lost_dirty_bytes += (uint64_t)mask_count(&lost) * TC_SECTOR;
         }
-        mask_and(&p->ovalid, &wmask);
-        mask_and(&p->odirty, &wmask);
-        /* Those sectors are overwritten anyway: nothing of old is used. */
+        mask_clear(&p->ovalid);
+        mask_clear(&p->odirty);
     }
     append_version(p);
 }
@@ -397,11 +405,9 @@ static void piece_step(struct wpiece *p)
     uint32_t id = index_lookup(&c->idx, p->oblock);
     mask_clear(&p->ovalid);
     mask_clear(&p->odirty);
-    if (id != NIL) {
+    p->merging = false;
+    if (id != NIL)
         ce_get_masks(&c->idx, id, &p->ovalid, &p->odirty);
-        p->oseg = CE(&c->idx, id)->seg;
-        p->ooff = CE(&c->idx, id)->off;
-    }
     block_gen_bump(c, p->oblock);
 
     if (p->mode == W_DISCARD) {
@@ -423,29 +429,20 @@ static void piece_step(struct wpiece *p)
         c->st.write_hits++;
     else
         c->st.write_misses++;
-    if (p->mode == W_AROUND) {
+    if (p->mode == W_AROUND || id == NIL || CE(&c->idx, id)->nfrags < MAX_FRAGS) {
         append_version(p);
         return;
     }
+    /* The chain is full: merge.  Read the sectors this write leaves. */
     struct tc_mask wmask, need = p->ovalid;
     mask_range(&wmask, p->s0, p->s1);
     mask_andnot(&need, &wmask);
-    if (mask_empty(&need)) {
-        append_version(p);
-        return;
+    p->merging = true;
+    if (p->old == NULL) {
+        p->old_size = (size_t)c->spb * TC_SECTOR;
+        p->old = bufpool_get(p->old_size);
     }
-    unsigned n = mask_count(&p->ovalid);
-    if (p->old)
-        bufpool_put(p->old, p->old_size);  /* a retry after waiting for space */
-    p->old_size = (size_t)n * TC_SECTOR;
-    p->old = bufpool_get(p->old_size);
-    p->cr.seg = p->oseg;
-    p->cr.off = p->ooff;
-    p->cr.n = n;
-    p->cr.buf = p->old;
-    p->cr.cb = old_read;
-    p->cr.priv = p;
-    cache_read_verified(c, &p->cr);
+    cache_gather(c, id, &need, p->old, merge_read, p);
 }
 
 static void lock_granted(struct block_waiter *bw)
