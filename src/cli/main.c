@@ -18,6 +18,8 @@ static const char main_help[] =
 "  flush          write a running daemon's dirty data back to the origin\n"
 "  detach         flush, then serve the origin without the cache\n"
 "  mode           switch a running daemon's cache mode\n"
+"  check          audit a cache set offline\n"
+"  dump           print a cache set's layout\n"
 "  version        print the version\n"
 "\n"
 "Run 'tiercache COMMAND --help' for the options of one command, and\n"
@@ -35,6 +37,8 @@ static const struct command commands[] = {
     { "flush", cmd_flush },
     { "detach", cmd_detach },
     { "mode", cmd_mode },
+    { "check", cmd_check },
+    { "dump", cmd_dump },
 };
 
 int main(int argc, char **argv)

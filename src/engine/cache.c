@@ -4,6 +4,7 @@
  * the read, write and discard paths, orderly close, and the figures.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,37 @@
 #include "util/parse.h"
 
 #define VERIFY_BUDGET (64ull << 20)
+
+/* ---- tracing ---- */
+
+void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
+{
+    if (oblock != c->trace_block && c->trace_block != UINT64_MAX - 1)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    uint32_t id = index_lookup(&c->idx, oblock);
+    char frags[256] = "";
+    if (id != NIL) {
+        size_t n = 0;
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        n += (size_t)snprintf(frags + n, sizeof frags - n, "valid %llx dirty %llx:",
+                              (unsigned long long)v.w[0], (unsigned long long)d.w[0]);
+        for (uint32_t f = CE(&c->idx, id)->head; f != NIL && n < sizeof frags - 40;
+             f = FR(&c->idx, f)->next) {
+            struct tc_mask st;
+            frag_stored(&c->idx, f, &st);
+            n += (size_t)snprintf(frags + n, sizeof frags - n, " %u:%u=%llx", FR(&c->idx, f)->seg,
+                                  FR(&c->idx, f)->off, (unsigned long long)st.w[0]);
+        }
+    }
+    tc_info("trace block %llu: %s [%s]", (unsigned long long)oblock, msg,
+            id == NIL ? "not cached" : frags);
+}
 
 /* ---- index updates ---- */
 
@@ -107,6 +139,9 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     cache_set_dirty(c, oblock, &od, &nd);
     if (fresh)
         c->policy->ops->inserted(c->policy->state, c, id, true);
+    cache_trace(c, oblock, "add fragment %u:%u stored %llx dirty %llx%s%s", seg, off,
+                (unsigned long long)stored->w[0], (unsigned long long)dirty->w[0],
+                (flags & CE_WT) ? " WT" : "", replace ? " replacing all" : "");
     return id;
 }
 
@@ -139,6 +174,7 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
         link = &FR(ix, *link)->next;
     if (*link == NIL)
         return;
+    cache_trace(c, oblock, "drop fragment %u:%u", FR(ix, fid)->seg, FR(ix, fid)->off);
     *link = FR(ix, fid)->next;
     frag_unaccount(c, fid);
     frag_free(ix, fid);
@@ -160,6 +196,7 @@ void cache_drop(struct cache *c, uint64_t oblock)
     uint32_t id = index_lookup(&c->idx, oblock);
     if (id == NIL)
         return;
+    cache_trace(c, oblock, "drop block");
     struct tc_mask d;
     ce_get_masks(&c->idx, id, NULL, &d);
     for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next)
@@ -288,7 +325,8 @@ static void watermarks(struct cache *c)
     c->reserve_segs = 2 * c->ndevs;
 }
 
-int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen)
+static int cache_attach(struct tc_volume *vol, const char *const *paths, bool offline,
+                        char *err, size_t errlen)
 {
     struct tc_dev *devs[TC_MAX_DEVICES];
     struct tc_superblock sbs[TC_MAX_DEVICES];
@@ -303,7 +341,7 @@ int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_
                      paths[n]);
             goto fail;
         }
-        devs[n] = dev_file_open(vol->reactor, paths[n], false, err, errlen);
+        devs[n] = dev_open_local(vol->reactor, paths[n], offline, err, errlen);
         if (devs[n] == NULL)
             goto fail;
         if (read_superblock(devs[n], &sbs[n], err, errlen) < 0) {
@@ -315,6 +353,10 @@ int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_
     c->vol = vol;
     c->reactor = vol->reactor;
     c->ndevs = n;
+    c->offline = offline;
+    const char *tb = getenv("TIERCACHE_TRACE_BLOCK");
+    c->trace_block = !tb ? UINT64_MAX : strcmp(tb, "all") == 0 ? UINT64_MAX - 1
+                                                               : strtoull(tb, NULL, 10);
     if (check_set(c, devs, sbs, n, err, errlen) < 0) {
         free(c);
         goto fail;
@@ -325,6 +367,8 @@ int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_
     c->segment_size = sbs[0].segment_size;
     c->seg_sectors = c->segment_size / TC_SECTOR;
     c->nsegs = sbs[0].total_segments;
+    if (vol->size == 0)
+        vol->size = sbs[0].origin_size;    /* offline: the recorded origin */
     c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
     c->dirty_bits = tc_xcalloc((c->nblocks_origin + 63) / 64 + 1, sizeof(uint64_t));
     c->next_seq = 1;
@@ -355,6 +399,8 @@ int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_
     if (recovery_run(c, err, errlen) < 0)
         goto fail_cache;
     c->recovery_ns = tc_now_ns() - t0;
+    if (offline)
+        return 0;
 
     /* The origin must be the one the cache was formatted for. */
     const struct tc_superblock *sb = &c->devs[0].sb;
@@ -407,6 +453,35 @@ fail:
     for (unsigned i = 0; i < n; i++)
         dev_close(devs[i]);
     return -1;
+}
+
+int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen)
+{
+    return cache_attach(vol, paths, false, err, errlen);
+}
+
+struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
+                                 struct tc_volume_config *cfg, char *err, size_t errlen)
+{
+    struct tc_volume *vol = tc_xcalloc(1, sizeof *vol);
+    vol->reactor = r;
+    vol->cfg = *cfg;
+    vol->read_only = true;
+    vol->mode = TC_MODE_PASSTHROUGH;
+    /* The origin's size comes from the superblock: recovery needs it. */
+    vol->size = 0;
+    if (cache_attach(vol, paths, true, err, errlen) < 0) {
+        free(vol);
+        return NULL;
+    }
+    return vol->cache;
+}
+
+void cache_close_offline(struct cache *c)
+{
+    struct tc_volume *vol = c->vol;
+    cache_free(c);
+    free(vol);
 }
 
 /* ---- draining and detaching ---- */

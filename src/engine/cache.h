@@ -254,6 +254,8 @@ struct cache_stats {
     uint64_t syncs;
     uint64_t writeback_bytes, writeback_writes, writeback_passes;
     uint64_t recovered_entries, recovered_dirty_sectors;
+    uint64_t recovery_malformed;    /* entries that did not decode (damage) */
+    uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
 };
 
 struct blocklocks;
@@ -314,6 +316,8 @@ struct cache {
     struct wpiece *wt_inflight;     /* writepath.c: write-through origin writes */
     int log_error;                  /* first cache write error, reported to syncs */
     struct cache_stats st;
+    bool offline;                   /* check and dump: read only, no background work */
+    uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;
     bool degraded;
@@ -322,6 +326,10 @@ struct cache {
 
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
+/* For check and dump: attach read-only, recover, and do nothing else. */
+struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
+                                 struct tc_volume_config *cfg, char *err, size_t errlen);
+void cache_close_offline(struct cache *c);
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
 void cache_free(struct cache *c);
 void cache_status_json(struct cache *c, struct tc_json *j);
@@ -480,6 +488,10 @@ void cache_drop(struct cache *c, uint64_t oblock);
 uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
                              uint32_t *id);
 static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
+/* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change
+ * to block N is logged. */
+void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* readpath.c, writepath.c */
 /* The newest sequence number whose write-through origin write is done:

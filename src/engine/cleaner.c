@@ -162,7 +162,7 @@ void cleaner_stop(struct cache *c)
 void cleaner_kick(struct cache *c)
 {
     struct cleaner *k = c->cleaner;
-    if (k && !k->running && !k->stopping)
+    if (k && !k->running && !k->stopping && !c->offline)
         reactor_defer(c->reactor, &k->kick);
 }
 

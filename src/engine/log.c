@@ -206,6 +206,9 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     else
         c->inflight_tail = cw->prev;
     c->chunks_written_upto = c->inflight_head ? c->inflight_head->chunk_seq - 1 : c->chunks_issued;
+    if (c->trace_block == UINT64_MAX - 1)
+        tc_info("trace log: chunk %llu written (err %d); written up to %llu",
+                (unsigned long long)cw->chunk_seq, err, (unsigned long long)c->chunks_written_upto);
     sg->writes_inflight--;
     c->devs[sg->dev].written_since_flush = true;
     if (err) {
@@ -281,6 +284,11 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     segment_add_chunk(c, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
     verify_remember(c, h->seg, h->chunk_start, &hdr, hbuf);
     uint32_t n = h->hdr_sectors + h->data_fill;
+    if (c->trace_block == UINT64_MAX - 1)
+        tc_info("trace log: seal chunk %llu: segment %u sectors %u..%u, %u entries, group %llu, "
+                "tail %llu%s", (unsigned long long)hdr.chunk_seq, h->seg, h->chunk_start,
+                h->chunk_start + n - 1, h->nentries, (unsigned long long)sg->seq,
+                (unsigned long long)hdr.tail_seq, closing ? " closing" : "");
     write_chunk(c, h->seg, h->chunk_start, n, hdr.chunk_seq);
 
     /* Waiters of this chunk now wait for its sequence number. */
@@ -538,6 +546,8 @@ static void flush_done(struct tc_dev_io *dio, int err)
         return;
     c->flushing = false;
     c->flushed_upto = c->flush_target;
+    if (c->trace_block == UINT64_MAX - 1)
+        tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)c->flushed_upto);
     int e = c->log_error;
     struct log_waiter **pp = &c->flush_waiters, *ready = NULL;
     while (*pp) {
@@ -564,6 +574,8 @@ static void maybe_flush(struct cache *c)
         return;
     c->flushing = true;
     c->flush_target = c->chunks_written_upto;
+    if (c->trace_block == UINT64_MAX - 1)
+        tc_info("trace log: flush starts: target %llu", (unsigned long long)c->flush_target);
     c->flushes_pending = 1;     /* held until all are issued */
     c->st.syncs++;
     for (unsigned d = 0; d < c->ndevs; d++) {

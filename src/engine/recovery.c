@@ -13,9 +13,10 @@
  *  3. Chunks written after the durable mark may be torn: their data is read
  *     and checked, and entries whose data fails are ignored, as if never
  *     written (they were never flushed, so nothing acknowledged is lost).
- *  4. All entries of live groups are applied in sequence order: a version
- *     replaces the block's entry, a tombstone removes it; clean records
- *     then clear the dirty bits of the versions they name.
+ *  4. All entries of live groups are applied in sequence order: a fragment
+ *     becomes the block's newest (older ones lose its sectors), a tombstone
+ *     removes the block, a clean record clears dirty bits of the state it
+ *     was written against.
  *  5. A write-through version newer than the stable mark may not have
  *     reached the origin: it is marked dirty and written back.
  */
@@ -49,7 +50,7 @@ struct recovery {
     uint64_t *wt_seq;               /* per index entry: newest write-through seq */
     uint32_t cur_cap;
     uint8_t *hdr;
-    uint64_t chunks, bad_entries;
+    uint64_t chunks;
 };
 
 static void add_rec(struct recovery *rc, const struct rec *r)
@@ -115,6 +116,9 @@ static int walk_segment(struct recovery *rc, uint32_t s)
     }
     sg->seq = seq;
     sg->fill = at;
+    if (c->trace_block == UINT64_MAX - 1 && seq)
+        tc_info("trace recovery: segment %u: group %llu, %u chunks, fill %u", s,
+                (unsigned long long)seq, sg->nchunks, at);
     return 0;
 }
 
@@ -156,7 +160,7 @@ static void read_entries(struct recovery *rc, uint32_t s)
             struct tc_entry e;
             if (chunk_entry(rc->hdr, &h, c->spb, i, &e, why, sizeof why) < 0) {
                 tc_warn("%s: segment %u chunk at %u: %s", dev->name, s, cr->start, why);
-                rc->bad_entries++;
+                c->st.recovery_malformed++;
                 continue;
             }
             struct rec r = { .seq = e.seq, .oblock = e.oblock, .target = e.target,
@@ -166,7 +170,7 @@ static void read_entries(struct recovery *rc, uint32_t s)
             if (e.oblock >= c->nblocks_origin) {
                 tc_warn("%s: segment %u: entry for block %llu beyond the origin ignored",
                         dev->name, s, (unsigned long long)e.oblock);
-                rc->bad_entries++;
+                c->st.recovery_malformed++;
                 continue;
             }
             if (check && e.type == TC_ENTRY_DATA) {
@@ -177,7 +181,7 @@ static void read_entries(struct recovery *rc, uint32_t s)
                                                                e.data_sector + x))
                         r.bad = true;
                 if (r.bad)
-                    rc->bad_entries++;
+                    c->st.recovery_unflushed++;
             }
             if (e.seq > rc->max_seq)
                 rc->max_seq = e.seq;
@@ -209,6 +213,40 @@ static uint64_t *cur_seq_slot(struct recovery *rc, uint32_t id)
     return &rc->cur_seq[id];
 }
 
+/* A clean record: the dirty sectors it names were on the origin when the
+ * block's newest fragment was the one it names.  Applied in sequence
+ * order, that is exactly the state it meets here. */
+static void apply_clean(struct recovery *rc, const struct rec *r)
+{
+    struct cache *c = rc->c;
+    uint32_t id = index_lookup(&c->idx, r->oblock);
+    if (id == NIL)
+        return;
+    struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
+    if (tc_loc(head->seg, head->off) != r->target)
+        return;
+    struct tc_mask v, d, nd;
+    ce_get_masks(&c->idx, id, &v, &d);
+    nd = d;
+    mask_andnot(&nd, &r->valid);
+    ce_set_masks(&c->idx, id, &v, &nd);
+    cache_set_dirty(c, r->oblock, &d, &nd);
+    grow(rc, id);
+    if (rc->wt_seq[id] <= r->seq)
+        rc->wt_seq[id] = 0;
+    if (mask_empty(&nd)) {
+        for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next) {
+            struct cfrag *fr = FR(&c->idx, f);
+            if (fr->mseg == NIL)
+                continue;
+            struct tc_mask st;
+            frag_stored(&c->idx, f, &st);
+            seg_add_live(c, fr->mseg, -(int)mask_count(&st));
+            fr->mseg = NIL;
+        }
+    }
+}
+
 static void apply(struct recovery *rc)
 {
     struct cache *c = rc->c;
@@ -216,6 +254,10 @@ static void apply(struct recovery *rc)
         qsort(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec);
     for (size_t i = 0; i < rc->nrecs; i++) {
         struct rec *r = &rc->recs[i];
+        cache_trace(c, r->oblock, "recovery: %s seq %llu at %u:%u valid %llx dirty %llx flags %x%s",
+                    r->type == TC_ENTRY_DATA ? "DATA" : r->type == TC_ENTRY_CLEAN ? "CLEAN" : "TOMB",
+                    (unsigned long long)r->seq, r->seg, r->off, (unsigned long long)r->valid.w[0],
+                    (unsigned long long)r->dirty.w[0], r->flags, r->bad ? " BAD" : "");
         if (r->type == TC_ENTRY_DATA) {
             if (r->bad)
                 continue;
@@ -241,36 +283,8 @@ static void apply(struct recovery *rc)
                 rc->wt_seq[id] = r->seq;
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
             cache_drop(c, r->oblock);
-        }
-    }
-    for (size_t i = 0; i < rc->nrecs; i++) {
-        struct rec *r = &rc->recs[i];
-        if (r->type != TC_ENTRY_CLEAN)
-            continue;
-        uint32_t id = index_lookup(&c->idx, r->oblock);
-        if (id == NIL)
-            continue;
-        struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
-        if (tc_loc(head->seg, head->off) != r->target || *cur_seq_slot(rc, id) > r->seq)
-            continue;
-        struct tc_mask v, d, nd;
-        ce_get_masks(&c->idx, id, &v, &d);
-        nd = d;
-        mask_andnot(&nd, &r->valid);
-        ce_set_masks(&c->idx, id, &v, &nd);
-        cache_set_dirty(c, r->oblock, &d, &nd);
-        if (rc->wt_seq[id] <= r->seq)
-            rc->wt_seq[id] = 0;
-        if (mask_empty(&nd)) {
-            for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next) {
-                struct cfrag *fr = FR(&c->idx, f);
-                if (fr->mseg == NIL)
-                    continue;
-                struct tc_mask st;
-                frag_stored(&c->idx, f, &st);
-                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
-                fr->mseg = NIL;
-            }
+        } else {
+            apply_clean(rc, r);
         }
     }
     /* Write-through versions the origin may lack become dirty. */
@@ -283,6 +297,8 @@ static void apply(struct recovery *rc)
         ce_set_masks(&c->idx, id, &v, &v);
         cache_set_dirty(c, e->oblock, &d, &v);
         e->flags |= CE_WT;
+        cache_trace(c, e->oblock, "recovery: write-through seq %llu > stable %llu: dirty",
+                    (unsigned long long)rc->wt_seq[id], (unsigned long long)rc->wt_stable);
     }
 }
 
@@ -295,6 +311,10 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     for (uint32_t s = 0; s < c->nsegs; s++)
         walk_segment(&rc, s);
 
+    if (c->trace_block == UINT64_MAX - 1)
+        tc_info("trace recovery: newest chunk %llu: tail %llu, durable up to %llu",
+                (unsigned long long)rc.max_chunk_seq, (unsigned long long)rc.tail_seq,
+                (unsigned long long)rc.durable);
     /* Live segments: groups at or after the tail, ordered by sequence. */
     uint32_t *live = tc_xmalloc((size_t)c->nsegs * sizeof *live);
     uint32_t nlive = 0;
@@ -335,9 +355,12 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     c->wt_stable_seq = rc.wt_stable;
     c->st.recovered_entries = c->idx.count;
     c->st.recovered_dirty_sectors = c->dirty_sectors;
-    if (rc.bad_entries)
-        tc_warn("cache: %llu entries of unflushed or damaged chunks were ignored",
-                (unsigned long long)rc.bad_entries);
+    if (c->st.recovery_unflushed)
+        tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
+                "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);
+    if (c->st.recovery_malformed)
+        tc_warn("cache: %llu damaged entries were ignored",
+                (unsigned long long)c->st.recovery_malformed);
     free(live);
     free(rc.recs);
     free(rc.cur_seq);

@@ -177,6 +177,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
                 fr->mseg = NIL;
             }
         }
+        cache_trace(c, b->oblock, "written back and cleaned %llx", (unsigned long long)b->dirty.w[0]);
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
         wb->bytes += bytes;
         wb->rate_bytes += bytes;
@@ -252,12 +253,14 @@ static void add_run(struct wb_job *j, unsigned first, unsigned last, uint64_t of
     r->buf = bufpool_get(r->size);
     for (unsigned s = 0; s < nsect; s++)
         memcpy(r->buf + (size_t)s * TC_SECTOR, src[s], TC_SECTOR);
+    for (unsigned i = first; i <= last; i++)
+        cache_trace(c, j->b[i].oblock, "writeback run: %llu bytes at %llu",
+                    (unsigned long long)r->size, (unsigned long long)off);
     r->dio.op = TC_DEV_WRITE;
     r->dio.buf = r->buf;
     r->dio.off = off;
     r->dio.len = r->size;
     r->dio.cb = run_written;
-    (void)c;
 }
 
 /* Runs: stretches of cached sectors that begin and end with dirty ones,
@@ -389,6 +392,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         block_gen_hold(c, b->oblock);
         b->gen = block_gen(c, b->oblock);
         block_wb_begin(c, b->oblock);
+        cache_trace(c, b->oblock, "writeback starts (%s job)", pass ? "pass" : "demand");
         j->n++;
     }
     j->pending = 1;
@@ -537,7 +541,10 @@ int writeback_init(struct cache *c)
     wb->rate_start = tc_now_ns();
     wb->last_commit = tc_now_ns();
     c->wb = wb;
-    timer_arm(c->reactor, &wb->tick, TICK_NS);
+    if (c->offline)
+        wb->stopped = true;
+    else
+        timer_arm(c->reactor, &wb->tick, TICK_NS);
     return 0;
 }
 

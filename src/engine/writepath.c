@@ -18,7 +18,10 @@
  * crash the cache never holds an older version than the origin: either
  * the new version is in the log (and recovery treats it as dirty until a
  * FLUSH recorded that the origin has it), or the origin write never
- * started.
+ * started.  When the write supersedes cached sectors, the wait includes a
+ * flush of the cache devices (shared by all writes waiting at the time),
+ * so that a power failure cannot keep the origin's new data and lose the
+ * cache's record of it.
  *
  * A write to a cached block appends only the sectors it writes, as the
  * block's newest fragment: no read, no rewrite of the rest.  When the
@@ -289,7 +292,10 @@ static void append_version(struct wpiece *p)
         struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
                             .use_reserve = true };
         p->lw.fn = appended_written;
-        p->lw.need_flush = false;
+        /* The tombstone must survive a power failure that the origin write
+         * survives, or the stale cached copy would come back (trimmed
+         * contents are unspecified anyway). */
+        p->lw.need_flush = p->mode == W_AROUND;
         int rc = log_append(c, &a, NULL, NULL, NULL, NULL, &p->lw);
         if (rc == -ENOSPC) {
             p->lw.fn = space_ready;
@@ -340,7 +346,13 @@ static void append_version(struct wpiece *p)
     struct log_waiter *lw = NULL;
     if (p->mode == W_THROUGH) {
         p->lw.fn = appended_written;
-        p->lw.need_flush = false;
+        /* Superseding cached sectors: the new version must be durable in the
+         * cache before the origin changes, or a power failure could leave the
+         * cache holding an older version than the origin (reads would return
+         * one, then the other).  Writes to sectors not cached need no flush. */
+        struct tc_mask overlap = p->ovalid;
+        mask_and(&overlap, &wmask);
+        p->lw.need_flush = !mask_empty(&overlap);
         lw = &p->lw;
     }
     int rc = log_append(c, &a, &seg, &off, &mseg, &moff, lw);

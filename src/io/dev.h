@@ -83,6 +83,13 @@ struct tc_dev *dev_file_open(struct tc_reactor *r, const char *path, bool read_o
                              char *err, size_t errlen);
 struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_only, char *err,
                             size_t errlen);
+/* "testdev:PATH?undo=FILE&eio_when=FILE&eio_after=N": fault injection
+ * for tests (dev_test.c). */
+struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_only, char *err,
+                             size_t errlen);
+/* A local device: a file or block device, or a testdev: wrapper of one. */
+struct tc_dev *dev_open_local(struct tc_reactor *r, const char *path, bool read_only,
+                              char *err, size_t errlen);
 bool dev_is_nbd_uri(const char *path);
 
 static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)

@@ -1,0 +1,310 @@
+/*
+ * tiercache check: an offline audit of a cache set.
+ *
+ * After recovery has rebuilt the index (which already checked every chunk
+ * header and entry it used), this checks what recovery takes on trust:
+ *
+ *  - both superblock copies of every device, byte for byte;
+ *  - the data: every cached sector is read and checked against the CRC in
+ *    its chunk header; damaged sectors are listed by origin range, as lost
+ *    (dirty) or harmless (clean: the origin has them);
+ *  - the index: masks (dirty within valid, valid the union of fragments),
+ *    fragments inside their segment's written part and inside one chunk,
+ *    no two fragments sharing a sector of the cache;
+ *  - the accounting: dirty totals and bitmap, segment use.
+ *
+ * Problems are collected as sentences; none means the cache is clean.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/cache.h"
+#include "engine/check.h"
+#include "util/misc.h"
+
+static void problem(struct check_result *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    if (s == NULL)
+        return;
+    if (r->nproblems % 64 == 0) {
+        r->problems = realloc(r->problems, (r->nproblems + 64) * sizeof *r->problems);
+        if (r->problems == NULL)
+            abort();
+    }
+    r->problems[r->nproblems++] = s;
+}
+
+void check_result_free(struct check_result *r)
+{
+    for (unsigned i = 0; i < r->nproblems; i++)
+        free(r->problems[i]);
+    free(r->problems);
+    memset(r, 0, sizeof *r);
+}
+
+static void check_superblocks(struct cache *c, struct check_result *r)
+{
+    uint8_t *buf = tc_alloc_aligned(2 * TC_SB_SIZE);
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct tc_dev *dev = c->devs[d].dev;
+        if (dev_sync_io(dev, TC_DEV_READ, buf, 0, 2 * TC_SB_SIZE, 0) != 0) {
+            problem(r, "%s: the superblocks cannot be read", dev->name);
+            continue;
+        }
+        struct tc_superblock sb;
+        char why[160];
+        for (int copy = 0; copy < 2; copy++)
+            if (sb_decode(buf + copy * TC_SB_SIZE, &sb, why, sizeof why) < 0)
+                problem(r, "%s: superblock copy %c is damaged: %s", dev->name, 'A' + copy, why);
+        if (memcmp(buf, buf + TC_SB_SIZE, TC_SB_SIZE) != 0)
+            problem(r, "%s: the two superblock copies differ", dev->name);
+    }
+    free(buf);
+}
+
+/* ---- data ---- */
+
+struct data_read {
+    struct cread cr;
+    struct check_state *st;
+    uint64_t oblock;
+    struct tc_mask stored, cur, dirty;
+    uint8_t *buf;
+    bool busy;
+};
+
+struct check_state {
+    struct cache *c;
+    struct check_result *r;
+    unsigned inflight;
+};
+
+static void range_problem(struct check_state *st, struct data_read *d, uint32_t from, uint32_t to)
+{
+    struct cache *c = st->c;
+    /* Sectors of the fragment [from, to) in packed order -> block sectors. */
+    unsigned k = 0, lo = UINT32_MAX, hi = 0;
+    bool dirty = false, current = false;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(&d->stored, s))
+            continue;
+        if (k >= from && k < to) {
+            if (mask_test(&d->cur, s)) {
+                current = true;
+                if (s < lo)
+                    lo = s;
+                hi = s + 1;
+                if (mask_test(&d->dirty, s))
+                    dirty = true;
+            }
+        }
+        k++;
+    }
+    if (!current)
+        return;     /* only superseded sectors were damaged */
+    uint64_t base = d->oblock * c->block_size;
+    if (dirty) {
+        st->r->lost_dirty_sectors += hi - lo;
+        problem(st->r, "data: origin bytes %llu..%llu: cached dirty data is damaged and LOST",
+                (unsigned long long)(base + (uint64_t)lo * TC_SECTOR),
+                (unsigned long long)(base + (uint64_t)hi * TC_SECTOR - 1));
+    } else {
+        st->r->damaged_clean_sectors += hi - lo;
+        problem(st->r, "data: origin bytes %llu..%llu: cached clean data is damaged (the "
+                "origin has it; serve drops the damaged copy)",
+                (unsigned long long)(base + (uint64_t)lo * TC_SECTOR),
+                (unsigned long long)(base + (uint64_t)hi * TC_SECTOR - 1));
+    }
+}
+
+static void data_read_done(struct cread *cr, int err)
+{
+    struct data_read *d = container_of(cr, struct data_read, cr);
+    struct check_state *st = d->st;
+    st->r->data_checked_bytes += (uint64_t)cr->n * TC_SECTOR;
+    if (err)
+        range_problem(st, d, cr->bad_from, cr->bad_to);
+    d->busy = false;
+    st->inflight--;
+}
+
+static void check_data(struct cache *c, struct check_result *r, bool progress)
+{
+    enum { WINDOW = 32 };
+    struct data_read reads[WINDOW];
+    memset(reads, 0, sizeof reads);
+    struct check_state st = { .c = c, .r = r };
+    uint64_t total = c->idx.nfrags, done = 0;
+    for (int i = 0; i < WINDOW; i++) {
+        reads[i].buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
+        reads[i].st = &st;
+    }
+    for (uint32_t id = 0; id < c->idx.used; id++) {
+        struct centry *e = CE(&c->idx, id);
+        if (e->oblock == UINT64_MAX)
+            continue;
+        for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
+            struct data_read *d = NULL;
+            while (d == NULL) {
+                for (int i = 0; i < WINDOW && d == NULL; i++)
+                    if (!reads[i].busy)
+                        d = &reads[i];
+                if (d == NULL)
+                    reactor_poll(c->reactor, 100000000ull);
+            }
+            d->busy = true;
+            d->oblock = e->oblock;
+            frag_stored(&c->idx, f, &d->stored);
+            frag_current(&c->idx, id, f, &d->cur);
+            ce_get_masks(&c->idx, id, NULL, &d->dirty);
+            struct cfrag *fr = FR(&c->idx, f);
+            d->cr.seg = fr->seg;
+            d->cr.off = fr->off;
+            d->cr.n = mask_count(&d->stored);
+            d->cr.buf = d->buf;
+            d->cr.cb = data_read_done;
+            st.inflight++;
+            cache_read_verified(c, &d->cr);
+            e = CE(&c->idx, id);
+            if (progress && ++done % 256 == 0)
+                fprintf(stderr, "\rchecking cached data: %llu of %llu fragments",
+                        (unsigned long long)done, (unsigned long long)total);
+        }
+    }
+    while (st.inflight)
+        reactor_poll(c->reactor, 100000000ull);
+    if (progress)
+        fprintf(stderr, "\rchecking cached data: %llu of %llu fragments\n",
+                (unsigned long long)total, (unsigned long long)total);
+    for (int i = 0; i < WINDOW; i++)
+        free(reads[i].buf);
+}
+
+/* ---- index and accounting ---- */
+
+struct span {
+    uint32_t seg, from, to;
+    uint64_t oblock;
+};
+
+static int cmp_span(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    if (x->seg != y->seg)
+        return x->seg < y->seg ? -1 : 1;
+    return x->from < y->from ? -1 : x->from > y->from;
+}
+
+static void check_index(struct cache *c, struct check_result *r)
+{
+    size_t nspans = 0, cap = 1024;
+    struct span *spans = tc_xmalloc(cap * sizeof *spans);
+    uint64_t dirty_sectors = 0, dirty_blocks = 0;
+    uint64_t *live = tc_xcalloc(c->nsegs, sizeof *live);
+    for (uint32_t id = 0; id < c->idx.used; id++) {
+        struct centry *e = CE(&c->idx, id);
+        if (e->oblock == UINT64_MAX)
+            continue;
+        r->blocks++;
+        struct tc_mask v, d, uni;
+        ce_get_masks(&c->idx, id, &v, &d);
+        mask_clear(&uni);
+        unsigned nf = 0;
+        for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
+            struct cfrag *fr = FR(&c->idx, f);
+            struct tc_mask st;
+            frag_stored(&c->idx, f, &st);
+            mask_or(&uni, &st);
+            nf++;
+            r->fragments++;
+            unsigned n = mask_count(&st);
+            for (int copy = 0; copy < 2; copy++) {
+                uint32_t seg = copy ? fr->mseg : fr->seg;
+                uint16_t off = copy ? fr->moff : fr->off;
+                if (seg == NIL)
+                    continue;
+                if (seg >= c->nsegs) {
+                    problem(r, "index: block %llu points to segment %u of %u",
+                            (unsigned long long)e->oblock, seg, c->nsegs);
+                    continue;
+                }
+                live[seg] += n;
+                const struct chunk_ref *cr = segment_chunk_of(c, seg, off);
+                if (cr == NULL || off < cr->start + cr->hdr_sectors ||
+                    off + n > (uint32_t)cr->start + cr->hdr_sectors + cr->data_sectors ||
+                    off + n > SEG(c, seg)->fill)
+                    problem(r, "index: block %llu: %u sectors at segment %u sector %u are not "
+                            "inside one written chunk", (unsigned long long)e->oblock, n, seg,
+                            off);
+                if (nspans == cap) {
+                    cap *= 2;
+                    spans = realloc(spans, cap * sizeof *spans);
+                    if (spans == NULL)
+                        abort();
+                }
+                spans[nspans++] = (struct span){ seg, off, off + n, e->oblock };
+            }
+        }
+        if (nf != e->nfrags)
+            problem(r, "index: block %llu counts %u fragments but has %u",
+                    (unsigned long long)e->oblock, e->nfrags, nf);
+        if (!mask_equal(&uni, &v))
+            problem(r, "index: block %llu: valid sectors differ from its fragments'",
+                    (unsigned long long)e->oblock);
+        if (!mask_covers(&v, &d))
+            problem(r, "index: block %llu has dirty sectors that are not valid",
+                    (unsigned long long)e->oblock);
+        unsigned nd = mask_count(&d);
+        dirty_sectors += nd;
+        if (nd)
+            dirty_blocks++;
+        bool bit = c->dirty_bits[e->oblock / 64] & (1ull << (e->oblock % 64));
+        if (bit != (nd > 0))
+            problem(r, "accounting: dirty bit of block %llu is %s", (unsigned long long)e->oblock,
+                    bit ? "set for a clean block" : "clear for a dirty block");
+    }
+    if (nspans > 1)
+        qsort(spans, nspans, sizeof *spans, cmp_span);
+    for (size_t i = 1; i < nspans; i++)
+        if (spans[i].seg == spans[i - 1].seg && spans[i].from < spans[i - 1].to)
+            problem(r, "index: blocks %llu and %llu share sectors of segment %u",
+                    (unsigned long long)spans[i - 1].oblock, (unsigned long long)spans[i].oblock,
+                    spans[i].seg);
+    if (dirty_sectors != c->dirty_sectors || dirty_blocks != c->dirty_blocks)
+        problem(r, "accounting: %llu dirty sectors in %llu blocks counted, %llu in %llu found",
+                (unsigned long long)c->dirty_sectors, (unsigned long long)c->dirty_blocks,
+                (unsigned long long)dirty_sectors, (unsigned long long)dirty_blocks);
+    for (uint32_t s = 0; s < c->nsegs; s++)
+        if (live[s] != SEG(c, s)->live)
+            problem(r, "accounting: segment %u counts %u live sectors, %llu found", s,
+                    SEG(c, s)->live, (unsigned long long)live[s]);
+    r->dirty_bytes = dirty_sectors * TC_SECTOR;
+    free(spans);
+    free(live);
+}
+
+int cache_check(struct cache *c, struct check_result *r, bool progress)
+{
+    memset(r, 0, sizeof *r);
+    check_superblocks(c, r);
+    check_index(c, r);
+    check_data(c, r, progress);
+    if (c->st.recovery_malformed)
+        problem(r, "log: %llu chunk entries are malformed and were ignored",
+                (unsigned long long)c->st.recovery_malformed);
+    r->unflushed_entries = c->st.recovery_unflushed;
+    r->groups = c->ngroups;
+    r->segments = c->nsegs;
+    r->segments_free = c->free_segs;
+    return (int)r->nproblems;
+}

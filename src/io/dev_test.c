@@ -1,0 +1,209 @@
+/*
+ * A device layer for fault testing: "testdev:PATH?OPTION&OPTION...".
+ *
+ * It wraps a file or block device (as dev_file.c opens it) and adds:
+ *
+ *   undo=FILE       power-loss simulation.  Before each write reaches the
+ *                   device, the old contents of its range are appended to
+ *                   FILE; a completed flush removes the records of the
+ *                   writes sent before it.  After the daemon is killed,
+ *                   applying FILE backwards (tests/tools/undo) gives the
+ *                   device exactly as a power failure would have left it if
+ *                   it kept nothing that was not flushed: the worst case a
+ *                   volatile write cache allows.
+ *   eio_when=FILE   while FILE exists, every request fails with EIO (a
+ *                   device dying at a moment the test chooses).
+ *   eio_after=N     every request after the first N fails with EIO.
+ *
+ * The extra work (reading old contents, writing the undo file) is done
+ * with blocking calls: this layer is for tests, never for production.
+ *
+ * Undo file format: records of [u64 offset][u64 length][length bytes of
+ * the old contents], little-endian, in the order the writes were issued.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/ondisk.h"
+#include "io/dev.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+struct dev_test {
+    struct tc_dev dev;
+    struct tc_dev *inner;
+    int raw_fd;                 /* buffered fd for reading old contents */
+    int undo_fd;
+    char *eio_when;
+    long long eio_after;
+    long long ops;
+};
+
+struct test_io {
+    struct tc_dev_io inner;
+    struct tc_dev_io *outer;
+    off_t flush_mark;           /* undo bytes recorded when the flush was sent */
+};
+
+/* A flush makes durable the writes sent before it: drop their undo
+ * records, keep those of writes sent while it ran. */
+static int undo_forget(int fd, off_t upto)
+{
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0)
+        return -errno;
+    size_t keep = (size_t)(end - upto);
+    uint8_t *rest = tc_xmalloc(keep ? keep : 1);
+    if (keep && pread(fd, rest, keep, upto) != (ssize_t)keep) {
+        free(rest);
+        return -EIO;
+    }
+    int rc = 0;
+    if ((keep && pwrite(fd, rest, keep, 0) != (ssize_t)keep) || ftruncate(fd, (off_t)keep) < 0 ||
+        lseek(fd, (off_t)keep, SEEK_SET) < 0)
+        rc = -EIO;
+    free(rest);
+    return rc;
+}
+
+static void inner_done(struct tc_dev_io *dio, int err)
+{
+    struct test_io *t = container_of(dio, struct test_io, inner);
+    struct tc_dev_io *outer = t->outer;
+    struct dev_test *d = container_of(outer->dev, struct dev_test, dev);
+    if (err == 0 && outer->op == TC_DEV_FLUSH && d->undo_fd >= 0)
+        err = undo_forget(d->undo_fd, t->flush_mark);
+    free(t);
+    dev_complete(outer, err);
+}
+
+static bool failing(struct dev_test *d)
+{
+    d->ops++;
+    if (d->eio_after >= 0 && d->ops > d->eio_after)
+        return true;
+    if (d->eio_when && access(d->eio_when, F_OK) == 0)
+        return true;
+    return false;
+}
+
+static int save_old(struct dev_test *d, uint64_t off, uint64_t len)
+{
+    uint8_t hdr[16];
+    le64_put(hdr, off);
+    le64_put(hdr + 8, len);
+    uint8_t *buf = tc_xmalloc(len);
+    ssize_t n = pread(d->raw_fd, buf, len, (off_t)off);
+    if (n < 0) {
+        free(buf);
+        return -errno;
+    }
+    if ((uint64_t)n < len)
+        memset(buf + n, 0, len - (uint64_t)n);
+    int rc = 0;
+    if (write(d->undo_fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr ||
+        write(d->undo_fd, buf, len) != (ssize_t)len)
+        rc = -EIO;
+    free(buf);
+    return rc;
+}
+
+static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
+{
+    struct dev_test *d = container_of(dev, struct dev_test, dev);
+    if (failing(d)) {
+        dev_complete(dio, -EIO);
+        return;
+    }
+    if (d->undo_fd >= 0 && (dio->op == TC_DEV_WRITE || dio->op == TC_DEV_ZERO ||
+                            dio->op == TC_DEV_TRIM)) {
+        int rc = save_old(d, dio->off, dio->len);
+        if (rc) {
+            tc_error("testdev %s: cannot record the undo data: %s", dev->name, strerror(-rc));
+            dev_complete(dio, -EIO);
+            return;
+        }
+    }
+    struct test_io *t = tc_xcalloc(1, sizeof *t);
+    t->outer = dio;
+    if (dio->op == TC_DEV_FLUSH && d->undo_fd >= 0)
+        t->flush_mark = lseek(d->undo_fd, 0, SEEK_CUR);
+    t->inner.op = dio->op;
+    t->inner.flags = dio->flags;
+    t->inner.buf = dio->buf;
+    t->inner.off = dio->off;
+    t->inner.len = dio->len;
+    t->inner.cb = inner_done;
+    dev_submit(d->inner, &t->inner);
+}
+
+static void test_close(struct tc_dev *dev)
+{
+    struct dev_test *d = container_of(dev, struct dev_test, dev);
+    dev_close(d->inner);
+    if (d->raw_fd >= 0)
+        close(d->raw_fd);
+    if (d->undo_fd >= 0)
+        close(d->undo_fd);
+    free(d->eio_when);
+    free(d->dev.name);
+    free(d);
+}
+
+static const struct tc_dev_ops test_ops = { .submit = test_submit, .close = test_close };
+
+struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_only, char *err,
+                             size_t errlen)
+{
+    char *copy = tc_xstrdup(spec + strlen("testdev:"));
+    char *opts = strchr(copy, '?');
+    if (opts)
+        *opts++ = '\0';
+    struct dev_test *d = tc_xcalloc(1, sizeof *d);
+    d->raw_fd = -1;
+    d->undo_fd = -1;
+    d->eio_after = -1;
+    d->inner = dev_file_open(r, copy, read_only, err, errlen);
+    if (d->inner == NULL)
+        goto fail;
+    for (char *o = opts ? strtok(opts, "&") : NULL; o; o = strtok(NULL, "&")) {
+        if (strncmp(o, "undo=", 5) == 0) {
+            d->undo_fd = open(o + 5, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            d->raw_fd = open(copy, O_RDONLY | O_CLOEXEC);
+            if (d->undo_fd < 0 || d->raw_fd < 0) {
+                snprintf(err, errlen, "testdev: %s: %s", o + 5, strerror(errno));
+                goto fail;
+            }
+        } else if (strncmp(o, "eio_when=", 9) == 0) {
+            d->eio_when = tc_xstrdup(o + 9);
+        } else if (strncmp(o, "eio_after=", 10) == 0) {
+            d->eio_after = atoll(o + 10);
+        } else {
+            snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_after=)",
+                     o);
+            goto fail;
+        }
+    }
+    d->dev = *d->inner;
+    d->dev.ops = &test_ops;
+    d->dev.name = tc_xstrdup(spec);
+    memset(&d->dev.stats, 0, sizeof d->dev.stats);
+    free(copy);
+    return &d->dev;
+fail:
+    free(copy);
+    if (d->inner)
+        dev_close(d->inner);
+    if (d->undo_fd >= 0)
+        close(d->undo_fd);
+    if (d->raw_fd >= 0)
+        close(d->raw_fd);
+    free(d->eio_when);
+    free(d);
+    return NULL;
+}
