@@ -8,9 +8,9 @@
 # than it could decompress it) holds busybox-static, the modules of
 # KERNEL_DIR/modules.load, nbd-client, mkfs.ext4, e2fsck, TIERCACHE, every
 # shared library those need (their ldd closure and the dynamic loader) and
-# INIT.  It is KERNEL_DIR/initrd-HASH.cpio, HASH covering every input file,
-# so a rebuilt binary or a changed script gives a new archive; the newest
-# few are kept.  Prints the archive's path.
+# INIT.  It is KERNEL_DIR/initrd-KEY.cpio, KEY covering the name, size and
+# modification time of every input file, so a rebuilt binary or a changed
+# script gives a new archive; the newest few are kept.  Prints the archive's path.
 set -euo pipefail
 
 kdir=${1:?usage: mkinitramfs.sh KERNEL_DIR TIERCACHE INIT}
@@ -54,7 +54,9 @@ for entry in "${files[@]}"; do
     if [ -n "$lib" ]; then seen[$lib]=1; fi
   done < <(awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' <<<"$out")
 done
-for lib in "${!seen[@]}"; do add "$lib" "$(readlink -f "$lib")"; done
+libs=("${!seen[@]}")
+mapfile -t real < <(readlink -f "${libs[@]}")
+for i in "${!libs[@]}"; do add "${libs[$i]}" "${real[$i]}"; done
 
 # One build at a time per kernel directory; the pruning below must not race
 # with another run's build.
@@ -62,13 +64,13 @@ exec 9>"$kdir/.lock"
 flock 9
 rm -rf "$kdir"/.stage.*   # left by a run that was killed
 
-# The key: names, contents and this script.
+# The key: this script, and each input's name, size and modification time
+# (as make judges files; hashing 50 MiB of contents every run costs more).
 key=$( {
   sha256sum < "$0"
-  for entry in "${files[@]}"; do
-    dst=${entry%%$'\t'*} src=${entry#*$'\t'}
-    printf '%s %s\n' "$dst" "$(sha256sum < "$src" | cut -d' ' -f1)"
-  done | LC_ALL=C sort
+  srcs=()
+  for entry in "${files[@]}"; do srcs+=("${entry#*$'\t'}"); done
+  paste <(printf '%s\n' "${files[@]}") <(stat -L -c '%s %.9Y' "${srcs[@]}") | LC_ALL=C sort
 } | sha256sum | cut -c1-16)
 out="$kdir/initrd-$key.cpio"
 if [ -f "$out" ]; then
