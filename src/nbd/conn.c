@@ -126,8 +126,19 @@ static void rx_done(struct tc_io *io, int res);
 
 static void rx_arm(struct nbd_conn *c)
 {
-    if (c->rx_armed || c->closing || c->dead)
+    if (c->rx_armed)
         return;
+    if (c->closing || c->dead) {
+        /* Nothing more will be received, so a WRITE whose payload is still
+         * arriving can never complete: drop it, or it would hold the
+         * connection (and the daemon's shutdown) for ever. */
+        if (c->rx_req) {
+            struct nbd_req *req = c->rx_req;
+            c->rx_req = NULL;
+            transmission_abandon(req);
+        }
+        return;
+    }
     void *dst;
     size_t len;
     struct nbd_req *req = c->rx_req;
