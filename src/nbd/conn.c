@@ -128,7 +128,7 @@ static void rx_arm(struct nbd_conn *c)
 {
     if (c->rx_armed)
         return;
-    if (c->closing || c->dead) {
+    if (c->closing) {
         /* Nothing more will be received, so a WRITE whose payload is still
          * arriving can never complete: drop it, or it would hold the
          * connection (and the daemon's shutdown) for ever. */
@@ -216,7 +216,7 @@ void conn_parse(struct nbd_conn *c)
     c->parsing = true;
     do {
         c->reparse = false;
-        while (!c->closing && !c->dead && c->rx_req == NULL) {
+        while (!c->closing && c->rx_req == NULL) {
             if (c->rx_discard > 0) {
                 size_t n = TC_MIN(conn_rx_avail(c), c->rx_discard);
                 if (n == 0)
@@ -273,8 +273,11 @@ static void tx_done(struct tc_io *io, int res)
         if (!c->dead)
             tc_warn("connection %llu (%s): send failed: %s; replies dropped",
                     (unsigned long long)c->id, c->peer, strerror(-res));
+        /* Replies can no longer be delivered, but requests the client sent
+         * before it stopped reading still run (proto.md: after NBD_CMD_DISC
+         * the server MUST handle all outstanding requests, and a client may
+         * close right after sending it).  Receiving ends at EOF. */
         c->dead = true;
-        c->closing = true;
         drop_queue(c);
         maybe_finish(c);
         conn_put(c);

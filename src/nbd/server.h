@@ -120,7 +120,7 @@ struct nbd_conn {
     uint64_t requests;
 
     bool closing;                   /* no more requests; close when idle */
-    bool dead;                      /* socket unusable; drop queued output */
+    bool dead;                      /* replies cannot be sent; drop output */
     bool finished;                  /* the "open" reference has been dropped */
     bool parsing, reparse;          /* conn_parse() is not re-entered */
     unsigned refs;
