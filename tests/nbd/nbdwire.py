@@ -14,6 +14,7 @@ Or all of that at once: open_export(path).  Every integer is big-endian
 (proto.md).  A read that would block longer than the timeout raises
 socket.timeout; the server closing the connection raises Closed.
 """
+import json
 import random
 import socket
 import struct
@@ -425,6 +426,26 @@ class Conn:
     def disconnect(self):
         self.send(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_DISC, 0, 0, 0))
         self.close()
+
+
+def ctl_status(ctl_path):
+    """The daemon's figures, straight from its control socket (what
+    `tiercache status --json` prints), without starting a process."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(ctl_path)
+    s.sendall(b"status\n")
+    out = bytearray()
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    text = out.decode()
+    if text.startswith("error: "):
+        raise RuntimeError(text.strip())
+    return json.loads(text)
 
 
 def open_export(path, structured=True, meta=True, export=b"", timeout=10.0):
