@@ -10,6 +10,7 @@
  *                 the partly covered head and tail sectors, merge the data,
  *                 write the covering sectors
  *   write-zeroes  zero the aligned middle; read-modify-write the ends
+ *                 (with FAST_ZERO: refused with -ENOTSUP, nothing changed)
  *   trim          trim only the whole sectors inside (trim is advisory)
  *   cache         widen to whole sectors
  *   block status  ask for the covering sectors, report from the offset on
@@ -248,6 +249,16 @@ void align_submit(struct tc_volume *vol, struct tc_request *req)
         break;
     case TC_OP_WRITE:
     case TC_OP_WRITE_ZEROES:
+        if (req->op == TC_OP_WRITE_ZEROES && (req->flags & TC_REQ_FAST_ZERO)) {
+            /* The partial sectors at the ends need a read-modify-write,
+             * which is no faster than a plain write: refuse at once, before
+             * anything is changed.  (Zeroing the ends and then failing the
+             * middle with -ENOTSUP would leave the export altered while
+             * reporting failure, which proto.md says FAST_ZERO should not do.) */
+            a->next = finish;
+            a->err = -ENOTSUP;
+            break;
+        }
         if (req->op == TC_OP_WRITE)
             vol->stats.unaligned_writes++;
         a->bounce_size = req->op == TC_OP_WRITE ? a->a1 - a->a0 : 2 * TC_SECTOR;

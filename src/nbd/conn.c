@@ -95,6 +95,7 @@ static void drop_queue(struct nbd_conn *c)
         out->release(out);
     }
     c->txq_tail = &c->txq;
+    c->tx_bytes = 0;
 }
 
 void conn_close(struct nbd_conn *c, const char *why)
@@ -126,8 +127,19 @@ static void rx_done(struct tc_io *io, int res);
 
 static void rx_arm(struct nbd_conn *c)
 {
-    if (c->rx_armed || c->closing || c->dead)
+    if (c->rx_armed)
         return;
+    if (c->closing) {
+        /* Nothing more will be received, so a WRITE whose payload is still
+         * arriving can never complete: drop it, or it would hold the
+         * connection (and the daemon's shutdown) for ever. */
+        if (c->rx_req) {
+            struct nbd_req *req = c->rx_req;
+            c->rx_req = NULL;
+            transmission_abandon(req);
+        }
+        return;
+    }
     void *dst;
     size_t len;
     struct nbd_req *req = c->rx_req;
@@ -136,6 +148,9 @@ static void rx_arm(struct nbd_conn *c)
     } else {
         if (c->phase == PHASE_TRANSMISSION && !transmission_can_accept(c) && c->rx_discard == 0)
             return;     /* back-pressure: the engine holds enough of ours */
+        if (c->phase != PHASE_TRANSMISSION && c->tx_bytes > HANDSHAKE_MAX_QUEUED &&
+            c->rx_discard == 0)
+            return;     /* back-pressure: the client is not reading option replies */
         if (c->rx_start > 0) {
             memmove(c->rx, c->rx + c->rx_start, c->rx_end - c->rx_start);
             c->rx_end -= c->rx_start;
@@ -205,7 +220,7 @@ void conn_parse(struct nbd_conn *c)
     c->parsing = true;
     do {
         c->reparse = false;
-        while (!c->closing && !c->dead && c->rx_req == NULL) {
+        while (!c->closing && c->rx_req == NULL) {
             if (c->rx_discard > 0) {
                 size_t n = TC_MIN(conn_rx_avail(c), c->rx_discard);
                 if (n == 0)
@@ -262,14 +277,19 @@ static void tx_done(struct tc_io *io, int res)
         if (!c->dead)
             tc_warn("connection %llu (%s): send failed: %s; replies dropped",
                     (unsigned long long)c->id, c->peer, strerror(-res));
+        /* Replies can no longer be delivered, but requests the client sent
+         * before it stopped reading still run (proto.md: after NBD_CMD_DISC
+         * the server MUST handle all outstanding requests, and a client may
+         * close right after sending it).  Receiving ends at EOF. */
         c->dead = true;
-        c->closing = true;
         drop_queue(c);
+        conn_parse(c);      /* receive again if it waited for this send */
         maybe_finish(c);
         conn_put(c);
         return;
     }
     size_t left = (size_t)res;
+    c->tx_bytes -= TC_MIN(c->tx_bytes, left);
     while (c->txq) {
         struct nbd_out *o = c->txq;
         for (unsigned i = 0; i < o->iovcnt && left > 0; i++) {
@@ -290,6 +310,9 @@ static void tx_done(struct tc_io *io, int res)
         o->release(o);
     }
     tx_kick(c);
+    /* Option parsing may have paused for this send (HANDSHAKE_MAX_QUEUED). */
+    if (c->phase != PHASE_TRANSMISSION)
+        conn_parse(c);
     maybe_finish(c);
     conn_put(c);
 }
@@ -300,6 +323,8 @@ void conn_send(struct nbd_conn *c, struct nbd_out *out)
         out->release(out);
         return;
     }
+    for (unsigned i = 0; i < out->iovcnt; i++)
+        c->tx_bytes += out->iov[i].iov_len;
     out->next = NULL;
     *c->txq_tail = out;
     c->txq_tail = &out->next;

@@ -311,6 +311,8 @@ bool handshake_parse(struct nbd_conn *c)
 
     if (avail < NBD_OPTION_HDR_SIZE)
         return false;
+    if (c->tx_bytes > HANDSHAKE_MAX_QUEUED)
+        return false;   /* wait until the client reads its replies (conn.c resumes) */
     if (get_be64(p) != NBD_IHAVEOPT) {
         c->srv->stats.protocol_errors++;
         c->srv->stats.handshakes_failed++;

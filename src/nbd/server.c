@@ -27,6 +27,11 @@
 
 static void accept_arm(struct nbd_listener *l);
 
+/* How long a shutdown waits for connections to finish on their own.  A
+ * client that never reads its replies would otherwise keep a send
+ * pending, and the daemon running, for ever. */
+#define STOP_GRACE_NS (5ull * 1000000000ull)
+
 static int listen_unix(const char *path, unsigned mode, char *err, size_t errlen)
 {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -266,6 +271,7 @@ void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c)
             return;
     void (*cb)(struct nbd_server *) = srv->stopped;
     srv->stopped = NULL;
+    timer_cancel(srv->reactor, &srv->stop_timer);
     for (unsigned i = 0; i < srv->nlisteners; i++) {
         close(srv->listeners[i].fd);
         if (srv->listeners[i].is_unix)
@@ -274,10 +280,28 @@ void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c)
     cb(srv);
 }
 
+static void stop_grace_over(struct tc_timer *t)
+{
+    struct nbd_server *srv = container_of(t, struct nbd_server, stop_timer);
+    if (srv->nconns > 0)
+        tc_warn("%u connection%s still busy %llu s after the shutdown began; disconnecting",
+                srv->nconns, srv->nconns == 1 ? "" : "s",
+                (unsigned long long)(STOP_GRACE_NS / 1000000000ull));
+    /* Shutting the socket down fails the pending send; what is queued is
+     * dropped, and each connection goes once the engine has returned its
+     * requests. */
+    for (struct nbd_conn *c = srv->conns, *next; c; c = next) {
+        next = c->next;
+        conn_abort(c, "the server is shutting down and the client is not taking its replies");
+    }
+}
+
 void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *srv))
 {
     srv->stopping = true;
     srv->stopped = stopped;
+    srv->stop_timer.fn = stop_grace_over;
+    timer_arm(srv->reactor, &srv->stop_timer, STOP_GRACE_NS);
     for (unsigned i = 0; i < srv->nlisteners; i++) {
         struct nbd_listener *l = &srv->listeners[i];
         if (l->armed) {

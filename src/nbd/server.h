@@ -71,6 +71,7 @@ struct nbd_server {
     uint64_t next_conn_id;
     bool stopping;
     void (*stopped)(struct nbd_server *srv);    /* called once all is closed */
+    struct tc_timer stop_timer;     /* cuts off clients that hold up a shutdown */
     struct nbd_server_stats stats;
 };
 
@@ -105,6 +106,7 @@ struct nbd_conn {
 
     /* Sending: one sendmsg in flight at a time, gathering queued messages. */
     struct nbd_out *txq, **txq_tail;
+    size_t tx_bytes;                /* queued and not yet sent */
     struct tc_io tx_io;
     bool tx_armed;
     struct msghdr tx_msg;
@@ -119,7 +121,7 @@ struct nbd_conn {
     uint64_t requests;
 
     bool closing;                   /* no more requests; close when idle */
-    bool dead;                      /* socket unusable; drop queued output */
+    bool dead;                      /* replies cannot be sent; drop output */
     bool finished;                  /* the "open" reference has been dropped */
     bool parsing, reparse;          /* conn_parse() is not re-entered */
     unsigned refs;
@@ -144,6 +146,11 @@ void conn_abort(struct nbd_conn *c, const char *why);   /* hard: protocol error 
 void conn_put(struct nbd_conn *c);
 static inline void conn_get(struct nbd_conn *c) { c->refs++; }
 static inline size_t conn_rx_avail(const struct nbd_conn *c) { return c->rx_end - c->rx_start; }
+
+/* Option replies a client may leave unread before the server stops
+ * reading its options (the transmission phase is bounded by its
+ * in-flight request limits instead). */
+#define HANDSHAKE_MAX_QUEUED (1u << 20)
 
 /* handshake.c: returns false when it needs more bytes. */
 void handshake_start(struct nbd_conn *c);

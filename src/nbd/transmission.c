@@ -189,7 +189,11 @@ static void submit(struct nbd_req *req)
     t->buf = req->buf;
     t->done = engine_done;
     t->flags = 0;
-    if (req->flags & NBD_CMD_FLAG_FUA)
+    /* FUA means something only to the write types; on the others it is
+     * accepted and ignored (see allowed_flags()). */
+    if ((req->flags & NBD_CMD_FLAG_FUA) &&
+        (req->type == NBD_CMD_WRITE || req->type == NBD_CMD_TRIM ||
+         req->type == NBD_CMD_WRITE_ZEROES))
         t->flags |= TC_REQ_FUA;
     if (req->flags & NBD_CMD_FLAG_NO_HOLE)
         t->flags |= TC_REQ_NO_HOLE;
@@ -214,16 +218,21 @@ static void submit(struct nbd_req *req)
     tc_submit(c->srv->vol, t);
 }
 
-/* Which flags each command accepts (others get EINVAL). */
+/* Which flags each command accepts (others get EINVAL).  FUA is valid on
+ * every command once NBD_FLAG_SEND_FUA is advertised (which it always
+ * is): proto.md says the server MUST accept it, even by ignoring it, and
+ * clients are known to set it on reads and flushes. */
 static uint16_t allowed_flags(const struct nbd_conn *c, uint16_t type)
 {
     switch (type) {
-    case NBD_CMD_READ: return c->structured_replies ? NBD_CMD_FLAG_DF : 0;
+    case NBD_CMD_READ: return NBD_CMD_FLAG_FUA | (c->structured_replies ? NBD_CMD_FLAG_DF : 0);
     case NBD_CMD_WRITE: return NBD_CMD_FLAG_FUA;
+    case NBD_CMD_FLUSH: return NBD_CMD_FLAG_FUA;
     case NBD_CMD_TRIM: return NBD_CMD_FLAG_FUA;
+    case NBD_CMD_CACHE: return NBD_CMD_FLAG_FUA;
     case NBD_CMD_WRITE_ZEROES:
         return NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
-    case NBD_CMD_BLOCK_STATUS: return NBD_CMD_FLAG_REQ_ONE;
+    case NBD_CMD_BLOCK_STATUS: return NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_REQ_ONE;
     default: return 0;
     }
 }
