@@ -14,6 +14,7 @@ static const char main_help[] =
 "Commands:\n"
 "  serve          export an origin over NBD, cached or not\n"
 "  status         figures of a running daemon\n"
+"  swap-prefetch  bring swapped-out memory back into RAM while idle\n"
 "  version        print the version\n"
 "\n"
 "Run 'tiercache COMMAND --help' for the options of one command, and\n"
@@ -27,6 +28,7 @@ struct command {
 static const struct command commands[] = {
     { "serve", cmd_serve },
     { "status", cmd_status },
+    { "swap-prefetch", cmd_swap_prefetch },
 };
 
 int main(int argc, char **argv)
