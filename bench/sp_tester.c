@@ -57,6 +57,8 @@ static const char usage[] =
 "                   ends the sleep early (scripts use it to start the reread\n"
 "                   when they are ready)\n"
 "  --no-push        skip the second buffer: measures the floor\n"
+"  --linger SECONDS stay alive this long after the reread, buffer mapped, so\n"
+"                   that an observer can look at it (default 0)\n"
 "  --reread MODE    bytes: read every byte of the buffer in order (default,\n"
 "                   like an application going over its data); pages: one\n"
 "                   word per page, in order (only the cost of bringing pages\n"
@@ -340,13 +342,14 @@ int main(int argc, char **argv)
         { "total", required_argument, NULL, 't' },
         { "sleep", required_argument, NULL, 'S' },
         { "no-push", no_argument, NULL, 'n' },
+        { "linger", required_argument, NULL, 'L' },
         { "reread", required_argument, NULL, 'R' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     uint64_t limit = 0, ram = 0, swap = UINT64_MAX, total = 0;
     const char *cgroup = NULL;
-    double sleep_s = 600;
+    double sleep_s = 600, linger_s = 0;
     bool push = true;
     enum { REREAD_BYTES, REREAD_PAGES, REREAD_RANDOM } mode = REREAD_BYTES;
     int opt;
@@ -365,6 +368,13 @@ int main(int argc, char **argv)
             break;
         }
         case 'n': push = false; break;
+        case 'L': {
+            char *end;
+            linger_s = strtod(optarg, &end);
+            if (end == optarg || *end || linger_s < 0)
+                die("--linger: '%s' is not a number of seconds", optarg);
+            break;
+        }
         case 'R':
             if (strcmp(optarg, "bytes") == 0)
                 mode = REREAD_BYTES;
@@ -474,6 +484,12 @@ int main(int argc, char **argv)
            "resident_after_push_mib=%.1f resident_before_reread_mib=%.1f buffer_mib=%.1f\n",
            reread, maj1 - maj0, min1 - min0, (double)swapped / 1048576,
            (double)res_push / 1048576, (double)res_before / 1048576, (double)half / 1048576);
+    if (linger_s > 0) {
+        struct timespec ts = { (time_t)linger_s,
+                               (long)((linger_s - (double)(time_t)linger_s) * 1e9) };
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+            ;
+    }
     munmap(first, half);
     cleanup_cgroup();
     return 0;
