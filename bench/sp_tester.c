@@ -55,7 +55,8 @@ static const char usage[] =
 "  --total SIZE     skip the formula: total/2 per buffer\n"
 "  --sleep SECONDS  between the push and the reread (default 600); SIGUSR1\n"
 "                   ends the sleep early (scripts use it to start the reread\n"
-"                   when they are ready)\n"
+"                   when they are ready); SIGUSR2 prints the residency of the\n"
+"                   first buffer without ending it\n"
 "  --no-push        skip the second buffer: measures the floor\n"
 "  --linger SECONDS stay alive this long after the reread, buffer mapped, so\n"
 "                   that an observer can look at it (default 0)\n"
@@ -74,6 +75,7 @@ static const char usage[] =
 
 static char cgroup_made[4096];      /* a cgroup this program created */
 static volatile sig_atomic_t wake;  /* SIGUSR1 arrived: stop sleeping */
+static volatile sig_atomic_t look;  /* SIGUSR2 arrived: print residency */
 static char cgroup_parent_procs[4096];
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -260,8 +262,10 @@ static void on_signal(int sig)
 
 static void on_wake(int sig)
 {
-    (void)sig;
-    wake = 1;
+    if (sig == SIGUSR1)
+        wake = 1;
+    else
+        look = 1;
 }
 
 static uint64_t make_cgroup(uint64_t limit)
@@ -396,6 +400,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     struct sigaction sa = { .sa_handler = on_wake };
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     printf("pid %d\n", (int)getpid());
 
     uint64_t cg_ram = UINT64_MAX;
@@ -447,6 +452,10 @@ int main(int argc, char **argv)
     for (double left; !wake && (left = until - now_s()) > 0;) {
         struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
         nanosleep(&ts, NULL);
+        if (look) {
+            look = 0;
+            printf("resident now: %.1f MiB\n", (double)resident_bytes(first, half) / 1048576);
+        }
     }
 
     uint64_t res_before = resident_bytes(first, half);
