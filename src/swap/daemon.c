@@ -328,7 +328,7 @@ static void settle(struct sp_daemon *d, const struct sp_sys *cur)
         int fd = sp_pagemap_open(p->pid);
         if (fd < 0)
             continue;
-        sp_ledger_sample(&p->ledger, read_pm, &fd, majd, cur->pgsteal_anon);
+        sp_ledger_sample(&p->ledger, read_pm, &fd, majd, sp_sys_reclaim_mark(cur));
         close(fd);
     }
     /* Pending pages certainly dropped: per cgroup, then system-wide. */
@@ -541,7 +541,7 @@ static void chunk(struct tc_timer *t)
         }
         while (proc_has_work(p) && looked < EXTENTS_PER_CALLBACK) {
             looked++;
-            uint64_t advised = issue(d, p, max_pages, now.pgsteal_anon);
+            uint64_t advised = issue(d, p, max_pages, sp_sys_reclaim_mark(&now));
             if (advised) {
                 if (d->state != SP_PREFETCHING) {
                     d->state = SP_PREFETCHING;

@@ -17,9 +17,12 @@
  * again).  Nothing tells the two apart per page from outside the process,
  * so the ledger bounds it:
  *
- *  - if no anonymous page was reclaimed anywhere (vmstat pgsteal_anon did
- *    not move) between the advice and the sample, nothing can have dropped
- *    the page: the touch is certainly "used";
+ *  - if no anonymous page was reclaimed anywhere and nothing was swapped
+ *    out (vmstat pgsteal_anon + pswpout did not move, sp_sys_reclaim_mark)
+ *    between the advice and the sample, nothing can have dropped the page:
+ *    the touch is "used" (blind only to a reclaim that neither counts
+ *    pgsteal nor writes to swap, such as a pageout that drops nothing but
+ *    clean swap cache pages);
  *  - otherwise the touch is ambiguous; of the ambiguous touches settled in
  *    one sample, as many as the process took major faults in that interval
  *    are counted "wasted" (each major fault may have been such a page), the
@@ -60,10 +63,13 @@ struct sp_lrange {
     uint64_t start;
     uint32_t npages, pending;
     uint64_t stamp_ns;          /* when advised (CLOCK_MONOTONIC) */
-    uint64_t steal_mark;        /* global pgsteal_anon when advised */
+    uint64_t steal_mark;        /* the system's reclaim mark when advised */
     uint64_t *entry;
 };
 
+/* One process's ledger: its ranges still holding pending pages, and the
+ * outcome counts of every page it ever recorded.  Invariant: pages.pending
+ * is the sum of the ranges' pending; a range leaves when it reaches 0. */
 struct sp_ledger {
     struct sp_lrange *r;        /* sorted by start */
     size_t n, cap;
@@ -84,8 +90,9 @@ bool sp_ledger_pending(const struct sp_ledger *l, uint64_t addr, uint64_t key);
 
 /* Settle pages from fresh pagemap entries (read through read_pm, which
  * fills npages entries from addr and returns 0 or -errno).  majflt_delta:
- * the process's major faults since the previous sample; steal_now: global
- * pgsteal_anon now.  Returns 0 or the error of read_pm. */
+ * the process's major faults since the previous sample; steal_now:
+ * the reclaim mark now (sp_sys_reclaim_mark).  Returns 0 or the error of
+ * read_pm. */
 int sp_ledger_sample(struct sp_ledger *l,
                      int (*read_pm)(void *arg, uint64_t addr, size_t npages, uint64_t *out),
                      void *arg, uint64_t majflt_delta, uint64_t steal_now);

@@ -58,6 +58,16 @@ bool sp_sys_read(struct sp_sys *s, const struct sp_sys *prev, bool with_zoneinfo
  * the other fields are copied from base. */
 bool sp_sys_read_light(struct sp_sys *s, const struct sp_sys *base);
 
+/* The reclaim mark: pgsteal_anon + pswpout.  It moves whenever anonymous
+ * memory (the swap cache included) is reclaimed and counted as such, or
+ * anything is written out to swap: also by reclaim that does not count
+ * pgsteal (madvise MADV_PAGEOUT, DAMON pageout schemes), as long as it
+ * swaps something out. */
+static inline uint64_t sp_sys_reclaim_mark(const struct sp_sys *s)
+{
+    return s->pgsteal_anon + s->pswpout;
+}
+
 /* The pswpin counter alone (pages read from swap so far). */
 bool sp_sys_pswpin(uint64_t *pages);
 
