@@ -253,6 +253,21 @@ void sp_cgroups_refresh(struct sp_cgroups *t, int idx)
         read_one(&t->fs, &t->v[i]);
 }
 
+void sp_cgroups_refresh_usage(struct sp_cgroups *t, int idx)
+{
+    for (int i = idx; i >= 0; i = t->v[i].parent) {
+        struct sp_cgroup *c = &t->v[i];
+        if (!c->exists)
+            continue;
+        char dir[1100], file[1200];
+        sp_cg_dir(&t->fs, c->path, dir, sizeof dir);
+        snprintf(file, sizeof file, "%s/%s", dir,
+                 t->fs.mode == SP_CG_V1 ? "memory.usage_in_bytes" : "memory.current");
+        if (!sp_read_u64(file, &c->usage))
+            c->exists = false;
+    }
+}
+
 void sp_cgroups_refresh_all(struct sp_cgroups *t)
 {
     for (size_t i = 0; i < t->n; i++)

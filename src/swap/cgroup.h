@@ -59,6 +59,8 @@ struct sp_cgroup {
     uint64_t lost_prev;         /* eviction estimate at the last tick, pages */
 };
 
+/* The cgroups met so far (v[0..n)), and the hierarchy they live in.  Grows
+ * only; see struct sp_cgroup for the invariant. */
 struct sp_cgroups {
     struct sp_cg_fs fs;
     struct sp_cgroup *v;
@@ -88,6 +90,10 @@ void sp_cgroups_free(struct sp_cgroups *t);
 int sp_cgroups_get(struct sp_cgroups *t, const char *path);
 /* Re-read the figures of idx and its ancestors. */
 void sp_cgroups_refresh(struct sp_cgroups *t, int idx);
+/* Re-read only the usage of idx and its ancestors: cheap enough for every
+ * chunk (memory.stat, which makes the kernel flush its statistics, is read
+ * once per interval). */
+void sp_cgroups_refresh_usage(struct sp_cgroups *t, int idx);
 /* Re-read the figures of every record. */
 void sp_cgroups_refresh_all(struct sp_cgroups *t);
 /* Room for prefetch in idx: the least, over idx and its ancestors with a

@@ -520,7 +520,7 @@ static void chunk(struct tc_timer *t)
         uint64_t budget = v.room;
         int lc = p->cgroup >= 0 ? sp_cgroups_limited(&d->cgroups, p->cgroup) : -1;
         if (lc >= 0) {
-            sp_cgroups_refresh(&d->cgroups, p->cgroup);
+            sp_cgroups_refresh_usage(&d->cgroups, p->cgroup);
             enum sp_reason r = check_cgroup(d, lc);
             struct sp_cgroup *c = &d->cgroups.v[lc];
             /* A held cgroup is released by the tick, after calm intervals. */
