@@ -660,7 +660,15 @@ static void tick(struct tc_timer *t)
         cg->ours_since_tick = 0;
     }
     struct sp_inputs in = { &d->prev, &cur, d->ours_since_tick, d->on_battery, d->laptop_mode };
+    enum sp_reason before = d->verdict.reason;
     sp_decide(&d->policy, &in, &d->verdict);
+    if (d->verdict.reason != before || d->ticks == 1)
+        tc_debug("decision: %s (CPU busy %.1f%%, stalls: CPU %.1f%% I/O %.1f%% memory %.1f%%; "
+                 "others allocated %llu KiB, limit %llu KiB)",
+                 sp_reason_text(d->verdict.reason), d->verdict.cpu_busy * 100,
+                 d->verdict.cpu_stall * 100, d->verdict.io_stall * 100,
+                 d->verdict.mem_stall * 100, (unsigned long long)(d->verdict.demand >> 10),
+                 (unsigned long long)(d->verdict.demand_limit >> 10));
     d->prev = cur;
     d->ours_since_tick = 0;
     if (!d->done)
