@@ -245,6 +245,7 @@ static void status_json(const struct sp_daemon *d, struct tc_json *j)
 
 /* ---- --status: ask the daemon ---- */
 
+/* The reply of the daemon, line by line, for --status. */
 struct collect {
     char *text;
     size_t len;
@@ -281,6 +282,8 @@ static int query_status(const char *control, bool json)
 
 /* ---- the daemon ---- */
 
+/* The daemon process: the engine, its control socket, and the signalfd
+ * that ends the loop on SIGTERM or SIGINT, all on one reactor. */
 struct sp_main {
     struct tc_reactor reactor;
     struct sp_daemon d;

@@ -37,6 +37,7 @@
 
 struct tc_json;
 
+/* What the command line asked for. */
 struct sp_config {
     int level;                  /* 0..3, as the kernel patch's vm.swap_prefetch */
     uint64_t interval_ns;       /* sampling interval */
@@ -70,6 +71,11 @@ struct sp_proc {
 
 enum sp_state { SP_WAITING, SP_PREFETCHING, SP_IDLE, SP_HELD };
 
+/* The engine's whole state.  prev is the last tick's sample: decisions
+ * compare the next sample with it, and the checks between chunks compare a
+ * light sample with it, so that ours_since_tick (prefetch's own reads since
+ * then) can be told apart from others' allocations.  Outcome totals are
+ * the exited processes' (gone) plus the live ones' ledgers. */
 struct sp_daemon {
     struct sp_config cfg;
     struct sp_policy policy;

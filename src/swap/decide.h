@@ -61,13 +61,17 @@ struct sp_policy {
     uint64_t demand_floor;      /* allocation below this per interval is noise (1 MiB) */
 };
 
-/* What one decision looks at besides the policy. */
+/* What one decision looks at besides the policy: two samples one interval
+ * apart (or, between chunks, the interval's first sample and a light one
+ * taken now), and what prefetch itself read in between, which must not be
+ * mistaken for someone else's allocation. */
 struct sp_inputs {
     const struct sp_sys *prev, *cur;
     uint64_t ours;              /* bytes prefetch read between prev and cur */
     bool on_battery, laptop_mode;
 };
 
+/* A decision, with the figures it was taken on (shown by --status). */
 struct sp_verdict {
     enum sp_reason reason;
     uint64_t room;              /* free memory above watermarks + headroom, bytes */

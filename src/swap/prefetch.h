@@ -15,6 +15,7 @@
 #include "swap/ledger.h"
 #include "swap/scan.h"
 
+/* The outcome of one chunk. */
 struct sp_chunk {
     uint64_t advised;           /* pages advised */
     uint64_t read;              /* pages read from swap meanwhile (pswpin; see below) */

@@ -83,7 +83,7 @@ int64_t sp_proc_idle_ns(pid_t pid)
     return idle > 0 ? (int64_t)idle : 0;
 }
 
-/* Areas with swap, from smaps. */
+/* A virtual memory area of a process with swapped pages, from smaps. */
 struct area {
     uint64_t start, end;
 };
@@ -126,6 +126,9 @@ static int swapped_areas(pid_t pid, struct area **out, size_t *n)
     return 0;
 }
 
+/* Extents being cut from a walk over pagemap in address order: cur is open
+ * while more swapped pages may join it; last is its last swapped page, so
+ * that a span always starts and ends with a swapped page. */
 struct builder {
     struct sp_extent *v;
     size_t n, cap;
