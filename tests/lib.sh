@@ -201,6 +201,16 @@ memcg_stat() {
   awk -v k="$2" '$1 == k { print $2 }' "$1/memory.stat"
 }
 
+# memcg_limit_hits DIR: times a charge hit the cgroup's limit (v1 failcnt,
+# v2 the "max" event); reclaim inside the cgroup starts there.
+memcg_limit_hits() {
+  if [ -e "$1/memory.failcnt" ]; then
+    cat "$1/memory.failcnt"
+  else
+    awk '$1 == "max" { print $2 }' "$1/memory.events"
+  fi
+}
+
 vmstat_value() {
   awk -v k="$1" '$1 == k { print $2 }' /proc/vmstat
 }
