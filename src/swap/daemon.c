@@ -417,9 +417,10 @@ static enum sp_reason check_cgroup(struct sp_daemon *d, int lc)
 
 /* ---- the chunk timer: pacing ---- */
 
-/* Advise up to max_pages of p's next extent.  Returns pages advised. */
-static uint64_t issue(struct sp_daemon *d, struct sp_proc *p, uint64_t max_pages,
-                      uint64_t steal_mark)
+/* Advise up to max_pages of p's next extent.  Returns pages advised, or -1
+ * if the kernel asks to try again later (EAGAIN, EINTR). */
+static int64_t issue(struct sp_daemon *d, struct sp_proc *p, uint64_t max_pages,
+                     uint64_t steal_mark)
 {
     if (p->pidfd < 0) {
         int fd = sp_pidfd_open(p->pid);
@@ -460,7 +461,7 @@ static uint64_t issue(struct sp_daemon *d, struct sp_proc *p, uint64_t max_pages
             return 0;
         case EINTR:
         case EAGAIN:
-            return 0;
+            return -1;
         case ENOMEM:
         case EFAULT:
         case EINVAL:
@@ -486,7 +487,7 @@ static uint64_t issue(struct sp_daemon *d, struct sp_proc *p, uint64_t max_pages
         tc_debug("process %d (%s): advised %llu pages, %llu read", (int)p->pid, p->comm,
                  (unsigned long long)c.advised, (unsigned long long)c.read);
     }
-    return c.advised;
+    return (int64_t)c.advised;
 }
 
 static void chunk(struct tc_timer *t)
@@ -541,7 +542,11 @@ static void chunk(struct tc_timer *t)
         }
         while (proc_has_work(p) && looked < EXTENTS_PER_CALLBACK) {
             looked++;
-            uint64_t advised = issue(d, p, max_pages, sp_sys_reclaim_mark(&now));
+            int64_t advised = issue(d, p, max_pages, sp_sys_reclaim_mark(&now));
+            if (advised < 0) {
+                timer_arm(d->reactor, &d->chunk_timer, d->cfg.interval_ns / 4);
+                return;
+            }
             if (advised) {
                 if (d->state != SP_PREFETCHING) {
                     d->state = SP_PREFETCHING;
@@ -549,7 +554,7 @@ static void chunk(struct tc_timer *t)
                 }
                 d->held_reason = SP_GO;
                 /* Pace: the next chunk after this one's share of the rate. */
-                uint64_t delay = advised * SP_PAGE_SIZE * 1000000000ull / d->cfg.rate;
+                uint64_t delay = (uint64_t)advised * SP_PAGE_SIZE * 1000000000ull / d->cfg.rate;
                 timer_arm(d->reactor, &d->chunk_timer, TC_MAX(delay, 1000000ull));
                 return;
             }
