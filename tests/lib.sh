@@ -136,3 +136,81 @@ start_nbdkit() {
   done
   fail "nbdkit $name did not start"
 }
+
+# ---- swap and memory cgroups ----
+
+# make_swapfile SIZE: a swap file in $TC_TMP, enabled at a high priority so
+# that this test's pages go to it, and swapped off on exit.  Register it
+# before starting the processes that swap, so that they are gone when the
+# swapoff runs (cleanups run last-registered first).  Sets SWAPFILE.
+make_swapfile() {
+  SWAPFILE=$TC_TMP/swapfile
+  rm -f "$SWAPFILE"
+  fallocate -l "$1" "$SWAPFILE" || fail "fallocate -l $1 $SWAPFILE"
+  chmod 600 "$SWAPFILE"
+  mkswap "$SWAPFILE" >/dev/null || fail "mkswap $SWAPFILE"
+  on_exit "swapoff $SWAPFILE"
+  swapon -p 32000 "$SWAPFILE" || fail "swapon $SWAPFILE"
+}
+
+# make_memcg NAME LIMIT: a memory cgroup (the v1 memory controller, or
+# cgroup2 with the memory controller) with this limit (bytes, or K/M/G).
+# On exit its processes are killed and it is removed.  Sets MEMCG_<NAME> to
+# its directory.
+make_memcg() {
+  local name=$1 limit=$2 dir
+  if [ -e /sys/fs/cgroup/memory/cgroup.procs ]; then
+    dir=/sys/fs/cgroup/memory/tc-test-$name-$$
+    mkdir "$dir" || fail "mkdir $dir"
+    on_exit "remove_memcg $dir"
+    echo "$limit" > "$dir/memory.limit_in_bytes" || fail "limit of $dir"
+  elif [ -e /sys/fs/cgroup/cgroup.controllers ] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
+    echo +memory > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    dir=/sys/fs/cgroup/tc-test-$name-$$
+    mkdir "$dir" || fail "mkdir $dir"
+    on_exit "remove_memcg $dir"
+    echo "$limit" > "$dir/memory.max" || fail "limit of $dir"
+  else
+    skip "no memory cgroup controller is mounted"
+  fi
+  eval "MEMCG_$name=$dir"
+}
+
+remove_memcg() {
+  local dir=$1 i pid
+  for i in $(seq 1 50); do
+    [ -s "$dir/cgroup.procs" ] || break
+    for pid in $(cat "$dir/cgroup.procs"); do kill -9 "$pid" 2>/dev/null; done
+    sleep 0.1
+  done
+  for i in $(seq 1 50); do
+    rmdir "$dir" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "could not remove $dir" >&2
+}
+
+# in_memcg DIR COMMAND...: run COMMAND inside the memory cgroup DIR.
+in_memcg() {
+  local dir=$1; shift
+  sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$dir" "$@"
+}
+
+# memcg_stat DIR KEY: a memory.stat figure of the cgroup.
+memcg_stat() {
+  awk -v k="$2" '$1 == k { print $2 }' "$1/memory.stat"
+}
+
+# memcg_limit_hits DIR: times a charge hit the cgroup's limit (v1 failcnt,
+# v2 the "max" event); reclaim inside the cgroup starts there.
+memcg_limit_hits() {
+  if [ -e "$1/memory.failcnt" ]; then
+    cat "$1/memory.failcnt"
+  else
+    awk '$1 == "max" { print $2 }' "$1/memory.events"
+  fi
+}
+
+vmstat_value() {
+  awk -v k="$1" '$1 == k { print $2 }' /proc/vmstat
+}

@@ -18,6 +18,7 @@ int cmd_dump(int argc, char **argv);
 
 /* Split "a,b,c" into a NULL-terminated array (the string is modified). */
 const char **cli_split_list(char *s, unsigned max, unsigned *count);
+int cmd_swap_prefetch(int argc, char **argv);
 
 /* Where sockets go when no path is given: /run/tiercache for root, else
  * $XDG_RUNTIME_DIR/tiercache or /tmp/tiercache-UID. */
@@ -27,6 +28,13 @@ bool cli_make_parent(const char *path, char *err, size_t errlen);
 /* The control socket for --socket VALUE (data or control socket path), or
  * the default one. */
 void cli_control_path(const char *socket_opt, char *out, size_t len);
+
+/* Fork into the background.  The parent waits until the child writes one
+ * byte to the returned pipe (it is ready) and exits 0, or exits 1 if the
+ * child dies first; the child gets a new session. */
+int cli_daemonize(void);
+/* Point stdin, stdout and stderr at /dev/null. */
+void cli_detach_stdio(void);
 
 /* Print help text for a subcommand on stdout. */
 void cli_print(const char *text);

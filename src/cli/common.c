@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "ctl/ctl.h"
+#include "util/log.h"
 
 const char *cli_run_dir(void)
 {
@@ -61,4 +63,35 @@ void cli_control_path(const char *socket_opt, char *out, size_t len)
 void cli_print(const char *text)
 {
     fputs(text, stdout);
+}
+
+int cli_daemonize(void)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        tc_die(1, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        tc_die(1, "fork: %s", strerror(errno));
+    if (pid > 0) {
+        close(p[1]);
+        char c;
+        ssize_t n = read(p[0], &c, 1);
+        _exit(n == 1 ? 0 : 1);
+    }
+    close(p[0]);
+    setsid();
+    return p[1];
+}
+
+void cli_detach_stdio(void)
+{
+    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+        dup2(fd, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (fd > 2)
+            close(fd);
+    }
 }

@@ -20,6 +20,7 @@ static const char main_help[] =
 "  mode           switch a running daemon's cache mode\n"
 "  check          audit a cache set offline\n"
 "  dump           print a cache set's layout\n"
+"  swap-prefetch  bring swapped-out memory back into RAM while idle\n"
 "  version        print the version\n"
 "\n"
 "Run 'tiercache COMMAND --help' for the options of one command, and\n"
@@ -39,6 +40,7 @@ static const struct command commands[] = {
     { "mode", cmd_mode },
     { "check", cmd_check },
     { "dump", cmd_dump },
+    { "swap-prefetch", cmd_swap_prefetch },
 };
 
 int main(int argc, char **argv)
