@@ -80,7 +80,7 @@ test: test-deps
 # Long crash-consistency run (issue: writeback never loses a flushed write).
 N ?= 1000
 crash-test: test-deps all
-	@tests/run --only crash --iterations $(N)
+	@tests/run --build build --only crash --iterations $(N)
 
 SECONDS ?= 300
 soak: test-deps all

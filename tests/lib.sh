@@ -89,14 +89,19 @@ kill_server() {
 }
 
 check_daemon_log() {
-  local name=$1 log=$TC_TMP/$1.log
+  check_daemon_log_file "$TC_TMP/$1.log"
+  if [ -s "$TC_TMP/$1.valgrind" ]; then
+    cat "$TC_TMP/$1.valgrind" >&2
+    fail "valgrind findings for server $1"
+  fi
+}
+
+# Sanitizer findings in any daemon log.
+check_daemon_log_file() {
+  local log=$1
   if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$log"; then
     grep -E -A30 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$log" | head -60 >&2
-    fail "sanitizer findings in the log of server $name"
-  fi
-  if [ -s "$TC_TMP/$name.valgrind" ]; then
-    cat "$TC_TMP/$name.valgrind" >&2
-    fail "valgrind findings for server $name"
+    fail "sanitizer findings in $log"
   fi
 }
 
