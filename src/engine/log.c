@@ -366,14 +366,21 @@ static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need
     return false;
 }
 
-/* The open head with the least fill that can take n sectors. */
+/* The head to append to.  The stripe unit is the chunk: appends stay on one
+ * device until its chunk is sealed, so a sequential stream is laid out in
+ * runs of up to a chunk on each device in turn; the next chunk goes to the
+ * open head with the least fill, which keeps devices evenly used. */
 static int pick_head(struct cache *c, uint32_t nsectors, int exclude)
 {
+    unsigned cur = c->next_dev % c->ndevs;
+    bool ns;
+    if ((int)cur != exclude && c->heads[cur].data_fill > 0 && head_fits(c, cur, nsectors, &ns) &&
+        !ns)
+        return (int)cur;
     int best = -1;
     uint32_t best_fill = UINT32_MAX;
     for (unsigned i = 0; i < c->ndevs; i++) {
         unsigned d = (c->next_dev + i) % c->ndevs;
-        bool ns;
         if ((int)d == exclude || !head_fits(c, d, nsectors, &ns))
             continue;
         struct head *h = &c->heads[d];
@@ -489,7 +496,7 @@ int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t 
         append_to(c, (unsigned)d2, a, seq, nsectors, mseg, moff, true);
     else if (mseg)
         *mseg = NIL;
-    c->next_dev = (unsigned)(d1 + 1) % c->ndevs;
+    c->next_dev = (unsigned)d1;
 
     bool urgent = a->urgent || w != NULL;
     if (w) {
