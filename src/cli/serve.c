@@ -52,6 +52,15 @@ static const char serve_help[] =
 "                       while clients are busy (default 10)\n"
 "  --dirty-high PCT     writeback: above PCT%% write back at full speed\n"
 "                       (default 50)\n"
+"  --dirty-copies N     1 (default) or 2: with 2, dirty data is written to two\n"
+"                       cache devices, so losing one loses no acknowledged\n"
+"                       write (clean data keeps one copy); needs 2 devices\n"
+"  --write-budget RATE[:BURST[:MINBURST]]\n"
+"                       wear the cache devices at most RATE bytes/s on\n"
+"                       average (token bucket of BURST bytes, default 2 s of\n"
+"                       RATE; after running dry, wait for MINBURST, default\n"
+"                       BURST/4): promotions and reinsertions beyond it are\n"
+"                       skipped, writeback writes go to the origin instead\n"
 "  --adopt-origin       accept an origin whose identity differs from the one\n"
 "                       the cache was formatted for (a copy of it); its size\n"
 "                       must still match\n"
@@ -307,7 +316,7 @@ enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
-    OPT_ADOPT_ORIGIN,
+    OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET,
 };
 
 static const struct option serve_opts[] = {
@@ -319,6 +328,8 @@ static const struct option serve_opts[] = {
     { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
+    { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
+    { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
     { "socket", required_argument, NULL, OPT_SOCKET },
     { "listen", required_argument, NULL, OPT_LISTEN },
     { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
@@ -387,6 +398,35 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
+        case OPT_DIRTY_COPIES:
+            if (tc_parse_uint("--dirty-copies", optarg, 1, 2, &v, err, sizeof err))
+                tc_die(2, "%s", err);
+            vcfg.dirty_copies = (unsigned)v;
+            break;
+        case OPT_WRITE_BUDGET: {
+            char spec[128];
+            snprintf(spec, sizeof spec, "%s", optarg);
+            char *burst = strchr(spec, ':'), *minburst = NULL;
+            if (burst) {
+                *burst++ = '\0';
+                minburst = strchr(burst, ':');
+                if (minburst)
+                    *minburst++ = '\0';
+            }
+            if (tc_parse_rate("--write-budget RATE", spec, &vcfg.write_budget_rate, err,
+                              sizeof err) < 0 ||
+                (burst && tc_parse_size("--write-budget BURST", burst,
+                                        &vcfg.write_budget_burst, err, sizeof err) < 0) ||
+                (minburst && tc_parse_size("--write-budget MINBURST", minburst,
+                                           &vcfg.write_budget_minburst, err, sizeof err) < 0))
+                tc_die(2, "%s", err);
+            if (vcfg.write_budget_rate == 0)
+                tc_die(2, "--write-budget: RATE must be above 0 (leave the option out for no "
+                       "budget)");
+            if (burst && vcfg.write_budget_minburst > vcfg.write_budget_burst)
+                tc_die(2, "--write-budget: MINBURST %s is larger than BURST %s", minburst, burst);
+            break;
+        }
         case OPT_SOCKET: ncfg.socket_path = optarg; break;
         case OPT_LISTEN: ncfg.listen = optarg; break;
         case OPT_SOCKET_MODE: {

@@ -69,6 +69,7 @@ struct tc_volume {
     struct tc_dev_io close_dio;
     struct cache *cache;            /* NULL: no cache devices */
     bool detached;                  /* the cache is emptied and unused */
+    bool cache_failed;              /* every cache device failed: origin only */
 };
 
 /* volume.c */

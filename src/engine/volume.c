@@ -111,7 +111,7 @@ void ereq_free(struct ereq *e)
 
 void engine_dispatch(struct ereq *e)
 {
-    if (e->vol->cache && !e->vol->detached)
+    if (e->vol->cache && !e->vol->detached && !e->vol->cache_failed)
         cache_submit(e);
     else
         passthrough_submit(e);
