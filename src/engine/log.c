@@ -6,9 +6,11 @@
  * and records the entry; the chunk is sealed -- its header encoded in
  * front of its data -- and written as one I/O when it reaches the target
  * size (1 MiB), when its header is full, when its segment is full, when
- * someone waits for it (FLUSH, FUA, write-through ordering), or a few
- * milliseconds after its first append.  This is write clustering: many
- * small client writes become one large sequential device write.
+ * someone waits for it (FLUSH, FUA, write-through ordering), or 100 ms
+ * after its first append (bcache's journal delay: it bounds what a crash
+ * loses of writes no FLUSH asked for, while a slow trickle of writes still
+ * fills large chunks).  This is write clustering: many small client writes
+ * become one large sequential device write.
  *
  *   segment image:  [hdr|data data data][hdr|data data][hdr|data ... ]
  *                    ^ written            ^ written      ^ current chunk
@@ -29,7 +31,7 @@
 #include "util/log.h"
 #include "util/misc.h"
 
-#define SEAL_DELAY_NS (5ull * 1000 * 1000)
+#define SEAL_DELAY_NS (100ull * 1000 * 1000)
 #define CHUNK_TARGET_BYTES (1u << 20)
 
 static void seal(struct cache *c, unsigned d, bool force, bool closing);
