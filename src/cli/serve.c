@@ -48,6 +48,9 @@ static const char serve_help[] =
 "  --sequential-cutoff SIZE\n"
 "                       a stream of sequential I/O longer than SIZE is not\n"
 "                       cached (default 4M; 0 caches everything)\n"
+"  --readahead SIZE     keep up to SIZE of a cached sequential read stream\n"
+"                       loading ahead of the client, so every cache device\n"
+"                       stays busy (default 8M, at most 64M; 0 disables)\n"
 "  --dirty-target PCT   writeback: keep dirty data near PCT%% of the cache\n"
 "                       while clients are busy (default 10)\n"
 "  --dirty-high PCT     writeback: above PCT%% write back at full speed\n"
@@ -315,7 +318,7 @@ static void detach_stdio(void)
 enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
-    OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
+    OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET,
 };
 
@@ -325,6 +328,7 @@ static const struct option serve_opts[] = {
     { "mode", required_argument, NULL, OPT_MODE },
     { "policy", required_argument, NULL, OPT_POLICY },
     { "sequential-cutoff", required_argument, NULL, OPT_SEQ_CUTOFF },
+    { "readahead", required_argument, NULL, OPT_READAHEAD },
     { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
@@ -384,6 +388,12 @@ int cmd_serve(int argc, char **argv)
             if (tc_parse_size("--sequential-cutoff", optarg, &vcfg.sequential_cutoff, err,
                               sizeof err) < 0)
                 tc_die(2, "%s", err);
+            break;
+        case OPT_READAHEAD:
+            if (tc_parse_size("--readahead", optarg, &vcfg.readahead, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (vcfg.readahead > (64u << 20) || (vcfg.readahead && vcfg.readahead < (1u << 20)))
+                tc_die(2, "--readahead %s: must be 0 (off) or from 1M to 64M", optarg);
             break;
         case OPT_DIRTY_TARGET:
         case OPT_DIRTY_HIGH: {

@@ -398,6 +398,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     verify_init(c, VERIFY_BUDGET);
     blocklocks_init(c);
     streams_init(c);
+    readahead_init(c);
     cleaner_init(c);
     writeback_init(c);
 
@@ -619,6 +620,7 @@ void cache_free(struct cache *c)
     cleaner_fini(c);
     writeback_fini(c);
     lost_fini(c);
+    readahead_fini(c);
     streams_fini(c);
     blocklocks_fini(c);
     verify_fini(c);
@@ -715,6 +717,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);
     writeback_status_json(c, j);
+    readahead_status_json(c, j);
     json_begin_array(j, "devices");
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct cache_dev *cd = &c->devs[d];

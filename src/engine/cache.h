@@ -292,6 +292,7 @@ struct cache {
     struct cleaner *cleaner;
     struct verify_cache *verify;
     struct streams *streams;
+    struct readahead *ra;
 
     struct segment *segs;
     uint32_t nsegs, free_segs;
@@ -544,6 +545,7 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
  * after an origin flush, everything up to it is on the origin. */
 uint64_t wt_stable_candidate(struct cache *c);
 void cache_read(struct ereq *e);
+void cache_read_direct(struct ereq *e);    /* without read-ahead */
 void cache_write(struct ereq *e);
 void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
 void cache_flush(struct ereq *e);
@@ -587,7 +589,18 @@ int recovery_run(struct cache *c, char *err, size_t errlen);
 /* stream.c: sequential stream detection */
 int streams_init(struct cache *c);
 void streams_fini(struct cache *c);
-/* Feed a request; true if it belongs to a stream past the cutoff. */
-bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write);
+/* Feed a request; true if it belongs to a stream past the cutoff.  The
+ * stream's length so far, this request included, goes to *stream_len. */
+bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
+                        uint64_t *stream_len);
+
+/* readahead.c: keep cached sequential streams' devices busy */
+int readahead_init(struct cache *c);
+void readahead_fini(struct cache *c);
+/* True if the read was taken (answered now or when its slot loads). */
+bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len);
+/* Drop read-ahead data overlapping a write, trim or write-zeroes. */
+void readahead_invalidate(struct cache *c, uint64_t off, uint64_t len);
+void readahead_status_json(struct cache *c, struct tc_json *j);
 
 #endif

@@ -24,6 +24,7 @@
 /* An engine-internal request flag: admit whatever this read misses
  * (NBD_CMD_CACHE asks for exactly that). */
 #define EREQ_FORCE_ADMIT (1u << 31)
+#define EREQ_READAHEAD (1u << 30)     /* the engine's own read-ahead: not a client read */
 
 /* One aligned request inside the engine. */
 struct ereq {

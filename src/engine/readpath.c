@@ -365,15 +365,19 @@ static void finish(struct rreq *r)
         if (p->gen_held)
             block_gen_release(c, p->oblock);
     }
-    if (hits == r->np) {
+    if (e->flags & EREQ_READAHEAD) {
+        /* counted when a client read is answered from it */
+    } else if (hits == r->np) {
         c->st.read_hits++;
     } else {
         c->st.read_misses++;
         if (hits)
             c->st.read_partial++;
     }
-    c->st.read_hit_bytes += hit_bytes;
-    c->st.read_miss_bytes += e->len - hit_bytes;
+    if (!(e->flags & EREQ_READAHEAD)) {
+        c->st.read_hit_bytes += hit_bytes;
+        c->st.read_miss_bytes += e->len - hit_bytes;
+    }
     e->err = r->err;
     free(r->p);
     free(r);
@@ -496,7 +500,7 @@ static void phase_done(struct rreq *r)
         finish(r);
 }
 
-void cache_read(struct ereq *e)
+static void read_start(struct ereq *e, bool sequential)
 {
     struct cache *c = e->vol->cache;
     struct rreq *r = tc_xcalloc(1, sizeof *r);
@@ -504,8 +508,25 @@ void cache_read(struct ereq *e)
     r->c = c;
     uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;
     r->p = tc_xmalloc((size_t)(last - first + 1) * sizeof *r->p);
-    r->sequential = streams_sequential(c, e->off, e->len, false);
+    r->sequential = sequential;
     r->bypass = e->vol->mode == TC_MODE_PASSTHROUGH;
     writeback_note_client_io(c);
     classify_and_issue(r);
+}
+
+/* A client read: a stream may be answered by read-ahead. */
+void cache_read(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    uint64_t stream_len;
+    bool sequential = streams_sequential(c, e->off, e->len, false, &stream_len);
+    if (e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
+        return;
+    read_start(e, sequential);
+}
+
+/* Read-ahead's own reads, and reads after read-ahead declined. */
+void cache_read_direct(struct ereq *e)
+{
+    read_start(e, false);
 }

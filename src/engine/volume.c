@@ -38,6 +38,7 @@ void tc_volume_config_defaults(struct tc_volume_config *cfg)
     cfg->mode = TC_MODE_WRITETHROUGH;
     cfg->policy = "default";
     cfg->sequential_cutoff = 4u << 20;
+    cfg->readahead = 8u << 20;
     cfg->dirty_target = 0.10;
     cfg->dirty_high = 0.50;
     cfg->dirty_copies = 1;

@@ -134,6 +134,8 @@ uint64_t wt_stable_candidate(struct cache *c)
 static void request_end(struct wreq *w)
 {
     struct ereq *e = w->e;
+    /* Read-ahead slots loaded while the write ran may hold the old data. */
+    readahead_invalidate(e->vol->cache, e->off, e->len);
     e->err = w->err;
     free(w->p);
     free(w);
@@ -555,9 +557,10 @@ static void run_pieces(struct wreq *w)
 
 void cache_write(struct ereq *e)
 {
+    readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
     enum wmode mode = mode_for(c, e);
-    bool seq = streams_sequential(c, e->off, e->len, true);
+    bool seq = streams_sequential(c, e->off, e->len, true, NULL);
     writeback_note_client_io(c);
     struct wreq *w = split(e, e->buf, mode);
     if (seq && mode == W_BACK) {
@@ -669,6 +672,7 @@ static void discard_origin(struct wreq *w)
  */
 void cache_discard(struct ereq *e)
 {
+    readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
     writeback_note_client_io(c);
     bool zero = e->op == TC_OP_WRITE_ZEROES;
