@@ -14,8 +14,9 @@
  *     and checked, and entries whose data fails are ignored, as if never
  *     written (they were never flushed, so nothing acknowledged is lost).
  *  4. All entries of live groups are applied in sequence order: a version
- *     replaces the block's entry, a tombstone removes it; clean records
- *     then clear the dirty bits of the versions they name.
+ *     adds the block's newest fragment, a tombstone removes the block, a
+ *     clean record clears the dirty bits it names if the version it names
+ *     is still the newest at that point.
  *  5. A write-through version newer than the stable mark may not have
  *     reached the origin: it is marked dirty and written back.
  */
@@ -209,6 +210,39 @@ static uint64_t *cur_seq_slot(struct recovery *rc, uint32_t id)
     return &rc->cur_seq[id];
 }
 
+/* A clean record: the dirty sectors it names of the version it names are
+ * on the origin.  Applied in sequence order, among the versions: a later
+ * version of some sectors (a newer fragment) does not undo it. */
+static void apply_clean(struct recovery *rc, const struct rec *r)
+{
+    struct cache *c = rc->c;
+    uint32_t id = index_lookup(&c->idx, r->oblock);
+    if (id == NIL)
+        return;
+    struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
+    if (tc_loc(head->seg, head->off) != r->target || *cur_seq_slot(rc, id) > r->seq)
+        return;
+    struct tc_mask v, d, nd;
+    ce_get_masks(&c->idx, id, &v, &d);
+    nd = d;
+    mask_andnot(&nd, &r->valid);
+    ce_set_masks(&c->idx, id, &v, &nd);
+    cache_set_dirty(c, r->oblock, &d, &nd);
+    if (rc->wt_seq[id] <= r->seq)
+        rc->wt_seq[id] = 0;
+    if (mask_empty(&nd)) {
+        for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next) {
+            struct cfrag *fr = FR(&c->idx, f);
+            if (fr->mseg == NIL)
+                continue;
+            struct tc_mask st;
+            frag_stored(&c->idx, f, &st);
+            seg_add_live(c, fr->mseg, -(int)mask_count(&st));
+            fr->mseg = NIL;
+        }
+    }
+}
+
 static void apply(struct recovery *rc)
 {
     struct cache *c = rc->c;
@@ -241,36 +275,8 @@ static void apply(struct recovery *rc)
                 rc->wt_seq[id] = r->seq;
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
             cache_drop(c, r->oblock);
-        }
-    }
-    for (size_t i = 0; i < rc->nrecs; i++) {
-        struct rec *r = &rc->recs[i];
-        if (r->type != TC_ENTRY_CLEAN)
-            continue;
-        uint32_t id = index_lookup(&c->idx, r->oblock);
-        if (id == NIL)
-            continue;
-        struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
-        if (tc_loc(head->seg, head->off) != r->target || *cur_seq_slot(rc, id) > r->seq)
-            continue;
-        struct tc_mask v, d, nd;
-        ce_get_masks(&c->idx, id, &v, &d);
-        nd = d;
-        mask_andnot(&nd, &r->valid);
-        ce_set_masks(&c->idx, id, &v, &nd);
-        cache_set_dirty(c, r->oblock, &d, &nd);
-        if (rc->wt_seq[id] <= r->seq)
-            rc->wt_seq[id] = 0;
-        if (mask_empty(&nd)) {
-            for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next) {
-                struct cfrag *fr = FR(&c->idx, f);
-                if (fr->mseg == NIL)
-                    continue;
-                struct tc_mask st;
-                frag_stored(&c->idx, f, &st);
-                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
-                fr->mseg = NIL;
-            }
+        } else if (r->type == TC_ENTRY_CLEAN) {
+            apply_clean(rc, r);
         }
     }
     /* Write-through versions the origin may lack become dirty. */
