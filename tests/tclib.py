@@ -112,7 +112,8 @@ class Workload:
     in flight; each read is checked against the model when it completes,
     and each write enters the model when it completes."""
 
-    def __init__(self, socks, model, lo, hi, seed, depth, hot=None, mix=(3, 45, 36, 8, 8)):
+    def __init__(self, socks, model, lo, hi, seed, depth, hot=None, mix=(3, 45, 36, 8, 8),
+                 max_len=0):
         self.conns = [Conn(s) for s in socks]
         self.model = model
         self.lo, self.hi = lo, hi
@@ -123,6 +124,7 @@ class Workload:
         self.stats = dict(read=0, write=0, trim=0, zero=0, flush=0, unaligned=0,
                           read_bytes=0, write_bytes=0)
         self.errors = []
+        self.max_len = max_len
         # cumulative thresholds of flush, read, write, trim, write-zeroes
         t, acc = sum(mix), 0
         self.cuts = []
@@ -146,6 +148,9 @@ class Workload:
         else:
             lo, hi = self.lo, self.hi
         n = min(n, hi - lo)
+        if self.max_len:
+            n = max(gran, min(n, self.max_len) // gran * gran) if gran <= self.max_len else SECTOR
+            gran = min(gran, SECTOR if n % 4096 else 4096)
         off = lo + r.randrange(0, (hi - lo - n) // gran + 1) * gran
         if gran == 4096 and r.random() < 0.1:
             off = min(off + SECTOR * r.randint(1, 7), hi - n) // SECTOR * SECTOR
@@ -264,7 +269,7 @@ def cmd_workload(a):
     if a.hot:
         hot = (a.lo + a.hot_at, a.hot)
     mix = tuple(int(x) for x in a.mix.split(","))
-    w = Workload(a.sock.split(","), m, a.lo, hi, a.seed, a.depth, hot, mix)
+    w = Workload(a.sock.split(","), m, a.lo, hi, a.seed, a.depth, hot, mix, a.max_len)
     t0 = time.monotonic()
     deadline = t0 + a.seconds if a.seconds else None
     n = w.run(a.ops, deadline)
@@ -406,6 +411,7 @@ def main():
     w.add_argument("--hi", type=int, default=0)
     w.add_argument("--hot", type=int, default=0)
     w.add_argument("--hot-at", type=int, default=0)
+    w.add_argument("--max-len", type=int, default=0, help="longest request in bytes")
     w.add_argument("--mix", default="3,45,36,8,8",
                    help="weights of flush,read,write,trim,write-zeroes")
     w.set_defaults(fn=cmd_workload)
