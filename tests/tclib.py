@@ -19,6 +19,7 @@ import mmap
 import os
 import random
 import select
+import signal
 import sys
 import time
 
@@ -243,8 +244,11 @@ class Workload:
 
     def run(self, ops, deadline=None):
         issued = 0
+        stop = []
+        # SIGUSR1: stop issuing, finish what is in flight, end normally.
+        signal.signal(signal.SIGUSR1, lambda *_: stop.append(1))
         while issued < ops or any(c.inflight for c in self.conns):
-            if deadline and time.monotonic() > deadline:
+            if stop or (deadline and time.monotonic() > deadline):
                 ops = issued          # stop issuing; drain
             for c in self.conns:
                 tries = 0
