@@ -71,3 +71,6 @@ stop_server_within() {
   fi
   stop_server "$name"
 }
+
+# Notes carry the seconds since the test started, to see where time goes.
+note() { echo "--- [${SECONDS}s] $*"; }
