@@ -8,11 +8,15 @@ sectors that were trimmed and not written since (NAME.maybe): such a sector
 may read back as its old data or as zeroes.
 
 Used from the shell tests as
-    tclib.py workload SOCK[,SOCK..] MODEL --seed N --ops N [--lo B --hi B]
+    tclib.py workload SOCK[,SOCK..] MODEL --seed N --ops N [--seconds S]
+             [--lo B --hi B] [--hot LEN] [--mix F,R,W,T,Z] [--max-len B]
+                                               (SIGUSR1: finish and end)
     tclib.py verify-export SOCK MODEL          every byte of the export
     tclib.py verify-file FILE MODEL            every byte of a file
     tclib.py absorb SOCK MODEL --lo B --hi B   take a range from the export
     tclib.py read SOCK --lo B --hi B [--bs N] [--passes N] [--depth N]
+             [--shuffle] [--check FILE]
+    tiercache status --json | tclib.py status PATH...   figures, one a line
 """
 import argparse
 import mmap
