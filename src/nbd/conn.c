@@ -243,10 +243,11 @@ void conn_parse(struct nbd_conn *c)
 /* ---- sending ---- */
 
 static void tx_done(struct tc_io *io, int res);
+static void tx_consumed(struct nbd_conn *c, size_t n);
 
 static void tx_kick(struct nbd_conn *c)
 {
-    if (c->tx_armed || c->dead || c->txq == NULL)
+    if (c->tx_armed || c->tx_busy || c->dead || c->txq == NULL)
         return;
     unsigned n = 0;
     for (struct nbd_out *o = c->txq; o && n < TC_ARRAY_SIZE(c->tx_iov); o = o->next) {
@@ -288,8 +289,24 @@ static void tx_done(struct tc_io *io, int res)
         conn_put(c);
         return;
     }
-    size_t left = (size_t)res;
+    tx_consumed(c, (size_t)res);
+    tx_kick(c);
+    /* Option parsing may have paused for this send (HANDSHAKE_MAX_QUEUED). */
+    if (c->phase != PHASE_TRANSMISSION)
+        conn_parse(c);
+    maybe_finish(c);
+    conn_put(c);
+}
+
+/* The first n queued bytes have left: advance and release what is done.
+ * A release can run the parser, which can queue a reply and kick the
+ * sender; tx_busy holds that kick back until the queue is consistent
+ * again (otherwise a send could start from iovecs not yet advanced, and
+ * send bytes twice). */
+static void tx_consumed(struct nbd_conn *c, size_t left)
+{
     c->tx_bytes -= TC_MIN(c->tx_bytes, left);
+    c->tx_busy = true;
     while (c->txq) {
         struct nbd_out *o = c->txq;
         for (unsigned i = 0; i < o->iovcnt && left > 0; i++) {
@@ -309,12 +326,7 @@ static void tx_done(struct tc_io *io, int res)
             c->txq_tail = &c->txq;
         o->release(o);
     }
-    tx_kick(c);
-    /* Option parsing may have paused for this send (HANDSHAKE_MAX_QUEUED). */
-    if (c->phase != PHASE_TRANSMISSION)
-        conn_parse(c);
-    maybe_finish(c);
-    conn_put(c);
+    c->tx_busy = false;
 }
 
 void conn_send(struct nbd_conn *c, struct nbd_out *out)

@@ -109,6 +109,7 @@ struct nbd_conn {
     size_t tx_bytes;                /* queued and not yet sent */
     struct tc_io tx_io;
     bool tx_armed;
+    bool tx_busy;                   /* releasing sent messages: no new send yet */
     struct msghdr tx_msg;
     struct iovec tx_iov[64];
 
