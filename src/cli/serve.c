@@ -68,6 +68,16 @@ static const char serve_help[] =
 "  --read-only          refuse writes, trims and write-zeroes with EPERM\n"
 "  --max-connections N  refuse clients beyond N at once (default 256)\n"
 "\n"
+"TLS (see tiercache(8), TLS):\n"
+"  --tls off|on|require off (default); on: clients may use STARTTLS;\n"
+"                       require: every client must (nbds:// URIs)\n"
+"  --tls-certificates DIR\n"
+"                       X.509: DIR/server-cert.pem, DIR/server-key.pem and,\n"
+"                       to check client certificates, DIR/ca-cert.pem\n"
+"  --tls-verify-peer    require a client certificate signed by DIR/ca-cert.pem\n"
+"  --tls-psk FILE       pre-shared keys instead: 'username:hexkey' lines\n"
+"                       (psktool -u NAME -p FILE makes one)\n"
+"\n"
 "Daemon:\n"
 "  --foreground, -f     stay in the foreground and log to stderr\n"
 "  --control PATH       control socket for status/flush (default: the\n"
@@ -307,7 +317,7 @@ enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
-    OPT_ADOPT_ORIGIN,
+    OPT_ADOPT_ORIGIN, OPT_TLS, OPT_TLS_CERTS, OPT_TLS_PSK, OPT_TLS_VERIFY,
 };
 
 static const struct option serve_opts[] = {
@@ -326,6 +336,10 @@ static const struct option serve_opts[] = {
     { "description", required_argument, NULL, OPT_DESCRIPTION },
     { "read-only", no_argument, NULL, OPT_READ_ONLY },
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
+    { "tls", required_argument, NULL, OPT_TLS },
+    { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
+    { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
+    { "tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY },
     { "foreground", no_argument, NULL, 'f' },
     { "control", required_argument, NULL, OPT_CONTROL },
     { "pidfile", required_argument, NULL, OPT_PIDFILE },
@@ -405,6 +419,19 @@ int cmd_serve(int argc, char **argv)
                 tc_die(2, "%s", err);
             ncfg.max_connections = (unsigned)v;
             break;
+        case OPT_TLS:
+            if (strcmp(optarg, "off") == 0)
+                ncfg.tls = NBD_TLS_OFF;
+            else if (strcmp(optarg, "on") == 0)
+                ncfg.tls = NBD_TLS_ON;
+            else if (strcmp(optarg, "require") == 0)
+                ncfg.tls = NBD_TLS_REQUIRE;
+            else
+                tc_die(2, "--tls '%s': choose off, on or require", optarg);
+            break;
+        case OPT_TLS_CERTS: ncfg.tls_certificates = optarg; break;
+        case OPT_TLS_PSK: ncfg.tls_psk = optarg; break;
+        case OPT_TLS_VERIFY: ncfg.tls_verify_peer = true; break;
         case 'f': foreground = true; break;
         case OPT_CONTROL: control = optarg; break;
         case OPT_PIDFILE: pidfile = optarg; break;
@@ -425,6 +452,17 @@ int cmd_serve(int argc, char **argv)
                vcfg.dirty_target * 100);
     if (vcfg.caches == NULL && vcfg.mode != TC_MODE_WRITETHROUGH && vcfg.mode != TC_MODE_PASSTHROUGH)
         tc_die(2, "--mode %s needs cache devices (--cache)", tc_mode_name(vcfg.mode));
+
+    if (ncfg.tls == NBD_TLS_OFF &&
+        (ncfg.tls_certificates || ncfg.tls_psk || ncfg.tls_verify_peer))
+        tc_die(2, "--tls-certificates, --tls-psk and --tls-verify-peer need --tls on or "
+               "--tls require");
+    if (ncfg.tls != NBD_TLS_OFF && !ncfg.tls_certificates == !ncfg.tls_psk)
+        tc_die(2, "--tls %s needs either --tls-certificates DIR or --tls-psk FILE",
+               ncfg.tls == NBD_TLS_ON ? "on" : "require");
+    if (ncfg.tls_verify_peer && ncfg.tls_psk)
+        tc_die(2, "--tls-verify-peer is for certificates; with --tls-psk every client "
+               "proves its key");
 
     char sockbuf[4096], ctlbuf[4096];
     if (ncfg.socket_path == NULL && ncfg.listen == NULL) {

@@ -225,11 +225,22 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
         f |= NBD_FLAG_ROTATIONAL;
     srv->export_flags = f;
 
+    if (cfg->tls != NBD_TLS_OFF) {
+        srv->tls_creds = nbd_tls_creds_load(cfg->tls_certificates, cfg->tls_psk,
+                                            cfg->tls_verify_peer, err, errlen);
+        if (srv->tls_creds == NULL)
+            return -1;
+        tc_info("TLS %s: %s", cfg->tls == NBD_TLS_REQUIRE ? "required" : "offered",
+                nbd_tls_creds_describe(srv->tls_creds));
+    }
+
     if (cfg->socket_path) {
         struct nbd_listener *l = &srv->listeners[srv->nlisteners];
         l->fd = listen_unix(cfg->socket_path, cfg->socket_mode, err, errlen);
-        if (l->fd < 0)
+        if (l->fd < 0) {
+            nbd_tls_creds_free(srv->tls_creds);
             return -1;
+        }
         l->is_unix = true;
         snprintf(l->name, sizeof l->name, "%s", cfg->socket_path);
         l->srv = srv;
@@ -243,6 +254,7 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
                 close(srv->listeners[0].fd);
                 unlink(cfg->socket_path);
             }
+            nbd_tls_creds_free(srv->tls_creds);
             return -1;
         }
         l->srv = srv;
@@ -277,6 +289,8 @@ void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c)
         if (srv->listeners[i].is_unix)
             unlink(srv->listeners[i].name);
     }
+    nbd_tls_creds_free(srv->tls_creds);
+    srv->tls_creds = NULL;
     cb(srv);
 }
 
@@ -332,6 +346,10 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "connections_refused", srv->stats.connections_refused);
     json_uint(j, "handshakes_failed", srv->stats.handshakes_failed);
     json_uint(j, "protocol_errors", srv->stats.protocol_errors);
+    static const char *tls_names[] = { "off", "on", "require" };
+    json_string(j, "tls", tls_names[srv->cfg.tls]);
+    json_uint(j, "tls_sessions", srv->stats.tls_sessions);
+    json_uint(j, "tls_failures", srv->stats.tls_failures);
     json_uint(j, "errors_sent", srv->stats.errors_sent);
     json_uint(j, "read_bytes", srv->stats.read_bytes);
     json_uint(j, "write_bytes", srv->stats.write_bytes);

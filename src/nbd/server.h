@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 
 #include "io/reactor.h"
+#include "nbd/tls.h"
 #include "tiercache.h"
 
 struct nbd_server_config {
@@ -35,6 +36,10 @@ struct nbd_server_config {
     bool read_only;
     unsigned max_connections;
     unsigned socket_mode;           /* permissions of the Unix socket */
+    enum nbd_tls_mode tls;          /* off, on (offered), require */
+    const char *tls_certificates;   /* directory of PEM files, or NULL */
+    const char *tls_psk;            /* "username:hexkey" file, or NULL */
+    bool tls_verify_peer;           /* require client certificates */
 };
 
 struct nbd_server_stats {
@@ -45,6 +50,8 @@ struct nbd_server_stats {
     uint64_t read_bytes, write_bytes;
     uint64_t errors_sent;           /* replies carrying an error */
     uint64_t protocol_errors;       /* clients disconnected for bad input */
+    uint64_t tls_sessions;          /* TLS handshakes completed */
+    uint64_t tls_failures;          /* TLS handshakes or sessions failed */
 };
 
 struct nbd_listener {
@@ -73,6 +80,7 @@ struct nbd_server {
     void (*stopped)(struct nbd_server *srv);    /* called once all is closed */
     struct tc_timer stop_timer;     /* cuts off clients that hold up a shutdown */
     struct nbd_server_stats stats;
+    struct nbd_tls_creds *tls_creds;    /* loaded at start when TLS is on */
 };
 
 /* A message waiting in a connection's send queue. */
@@ -85,6 +93,11 @@ struct nbd_out {
 };
 
 enum conn_phase { PHASE_CLIENT_FLAGS, PHASE_OPTIONS, PHASE_TRANSMISSION };
+
+/* TLS on one connection: STARTTLS answered (the ACK still leaving in
+ * clear), then the TLS handshake, then every byte is a TLS record. */
+enum conn_tls { CONN_TLS_NONE, CONN_TLS_STARTING, CONN_TLS_HANDSHAKE, CONN_TLS_ACTIVE,
+                CONN_TLS_FAILED };
 
 struct nbd_req;
 
@@ -112,6 +125,13 @@ struct nbd_conn {
     bool tx_busy;                   /* releasing sent messages: no new send yet */
     struct msghdr tx_msg;
     struct iovec tx_iov[64];
+
+    /* TLS: the session, and where an armed receive delivers plaintext. */
+    enum conn_tls tls_state;
+    struct nbd_tls *tls;
+    void *rx_dst;
+    size_t rx_len;
+    struct tc_task rx_task;
 
     /* Negotiated. */
     bool fixed_newstyle, no_zeroes, structured_replies, meta_allocation;
@@ -147,6 +167,11 @@ void conn_abort(struct nbd_conn *c, const char *why);   /* hard: protocol error 
 void conn_put(struct nbd_conn *c);
 static inline void conn_get(struct nbd_conn *c) { c->refs++; }
 static inline size_t conn_rx_avail(const struct nbd_conn *c) { return c->rx_end - c->rx_start; }
+
+/* NBD_OPT_STARTTLS accepted: make the session (before the ACK is queued);
+ * the handshake starts once the ACK has left.  -1 with err if GnuTLS
+ * cannot make a session. */
+int conn_starttls(struct nbd_conn *c, char *err, size_t errlen);
 
 /* Option replies a client may leave unread before the server stops
  * reading its options (the transmission phase is bounded by its
