@@ -67,6 +67,13 @@ static const char serve_help[] =
 "  --description TEXT   free text shown by nbdinfo\n"
 "  --read-only          refuse writes, trims and write-zeroes with EPERM\n"
 "  --max-connections N  refuse clients beyond N at once (default 256)\n"
+"  --single, -s         serve exactly one client on stdin/stdout (a socket or\n"
+"                       pipes), log to stderr, exit 0 once it disconnects:\n"
+"                       nbdinfo -- [ tiercache serve --origin IMG -s ]\n"
+"\n"
+"With systemd socket activation (LISTEN_FDS, LISTEN_PID) the daemon serves\n"
+"on the sockets it is given instead of --socket and --listen; see\n"
+"contrib/tiercache@.socket.\n"
 "\n"
 "TLS (see tiercache(8), TLS):\n"
 "  --tls off|on|require off (default); on: clients may use STARTTLS;\n"
@@ -104,7 +111,7 @@ struct serve {
     int sigfd;
     struct signalfd_siginfo siginfo;
     struct tc_io sig_io, sig_cancel_io;
-    bool stopping;
+    bool stopping, signalled, closed;
     int exit_status;
     uint64_t started_ns;
     const char *pidfile;
@@ -223,6 +230,7 @@ static void volume_closed(void *arg, int err)
     if (err)
         s->exit_status = 1;
     tc_info("volume closed%s", err ? " with errors" : "");
+    s->closed = true;
     if (s->have_ctl)
         ctl_server_stop(&s->ctl);
     /* The pending signalfd read is the last thing keeping the loop alive. */
@@ -252,21 +260,30 @@ static void begin_shutdown(struct serve *s, const char *why)
 
 static void signal_arm(struct serve *s);
 
+/* --single: the one client has gone. */
+static void single_finished(struct nbd_server *srv)
+{
+    begin_shutdown(container_of(srv, struct serve, nbd), "the client disconnected");
+}
+
 static void signal_done(struct tc_io *io, int res)
 {
     struct serve *s = container_of(io, struct serve, sig_io);
     if (res == (int)sizeof s->siginfo) {
         int sig = (int)s->siginfo.ssi_signo;
         if (sig == SIGTERM || sig == SIGINT) {
-            if (s->stopping) {
+            /* A signal while a shutdown runs for another reason (--single:
+             * the client left; libnbd then sends SIGTERM) lets it finish. */
+            if (s->stopping && s->signalled) {
                 tc_warn("second %s while stopping; exiting at once",
                         sig == SIGTERM ? "SIGTERM" : "SIGINT");
                 exit(1);
             }
+            s->signalled = true;
             begin_shutdown(s, sig == SIGTERM ? "SIGTERM" : "SIGINT");
         }
     }
-    if (res != -ECANCELED)
+    if (res != -ECANCELED && !s->closed)
         signal_arm(s);
 }
 
@@ -336,6 +353,7 @@ static const struct option serve_opts[] = {
     { "description", required_argument, NULL, OPT_DESCRIPTION },
     { "read-only", no_argument, NULL, OPT_READ_ONLY },
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
+    { "single", no_argument, NULL, 's' },
     { "tls", required_argument, NULL, OPT_TLS },
     { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
     { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
@@ -362,7 +380,7 @@ int cmd_serve(int argc, char **argv)
     int opt;
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "fvh", serve_opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "fvhs", serve_opts, NULL)) != -1) {
         switch (opt) {
         case OPT_ORIGIN: vcfg.origin = optarg; break;
         case OPT_CACHE: {
@@ -432,6 +450,7 @@ int cmd_serve(int argc, char **argv)
         case OPT_TLS_CERTS: ncfg.tls_certificates = optarg; break;
         case OPT_TLS_PSK: ncfg.tls_psk = optarg; break;
         case OPT_TLS_VERIFY: ncfg.tls_verify_peer = true; break;
+        case 's': ncfg.single = true; break;
         case 'f': foreground = true; break;
         case OPT_CONTROL: control = optarg; break;
         case OPT_PIDFILE: pidfile = optarg; break;
@@ -464,20 +483,48 @@ int cmd_serve(int argc, char **argv)
         tc_die(2, "--tls-verify-peer is for certificates; with --tls-psk every client "
                "proves its key");
 
+    /* Where clients come from: stdin/stdout (--single), sockets passed by
+     * systemd, or sockets made here.  --single has no control socket
+     * unless --control is given. */
+    int act_fds[NBD_MAX_LISTENERS];
+    char act_path[4096];
+    int nact = nbd_activation_fds(act_fds, NBD_MAX_LISTENERS, act_path, sizeof act_path, err,
+                                  sizeof err);
+    if (nact < 0)
+        tc_die(1, "%s", err);
+    if (ncfg.single) {
+        /* One client: on stdin/stdout, or the first one to connect to the
+         * sockets passed in (nbdinfo -- [ tiercache serve ... -s ]). */
+        if (ncfg.socket_path || ncfg.listen)
+            tc_die(2, "--single serves stdin/stdout or the sockets passed in; it takes no "
+                   "--socket or --listen");
+        foreground = true;
+    }
+    if (nact > 0) {
+        if (ncfg.socket_path || ncfg.listen)
+            tc_warn("socket activation: serving on the %d socket%s passed in; --socket and "
+                    "--listen are ignored", nact, nact == 1 ? "" : "s");
+        ncfg.socket_path = NULL;
+        ncfg.listen = NULL;
+        ncfg.listen_fds = act_fds;
+        ncfg.nlisten_fds = (unsigned)nact;
+    }
     char sockbuf[4096], ctlbuf[4096];
-    if (ncfg.socket_path == NULL && ncfg.listen == NULL) {
+    if (ncfg.socket_path == NULL && ncfg.listen == NULL && nact == 0 && !ncfg.single) {
         snprintf(sockbuf, sizeof sockbuf, "%s/tiercache.sock", cli_run_dir());
         ncfg.socket_path = sockbuf;
     }
-    if (control == NULL) {
+    if (control == NULL && !ncfg.single) {
         if (ncfg.socket_path)
             ctl_path_for(ncfg.socket_path, ctlbuf, sizeof ctlbuf);
+        else if (act_path[0])
+            ctl_path_for(act_path, ctlbuf, sizeof ctlbuf);
         else
             snprintf(ctlbuf, sizeof ctlbuf, "%s/tiercache.ctl", cli_run_dir());
         control = ctlbuf;
     }
     if ((ncfg.socket_path && !cli_make_parent(ncfg.socket_path, err, sizeof err)) ||
-        !cli_make_parent(control, err, sizeof err))
+        (control && !cli_make_parent(control, err, sizeof err)))
         tc_die(1, "%s", err);
 
     char logbuf[4096];
@@ -518,13 +565,16 @@ int cmd_serve(int argc, char **argv)
     if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0)
         tc_die(1, "%s", err);
     s.have_nbd = true;
-    if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
-        tc_die(1, "%s", err);
-    s.have_ctl = true;
-    ctl_register(&s.ctl, "status", status_cmd, &s);
-    ctl_register(&s.ctl, "flush", flush_cmd, &s);
-    ctl_register(&s.ctl, "detach", detach_cmd, &s);
-    ctl_register(&s.ctl, "mode", mode_cmd, &s);
+    s.nbd.single_finished = single_finished;
+    if (control) {
+        if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
+            tc_die(1, "%s", err);
+        s.have_ctl = true;
+        ctl_register(&s.ctl, "status", status_cmd, &s);
+        ctl_register(&s.ctl, "flush", flush_cmd, &s);
+        ctl_register(&s.ctl, "detach", detach_cmd, &s);
+        ctl_register(&s.ctl, "mode", mode_cmd, &s);
+    }
     signal_arm(&s);
 
     if (pidfile) {
@@ -534,7 +584,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(fp, "%d\n", (int)getpid());
         fclose(fp);
     }
-    tc_info("serving %s (control socket %s)", vcfg.origin, control);
+    tc_info("serving %s (control socket %s)", vcfg.origin, control ? control : "none");
     if (ready_fd >= 0) {
         if (write(ready_fd, "r", 1) != 1)
             tc_warn("could not tell the parent process we are ready");
@@ -544,7 +594,8 @@ int cmd_serve(int argc, char **argv)
 
     reactor_run(&s.reactor);
 
-    ctl_server_close(&s.ctl);
+    if (s.have_ctl)
+        ctl_server_close(&s.ctl);
     tc_volume_free(s.vol);
     reactor_fini(&s.reactor);
     bufpool_trim();

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nbd/server.h"
@@ -48,11 +49,17 @@ static void tls_recv_arm(struct nbd_conn *c);
 static void tls_rx_task(struct tc_task *task);
 static void tls_begin(struct nbd_conn *c);
 
-struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer)
+struct nbd_conn *conn_new(struct nbd_server *srv, int fd, int wfd, const char *peer)
 {
     struct nbd_conn *c = tc_xcalloc(1, sizeof *c);
+    struct stat rst, wst;
     c->srv = srv;
     c->fd = fd;
+    c->wfd = wfd;
+    /* --single may be given pipes: then read/write, and cancel instead of
+     * shutdown() to end pending operations. */
+    c->is_socket = fstat(fd, &rst) == 0 && S_ISSOCK(rst.st_mode) && fstat(wfd, &wst) == 0 &&
+                   S_ISSOCK(wst.st_mode);
     c->id = ++srv->next_conn_id;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     c->rx = tc_xmalloc(RX_SIZE);
@@ -80,6 +87,8 @@ static void conn_free(struct nbd_conn *c)
         c->next->prev = c->prev;
     srv->nconns--;
     close(c->fd);
+    if (c->wfd != c->fd)
+        close(c->wfd);
     nbd_tls_free(c->tls);
     free(c->rx);
     free(c);
@@ -92,6 +101,45 @@ void conn_put(struct nbd_conn *c)
         conn_free(c);
 }
 
+static void rx_cancel_done(struct tc_io *io, int res)
+{
+    (void)res;
+    conn_put(container_of(io, struct nbd_conn, cancel_io));
+}
+
+static void tx_cancel_done(struct tc_io *io, int res)
+{
+    (void)res;
+    conn_put(container_of(io, struct nbd_conn, tx_cancel_io));
+}
+
+static void cancel(struct nbd_conn *c, struct tc_io *op, struct tc_io *cio)
+{
+    cio->done = cio == &c->cancel_io ? rx_cancel_done : tx_cancel_done;
+    io_uring_prep_cancel(reactor_sqe(c->srv->reactor, cio), op, 0);
+    conn_get(c);
+}
+
+/* shutdown(2) ends a socket's pending receive (and, with SHUT_RDWR, its
+ * pending send); pipes need their operations cancelled. */
+static void conn_shutdown(struct nbd_conn *c, int how)
+{
+    if (c->is_socket) {
+        shutdown(c->fd, how);
+        if (c->wfd != c->fd)
+            shutdown(c->wfd, how);
+        return;
+    }
+    if (c->rx_armed && !c->rx_cancelled) {
+        c->rx_cancelled = true;
+        cancel(c, &c->rx_io, &c->cancel_io);
+    }
+    if (how == SHUT_RDWR && c->tx_armed && !c->tx_cancelled) {
+        c->tx_cancelled = true;
+        cancel(c, &c->tx_io, &c->tx_cancel_io);
+    }
+}
+
 /* Drop the connection's own reference once nothing is left to do. */
 static void maybe_finish(struct nbd_conn *c)
 {
@@ -102,7 +150,7 @@ static void maybe_finish(struct nbd_conn *c)
     if (c->tls && nbd_tls_out_len(c->tls) > 0 && !c->dead)
         return;     /* TLS records (an alert, a last reply) still to send */
     c->finished = true;
-    shutdown(c->fd, SHUT_RDWR);
+    conn_shutdown(c, SHUT_RDWR);
     conn_put(c);
 }
 
@@ -124,7 +172,7 @@ void conn_close(struct nbd_conn *c, const char *why)
     c->closing = true;
     tc_debug("connection %llu (%s): closing: %s", (unsigned long long)c->id, c->peer, why);
     /* A pending recv ends (with 0) once the read side is shut. */
-    shutdown(c->fd, SHUT_RD);
+    conn_shutdown(c, SHUT_RD);
     maybe_finish(c);
 }
 
@@ -135,12 +183,21 @@ void conn_abort(struct nbd_conn *c, const char *why)
                 why);
     c->closing = true;
     c->dead = true;
-    shutdown(c->fd, SHUT_RDWR);
+    conn_shutdown(c, SHUT_RDWR);
     drop_queue(c);
     maybe_finish(c);
 }
 
 /* ---- receiving ---- */
+
+static void prep_recv(struct nbd_conn *c, void *dst, size_t len)
+{
+    if (c->is_socket)
+        io_uring_prep_recv(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst, len, 0);
+    else
+        io_uring_prep_read(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst,
+                           (unsigned)TC_MIN(len, (size_t)1 << 30), (uint64_t)-1);
+}
 
 static void rx_done(struct tc_io *io, int res);
 
@@ -199,7 +256,7 @@ static void rx_arm(struct nbd_conn *c)
         return;
     }
     c->rx_io.done = rx_done;
-    io_uring_prep_recv(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst, len, 0);
+    prep_recv(c, dst, len);
     c->rx_armed = true;
     conn_get(c);
 }
@@ -322,8 +379,12 @@ static void tx_kick(struct nbd_conn *c)
     c->tx_msg.msg_iov = c->tx_iov;
     c->tx_msg.msg_iovlen = n;
     c->tx_io.done = tx_done;
-    io_uring_prep_sendmsg(reactor_sqe(c->srv->reactor, &c->tx_io), c->fd, &c->tx_msg,
-                          MSG_NOSIGNAL);
+    if (c->is_socket)
+        io_uring_prep_sendmsg(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, &c->tx_msg,
+                              MSG_NOSIGNAL);
+    else
+        io_uring_prep_writev(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, c->tx_iov, n,
+                             (uint64_t)-1);
     c->tx_armed = true;
     conn_get(c);
 }
@@ -453,7 +514,7 @@ static void tls_failed(struct nbd_conn *c, const char *what, const char *why)
     c->tls_state = CONN_TLS_FAILED;
     c->closing = true;
     drop_queue(c);
-    shutdown(c->fd, SHUT_RD);
+    conn_shutdown(c, SHUT_RD);
     tx_kick(c);
     maybe_finish(c);
 }
@@ -509,7 +570,7 @@ static void tls_recv_arm(struct nbd_conn *c)
         return;
     }
     c->rx_io.done = tls_recv_done;
-    io_uring_prep_recv(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst, len, 0);
+    prep_recv(c, dst, len);
     c->rx_armed = true;
     conn_get(c);
 }
@@ -625,8 +686,12 @@ static void tls_send_arm(struct nbd_conn *c)
     if (c->tx_armed || c->dead || len == 0)
         return;
     c->tx_io.done = tx_done;
-    io_uring_prep_send(reactor_sqe(c->srv->reactor, &c->tx_io), c->fd, data, len,
-                       MSG_NOSIGNAL);
+    if (c->is_socket)
+        io_uring_prep_send(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, data, len,
+                           MSG_NOSIGNAL);
+    else
+        io_uring_prep_write(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, data,
+                            (unsigned)len, (uint64_t)-1);
     c->tx_armed = true;
     conn_get(c);
 }

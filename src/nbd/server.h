@@ -40,6 +40,10 @@ struct nbd_server_config {
     const char *tls_certificates;   /* directory of PEM files, or NULL */
     const char *tls_psk;            /* "username:hexkey" file, or NULL */
     bool tls_verify_peer;           /* require client certificates */
+    const int *listen_fds;          /* listening sockets passed in (socket
+                                       activation), used instead of the above */
+    unsigned nlisten_fds;
+    bool single;                    /* one client on stdin/stdout, no listener */
 };
 
 struct nbd_server_stats {
@@ -58,6 +62,7 @@ struct nbd_listener {
     struct nbd_server *srv;
     int fd;
     bool is_unix;
+    bool owned;                     /* made here: the socket file is removed at exit */
     bool armed;
     char name[128];
     struct tc_io accept_io;
@@ -71,13 +76,16 @@ struct nbd_server {
     struct tc_volume *vol;
     struct nbd_server_config cfg;
     uint16_t export_flags;          /* transmission flags */
-    struct nbd_listener listeners[2];
+#define NBD_MAX_LISTENERS 16
+    struct nbd_listener listeners[NBD_MAX_LISTENERS];
     unsigned nlisteners;
     struct nbd_conn *conns;         /* doubly linked */
     unsigned nconns;
     uint64_t next_conn_id;
     bool stopping;
     void (*stopped)(struct nbd_server *srv);    /* called once all is closed */
+    /* --single: called once the one client has gone (set after start). */
+    void (*single_finished)(struct nbd_server *srv);
     struct tc_timer stop_timer;     /* cuts off clients that hold up a shutdown */
     struct nbd_server_stats stats;
     struct nbd_tls_creds *tls_creds;    /* loaded at start when TLS is on */
@@ -104,7 +112,10 @@ struct nbd_req;
 struct nbd_conn {
     struct nbd_server *srv;
     struct nbd_conn *prev, *next;
-    int fd;
+    int fd, wfd;                    /* receive from fd, send to wfd (the same socket,
+                                       except with --single) */
+    bool is_socket;                 /* else read/write, as on pipes */
+    bool rx_cancelled, tx_cancelled;
     uint64_t id;
     char peer[80];
     enum conn_phase phase;
@@ -146,7 +157,7 @@ struct nbd_conn {
     bool finished;                  /* the "open" reference has been dropped */
     bool parsing, reparse;          /* conn_parse() is not re-entered */
     unsigned refs;
-    struct tc_io cancel_io;
+    struct tc_io cancel_io, tx_cancel_io;
 };
 
 /* server.c */
@@ -155,9 +166,16 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
 void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *srv));
 void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j);
 void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c);
+/* systemd socket activation: when LISTEN_PID is this process, the
+ * LISTEN_FDS listening sockets from fd 3 on go into fds (at most max) and
+ * the variables are removed from the environment.  Returns their number
+ * (0 without activation) and the path of the first Unix one in unix_path
+ * (or ""); -1 with err if they are not listening sockets. */
+int nbd_activation_fds(int *fds, unsigned max, char *unix_path, size_t pathlen, char *err,
+                       size_t errlen);
 
 /* conn.c */
-struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer);
+struct nbd_conn *conn_new(struct nbd_server *srv, int fd, int wfd, const char *peer);
 void conn_send(struct nbd_conn *c, struct nbd_out *out);
 /* Queue a copy of bytes (handshake messages, small replies). */
 void conn_send_copy(struct nbd_conn *c, const void *data, size_t len);
