@@ -67,6 +67,9 @@ static const char serve_help[] =
 "  --description TEXT   free text shown by nbdinfo\n"
 "  --read-only          refuse writes, trims and write-zeroes with EPERM\n"
 "  --max-connections N  refuse clients beyond N at once (default 256)\n"
+"  --max-buffer-memory SIZE\n"
+"                       request buffers of all clients together (default\n"
+"                       512M, at least 32M); past it, clients wait\n"
 "  --single, -s         serve exactly one client on stdin/stdout (a socket or\n"
 "                       pipes), log to stderr, exit 0 once it disconnects:\n"
 "                       nbdinfo -- [ tiercache serve --origin IMG -s ]\n"
@@ -334,7 +337,7 @@ enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
-    OPT_ADOPT_ORIGIN, OPT_TLS, OPT_TLS_CERTS, OPT_TLS_PSK, OPT_TLS_VERIFY,
+    OPT_ADOPT_ORIGIN, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS, OPT_TLS_PSK, OPT_TLS_VERIFY,
 };
 
 static const struct option serve_opts[] = {
@@ -354,6 +357,7 @@ static const struct option serve_opts[] = {
     { "read-only", no_argument, NULL, OPT_READ_ONLY },
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
     { "single", no_argument, NULL, 's' },
+    { "max-buffer-memory", required_argument, NULL, OPT_MAX_BUF },
     { "tls", required_argument, NULL, OPT_TLS },
     { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
     { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
@@ -372,7 +376,8 @@ int cmd_serve(int argc, char **argv)
     struct tc_volume_config vcfg;
     tc_volume_config_defaults(&vcfg);
     struct nbd_server_config ncfg = { .export_name = "", .max_connections = 256,
-                                      .socket_mode = 0600 };
+                                      .socket_mode = 0600,
+                                      .max_buffer_memory = 512ull << 20 };
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false;
     char err[512];
@@ -451,6 +456,13 @@ int cmd_serve(int argc, char **argv)
         case OPT_TLS_PSK: ncfg.tls_psk = optarg; break;
         case OPT_TLS_VERIFY: ncfg.tls_verify_peer = true; break;
         case 's': ncfg.single = true; break;
+        case OPT_MAX_BUF:
+            if (tc_parse_size("--max-buffer-memory", optarg, &v, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (v < (32ull << 20))
+                tc_die(2, "--max-buffer-memory %s is below 32M, the largest request", optarg);
+            ncfg.max_buffer_memory = v;
+            break;
         case 'f': foreground = true; break;
         case OPT_CONTROL: control = optarg; break;
         case OPT_PIDFILE: pidfile = optarg; break;

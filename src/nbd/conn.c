@@ -79,6 +79,7 @@ struct nbd_conn *conn_new(struct nbd_server *srv, int fd, int wfd, const char *p
 static void conn_free(struct nbd_conn *c)
 {
     struct nbd_server *srv = c->srv;
+    transmission_memory_forget(c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -170,6 +171,7 @@ void conn_close(struct nbd_conn *c, const char *why)
     if (c->closing)
         return;
     c->closing = true;
+    transmission_memory_forget(c);
     tc_debug("connection %llu (%s): closing: %s", (unsigned long long)c->id, c->peer, why);
     /* A pending recv ends (with 0) once the read side is shut. */
     conn_shutdown(c, SHUT_RD);
@@ -183,6 +185,7 @@ void conn_abort(struct nbd_conn *c, const char *why)
                 why);
     c->closing = true;
     c->dead = true;
+    transmission_memory_forget(c);
     conn_shutdown(c, SHUT_RDWR);
     drop_queue(c);
     maybe_finish(c);

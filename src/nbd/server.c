@@ -24,6 +24,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "io/bufpool.h"
 #include "nbd/proto.h"
 #include "nbd/server.h"
 #include "util/json.h"
@@ -466,6 +467,11 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_string(j, "tls", tls_names[srv->cfg.tls]);
     json_uint(j, "tls_sessions", srv->stats.tls_sessions);
     json_uint(j, "tls_failures", srv->stats.tls_failures);
+    json_uint(j, "buffer_memory", bufpool_in_use());
+    json_uint(j, "buffer_memory_peak", srv->stats.buffer_memory_peak);
+    json_uint(j, "max_buffer_memory", srv->cfg.max_buffer_memory);
+    json_uint(j, "memory_waits", srv->stats.memory_waits);
+    json_uint(j, "waiting_for_memory", transmission_memory_waiting(srv));
     json_uint(j, "errors_sent", srv->stats.errors_sent);
     json_uint(j, "read_bytes", srv->stats.read_bytes);
     json_uint(j, "write_bytes", srv->stats.write_bytes);

@@ -44,6 +44,7 @@ struct nbd_server_config {
                                        activation), used instead of the above */
     unsigned nlisten_fds;
     bool single;                    /* one client on stdin/stdout, no listener */
+    uint64_t max_buffer_memory;     /* request buffers of all clients (bufpool) */
 };
 
 struct nbd_server_stats {
@@ -56,6 +57,8 @@ struct nbd_server_stats {
     uint64_t protocol_errors;       /* clients disconnected for bad input */
     uint64_t tls_sessions;          /* TLS handshakes completed */
     uint64_t tls_failures;          /* TLS handshakes or sessions failed */
+    uint64_t memory_waits;          /* requests that waited for buffer memory */
+    uint64_t buffer_memory_peak;    /* most bufpool bytes in use at once */
 };
 
 struct nbd_listener {
@@ -89,6 +92,12 @@ struct nbd_server {
     struct tc_timer stop_timer;     /* cuts off clients that hold up a shutdown */
     struct nbd_server_stats stats;
     struct nbd_tls_creds *tls_creds;    /* loaded at start when TLS is on */
+    /* Connections waiting for buffer memory, first come first served
+     * (transmission.c); woken when requests return memory, and by a
+     * timer for memory the engine returns on its own. */
+    struct nbd_conn *mem_head, *mem_tail;
+    struct tc_task mem_task;
+    struct tc_timer mem_timer;
 };
 
 /* A message waiting in a connection's send queue. */
@@ -146,6 +155,12 @@ struct nbd_conn {
 
     /* Negotiated. */
     bool fixed_newstyle, no_zeroes, structured_replies, meta_allocation;
+
+    /* Waiting for buffer memory (--max-buffer-memory) for the request at
+     * the head of rx[], which needs mem_need bytes. */
+    bool mem_waiting, mem_granted;
+    uint64_t mem_need;
+    struct nbd_conn *mem_prev, *mem_next;
 
     /* Requests inside the engine or waiting for their reply to be sent. */
     unsigned inflight;
@@ -209,5 +224,8 @@ bool transmission_payload_received(struct nbd_req *req, size_t n);
 void transmission_payload_done(struct nbd_conn *c, struct nbd_req *req);
 void transmission_abandon(struct nbd_req *req);
 bool transmission_can_accept(const struct nbd_conn *c);
+/* Leave the memory queue (the connection closes or is freed). */
+void transmission_memory_forget(struct nbd_conn *c);
+unsigned transmission_memory_waiting(const struct nbd_server *srv);
 
 #endif
