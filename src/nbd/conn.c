@@ -49,17 +49,14 @@ static void tls_recv_arm(struct nbd_conn *c);
 static void tls_rx_task(struct tc_task *task);
 static void tls_begin(struct nbd_conn *c);
 
-struct nbd_conn *conn_new(struct nbd_server *srv, int fd, int wfd, const char *peer)
+static struct nbd_conn *conn_init(struct nbd_server *srv, int fd, int wfd, bool is_socket,
+                                  const char *peer)
 {
     struct nbd_conn *c = tc_xcalloc(1, sizeof *c);
-    struct stat rst, wst;
     c->srv = srv;
     c->fd = fd;
     c->wfd = wfd;
-    /* --single may be given pipes: then read/write, and cancel instead of
-     * shutdown() to end pending operations. */
-    c->is_socket = fstat(fd, &rst) == 0 && S_ISSOCK(rst.st_mode) && fstat(wfd, &wst) == 0 &&
-                   S_ISSOCK(wst.st_mode);
+    c->is_socket = is_socket;
     c->id = ++srv->next_conn_id;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     c->rx = tc_xmalloc(RX_SIZE);
@@ -74,6 +71,21 @@ struct nbd_conn *conn_new(struct nbd_server *srv, int fd, int wfd, const char *p
     handshake_start(c);
     rx_arm(c);
     return c;
+}
+
+struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer)
+{
+    return conn_init(srv, fd, fd, true, peer);
+}
+
+struct nbd_conn *conn_new_stdio(struct nbd_server *srv, int fd, int wfd, const char *peer)
+{
+    /* They may be pipes: then read/write, and cancel instead of shutdown()
+     * to end pending operations. */
+    struct stat rst, wst;
+    bool sock = fstat(fd, &rst) == 0 && S_ISSOCK(rst.st_mode) && fstat(wfd, &wst) == 0 &&
+                S_ISSOCK(wst.st_mode);
+    return conn_init(srv, fd, wfd, sock, peer);
 }
 
 static void conn_free(struct nbd_conn *c)

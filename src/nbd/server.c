@@ -269,7 +269,7 @@ static void accept_done(struct tc_io *io, int res)
                 "(--max-connections)", l->name, peer, srv->cfg.max_connections);
         close(fd);
     } else {
-        struct nbd_conn *c = conn_new(srv, fd, fd, peer);
+        struct nbd_conn *c = conn_new(srv, fd, peer);
         tc_debug("connection %llu from %s on %s", (unsigned long long)c->id, peer, l->name);
         if (srv->cfg.single) {
             /* --single with passed-in sockets: this client is the one. */
@@ -328,7 +328,7 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
     if (cfg->single && cfg->nlisten_fds == 0) {
         /* One client on stdin and stdout; no listener. */
         srv->stats.connections_total++;
-        conn_new(srv, 0, 1, "stdin/stdout");
+        conn_new_stdio(srv, 0, 1, "stdin/stdout");
         tc_info("serving one client on stdin/stdout");
         return 0;
     }

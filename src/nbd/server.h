@@ -190,7 +190,9 @@ int nbd_activation_fds(int *fds, unsigned max, char *unix_path, size_t pathlen, 
                        size_t errlen);
 
 /* conn.c */
-struct nbd_conn *conn_new(struct nbd_server *srv, int fd, int wfd, const char *peer);
+struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer);
+/* --single: receive from fd, send to wfd (a socket, or pipes). */
+struct nbd_conn *conn_new_stdio(struct nbd_server *srv, int fd, int wfd, const char *peer);
 void conn_send(struct nbd_conn *c, struct nbd_out *out);
 /* Queue a copy of bytes (handshake messages, small replies). */
 void conn_send_copy(struct nbd_conn *c, const void *data, size_t len);
