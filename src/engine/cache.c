@@ -620,6 +620,7 @@ void cache_free(struct cache *c)
     cleaner_fini(c);
     writeback_fini(c);
     lost_fini(c);
+    free(c->damage);
     readahead_fini(c);
     streams_fini(c);
     blocklocks_fini(c);
