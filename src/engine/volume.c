@@ -382,6 +382,8 @@ static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
     json_uint(j, "held_requests", d->stats.held);
     json_uint(j, "retried_requests", d->stats.retried);
     json_double(j, "timeout_seconds", (double)d->hold_timeout_ns / 1e9);
+    json_uint(j, "writeback_retries",
+              vol->cache && !vol->detached ? writeback_retries(vol->cache) : 0);
     json_end_object(j);
 }
 
