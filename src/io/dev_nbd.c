@@ -710,9 +710,23 @@ static void dev_nbd_quiesce(struct tc_dev *dev)
     }
 }
 
+static bool polls_pending(struct dev_nbd *n)
+{
+    for (struct nbd_conn *c = n->all; c; c = c->next_all)
+        if (c->read_armed || c->write_armed || c->cancels)
+            return true;
+    return false;
+}
+
 static void dev_nbd_close(struct tc_dev *dev)
 {
     struct dev_nbd *n = container_of(dev, struct dev_nbd, dev);
+    /* Polls armed on a connection stay in the ring even after its socket
+     * is closed: cancel them and wait until they have completed, or they
+     * would complete into freed memory (or keep the reactor waiting). */
+    dev_nbd_quiesce(dev);
+    while (polls_pending(n))
+        reactor_poll(dev->reactor, 100000000ull);
     while (n->all) {
         struct nbd_conn *c = n->all;
         n->all = c->next_all;
