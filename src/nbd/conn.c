@@ -173,6 +173,7 @@ static void rx_done(struct tc_io *io, int res)
     c->rx_armed = false;
     if (res == -EINTR || res == -EAGAIN) {
         rx_arm(c);
+        maybe_finish(c);    /* rx_arm() arms nothing once the connection is closing */
         conn_put(c);
         return;
     }
@@ -270,6 +271,7 @@ static void tx_done(struct tc_io *io, int res)
     c->tx_armed = false;
     if (res == -EINTR || res == -EAGAIN) {
         tx_kick(c);
+        maybe_finish(c);    /* tx_kick() sends nothing once the connection is dead */
         conn_put(c);
         return;
     }
