@@ -85,7 +85,7 @@ define run_one
 	    $(FUZZ_CORPUS)/$(1) tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) \
 	    >$(FUZZ_BUILD)/$(1).log 2>&1 || { tail -n 60 $(FUZZ_BUILD)/$(1).log; \
 	    echo "fuzz: $(1) failed; the input is in $(FUZZ_BUILD)/crashes/$(1)/"; exit 1; }
-	@grep -E '^stat::number_of_executed_units|^#[0-9]+ *DONE' $(FUZZ_BUILD)/$(1).log | sed 's/^/          /'
+	@grep -E '^#[0-9]+[[:space:]]+DONE' $(FUZZ_BUILD)/$(1).log | sed 's/^/          /'
 
 endef
 
