@@ -658,7 +658,10 @@ static void check_transmission(struct rd *o, size_t pc, bool structured, bool me
             }
             uint32_t err = get_be32(p + 4);
             uint64_t cookie = get_be64(p + 8);
+            /* Requests may share a cookie: the reply is for one that fits
+             * its error and, for a read, its data. */
             struct mreq *pick = NULL;
+            bool any = false;
             uint64_t datalen = 0;
             for (size_t i = 0; i < nreqs; i++) {
                 struct mreq *q = &reqs[i];
@@ -668,26 +671,28 @@ static void check_transmission(struct rd *o, size_t pc, bool structured, bool me
                                    q->type == NBD_CMD_BLOCK_STATUS))
                     continue;       /* those take structured replies */
                 uint64_t dl = q->type == NBD_CMD_READ && err == 0 ? q->length : 0;
-                if (pick == NULL) {
-                    pick = q;
+                if (!any) {
+                    any = true;
                     datalen = dl;
                 } else if (dl != datalen) {
                     goto out;       /* same cookie, framing ambiguous: stop reading */
                 }
+                if (pick == NULL &&
+                    (dl == 0 || (has(o, NBD_SIMPLE_REPLY_SIZE + dl) &&
+                                 check_data(p + NBD_SIMPLE_REPLY_SIZE, q->offset, dl))))
+                    pick = q;
             }
-            if (pick == NULL)
+            if (!any)
                 sim_fail("simple reply (error %u, cookie 0x%llx) at byte %zu answers no open "
                          "request", err, (unsigned long long)cookie, o->pos);
-            o->pos += NBD_SIMPLE_REPLY_SIZE;
-            if (datalen) {
-                if (!has(o, datalen)) {
-                    output_ends(o, complete, "the data of a read of", datalen);
-                    goto out;
-                }
-                if (!check_data(o->p + o->pos, pick->offset, datalen))
-                    sim_fail("read data at byte %zu is not what the engine returned", o->pos);
-                o->pos += datalen;
+            if (!has(o, NBD_SIMPLE_REPLY_SIZE + datalen)) {
+                output_ends(o, complete, "the data of a read of", datalen);
+                goto out;
             }
+            if (pick == NULL)
+                sim_fail("read data at byte %zu is not what the engine returned",
+                         o->pos + NBD_SIMPLE_REPLY_SIZE);
+            o->pos += NBD_SIMPLE_REPLY_SIZE + datalen;
             pick->done = true;
         } else if (magic == NBD_STRUCTURED_REPLY_MAGIC) {
             if (!structured)
@@ -706,9 +711,13 @@ static void check_transmission(struct rd *o, size_t pc, bool structured, bool me
                 goto out;
             }
             const uint8_t *d = p + NBD_STRUCTURED_HDR_SIZE;
+            /* Requests may share a cookie: the chunk is for one that fits
+             * it, and data covering a whole read goes to that read first
+             * (overlapping reads return the same bytes). */
             struct mreq *pick = NULL;
-            for (size_t i = 0; i < nreqs && pick == NULL; i++) {
-                struct mreq *q = &reqs[i];
+            for (size_t k = 0; k < 2 * nreqs && pick == NULL; k++) {
+                bool whole = k < nreqs;
+                struct mreq *q = &reqs[k % nreqs];
                 if (q->done || q->cookie != cookie)
                     continue;
                 const struct submission *s = q->submitted ? &sim.subs[q->sub] : NULL;
@@ -718,6 +727,8 @@ static void check_transmission(struct rd *o, size_t pc, bool structured, bool me
                     if (q->type != NBD_CMD_READ || !ok_done || rlen < 8)
                         break;
                     uint64_t doff = get_be64(d), dlen = rlen - 8;
+                    if (whole && (doff != q->offset || dlen != q->length))
+                        break;
                     if (doff >= q->offset && doff - q->offset <= q->length &&
                         dlen <= q->length - (doff - q->offset) && check_data(d + 8, doff, dlen))
                         pick = q;
