@@ -19,8 +19,10 @@
  *             bit 3     the origin ends 4 KiB into its last block
  *             bit 4     recovery only, no cache_check() (faster)
  *   byte 1    block size 4096 << (b % 9)
- *   byte 2    segment size 1 MiB << (b % 3)
- *   byte 3-4  segments on device 0 and 1: 1 + b % 40
+ *   byte 2    segment size 1 MiB << (b % 9), up to 256 MiB (65536 sectors,
+ *             the limit of the 16-bit sector offsets)
+ *   byte 3-4  segments on device 0 and 1: 1 + b % 40, fewer for large
+ *             segments (at most 1 GiB of segments per device)
  *   byte 5-6  origin size in blocks - 1 (little-endian)
  *   then records, each written over the devices made by `tiercache
  *   format` (the harness writes their superblocks itself):
@@ -77,6 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define SECTOR 4096u
 #define AREA_RECORD 127
 #define MAX_SEGS 40
+#define MAX_SEG_BYTES (1ull << 30)     /* per device: the index is sized from it */
 /* Largest engine allocations an input may ask for (see the top). */
 #define MAX_ORIGIN_BLOCKS (1ull << 26)
 #define MAX_TOTAL_SEGS 4096u
@@ -383,7 +386,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct geometry g;
     g.ndevs = (data[0] & 4) ? 2 : 1;
     g.block_size = 4096u << (data[1] % 9);
-    g.segment_size = (1u << 20) << (data[2] % 3);
+    g.segment_size = (1u << 20) << (data[2] % 9);
     g.seg_sectors = g.segment_size / SECTOR;
     g.spb = g.block_size / SECTOR;
     uint64_t blocks = 1 + (uint64_t)le16_get(data + 5);
@@ -392,7 +395,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         g.origin_size -= g.block_size - SECTOR;
     uint32_t first = 0;
     for (unsigned d = 0; d < 2; d++) {
-        devs[d].nsegs = d < g.ndevs ? 1 + data[3 + d] % MAX_SEGS : 0;
+        uint32_t max = (uint32_t)TC_MIN((uint64_t)MAX_SEGS, MAX_SEG_BYTES / g.segment_size);
+        devs[d].nsegs = d < g.ndevs ? 1 + data[3 + d] % max : 0;
         devs[d].first = first;
         first += devs[d].nsegs;
         devs[d].size = TC_DATA_OFFSET + (uint64_t)devs[d].nsegs * g.segment_size;
