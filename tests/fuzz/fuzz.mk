@@ -6,6 +6,7 @@
 #   make -f tests/fuzz/fuzz.mk            build the harnesses
 #   make -f tests/fuzz/fuzz.mk run        build, then run each for FUZZ_SECONDS
 #   make -f tests/fuzz/fuzz.mk replay     run each over its corpus and regressions once
+#   make -f tests/fuzz/fuzz.mk coverage   line coverage of the parsers by the corpora
 #
 # A run stops at the first crash; the input that caused it is saved as
 # build-fuzz/crashes/HARNESS/crash-... (see docs/FUZZING.md to turn it into
@@ -59,7 +60,7 @@ DICT_recovery         := tests/fuzz/format.dict
 BINS := $(HARNESSES:%=$(FUZZ_BUILD)/fuzz_%)
 $(foreach h,$(HARNESSES),$(eval OBJS_$(h) := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,tests/fuzz/fuzz_$(h).c $(SRCS_$(h)))))
 
-.PHONY: all run replay
+.PHONY: all run replay coverage
 # Objects are kept between builds.
 .SECONDARY:
 all: $(BINS)
@@ -105,8 +106,50 @@ endef
 replay: all
 	$(foreach h,$(HARNESSES),$(call replay_one,$(h)))
 
--include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
+# Line coverage: the harnesses built again with clang's source-based
+# coverage (no sanitizers) in build-fuzz/cov/, run once over every input
+# they have (FUZZ_CORPUS, the committed corpus and regressions), and
+# llvm-cov's report for the sources each one is about.
+COV      := $(FUZZ_BUILD)/cov
+COVFLAGS := -O1 -g $(CSTD) $(WARN) -fprofile-instr-generate -fcoverage-mapping \
+            -fsanitize=fuzzer-no-link -MMD -MP
+COVSRC_nbd_handshake    := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmission.c
+COVSRC_nbd_transmission := $(COVSRC_nbd_handshake)
+COVSRC_superblock       := src/format/superblock.c
+COVSRC_chunk            := src/format/chunk.c
+COVSRC_recovery         := src/engine/recovery.c src/engine/cache.c src/engine/space.c \
+                           src/engine/check.c src/format/superblock.c src/format/chunk.c
+$(foreach h,$(HARNESSES),$(eval COVOBJS_$(h) := $(patsubst $(FUZZ_BUILD)/obj/%,$(COV)/obj/%,$(OBJS_$(h)))))
+
+$(COV)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (coverage)"
+	@$(FUZZ_CC) $(FCPPFLAGS) $(COVFLAGS) -c -o $@ $<
+
+$(COV)/fuzz_%: $$(COVOBJS_$$*)
+	@echo "  LD      $@"
+	@$(FUZZ_CC) -fsanitize=fuzzer -fprofile-instr-generate $(COVLDFLAGS) -o $@ $^ $(LIBS)
+
+define cov_one
+	@mkdir -p $(FUZZ_CORPUS)/$(1) tests/fuzz/regressions/$(1)
+	@rm -f $(COV)/$(1).profraw
+	@LLVM_PROFILE_FILE=$(COV)/$(1).profraw $(COV)/fuzz_$(1) -runs=0 $(FUZZ_CORPUS)/$(1) \
+	    tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) >$(COV)/$(1).log 2>&1 \
+	    || { tail -n 20 $(COV)/$(1).log; exit 1; }
+	@llvm-profdata merge -o $(COV)/$(1).profdata $(COV)/$(1).profraw
+	@echo "== $(1): $$(find $(FUZZ_CORPUS)/$(1) tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) -type f | wc -l) inputs"
+	@llvm-cov report $(COV)/fuzz_$(1) -instr-profile=$(COV)/$(1).profdata $(COVSRC_$(1)) \
+	    | sed 's/^/  /'
+
+endef
+
+coverage: $(HARNESSES:%=$(COV)/fuzz_%)
+	$(foreach h,$(HARNESSES),$(call cov_one,$(h)))
+
+-include $(shell find $(FUZZ_BUILD)/obj $(COV)/obj -name '*.d' 2>/dev/null)
 
 # The NBD harnesses see every conn_abort() and shutdown() (nbd_sim.c).
 $(FUZZ_BUILD)/fuzz_nbd_handshake $(FUZZ_BUILD)/fuzz_nbd_transmission: \
     FLDFLAGS += -Wl,--wrap=conn_abort -Wl,--wrap=shutdown
+$(COV)/fuzz_nbd_handshake $(COV)/fuzz_nbd_transmission: \
+    COVLDFLAGS += -Wl,--wrap=conn_abort -Wl,--wrap=shutdown
