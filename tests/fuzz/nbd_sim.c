@@ -546,7 +546,11 @@ static bool name_matches(const uint8_t *n, size_t l)
     return l == 0 || (l == strlen(export_name()) && memcmp(n, export_name(), l) == 0);
 }
 
-static bool req_matches(const struct mreq *q, const struct submission *s)
+/* Could submission s be request q?  Flags without an engine equivalent
+ * cannot tell a refused request from an accepted one, so they must be
+ * valid where they are: DF on reads with structured replies, and no
+ * unknown flag at all. */
+static bool req_matches(const struct mreq *q, const struct submission *s, bool structured)
 {
     static const enum tc_op ops[] = { [NBD_CMD_READ] = TC_OP_READ, [NBD_CMD_WRITE] = TC_OP_WRITE,
                                       [NBD_CMD_FLUSH] = TC_OP_FLUSH, [NBD_CMD_TRIM] = TC_OP_TRIM,
@@ -555,6 +559,11 @@ static bool req_matches(const struct mreq *q, const struct submission *s)
                                       [NBD_CMD_BLOCK_STATUS] = TC_OP_BLOCK_STATUS };
     if (q->incomplete || q->type == NBD_CMD_DISC || q->type > NBD_CMD_BLOCK_STATUS ||
         ops[q->type] != s->op)
+        return false;
+    uint16_t known = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_DF |
+                     NBD_CMD_FLAG_REQ_ONE | NBD_CMD_FLAG_FAST_ZERO;
+    if ((q->flags & ~known) ||
+        ((q->flags & NBD_CMD_FLAG_DF) && (q->type != NBD_CMD_READ || !structured)))
         return false;
     unsigned f = 0;
     bool w = q->type == NBD_CMD_WRITE || q->type == NBD_CMD_TRIM ||
@@ -629,7 +638,7 @@ static void check_transmission(struct rd *o, size_t pc, bool structured, bool me
     /* The engine saw a subsequence of them, in order, with exact payloads. */
     size_t j = 0;
     for (size_t k = 0; k < sim.nsubs; k++) {
-        while (j < nreqs && !req_matches(&reqs[j], &sim.subs[k]))
+        while (j < nreqs && !req_matches(&reqs[j], &sim.subs[k], structured))
             j++;
         if (j == nreqs)
             sim_fail("engine request %zu (%s of %llu bytes at %llu, flags 0x%x) matches no "
