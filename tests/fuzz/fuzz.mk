@@ -26,7 +26,7 @@ SANITIZE  := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FCPPFLAGS := -Iinclude -Isrc -Itests/fuzz -D_GNU_SOURCE
 FCFLAGS   := -O1 -g -fno-omit-frame-pointer $(CSTD) $(WARN) $(SANITIZE) -fsanitize=fuzzer-no-link -MMD -MP
 FLDFLAGS  := $(SANITIZE) -fsanitize=fuzzer
-LIBS      := -luring -lnbd -lpthread -lm
+LIBS      := -luring -lnbd -lgnutls -lpthread -lm
 
 HARNESSES := nbd_handshake nbd_transmission superblock chunk recovery
 
@@ -34,9 +34,10 @@ HARNESSES := nbd_handshake nbd_transmission superblock chunk recovery
 UTIL := src/util/crc32c.c src/util/log.c src/util/misc.c src/util/json.c
 # The NBD harnesses run the real connection, handshake and transmission
 # code over a simulated reactor and engine (tests/fuzz/nbd_sim.c), so they
-# link neither the io_uring reactor nor the engine.
+# link neither the io_uring reactor nor the engine.  tls.c is linked
+# because conn.c calls it, but the simulated server has TLS off.
 NBD_SRCS := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmission.c src/nbd/server.c \
-            tests/fuzz/nbd_sim.c $(UTIL)
+            src/nbd/tls.c tests/fuzz/nbd_sim.c $(UTIL)
 SRCS_nbd_handshake    := $(NBD_SRCS)
 SRCS_nbd_transmission := $(NBD_SRCS)
 SRCS_superblock       := src/format/superblock.c $(UTIL)

@@ -70,11 +70,13 @@ struct buf_rec {
 
 #define MAX_PENDING 8
 #define MAX_TIMERS 4
+#define MAX_TASKS 8
 
 static struct {
     /* configuration */
     bool read_only, rotational, allow_stop, send_errors, recv_errors, named, engine_errors,
         small_pieces;
+    uint64_t max_buffer_memory;     /* the server's bound (0: none) */
     /* the client */
     const uint8_t *stream;
     size_t len, delivered;
@@ -89,6 +91,8 @@ static struct {
     /* the reactor */
     struct pending_op ops[MAX_PENDING];
     struct tc_timer *timers[MAX_TIMERS];
+    struct tc_task *tasks[MAX_TASKS];   /* deferred, not yet run */
+    unsigned ntasks;
     /* the engine */
     struct submission *subs;
     size_t nsubs, subs_cap;
@@ -229,6 +233,29 @@ void timer_arm(struct tc_reactor *r, struct tc_timer *t, uint64_t delay_ns)
     sim_fail("more than %d timers armed", MAX_TIMERS);
 }
 
+/* A deferred task runs later, from a fresh stack, in an order the
+ * simulation picks among the other events (the real reactor runs the
+ * tasks queued so far after each batch of completions). */
+void reactor_defer(struct tc_reactor *r, struct tc_task *task)
+{
+    if (r != &sim_reactor)
+        sim_fail("a task deferred on a reactor that is not the server's");
+    if (task->queued)
+        return;
+    if (sim.ntasks == MAX_TASKS)
+        sim_fail("more than %d deferred tasks", MAX_TASKS);
+    task->queued = true;
+    sim.tasks[sim.ntasks++] = task;
+}
+
+static void run_task(void)
+{
+    struct tc_task *t = sim.tasks[0];
+    memmove(sim.tasks, sim.tasks + 1, --sim.ntasks * sizeof *sim.tasks);
+    t->queued = false;
+    t->fn(t);
+}
+
 static int find_op(unsigned opcode)
 {
     for (unsigned i = 0; i < MAX_PENDING; i++)
@@ -354,9 +381,19 @@ static void engine_complete(size_t qi)
 
 /* ---- the buffer pool: exact sizes, every buffer accounted for ---- */
 
+/* server.h: with --max-buffer-memory, a connection with nothing in flight
+ * may still start one request of up to 1 MiB (SMALL_REQUEST in
+ * transmission.c); with one connection that is the most it may exceed. */
+#define SIM_SMALL_REQUEST (1ull << 20)
+
 void *bufpool_get(size_t size)
 {
     void *p;
+    if (sim.max_buffer_memory &&
+        bufpool_in_use() + size > sim.max_buffer_memory + SIM_SMALL_REQUEST)
+        sim_fail("a buffer of %zu bytes with %llu in use, over the server's bound of %llu",
+                 size, (unsigned long long)bufpool_in_use(),
+                 (unsigned long long)sim.max_buffer_memory);
     if (posix_memalign(&p, 4096, size ? size : 1) != 0)
         sim_fail("out of memory for a buffer of %zu bytes", size);
     sim.bufs = grow(sim.bufs, &sim.bufs_cap, sim.nbufs + 1, sizeof *sim.bufs);
@@ -1015,10 +1052,12 @@ void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len)
     sim.len = len;
     rng_state = ((uint64_t)get_be32(hdr + 2) << 1) | 1;
     sim_vol = (struct tc_volume){ sizes[hdr[1] & 7], sim.read_only, sim.rotational };
+    sim.max_buffer_memory = hdr[1] & 8 ? SIM_BUFFER_MEMORY : 0;
 
     struct nbd_server srv;
     struct nbd_server_config cfg = { .export_name = export_name(), .description = DESCRIPTION,
-                                     .read_only = sim.read_only };
+                                     .read_only = sim.read_only,
+                                     .max_buffer_memory = sim.max_buffer_memory };
     char err[256];
     if (nbd_server_start(&srv, &sim_reactor, &sim_vol, &cfg, err, sizeof err) < 0)
         sim_fail("nbd_server_start: %s", err);
@@ -1044,7 +1083,7 @@ void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len)
             nbd_server_stop(&srv, stopped_cb);
             continue;
         }
-        bool busy = rx >= 0 || tx >= 0 || sim.nqueue > 0;
+        bool busy = rx >= 0 || tx >= 0 || sim.nqueue > 0 || sim.ntasks > 0;
         if (timer && (!busy || one_in(500))) {
             /* The shutdown grace period ends. */
             timer_cancel(&sim_reactor, timer);
@@ -1053,8 +1092,10 @@ void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len)
         }
         if (!busy)
             break;
-        unsigned pick = (unsigned)rng_below(3);
-        if (pick == 0 && rx >= 0)
+        unsigned pick = (unsigned)rng_below(4);
+        if (pick == 3 && sim.ntasks > 0)
+            run_task();
+        else if (pick == 0 && rx >= 0)
             do_recv(rx);
         else if (pick == 1 && tx >= 0)
             do_send(tx);

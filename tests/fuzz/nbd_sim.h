@@ -50,11 +50,15 @@
  *           bit 6  the engine may fail requests
  *           bit 7  the client's bytes arrive in small pieces
  *   byte 1  volume size: one of 4 KiB, 64 KiB, 1 MiB, 2 MiB, 64 MiB,
- *           1 TiB, 2^63 - 4 KiB, 2^64 - 4 KiB (low 3 bits)
+ *           1 TiB, 2^63 - 4 KiB, 2^64 - 4 KiB (low 3 bits);
+ *           bit 3: request buffers are bounded (--max-buffer-memory) to
+ *           SIM_BUFFER_MEMORY
  *   byte 2-5  seed of the event order
  */
 #define SIM_HDR 6
 #define SIM_EXPORT_NAME "fuzz"
+/* The least --max-buffer-memory that serve accepts: one largest request. */
+#define SIM_BUFFER_MEMORY (32ull << 20)
 
 /* One connection: the client sends stream[0, len). */
 void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len);
