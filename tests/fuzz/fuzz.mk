@@ -10,7 +10,9 @@
 #
 # A run stops at the first crash; the input that caused it is saved as
 # build-fuzz/crashes/HARNESS/crash-... (see docs/FUZZING.md to turn it into
-# a regression).
+# a regression).  Every libFuzzer invocation here names its artifact
+# directory: without -artifact_prefix libFuzzer writes crash-*, leak-*,
+# timeout-* and oom-* files into the current directory, the source tree.
 
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
@@ -96,9 +98,10 @@ run: all
 
 # Every committed input once: no fuzzing, fails on the first crash.
 define replay_one
-	@mkdir -p tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1)
+	@mkdir -p tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) $(FUZZ_BUILD)/crashes/$(1)
 	@echo "  REPLAY  $(1)"
 	@$(FUZZ_BUILD)/fuzz_$(1) -runs=0 -timeout=25 -rss_limit_mb=4096 \
+	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$(1)/ \
 	    tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) >$(FUZZ_BUILD)/$(1).replay.log 2>&1 \
 	    || { tail -n 60 $(FUZZ_BUILD)/$(1).replay.log; exit 1; }
 
@@ -132,9 +135,10 @@ $(COV)/fuzz_%: $$(COVOBJS_$$*)
 	@$(FUZZ_CC) -fsanitize=fuzzer -fprofile-instr-generate $(COVLDFLAGS) -o $@ $^ $(LIBS)
 
 define cov_one
-	@mkdir -p $(FUZZ_CORPUS)/$(1) tests/fuzz/regressions/$(1)
+	@mkdir -p $(FUZZ_CORPUS)/$(1) tests/fuzz/regressions/$(1) $(COV)/crashes/$(1)
 	@rm -f $(COV)/$(1).profraw
-	@LLVM_PROFILE_FILE=$(COV)/$(1).profraw $(COV)/fuzz_$(1) -runs=0 $(FUZZ_CORPUS)/$(1) \
+	@LLVM_PROFILE_FILE=$(COV)/$(1).profraw $(COV)/fuzz_$(1) -runs=0 \
+	    -artifact_prefix=$(COV)/crashes/$(1)/ $(FUZZ_CORPUS)/$(1) \
 	    tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) >$(COV)/$(1).log 2>&1 \
 	    || { tail -n 20 $(COV)/$(1).log; exit 1; }
 	@llvm-profdata merge -o $(COV)/$(1).profdata $(COV)/$(1).profraw
