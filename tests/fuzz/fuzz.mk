@@ -89,7 +89,8 @@ define run_one
 	    $(FUZZ_CORPUS)/$(1) tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) \
 	    >$(FUZZ_BUILD)/$(1).log 2>&1 || { tail -n 60 $(FUZZ_BUILD)/$(1).log; \
 	    echo "fuzz: $(1) failed; the input is in $(FUZZ_BUILD)/crashes/$(1)/"; exit 1; }
-	@grep -E '^#[0-9]+[[:space:]]+DONE' $(FUZZ_BUILD)/$(1).log | sed 's/^/          /'
+	@grep -E '^#[0-9]+[[:space:]]+DONE' $(FUZZ_BUILD)/$(1).log | sed 's/^/          /' | grep . \
+	    || { tail -n 20 $(FUZZ_BUILD)/$(1).log; echo "fuzz: $(1) did not run to its end"; exit 1; }
 
 endef
 
