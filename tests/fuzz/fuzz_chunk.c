@@ -112,7 +112,7 @@ static void check_accepted(const uint8_t *hdr, const struct tc_chunk_header *h, 
             all_good = false;
             continue;
         }
-        CHECK(e->type >= TC_ENTRY_DATA && e->type <= TC_ENTRY_CLEAN);
+        CHECK(e->type >= TC_ENTRY_DATA && e->type <= TC_ENTRY_LOST);
         CHECK(within(&e->valid, spb) && within(&e->dirty, spb));
         if (e->type == TC_ENTRY_DATA) {
             unsigned n = popcount(&e->valid);
@@ -264,7 +264,7 @@ static void build_part(const uint8_t *data, size_t size)
         memset(e, 0, sizeof *e);
         e->oblock = rng();
         e->seq = rng();
-        e->type = (uint8_t)(TC_ENTRY_DATA + below(3));
+        e->type = (uint8_t)(TC_ENTRY_DATA + below(4));   /* DATA to LOST */
         e->flags = (uint8_t)rng();
         e->target = rng();
         random_mask(&e->valid, spb);
