@@ -572,6 +572,7 @@ struct close_ctx {
     struct log_waiter w;
     struct tc_dev_io dio;
     uint64_t candidate;
+    bool marked;
     void (*done)(void *arg, int err);
     void *arg;
 };
@@ -579,6 +580,16 @@ struct close_ctx {
 static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
+    if (err == 0 && !x->marked) {
+        /* One more header, written after that sync, records every chunk
+         * before it as flushed: recovery then knows them durable, so a
+         * damaged one among them is reported as damage, not taken for a
+         * write torn by a crash (whose entries it would silently ignore). */
+        x->marked = true;
+        log_seal_all(x->c, true);
+        log_sync(x->c, &x->w);
+        return;
+    }
     if (err)
         tc_error("cache: final sync failed: %s", strerror(-err));
     void (*done)(void *, int) = x->done;
@@ -624,6 +635,7 @@ void cache_free(struct cache *c)
     cleaner_fini(c);
     writeback_fini(c);
     lost_fini(c);
+    free(c->damage);
     readahead_fini(c);
     streams_fini(c);
     blocklocks_fini(c);

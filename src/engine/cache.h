@@ -256,6 +256,7 @@ struct cache_stats {
     uint64_t recovered_entries, recovered_dirty_sectors;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
     uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
+    uint64_t recovery_damaged;      /* durable chunk summaries found damaged */
 };
 
 struct blocklocks;
@@ -330,6 +331,8 @@ struct cache {
     struct budget budget;
     struct lost *lost;              /* lost.c: dirty sectors lost with a device */
     bool offline;                   /* check and dump: read only, no background work */
+    char *damage;                   /* recovery: damaged durable summaries, one a line
+                                       (NULL: none); serve refuses such a cache */
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;

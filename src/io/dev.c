@@ -48,7 +48,40 @@ void dev_close(struct tc_dev *dev)
         dev->ops->close(dev);
 }
 
+static void finish(struct tc_dev_io *dio, int err);
+
+static void run_deferred(struct tc_task *task)
+{
+    struct tc_dev *dev = container_of(task, struct tc_dev, deferred_task);
+    struct tc_dev_io *list = dev->deferred_head;
+    dev->deferred_head = NULL;
+    dev->deferred_tail = &dev->deferred_head;
+    while (list) {
+        struct tc_dev_io *dio = list;
+        list = dio->next;
+        finish(dio, dio->status);
+    }
+}
+
 void dev_complete(struct tc_dev_io *dio, int err)
+{
+    struct tc_dev *dev = dio->dev;
+    if (dev->submitting) {
+        /* Finished inside dev_submit(): complete it from the reactor. */
+        if (dev->deferred_head == NULL)
+            dev->deferred_tail = &dev->deferred_head;
+        dio->status = err;
+        dio->next = NULL;
+        *dev->deferred_tail = dio;
+        dev->deferred_tail = &dio->next;
+        dev->deferred_task.fn = run_deferred;
+        reactor_defer(dev->reactor, &dev->deferred_task);
+        return;
+    }
+    finish(dio, err);
+}
+
+static void finish(struct tc_dev_io *dio, int err)
 {
     struct tc_dev *dev = dio->dev;
     struct tc_dev_stats *s = &dev->stats;

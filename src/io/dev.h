@@ -73,6 +73,13 @@ struct tc_dev {
     struct tc_dev_stats stats;
     /* A failing device: set by the owner; the device keeps working. */
     unsigned consecutive_errors;
+    /* Completions never run inside dev_submit(): a request that finishes
+     * at once (an error found before any I/O, a fault layer) is queued
+     * here and completed from the reactor, so the caller's state is never
+     * changed under it by its own submission. */
+    unsigned submitting;
+    struct tc_dev_io *deferred_head, **deferred_tail;
+    struct tc_task deferred_task;
 };
 
 /* Open a file, block device or NBD URI.  On error returns NULL and writes a
@@ -97,7 +104,9 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     dio->dev = dev;
     dio->done_bytes = 0;
     dev->stats.inflight++;
+    dev->submitting++;
     dev->ops->submit(dev, dio);
+    dev->submitting--;
 }
 
 void dev_close(struct tc_dev *dev);
