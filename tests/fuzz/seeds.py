@@ -23,11 +23,8 @@ CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH, CMD_TRIM, CMD_CACHE, CMD_WZ, CMD_BS = 
 FUA, NO_HOLE, DF, REQ_ONE, FAST_ZERO = 1, 2, 4, 8, 16
 
 # nbd_sim.h: byte 0 flags, byte 1 volume size (3: 2 MiB, the size of the
-# volume the clients were captured on; 4: 64 MiB; bit 3 bounds request
-# buffers to 32 MiB), bytes 2-5 seed.
+# volume the clients were captured on), bytes 2-5 seed.
 SIZE_2M = 3
-SIZE_64M = 4
-BUFFER_BOUND = 8
 MAX_HANDSHAKE = 16384
 MAX_TRANSMISSION = 65536
 MAX_RECOVERY = 65536
@@ -197,11 +194,6 @@ def cmd_nbd_synth(corpus):
           sim_hdr(0x5c, SIZE_2M, 7) + bytes([1]) + tx["every-command"])
     write(corpus, "nbd_transmission", "synth-read-only",
           sim_hdr(0x01) + bytes([0]) + tx["every-command"])
-    # --max-buffer-memory 32M: the 30 MiB read waits for the 7 MiB one.
-    write(corpus, "nbd_transmission", "synth-memory-bound",
-          sim_hdr(0, SIZE_64M | BUFFER_BOUND) + bytes([3]) + req(CMD_READ, 1, 0, 7 << 20) +
-          req(CMD_READ, 2, 8 << 20, 30 << 20) + req(CMD_WRITE, 3, 0, 4096, 0, payload) +
-          req(CMD_READ, 4, 0, 1 << 20) + req(CMD_FLUSH, 5))
 
 
 def log2(n):
