@@ -21,6 +21,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_CORPUS  ?= $(FUZZ_BUILD)/corpus
 # Extra libFuzzer options for every run, e.g. FUZZ_FLAGS='-jobs=2 -workers=2'.
 FUZZ_FLAGS   ?=
+# Where each run's and replay's log goes (HARNESS.log, HARNESS.replay.log).
+FUZZ_LOGDIR  ?= $(FUZZ_BUILD)
 
 CSTD      := -std=gnu11
 WARN      := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wmissing-prototypes -Wstrict-prototypes
@@ -87,10 +89,10 @@ define run_one
 	    -dict=$(DICT_$(1)) -print_final_stats=1 -timeout=25 -rss_limit_mb=4096 \
 	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$(1)/ $(FUZZ_FLAGS) \
 	    $(FUZZ_CORPUS)/$(1) tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) \
-	    >$(FUZZ_BUILD)/$(1).log 2>&1 || { tail -n 60 $(FUZZ_BUILD)/$(1).log; \
+	    >$(FUZZ_LOGDIR)/$(1).log 2>&1 || { tail -n 60 $(FUZZ_LOGDIR)/$(1).log; \
 	    echo "fuzz: $(1) failed; the input is in $(FUZZ_BUILD)/crashes/$(1)/"; exit 1; }
-	@grep -E '^#[0-9]+[[:space:]]+DONE' $(FUZZ_BUILD)/$(1).log | sed 's/^/          /' | grep . \
-	    || { tail -n 20 $(FUZZ_BUILD)/$(1).log; echo "fuzz: $(1) did not run to its end"; exit 1; }
+	@grep -E '^#[0-9]+[[:space:]]+DONE' $(FUZZ_LOGDIR)/$(1).log | sed 's/^/          /' | grep . \
+	    || { tail -n 20 $(FUZZ_LOGDIR)/$(1).log; echo "fuzz: $(1) did not run to its end"; exit 1; }
 
 endef
 
@@ -103,8 +105,8 @@ define replay_one
 	@echo "  REPLAY  $(1)"
 	@$(FUZZ_BUILD)/fuzz_$(1) -runs=0 -timeout=25 -rss_limit_mb=4096 \
 	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$(1)/ \
-	    tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) >$(FUZZ_BUILD)/$(1).replay.log 2>&1 \
-	    || { tail -n 60 $(FUZZ_BUILD)/$(1).replay.log; exit 1; }
+	    tests/fuzz/corpus/$(1) tests/fuzz/regressions/$(1) >$(FUZZ_LOGDIR)/$(1).replay.log 2>&1 \
+	    || { tail -n 60 $(FUZZ_LOGDIR)/$(1).replay.log; exit 1; }
 
 endef
 
