@@ -126,6 +126,7 @@ struct serve {
     int sigfd;
     struct signalfd_siginfo siginfo;
     struct tc_io sig_io, sig_cancel_io;
+    struct tc_task free_task;
     bool stopping, signalled, closed;
     int exit_status;
     uint64_t started_ns;
@@ -239,6 +240,16 @@ static void ignore_completion(struct tc_io *io, int res)
     (void)res;
 }
 
+/* The volume is freed from the loop, not from its own close callback: its
+ * devices' last requests (an NBD origin's polls) are cancelled then, and
+ * the loop ends when nothing is left in flight. */
+static void free_volume(struct tc_task *t)
+{
+    struct serve *s = container_of(t, struct serve, free_task);
+    tc_volume_free(s->vol);
+    s->vol = NULL;
+}
+
 static void volume_closed(void *arg, int err)
 {
     struct serve *s = arg;
@@ -251,6 +262,8 @@ static void volume_closed(void *arg, int err)
     /* The pending signalfd read is the last thing keeping the loop alive. */
     s->sig_cancel_io.done = ignore_completion;
     io_uring_prep_cancel(reactor_sqe(&s->reactor, &s->sig_cancel_io), &s->sig_io, 0);
+    s->free_task.fn = free_volume;
+    reactor_defer(&s->reactor, &s->free_task);
     reactor_stop(&s->reactor);
 }
 

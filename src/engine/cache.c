@@ -728,7 +728,13 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "lost_sectors_unreadable", lost_sectors(c));
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
+    /* Per block the cache can hold: what sizing RAM for a cache needs (the
+     * arrays are sized to it).  Per cached block is higher while the cache
+     * is filling, and by the few segments the cleaner keeps free. */
+    uint64_t cap_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
     json_double(j, "memory_per_block_bytes",
+                cap_blocks ? (double)(index_mem + policy_mem) / (double)cap_blocks : 0);
+    json_double(j, "memory_per_cached_block_bytes",
                 c->idx.count ? (double)(index_mem + policy_mem) / (double)c->idx.count : 0);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);

@@ -106,7 +106,7 @@ struct centry {
     uint16_t flags;             /* CE_* */
     uint8_t freq;               /* policy: recent use, saturating */
     uint8_t nfrags;
-};
+} __attribute__((packed, aligned(4)));     /* 28 bytes, not 32 */
 
 struct cfrag {
     uint32_t seg, mseg;         /* location and mirror location (or NIL) */

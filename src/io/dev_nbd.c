@@ -34,6 +34,7 @@ struct nbd_conn {
     struct nbd_handle *h;
     int fd;
     struct tc_io read_poll, write_poll;
+    struct tc_io cancel_read, cancel_write;     /* cancelling the polls at close */
     bool read_armed, write_armed;
     bool dead;
     unsigned inflight;
@@ -247,12 +248,52 @@ static void dev_nbd_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     nbd_issue(n, dio);
 }
 
+static void cancel_done(struct tc_io *io, int res)
+{
+    (void)io;
+    (void)res;
+}
+
+/* Polls armed on a connection stay in the ring even after its socket is
+ * closed: cancel them and wait until they have completed, or the reactor
+ * would wait for them forever and complete them into freed memory. */
+static void cancel_polls(struct dev_nbd *n)
+{
+    struct tc_reactor *r = n->dev.reactor;
+    bool any = false;
+    for (unsigned i = 0; i < n->nconn; i++) {
+        struct nbd_conn *c = &n->conn[i];
+        if (c->read_armed) {
+            c->cancel_read.done = cancel_done;
+            io_uring_prep_cancel(reactor_sqe(r, &c->cancel_read), &c->read_poll, 0);
+            any = true;
+        }
+        if (c->write_armed) {
+            c->cancel_write.done = cancel_done;
+            io_uring_prep_cancel(reactor_sqe(r, &c->cancel_write), &c->write_poll, 0);
+            any = true;
+        }
+    }
+    while (any) {
+        reactor_poll(r, 100000000ull);
+        any = false;
+        for (unsigned i = 0; i < n->nconn; i++)
+            any |= n->conn[i].read_armed || n->conn[i].write_armed;
+    }
+}
+
 static void dev_nbd_close(struct tc_dev *dev)
 {
     struct dev_nbd *n = container_of(dev, struct dev_nbd, dev);
+    bool alive[NBD_MAX_CONNS];
+    for (unsigned i = 0; i < n->nconn; i++) {
+        alive[i] = !n->conn[i].dead;
+        n->conn[i].dead = true;     /* a poll completing now does nothing more */
+    }
+    cancel_polls(n);
     for (unsigned i = 0; i < n->nconn; i++) {
         if (n->conn[i].h) {
-            if (!n->conn[i].dead)
+            if (alive[i])
                 nbd_shutdown(n->conn[i].h, 0);
             nbd_close(n->conn[i].h);
         }
