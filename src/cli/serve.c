@@ -409,7 +409,7 @@ int cmd_serve(int argc, char **argv)
                                       .max_buffer_memory = 512ull << 20 };
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false;
-    char err[512];
+    char err[2048];   /* room for two device paths and a recovery hint */
     uint64_t v;
     int opt;
 

@@ -418,26 +418,33 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     struct tc_dev *origin = vol->origin;
     bool same_id = strncmp(sb->origin_id, origin->identity, TC_ORIGIN_ID_LEN - 1) == 0;
     if (sb->origin_size != vol->size || (!same_id && !vol->cfg.adopt_origin)) {
-        char dirty[64] = "";
-        if (c->dirty_sectors)
+        /* Say how to recover: --adopt-origin only helps a same-size copy,
+         * and reformatting discards dirty data, so that comes last. */
+        bool same_size = sb->origin_size == vol->size;
+        char hint[512];
+        if (c->dirty_sectors) {
+            char dirty[32];
             tc_format_size(c->dirty_sectors * TC_SECTOR, dirty, sizeof dirty);
+            snprintf(hint, sizeof hint,
+                     "The cache holds dirty data for its origin (%s), which would be lost: "
+                     "serve it with its own origin and run 'tiercache flush' (or 'detach')%s; "
+                     "to discard the dirty data instead, reformat the cache with 'tiercache "
+                     "format --force'.", dirty,
+                     same_size ? ", or pass --adopt-origin if this origin is an exact copy of "
+                                 "that one" : "");
+        } else {
+            snprintf(hint, sizeof hint,
+                     "Serve it with its own origin%s, or reformat the cache with 'tiercache "
+                     "format --force' (its contents are discarded).",
+                     same_size ? ", pass --adopt-origin if this origin is an exact copy of it"
+                               : "");
+        }
         snprintf(err, errlen,
                  "the cache on %s was formatted for origin '%s' (%s, %llu bytes), but this "
                  "origin is '%s' (%s, %llu bytes). %s",
                  c->devs[0].dev->name, sb->origin_path, sb->origin_id,
                  (unsigned long long)sb->origin_size, origin->name, origin->identity,
-                 (unsigned long long)vol->size,
-                 c->dirty_sectors
-                     ? "The cache holds dirty data for its origin, which would be lost: serve "
-                       "it with its own origin and run 'tiercache flush' (or 'detach'); if "
-                       "this origin is an exact copy of that one, pass --adopt-origin."
-                     : "Serve it with its own origin, pass --adopt-origin if this origin is "
-                       "an exact copy of it, or reformat the cache with 'tiercache format "
-                       "--force' (its contents are discarded).");
-        if (c->dirty_sectors) {
-            size_t l = strlen(err);
-            snprintf(err + l, errlen - l, " (dirty data: %s)", dirty);
-        }
+                 (unsigned long long)vol->size, hint);
         goto fail_cache;
     }
     if (!same_id)

@@ -106,16 +106,30 @@ struct ereq *ereq_new(struct tc_volume *vol)
 
 void ereq_free(struct ereq *e)
 {
-    e->vol->inflight--;
+    struct tc_volume *vol = e->vol;
+    vol->inflight--;
+    if (e->via_cache && --vol->cache_inflight == 0 && vol->gate)
+        reactor_defer(vol->reactor, &vol->gate_task);
     free(e);
 }
 
 void engine_dispatch(struct ereq *e)
 {
-    if (e->vol->cache && !e->vol->detached && !e->vol->cache_failed)
+    struct tc_volume *vol = e->vol;
+    if (vol->gate) {
+        /* Detaching: wait until the cache is out of the way. */
+        e->held_next = NULL;
+        *vol->held_tail = e;
+        vol->held_tail = &e->held_next;
+        return;
+    }
+    if (vol->cache && !vol->detached && !vol->cache_failed) {
+        e->via_cache = true;
+        vol->cache_inflight++;
         cache_submit(e);
-    else
+    } else {
         passthrough_submit(e);
+    }
 }
 
 static bool is_write_type(enum tc_op op)
@@ -298,17 +312,74 @@ void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
         flush_origin_only(vol, done, arg);
 }
 
+/* Detach, in four steps:
+ *
+ *   1. mode passthrough: new writes add no dirty data (they invalidate);
+ *   2. drain the dirty data, with clients still served;
+ *   3. close the gate: new requests wait, and the requests still in the
+ *      cache path finish (a write that started in writeback mode may add
+ *      dirty data even now);
+ *   4. drain what they added and empty the cache; then the gate opens and
+ *      the held requests go to the origin.
+ *
+ * Without the gate a write still in the cache path when the cache was
+ * emptied was lost, and one waiting for the cleaner waited forever. */
+static void open_gate(struct tc_volume *vol)
+{
+    vol->gate = false;
+    struct ereq *list = vol->held_head;
+    vol->held_head = NULL;
+    vol->held_tail = &vol->held_head;
+    while (list) {
+        struct ereq *e = list;
+        list = e->held_next;
+        engine_dispatch(e);
+    }
+}
+
 static void detached(void *arg, int err)
 {
     struct online_op *op = arg;
+    struct tc_volume *vol = op->vol;
     if (err == 0) {
-        op->vol->detached = true;
+        vol->detached = true;
         tc_info("cache detached: serving the origin directly");
     }
+    vol->detaching = false;
+    open_gate(vol);
     void (*done)(void *, int) = op->done;
     void *a = op->arg;
     free(op);
     done(a, err);
+}
+
+static void gate_quiet(struct tc_task *t)
+{
+    struct tc_volume *vol = container_of(t, struct tc_volume, gate_task);
+    if (!vol->gate || vol->cache_inflight > 0 || vol->gate_op == NULL)
+        return;
+    struct online_op *op = vol->gate_op;
+    vol->gate_op = NULL;
+    cache_detach(vol->cache, op_progress, detached, op);
+}
+
+static void first_drain_done(void *arg, int err)
+{
+    struct online_op *op = arg;
+    struct tc_volume *vol = op->vol;
+    if (err) {
+        vol->detaching = false;
+        void (*done)(void *, int) = op->done;
+        void *a = op->arg;
+        free(op);
+        done(a, err);
+        return;
+    }
+    vol->held_tail = &vol->held_head;
+    vol->gate = true;
+    vol->gate_op = op;
+    vol->gate_task.fn = gate_quiet;
+    reactor_defer(vol->reactor, &vol->gate_task);
 }
 
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
@@ -318,6 +389,10 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
         done(arg, vol->cache ? -EALREADY : -ENODEV);
         return;
     }
+    if (vol->detaching) {
+        done(arg, -EBUSY);
+        return;
+    }
     struct online_op *op = tc_xcalloc(1, sizeof *op);
     op->vol = vol;
     op->progress = progress;
@@ -325,7 +400,8 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
     op->arg = arg;
     /* From now on writes only invalidate; then drain and empty the cache. */
     vol->mode = TC_MODE_PASSTHROUGH;
-    cache_detach(vol->cache, op_progress, detached, op);
+    vol->detaching = true;
+    cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
 }
 
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
@@ -333,6 +409,10 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
 {
     if (vol->cache == NULL || vol->detached) {
         done(arg, mode == TC_MODE_PASSTHROUGH ? 0 : -ENODEV);
+        return;
+    }
+    if (vol->detaching) {
+        done(arg, -EBUSY);      /* the cache is being emptied */
         return;
     }
     enum tc_mode old = vol->mode;

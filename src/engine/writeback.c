@@ -69,6 +69,7 @@ struct wb_job {
     unsigned nruns;
     unsigned pending;
     bool pass;                  /* a background pass job (takes turns) */
+    uint64_t pass_no;           /* which pass it belongs to */
     uint64_t ticket;
     struct tc_dev_io flush;
     int flush_err;
@@ -87,7 +88,8 @@ struct writeback {
     struct tc_timer tick;
     uint64_t last_client_io;
     uint64_t last_commit;
-    uint64_t last_pass_off;
+    uint64_t last_pass_off;     /* end of the last run written in pass_no */
+    uint64_t pass_no;
     bool stopped;
     /* figures */
     uint64_t bytes, writes, jobs_done, errors, out_of_order;
@@ -318,6 +320,12 @@ static void job_submit_writes(struct wb_job *j)
     for (unsigned r = 0; r < j->nruns; r++) {
         struct wb_run *run = &j->runs[r];
         if (j->pass) {
+            /* Jobs write in ticket order, and tickets follow the cursor:
+             * only a new pass may start lower than the last run ended. */
+            if (j->pass_no != wb->pass_no) {
+                wb->pass_no = j->pass_no;
+                wb->last_pass_off = 0;
+            }
             if (run->dio.off < wb->last_pass_off)
                 wb->out_of_order++;
             wb->last_pass_off = run->dio.off + run->dio.len;
@@ -378,6 +386,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
     if (pass) {
         wb->jobs++;
         j->ticket = wb->next_ticket++;
+        j->pass_no = c->st.writeback_passes;
     }
     for (unsigned i = 0; i < n && j->n < JOB_BLOCKS; i++) {
         uint32_t id = index_lookup(&c->idx, blocks[i]);
@@ -420,11 +429,13 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
     uint64_t scanned = 0;
     while (*n < JOB_BLOCKS && scanned < nb) {
         if (b >= nb) {
+            /* A job never spans two passes: the wrap (a new pass) happens
+             * at the start of a batch, so every block of a job belongs to
+             * the pass counted when it starts. */
+            if (*n > 0)
+                break;
             b = 0;
             c->st.writeback_passes++;
-            wb->last_pass_off = 0;
-            if (*n > 0)
-                break;      /* a job never spans two passes */
         }
         uint64_t word = c->dirty_bits[b / 64] >> (b % 64);
         if (word == 0) {
