@@ -578,6 +578,9 @@ void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left,
                      void (*done)(void *arg, int err), void *arg);
 bool writeback_idle(struct cache *c);
 void writeback_status_json(struct cache *c, struct tc_json *j);
+/* Block writebacks the origin refused or that were cut by a lost
+ * connection: the blocks stayed dirty and are written again later. */
+uint64_t writeback_retries(struct cache *c);
 /* Write back the dirty sectors of these blocks now (ascending block
  * numbers), flush the origin, then call done.  Blocks that fail stay dirty. */
 void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,

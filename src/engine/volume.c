@@ -68,6 +68,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
         dev_close(origin);
         return NULL;
     }
+    origin->hold_timeout_ns = cfg->origin_timeout_ns;
     struct tc_volume *vol = tc_xcalloc(1, sizeof *vol);
     vol->reactor = r;
     vol->cfg = *cfg;
@@ -207,23 +208,31 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
 
 /* ---- close ---- */
 
+/* The volume is closed: the origin's background activity (a remote
+ * origin's polls and reconnect timers) stops, so the reactor can end. */
+static void close_finish(struct tc_volume *vol, int err)
+{
+    dev_quiesce(vol->origin);
+    vol->close_done(vol->close_arg, err);
+}
+
 static void close_flushed(struct tc_dev_io *dio, int err)
 {
     struct tc_volume *vol = container_of(dio, struct tc_volume, close_dio);
     if (err)
         tc_error("%s: flush at shutdown failed: %s", vol->origin->name, strerror(-err));
-    vol->close_done(vol->close_arg, err);
+    close_finish(vol, err);
 }
 
 static void cache_closed(void *arg, int err)
 {
     struct tc_volume *vol = arg;
     if (err) {
-        vol->close_done(vol->close_arg, err);
+        close_finish(vol, err);
         return;
     }
     if (vol->read_only || !vol->origin->can_flush) {
-        vol->close_done(vol->close_arg, 0);
+        close_finish(vol, 0);
         return;
     }
     memset(&vol->close_dio, 0, sizeof vol->close_dio);
@@ -242,7 +251,7 @@ void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), vo
         return;
     }
     if (vol->read_only || !vol->origin->can_flush) {
-        done(arg, 0);
+        close_finish(vol, 0);
         return;
     }
     memset(&vol->close_dio, 0, sizeof vol->close_dio);
@@ -427,7 +436,8 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
     done(arg, 0);
 }
 
-static void dev_json(struct tc_json *j, const char *key, struct tc_dev *d)
+static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
+                     struct tc_dev *d)
 {
     json_begin_object(j, key);
     json_string(j, "path", d->name);
@@ -442,6 +452,18 @@ static void dev_json(struct tc_json *j, const char *key, struct tc_dev *d)
     json_uint(j, "write_errors", d->stats.write_errors);
     json_uint(j, "other_errors", d->stats.other_errors);
     json_uint(j, "inflight", d->stats.inflight);
+    /* Reachability (a remote origin; a local one is always online). */
+    json_string(j, "state", dev_state_name(d->state));
+    json_uint(j, "connections", d->connections);
+    json_uint(j, "reconnects", d->stats.reconnects);
+    json_uint(j, "connections_lost", d->stats.connections_lost);
+    json_double(j, "offline_seconds", dev_offline_seconds(d, false));
+    json_double(j, "current_offline_seconds", dev_offline_seconds(d, true));
+    json_uint(j, "held_requests", d->stats.held);
+    json_uint(j, "retried_requests", d->stats.retried);
+    json_double(j, "timeout_seconds", (double)d->hold_timeout_ns / 1e9);
+    json_uint(j, "writeback_retries",
+              vol->cache && !vol->detached ? writeback_retries(vol->cache) : 0);
     json_end_object(j);
 }
 
@@ -466,7 +488,7 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "unaligned_reads", vol->stats.unaligned_reads);
     json_uint(j, "unaligned_writes", vol->stats.unaligned_writes);
     json_uint(j, "errors", vol->stats.errors);
-    dev_json(j, "origin", vol->origin);
+    dev_json(vol, j, "origin", vol->origin);
     if (vol->cache && !vol->detached)
         cache_status_json(vol->cache, j);
 }
