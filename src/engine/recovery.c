@@ -465,6 +465,15 @@ static void apply(struct recovery *rc)
     }
 }
 
+static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
+{
+    struct group *g = group_at(c, slot);
+    for (unsigned k = 0; k < g->nsegs; k++)
+        if (SEG(c, g->segs[k])->dev == dev)
+            return true;
+    return false;
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     struct recovery rc;
@@ -507,6 +516,16 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         if (slot == NIL || sg->seq != prev)
             slot = space_push_group(c, sg->seq);
         prev = sg->seq;
+        if (group_has_dev(c, slot, sg->dev)) {
+            /* A group has one segment on each device (and room for no
+             * more): a second one of the same device and sequence is
+             * damage no writer makes.  Its chunks are ignored; it is free. */
+            tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
+                    "device; ignored", SEG_DEV(c, live[i])->dev->name, live[i],
+                    (unsigned long long)sg->seq);
+            sg->nchunks = 0;
+            continue;
+        }
         space_group_add_seg(c, slot, live[i]);
         sg->state = SEG_CLOSED;
         read_entries(&rc, live[i]);
