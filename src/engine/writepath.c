@@ -445,16 +445,20 @@ static void merge_read(void *arg, int err)
     struct cache *c = p->w->c;
     if (err) {
         /* The other sectors are unreadable: the new version holds only
-         * what this write covers.  Dirty ones among them are lost. */
+         * what this write covers.  Dirty ones among them are lost, and
+         * recorded so: reads of them fail with EIO, never return the
+         * origin's older data. */
         struct tc_mask wmask, lost = p->odirty;
         mask_range(&wmask, p->s0, p->s1);
         mask_andnot(&lost, &wmask);
         if (!mask_empty(&lost)) {
             uint64_t off = p->oblock * c->block_size;
             tc_error("cache: dirty sectors of origin bytes %llu..%llu are unreadable and "
-                     "lost", (unsigned long long)off,
-                     (unsigned long long)(off + c->block_size - 1));
+                     "lost; reads of its %u lost sectors fail with EIO until rewritten",
+                     (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
+                     mask_count(&lost));
             c->st.lost_dirty_bytes += (uint64_t)mask_count(&lost) * TC_SECTOR;
+            lost_record(c, p->oblock, &lost);
         }
         mask_clear(&p->ovalid);
         mask_clear(&p->odirty);
