@@ -12,7 +12,7 @@ CC      ?= cc
 CSTD    := -std=gnu11
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wmissing-prototypes -Wstrict-prototypes
 CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
-LDLIBS  := -luring -lnbd -lpthread -lm
+LDLIBS  := -luring -lnbd -lgnutls -lpthread -lm
 
 ifeq ($(SANITIZE),1)
   BUILD   ?= build-san

@@ -42,6 +42,7 @@ struct tc_volume_config {
     const char *policy;             /* "default", "lru", "fifo", "s3fifo" */
     bool read_only;
     uint64_t sequential_cutoff;     /* bytes; 0 = never bypass streams */
+    uint64_t readahead;             /* bytes ahead of cached read streams; 0 = none */
     double dirty_target;            /* writeback: fraction of cache, e.g. 0.10 */
     double dirty_high;              /* writeback: drain fast above this */
     unsigned dirty_copies;          /* 1 or 2 */

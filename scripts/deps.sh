@@ -11,7 +11,7 @@ case $what in
   test|bench)
     pkgs="$pkgs libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs
           util-linux nbd-client busybox-static qemu-system-x86 cpio xz-utils
-          clang valgrind kmod"
+          clang valgrind kmod gnutls-bin"
     ;;
 esac
 case $what in

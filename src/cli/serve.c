@@ -48,10 +48,22 @@ static const char serve_help[] =
 "  --sequential-cutoff SIZE\n"
 "                       a stream of sequential I/O longer than SIZE is not\n"
 "                       cached (default 4M; 0 caches everything)\n"
+"  --readahead SIZE     keep up to SIZE of a cached sequential read stream\n"
+"                       loading ahead of the client, so every cache device\n"
+"                       stays busy (default 8M, at most 64M; 0 disables)\n"
 "  --dirty-target PCT   writeback: keep dirty data near PCT%% of the cache\n"
 "                       while clients are busy (default 10)\n"
 "  --dirty-high PCT     writeback: above PCT%% write back at full speed\n"
 "                       (default 50)\n"
+"  --dirty-copies N     1 (default) or 2: with 2, dirty data is written to two\n"
+"                       cache devices, so losing one loses no acknowledged\n"
+"                       write (clean data keeps one copy); needs 2 devices\n"
+"  --write-budget RATE[:BURST[:MINBURST]]\n"
+"                       wear the cache devices at most RATE bytes/s on\n"
+"                       average (token bucket of BURST bytes, default 2 s of\n"
+"                       RATE; after running dry, wait for MINBURST, default\n"
+"                       BURST/4): promotions and reinsertions beyond it are\n"
+"                       skipped, writeback writes go to the origin instead\n"
 "  --adopt-origin       accept an origin whose identity differs from the one\n"
 "                       the cache was formatted for (a copy of it); its size\n"
 "                       must still match\n"
@@ -67,6 +79,26 @@ static const char serve_help[] =
 "  --description TEXT   free text shown by nbdinfo\n"
 "  --read-only          refuse writes, trims and write-zeroes with EPERM\n"
 "  --max-connections N  refuse clients beyond N at once (default 256)\n"
+"  --max-buffer-memory SIZE\n"
+"                       request buffers of all clients together (default\n"
+"                       512M, at least 32M); past it, clients wait\n"
+"  --single, -s         serve exactly one client on stdin/stdout (a socket or\n"
+"                       pipes), log to stderr, exit 0 once it disconnects:\n"
+"                       nbdinfo -- [ tiercache serve --origin IMG -s ]\n"
+"\n"
+"With systemd socket activation (LISTEN_FDS, LISTEN_PID) the daemon serves\n"
+"on the sockets it is given instead of --socket and --listen; see\n"
+"contrib/tiercache@.socket.\n"
+"\n"
+"TLS (see tiercache(8), TLS):\n"
+"  --tls off|on|require off (default); on: clients may use STARTTLS;\n"
+"                       require: every client must (nbds:// URIs)\n"
+"  --tls-certificates DIR\n"
+"                       X.509: DIR/server-cert.pem, DIR/server-key.pem and,\n"
+"                       to check client certificates, DIR/ca-cert.pem\n"
+"  --tls-verify-peer    require a client certificate signed by DIR/ca-cert.pem\n"
+"  --tls-psk FILE       pre-shared keys instead: 'username:hexkey' lines\n"
+"                       (psktool -u NAME -p FILE makes one)\n"
 "\n"
 "Daemon:\n"
 "  --foreground, -f     stay in the foreground and log to stderr\n"
@@ -94,7 +126,7 @@ struct serve {
     int sigfd;
     struct signalfd_siginfo siginfo;
     struct tc_io sig_io, sig_cancel_io;
-    bool stopping;
+    bool stopping, signalled, closed;
     int exit_status;
     uint64_t started_ns;
     const char *pidfile;
@@ -213,6 +245,7 @@ static void volume_closed(void *arg, int err)
     if (err)
         s->exit_status = 1;
     tc_info("volume closed%s", err ? " with errors" : "");
+    s->closed = true;
     if (s->have_ctl)
         ctl_server_stop(&s->ctl);
     /* The pending signalfd read is the last thing keeping the loop alive. */
@@ -242,21 +275,30 @@ static void begin_shutdown(struct serve *s, const char *why)
 
 static void signal_arm(struct serve *s);
 
+/* --single: the one client has gone. */
+static void single_finished(struct nbd_server *srv)
+{
+    begin_shutdown(container_of(srv, struct serve, nbd), "the client disconnected");
+}
+
 static void signal_done(struct tc_io *io, int res)
 {
     struct serve *s = container_of(io, struct serve, sig_io);
     if (res == (int)sizeof s->siginfo) {
         int sig = (int)s->siginfo.ssi_signo;
         if (sig == SIGTERM || sig == SIGINT) {
-            if (s->stopping) {
+            /* A signal while a shutdown runs for another reason (--single:
+             * the client left; libnbd then sends SIGTERM) lets it finish. */
+            if (s->stopping && s->signalled) {
                 tc_warn("second %s while stopping; exiting at once",
                         sig == SIGTERM ? "SIGTERM" : "SIGINT");
                 exit(1);
             }
+            s->signalled = true;
             begin_shutdown(s, sig == SIGTERM ? "SIGTERM" : "SIGINT");
         }
     }
-    if (res != -ECANCELED)
+    if (res != -ECANCELED && !s->closed)
         signal_arm(s);
 }
 
@@ -306,8 +348,9 @@ static void detach_stdio(void)
 enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
-    OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
-    OPT_ADOPT_ORIGIN,
+    OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
+    OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
+    OPT_TLS_PSK, OPT_TLS_VERIFY,
 };
 
 static const struct option serve_opts[] = {
@@ -316,9 +359,12 @@ static const struct option serve_opts[] = {
     { "mode", required_argument, NULL, OPT_MODE },
     { "policy", required_argument, NULL, OPT_POLICY },
     { "sequential-cutoff", required_argument, NULL, OPT_SEQ_CUTOFF },
+    { "readahead", required_argument, NULL, OPT_READAHEAD },
     { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
+    { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
+    { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
     { "socket", required_argument, NULL, OPT_SOCKET },
     { "listen", required_argument, NULL, OPT_LISTEN },
     { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
@@ -326,6 +372,12 @@ static const struct option serve_opts[] = {
     { "description", required_argument, NULL, OPT_DESCRIPTION },
     { "read-only", no_argument, NULL, OPT_READ_ONLY },
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
+    { "single", no_argument, NULL, 's' },
+    { "max-buffer-memory", required_argument, NULL, OPT_MAX_BUF },
+    { "tls", required_argument, NULL, OPT_TLS },
+    { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
+    { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
+    { "tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY },
     { "foreground", no_argument, NULL, 'f' },
     { "control", required_argument, NULL, OPT_CONTROL },
     { "pidfile", required_argument, NULL, OPT_PIDFILE },
@@ -340,7 +392,8 @@ int cmd_serve(int argc, char **argv)
     struct tc_volume_config vcfg;
     tc_volume_config_defaults(&vcfg);
     struct nbd_server_config ncfg = { .export_name = "", .max_connections = 256,
-                                      .socket_mode = 0600 };
+                                      .socket_mode = 0600,
+                                      .max_buffer_memory = 512ull << 20 };
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false;
     char err[512];
@@ -348,7 +401,7 @@ int cmd_serve(int argc, char **argv)
     int opt;
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "fvh", serve_opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "fvhs", serve_opts, NULL)) != -1) {
         switch (opt) {
         case OPT_ORIGIN: vcfg.origin = optarg; break;
         case OPT_CACHE: {
@@ -374,6 +427,12 @@ int cmd_serve(int argc, char **argv)
                               sizeof err) < 0)
                 tc_die(2, "%s", err);
             break;
+        case OPT_READAHEAD:
+            if (tc_parse_size("--readahead", optarg, &vcfg.readahead, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (vcfg.readahead > (64u << 20) || (vcfg.readahead && vcfg.readahead < (1u << 20)))
+                tc_die(2, "--readahead %s: must be 0 (off) or from 1M to 64M", optarg);
+            break;
         case OPT_DIRTY_TARGET:
         case OPT_DIRTY_HIGH: {
             double pct;
@@ -387,6 +446,35 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
+        case OPT_DIRTY_COPIES:
+            if (tc_parse_uint("--dirty-copies", optarg, 1, 2, &v, err, sizeof err))
+                tc_die(2, "%s", err);
+            vcfg.dirty_copies = (unsigned)v;
+            break;
+        case OPT_WRITE_BUDGET: {
+            char spec[128];
+            snprintf(spec, sizeof spec, "%s", optarg);
+            char *burst = strchr(spec, ':'), *minburst = NULL;
+            if (burst) {
+                *burst++ = '\0';
+                minburst = strchr(burst, ':');
+                if (minburst)
+                    *minburst++ = '\0';
+            }
+            if (tc_parse_rate("--write-budget RATE", spec, &vcfg.write_budget_rate, err,
+                              sizeof err) < 0 ||
+                (burst && tc_parse_size("--write-budget BURST", burst,
+                                        &vcfg.write_budget_burst, err, sizeof err) < 0) ||
+                (minburst && tc_parse_size("--write-budget MINBURST", minburst,
+                                           &vcfg.write_budget_minburst, err, sizeof err) < 0))
+                tc_die(2, "%s", err);
+            if (vcfg.write_budget_rate == 0)
+                tc_die(2, "--write-budget: RATE must be above 0 (leave the option out for no "
+                       "budget)");
+            if (burst && vcfg.write_budget_minburst > vcfg.write_budget_burst)
+                tc_die(2, "--write-budget: MINBURST %s is larger than BURST %s", minburst, burst);
+            break;
+        }
         case OPT_SOCKET: ncfg.socket_path = optarg; break;
         case OPT_LISTEN: ncfg.listen = optarg; break;
         case OPT_SOCKET_MODE: {
@@ -404,6 +492,27 @@ int cmd_serve(int argc, char **argv)
             if (tc_parse_uint("--max-connections", optarg, 1, 1000000, &v, err, sizeof err))
                 tc_die(2, "%s", err);
             ncfg.max_connections = (unsigned)v;
+            break;
+        case OPT_TLS:
+            if (strcmp(optarg, "off") == 0)
+                ncfg.tls = NBD_TLS_OFF;
+            else if (strcmp(optarg, "on") == 0)
+                ncfg.tls = NBD_TLS_ON;
+            else if (strcmp(optarg, "require") == 0)
+                ncfg.tls = NBD_TLS_REQUIRE;
+            else
+                tc_die(2, "--tls '%s': choose off, on or require", optarg);
+            break;
+        case OPT_TLS_CERTS: ncfg.tls_certificates = optarg; break;
+        case OPT_TLS_PSK: ncfg.tls_psk = optarg; break;
+        case OPT_TLS_VERIFY: ncfg.tls_verify_peer = true; break;
+        case 's': ncfg.single = true; break;
+        case OPT_MAX_BUF:
+            if (tc_parse_size("--max-buffer-memory", optarg, &v, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (v < (32ull << 20))
+                tc_die(2, "--max-buffer-memory %s is below 32M, the largest request", optarg);
+            ncfg.max_buffer_memory = v;
             break;
         case 'f': foreground = true; break;
         case OPT_CONTROL: control = optarg; break;
@@ -426,20 +535,59 @@ int cmd_serve(int argc, char **argv)
     if (vcfg.caches == NULL && vcfg.mode != TC_MODE_WRITETHROUGH && vcfg.mode != TC_MODE_PASSTHROUGH)
         tc_die(2, "--mode %s needs cache devices (--cache)", tc_mode_name(vcfg.mode));
 
+    if (ncfg.tls == NBD_TLS_OFF &&
+        (ncfg.tls_certificates || ncfg.tls_psk || ncfg.tls_verify_peer))
+        tc_die(2, "--tls-certificates, --tls-psk and --tls-verify-peer need --tls on or "
+               "--tls require");
+    if (ncfg.tls != NBD_TLS_OFF && !ncfg.tls_certificates == !ncfg.tls_psk)
+        tc_die(2, "--tls %s needs either --tls-certificates DIR or --tls-psk FILE",
+               ncfg.tls == NBD_TLS_ON ? "on" : "require");
+    if (ncfg.tls_verify_peer && ncfg.tls_psk)
+        tc_die(2, "--tls-verify-peer is for certificates; with --tls-psk every client "
+               "proves its key");
+
+    /* Where clients come from: stdin/stdout (--single), sockets passed by
+     * systemd, or sockets made here.  --single has no control socket
+     * unless --control is given. */
+    int act_fds[NBD_MAX_LISTENERS];
+    char act_path[4096];
+    int nact = nbd_activation_fds(act_fds, NBD_MAX_LISTENERS, act_path, sizeof act_path, err,
+                                  sizeof err);
+    if (nact < 0)
+        tc_die(1, "%s", err);
+    if (ncfg.single) {
+        /* One client: on stdin/stdout, or the first one to connect to the
+         * sockets passed in (nbdinfo -- [ tiercache serve ... -s ]). */
+        if (ncfg.socket_path || ncfg.listen)
+            tc_die(2, "--single serves stdin/stdout or the sockets passed in; it takes no "
+                   "--socket or --listen");
+        foreground = true;
+    }
+    if (nact > 0) {
+        if (ncfg.socket_path || ncfg.listen)
+            tc_warn("socket activation: serving on the %d socket%s passed in; --socket and "
+                    "--listen are ignored", nact, nact == 1 ? "" : "s");
+        ncfg.socket_path = NULL;
+        ncfg.listen = NULL;
+        ncfg.listen_fds = act_fds;
+        ncfg.nlisten_fds = (unsigned)nact;
+    }
     char sockbuf[4096], ctlbuf[4096];
-    if (ncfg.socket_path == NULL && ncfg.listen == NULL) {
+    if (ncfg.socket_path == NULL && ncfg.listen == NULL && nact == 0 && !ncfg.single) {
         snprintf(sockbuf, sizeof sockbuf, "%s/tiercache.sock", cli_run_dir());
         ncfg.socket_path = sockbuf;
     }
-    if (control == NULL) {
+    if (control == NULL && !ncfg.single) {
         if (ncfg.socket_path)
             ctl_path_for(ncfg.socket_path, ctlbuf, sizeof ctlbuf);
+        else if (act_path[0])
+            ctl_path_for(act_path, ctlbuf, sizeof ctlbuf);
         else
             snprintf(ctlbuf, sizeof ctlbuf, "%s/tiercache.ctl", cli_run_dir());
         control = ctlbuf;
     }
     if ((ncfg.socket_path && !cli_make_parent(ncfg.socket_path, err, sizeof err)) ||
-        !cli_make_parent(control, err, sizeof err))
+        (control && !cli_make_parent(control, err, sizeof err)))
         tc_die(1, "%s", err);
 
     char logbuf[4096];
@@ -480,13 +628,16 @@ int cmd_serve(int argc, char **argv)
     if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0)
         tc_die(1, "%s", err);
     s.have_nbd = true;
-    if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
-        tc_die(1, "%s", err);
-    s.have_ctl = true;
-    ctl_register(&s.ctl, "status", status_cmd, &s);
-    ctl_register(&s.ctl, "flush", flush_cmd, &s);
-    ctl_register(&s.ctl, "detach", detach_cmd, &s);
-    ctl_register(&s.ctl, "mode", mode_cmd, &s);
+    s.nbd.single_finished = single_finished;
+    if (control) {
+        if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
+            tc_die(1, "%s", err);
+        s.have_ctl = true;
+        ctl_register(&s.ctl, "status", status_cmd, &s);
+        ctl_register(&s.ctl, "flush", flush_cmd, &s);
+        ctl_register(&s.ctl, "detach", detach_cmd, &s);
+        ctl_register(&s.ctl, "mode", mode_cmd, &s);
+    }
     signal_arm(&s);
 
     if (pidfile) {
@@ -496,7 +647,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(fp, "%d\n", (int)getpid());
         fclose(fp);
     }
-    tc_info("serving %s (control socket %s)", vcfg.origin, control);
+    tc_info("serving %s (control socket %s)", vcfg.origin, control ? control : "none");
     if (ready_fd >= 0) {
         if (write(ready_fd, "r", 1) != 1)
             tc_warn("could not tell the parent process we are ready");
@@ -506,7 +657,8 @@ int cmd_serve(int argc, char **argv)
 
     reactor_run(&s.reactor);
 
-    ctl_server_close(&s.ctl);
+    if (s.have_ctl)
+        ctl_server_close(&s.ctl);
     tc_volume_free(s.vol);
     reactor_fini(&s.reactor);
     bufpool_trim();

@@ -375,6 +375,11 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
 
+    if (vol->cfg.dirty_copies > 1 && n < 2) {
+        snprintf(err, errlen, "--dirty-copies %u needs at least 2 cache devices (%u given)",
+                 vol->cfg.dirty_copies, n);
+        goto fail_cache;
+    }
     const struct policy_ops *pops = policy_find(vol->cfg.policy ? vol->cfg.policy : "default");
     if (pops == NULL) {
         snprintf(err, errlen, "--policy '%s': no such policy (choose from %s)", vol->cfg.policy,
@@ -386,12 +391,14 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     c->policy->ops = pops;
     c->policy->state = pops->create(c, cache_blocks);
     index_init(&c->idx, c->spb, cache_blocks);
+    budget_init(c);
     space_init(c);
     watermarks(c);
     log_init(c);
     verify_init(c, VERIFY_BUDGET);
     blocklocks_init(c);
     streams_init(c);
+    readahead_init(c);
     cleaner_init(c);
     writeback_init(c);
 
@@ -612,6 +619,8 @@ void cache_free(struct cache *c)
         return;
     cleaner_fini(c);
     writeback_fini(c);
+    lost_fini(c);
+    readahead_fini(c);
     streams_fini(c);
     blocklocks_fini(c);
     verify_fini(c);
@@ -684,6 +693,14 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_double(j, "write_amplification",
                 s->admitted_bytes ? (double)dev_written / (double)s->admitted_bytes : 0);
     json_uint(j, "groups_retired", s->groups_retired);
+    json_begin_object(j, "write_budget");
+    json_uint(j, "rate_bytes_per_second", c->budget.rate);
+    json_uint(j, "burst_bytes", c->budget.burst);
+    json_uint(j, "minburst_bytes", c->budget.minburst);
+    json_double(j, "tokens_bytes", c->budget.rate ? c->budget.tokens : 0);
+    json_uint(j, "spent_bytes", c->budget.spent);
+    json_uint(j, "budget_skipped", c->budget.skipped);
+    json_end_object(j);
     json_uint(j, "origin_read_bytes", c->vol->origin->stats.read_bytes);
     json_uint(j, "origin_write_bytes", c->vol->origin->stats.write_bytes);
     json_uint(j, "dirty_blocks", c->dirty_blocks);
@@ -692,6 +709,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "cache_read_errors", s->cache_read_errors);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
+    json_uint(j, "lost_sectors_unreadable", lost_sectors(c));
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
     json_double(j, "memory_per_block_bytes",
@@ -699,6 +717,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);
     writeback_status_json(c, j);
+    readahead_status_json(c, j);
     json_begin_array(j, "devices");
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct cache_dev *cd = &c->devs[d];

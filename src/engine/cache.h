@@ -260,6 +260,16 @@ struct cache_stats {
 
 struct blocklocks;
 struct wpiece;
+struct lost;
+
+/* budget.c: the write budget (token bucket) of the cache devices. */
+struct budget {
+    uint64_t rate, burst, minburst;     /* bytes/s, bytes, bytes; rate 0: no budget */
+    double tokens;
+    uint64_t last_ns;
+    bool dry;                           /* ran out: wait for minburst */
+    uint64_t skipped, spent;
+};
 struct writeback;
 struct cleaner;
 struct verify_cache;
@@ -282,6 +292,7 @@ struct cache {
     struct cleaner *cleaner;
     struct verify_cache *verify;
     struct streams *streams;
+    struct readahead *ra;
 
     struct segment *segs;
     uint32_t nsegs, free_segs;
@@ -316,6 +327,8 @@ struct cache {
     struct wpiece *wt_inflight;     /* writepath.c: write-through origin writes */
     int log_error;                  /* first cache write error, reported to syncs */
     struct cache_stats st;
+    struct budget budget;
+    struct lost *lost;              /* lost.c: dirty sectors lost with a device */
     bool offline;                   /* check and dump: read only, no background work */
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     uint64_t recovery_ns;
@@ -323,6 +336,30 @@ struct cache {
     bool degraded;
     char health[128];
 };
+
+/* lost.c: sectors whose dirty data was lost; reads of them fail with EIO */
+bool lost_get(struct cache *c, uint64_t oblock, struct tc_mask *mask);
+void lost_set(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
+void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
+void lost_clear(struct cache *c, uint64_t oblock, const struct tc_mask *written);
+void lost_clear_range(struct cache *c, uint64_t off, uint64_t len);
+uint64_t lost_sectors(struct cache *c);
+void lost_foreach(struct cache *c, void (*fn)(void *arg, uint64_t oblock, const struct tc_mask *m),
+                  void *arg);
+void lost_fini(struct cache *c);
+
+/* failure.c: a cache device that fails */
+void cache_device_error(struct cache *c, unsigned d, int err, bool write);
+void cache_device_fail(struct cache *c, unsigned d, const char *why);
+/* The device holding a segment is still usable. */
+static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->segs[s].dev].state == CDEV_OK; }
+
+/* budget.c */
+void budget_init(struct cache *c);
+/* May a write of `bytes` that the cache could skip go now? */
+bool budget_allow(struct cache *c, uint64_t bytes);
+/* Bytes written to a cache device (every write, skippable or not). */
+void budget_spend(struct cache *c, uint64_t bytes);
 
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
@@ -385,6 +422,8 @@ int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t 
                uint32_t *mseg, uint16_t *moff, struct log_waiter *w);
 /* Everything appended so far: written, and the devices flushed. */
 void log_sync(struct cache *c, struct log_waiter *w);
+/* A cache device failed: close its head, re-target waiters. */
+void log_device_failed(struct cache *c, unsigned d);
 /* The commit interval: seal and flush what was appended, nobody waiting. */
 void log_commit(struct cache *c);
 /* Write every partly filled chunk now (e.g. to persist a new tail). */
@@ -436,6 +475,14 @@ void cache_read_verified(struct cache *c, struct cread *cr);
  * into dst (sector s at dst + s * 4096); cb gets 0 or the first error. */
 void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
                   void (*cb)(void *arg, int err), void *arg);
+/* As cache_gather, but a failure is retried through the index as it is
+ * then (a failed device's data moves to its mirrors) and then from the
+ * mirror copies, before it is reported. */
+void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask *want,
+                         uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
+/* The same from the fragments' mirror copies (-ENODATA where none). */
+void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *want,
+                          uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
 
 /* blocklock.c */
 struct block_waiter {
@@ -498,6 +545,7 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
  * after an origin flush, everything up to it is on the origin. */
 uint64_t wt_stable_candidate(struct cache *c);
 void cache_read(struct ereq *e);
+void cache_read_direct(struct ereq *e);    /* without read-ahead */
 void cache_write(struct ereq *e);
 void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
 void cache_flush(struct ereq *e);
@@ -509,6 +557,8 @@ int cleaner_init(struct cache *c);
 void cleaner_fini(struct cache *c);
 void cleaner_kick(struct cache *c);
 void cleaner_stop(struct cache *c);
+/* A device failed: a reclaim in progress must look at its group again. */
+void cleaner_device_failed(struct cache *c);
 /* True while the cache has room without reclaiming (policies admit freely). */
 bool cache_has_free_space(struct cache *c);
 bool cleaner_idle(struct cache *c);
@@ -539,7 +589,18 @@ int recovery_run(struct cache *c, char *err, size_t errlen);
 /* stream.c: sequential stream detection */
 int streams_init(struct cache *c);
 void streams_fini(struct cache *c);
-/* Feed a request; true if it belongs to a stream past the cutoff. */
-bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write);
+/* Feed a request; true if it belongs to a stream past the cutoff.  The
+ * stream's length so far, this request included, goes to *stream_len. */
+bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
+                        uint64_t *stream_len);
+
+/* readahead.c: keep cached sequential streams' devices busy */
+int readahead_init(struct cache *c);
+void readahead_fini(struct cache *c);
+/* True if the read was taken (answered now or when its slot loads). */
+bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len);
+/* Drop read-ahead data overlapping a write, trim or write-zeroes. */
+void readahead_invalidate(struct cache *c, uint64_t off, uint64_t len);
+void readahead_status_json(struct cache *c, struct tc_json *j);
 
 #endif

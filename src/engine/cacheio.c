@@ -38,8 +38,9 @@ static void finished(struct cread *cr)
                          "not used", SEG_DEV(c, cr->seg)->dev->name, cr->seg,
                          cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
             }
-        } else if (cr->err == -EIO || cr->err != -EBADMSG) {
+        } else if (cr->err != -EBADMSG) {
             c->st.cache_read_errors++;
+            cache_device_error(c, c->segs[cr->seg].dev, cr->err, false);
         }
         if (cr->err) {
             if (cr->bad_from == UINT32_MAX) {
@@ -165,8 +166,23 @@ static void gather_read(struct cread *cr, int err)
     cb(arg, e);
 }
 
+static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
+                        bool mirrors, void (*cb)(void *arg, int err), void *arg);
+
 void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
                   void (*cb)(void *arg, int err), void *arg)
+{
+    gather_from(c, id, want, dst, false, cb, arg);
+}
+
+void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *want,
+                          uint8_t *dst, void (*cb)(void *arg, int err), void *arg)
+{
+    gather_from(c, id, want, dst, true, cb, arg);
+}
+
+static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
+                        bool mirrors, void (*cb)(void *arg, int err), void *arg)
 {
     struct gather *g = tc_xcalloc(1, sizeof *g);
     g->c = c;
@@ -188,15 +204,27 @@ void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint
         struct cfrag *f = FR(&c->idx, fid);
         struct tc_mask st;
         frag_stored(&c->idx, fid, &st);
-        uint16_t off = (uint16_t)(f->off + mask_rank(&st, s));
+        uint32_t fseg = f->seg;
+        uint16_t foff = f->off;
+        if (mirrors) {
+            if (f->mseg == NIL) {
+                if (g->err == 0)
+                    g->err = -ENODATA;
+                cur = NULL;
+                continue;
+            }
+            fseg = f->mseg;
+            foff = f->moff;
+        }
+        uint16_t off = (uint16_t)(foff + mask_rank(&st, s));
         uint8_t *to = dst + (size_t)s * TC_SECTOR;
-        if (cur && cur->seg == f->seg && cur->off + cur->n == off &&
+        if (cur && cur->seg == fseg && cur->off + cur->n == off &&
             cur->buf + (size_t)cur->n * TC_SECTOR == to) {
             cur->n++;
             continue;
         }
         cur = &g->reads[g->nreads++];
-        cur->seg = f->seg;
+        cur->seg = fseg;
         cur->off = off;
         cur->n = 1;
         cur->buf = to;
@@ -208,4 +236,56 @@ void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint
     for (unsigned i = 0; i < n; i++)
         cache_read_verified(c, &g->reads[i]);
     gather_read(&(struct cread){ .priv = g }, 0);
+}
+
+/* ---- gathering that survives a failing device ---- */
+
+struct robust {
+    struct cache *c;
+    uint64_t oblock;
+    struct tc_mask want;
+    uint8_t *dst;
+    int stage;          /* 0: as indexed, 1: again (data may have moved), 2: mirrors */
+    void (*cb)(void *arg, int err);
+    void *arg;
+};
+
+static void robust_step(void *arg, int err)
+{
+    struct robust *x = arg;
+    struct cache *c = x->c;
+    uint32_t id = index_lookup(&c->idx, x->oblock);
+    if (err == 0 || x->stage == 2 || id == NIL) {
+        void (*cb)(void *, int) = x->cb;
+        void *a = x->arg;
+        free(x);
+        cb(a, err ? err : (id == NIL ? -ENODATA : 0));
+        return;
+    }
+    x->stage++;
+    /* A failed read may have failed the device, whose data then moved to
+     * its mirrors: look again, then try the mirrors themselves. */
+    if (x->stage == 1)
+        gather_from(c, id, &x->want, x->dst, false, robust_step, x);
+    else
+        gather_from(c, id, &x->want, x->dst, true, robust_step, x);
+}
+
+void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask *want,
+                         uint8_t *dst, void (*cb)(void *arg, int err), void *arg)
+{
+    struct robust *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->oblock = oblock;
+    x->want = *want;
+    x->dst = dst;
+    x->cb = cb;
+    x->arg = arg;
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (id == NIL) {
+        x->stage = 2;
+        robust_step(x, -ENODATA);
+        return;
+    }
+    gather_from(c, id, want, dst, false, robust_step, x);
 }

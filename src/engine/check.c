@@ -293,6 +293,25 @@ static void check_index(struct cache *c, struct check_result *r)
     free(live);
 }
 
+static void report_lost(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct check_state *st = arg;
+    struct cache *c = st->c;
+    uint64_t base = oblock * c->block_size;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(m, s) || (s > 0 && mask_test(m, s - 1)))
+            continue;
+        unsigned e = s;
+        while (e < c->spb && mask_test(m, e))
+            e++;
+        st->r->lost_dirty_sectors += e - s;
+        problem(st->r, "lost: origin bytes %llu..%llu: dirty data was lost with a failed cache "
+                "device; reads fail with EIO until these bytes are written again",
+                (unsigned long long)(base + (uint64_t)s * TC_SECTOR),
+                (unsigned long long)(base + (uint64_t)e * TC_SECTOR - 1));
+    }
+}
+
 int cache_check(struct cache *c, struct check_result *r, bool progress)
 {
     memset(r, 0, sizeof *r);
@@ -302,6 +321,8 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
     if (c->st.recovery_malformed)
         problem(r, "log: %llu chunk entries are malformed and were ignored",
                 (unsigned long long)c->st.recovery_malformed);
+    struct check_state st = { .c = c, .r = r };
+    lost_foreach(c, report_lost, &st);
     r->unflushed_entries = c->st.recovery_unflushed;
     r->groups = c->ngroups;
     r->segments = c->nsegs;

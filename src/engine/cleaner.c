@@ -52,6 +52,7 @@ struct cleaner {
     struct cache *c;
     bool running, stopping;
     bool active;                    /* below the low mark, until the high one */
+    bool restart;                   /* a device failed mid-walk: walk again */
     struct tc_task kick;
     struct log_waiter *space_waiters;
     /* the group being reclaimed */
@@ -230,6 +231,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
                      const uint8_t *packed, const struct tc_mask *packed_from)
 {
     unsigned n = mask_count(cur);
+    if (mask_empty(dirty) && !budget_allow(c, (uint64_t)n * TC_SECTOR))
+        return false;       /* over the write budget: clean data is dropped */
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
     for (unsigned s = 0; s < c->spb; s++) {
@@ -248,8 +251,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (rc < 0)
         return false;
-    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, a.mirror ? mseg : NIL,
-                       a.mirror ? moff : 0, 0, false);
+    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
+                       moff, 0, false);
     c->st.reinsertions++;
     return true;
 }
@@ -292,8 +295,19 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     }
     for (uint32_t i = 0; i < h.nr_entries; i++) {
         struct tc_entry e;
-        if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0 ||
-            e.type != TC_ENTRY_DATA)
+        if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)
+            continue;
+        if (e.type == TC_ENTRY_LOST) {
+            /* Still lost: the record must outlive its group. */
+            struct tc_mask m;
+            if (lost_get(c, e.oblock, &m)) {
+                struct append a = { .oblock = e.oblock, .type = TC_ENTRY_LOST, .valid = m,
+                                    .use_reserve = true };
+                log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+            }
+            continue;
+        }
+        if (e.type != TC_ENTRY_DATA)
             continue;
         uint16_t off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector);
         uint32_t id;
@@ -334,6 +348,8 @@ static void chunk_read(struct tc_dev_io *dio, int err)
     struct cache *c = k->c;
     uint32_t seg = k->segs[k->seg_i];
     seg_unpin(c, seg);
+    if (err)
+        cache_device_error(c, SEG(c, seg)->dev, err, false);
     process_chunk(k, &SEG(c, seg)->chunks[k->chunk_i], err == 0);
     k->chunk_i++;
     walk(k);
@@ -347,7 +363,8 @@ static void walk(struct cleaner *k)
     while (k->seg_i < k->nsegs) {
         uint32_t seg = k->segs[k->seg_i];
         struct segment *sg = SEG(c, seg);
-        if (k->chunk_i >= sg->nchunks) {
+        if (k->chunk_i >= sg->nchunks || !seg_usable(c, seg)) {
+            /* A failed device's fragments were moved or dropped already. */
             k->seg_i++;
             k->chunk_i = 0;
             continue;
@@ -391,8 +408,20 @@ static void later_done(struct cleaner *k)
 {
     if (--k->pending > 0)
         return;
-    /* 3. Record the new tail durably. */
     struct cache *c = k->c;
+    if (k->restart) {
+        /* A device failed while the group was walked: its dirty data moved
+         * to mirrors, some perhaps into this group after they were looked
+         * at.  Walk the group again before it may go. */
+        k->restart = false;
+        k->seg_i = 0;
+        k->chunk_i = 0;
+        k->ndrops = 0;
+        k->nlaters = 0;
+        walk(k);
+        return;
+    }
+    /* 3. Record the new tail durably. */
     uint32_t next = (k->slot + 1) % c->groups_cap;
     c->tail_seq = c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq;
     log_seal_all(c, true);
@@ -456,7 +485,7 @@ static void decide_laters(void *arg, int err)
         l->size = (size_t)c->spb * TC_SECTOR;
         l->buf = bufpool_get(l->size);
         k->pending++;
-        cache_gather(c, id, &l->cur, l->buf, later_read, l);
+        cache_gather_robust(c, l->oblock, &l->cur, l->buf, later_read, l);
     }
     later_done(k);
 }
@@ -497,4 +526,11 @@ static void tail_synced(struct log_waiter *lw, int err)
     k->running = false;
     cleaner_space_freed(c);
     cleaner_kick(c);
+}
+
+void cleaner_device_failed(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k && k->running)
+        k->restart = true;
 }

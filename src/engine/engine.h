@@ -24,6 +24,7 @@
 /* An engine-internal request flag: admit whatever this read misses
  * (NBD_CMD_CACHE asks for exactly that). */
 #define EREQ_FORCE_ADMIT (1u << 31)
+#define EREQ_READAHEAD (1u << 30)     /* the engine's own read-ahead: not a client read */
 
 /* One aligned request inside the engine. */
 struct ereq {
@@ -69,6 +70,7 @@ struct tc_volume {
     struct tc_dev_io close_dio;
     struct cache *cache;            /* NULL: no cache devices */
     bool detached;                  /* the cache is emptied and unused */
+    bool cache_failed;              /* every cache device failed: origin only */
 };
 
 /* volume.c */

@@ -6,9 +6,11 @@
  * and records the entry; the chunk is sealed -- its header encoded in
  * front of its data -- and written as one I/O when it reaches the target
  * size (1 MiB), when its header is full, when its segment is full, when
- * someone waits for it (FLUSH, FUA, write-through ordering), or a few
- * milliseconds after its first append.  This is write clustering: many
- * small client writes become one large sequential device write.
+ * someone waits for it (FLUSH, FUA, write-through ordering), or 100 ms
+ * after its first append (bcache's journal delay: it bounds what a crash
+ * loses of writes no FLUSH asked for, while a slow trickle of writes still
+ * fills large chunks).  This is write clustering: many small client writes
+ * become one large sequential device write.
  *
  *   segment image:  [hdr|data data data][hdr|data data][hdr|data ... ]
  *                    ^ written            ^ written      ^ current chunk
@@ -29,7 +31,7 @@
 #include "util/log.h"
 #include "util/misc.h"
 
-#define SEAL_DELAY_NS (5ull * 1000 * 1000)
+#define SEAL_DELAY_NS (100ull * 1000 * 1000)
 #define CHUNK_TARGET_BYTES (1u << 20)
 
 static void seal(struct cache *c, unsigned d, bool force, bool closing);
@@ -206,18 +208,18 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     else
         c->inflight_tail = cw->prev;
     c->chunks_written_upto = c->inflight_head ? c->inflight_head->chunk_seq - 1 : c->chunks_issued;
+    if (err) {
+        /* The device fails now; the chunk's data, still in the image, is
+         * appended again elsewhere, so the failure is absorbed. */
+        c->st.cache_write_errors++;
+        cache_device_error(c, sg->dev, err, true);
+    }
     if (c->trace_block == UINT64_MAX - 1)
         tc_info("trace log: chunk %llu written (err %d); written up to %llu",
                 (unsigned long long)cw->chunk_seq, err, (unsigned long long)c->chunks_written_upto);
     sg->writes_inflight--;
     c->devs[sg->dev].written_since_flush = true;
-    if (err) {
-        c->st.cache_write_errors++;
-        c->degraded = true;
-        snprintf(c->health, sizeof c->health, "degraded: write error on %s",
-                 c->devs[sg->dev].dev->name);
-        c->log_error = err;
-    } else {
+    if (!err) {
         c->st.chunks_written++;
         c->st.chunk_bytes_written += dio->len;
     }
@@ -243,6 +245,7 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
         c->inflight_head = cw;
     c->inflight_tail = cw;
     sg->writes_inflight++;
+    budget_spend(c, (uint64_t)nsectors * TC_SECTOR);
     cw->dio.op = TC_DEV_WRITE;
     cw->dio.buf = sg->image + (size_t)start * TC_SECTOR;
     cw->dio.off = seg_dev_offset(c, seg) + (uint64_t)start * TC_SECTOR;
@@ -466,9 +469,22 @@ static void schedule_seal(struct cache *c, unsigned d, bool urgent)
         timer_arm(c->reactor, &c->seal_timer, c->seal_delay_ns);
 }
 
-int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t *off,
+int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16_t *off,
                uint32_t *mseg, uint16_t *moff, struct log_waiter *w)
 {
+    struct append copy;
+    const struct append *a = a_in;
+    if (a->mirror) {
+        unsigned ok = 0;
+        for (unsigned d = 0; d < c->ndevs; d++)
+            ok += c->devs[d].state == CDEV_OK;
+        if (ok < 2) {
+            /* Degraded to one device: one copy is all there can be. */
+            copy = *a_in;
+            copy.mirror = false;
+            a = &copy;
+        }
+    }
     unsigned nsectors = a->type == TC_ENTRY_DATA ? mask_count(&a->valid) : 0;
     int d1 = -1, d2 = -1;
     for (int attempt = 0; attempt < 3; attempt++) {
@@ -494,8 +510,11 @@ int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t 
     append_to(c, (unsigned)d1, a, seq, nsectors, seg, off, false);
     if (d2 >= 0)
         append_to(c, (unsigned)d2, a, seq, nsectors, mseg, moff, true);
-    else if (mseg)
+    else if (mseg) {
         *mseg = NIL;
+        if (moff)
+            *moff = 0;
+    }
     c->next_dev = (unsigned)d1;
 
     bool urgent = a->urgent || w != NULL;
@@ -518,7 +537,7 @@ int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t 
 
 static void notify_waiters(struct cache *c, int err)
 {
-    int e = err ? err : c->log_error;
+    int e = err;
     struct log_waiter **pp = &c->written_waiters, *ready = NULL;
     while (*pp) {
         struct log_waiter *w = *pp;
@@ -545,9 +564,13 @@ static void notify_waiters(struct cache *c, int err)
 static void flush_done(struct tc_dev_io *dio, int err)
 {
     struct cache *c = dio->priv;
-    if (err) {
-        c->log_error = err;
+    if (err && dio->dev) {
+        unsigned d = (unsigned)(dio - c->flush_dios);
         c->st.cache_write_errors++;
+        /* What this device held is re-homed: the syncs waiting now fail
+         * once; later ones go to the devices left. */
+        c->log_error = err;
+        cache_device_error(c, d, err, true);
     }
     if (--c->flushes_pending > 0)
         return;
@@ -556,6 +579,7 @@ static void flush_done(struct tc_dev_io *dio, int err)
     if (c->trace_block == UINT64_MAX - 1)
         tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)c->flushed_upto);
     int e = c->log_error;
+    c->log_error = 0;
     struct log_waiter **pp = &c->flush_waiters, *ready = NULL;
     while (*pp) {
         struct log_waiter *w = *pp;
@@ -587,7 +611,7 @@ static void maybe_flush(struct cache *c)
     c->st.syncs++;
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct cache_dev *cd = &c->devs[d];
-        if (!cd->written_since_flush || cd->state == CDEV_MISSING)
+        if (!cd->written_since_flush || cd->state != CDEV_OK)
             continue;
         cd->written_since_flush = false;
         struct tc_dev_io *dio = &c->flush_dios[d];
@@ -630,4 +654,38 @@ void log_commit(struct cache *c)
     ls->commit_pending = true;
     ls->commit.fn = commit_done;
     log_sync(c, &ls->commit);
+}
+
+/* A device failed (failure.c has moved its data): close its open segment
+ * and make everyone waiting for chunks wait for what was appended since,
+ * which holds the data moved elsewhere. */
+void log_device_failed(struct cache *c, unsigned d)
+{
+    struct head *h = &c->heads[d];
+    struct head_extra *x = extra_of(c, d);
+    if (h->seg != NIL) {
+        struct segment *sg = SEG(c, h->seg);
+        sg->state = SEG_CLOSED;
+        sg->fill = h->chunk_start;
+        uint32_t seg = h->seg;
+        h->seg = NIL;
+        h->nentries = 0;
+        h->data_fill = 0;
+        image_release(c, seg);
+    }
+    while (x->waiters) {
+        struct log_waiter *w = x->waiters;
+        x->waiters = w->next;
+        w->next = c->written_waiters;
+        c->written_waiters = w;
+    }
+    log_seal_all(c, false);
+    for (struct log_waiter *w = c->written_waiters; w; w = w->next)
+        if (w->target < c->chunks_issued)
+            w->target = c->chunks_issued;
+    for (struct log_waiter *w = c->flush_waiters; w; w = w->next)
+        if (w->target < c->chunks_issued)
+            w->target = c->chunks_issued;
+    notify_waiters(c, 0);
+    maybe_flush(c);
 }

@@ -42,6 +42,9 @@ struct rpiece {
     struct tc_mask valid, dirty;    /* the entry at classification */
     uint8_t *buf;               /* where the piece goes in the client's buffer */
     uint8_t *ovbuf;             /* miss: dirty cached sectors, by sector */
+    uint8_t *redo_buf;          /* dirty sectors read again after a failure, by
+                                   block sector; laid over last */
+    struct tc_mask redo_need;
     uint64_t gen;
 };
 
@@ -206,8 +209,16 @@ static void classify_and_issue(struct rreq *r)
         p->s1 = (uint16_t)((pend - bstart) / TC_SECTOR);
         p->buf = (uint8_t *)e->buf + (off - e->off);
         off = pend;
-        struct tc_mask want;
+        struct tc_mask want, lost;
         mask_range(&want, p->s0, p->s1);
+        if (lost_get(c, p->oblock, &lost)) {
+            mask_and(&lost, &want);
+            if (!mask_empty(&lost) && r->err == 0) {
+                /* Dirty data lost with a failed device: never the origin's
+                 * older data in its place. */
+                r->err = -EIO;
+            }
+        }
         uint32_t id = index_lookup(&c->idx, p->oblock);
         if (id != NIL)
             ce_get_masks(&c->idx, id, &p->valid, &p->dirty);
@@ -289,6 +300,10 @@ static void fill(struct rreq *r, struct rpiece *p)
     if (mask_empty(&stored))
         return;
     unsigned n = mask_count(&stored);
+    if (!budget_allow(c, (uint64_t)n * TC_SECTOR)) {
+        c->st.fills_dropped++;
+        return;
+    }
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
     for (unsigned s = p->s0; s < p->s1; s++)
@@ -330,6 +345,15 @@ static void finish(struct rreq *r)
                     memcpy(p->buf + (size_t)(s - p->s0) * TC_SECTOR,
                            p->ovbuf + (size_t)(s - p->s0) * TC_SECTOR, TC_SECTOR);
         }
+        if (p->redo_buf) {
+            for (unsigned s = p->s0; s < p->s1; s++)
+                if (mask_test(&p->redo_need, s))
+                    memcpy(p->buf + (size_t)(s - p->s0) * TC_SECTOR,
+                           p->redo_buf + (size_t)s * TC_SECTOR, TC_SECTOR);
+            bufpool_put(p->redo_buf, (size_t)c->spb * TC_SECTOR);
+            p->redo_buf = NULL;
+            p->admit = false;
+        }
     }
     if (r->err == 0)
         for (unsigned i = 0; i < r->np; i++)
@@ -341,25 +365,65 @@ static void finish(struct rreq *r)
         if (p->gen_held)
             block_gen_release(c, p->oblock);
     }
-    if (hits == r->np) {
+    if (e->flags & EREQ_READAHEAD) {
+        /* counted when a client read is answered from it */
+    } else if (hits == r->np) {
         c->st.read_hits++;
     } else {
         c->st.read_misses++;
         if (hits)
             c->st.read_partial++;
     }
-    c->st.read_hit_bytes += hit_bytes;
-    c->st.read_miss_bytes += e->len - hit_bytes;
+    if (!(e->flags & EREQ_READAHEAD)) {
+        c->st.read_hit_bytes += hit_bytes;
+        c->st.read_miss_bytes += e->len - hit_bytes;
+    }
     e->err = r->err;
     free(r->p);
     free(r);
     e->complete(e);
 }
 
-/* A piece whose cached copy failed.  Dirty sectors it needs are lost:
- * EIO.  Otherwise the origin has the data: a hit is read again from the
- * origin (returns true), a miss has it already.  A block without dirty
- * data is dropped from the cache. */
+/* Dirty data of a piece whose cached copy failed: read again from the
+ * cache as it is now (a failed device's data has moved to its mirror), then
+ * from the mirror copies; EIO only if neither can be read. */
+struct redo {
+    struct rreq *r;
+    struct rpiece *p;
+    struct tc_mask need;
+    uint8_t *buf;           /* the block, by sector */
+};
+
+static void redo_done(void *arg, int err)
+{
+    struct redo *x = arg;
+    struct rreq *r = x->r;
+    struct rpiece *p = x->p;
+    struct cache *c = r->c;
+    uint32_t id = index_lookup(&c->idx, p->oblock);
+    (void)id;
+    if (err) {
+        uint64_t off = p->oblock * c->block_size;
+        tc_error("cache: dirty data of origin bytes %llu..%llu is unreadable; the read fails "
+                 "with EIO", (unsigned long long)(off + (uint64_t)p->s0 * TC_SECTOR),
+                 (unsigned long long)(off + (uint64_t)p->s1 * TC_SECTOR - 1));
+        c->st.lost_dirty_bytes += (uint64_t)mask_count(&x->need) * TC_SECTOR;
+        if (r->err == 0)
+            r->err = -EIO;
+        bufpool_put(x->buf, (size_t)c->spb * TC_SECTOR);
+    } else {
+        /* Laid over the origin's data in finish(), after every read. */
+        p->redo_buf = x->buf;
+        p->redo_need = x->need;
+    }
+    free(x);
+    if (--r->pending == 0)
+        finish(r);
+}
+
+/* A piece whose cached copy failed.  Dirty sectors it needs are read again
+ * (redo); other sectors come from the origin: a hit is read again from it,
+ * a miss has it already.  Returns true when an origin re-read is needed. */
 static bool salvage(struct rreq *r, struct rpiece *p)
 {
     struct cache *c = r->c;
@@ -368,29 +432,31 @@ static bool salvage(struct rreq *r, struct rpiece *p)
     mask_and(&need, &range);
     p->bad = false;
     p->admit = false;
-    if (!mask_empty(&need)) {
-        uint64_t off = p->oblock * c->block_size;
-        tc_error("cache: dirty data of origin bytes %llu..%llu is unreadable; the read fails "
-                 "with EIO", (unsigned long long)(off + (uint64_t)p->s0 * TC_SECTOR),
-                 (unsigned long long)(off + (uint64_t)p->s1 * TC_SECTOR - 1));
-        c->st.lost_dirty_bytes += (uint64_t)mask_count(&need) * TC_SECTOR;
-        if (r->err == 0)
-            r->err = -EIO;
-        if (p->ovbuf) {
-            bufpool_put(p->ovbuf, (size_t)(p->s1 - p->s0) * TC_SECTOR);
-            p->ovbuf = NULL;
-        }
-        return false;
+    if (p->ovbuf) {
+        bufpool_put(p->ovbuf, (size_t)(p->s1 - p->s0) * TC_SECTOR);
+        p->ovbuf = NULL;
     }
     uint32_t id = index_lookup(&c->idx, p->oblock);
     if (id != NIL && CE(&c->idx, id)->dirty == 0 && !block_is_locked(c, p->oblock)) {
         cache_drop(c, p->oblock);
         block_gen_bump(c, p->oblock);
         c->st.invalidations++;
+        id = NIL;
+    }
+    if (!mask_empty(&need)) {
+        struct redo *x = tc_xcalloc(1, sizeof *x);
+        x->r = r;
+        x->p = p;
+        x->need = need;
+        x->buf = bufpool_get((size_t)c->spb * TC_SECTOR);
+        r->pending++;
+        cache_gather_robust(c, p->oblock, &need, x->buf, redo_done, x);
     }
     if (p->kind == P_MISS)
         return false;
     p->kind = P_MISS;
+    /* A hit is read again from the origin, then the dirty sectors (read
+     * again above) are laid over it -- in that order. */
     return true;
 }
 
@@ -405,6 +471,8 @@ static void reread_done(struct tc_dev_io *dio, int err)
         finish(r);
 }
 
+/* All first reads are done.  Pieces whose cached copy failed get a second
+ * chance (salvage), then the request finishes. */
 static void phase_done(struct rreq *r)
 {
     if (r->retried) {
@@ -432,7 +500,7 @@ static void phase_done(struct rreq *r)
         finish(r);
 }
 
-void cache_read(struct ereq *e)
+static void read_start(struct ereq *e, bool sequential)
 {
     struct cache *c = e->vol->cache;
     struct rreq *r = tc_xcalloc(1, sizeof *r);
@@ -440,8 +508,25 @@ void cache_read(struct ereq *e)
     r->c = c;
     uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;
     r->p = tc_xmalloc((size_t)(last - first + 1) * sizeof *r->p);
-    r->sequential = streams_sequential(c, e->off, e->len, false);
+    r->sequential = sequential;
     r->bypass = e->vol->mode == TC_MODE_PASSTHROUGH;
     writeback_note_client_io(c);
     classify_and_issue(r);
+}
+
+/* A client read: a stream may be answered by read-ahead. */
+void cache_read(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    uint64_t stream_len;
+    bool sequential = streams_sequential(c, e->off, e->len, false, &stream_len);
+    if (e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
+        return;
+    read_start(e, sequential);
+}
+
+/* Read-ahead's own reads, and reads after read-ahead declined. */
+void cache_read_direct(struct ereq *e)
+{
+    read_start(e, false);
 }

@@ -273,6 +273,11 @@ static void apply(struct recovery *rc)
                 continue;
             }
             bool fresh = id == NIL;
+            struct tc_mask lm;
+            if (lost_get(c, r->oblock, &lm)) {
+                mask_andnot(&lm, &r->valid);    /* written again after the loss */
+                lost_set(c, r->oblock, &lm);
+            }
             id = cache_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
                                     0, false);
             grow(rc, id);
@@ -283,6 +288,8 @@ static void apply(struct recovery *rc)
                 rc->wt_seq[id] = r->seq;
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
             cache_drop(c, r->oblock);
+        } else if (r->type == TC_ENTRY_LOST) {
+            lost_set(c, r->oblock, &r->valid);
         } else {
             apply_clean(rc, r);
         }

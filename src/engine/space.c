@@ -47,6 +47,8 @@ static void push_free(struct cache *c, uint32_t s)
     sg->fill = 0;
     sg->live = 0;
     sg->nchunks = 0;
+    if (cd->state != CDEV_OK)
+        return;             /* a failed device's space is not space */
     cd->free_list[cd->free_segs++] = s;
     c->free_segs++;
 }

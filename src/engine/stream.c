@@ -6,6 +6,7 @@
  * starts where a stream ends continues it; once a stream has run longer
  * than the cutoff (--sequential-cutoff, default 4 MiB), the rest of it is
  * not admitted to the cache.  Least recently used streams are forgotten.
+ * Streams are tracked even with no cutoff: read-ahead uses their length.
  */
 #include <stdlib.h>
 
@@ -39,27 +40,27 @@ void streams_fini(struct cache *c)
     c->streams = NULL;
 }
 
-bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write)
+bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
+                        uint64_t *stream_len)
 {
     struct streams *ss = c->streams;
     (void)write;
-    if (ss->cutoff == 0)
-        return false;
     ss->clock++;
-    struct stream *lru = &ss->s[0];
-    for (int i = 0; i < NSTREAMS; i++) {
-        struct stream *s = &ss->s[i];
-        if (s->length && s->end == off) {
-            s->end = off + len;
-            s->length += len;
-            s->last_use = ss->clock;
-            return s->length > ss->cutoff;
-        }
-        if (s->last_use < lru->last_use)
-            lru = s;
+    struct stream *s = NULL, *lru = &ss->s[0];
+    for (int i = 0; i < NSTREAMS && s == NULL; i++) {
+        if (ss->s[i].length && ss->s[i].end == off)
+            s = &ss->s[i];
+        else if (ss->s[i].last_use < lru->last_use)
+            lru = &ss->s[i];
     }
-    lru->end = off + len;
-    lru->length = len;
-    lru->last_use = ss->clock;
-    return len > ss->cutoff;
+    if (s == NULL) {
+        s = lru;
+        s->length = 0;
+    }
+    s->end = off + len;
+    s->length += len;
+    s->last_use = ss->clock;
+    if (stream_len)
+        *stream_len = s->length;
+    return ss->cutoff != 0 && s->length > ss->cutoff;
 }

@@ -38,6 +38,7 @@ void tc_volume_config_defaults(struct tc_volume_config *cfg)
     cfg->mode = TC_MODE_WRITETHROUGH;
     cfg->policy = "default";
     cfg->sequential_cutoff = 4u << 20;
+    cfg->readahead = 8u << 20;
     cfg->dirty_target = 0.10;
     cfg->dirty_high = 0.50;
     cfg->dirty_copies = 1;
@@ -111,7 +112,7 @@ void ereq_free(struct ereq *e)
 
 void engine_dispatch(struct ereq *e)
 {
-    if (e->vol->cache && !e->vol->detached)
+    if (e->vol->cache && !e->vol->detached && !e->vol->cache_failed)
         cache_submit(e);
     else
         passthrough_submit(e);

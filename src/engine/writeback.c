@@ -401,7 +401,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         b->size = (size_t)c->spb * TC_SECTOR;
         b->data = bufpool_get(b->size);
         j->pending++;
-        cache_gather(c, index_lookup(&c->idx, b->oblock), &b->valid, b->data, block_read, b);
+        cache_gather_robust(c, b->oblock, &b->valid, b->data, block_read, b);
     }
     if (--j->pending == 0)
         reads_done(j);

@@ -134,6 +134,8 @@ uint64_t wt_stable_candidate(struct cache *c)
 static void request_end(struct wreq *w)
 {
     struct ereq *e = w->e;
+    /* Read-ahead slots loaded while the write ran may hold the old data. */
+    readahead_invalidate(e->vol->cache, e->off, e->len);
     e->err = w->err;
     free(w->p);
     free(w);
@@ -187,6 +189,11 @@ static void piece_done(struct wpiece *p, int err)
     struct wreq *w = p->w;
     struct cache *c = w->c;
     wt_untrack(p);
+    if (err == 0 && p->mode != W_DISCARD) {
+        struct tc_mask m;
+        mask_range(&m, p->s0, p->s1);
+        lost_clear(c, p->oblock, &m);
+    }
     if (p->old) {
         bufpool_put(p->old, p->old_size);
         p->old = NULL;
@@ -371,8 +378,8 @@ static void append_version(struct wpiece *p)
     }
     if (p->mode == W_THROUGH)
         wt_track(p, c->next_seq - 1);
-    cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, a.mirror ? mseg : NIL,
-                       a.mirror ? moff : 0, p->mode == W_THROUGH ? CE_WT : 0, p->merging);
+    cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
+                       moff, p->mode == W_THROUGH ? CE_WT : 0, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
@@ -441,6 +448,15 @@ static void piece_step(struct wpiece *p)
         c->st.write_hits++;
     else
         c->st.write_misses++;
+    if (p->mode == W_BACK && mask_empty(&p->odirty) &&
+        !budget_allow(c, (uint64_t)(p->s1 - p->s0) * TC_SECTOR)) {
+        /* Over the write budget: this write goes through to the origin
+         * (the block has no dirty data, so nothing is held back). */
+        p->mode = W_AROUND;
+        p->bw.fn = wb_cleared;
+        if (!block_wait_wb(c, p->oblock, &p->bw))
+            return;
+    }
     if (p->mode == W_AROUND || id == NIL || CE(&c->idx, id)->nfrags < MAX_FRAGS) {
         append_version(p);
         return;
@@ -454,7 +470,7 @@ static void piece_step(struct wpiece *p)
         p->old_size = (size_t)c->spb * TC_SECTOR;
         p->old = bufpool_get(p->old_size);
     }
-    cache_gather(c, id, &need, p->old, merge_read, p);
+    cache_gather_robust(c, p->oblock, &need, p->old, merge_read, p);
 }
 
 static void lock_granted(struct block_waiter *bw)
@@ -479,7 +495,8 @@ static void piece_start(struct wpiece *p)
         bool admit = false;
         if (p->mode == W_THROUGH && !w->e->vol->read_only) {
             bool free_space = cache_has_free_space(c);
-            admit = c->policy->ops->admit_write(c->policy->state, c, p->oblock, free_space);
+            admit = c->policy->ops->admit_write(c->policy->state, c, p->oblock, free_space) &&
+                    budget_allow(c, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
         }
         if (!admit && !block_is_locked(c, p->oblock)) {
             c->st.write_misses++;
@@ -540,9 +557,10 @@ static void run_pieces(struct wreq *w)
 
 void cache_write(struct ereq *e)
 {
+    readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
     enum wmode mode = mode_for(c, e);
-    bool seq = streams_sequential(c, e->off, e->len, true);
+    bool seq = streams_sequential(c, e->off, e->len, true, NULL);
     writeback_note_client_io(c);
     struct wreq *w = split(e, e->buf, mode);
     if (seq && mode == W_BACK) {
@@ -617,6 +635,8 @@ static void discard_origin_done(struct tc_dev_io *dio, int err)
 {
     struct wreq *w = container_of(dio, struct wreq, odio);
     owrite_end(w->c, &w->ow);
+    if (err == 0 && w->e->op == TC_OP_WRITE_ZEROES)
+        lost_clear_range(w->c, w->e->off, w->e->len);
     if (err && w->err == 0)
         w->err = err;
     request_maybe_end(w);
@@ -652,6 +672,7 @@ static void discard_origin(struct wreq *w)
  */
 void cache_discard(struct ereq *e)
 {
+    readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
     writeback_note_client_io(c);
     bool zero = e->op == TC_OP_WRITE_ZEROES;

@@ -146,7 +146,7 @@ int chunk_entry(const uint8_t *buf, const struct tc_chunk_header *h, unsigned sp
         e->valid.w[w] = le64_get(p + 32 + 8 * w);
         e->dirty.w[w] = le64_get(p + 32 + 8 * words + 8 * w);
     }
-    if (e->type < TC_ENTRY_DATA || e->type > TC_ENTRY_CLEAN) {
+    if (e->type < TC_ENTRY_DATA || e->type > TC_ENTRY_LOST) {
         snprintf(err, errlen, "entry %u has unknown type %u", i, e->type);
         return -1;
     }

@@ -116,6 +116,8 @@ enum tc_entry_type {
     TC_ENTRY_DATA = 1,              /* a version of a block: data follows */
     TC_ENTRY_TOMBSTONE = 2,         /* the block is no longer cached */
     TC_ENTRY_CLEAN = 3,             /* dirty sectors of a version are on the origin */
+    TC_ENTRY_LOST = 4,              /* the block's sectors whose dirty data was lost
+                                       (valid mask; empty: none any more) */
 };
 
 #define TC_ENTRY_WT      (1u << 0)  /* writethrough: the origin write may be pending */

@@ -12,6 +12,18 @@
  * sendmsg at a time, so replies leave in completion order (NBD allows
  * replies out of order) and a partial send simply continues.
  *
+ * TLS (after NBD_OPT_STARTTLS, see tls.h): the same two paths, with GnuTLS
+ * in between and io_uring still doing every socket operation.  A receive
+ * is armed into the session's ciphertext buffer; when it completes,
+ * gnutls_record_recv() decrypts into the same destination a plaintext
+ * receive would have used (rx[] or a write's payload).  Ciphertext already
+ * buffered is decrypted from a deferred task, so a receive that can be
+ * satisfied at once still completes on a fresh stack.  Sending encrypts
+ * queued messages into the session's output buffer (and releases them, as
+ * a plaintext send would once sent), then sends that buffer; encryption
+ * pauses while NBD_TLS_OUT_HIGH bytes wait, so a client that does not read
+ * is held back exactly as without TLS.
+ *
  * Reference counting: the connection itself holds one reference until it
  * is finished; each armed recv or send and each request not yet replied
  * holds one more.  The memory goes when the count reaches zero.
@@ -21,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nbd/server.h"
@@ -30,13 +43,20 @@
 #define RX_SIZE (256u << 10)
 
 static void rx_arm(struct nbd_conn *c);
+static void rx_complete(struct nbd_conn *c, ssize_t res);
 static void tx_kick(struct nbd_conn *c);
+static void tls_recv_arm(struct nbd_conn *c);
+static void tls_rx_task(struct tc_task *task);
+static void tls_begin(struct nbd_conn *c);
 
-struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer)
+static struct nbd_conn *conn_init(struct nbd_server *srv, int fd, int wfd, bool is_socket,
+                                  const char *peer)
 {
     struct nbd_conn *c = tc_xcalloc(1, sizeof *c);
     c->srv = srv;
     c->fd = fd;
+    c->wfd = wfd;
+    c->is_socket = is_socket;
     c->id = ++srv->next_conn_id;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     c->rx = tc_xmalloc(RX_SIZE);
@@ -53,9 +73,25 @@ struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer)
     return c;
 }
 
+struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer)
+{
+    return conn_init(srv, fd, fd, true, peer);
+}
+
+struct nbd_conn *conn_new_stdio(struct nbd_server *srv, int fd, int wfd, const char *peer)
+{
+    /* They may be pipes: then read/write, and cancel instead of shutdown()
+     * to end pending operations. */
+    struct stat rst, wst;
+    bool sock = fstat(fd, &rst) == 0 && S_ISSOCK(rst.st_mode) && fstat(wfd, &wst) == 0 &&
+                S_ISSOCK(wst.st_mode);
+    return conn_init(srv, fd, wfd, sock, peer);
+}
+
 static void conn_free(struct nbd_conn *c)
 {
     struct nbd_server *srv = c->srv;
+    transmission_memory_forget(c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -64,6 +100,9 @@ static void conn_free(struct nbd_conn *c)
         c->next->prev = c->prev;
     srv->nconns--;
     close(c->fd);
+    if (c->wfd != c->fd)
+        close(c->wfd);
+    nbd_tls_free(c->tls);
     free(c->rx);
     free(c);
     nbd_server_conn_gone(srv, NULL);
@@ -75,6 +114,45 @@ void conn_put(struct nbd_conn *c)
         conn_free(c);
 }
 
+static void rx_cancel_done(struct tc_io *io, int res)
+{
+    (void)res;
+    conn_put(container_of(io, struct nbd_conn, cancel_io));
+}
+
+static void tx_cancel_done(struct tc_io *io, int res)
+{
+    (void)res;
+    conn_put(container_of(io, struct nbd_conn, tx_cancel_io));
+}
+
+static void cancel(struct nbd_conn *c, struct tc_io *op, struct tc_io *cio)
+{
+    cio->done = cio == &c->cancel_io ? rx_cancel_done : tx_cancel_done;
+    io_uring_prep_cancel(reactor_sqe(c->srv->reactor, cio), op, 0);
+    conn_get(c);
+}
+
+/* shutdown(2) ends a socket's pending receive (and, with SHUT_RDWR, its
+ * pending send); pipes need their operations cancelled. */
+static void conn_shutdown(struct nbd_conn *c, int how)
+{
+    if (c->is_socket) {
+        shutdown(c->fd, how);
+        if (c->wfd != c->fd)
+            shutdown(c->wfd, how);
+        return;
+    }
+    if (c->rx_armed && !c->rx_cancelled) {
+        c->rx_cancelled = true;
+        cancel(c, &c->rx_io, &c->cancel_io);
+    }
+    if (how == SHUT_RDWR && c->tx_armed && !c->tx_cancelled) {
+        c->tx_cancelled = true;
+        cancel(c, &c->tx_io, &c->tx_cancel_io);
+    }
+}
+
 /* Drop the connection's own reference once nothing is left to do. */
 static void maybe_finish(struct nbd_conn *c)
 {
@@ -82,8 +160,10 @@ static void maybe_finish(struct nbd_conn *c)
         return;
     if (c->inflight > 0 || c->rx_armed || c->tx_armed || (c->txq && !c->dead))
         return;
+    if (c->tls && nbd_tls_out_len(c->tls) > 0 && !c->dead)
+        return;     /* TLS records (an alert, a last reply) still to send */
     c->finished = true;
-    shutdown(c->fd, SHUT_RDWR);
+    conn_shutdown(c, SHUT_RDWR);
     conn_put(c);
 }
 
@@ -103,9 +183,10 @@ void conn_close(struct nbd_conn *c, const char *why)
     if (c->closing)
         return;
     c->closing = true;
+    transmission_memory_forget(c);
     tc_debug("connection %llu (%s): closing: %s", (unsigned long long)c->id, c->peer, why);
     /* A pending recv ends (with 0) once the read side is shut. */
-    shutdown(c->fd, SHUT_RD);
+    conn_shutdown(c, SHUT_RD);
     maybe_finish(c);
 }
 
@@ -116,12 +197,22 @@ void conn_abort(struct nbd_conn *c, const char *why)
                 why);
     c->closing = true;
     c->dead = true;
-    shutdown(c->fd, SHUT_RDWR);
+    transmission_memory_forget(c);
+    conn_shutdown(c, SHUT_RDWR);
     drop_queue(c);
     maybe_finish(c);
 }
 
 /* ---- receiving ---- */
+
+static void prep_recv(struct nbd_conn *c, void *dst, size_t len)
+{
+    if (c->is_socket)
+        io_uring_prep_recv(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst, len, 0);
+    else
+        io_uring_prep_read(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst,
+                           (unsigned)TC_MIN(len, (size_t)1 << 30), (uint64_t)-1);
+}
 
 static void rx_done(struct tc_io *io, int res);
 
@@ -140,6 +231,8 @@ static void rx_arm(struct nbd_conn *c)
         }
         return;
     }
+    if (c->tls_state != CONN_TLS_NONE && c->tls_state != CONN_TLS_ACTIVE)
+        return;     /* STARTTLS: the TLS handshake drives the socket */
     void *dst;
     size_t len;
     struct nbd_req *req = c->rx_req;
@@ -161,8 +254,24 @@ static void rx_arm(struct nbd_conn *c)
         dst = c->rx + c->rx_end;
         len = RX_SIZE - c->rx_end;
     }
+    c->rx_dst = dst;
+    c->rx_len = len;
+    if (c->tls_state == CONN_TLS_ACTIVE) {
+        c->rx_armed = true;
+        conn_get(c);
+        if (nbd_tls_readable(c->tls)) {
+            /* Decrypt what is buffered, from a fresh stack. */
+            c->rx_task.fn = tls_rx_task;
+            reactor_defer(c->srv->reactor, &c->rx_task);
+        } else {
+            c->rx_armed = false;
+            tls_recv_arm(c);
+            conn_put(c);
+        }
+        return;
+    }
     c->rx_io.done = rx_done;
-    io_uring_prep_recv(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst, len, 0);
+    prep_recv(c, dst, len);
     c->rx_armed = true;
     conn_get(c);
 }
@@ -176,6 +285,23 @@ static void rx_done(struct tc_io *io, int res)
         conn_put(c);
         return;
     }
+    if (res > 0 && (c->tls_state == CONN_TLS_STARTING || c->tls_state == CONN_TLS_HANDSHAKE)) {
+        /* A receive armed before STARTTLS was answered: what it brought
+         * is the start of the TLS stream.  It is only ever read as TLS
+         * records, which authenticate the whole handshake. */
+        c->rx_end += (size_t)res;
+        if (c->tls_state == CONN_TLS_HANDSHAKE)
+            tls_begin(c);
+        conn_put(c);
+        return;
+    }
+    rx_complete(c, res);
+}
+
+/* A receive (plain, or decrypted from TLS) ended with res bytes at
+ * c->rx_dst, 0 at end of file, or -errno; drops the receive's reference. */
+static void rx_complete(struct nbd_conn *c, ssize_t res)
+{
     if (res <= 0) {
         if (!c->closing) {
             bool mid = c->rx_req != NULL || conn_rx_avail(c) > 0;
@@ -184,7 +310,7 @@ static void rx_done(struct tc_io *io, int res)
                          (unsigned long long)c->id, c->peer);
             else
                 tc_warn("connection %llu (%s): %s%s", (unsigned long long)c->id, c->peer,
-                        res == 0 ? "client disconnected" : strerror(-res),
+                        res == 0 ? "client disconnected" : strerror((int)-res),
                         mid ? " in the middle of a request; the partial request is dropped"
                             : "");
         }
@@ -220,7 +346,8 @@ void conn_parse(struct nbd_conn *c)
     c->parsing = true;
     do {
         c->reparse = false;
-        while (!c->closing && c->rx_req == NULL) {
+        while (!c->closing && c->rx_req == NULL &&
+               (c->tls_state == CONN_TLS_NONE || c->tls_state == CONN_TLS_ACTIVE)) {
             if (c->rx_discard > 0) {
                 size_t n = TC_MIN(conn_rx_avail(c), c->rx_discard);
                 if (n == 0)
@@ -243,10 +370,19 @@ void conn_parse(struct nbd_conn *c)
 /* ---- sending ---- */
 
 static void tx_done(struct tc_io *io, int res);
+static void tx_consumed(struct nbd_conn *c, size_t n);
+
+static void tls_tx_kick(struct nbd_conn *c);
 
 static void tx_kick(struct nbd_conn *c)
 {
-    if (c->tx_armed || c->dead || c->txq == NULL)
+    if (c->tx_armed || c->tx_busy || c->dead)
+        return;
+    if (c->tls_state >= CONN_TLS_HANDSHAKE) {
+        tls_tx_kick(c);
+        return;
+    }
+    if (c->txq == NULL)
         return;
     unsigned n = 0;
     for (struct nbd_out *o = c->txq; o && n < TC_ARRAY_SIZE(c->tx_iov); o = o->next) {
@@ -258,8 +394,12 @@ static void tx_kick(struct nbd_conn *c)
     c->tx_msg.msg_iov = c->tx_iov;
     c->tx_msg.msg_iovlen = n;
     c->tx_io.done = tx_done;
-    io_uring_prep_sendmsg(reactor_sqe(c->srv->reactor, &c->tx_io), c->fd, &c->tx_msg,
-                          MSG_NOSIGNAL);
+    if (c->is_socket)
+        io_uring_prep_sendmsg(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, &c->tx_msg,
+                              MSG_NOSIGNAL);
+    else
+        io_uring_prep_writev(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, c->tx_iov, n,
+                             (uint64_t)-1);
     c->tx_armed = true;
     conn_get(c);
 }
@@ -288,8 +428,30 @@ static void tx_done(struct tc_io *io, int res)
         conn_put(c);
         return;
     }
-    size_t left = (size_t)res;
+    if (c->tls_state >= CONN_TLS_HANDSHAKE) {
+        nbd_tls_out_sent(c->tls, (size_t)res);
+    } else {
+        tx_consumed(c, (size_t)res);
+        if (c->tls_state == CONN_TLS_STARTING && c->txq == NULL && !c->closing)
+            tls_begin(c);   /* the STARTTLS ACK has left in clear */
+    }
+    tx_kick(c);
+    /* Option parsing may have paused for this send (HANDSHAKE_MAX_QUEUED). */
+    if (c->phase != PHASE_TRANSMISSION)
+        conn_parse(c);
+    maybe_finish(c);
+    conn_put(c);
+}
+
+/* The first n queued bytes have left: advance and release what is done.
+ * A release can run the parser, which can queue a reply and kick the
+ * sender; tx_busy holds that kick back until the queue is consistent
+ * again (otherwise a send could start from iovecs not yet advanced, and
+ * send bytes twice). */
+static void tx_consumed(struct nbd_conn *c, size_t left)
+{
     c->tx_bytes -= TC_MIN(c->tx_bytes, left);
+    c->tx_busy = true;
     while (c->txq) {
         struct nbd_out *o = c->txq;
         for (unsigned i = 0; i < o->iovcnt && left > 0; i++) {
@@ -309,17 +471,12 @@ static void tx_done(struct tc_io *io, int res)
             c->txq_tail = &c->txq;
         o->release(o);
     }
-    tx_kick(c);
-    /* Option parsing may have paused for this send (HANDSHAKE_MAX_QUEUED). */
-    if (c->phase != PHASE_TRANSMISSION)
-        conn_parse(c);
-    maybe_finish(c);
-    conn_put(c);
+    c->tx_busy = false;
 }
 
 void conn_send(struct nbd_conn *c, struct nbd_out *out)
 {
-    if (c->dead) {
+    if (c->dead || c->tls_state == CONN_TLS_FAILED) {
         out->release(out);
         return;
     }
@@ -350,4 +507,220 @@ void conn_send_copy(struct nbd_conn *c, const void *data, size_t len)
     co->out.iovcnt = 1;
     co->out.release = copy_release;
     conn_send(c, &co->out);
+}
+
+/* ---- TLS ---- */
+
+int conn_starttls(struct nbd_conn *c, char *err, size_t errlen)
+{
+    c->tls = nbd_tls_new(c->srv->tls_creds, err, errlen);
+    if (c->tls == NULL)
+        return -1;
+    c->tls_state = CONN_TLS_STARTING;
+    return 0;
+}
+
+static void tls_failed(struct nbd_conn *c, const char *what, const char *why)
+{
+    c->srv->stats.tls_failures++;
+    tc_warn("connection %llu (%s): %s: %s; disconnecting", (unsigned long long)c->id, c->peer,
+            what, why);
+    /* Send the alert GnuTLS may have queued, then close. */
+    c->tls_state = CONN_TLS_FAILED;
+    c->closing = true;
+    drop_queue(c);
+    conn_shutdown(c, SHUT_RD);
+    tx_kick(c);
+    maybe_finish(c);
+}
+
+static void tls_handshake_step(struct nbd_conn *c)
+{
+    char err[256];
+    int r = nbd_tls_handshake(c->tls, err, sizeof err);
+    if (r < 0) {
+        c->srv->stats.handshakes_failed++;
+        tls_failed(c, "TLS handshake failed", err);
+        return;
+    }
+    tx_kick(c);
+    if (r == 0) {
+        if (!c->rx_armed && !c->closing)
+            tls_recv_arm(c);
+        return;
+    }
+    c->tls_state = CONN_TLS_ACTIVE;
+    c->srv->stats.tls_sessions++;
+    /* proto.md: what was negotiated before STARTTLS does not carry over. */
+    c->structured_replies = false;
+    c->meta_allocation = false;
+    char desc[256];
+    nbd_tls_describe(c->tls, desc, sizeof desc);
+    tc_debug("connection %llu (%s): TLS: %s", (unsigned long long)c->id, c->peer, desc);
+    conn_parse(c);
+}
+
+/* The STARTTLS ACK has left: bytes that followed the option are the
+ * client's first TLS bytes; then handshake. */
+static void tls_begin(struct nbd_conn *c)
+{
+    if (conn_rx_avail(c) > 0)
+        nbd_tls_in_put(c->tls, c->rx + c->rx_start, conn_rx_avail(c));
+    c->rx_start = c->rx_end = 0;
+    c->tls_state = CONN_TLS_HANDSHAKE;
+    tls_handshake_step(c);
+}
+
+static void tls_recv_done(struct tc_io *io, int res);
+
+/* Arm a socket receive into the session's ciphertext buffer. */
+static void tls_recv_arm(struct nbd_conn *c)
+{
+    if (c->rx_armed || c->closing)
+        return;
+    size_t len;
+    void *dst = nbd_tls_in_space(c->tls, &len);
+    if (len == 0) {
+        tls_failed(c, "TLS", "a record larger than the receive buffer");
+        return;
+    }
+    c->rx_io.done = tls_recv_done;
+    prep_recv(c, dst, len);
+    c->rx_armed = true;
+    conn_get(c);
+}
+
+/* Decrypt into c->rx_dst, as much as is buffered, then complete the
+ * receive; or wait for more ciphertext.  Holds the receive's reference. */
+static void tls_rx_pump(struct nbd_conn *c)
+{
+    size_t got = 0;
+    ssize_t n = 0;
+    while (got < c->rx_len) {
+        n = nbd_tls_read(c->tls, (char *)c->rx_dst + got, c->rx_len - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (nbd_tls_out_len(c->tls) > 0)
+        tx_kick(c);         /* TLS 1.3 key updates answer from inside reads */
+    c->rx_armed = false;
+    if (got > 0) {
+        rx_complete(c, (ssize_t)got);
+        return;
+    }
+    if (n == -EAGAIN) {
+        tls_recv_arm(c);
+        conn_put(c);
+        return;
+    }
+    if (n < 0) {
+        tls_failed(c, "TLS", nbd_tls_error(c->tls));
+        conn_put(c);
+        return;
+    }
+    rx_complete(c, 0);      /* close_notify: the client is done */
+}
+
+static void tls_rx_task(struct tc_task *task)
+{
+    struct nbd_conn *c = container_of(task, struct nbd_conn, rx_task);
+    if (c->closing) {
+        c->rx_armed = false;
+        rx_complete(c, 0);
+        return;
+    }
+    tls_rx_pump(c);
+}
+
+static void tls_recv_done(struct tc_io *io, int res)
+{
+    struct nbd_conn *c = container_of(io, struct nbd_conn, rx_io);
+    c->rx_armed = false;
+    if (res == -EINTR || res == -EAGAIN) {
+        if (c->tls_state == CONN_TLS_HANDSHAKE)
+            tls_recv_arm(c);
+        else
+            rx_arm(c);
+        conn_put(c);
+        return;
+    }
+    if (res <= 0 || c->tls_state == CONN_TLS_FAILED) {
+        if (c->tls_state == CONN_TLS_HANDSHAKE && !c->closing) {
+            c->srv->stats.handshakes_failed++;
+            c->srv->stats.tls_failures++;
+            tc_warn("connection %llu (%s): client left during the TLS handshake%s%s",
+                    (unsigned long long)c->id, c->peer, res < 0 ? ": " : "",
+                    res < 0 ? strerror(-res) : "");
+            c->closing = true;
+        }
+        rx_complete(c, res > 0 ? 0 : res);
+        return;
+    }
+    nbd_tls_in_added(c->tls, (size_t)res);
+    if (c->tls_state == CONN_TLS_HANDSHAKE) {
+        tls_handshake_step(c);
+        conn_put(c);
+        return;
+    }
+    c->rx_armed = true;     /* the pump completes this receive */
+    tls_rx_pump(c);
+}
+
+/* Encrypt queued messages into the output buffer, releasing each once it
+ * is encrypted, while the buffer is below its high mark. */
+static void tls_encrypt_queue(struct nbd_conn *c)
+{
+    uint8_t rec[16384];
+    while (c->txq && !c->dead && nbd_tls_out_len(c->tls) < NBD_TLS_OUT_HIGH) {
+        /* Gather up to one record from the head of the queue, so that a
+         * reply header and its data travel in one record. */
+        size_t n = 0;
+        for (struct nbd_out *o = c->txq; o && n < sizeof rec; o = o->next)
+            for (unsigned i = 0; i < o->iovcnt && n < sizeof rec; i++) {
+                size_t k = TC_MIN(o->iov[i].iov_len, sizeof rec - n);
+                memcpy(rec + n, o->iov[i].iov_base, k);
+                n += k;
+            }
+        ssize_t w = 0;
+        if (n > 0) {
+            w = nbd_tls_write(c->tls, rec, n);
+            if (w < 0) {
+                tls_failed(c, "TLS", nbd_tls_error(c->tls));
+                return;
+            }
+        }
+        tx_consumed(c, (size_t)w);
+    }
+}
+
+static void tls_send_arm(struct nbd_conn *c)
+{
+    size_t len;
+    const void *data = nbd_tls_out_data(c->tls, &len);
+    if (c->tx_armed || c->dead || len == 0)
+        return;
+    c->tx_io.done = tx_done;
+    if (c->is_socket)
+        io_uring_prep_send(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, data, len,
+                           MSG_NOSIGNAL);
+    else
+        io_uring_prep_write(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, data,
+                            (unsigned)len, (uint64_t)-1);
+    c->tx_armed = true;
+    conn_get(c);
+}
+
+static void tls_tx_kick(struct nbd_conn *c)
+{
+    if (c->tls_state != CONN_TLS_ACTIVE || c->txq == NULL) {
+        tls_send_arm(c);    /* handshake records, an alert */
+        return;
+    }
+    /* Releasing encrypted messages can drop other references. */
+    conn_get(c);
+    tls_encrypt_queue(c);
+    tls_send_arm(c);
+    maybe_finish(c);
+    conn_put(c);
 }

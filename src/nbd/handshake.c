@@ -5,6 +5,12 @@
  * and unknown ones NBD_REP_ERR_UNSUP, so a client can always go on.  Only
  * input that leaves no way to answer (bad magic, unknown client flags, an
  * unknown export in NBD_OPT_EXPORT_NAME) ends the connection.
+ *
+ * TLS: NBD_OPT_STARTTLS is acknowledged, then conn.c runs the TLS handshake
+ * and options continue inside TLS, with structured replies and metadata
+ * contexts negotiated before it forgotten.  With --tls require, every
+ * option but STARTTLS and ABORT gets NBD_REP_ERR_TLS_REQD until then
+ * (NBD_OPT_EXPORT_NAME, which has no error reply, ends the connection).
  */
 #include <stdio.h>
 #include <string.h>
@@ -246,8 +252,46 @@ static void opt_meta_context(struct nbd_conn *c, uint32_t opt, const uint8_t *d,
     opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
 }
 
+static void opt_starttls(struct nbd_conn *c, uint32_t len)
+{
+    if (c->srv->cfg.tls == NBD_TLS_OFF) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP, "TLS is not enabled on this server");
+        return;
+    }
+    if (len != 0) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+        return;
+    }
+    if (c->tls_state != CONN_TLS_NONE) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS is already in use");
+        return;
+    }
+    char err[256];
+    if (conn_starttls(c, err, sizeof err) < 0) {
+        tc_warn("connection %llu (%s): cannot start TLS: %s", (unsigned long long)c->id,
+                c->peer, err);
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_PLATFORM, "the server cannot start TLS");
+        return;
+    }
+    /* The ACK leaves in clear; the parser stops, and conn.c starts the
+     * TLS handshake once the ACK is sent. */
+    opt_reply(c, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
+}
+
 static void handle_option(struct nbd_conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
 {
+    /* --tls require: only STARTTLS and ABORT before TLS (proto.md). */
+    if (c->srv->cfg.tls == NBD_TLS_REQUIRE && c->tls_state != CONN_TLS_ACTIVE &&
+        opt != NBD_OPT_STARTTLS && opt != NBD_OPT_ABORT) {
+        if (opt == NBD_OPT_EXPORT_NAME) {
+            /* No error reply exists for this option: the answer is to leave. */
+            c->srv->stats.handshakes_failed++;
+            conn_abort(c, "NBD_OPT_EXPORT_NAME without TLS, which this server requires");
+            return;
+        }
+        opt_error(c, opt, NBD_REP_ERR_TLS_REQD, "this server requires TLS (NBD_OPT_STARTTLS)");
+        return;
+    }
     switch (opt) {
     case NBD_OPT_EXPORT_NAME:
         opt_export_name(c, d, len);
@@ -276,7 +320,7 @@ static void handle_option(struct nbd_conn *c, uint32_t opt, const uint8_t *d, ui
         opt_meta_context(c, opt, d, len);
         return;
     case NBD_OPT_STARTTLS:
-        opt_error(c, opt, NBD_REP_ERR_UNSUP, "TLS is not enabled on this server");
+        opt_starttls(c, len);
         return;
     default:
         if (!c->fixed_newstyle) {

@@ -2,15 +2,20 @@
  * Listening sockets, accepting clients, and an orderly shutdown.
  *
  * The server listens on a Unix socket, a TCP address, or both.  A TCP
- * listener binds to loopback unless an address is given.  On shutdown it
+ * listener binds to loopback unless an address is given.  With systemd
+ * socket activation it uses the listening sockets it was given instead
+ * (and leaves their files alone); with --single it serves one client,
+ * on stdin/stdout or the first to connect, and reports when it has gone.  On shutdown it
  * stops accepting, lets every connection finish the requests it has in
  * flight, and reports back once the last connection is gone.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "io/bufpool.h"
 #include "nbd/proto.h"
 #include "nbd/server.h"
 #include "util/json.h"
@@ -26,6 +32,7 @@
 #include "util/misc.h"
 
 static void accept_arm(struct nbd_listener *l);
+static void cancel_done(struct tc_io *io, int res);
 
 /* How long a shutdown waits for connections to finish on their own.  A
  * client that never reads its replies would otherwise keep a send
@@ -135,6 +142,79 @@ static int listen_tcp(const char *spec, char *name, size_t namelen, char *err, s
     return fd;
 }
 
+/* A passed-in listener: its kind and a name for the log. */
+static void listener_name(struct nbd_listener *l)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    snprintf(l->name, sizeof l->name, "fd %d", l->fd);
+    if (getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0)
+        return;
+    char h[64] = "?";
+    if (ss.ss_family == AF_UNIX) {
+        struct sockaddr_un *su = (struct sockaddr_un *)&ss;
+        l->is_unix = true;
+        if (sl > offsetof(struct sockaddr_un, sun_path) && su->sun_path[0])
+            snprintf(l->name, sizeof l->name, "%.*s",
+                     (int)(sl - offsetof(struct sockaddr_un, sun_path)), su->sun_path);
+    } else if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &s4->sin_addr, h, sizeof h);
+        snprintf(l->name, sizeof l->name, "%s:%d", h, ntohs(s4->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof h);
+        snprintf(l->name, sizeof l->name, "[%s]:%d", h, ntohs(s6->sin6_port));
+    }
+}
+
+#define SD_LISTEN_FDS_START 3
+
+int nbd_activation_fds(int *fds, unsigned max, char *unix_path, size_t pathlen, char *err,
+                       size_t errlen)
+{
+    unix_path[0] = '\0';
+    const char *pid_s = getenv("LISTEN_PID"), *n_s = getenv("LISTEN_FDS");
+    if (pid_s == NULL || n_s == NULL)
+        return 0;
+    char *end;
+    long pid = strtol(pid_s, &end, 10);
+    if (*end || pid != (long)getpid())
+        return 0;   /* meant for another process */
+    long n = strtol(n_s, &end, 10);
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    if (*end || n < 0 || n > (long)max) {
+        snprintf(err, errlen, "socket activation: LISTEN_FDS=%s (at most %u)", n_s, max);
+        return -1;
+    }
+    for (int i = 0; i < (int)n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        int listening = 0;
+        socklen_t ol = sizeof listening;
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode) ||
+            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) < 0 || !listening) {
+            snprintf(err, errlen, "socket activation: fd %d is not a listening socket", fd);
+            return -1;
+        }
+        int fl = fcntl(fd, F_GETFD);
+        if (fl >= 0)
+            fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+        fds[i] = fd;
+        if (unix_path[0] == '\0') {
+            struct sockaddr_un su;
+            socklen_t sl = sizeof su;
+            if (getsockname(fd, (struct sockaddr *)&su, &sl) == 0 && su.sun_family == AF_UNIX &&
+                sl > offsetof(struct sockaddr_un, sun_path) && su.sun_path[0])
+                snprintf(unix_path, pathlen, "%.*s",
+                         (int)(sl - offsetof(struct sockaddr_un, sun_path)), su.sun_path);
+        }
+    }
+    return (int)n;
+}
+
 static void accept_done(struct tc_io *io, int res)
 {
     struct nbd_listener *l = container_of(io, struct nbd_listener, accept_io);
@@ -147,13 +227,14 @@ static void accept_done(struct tc_io *io, int res)
                 /* Out of descriptors: keep serving those we have. */
             }
         }
-        if (!srv->stopping)
+        bool single_taken = srv->cfg.single && srv->stats.connections_total > 0;
+        if (!srv->stopping && !single_taken)
             accept_arm(l);
         nbd_server_conn_gone(srv, NULL);
         return;
     }
     int fd = res;
-    if (srv->stopping) {
+    if (srv->stopping || (srv->cfg.single && srv->stats.connections_total > 0)) {
         close(fd);
         nbd_server_conn_gone(srv, NULL);
         return;
@@ -190,6 +271,16 @@ static void accept_done(struct tc_io *io, int res)
     } else {
         struct nbd_conn *c = conn_new(srv, fd, peer);
         tc_debug("connection %llu from %s on %s", (unsigned long long)c->id, peer, l->name);
+        if (srv->cfg.single) {
+            /* --single with passed-in sockets: this client is the one. */
+            for (unsigned i = 0; i < srv->nlisteners; i++)
+                if (srv->listeners[i].armed) {
+                    srv->listeners[i].cancel_io.done = cancel_done;
+                    io_uring_prep_cancel(reactor_sqe(srv->reactor, &srv->listeners[i].cancel_io),
+                                         &srv->listeners[i].accept_io, 0);
+                }
+            return;
+        }
     }
     accept_arm(l);
 }
@@ -225,12 +316,40 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
         f |= NBD_FLAG_ROTATIONAL;
     srv->export_flags = f;
 
+    if (cfg->tls != NBD_TLS_OFF) {
+        srv->tls_creds = nbd_tls_creds_load(cfg->tls_certificates, cfg->tls_psk,
+                                            cfg->tls_verify_peer, err, errlen);
+        if (srv->tls_creds == NULL)
+            return -1;
+        tc_info("TLS %s: %s", cfg->tls == NBD_TLS_REQUIRE ? "required" : "offered",
+                nbd_tls_creds_describe(srv->tls_creds));
+    }
+
+    if (cfg->single && cfg->nlisten_fds == 0) {
+        /* One client on stdin and stdout; no listener. */
+        srv->stats.connections_total++;
+        conn_new_stdio(srv, 0, 1, "stdin/stdout");
+        tc_info("serving one client on stdin/stdout");
+        return 0;
+    }
+    if (cfg->nlisten_fds > 0) {
+        for (unsigned i = 0; i < cfg->nlisten_fds && i < NBD_MAX_LISTENERS; i++) {
+            struct nbd_listener *l = &srv->listeners[srv->nlisteners++];
+            l->srv = srv;
+            l->fd = cfg->listen_fds[i];
+            listener_name(l);
+        }
+        goto arm;
+    }
     if (cfg->socket_path) {
         struct nbd_listener *l = &srv->listeners[srv->nlisteners];
         l->fd = listen_unix(cfg->socket_path, cfg->socket_mode, err, errlen);
-        if (l->fd < 0)
+        if (l->fd < 0) {
+            nbd_tls_creds_free(srv->tls_creds);
             return -1;
+        }
         l->is_unix = true;
+        l->owned = true;
         snprintf(l->name, sizeof l->name, "%s", cfg->socket_path);
         l->srv = srv;
         srv->nlisteners++;
@@ -243,14 +362,17 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
                 close(srv->listeners[0].fd);
                 unlink(cfg->socket_path);
             }
+            nbd_tls_creds_free(srv->tls_creds);
             return -1;
         }
         l->srv = srv;
         srv->nlisteners++;
     }
+arm:
     for (unsigned i = 0; i < srv->nlisteners; i++) {
         accept_arm(&srv->listeners[i]);
-        tc_info("listening on %s", srv->listeners[i].name);
+        tc_info("listening on %s%s", srv->listeners[i].name,
+                srv->listeners[i].owned || !srv->listeners[i].is_unix ? "" : " (passed in)");
     }
     return 0;
 }
@@ -264,6 +386,13 @@ static void cancel_done(struct tc_io *io, int res)
 void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c)
 {
     (void)c;
+    if (srv->cfg.single && srv->nconns == 0 && srv->stats.connections_total > 0 &&
+        srv->single_finished) {
+        void (*done)(struct nbd_server *) = srv->single_finished;
+        srv->single_finished = NULL;
+        done(srv);      /* stops the server, which comes back here */
+        return;
+    }
     if (!srv->stopping || srv->nconns > 0 || srv->stopped == NULL)
         return;
     for (unsigned i = 0; i < srv->nlisteners; i++)
@@ -274,9 +403,11 @@ void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c)
     timer_cancel(srv->reactor, &srv->stop_timer);
     for (unsigned i = 0; i < srv->nlisteners; i++) {
         close(srv->listeners[i].fd);
-        if (srv->listeners[i].is_unix)
+        if (srv->listeners[i].owned)
             unlink(srv->listeners[i].name);
     }
+    nbd_tls_creds_free(srv->tls_creds);
+    srv->tls_creds = NULL;
     cb(srv);
 }
 
@@ -332,6 +463,15 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "connections_refused", srv->stats.connections_refused);
     json_uint(j, "handshakes_failed", srv->stats.handshakes_failed);
     json_uint(j, "protocol_errors", srv->stats.protocol_errors);
+    static const char *tls_names[] = { "off", "on", "require" };
+    json_string(j, "tls", tls_names[srv->cfg.tls]);
+    json_uint(j, "tls_sessions", srv->stats.tls_sessions);
+    json_uint(j, "tls_failures", srv->stats.tls_failures);
+    json_uint(j, "buffer_memory", bufpool_in_use());
+    json_uint(j, "buffer_memory_peak", srv->stats.buffer_memory_peak);
+    json_uint(j, "max_buffer_memory", srv->cfg.max_buffer_memory);
+    json_uint(j, "memory_waits", srv->stats.memory_waits);
+    json_uint(j, "waiting_for_memory", transmission_memory_waiting(srv));
     json_uint(j, "errors_sent", srv->stats.errors_sent);
     json_uint(j, "read_bytes", srv->stats.read_bytes);
     json_uint(j, "write_bytes", srv->stats.write_bytes);

@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 
 #include "io/reactor.h"
+#include "nbd/tls.h"
 #include "tiercache.h"
 
 struct nbd_server_config {
@@ -35,6 +36,15 @@ struct nbd_server_config {
     bool read_only;
     unsigned max_connections;
     unsigned socket_mode;           /* permissions of the Unix socket */
+    enum nbd_tls_mode tls;          /* off, on (offered), require */
+    const char *tls_certificates;   /* directory of PEM files, or NULL */
+    const char *tls_psk;            /* "username:hexkey" file, or NULL */
+    bool tls_verify_peer;           /* require client certificates */
+    const int *listen_fds;          /* listening sockets passed in (socket
+                                       activation), used instead of the above */
+    unsigned nlisten_fds;
+    bool single;                    /* one client on stdin/stdout, no listener */
+    uint64_t max_buffer_memory;     /* request buffers of all clients (bufpool) */
 };
 
 struct nbd_server_stats {
@@ -45,12 +55,17 @@ struct nbd_server_stats {
     uint64_t read_bytes, write_bytes;
     uint64_t errors_sent;           /* replies carrying an error */
     uint64_t protocol_errors;       /* clients disconnected for bad input */
+    uint64_t tls_sessions;          /* TLS handshakes completed */
+    uint64_t tls_failures;          /* TLS handshakes or sessions failed */
+    uint64_t memory_waits;          /* requests that waited for buffer memory */
+    uint64_t buffer_memory_peak;    /* most bufpool bytes in use at once */
 };
 
 struct nbd_listener {
     struct nbd_server *srv;
     int fd;
     bool is_unix;
+    bool owned;                     /* made here: the socket file is removed at exit */
     bool armed;
     char name[128];
     struct tc_io accept_io;
@@ -64,15 +79,25 @@ struct nbd_server {
     struct tc_volume *vol;
     struct nbd_server_config cfg;
     uint16_t export_flags;          /* transmission flags */
-    struct nbd_listener listeners[2];
+#define NBD_MAX_LISTENERS 16
+    struct nbd_listener listeners[NBD_MAX_LISTENERS];
     unsigned nlisteners;
     struct nbd_conn *conns;         /* doubly linked */
     unsigned nconns;
     uint64_t next_conn_id;
     bool stopping;
     void (*stopped)(struct nbd_server *srv);    /* called once all is closed */
+    /* --single: called once the one client has gone (set after start). */
+    void (*single_finished)(struct nbd_server *srv);
     struct tc_timer stop_timer;     /* cuts off clients that hold up a shutdown */
     struct nbd_server_stats stats;
+    struct nbd_tls_creds *tls_creds;    /* loaded at start when TLS is on */
+    /* Connections waiting for buffer memory, first come first served
+     * (transmission.c); woken when requests return memory, and by a
+     * timer for memory the engine returns on its own. */
+    struct nbd_conn *mem_head, *mem_tail;
+    struct tc_task mem_task;
+    struct tc_timer mem_timer;
 };
 
 /* A message waiting in a connection's send queue. */
@@ -86,12 +111,20 @@ struct nbd_out {
 
 enum conn_phase { PHASE_CLIENT_FLAGS, PHASE_OPTIONS, PHASE_TRANSMISSION };
 
+/* TLS on one connection: STARTTLS answered (the ACK still leaving in
+ * clear), then the TLS handshake, then every byte is a TLS record. */
+enum conn_tls { CONN_TLS_NONE, CONN_TLS_STARTING, CONN_TLS_HANDSHAKE, CONN_TLS_ACTIVE,
+                CONN_TLS_FAILED };
+
 struct nbd_req;
 
 struct nbd_conn {
     struct nbd_server *srv;
     struct nbd_conn *prev, *next;
-    int fd;
+    int fd, wfd;                    /* receive from fd, send to wfd (the same socket,
+                                       except with --single) */
+    bool is_socket;                 /* else read/write, as on pipes */
+    bool rx_cancelled, tx_cancelled;
     uint64_t id;
     char peer[80];
     enum conn_phase phase;
@@ -109,11 +142,25 @@ struct nbd_conn {
     size_t tx_bytes;                /* queued and not yet sent */
     struct tc_io tx_io;
     bool tx_armed;
+    bool tx_busy;                   /* releasing sent messages: no new send yet */
     struct msghdr tx_msg;
     struct iovec tx_iov[64];
 
+    /* TLS: the session, and where an armed receive delivers plaintext. */
+    enum conn_tls tls_state;
+    struct nbd_tls *tls;
+    void *rx_dst;
+    size_t rx_len;
+    struct tc_task rx_task;
+
     /* Negotiated. */
     bool fixed_newstyle, no_zeroes, structured_replies, meta_allocation;
+
+    /* Waiting for buffer memory (--max-buffer-memory) for the request at
+     * the head of rx[], which needs mem_need bytes. */
+    bool mem_waiting, mem_granted;
+    uint64_t mem_need;
+    struct nbd_conn *mem_prev, *mem_next;
 
     /* Requests inside the engine or waiting for their reply to be sent. */
     unsigned inflight;
@@ -125,7 +172,7 @@ struct nbd_conn {
     bool finished;                  /* the "open" reference has been dropped */
     bool parsing, reparse;          /* conn_parse() is not re-entered */
     unsigned refs;
-    struct tc_io cancel_io;
+    struct tc_io cancel_io, tx_cancel_io;
 };
 
 /* server.c */
@@ -134,9 +181,18 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
 void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *srv));
 void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j);
 void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c);
+/* systemd socket activation: when LISTEN_PID is this process, the
+ * LISTEN_FDS listening sockets from fd 3 on go into fds (at most max) and
+ * the variables are removed from the environment.  Returns their number
+ * (0 without activation) and the path of the first Unix one in unix_path
+ * (or ""); -1 with err if they are not listening sockets. */
+int nbd_activation_fds(int *fds, unsigned max, char *unix_path, size_t pathlen, char *err,
+                       size_t errlen);
 
 /* conn.c */
 struct nbd_conn *conn_new(struct nbd_server *srv, int fd, const char *peer);
+/* --single: receive from fd, send to wfd (a socket, or pipes). */
+struct nbd_conn *conn_new_stdio(struct nbd_server *srv, int fd, int wfd, const char *peer);
 void conn_send(struct nbd_conn *c, struct nbd_out *out);
 /* Queue a copy of bytes (handshake messages, small replies). */
 void conn_send_copy(struct nbd_conn *c, const void *data, size_t len);
@@ -146,6 +202,11 @@ void conn_abort(struct nbd_conn *c, const char *why);   /* hard: protocol error 
 void conn_put(struct nbd_conn *c);
 static inline void conn_get(struct nbd_conn *c) { c->refs++; }
 static inline size_t conn_rx_avail(const struct nbd_conn *c) { return c->rx_end - c->rx_start; }
+
+/* NBD_OPT_STARTTLS accepted: make the session (before the ACK is queued);
+ * the handshake starts once the ACK has left.  -1 with err if GnuTLS
+ * cannot make a session. */
+int conn_starttls(struct nbd_conn *c, char *err, size_t errlen);
 
 /* Option replies a client may leave unread before the server stops
  * reading its options (the transmission phase is bounded by its
@@ -165,5 +226,8 @@ bool transmission_payload_received(struct nbd_req *req, size_t n);
 void transmission_payload_done(struct nbd_conn *c, struct nbd_req *req);
 void transmission_abandon(struct nbd_req *req);
 bool transmission_can_accept(const struct nbd_conn *c);
+/* Leave the memory queue (the connection closes or is freed). */
+void transmission_memory_forget(struct nbd_conn *c);
+unsigned transmission_memory_waiting(const struct nbd_server *srv);
 
 #endif

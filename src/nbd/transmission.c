@@ -8,8 +8,20 @@
  *                                        reply sent ─► request freed
  *
  * Requests run concurrently and replies leave in completion order.  Each
- * connection may hold at most MAX_INFLIGHT requests or MAX_INFLIGHT_BYTES of
- * buffers in the engine; past that the connection stops reading.
+ * connection may hold at most MAX_INFLIGHT requests, and MAX_INFLIGHT_BYTES
+ * (or a quarter of --max-buffer-memory, if less) of buffers, counting
+ * replies not yet sent; past that the connection stops reading.
+ *
+ * All connections together stay within --max-buffer-memory (bytes the
+ * buffer pool has handed out, the engine's own included): a request whose
+ * buffer does not fit waits, its header unread, and the connection stops
+ * reading, so TCP flow control holds the client back.  Waiting connections
+ * queue first come first served and are woken as requests return memory
+ * (and every MEM_POLL_NS, for memory the engine returns on its own).  A
+ * connection with nothing in flight may always start one request of at
+ * most SMALL_REQUEST bytes, so a light client is served promptly during a
+ * flood; that can exceed the limit by max_connections x SMALL_REQUEST.
+ * A client that stops reading its replies holds at most its own share.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,6 +37,8 @@
 #define MAX_INFLIGHT 128
 #define MAX_INFLIGHT_BYTES (128ull << 20)
 #define MAX_EXTENTS 256
+#define SMALL_REQUEST (1u << 20)
+#define MEM_POLL_NS (10ull * 1000000ull)
 
 struct nbd_req {
     struct nbd_out out;             /* the reply */
@@ -50,9 +64,117 @@ static const char *cmd_name(unsigned type)
     return type < TC_ARRAY_SIZE(names) ? names[type] : "UNKNOWN";
 }
 
+static uint64_t conn_bytes_cap(const struct nbd_conn *c)
+{
+    uint64_t global = c->srv->cfg.max_buffer_memory;
+    return global ? TC_MIN(MAX_INFLIGHT_BYTES, global / 4) : MAX_INFLIGHT_BYTES;
+}
+
 bool transmission_can_accept(const struct nbd_conn *c)
 {
-    return c->inflight < MAX_INFLIGHT && c->inflight_bytes < MAX_INFLIGHT_BYTES;
+    return !c->mem_waiting && c->inflight < MAX_INFLIGHT &&
+           c->inflight_bytes < conn_bytes_cap(c);
+}
+
+/* ---- the global bound on buffer memory ---- */
+
+static bool mem_fits(const struct nbd_server *srv, uint64_t need)
+{
+    return bufpool_in_use() + need <= srv->cfg.max_buffer_memory;
+}
+
+static void mem_dequeue(struct nbd_conn *c)
+{
+    struct nbd_server *srv = c->srv;
+    if (c->mem_prev)
+        c->mem_prev->mem_next = c->mem_next;
+    else
+        srv->mem_head = c->mem_next;
+    if (c->mem_next)
+        c->mem_next->mem_prev = c->mem_prev;
+    else
+        srv->mem_tail = c->mem_prev;
+    c->mem_prev = c->mem_next = NULL;
+    c->mem_waiting = false;
+    if (srv->mem_head == NULL)
+        timer_cancel(srv->reactor, &srv->mem_timer);
+}
+
+void transmission_memory_forget(struct nbd_conn *c)
+{
+    if (c->mem_waiting)
+        mem_dequeue(c);
+    c->mem_granted = false;
+}
+
+static void mem_timer_fn(struct tc_timer *t);
+
+static void mem_wake(struct nbd_server *srv)
+{
+    while (srv->mem_head && mem_fits(srv, srv->mem_head->mem_need)) {
+        struct nbd_conn *c = srv->mem_head;
+        mem_dequeue(c);
+        c->mem_granted = true;      /* its next request goes ahead */
+        conn_get(c);
+        conn_parse(c);
+        conn_put(c);
+    }
+    if (srv->mem_head && !srv->mem_timer.armed) {
+        srv->mem_timer.fn = mem_timer_fn;
+        timer_arm(srv->reactor, &srv->mem_timer, MEM_POLL_NS);
+    }
+}
+
+static void mem_timer_fn(struct tc_timer *t)
+{
+    mem_wake(container_of(t, struct nbd_server, mem_timer));
+}
+
+static void mem_task_fn(struct tc_task *t)
+{
+    mem_wake(container_of(t, struct nbd_server, mem_task));
+}
+
+/* May the request at the head of rx[], needing a buffer of need bytes,
+ * start now?  If not, the connection joins the queue. */
+static bool mem_admit(struct nbd_conn *c, uint64_t need)
+{
+    struct nbd_server *srv = c->srv;
+    if (srv->cfg.max_buffer_memory == 0 || need == 0)
+        return true;
+    if (c->mem_granted) {
+        c->mem_granted = false;
+        return true;
+    }
+    if (c->mem_waiting)
+        return false;
+    if (srv->mem_head == NULL && mem_fits(srv, need))
+        return true;
+    if (c->inflight == 0 && need <= SMALL_REQUEST)
+        return true;
+    c->mem_waiting = true;
+    c->mem_need = need;
+    c->mem_prev = srv->mem_tail;
+    c->mem_next = NULL;
+    if (srv->mem_tail)
+        srv->mem_tail->mem_next = c;
+    else
+        srv->mem_head = c;
+    srv->mem_tail = c;
+    srv->stats.memory_waits++;
+    if (!srv->mem_timer.armed) {
+        srv->mem_timer.fn = mem_timer_fn;
+        timer_arm(srv->reactor, &srv->mem_timer, MEM_POLL_NS);
+    }
+    return false;
+}
+
+unsigned transmission_memory_waiting(const struct nbd_server *srv)
+{
+    unsigned n = 0;
+    for (const struct nbd_conn *c = srv->mem_head; c; c = c->mem_next)
+        n++;
+    return n;
 }
 
 static uint32_t nbd_errno(int err)
@@ -75,7 +197,13 @@ static void req_release(struct nbd_out *out)
 {
     struct nbd_req *req = container_of(out, struct nbd_req, out);
     struct nbd_conn *c = req->conn;
+    struct nbd_server *srv = c->srv;
     bufpool_put(req->buf, req->buf_size);
+    if (req->buf && srv->mem_head) {
+        /* Memory came back: let waiting connections go, from a fresh stack. */
+        srv->mem_task.fn = mem_task_fn;
+        reactor_defer(srv->reactor, &srv->mem_task);
+    }
     c->inflight--;
     c->inflight_bytes -= req->charged;
     free(req);
@@ -101,6 +229,9 @@ static void req_alloc_buf(struct nbd_req *req, size_t size)
     req->buf_size = size;
     req->charged = size;
     req->conn->inflight_bytes += size;
+    struct nbd_server_stats *st = &req->conn->srv->stats;
+    if (bufpool_in_use() > st->buffer_memory_peak)
+        st->buffer_memory_peak = bufpool_in_use();
 }
 
 /* Build and queue the reply for req, with err (an NBD error code). */
@@ -307,6 +438,13 @@ bool transmission_parse(struct nbd_conn *c)
     uint64_t cookie = get_be64(p + 8);
     uint64_t offset = get_be64(p + 16);
     uint32_t length = get_be32(p + 24);
+    uint64_t need = 0;
+    if ((type == NBD_CMD_READ || type == NBD_CMD_WRITE) && length <= NBD_MAX_PAYLOAD)
+        need = length;
+    else if (type == NBD_CMD_BLOCK_STATUS)
+        need = 4 + 8 * MAX_EXTENTS;
+    if (!mem_admit(c, need))
+        return false;   /* the header stays in rx[] until memory is free */
     c->rx_start += NBD_REQUEST_SIZE;
     c->requests++;
     if (type < TC_ARRAY_SIZE(srv->stats.requests))

@@ -1,0 +1,201 @@
+/*
+ * A cache device that fails.
+ *
+ * A device is failed on its first write error (the log cannot keep its
+ * promises on it), when it has vanished (ENODEV, ENXIO), or after a run of
+ * read errors.  The volume keeps serving, degraded:
+ *
+ *   clean data on the device     dropped: reads go to the origin
+ *   dirty data with a mirror     the mirror becomes the copy
+ *   dirty data still in RAM      (a chunk not yet, or not successfully,
+ *                                written) appended again on another device
+ *   dirty data with no copy      lost: recorded (LOST records), and reads
+ *                                of exactly those sectors fail with EIO
+ *                                until they are written again
+ *
+ * New appends go to the surviving devices; when none is left the volume
+ * serves the origin directly.  Health in status says which device failed
+ * and why.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "io/bufpool.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+#define READ_ERRORS_TO_FAIL 8
+
+void cache_device_error(struct cache *c, unsigned d, int err, bool write)
+{
+    struct cache_dev *cd = &c->devs[d];
+    if (cd->state != CDEV_OK || c->offline)
+        return;
+    bool vanished = err == -ENODEV || err == -ENXIO || err == -ENOENT;
+    char why[160];
+    if (write || vanished) {
+        snprintf(why, sizeof why, "%s error: %s", write ? "write" : "device", strerror(-err));
+        cache_device_fail(c, d, why);
+    } else if (cd->dev->consecutive_errors >= READ_ERRORS_TO_FAIL) {
+        snprintf(why, sizeof why, "%u read errors in a row (last: %s)",
+                 cd->dev->consecutive_errors, strerror(-err));
+        cache_device_fail(c, d, why);
+    }
+}
+
+struct victim {
+    uint64_t oblock;
+    uint32_t seg;
+    uint16_t off;
+};
+
+/* Dirty sectors of fragment fid, still in its segment's RAM image: append
+ * them on another device.  Returns false if that was not possible. */
+static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid,
+                              const struct tc_mask *cur, const struct tc_mask *dirty)
+{
+    struct cfrag *f = FR(&c->idx, fid);
+    struct segment *sg = SEG(c, f->seg);
+    if (sg->image == NULL)
+        return false;
+    struct tc_mask st;
+    frag_stored(&c->idx, fid, &st);
+    unsigned n = mask_count(cur);
+    uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
+    unsigned k = 0;
+    for (unsigned s = 0; s < c->spb; s++)
+        if (mask_test(cur, s))
+            memcpy(data + (size_t)k++ * TC_SECTOR,
+                   sg->image + (size_t)(f->off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .valid = *cur,
+                        .dirty = *dirty, .data = data, .use_reserve = true,
+                        .mirror = c->vol->cfg.dirty_copies > 1 };
+    uint32_t nseg, mseg;
+    uint16_t noff, moff;
+    int rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
+    if (rc < 0 && a.mirror) {
+        a.mirror = false;       /* one device left: one copy */
+        rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
+    }
+    bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (rc < 0)
+        return false;
+    (void)id;
+    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
+                       moff, 0, false);
+    return true;
+}
+
+static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
+                            uint64_t *dropped, uint64_t *saved, uint64_t *lost)
+{
+    uint32_t id;
+    uint32_t fid = cache_find_fragment(c, v->oblock, v->seg, v->off, &id);
+    if (fid == NIL)
+        return;
+    struct tc_mask cur, valid, dirty;
+    frag_current(&c->idx, id, fid, &cur);
+    ce_get_masks(&c->idx, id, &valid, &dirty);
+    mask_and(&dirty, &cur);
+    struct cfrag *f = FR(&c->idx, fid);
+    if (mask_empty(&dirty)) {
+        cache_drop_fragment(c, v->oblock, fid);
+        block_gen_bump(c, v->oblock);
+        (*dropped)++;
+        return;
+    }
+    if (f->mseg != NIL && seg_usable(c, f->mseg)) {
+        /* The mirror becomes the copy. */
+        struct tc_mask st;
+        frag_stored(&c->idx, fid, &st);
+        seg_add_live(c, f->seg, -(int)mask_count(&st));
+        f->seg = f->mseg;
+        f->off = f->moff;
+        f->mseg = NIL;
+        cache_trace(c, v->oblock, "device %u failed: mirror %u:%u is the copy now", d, f->seg,
+                    f->off);
+        (*saved)++;
+        return;
+    }
+    if (rehome_from_image(c, v->oblock, id, fid, &cur, &dirty)) {
+        (*saved)++;
+        return;
+    }
+    uint64_t base = v->oblock * c->block_size;
+    tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) was only on the failed "
+             "device and is lost; reads of its %u lost sectors fail with EIO until rewritten",
+             (unsigned long long)v->oblock, (unsigned long long)base,
+             (unsigned long long)(base + c->block_size - 1), mask_count(&dirty));
+    c->st.lost_dirty_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+    lost_record(c, v->oblock, &dirty);
+    cache_drop_fragment(c, v->oblock, fid);
+    block_gen_bump(c, v->oblock);
+    (*lost)++;
+}
+
+void cache_device_fail(struct cache *c, unsigned d, const char *why)
+{
+    struct cache_dev *cd = &c->devs[d];
+    if (cd->state != CDEV_OK)
+        return;
+    cd->state = CDEV_FAILING;
+    c->free_segs -= cd->free_segs;
+    cd->free_segs = 0;
+    c->degraded = true;
+    snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
+             cd->dev->name, why);
+    tc_error("cache device %s failed: %s; the volume goes on without it", cd->dev->name, why);
+
+    /* Every fragment (and mirror copy) on the device. */
+    size_t n = 0, cap = 256;
+    struct victim *vs = tc_xmalloc(cap * sizeof *vs);
+    for (uint32_t id = 0; id < c->idx.used; id++) {
+        struct centry *e = CE(&c->idx, id);
+        if (e->oblock == UINT64_MAX)
+            continue;
+        for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
+            struct cfrag *fr = FR(&c->idx, f);
+            if (fr->mseg != NIL && SEG(c, fr->mseg)->dev == d) {
+                struct tc_mask st;
+                frag_stored(&c->idx, f, &st);
+                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
+                fr->mseg = NIL;     /* the mirror is gone; the copy stays */
+            }
+            if (SEG(c, fr->seg)->dev != d)
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                vs = realloc(vs, cap * sizeof *vs);
+                if (vs == NULL)
+                    abort();
+            }
+            vs[n++] = (struct victim){ e->oblock, fr->seg, fr->off };
+        }
+    }
+    uint64_t dropped = 0, saved = 0, lost = 0;
+    for (size_t i = 0; i < n; i++)
+        handle_fragment(c, d, &vs[i], &dropped, &saved, &lost);
+    free(vs);
+    log_device_failed(c, d);
+    cleaner_device_failed(c);
+    tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
+             "devices, %llu lost", cd->dev->name, (unsigned long long)dropped,
+             (unsigned long long)saved, (unsigned long long)lost);
+
+    bool any = false;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (c->devs[i].state == CDEV_OK)
+            any = true;
+    if (!any) {
+        snprintf(c->health, sizeof c->health,
+                 "failed: every cache device failed (last %s: %s); serving the origin directly",
+                 cd->dev->name, why);
+        tc_error("every cache device has failed: serving the origin directly");
+        c->vol->cache_failed = true;
+    }
+    writeback_kick(c);
+    cleaner_kick(c);
+}

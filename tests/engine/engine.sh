@@ -1,0 +1,76 @@
+# Helpers shared by the engine tests; source it after tests/lib.sh.
+
+TCLIB=("$PY" "$TC_SRC/tests/tclib.py")
+MiB=$((1 << 20))
+
+# stats NAME PATH...: values from the status JSON of server NAME, one a
+# line, in the order asked ("volume.cache." may be left out: "read_hits").
+stats() {
+  local name=$1 sock p paths=()
+  shift
+  sock=$(eval echo "\$SOCK_$name")
+  for p in "$@"; do
+    case $p in volume.*|nbd.*|pid|version|stopping) paths+=("$p") ;; *) paths+=("volume.cache.$p") ;; esac
+  done
+  "$TIERCACHE" status --socket "$sock" --json | "${TCLIB[@]}" status "${paths[@]}"
+}
+
+# snap NAME VAR: the status figures of the cache, as VAR_<key>=value
+snap() {
+  local name=$1 var=$2 k v
+  local keys=(read_hits read_misses origin_read_bytes cache_write_bytes promotions not_admitted
+              bypassed_sequential_bytes blocks_cached dirty_bytes groups_retired demotions
+              checksum_errors lost_dirty_bytes)
+  local vals
+  mapfile -t vals < <(stats "$name" "${keys[@]}")
+  for k in "${!keys[@]}"; do
+    eval "${var}_${keys[$k]}=${vals[$k]}"
+  done
+}
+
+# fmt BYTES: for messages
+mib() { awk -v b="$1" 'BEGIN{printf "%.1f MiB", b / 1048576}'; }
+
+# check_export NAME MODEL: every byte of the export of server NAME matches
+# the model (trimmed sectors may be zeroes).
+check_export() {
+  local uri
+  uri=$(eval echo "\$URI_$1")
+  rm -f export.img
+  nbdcopy "$uri" export.img || fail "nbdcopy from server $1 failed"
+  "${TCLIB[@]}" verify-file export.img "$2" || fail "server $1: the export differs from the model"
+  rm -f export.img
+}
+
+# check_origin FILE MODEL
+check_origin() {
+  "${TCLIB[@]}" verify-file "$1" "$2" || fail "the origin $1 differs from the model"
+}
+
+# run_tiercache ARGS...: a tiercache command that must succeed, output logged
+tc() {
+  "$TIERCACHE" "$@" || fail "tiercache $* failed (exit $?)"
+}
+
+# stop_server_within NAME SECONDS: as stop_server, but a daemon that has not
+# exited SECONDS after SIGTERM is killed and the test fails (instead of
+# waiting for the runner's timeout).
+stop_server_within() {
+  local name=$1 limit=$2 pid i
+  pid=$(eval echo "\$PID_$name")
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < limit * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    tail -n 5 "$TC_TMP/$name.log" >&2
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true
+    return 1
+  fi
+  stop_server "$name"
+}
+
+# Notes carry the seconds since the test started, to see where time goes.
+note() { echo "--- [${SECONDS}s] $*"; }
