@@ -4,7 +4,8 @@
 #   make SANITIZE=1 build build-san/tiercache with ASan + UBSan
 #   make run        install dependencies, build, serve a default volume
 #   make test       build both variants and run the whole test suite
-#   make bench      benchmarks (see bench/README.md); never part of make test
+#   make bench      benchmarks (docs/BENCHMARKS.md; SCALE=small, WORKLOADS="zipf git");
+#                   never part of make test
 #
 # Dependencies are Debian packages; scripts/deps.sh installs the missing ones.
 

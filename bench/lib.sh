@@ -82,10 +82,9 @@ wl_begin() {
   mkdir -p "$WORK"
 }
 # wl_end: stop the servers still running (in order, SIGTERM), then clean up
+# (loop devices and cgroups the servers used go after the servers)
 wl_end() {
-  local name
-  for ((i = ${#_cleanups[@]} - 1; i >= 0; i--)); do eval "${_cleanups[$i]}" >/dev/null 2>&1 || true; done
-  _cleanups=()
+  local i
   for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do stop "${STARTED[$i]}"; done
   STARTED=()
   _cleanup
@@ -196,6 +195,11 @@ tcserve() {
   rm -f "$(sock "$name")"
   spawn "$name" "$TC" serve --foreground --origin "$origin" --socket "$(sock "$name")" "$@"
   wait_up "$name"
+}
+# tcdump NAME LABEL: keep tiercache status --json in OUT/status/LABEL.json
+tcdump() {
+  mkdir -p "$OUT/status"
+  "$TC" status --json --socket "$(sock "$1")" >"$OUT/status/$2.json" 2>/dev/null || true
 }
 # tcstatus NAME KEY...: figures from tiercache status --json (dotted keys)
 tcstatus() {

@@ -13,7 +13,7 @@
 
 wl_hitpath() {
   local size rt
-  if [ "$SCALE" = small ]; then size=256M rt=5; else size=1G rt=10; fi
+  if [ "$SCALE" = small ]; then size=256M rt=5; else size=1G rt=6; fi
   local data=$STATE/data-$size.img
   datafile "$data" "$size"
   wl_begin hitpath
@@ -56,6 +56,7 @@ wl_hitpath() {
     done
   done
 
+  tcdump tiercache-cached hitpath-cached
   ratio hitpath "randread IOPS: tiercache ÷ nbdkit file" randread/tiercache/iops randread/nbdkit-file/iops ">=1.0"
   ratio hitpath "randread IOPS: tiercache cached ÷ nbdkit file" randread/tiercache-cached/iops randread/nbdkit-file/iops ">=1.0"
   ratio hitpath "seqread MB/s: tiercache ÷ nbdkit file" seqread/tiercache/bandwidth seqread/nbdkit-file/bandwidth ">=1.0"

@@ -66,7 +66,8 @@ zipf_run() {  # TEST CONFIG REP
     record zipf "$test" "$cfg" hit_ratio fraction "$rep" \
       "$(awk -v h=$((h1 - h0)) -v m=$((m1 - m0)) 'BEGIN { printf "%.4f", h / (h + m) }')"
     record zipf "$test" "$cfg" cache_used MiB "$rep" \
-      "$(tcstatus vol volume.cache.used | awk '{ printf "%.1f", $1 / 1048576 }')" ;;
+      "$(tcstatus vol volume.cache.used | awk '{ printf "%.1f", $1 / 1048576 }')"
+    tcdump vol "zipf-$test-$cfg-$rep" ;;
   esac
   stop vol
   stop origin
@@ -77,7 +78,7 @@ wl_zipf() {
   if [ "$SCALE" = small ]; then
     size=256M ZIPF_CACHE=64M ZIPF_WARM=4 ZIPF_RUN=6
   else
-    size=1G ZIPF_CACHE=256M ZIPF_WARM=10 ZIPF_RUN=15
+    size=1G ZIPF_CACHE=256M ZIPF_WARM=8 ZIPF_RUN=10
   fi
   ZIPF_DATA=$STATE/data-$size.img
   datafile "$ZIPF_DATA" "$size"
