@@ -73,13 +73,8 @@ def summary(vals):
 def fmt(x):
     if x != x:
         return 'nan'
-    a = abs(x)
-    if a >= 1000:
+    if abs(x) >= 1000:
         return '%.0f' % x
-    if a >= 100:
-        return '%.1f' % x
-    if a >= 10:
-        return '%.2f' % x
     return '%.3g' % x
 
 
@@ -93,7 +88,7 @@ def fmt_range(s):
 # ---- results.csv -------------------------------------------------------------
 results = {}
 with open(path('results.csv'), 'w', newline='') as f:
-    wr = csv.writer(f)
+    wr = csv.writer(f, lineterminator='\n')
     wr.writerow(['workload', 'test', 'config', 'metric', 'unit', 'n', 'median', 'min', 'max'])
     for w in order_w:
         for t in order_t[w]:
@@ -134,7 +129,7 @@ for w, name, num, den, aim in ratio_defs:
         order_t[w] = []
 
 with open(path('ratios.csv'), 'w', newline='') as f:
-    wr = csv.writer(f)
+    wr = csv.writer(f, lineterminator='\n')
     wr.writerow(['workload', 'ratio', 'n', 'median', 'min', 'max', 'aim', 'met'])
     for w in order_w:
         for name, s, aim, ok in ratios.get(w, []):
