@@ -8,7 +8,7 @@
 
 TC=$ROOT/$BUILD/tiercache
 RAW=$OUT/raw.csv
-RATIOS=$OUT/ratios.csv
+RATIOS=$OUT/ratio_defs.csv
 PLOTS=$OUT/plots.csv
 NOTES=$OUT/notes.txt
 WORK=""          # scratch directory of the current workload (wl_begin)
@@ -39,7 +39,10 @@ record() {
 #   NUM and DEN are TEST/CONFIG/METRIC; AIM is ">=5", "<=1.5" or "-".  The
 #   ratio is computed per repetition (the runs of one repetition ran close
 #   in time) and summarised by its median, min and max.
-ratio() { printf '%s,%s,%s,%s,%s\n' "$@" >>"$RATIOS"; }
+ratio() {
+  case "$*" in *,*) die "ratio: no commas in a name or figure: $*" ;; esac
+  printf '%s,%s,%s,%s,%s\n' "$@" >>"$RATIOS"
+}
 # plot WORKLOAD TEST METRIC TITLE: one panel of the workload's PNG
 plot() { printf '%s,%s,%s,%s\n' "$@" >>"$PLOTS"; }
 # note WORKLOAD TEXT: a line printed under the workload's table

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """bench/report.py OUT: summarise a results directory written by bench/run.
 
-Reads OUT/raw.csv (one line per run and figure), OUT/ratios.csv, OUT/plots.csv,
+Reads OUT/raw.csv (one line per run and figure), OUT/ratio_defs.csv, OUT/plots.csv,
 OUT/notes.txt and OUT/meta.txt; writes
 
   OUT/results.csv   workload,test,config,metric,unit,n,median,min,max
-  OUT/ratios.csv    the ratio definitions followed by their values
-                    (workload,ratio,n,median,min,max,aim,met)
+  OUT/ratios.csv    the ratios' values (workload,ratio,n,median,min,max,
+                    aim,met); their definitions are in OUT/ratio_defs.csv
   OUT/results.md    the tables, ratios, notes and plots in Markdown
   OUT/WORKLOAD.png  one plot per workload (gnuplot)
 
@@ -101,7 +101,12 @@ with open(path('results.csv'), 'w', newline='') as f:
                     wr.writerow([w, t, c, m, units[(w, t, m)], s[0]] + ['%.6g' % x for x in s[1:]])
 
 # ---- ratios -------------------------------------------------------------------
-ratio_defs = [r for r in read_csv('ratios.csv', 5) if r[0] != 'workload']
+# the definitions (workload,name,NUM,DEN,aim) are kept in ratio_defs.csv so
+# that the report can be made again from the same directory
+ratio_defs = [r for r in read_csv('ratio_defs.csv', 5) + read_csv('ratios.csv', 5)
+              if r[0] != 'workload']
+with open(path('ratio_defs.csv'), 'w', newline='') as f:
+    csv.writer(f, lineterminator='\n').writerows(ratio_defs)
 ratios = {}     # w -> [(name, summary or None, aim, met)]
 
 

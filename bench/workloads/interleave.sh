@@ -122,11 +122,11 @@ wl_interleave() {
   tcdump tiercache-2dev interleave-2dev
   tcdump tiercache-1dev interleave-1dev
   for n in 1 2 3; do
-    ratio interleave "2 devices, $n reader(s): aggregate ÷ sum of the two limits" \
+    ratio interleave "$n reader(s) on 2 devices: aggregate ÷ sum of the two limits" \
       "read/2dev-${n}r/bandwidth" limits/sum/bandwidth ">=0.95"
   done
-  ratio interleave "1 device, 1 reader: throughput ÷ its limit" read/1dev-1r/bandwidth limits/device-a/bandwidth "-"
-  ratio interleave "2 devices ÷ 1 device, 1 reader" read/2dev-1r/bandwidth read/1dev-1r/bandwidth "-"
+  ratio interleave "1 reader on 1 device: throughput ÷ its limit" read/1dev-1r/bandwidth limits/device-a/bandwidth "-"
+  ratio interleave "1 reader: 2 devices ÷ 1 device" read/2dev-1r/bandwidth read/1dev-1r/bandwidth "-"
   plot interleave read bandwidth "linear reads of a cached file (MB/s)"
   plot interleave limits bandwidth "the throttled devices, read directly (MB/s)"
   note interleave "File $size, all cached; each cache device throttled to $(awk -v l="$IL_LIMIT" 'BEGIN { printf "%.0f", l / 1e6 }') MB/s of reads (blkio cgroup v1 on a loop device); configurations NdevMr: N cache devices, M readers; ${IL_RUN} s per run after 1 s of ramp; 'misses' counts reads that went to the origin during the run (0 when all was cached)."

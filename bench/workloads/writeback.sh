@@ -21,8 +21,8 @@
 #                        the background writeback does not start early
 #     nbdkit-cache-wb    an NBD FLUSH to nbdkit's cache filter, which writes
 #                        back every dirty block before answering
-#   The drain rate is the dirty bytes at the start of the drain divided by
-#   its duration.
+#   The drain rate is the dirty bytes at the end of the fill divided by the
+#   time from the end of the fill until the flush returns.
 
 wb_flush_nbd() {  # NAME: one NBD FLUSH, prints its duration in seconds
   /usr/bin/python3 - "$(uri "$1")" <<'PY'
@@ -88,9 +88,13 @@ wb_drain() {  # CONFIG REP
       tcformat "$WORK/cache.img" origin "$WB_CACHE"
       tcserve vol origin --cache "$WORK/cache.img" --mode writeback --dirty-target 90 --dirty-high 95
       fio_nbd "$WORK/fill-$cfg-$rep.json" vol "${fill[@]}"
-      sleep 1   # the spindle idle before the drain, as for the reference
-      dirty=$(tcstatus vol volume.cache.dirty_bytes)
+      # timed from the end of the fill: after 1 s without clients the
+      # writeback starts by itself (and dirty_bytes counts blocks being
+      # written until they are done), so a pause here would hide part of
+      # the drain.  The spindle sat idle during the fill: its bucket is
+      # as full as for the reference.
       t0=$(now)
+      dirty=$(tcstatus vol volume.cache.dirty_bytes)
       "$TC" flush --socket "$(sock vol)" >>"$WORK/flush.log" 2>&1 || die "tiercache flush failed"
       secs=$(elapsed "$t0")
       record writeback drain "$cfg" seconds s "$rep" "$secs"
@@ -103,7 +107,6 @@ wb_drain() {  # CONFIG REP
       spindle origin "$WB_DATA"
       nbdcache vol origin writeback "$WB_CACHE"
       fio_nbd "$WORK/fill-$cfg-$rep.json" vol "${fill[@]}"
-      sleep 1
       secs=$(wb_flush_nbd vol)
       dirty=$(bytes "$WB_DRAIN")
       record writeback drain "$cfg" seconds s "$rep" "$secs"
