@@ -85,7 +85,7 @@ crash-test: test-deps all
 
 SECONDS ?= 300
 soak: test-deps all
-	@tests/run --only soak --seconds $(SECONDS)
+	@TC_TEST_TIMEOUT=$$(( $(SECONDS) + 300 )) tests/run --build build --only soak --seconds $(SECONDS)
 
 bench: test-deps all
 	@bench/run $(WORKLOADS)

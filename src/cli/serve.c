@@ -68,6 +68,14 @@ static const char serve_help[] =
 "                       the cache was formatted for (a copy of it); its size\n"
 "                       must still match\n"
 "\n"
+"Origin:\n"
+"  --origin-timeout SECONDS\n"
+"                       an NBD origin that lost its connection is reconnected\n"
+"                       (backoff 0.1 s doubling to 5 s) while requests wait;\n"
+"                       after SECONDS without it (default 60; 0: at once)\n"
+"                       they fail with EIO, and so do new ones until it is\n"
+"                       back; writeback keeps dirty data and retries\n"
+"\n"
 "Where clients connect:\n"
 "  --socket PATH        listen on this Unix socket (mode --socket-mode);\n"
 "                       default RUNDIR/tiercache.sock when --listen is not given\n"
@@ -350,7 +358,7 @@ enum {
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
-    OPT_TLS_PSK, OPT_TLS_VERIFY,
+    OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT,
 };
 
 static const struct option serve_opts[] = {
@@ -365,6 +373,7 @@ static const struct option serve_opts[] = {
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
     { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
     { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
+    { "origin-timeout", required_argument, NULL, OPT_ORIGIN_TIMEOUT },
     { "socket", required_argument, NULL, OPT_SOCKET },
     { "listen", required_argument, NULL, OPT_LISTEN },
     { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
@@ -396,7 +405,7 @@ int cmd_serve(int argc, char **argv)
                                       .max_buffer_memory = 512ull << 20 };
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false;
-    char err[512];
+    char err[2048];   /* room for two device paths and a recovery hint */
     uint64_t v;
     int opt;
 
@@ -446,6 +455,13 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
+        case OPT_ORIGIN_TIMEOUT:
+            if (tc_parse_duration("--origin-timeout", optarg, &vcfg.origin_timeout_ns, err,
+                                  sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (vcfg.origin_timeout_ns > 86400ull * 1000000000ull)
+                tc_die(2, "--origin-timeout %s: at most one day (86400 s)", optarg);
+            break;
         case OPT_DIRTY_COPIES:
             if (tc_parse_uint("--dirty-copies", optarg, 1, 2, &v, err, sizeof err))
                 tc_die(2, "%s", err);

@@ -414,26 +414,33 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     struct tc_dev *origin = vol->origin;
     bool same_id = strncmp(sb->origin_id, origin->identity, TC_ORIGIN_ID_LEN - 1) == 0;
     if (sb->origin_size != vol->size || (!same_id && !vol->cfg.adopt_origin)) {
-        char dirty[64] = "";
-        if (c->dirty_sectors)
+        /* Say how to recover: --adopt-origin only helps a same-size copy,
+         * and reformatting discards dirty data, so that comes last. */
+        bool same_size = sb->origin_size == vol->size;
+        char hint[512];
+        if (c->dirty_sectors) {
+            char dirty[32];
             tc_format_size(c->dirty_sectors * TC_SECTOR, dirty, sizeof dirty);
+            snprintf(hint, sizeof hint,
+                     "The cache holds dirty data for its origin (%s), which would be lost: "
+                     "serve it with its own origin and run 'tiercache flush' (or 'detach')%s; "
+                     "to discard the dirty data instead, reformat the cache with 'tiercache "
+                     "format --force'.", dirty,
+                     same_size ? ", or pass --adopt-origin if this origin is an exact copy of "
+                                 "that one" : "");
+        } else {
+            snprintf(hint, sizeof hint,
+                     "Serve it with its own origin%s, or reformat the cache with 'tiercache "
+                     "format --force' (its contents are discarded).",
+                     same_size ? ", pass --adopt-origin if this origin is an exact copy of it"
+                               : "");
+        }
         snprintf(err, errlen,
                  "the cache on %s was formatted for origin '%s' (%s, %llu bytes), but this "
                  "origin is '%s' (%s, %llu bytes). %s",
                  c->devs[0].dev->name, sb->origin_path, sb->origin_id,
                  (unsigned long long)sb->origin_size, origin->name, origin->identity,
-                 (unsigned long long)vol->size,
-                 c->dirty_sectors
-                     ? "The cache holds dirty data for its origin, which would be lost: serve "
-                       "it with its own origin and run 'tiercache flush' (or 'detach'); if "
-                       "this origin is an exact copy of that one, pass --adopt-origin."
-                     : "Serve it with its own origin, pass --adopt-origin if this origin is "
-                       "an exact copy of it, or reformat the cache with 'tiercache format "
-                       "--force' (its contents are discarded).");
-        if (c->dirty_sectors) {
-            size_t l = strlen(err);
-            snprintf(err + l, errlen - l, " (dirty data: %s)", dirty);
-        }
+                 (unsigned long long)vol->size, hint);
         goto fail_cache;
     }
     if (!same_id)
@@ -568,6 +575,7 @@ struct close_ctx {
     struct log_waiter w;
     struct tc_dev_io dio;
     uint64_t candidate;
+    bool marked;
     void (*done)(void *arg, int err);
     void *arg;
 };
@@ -575,6 +583,16 @@ struct close_ctx {
 static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
+    if (err == 0 && !x->marked) {
+        /* One more header, written after that sync, records every chunk
+         * before it as flushed: recovery then knows them durable, so a
+         * damaged one among them is reported as damage, not taken for a
+         * write torn by a crash (whose entries it would silently ignore). */
+        x->marked = true;
+        log_seal_all(x->c, true);
+        log_sync(x->c, &x->w);
+        return;
+    }
     if (err)
         tc_error("cache: final sync failed: %s", strerror(-err));
     void (*done)(void *, int) = x->done;
@@ -620,6 +638,7 @@ void cache_free(struct cache *c)
     cleaner_fini(c);
     writeback_fini(c);
     lost_fini(c);
+    free(c->damage);
     readahead_fini(c);
     streams_fini(c);
     blocklocks_fini(c);
@@ -712,7 +731,13 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "lost_sectors_unreadable", lost_sectors(c));
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
+    /* Per block the cache can hold: what sizing RAM for a cache needs (the
+     * arrays are sized to it).  Per cached block is higher while the cache
+     * is filling, and by the few segments the cleaner keeps free. */
+    uint64_t cap_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
     json_double(j, "memory_per_block_bytes",
+                cap_blocks ? (double)(index_mem + policy_mem) / (double)cap_blocks : 0);
+    json_double(j, "memory_per_cached_block_bytes",
                 c->idx.count ? (double)(index_mem + policy_mem) / (double)c->idx.count : 0);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);

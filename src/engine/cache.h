@@ -106,7 +106,7 @@ struct centry {
     uint16_t flags;             /* CE_* */
     uint8_t freq;               /* policy: recent use, saturating */
     uint8_t nfrags;
-};
+} __attribute__((packed, aligned(4)));     /* 28 bytes, not 32 */
 
 struct cfrag {
     uint32_t seg, mseg;         /* location and mirror location (or NIL) */
@@ -256,6 +256,7 @@ struct cache_stats {
     uint64_t recovered_entries, recovered_dirty_sectors;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
     uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
+    uint64_t recovery_damaged;      /* durable chunk summaries found damaged */
 };
 
 struct blocklocks;
@@ -330,6 +331,8 @@ struct cache {
     struct budget budget;
     struct lost *lost;              /* lost.c: dirty sectors lost with a device */
     bool offline;                   /* check and dump: read only, no background work */
+    char *damage;                   /* recovery: damaged durable summaries, one a line
+                                       (NULL: none); serve refuses such a cache */
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;
@@ -575,6 +578,9 @@ void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left,
                      void (*done)(void *arg, int err), void *arg);
 bool writeback_idle(struct cache *c);
 void writeback_status_json(struct cache *c, struct tc_json *j);
+/* Block writebacks the origin refused or that were cut by a lost
+ * connection: the blocks stayed dirty and are written again later. */
+uint64_t writeback_retries(struct cache *c);
 /* Write back the dirty sectors of these blocks now (ascending block
  * numbers), flush the origin, then call done.  Blocks that fail stay dirty. */
 void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,

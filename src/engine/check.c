@@ -318,6 +318,11 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
     check_superblocks(c, r);
     check_index(c, r);
     check_data(c, r, progress);
+    for (const char *l = c->damage; l && *l;) {
+        size_t n = strcspn(l, "\n");
+        problem(r, "log: %.*s", (int)n, l);
+        l += n + (l[n] != 0);
+    }
     if (c->st.recovery_malformed)
         problem(r, "log: %llu chunk entries are malformed and were ignored",
                 (unsigned long long)c->st.recovery_malformed);

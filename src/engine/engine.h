@@ -43,6 +43,8 @@ struct ereq {
     struct rl_entry lock;           /* shared range lock of write types */
     struct tc_dev_io dio;           /* the one device I/O of simple paths */
     uint64_t start_ns;
+    bool via_cache;                 /* dispatched to the cache path */
+    struct ereq *held_next;         /* held at the detach gate */
 };
 
 struct engine_stats {
@@ -71,6 +73,14 @@ struct tc_volume {
     struct cache *cache;            /* NULL: no cache devices */
     bool detached;                  /* the cache is emptied and unused */
     bool cache_failed;              /* every cache device failed: origin only */
+    /* Detach gate: while closed, new requests wait here until the cache
+     * path has no request left and the cache is emptied. */
+    bool gate;
+    bool detaching;                 /* a detach is under way */
+    unsigned cache_inflight;        /* requests in the cache path */
+    struct ereq *held_head, **held_tail;
+    struct tc_task gate_task;
+    void *gate_op;
 };
 
 /* volume.c */

@@ -103,13 +103,30 @@ static void rehash(struct index *ix, uint32_t nbuckets)
     }
 }
 
+/* Buckets: a power of two, at least half the entries (chains of two on
+ * average at most, 2 to 4 bytes per entry). */
+static uint32_t buckets_for(uint32_t cap)
+{
+    uint32_t n = 16;
+    while (n < cap / 2 && n < (1u << 30))
+        n *= 2;
+    return n;
+}
+
+/* Capacity after cap is full: half again.  RAM per cached block is a
+ * promise (<= 64 bytes with the policy), so the arrays are sized to the
+ * cache's block count at start and grow by a half only past it. */
+static uint32_t grown(uint32_t cap)
+{
+    uint64_t n = (uint64_t)cap + cap / 2 + 16;
+    return n > (1u << 31) ? (1u << 31) : (uint32_t)n;
+}
+
 int index_init(struct index *ix, unsigned spb, uint64_t expected)
 {
     memset(ix, 0, sizeof *ix);
     ix->spb = spb;
-    uint32_t cap = 1024;
-    while (cap < expected && cap < (1u << 30))
-        cap *= 2;
+    uint32_t cap = (uint32_t)TC_MIN(TC_MAX(expected, 64), 1u << 30);
     ix->cap = cap;
     ix->pool = tc_xmalloc((size_t)cap * sizeof *ix->pool);
     ix->fcap = cap;
@@ -120,7 +137,7 @@ int index_init(struct index *ix, unsigned spb, uint64_t expected)
     }
     ix->free_head = NIL;
     ix->ffree = NIL;
-    rehash(ix, cap);
+    rehash(ix, buckets_for(cap));
     return 0;
 }
 
@@ -150,7 +167,7 @@ uint32_t index_insert(struct index *ix, uint64_t oblock)
         ix->free_head = ix->pool[id].hnext;
     } else {
         if (ix->used == ix->cap) {
-            uint32_t cap = ix->cap * 2;
+            uint32_t cap = grown(ix->cap);
             struct centry *p = realloc(ix->pool, (size_t)cap * sizeof *p);
             if (p == NULL)
                 abort();
@@ -162,7 +179,8 @@ uint32_t index_insert(struct index *ix, uint64_t oblock)
                 ix->ext = x;
             }
             ix->cap = cap;
-            rehash(ix, cap);
+            if (buckets_for(cap) != ix->bucket_mask + 1)
+                rehash(ix, buckets_for(cap));
         }
         id = ix->used++;
     }
@@ -205,7 +223,7 @@ uint32_t frag_alloc(struct index *ix)
         ix->ffree = ix->frags[fid].next;
     } else {
         if (ix->fused == ix->fcap) {
-            uint32_t cap = ix->fcap * 2;
+            uint32_t cap = grown(ix->fcap);
             struct cfrag *p = realloc(ix->frags, (size_t)cap * sizeof *p);
             if (p == NULL)
                 abort();

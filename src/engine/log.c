@@ -361,8 +361,12 @@ static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need
     uint32_t next_hdr = h->next_hdr_sectors;
     if (!hdr_ok && next_hdr < TC_MAX_HDR_SECTORS)
         next_hdr++;
+    /* seal() closes the segment unless the next chunk could hold a header
+     * (possibly one sector larger: seal may grow it) and a data sector:
+     * promise room only on the same terms, even for an entry without data
+     * (a clean record or tombstone), or append_to() finds no head. */
     if (tc_chunk_header_bytes(c->spb, 1, nsectors) <= (size_t)next_hdr * TC_SECTOR &&
-        next_start + next_hdr + nsectors <= c->seg_sectors) {
+        next_start + next_hdr + 1 + TC_MAX(nsectors, 1u) <= c->seg_sectors) {
         *need_seal = true;
         return true;
     }

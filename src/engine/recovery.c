@@ -21,6 +21,7 @@
  *     reached the origin: it is marked dirty and written back.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,7 @@ struct recovery {
     uint32_t cur_cap;
     uint8_t *hdr;
     uint64_t chunks;
+    uint32_t *stop;                 /* per segment: where its walk failed, or ~0 */
 };
 
 static void add_rec(struct recovery *rc, const struct rec *r)
@@ -72,31 +74,37 @@ static int cmp_rec(const void *a, const void *b)
     return 0;
 }
 
-/* Step 1 for one segment.  Headers are collected; entries come later. */
-static int walk_segment(struct recovery *rc, uint32_t s)
+/* Step 1 for one segment, from sector at of its incarnation seq (0: take
+ * the first chunk's).  Headers are checked here; entries come later.
+ * Records where and why the walk stopped, for find_damage(). */
+static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t seq)
 {
     struct cache *c = rc->c;
     struct segment *sg = SEG(c, s);
     struct tc_dev *dev = SEG_DEV(c, s)->dev;
     uint64_t base = seg_dev_offset(c, s);
-    uint32_t at = 0;
-    uint64_t seq = 0;
     size_t hlen = (size_t)TC_MAX_HDR_SECTORS * TC_SECTOR;
+    bool failed = false;
     while (at + 1 < c->seg_sectors) {
         size_t len = TC_MIN(hlen, (size_t)(c->seg_sectors - at) * TC_SECTOR);
         int err = dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, len, 0);
         if (err) {
-            tc_error("%s: reading chunk headers of segment %u failed: %s", dev->name, s,
-                     strerror(-err));
+            tc_error("%s: reading chunk headers of segment %u at sector %u failed: %s",
+                     dev->name, s, at, strerror(-err));
+            failed = true;
             break;
         }
         struct tc_chunk_header h;
         char why[128];
         if (chunk_decode(rc->hdr, len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
-                         sizeof why) < 0)
+                         sizeof why) < 0) {
+            failed = true;
             break;
-        if (h.segment != s || h.chunk_sector != at || (seq && h.group_seq != seq))
+        }
+        if (h.segment != s || h.chunk_sector != at || (seq && h.group_seq != seq)) {
+            failed = true;
             break;
+        }
         seq = h.group_seq;
         segment_add_chunk(c, s, at, h.hdr_sectors, h.data_sectors);
         rc->chunks++;
@@ -111,15 +119,157 @@ static int walk_segment(struct recovery *rc, uint32_t s)
             rc->max_seq = h.group_seq;
         /* Keep the header for step 4 in the segment's chunk list order. */
         at += h.hdr_sectors + h.data_sectors;
-        if (h.flags & TC_CHUNK_CLOSED)
+        if (h.flags & TC_CHUNK_CLOSED) {
+            failed = false;
             break;
+        }
     }
     sg->seq = seq;
     sg->fill = at;
+    rc->stop[s] = failed ? at : UINT32_MAX;
     if (c->trace_block == UINT64_MAX - 1 && seq)
         tc_info("trace recovery: segment %u: group %llu, %u chunks, fill %u", s,
                 (unsigned long long)seq, sg->nchunks, at);
-    return 0;
+}
+
+static void add_damage(struct recovery *rc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void add_damage(struct recovery *rc, const char *fmt, ...)
+{
+    struct cache *c = rc->c;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    tc_error("%s", line);
+    c->st.recovery_damaged++;
+    size_t old = c->damage ? strlen(c->damage) : 0;
+    c->damage = realloc(c->damage, old + strlen(line) + 2);
+    if (c->damage == NULL)
+        abort();
+    memcpy(c->damage + old, line, strlen(line));
+    c->damage[old + strlen(line)] = '\n';
+    c->damage[old + strlen(line) + 1] = 0;
+}
+
+/*
+ * A walk that ended on a header that does not check is normal after a
+ * crash: the chunk there was being written (torn) or was never written,
+ * and the sector holds older contents.  It is damage when that chunk was
+ * durable -- a flipped bit, a misdirected write -- and then the blocks its
+ * summary described are unknown: newer versions, tombstones or dirty data
+ * the origin lacks.  Older versions of those blocks would come back as
+ * current.  This tells the two apart:
+ *
+ *  - a later chunk of the same incarnation of the segment (found by
+ *    scanning the rest of the segment for a header that checks, names this
+ *    segment, this position and this group) was issued after the bad one,
+ *    so the bad one's sequence is below it; if the log's durable mark
+ *    reaches that far, the bad chunk was durable;
+ *  - with no later chunk, the bad header's own chunk sequence decides, if
+ *    the header is recognisably this incarnation's (its group, and two of
+ *    magic, segment and position intact).
+ *
+ * Damage found is recorded (serve refuses the cache, check lists it), and
+ * the walk resumes at the later chunk, so that check sees the rest.  Only
+ * segments whose walk stopped early are scanned: the open segments and
+ * damaged ones, never the free space of a whole cache.
+ */
+static void find_damage(struct recovery *rc, uint32_t s)
+{
+    struct cache *c = rc->c;
+    struct segment *sg = SEG(c, s);
+    struct tc_dev *dev = SEG_DEV(c, s)->dev;
+    uint64_t base = seg_dev_offset(c, s);
+    uint32_t at = rc->stop[s];
+    uint64_t seq = sg->seq;
+    if (at == UINT32_MAX || at + 2 > c->seg_sectors)
+        return;
+    if (seq && seq < rc->tail_seq)
+        return;                         /* a free segment: nothing in it counts */
+    size_t hlen = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - at)) * TC_SECTOR;
+    if (dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, hlen, 0) != 0)
+        memset(rc->hdr, 0, hlen);
+    const uint8_t *b = rc->hdr;
+    uint64_t claimed_group = le64_get(b + CH_OFF_GROUP_SEQ);
+    uint64_t claimed_chunk = le64_get(b + CH_OFF_CHUNK_SEQ);
+    unsigned marks = (le64_get(b + CH_OFF_MAGIC) == TC_CHUNK_MAGIC) +
+                     (le32_get(b + CH_OFF_SEGMENT) == s) +
+                     (le32_get(b + CH_OFF_CHUNK_SECTOR) == at);
+    bool ours = marks >= 2 && (seq ? claimed_group == seq
+                                   : claimed_group >= rc->tail_seq && claimed_group > 0);
+    if (seq == 0 && !ours)
+        return;                         /* a segment never written in a live group */
+    uint64_t group = seq ? seq : claimed_group;
+
+    /* Scan the rest of the segment for the next chunk of this incarnation. */
+    enum { WINDOW = 256 };              /* sectors read at a time */
+    uint8_t *win = tc_alloc_aligned((size_t)WINDOW * TC_SECTOR);
+    uint32_t found = UINT32_MAX;
+    struct tc_chunk_header next;
+    for (uint32_t from = at + 1; from + 1 < c->seg_sectors && found == UINT32_MAX;
+         from += WINDOW) {
+        uint32_t n = TC_MIN((uint32_t)WINDOW, c->seg_sectors - from);
+        if (dev_sync_io(dev, TC_DEV_READ, win, base + (uint64_t)from * TC_SECTOR,
+                        (size_t)n * TC_SECTOR, 0) != 0)
+            continue;
+        for (uint32_t i = 0; i < n && found == UINT32_MAX; i++) {
+            const uint8_t *p = win + (size_t)i * TC_SECTOR;
+            if (le64_get(p + CH_OFF_MAGIC) != TC_CHUNK_MAGIC ||
+                le32_get(p + CH_OFF_SEGMENT) != s || le32_get(p + CH_OFF_CHUNK_SECTOR) != from + i ||
+                le64_get(p + CH_OFF_GROUP_SEQ) != group)
+                continue;
+            size_t len = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - from - i)) *
+                         TC_SECTOR;
+            char why[128];
+            if (dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)(from + i) * TC_SECTOR,
+                            len, 0) == 0 &&
+                chunk_decode(rc->hdr, len, c->set_uuid, c->spb, c->seg_sectors, &next, why,
+                             sizeof why) == 0)
+                found = from + i;
+        }
+    }
+    free(win);
+
+    /* The durable mark as the chunks from the found one on see it: when the
+     * bad chunk was the segment's first, or its segment holds the newest
+     * chunks, the rest of the log may not record it. */
+    uint64_t durable = rc->durable;
+    for (uint32_t pos = found; pos != UINT32_MAX && pos + 1 < c->seg_sectors;) {
+        size_t len = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - pos)) *
+                     TC_SECTOR;
+        struct tc_chunk_header h;
+        char why[128];
+        if (dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)pos * TC_SECTOR, len, 0) != 0 ||
+            chunk_decode(rc->hdr, len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
+                         sizeof why) < 0 ||
+            h.segment != s || h.chunk_sector != pos || h.group_seq != group)
+            break;
+        durable = TC_MAX(durable, h.flushed_seq);
+        pos += h.hdr_sectors + h.data_sectors;
+        if (h.flags & TC_CHUNK_CLOSED)
+            break;
+    }
+    bool durable_bad;
+    if (found != UINT32_MAX)
+        durable_bad = next.chunk_seq <= durable + 1;
+    else
+        durable_bad = ours && claimed_chunk <= durable;
+    if (!durable_bad)
+        return;                         /* torn or never written: the normal end */
+    if (found != UINT32_MAX)
+        add_damage(rc, "%s: segment %u (group %llu): the chunk summary at sector %u is damaged; "
+                   "the blocks it described (sectors %u..%u) are unknown", dev->name, s,
+                   (unsigned long long)group, at, at, found - 1);
+    else
+        add_damage(rc, "%s: segment %u (group %llu): the chunk summary at sector %u is damaged; "
+                   "the blocks it described are unknown", dev->name, s,
+                   (unsigned long long)group, at);
+    if (found != UINT32_MAX) {
+        walk_segment(rc, s, found, group);
+        find_damage(rc, s);             /* the resumed walk may stop on damage again */
+    }
 }
 
 /* Steps 3 and 4's input: the entries of one live segment. */
@@ -315,8 +465,11 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     memset(&rc, 0, sizeof rc);
     rc.c = c;
     rc.hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
+    rc.stop = tc_xmalloc((size_t)c->nsegs * sizeof *rc.stop);
     for (uint32_t s = 0; s < c->nsegs; s++)
-        walk_segment(&rc, s);
+        walk_segment(&rc, s, 0, 0);
+    for (uint32_t s = 0; s < c->nsegs; s++)
+        find_damage(&rc, s);
 
     if (c->trace_block == UINT64_MAX - 1)
         tc_info("trace recovery: newest chunk %llu: tail %llu, durable up to %llu",
@@ -369,11 +522,21 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         tc_warn("cache: %llu damaged entries were ignored",
                 (unsigned long long)c->st.recovery_malformed);
     free(live);
+    free(rc.stop);
     free(rc.recs);
     free(rc.cur_seq);
     free(rc.wt_seq);
     free(rc.hdr);
-    (void)err;
-    (void)errlen;
+    if (c->damage && !c->offline) {
+        snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
+                 "reached the device no longer check, so it cannot tell which of its blocks are "
+                 "current or which dirty data is lost; refusing to serve from it rather than "
+                 "return stale data.  'tiercache check' lists the damage; to serve the origin "
+                 "again, reformat the cache with 'tiercache format --force' (its dirty data is "
+                 "lost).  First: %.*s", (unsigned long long)c->st.recovery_damaged,
+                 c->st.recovery_damaged == 1 ? "y" : "ies",
+                 (int)strcspn(c->damage, "\n"), c->damage);
+        return -1;
+    }
     return 0;
 }

@@ -68,6 +68,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
         dev_close(origin);
         return NULL;
     }
+    origin->hold_timeout_ns = cfg->origin_timeout_ns;
     struct tc_volume *vol = tc_xcalloc(1, sizeof *vol);
     vol->reactor = r;
     vol->cfg = *cfg;
@@ -106,16 +107,30 @@ struct ereq *ereq_new(struct tc_volume *vol)
 
 void ereq_free(struct ereq *e)
 {
-    e->vol->inflight--;
+    struct tc_volume *vol = e->vol;
+    vol->inflight--;
+    if (e->via_cache && --vol->cache_inflight == 0 && vol->gate)
+        reactor_defer(vol->reactor, &vol->gate_task);
     free(e);
 }
 
 void engine_dispatch(struct ereq *e)
 {
-    if (e->vol->cache && !e->vol->detached && !e->vol->cache_failed)
+    struct tc_volume *vol = e->vol;
+    if (vol->gate) {
+        /* Detaching: wait until the cache is out of the way. */
+        e->held_next = NULL;
+        *vol->held_tail = e;
+        vol->held_tail = &e->held_next;
+        return;
+    }
+    if (vol->cache && !vol->detached && !vol->cache_failed) {
+        e->via_cache = true;
+        vol->cache_inflight++;
         cache_submit(e);
-    else
+    } else {
         passthrough_submit(e);
+    }
 }
 
 static bool is_write_type(enum tc_op op)
@@ -193,23 +208,31 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
 
 /* ---- close ---- */
 
+/* The volume is closed: the origin's background activity (a remote
+ * origin's polls and reconnect timers) stops, so the reactor can end. */
+static void close_finish(struct tc_volume *vol, int err)
+{
+    dev_quiesce(vol->origin);
+    vol->close_done(vol->close_arg, err);
+}
+
 static void close_flushed(struct tc_dev_io *dio, int err)
 {
     struct tc_volume *vol = container_of(dio, struct tc_volume, close_dio);
     if (err)
         tc_error("%s: flush at shutdown failed: %s", vol->origin->name, strerror(-err));
-    vol->close_done(vol->close_arg, err);
+    close_finish(vol, err);
 }
 
 static void cache_closed(void *arg, int err)
 {
     struct tc_volume *vol = arg;
     if (err) {
-        vol->close_done(vol->close_arg, err);
+        close_finish(vol, err);
         return;
     }
     if (vol->read_only || !vol->origin->can_flush) {
-        vol->close_done(vol->close_arg, 0);
+        close_finish(vol, 0);
         return;
     }
     memset(&vol->close_dio, 0, sizeof vol->close_dio);
@@ -228,7 +251,7 @@ void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), vo
         return;
     }
     if (vol->read_only || !vol->origin->can_flush) {
-        done(arg, 0);
+        close_finish(vol, 0);
         return;
     }
     memset(&vol->close_dio, 0, sizeof vol->close_dio);
@@ -298,17 +321,74 @@ void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
         flush_origin_only(vol, done, arg);
 }
 
+/* Detach, in four steps:
+ *
+ *   1. mode passthrough: new writes add no dirty data (they invalidate);
+ *   2. drain the dirty data, with clients still served;
+ *   3. close the gate: new requests wait, and the requests still in the
+ *      cache path finish (a write that started in writeback mode may add
+ *      dirty data even now);
+ *   4. drain what they added and empty the cache; then the gate opens and
+ *      the held requests go to the origin.
+ *
+ * Without the gate a write still in the cache path when the cache was
+ * emptied was lost, and one waiting for the cleaner waited forever. */
+static void open_gate(struct tc_volume *vol)
+{
+    vol->gate = false;
+    struct ereq *list = vol->held_head;
+    vol->held_head = NULL;
+    vol->held_tail = &vol->held_head;
+    while (list) {
+        struct ereq *e = list;
+        list = e->held_next;
+        engine_dispatch(e);
+    }
+}
+
 static void detached(void *arg, int err)
 {
     struct online_op *op = arg;
+    struct tc_volume *vol = op->vol;
     if (err == 0) {
-        op->vol->detached = true;
+        vol->detached = true;
         tc_info("cache detached: serving the origin directly");
     }
+    vol->detaching = false;
+    open_gate(vol);
     void (*done)(void *, int) = op->done;
     void *a = op->arg;
     free(op);
     done(a, err);
+}
+
+static void gate_quiet(struct tc_task *t)
+{
+    struct tc_volume *vol = container_of(t, struct tc_volume, gate_task);
+    if (!vol->gate || vol->cache_inflight > 0 || vol->gate_op == NULL)
+        return;
+    struct online_op *op = vol->gate_op;
+    vol->gate_op = NULL;
+    cache_detach(vol->cache, op_progress, detached, op);
+}
+
+static void first_drain_done(void *arg, int err)
+{
+    struct online_op *op = arg;
+    struct tc_volume *vol = op->vol;
+    if (err) {
+        vol->detaching = false;
+        void (*done)(void *, int) = op->done;
+        void *a = op->arg;
+        free(op);
+        done(a, err);
+        return;
+    }
+    vol->held_tail = &vol->held_head;
+    vol->gate = true;
+    vol->gate_op = op;
+    vol->gate_task.fn = gate_quiet;
+    reactor_defer(vol->reactor, &vol->gate_task);
 }
 
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
@@ -318,6 +398,10 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
         done(arg, vol->cache ? -EALREADY : -ENODEV);
         return;
     }
+    if (vol->detaching) {
+        done(arg, -EBUSY);
+        return;
+    }
     struct online_op *op = tc_xcalloc(1, sizeof *op);
     op->vol = vol;
     op->progress = progress;
@@ -325,7 +409,8 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
     op->arg = arg;
     /* From now on writes only invalidate; then drain and empty the cache. */
     vol->mode = TC_MODE_PASSTHROUGH;
-    cache_detach(vol->cache, op_progress, detached, op);
+    vol->detaching = true;
+    cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
 }
 
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
@@ -333,6 +418,10 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
 {
     if (vol->cache == NULL || vol->detached) {
         done(arg, mode == TC_MODE_PASSTHROUGH ? 0 : -ENODEV);
+        return;
+    }
+    if (vol->detaching) {
+        done(arg, -EBUSY);      /* the cache is being emptied */
         return;
     }
     enum tc_mode old = vol->mode;
@@ -347,7 +436,8 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
     done(arg, 0);
 }
 
-static void dev_json(struct tc_json *j, const char *key, struct tc_dev *d)
+static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
+                     struct tc_dev *d)
 {
     json_begin_object(j, key);
     json_string(j, "path", d->name);
@@ -362,6 +452,18 @@ static void dev_json(struct tc_json *j, const char *key, struct tc_dev *d)
     json_uint(j, "write_errors", d->stats.write_errors);
     json_uint(j, "other_errors", d->stats.other_errors);
     json_uint(j, "inflight", d->stats.inflight);
+    /* Reachability (a remote origin; a local one is always online). */
+    json_string(j, "state", dev_state_name(d->state));
+    json_uint(j, "connections", d->connections);
+    json_uint(j, "reconnects", d->stats.reconnects);
+    json_uint(j, "connections_lost", d->stats.connections_lost);
+    json_double(j, "offline_seconds", dev_offline_seconds(d, false));
+    json_double(j, "current_offline_seconds", dev_offline_seconds(d, true));
+    json_uint(j, "held_requests", d->stats.held);
+    json_uint(j, "retried_requests", d->stats.retried);
+    json_double(j, "timeout_seconds", (double)d->hold_timeout_ns / 1e9);
+    json_uint(j, "writeback_retries",
+              vol->cache && !vol->detached ? writeback_retries(vol->cache) : 0);
     json_end_object(j);
 }
 
@@ -386,7 +488,7 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "unaligned_reads", vol->stats.unaligned_reads);
     json_uint(j, "unaligned_writes", vol->stats.unaligned_writes);
     json_uint(j, "errors", vol->stats.errors);
-    dev_json(j, "origin", vol->origin);
+    dev_json(vol, j, "origin", vol->origin);
     if (vol->cache && !vol->detached)
         cache_status_json(vol->cache, j);
 }

@@ -24,6 +24,16 @@
  * are busy; a trickle when they are idle; two jobs at a time above the
  * target; eight above the high mark, when idle, or while draining
  * (tiercache flush, detach, a switch out of writeback mode).
+ *
+ * Origin failures: a block whose write (or the flush after it) fails stays
+ * dirty -- nothing is ever dropped -- and is written again by a later pass.
+ * After a failed job new passes wait (100 ms, doubling with each failed
+ * job in a row, at most 5 s), so a failing origin is retried, not hammered;
+ * every failure is counted (status: writeback_retries) and logged.  While
+ * the origin is unreachable (reconnecting or offline) no pass starts.  A
+ * job whose writes were acknowledged on a connection that was lost before
+ * the flush is treated as failed too: the server may have died with the
+ * data unflushed, so the blocks are written again.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -40,6 +50,10 @@
 #define TICK_NS (100ull * 1000 * 1000)
 #define IDLE_NS (1000ull * 1000 * 1000)
 #define COMMIT_NS (2000ull * 1000 * 1000)
+#define RETRY_FIRST_NS (100ull * 1000 * 1000)
+#define RETRY_MAX_NS (5000ull * 1000 * 1000)
+/* A drain (flush, detach) gives up after this many failed jobs in a row. */
+#define DRAIN_GIVE_UP 5
 
 struct wb_job;
 
@@ -69,9 +83,12 @@ struct wb_job {
     unsigned nruns;
     unsigned pending;
     bool pass;                  /* a background pass job (takes turns) */
+    uint64_t pass_no;           /* which pass it belongs to */
     uint64_t ticket;
     struct tc_dev_io flush;
     int flush_err;
+    int write_err;              /* the first failed run's error */
+    uint64_t epoch;             /* the origin's connection epoch at the writes */
     void (*done)(void *arg, int err);
     void *arg;
     struct wb_job *next_waiting;
@@ -87,10 +104,15 @@ struct writeback {
     struct tc_timer tick;
     uint64_t last_client_io;
     uint64_t last_commit;
-    uint64_t last_pass_off;
+    uint64_t last_pass_off;     /* end of the last run written in pass_no */
+    uint64_t pass_no;
     bool stopped;
     /* figures */
     uint64_t bytes, writes, jobs_done, errors, out_of_order;
+    uint64_t retries;           /* blocks left dirty by a failed job */
+    uint64_t failed_jobs;
+    unsigned fail_streak;       /* failed jobs in a row */
+    uint64_t retry_at;          /* no new pass job before (monotonic ns) */
     uint64_t rate_bytes, rate_start;
     double rate;
     /* draining */
@@ -138,14 +160,58 @@ static void job_finish(struct wb_job *j)
     pace(wb);
 }
 
+/* Blocks of the job that stay dirty because the origin failed them: count,
+ * log, and hold new passes back for a while. */
+static void job_account(struct wb_job *j, int err, bool cut)
+{
+    struct writeback *wb = j->wb;
+    struct cache *c = wb->c;
+    unsigned failed = 0, ok = 0;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (unsigned i = 0; i < j->n; i++) {
+        struct wb_block *b = &j->b[i];
+        if (!b->ok)
+            continue;
+        if (b->failed || err || cut) {
+            failed++;
+            lo = TC_MIN(lo, b->oblock * c->block_size);
+            hi = TC_MAX(hi, (b->oblock + 1) * c->block_size - 1);
+        } else {
+            ok++;
+        }
+    }
+    if (failed == 0) {
+        if (ok)
+            wb->fail_streak = 0;
+        return;
+    }
+    wb->retries += failed;
+    wb->failed_jobs++;
+    wb->fail_streak++;
+    uint64_t delay = RETRY_FIRST_NS << TC_MIN(wb->fail_streak - 1, 6u);
+    delay = TC_MIN(delay, RETRY_MAX_NS);
+    wb->retry_at = tc_now_ns() + delay;
+    const char *why = cut ? "the origin connection was lost before the flush"
+                          : strerror(-(err ? err : j->write_err ? j->write_err : -EIO));
+    if (wb->failed_jobs <= 10 || wb->failed_jobs % 100 == 0)
+        tc_error("writeback: %u blocks in origin bytes %llu..%llu not written back (%s%s): "
+                 "they stay dirty; next pass in %.1f s (%u failed jobs in a row, %llu in "
+                 "all%s)", failed, (unsigned long long)lo, (unsigned long long)hi,
+                 err ? "flush: " : "", why, (double)delay / 1e9, wb->fail_streak,
+                 (unsigned long long)wb->failed_jobs,
+                 wb->failed_jobs == 10 ? "; further failures logged 1 in 100" : "");
+}
+
 /* The origin has the runs durably: the blocks are clean now. */
 static void job_flushed(struct tc_dev_io *dio, int err)
 {
     struct wb_job *j = container_of(dio, struct wb_job, flush);
     struct writeback *wb = j->wb;
     struct cache *c = wb->c;
-    j->flush_err = err;
-    for (unsigned i = 0; i < j->n && err == 0; i++) {
+    /* Acknowledged on a connection lost before this flush: not durable. */
+    bool cut = err == 0 && c->vol->origin->epoch != j->epoch;
+    j->flush_err = cut ? -EIO : err;
+    for (unsigned i = 0; i < j->n && j->flush_err == 0; i++) {
         struct wb_block *b = &j->b[i];
         if (!b->ok || b->failed || block_gen(c, b->oblock) != b->gen)
             continue;
@@ -183,9 +249,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         wb->rate_bytes += bytes;
         c->st.writeback_bytes += bytes;
     }
-    if (err)
-        tc_error("writeback: flushing the origin failed: %s; the blocks stay dirty",
-                 strerror(-err));
+    job_account(j, err, cut);
     job_finish(j);
 }
 
@@ -212,6 +276,8 @@ static void run_written(struct tc_dev_io *dio, int err)
     struct wb_job *j = r->job;
     if (err) {
         j->wb->errors++;
+        if (j->write_err == 0)
+            j->write_err = err;
         for (unsigned i = r->first; i <= r->last; i++)
             j->b[i].failed = true;
     } else {
@@ -314,10 +380,17 @@ static void job_submit_writes(struct wb_job *j)
     struct writeback *wb = j->wb;
     struct cache *c = wb->c;
     build_runs(j);
+    j->epoch = c->vol->origin->epoch;
     j->pending = 1;
     for (unsigned r = 0; r < j->nruns; r++) {
         struct wb_run *run = &j->runs[r];
         if (j->pass) {
+            /* Jobs write in ticket order, and tickets follow the cursor:
+             * only a new pass may start lower than the last run ended. */
+            if (j->pass_no != wb->pass_no) {
+                wb->pass_no = j->pass_no;
+                wb->last_pass_off = 0;
+            }
             if (run->dio.off < wb->last_pass_off)
                 wb->out_of_order++;
             wb->last_pass_off = run->dio.off + run->dio.len;
@@ -378,6 +451,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
     if (pass) {
         wb->jobs++;
         j->ticket = wb->next_ticket++;
+        j->pass_no = c->st.writeback_passes;
     }
     for (unsigned i = 0; i < n && j->n < JOB_BLOCKS; i++) {
         uint32_t id = index_lookup(&c->idx, blocks[i]);
@@ -420,11 +494,13 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
     uint64_t scanned = 0;
     while (*n < JOB_BLOCKS && scanned < nb) {
         if (b >= nb) {
+            /* A job never spans two passes: the wrap (a new pass) happens
+             * at the start of a batch, so every block of a job belongs to
+             * the pass counted when it starts. */
+            if (*n > 0)
+                break;
             b = 0;
             c->st.writeback_passes++;
-            wb->last_pass_off = 0;
-            if (*n > 0)
-                break;      /* a job never spans two passes */
         }
         uint64_t word = c->dirty_bits[b / 64] >> (b % 64);
         if (word == 0) {
@@ -451,6 +527,11 @@ static unsigned window(struct writeback *wb)
 {
     struct cache *c = wb->c;
     if (wb->stopped)
+        return 0;
+    /* An unreachable origin: writes would only be held or fail. */
+    if (c->vol->origin->state != TC_DEV_ONLINE)
+        return 0;
+    if (wb->retry_at && tc_now_ns() < wb->retry_at)
         return 0;
     if (wb->draining)
         return 8;
@@ -569,6 +650,11 @@ void writeback_fini(struct cache *c)
     }
 }
 
+uint64_t writeback_retries(struct cache *c)
+{
+    return c->wb ? c->wb->retries : 0;
+}
+
 bool writeback_idle(struct cache *c)
 {
     return c->wb == NULL || c->wb->all_jobs == 0;
@@ -655,6 +741,19 @@ static void drain_check(struct writeback *wb)
     if (wb->jobs > 0)
         return;
     if (c->dirty_blocks > 0) {
+        /* The origin is away: wait while it reconnects, give up once it is
+         * declared offline (--origin-timeout); the data stays dirty. */
+        enum tc_dev_state st = c->vol->origin->state;
+        if (st == TC_DEV_RECONNECTING)
+            return;
+        if (st == TC_DEV_OFFLINE)
+            goto give_up;
+        /* Waiting to retry after failures: give up after several in a row. */
+        if (wb->retry_at && now < wb->retry_at) {
+            if (wb->fail_streak < DRAIN_GIVE_UP)
+                return;
+            goto give_up;
+        }
         /* A whole pass without progress: the origin refuses the data. */
         if (c->dirty_sectors == wb->drain_dirty_at_pass) {
             if (++wb->drain_stuck_passes < 3)
@@ -665,6 +764,7 @@ static void drain_check(struct writeback *wb)
             return;
         }
     }
+give_up:
     wb->draining = false;
     void (*done)(void *, int) = wb->drain_done;
     void *arg = wb->drain_arg;
@@ -706,6 +806,8 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "jobs_in_flight", wb->all_jobs);
         json_uint(j, "jobs_done", wb->jobs_done);
         json_uint(j, "errors", wb->errors);
+        json_uint(j, "retries", wb->retries);
+        json_uint(j, "failed_jobs_in_a_row", wb->fail_streak);
         json_uint(j, "out_of_order_writes", wb->out_of_order);
         json_bool(j, "draining", wb->draining);
     }

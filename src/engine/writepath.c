@@ -18,7 +18,18 @@
  * crash the cache never holds an older version than the origin: either
  * the new version is in the log (and recovery treats it as dirty until a
  * FLUSH recorded that the origin has it), or the origin write never
- * started.  When the write supersedes cached sectors, the wait includes a
+ * started.
+ *
+ * A write-through write the origin fails: the request fails (EIO), and the
+ * new version is dropped from the cache at once (a tombstone follows it in
+ * the log), so later reads return whatever the origin holds for the range
+ * -- the cache never serves data the origin lacks.  NBD leaves the
+ * contents of a failed write's range unspecified; the only promise kept is
+ * that every read after the failure agrees with the origin.  (Should the
+ * daemon crash before the tombstone is written, recovery writes the new
+ * version back to the origin: cache and origin agree again.)  A read that
+ * ran concurrently with the failing write may have seen either version,
+ * as with any concurrent read and write.  When the write supersedes cached sectors, the wait includes a
  * flush of the cache devices (shared by all writes waiting at the time),
  * so that a power failure cannot keep the origin's new data and lose the
  * cache's record of it.
@@ -58,6 +69,7 @@ struct wpiece {
     uint8_t *old;                   /* merging: the other sectors, by sector */
     size_t old_size;
     bool merging;
+    uint8_t wb_tries;               /* writebacks of the block's dirty data asked */
     struct tc_mask ovalid, odirty;  /* the block before this write */
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
@@ -439,7 +451,18 @@ static void piece_step(struct wpiece *p)
     }
     if (p->mode != W_BACK && !mask_empty(&p->odirty)) {
         /* Dirty data (after a crash or a mode change) goes to the origin
-         * first, so the origin write below cannot be overtaken by it. */
+         * first, so the origin write below cannot be overtaken by it.  If
+         * the origin keeps refusing it, this write fails (the dirty data
+         * stays, for writeback to retry): writing around it would let the
+         * older dirty data overwrite this write later. */
+        if (p->wb_tries++ >= 3) {
+            uint64_t off = p->oblock * c->block_size;
+            tc_error("cache: dirty data of origin bytes %llu..%llu cannot be written back "
+                     "first; the write to it fails", (unsigned long long)off,
+                     (unsigned long long)(off + c->block_size - 1));
+            piece_done(p, -EIO);
+            return;
+        }
         p->bw.fn = wb_cleared;
         writeback_block(c, p->oblock, &p->bw);
         return;

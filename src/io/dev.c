@@ -48,7 +48,62 @@ void dev_close(struct tc_dev *dev)
         dev->ops->close(dev);
 }
 
+void dev_quiesce(struct tc_dev *dev)
+{
+    if (dev && dev->ops->quiesce)
+        dev->ops->quiesce(dev);
+}
+
+const char *dev_state_name(enum tc_dev_state s)
+{
+    switch (s) {
+    case TC_DEV_ONLINE: return "online";
+    case TC_DEV_RECONNECTING: return "reconnecting";
+    case TC_DEV_OFFLINE: return "offline";
+    }
+    return "?";
+}
+
+double dev_offline_seconds(const struct tc_dev *dev, bool current_only)
+{
+    uint64_t cur = dev->offline_since_ns ? tc_now_ns() - dev->offline_since_ns : 0;
+    return (double)(cur + (current_only ? 0 : dev->offline_total_ns)) / 1e9;
+}
+
+static void finish(struct tc_dev_io *dio, int err);
+
+static void run_deferred(struct tc_task *task)
+{
+    struct tc_dev *dev = container_of(task, struct tc_dev, deferred_task);
+    struct tc_dev_io *list = dev->deferred_head;
+    dev->deferred_head = NULL;
+    dev->deferred_tail = &dev->deferred_head;
+    while (list) {
+        struct tc_dev_io *dio = list;
+        list = dio->next;
+        finish(dio, dio->status);
+    }
+}
+
 void dev_complete(struct tc_dev_io *dio, int err)
+{
+    struct tc_dev *dev = dio->dev;
+    if (dev->submitting) {
+        /* Finished inside dev_submit(): complete it from the reactor. */
+        if (dev->deferred_head == NULL)
+            dev->deferred_tail = &dev->deferred_head;
+        dio->status = err;
+        dio->next = NULL;
+        *dev->deferred_tail = dio;
+        dev->deferred_tail = &dio->next;
+        dev->deferred_task.fn = run_deferred;
+        reactor_defer(dev->reactor, &dev->deferred_task);
+        return;
+    }
+    finish(dio, err);
+}
+
+static void finish(struct tc_dev_io *dio, int err)
 {
     struct tc_dev *dev = dio->dev;
     struct tc_dev_stats *s = &dev->stats;

@@ -51,11 +51,30 @@ struct tc_dev_stats {
     uint64_t flushes, trims, zeroes;
     uint64_t read_errors, write_errors, other_errors;
     uint64_t inflight;
+    /* A remote device (dev_nbd.c); zero for local ones. */
+    uint64_t held;                  /* requests now waiting for a connection */
+    uint64_t retried;               /* requests sent again after a connection loss */
+    uint64_t reconnects;            /* times it came back after losing every connection */
+    uint64_t connections_lost;
 };
+
+/*
+ * Whether a device can take requests.  Local devices are always online.  A
+ * remote one that lost every connection is reconnecting: requests are held
+ * (not failed) while it reconnects, for up to hold_timeout_ns; after that it
+ * is offline: held and new requests fail with -EIO at once, and it keeps
+ * reconnecting in the background.
+ */
+enum tc_dev_state { TC_DEV_ONLINE, TC_DEV_RECONNECTING, TC_DEV_OFFLINE };
+const char *dev_state_name(enum tc_dev_state s);
 
 struct tc_dev_ops {
     void (*submit)(struct tc_dev *dev, struct tc_dev_io *dio);
     void (*close)(struct tc_dev *dev);
+    /* Optional: stop background activity (polls, timers) so the reactor can
+     * finish; the device takes no requests afterwards.  Called once its
+     * last request has completed, before the reactor's last run. */
+    void (*quiesce)(struct tc_dev *dev);
 };
 
 struct tc_dev {
@@ -73,6 +92,23 @@ struct tc_dev {
     struct tc_dev_stats stats;
     /* A failing device: set by the owner; the device keeps working. */
     unsigned consecutive_errors;
+    enum tc_dev_state state;
+    unsigned connections;           /* remote: connections ready now */
+    uint64_t hold_timeout_ns;       /* remote: see enum tc_dev_state (set by the owner) */
+    uint64_t offline_since_ns;      /* remote: when the current outage began (0: none) */
+    uint64_t offline_total_ns;      /* remote: outages that ended, summed */
+    /* Changes whenever a connection is lost.  A write the server
+     * acknowledged in an older epoch may not have reached stable storage
+     * there (the server may have died before it flushed): whoever needs it
+     * durable (writeback) compares the epoch before and after its flush. */
+    uint64_t epoch;
+    /* Completions never run inside dev_submit(): a request that finishes
+     * at once (an error found before any I/O, a fault layer) is queued
+     * here and completed from the reactor, so the caller's state is never
+     * changed under it by its own submission. */
+    unsigned submitting;
+    struct tc_dev_io *deferred_head, **deferred_tail;
+    struct tc_task deferred_task;
 };
 
 /* Open a file, block device or NBD URI.  On error returns NULL and writes a
@@ -97,10 +133,16 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     dio->dev = dev;
     dio->done_bytes = 0;
     dev->stats.inflight++;
+    dev->submitting++;
     dev->ops->submit(dev, dio);
+    dev->submitting--;
 }
 
 void dev_close(struct tc_dev *dev);
+void dev_quiesce(struct tc_dev *dev);
+/* Seconds the device has been unable to take requests, in total and in the
+ * current outage. */
+double dev_offline_seconds(const struct tc_dev *dev, bool current_only);
 
 /* Called by implementations when a request finishes: counts, logs errors
  * with device and offset, and calls the request's callback. */

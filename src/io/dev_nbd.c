@@ -12,6 +12,29 @@
  * finished request to a list; the list is completed after libnbd returns.
  * When the server offers multi-conn, several connections share the load
  * (a flush on any of them covers writes completed on all of them).
+ *
+ * Losing the server.  A connection dies on EOF, a socket error or a
+ * protocol error; libnbd then fails its commands with ENOTCONN.  Those
+ * requests are not failed: reads and writes of whole ranges are
+ * idempotent, so they are sent again once a connection is back (a write
+ * whose outcome is unknown is simply written again).  Meanwhile:
+ *
+ *   online ──(last connection lost)──► reconnecting: requests are held
+ *      ▲                                   │
+ *      │ a connection is ready             │ hold_timeout_ns without one
+ *      │ (same export size)                ▼
+ *      └───────────────────────────── offline: held and new requests
+ *                                       fail with EIO at once
+ *
+ * Reconnection never blocks the reactor: nbd_aio_connect_uri() starts it
+ * and the handshake is driven by the same polls as the data.  Attempts
+ * are spaced by an exponential backoff (100 ms doubling to 5 s) and go on
+ * in the background for as long as the device is open.  A server that now
+ * exports a different size is refused: the cache's block numbers would no
+ * longer mean the same data.
+ *
+ * An error reply from a live server (EIO, ENOSPC...) is the request's
+ * result: it is reported, not retried here (the engine decides).
  */
 #include "io/dev.h"
 
@@ -28,29 +51,67 @@
 #define NBD_MAX_CONNS 4
 /* A private request flag: this flush completes an emulated FUA write. */
 #define FUA_FLUSH (1u << 31)
+/* dio->status of a request to send again (its connection was lost). */
+#define STATUS_RETRY (-1)
+
+#define BACKOFF_FIRST_NS (100ull * 1000 * 1000)
+#define BACKOFF_MAX_NS (5000ull * 1000 * 1000)
+/* A connection attempt (TCP connect plus handshake) that takes longer is
+ * abandoned and counted as failed. */
+#define CONNECT_TIMEOUT_NS (10000ull * 1000 * 1000)
+/* A connection that dies sooner than this after its handshake does not
+ * reset the backoff (a server that accepts and drops at once). */
+#define STABLE_NS (1000ull * 1000 * 1000)
+
+enum conn_state { C_CONNECTING, C_READY, C_DEAD };
+
+struct nbd_cb_ctx;
 
 struct nbd_conn {
     struct dev_nbd *owner;
     struct nbd_handle *h;
-    int fd;
-    struct tc_io read_poll, write_poll;
+    enum conn_state state;
+    struct tc_io read_poll, write_poll, cancel_read, cancel_write;
     bool read_armed, write_armed;
-    bool dead;
-    unsigned inflight;
+    unsigned cancels;               /* cancel requests the ring still holds */
+    unsigned inflight;              /* commands whose completion has not run */
+    struct nbd_cb_ctx *ctxs;        /* requests with commands on this handle */
+    struct tc_timer connect_timer;
+    uint64_t ready_ns;
+    struct nbd_conn *next_all;      /* every connection object, for close */
 };
 
 struct dev_nbd {
     struct tc_dev dev;
-    struct nbd_conn conn[NBD_MAX_CONNS];
-    unsigned nconn, next;
+    struct nbd_conn *conn[NBD_MAX_CONNS];   /* live: connecting or ready */
+    unsigned nwant;                 /* connections to keep */
+    unsigned next;
+    struct nbd_conn *all;
     uint64_t max_request;
     struct tc_dev_io *finished;     /* completed by callbacks, not yet reported */
     struct tc_task drain;
+    struct tc_dev_io *held_head, **held_tail;
+    struct tc_task release;         /* sends the held requests */
+    struct tc_timer retry_timer, timeout_timer;
+    uint64_t backoff_ns;
+    uint64_t attempts;              /* failed attempts in the current outage */
+    bool stopped;
+    char refusal[256];              /* the last reason a server was refused */
 };
 
-
 static void conn_arm(struct nbd_conn *c);
+static void conn_fail(struct nbd_conn *c, const char *why, bool counts_as_attempt);
 static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio);
+
+/* ---- finished requests ---- */
+
+static void push_finished(struct dev_nbd *n, struct tc_dev_io *dio, int status)
+{
+    dio->status = status;
+    dio->next = n->finished;
+    n->finished = dio;
+    reactor_defer(n->dev.reactor, &n->drain);
+}
 
 static void drain_finished(struct tc_task *t)
 {
@@ -58,6 +119,17 @@ static void drain_finished(struct tc_task *t)
     while (n->finished) {
         struct tc_dev_io *dio = n->finished;
         n->finished = dio->next;
+        if (dio->status == STATUS_RETRY) {
+            n->dev.stats.retried++;
+            if (dio->flags & FUA_FLUSH) {
+                /* The flush of an emulated FUA write was lost with its
+                 * connection: the write may be lost too, send both again. */
+                dio->flags = (dio->flags & ~FUA_FLUSH) | TC_DEV_FUA;
+                dio->op = TC_DEV_WRITE;
+            }
+            nbd_issue(n, dio);
+            continue;
+        }
         int err = -dio->status;
         if (err == 0 && dio->op == TC_DEV_WRITE && (dio->flags & TC_DEV_FUA) &&
             !n->dev.can_fua) {
@@ -76,114 +148,98 @@ static void drain_finished(struct tc_task *t)
     }
 }
 
+/* ---- commands ---- */
+
+/* One request's commands on one connection (a large request is cut into
+ * pieces of at most max_request bytes). */
 struct nbd_cb_ctx {
     struct dev_nbd *n;
     struct nbd_conn *c;
     struct tc_dev_io *dio;
     uint64_t pieces_left;
     int err;
+    bool lost;                      /* a piece died with its connection */
+    struct nbd_cb_ctx *prev, *next; /* on c->ctxs */
 };
+
+static void ctx_piece_done(struct nbd_cb_ctx *ctx)
+{
+    if (--ctx->pieces_left > 0)
+        return;
+    struct nbd_conn *c = ctx->c;
+    if (ctx->prev)
+        ctx->prev->next = ctx->next;
+    else
+        c->ctxs = ctx->next;
+    if (ctx->next)
+        ctx->next->prev = ctx->prev;
+    push_finished(ctx->n, ctx->dio, ctx->lost ? STATUS_RETRY : ctx->err);
+    free(ctx);
+}
+
+/* libnbd fails the commands of a connection that died with ENOTCONN; a
+ * server that is shutting down answers ESHUTDOWN.  Neither is an answer
+ * about the data: the request goes again on another connection. */
+static bool connection_error(int e)
+{
+    return e == ENOTCONN || e == ESHUTDOWN;
+}
 
 static int completion_cb(void *user_data, int *error)
 {
     struct nbd_cb_ctx *ctx = user_data;
-    if (*error && ctx->err == 0)
+    if (*error && connection_error(*error))
+        ctx->lost = true;
+    else if (*error && ctx->err == 0)
         ctx->err = *error;
     ctx->c->inflight--;
-    if (--ctx->pieces_left == 0) {
-        struct tc_dev_io *dio = ctx->dio;
-        dio->status = ctx->err;
-        dio->next = ctx->n->finished;
-        ctx->n->finished = dio;
-        reactor_defer(ctx->n->dev.reactor, &ctx->n->drain);
-        free(ctx);
-    }
+    ctx_piece_done(ctx);
     return 1;
-}
-
-static void conn_fail(struct nbd_conn *c, const char *why)
-{
-    if (c->dead)
-        return;
-    c->dead = true;
-    tc_error("%s: connection to the NBD server lost: %s", c->owner->dev.name, why);
-}
-
-static void read_poll_done(struct tc_io *io, int res)
-{
-    struct nbd_conn *c = container_of(io, struct nbd_conn, read_poll);
-    c->read_armed = false;
-    if (c->dead)
-        return;
-    if (res < 0 && res != -ECANCELED) {
-        conn_fail(c, strerror(-res));
-        return;
-    }
-    if (nbd_aio_notify_read(c->h) < 0)
-        conn_fail(c, nbd_get_error());
-    conn_arm(c);
-}
-
-static void write_poll_done(struct tc_io *io, int res)
-{
-    struct nbd_conn *c = container_of(io, struct nbd_conn, write_poll);
-    c->write_armed = false;
-    if (c->dead)
-        return;
-    if (res < 0 && res != -ECANCELED) {
-        conn_fail(c, strerror(-res));
-        return;
-    }
-    if (nbd_aio_notify_write(c->h) < 0)
-        conn_fail(c, nbd_get_error());
-    conn_arm(c);
-}
-
-static void conn_arm(struct nbd_conn *c)
-{
-    struct tc_reactor *r = c->owner->dev.reactor;
-    if (c->dead)
-        return;
-    unsigned dir = nbd_aio_get_direction(c->h);
-    if ((dir & LIBNBD_AIO_DIRECTION_READ) && !c->read_armed) {
-        c->read_poll.done = read_poll_done;
-        io_uring_prep_poll_add(reactor_sqe(r, &c->read_poll), c->fd, POLLIN);
-        c->read_armed = true;
-    }
-    if ((dir & LIBNBD_AIO_DIRECTION_WRITE) && !c->write_armed) {
-        c->write_poll.done = write_poll_done;
-        io_uring_prep_poll_add(reactor_sqe(r, &c->write_poll), c->fd, POLLOUT);
-        c->write_armed = true;
-    }
 }
 
 static struct nbd_conn *pick_conn(struct dev_nbd *n)
 {
-    for (unsigned i = 0; i < n->nconn; i++) {
-        struct nbd_conn *c = &n->conn[n->next++ % n->nconn];
-        if (!c->dead)
+    for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
+        struct nbd_conn *c = n->conn[n->next++ % NBD_MAX_CONNS];
+        if (c && c->state == C_READY)
             return c;
     }
     return NULL;
+}
+
+static void hold(struct dev_nbd *n, struct tc_dev_io *dio)
+{
+    dio->next = NULL;
+    *n->held_tail = dio;
+    n->held_tail = &dio->next;
+    n->dev.stats.held++;
 }
 
 static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
 {
     struct nbd_conn *c = pick_conn(n);
     if (c == NULL) {
-        dio->status = EIO;
-        dio->next = n->finished;
-        n->finished = dio;
-        reactor_defer(n->dev.reactor, &n->drain);
+        if (n->dev.state == TC_DEV_RECONNECTING && !n->stopped)
+            hold(n, dio);
+        else
+            push_finished(n, dio, EIO);
         return;
     }
     struct nbd_cb_ctx *ctx = tc_xcalloc(1, sizeof *ctx);
     ctx->n = n;
     ctx->c = c;
     ctx->dio = dio;
+    ctx->next = c->ctxs;
+    if (c->ctxs)
+        c->ctxs->prev = ctx;
+    c->ctxs = ctx;
     uint64_t len = dio->op == TC_DEV_FLUSH ? 0 : dio->len;
     uint64_t pieces = len == 0 ? 1 : (len + n->max_request - 1) / n->max_request;
-    ctx->pieces_left = pieces;
+    /* One extra count while issuing: a completion that runs inside an
+     * nbd_aio_* call (libnbd may find the connection dead right there)
+     * cannot finish the request before every piece is accounted for. */
+    ctx->pieces_left = pieces + 1;
+    bool dead = false;
     for (uint64_t i = 0; i < pieces; i++) {
         uint64_t off = dio->off + i * n->max_request;
         uint64_t plen = TC_MIN(n->max_request, len - i * n->max_request);
@@ -191,6 +247,12 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
         nbd_completion_callback cb = { .callback = completion_cb, .user_data = ctx };
         int64_t cookie;
         uint32_t fl;
+        if (dead) {
+            ctx->lost = true;
+            ctx_piece_done(ctx);
+            continue;
+        }
+        c->inflight++;
         switch (dio->op) {
         case TC_DEV_READ:
             cookie = nbd_aio_pread(c->h, buf, plen, off, cb, 0);
@@ -225,20 +287,29 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
         default:
             cookie = -1;
         }
-        if (cookie >= 0) {
-            c->inflight++;
+        if (cookie >= 0)
             continue;
+        /* Not sent (the completion will not run): account the piece here. */
+        c->inflight--;
+        if (cookie == -1 && (nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h) ||
+                             connection_error(nbd_get_errno()))) {
+            dead = true;
+            ctx->lost = true;
+        } else if (cookie == -1) {
+            tc_error("%s: %s at offset %llu not sent: %s", n->dev.name,
+                     dev_op_name(dio->op), (unsigned long long)off, nbd_get_error());
+            if (ctx->err == 0)
+                ctx->err = nbd_get_errno() ? nbd_get_errno() : EIO;
+        } else if (cookie == -3 && ctx->err == 0) {
+            ctx->err = ENOTSUP;
         }
-        /* Not sent: account this piece as finished with an error. */
-        int e = cookie == -2 ? 0 : cookie == -3 ? ENOTSUP : (nbd_get_errno() ? nbd_get_errno() : EIO);
-        if (cookie == -1)
-            tc_error("%s: %s at offset %llu not sent: %s", n->dev.name, dev_op_name(dio->op),
-                     (unsigned long long)off, nbd_get_error());
-        c->inflight++;
-        int err = e;
-        completion_cb(ctx, &err);
+        ctx_piece_done(ctx);
     }
-    conn_arm(c);
+    ctx_piece_done(ctx);
+    if (dead)
+        conn_fail(c, nbd_get_error() ? nbd_get_error() : "connection lost", false);
+    else
+        conn_arm(c);
 }
 
 static void dev_nbd_submit(struct tc_dev *dev, struct tc_dev_io *dio)
@@ -247,21 +318,436 @@ static void dev_nbd_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     nbd_issue(n, dio);
 }
 
+/* ---- holding and the state of the device ---- */
+
+static unsigned count_conns(struct dev_nbd *n, enum conn_state st)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < NBD_MAX_CONNS; i++)
+        if (n->conn[i] && n->conn[i]->state == st)
+            k++;
+    return k;
+}
+
+/* Requests held while reconnecting fail now (offline), or go out. */
+static void release_held(struct dev_nbd *n)
+{
+    struct tc_dev_io *list = n->held_head;
+    n->held_head = NULL;
+    n->held_tail = &n->held_head;
+    n->dev.stats.held = 0;
+    while (list) {
+        struct tc_dev_io *dio = list;
+        list = dio->next;
+        nbd_issue(n, dio);
+    }
+}
+
+static void release_task(struct tc_task *t)
+{
+    release_held(container_of(t, struct dev_nbd, release));
+}
+
+static void timeout_fired(struct tc_timer *t)
+{
+    struct dev_nbd *n = container_of(t, struct dev_nbd, timeout_timer);
+    if (n->dev.state != TC_DEV_RECONNECTING)
+        return;
+    n->dev.state = TC_DEV_OFFLINE;
+    tc_error("%s: origin unreachable for %.1f s (--origin-timeout): failing %llu held "
+             "requests with EIO; new requests fail at once until it is back (still "
+             "reconnecting every %.1f s at most)", n->dev.name,
+             dev_offline_seconds(&n->dev, true), (unsigned long long)n->dev.stats.held,
+             (double)BACKOFF_MAX_NS / 1e9);
+    release_held(n);
+}
+
+static void start_attempts(struct dev_nbd *n);
+
+static void retry_fired(struct tc_timer *t)
+{
+    start_attempts(container_of(t, struct dev_nbd, retry_timer));
+}
+
+/* Nothing is connecting and connections are missing: try again later. */
+static void schedule_retry(struct dev_nbd *n, uint64_t delay)
+{
+    if (n->stopped || n->retry_timer.armed || count_conns(n, C_CONNECTING) > 0)
+        return;
+    if (count_conns(n, C_READY) >= n->nwant)
+        return;
+    timer_arm(n->dev.reactor, &n->retry_timer, delay);
+}
+
+static void attempt_failed(struct dev_nbd *n, const char *why)
+{
+    n->attempts++;
+    if (n->dev.state != TC_DEV_ONLINE &&
+        (n->attempts <= 3 || n->attempts % 20 == 0))
+        tc_warn("%s: reconnect attempt %llu failed: %s; next in %.1f s", n->dev.name,
+                (unsigned long long)n->attempts, why, (double)n->backoff_ns / 1e9);
+    if (count_conns(n, C_CONNECTING) == 0) {
+        uint64_t delay = n->backoff_ns;
+        n->backoff_ns = TC_MIN(n->backoff_ns * 2, BACKOFF_MAX_NS);
+        schedule_retry(n, delay);
+    }
+}
+
+/* ---- connections ---- */
+
+static void conn_maybe_free(struct nbd_conn *c)
+{
+    if (c->state != C_DEAD || c->read_armed || c->write_armed || c->cancels)
+        return;
+    struct dev_nbd *n = c->owner;
+    /* Commands libnbd never completed (the handle was given up while still
+     * alive): nbd_close() drops them without their callbacks, so their
+     * requests are sent again from here. */
+    while (c->ctxs) {
+        struct nbd_cb_ctx *ctx = c->ctxs;
+        ctx->lost = true;
+        c->inflight -= (unsigned)ctx->pieces_left;
+        ctx->pieces_left = 1;
+        ctx_piece_done(ctx);
+    }
+    nbd_close(c->h);
+    c->h = NULL;
+    for (struct nbd_conn **pp = &n->all; *pp; pp = &(*pp)->next_all) {
+        if (*pp == c) {
+            *pp = c->next_all;
+            break;
+        }
+    }
+    free(c);
+}
+
+static void read_cancel_done(struct tc_io *io, int res)
+{
+    (void)res;
+    struct nbd_conn *c = container_of(io, struct nbd_conn, cancel_read);
+    c->cancels--;
+    conn_maybe_free(c);
+}
+
+static void write_cancel_done(struct tc_io *io, int res)
+{
+    (void)res;
+    struct nbd_conn *c = container_of(io, struct nbd_conn, cancel_write);
+    c->cancels--;
+    conn_maybe_free(c);
+}
+
+static void conn_cancel_polls(struct nbd_conn *c)
+{
+    struct tc_reactor *r = c->owner->dev.reactor;
+    if (c->read_armed) {
+        c->cancels++;
+        c->cancel_read.done = read_cancel_done;
+        io_uring_prep_cancel(reactor_sqe(r, &c->cancel_read), &c->read_poll, 0);
+    }
+    if (c->write_armed) {
+        c->cancels++;
+        c->cancel_write.done = write_cancel_done;
+        io_uring_prep_cancel(reactor_sqe(r, &c->cancel_write), &c->write_poll, 0);
+    }
+}
+
+/* The device has no ready connection left. */
+static void went_down(struct dev_nbd *n)
+{
+    struct tc_dev *d = &n->dev;
+    if (d->state != TC_DEV_ONLINE)
+        return;
+    d->offline_since_ns = tc_now_ns();
+    n->attempts = 0;
+    n->refusal[0] = '\0';
+    if (d->hold_timeout_ns == 0) {
+        d->state = TC_DEV_OFFLINE;
+        tc_error("%s: origin unreachable: requests fail with EIO until it is back "
+                 "(--origin-timeout 0); reconnecting", d->name);
+        return;
+    }
+    d->state = TC_DEV_RECONNECTING;
+    tc_error("%s: origin unreachable: holding requests for up to %.1f s while "
+             "reconnecting", d->name, (double)d->hold_timeout_ns / 1e9);
+    timer_arm(d->reactor, &n->timeout_timer, d->hold_timeout_ns);
+}
+
+static void conn_fail(struct nbd_conn *c, const char *why, bool counts_as_attempt)
+{
+    if (c->state == C_DEAD)
+        return;
+    if (why == NULL || *why == '\0')
+        why = "connection lost";
+    struct dev_nbd *n = c->owner;
+    bool was_ready = c->state == C_READY;
+    c->state = C_DEAD;
+    timer_cancel(n->dev.reactor, &c->connect_timer);
+    for (unsigned i = 0; i < NBD_MAX_CONNS; i++)
+        if (n->conn[i] == c)
+            n->conn[i] = NULL;
+    conn_cancel_polls(c);
+    if (was_ready) {
+        n->dev.epoch++;
+        n->dev.connections--;
+        n->dev.stats.connections_lost++;
+        tc_error("%s: connection to the NBD server lost: %s", n->dev.name, why);
+        if (n->dev.connections == 0)
+            went_down(n);
+        if (tc_now_ns() - c->ready_ns >= STABLE_NS) {
+            n->backoff_ns = BACKOFF_FIRST_NS;
+            schedule_retry(n, 0);
+        } else {
+            attempt_failed(n, why);
+        }
+    } else if (counts_as_attempt) {
+        attempt_failed(n, why);
+    }
+    conn_maybe_free(c);
+}
+
+/* The handshake is done: check that it is the same export, then use it.
+ * False if the connection was given up (c may be freed). */
+static bool conn_ready(struct nbd_conn *c)
+{
+    struct dev_nbd *n = c->owner;
+    struct tc_dev *d = &n->dev;
+    char why[256];
+    int64_t size = nbd_get_size(c->h);
+    why[0] = '\0';
+    if (size < 0)
+        snprintf(why, sizeof why, "cannot read the export size: %s", nbd_get_error());
+    else if ((uint64_t)size != d->size)
+        snprintf(why, sizeof why, "the server now exports %lld bytes, not %llu as before; "
+                 "refusing it (the cache's data belongs to the old export)", (long long)size,
+                 (unsigned long long)d->size);
+    else if (!d->read_only && nbd_is_read_only(c->h) == 1)
+        snprintf(why, sizeof why, "the export is now read-only; refusing it");
+    if (why[0]) {
+        if (strcmp(why, n->refusal) != 0) {
+            tc_error("%s: %s", d->name, why);
+            snprintf(n->refusal, sizeof n->refusal, "%s", why);
+        }
+        conn_fail(c, why, true);
+        return false;
+    }
+    if (d->can_multi_conn && nbd_can_multi_conn(c->h) != 1 && n->nwant > 1) {
+        tc_warn("%s: the server no longer offers multi-conn: using one connection", d->name);
+        n->nwant = 1;
+        d->can_multi_conn = false;
+    }
+    if (count_conns(n, C_READY) >= n->nwant) {
+        conn_fail(c, "not needed", false);
+        return false;
+    }
+    /* The same server may come back with other features. */
+    d->can_flush = nbd_can_flush(c->h) == 1;
+    d->can_fua = nbd_can_fua(c->h) == 1;
+    d->can_trim = nbd_can_trim(c->h) == 1;
+    d->can_zero = nbd_can_zero(c->h) == 1;
+    timer_cancel(d->reactor, &c->connect_timer);
+    c->state = C_READY;
+    c->ready_ns = tc_now_ns();
+    d->connections++;
+    if (d->state != TC_DEV_ONLINE) {
+        double secs = dev_offline_seconds(d, true);
+        d->offline_total_ns += tc_now_ns() - d->offline_since_ns;
+        d->offline_since_ns = 0;
+        d->state = TC_DEV_ONLINE;
+        d->stats.reconnects++;
+        timer_cancel(d->reactor, &n->timeout_timer);
+        tc_info("%s: origin reconnected after %.2f s (%llu failed attempts); sending %llu "
+                "held requests", d->name, secs, (unsigned long long)n->attempts,
+                (unsigned long long)d->stats.held);
+        n->attempts = 0;
+        n->refusal[0] = '\0';
+    } else {
+        tc_info("%s: connection to the NBD server re-established (%u of %u)", d->name,
+                d->connections, n->nwant);
+    }
+    /* Deferred: sending them could find this connection dead and free it
+     * under the caller. */
+    reactor_defer(d->reactor, &n->release);
+    /* More connections wanted: open them without waiting. */
+    schedule_retry(n, 0);
+    return true;
+}
+
+/* After libnbd ran: did the connection die, finish its handshake? */
+static void conn_progress(struct nbd_conn *c, int rc)
+{
+    if (c->state == C_DEAD)
+        return;
+    if (rc < 0 || nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h)) {
+        const char *e = nbd_get_error();
+        conn_fail(c, e && *e ? e : "the server closed the connection",
+                  c->state == C_CONNECTING);
+        return;
+    }
+    if (c->state == C_CONNECTING && nbd_aio_is_ready(c->h) && !conn_ready(c))
+        return;
+    conn_arm(c);
+}
+
+static void read_poll_done(struct tc_io *io, int res)
+{
+    struct nbd_conn *c = container_of(io, struct nbd_conn, read_poll);
+    c->read_armed = false;
+    if (c->state == C_DEAD || c->owner->stopped) {
+        conn_maybe_free(c);
+        return;
+    }
+    if (res < 0 && res != -ECANCELED) {
+        conn_fail(c, strerror(-res), c->state == C_CONNECTING);
+        return;
+    }
+    conn_progress(c, nbd_aio_notify_read(c->h));
+}
+
+static void write_poll_done(struct tc_io *io, int res)
+{
+    struct nbd_conn *c = container_of(io, struct nbd_conn, write_poll);
+    c->write_armed = false;
+    if (c->state == C_DEAD || c->owner->stopped) {
+        conn_maybe_free(c);
+        return;
+    }
+    if (res < 0 && res != -ECANCELED) {
+        conn_fail(c, strerror(-res), c->state == C_CONNECTING);
+        return;
+    }
+    conn_progress(c, nbd_aio_notify_write(c->h));
+}
+
+static void conn_arm(struct nbd_conn *c)
+{
+    struct tc_reactor *r = c->owner->dev.reactor;
+    if (c->state == C_DEAD || c->owner->stopped)
+        return;
+    /* Asked each time: while connecting over TCP, libnbd moves to a new
+     * socket for each address it tries. */
+    int fd = nbd_aio_get_fd(c->h);
+    if (fd < 0) {
+        conn_fail(c, nbd_get_error(), c->state == C_CONNECTING);
+        return;
+    }
+    unsigned dir = nbd_aio_get_direction(c->h);
+    if ((dir & LIBNBD_AIO_DIRECTION_READ) && !c->read_armed) {
+        c->read_poll.done = read_poll_done;
+        io_uring_prep_poll_add(reactor_sqe(r, &c->read_poll), fd, POLLIN);
+        c->read_armed = true;
+    }
+    if ((dir & LIBNBD_AIO_DIRECTION_WRITE) && !c->write_armed) {
+        c->write_poll.done = write_poll_done;
+        io_uring_prep_poll_add(reactor_sqe(r, &c->write_poll), fd, POLLOUT);
+        c->write_armed = true;
+    }
+}
+
+static void connect_timed_out(struct tc_timer *t)
+{
+    struct nbd_conn *c = container_of(t, struct nbd_conn, connect_timer);
+    conn_fail(c, "connection attempt timed out", true);
+}
+
+static struct nbd_conn *conn_new(struct dev_nbd *n, struct nbd_handle *h, enum conn_state st)
+{
+    struct nbd_conn *c = tc_xcalloc(1, sizeof *c);
+    c->owner = n;
+    c->h = h;
+    c->state = st;
+    c->connect_timer.fn = connect_timed_out;
+    c->next_all = n->all;
+    n->all = c;
+    for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
+        if (n->conn[i] == NULL) {
+            n->conn[i] = c;
+            break;
+        }
+    }
+    return c;
+}
+
+/* Open the missing connections, asynchronously. */
+static void start_attempts(struct dev_nbd *n)
+{
+    unsigned live = count_conns(n, C_READY) + count_conns(n, C_CONNECTING);
+    while (!n->stopped && live < n->nwant) {
+        struct nbd_handle *h = nbd_create();
+        if (h == NULL) {
+            attempt_failed(n, nbd_get_error());
+            return;
+        }
+        if (nbd_aio_connect_uri(h, n->dev.name) < 0) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", nbd_get_error());
+            nbd_close(h);
+            attempt_failed(n, why);
+            return;
+        }
+        struct nbd_conn *c = conn_new(n, h, C_CONNECTING);
+        live++;
+        timer_arm(n->dev.reactor, &c->connect_timer, CONNECT_TIMEOUT_NS);
+        conn_progress(c, 0);
+    }
+}
+
+/* ---- open, quiesce, close ---- */
+
+static void dev_nbd_quiesce(struct tc_dev *dev)
+{
+    struct dev_nbd *n = container_of(dev, struct dev_nbd, dev);
+    if (n->stopped)
+        return;
+    n->stopped = true;
+    timer_cancel(dev->reactor, &n->retry_timer);
+    timer_cancel(dev->reactor, &n->timeout_timer);
+    release_held(n);        /* none should be left: they fail */
+    for (struct nbd_conn *c = n->all; c; c = c->next_all) {
+        timer_cancel(dev->reactor, &c->connect_timer);
+        if (c->state != C_DEAD)
+            conn_cancel_polls(c);
+    }
+}
+
+static bool polls_pending(struct dev_nbd *n)
+{
+    for (struct nbd_conn *c = n->all; c; c = c->next_all)
+        if (c->read_armed || c->write_armed || c->cancels)
+            return true;
+    return false;
+}
+
 static void dev_nbd_close(struct tc_dev *dev)
 {
     struct dev_nbd *n = container_of(dev, struct dev_nbd, dev);
-    for (unsigned i = 0; i < n->nconn; i++) {
-        if (n->conn[i].h) {
-            if (!n->conn[i].dead)
-                nbd_shutdown(n->conn[i].h, 0);
-            nbd_close(n->conn[i].h);
+    /* Polls armed on a connection stay in the ring even after its socket
+     * is closed: cancel them and wait until they have completed, or they
+     * would complete into freed memory (or keep the reactor waiting). */
+    dev_nbd_quiesce(dev);
+    while (polls_pending(n))
+        reactor_poll(dev->reactor, 100000000ull);
+    while (n->all) {
+        struct nbd_conn *c = n->all;
+        n->all = c->next_all;
+        if (c->state == C_READY && c->inflight == 0)
+            nbd_shutdown(c->h, 0);
+        timer_cancel(dev->reactor, &c->connect_timer);
+        nbd_close(c->h);
+        while (c->ctxs) {
+            struct nbd_cb_ctx *ctx = c->ctxs;
+            c->ctxs = ctx->next;
+            free(ctx);
         }
+        free(c);
     }
     free(n->dev.name);
     free(n);
 }
 
-static const struct tc_dev_ops nbd_ops = { .submit = dev_nbd_submit, .close = dev_nbd_close };
+static const struct tc_dev_ops nbd_ops = {
+    .submit = dev_nbd_submit, .close = dev_nbd_close, .quiesce = dev_nbd_quiesce,
+};
 
 static struct nbd_handle *connect_one(const char *uri, char *err, size_t errlen)
 {
@@ -281,6 +767,8 @@ static struct nbd_handle *connect_one(const char *uri, char *err, size_t errlen)
 struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_only, char *err,
                             size_t errlen)
 {
+    /* At start-up the first connection is made synchronously: a server
+     * that is not there is an error the user sees at once. */
     struct nbd_handle *h = connect_one(uri, err, errlen);
     if (h == NULL)
         return NULL;
@@ -310,6 +798,8 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
     d->can_multi_conn = nbd_can_multi_conn(h) == 1;
     d->rotational = false;
     d->logical_block = 512;
+    d->state = TC_DEV_ONLINE;
+    d->hold_timeout_ns = 60ull * 1000 * 1000 * 1000;
     int64_t minbs = nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM);
     if (minbs > 0)
         d->logical_block = (unsigned)minbs;
@@ -319,25 +809,33 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
         n->max_request = 32u << 20;
     snprintf(d->identity, sizeof d->identity, "nbd:%s", uri);
     n->drain.fn = drain_finished;
+    n->held_tail = &n->held_head;
+    n->release.fn = release_task;
+    n->retry_timer.fn = retry_fired;
+    n->timeout_timer.fn = timeout_fired;
+    n->backoff_ns = BACKOFF_FIRST_NS;
 
-    n->nconn = 1;
-    n->conn[0].h = h;
+    n->nwant = 1;
+    struct nbd_conn *c0 = conn_new(n, h, C_READY);
+    c0->ready_ns = tc_now_ns();
     if (d->can_multi_conn) {
         for (unsigned i = 1; i < NBD_MAX_CONNS; i++) {
             char e2[256];
             struct nbd_handle *h2 = connect_one(uri, e2, sizeof e2);
             if (h2 == NULL) {
                 tc_warn("%s: extra connection %u failed (%s); using %u", uri, i + 1, e2,
-                        n->nconn);
+                        n->nwant);
                 break;
             }
-            n->conn[n->nconn++].h = h2;
+            struct nbd_conn *c = conn_new(n, h2, C_READY);
+            c->ready_ns = tc_now_ns();
+            n->nwant++;
         }
     }
-    for (unsigned i = 0; i < n->nconn; i++) {
-        n->conn[i].owner = n;
-        n->conn[i].fd = nbd_aio_get_fd(n->conn[i].h);
-        conn_arm(&n->conn[i]);
+    d->connections = n->nwant;
+    for (struct nbd_conn *c = n->all, *next; c; c = next) {
+        next = c->next_all;
+        conn_arm(c);
     }
     return d;
 }

@@ -5,7 +5,8 @@
  *   table[]  open addressing (linear probing) over the same fingerprints,
  *            with a count per slot so duplicates in the ring are fine
  *
- * 12 bytes per remembered block.  Fingerprint 0 marks an empty slot, so
+ * About 16 bytes per remembered block: 4 in the ring, 12 in the table (one
+ * and a half slots, so probe chains stay short).  Fingerprint 0 marks an empty slot, so
  * fingerprints are never 0.
  */
 #include <stdlib.h>
@@ -23,7 +24,7 @@ struct ghost {
     uint32_t *ring;
     uint64_t cap, head, len;
     struct slot *table;
-    uint64_t table_mask;
+    uint64_t table_size;
 };
 
 static uint32_t fingerprint(uint64_t oblock)
@@ -38,11 +39,8 @@ struct ghost *ghost_create(uint64_t capacity)
     struct ghost *g = tc_xcalloc(1, sizeof *g);
     g->cap = capacity ? capacity : 1;
     g->ring = tc_xcalloc(g->cap, sizeof *g->ring);
-    uint64_t t = 16;
-    while (t < 2 * g->cap)
-        t *= 2;
-    g->table = tc_xcalloc(t, sizeof *g->table);
-    g->table_mask = t - 1;
+    g->table_size = g->cap + g->cap / 2 + 16;
+    g->table = tc_xcalloc(g->table_size, sizeof *g->table);
     return g;
 }
 
@@ -55,9 +53,14 @@ void ghost_destroy(struct ghost *g)
     free(g);
 }
 
+static uint64_t next_slot(const struct ghost *g, uint64_t i)
+{
+    return i + 1 == g->table_size ? 0 : i + 1;
+}
+
 static struct slot *lookup(const struct ghost *g, uint32_t fp, bool *found)
 {
-    uint64_t i = fp & g->table_mask;
+    uint64_t i = ((uint64_t)fp * g->table_size) >> 32;     /* fp spread over the table */
     for (;;) {
         struct slot *s = &g->table[i];
         if (s->fp == fp) {
@@ -68,7 +71,7 @@ static struct slot *lookup(const struct ghost *g, uint32_t fp, bool *found)
             *found = false;
             return s;
         }
-        i = (i + 1) & g->table_mask;
+        i = next_slot(g, i);
     }
 }
 
@@ -82,7 +85,7 @@ static void table_dec(struct ghost *g, uint32_t fp)
     if (--s->count > 0)
         return;
     s->fp = 0;
-    uint64_t i = ((uint64_t)(s - g->table) + 1) & g->table_mask;
+    uint64_t i = next_slot(g, (uint64_t)(s - g->table));
     while (g->table[i].fp != 0) {
         struct slot moved = g->table[i];
         g->table[i].fp = 0;
@@ -90,7 +93,7 @@ static void table_dec(struct ghost *g, uint32_t fp)
         bool f;
         struct slot *d = lookup(g, moved.fp, &f);
         *d = moved;
-        i = (i + 1) & g->table_mask;
+        i = next_slot(g, i);
     }
 }
 
@@ -139,5 +142,5 @@ void ghost_remove(struct ghost *g, uint64_t oblock)
 
 uint64_t ghost_memory(const struct ghost *g)
 {
-    return g->cap * sizeof *g->ring + (g->table_mask + 1) * sizeof *g->table;
+    return g->cap * sizeof *g->ring + g->table_size * sizeof *g->table;
 }
