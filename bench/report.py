@@ -150,8 +150,12 @@ if os.path.exists(path('notes.txt')):
         notes.setdefault(w, []).append(text)
 
 plots = {}
-for w, t, m, title in read_csv('plots.csv', 4):
-    plots.setdefault(w, []).append((t, m, title))
+if os.path.exists(path('plots.csv')):
+    # workload,test,metric,title: the title may hold commas
+    for line in open(path('plots.csv')):
+        f = line.rstrip('\n').split(',', 3)
+        if len(f) == 4:
+            plots.setdefault(f[0], []).append(tuple(f[1:]))
 
 
 # ---- plots --------------------------------------------------------------------
@@ -217,6 +221,9 @@ if times:
     md.append('- Run time: ' + ', '.join('%s %.0f s' % (w, float(v)) for w, v in times)
               + ('; total %.0f s (%.1f min)' % (float(meta['time_total']), float(meta['time_total']) / 60)
                  if 'time_total' in meta else ''))
+for k, v in meta.items():
+    if k.startswith('rerun_'):
+        md.append('- Workload %s: %s' % (k[6:], v))
 failed = [k[7:] for k in meta if k.startswith('failed_')]
 if failed:
     md.append('- **Failed workloads: %s** (see the log of the run)' % ', '.join(failed))

@@ -59,7 +59,7 @@ il_limit() {  # DEV REP: the throttled read rate of DEV, measured
 
 wl_interleave() {
   local size rep cfg n j a b c
-  if [ "$SCALE" = small ]; then size=512M IL_RUN=6; else size=1G IL_RUN=10; fi
+  if [ "$SCALE" = small ]; then size=512M IL_RUN=4; else size=1G IL_RUN=10; fi
   IL_LIMIT=${IL_LIMIT:-50000000}
   local data=$STATE/data-$size.img
   datafile "$data" "$size"

@@ -6,12 +6,12 @@
 #   with      pushed out to swap, tiercache swap-prefetch running (level 3)
 #
 # in a memory cgroup (1 GiB; 512 MiB at SCALE=small) with a swap file on
-# local disk; the sleep between the push and the reread is 20 s (10 s at
+# local disk; the sleep between the push and the reread is 20 s (5 s at
 # SCALE=small).  The figure is the reread time of the first buffer.
 
 wl_swap() {
   local limit sleep_s rep r mode run secs majflt
-  if [ "$SCALE" = small ]; then limit=512M sleep_s=10; else limit=1G sleep_s=20; fi
+  if [ "$SCALE" = small ]; then limit=512M sleep_s=5; else limit=1G sleep_s=20; fi
   wl_begin swap
   for rep in $(seq 1 "$REPS"); do
     : >"$WORK/record"

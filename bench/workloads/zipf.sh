@@ -76,7 +76,7 @@ zipf_run() {  # TEST CONFIG REP
 wl_zipf() {
   local size rep cfg
   if [ "$SCALE" = small ]; then
-    size=256M ZIPF_CACHE=64M ZIPF_WARM=4 ZIPF_RUN=6
+    size=256M ZIPF_CACHE=64M ZIPF_WARM=3 ZIPF_RUN=4
   else
     size=1G ZIPF_CACHE=256M ZIPF_WARM=8 ZIPF_RUN=10
   fi
@@ -87,7 +87,9 @@ wl_zipf() {
     for cfg in $(order "$rep" spindle tiercache-wt nbdkit-cache-wt); do
       zipf_run randread "$cfg" "$rep"
     done
-    for cfg in $(order "$rep" spindle tiercache-wt tiercache-wb nbdkit-cache-wt nbdkit-cache-wb); do
+    local mixed=(spindle tiercache-wt tiercache-wb nbdkit-cache-wt nbdkit-cache-wb)
+    [ "$SCALE" = small ] && mixed=(spindle tiercache-wb nbdkit-cache-wb)
+    for cfg in $(order "$rep" "${mixed[@]}"); do
       zipf_run mixed "$cfg" "$rep"
     done
   done
