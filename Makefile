@@ -4,7 +4,8 @@
 #   make SANITIZE=1 build build-san/tiercache with ASan + UBSan
 #   make run        install dependencies, build, serve a default volume
 #   make test       build both variants and run the whole test suite
-#   make bench      benchmarks (see bench/README.md); never part of make test
+#   make bench      benchmarks (docs/BENCHMARKS.md; SCALE=small, WORKLOADS="zipf git");
+#                   never part of make test
 #   make fuzz       libFuzzer harnesses in build-fuzz/, each run FUZZ_SECONDS
 #                   (docs/FUZZING.md); not part of the builds of make or make
 #                   test (tests/fuzz/fuzz.test builds them for itself)

@@ -12,7 +12,8 @@
 # with / floor and without / with.
 #
 #   bench/swap.sh [--limit SIZE] [--swap SIZE] [--sleep S] [--reread MODES]
-#                 [--level N] [--dir DIR] [--build DIR] [-- DAEMON OPTIONS]
+#                 [--level N] [--dir DIR] [--build DIR] [--order RUNS]
+#                 [--record FILE] [-- DAEMON OPTIONS]
 #
 #   --limit   the cgroup's limit, RAM for sp_tester's sizing (default 1G)
 #   --swap    size of the swap file (default 2G)
@@ -25,6 +26,9 @@
 #   --dir     where the swap file goes: a directory on a disk, not tmpfs
 #             (default /var/tmp)
 #   --build   the build to use (default build)
+#   --order   the runs, in this order (default "floor without with"; bench/run
+#             rotates it between repetitions)
+#   --record  append a line "MODE RUN reread_s majflt" per run to FILE
 #   after --: more options for tiercache swap-prefetch (default: its
 #             defaults for rate, interval and headroom)
 #
@@ -34,6 +38,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 limit=1G swap=2G sleep_s=30 modes=bytes level=3 dir=/var/tmp build=build
+runs="floor without with" record=
 daemon_opts=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -44,8 +49,10 @@ while [ $# -gt 0 ]; do
     --level) level=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --order) runs=$2; shift 2 ;;
+    --record) record=$2; shift 2 ;;
     --) shift; daemon_opts=("$@"); break ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "bench/swap.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -106,10 +113,7 @@ run() {  # name sp_tester options...
     "$(field "$work/$name.out" resident_before_reread_mib)" "$(field "$work/$name.out" buffer_mib)"
 }
 
-for mode in $modes; do
-  echo "reread mode: $mode"
-  run floor --no-push --reread "$mode"
-  run without --reread "$mode"
+start_daemon() {
   "$TC" swap-prefetch --foreground --level "$level" --cgroup "$cg" \
     --control "$work/sp.ctl" "${daemon_opts[@]}" >"$work/daemon.log" 2>&1 &
   daemon_pid=$!
@@ -117,13 +121,30 @@ for mode in $modes; do
     "$TC" swap-prefetch --status --control "$work/sp.ctl" >/dev/null 2>&1 && break
     sleep 0.1
   done
-  run with --reread "$mode" --linger 3
+}
+stop_daemon() {
   "$TC" swap-prefetch --status --control "$work/sp.ctl" | sed -n '/^prefetched/,/^pending/s/^/    daemon: /p'
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "    daemon: CPU time %.2f s\n", ($12 + $13) / hz }' \
     "/proc/$daemon_pid/stat"
   kill "$daemon_pid"
   wait "$daemon_pid" || true
   daemon_pid=
+}
+
+for mode in $modes; do
+  echo "reread mode: $mode"
+  for r in $runs; do
+    case $r in
+      floor) run floor --no-push --reread "$mode" ;;
+      without) run without --reread "$mode" ;;
+      with)
+        start_daemon
+        run with --reread "$mode" --linger 3
+        stop_daemon ;;
+      *) echo "bench/swap.sh: --order: unknown run '$r' (floor, without, with)" >&2; exit 2 ;;
+    esac
+    if [ -n "$record" ]; then echo "$mode $r $(field "$work/$r.out" reread_s) $(field "$work/$r.out" majflt)" >>"$record"; fi
+  done
   floor=$(field "$work/floor.out" reread_s)
   off=$(field "$work/without.out" reread_s)
   on=$(field "$work/with.out" reread_s)
