@@ -216,19 +216,24 @@ static void prep_recv(struct nbd_conn *c, void *dst, size_t len)
 
 static void rx_done(struct tc_io *io, int res);
 
+/* Closing: nothing more will be received, so a WRITE whose payload is
+ * still arriving can never complete: drop it, or it would hold the
+ * connection (and the daemon's shutdown) for ever. */
+static void abandon_partial_write(struct nbd_conn *c)
+{
+    if (c->rx_req) {
+        struct nbd_req *req = c->rx_req;
+        c->rx_req = NULL;
+        transmission_abandon(req);
+    }
+}
+
 static void rx_arm(struct nbd_conn *c)
 {
     if (c->rx_armed)
         return;
     if (c->closing) {
-        /* Nothing more will be received, so a WRITE whose payload is still
-         * arriving can never complete: drop it, or it would hold the
-         * connection (and the daemon's shutdown) for ever. */
-        if (c->rx_req) {
-            struct nbd_req *req = c->rx_req;
-            c->rx_req = NULL;
-            transmission_abandon(req);
-        }
+        abandon_partial_write(c);
         return;
     }
     if (c->tls_state != CONN_TLS_NONE && c->tls_state != CONN_TLS_ACTIVE)
@@ -581,15 +586,9 @@ static void tls_recv_arm(struct nbd_conn *c)
     if (c->rx_armed)
         return;
     if (c->closing) {
-        /* As in rx_arm(): nothing more will be received, so a WRITE whose
-         * payload is still arriving is dropped; and with nothing armed the
-         * connection may now be done.  Callers hold a reference, so it is
-         * not freed under them. */
-        if (c->rx_req) {
-            struct nbd_req *req = c->rx_req;
-            c->rx_req = NULL;
-            transmission_abandon(req);
-        }
+        /* As in rx_arm(); and with nothing armed the connection may now be
+         * done.  Callers hold a reference, so it is not freed under them. */
+        abandon_partial_write(c);
         maybe_finish(c);
         return;
     }
