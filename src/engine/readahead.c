@@ -15,8 +15,12 @@
  * A read fully inside ready slots is answered from them; one that meets a
  * slot still loading waits for it.  Any write, trim or write-zeroes that
  * touches a slot discards it (a slot loading then is dropped when it
- * completes), so read-ahead never returns stale data.  Slots are reused
- * least recently used first.
+ * completes), so read-ahead never returns stale data.  A slot whose last
+ * byte has been read is free again at once (a stream does not go back);
+ * a slot loaded but not read yet is never taken for another: when every
+ * slot is loading or waiting for its reader, read-ahead waits too, rather
+ * than throw away device bandwidth already spent.  Slots read in part are
+ * reused least recently used first.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -42,6 +46,7 @@ struct ra_slot {
     int state;
     bool stale;                 /* a write touched it while loading */
     uint64_t used;              /* LRU clock */
+    uint64_t consumed;          /* bytes read out of it */
     uint8_t *data;
     struct ereq rq;             /* the internal read */
     struct readahead *ra;
@@ -114,7 +119,10 @@ static bool copy_out(struct readahead *ra, uint64_t off, uint64_t len, uint8_t *
         uint64_t n = TC_MIN(off + len, base + RA_SLOT) - o;
         memcpy(dst + (o - off), s->data + (o - base), n);
         s->used = ++ra->clock;
+        s->consumed += n;
         o += n;
+        if (o == base + RA_SLOT)
+            s->state = SLOT_FREE;   /* read to its end: the stream has passed */
     }
     return true;
 }
@@ -181,9 +189,12 @@ static struct ra_slot *take_slot(struct readahead *ra)
         struct ra_slot *s = &ra->slot[i];
         if (s->state == SLOT_FREE)
             return s;
-        if (s->state == SLOT_READY && (best == NULL || s->used < best->used))
+        /* Only a slot its reader has started on (and left) is taken. */
+        if (s->state == SLOT_READY && s->consumed > 0 && (best == NULL || s->used < best->used))
             best = s;
     }
+    if (best)
+        ra->wasted++;           /* left before its end: the rest was read for nothing */
     return best;
 }
 
@@ -207,6 +218,7 @@ static void ahead(struct readahead *ra, uint64_t next)
         s->off = base;
         s->state = SLOT_LOADING;
         s->stale = false;
+        s->consumed = 0;
         s->used = ++ra->clock;
         memset(&s->rq, 0, sizeof s->rq);
         s->rq.vol = c->vol;
