@@ -6,6 +6,9 @@
 #   make test       build both variants and run the whole test suite
 #   make bench      benchmarks (docs/BENCHMARKS.md; SCALE=small, WORKLOADS="zipf git");
 #                   never part of make test
+#   make fuzz       libFuzzer harnesses in build-fuzz/, each run FUZZ_SECONDS
+#                   (docs/FUZZING.md); not part of the builds of make or make
+#                   test (tests/fuzz/fuzz.test builds them for itself)
 #
 # Dependencies are Debian packages; scripts/deps.sh installs the missing ones.
 
@@ -90,6 +93,12 @@ soak: test-deps all
 bench: test-deps all
 	@bench/run $(WORKLOADS)
 
+# Each harness for FUZZ_SECONDS, stopping at the first crash (its input is
+# saved in build-fuzz/crashes/); tests/fuzz/fuzz.mk has the rules.
+FUZZ_SECONDS ?= 60
+fuzz: test-deps
+	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk run FUZZ_SECONDS=$(FUZZ_SECONDS)
+
 valgrind: test-deps all
 	@tests/run --valgrind
 
@@ -97,6 +106,6 @@ man:
 	@man -l docs/tiercache.8
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(OBJS:.o=.d) $(UNIT_BINS:%=%.d)

@@ -301,8 +301,12 @@ static int check_set(struct cache *c, struct tc_dev **devs, struct tc_superblock
                 return -1;
             }
         }
+        /* The segment table too: segment numbers index arrays sized from
+         * the first device's. */
         if (memcmp(sbs[i].dev_uuid, ref->dev_uuids[sbs[i].dev_index], 16) != 0 ||
-            sbs[i].block_size != ref->block_size || sbs[i].segment_size != ref->segment_size) {
+            sbs[i].block_size != ref->block_size || sbs[i].segment_size != ref->segment_size ||
+            sbs[i].dev_count != ref->dev_count || sbs[i].total_segments != ref->total_segments ||
+            memcmp(sbs[i].dev_segments, ref->dev_segments, sizeof ref->dev_segments) != 0) {
             snprintf(err, errlen, "%s does not match the set's description of device %u",
                      devs[i]->name, sbs[i].dev_index);
             return -1;

@@ -447,11 +447,17 @@ static void later_read(void *arg, int err)
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);
         } else {
-            /* Dirty and neither written back nor copied: its data is lost. */
+            /* Dirty and neither written back nor copied: its data is lost.
+             * Recorded as lost, so that reads of those sectors fail with
+             * EIO rather than return the origin's older data once the
+             * fragment is dropped. */
             uint64_t off = l->oblock * c->block_size;
-            tc_error("cleaner: dirty data of origin bytes %llu..%llu could not be kept",
-                     (unsigned long long)off, (unsigned long long)(off + c->block_size - 1));
+            tc_error("cleaner: dirty data of origin bytes %llu..%llu could not be kept; reads "
+                     "of its %u lost sectors fail with EIO until rewritten",
+                     (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
+                     mask_count(&d));
             c->st.lost_dirty_bytes += (uint64_t)mask_count(&d) * TC_SECTOR;
+            lost_record(c, l->oblock, &d);
             add_drop(k, l->oblock, l->seg, l->off);
         }
     }

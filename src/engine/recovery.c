@@ -53,6 +53,7 @@ struct recovery {
     uint8_t *hdr;
     uint64_t chunks;
     uint32_t *stop;                 /* per segment: where its walk failed, or ~0 */
+    uint64_t *last_chunk;           /* per segment: chunk sequence of its last good chunk */
 };
 
 static void add_rec(struct recovery *rc, const struct rec *r)
@@ -106,6 +107,7 @@ static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t 
             break;
         }
         seq = h.group_seq;
+        rc->last_chunk[s] = h.chunk_seq;
         segment_add_chunk(c, s, at, h.hdr_sectors, h.data_sectors);
         rc->chunks++;
         if (h.chunk_seq > rc->max_chunk_seq) {
@@ -197,7 +199,11 @@ static void find_damage(struct recovery *rc, uint32_t s)
     unsigned marks = (le64_get(b + CH_OFF_MAGIC) == TC_CHUNK_MAGIC) +
                      (le32_get(b + CH_OFF_SEGMENT) == s) +
                      (le32_get(b + CH_OFF_CHUNK_SECTOR) == at);
-    bool ours = marks >= 2 && (seq ? claimed_group == seq
+    /* Ours: its group, or (the group field damaged) a chunk sequence past
+     * the segment's last good chunk -- a leftover of an older incarnation
+     * has a lower one. */
+    bool ours = marks >= 2 && (seq ? claimed_group == seq ||
+                                         (rc->last_chunk[s] && claimed_chunk > rc->last_chunk[s])
                                    : claimed_group >= rc->tail_seq && claimed_group > 0);
     if (seq == 0 && !ours)
         return;                         /* a segment never written in a live group */
@@ -459,6 +465,15 @@ static void apply(struct recovery *rc)
     }
 }
 
+static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
+{
+    struct group *g = group_at(c, slot);
+    for (unsigned k = 0; k < g->nsegs; k++)
+        if (SEG(c, g->segs[k])->dev == dev)
+            return true;
+    return false;
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     struct recovery rc;
@@ -466,6 +481,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     rc.c = c;
     rc.hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
     rc.stop = tc_xmalloc((size_t)c->nsegs * sizeof *rc.stop);
+    rc.last_chunk = tc_xcalloc(c->nsegs, sizeof *rc.last_chunk);
     for (uint32_t s = 0; s < c->nsegs; s++)
         walk_segment(&rc, s, 0, 0);
     for (uint32_t s = 0; s < c->nsegs; s++)
@@ -500,6 +516,16 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         if (slot == NIL || sg->seq != prev)
             slot = space_push_group(c, sg->seq);
         prev = sg->seq;
+        if (group_has_dev(c, slot, sg->dev)) {
+            /* A group has one segment on each device (and room for no
+             * more): a second one of the same device and sequence is
+             * damage no writer makes.  Its chunks are ignored; it is free. */
+            tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
+                    "device; ignored", SEG_DEV(c, live[i])->dev->name, live[i],
+                    (unsigned long long)sg->seq);
+            sg->nchunks = 0;
+            continue;
+        }
         space_group_add_seg(c, slot, live[i]);
         sg->state = SEG_CLOSED;
         read_entries(&rc, live[i]);
@@ -523,6 +549,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
                 (unsigned long long)c->st.recovery_malformed);
     free(live);
     free(rc.stop);
+    free(rc.last_chunk);
     free(rc.recs);
     free(rc.cur_seq);
     free(rc.wt_seq);

@@ -5,6 +5,7 @@
  * ascending order from a cursor, in jobs of up to 64 blocks:
  *
  *   job: read each block's cached sectors (checked)
+ *        -> make the cache log durable (a cache flush, shared with others)
  *        -> build runs: maximal stretches of cached sectors that start and
  *           end with dirty ones, across neighbouring blocks (clean cached
  *           sectors between dirty ones are written too, so neighbours merge
@@ -14,6 +15,15 @@
  *        -> flush the origin
  *        -> for each block not changed meanwhile: clear its dirty bits and
  *           append a CLEAN record naming the version written back
+ *
+ * The cache flush before the origin writes: the version written back may
+ * sit in a chunk not yet flushed, while an older version of the same
+ * sectors is durable in the log (made clean by an earlier writeback).
+ * Were the origin written and the newer chunk lost to a power failure,
+ * recovery would bring the older version back as clean, and the cache
+ * would serve older data than the origin holds.  As with write-through,
+ * the origin changes only after the cache durably records the version it
+ * gets.
  *
  * A block rewritten while its writeback was in flight stays dirty: the
  * newer version goes in a later pass.  Client writes that go to the origin
@@ -86,6 +96,7 @@ struct wb_job {
     uint64_t pass_no;           /* which pass it belongs to */
     uint64_t ticket;
     struct tc_dev_io flush;
+    struct log_waiter sync_w;   /* the cache flush before the origin writes */
     int flush_err;
     int write_err;              /* the first failed run's error */
     uint64_t epoch;             /* the origin's connection epoch at the writes */
@@ -406,16 +417,36 @@ static void job_submit_writes(struct wb_job *j)
         writes_done(j);
 }
 
-/* Every block's data is read: write when it is this job's turn. */
-static void reads_done(struct wb_job *j)
+/* The versions read are durable in the cache: write when it is this job's
+ * turn. */
+static void job_synced(struct log_waiter *lw, int err)
 {
+    struct wb_job *j = container_of(lw, struct wb_job, sync_w);
     struct writeback *wb = j->wb;
+    if (err) {
+        /* Not known durable in the cache: the origin must not get them
+         * yet.  They stay dirty for a later job (the device failure is
+         * handled where the cache write failed). */
+        tc_error("writeback: the cache flush before writing %u blocks back failed: %s; they "
+                 "stay dirty", j->n, strerror(-err));
+        wb->errors++;
+        for (unsigned i = 0; i < j->n; i++)
+            j->b[i].ok = false;
+    }
     if (j->pass && j->ticket != wb->turn) {
         j->next_waiting = wb->waiting;
         wb->waiting = j;
         return;
     }
     job_submit_writes(j);
+}
+
+/* Every block's data is read: the versions read must be durable in the
+ * cache before the origin gets them (see the top of this file). */
+static void reads_done(struct wb_job *j)
+{
+    j->sync_w.fn = job_synced;
+    log_sync(j->wb->c, &j->sync_w);
 }
 
 static void block_read(void *arg, int err)

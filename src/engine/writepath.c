@@ -73,6 +73,8 @@ struct wpiece {
     struct tc_mask ovalid, odirty;  /* the block before this write */
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
+    uint8_t join;                   /* parallel write-through: parts still running */
+    int join_err;
 };
 
 struct wreq {
@@ -94,6 +96,7 @@ struct wreq {
 
 static void piece_step(struct wpiece *p);
 static void piece_done(struct wpiece *p, int err);
+static void join_part(struct wpiece *p, int err);
 static void wb_cleared(struct block_waiter *bw);
 
 static const uint8_t *zero_block(void)
@@ -243,7 +246,10 @@ static void origin_write_done(struct tc_dev_io *dio, int err)
             }
         }
     }
-    piece_done(p, err);
+    if (p->join)
+        join_part(p, err);
+    else
+        piece_done(p, err);
 }
 
 static void origin_write(struct wpiece *p)
@@ -269,22 +275,47 @@ static void origin_write(struct wpiece *p)
 
 /* ---- appending the new version ---- */
 
+/* The cache device failed to take the new version: it must not stay
+ * indexed (the origin still gets the write). */
+static void cache_append_failed(struct wpiece *p)
+{
+    tc_warn("cache: write of block %llu to the cache failed; writing the origin only",
+            (unsigned long long)p->oblock);
+    struct cache *c = p->w->c;
+    uint32_t id = index_lookup(&c->idx, p->oblock);
+    if (id != NIL) {
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        if (mask_empty(&d))
+            cache_drop(c, p->oblock);
+    }
+}
+
+/* A write-through write whose new version supersedes nothing cached runs
+ * its cache append and its origin write at the same time (no order is
+ * needed: until the version is in the cache, reads of those sectors go to
+ * the origin); the piece ends when both have. */
+static void join_part(struct wpiece *p, int err)
+{
+    if (err && p->join_err == 0)
+        p->join_err = err;
+    if (--p->join == 0)
+        piece_done(p, p->join_err);
+}
+
+static void parallel_cached(struct log_waiter *lw, int err)
+{
+    struct wpiece *p = container_of(lw, struct wpiece, lw);
+    if (err)
+        cache_append_failed(p);
+    join_part(p, 0);
+}
+
 static void appended_written(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
-    if (err) {
-        /* The cache device failed under us: the origin still gets it. */
-        tc_warn("cache: write of block %llu to the cache failed; writing the origin only",
-                (unsigned long long)p->oblock);
-        struct cache *c = p->w->c;
-        uint32_t id = index_lookup(&c->idx, p->oblock);
-        if (id != NIL) {
-            struct tc_mask v, d;
-            ce_get_masks(&c->idx, id, &v, &d);
-            if (mask_empty(&d))
-                cache_drop(c, p->oblock);
-        }
-    }
+    if (err)
+        cache_append_failed(p);     /* the origin still gets it */
     origin_write(p);
 }
 
@@ -363,6 +394,7 @@ static void append_version(struct wpiece *p)
     uint32_t seg, mseg;
     uint16_t off, moff;
     struct log_waiter *lw = NULL;
+    bool parallel = false;
     if (p->mode == W_THROUGH) {
         p->lw.fn = appended_written;
         /* Superseding cached sectors: the new version must be durable in the
@@ -373,11 +405,17 @@ static void append_version(struct wpiece *p)
         mask_and(&overlap, &wmask);
         p->lw.need_flush = !mask_empty(&overlap);
         lw = &p->lw;
+        if (!p->lw.need_flush) {
+            parallel = true;
+            p->lw.fn = parallel_cached;
+            p->join = 2;
+        }
     }
     int rc = log_append(c, &a, &seg, &off, &mseg, &moff, lw);
     if (merged)
         bufpool_put(merged, (size_t)n * TC_SECTOR);
     if (rc == -ENOSPC) {
+        p->join = 0;
         if (p->mode == W_THROUGH && mask_empty(&p->odirty)) {
             /* No room for the new version: invalidate and write through. */
             p->mode = W_AROUND;
@@ -396,6 +434,8 @@ static void append_version(struct wpiece *p)
     if (p->mode == W_BACK) {
         writeback_kick(c);
         piece_done(p, 0);
+    } else if (parallel) {
+        origin_write(p);
     }
 }
 
@@ -405,16 +445,20 @@ static void merge_read(void *arg, int err)
     struct cache *c = p->w->c;
     if (err) {
         /* The other sectors are unreadable: the new version holds only
-         * what this write covers.  Dirty ones among them are lost. */
+         * what this write covers.  Dirty ones among them are lost, and
+         * recorded so: reads of them fail with EIO, never return the
+         * origin's older data. */
         struct tc_mask wmask, lost = p->odirty;
         mask_range(&wmask, p->s0, p->s1);
         mask_andnot(&lost, &wmask);
         if (!mask_empty(&lost)) {
             uint64_t off = p->oblock * c->block_size;
             tc_error("cache: dirty sectors of origin bytes %llu..%llu are unreadable and "
-                     "lost", (unsigned long long)off,
-                     (unsigned long long)(off + c->block_size - 1));
+                     "lost; reads of its %u lost sectors fail with EIO until rewritten",
+                     (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
+                     mask_count(&lost));
             c->st.lost_dirty_bytes += (uint64_t)mask_count(&lost) * TC_SECTOR;
+            lost_record(c, p->oblock, &lost);
         }
         mask_clear(&p->ovalid);
         mask_clear(&p->odirty);

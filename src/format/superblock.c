@@ -93,10 +93,11 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     else if (sb->dev_count == 0 || sb->dev_count > TC_MAX_DEVICES ||
              sb->dev_index >= sb->dev_count)
         bad = "device index or count";
-    else if (sb->data_offset < 2 * TC_SB_SIZE || sb->data_offset % 4096)
+    else if (sb->data_offset < 2 * TC_SB_SIZE || sb->data_offset % 4096 ||
+             sb->data_offset > sb->dev_size)
         bad = "data offset";
     else if (sb->segment_count == 0 ||
-             sb->data_offset + (uint64_t)sb->segment_count * sb->segment_size > sb->dev_size)
+             (uint64_t)sb->segment_count * sb->segment_size > sb->dev_size - sb->data_offset)
         bad = "segment count";
     else if (sb->dev_segments[sb->dev_index] != sb->segment_count)
         bad = "segment table";

@@ -589,10 +589,9 @@ static void conn_progress(struct nbd_conn *c, int rc)
     conn_arm(c);
 }
 
-static void read_poll_done(struct tc_io *io, int res)
+/* A poll of the connection's socket completed: let libnbd read or write. */
+static void poll_done(struct nbd_conn *c, int res, bool write)
 {
-    struct nbd_conn *c = container_of(io, struct nbd_conn, read_poll);
-    c->read_armed = false;
     if (c->state == C_DEAD || c->owner->stopped) {
         conn_maybe_free(c);
         return;
@@ -601,22 +600,21 @@ static void read_poll_done(struct tc_io *io, int res)
         conn_fail(c, strerror(-res), c->state == C_CONNECTING);
         return;
     }
-    conn_progress(c, nbd_aio_notify_read(c->h));
+    conn_progress(c, write ? nbd_aio_notify_write(c->h) : nbd_aio_notify_read(c->h));
+}
+
+static void read_poll_done(struct tc_io *io, int res)
+{
+    struct nbd_conn *c = container_of(io, struct nbd_conn, read_poll);
+    c->read_armed = false;
+    poll_done(c, res, false);
 }
 
 static void write_poll_done(struct tc_io *io, int res)
 {
     struct nbd_conn *c = container_of(io, struct nbd_conn, write_poll);
     c->write_armed = false;
-    if (c->state == C_DEAD || c->owner->stopped) {
-        conn_maybe_free(c);
-        return;
-    }
-    if (res < 0 && res != -ECANCELED) {
-        conn_fail(c, strerror(-res), c->state == C_CONNECTING);
-        return;
-    }
-    conn_progress(c, nbd_aio_notify_write(c->h));
+    poll_done(c, res, true);
 }
 
 static void conn_arm(struct nbd_conn *c)

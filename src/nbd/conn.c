@@ -216,19 +216,24 @@ static void prep_recv(struct nbd_conn *c, void *dst, size_t len)
 
 static void rx_done(struct tc_io *io, int res);
 
+/* Closing: nothing more will be received, so a WRITE whose payload is
+ * still arriving can never complete: drop it, or it would hold the
+ * connection (and the daemon's shutdown) for ever. */
+static void abandon_partial_write(struct nbd_conn *c)
+{
+    if (c->rx_req) {
+        struct nbd_req *req = c->rx_req;
+        c->rx_req = NULL;
+        transmission_abandon(req);
+    }
+}
+
 static void rx_arm(struct nbd_conn *c)
 {
     if (c->rx_armed)
         return;
     if (c->closing) {
-        /* Nothing more will be received, so a WRITE whose payload is still
-         * arriving can never complete: drop it, or it would hold the
-         * connection (and the daemon's shutdown) for ever. */
-        if (c->rx_req) {
-            struct nbd_req *req = c->rx_req;
-            c->rx_req = NULL;
-            transmission_abandon(req);
-        }
+        abandon_partial_write(c);
         return;
     }
     if (c->tls_state != CONN_TLS_NONE && c->tls_state != CONN_TLS_ACTIVE)
@@ -282,6 +287,7 @@ static void rx_done(struct tc_io *io, int res)
     c->rx_armed = false;
     if (res == -EINTR || res == -EAGAIN) {
         rx_arm(c);
+        maybe_finish(c);    /* rx_arm() arms nothing once the connection is closing */
         conn_put(c);
         return;
     }
@@ -410,6 +416,7 @@ static void tx_done(struct tc_io *io, int res)
     c->tx_armed = false;
     if (res == -EINTR || res == -EAGAIN) {
         tx_kick(c);
+        maybe_finish(c);    /* tx_kick() sends nothing once the connection is dead */
         conn_put(c);
         return;
     }
@@ -545,8 +552,8 @@ static void tls_handshake_step(struct nbd_conn *c)
     }
     tx_kick(c);
     if (r == 0) {
-        if (!c->rx_armed && !c->closing)
-            tls_recv_arm(c);
+        if (!c->rx_armed)
+            tls_recv_arm(c);    /* or, when closing, finish */
         return;
     }
     c->tls_state = CONN_TLS_ACTIVE;
@@ -576,8 +583,15 @@ static void tls_recv_done(struct tc_io *io, int res);
 /* Arm a socket receive into the session's ciphertext buffer. */
 static void tls_recv_arm(struct nbd_conn *c)
 {
-    if (c->rx_armed || c->closing)
+    if (c->rx_armed)
         return;
+    if (c->closing) {
+        /* As in rx_arm(); and with nothing armed the connection may now be
+         * done.  Callers hold a reference, so it is not freed under them. */
+        abandon_partial_write(c);
+        maybe_finish(c);
+        return;
+    }
     size_t len;
     void *dst = nbd_tls_in_space(c->tls, &len);
     if (len == 0) {

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Dirty data the cache can no longer read is lost, never replaced by the
+origin's older data.
+
+A block is written in writeback mode (generation 2 over the origin's
+generation 1) and the daemon stops cleanly, leaving it dirty.  Every
+sector of the block's data in the cache is then flipped.  The daemon
+serves again; random reads of the rest of the volume fill the cache until
+the cleaner reaches the group holding the block: writeback cannot read it,
+nor can the cleaner copy it, so it is dropped.  From then on every sector
+of the block must fail with EIO (never read generation 1 from the origin),
+also after a restart, until a client writes it again.
+
+usage: lostdirty.py --bin TIERCACHE --dir DIR
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import nbd
+
+SECTOR = 4096
+BLOCK = 64 << 10
+SEGMENT = 1 << 20
+DATA_OFFSET = 1 << 20           # where segment 0 starts on the cache device
+ORIGIN_MIB = 12
+CACHE_MIB = 10
+MAGIC = b"TCLOSTD1"
+VICTIM = 5                      # the block whose dirty data is damaged
+
+
+def pattern(off, gen):
+    head = MAGIC + struct.pack("<QQ", off, gen)
+    return head + bytes((off + gen + i) & 0xFF for i in range(SECTOR - len(head)))
+
+
+def gen_of(off, data):
+    if data[:8] != MAGIC:
+        return None
+    o, g = struct.unpack("<QQ", data[8:24])
+    return g if o == off and data == pattern(off, g) else None
+
+
+class Daemon:
+    def __init__(self, a, mode):
+        self.sock = f"{a.dir}/s.sock"
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.log = f"{a.dir}/daemon.log"
+        with open(self.log, "a") as lf:
+            self.proc = subprocess.Popen([a.bin, "serve", "--origin", f"{a.dir}/origin.img",
+                                          "--cache", f"{a.dir}/cache.img", "--mode", mode,
+                                          "--socket", self.sock, "--foreground"],
+                                         stdout=lf, stderr=subprocess.STDOUT)
+        for _ in range(400):
+            if self.proc.poll() is not None:
+                sys.exit(f"daemon exited at start:\n{open(self.log).read()[-3000:]}")
+            try:
+                self.h = nbd.NBD()
+                self.h.connect_uri(f"nbd+unix:///?socket={self.sock}")
+                return
+            except nbd.Error:
+                time.sleep(0.02)
+        sys.exit("daemon did not start")
+
+    def stop(self):
+        self.h.shutdown()
+        del self.h
+        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.wait() != 0:
+            sys.exit(f"daemon exit status {self.proc.returncode} after SIGTERM")
+
+
+def victim_reads(d, what):
+    """Every sector of the victim block must fail: none may be the origin's."""
+    for s in range(VICTIM * BLOCK // SECTOR, (VICTIM + 1) * BLOCK // SECTOR):
+        try:
+            data = d.h.pread(SECTOR, s * SECTOR)
+        except nbd.Error:
+            continue
+        sys.exit(f"{what}: sector {s} of the lost dirty block read generation "
+                 f"{gen_of(s * SECTOR, data)} instead of failing with EIO")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--dir", required=True)
+    a = ap.parse_args()
+    nsect = (ORIGIN_MIB << 20) // SECTOR
+    with open(f"{a.dir}/origin.img", "wb") as f:
+        for s in range(nsect):
+            f.write(pattern(s * SECTOR, 1))
+    with open(f"{a.dir}/cache.img", "wb") as f:
+        f.truncate(CACHE_MIB << 20)
+    subprocess.run([a.bin, "format", "--cache", f"{a.dir}/cache.img", "--origin",
+                    f"{a.dir}/origin.img", "--segment-size", str(SEGMENT), "--block-size",
+                    str(BLOCK)], check=True, stdout=subprocess.DEVNULL)
+
+    # The victim, dirty: written, flushed and stopped at once (writeback
+    # waits for a second of client idleness before it starts).
+    d = Daemon(a, "writeback")
+    off = VICTIM * BLOCK
+    d.h.pwrite(b"".join(pattern(off + i * SECTOR, 2) for i in range(BLOCK // SECTOR)), off)
+    d.h.flush()
+    d.stop()
+
+    dump = subprocess.run([a.bin, "dump", "--cache", f"{a.dir}/cache.img", "--blocks"],
+                          capture_output=True, text=True, check=True).stdout
+    m = re.search(rf"^block {VICTIM} valid #+ dirty (#+) \| (\d+):(\d+) x16$", dump, re.M)
+    if m is None or len(m.group(1)) != BLOCK // SECTOR:
+        sys.exit(f"block {VICTIM} is not one dirty fragment after the stop:\n{dump}")
+    seg, at = int(m.group(2)), int(m.group(3))
+    with open(f"{a.dir}/cache.img", "r+b") as f:
+        for i in range(BLOCK // SECTOR):
+            p = DATA_OFFSET + seg * SEGMENT + (at + i) * SECTOR + 100
+            f.seek(p)
+            b = f.read(1)[0]
+            f.seek(p)
+            f.write(bytes([b ^ 0x5A]))
+
+    # Fill the cache until the cleaner has dealt with the victim's group.
+    d = Daemon(a, "writeback")
+    rng = random.Random(7)
+    others = [b for b in range(nsect * SECTOR // BLOCK) if b != VICTIM]
+    dropped = False
+    for _ in range(12):
+        rng.shuffle(others)
+        for b in others:
+            if d.h.pread(BLOCK, b * BLOCK)[:8] != MAGIC:
+                sys.exit(f"block {b} reads wrong data")
+        if "could not be kept" in open(d.log).read():
+            dropped = True
+            break
+    if not dropped:
+        st = subprocess.run([a.bin, "status", "--socket", d.sock, "--json"],
+                            capture_output=True, text=True).stdout
+        sys.exit(f"the cleaner never reached the damaged block; status:\n{st}")
+    st = json.loads(subprocess.run([a.bin, "status", "--socket", d.sock, "--json"],
+                                   capture_output=True, text=True, check=True).stdout)
+    if st["volume"]["cache"]["lost_dirty_bytes"] != BLOCK:
+        sys.exit(f"lost_dirty_bytes {st['volume']['cache']['lost_dirty_bytes']}, "
+                 f"expected {BLOCK}")
+    victim_reads(d, "after the cleaner dropped it")
+    d.stop()
+
+    # The loss is recorded in the log: still EIO after a restart.
+    d = Daemon(a, "writeback")
+    victim_reads(d, "after a restart")
+    # Written again: readable again.
+    d.h.pwrite(b"".join(pattern(off + i * SECTOR, 3) for i in range(BLOCK // SECTOR)), off)
+    for i in range(BLOCK // SECTOR):
+        g = gen_of(off + i * SECTOR, d.h.pread(SECTOR, off + i * SECTOR))
+        if g != 3:
+            sys.exit(f"sector {off // SECTOR + i} reads generation {g} after the rewrite")
+    d.stop()
+    print("lost dirty data: EIO after the cleaner dropped it and after a restart; "
+          "readable once rewritten")
+
+
+if __name__ == "__main__":
+    main()
