@@ -429,6 +429,24 @@ static void later_done(struct cleaner *k)
     log_sync(c, &k->lw);
 }
 
+/* The sectors of `m` (of fragment fid) whose data in buf (laid out by
+ * sector) matches the checksum its chunk recorded; the others are cleared
+ * from m.  A sector whose checksum is not at hand counts as damaged. */
+static void intact_sectors(struct cache *c, uint32_t fid, const uint8_t *buf, struct tc_mask *m)
+{
+    struct cfrag *f = FR(&c->idx, fid);
+    struct tc_mask st;
+    frag_stored(&c->idx, fid, &st);
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(m, s))
+            continue;
+        uint32_t crc;
+        if (!verify_lookup(c, f->seg, f->off + mask_rank(&st, s), 1, &crc) ||
+            tc_crc32c(0, buf + (size_t)s * TC_SECTOR, TC_SECTOR) != crc)
+            m->w[s / 64] &= ~(1ull << (s % 64));
+    }
+}
+
 static void later_read(void *arg, int err)
 {
     struct later *l = arg;
@@ -441,6 +459,23 @@ static void later_read(void *arg, int err)
         frag_current(&c->idx, id, fid, &cur);
         ce_get_masks(&c->idx, id, &v, &d);
         mask_and(&d, &cur);
+        struct tc_mask good = cur, good_dirty;
+        if (err && mask_equal(&cur, &l->cur) && !mask_empty(&d)) {
+            /* Some sectors failed: keep those that still match their
+             * checksums, so that only the damaged ones are lost. */
+            intact_sectors(c, fid, l->buf, &good);
+            good_dirty = d;
+            mask_and(&good_dirty, &good);
+            if (!mask_empty(&good) && reinsert(c, l->oblock, &good, &good_dirty, l->buf, NULL,
+                                               NULL)) {
+                mask_andnot(&d, &good);
+                /* The copy superseded those sectors: what is left of it. */
+                fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
+                if (fid == NIL)
+                    goto done;
+                frag_current(&c->idx, id, fid, &cur);
+            }
+        }
         if (err == 0 && mask_equal(&cur, &l->cur) &&
             reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL)) {
             /* kept */
@@ -461,6 +496,7 @@ static void later_read(void *arg, int err)
             add_drop(k, l->oblock, l->seg, l->off);
         }
     }
+done:
     bufpool_put(l->buf, l->size);
     l->buf = NULL;
     later_done(k);
