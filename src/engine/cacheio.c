@@ -206,16 +206,12 @@ static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want
         frag_stored(&c->idx, fid, &st);
         uint32_t fseg = f->seg;
         uint16_t foff = f->off;
-        if (mirrors) {
-            if (f->mseg == NIL) {
-                if (g->err == 0)
-                    g->err = -ENODATA;
-                cur = NULL;
-                continue;
-            }
+        if (mirrors && f->mseg != NIL) {
             fseg = f->mseg;
             foff = f->moff;
         }
+        /* No mirror: the copy as indexed now -- a device that failed since
+         * the last try has handed its fragments' mirrors over as copies. */
         uint16_t off = (uint16_t)(foff + mask_rank(&st, s));
         uint8_t *to = dst + (size_t)s * TC_SECTOR;
         if (cur && cur->seg == fseg && cur->off + cur->n == off &&
@@ -245,7 +241,8 @@ struct robust {
     uint64_t oblock;
     struct tc_mask want;
     uint8_t *dst;
-    int stage;          /* 0: as indexed, 1: again (data may have moved), 2: mirrors */
+    int stage;          /* 0: as indexed, 1: again (data may have moved), 2: mirrors (or
+                         * the copy as indexed then, where there is none) */
     void (*cb)(void *arg, int err);
     void *arg;
 };
