@@ -491,6 +491,7 @@ void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *wa
 struct block_waiter {
     void (*fn)(struct block_waiter *w);
     struct block_waiter *next;
+    int err;                    /* writeback_block(): its writeback's result */
 };
 int blocklocks_init(struct cache *c);
 void blocklocks_fini(struct cache *c);

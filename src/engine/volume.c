@@ -275,6 +275,7 @@ enum tc_mode tc_volume_mode(const struct tc_volume *vol) { return vol->mode; }
 
 struct online_op {
     struct tc_volume *vol;
+    bool mode_change;               /* a drain for a mode change, not a detach */
     struct tc_dev_io dio;
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
@@ -362,6 +363,20 @@ static void detached(void *arg, int err)
     done(a, err);
 }
 
+/* A mode change away from writeback: what the writes still in the cache
+ * path added is drained too, then the gate opens. */
+static void mode_drained(void *arg, int err)
+{
+    struct online_op *op = arg;
+    struct tc_volume *vol = op->vol;
+    vol->detaching = false;
+    open_gate(vol);
+    void (*done)(void *, int) = op->done;
+    void *a = op->arg;
+    free(op);
+    done(a, err);
+}
+
 static void gate_quiet(struct tc_task *t)
 {
     struct tc_volume *vol = container_of(t, struct tc_volume, gate_task);
@@ -369,7 +384,10 @@ static void gate_quiet(struct tc_task *t)
         return;
     struct online_op *op = vol->gate_op;
     vol->gate_op = NULL;
-    cache_detach(vol->cache, op_progress, detached, op);
+    if (op->mode_change)
+        cache_flush_dirty(vol->cache, op_progress, mode_drained, op);
+    else
+        cache_detach(vol->cache, op_progress, detached, op);
 }
 
 static void first_drain_done(void *arg, int err)
@@ -429,8 +447,17 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
     if (old != mode)
         tc_info("mode: %s -> %s", tc_mode_name(old), tc_mode_name(mode));
     if (old == TC_MODE_WRITEBACK && mode != TC_MODE_WRITEBACK) {
-        /* New writes no longer add dirty data: drain what there is. */
-        cache_flush_dirty(vol->cache, progress, done, arg);
+        /* New writes no longer add dirty data: drain what there is, then
+         * (as detach does) close the gate so the writes still in the cache
+         * path finish, and drain what they added. */
+        struct online_op *op = tc_xcalloc(1, sizeof *op);
+        op->vol = vol;
+        op->progress = progress;
+        op->done = done;
+        op->arg = arg;
+        op->mode_change = true;
+        vol->detaching = true;
+        cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
         return;
     }
     done(arg, 0);

@@ -743,13 +743,14 @@ void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
 static void one_block_done(void *arg, int err)
 {
     struct block_waiter *w = arg;
-    (void)err;
+    w->err = err;
     w->fn(w);
 }
 
 void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w)
 {
     uint64_t b = oblock;
+    w->err = 0;
     if (!block_wait_wb_free(c, oblock)) {
         /* A writeback of it is already in flight: wait for that one. */
         block_wait_wb(c, oblock, w);

@@ -69,7 +69,7 @@ struct wpiece {
     uint8_t *old;                   /* merging: the other sectors, by sector */
     size_t old_size;
     bool merging;
-    uint8_t wb_tries;               /* writebacks of the block's dirty data asked */
+    uint8_t wb_failures;            /* writebacks of the block's dirty data that failed */
     struct tc_mask ovalid, odirty;  /* the block before this write */
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
@@ -469,6 +469,12 @@ static void merge_read(void *arg, int err)
 static void wb_cleared(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
+    /* Only a writeback that failed counts against the write: one that
+     * succeeded while a newer version was being added leaves the block
+     * dirty, and the next one takes that version. */
+    if (bw->err)
+        p->wb_failures++;
+    bw->err = 0;
     piece_step(p);
 }
 
@@ -499,7 +505,7 @@ static void piece_step(struct wpiece *p)
          * the origin keeps refusing it, this write fails (the dirty data
          * stays, for writeback to retry): writing around it would let the
          * older dirty data overwrite this write later. */
-        if (p->wb_tries++ >= 3) {
+        if (p->wb_failures >= 3) {
             uint64_t off = p->oblock * c->block_size;
             tc_error("cache: dirty data of origin bytes %llu..%llu cannot be written back "
                      "first; the write to it fails", (unsigned long long)off,
