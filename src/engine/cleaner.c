@@ -53,6 +53,8 @@ struct cleaner {
     bool running, stopping;
     bool active;                    /* below the low mark, until the high one */
     bool restart;                   /* a device failed mid-walk: walk again */
+    bool keep_group;                /* dirty data could not be moved: retire later */
+    struct tc_timer retry;          /* then: try again after a while */
     struct tc_task kick;
     struct log_waiter *space_waiters;
     /* the group being reclaimed */
@@ -146,6 +148,7 @@ void cleaner_fini(struct cache *c)
     struct cleaner *k = c->cleaner;
     if (k == NULL)
         return;
+    timer_cancel(c->reactor, &k->retry);
     bufpool_put(k->buf, k->buf_size);
     free(k->drops);
     free(k->laters);
@@ -404,11 +407,32 @@ static void walk(struct cleaner *k)
 
 /* ---- 2. dirty blocks, after their writeback ---- */
 
+static void retry_fn(struct tc_timer *t)
+{
+    struct cleaner *k = container_of(t, struct cleaner, retry);
+    cleaner_kick(k->c);
+}
+
 static void later_done(struct cleaner *k)
 {
     if (--k->pending > 0)
         return;
     struct cache *c = k->c;
+    if (k->keep_group) {
+        /* Dirty data of this group could be neither written back nor
+         * copied (no room): the group stays, with everything in it, and
+         * the cleaner tries again once writeback has had time to work. */
+        k->keep_group = false;
+        k->ndrops = 0;
+        k->nlaters = 0;
+        group_at(c, k->slot)->retiring = false;
+        k->running = false;
+        writeback_kick(c);
+        k->retry.fn = retry_fn;
+        if (!k->retry.armed)
+            timer_arm(c->reactor, &k->retry, 50ull * 1000 * 1000);
+        return;
+    }
     if (k->restart) {
         /* A device failed while the group was walked: its dirty data moved
          * to mirrors, some perhaps into this group after they were looked
@@ -460,7 +484,10 @@ static void later_read(void *arg, int err)
         ce_get_masks(&c->idx, id, &v, &d);
         mask_and(&d, &cur);
         struct tc_mask good = cur, good_dirty;
-        if (err && mask_equal(&cur, &l->cur) && !mask_empty(&d)) {
+        /* What is current of it now was read (a newer write may have
+         * superseded some of it meanwhile; the rest is unchanged). */
+        bool read_all = mask_covers(&l->cur, &cur);
+        if (err && read_all && !mask_empty(&d)) {
             /* Some sectors failed: keep those that still match their
              * checksums, so that only the damaged ones are lost. */
             intact_sectors(c, fid, l->buf, &good);
@@ -476,11 +503,14 @@ static void later_read(void *arg, int err)
                 frag_current(&c->idx, id, fid, &cur);
             }
         }
-        if (err == 0 && mask_equal(&cur, &l->cur) &&
+        if (err == 0 && read_all && !mask_empty(&cur) &&
             reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL)) {
             /* kept */
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);
+        } else if (err == 0) {
+            /* Read fine but no room to copy it: keep the group for now. */
+            k->keep_group = true;
         } else {
             /* Dirty and neither written back nor copied: its data is lost.
              * Recorded as lost, so that reads of those sectors fail with
