@@ -409,6 +409,21 @@ static void first_drain_done(void *arg, int err)
     reactor_defer(vol->reactor, &vol->gate_task);
 }
 
+/* Drain, close the gate, drain again; then empty the cache (detach) or
+ * just open the gate (a mode change). */
+static void gated_drain(struct tc_volume *vol, bool mode_change, tc_progress_fn progress,
+                        void (*done)(void *arg, int err), void *arg)
+{
+    struct online_op *op = tc_xcalloc(1, sizeof *op);
+    op->vol = vol;
+    op->progress = progress;
+    op->done = done;
+    op->arg = arg;
+    op->mode_change = mode_change;
+    vol->detaching = true;
+    cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
+}
+
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
                       void (*done)(void *arg, int err), void *arg)
 {
@@ -420,15 +435,9 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
         done(arg, -EBUSY);
         return;
     }
-    struct online_op *op = tc_xcalloc(1, sizeof *op);
-    op->vol = vol;
-    op->progress = progress;
-    op->done = done;
-    op->arg = arg;
     /* From now on writes only invalidate; then drain and empty the cache. */
     vol->mode = TC_MODE_PASSTHROUGH;
-    vol->detaching = true;
-    cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
+    gated_drain(vol, false, progress, done, arg);
 }
 
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
@@ -450,14 +459,7 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
         /* New writes no longer add dirty data: drain what there is, then
          * (as detach does) close the gate so the writes still in the cache
          * path finish, and drain what they added. */
-        struct online_op *op = tc_xcalloc(1, sizeof *op);
-        op->vol = vol;
-        op->progress = progress;
-        op->done = done;
-        op->arg = arg;
-        op->mode_change = true;
-        vol->detaching = true;
-        cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
+        gated_drain(vol, true, progress, done, arg);
         return;
     }
     done(arg, 0);
