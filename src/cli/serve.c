@@ -319,28 +319,6 @@ static void signal_arm(struct serve *s)
 
 /* ---- daemonizing ---- */
 
-/* Fork; the parent waits until the child reports it is serving, so that
- * "tiercache serve ... && nbdinfo ..." works.  Returns the write end of the
- * readiness pipe in the child. */
-static int daemonize(void)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        tc_die(1, "pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        tc_die(1, "fork: %s", strerror(errno));
-    if (pid > 0) {
-        close(p[1]);
-        char c;
-        ssize_t n = read(p[0], &c, 1);
-        _exit(n == 1 ? 0 : 1);
-    }
-    close(p[0]);
-    setsid();
-    return p[1];
-}
-
 static void detach_stdio(void)
 {
     int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -618,7 +596,7 @@ int cmd_serve(int argc, char **argv)
 
     int ready_fd = -1;
     if (!foreground)
-        ready_fd = daemonize();
+        ready_fd = cli_daemonize();
 
     static struct serve s;
     memset(&s, 0, sizeof s);
