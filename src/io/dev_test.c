@@ -14,6 +14,10 @@
  *   eio_when=FILE   while FILE exists, every request fails with EIO (a
  *                   device dying at a moment the test chooses).
  *   eio_after=N     every request after the first N fails with EIO.
+ *   eio_ops=LIST    only these kinds of request fail (comma-separated:
+ *                   read, write -- which includes zero and trim --, flush;
+ *                   default all): an origin whose writes fail while its
+ *                   flushes succeed, or the reverse.
  *
  * The extra work (reading old contents, writing the undo file) is done
  * with blocking calls: this layer is for tests, never for production.
@@ -42,7 +46,19 @@ struct dev_test {
     char *eio_when;
     long long eio_after;
     long long ops;
+    unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
 };
+
+enum { EIO_READ = 1, EIO_WRITE = 2, EIO_FLUSH = 4, EIO_ALL = 7 };
+
+static unsigned op_kind(int op)
+{
+    switch (op) {
+    case TC_DEV_READ: return EIO_READ;
+    case TC_DEV_FLUSH: return EIO_FLUSH;
+    default: return EIO_WRITE;
+    }
+}
 
 struct test_io {
     struct tc_dev_io inner;
@@ -82,9 +98,11 @@ static void inner_done(struct tc_dev_io *dio, int err)
     dev_complete(outer, err);
 }
 
-static bool failing(struct dev_test *d)
+static bool failing(struct dev_test *d, int op)
 {
     d->ops++;
+    if (!(d->eio_ops & op_kind(op)))
+        return false;
     if (d->eio_after >= 0 && d->ops > d->eio_after)
         return true;
     if (d->eio_when && access(d->eio_when, F_OK) == 0)
@@ -116,7 +134,7 @@ static int save_old(struct dev_test *d, uint64_t off, uint64_t len)
 static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     struct dev_test *d = container_of(dev, struct dev_test, dev);
-    if (failing(d)) {
+    if (failing(d, dio->op)) {
         dev_complete(dio, -EIO);
         return;
     }
@@ -168,6 +186,7 @@ struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_o
     d->raw_fd = -1;
     d->undo_fd = -1;
     d->eio_after = -1;
+    d->eio_ops = EIO_ALL;
     d->inner = dev_file_open(r, copy, read_only, err, errlen);
     if (d->inner == NULL)
         goto fail;
@@ -183,9 +202,26 @@ struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_o
             d->eio_when = tc_xstrdup(o + 9);
         } else if (strncmp(o, "eio_after=", 10) == 0) {
             d->eio_after = atoll(o + 10);
+        } else if (strncmp(o, "eio_ops=", 8) == 0) {
+            d->eio_ops = 0;
+            for (const char *k = o + 8; *k;) {
+                size_t n = strcspn(k, ",");
+                if (n == 4 && strncmp(k, "read", 4) == 0)
+                    d->eio_ops |= EIO_READ;
+                else if (n == 5 && strncmp(k, "write", 5) == 0)
+                    d->eio_ops |= EIO_WRITE;
+                else if (n == 5 && strncmp(k, "flush", 5) == 0)
+                    d->eio_ops |= EIO_FLUSH;
+                else {
+                    snprintf(err, errlen, "testdev: eio_ops: unknown request kind '%.*s' "
+                             "(read, write, flush)", (int)n, k);
+                    goto fail;
+                }
+                k += n + (k[n] == ',');
+            }
         } else {
-            snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_after=)",
-                     o);
+            snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_after=, "
+                     "eio_ops=)", o);
             goto fail;
         }
     }
