@@ -66,7 +66,27 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
     } else if (!n && was) {
         c->dirty_bits[word] &= ~bit;
         c->dirty_blocks--;
+        if (c->wt_recovered)
+            wt_recovered_release(c, oblock);
     }
+}
+
+/* A block recovery made dirty for its write-through version turned clean:
+ * written back (its CLEAN record names that version, so the next recovery
+ * clears it whatever the stable mark) or dropped.  It no longer holds the
+ * stable mark. */
+void wt_recovered_release(struct cache *c, uint64_t oblock)
+{
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (id == NIL || !(CE(&c->idx, id)->flags & CE_WT_RECOVERED))
+        return;
+    CE(&c->idx, id)->flags &= (uint16_t)~CE_WT_RECOVERED;
+    if (--c->wt_recovered == 0) {
+        c->wt_recovered_min = UINT64_MAX;
+        tc_info("cache: the write-through data recovered as dirty is written back");
+    }
+    cache_trace(c, oblock, "recovered write-through version clean (%llu left)",
+                (unsigned long long)c->wt_recovered);
 }
 
 static void frag_unaccount(struct cache *c, uint32_t fid)

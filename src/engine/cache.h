@@ -76,6 +76,11 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s);
 #define CE_WT        (1u << 0)   /* written through: the origin write may be pending */
 #define CE_REF       (1u << 1)   /* hit since it was last written (second chance) */
 #define CE_SMALL     (1u << 2)   /* policy: still in the probation queue */
+/* A write-through version recovery made dirty (newer than the recorded
+ * stable mark, so the origin may lack it), not yet written back: it holds
+ * the stable mark below its sequence (c->wt_recovered).  Only dirty
+ * entries carry it; it goes when the block turns clean. */
+#define CE_WT_RECOVERED (1u << 3)
 
 /* A block holds at most this many fragments; a write that would add one
  * more merges them all into one first. */
@@ -307,6 +312,10 @@ struct cache {
     uint64_t next_seq;              /* sequence numbers of groups, chunks, entries */
     uint64_t tail_seq;              /* oldest live group */
     uint64_t wt_stable_seq;
+    /* Entries with CE_WT_RECOVERED, and the lowest sequence of their
+     * versions (as recovery found them; it stays until all are written
+     * back, a conservative bound): see wt_stable_candidate(). */
+    uint64_t wt_recovered, wt_recovered_min;
     uint64_t chunks_issued;         /* chunk_seq of the last chunk written */
     uint64_t chunks_written_upto;   /* every chunk up to this one is written */
     uint64_t flushed_upto;          /* ... and flushed */
@@ -523,6 +532,7 @@ bool block_wait_wb_free(struct cache *c, uint64_t oblock);  /* no writeback in f
 /* Entry updates shared by the paths (cache.c) */
 void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
                      const struct tc_mask *new_dirty);
+void wt_recovered_release(struct cache *c, uint64_t oblock);
 /* A fragment appended at (seg, off) holding the sectors `stored` becomes
  * the block's newest; `dirty` says which of them are dirty (the others are
  * clean).  With replace, it replaces every fragment (a merged version).

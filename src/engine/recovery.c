@@ -18,7 +18,9 @@
  *     removes the block, a clean record clears dirty bits of the state it
  *     was written against.
  *  5. A write-through version newer than the stable mark may not have
- *     reached the origin: it is marked dirty and written back.
+ *     reached the origin: it is marked dirty and written back.  Until it
+ *     is, the stable mark stays below it (CE_WT_RECOVERED), since the log
+ *     still records it as a clean write-through version.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -451,6 +453,8 @@ static void apply(struct recovery *rc)
         }
     }
     /* Write-through versions the origin may lack become dirty. */
+    c->wt_recovered = 0;
+    c->wt_recovered_min = UINT64_MAX;
     for (uint32_t id = 0; id < c->idx.used; id++) {
         struct centry *e = CE(&c->idx, id);
         if (e->oblock == UINT64_MAX || id >= rc->cur_cap || rc->wt_seq[id] <= rc->wt_stable)
@@ -460,6 +464,11 @@ static void apply(struct recovery *rc)
         ce_set_masks(&c->idx, id, &v, &v);
         cache_set_dirty(c, e->oblock, &d, &v);
         e->flags |= CE_WT;
+        if (!mask_empty(&v) && !(e->flags & CE_WT_RECOVERED)) {
+            e->flags |= CE_WT_RECOVERED;
+            c->wt_recovered++;
+            c->wt_recovered_min = TC_MIN(c->wt_recovered_min, rc->wt_seq[id]);
+        }
         cache_trace(c, e->oblock, "recovery: write-through seq %llu > stable %llu: dirty",
                     (unsigned long long)rc->wt_seq[id], (unsigned long long)rc->wt_stable);
     }

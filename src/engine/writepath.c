@@ -135,12 +135,24 @@ static void wt_untrack(struct wpiece *p)
     p->wt_seq = 0;
 }
 
+/*
+ * The highest write-through stable mark that may be recorded once the
+ * origin has been flushed: below every version whose origin write is in
+ * flight, and below every version recovery made dirty that writeback has
+ * not yet put on the origin.  The latter are not in wt_inflight, and the
+ * log records them as clean write-through versions: only the stable mark
+ * staying below them keeps the next recovery marking them dirty again.
+ * A mark recorded past them, then a crash before their writeback, would
+ * make them clean while the origin may still hold older data.
+ */
 uint64_t wt_stable_candidate(struct cache *c)
 {
     uint64_t min = c->next_seq;
     for (struct wpiece *p = c->wt_inflight; p; p = p->wt_next)
         if (p->wt_seq < min)
             min = p->wt_seq;
+    if (c->wt_recovered && c->wt_recovered_min < min)
+        min = c->wt_recovered_min;
     return min - 1;
 }
 
