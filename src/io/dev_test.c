@@ -47,6 +47,7 @@ struct dev_test {
     long long eio_after;
     long long ops;
     unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
+    off_t undo_dropped;         /* undo bytes forgotten so far (cut from the front) */
 };
 
 enum { EIO_READ = 1, EIO_WRITE = 2, EIO_FLUSH = 4, EIO_ALL = 7 };
@@ -63,7 +64,7 @@ static unsigned op_kind(int op)
 struct test_io {
     struct tc_dev_io inner;
     struct tc_dev_io *outer;
-    off_t flush_mark;           /* undo bytes recorded when the flush was sent */
+    off_t flush_mark;           /* undo bytes ever recorded when the flush was sent */
 };
 
 /* A flush makes durable the writes sent before it: drop their undo
@@ -92,8 +93,15 @@ static void inner_done(struct tc_dev_io *dio, int err)
     struct test_io *t = container_of(dio, struct test_io, inner);
     struct tc_dev_io *outer = t->outer;
     struct dev_test *d = container_of(outer->dev, struct dev_test, dev);
-    if (err == 0 && outer->op == TC_DEV_FLUSH && d->undo_fd >= 0)
-        err = undo_forget(d->undo_fd, t->flush_mark);
+    if (err == 0 && outer->op == TC_DEV_FLUSH && d->undo_fd >= 0 &&
+        t->flush_mark > d->undo_dropped) {
+        /* Flushes may overlap and complete in any order: marks count every
+         * byte ever recorded, and one already covered by a later flush that
+         * completed first has nothing left to forget. */
+        err = undo_forget(d->undo_fd, t->flush_mark - d->undo_dropped);
+        if (err == 0)
+            d->undo_dropped = t->flush_mark;
+    }
     free(t);
     dev_complete(outer, err);
 }
@@ -150,7 +158,7 @@ static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     struct test_io *t = tc_xcalloc(1, sizeof *t);
     t->outer = dio;
     if (dio->op == TC_DEV_FLUSH && d->undo_fd >= 0)
-        t->flush_mark = lseek(d->undo_fd, 0, SEEK_CUR);
+        t->flush_mark = d->undo_dropped + lseek(d->undo_fd, 0, SEEK_CUR);
     t->inner.op = dio->op;
     t->inner.flags = dio->flags;
     t->inner.buf = dio->buf;
