@@ -228,10 +228,13 @@ static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t
 
 /* Append the sectors `cur` of a block again, from data laid out by sector
  * (or packed, with packed_from set to the fragment's stored mask).  The
- * copy becomes the block's newest fragment; the old one empties and goes. */
+ * copy becomes the block's newest fragment; the old one empties and goes.
+ * entry_flags: TC_ENTRY_WT when the copy is of a write-through version the
+ * origin may not hold durably yet (see process_chunk). */
 static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur,
                      const struct tc_mask *dirty, const uint8_t *by_sector,
-                     const uint8_t *packed, const struct tc_mask *packed_from)
+                     const uint8_t *packed, const struct tc_mask *packed_from,
+                     uint8_t entry_flags)
 {
     unsigned n = mask_count(cur);
     if (mask_empty(dirty) && !budget_allow(c, (uint64_t)n * TC_SECTOR))
@@ -245,8 +248,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
                                         : packed + (size_t)mask_rank(packed_from, s) * TC_SECTOR;
         memcpy(data + (size_t)k++ * TC_SECTOR, from, TC_SECTOR);
     }
-    struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .valid = *cur,
-                        .dirty = *dirty, .data = data, .use_reserve = true,
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .flags = entry_flags,
+                        .valid = *cur, .dirty = *dirty, .data = data, .use_reserve = true,
                         .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1 };
     uint32_t nseg, mseg;
     uint16_t noff, moff;
@@ -338,8 +341,15 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         }
         if (!intact)
             c->st.checksum_errors++;
+        /* A write-through version above the stable mark may be missing
+         * from the origin after a power failure: only its entry's flag
+         * makes recovery write it back.  Its copy keeps the flag (with a
+         * new sequence, so it counts until the mark passes the copy), or
+         * the copy, once this group is gone, would be recovered as clean
+         * data the origin holds. */
+        uint8_t wt = (e.flags & TC_ENTRY_WT) && e.seq > c->wt_stable_seq ? TC_ENTRY_WT : 0;
         if (intact && c->policy->ops->keep(c->policy->state, c, id) &&
-            reinsert(c, e.oblock, &cur, &d, NULL, data, &st))
+            reinsert(c, e.oblock, &cur, &d, NULL, data, &st, wt))
             continue;
         add_drop(k, e.oblock, seg, off);
     }
@@ -494,7 +504,7 @@ static void later_read(void *arg, int err)
             good_dirty = d;
             mask_and(&good_dirty, &good);
             if (!mask_empty(&good) && reinsert(c, l->oblock, &good, &good_dirty, l->buf, NULL,
-                                               NULL)) {
+                                               NULL, 0)) {
                 mask_andnot(&d, &good);
                 /* The copy superseded those sectors: what is left of it. */
                 fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
@@ -504,7 +514,7 @@ static void later_read(void *arg, int err)
             }
         }
         if (err == 0 && read_all && !mask_empty(&cur) &&
-            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL)) {
+            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL, 0)) {
             /* kept */
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);
