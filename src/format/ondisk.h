@@ -120,7 +120,12 @@ enum tc_entry_type {
                                        (valid mask; empty: none any more) */
 };
 
-#define TC_ENTRY_WT      (1u << 0)  /* writethrough: the origin write may be pending */
+/* A write-through version (or the cleaner's copy of one the origin may not
+ * hold durably yet): until the newest chunk header's wt_stable_seq reaches
+ * the entry's sequence, the origin may lack it, and recovery makes the
+ * block dirty unless a later CLEAN record names the version.  While such
+ * a version is dirty after a recovery, writers keep wt_stable_seq below it. */
+#define TC_ENTRY_WT      (1u << 0)
 #define TC_ENTRY_MIRROR  (1u << 1)  /* one of two copies of dirty data */
 
 #define TC_CHUNK_CLOSED  (1u << 0)  /* the last chunk of its segment */
@@ -156,7 +161,8 @@ struct tc_chunk_header {
     uint64_t group_seq;             /* sequence of the group this segment belongs to */
     uint64_t chunk_seq;             /* increases with every chunk written */
     uint64_t tail_seq;              /* groups older than this are free */
-    uint64_t wt_stable_seq;         /* writethrough entries up to this are on the origin */
+    uint64_t wt_stable_seq;         /* writethrough entries up to this are on the origin
+                                       (flushed there; see TC_ENTRY_WT) */
     uint32_t segment;               /* global segment number */
     uint32_t chunk_sector;          /* offset of this chunk inside the segment */
     uint16_t hdr_sectors;
