@@ -554,6 +554,7 @@ static void chunk(struct tc_timer *t)
     struct sp_daemon *d = container_of(t, struct sp_daemon, chunk_timer);
     if (d->state != SP_PREFETCHING && d->state != SP_HELD)
         return;
+    uint64_t started = tc_now_ns();
     struct sp_sys now;
     if (!sp_sys_read_light(&now, &d->prev)) {
         timer_arm(d->reactor, &d->chunk_timer, d->cfg.interval_ns);
@@ -612,8 +613,13 @@ static void chunk(struct tc_timer *t)
                     tc_info("prefetching again");
                 }
                 d->held_reason = SP_GO;
-                /* Pace: the next chunk after this one's share of the rate. */
+                /* Pace: the next chunk starts this one's share of the rate
+                 * after this one started (the time spent in this callback,
+                 * reading pagemap and advising, is part of the share, so
+                 * the rate is what --rate says, not less). */
                 uint64_t delay = (uint64_t)advised * SP_PAGE_SIZE * 1000000000ull / d->cfg.rate;
+                uint64_t spent = tc_now_ns() - started;
+                delay = delay > spent ? delay - spent : 0;
                 timer_arm(d->reactor, &d->chunk_timer, TC_MAX(delay, 1000000ull));
                 return;
             }
