@@ -82,7 +82,7 @@ static const char swap_prefetch_help[] =
 "                       clean copies of what is in swap, but reclaim must unmap\n"
 "                       them first and sees them as recently used.  Needs\n"
 "                       ptrace attach access (root has it).  Mapped pages leave\n"
-"                       the used/wasted figures (\"mapped\")\n"
+"                       the used/wasted figures (\"mapped\").\n"
 "  --once               one pass: sample for one interval, decide, prefetch what\n"
 "                       there is (or say why not), print the figures, exit\n"
 "  --foreground, -f     stay in the foreground and log to stderr\n"
