@@ -579,6 +579,7 @@ struct close_ctx {
     struct log_waiter w;
     struct tc_dev_io dio;
     uint64_t candidate;
+    unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
     void (*done)(void *arg, int err);
     void *arg;
@@ -587,14 +588,27 @@ struct close_ctx {
 static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
+    struct cache *c = x->c;
+    if (err == 0 && !x->marked && c->flushed_upto < c->chunks_issued && x->resyncs < 8) {
+        /* Chunks were sealed while the sync ran (a write-back or read
+         * completing late): sync them too, or the mark below would not
+         * cover them. */
+        x->resyncs++;
+        log_sync(c, &x->w);
+        return;
+    }
     if (err == 0 && !x->marked) {
         /* One more header, written after that sync, records every chunk
          * before it as flushed: recovery then knows them durable, so a
          * damaged one among them is reported as damage, not taken for a
-         * write torn by a crash (whose entries it would silently ignore). */
+         * write torn by a crash (whose entries it would silently ignore).
+         * It carries the clean-stop flag only if nothing is left unflushed
+         * before it (see TC_CHUNK_CLEAN_STOP). */
         x->marked = true;
-        log_seal_all(x->c, true);
-        log_sync(x->c, &x->w);
+        c->clean_stop = c->flushed_upto == c->chunks_issued;
+        log_seal_all(c, true);
+        c->clean_stop = false;
+        log_sync(c, &x->w);
         return;
     }
     if (err)

@@ -310,6 +310,7 @@ struct cache {
     uint64_t chunks_issued;         /* chunk_seq of the last chunk written */
     uint64_t chunks_written_upto;   /* every chunk up to this one is written */
     uint64_t flushed_upto;          /* ... and flushed */
+    bool clean_stop;                /* sealing the chunks of a clean stop */
     struct chunk_write *inflight_head, *inflight_tail;
     struct log_waiter *written_waiters, *flush_waiters;
     bool flushing;

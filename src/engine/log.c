@@ -275,7 +275,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         .segment = h->seg,
         .chunk_sector = h->chunk_start,
         .hdr_sectors = h->hdr_sectors,
-        .flags = closing ? TC_CHUNK_CLOSED : 0,
+        .flags = (closing ? TC_CHUNK_CLOSED : 0) | (c->clean_stop ? TC_CHUNK_CLEAN_STOP : 0),
         .data_sectors = h->data_fill,
         .nr_entries = h->nentries,
         .written_ns = tc_wall_ns(),

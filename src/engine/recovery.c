@@ -47,6 +47,8 @@ struct recovery {
     struct rec *recs;
     size_t nrecs, cap;
     uint64_t max_seq, max_chunk_seq, tail_seq, wt_stable, durable;
+    bool clean_stop;                /* the newest chunk was written by a clean stop */
+    uint64_t clean_from;            /* ... and every chunk up to this was durable then */
     uint64_t *cur_seq;              /* per index entry: seq of its newest fragment */
     uint64_t *wt_seq;               /* per index entry: newest write-through seq */
     uint32_t cur_cap;
@@ -114,6 +116,8 @@ static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t 
             rc->max_chunk_seq = h.chunk_seq;
             rc->tail_seq = h.tail_seq;
             rc->wt_stable = h.wt_stable_seq;
+            rc->clean_stop = h.flags & TC_CHUNK_CLEAN_STOP;
+            rc->clean_from = h.flushed_seq;
         }
         if (h.flushed_seq > rc->durable)
             rc->durable = h.flushed_seq;
@@ -167,17 +171,39 @@ static void add_damage(struct recovery *rc, const char *fmt, ...)
  *  - a later chunk of the same incarnation of the segment (found by
  *    scanning the rest of the segment for a header that checks, names this
  *    segment, this position and this group) was issued after the bad one,
- *    so the bad one's sequence is below it; if the log's durable mark
- *    reaches that far, the bad chunk was durable;
+ *    so the bad one's sequence is below it; if the log's durable mark (as
+ *    any good chunk knows it, those past further damage in this segment
+ *    included) reaches that far, the bad chunk was durable;
  *  - with no later chunk, the bad header's own chunk sequence decides, if
  *    the header is recognisably this incarnation's (its group, and two of
- *    magic, segment and position intact).
+ *    magic, segment and position intact); after a clean stop any such
+ *    header is damage (stopped_clean()), since no write was torn.
  *
  * Damage found is recorded (serve refuses the cache, check lists it), and
  * the walk resumes at the later chunk, so that check sees the rest.  Only
  * segments whose walk stopped early are scanned: the open segments and
  * damaged ones, never the free space of a whole cache.
  */
+/*
+ * After a clean stop (the newest chunk says so) nothing was being written:
+ * a chunk of this incarnation that fails to check is damage, whatever its
+ * own, maybe damaged, chunk sequence claims -- unless it is one of the
+ * stop's own chunks (sequences just past clean_from, one per device), which
+ * a crash during the stop's last sync can tear.  A segment with no good
+ * chunk counts only if its claimed group existed at the stop: a group
+ * started after a restart is newer than every group seen, and the crash
+ * that tore its first chunk is the normal end.
+ */
+static bool stopped_clean(const struct recovery *rc, uint64_t seq, uint64_t claimed_group,
+                          uint64_t claimed_chunk)
+{
+    if (!rc->clean_stop)
+        return false;
+    if (claimed_chunk > rc->clean_from && claimed_chunk <= rc->clean_from + rc->c->ndevs)
+        return false;
+    return seq != 0 || claimed_group <= rc->max_seq;
+}
+
 static void find_damage(struct recovery *rc, uint32_t s)
 {
     struct cache *c = rc->c;
@@ -209,18 +235,23 @@ static void find_damage(struct recovery *rc, uint32_t s)
         return;                         /* a segment never written in a live group */
     uint64_t group = seq ? seq : claimed_group;
 
-    /* Scan the rest of the segment for the next chunk of this incarnation. */
+    /* Scan the rest of the segment for the chunks of this incarnation: the
+     * first one is where the walk resumes; every one of them tells how far
+     * the log was durable when it was written -- past further damage too,
+     * which would otherwise hide what the segment's newest chunks record
+     * (when the bad chunk was the segment's first, or its segment holds the
+     * newest chunks, the rest of the log may not record it). */
     enum { WINDOW = 256 };              /* sectors read at a time */
     uint8_t *win = tc_alloc_aligned((size_t)WINDOW * TC_SECTOR);
     uint32_t found = UINT32_MAX;
     struct tc_chunk_header next;
-    for (uint32_t from = at + 1; from + 1 < c->seg_sectors && found == UINT32_MAX;
-         from += WINDOW) {
+    uint64_t durable = rc->durable;
+    for (uint32_t from = at + 1; from + 1 < c->seg_sectors; from += WINDOW) {
         uint32_t n = TC_MIN((uint32_t)WINDOW, c->seg_sectors - from);
         if (dev_sync_io(dev, TC_DEV_READ, win, base + (uint64_t)from * TC_SECTOR,
                         (size_t)n * TC_SECTOR, 0) != 0)
             continue;
-        for (uint32_t i = 0; i < n && found == UINT32_MAX; i++) {
+        for (uint32_t i = 0; i < n; i++) {
             const uint8_t *p = win + (size_t)i * TC_SECTOR;
             if (le64_get(p + CH_OFF_MAGIC) != TC_CHUNK_MAGIC ||
                 le32_get(p + CH_OFF_SEGMENT) != s || le32_get(p + CH_OFF_CHUNK_SECTOR) != from + i ||
@@ -228,40 +259,28 @@ static void find_damage(struct recovery *rc, uint32_t s)
                 continue;
             size_t len = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - from - i)) *
                          TC_SECTOR;
+            struct tc_chunk_header h;
             char why[128];
             if (dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)(from + i) * TC_SECTOR,
-                            len, 0) == 0 &&
-                chunk_decode(rc->hdr, len, c->set_uuid, c->spb, c->seg_sectors, &next, why,
-                             sizeof why) == 0)
+                            len, 0) != 0 ||
+                chunk_decode(rc->hdr, len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
+                             sizeof why) < 0)
+                continue;
+            if (found == UINT32_MAX) {
                 found = from + i;
+                next = h;
+            }
+            durable = TC_MAX(durable, h.flushed_seq);
         }
     }
     free(win);
 
-    /* The durable mark as the chunks from the found one on see it: when the
-     * bad chunk was the segment's first, or its segment holds the newest
-     * chunks, the rest of the log may not record it. */
-    uint64_t durable = rc->durable;
-    for (uint32_t pos = found; pos != UINT32_MAX && pos + 1 < c->seg_sectors;) {
-        size_t len = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - pos)) *
-                     TC_SECTOR;
-        struct tc_chunk_header h;
-        char why[128];
-        if (dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)pos * TC_SECTOR, len, 0) != 0 ||
-            chunk_decode(rc->hdr, len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
-                         sizeof why) < 0 ||
-            h.segment != s || h.chunk_sector != pos || h.group_seq != group)
-            break;
-        durable = TC_MAX(durable, h.flushed_seq);
-        pos += h.hdr_sectors + h.data_sectors;
-        if (h.flags & TC_CHUNK_CLOSED)
-            break;
-    }
     bool durable_bad;
     if (found != UINT32_MAX)
         durable_bad = next.chunk_seq <= durable + 1;
     else
-        durable_bad = ours && claimed_chunk <= durable;
+        durable_bad = ours && (claimed_chunk <= durable || stopped_clean(rc, seq, claimed_group,
+                                                                          claimed_chunk));
     if (!durable_bad)
         return;                         /* torn or never written: the normal end */
     if (found != UINT32_MAX)
@@ -272,6 +291,7 @@ static void find_damage(struct recovery *rc, uint32_t s)
         add_damage(rc, "%s: segment %u (group %llu): the chunk summary at sector %u is damaged; "
                    "the blocks it described are unknown", dev->name, s,
                    (unsigned long long)group, at);
+    rc->stop[s] = UINT32_MAX;           /* judged: not again in the next pass */
     if (found != UINT32_MAX) {
         walk_segment(rc, s, found, group);
         find_damage(rc, s);             /* the resumed walk may stop on damage again */
@@ -484,8 +504,16 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     rc.last_chunk = tc_xcalloc(c->nsegs, sizeof *rc.last_chunk);
     for (uint32_t s = 0; s < c->nsegs; s++)
         walk_segment(&rc, s, 0, 0);
-    for (uint32_t s = 0; s < c->nsegs; s++)
-        find_damage(&rc, s);
+    /* A walk resumed past damage can find the newest chunks, which move
+     * the durable mark and the tail: segments judged torn before that are
+     * judged again, until nothing moves. */
+    uint64_t seen_durable, seen_newest;
+    do {
+        seen_durable = rc.durable;
+        seen_newest = rc.max_chunk_seq;
+        for (uint32_t s = 0; s < c->nsegs; s++)
+            find_damage(&rc, s);
+    } while (rc.durable != seen_durable || rc.max_chunk_seq != seen_newest);
 
     if (c->trace_block == UINT64_MAX - 1)
         tc_info("trace recovery: newest chunk %llu: tail %llu, durable up to %llu",

@@ -124,6 +124,13 @@ enum tc_entry_type {
 #define TC_ENTRY_MIRROR  (1u << 1)  /* one of two copies of dirty data */
 
 #define TC_CHUNK_CLOSED  (1u << 0)  /* the last chunk of its segment */
+/* Written by a clean stop, after a sync that made every earlier chunk
+ * durable (its flushed_seq says up to where).  When the newest chunk of the
+ * log carries it, no write was in flight at the stop: a header of a live
+ * segment that fails to check, other than one of the stop's own chunks,
+ * cannot be a torn write and is damage.  Readers that do not know the flag
+ * lose nothing by ignoring it. */
+#define TC_CHUNK_CLEAN_STOP (1u << 1)
 
 /* A location in the cache: a segment and a sector offset inside it. */
 static inline uint64_t tc_loc(uint32_t segment, uint32_t sector)
