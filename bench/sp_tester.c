@@ -446,7 +446,11 @@ int main(int argc, char **argv)
     printf("swapped: %.1f MiB (VmSwap)\n", (double)swapped / 1048576);
     printf("resident after push: %.1f MiB (mincore: mapped or in the swap cache)\n",
            (double)res_push / 1048576);
-    printf("pushed; sleeping %.1f s\n", sleep_s);
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    /* The wall clock, for lining this up with a daemon's log. */
+    printf("pushed; sleeping %.1f s (at %lld.%03ld)\n", sleep_s, (long long)wall.tv_sec,
+           wall.tv_nsec / 1000000);
 
     double until = now_s() + sleep_s;
     for (double left; !wake && (left = until - now_s()) > 0;) {

@@ -2,11 +2,15 @@
 # bench/swap.sh: the swap prefetch benchmark (a benchmark, not a test).
 #
 # sp_tester in a memory cgroup (1 GiB by default) with a swap file on disk,
-# sleeping 30 s between the push and the reread, three times in one run:
+# sleeping 30 s between the push and the reread, four times in one run:
 #
 #   floor    the first buffer is never pushed out (--no-push)
 #   without  pushed out to swap, no daemon
-#   with     pushed out to swap, tiercache swap-prefetch running
+#   with     pushed out to swap, tiercache swap-prefetch running (pages
+#            brought back into the swap cache: the reread maps each one
+#            with a minor fault)
+#   mapped   the same with swap-prefetch --map (pages also mapped into
+#            sp_tester's page tables: the reread takes no fault)
 #
 # and prints the reread times, their major faults, and the ratios
 # with / floor and without / with.
@@ -26,7 +30,7 @@
 #   --dir     where the swap file goes: a directory on a disk, not tmpfs
 #             (default /var/tmp)
 #   --build   the build to use (default build)
-#   --order   the runs, in this order (default "floor without with"; bench/run
+#   --order   the runs, in this order (default "floor without with mapped"; bench/run
 #             rotates it between repetitions)
 #   --record  append a line "MODE RUN reread_s majflt" per run to FILE
 #   after --: more options for tiercache swap-prefetch (default: its
@@ -38,7 +42,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 limit=1G swap=2G sleep_s=30 modes=bytes level=3 dir=/var/tmp build=build
-runs="floor without with" record=
+runs="floor without with mapped" record=
 daemon_opts=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -113,17 +117,27 @@ run() {  # name sp_tester options...
     "$(field "$work/$name.out" resident_before_reread_mib)" "$(field "$work/$name.out" buffer_mib)"
 }
 
-start_daemon() {
+start_daemon() {  # extra daemon options...
   "$TC" swap-prefetch --foreground --level "$level" --cgroup "$cg" \
-    --control "$work/sp.ctl" "${daemon_opts[@]}" >"$work/daemon.log" 2>&1 &
+    --control "$work/sp.ctl" "$@" "${daemon_opts[@]}" >"$work/daemon.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 1 100); do
     "$TC" swap-prefetch --status --control "$work/sp.ctl" >/dev/null 2>&1 && break
     sleep 0.1
   done
 }
-stop_daemon() {
+stop_daemon() {  # run name
   "$TC" swap-prefetch --status --control "$work/sp.ctl" | sed -n '/^prefetched/,/^pending/s/^/    daemon: /p'
+  # When the daemon started and finished, from the push (its log's wall
+  # clock against sp_tester's): whether it was done before the reread.
+  local pushed t
+  pushed=$(sed -n 's/^pushed.*(at \([0-9.]*\)).*/\1/p' "$work/$1.out")
+  for ev in "prefetching: " "nothing left to prefetch"; do
+    t=$(grep -m 1 -F "$ev" "$work/daemon.log" | cut -d' ' -f1-2)
+    [ -n "$t" ] && [ -n "$pushed" ] &&
+      awk -v a="$(date -d "$t" +%s.%N)" -v p="$pushed" -v e="${ev%: }" -v s="$sleep_s" \
+        'BEGIN { printf "    daemon: %s %.1f s after the push (reread at %s s)\n", e, a - p, s }'
+  done
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "    daemon: CPU time %.2f s\n", ($12 + $13) / hz }' \
     "/proc/$daemon_pid/stat"
   kill "$daemon_pid"
@@ -140,18 +154,25 @@ for mode in $modes; do
       with)
         start_daemon
         run with --reread "$mode" --linger 3
-        stop_daemon ;;
-      *) echo "bench/swap.sh: --order: unknown run '$r' (floor, without, with)" >&2; exit 2 ;;
+        stop_daemon with ;;
+      mapped)
+        start_daemon --map
+        run mapped --reread "$mode" --linger 3
+        stop_daemon mapped ;;
+      *) echo "bench/swap.sh: --order: unknown run '$r' (floor, without, with, mapped)" >&2; exit 2 ;;
     esac
     if [ -n "$record" ]; then echo "$mode $r $(field "$work/$r.out" reread_s) $(field "$work/$r.out" majflt)" >>"$record"; fi
   done
-  floor=$(field "$work/floor.out" reread_s)
-  off=$(field "$work/without.out" reread_s)
-  on=$(field "$work/with.out" reread_s)
-  awk -v f="$floor" -v off="$off" -v on="$on" -v mo="$(field "$work/without.out" majflt)" \
-      -v mw="$(field "$work/with.out" majflt)" 'BEGIN {
-    printf "  ratios: with/floor %.2f (aim <= 1.5), without/with %.2f (aim >= 4)", on / f, off / on
-    if (mo > 0) printf ", major faults %.1f%% fewer", 100 * (1 - mw / mo)
-    printf "\n"
+  # The ratios of the runs made (a run left out of --order has no file).
+  fig() { if [ -f "$work/$1.out" ]; then field "$work/$1.out" "$2"; fi; }
+  awk -v f="$(fig floor reread_s)" -v off="$(fig without reread_s)" -v on="$(fig with reread_s)" \
+      -v mp="$(fig mapped reread_s)" -v mo="$(fig without majflt)" -v mw="$(fig with majflt)" 'BEGIN {
+    s = "  ratios:"
+    if (f > 0 && on > 0) s = s sprintf(" with/floor %.2f (aim <= 1.5)", on / f)
+    if (f > 0 && mp > 0) s = s sprintf(", mapped/floor %.2f", mp / f)
+    if (off > 0 && on > 0) s = s sprintf(", without/with %.2f (aim >= 4)", off / on)
+    if (off > 0 && mp > 0) s = s sprintf(", without/mapped %.2f", off / mp)
+    if (mo > 0 && mw != "") s = s sprintf(", major faults %.1f%% fewer", 100 * (1 - mw / mo))
+    print s
   }'
 done

@@ -88,6 +88,8 @@ struct tc_dev {
     bool direct_io;                 /* O_DIRECT in effect */
     bool can_trim, can_zero, can_fua, can_flush, can_multi_conn;
     bool rotational;
+    uint64_t max_io;                /* largest request passed whole (larger ones are cut
+                                       into pieces of this size); 0: no limit */
     char identity[128];             /* stable identity, see dev_identity() */
     struct tc_dev_stats stats;
     /* A failing device: set by the owner; the device keeps working. */

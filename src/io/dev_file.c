@@ -6,6 +6,14 @@
  * trim and write-zeroes map to fallocate(), which io_uring runs without
  * blocking the reactor; write-zeroes falls back to writing zero buffers
  * when the file system cannot zero a range (unless FAST_ZERO was asked).
+ *
+ * A read or write larger than a block device takes in one request is cut
+ * into pieces it does take whole, issued together.  The kernel would split
+ * it anyway, but a split bio is charged more than its size by the blkio
+ * throttle (a 1 MiB read into scattered pages, split in two 512 KiB
+ * requests, counted twice: half the rate a cgroup limit allows).  Cut
+ * here, each piece is charged once.  A request still counts as one in the
+ * device's figures (reads, writes, average sizes).
  */
 #include "io/dev.h"
 
@@ -30,6 +38,22 @@ struct dev_file {
     struct tc_dev dev;
     int fd;
     bool zero_by_fallocate;     /* false once the file system refused it */
+    uint64_t max_io;            /* largest read or write issued whole; 0: any */
+};
+
+/* One piece of a read or write cut at max_io: its own SQE; the request
+ * completes when the last piece has, with the first error any piece met. */
+struct file_piece {
+    struct tc_io io;
+    struct file_split *sp;
+    uint64_t off, len, done;
+};
+
+struct file_split {
+    struct tc_dev_io *dio;
+    unsigned pending;
+    int err;
+    struct file_piece piece[];
 };
 
 static void *zero_buffer(void)
@@ -43,6 +67,70 @@ static void *zero_buffer(void)
 }
 
 static void file_issue(struct dev_file *f, struct tc_dev_io *dio);
+static void piece_issue(struct dev_file *f, struct file_piece *p);
+
+static void piece_done(struct tc_io *io, int res)
+{
+    struct file_piece *p = container_of(io, struct file_piece, io);
+    struct file_split *sp = p->sp;
+    struct tc_dev_io *dio = sp->dio;
+    struct dev_file *f = container_of(dio->dev, struct dev_file, dev);
+
+    if (res == -EINTR || res == -EAGAIN) {
+        piece_issue(f, p);
+        return;
+    }
+    if (res > 0) {
+        p->done += (uint64_t)res;
+        if (p->done < p->len) {
+            piece_issue(f, p);
+            return;
+        }
+    } else if (sp->err == 0) {
+        /* 0: nothing transferred and no error: the device ended early. */
+        sp->err = res < 0 ? res : -EIO;
+    }
+    if (--sp->pending > 0)
+        return;
+    int err = sp->err;
+    if (err == 0)
+        dio->done_bytes = dio->len;
+    free(sp);
+    dev_complete(dio, err);
+}
+
+static void piece_issue(struct dev_file *f, struct file_piece *p)
+{
+    struct tc_dev_io *dio = p->sp->dio;
+    p->io.done = piece_done;
+    struct io_uring_sqe *sqe = reactor_sqe(f->dev.reactor, &p->io);
+    char *buf = (char *)dio->buf + (p->off - dio->off) + p->done;
+    unsigned n = (unsigned)(p->len - p->done);
+    if (dio->op == TC_DEV_READ) {
+        io_uring_prep_read(sqe, f->fd, buf, n, p->off + p->done);
+    } else {
+        io_uring_prep_write(sqe, f->fd, buf, n, p->off + p->done);
+        if (dio->flags & TC_DEV_FUA)
+            sqe->rw_flags = RWF_DSYNC;
+    }
+}
+
+/* A read or write larger than max_io: its pieces, all issued at once. */
+static void split_issue(struct dev_file *f, struct tc_dev_io *dio)
+{
+    unsigned n = (unsigned)((dio->len + f->max_io - 1) / f->max_io);
+    struct file_split *sp = tc_xcalloc(1, sizeof *sp + (size_t)n * sizeof sp->piece[0]);
+    sp->dio = dio;
+    sp->pending = n;
+    for (unsigned i = 0; i < n; i++) {
+        struct file_piece *p = &sp->piece[i];
+        p->sp = sp;
+        p->off = dio->off + (uint64_t)i * f->max_io;
+        p->len = TC_MIN(f->max_io, dio->len - (uint64_t)i * f->max_io);
+    }
+    for (unsigned i = 0; i < n; i++)
+        piece_issue(f, &sp->piece[i]);
+}
 
 static void file_done(struct tc_io *io, int res)
 {
@@ -158,6 +246,10 @@ static void file_submit(struct tc_dev *dev, struct tc_dev_io *dio)
         dev_complete(dio, -ENOTSUP);
         return;
     }
+    if ((dio->op == TC_DEV_READ || dio->op == TC_DEV_WRITE) && f->max_io && dio->len > f->max_io) {
+        split_issue(f, dio);
+        return;
+    }
     file_issue(f, dio);
 }
 
@@ -167,6 +259,46 @@ static void file_close(struct tc_dev *dev)
     close(f->fd);
     free(f->dev.name);
     free(f);
+}
+
+/* A number from the block device's queue directory in sysfs (dir is
+ * "queue", or "../queue" for a partition's disk); 0 if there is none. */
+static uint64_t queue_limit(dev_t rdev, const char *dir, const char *name)
+{
+    char path[256];
+    unsigned long long v = 0;
+    snprintf(path, sizeof path, "/sys/dev/block/%u:%u/%s/%s", major(rdev), minor(rdev), dir,
+             name);
+    FILE *fp = fopen(path, "re");
+    if (fp == NULL)
+        return 0;
+    if (fscanf(fp, "%llu", &v) != 1)
+        v = 0;
+    fclose(fp);
+    return v;
+}
+
+/* The largest request a block device takes whole, whatever the buffer's
+ * pages: max_sectors_kb, and max_segments pages (a buffer's pages need not
+ * be physically adjacent, so each may be a segment of its own).  A
+ * partition has no queue directory of its own: its disk's applies.  0 when
+ * unknown: requests go whole. */
+static uint64_t block_max_io(dev_t rdev)
+{
+    const char *dir = "queue";
+    uint64_t kb = queue_limit(rdev, dir, "max_sectors_kb");
+    if (kb == 0) {
+        dir = "../queue";
+        kb = queue_limit(rdev, dir, "max_sectors_kb");
+    }
+    uint64_t segs = queue_limit(rdev, dir, "max_segments");
+    uint64_t max = kb * 1024;
+    long page = sysconf(_SC_PAGESIZE);
+    if (segs && page > 0 && (max == 0 || segs * (uint64_t)page < max))
+        max = segs * (uint64_t)page;
+    max = tc_round_down(max, 4096);
+    /* Too small to be believed (or unknown): no cutting. */
+    return max < (64u << 10) ? 0 : max;
 }
 
 static const struct tc_dev_ops file_ops = { .submit = file_submit, .close = file_close };
@@ -264,6 +396,8 @@ struct tc_dev *dev_file_open(struct tc_reactor *r, const char *path, bool read_o
             fclose(fp);
         }
         block_identity(st.st_rdev, d->identity, sizeof d->identity);
+        f->max_io = block_max_io(st.st_rdev);
+        d->max_io = f->max_io;
     } else if (S_ISREG(st.st_mode)) {
         d->size = (uint64_t)st.st_size;
         d->can_trim = true;

@@ -102,6 +102,7 @@ static void proc_forget(struct sp_daemon *d, size_t i)
     d->gone.used += o->used;
     d->gone.wasted += o->wasted;
     d->gone.freed += o->freed;
+    d->gone.mapped += o->mapped;
     d->gone_read += p->read_pages;
     if (o->prefetched)
         tc_info("process %d (%s) exited: prefetched %llu pages, used %llu, wasted %llu, "
@@ -415,6 +416,56 @@ static enum sp_reason check_cgroup(struct sp_daemon *d, int lc)
     return r;
 }
 
+/* ---- --map: mapping prefetched pages ---- */
+
+/* Map the pages of p's last chunk that are still pending and that nothing
+ * can have dropped from the swap cache since their advice (no reclaim
+ * anywhere: mapping them then takes no I/O).  Pages it cannot vouch for
+ * stay pending; the ledger settles them as usual. */
+static void map_due(struct sp_daemon *d, struct sp_proc *p, uint64_t steal_now)
+{
+    uint64_t addrs[SP_EXTENT_MAX_PAGES];
+    uint32_t npages = p->map_npages;
+    p->map_npages = 0;
+    if (!d->cfg.map || npages == 0 || p->map_denied)
+        return;
+    size_t n = sp_ledger_unreclaimed(&p->ledger, p->map_start, TC_MIN(npages, SP_EXTENT_MAX_PAGES),
+                                     steal_now, addrs, SP_EXTENT_MAX_PAGES);
+    if (n == 0)
+        return;
+    /* process_vm_readv names the process by PID: make sure it is still the
+     * one advised (a PID reused in the instant after this check would only
+     * have one byte of some pages read into a scratch buffer). */
+    struct sp_procinfo pi;
+    if (!sp_procinfo_stat(p->pid, &pi) || pi.starttime != p->starttime)
+        return;
+    ssize_t r = sp_map_pages(p->pid, addrs, n);
+    if (r < 0) {
+        if (r == -EPERM || r == -EACCES) {
+            p->map_denied = true;
+            tc_warn("process %d (%s): the kernel refused process_vm_readv (%s); its pages "
+                    "are prefetched but not mapped (ptrace access is needed)",
+                    (int)p->pid, p->comm, strerror((int)-r));
+        } else if (r != -ESRCH) {
+            tc_debug("process %d (%s): mapping %zu pages at 0x%llx: %s", (int)p->pid, p->comm,
+                     n, (unsigned long long)addrs[0], strerror((int)-r));
+        }
+        return;
+    }
+    /* A short count stops at a page that could not be read (unmapped
+     * meanwhile); the pages before it are mapped. */
+    uint64_t m = sp_ledger_mapped(&p->ledger, addrs, (size_t)r);
+    tc_debug("process %d (%s): mapped %llu of %zu pages", (int)p->pid, p->comm,
+             (unsigned long long)m, n);
+}
+
+/* Map what is due for every process (the tick, and the end of a pass). */
+static void map_all_due(struct sp_daemon *d, uint64_t steal_now)
+{
+    for (size_t i = 0; i < d->nprocs; i++)
+        map_due(d, d->procs[i], steal_now);
+}
+
 /* ---- the chunk timer: pacing ---- */
 
 /* Advise up to max_pages of p's next extent.  Returns pages advised, or -1
@@ -441,11 +492,19 @@ static int64_t issue(struct sp_daemon *d, struct sp_proc *p, uint64_t max_pages,
         d->need_scan = true;
         return 0;
     }
+    map_due(d, p, steal_mark);
     struct sp_chunk c;
     uint64_t now = tc_now_ns();
+    struct sp_extent before = p->ext[p->next];
     int rc = sp_prefetch_chunk(p->pidfd, pm, &p->ext[p->next], (uint32_t)max_pages, &p->ledger,
                                steal_mark, now, &c);
     close(pm);
+    if (rc == 0 && c.advised && d->cfg.map) {
+        const struct sp_extent *after = &p->ext[p->next];
+        p->map_start = before.start;
+        p->map_npages = after->npages == 0 ? before.npages
+                                           : (uint32_t)((after->start - before.start) >> SP_PAGE_SHIFT);
+    }
     if (rc < 0) {
         switch (-rc) {
         case ESRCH:
@@ -495,6 +554,7 @@ static void chunk(struct tc_timer *t)
     struct sp_daemon *d = container_of(t, struct sp_daemon, chunk_timer);
     if (d->state != SP_PREFETCHING && d->state != SP_HELD)
         return;
+    uint64_t started = tc_now_ns();
     struct sp_sys now;
     if (!sp_sys_read_light(&now, &d->prev)) {
         timer_arm(d->reactor, &d->chunk_timer, d->cfg.interval_ns);
@@ -553,8 +613,13 @@ static void chunk(struct tc_timer *t)
                     tc_info("prefetching again");
                 }
                 d->held_reason = SP_GO;
-                /* Pace: the next chunk after this one's share of the rate. */
+                /* Pace: the next chunk starts this one's share of the rate
+                 * after this one started (the time spent in this callback,
+                 * reading pagemap and advising, is part of the share, so
+                 * the rate is what --rate says, not less). */
                 uint64_t delay = (uint64_t)advised * SP_PAGE_SIZE * 1000000000ull / d->cfg.rate;
+                uint64_t spent = tc_now_ns() - started;
+                delay = delay > spent ? delay - spent : 0;
                 timer_arm(d->reactor, &d->chunk_timer, TC_MAX(delay, 1000000ull));
                 return;
             }
@@ -582,6 +647,7 @@ static void chunk(struct tc_timer *t)
         char a[32], b[32];
         fmt_size(o.prefetched * SP_PAGE_SIZE, a, sizeof a);
         fmt_size(rd * SP_PAGE_SIZE, b, sizeof b);
+        map_all_due(d, sp_sys_reclaim_mark(&now));
         tc_info("nothing left to prefetch (prefetched %s so far, %s read from swap)", a, b);
         d->state = SP_IDLE;
         finish_once(d, SP_GO);
@@ -650,6 +716,10 @@ static void tick(struct tc_timer *t)
         d->on_battery = sp_on_battery();
         d->laptop_mode = sp_laptop_mode();
     }
+    /* Chunks not mapped yet (prefetch stopped, or the tick came before the
+     * next chunk): a read still under way is waited for, at most one
+     * chunk's. */
+    map_all_due(d, sp_sys_reclaim_mark(&cur));
     settle(d, &cur);
     /* Each limited cgroup: its rules over the whole interval. */
     for (size_t c = 0; c < d->cgroups.n; c++) {
@@ -750,6 +820,7 @@ void sp_daemon_totals(const struct sp_daemon *d, struct sp_outcome *o, uint64_t 
         o->used += p->used;
         o->wasted += p->wasted;
         o->freed += p->freed;
+        o->mapped += p->mapped;
         o->pending += p->pending;
         *read_pages += d->procs[i]->read_pages;
     }

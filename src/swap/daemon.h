@@ -45,6 +45,7 @@ struct sp_config {
     uint64_t headroom;          /* bytes kept free (system and each limited cgroup) */
     const char *cgroup;         /* hierarchy path to restrict to; NULL: all processes */
     bool once;                  /* one pass, then on_done */
+    bool map;                   /* --map: map prefetched pages into their process */
 };
 
 /* A process the engine knows: found with swapped memory by a scan, and kept
@@ -65,6 +66,13 @@ struct sp_proc {
     size_t next, n;
     struct sp_ledger ledger;
     uint64_t read_pages;        /* pages read from swap for it */
+    /* --map: the span of the last chunk advised, not mapped yet.  It is
+     * mapped when the next chunk for the process is due, or at the next
+     * tick, so that its reads have had time to complete and the mapping
+     * does not wait on them. */
+    uint64_t map_start;
+    uint32_t map_npages;
+    bool map_denied;            /* the kernel refused process_vm_readv for it */
     bool denied;                /* the kernel refused advice for it */
     bool seen;                  /* found by the scan in progress */
 };

@@ -71,24 +71,60 @@ void sp_ledger_add(struct sp_ledger *l, uint64_t start, uint32_t npages, const u
     l->pages.pending += count;
 }
 
-bool sp_ledger_pending(const struct sp_ledger *l, uint64_t addr, uint64_t key)
+static void remove_settled(struct sp_ledger *l);
+
+/* The range tracking the pending page at addr, or NULL. */
+static struct sp_lrange *find_pending(const struct sp_ledger *l, uint64_t addr)
 {
     /* Ranges do not overlap in tracked pages but their spans may interleave;
      * look back from the first range starting after addr while a span of
      * at most SP_LEDGER_MAX_SPAN pages can still reach it. */
     size_t i = lower_bound(l, addr + 1);
     while (i > 0) {
-        const struct sp_lrange *r = &l->r[--i];
+        struct sp_lrange *r = &l->r[--i];
         uint64_t end = r->start + (uint64_t)r->npages * SP_PAGE_SIZE;
-        if (addr >= r->start && addr < end) {
-            uint64_t e = r->entry[(addr - r->start) >> SP_PAGE_SHIFT];
-            if (e && pm_swap_key(e) == key)
-                return true;
-        }
+        if (addr >= r->start && addr < end && r->entry[(addr - r->start) >> SP_PAGE_SHIFT])
+            return r;
         if (addr - r->start >= (uint64_t)SP_LEDGER_MAX_SPAN * SP_PAGE_SIZE)
             break;      /* no earlier span can reach addr */
     }
-    return false;
+    return NULL;
+}
+
+bool sp_ledger_pending(const struct sp_ledger *l, uint64_t addr, uint64_t key)
+{
+    const struct sp_lrange *r = find_pending(l, addr);
+    return r && pm_swap_key(r->entry[(addr - r->start) >> SP_PAGE_SHIFT]) == key;
+}
+
+size_t sp_ledger_unreclaimed(const struct sp_ledger *l, uint64_t start, uint32_t npages,
+                             uint64_t steal_now, uint64_t *addrs, size_t max)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < npages && n < max; k++) {
+        uint64_t addr = start + (uint64_t)k * SP_PAGE_SIZE;
+        const struct sp_lrange *r = find_pending(l, addr);
+        if (r && r->steal_mark == steal_now)
+            addrs[n++] = addr;
+    }
+    return n;
+}
+
+uint64_t sp_ledger_mapped(struct sp_ledger *l, const uint64_t *addrs, size_t n)
+{
+    uint64_t done = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct sp_lrange *r = find_pending(l, addrs[i]);
+        if (r == NULL)
+            continue;
+        r->entry[(addrs[i] - r->start) >> SP_PAGE_SHIFT] = 0;
+        r->pending--;
+        l->pages.pending--;
+        l->pages.mapped++;
+        done++;
+    }
+    remove_settled(l);
+    return done;
 }
 
 static void remove_settled(struct sp_ledger *l)

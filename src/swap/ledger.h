@@ -51,9 +51,13 @@
  * prefetch are far smaller.  It bounds the lookups of sp_ledger_pending. */
 #define SP_LEDGER_MAX_SPAN 16384u
 
-/* Outcome counts in pages.  prefetched = used + wasted + freed + pending. */
+/* Outcome counts in pages.  prefetched = used + wasted + freed + mapped +
+ * pending.  mapped: pages the daemon itself mapped into their process
+ * (--map, sp_ledger_mapped); once mapped, pagemap no longer tells whether
+ * the process touched them, so they leave the ledger without a verdict and
+ * out of the hit ratio. */
 struct sp_outcome {
-    uint64_t prefetched, used, wasted, freed, pending;
+    uint64_t prefetched, used, wasted, freed, mapped, pending;
 };
 
 /* Pages of one process advised by one call.  entry[i] is the pagemap
@@ -100,6 +104,17 @@ int sp_ledger_sample(struct sp_ledger *l,
 /* Settle up to pages pending pages as wasted, oldest advice first.
  * Returns how many were settled. */
 uint64_t sp_ledger_evict(struct sp_ledger *l, uint64_t pages);
+
+/* The pending pages in [start, start + npages pages) that were advised when
+ * the reclaim mark was steal_now, i.e. that nothing can have dropped from
+ * the swap cache since (sp_sys_reclaim_mark): their addresses, in order, at
+ * most max of them.  Returns how many. */
+size_t sp_ledger_unreclaimed(const struct sp_ledger *l, uint64_t start, uint32_t npages,
+                             uint64_t steal_now, uint64_t *addrs, size_t max);
+
+/* Settle the pending pages at addrs as mapped.  Returns how many were
+ * pending. */
+uint64_t sp_ledger_mapped(struct sp_ledger *l, const uint64_t *addrs, size_t n);
 
 /* The process has gone: every pending page is settled as freed. */
 void sp_ledger_drop(struct sp_ledger *l);

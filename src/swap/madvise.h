@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -27,6 +28,19 @@
 int sp_pidfd_open(pid_t pid);                       /* fd or -errno */
 /* MADV_WILLNEED on the ranges: bytes advised, or -errno. */
 ssize_t sp_willneed(int pidfd, const struct iovec *iov, size_t n);
+
+/* Map swapped pages of another process into its page tables, the way its
+ * own touch would, by reading one byte of each page with
+ * process_vm_readv(2): the kernel faults the page in on the process's
+ * behalf (the fault is counted to the caller, not to the process).  Pages
+ * already in the swap cache are mapped without I/O; a page that is not
+ * would be read from swap synchronously, so callers pass only pages just
+ * prefetched.  Needs ptrace attach access to the process (same user, or
+ * CAP_SYS_PTRACE); process_madvise accepts no advice that maps pages of
+ * another process (MADV_POPULATE_READ is for the caller's own memory only).
+ * Returns the number of pages mapped, from the first (a short count means
+ * the page after the last one counted failed), or -errno. */
+ssize_t sp_map_pages(pid_t pid, const uint64_t *addrs, size_t n);
 
 /* Startup checks; each returns false with a message that says what is
  * wrong and what to do. */

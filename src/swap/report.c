@@ -19,6 +19,7 @@ static void outcome_json(struct tc_json *j, const struct sp_outcome *o, uint64_t
     json_uint(j, "used_bytes", o->used * SP_PAGE_SIZE);
     json_uint(j, "wasted_bytes", o->wasted * SP_PAGE_SIZE);
     json_uint(j, "freed_bytes", o->freed * SP_PAGE_SIZE);
+    json_uint(j, "mapped_bytes", o->mapped * SP_PAGE_SIZE);
     json_uint(j, "pending_bytes", o->pending * SP_PAGE_SIZE);
     /* Of the pages whose fate is known, the share that was used. */
     uint64_t settled = o->used + o->wasted + o->freed;
@@ -42,6 +43,7 @@ void sp_daemon_status_json(const struct sp_daemon *d, struct tc_json *j)
     else
         json_null(j, "cgroup");
     json_bool(j, "once", d->cfg.once);
+    json_bool(j, "map", d->cfg.map);
     json_uint(j, "now_ns", tc_now_ns());
     json_uint(j, "started_ns", d->started_ns);
 

@@ -76,7 +76,11 @@ def start(a, d, mode, log):
         os.unlink(sock)
     proc = subprocess.Popen([a.bin, "serve", "--origin", f"{d}/origin.img", "--cache",
                              f"{d}/cache.img", "--mode", mode, "--socket", sock,
-                             "--foreground"], stdout=log, stderr=subprocess.STDOUT)
+                             "--foreground"] +
+                            # keep the dirty data: no write-back while busy
+                            (["--dirty-target", "90", "--dirty-high", "95"]
+                             if mode == "writeback" else []),
+                            stdout=log, stderr=subprocess.STDOUT)
     uri = f"nbd+unix:///?socket={sock}"
     for _ in range(400):
         if proc.poll() is not None:
