@@ -14,6 +14,10 @@
  *   writearound   append a tombstone, wait until it is written, then write
  *                 the origin
  *
+ * The pieces of one request that go to the origin are written there as
+ * one origin write per contiguous range where their conditions allow
+ * (see "origin writes" below for the rule).
+ *
  * Waiting for the cache write before the origin write means that after a
  * crash the cache never holds an older version than the origin: either
  * the new version is in the log (and recovery treats it as dirty until a
@@ -75,6 +79,9 @@ struct wpiece {
     struct wpiece *wt_prev, *wt_next;
     uint8_t join;                   /* parallel write-through: parts still running */
     int join_err;
+    bool ready;                     /* may go to the origin: waits for issue_ready() */
+    bool issued;                    /* its origin write is submitted */
+    unsigned run_n;                 /* heading a run: pieces its dio covers */
 };
 
 struct wreq {
@@ -92,6 +99,11 @@ struct wreq {
     struct owrite ow;
     struct tc_dev_io odio;
     void (*after_pieces)(struct wreq *w);   /* runs once pending reaches 0 */
+    /* Origin writes: pieces that became ready are issued together (see
+     * issue_ready()); holding while run_pieces() starts them. */
+    bool holding;
+    unsigned log_waits;             /* pieces waiting for their cache write first */
+    struct tc_task issue_task;
 };
 
 static void piece_step(struct wpiece *p);
@@ -237,9 +249,43 @@ static void piece_done(struct wpiece *p, int err)
 
 /* ---- origin writes ---- */
 
-static void origin_write_done(struct tc_dev_io *dio, int err)
+/*
+ * One origin write per contiguous range, not one per piece (on a disk
+ * every request costs a seek).  A piece is "ready" at the point where it
+ * may go to the origin: at once for a piece that goes straight there or
+ * whose new version supersedes nothing cached; after its cache write
+ * (flushed, when it supersedes cached sectors) when it must wait for it;
+ * after the block's dirty data was written back; and so on -- each
+ * piece's own conditions are exactly what they were when every piece had
+ * its own origin write.  Readiness only allows a piece to go: the rule
+ * for when it goes, grouped with others, is
+ *
+ *  - while some piece of the request waits for its cache write (a new
+ *    version or a tombstone appended, to be written and maybe flushed),
+ *    the ready pieces wait too: that write completes on its own (it never
+ *    needs a block lock or an origin request), sooner than an origin
+ *    request, and the client waits for the slowest piece anyway;
+ *  - otherwise the ready pieces go at once, as one origin write per
+ *    maximal run of ready, not yet issued pieces adjacent both on the
+ *    origin and in the client's buffer.  "At once" means when
+ *    run_pieces() has started every piece (all that is ready without
+ *    waiting goes out together), or else from a task deferred to the end
+ *    of the reactor pass that made the piece ready (pieces made ready by
+ *    the same completions go out together).
+ *
+ * A ready piece never waits for one that waits for anything else (a block
+ * lock, a writeback, room in the cache, a read to merge): that could wait
+ * on a lock the ready piece holds itself, or on an origin request.  So a
+ * request whose pieces take such different routes may still reach the
+ * origin as several writes.
+ *
+ * Each piece keeps its own bookkeeping: its block lock, its write-through
+ * tracking (wt_inflight) and its origin-write registration (owrite, taken
+ * when it becomes ready, as before) last until the run's write completes,
+ * and the completion (error handling included) runs for each piece.
+ */
+static void piece_origin_done(struct wpiece *p, int err)
 {
-    struct wpiece *p = container_of(dio, struct wpiece, dio);
     struct cache *c = p->w->c;
     if (p->direct)
         owrite_end(c, &p->ow);
@@ -264,25 +310,89 @@ static void origin_write_done(struct tc_dev_io *dio, int err)
         piece_done(p, err);
 }
 
+static void origin_run_done(struct tc_dev_io *dio, int err)
+{
+    struct wpiece *head = container_of(dio, struct wpiece, dio);
+    unsigned n = head->run_n;
+    /* Every piece of the run still counts in its request's pending, so
+     * the request (and this array) lives until the last one is done. */
+    for (unsigned k = 0; k < n; k++)
+        piece_origin_done(head + k, err);
+}
+
+static uint64_t piece_origin_off(const struct wpiece *p)
+{
+    return p->oblock * p->w->c->block_size + (uint64_t)p->s0 * TC_SECTOR;
+}
+
+static uint64_t piece_len(const struct wpiece *p)
+{
+    return (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
+}
+
+static bool pieces_adjacent(const struct wpiece *a, const struct wpiece *b)
+{
+    return piece_origin_off(a) + piece_len(a) == piece_origin_off(b) &&
+           a->src + piece_len(a) == b->src;
+}
+
+/* Submit one origin write for each maximal run of ready pieces. */
+static void issue_ready(struct wreq *w)
+{
+    struct cache *c = w->c;
+    if (w->log_waits > 0)
+        return;     /* the last cache write to finish issues them */
+    for (unsigned i = 0; i < w->np;) {
+        struct wpiece *head = &w->p[i];
+        if (!head->ready || head->issued) {
+            i++;
+            continue;
+        }
+        unsigned j = i + 1;
+        while (j < w->np && w->p[j].ready && !w->p[j].issued &&
+               pieces_adjacent(&w->p[j - 1], &w->p[j]))
+            j++;
+        uint64_t len = 0;
+        for (unsigned k = i; k < j; k++) {
+            w->p[k].issued = true;
+            len += piece_len(&w->p[k]);
+        }
+        head->run_n = j - i;
+        memset(&head->dio, 0, sizeof head->dio);
+        head->dio.op = TC_DEV_WRITE;
+        head->dio.off = piece_origin_off(head);
+        head->dio.len = len;
+        head->dio.buf = (void *)head->src;
+        head->dio.cb = origin_run_done;
+        if (w->e->flags & TC_REQ_FUA)
+            head->dio.flags |= TC_DEV_FUA;
+        i = j;
+        dev_submit(c->vol->origin, &head->dio);
+    }
+}
+
+static void issue_task(struct tc_task *t)
+{
+    issue_ready(container_of(t, struct wreq, issue_task));
+}
+
+/* The piece may go to the origin now. */
 static void origin_write(struct wpiece *p)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
-    memset(&p->dio, 0, sizeof p->dio);
-    p->dio.off = p->oblock * c->block_size + (uint64_t)p->s0 * TC_SECTOR;
-    p->dio.len = (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
-    p->dio.cb = origin_write_done;
     if (p->mode == W_DISCARD) {
         piece_done(p, 0);   /* the origin operation runs once for the request */
         return;
     }
-    p->dio.op = TC_DEV_WRITE;
-    p->dio.buf = (void *)p->src;
-    if (w->e->flags & TC_REQ_FUA)
-        p->dio.flags |= TC_DEV_FUA;
     if (p->direct)
         owrite_begin(c, &p->ow, p->oblock, p->oblock + 1);
-    dev_submit(c->vol->origin, &p->dio);
+    p->ready = true;
+    /* A ready piece holds its request (pending), so the task finds it alive. */
+    if (!w->holding) {
+        w->issue_task.fn = issue_task;
+        reactor_defer(c->reactor, &w->issue_task);
+    }
 }
 
 /* ---- appending the new version ---- */
@@ -326,6 +436,7 @@ static void parallel_cached(struct log_waiter *lw, int err)
 static void appended_written(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
+    p->w->log_waits--;
     if (err)
         cache_append_failed(p);     /* the origin still gets it */
     origin_write(p);
@@ -358,8 +469,10 @@ static void append_version(struct wpiece *p)
          * survives, or the stale cached copy would come back (trimmed
          * contents are unspecified anyway). */
         p->lw.need_flush = p->mode == W_AROUND;
+        w->log_waits++;
         int rc = log_append(c, &a, NULL, NULL, NULL, NULL, &p->lw);
         if (rc == -ENOSPC) {
+            w->log_waits--;
             p->lw.fn = space_ready;
             cleaner_wait_space(c, &p->lw);
             return;
@@ -423,10 +536,15 @@ static void append_version(struct wpiece *p)
             p->join = 2;
         }
     }
+    bool log_wait = lw != NULL && !parallel;
+    if (log_wait)
+        w->log_waits++;
     int rc = log_append(c, &a, &seg, &off, &mseg, &moff, lw);
     if (merged)
         bufpool_put(merged, (size_t)n * TC_SECTOR);
     if (rc == -ENOSPC) {
+        if (log_wait)
+            w->log_waits--;
         p->join = 0;
         if (p->mode == W_THROUGH && mask_empty(&p->odirty)) {
             /* No room for the new version: invalidate and write through. */
@@ -635,8 +753,11 @@ static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
 static void run_pieces(struct wreq *w)
 {
     w->pending = w->np + 1;
+    w->holding = true;
     for (unsigned i = 0; i < w->np; i++)
         piece_start(&w->p[i]);
+    w->holding = false;
+    issue_ready(w);
     request_maybe_end(w);
 }
 
