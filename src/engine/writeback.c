@@ -626,10 +626,13 @@ static void tick(struct tc_timer *t)
      * failure can take, and what recovery must check). */
     if (now - wb->last_commit >= COMMIT_NS && !wb->committing) {
         wb->last_commit = now;
-        if (c->wt_stable_seq < wt_stable_candidate(c) && c->vol->origin->can_flush &&
-            c->wt_inflight == NULL) {
+        if (c->wt_stable_seq < wt_stable_candidate(c) && c->vol->origin->can_flush) {
             /* Write-through versions: flush the origin, then record them
-             * as stable, so a crash re-checks only the last seconds. */
+             * as stable, so a crash re-checks only the last seconds.  The
+             * candidate is below every version whose origin write is still
+             * in flight, so the flush covers all it names: waiting for a
+             * moment with nothing in flight would never come under a
+             * steady write-through load. */
             wb->committing = true;
             wb->commit_candidate = wt_stable_candidate(c);
             memset(&wb->commit_dio, 0, sizeof wb->commit_dio);
