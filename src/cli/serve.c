@@ -27,6 +27,7 @@
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/parse.h"
+#include "util/memcheck.h"
 
 static const char serve_help[] =
 "Usage: tiercache serve --origin ORIGIN [--cache DEV[,DEV...]] [OPTIONS]\n"
@@ -292,6 +293,7 @@ static void single_finished(struct nbd_server *srv)
 static void signal_done(struct tc_io *io, int res)
 {
     struct serve *s = container_of(io, struct serve, sig_io);
+    tc_kernel_filled(&s->siginfo, res);
     if (res == (int)sizeof s->siginfo) {
         int sig = (int)s->siginfo.ssi_signo;
         if (sig == SIGTERM || sig == SIGINT) {

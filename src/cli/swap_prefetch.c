@@ -26,6 +26,7 @@
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/parse.h"
+#include "util/memcheck.h"
 
 static const char swap_prefetch_help[] =
 "Usage: tiercache swap-prefetch [OPTIONS]\n"
@@ -346,6 +347,7 @@ static void signal_arm(struct sp_main *m);
 static void signal_done(struct tc_io *io, int res)
 {
     struct sp_main *m = container_of(io, struct sp_main, sig_io);
+    tc_kernel_filled(&m->siginfo, res);
     if (res == (int)sizeof m->siginfo) {
         int sig = (int)m->siginfo.ssi_signo;
         if (sig == SIGTERM || sig == SIGINT) {

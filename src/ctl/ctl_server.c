@@ -15,6 +15,7 @@
 #include "ctl/ctl.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/memcheck.h"
 
 #define CTL_LINE_MAX 4096
 
@@ -187,6 +188,7 @@ static void rx_done(struct tc_io *io, int res)
         conn_maybe_free(c);
         return;
     }
+    tc_kernel_filled(c->line + c->got, res);
     c->got += (size_t)res;
     if (!c->dispatched && memchr(c->line, '\n', c->got)) {
         dispatch(c);

@@ -31,6 +31,7 @@
 
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/memcheck.h"
 
 #define ZERO_CHUNK (1u << 20)
 
@@ -81,6 +82,8 @@ static void piece_done(struct tc_io *io, int res)
         return;
     }
     if (res > 0) {
+        if (dio->op == TC_DEV_READ)
+            tc_kernel_filled((char *)dio->buf + (p->off - dio->off) + p->done, res);
         p->done += (uint64_t)res;
         if (p->done < p->len) {
             piece_issue(f, p);
@@ -153,6 +156,8 @@ static void file_done(struct tc_io *io, int res)
             dev_complete(dio, -EIO);
             return;
         }
+        if (dio->op == TC_DEV_READ)
+            tc_kernel_filled((char *)dio->buf + dio->done_bytes, res);
         dio->done_bytes += (uint64_t)res;
         if (dio->done_bytes < dio->len) {
             file_issue(f, dio);

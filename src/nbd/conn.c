@@ -39,6 +39,7 @@
 #include "nbd/server.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/memcheck.h"
 
 #define RX_SIZE (256u << 10)
 
@@ -207,6 +208,7 @@ void conn_abort(struct nbd_conn *c, const char *why)
 
 static void prep_recv(struct nbd_conn *c, void *dst, size_t len)
 {
+    c->rx_ring_dst = dst;
     if (c->is_socket)
         io_uring_prep_recv(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst, len, 0);
     else
@@ -285,6 +287,7 @@ static void rx_done(struct tc_io *io, int res)
 {
     struct nbd_conn *c = container_of(io, struct nbd_conn, rx_io);
     c->rx_armed = false;
+    tc_kernel_filled(c->rx_ring_dst, res);
     if (res == -EINTR || res == -EAGAIN) {
         rx_arm(c);
         maybe_finish(c);    /* rx_arm() arms nothing once the connection is closing */
@@ -651,6 +654,7 @@ static void tls_recv_done(struct tc_io *io, int res)
 {
     struct nbd_conn *c = container_of(io, struct nbd_conn, rx_io);
     c->rx_armed = false;
+    tc_kernel_filled(c->rx_ring_dst, res);
     if (res == -EINTR || res == -EAGAIN) {
         if (c->tls_state == CONN_TLS_HANDSHAKE)
             tls_recv_arm(c);

@@ -124,6 +124,7 @@ struct nbd_conn {
     int fd, wfd;                    /* receive from fd, send to wfd (the same socket,
                                        except with --single) */
     bool is_socket;                 /* else read/write, as on pipes */
+    void *rx_ring_dst;              /* where the armed io_uring receive puts its bytes */
     bool rx_cancelled, tx_cancelled;
     uint64_t id;
     char peer[80];
