@@ -204,7 +204,8 @@ def layout(a, cache):
             ds, = struct.unpack_from("<I", img, p + 76)
             if magic != CHUNK_MAGIC or struct.unpack_from("<I", img, p + 64)[0] != seg:
                 sys.exit(f"layout: no chunk header at segment {seg} sector {at}")
-            headers.append((p, p + hs * SECTOR, struct.unpack_from("<Q", img, p + 40)[0]))
+            headers.append((p, p + hs * SECTOR, struct.unpack_from("<Q", img, p + 40)[0],
+                            struct.unpack_from("<Q", img, p + 96)[0]))
             if ds:
                 data.append((p + hs * SECTOR, p + (hs + ds) * SECTOR))
             at += hs + ds
@@ -212,11 +213,16 @@ def layout(a, cache):
     # the others as flushed.  Nothing records it in turn: damaged, it looks
     # like a chunk torn by a crash and is ignored (losing nothing: it holds
     # no entries, and without its marks recovery is only more careful).
-    newest = max(headers, key=lambda x: x[2])
-    headers = [(lo, hi) for lo, hi, _ in headers]
+    # Likewise a chunk no later chunk records as flushed (a write-back
+    # record appended while the stop ran): the log cannot tell its damage
+    # from a torn write.  Damage is only promised to be found in chunks
+    # the log knows were durable.
+    durable = max(h[3] for h in headers)
+    newest = [(lo, hi) for lo, hi, seq, _ in headers if seq > durable]
+    headers = [(lo, hi) for lo, hi, _, _ in headers]
     used = [(0, 2 * SECTOR)] + [(DATA_OFFSET + s * SEGMENT, DATA_OFFSET + s * SEGMENT +
                                  f * SECTOR) for s, f in live.items()]
-    return headers, data, used, dirty, (newest[0], newest[1])
+    return headers, data, used, dirty, newest
 
 
 def pick(rng, ranges):
@@ -261,7 +267,8 @@ def run_seed(a, seed, images, layouts, stats):
             f.write(bytes([b ^ x]))
     desc = f"seed {seed} ({name}, {', '.join(f'{k}@{p}^{x:#x}' for k, p, x in flips)})"
     kinds = {k for k, _, _ in flips}
-    must_detect = any(k == "superblock" or (k == "header" and not newest[0] <= p < newest[1])
+    must_detect = any(k == "superblock" or
+                      (k == "header" and not any(lo <= p < hi for lo, hi in newest))
                       for k, p, _ in flips)
 
     chk = subprocess.run([a.bin, "check", "--cache", f"{d}/cache.img", "--json"],
