@@ -289,13 +289,19 @@ static void op_progress(void *arg, uint64_t left, uint64_t done_bytes)
         op->progress(op->arg, left, done_bytes);
 }
 
-static void origin_flushed_op(struct tc_dev_io *dio, int err)
+/* The end of an operation: free it, then tell its caller (who may start
+ * the next one from the callback). */
+static void op_finish(struct online_op *op, int err)
 {
-    struct online_op *op = container_of(dio, struct online_op, dio);
     void (*done)(void *, int) = op->done;
     void *arg = op->arg;
     free(op);
     done(arg, err);
+}
+
+static void origin_flushed_op(struct tc_dev_io *dio, int err)
+{
+    op_finish(container_of(dio, struct online_op, dio), err);
 }
 
 static void flush_origin_only(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg)
@@ -357,10 +363,7 @@ static void detached(void *arg, int err)
     }
     vol->detaching = false;
     open_gate(vol);
-    void (*done)(void *, int) = op->done;
-    void *a = op->arg;
-    free(op);
-    done(a, err);
+    op_finish(op, err);
 }
 
 /* A mode change away from writeback: what the writes still in the cache
@@ -371,10 +374,7 @@ static void mode_drained(void *arg, int err)
     struct tc_volume *vol = op->vol;
     vol->detaching = false;
     open_gate(vol);
-    void (*done)(void *, int) = op->done;
-    void *a = op->arg;
-    free(op);
-    done(a, err);
+    op_finish(op, err);
 }
 
 static void gate_quiet(struct tc_task *t)
@@ -396,10 +396,7 @@ static void first_drain_done(void *arg, int err)
     struct tc_volume *vol = op->vol;
     if (err) {
         vol->detaching = false;
-        void (*done)(void *, int) = op->done;
-        void *a = op->arg;
-        free(op);
-        done(a, err);
+        op_finish(op, err);
         return;
     }
     vol->held_tail = &vol->held_head;
