@@ -13,7 +13,7 @@
 
 wl_hitpath() {
   local size rt
-  if [ "$SCALE" = small ]; then size=256M rt=3; else size=1G rt=6; fi
+  if [ "$SCALE" = small ]; then size=256M rt=2; else size=1G rt=5; fi
   local data=$STATE/data-$size.img
   datafile "$data" "$size"
   wl_begin hitpath

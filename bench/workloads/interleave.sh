@@ -71,7 +71,7 @@ il_max_io() {
 
 wl_interleave() {
   local size rep cfg n j a b c
-  if [ "$SCALE" = small ]; then size=512M IL_RUN=4; else size=1G IL_RUN=10; fi
+  if [ "$SCALE" = small ]; then size=512M IL_RUN=3; else size=1G IL_RUN=8; fi
   IL_LIMIT=${IL_LIMIT:-50000000}
   local data=$STATE/data-$size.img
   datafile "$data" "$size"

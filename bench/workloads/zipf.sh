@@ -76,9 +76,9 @@ zipf_run() {  # TEST CONFIG REP
 wl_zipf() {
   local size rep cfg
   if [ "$SCALE" = small ]; then
-    size=256M ZIPF_CACHE=64M ZIPF_WARM=3 ZIPF_RUN=4
+    size=256M ZIPF_CACHE=64M ZIPF_WARM=2 ZIPF_RUN=3
   else
-    size=1G ZIPF_CACHE=256M ZIPF_WARM=8 ZIPF_RUN=10
+    size=1G ZIPF_CACHE=256M ZIPF_WARM=5 ZIPF_RUN=10
   fi
   ZIPF_DATA=$STATE/data-$size.img
   datafile "$ZIPF_DATA" "$size"
