@@ -739,6 +739,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "not_admitted", s->not_admitted);
     json_uint(j, "demotions", s->demotions);
     json_uint(j, "reinsertions", s->reinsertions);
+    json_uint(j, "dirty_copied", s->dirty_copies_by_cleaner);
     json_uint(j, "invalidations", s->invalidations);
     json_uint(j, "bypassed_sequential_bytes", s->bypassed_sequential);
     json_uint(j, "segments_written", s->segments_written);

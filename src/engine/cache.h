@@ -246,6 +246,7 @@ struct cache_stats {
     uint64_t promotions, promotion_bytes, fills_dropped;
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
+    uint64_t dirty_copies_by_cleaner;   /* dirty fragments it copied, not written back */
     uint64_t bypassed_sequential;   /* bytes not cached: sequential streams */
     uint64_t not_admitted;          /* misses the policy kept out */
     uint64_t invalidations;
@@ -582,6 +583,17 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w);
 void cleaner_space_freed(struct cache *c);
 
 /* writeback.c */
+
+/* A client write held by the dirty throttle (writeback_throttle()). */
+struct wb_throttle_waiter {
+    struct wb_throttle_waiter *next;
+    uint64_t bytes;             /* the dirty data it may add */
+    uint64_t since;             /* monotonic ns, when it was held */
+    void (*fn)(struct wb_throttle_waiter *w);
+};
+/* May a writeback-mode client write adding up to BYTES of dirty data go
+ * now?  If not, W is queued and W->fn runs when it may. */
+bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_waiter *w);
 int writeback_init(struct cache *c);
 void writeback_fini(struct cache *c);
 void writeback_kick(struct cache *c);

@@ -35,6 +35,29 @@
  * target; eight above the high mark, when idle, or while draining
  * (tiercache flush, detach, a switch out of writeback mode).
  *
+ * The dirty throttle.  Clients fill a cache far faster than writeback
+ * empties it (a spindle takes some 200 random writes a second, the cache
+ * tens of thousands).  Unchecked, the log fills with dirty data spread
+ * over nearly every block, and the cleaner -- which must write back all
+ * dirty data in the oldest group before reusing it -- holds every write
+ * for as long as writing back almost the whole dirty set takes: tens of
+ * seconds, longer than many clients wait for a request.  So above the high
+ * mark, client writes that add dirty data go only as fast as writeback
+ * takes data out:
+ *
+ *   dirty ratio   up to high          free
+ *                 high .. ceiling     each byte written back lets in
+ *                                     (ceiling - ratio) / (ceiling - high)
+ *                                     bytes: 1 at the high mark, 0 at the
+ *                                     ceiling
+ *                 ceiling and above   none until writeback brings it down
+ *
+ * with ceiling = high + (1 - high) / 2.  Held writes go in arrival order.
+ * Whenever writeback cannot run (the origin unreachable, failures being
+ * waited out, shutting down) the throttle lets everything through: then
+ * the cache absorbs writes until it is full, which is what a writeback
+ * cache is for while its origin is away.
+ *
  * Origin failures: a block whose write (or the flush after it) fails stays
  * dirty -- nothing is ever dropped -- and is written again by a later pass.
  * After a failed job new passes wait (100 ms, doubling with each failed
@@ -133,6 +156,11 @@ struct writeback {
     void *drain_arg;
     uint64_t drain_start_bytes, drain_last_progress, drain_stuck_passes;
     uint64_t drain_dirty_at_pass;
+    /* the dirty throttle: held client writes, oldest first */
+    struct wb_throttle_waiter *throttled, *throttled_tail;
+    int64_t credit;             /* bytes of dirty data that may come in */
+    uint64_t throttled_writes, throttle_wait_ns, throttle_max_wait_ns;
+    unsigned throttled_now;
     /* the commit interval's origin flush */
     bool committing;
     uint64_t commit_candidate;
@@ -140,6 +168,7 @@ struct writeback {
 };
 
 static void pace(struct writeback *wb);
+static void throttle_credit(struct writeback *wb, uint64_t bytes);
 static void job_submit_writes(struct wb_job *j);
 static void job_flushed(struct tc_dev_io *dio, int err);
 
@@ -294,6 +323,7 @@ static void run_written(struct tc_dev_io *dio, int err)
     } else {
         j->wb->writes++;
         j->wb->c->st.writeback_writes++;
+        throttle_credit(j->wb, r->size);
     }
     if (--j->pending == 0)
         writes_done(j);
@@ -512,6 +542,110 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         reads_done(j);
 }
 
+/* ---- the dirty throttle ---- */
+
+#define CREDIT_MAX (4ll << 20)  /* banked at most: no burst after a pause */
+
+static double dirty_ratio(const struct cache *c)
+{
+    uint64_t cap = (uint64_t)c->nsegs * c->segment_size;
+    return cap ? (double)(c->dirty_sectors * TC_SECTOR) / (double)cap : 0;
+}
+
+static double dirty_ceiling(const struct cache *c)
+{
+    return c->vol->cfg.dirty_high + (1 - c->vol->cfg.dirty_high) / 2;
+}
+
+/* Writes need no throttle: below the high mark, or writeback cannot
+ * run (then nothing would ever let them in). */
+static bool throttle_off(struct writeback *wb)
+{
+    struct cache *c = wb->c;
+    if (wb->stopped || c->vol->origin->state != TC_DEV_ONLINE)
+        return true;
+    if (wb->retry_at && tc_now_ns() < wb->retry_at)
+        return true;
+    return dirty_ratio(c) <= c->vol->cfg.dirty_high;
+}
+
+static void throttle_let_in(struct writeback *wb, bool all)
+{
+    while (wb->throttled && (all || wb->credit > 0)) {
+        struct wb_throttle_waiter *w = wb->throttled;
+        wb->throttled = w->next;
+        if (wb->throttled == NULL)
+            wb->throttled_tail = NULL;
+        wb->throttled_now--;
+        if (!all)
+            wb->credit -= (int64_t)w->bytes;
+        uint64_t waited = tc_now_ns() - w->since;
+        wb->throttle_wait_ns += waited;
+        wb->throttle_max_wait_ns = TC_MAX(wb->throttle_max_wait_ns, waited);
+        w->fn(w);
+    }
+}
+
+/* After writeback made progress, or anything else changed: let held
+ * writes in if the throttle is off, or if nothing is being written back
+ * (no credit would ever come). */
+static void throttle_check(struct writeback *wb)
+{
+    if (wb->throttled == NULL)
+        return;
+    if (throttle_off(wb) || wb->all_jobs == 0) {
+        wb->credit = 0;
+        throttle_let_in(wb, true);
+    }
+}
+
+/* BYTES were written back: the share the ratio allows comes in. */
+static void throttle_credit(struct writeback *wb, uint64_t bytes)
+{
+    if (throttle_off(wb)) {
+        wb->credit = 0;
+        throttle_let_in(wb, true);
+        return;
+    }
+    struct cache *c = wb->c;
+    double high = c->vol->cfg.dirty_high, ceiling = dirty_ceiling(c);
+    double share = (ceiling - dirty_ratio(c)) / (ceiling - high);
+    if (share <= 0)
+        return;
+    wb->credit += (int64_t)((double)bytes * TC_MIN(share, 1.0));
+    wb->credit = TC_MIN(wb->credit, CREDIT_MAX);
+    throttle_let_in(wb, false);
+}
+
+bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_waiter *w)
+{
+    struct writeback *wb = c->wb;
+    if (wb == NULL || throttle_off(wb)) {
+        if (wb)
+            wb->credit = 0;
+        return true;
+    }
+    if (wb->throttled == NULL && wb->credit > 0) {
+        wb->credit -= (int64_t)bytes;
+        return true;
+    }
+    /* Writeback runs above the high mark (pace() starts it); held until
+     * it lets this write in. */
+    pace(wb);
+    w->bytes = bytes;
+    w->since = tc_now_ns();
+    w->next = NULL;
+    if (wb->throttled_tail)
+        wb->throttled_tail->next = w;
+    else
+        wb->throttled = w;
+    wb->throttled_tail = w;
+    wb->throttled_now++;
+    wb->throttled_writes++;
+    throttle_check(wb);
+    return false;
+}
+
 /* ---- background passes ---- */
 
 static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
@@ -594,6 +728,7 @@ static void pace(struct writeback *wb)
     (void)c;
     if (wb->draining)
         drain_check(wb);
+    throttle_check(wb);
 }
 
 static void commit_origin_flushed(struct tc_dev_io *dio, int err)
@@ -676,6 +811,7 @@ void writeback_fini(struct cache *c)
     if (!wb->stopped) {
         wb->stopped = true;
         timer_cancel(c->reactor, &wb->tick);
+        throttle_check(wb);
         return;
     }
     if (wb->all_jobs == 0 && !wb->committing) {
@@ -845,6 +981,11 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "failed_jobs_in_a_row", wb->fail_streak);
         json_uint(j, "out_of_order_writes", wb->out_of_order);
         json_bool(j, "draining", wb->draining);
+        json_double(j, "dirty_ceiling_ratio", dirty_ceiling(c));
+        json_uint(j, "throttled_writes", wb->throttled_writes);
+        json_uint(j, "throttled_now", wb->throttled_now);
+        json_double(j, "throttle_wait_seconds", (double)wb->throttle_wait_ns / 1e9);
+        json_double(j, "throttle_max_wait_seconds", (double)wb->throttle_max_wait_ns / 1e9);
     }
     json_uint(j, "passes", c->st.writeback_passes);
     if (c->last_flush_wall_ns)

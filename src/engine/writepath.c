@@ -104,6 +104,7 @@ struct wreq {
     bool holding;
     unsigned log_waits;             /* pieces waiting for their cache write first */
     struct tc_task issue_task;
+    struct wb_throttle_waiter throttle;
 };
 
 static void piece_step(struct wpiece *p);
@@ -761,6 +762,11 @@ static void run_pieces(struct wreq *w)
     request_maybe_end(w);
 }
 
+static void throttle_done(struct wb_throttle_waiter *t)
+{
+    run_pieces(container_of(t, struct wreq, throttle));
+}
+
 void cache_write(struct ereq *e)
 {
     readahead_invalidate(e->vol->cache, e->off, e->len);
@@ -779,6 +785,13 @@ void cache_write(struct ereq *e)
     }
     if (e->flags & TC_REQ_FUA)
         w->sync_at_end = true;
+    /* New dirty data waits while writeback is far behind (the dirty
+     * throttle, writeback.c); nothing is locked yet. */
+    if (mode == W_BACK && !seq) {
+        w->throttle.fn = throttle_done;
+        if (!writeback_throttle(c, e->len, &w->throttle))
+            return;
+    }
     run_pieces(w);
 }
 
