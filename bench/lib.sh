@@ -219,12 +219,27 @@ for k in sys.argv[1:]:
 
 # ---- fio ---------------------------------------------------------------------
 # fio_nbd OUT.json NAME [fio options]: one fio job per connection against
-# server NAME, results as JSON
+# server NAME, results as JSON.  A run that does not end 120 s after its
+# --runtime (15 minutes without one) fails the workload, with the server's
+# status kept in OUT/status/, rather than hanging the whole benchmark.
 fio_nbd() {
-  local out=$1 name=$2; shift 2
-  fio --output-format=json --output="$out" --name=bench --ioengine=nbd \
-    --uri="$(uri "$name")" "$@" >/dev/null 2>"$out.err" ||
-    { cat "$out.err" >&2; die "fio failed against $name"; }
+  local out=$1 name=$2 limit=900 a rt=0 ramp=0 rc=0; shift 2
+  for a in "$@"; do
+    case $a in
+      --runtime=*) rt=${a#--runtime=} ;;
+      --ramp_time=*) ramp=${a#--ramp_time=} ;;
+    esac
+  done
+  [ "$rt" != 0 ] && limit=$(awk -v a="$rt" -v b="$ramp" 'BEGIN { printf "%d", a + b + 120 }')
+  timeout -k 10 "$limit" fio --output-format=json --output="$out" --name=bench --ioengine=nbd \
+    --uri="$(uri "$name")" "$@" >/dev/null 2>"$out.err" || rc=$?
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    local tag; tag=hung-$(basename "$out" .json)
+    tcdump "$name" "$tag"
+    cp "$WORK/$name.log" "$OUT/status/$tag.log" 2>/dev/null || true
+    die "fio against $name did not finish within $limit s: a request never completed (its status and log: ${OUT#"$ROOT"/}/status/$tag.*)"
+  fi
+  [ $rc = 0 ] || { cat "$out.err" >&2; die "fio failed against $name"; }
 }
 # fio_get OUT.json FIGURE...: read_iops write_iops read_mbps write_mbps
 # read_p99_ms write_p99_ms (summed or worst over jobs)
