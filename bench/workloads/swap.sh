@@ -2,6 +2,7 @@
 # in an order rotated between repetitions:
 #
 #   floor     sp_tester --no-push: the first buffer is never swapped out
+#             (and the reread follows at once: there is nothing to wait for)
 #   without   pushed out to swap, reread with no daemon
 #   with      pushed out to swap, tiercache swap-prefetch running (level 3):
 #             pages come back into the swap cache, the reread maps each
