@@ -63,6 +63,8 @@ struct cleaner {
     bool active;                    /* below the low mark, until the high one */
     bool restart;                   /* a device failed mid-walk: walk again */
     bool keep_group;                /* dirty data could not be moved: retire later */
+    bool no_room_to_copy;           /* ...because copies found no room: write back
+                                     * next time (until a group is reclaimed) */
     struct tc_timer retry;          /* then: try again after a while */
     struct tc_task kick;
     struct log_waiter *space_waiters;
@@ -389,11 +391,14 @@ static void tail_synced(struct log_waiter *lw, int err);
  * that each group reclaimed frees at least a sixteenth of one: copying
  * costs the cache a group's worth of writes at most, writing back costs
  * the origin seconds (random writes over a volume four times the cache
- * leave about 80 % of the oldest group live and dirty). */
+ * leave about 80 % of the oldest group live and dirty).  Not after a
+ * copy of this group found no room: writing back is what frees it then. */
 static bool copy_dirty(struct cleaner *k)
 {
     struct cache *c = k->c;
     uint64_t dirty = 0;
+    if (k->no_room_to_copy)
+        return false;
     for (size_t i = 0; i < k->nlaters; i++) {
         struct later *l = &k->laters[i];
         uint32_t id;
@@ -565,8 +570,11 @@ static void later_read(void *arg, int err)
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);
         } else if (err == 0) {
-            /* Read fine but no room to copy it: keep the group for now. */
+            /* Read fine but no room to copy it: keep the group for now,
+             * and write its dirty data back before the next attempt (a
+             * copy would find no more room then). */
             k->keep_group = true;
+            k->no_room_to_copy = true;
         } else {
             /* Dirty and neither written back nor copied: its data is lost.
              * Recorded as lost, so that reads of those sectors fail with
@@ -651,6 +659,7 @@ static void tail_synced(struct log_waiter *lw, int err)
     space_free_group(c);
     c->st.groups_retired++;
     k->groups++;
+    k->no_room_to_copy = false;
     k->running = false;
     cleaner_space_freed(c);
     cleaner_kick(c);
