@@ -385,6 +385,18 @@ static void chunk_read(struct tc_dev_io *dio, int err)
 
 static void tail_synced(struct log_waiter *lw, int err);
 
+/* The sectors of a set-aside fragment that are still its block's current
+ * version (false: the fragment is gone, all of it superseded). */
+static bool later_current(struct cache *c, const struct later *l, uint32_t *id,
+                          struct tc_mask *cur)
+{
+    uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, id);
+    if (fid == NIL)
+        return false;
+    frag_current(&c->idx, *id, fid, cur);
+    return true;
+}
+
 /* Copy the group's dirty fragments rather than write them back first?
  * Yes when what the group keeps (hot clean data copied already, and the
  * dirty sectors, twice with --dirty-copies 2) is at most 15/16 of it, so
@@ -400,14 +412,10 @@ static bool copy_dirty(struct cleaner *k)
     if (k->no_room_to_copy)
         return false;
     for (size_t i = 0; i < k->nlaters; i++) {
-        struct later *l = &k->laters[i];
         uint32_t id;
-        uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
-        if (fid == NIL)
-            continue;
         struct tc_mask cur;
-        frag_current(&c->idx, id, fid, &cur);
-        dirty += (uint64_t)mask_count(&cur) * TC_SECTOR;
+        if (later_current(c, &k->laters[i], &id, &cur))
+            dirty += (uint64_t)mask_count(&cur) * TC_SECTOR;
     }
     if (c->vol->cfg.dirty_copies > 1)
         dirty *= 2;
@@ -605,11 +613,9 @@ static void decide_laters(void *arg, int err)
     for (size_t i = 0; i < k->nlaters; i++) {
         struct later *l = &k->laters[i];
         uint32_t id;
-        uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
-        if (fid == NIL)
+        if (!later_current(c, l, &id, &l->cur))
             continue;
         struct tc_mask v;
-        frag_current(&c->idx, id, fid, &l->cur);
         ce_get_masks(&c->idx, id, &v, &l->d);
         mask_and(&l->d, &l->cur);
         bool keep = !mask_empty(&l->d) || c->policy->ops->keep(c->policy->state, c, id);
