@@ -702,8 +702,7 @@ static unsigned window(struct writeback *wb)
         return 8;
     if (c->dirty_blocks == 0)
         return 0;
-    uint64_t cap = (uint64_t)c->nsegs * c->segment_size;
-    double ratio = (double)(c->dirty_sectors * TC_SECTOR) / (double)cap;
+    double ratio = dirty_ratio(c);
     bool idle = tc_now_ns() - wb->last_client_io > IDLE_NS;
     if (ratio > c->vol->cfg.dirty_high)
         return 8;
@@ -968,8 +967,7 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
     json_begin_object(j, "writeback");
     json_double(j, "dirty_target_ratio", c->vol->cfg.dirty_target);
     json_double(j, "dirty_high_ratio", c->vol->cfg.dirty_high);
-    uint64_t cap = (uint64_t)c->nsegs * c->segment_size;
-    json_double(j, "dirty_ratio", cap ? (double)(c->dirty_sectors * TC_SECTOR) / (double)cap : 0);
+    json_double(j, "dirty_ratio", dirty_ratio(c));
     if (wb) {
         json_double(j, "rate_bytes_per_second", wb->rate < 1 ? 0 : wb->rate);
         json_uint(j, "written_bytes", wb->bytes);
