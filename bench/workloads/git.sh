@@ -20,6 +20,10 @@
 # (256 MiB for the full tree, 64 MiB for the core: 32 MiB would keep the
 # cache to data ratio, but a cache needs at least 8 segments of 4 MiB).
 # See docs/BENCHMARKS.md for why the default is scaled down.
+#
+# The source package is named, not "the newest the archive offers", so
+# that two machines measure the same repository: GIT_SOURCE (default
+# linux-source-6.1, the tree docs/BENCHMARKS.md describes).
 
 GIT_CORE_DIRS="block crypto fs include init ipc kernel lib mm net security"
 
@@ -29,14 +33,14 @@ git_prepare() {  # prints the bare repository's path
     printf '%s\n' "$repo"; return 0
   fi
   mkdir -p "$STATE/dl" "$STATE/git"
-  deb=$(ls "$STATE"/dl/linux-source-*_all.deb 2>/dev/null | sort -V | tail -n 1 || true)
+  local pkg=${GIT_SOURCE:-linux-source-6.1}
+  deb=$(ls "$STATE/dl/${pkg}_"*_all.deb 2>/dev/null | sort -V | tail -n 1 || true)
   if [ -z "$deb" ]; then
-    local pkg
-    pkg=$(apt-cache search --names-only '^linux-source-[0-9.]+$' | awk '{ print $1 }' | sort -V | tail -n 1)
-    [ -n "$pkg" ] || die "git: no linux-source-* package in the apt sources"
+    apt-cache show "$pkg" >/dev/null 2>&1 ||
+      die "git: package $pkg is not in the apt sources (run apt-get update, or set GIT_SOURCE)"
     say "bench: downloading $pkg"
     (cd "$STATE/dl" && apt-get download "$pkg" >&2) || die "git: apt-get download $pkg failed"
-    deb=$(ls "$STATE"/dl/linux-source-*_all.deb | sort -V | tail -n 1)
+    deb=$(ls "$STATE/dl/${pkg}_"*_all.deb | sort -V | tail -n 1)
   fi
   say "bench: building $repo from $(basename "$deb") (once)"
   rm -rf "$repo"
