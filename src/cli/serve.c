@@ -114,14 +114,22 @@ static const char serve_help[] =
 "Daemon:\n"
 "  --foreground, -f     stay in the foreground and log to stderr\n"
 "  --control PATH       control socket for status/flush (default: the\n"
-"                       socket path with .sock replaced by .ctl)\n"
+"                       socket path with .sock replaced by .ctl); never the\n"
+"                       socket path itself\n"
 "  --pidfile PATH       write the daemon's process id here\n"
 "  --log FILE           log to FILE (default: stderr in the foreground;\n"
 "                       RUNDIR/tiercache.log in the background)\n"
 "  --verbose, -v        log every connection and refused request\n"
 "  --help, -h           this text\n"
 "\n"
-"RUNDIR is /run/tiercache for root, else $XDG_RUNTIME_DIR/tiercache.\n"
+"RUNDIR is /run/tiercache for root, else $XDG_RUNTIME_DIR/tiercache, or\n"
+"/tmp/tiercache-UID without XDG_RUNTIME_DIR; it is made mode 0700 and refused\n"
+"if another user owns it, if group or others may write in it, or if it is a\n"
+"symlink.  No other directory is ever created: the directories of --socket,\n"
+"--control, --log and --pidfile must exist.  An existing file at --socket or\n"
+"--control is replaced only if it is a socket nobody listens on; the log and\n"
+"pid file are never opened through a symlink.\n"
+"\n"
 "SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
 "finishes the requests in flight, flushes the origin and exits 0.\n"
 "\n"
@@ -584,19 +592,28 @@ int cmd_serve(int argc, char **argv)
             snprintf(ctlbuf, sizeof ctlbuf, "%s/tiercache.ctl", cli_run_dir());
         control = ctlbuf;
     }
-    if ((ncfg.socket_path && !cli_make_parent(ncfg.socket_path, err, sizeof err)) ||
-        (control && !cli_make_parent(control, err, sizeof err)))
+    /* One path for two sockets: the second bind would find the first live
+     * and fail only after the first was made. */
+    if (control && ncfg.socket_path && strcmp(control, ncfg.socket_path) == 0)
+        tc_die(2, "--control %s is also the NBD socket path%s; give --control another path",
+               control, strcmp(control + (strlen(control) > 4 ? strlen(control) - 4 : 0),
+                               ".ctl") == 0
+                        ? " (a --socket path ending in .ctl is taken for a control socket)"
+                        : "");
+    if ((ncfg.socket_path && !cli_check_parent(ncfg.socket_path, "--socket", err, sizeof err)) ||
+        (control && !cli_check_parent(control, "--control", err, sizeof err)) ||
+        (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
         tc_die(1, "%s", err);
 
     char logbuf[4096];
     if (!foreground && log_path == NULL) {
         snprintf(logbuf, sizeof logbuf, "%s/tiercache.log", cli_run_dir());
-        if (!cli_make_parent(logbuf, err, sizeof err))
-            tc_die(1, "%s", err);
         log_path = logbuf;
     }
+    if (log_path && !cli_check_parent(log_path, "--log", err, sizeof err))
+        tc_die(1, "%s", err);
     if (log_path && tc_log_open(log_path) < 0)
-        tc_die(1, "--log %s: %s", log_path, strerror(errno));
+        tc_die(1, "--log %s: %s", log_path, cli_open_error(errno));
 
     int ready_fd = -1;
     if (!foreground)
@@ -618,15 +635,19 @@ int cmd_serve(int argc, char **argv)
     if (s.sigfd < 0)
         tc_die(1, "signalfd: %s", strerror(errno));
 
+    /* The pid file before anything that takes long (recovery), once the
+     * pid is final; cli_write_pidfile() removes it again at exit. */
+    if (pidfile && !cli_write_pidfile(pidfile, err, sizeof err))
+        tc_die(1, "%s", err);
+
     if (reactor_init(&s.reactor, 1024) < 0)
         tc_die(1, "io_uring: %s (the kernel must support io_uring)", strerror(errno));
     s.vol = tc_volume_open(&s.reactor, &vcfg, err, sizeof err);
     if (s.vol == NULL)
         tc_die(1, "%s", err);
-    if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0)
-        tc_die(1, "%s", err);
-    s.have_nbd = true;
-    s.nbd.single_finished = single_finished;
+    /* The control socket first: should the NBD socket then fail, the
+     * control socket, which is ours, is removed again; the other order
+     * would leave a live-looking NBD socket file behind. */
     if (control) {
         if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
             tc_die(1, "%s", err);
@@ -636,15 +657,15 @@ int cmd_serve(int argc, char **argv)
         ctl_register(&s.ctl, "detach", detach_cmd, &s);
         ctl_register(&s.ctl, "mode", mode_cmd, &s);
     }
+    if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0) {
+        if (s.have_ctl)
+            ctl_server_close(&s.ctl);
+        tc_die(1, "%s", err);
+    }
+    s.have_nbd = true;
+    s.nbd.single_finished = single_finished;
     signal_arm(&s);
 
-    if (pidfile) {
-        FILE *fp = fopen(pidfile, "we");
-        if (fp == NULL)
-            tc_die(1, "--pidfile %s: %s", pidfile, strerror(errno));
-        fprintf(fp, "%d\n", (int)getpid());
-        fclose(fp);
-    }
     tc_info("serving %s (control socket %s)", vcfg.origin, control ? control : "none");
     if (ready_fd >= 0) {
         if (write(ready_fd, "r", 1) != 1)
@@ -662,8 +683,6 @@ int cmd_serve(int argc, char **argv)
     bufpool_trim();
     free((void *)vcfg.caches);
     close(s.sigfd);
-    if (pidfile)
-        unlink(pidfile);
     tc_info("stopped");
     return s.exit_status;
 }

@@ -13,7 +13,8 @@
 enum tc_log_level { TC_LOG_ERROR, TC_LOG_WARN, TC_LOG_INFO, TC_LOG_DEBUG };
 
 /* Where lines go: NULL for stderr.  Returns -1 (errno set) if the file
- * cannot be opened. */
+ * cannot be opened: ELOOP for a symlink (never followed), EINVAL for a
+ * FIFO or socket. */
 int tc_log_open(const char *path);
 void tc_log_set_level(enum tc_log_level level);
 enum tc_log_level tc_log_get_level(void);
