@@ -36,6 +36,8 @@ const char *cli_open_error(int e);
  * regular file) and remove it at exit if it still holds this pid.  False
  * with err filled if it cannot. */
 bool cli_write_pidfile(const char *path, char *err, size_t errlen);
+/* On SIGHUP or SIGUSR1 (why): reopen the --log file and log that it did. */
+void cli_reopen_log(const char *why);
 /* The control socket for --socket VALUE (data or control socket path), or
  * the default one. */
 void cli_control_path(const char *socket_opt, char *out, size_t len);

@@ -152,6 +152,21 @@ bool cli_write_pidfile(const char *path, char *err, size_t errlen)
     return true;
 }
 
+void cli_reopen_log(const char *why)
+{
+    const char *path = tc_log_path();
+    if (path == NULL) {
+        tc_info("%s: logging to stderr, no log file to reopen", why);
+        return;
+    }
+    int rc = tc_log_reopen();
+    if (rc < 0)
+        tc_error("%s: cannot reopen the log %s: %s; still logging to the old file", why, path,
+                 cli_open_error(-rc));
+    else
+        tc_info("log reopened on %s", why);
+}
+
 void cli_control_path(const char *socket_opt, char *out, size_t len)
 {
     if (socket_opt && socket_opt[0]) {

@@ -4,6 +4,10 @@
  *
  *   stop accepting ─► connections finish their requests ─► volume closed
  *   (flushed, metadata persisted) ─► sockets removed ─► exit 0
+ *
+ * SIGHUP and SIGUSR1 reopen the --log file (logrotate).  Every signal is
+ * read from a signalfd on the reactor, so its handling runs in the loop,
+ * not in a signal handler.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -118,7 +122,8 @@ static const char serve_help[] =
 "                       socket path itself\n"
 "  --pidfile PATH       write the daemon's process id here\n"
 "  --log FILE           log to FILE (default: stderr in the foreground;\n"
-"                       RUNDIR/tiercache.log in the background)\n"
+"                       RUNDIR/tiercache.log in the background); SIGHUP or\n"
+"                       SIGUSR1 reopen it (after logrotate moved it)\n"
 "  --verbose, -v        log every connection and refused request\n"
 "  --help, -h           this text\n"
 "\n"
@@ -131,7 +136,8 @@ static const char serve_help[] =
 "pid file are never opened through a symlink.\n"
 "\n"
 "SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
-"finishes the requests in flight, flushes the origin and exits 0.\n"
+"finishes the requests in flight, flushes the origin and exits 0.  SIGHUP\n"
+"and SIGUSR1 reopen the log file.\n"
 "\n"
 "Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
 "nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";
@@ -316,6 +322,8 @@ static void signal_done(struct tc_io *io, int res)
             }
             s->signalled = true;
             begin_shutdown(s, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        } else if (sig == SIGHUP || sig == SIGUSR1) {
+            cli_reopen_log(sig == SIGHUP ? "SIGHUP" : "SIGUSR1");
         }
     }
     if (res != -ECANCELED && !s->closed)
@@ -629,6 +637,8 @@ int cmd_serve(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGUSR1);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     s.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);

@@ -89,7 +89,8 @@ static const char swap_prefetch_help[] =
 "  --foreground, -f     stay in the foreground and log to stderr\n"
 "  --control PATH       control socket (default RUNDIR/swap-prefetch.ctl)\n"
 "  --log FILE           log to FILE (default: stderr in the foreground,\n"
-"                       RUNDIR/swap-prefetch.log in the background)\n"
+"                       RUNDIR/swap-prefetch.log in the background); SIGHUP\n"
+"                       or SIGUSR1 reopen it\n"
 "  --pidfile PATH       write the daemon's process id here\n"
 "  --verbose, -v        log every chunk and every decision that changes\n"
 "  --status             print the figures of the running daemon and exit\n"
@@ -123,7 +124,7 @@ static const char swap_prefetch_help[] =
 "processes and ptrace access to them (root has both; CAP_SYS_ADMIN also shows\n"
 "the swap slots used for the order).  RUNDIR is /run/tiercache for root, else\n"
 "$XDG_RUNTIME_DIR/tiercache (see tiercache serve --help for its checks).\n"
-"SIGTERM or SIGINT stop the daemon; exit 0.\n";
+"SIGTERM or SIGINT stop the daemon; exit 0.  SIGHUP or SIGUSR1 reopen --log.\n";
 
 #define DEFAULT_INTERVAL_NS 1000000000ull
 #define DEFAULT_RATE (64ull << 20)
@@ -297,7 +298,8 @@ static int query_status(const char *control, bool json)
 /* ---- the daemon ---- */
 
 /* The daemon process: the engine, its control socket, and the signalfd
- * that ends the loop on SIGTERM or SIGINT, all on one reactor. */
+ * that ends the loop on SIGTERM or SIGINT (and reopens the log on SIGHUP or
+ * SIGUSR1), all on one reactor. */
 struct sp_main {
     struct tc_reactor reactor;
     struct sp_daemon d;
@@ -356,6 +358,8 @@ static void signal_done(struct tc_io *io, int res)
             shutdown_loop(m);
             return;
         }
+        if (sig == SIGHUP || sig == SIGUSR1)
+            cli_reopen_log(sig == SIGHUP ? "SIGHUP" : "SIGUSR1");
     }
     if (res != -ECANCELED && !m->stopping)
         signal_arm(m);
@@ -550,6 +554,8 @@ int cmd_swap_prefetch(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGUSR1);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     m.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);

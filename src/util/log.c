@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 static FILE *log_file;
+static char log_path[4096];
 static enum tc_log_level log_level = TC_LOG_INFO;
 static const char *log_program = "tiercache";
 
@@ -50,11 +51,35 @@ int tc_log_open(const char *path)
 {
     if (path == NULL) {
         log_file = NULL;
+        log_path[0] = '\0';
         return 0;
+    }
+    if (strlen(path) >= sizeof log_path) {
+        errno = ENAMETOOLONG;
+        return -1;
     }
     FILE *f = open_log(path);
     if (f == NULL)
         return -1;
+    if (log_file)
+        fclose(log_file);
+    log_file = f;
+    snprintf(log_path, sizeof log_path, "%s", path);
+    return 0;
+}
+
+const char *tc_log_path(void)
+{
+    return log_path[0] ? log_path : NULL;
+}
+
+int tc_log_reopen(void)
+{
+    if (log_path[0] == '\0')
+        return 0;
+    FILE *f = open_log(log_path);
+    if (f == NULL)
+        return -errno;
     if (log_file)
         fclose(log_file);
     log_file = f;
