@@ -138,6 +138,9 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
                         void (*done)(void *arg, int err), void *arg);
 enum tc_mode tc_volume_mode(const struct tc_volume *vol);
 
+/* Dirty data in the cache now (0 without a cache): bytes and blocks. */
+void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);
+
 /* Every figure the volume keeps, as JSON members of the current object
  * (documented in tiercache(8), section STATUS). */
 void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j);

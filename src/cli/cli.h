@@ -23,8 +23,21 @@ int cmd_swap_prefetch(int argc, char **argv);
 /* Where sockets go when no path is given: /run/tiercache for root, else
  * $XDG_RUNTIME_DIR/tiercache or /tmp/tiercache-UID. */
 const char *cli_run_dir(void);
-/* mkdir -p for the directory part of path; false (err filled) on failure. */
-bool cli_make_parent(const char *path, char *err, size_t errlen);
+/* Create the run directory (mode 0700) if missing; false (err filled) if
+ * it is not a directory of this user's that only this user may write in. */
+bool cli_run_dir_ensure(char *err, size_t errlen);
+/* The directory path goes in must exist (nothing is created), and if it is
+ * the run directory, pass cli_run_dir_ensure().  what names the option in
+ * messages ("--socket").  False with err filled otherwise. */
+bool cli_check_parent(const char *path, const char *what, char *err, size_t errlen);
+/* open()'s errno as a message: ELOOP says the path is a symlink. */
+const char *cli_open_error(int e);
+/* Write this process's pid to path (never through a symlink, only to a
+ * regular file) and remove it at exit if it still holds this pid.  False
+ * with err filled if it cannot. */
+bool cli_write_pidfile(const char *path, char *err, size_t errlen);
+/* On SIGHUP or SIGUSR1 (why): reopen the --log file and log that it did. */
+void cli_reopen_log(const char *why);
 /* The control socket for --socket VALUE (data or control socket path), or
  * the default one. */
 void cli_control_path(const char *socket_opt, char *out, size_t len);

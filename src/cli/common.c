@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "ctl/ctl.h"
 #include "util/log.h"
+#include "util/unixsock.h"
 
 const char *cli_run_dir(void)
 {
@@ -27,28 +28,143 @@ const char *cli_run_dir(void)
     return dir;
 }
 
-bool cli_make_parent(const char *path, char *err, size_t errlen)
+/*
+ * The run directory holds the sockets, log and pid file of daemons started
+ * without explicit paths.  Whoever can write in it can replace the socket
+ * clients connect to, or plant a symlink where the log is opened, so it
+ * must be ours alone: created mode 0700, and an existing one accepted only
+ * if it is a real directory (not a symlink), owned by this user, and not
+ * writable by group or others.  Read and search bits are left to the
+ * administrator (systemd's RuntimeDirectory= makes it 0755, and a socket
+ * shared with a group, SocketMode=0660, needs the group to reach it).
+ */
+bool cli_run_dir_ensure(char *err, size_t errlen)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    char *slash = strrchr(tmp, '/');
-    if (slash == NULL || slash == tmp)
-        return true;
-    *slash = '\0';
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-                goto fail;
-            *p = '/';
-        }
+    const char *dir = cli_run_dir();
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "run directory %s: cannot create it: %s", dir, strerror(errno));
+        return false;
     }
-    if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-        goto fail;
+    struct stat st;
+    if (lstat(dir, &st) < 0) {
+        snprintf(err, errlen, "run directory %s: %s", dir, strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "run directory %s is %s, not a directory; refusing to use it",
+                 dir, tc_file_kind(st.st_mode));
+        return false;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(err, errlen, "run directory %s belongs to uid %u, not to this user (uid %u): "
+                 "another user may have made it; refusing to use it (remove it, or choose "
+                 "the paths with --socket, --control, --log and --pidfile)", dir,
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+        return false;
+    }
+    if (st.st_mode & 022) {
+        snprintf(err, errlen, "run directory %s has mode %04o: group or others may write in "
+                 "it; refusing to use it (chmod go-w %s)", dir, (unsigned)(st.st_mode & 07777),
+                 dir);
+        return false;
+    }
     return true;
-fail:
-    snprintf(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
-    return false;
+}
+
+bool cli_check_parent(const char *path, const char *what, char *err, size_t errlen)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (strcmp(dir, cli_run_dir()) == 0)
+        return cli_run_dir_ensure(err, errlen);
+    struct stat st;
+    if (stat(dir, &st) < 0) {
+        snprintf(err, errlen, "%s %s: the directory %s %s (directories are not created)", what,
+                 path, dir, errno == ENOENT ? "does not exist" : strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: %s is not a directory", what, path, dir);
+        return false;
+    }
+    return true;
+}
+
+const char *cli_open_error(int e)
+{
+    if (e == ELOOP)
+        return "it is a symbolic link, which is not followed";
+    if (e == EINVAL)
+        return "it is not a regular file";
+    return strerror(e);
+}
+
+static char pidfile_path[4096];
+
+static void remove_pidfile(void)
+{
+    /* Only the file this process wrote: a daemon started meanwhile with the
+     * same pid file (after this one stopped listening) owns a new one. */
+    char buf[32];
+    int fd = open(pidfile_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) {
+        buf[n] = '\0';
+        if (atol(buf) == (long)getpid())
+            unlink(pidfile_path);
+    }
+}
+
+bool cli_write_pidfile(const char *path, char *err, size_t errlen)
+{
+    if (strlen(path) >= sizeof pidfile_path) {
+        snprintf(err, errlen, "--pidfile %s: path too long", path);
+        return false;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        int e = fd < 0 ? errno : EINVAL;
+        snprintf(err, errlen, "--pidfile %s: %s", path, cli_open_error(e));
+        if (fd >= 0)
+            close(fd);
+        return false;
+    }
+    char line[32];
+    int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || write(fd, line, (size_t)n) != n) {
+        snprintf(err, errlen, "--pidfile %s: cannot write: %s", path, strerror(errno));
+        close(fd);
+        return false;
+    }
+    close(fd);
+    snprintf(pidfile_path, sizeof pidfile_path, "%s", path);
+    atexit(remove_pidfile);
+    return true;
+}
+
+void cli_reopen_log(const char *why)
+{
+    const char *path = tc_log_path();
+    if (path == NULL) {
+        tc_info("%s: logging to stderr, no log file to reopen", why);
+        return;
+    }
+    int rc = tc_log_reopen();
+    if (rc < 0)
+        tc_error("%s: cannot reopen the log %s: %s; still logging to the old file", why, path,
+                 cli_open_error(-rc));
+    else
+        tc_info("log reopened on %s", why);
 }
 
 void cli_control_path(const char *socket_opt, char *out, size_t len)

@@ -2,8 +2,13 @@
  * tiercache serve: open the volume, export it over NBD, answer the control
  * socket, and shut down in order on SIGTERM or SIGINT:
  *
- *   stop accepting ─► connections finish their requests ─► volume closed
- *   (flushed, metadata persisted) ─► sockets removed ─► exit 0
+ *   stop accepting ─► connections finish their requests ─► (--flush-on-stop:
+ *   dirty data written back) ─► volume closed (flushed, metadata persisted)
+ *   ─► sockets removed ─► exit 0
+ *
+ * SIGHUP and SIGUSR1 reopen the --log file (logrotate).  Every signal is
+ * read from a signalfd on the reactor, so its handling runs in the loop,
+ * not in a signal handler.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +75,10 @@ static const char serve_help[] =
 "  --adopt-origin       accept an origin whose identity differs from the one\n"
 "                       the cache was formatted for (a copy of it); its size\n"
 "                       must still match\n"
+"  --flush-on-stop      on SIGTERM/SIGINT, write all dirty data back to the\n"
+"                       origin (progress in the log) before stopping; without\n"
+"                       it a clean stop leaves dirty data in the cache (the\n"
+"                       log says how much), written back after the next start\n"
 "\n"
 "Origin:\n"
 "  --origin-timeout SECONDS\n"
@@ -114,16 +123,27 @@ static const char serve_help[] =
 "Daemon:\n"
 "  --foreground, -f     stay in the foreground and log to stderr\n"
 "  --control PATH       control socket for status/flush (default: the\n"
-"                       socket path with .sock replaced by .ctl)\n"
+"                       socket path with .sock replaced by .ctl); never the\n"
+"                       socket path itself\n"
 "  --pidfile PATH       write the daemon's process id here\n"
 "  --log FILE           log to FILE (default: stderr in the foreground;\n"
-"                       RUNDIR/tiercache.log in the background)\n"
+"                       RUNDIR/tiercache.log in the background); SIGHUP or\n"
+"                       SIGUSR1 reopen it (after logrotate moved it)\n"
 "  --verbose, -v        log every connection and refused request\n"
 "  --help, -h           this text\n"
 "\n"
-"RUNDIR is /run/tiercache for root, else $XDG_RUNTIME_DIR/tiercache.\n"
+"RUNDIR is /run/tiercache for root, else $XDG_RUNTIME_DIR/tiercache, or\n"
+"/tmp/tiercache-UID without XDG_RUNTIME_DIR; it is made mode 0700 and refused\n"
+"if another user owns it, if group or others may write in it, or if it is a\n"
+"symlink.  No other directory is ever created: the directories of --socket,\n"
+"--control, --log and --pidfile must exist.  An existing file at --socket or\n"
+"--control is replaced only if it is a socket nobody listens on; the log and\n"
+"pid file are never opened through a symlink.\n"
+"\n"
 "SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
-"finishes the requests in flight, flushes the origin and exits 0.\n"
+"finishes the requests in flight, flushes the origin, logs how much dirty\n"
+"data stays in the cache, and exits 0.  SIGHUP and SIGUSR1 reopen the log\n"
+"file.\n"
 "\n"
 "Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
 "nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";
@@ -137,8 +157,9 @@ struct serve {
     int sigfd;
     struct signalfd_siginfo siginfo;
     struct tc_io sig_io, sig_cancel_io;
-    bool stopping, signalled, closed;
+    bool stopping, signalled, closed, flush_on_stop;
     int exit_status;
+    uint64_t flush_start_ns, flush_logged_ns;  /* --flush-on-stop: start, last line */
     uint64_t started_ns;
     const char *pidfile;
     char ctl_path[4096];
@@ -256,6 +277,18 @@ static void volume_closed(void *arg, int err)
     if (err)
         s->exit_status = 1;
     tc_info("volume closed%s", err ? " with errors" : "");
+    /* What a clean stop leaves behind: an operator stopping a writeback
+     * volume (to move the origin, say) must know the origin is not current. */
+    uint64_t bytes, blocks;
+    tc_volume_dirty(s->vol, &bytes, &blocks);
+    char sz[32];
+    tc_format_size(bytes, sz, sizeof sz);
+    if (blocks)
+        tc_warn("stopped %s; %s of dirty data (%llu blocks) stays in the cache and is "
+                "written back after the next start (the origin alone is not current)",
+                err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
+    else
+        tc_info("stopped %s; no dirty data in the cache", err ? "with errors" : "cleanly");
     s->closed = true;
     if (s->have_ctl)
         ctl_server_stop(&s->ctl);
@@ -265,9 +298,46 @@ static void volume_closed(void *arg, int err)
     reactor_stop(&s->reactor);
 }
 
+static void stop_flush_progress(void *arg, uint64_t left, uint64_t done)
+{
+    struct serve *s = arg;
+    uint64_t now = tc_now_ns();
+    if (now - s->flush_logged_ns < 2000000000ull)
+        return;                         /* a line every 2 s at most */
+    s->flush_logged_ns = now;
+    char l[32], d[32];
+    tc_info("flush on stop: %s written back, %s dirty left", tc_format_size(done, d, sizeof d),
+            tc_format_size(left, l, sizeof l));
+}
+
+static void stop_flushed(void *arg, int err)
+{
+    struct serve *s = arg;
+    if (err) {
+        /* The dirty data stays in the cache (the close below says how much);
+         * the exit status tells the service manager the flush failed. */
+        tc_error("flush on stop failed: %s; stopping without it", strerror(-err));
+        s->exit_status = 1;
+    } else {
+        tc_info("flush on stop: done in %.3f s", (double)(tc_now_ns() - s->flush_start_ns) / 1e9);
+    }
+    tc_info("closing the volume");
+    tc_volume_close(s->vol, volume_closed, s);
+}
+
 static void nbd_stopped(struct nbd_server *srv)
 {
     struct serve *s = container_of(srv, struct serve, nbd);
+    if (s->flush_on_stop) {
+        uint64_t bytes, blocks;
+        tc_volume_dirty(s->vol, &bytes, &blocks);
+        char sz[32];
+        tc_info("all clients finished; flush on stop: writing back %s of dirty data (%llu "
+                "blocks)", tc_format_size(bytes, sz, sizeof sz), (unsigned long long)blocks);
+        s->flush_start_ns = s->flush_logged_ns = tc_now_ns();
+        tc_volume_flush_dirty(s->vol, stop_flush_progress, stop_flushed, s);
+        return;
+    }
     tc_info("all clients finished; closing the volume");
     tc_volume_close(s->vol, volume_closed, s);
 }
@@ -281,7 +351,7 @@ static void begin_shutdown(struct serve *s, const char *why)
     if (s->have_nbd)
         nbd_server_stop(&s->nbd, nbd_stopped);
     else
-        tc_volume_close(s->vol, volume_closed, s);
+        nbd_stopped(&s->nbd);
 }
 
 static void signal_arm(struct serve *s);
@@ -308,6 +378,8 @@ static void signal_done(struct tc_io *io, int res)
             }
             s->signalled = true;
             begin_shutdown(s, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        } else if (sig == SIGHUP || sig == SIGUSR1) {
+            cli_reopen_log(sig == SIGHUP ? "SIGHUP" : "SIGUSR1");
         }
     }
     if (res != -ECANCELED && !s->closed)
@@ -340,7 +412,7 @@ enum {
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
-    OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT,
+    OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP,
 };
 
 static const struct option serve_opts[] = {
@@ -353,6 +425,7 @@ static const struct option serve_opts[] = {
     { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
+    { "flush-on-stop", no_argument, NULL, OPT_FLUSH_ON_STOP },
     { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
     { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
     { "origin-timeout", required_argument, NULL, OPT_ORIGIN_TIMEOUT },
@@ -386,7 +459,7 @@ int cmd_serve(int argc, char **argv)
                                       .socket_mode = 0600,
                                       .max_buffer_memory = 512ull << 20 };
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
-    bool foreground = false;
+    bool foreground = false, flush_on_stop = false;
     char err[2048];   /* room for two device paths and a recovery hint */
     uint64_t v;
     int opt;
@@ -437,6 +510,7 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
+        case OPT_FLUSH_ON_STOP: flush_on_stop = true; break;
         case OPT_ORIGIN_TIMEOUT:
             if (tc_parse_duration("--origin-timeout", optarg, &vcfg.origin_timeout_ns, err,
                                   sizeof err) < 0)
@@ -584,19 +658,28 @@ int cmd_serve(int argc, char **argv)
             snprintf(ctlbuf, sizeof ctlbuf, "%s/tiercache.ctl", cli_run_dir());
         control = ctlbuf;
     }
-    if ((ncfg.socket_path && !cli_make_parent(ncfg.socket_path, err, sizeof err)) ||
-        (control && !cli_make_parent(control, err, sizeof err)))
+    /* One path for two sockets: the second bind would find the first live
+     * and fail only after the first was made. */
+    if (control && ncfg.socket_path && strcmp(control, ncfg.socket_path) == 0)
+        tc_die(2, "--control %s is also the NBD socket path%s; give --control another path",
+               control, strcmp(control + (strlen(control) > 4 ? strlen(control) - 4 : 0),
+                               ".ctl") == 0
+                        ? " (a --socket path ending in .ctl is taken for a control socket)"
+                        : "");
+    if ((ncfg.socket_path && !cli_check_parent(ncfg.socket_path, "--socket", err, sizeof err)) ||
+        (control && !cli_check_parent(control, "--control", err, sizeof err)) ||
+        (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
         tc_die(1, "%s", err);
 
     char logbuf[4096];
     if (!foreground && log_path == NULL) {
         snprintf(logbuf, sizeof logbuf, "%s/tiercache.log", cli_run_dir());
-        if (!cli_make_parent(logbuf, err, sizeof err))
-            tc_die(1, "%s", err);
         log_path = logbuf;
     }
+    if (log_path && !cli_check_parent(log_path, "--log", err, sizeof err))
+        tc_die(1, "%s", err);
     if (log_path && tc_log_open(log_path) < 0)
-        tc_die(1, "--log %s: %s", log_path, strerror(errno));
+        tc_die(1, "--log %s: %s", log_path, cli_open_error(errno));
 
     int ready_fd = -1;
     if (!foreground)
@@ -606,27 +689,34 @@ int cmd_serve(int argc, char **argv)
     memset(&s, 0, sizeof s);
     s.started_ns = tc_now_ns();
     s.pidfile = pidfile;
+    s.flush_on_stop = flush_on_stop;
     snprintf(s.ctl_path, sizeof s.ctl_path, "%s", control);
 
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGUSR1);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     s.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
     if (s.sigfd < 0)
         tc_die(1, "signalfd: %s", strerror(errno));
 
+    /* The pid file before anything that takes long (recovery), once the
+     * pid is final; cli_write_pidfile() removes it again at exit. */
+    if (pidfile && !cli_write_pidfile(pidfile, err, sizeof err))
+        tc_die(1, "%s", err);
+
     if (reactor_init(&s.reactor, 1024) < 0)
         tc_die(1, "io_uring: %s (the kernel must support io_uring)", strerror(errno));
     s.vol = tc_volume_open(&s.reactor, &vcfg, err, sizeof err);
     if (s.vol == NULL)
         tc_die(1, "%s", err);
-    if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0)
-        tc_die(1, "%s", err);
-    s.have_nbd = true;
-    s.nbd.single_finished = single_finished;
+    /* The control socket first: should the NBD socket then fail, the
+     * control socket, which is ours, is removed again; the other order
+     * would leave a live-looking NBD socket file behind. */
     if (control) {
         if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
             tc_die(1, "%s", err);
@@ -636,15 +726,15 @@ int cmd_serve(int argc, char **argv)
         ctl_register(&s.ctl, "detach", detach_cmd, &s);
         ctl_register(&s.ctl, "mode", mode_cmd, &s);
     }
+    if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0) {
+        if (s.have_ctl)
+            ctl_server_close(&s.ctl);
+        tc_die(1, "%s", err);
+    }
+    s.have_nbd = true;
+    s.nbd.single_finished = single_finished;
     signal_arm(&s);
 
-    if (pidfile) {
-        FILE *fp = fopen(pidfile, "we");
-        if (fp == NULL)
-            tc_die(1, "--pidfile %s: %s", pidfile, strerror(errno));
-        fprintf(fp, "%d\n", (int)getpid());
-        fclose(fp);
-    }
     tc_info("serving %s (control socket %s)", vcfg.origin, control ? control : "none");
     if (ready_fd >= 0) {
         if (write(ready_fd, "r", 1) != 1)
@@ -662,8 +752,6 @@ int cmd_serve(int argc, char **argv)
     bufpool_trim();
     free((void *)vcfg.caches);
     close(s.sigfd);
-    if (pidfile)
-        unlink(pidfile);
     tc_info("stopped");
     return s.exit_status;
 }

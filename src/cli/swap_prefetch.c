@@ -89,7 +89,8 @@ static const char swap_prefetch_help[] =
 "  --foreground, -f     stay in the foreground and log to stderr\n"
 "  --control PATH       control socket (default RUNDIR/swap-prefetch.ctl)\n"
 "  --log FILE           log to FILE (default: stderr in the foreground,\n"
-"                       RUNDIR/swap-prefetch.log in the background)\n"
+"                       RUNDIR/swap-prefetch.log in the background); SIGHUP\n"
+"                       or SIGUSR1 reopen it\n"
 "  --pidfile PATH       write the daemon's process id here\n"
 "  --verbose, -v        log every chunk and every decision that changes\n"
 "  --status             print the figures of the running daemon and exit\n"
@@ -122,7 +123,8 @@ static const char swap_prefetch_help[] =
 "Needs Linux 5.15 or later, swap enabled, CAP_SYS_NICE to advise other\n"
 "processes and ptrace access to them (root has both; CAP_SYS_ADMIN also shows\n"
 "the swap slots used for the order).  RUNDIR is /run/tiercache for root, else\n"
-"$XDG_RUNTIME_DIR/tiercache.  SIGTERM or SIGINT stop the daemon; exit 0.\n";
+"$XDG_RUNTIME_DIR/tiercache (see tiercache serve --help for its checks).\n"
+"SIGTERM or SIGINT stop the daemon; exit 0.  SIGHUP or SIGUSR1 reopen --log.\n";
 
 #define DEFAULT_INTERVAL_NS 1000000000ull
 #define DEFAULT_RATE (64ull << 20)
@@ -296,7 +298,8 @@ static int query_status(const char *control, bool json)
 /* ---- the daemon ---- */
 
 /* The daemon process: the engine, its control socket, and the signalfd
- * that ends the loop on SIGTERM or SIGINT, all on one reactor. */
+ * that ends the loop on SIGTERM or SIGINT (and reopens the log on SIGHUP or
+ * SIGUSR1), all on one reactor. */
 struct sp_main {
     struct tc_reactor reactor;
     struct sp_daemon d;
@@ -355,6 +358,8 @@ static void signal_done(struct tc_io *io, int res)
             shutdown_loop(m);
             return;
         }
+        if (sig == SIGHUP || sig == SIGUSR1)
+            cli_reopen_log(sig == SIGHUP ? "SIGHUP" : "SIGUSR1");
     }
     if (res != -ECANCELED && !m->stopping)
         signal_arm(m);
@@ -519,17 +524,18 @@ int cmd_swap_prefetch(int argc, char **argv)
     }
 
     bool daemon = !cfg.once && !foreground;
-    if (!cfg.once && !cli_make_parent(control, err, sizeof err))
+    if ((!cfg.once && !cli_check_parent(control, "--control", err, sizeof err)) ||
+        (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
         tc_die(1, "%s", err);
     char logbuf[4096];
     if (daemon && log_path == NULL) {
         snprintf(logbuf, sizeof logbuf, "%s/swap-prefetch.log", cli_run_dir());
-        if (!cli_make_parent(logbuf, err, sizeof err))
-            tc_die(1, "%s", err);
         log_path = logbuf;
     }
+    if (log_path && !cli_check_parent(log_path, "--log", err, sizeof err))
+        tc_die(1, "%s", err);
     if (log_path && tc_log_open(log_path) < 0)
-        tc_die(1, "--log %s: %s", log_path, strerror(errno));
+        tc_die(1, "--log %s: %s", log_path, cli_open_error(errno));
 
     /* One descriptor per process being prefetched: allow as many as the
      * hard limit. */
@@ -548,6 +554,8 @@ int cmd_swap_prefetch(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGUSR1);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     m.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
@@ -572,12 +580,10 @@ int cmd_swap_prefetch(int argc, char **argv)
         tc_info("without CAP_SYS_ADMIN pagemap hides swap offsets: pages are prefetched in "
                 "address order");
 
-    if (pidfile) {
-        FILE *fp = fopen(pidfile, "we");
-        if (fp == NULL)
-            tc_die(1, "--pidfile %s: %s", pidfile, strerror(errno));
-        fprintf(fp, "%d\n", (int)getpid());
-        fclose(fp);
+    if (pidfile && !cli_write_pidfile(pidfile, err, sizeof err)) {
+        if (m.have_ctl)
+            ctl_server_close(&m.ctl);
+        tc_die(1, "%s", err);
     }
     char rate[32], head[32];
     tc_info("swap prefetch level %d: interval %llu ms, rate %s/s, headroom %s%s%s%s%s", cfg.level,
@@ -613,8 +619,6 @@ int cmd_swap_prefetch(int argc, char **argv)
     sp_daemon_free(&m.d);
     reactor_fini(&m.reactor);
     close(m.sigfd);
-    if (pidfile)
-        unlink(pidfile);
     tc_info("stopped");
     return 0;
 }

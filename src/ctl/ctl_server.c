@@ -15,6 +15,7 @@
 #include "ctl/ctl.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/unixsock.h"
 #include "util/memcheck.h"
 
 #define CTL_LINE_MAX 4096
@@ -249,33 +250,9 @@ int ctl_server_start(struct ctl_server *s, struct tc_reactor *r, const char *pat
     memset(s, 0, sizeof *s);
     s->reactor = r;
     s->fd = -1;
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    if (strlen(path) >= sizeof sa.sun_path) {
-        snprintf(err, errlen, "control socket path '%s' is too long", path);
+    int fd = tc_unix_listen(path, 0600, 16, "control socket", err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "socket: %s", strerror(errno));
-        return -1;
-    }
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-        snprintf(err, errlen, "%s: another daemon is using this control socket", path);
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    unlink(path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    mode_t old = umask(0077);
-    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    umask(old);
-    if (rc < 0 || listen(fd, 16) < 0) {
-        snprintf(err, errlen, "%s: cannot listen: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
     s->fd = fd;
     s->path = tc_xstrdup(path);
     accept_arm(s);

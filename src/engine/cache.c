@@ -479,6 +479,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
             tc_format_size(c->dirty_sectors * TC_SECTOR, dz, sizeof dz),
             (double)c->recovery_ns / 1e9);
     (void)sz;
+    if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
+        tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
+                (unsigned long long)c->idx.count, (unsigned long long)c->dirty_blocks, dz);
     if (c->dirty_sectors)
         writeback_kick(c);
     return 0;
@@ -780,6 +783,9 @@ void cache_status_json(struct cache *c, struct tc_json *j)
                 c->idx.count ? (double)(index_mem + policy_mem) / (double)c->idx.count : 0);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);
+    json_uint(j, "recovered_dirty_blocks", s->recovered_dirty_blocks);
+    json_uint(j, "recovered_dirty_bytes", s->recovered_dirty_sectors * TC_SECTOR);
+    json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     writeback_status_json(c, j);
     readahead_status_json(c, j);
     json_begin_array(j, "devices");

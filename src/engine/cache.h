@@ -259,7 +259,12 @@ struct cache_stats {
     uint64_t lost_dirty_bytes;
     uint64_t syncs;
     uint64_t writeback_bytes, writeback_writes, writeback_passes;
-    uint64_t recovered_entries, recovered_dirty_sectors;
+    uint64_t recovered_entries, recovered_dirty_sectors, recovered_dirty_blocks;
+    /* How the previous run ended, from the newest chunk's TC_CHUNK_CLEAN_STOP:
+     * "clean", "unclean" (a crash, a kill, a power loss: the index was
+     * rebuilt from summaries that may end in torn writes), or "none" (a
+     * cache never written since its format). */
+    const char *last_stop;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
     uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
     uint64_t recovery_damaged;      /* durable chunk summaries found damaged */

@@ -578,6 +578,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     c->wt_stable_seq = rc.wt_stable;
     c->st.recovered_entries = c->idx.count;
     c->st.recovered_dirty_sectors = c->dirty_sectors;
+    c->st.recovered_dirty_blocks = c->dirty_blocks;
+    c->st.last_stop = rc.max_chunk_seq == 0 ? "none" : rc.clean_stop ? "clean" : "unclean";
     if (c->st.recovery_unflushed)
         tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
                 "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);

@@ -518,3 +518,10 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     if (vol->cache && !vol->detached)
         cache_status_json(vol->cache, j);
 }
+
+void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks)
+{
+    const struct cache *c = vol->cache;
+    *bytes = c && !vol->detached ? c->dirty_sectors * TC_SECTOR : 0;
+    *blocks = c && !vol->detached ? c->dirty_blocks : 0;
+}

@@ -30,6 +30,7 @@
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/unixsock.h"
 
 static void accept_arm(struct nbd_listener *l);
 static void cancel_done(struct tc_io *io, int res);
@@ -38,52 +39,6 @@ static void cancel_done(struct tc_io *io, int res);
  * client that never reads its replies would otherwise keep a send
  * pending, and the daemon running, for ever. */
 #define STOP_GRACE_NS (5ull * 1000000000ull)
-
-static int listen_unix(const char *path, unsigned mode, char *err, size_t errlen)
-{
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    if (strlen(path) >= sizeof sa.sun_path) {
-        snprintf(err, errlen, "socket path '%s' is longer than %zu bytes", path,
-                 sizeof sa.sun_path - 1);
-        return -1;
-    }
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "socket: %s", strerror(errno));
-        return -1;
-    }
-    /* A socket file left by a dead server is replaced; a live one is not. */
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-        snprintf(err, errlen, "%s: another server is listening on this socket", path);
-        close(fd);
-        return -1;
-    }
-    if (errno == ECONNREFUSED)
-        unlink(path);
-    close(fd);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "socket: %s", strerror(errno));
-        return -1;
-    }
-    mode_t old = umask(0777 & ~mode);
-    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    umask(old);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: cannot bind: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    chmod(path, mode);
-    if (listen(fd, 128) < 0) {
-        snprintf(err, errlen, "%s: cannot listen: %s", path, strerror(errno));
-        close(fd);
-        unlink(path);
-        return -1;
-    }
-    return fd;
-}
 
 /* "PORT", "ADDR:PORT", "[V6ADDR]:PORT"; no address means loopback. */
 static int listen_tcp(const char *spec, char *name, size_t namelen, char *err, size_t errlen)
@@ -343,7 +298,7 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
     }
     if (cfg->socket_path) {
         struct nbd_listener *l = &srv->listeners[srv->nlisteners];
-        l->fd = listen_unix(cfg->socket_path, cfg->socket_mode, err, errlen);
+        l->fd = tc_unix_listen(cfg->socket_path, cfg->socket_mode, 128, "socket", err, errlen);
         if (l->fd < 0) {
             nbd_tls_creds_free(srv->tls_creds);
             return -1;

@@ -1,26 +1,87 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static FILE *log_file;
+static char log_path[4096];
 static enum tc_log_level log_level = TC_LOG_INFO;
 static const char *log_program = "tiercache";
+
+/* The log is opened without following a symlink (one planted where the log
+ * goes would make the daemon append to its target), never blocks on a FIFO,
+ * and must be a regular file or a character device (a terminal). */
+static FILE *open_log(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                  0640);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    int e = 0;
+    if (fstat(fd, &st) < 0)
+        e = errno;
+    else if (!(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)))
+        e = EINVAL;
+    else if (fcntl(fd, F_SETFL, O_APPEND) < 0)
+        e = errno;
+    if (e) {
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "a");
+    if (f == NULL) {
+        e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    setvbuf(f, NULL, _IOLBF, 0);
+    return f;
+}
 
 int tc_log_open(const char *path)
 {
     if (path == NULL) {
         log_file = NULL;
+        log_path[0] = '\0';
         return 0;
     }
-    FILE *f = fopen(path, "ae");
+    if (strlen(path) >= sizeof log_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    FILE *f = open_log(path);
     if (f == NULL)
         return -1;
-    setvbuf(f, NULL, _IOLBF, 0);
+    if (log_file)
+        fclose(log_file);
+    log_file = f;
+    snprintf(log_path, sizeof log_path, "%s", path);
+    return 0;
+}
+
+const char *tc_log_path(void)
+{
+    return log_path[0] ? log_path : NULL;
+}
+
+int tc_log_reopen(void)
+{
+    if (log_path[0] == '\0')
+        return 0;
+    FILE *f = open_log(log_path);
+    if (f == NULL)
+        return -errno;
+    if (log_file)
+        fclose(log_file);
     log_file = f;
     return 0;
 }

@@ -13,8 +13,15 @@
 enum tc_log_level { TC_LOG_ERROR, TC_LOG_WARN, TC_LOG_INFO, TC_LOG_DEBUG };
 
 /* Where lines go: NULL for stderr.  Returns -1 (errno set) if the file
- * cannot be opened. */
+ * cannot be opened: ELOOP for a symlink (never followed), EINVAL for a
+ * FIFO or socket. */
 int tc_log_open(const char *path);
+/* The log file's path, NULL when logging to stderr. */
+const char *tc_log_path(void);
+/* Open the log file's path again (after logrotate moved it); the old file
+ * stays in use if that fails.  0, or -errno.  Not for signal handlers: call
+ * it from the loop that read the signal. */
+int tc_log_reopen(void);
 void tc_log_set_level(enum tc_log_level level);
 enum tc_log_level tc_log_get_level(void);
 /* Name printed in each line, "tiercache" unless set. */

@@ -7,7 +7,8 @@ writer threads write tagged 4 KiB sectors (each carries its offset and a
 generation number, and a pattern derived from both) at random offsets,
 each thread in its own stripe of the volume; now and then a thread sends
 FLUSH, and the generations acknowledged before it was sent become the
-durable floor.  At a random moment the daemon is killed with SIGKILL.
+durable floor.  Once every writer has connected, at a random moment, the
+daemon is killed with SIGKILL.
 With --power-loss the cache device is a testdev layer keeping an undo log,
 which is applied after the kill: the cache device then holds only what it
 had at its last flush (the worst a volatile write cache allows).
@@ -67,13 +68,15 @@ class State:
         self.next_gen = 1
 
 
-def writer(uri, st, stripe, nstripes, stop, rng, errors):
+def writer(uri, st, stripe, nstripes, stop, rng, errors, ready):
     h = nbd.NBD()
     try:
         h.connect_uri(uri)
     except nbd.Error as e:
         errors.append(str(e))
         return
+    finally:
+        ready.release()                 # connected, or failed: the kill may come
     nsectors = len(st.floor)
     chunk = 16                          # stripes of 16 sectors (64 KiB)
     try:
@@ -111,6 +114,24 @@ def writer(uri, st, stripe, nstripes, stop, rng, errors):
         pass                            # the daemon was killed
     finally:
         del h
+
+
+def start_actors(threads, ready, proc, log, what):
+    """Start the threads and wait until each has connected (or failed to):
+    a kill before that would be a race of the test, not a crash to survive.
+    Each thread releases `ready` once; the wait is bounded but generous,
+    since a loaded machine may take seconds to schedule a thread."""
+    for t in threads:
+        t.daemon = True                 # a failed wait must not hang on them
+        t.start()
+    deadline = time.time() + 120
+    for _ in threads:
+        while not ready.acquire(timeout=0.5):
+            if proc.poll() is not None:
+                sys.exit(f"{what}: the daemon died before the clients connected "
+                         f"(status {proc.returncode}):\n{open(log).read()[-3000:]}")
+            if time.time() > deadline:
+                sys.exit(f"{what}: the clients did not connect within 120 s")
 
 
 def wait_for(uri, proc, log):
@@ -169,11 +190,14 @@ def main():
         wait_for(uri, proc, log)
         stop = threading.Event()
         errors = []
+        ready = threading.Semaphore(0)
         threads = [threading.Thread(target=writer,
-                                    args=(uri, st, t, 4, stop, random.Random(rng.random()), errors))
+                                    args=(uri, st, t, 4, stop, random.Random(rng.random()), errors,
+                                          ready))
                    for t in range(4)]
-        for t in threads:
-            t.start()
+        start_actors(threads, ready, proc, log, f"iteration {it}")
+        if errors:
+            sys.exit(f"iteration {it}: writer could not connect: {errors[0]}")
         time.sleep(rng.uniform(0.05, 1.2))
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -26,16 +26,18 @@ import time
 import nbd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from crashloop import SECTOR, State, parse, wait_for, writer  # noqa: E402
+from crashloop import SECTOR, State, parse, start_actors, wait_for, writer  # noqa: E402
 
 
-def reader(uri, st, stop, rng, errors, counts):
+def reader(uri, st, stop, rng, errors, counts, ready):
     h = nbd.NBD()
     try:
         h.connect_uri(uri)
     except nbd.Error as e:
         errors.append(f"reader could not connect: {e}")
         return
+    finally:
+        ready.release()
     nsectors = len(st.floor)
     try:
         while not stop.is_set():
@@ -108,16 +110,18 @@ def main():
         proc = serve()
         stop = threading.Event()
         errors = []
+        ready = threading.Semaphore(0)
         threads = [threading.Thread(target=writer,
                                     args=(uri, st, t, 3, stop, random.Random(rng.random()),
-                                          errors))
+                                          errors, ready))
                    for t in range(3)]
         threads += [threading.Thread(target=reader,
                                      args=(uri, st, stop, random.Random(rng.random()), errors,
-                                           counts))
+                                           counts, ready))
                      for _ in range(2)]
-        for t in threads:
-            t.start()
+        start_actors(threads, ready, proc, log, f"kill {it}")
+        if errors:
+            sys.exit(f"kill {it}: {errors[0]}")
         time.sleep(rng.uniform(0.3, 2.5))
         if proc.poll() is not None:
             sys.exit(f"kill {it}: the daemon died by itself (status {proc.returncode})")

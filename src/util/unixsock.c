@@ -1,0 +1,125 @@
+#include "util/unixsock.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util/log.h"
+
+const char *tc_file_kind(unsigned m)
+{
+    switch (m & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symbolic link";
+    case S_IFSOCK: return "a socket";
+    case S_IFIFO: return "a FIFO";
+    case S_IFBLK: return "a block device";
+    case S_IFCHR: return "a character device";
+    default: return "a special file";
+    }
+}
+
+/* "the directory /a/b" of "/a/b/c.sock" ("." for a bare name). */
+static void dir_of(const char *path, char *out, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(out, len, ".");
+    else if (slash == path)
+        snprintf(out, len, "/");
+    else
+        snprintf(out, len, "%.*s", (int)(slash - path), path);
+}
+
+int tc_unix_listen(const char *path, unsigned mode, int backlog, const char *what, char *err,
+                   size_t errlen)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (path[0] == '\0' || strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "%s path '%s' is empty or longer than %zu bytes", what, path,
+                 sizeof sa.sun_path - 1);
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "%s %s: the path exists and is %s, not a socket; refusing "
+                     "to replace it (choose another path)", what, path, tc_file_kind(st.st_mode));
+            return -1;
+        }
+        /* A socket file: replaced only if nobody listens on it.  Only
+         * ECONNREFUSED says so; any other failure (no permission, ...) is
+         * not proof, and the file stays. */
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe < 0) {
+            snprintf(err, errlen, "socket: %s", strerror(errno));
+            return -1;
+        }
+        int rc = connect(probe, (struct sockaddr *)&sa, sizeof sa), e = errno;
+        close(probe);
+        if (rc == 0) {
+            snprintf(err, errlen, "%s %s: another server is listening on it", what, path);
+            return -1;
+        }
+        if (e != ECONNREFUSED) {
+            snprintf(err, errlen, "%s %s: an existing socket is there and probing it failed "
+                     "(%s); refusing to replace it", what, path, strerror(e));
+            return -1;
+        }
+        /* Remove that very file, not one put in its place meanwhile. */
+        struct stat now;
+        if (lstat(path, &now) == 0 && S_ISSOCK(now.st_mode) && now.st_ino == st.st_ino &&
+            now.st_dev == st.st_dev) {
+            if (unlink(path) < 0) {
+                snprintf(err, errlen, "%s %s: cannot remove the stale socket: %s", what, path,
+                         strerror(errno));
+                return -1;
+            }
+            tc_info("%s %s: replaced a stale socket nobody listened on", what, path);
+        }
+    } else if (errno != ENOENT) {
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    /* bind() creates the file with 0777 & ~umask: exactly mode. */
+    mode_t old = umask(0777 & ~mode);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    int e = errno;
+    umask(old);
+    if (rc < 0) {
+        char dir[sizeof sa.sun_path];
+        dir_of(path, dir, sizeof dir);
+        if (e == ENOENT)
+            snprintf(err, errlen, "%s %s: the directory %s does not exist (it is not created)",
+                     what, path, dir);
+        else if (e == ENOTDIR)
+            snprintf(err, errlen, "%s %s: %s is not a directory", what, path, dir);
+        else if (e == EADDRINUSE)
+            snprintf(err, errlen, "%s %s: something was created at that path meanwhile; "
+                     "refusing to replace it", what, path);
+        else
+            snprintf(err, errlen, "%s %s: cannot bind: %s", what, path, strerror(e));
+        close(fd);
+        return -1;
+    }
+    if (listen(fd, backlog) < 0) {
+        snprintf(err, errlen, "%s %s: cannot listen: %s", what, path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    return fd;
+}
