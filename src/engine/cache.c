@@ -66,6 +66,7 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
     } else if (!n && was) {
         c->dirty_bits[word] &= ~bit;
         c->dirty_blocks--;
+        writeback_forget(c, oblock);
         if (c->wt_recovered)
             wt_recovered_release(c, oblock);
     }

@@ -612,6 +612,17 @@ void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
 /* The same for one block; w->fn runs when it is done. */
 void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
 void writeback_note_client_io(struct cache *c);
+/* Per-block failures: after this many failed write-backs in a row, a write
+ * that needs its block written back first fails with EIO at once. */
+#define WB_FAILURES_EIO 3
+/* Failed write-backs in a row of this block (0: none pending). */
+unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
+/* The block turned clean: it leaves the failure table. */
+void writeback_forget(struct cache *c, uint64_t oblock);
+/* A client write failed because its block could not be written back. */
+void writeback_note_write_failed(struct cache *c);
+/* Failure messages share a rate limit: true if one may be logged now. */
+bool writeback_log_allow(struct cache *c);
 
 /* recovery.c */
 int recovery_run(struct cache *c, char *err, size_t errlen);
