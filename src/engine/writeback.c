@@ -88,6 +88,7 @@
  * with the data unflushed, so the blocks are written again.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,6 +216,8 @@ struct writeback {
     uint64_t block_failures;        /* failed write-backs of blocks, in all */
     uint64_t blocks_recovered;      /* blocks written back after failing */
     uint64_t writes_failed;         /* client writes failed: their block's write-back failed */
+    char last_why[128];             /* the last failed job's reason */
+    char drain_why[256];            /* why the last drain gave up */
     /* the log's rate limit */
     double log_tokens;
     uint64_t log_last_ns, log_suppressed;
@@ -476,6 +479,7 @@ static void job_account(struct wb_job *j, int err, bool cut)
                       : err ? strerror(-err)
                       : j->write_err ? strerror(-j->write_err)
                       : "unreadable in the cache, or the cache flush failed";
+    snprintf(wb->last_why, sizeof wb->last_why, "%s%s", err ? "flush: " : "", why);
     if (log_allow(wb))
         tc_error("writeback: %u blocks in origin bytes %llu..%llu not written back (%s%s): "
                  "they stay dirty; next attempt in %.1f s (%u failures in a row at most; "
@@ -1236,11 +1240,17 @@ static void drain_check(struct writeback *wb)
         enum tc_dev_state st = c->vol->origin->state;
         if (st == TC_DEV_RECONNECTING)
             return;
-        if (st == TC_DEV_OFFLINE)
+        if (st == TC_DEV_OFFLINE) {
+            snprintf(wb->drain_why, sizeof wb->drain_why, "the origin is offline");
             goto give_up;
+        }
         /* Every dirty block failed WB_FAILURES_EIO times in a row. */
-        if (wb->nfail_eio >= c->dirty_blocks)
+        if (wb->nfail_eio >= c->dirty_blocks) {
+            snprintf(wb->drain_why, sizeof wb->drain_why,
+                     "the origin refused each of the %llu dirty blocks %u times in a row: %s",
+                     (unsigned long long)c->dirty_blocks, WB_FAILURES_EIO, wb->last_why);
             goto give_up;
+        }
         /* Blocks backing off: their next attempts come. */
         if (wb->nfail > 0)
             return;
@@ -1248,12 +1258,16 @@ static void drain_check(struct writeback *wb)
         if (wb->retry_at && now < wb->retry_at) {
             if (wb->fail_streak < DRAIN_GIVE_UP)
                 return;
+            snprintf(wb->drain_why, sizeof wb->drain_why, "%u write-back jobs failed in a row: %s",
+                     wb->fail_streak, wb->last_why);
             goto give_up;
         }
         /* A whole pass without progress: the origin refuses the data. */
         if (c->dirty_sectors == wb->drain_dirty_at_pass) {
             if (++wb->drain_stuck_passes < 3)
                 return;
+            snprintf(wb->drain_why, sizeof wb->drain_why, "no progress in 3 passes%s%s",
+                     wb->last_why[0] ? "; last failure: " : "", wb->last_why);
         } else {
             wb->drain_dirty_at_pass = c->dirty_sectors;
             wb->drain_stuck_passes = 0;
@@ -1284,7 +1298,25 @@ void writeback_drain(struct cache *c,
     wb->drain_last_progress = 0;
     wb->drain_stuck_passes = 0;
     wb->drain_dirty_at_pass = UINT64_MAX;
+    wb->drain_why[0] = '\0';
+    /* Asked for explicitly: every block gets fresh attempts now (the
+     * origin may be back), and the drain gives up only after each dirty
+     * block failed WB_FAILURES_EIO times in a row again. */
+    for (unsigned h = 0; h < FAIL_BUCKETS && wb->nfail; h++)
+        for (struct wb_fail *f = wb->fail[h]; f; f = f->next) {
+            f->failures = 0;
+            f->retry_at = 0;
+        }
+    wb->nfail_eio = 0;
+    wb->fail_next_due = 0;
+    wb->retry_at = 0;
+    wb->fail_streak = 0;
     pace(wb);
+}
+
+void writeback_drain_reason(struct cache *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", c->wb ? c->wb->drain_why : "");
 }
 
 void writeback_status_json(struct cache *c, struct tc_json *j)
