@@ -344,6 +344,11 @@ struct cache {
     bool offline;                   /* check and dump: read only, no background work */
     char *damage;                   /* recovery: damaged durable summaries, one a line
                                        (NULL: none); serve refuses such a cache */
+    /* The newest group holding damage (0: none; UINT64_MAX: a damaged
+     * place whose group is unknown).  Every version a damaged chunk held
+     * is older than the first group after it: salvage trusts only dirty
+     * versions in groups newer than this. */
+    uint64_t damage_group_max;
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;

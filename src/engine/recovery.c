@@ -85,9 +85,16 @@ static void add_damage(struct recovery *rc, const char *fmt, ...)
 /* A read of the log failed: what was there is unknown, which is damage
  * (treating it as the end of the log would drop the dirty data it may
  * hold without a word). */
-static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uint64_t off,
-                        size_t len, int err)
+static void damage_group(struct recovery *rc, uint64_t group)
 {
+    uint64_t g = group ? group : UINT64_MAX;    /* unknown: could be any */
+    rc->c->damage_group_max = TC_MAX(rc->c->damage_group_max, g);
+}
+
+static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uint64_t group,
+                        uint64_t off, size_t len, int err)
+{
+    damage_group(rc, group);
     add_damage(rc, "%s: segment %u: reading %zu bytes of the log at offset %llu failed: %s; "
                "the chunks there are unknown", dev->name, s, len, (unsigned long long)off,
                strerror(-err));
@@ -108,7 +115,7 @@ static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t 
         size_t len = TC_MIN(hlen, (size_t)(c->seg_sectors - at) * TC_SECTOR);
         int err = dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, len, 0);
         if (err) {
-            read_failed(rc, dev, s, base + (uint64_t)at * TC_SECTOR, len, err);
+            read_failed(rc, dev, s, seq, base + (uint64_t)at * TC_SECTOR, len, err);
             failed = io_failed = true;
             break;
         }
@@ -233,7 +240,7 @@ static void find_damage(struct recovery *rc, uint32_t s)
     size_t hlen = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - at)) * TC_SECTOR;
     int rerr = dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, hlen, 0);
     if (rerr) {
-        read_failed(rc, dev, s, base + (uint64_t)at * TC_SECTOR, hlen, rerr);
+        read_failed(rc, dev, s, seq, base + (uint64_t)at * TC_SECTOR, hlen, rerr);
         rc->stop[s] = UINT32_MAX;
         return;
     }
@@ -269,8 +276,8 @@ static void find_damage(struct recovery *rc, uint32_t s)
         int werr = dev_sync_io(dev, TC_DEV_READ, win, base + (uint64_t)from * TC_SECTOR,
                                (size_t)n * TC_SECTOR, 0);
         if (werr) {
-            read_failed(rc, dev, s, base + (uint64_t)from * TC_SECTOR, (size_t)n * TC_SECTOR,
-                        werr);
+            read_failed(rc, dev, s, seq,
+                        base + (uint64_t)from * TC_SECTOR, (size_t)n * TC_SECTOR, werr);
             continue;
         }
         for (uint32_t i = 0; i < n; i++) {
@@ -305,6 +312,9 @@ static void find_damage(struct recovery *rc, uint32_t s)
                                                                           claimed_chunk));
     if (!durable_bad)
         return;                         /* torn or never written: the normal end */
+    /* The group: the segment's, or the one its damaged first summary
+     * claims if a good chunk further on confirms it; else unknown. */
+    damage_group(rc, seq ? seq : found != UINT32_MAX ? group : 0);
     if (found != UINT32_MAX)
         add_damage(rc, "%s: segment %u (group %llu): the chunk summary at sector %u is damaged; "
                    "the blocks it described (sectors %u..%u) are unknown", dev->name, s,
@@ -335,7 +345,7 @@ static void read_entries(struct recovery *rc, uint32_t s)
         int herr = dev_sync_io(dev, TC_DEV_READ, rc->hdr,
                                base + (uint64_t)cr->start * TC_SECTOR, hlen, 0);
         if (herr) {
-            read_failed(rc, dev, s, base + (uint64_t)cr->start * TC_SECTOR, hlen, herr);
+            read_failed(rc, dev, s, sg->seq, base + (uint64_t)cr->start * TC_SECTOR, hlen, herr);
             break;
         }
         struct tc_chunk_header h;
@@ -618,9 +628,10 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
                  "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "
                  "current or which dirty data is lost; refusing to serve from it rather than "
-                 "return stale data.  'tiercache check' lists the damage; to serve the origin "
-                 "again, reformat the cache with 'tiercache format --force' (its dirty data is "
-                 "lost).  First: %.*s", (unsigned long long)c->st.recovery_damaged,
+                 "return stale data.  'tiercache check' lists the damage; 'tiercache check "
+                 "--salvage --origin ORIGIN' writes the dirty data that is intact and newest "
+                 "back to the origin, after which 'tiercache format --force' makes the cache "
+                 "usable again.  First: %.*s", (unsigned long long)c->st.recovery_damaged,
                  c->st.recovery_damaged == 1 ? "y" : "ies",
                  (int)strcspn(c->damage, "\n"), c->damage);
         return -1;
