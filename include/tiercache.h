@@ -132,11 +132,19 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
                       void (*done)(void *arg, int err), void *arg);
 
 /* Change the mode online.  New requests follow the new mode at once;
- * leaving writeback, dirty data is then written back, and done is called
- * when none is left. */
+ * leaving writeback (or any mode with dirty data left, for another mode
+ * than writeback), dirty data is then written back, and done is called
+ * when none is left.  Mode changes and detaches complete or change
+ * nothing: if the dirty data cannot all be written back, the volume goes
+ * back to its previous mode (and stays attached) and done gets -EIO. */
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
                         void (*done)(void *arg, int err), void *arg);
 enum tc_mode tc_volume_mode(const struct tc_volume *vol);
+/* After a flush, mode change or detach failed: why, in one sentence naming
+ * the dirty data left ("" when the last one did not fail). */
+const char *tc_volume_op_error(const struct tc_volume *vol);
+/* Dirty data in the cache now. */
+uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol);
 
 /* Dirty data in the cache now (0 without a cache): bytes and blocks. */
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);

@@ -19,6 +19,7 @@
 
 static const char check_help[] =
 "Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--json]\n"
+"       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN [--json]\n"
 "\n"
 "Audit a cache set offline (no daemon may be using it): both superblock\n"
 "copies, every chunk summary and checksum the log holds, the checksum of\n"
@@ -29,6 +30,15 @@ static const char check_help[] =
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
 "  --origin ORIGIN       the origin it should belong to\n"
+"  --salvage             instead of the audit: write every dirty version the\n"
+"                        log holds intact, and newest, back to ORIGIN (for a\n"
+"                        cache serve refuses as damaged; it is not changed,\n"
+"                        and can be reformatted afterwards).  A dirty sector\n"
+"                        whose newest version may be in a damaged chunk, or\n"
+"                        whose data fails its checksum, is not written (an\n"
+"                        older version could overwrite newer data): it is\n"
+"                        listed as lost.  Exit status 0 when nothing was\n"
+"                        lost, 1 when some was (listed), 2 could not run.\n"
 "  --json                print the result as one JSON object\n"
 "  --help, -h            this text\n"
 "\n"
@@ -66,24 +76,96 @@ static struct cache *open_set(char *list, const char **err_prefix, struct tc_rea
     return c;
 }
 
+/* check --salvage: the origin must be the one the cache was formatted for
+ * (its data is written there). */
+static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json)
+{
+    char err[1024];
+    struct tc_dev *o = dev_open(r, origin, false, err, sizeof err);
+    if (o == NULL) {
+        cache_close_offline(c);
+        tc_die(2, "check --salvage: %s", err);
+    }
+    const struct tc_superblock *sb = &c->devs[0].sb;
+    if (tc_round_down(o->size, TC_SECTOR) != sb->origin_size ||
+        strncmp(o->identity, sb->origin_id, TC_ORIGIN_ID_LEN - 1) != 0) {
+        fprintf(stderr, "tiercache: check --salvage: the cache was formatted for origin '%s' "
+                "(%s, %llu bytes), not for '%s' (%s, %llu bytes): nothing written\n",
+                sb->origin_path, sb->origin_id, (unsigned long long)sb->origin_size, origin,
+                o->identity, (unsigned long long)tc_round_down(o->size, TC_SECTOR));
+        dev_close(o);
+        cache_close_offline(c);
+        return 2;
+    }
+    if (!json && c->damage)
+        fprintf(stderr, "%s", c->damage);
+    struct salvage_result res;
+    int rc = cache_salvage(c, o, &res, !json && isatty(2), err, sizeof err);
+    char a[32], b[32], l[32];
+    if (json) {
+        struct tc_json j;
+        json_init(&j, true);
+        json_begin_object(&j, NULL);
+        json_bool(&j, "complete", rc == 0);
+        if (rc)
+            json_string(&j, "error", err);
+        json_uint(&j, "damaged_places", res.damaged);
+        json_uint(&j, "dirty_bytes", res.dirty_sectors * TC_SECTOR);
+        json_uint(&j, "blocks_written", res.blocks_written);
+        json_uint(&j, "bytes_written", res.bytes_written);
+        json_uint(&j, "lost_bytes", res.sectors_lost * TC_SECTOR);
+        json_begin_array(&j, "lost");
+        for (unsigned i = 0; i < res.nlost; i++)
+            json_string(&j, NULL, res.lost[i]);
+        json_end_array(&j);
+        json_end_object(&j);
+        printf("%s\n", j.buf);
+        json_free(&j);
+    } else {
+        for (unsigned i = 0; i < res.nlost; i++)
+            printf("lost: %s\n", res.lost[i]);
+        printf("salvage: %llu damaged place%s in the log; of %s dirty, %s in %llu blocks written "
+               "back to %s, %llu sectors (%s) lost\n", (unsigned long long)res.damaged,
+               res.damaged == 1 ? "" : "s", tc_format_size(res.dirty_sectors * TC_SECTOR, a, sizeof a),
+               tc_format_size(res.bytes_written, b, sizeof b),
+               (unsigned long long)res.blocks_written, origin,
+               (unsigned long long)res.sectors_lost,
+               tc_format_size(res.sectors_lost * TC_SECTOR, l, sizeof l));
+        if (res.damaged)
+            printf("salvage: dirty data held only by the damaged chunks cannot be named: it is "
+                   "lost too\n");
+        if (rc == 0)
+            printf("salvage: done; the cache can be reformatted ('tiercache format --force')\n");
+    }
+    int status = rc ? 2 : res.sectors_lost ? 1 : 0;
+    if (rc)
+        fprintf(stderr, "tiercache: check --salvage: %s; what was written before stays\n", err);
+    salvage_result_free(&res);
+    dev_close(o);
+    cache_close_offline(c);
+    return status;
+}
+
 int cmd_check(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "cache", required_argument, NULL, 'c' },
         { "origin", required_argument, NULL, 'o' },
+        { "salvage", no_argument, NULL, 's' },
         { "json", no_argument, NULL, 'j' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
     const char *origin = NULL;
-    bool json = false;
+    bool json = false, salvage_mode = false;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
         case 'c': caches = optarg; break;
         case 'o': origin = optarg; break;
+        case 's': salvage_mode = true; break;
         case 'j': json = true; break;
         case 'h': cli_print(check_help); return 0;
         default: fprintf(stderr, "Try 'tiercache check --help'.\n"); return 2;
@@ -93,11 +175,19 @@ int cmd_check(int argc, char **argv)
         tc_die(2, "check: unexpected argument '%s'", argv[optind]);
     if (caches == NULL)
         tc_die(2, "check: --cache is required (try --help)");
+    if (salvage_mode && origin == NULL)
+        tc_die(2, "check --salvage: --origin is required (the dirty data is written there)");
     tc_log_set_level(TC_LOG_ERROR);
     struct tc_reactor r;
     const char *prefix = "check";
     const char **paths;
     struct cache *c = open_set(caches, &prefix, &r, &paths);
+    if (salvage_mode) {
+        int st = salvage(c, &r, origin, json);
+        reactor_fini(&r);
+        free(paths);
+        return st;
+    }
     struct check_result res;
     cache_check(c, &res, !json && isatty(2));
     if (origin) {

@@ -22,7 +22,7 @@ static const char flush_help[] =
 "Write every dirty block of a running daemon's cache back to the origin and\n"
 "make it durable there, showing the bytes left, the rate and the time left\n"
 "on a terminal.  The daemon keeps serving meanwhile.  Exit status 0 when no\n"
-"dirty data is left, 1 otherwise.\n"
+"dirty data is left, 1 otherwise (with the reason and the dirty data left).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";
@@ -32,7 +32,9 @@ static const char detach_help[] =
 "\n"
 "Flush the cache (as tiercache flush), then stop using it: the daemon serves\n"
 "the origin directly from then on, and the cache devices are left empty.\n"
-"Restarting the daemon with the same --cache attaches them again.\n"
+"Restarting the daemon with the same --cache attaches them again.  If the\n"
+"dirty data cannot all be written back, the detach is abandoned: the cache\n"
+"stays attached in its mode, and the exit status is 1 with the reason.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";
@@ -43,7 +45,9 @@ static const char mode_help[] =
 "Switch a running daemon to MODE: writethrough, writeback, writearound or\n"
 "passthrough.  New requests follow the new mode at once; leaving writeback,\n"
 "the dirty data is then written back (with progress, as tiercache flush),\n"
-"and the command returns when none is left.\n"
+"and the command returns when none is left.  If it cannot all be written\n"
+"back, the switch is abandoned: the previous mode stays, and the exit\n"
+"status is 1 with the reason and the dirty data left.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";

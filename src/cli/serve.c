@@ -216,7 +216,10 @@ static void online_done(void *arg, int err)
 {
     struct online *o = arg;
     double secs = (double)(tc_now_ns() - o->start_ns) / 1e9;
-    if (err)
+    const char *why = tc_volume_op_error(o->s->vol);
+    if (err && why[0])
+        ctl_printf(o->conn, "error: %s\n", why);
+    else if (err)
         ctl_printf(o->conn, "error: %s failed: %s\n", o->what, strerror(-err));
     else
         ctl_printf(o->conn, "done {\"written_bytes\":%llu,\"seconds\":%.3f,\"mode\":\"%s\"}\n",

@@ -66,6 +66,7 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
     } else if (!n && was) {
         c->dirty_bits[word] &= ~bit;
         c->dirty_blocks--;
+        writeback_forget(c, oblock);
         if (c->wt_recovered)
             wt_recovered_release(c, oblock);
     }
@@ -385,6 +386,23 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         free(c);
         goto fail;
     }
+    /* Settings are checked before anything is built (the devices are
+     * still the caller's to close); every failure after vol->cache = c
+     * unwinds through cache_free(), which copes with a cache built only
+     * in part. */
+    if (vol->cfg.dirty_copies > 1 && n < 2) {
+        snprintf(err, errlen, "--dirty-copies %u needs at least 2 cache devices (%u given)",
+                 vol->cfg.dirty_copies, n);
+        free(c);
+        goto fail;
+    }
+    const struct policy_ops *pops = policy_find(vol->cfg.policy ? vol->cfg.policy : "default");
+    if (pops == NULL) {
+        snprintf(err, errlen, "--policy '%s': no such policy (choose from %s)", vol->cfg.policy,
+                 policy_names());
+        free(c);
+        goto fail;
+    }
     memcpy(c->set_uuid, sbs[0].set_uuid, 16);
     c->block_size = sbs[0].block_size;
     c->spb = c->block_size / TC_SECTOR;
@@ -399,17 +417,6 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
 
-    if (vol->cfg.dirty_copies > 1 && n < 2) {
-        snprintf(err, errlen, "--dirty-copies %u needs at least 2 cache devices (%u given)",
-                 vol->cfg.dirty_copies, n);
-        goto fail_cache;
-    }
-    const struct policy_ops *pops = policy_find(vol->cfg.policy ? vol->cfg.policy : "default");
-    if (pops == NULL) {
-        snprintf(err, errlen, "--policy '%s': no such policy (choose from %s)", vol->cfg.policy,
-                 policy_names());
-        goto fail_cache;
-    }
     uint64_t cache_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
     c->policy = tc_xcalloc(1, sizeof *c->policy);
     c->policy->ops = pops;
@@ -677,6 +684,10 @@ void cache_free(struct cache *c)
     if (c == NULL)
         return;
     cleaner_fini(c);
+    /* The first call stops writeback (a cache that never ran, such as one
+     * whose attach failed, was not stopped by cache_close), the second
+     * frees it. */
+    writeback_fini(c);
     writeback_fini(c);
     lost_fini(c);
     free(c->damage);

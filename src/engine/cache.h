@@ -349,6 +349,11 @@ struct cache {
     bool offline;                   /* check and dump: read only, no background work */
     char *damage;                   /* recovery: damaged durable summaries, one a line
                                        (NULL: none); serve refuses such a cache */
+    /* The newest group holding damage (0: none; UINT64_MAX: a damaged
+     * place whose group is unknown).  Every version a damaged chunk held
+     * is older than the first group after it: salvage trusts only dirty
+     * versions in groups newer than this. */
+    uint64_t damage_group_max;
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;
@@ -606,6 +611,8 @@ void writeback_kick(struct cache *c);
 void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg);
 bool writeback_idle(struct cache *c);
+/* Why the last drain gave up ("" if it did not). */
+void writeback_drain_reason(struct cache *c, char *buf, size_t len);
 void writeback_status_json(struct cache *c, struct tc_json *j);
 /* Block writebacks the origin refused or that were cut by a lost
  * connection: the blocks stayed dirty and are written again later. */
@@ -617,6 +624,17 @@ void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
 /* The same for one block; w->fn runs when it is done. */
 void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
 void writeback_note_client_io(struct cache *c);
+/* Per-block failures: after this many failed write-backs in a row, a write
+ * that needs its block written back first fails with EIO at once. */
+#define WB_FAILURES_EIO 3
+/* Failed write-backs in a row of this block (0: none pending). */
+unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
+/* The block turned clean: it leaves the failure table. */
+void writeback_forget(struct cache *c, uint64_t oblock);
+/* A client write failed because its block could not be written back. */
+void writeback_note_write_failed(struct cache *c);
+/* Failure messages share a rate limit: true if one may be logged now. */
+bool writeback_log_allow(struct cache *c);
 
 /* recovery.c */
 int recovery_run(struct cache *c, char *err, size_t errlen);

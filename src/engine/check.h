@@ -17,6 +17,24 @@ struct check_result {
     uint64_t groups, segments, segments_free;
 };
 
+/* salvage.c: write the dirty data a damaged cache still holds intact and
+ * newest back to the origin (see there for the rule). */
+struct salvage_result {
+    uint64_t dirty_sectors;         /* dirty sectors recovery found */
+    uint64_t blocks_written, bytes_written;
+    uint64_t sectors_lost;          /* dirty sectors not written back */
+    char **lost;                    /* their origin ranges and why, one a line */
+    unsigned nlost;
+    uint64_t damaged;               /* damaged places in the log */
+    uint64_t damage_group_max;      /* newest damaged group (UINT64_MAX: unknown) */
+};
+struct tc_dev;
+/* 0, or -1 with err set when the origin could not be written (the rest is
+ * not attempted; what was written stays). */
+int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result *r,
+                  bool progress, char *err, size_t errlen);
+void salvage_result_free(struct salvage_result *r);
+
 /* Returns the number of problems found (0: clean). */
 int cache_check(struct cache *c, struct check_result *r, bool progress);
 void check_result_free(struct check_result *r);

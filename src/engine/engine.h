@@ -81,6 +81,8 @@ struct tc_volume {
     struct ereq *held_head, **held_tail;
     struct tc_task gate_task;
     void *gate_op;
+    /* Why the last flush, mode change or detach failed ("" if it did not). */
+    char op_error[512];
 };
 
 /* volume.c */

@@ -79,6 +79,27 @@ static int cmp_rec(const void *a, const void *b)
     return 0;
 }
 
+static void add_damage(struct recovery *rc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A read of the log failed: what was there is unknown, which is damage
+ * (treating it as the end of the log would drop the dirty data it may
+ * hold without a word). */
+static void damage_group(struct recovery *rc, uint64_t group)
+{
+    uint64_t g = group ? group : UINT64_MAX;    /* unknown: could be any */
+    rc->c->damage_group_max = TC_MAX(rc->c->damage_group_max, g);
+}
+
+static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uint64_t group,
+                        uint64_t off, size_t len, int err)
+{
+    damage_group(rc, group);
+    add_damage(rc, "%s: segment %u: reading %zu bytes of the log at offset %llu failed: %s; "
+               "the chunks there are unknown", dev->name, s, len, (unsigned long long)off,
+               strerror(-err));
+}
+
 /* Step 1 for one segment, from sector at of its incarnation seq (0: take
  * the first chunk's).  Headers are checked here; entries come later.
  * Records where and why the walk stopped, for find_damage(). */
@@ -89,14 +110,13 @@ static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t 
     struct tc_dev *dev = SEG_DEV(c, s)->dev;
     uint64_t base = seg_dev_offset(c, s);
     size_t hlen = (size_t)TC_MAX_HDR_SECTORS * TC_SECTOR;
-    bool failed = false;
+    bool failed = false, io_failed = false;
     while (at + 1 < c->seg_sectors) {
         size_t len = TC_MIN(hlen, (size_t)(c->seg_sectors - at) * TC_SECTOR);
         int err = dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, len, 0);
         if (err) {
-            tc_error("%s: reading chunk headers of segment %u at sector %u failed: %s",
-                     dev->name, s, at, strerror(-err));
-            failed = true;
+            read_failed(rc, dev, s, seq, base + (uint64_t)at * TC_SECTOR, len, err);
+            failed = io_failed = true;
             break;
         }
         struct tc_chunk_header h;
@@ -134,14 +154,13 @@ static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t 
     }
     sg->seq = seq;
     sg->fill = at;
-    rc->stop[s] = failed ? at : UINT32_MAX;
+    /* A read error is reported already: find_damage() need not judge it. */
+    rc->stop[s] = failed && !io_failed ? at : UINT32_MAX;
     if (c->trace_block == UINT64_MAX - 1 && seq)
         tc_info("trace recovery: segment %u: group %llu, %u chunks, fill %u", s,
                 (unsigned long long)seq, sg->nchunks, at);
 }
 
-static void add_damage(struct recovery *rc, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 static void add_damage(struct recovery *rc, const char *fmt, ...)
 {
     struct cache *c = rc->c;
@@ -219,8 +238,12 @@ static void find_damage(struct recovery *rc, uint32_t s)
     if (seq && seq < rc->tail_seq)
         return;                         /* a free segment: nothing in it counts */
     size_t hlen = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - at)) * TC_SECTOR;
-    if (dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, hlen, 0) != 0)
-        memset(rc->hdr, 0, hlen);
+    int rerr = dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, hlen, 0);
+    if (rerr) {
+        read_failed(rc, dev, s, seq, base + (uint64_t)at * TC_SECTOR, hlen, rerr);
+        rc->stop[s] = UINT32_MAX;
+        return;
+    }
     const uint8_t *b = rc->hdr;
     uint64_t claimed_group = le64_get(b + CH_OFF_GROUP_SEQ);
     uint64_t claimed_chunk = le64_get(b + CH_OFF_CHUNK_SEQ);
@@ -250,9 +273,13 @@ static void find_damage(struct recovery *rc, uint32_t s)
     uint64_t durable = rc->durable;
     for (uint32_t from = at + 1; from + 1 < c->seg_sectors; from += WINDOW) {
         uint32_t n = TC_MIN((uint32_t)WINDOW, c->seg_sectors - from);
-        if (dev_sync_io(dev, TC_DEV_READ, win, base + (uint64_t)from * TC_SECTOR,
-                        (size_t)n * TC_SECTOR, 0) != 0)
+        int werr = dev_sync_io(dev, TC_DEV_READ, win, base + (uint64_t)from * TC_SECTOR,
+                               (size_t)n * TC_SECTOR, 0);
+        if (werr) {
+            read_failed(rc, dev, s, seq,
+                        base + (uint64_t)from * TC_SECTOR, (size_t)n * TC_SECTOR, werr);
             continue;
+        }
         for (uint32_t i = 0; i < n; i++) {
             const uint8_t *p = win + (size_t)i * TC_SECTOR;
             if (le64_get(p + CH_OFF_MAGIC) != TC_CHUNK_MAGIC ||
@@ -285,6 +312,9 @@ static void find_damage(struct recovery *rc, uint32_t s)
                                                                           claimed_chunk));
     if (!durable_bad)
         return;                         /* torn or never written: the normal end */
+    /* The group: the segment's, or the one its damaged first summary
+     * claims if a good chunk further on confirms it; else unknown. */
+    damage_group(rc, seq ? seq : found != UINT32_MAX ? group : 0);
     if (found != UINT32_MAX)
         add_damage(rc, "%s: segment %u (group %llu): the chunk summary at sector %u is damaged; "
                    "the blocks it described (sectors %u..%u) are unknown", dev->name, s,
@@ -312,9 +342,12 @@ static void read_entries(struct recovery *rc, uint32_t s)
     for (uint32_t k = 0; k < sg->nchunks; k++) {
         const struct chunk_ref *cr = &sg->chunks[k];
         size_t hlen = (size_t)cr->hdr_sectors * TC_SECTOR;
-        if (dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)cr->start * TC_SECTOR, hlen,
-                        0) != 0)
+        int herr = dev_sync_io(dev, TC_DEV_READ, rc->hdr,
+                               base + (uint64_t)cr->start * TC_SECTOR, hlen, 0);
+        if (herr) {
+            read_failed(rc, dev, s, sg->seq, base + (uint64_t)cr->start * TC_SECTOR, hlen, herr);
             break;
+        }
         struct tc_chunk_header h;
         char why[128];
         if (chunk_decode(rc->hdr, hlen, c->set_uuid, c->spb, c->seg_sectors, &h, why,
@@ -595,11 +628,12 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     free(rc.hdr);
     if (c->damage && !c->offline) {
         snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
-                 "reached the device no longer check, so it cannot tell which of its blocks are "
+                 "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "
                  "current or which dirty data is lost; refusing to serve from it rather than "
-                 "return stale data.  'tiercache check' lists the damage; to serve the origin "
-                 "again, reformat the cache with 'tiercache format --force' (its dirty data is "
-                 "lost).  First: %.*s", (unsigned long long)c->st.recovery_damaged,
+                 "return stale data.  'tiercache check' lists the damage; 'tiercache check "
+                 "--salvage --origin ORIGIN' writes the dirty data that is intact and newest "
+                 "back to the origin, after which 'tiercache format --force' makes the cache "
+                 "usable again.  First: %.*s", (unsigned long long)c->st.recovery_damaged,
                  c->st.recovery_damaged == 1 ? "y" : "ies",
                  (int)strcspn(c->damage, "\n"), c->damage);
         return -1;

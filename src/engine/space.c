@@ -86,7 +86,8 @@ void space_fini(struct cache *c)
         free(c->devs[d].free_list);
         c->devs[d].free_list = NULL;
     }
-    for (uint32_t s = 0; s < c->nsegs; s++) {
+    /* c->segs is NULL when an attach failed before space_init(). */
+    for (uint32_t s = 0; c->segs && s < c->nsegs; s++) {
         free(c->segs[s].chunks);
         free(c->segs[s].image);
     }

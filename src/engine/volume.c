@@ -276,6 +276,7 @@ enum tc_mode tc_volume_mode(const struct tc_volume *vol) { return vol->mode; }
 struct online_op {
     struct tc_volume *vol;
     bool mode_change;               /* a drain for a mode change, not a detach */
+    enum tc_mode old_mode, new_mode;
     struct tc_dev_io dio;
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
@@ -287,6 +288,27 @@ static void op_progress(void *arg, uint64_t left, uint64_t done_bytes)
     struct online_op *op = arg;
     if (op->progress)
         op->progress(op->arg, left, done_bytes);
+}
+
+const char *tc_volume_op_error(const struct tc_volume *vol) { return vol->op_error; }
+
+uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)
+{
+    return vol->cache && !vol->detached ? vol->cache->dirty_sectors * TC_SECTOR : 0;
+}
+
+/* A failed drain: say why in vol->op_error, naming the dirty data left:
+ * "PREFIX: N MiB of dirty data could not be written back (WHY)SUFFIX". */
+static void op_error_set(struct tc_volume *vol, const char *prefix, const char *suffix, int err)
+{
+    char dz[32], why[256] = "";
+    tc_format_size(tc_volume_dirty_bytes(vol), dz, sizeof dz);
+    if (vol->cache && !vol->detached)
+        writeback_drain_reason(vol->cache, why, sizeof why);
+    snprintf(vol->op_error, sizeof vol->op_error,
+             "%s: %s of dirty data could not be written back (%s)%s", prefix, dz,
+             why[0] ? why : strerror(-err), suffix);
+    tc_error("%s", vol->op_error);
 }
 
 /* The end of an operation: free it, then tell its caller (who may start
@@ -319,13 +341,28 @@ static void flush_origin_only(struct tc_volume *vol, void (*done)(void *arg, int
     dev_submit(vol->origin, &op->dio);
 }
 
+static void flush_done(void *arg, int err)
+{
+    struct online_op *op = arg;
+    if (err)
+        op_error_set(op->vol, "flush failed", "", err);
+    op_finish(op, err);
+}
+
 void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg)
 {
-    if (vol->cache && !vol->detached)
-        cache_flush_dirty(vol->cache, progress, done, arg);
-    else
+    vol->op_error[0] = '\0';
+    if (vol->cache && !vol->detached) {
+        struct online_op *op = tc_xcalloc(1, sizeof *op);
+        op->vol = vol;
+        op->progress = progress;
+        op->done = done;
+        op->arg = arg;
+        cache_flush_dirty(vol->cache, op_progress, flush_done, op);
+    } else {
         flush_origin_only(vol, done, arg);
+    }
 }
 
 /* Detach, in four steps:
@@ -353,6 +390,25 @@ static void open_gate(struct tc_volume *vol)
     }
 }
 
+/* A drain that failed: the operation changes nothing -- the volume goes
+ * back to the mode it had (and, for a detach, keeps its cache).  Writes
+ * made meanwhile followed the new mode, which is safe in the old one too:
+ * they added no dirty data. */
+static void op_abandon(struct online_op *op, int err)
+{
+    struct tc_volume *vol = op->vol;
+    char prefix[96], suffix[96];
+    if (op->mode_change)
+        snprintf(prefix, sizeof prefix, "mode change to %s abandoned",
+                 tc_mode_name(op->new_mode));
+    else
+        snprintf(prefix, sizeof prefix, "detach abandoned");
+    snprintf(suffix, sizeof suffix, "; the %smode stays %s", op->mode_change ? "" : "cache stays attached and the ",
+             tc_mode_name(op->old_mode));
+    vol->mode = op->old_mode;
+    op_error_set(vol, prefix, suffix, err);
+}
+
 static void detached(void *arg, int err)
 {
     struct online_op *op = arg;
@@ -360,6 +416,8 @@ static void detached(void *arg, int err)
     if (err == 0) {
         vol->detached = true;
         tc_info("cache detached: serving the origin directly");
+    } else {
+        op_abandon(op, err);
     }
     vol->detaching = false;
     open_gate(vol);
@@ -372,6 +430,8 @@ static void mode_drained(void *arg, int err)
 {
     struct online_op *op = arg;
     struct tc_volume *vol = op->vol;
+    if (err)
+        op_abandon(op, err);
     vol->detaching = false;
     open_gate(vol);
     op_finish(op, err);
@@ -395,6 +455,7 @@ static void first_drain_done(void *arg, int err)
     struct online_op *op = arg;
     struct tc_volume *vol = op->vol;
     if (err) {
+        op_abandon(op, err);
         vol->detaching = false;
         op_finish(op, err);
         return;
@@ -408,11 +469,14 @@ static void first_drain_done(void *arg, int err)
 
 /* Drain, close the gate, drain again; then empty the cache (detach) or
  * just open the gate (a mode change). */
-static void gated_drain(struct tc_volume *vol, bool mode_change, tc_progress_fn progress,
+static void gated_drain(struct tc_volume *vol, bool mode_change, enum tc_mode old_mode,
+                        enum tc_mode new_mode, tc_progress_fn progress,
                         void (*done)(void *arg, int err), void *arg)
 {
     struct online_op *op = tc_xcalloc(1, sizeof *op);
     op->vol = vol;
+    op->old_mode = old_mode;
+    op->new_mode = new_mode;
     op->progress = progress;
     op->done = done;
     op->arg = arg;
@@ -432,9 +496,12 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
         done(arg, -EBUSY);
         return;
     }
-    /* From now on writes only invalidate; then drain and empty the cache. */
+    /* From now on writes only invalidate; then drain and empty the cache
+     * (or, if the drain fails, go back to the mode it had). */
+    vol->op_error[0] = '\0';
+    enum tc_mode old = vol->mode;
     vol->mode = TC_MODE_PASSTHROUGH;
-    gated_drain(vol, false, progress, done, arg);
+    gated_drain(vol, false, old, TC_MODE_PASSTHROUGH, progress, done, arg);
 }
 
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
@@ -448,15 +515,21 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
         done(arg, -EBUSY);      /* the cache is being emptied */
         return;
     }
+    vol->op_error[0] = '\0';
     enum tc_mode old = vol->mode;
+    /* Dirty data left from writeback (or recovered after a crash) goes to
+     * the origin before a mode without dirty data is in force. */
+    bool drain = mode != TC_MODE_WRITEBACK &&
+                 (old == TC_MODE_WRITEBACK || vol->cache->dirty_blocks > 0);
     vol->mode = mode;
     if (old != mode)
         tc_info("mode: %s -> %s", tc_mode_name(old), tc_mode_name(mode));
-    if (old == TC_MODE_WRITEBACK && mode != TC_MODE_WRITEBACK) {
+    if (drain) {
         /* New writes no longer add dirty data: drain what there is, then
          * (as detach does) close the gate so the writes still in the cache
-         * path finish, and drain what they added. */
-        gated_drain(vol, true, progress, done, arg);
+         * path finish, and drain what they added.  A failed drain puts the
+         * old mode back. */
+        gated_drain(vol, true, old, mode, progress, done, arg);
         return;
     }
     done(arg, 0);

@@ -59,16 +59,36 @@
  * cache is for while its origin is away.
  *
  * Origin failures: a block whose write (or the flush after it) fails stays
- * dirty -- nothing is ever dropped -- and is written again by a later pass.
- * After a failed job new passes wait (100 ms, doubling with each failed
- * job in a row, at most 5 s), so a failing origin is retried, not hammered;
- * every failure is counted (status: writeback_retries) and logged.  While
- * the origin is unreachable (reconnecting or offline) no pass starts.  A
- * job whose writes were acknowledged on a connection that was lost before
- * the flush is treated as failed too: the server may have died with the
- * data unflushed, so the blocks are written again.
+ * dirty -- nothing is ever dropped -- and is written again later.  Two
+ * back-offs keep a refusing origin from being hammered:
+ *
+ *  - per job: after a failed job new passes wait (100 ms, doubling with
+ *    each failed job in a row, at most 5 s);
+ *  - per block: each block that failed is kept in a table with its count
+ *    of failures in a row and the time of its next attempt (100 ms,
+ *    doubling with each failure, at most 30 s).  Passes skip a block until
+ *    then, and so does a write that needs the block written back first (a
+ *    write-through write to a block still dirty after a mode change or a
+ *    restart): it waits for that attempt, and once the block has failed
+ *    WB_FAILURES_EIO times in a row such writes fail with EIO at once
+ *    instead of waiting (writing around the dirty data would let it
+ *    overwrite the newer write later).  The first write the origin accepts
+ *    removes the block from the table: the back-off starts over.
+ *
+ * Every block in the table is dirty (a block turning clean leaves it:
+ * writeback_forget()), so "every dirty block is in the table" is a count
+ * comparison; when that holds and no attempt is due, passes do not scan at
+ * all: CPU use while an origin refuses writes is one timer tick.  Failures
+ * are counted (status: retries, block_failures, blocks_in_backoff) and
+ * logged at most one line per failed job, and at most a few lines a second
+ * overall (LOG_RATE; the rest are counted and summed up in one line).
+ * While the origin is unreachable (reconnecting or offline) no pass
+ * starts.  A job whose writes were acknowledged on a connection that was
+ * lost before the flush is treated as failed too: the server may have died
+ * with the data unflushed, so the blocks are written again.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +107,25 @@
 #define RETRY_MAX_NS (5000ull * 1000 * 1000)
 /* A drain (flush, detach) gives up after this many failed jobs in a row. */
 #define DRAIN_GIVE_UP 5
+/* Per-block back-off after failed write-backs. */
+#define BLOCK_RETRY_FIRST_NS (100ull * 1000 * 1000)
+#define BLOCK_RETRY_MAX_NS (30000ull * 1000 * 1000)
+#define FAIL_BUCKETS 1024
+/* Failure messages: at most LOG_BURST at once, LOG_RATE a second after. */
+#define LOG_RATE 4.0
+#define LOG_BURST 10.0
+
+/* A block whose write-back failed: in the table until it is written back
+ * or turns clean otherwise. */
+struct wb_fail {
+    struct wb_fail *next;           /* hash chain */
+    struct wb_fail *wnext;          /* on the waiting list (has waiters) */
+    uint64_t oblock;
+    uint64_t retry_at;              /* no attempt before (monotonic ns) */
+    uint32_t failures;              /* failed write-backs in a row */
+    bool listed;                    /* on the waiting list */
+    struct block_waiter *waiters;   /* writeback_block() calls waiting for retry_at */
+};
 
 struct wb_job;
 
@@ -165,10 +204,199 @@ struct writeback {
     bool committing;
     uint64_t commit_candidate;
     struct tc_dev_io commit_dio;
+    /* per-block failures (see the top of this file) */
+    struct wb_fail *fail[FAIL_BUCKETS];
+    uint64_t nfail;                 /* blocks in the table (all dirty) */
+    uint64_t nfail_eio;             /* ... that failed WB_FAILURES_EIO times or more */
+    uint64_t fail_next_due;         /* no attempt in the table is due before this */
+    struct wb_fail *fail_waiting;   /* entries with waiters */
+    struct block_waiter *wake;      /* waiters to run from wake_task */
+    struct tc_task wake_task;
+    bool wake_queued;
+    uint64_t block_failures;        /* failed write-backs of blocks, in all */
+    uint64_t blocks_recovered;      /* blocks written back after failing */
+    uint64_t writes_failed;         /* client writes failed: their block's write-back failed */
+    char last_why[128];             /* the last failed job's reason */
+    char drain_why[256];            /* why the last drain gave up */
+    /* the log's rate limit */
+    double log_tokens;
+    uint64_t log_last_ns, log_suppressed;
 };
 
 static void pace(struct writeback *wb);
 static void throttle_credit(struct writeback *wb, uint64_t bytes);
+
+/* ---- the failure log's rate limit ---- */
+
+/* The suppressed messages' summary, once the rate allows a line. */
+static void log_refill(struct writeback *wb)
+{
+    uint64_t now = tc_now_ns();
+    wb->log_tokens += (double)(now - wb->log_last_ns) / 1e9 * LOG_RATE;
+    wb->log_tokens = TC_MIN(wb->log_tokens, LOG_BURST);
+    wb->log_last_ns = now;
+    if (wb->log_suppressed && wb->log_tokens >= 1) {
+        wb->log_tokens -= 1;
+        tc_error("writeback: %llu more failure messages suppressed (at most %.0f a second "
+                 "are logged)", (unsigned long long)wb->log_suppressed, LOG_RATE);
+        wb->log_suppressed = 0;
+    }
+}
+
+/* May a failure message be logged now?  If not, it is counted. */
+static bool log_allow(struct writeback *wb)
+{
+    log_refill(wb);
+    if (wb->log_tokens < 1) {
+        wb->log_suppressed++;
+        return false;
+    }
+    wb->log_tokens -= 1;
+    return true;
+}
+
+bool writeback_log_allow(struct cache *c)
+{
+    return c->wb == NULL || log_allow(c->wb);
+}
+
+/* ---- per-block failures ---- */
+
+static unsigned fail_bucket(uint64_t oblock)
+{
+    return (unsigned)((oblock * 0x9E3779B97F4A7C15ull) >> 40) % FAIL_BUCKETS;
+}
+
+static struct wb_fail *fail_find(struct writeback *wb, uint64_t oblock)
+{
+    if (wb->nfail == 0)
+        return NULL;
+    for (struct wb_fail *f = wb->fail[fail_bucket(oblock)]; f; f = f->next)
+        if (f->oblock == oblock)
+            return f;
+    return NULL;
+}
+
+static void wake_task_fn(struct tc_task *t);
+
+static void wake_later(struct writeback *wb, struct block_waiter *list)
+{
+    while (list) {
+        struct block_waiter *w = list;
+        list = w->next;
+        w->next = wb->wake;
+        wb->wake = w;
+    }
+    if (wb->wake && !wb->wake_queued) {
+        wb->wake_queued = true;
+        reactor_defer(wb->c->reactor, &wb->wake_task);
+    }
+}
+
+/* The block leaves the table; its waiters look at it again. */
+static void fail_remove(struct writeback *wb, uint64_t oblock)
+{
+    struct wb_fail **pp = &wb->fail[fail_bucket(oblock)];
+    while (*pp && (*pp)->oblock != oblock)
+        pp = &(*pp)->next;
+    struct wb_fail *f = *pp;
+    if (f == NULL)
+        return;
+    *pp = f->next;
+    if (f->listed) {
+        struct wb_fail **lp = &wb->fail_waiting;
+        while (*lp != f)
+            lp = &(*lp)->wnext;
+        *lp = f->wnext;
+    }
+    wake_later(wb, f->waiters);
+    wb->nfail--;
+    if (f->failures >= WB_FAILURES_EIO)
+        wb->nfail_eio--;
+    free(f);
+}
+
+void writeback_forget(struct cache *c, uint64_t oblock)
+{
+    if (c->wb && c->wb->nfail)
+        fail_remove(c->wb, oblock);
+}
+
+unsigned writeback_block_failures(struct cache *c, uint64_t oblock)
+{
+    struct wb_fail *f = c->wb ? fail_find(c->wb, oblock) : NULL;
+    return f ? f->failures : 0;
+}
+
+void writeback_note_write_failed(struct cache *c)
+{
+    if (c->wb)
+        c->wb->writes_failed++;
+}
+
+/* One more failed write-back of a dirty block: the next attempt waits
+ * longer.  Returns the delay. */
+static uint64_t fail_add(struct writeback *wb, uint64_t oblock, uint64_t now)
+{
+    struct wb_fail *f = fail_find(wb, oblock);
+    if (f == NULL) {
+        f = tc_xcalloc(1, sizeof *f);
+        f->oblock = oblock;
+        unsigned h = fail_bucket(oblock);
+        f->next = wb->fail[h];
+        wb->fail[h] = f;
+        wb->nfail++;
+    }
+    f->failures++;
+    if (f->failures == WB_FAILURES_EIO)
+        wb->nfail_eio++;
+    uint64_t delay = BLOCK_RETRY_FIRST_NS << TC_MIN(f->failures - 1, 20u);
+    delay = TC_MIN(delay, BLOCK_RETRY_MAX_NS);
+    f->retry_at = now + delay;
+    if (wb->fail_next_due == 0 || f->retry_at < wb->fail_next_due)
+        wb->fail_next_due = f->retry_at;
+    wb->block_failures++;
+    return delay;
+}
+
+/* Waiters whose block's attempt is due: they call writeback_block() again
+ * (which now starts it).  Run from the tick and the wake task. */
+static void fail_run_due(struct writeback *wb)
+{
+    uint64_t now = tc_now_ns();
+    struct block_waiter *due = NULL;
+    for (struct wb_fail **lp = &wb->fail_waiting; *lp;) {
+        struct wb_fail *f = *lp;
+        if (!wb->stopped && f->retry_at > now) {
+            lp = &f->wnext;
+            continue;
+        }
+        *lp = f->wnext;
+        f->listed = false;
+        while (f->waiters) {
+            struct block_waiter *w = f->waiters;
+            f->waiters = w->next;
+            w->next = due;
+            due = w;
+        }
+    }
+    wake_later(wb, due);
+}
+
+static void wake_task_fn(struct tc_task *t)
+{
+    struct writeback *wb = container_of(t, struct writeback, wake_task);
+    wb->wake_queued = false;
+    struct block_waiter *list = wb->wake;
+    wb->wake = NULL;
+    while (list) {
+        struct block_waiter *w = list;
+        list = w->next;
+        /* Shut down: no attempt will come; the write fails. */
+        w->err = wb->stopped ? -ECANCELED : 0;
+        w->fn(w);
+    }
+}
 static void job_submit_writes(struct wb_job *j);
 static void job_flushed(struct tc_dev_io *dio, int err);
 
@@ -193,32 +421,48 @@ static void job_finish(struct wb_job *j)
         wb->jobs--;
     void (*done)(void *, int) = j->done;
     void *arg = j->arg;
+    /* The caller learns whether its blocks were written back: a failed
+     * write or read counts as much as a failed flush. */
     int err = j->flush_err;
+    for (unsigned i = 0; i < j->n && err == 0; i++)
+        if (!j->b[i].ok || j->b[i].failed)
+            err = j->write_err ? j->write_err : -EIO;
     free(j);
     if (done)
         done(arg, err);
     pace(wb);
 }
 
-/* Blocks of the job that stay dirty because the origin failed them: count,
- * log, and hold new passes back for a while. */
+/* Blocks of the job that stay dirty because the write-back failed them:
+ * count, back off (per job and per block), log within the rate limit.
+ * Blocks written (even if rewritten meanwhile) leave the failure table. */
 static void job_account(struct wb_job *j, int err, bool cut)
 {
     struct writeback *wb = j->wb;
     struct cache *c = wb->c;
-    unsigned failed = 0, ok = 0;
-    uint64_t lo = UINT64_MAX, hi = 0;
+    unsigned failed = 0, ok = 0, most = 0;
+    uint64_t lo = UINT64_MAX, hi = 0, now = tc_now_ns(), block_delay = 0;
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
-        if (!b->ok)
-            continue;
-        if (b->failed || err || cut) {
-            failed++;
-            lo = TC_MIN(lo, b->oblock * c->block_size);
-            hi = TC_MAX(hi, (b->oblock + 1) * c->block_size - 1);
-        } else {
+        uint64_t ob = b->oblock;
+        bool dirty = (c->dirty_bits[ob / 64] >> (ob % 64)) & 1;
+        if (b->ok && !b->failed && !err && !cut) {
+            /* Written (a newer version may keep it dirty): the origin
+             * takes writes again, the back-off starts over. */
             ok++;
+            if (wb->nfail)
+                fail_remove(wb, ob);
+            continue;
         }
+        if (!dirty)
+            continue;
+        failed++;
+        lo = TC_MIN(lo, ob * c->block_size);
+        hi = TC_MAX(hi, (ob + 1) * c->block_size - 1);
+        uint64_t d = fail_add(wb, ob, now);
+        unsigned nf = fail_find(wb, ob)->failures;
+        block_delay = TC_MAX(block_delay, d);
+        most = TC_MAX(most, nf);
     }
     if (failed == 0) {
         if (ok)
@@ -230,16 +474,19 @@ static void job_account(struct wb_job *j, int err, bool cut)
     wb->fail_streak++;
     uint64_t delay = RETRY_FIRST_NS << TC_MIN(wb->fail_streak - 1, 6u);
     delay = TC_MIN(delay, RETRY_MAX_NS);
-    wb->retry_at = tc_now_ns() + delay;
+    wb->retry_at = now + delay;
     const char *why = cut ? "the origin connection was lost before the flush"
-                          : strerror(-(err ? err : j->write_err ? j->write_err : -EIO));
-    if (wb->failed_jobs <= 10 || wb->failed_jobs % 100 == 0)
+                      : err ? strerror(-err)
+                      : j->write_err ? strerror(-j->write_err)
+                      : "unreadable in the cache, or the cache flush failed";
+    snprintf(wb->last_why, sizeof wb->last_why, "%s%s", err ? "flush: " : "", why);
+    if (log_allow(wb))
         tc_error("writeback: %u blocks in origin bytes %llu..%llu not written back (%s%s): "
-                 "they stay dirty; next pass in %.1f s (%u failed jobs in a row, %llu in "
-                 "all%s)", failed, (unsigned long long)lo, (unsigned long long)hi,
-                 err ? "flush: " : "", why, (double)delay / 1e9, wb->fail_streak,
-                 (unsigned long long)wb->failed_jobs,
-                 wb->failed_jobs == 10 ? "; further failures logged 1 in 100" : "");
+                 "they stay dirty; next attempt in %.1f s (%u failures in a row at most; "
+                 "writes needing them written back fail with EIO after %u)",
+                 failed, (unsigned long long)lo, (unsigned long long)hi,
+                 err ? "flush: " : "", why, (double)TC_MAX(delay, block_delay) / 1e9, most,
+                 WB_FAILURES_EIO);
 }
 
 /* The origin has the runs durably: the blocks are clean now. */
@@ -258,6 +505,15 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         uint32_t id = index_lookup(&c->idx, b->oblock);
         if (id == NIL)
             continue;
+        struct wb_fail *wf = fail_find(wb, b->oblock);
+        if (wf) {
+            wb->blocks_recovered++;
+            if (log_allow(wb))
+                tc_info("writeback: origin bytes %llu..%llu written back after %u failed "
+                        "attempts", (unsigned long long)(b->oblock * c->block_size),
+                        (unsigned long long)((b->oblock + 1) * c->block_size - 1),
+                        wf->failures);
+        }
         struct tc_mask v, d;
         ce_get_masks(&c->idx, id, &v, &d);
         struct tc_mask nd = d;
@@ -457,8 +713,9 @@ static void job_synced(struct log_waiter *lw, int err)
         /* Not known durable in the cache: the origin must not get them
          * yet.  They stay dirty for a later job (the device failure is
          * handled where the cache write failed). */
-        tc_error("writeback: the cache flush before writing %u blocks back failed: %s; they "
-                 "stay dirty", j->n, strerror(-err));
+        if (log_allow(wb))
+            tc_error("writeback: the cache flush before writing %u blocks back failed: %s; "
+                     "they stay dirty", j->n, strerror(-err));
         wb->errors++;
         for (unsigned i = 0; i < j->n; i++)
             j->b[i].ok = false;
@@ -486,9 +743,10 @@ static void block_read(void *arg, int err)
     struct cache *c = j->wb->c;
     if (err) {
         uint64_t off = b->oblock * c->block_size;
-        tc_error("writeback: dirty data of origin bytes %llu..%llu is unreadable in the cache "
-                 "and cannot be written back", (unsigned long long)off,
-                 (unsigned long long)(off + c->block_size - 1));
+        if (log_allow(j->wb))
+            tc_error("writeback: dirty data of origin bytes %llu..%llu is unreadable in the "
+                     "cache and cannot be written back", (unsigned long long)off,
+                     (unsigned long long)(off + c->block_size - 1));
         j->wb->errors++;
     } else {
         b->ok = true;
@@ -656,7 +914,7 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
     if (c->dirty_blocks == 0)
         return false;
     uint64_t b = wb->cursor;
-    uint64_t scanned = 0;
+    uint64_t scanned = 0, now = tc_now_ns(), next_due = UINT64_MAX;
     while (*n < JOB_BLOCKS && scanned < nb) {
         if (b >= nb) {
             /* A job never spans two passes: the wrap (a new pass) happens
@@ -679,13 +937,27 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
         scanned += z;
         if (b >= nb)
             continue;
-        if (block_wait_wb_free(c, b))
+        struct wb_fail *f = fail_find(wb, b);
+        if (f && f->retry_at > now) {
+            /* Backing off: its attempt comes in a later scan. */
+            next_due = TC_MIN(next_due, f->retry_at);
+        } else if (block_wait_wb_free(c, b)) {
             blocks[(*n)++] = b;
+        }
         b++;
         scanned++;
     }
     wb->cursor = b;
+    if (*n == 0 && next_due != UINT64_MAX)
+        wb->fail_next_due = next_due;
     return *n > 0;
+}
+
+/* Nothing for a pass to take: every dirty block is backing off and none
+ * is due (the scan is skipped, so a refusing origin costs no CPU). */
+static bool all_backing_off(struct writeback *wb)
+{
+    return wb->nfail > 0 && wb->nfail >= wb->c->dirty_blocks && tc_now_ns() < wb->fail_next_due;
 }
 
 static unsigned window(struct writeback *wb)
@@ -716,7 +988,7 @@ static void drain_check(struct writeback *wb);
 static void pace(struct writeback *wb)
 {
     struct cache *c = wb->c;
-    unsigned w = window(wb);
+    unsigned w = all_backing_off(wb) ? 0 : window(wb);
     while (wb->jobs < w) {
         uint64_t blocks[JOB_BLOCKS];
         unsigned n;
@@ -777,6 +1049,10 @@ static void tick(struct tc_timer *t)
             log_commit(c);
         }
     }
+    if (wb->fail_waiting)
+        fail_run_due(wb);
+    if (wb->log_suppressed)
+        log_refill(wb);
     pace(wb);
     if (!wb->stopped)
         timer_arm(c->reactor, &wb->tick, TICK_NS);
@@ -787,6 +1063,9 @@ int writeback_init(struct cache *c)
     struct writeback *wb = tc_xcalloc(1, sizeof *wb);
     wb->c = c;
     wb->tick.fn = tick;
+    wb->wake_task.fn = wake_task_fn;
+    wb->log_tokens = LOG_BURST;
+    wb->log_last_ns = tc_now_ns();
     wb->rate_start = tc_now_ns();
     wb->last_commit = tc_now_ns();
     c->wb = wb;
@@ -811,9 +1090,17 @@ void writeback_fini(struct cache *c)
         wb->stopped = true;
         timer_cancel(c->reactor, &wb->tick);
         throttle_check(wb);
+        /* Writes waiting for a block's next attempt: none will come. */
+        fail_run_due(wb);
         return;
     }
-    if (wb->all_jobs == 0 && !wb->committing) {
+    if (wb->all_jobs == 0 && !wb->committing && wb->wake == NULL && !wb->wake_queued) {
+        for (unsigned h = 0; h < FAIL_BUCKETS; h++)
+            while (wb->fail[h]) {
+                struct wb_fail *f = wb->fail[h];
+                wb->fail[h] = f->next;
+                free(f);
+            }
         free(wb);
         c->wb = NULL;
     }
@@ -864,8 +1151,8 @@ static void chunk_done(void *arg, int err)
     done(a, e);
 }
 
-void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
-                      void (*done)(void *arg, int err), void *arg)
+static void blocks_start(struct cache *c, const uint64_t *blocks, unsigned n,
+                         void (*done)(void *arg, int err), void *arg)
 {
     struct blocks_req *br = tc_xcalloc(1, sizeof *br);
     br->done = done;
@@ -878,6 +1165,27 @@ void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
     chunk_done(br, 0);
 }
 
+void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
+                      void (*done)(void *arg, int err), void *arg)
+{
+    struct writeback *wb = c->wb;
+    if (wb->nfail == 0) {
+        blocks_start(c, blocks, n, done, arg);
+        return;
+    }
+    /* Blocks backing off are left out: they stay dirty (the cleaner then
+     * copies them), and the origin is not asked again before their time. */
+    uint64_t *due = tc_xmalloc((n ? n : 1) * sizeof *due), now = tc_now_ns();
+    unsigned m = 0;
+    for (unsigned i = 0; i < n; i++) {
+        struct wb_fail *f = fail_find(wb, blocks[i]);
+        if (f == NULL || f->retry_at <= now)
+            due[m++] = blocks[i];
+    }
+    blocks_start(c, due, m, done, arg);
+    free(due);
+}
+
 static void one_block_done(void *arg, int err)
 {
     struct block_waiter *w = arg;
@@ -887,8 +1195,24 @@ static void one_block_done(void *arg, int err)
 
 void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w)
 {
+    struct writeback *wb = c->wb;
     uint64_t b = oblock;
     w->err = 0;
+    struct wb_fail *f = fail_find(wb, oblock);
+    if (f && (f->retry_at > tc_now_ns() || wb->stopped)) {
+        /* Backing off: wait for the block's next attempt (the tick starts
+         * it), or learn that none comes (shutting down). */
+        w->next = f->waiters;
+        f->waiters = w;
+        if (!f->listed) {
+            f->listed = true;
+            f->wnext = wb->fail_waiting;
+            wb->fail_waiting = f;
+        }
+        if (wb->stopped)
+            fail_run_due(wb);
+        return;
+    }
     if (!block_wait_wb_free(c, oblock)) {
         /* A writeback of it is already in flight: wait for that one. */
         block_wait_wb(c, oblock, w);
@@ -916,18 +1240,34 @@ static void drain_check(struct writeback *wb)
         enum tc_dev_state st = c->vol->origin->state;
         if (st == TC_DEV_RECONNECTING)
             return;
-        if (st == TC_DEV_OFFLINE)
+        if (st == TC_DEV_OFFLINE) {
+            snprintf(wb->drain_why, sizeof wb->drain_why, "the origin is offline");
             goto give_up;
+        }
+        /* Every dirty block failed WB_FAILURES_EIO times in a row. */
+        if (wb->nfail_eio >= c->dirty_blocks) {
+            snprintf(wb->drain_why, sizeof wb->drain_why,
+                     "the origin refused each of the %llu dirty blocks %u times in a row: %s",
+                     (unsigned long long)c->dirty_blocks, WB_FAILURES_EIO, wb->last_why);
+            goto give_up;
+        }
+        /* Blocks backing off: their next attempts come. */
+        if (wb->nfail > 0)
+            return;
         /* Waiting to retry after failures: give up after several in a row. */
         if (wb->retry_at && now < wb->retry_at) {
             if (wb->fail_streak < DRAIN_GIVE_UP)
                 return;
+            snprintf(wb->drain_why, sizeof wb->drain_why, "%u write-back jobs failed in a row: %s",
+                     wb->fail_streak, wb->last_why);
             goto give_up;
         }
         /* A whole pass without progress: the origin refuses the data. */
         if (c->dirty_sectors == wb->drain_dirty_at_pass) {
             if (++wb->drain_stuck_passes < 3)
                 return;
+            snprintf(wb->drain_why, sizeof wb->drain_why, "no progress in 3 passes%s%s",
+                     wb->last_why[0] ? "; last failure: " : "", wb->last_why);
         } else {
             wb->drain_dirty_at_pass = c->dirty_sectors;
             wb->drain_stuck_passes = 0;
@@ -958,7 +1298,25 @@ void writeback_drain(struct cache *c,
     wb->drain_last_progress = 0;
     wb->drain_stuck_passes = 0;
     wb->drain_dirty_at_pass = UINT64_MAX;
+    wb->drain_why[0] = '\0';
+    /* Asked for explicitly: every block gets fresh attempts now (the
+     * origin may be back), and the drain gives up only after each dirty
+     * block failed WB_FAILURES_EIO times in a row again. */
+    for (unsigned h = 0; h < FAIL_BUCKETS && wb->nfail; h++)
+        for (struct wb_fail *f = wb->fail[h]; f; f = f->next) {
+            f->failures = 0;
+            f->retry_at = 0;
+        }
+    wb->nfail_eio = 0;
+    wb->fail_next_due = 0;
+    wb->retry_at = 0;
+    wb->fail_streak = 0;
     pace(wb);
+}
+
+void writeback_drain_reason(struct cache *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", c->wb ? c->wb->drain_why : "");
 }
 
 void writeback_status_json(struct cache *c, struct tc_json *j)
@@ -976,6 +1334,12 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "jobs_done", wb->jobs_done);
         json_uint(j, "errors", wb->errors);
         json_uint(j, "retries", wb->retries);
+        json_uint(j, "block_failures", wb->block_failures);
+        json_uint(j, "blocks_in_backoff", wb->nfail);
+        json_uint(j, "blocks_failing_writes", wb->nfail_eio);
+        json_uint(j, "blocks_written_after_failures", wb->blocks_recovered);
+        json_uint(j, "writes_failed", wb->writes_failed);
+        json_uint(j, "log_messages_suppressed", wb->log_suppressed);
         json_uint(j, "failed_jobs_in_a_row", wb->fail_streak);
         json_uint(j, "out_of_order_writes", wb->out_of_order);
         json_bool(j, "draining", wb->draining);

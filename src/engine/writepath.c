@@ -73,7 +73,6 @@ struct wpiece {
     uint8_t *old;                   /* merging: the other sectors, by sector */
     size_t old_size;
     bool merging;
-    uint8_t wb_failures;            /* writebacks of the block's dirty data that failed */
     struct tc_mask ovalid, odirty;  /* the block before this write */
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
@@ -600,12 +599,15 @@ static void merge_read(void *arg, int err)
 static void wb_cleared(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
-    /* Only a writeback that failed counts against the write: one that
-     * succeeded while a newer version was being added leaves the block
-     * dirty, and the next one takes that version. */
-    if (bw->err)
-        p->wb_failures++;
+    /* Failures are counted per block by writeback (a failed attempt backs
+     * the block off, so looking again never spins); -ECANCELED: shutting
+     * down, no attempt will come. */
+    int err = bw->err;
     bw->err = 0;
+    if (err == -ECANCELED) {
+        piece_done(p, -EIO);
+        return;
+    }
     piece_step(p);
 }
 
@@ -636,11 +638,15 @@ static void piece_step(struct wpiece *p)
          * the origin keeps refusing it, this write fails (the dirty data
          * stays, for writeback to retry): writing around it would let the
          * older dirty data overwrite this write later. */
-        if (p->wb_failures >= 3) {
+        unsigned failures = writeback_block_failures(c, p->oblock);
+        if (failures >= WB_FAILURES_EIO) {
             uint64_t off = p->oblock * c->block_size;
-            tc_error("cache: dirty data of origin bytes %llu..%llu cannot be written back "
-                     "first; the write to it fails", (unsigned long long)off,
-                     (unsigned long long)(off + c->block_size - 1));
+            writeback_note_write_failed(c);
+            if (writeback_log_allow(c))
+                tc_error("cache: dirty data of origin bytes %llu..%llu cannot be written back "
+                         "first (%u failed attempts in a row); the write to it fails with EIO",
+                         (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
+                         failures);
             piece_done(p, -EIO);
             return;
         }

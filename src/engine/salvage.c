@@ -1,0 +1,212 @@
+/*
+ * tiercache check --salvage: write the dirty data of a damaged cache back
+ * to its origin, offline, so that the cache can be reformatted without
+ * losing more than the damage took.
+ *
+ * Recovery (offline) has rebuilt the index from every chunk summary that
+ * checks, newest version of each sector winning.  What it cannot know is
+ * what the damaged summaries described: any block, any sectors.  So a
+ * version recovery found may be older than one a damaged chunk held, and
+ * writing it to the origin could put older data over newer (the origin may
+ * have received the newer version through a write-back the damaged chunk's
+ * CLEAN record or data stood for).  The bound used: a damaged chunk in
+ * group G held only versions older than the first group after G (groups
+ * are opened one after the other, each with a sequence number above every
+ * version before it).  Hence the rule:
+ *
+ *   a dirty sector is written back only if the fragment serving it lies in
+ *   a group newer than every damaged one (c->damage_group_max); the others
+ *   are reported lost, by origin range -- their newest version may be in a
+ *   damaged chunk;
+ *
+ * and a sector whose data does not match its checksum (or cannot be read)
+ * is reported lost too, never replaced by an older version.  Dirty data
+ * only the damaged chunks held cannot be named at all: the summary says
+ * so.  Nothing in the cache is changed; the origin is flushed at the end.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "engine/check.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+struct gather_wait {
+    bool done;
+    int err;
+};
+
+static void gathered(void *arg, int err)
+{
+    struct gather_wait *g = arg;
+    g->done = true;
+    g->err = err;
+}
+
+/* Read the sectors `want` of entry id (checked) into buf; 0 or the error. */
+static int gather_sync(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *buf)
+{
+    struct gather_wait g = { 0 };
+    cache_gather(c, id, want, buf, gathered, &g);
+    while (!g.done)
+        reactor_poll(c->reactor, 100000000ull);
+    return g.err;
+}
+
+static void lost_range(struct salvage_result *r, struct cache *c, uint64_t oblock, unsigned s0,
+                       unsigned s1, const char *why)
+{
+    uint64_t base = oblock * c->block_size;
+    r->sectors_lost += s1 - s0;
+    if (r->nlost % 64 == 0) {
+        r->lost = realloc(r->lost, (r->nlost + 64) * sizeof *r->lost);
+        if (r->lost == NULL)
+            abort();
+    }
+    char *line = NULL;
+    if (asprintf(&line, "origin bytes %llu..%llu: %s",
+                 (unsigned long long)(base + (uint64_t)s0 * TC_SECTOR),
+                 (unsigned long long)(base + (uint64_t)s1 * TC_SECTOR - 1), why) < 0)
+        abort();
+    r->lost[r->nlost++] = line;
+}
+
+/* Report the runs of sectors set in m. */
+static void lost_mask(struct salvage_result *r, struct cache *c, uint64_t oblock,
+                      const struct tc_mask *m, const char *why)
+{
+    for (unsigned s = 0; s < c->spb;) {
+        if (!mask_test(m, s)) {
+            s++;
+            continue;
+        }
+        unsigned e = s;
+        while (e < c->spb && mask_test(m, e))
+            e++;
+        lost_range(r, c, oblock, s, e, why);
+        s = e;
+    }
+}
+
+static int write_runs(struct cache *c, struct tc_dev *origin, uint64_t oblock,
+                      const struct tc_mask *m, uint8_t *buf, struct salvage_result *r,
+                      char *err, size_t errlen)
+{
+    for (unsigned s = 0; s < c->spb;) {
+        if (!mask_test(m, s)) {
+            s++;
+            continue;
+        }
+        unsigned e = s;
+        while (e < c->spb && mask_test(m, e))
+            e++;
+        uint64_t off = oblock * c->block_size + (uint64_t)s * TC_SECTOR;
+        size_t len = (size_t)(e - s) * TC_SECTOR;
+        int rc = dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off, len, 0);
+        if (rc) {
+            snprintf(err, errlen, "%s: write of %zu bytes at offset %llu failed: %s",
+                     origin->name, len, (unsigned long long)off, strerror(-rc));
+            return -1;
+        }
+        r->bytes_written += len;
+        s = e;
+    }
+    return 0;
+}
+
+int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result *r,
+                  bool progress, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    r->damaged = c->st.recovery_damaged;
+    r->damage_group_max = c->damage_group_max;
+    uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
+    uint64_t total = c->dirty_blocks, done = 0;
+    int ret = 0;
+    /* Ascending origin order: the dirty bitmap. */
+    for (uint64_t b = 0; b < c->nblocks_origin; b++) {
+        if (!((c->dirty_bits[b / 64] >> (b % 64)) & 1))
+            continue;
+        uint32_t id = index_lookup(&c->idx, b);
+        if (id == NIL)
+            continue;
+        struct tc_mask v, d, safe, unsafe;
+        ce_get_masks(&c->idx, id, &v, &d);
+        mask_clear(&safe);
+        mask_clear(&unsafe);
+        for (unsigned s = 0; s < c->spb; s++) {
+            if (!mask_test(&d, s))
+                continue;
+            uint32_t f = ce_locate(&c->idx, id, s);
+            uint64_t g = f == NIL ? 0 : SEG(c, FR(&c->idx, f)->seg)->seq;
+            if (f != NIL && c->damage_group_max != UINT64_MAX && g > c->damage_group_max)
+                mask_set(&safe, s);
+            else
+                mask_set(&unsafe, s);
+        }
+        r->dirty_sectors += mask_count(&d);
+        if (!mask_empty(&unsafe))
+            lost_mask(r, c, b, &unsafe, "its newest version may be in a damaged chunk: not "
+                      "written back (an older one could overwrite newer data)");
+        if (!mask_empty(&safe)) {
+            if (gather_sync(c, id, &safe, buf) != 0) {
+                /* Sector by sector: keep what checks, report the rest. */
+                struct tc_mask good, bad;
+                mask_clear(&good);
+                mask_clear(&bad);
+                for (unsigned s = 0; s < c->spb; s++) {
+                    if (!mask_test(&safe, s))
+                        continue;
+                    struct tc_mask one;
+                    mask_clear(&one);
+                    mask_set(&one, s);
+                    if (gather_sync(c, id, &one, buf) == 0)
+                        mask_set(&good, s);
+                    else
+                        mask_set(&bad, s);
+                }
+                lost_mask(r, c, b, &bad, "unreadable or failing its checksum");
+                safe = good;
+                if (!mask_empty(&safe) && gather_sync(c, id, &safe, buf) != 0) {
+                    snprintf(err, errlen, "origin block %llu: the cache's data changed while "
+                             "being read", (unsigned long long)b);
+                    ret = -1;
+                    break;
+                }
+            }
+            if (!mask_empty(&safe)) {
+                if (write_runs(c, origin, b, &safe, buf, r, err, errlen) < 0) {
+                    ret = -1;
+                    break;
+                }
+                r->blocks_written++;
+            }
+        }
+        if (progress && (++done % 64 == 0 || done == total))
+            fprintf(stderr, "\rsalvage: %llu of %llu dirty blocks, %llu MiB written back",
+                    (unsigned long long)done, (unsigned long long)total,
+                    (unsigned long long)(r->bytes_written >> 20));
+    }
+    if (progress && total)
+        fputc('\n', stderr);
+    if (ret == 0 && origin->can_flush) {
+        int rc = dev_sync_io(origin, TC_DEV_FLUSH, NULL, 0, 0, 0);
+        if (rc) {
+            snprintf(err, errlen, "%s: flush failed: %s", origin->name, strerror(-rc));
+            ret = -1;
+        }
+    }
+    free(buf);
+    return ret;
+}
+
+void salvage_result_free(struct salvage_result *r)
+{
+    for (unsigned i = 0; i < r->nlost; i++)
+        free(r->lost[i]);
+    free(r->lost);
+    memset(r, 0, sizeof *r);
+}
