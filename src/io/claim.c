@@ -24,7 +24,9 @@
  *  - A hard link or a bind mount reaches the same inode: the same lock.
  *    A loop device over a file does not: its backing file (sysfs
  *    loop/backing_file, checked against the inode) is locked as well, so
- *    a daemon on the file and one on /dev/loopN meet.
+ *    a daemon on the file and one on /dev/loopN meet; and a file's loop
+ *    devices that exist when it is opened are claimed with O_EXCL, so none
+ *    is mounted or served meanwhile (one made later is not known).
  *  - The cache set's identity: set-UUID.lock in the run directory, locked
  *    the same way, the exclusive holder's pid written in it.  It catches
  *    paths to one set whose relation cannot be told from here.
@@ -502,7 +504,7 @@ static int try_open(void *arg)
 /* A loop device's backing file, locked like the file itself.  0, or -1
  * with a message. */
 static int claim_backing(const char *path, const char *role, const struct claim_id *id,
-                         bool read_only, int *backing_fd, char *err, size_t errlen)
+                         bool read_only, struct claim_fds *more, char *err, size_t errlen)
 {
     int fd = open(id->backing, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && !read_only && (errno == EACCES || errno == EROFS || errno == EPERM)) {
@@ -521,7 +523,7 @@ static int claim_backing(const char *path, const char *role, const struct claim_
     char holder[512], through[700];
     int rc = lock_file(fd, !read_only, holder, sizeof holder);
     if (rc == 0) {
-        *backing_fd = fd;
+        more->fd[more->n++] = fd;
         return 0;
     }
     close(fd);
@@ -535,11 +537,117 @@ static int claim_backing(const char *path, const char *role, const struct claim_
     return -1;
 }
 
+/* The device number of the file system mounted at the longest mount
+ * point of /proc/self/mountinfo that contains path (absolute); 0 if none.
+ * Read from the mount table, not with stat(): path may be on a FUSE or
+ * network file system that hangs. */
+static dev_t mount_dev_of(const char *path)
+{
+    FILE *fp = fopen("/proc/self/mountinfo", "re");
+    if (fp == NULL)
+        return 0;
+    char line[4096], mnt[2048];
+    size_t best = 0;
+    dev_t dev = 0;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned ma, mi;
+        if (sscanf(line, "%*u %*u %u:%u %*s %2047s", &ma, &mi, mnt) != 3)
+            continue;
+        /* Mount points escape blanks and backslashes as \ooo. */
+        char *w = mnt;
+        for (const char *r = mnt; *r; r++) {
+            unsigned o;
+            if (r[0] == '\\' && sscanf(r + 1, "%3o", &o) == 1 && strlen(r) >= 4) {
+                *w++ = (char)o;
+                r += 3;
+            } else {
+                *w++ = *r;
+            }
+        }
+        *w = '\0';
+        size_t n = strlen(mnt);
+        if (strcmp(mnt, "/") == 0)
+            n = 0;
+        if (strncmp(path, mnt, n) == 0 && (path[n] == '/' || path[n] == '\0') &&
+            (n >= best || dev == 0)) {
+            best = n;
+            dev = makedev(ma, mi);
+        }
+    }
+    fclose(fp);
+    return dev;
+}
+
+/* Loop devices over the file (its dev and ino): claimed with O_EXCL as
+ * well, so that none is mounted or served while the file is in use; one
+ * that already is makes the file busy.  0, or -1 with a message. */
+static int claim_loops_over(const char *path, const char *role, dev_t dev, ino_t ino,
+                            struct claim_fds *more, char *err, size_t errlen)
+{
+    DIR *d = opendir("/sys/block");
+    if (d == NULL)
+        return 0;
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        char p[300], line[512], node[300];
+        struct stat st;
+        dev_t rdev;
+        if (strncmp(e->d_name, "loop", 4) != 0)
+            continue;
+        snprintf(p, sizeof p, "/sys/block/%.200s/loop/backing_file", e->d_name);
+        /* Only a backing file on our file system is stat()ed (see
+         * mount_dev_of()). */
+        if (!read_line(p, line, sizeof line) || line[0] != '/' || mount_dev_of(line) != dev ||
+            stat(line, &st) < 0 || st.st_dev != dev || st.st_ino != ino)
+            continue;
+        snprintf(p, sizeof p, "/sys/block/%.200s/dev", e->d_name);
+        snprintf(node, sizeof node, "/dev/%.200s", e->d_name);
+        if (!read_line(p, line, sizeof line) || !parse_devno(line, &rdev) ||
+            stat(node, &st) < 0 || !S_ISBLK(st.st_mode) || st.st_rdev != rdev) {
+            tc_warn("%s %s: loop device %s is over it but has no device node to claim",
+                    role, path, e->d_name);
+            continue;
+        }
+        if (more->n == CLAIM_MAX_FDS) {
+            tc_warn("%s %s: more than %u loop devices are over it; %s is not claimed", role,
+                    path, CLAIM_MAX_FDS - 1, node);
+            continue;
+        }
+        struct open_try t = { .path = node,
+                              .flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_EXCL };
+        struct holder_query q = { .block = true, .rdev = rdev, .whole = rdev };
+        char holder[512], through[400];
+        int r = claim_with_wait(try_open, &t, &q, holder, sizeof holder);
+        if (r == 0) {
+            more->fd[more->n++] = t.fd;
+            continue;
+        }
+        if (r == 1) {
+            snprintf(through, sizeof through, ", through the loop device %s over it", node);
+            busy_message(err, errlen, role, path, holder, through);
+        } else {
+            snprintf(err, errlen, "%s %s: cannot claim the loop device %s over it: %s", role,
+                     path, node, strerror(-r));
+        }
+        rc = -1;
+    }
+    closedir(d);
+    return rc;
+}
+
+void claim_fds_close(struct claim_fds *more)
+{
+    for (unsigned i = 0; i < more->n; i++)
+        close(more->fd[i]);
+    more->n = 0;
+}
+
 int claim_open(const char *path, const char *role, bool read_only, bool *direct,
-               int *backing_fd, char *err, size_t errlen)
+               struct claim_fds *more, char *err, size_t errlen)
 {
     struct claim_id id;
-    *backing_fd = -1;
+    more->n = 0;
     if (claim_stat(path, role, &id, err, errlen) < 0)
         return -1;
     /* O_NONBLOCK: should the path have become a FIFO since the stat, the
@@ -592,12 +700,15 @@ int claim_open(const char *path, const char *role, bool read_only, bool *direct,
             snprintf(err, errlen, "%s %s: cannot lock: %s", role, path, strerror(-rc));
             goto fail;
         }
+        if (claim_loops_over(path, role, st.st_dev, st.st_ino, more, err, errlen) < 0)
+            goto fail;
     } else if (id.has_backing &&
-               claim_backing(path, role, &id, read_only, backing_fd, err, errlen) < 0) {
+               claim_backing(path, role, &id, read_only, more, err, errlen) < 0) {
         goto fail;
     }
     return fd;
 fail:
+    claim_fds_close(more);
     close(fd);
     return -1;
 }

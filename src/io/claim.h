@@ -43,14 +43,22 @@ bool claim_same(const struct claim_id *a, const struct claim_id *b);
  * another.  caches may be NULL. */
 int claim_check_paths(const char *origin, const char *const *caches, char *err, size_t errlen);
 
+/* Descriptors a claim holds besides the device's own: a loop device's
+ * backing file, the loop devices over a file. */
+#define CLAIM_MAX_FDS 5
+struct claim_fds {
+    int fd[CLAIM_MAX_FDS];
+    unsigned n;
+};
+void claim_fds_close(struct claim_fds *more);
+
 /* A local device opened and claimed: exclusive for a writer (read_only
  * false), shared for a reader.  Returns the descriptor (O_DIRECT where the
  * file system has it: *direct), or -1 with a message naming the role, the
  * path and the holder.  The claim lives as long as the descriptor and
- * *backing_fd (a loop device's backing file, or -1), which the caller
- * closes together. */
+ * those in *more, which the caller closes together. */
 int claim_open(const char *path, const char *role, bool read_only, bool *direct,
-               int *backing_fd, char *err, size_t errlen);
+               struct claim_fds *more, char *err, size_t errlen);
 
 /* The cache set's identity, locked in the run directory (set by the
  * command line with claim_set_dir(); without one, no set lock is taken).

@@ -39,7 +39,7 @@
 struct dev_file {
     struct tc_dev dev;
     int fd;
-    int backing_fd;             /* a loop device's backing file, locked (claim.c); or -1 */
+    struct claim_fds claims;    /* held with fd for its claim (claim.c) */
     bool zero_by_fallocate;     /* false once the file system refused it */
     uint64_t max_io;            /* largest read or write issued whole; 0: any */
 };
@@ -264,8 +264,7 @@ static void file_close(struct tc_dev *dev)
 {
     struct dev_file *f = container_of(dev, struct dev_file, dev);
     close(f->fd);
-    if (f->backing_fd >= 0)
-        close(f->backing_fd);
+    claim_fds_close(&f->claims);
     free(f->dev.name);
     free(f);
 }
@@ -353,21 +352,20 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
     /* Checked with stat() first (a FIFO never blocks the open), opened
      * and claimed: exclusive for a writer, shared for a reader (claim.c). */
     bool direct;
-    int backing_fd;
-    int fd = claim_open(path, role, read_only, &direct, &backing_fd, err, errlen);
+    struct claim_fds claims;
+    int fd = claim_open(path, role, read_only, &direct, &claims, err, errlen);
     if (fd < 0)
         return NULL;
     struct stat st;
     if (fstat(fd, &st) < 0) {
         snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
-        if (backing_fd >= 0)
-            close(backing_fd);
+        claim_fds_close(&claims);
         return NULL;
     }
     struct dev_file *f = tc_xcalloc(1, sizeof *f);
     f->fd = fd;
-    f->backing_fd = backing_fd;
+    f->claims = claims;
     f->zero_by_fallocate = true;
     struct tc_dev *d = &f->dev;
     d->ops = &file_ops;
