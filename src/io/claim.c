@@ -257,7 +257,25 @@ struct holder_query {
     dev_t rdev, whole;          /* block: the device, or its disk, or a partition of it */
     dev_t dev;                  /* file: the inode */
     ino_t ino;
+    int mnt_ids[64];            /* file: the mounts of its file system (our namespace) */
+    unsigned nmnt;
 };
+
+/* The ids of the mounts of file system dev, from /proc/self/mountinfo. */
+static void mounts_of(struct holder_query *q)
+{
+    FILE *fp = fopen("/proc/self/mountinfo", "re");
+    if (fp == NULL)
+        return;
+    char line[4096];
+    while (q->nmnt < TC_ARRAY_SIZE(q->mnt_ids) && fgets(line, sizeof line, fp)) {
+        int id;
+        unsigned ma, mi;
+        if (sscanf(line, "%d %*u %u:%u", &id, &ma, &mi) == 3 && makedev(ma, mi) == q->dev)
+            q->mnt_ids[q->nmnt++] = id;
+    }
+    fclose(fp);
+}
 
 static bool fd_matches(const struct holder_query *q, const struct stat *st)
 {
@@ -279,32 +297,35 @@ static bool fd_matches(const struct holder_query *q, const struct stat *st)
     return read_line(path, line, sizeof line) && parse_devno(line, &w) && w == q->rdev;
 }
 
-/* From /proc/PID/fdinfo/FD: the inode number, and whether a lock is held
- * through that descriptor.  False if it cannot be read. */
-static bool fd_info(int pid, int fd, unsigned long long *ino, bool *lock)
+/* From /proc/PID/fdinfo/FD: the mount and inode numbers, and whether a
+ * lock is held through that descriptor.  False if it cannot be read. */
+static bool fd_info(int pid, int fd, int *mnt_id, unsigned long long *ino, bool *lock)
 {
     char path[96], line[256];
     snprintf(path, sizeof path, "/proc/%d/fdinfo/%d", pid, fd);
     FILE *fp = fopen(path, "re");
     if (fp == NULL)
         return false;
-    bool have_ino = false;
+    bool have_ino = false, have_mnt = false;
     *lock = false;
     while (fgets(line, sizeof line, fp)) {
         if (sscanf(line, "ino: %llu", ino) == 1)
             have_ino = true;
+        else if (sscanf(line, "mnt_id: %d", mnt_id) == 1)
+            have_mnt = true;
         else if (strncmp(line, "lock:", 5) == 0)
             *lock = true;
     }
     fclose(fp);
-    return have_ino;
+    return have_ino && have_mnt;
 }
 
 /* Whether descriptor fd of pid is the thing asked about, and for a file
  * whether it holds a lock.  The open file is stat()ed only once it looks
- * like a match (a device node under /dev, the same inode number): a
- * stat() through /proc/PID/fd reaches the file's own file system, which
- * may be a FUSE or network mount that hangs. */
+ * like a match (a device node under /dev; the same inode number on a mount
+ * of the file's file system): a stat() through /proc/PID/fd reaches the
+ * file's own file system, which may be a FUSE or network mount that
+ * hangs. */
 static bool fd_is(const struct holder_query *q, int pid, int fd, bool *lock)
 {
     char fpath[96], target[64];
@@ -317,7 +338,15 @@ static bool fd_is(const struct holder_query *q, int pid, int fd, bool *lock)
             return false;
     } else {
         unsigned long long ino;
-        if (!fd_info(pid, fd, &ino, lock) || ino != (unsigned long long)q->ino)
+        int mnt_id;
+        bool ours = false;
+        if (!fd_info(pid, fd, &mnt_id, &ino, lock) || ino != (unsigned long long)q->ino)
+            return false;
+        for (unsigned i = 0; i < q->nmnt; i++)
+            ours |= q->mnt_ids[i] == mnt_id;
+        /* No mount shows the file's device (overlayfs may report the
+         * layer's): the inode number alone picks what is stat()ed. */
+        if (q->nmnt && !ours)
             return false;
     }
     return stat(fpath, &st) == 0 && fd_matches(q, &st);
@@ -466,6 +495,7 @@ static int lock_file(int fd, bool exclusive, char *holder, size_t hlen)
         return -errno;
     struct lock_try t = { .fd = fd, .type = exclusive ? F_WRLCK : F_RDLCK };
     struct holder_query q = { .dev = st.st_dev, .ino = st.st_ino };
+    mounts_of(&q);
     return claim_with_wait(try_lock, &t, &q, holder, hlen);
 }
 
