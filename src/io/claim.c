@@ -799,11 +799,19 @@ struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const c
         }
         char holder[512];
         int rc = lock_file(s->fd, exclusive, holder, sizeof holder);
+        if (rc == 1 && (stat(s->path, &cur) < 0 || cur.st_dev != st.st_dev ||
+                        cur.st_ino != st.st_ino)) {
+            /* Its holder was letting go and removed it: try the new one. */
+            close(s->fd);
+            s->fd = -1;
+            continue;
+        }
         if (rc == 1) {
-            char pidbuf[32] = "";
-            if (holder[0] == '\0' && pread(s->fd, pidbuf, sizeof pidbuf - 1, 0) > 0 &&
-                atoi(pidbuf) > 0)
-                describe_pid(atoi(pidbuf), holder, sizeof holder);
+            char pidbuf[32] = "", proc[48];
+            int pid = pread(s->fd, pidbuf, sizeof pidbuf - 1, 0) > 0 ? atoi(pidbuf) : 0;
+            snprintf(proc, sizeof proc, "/proc/%d", pid);
+            if (holder[0] == '\0' && pid > 0 && access(proc, F_OK) == 0)
+                describe_pid(pid, holder, sizeof holder);
             char through[700];
             snprintf(through, sizeof through, ", through the lock of its cache set %s (%.600s)",
                      u, s->path);
