@@ -19,8 +19,8 @@
  *    it survives the fork of a daemon going to the background, two opens
  *    in one process conflict, and it goes when the last descriptor closes,
  *    also when the process dies.  It is advisory: it stops tiercache and
- *    programs that lock (qemu: qemu-img needs -U to read a file in use),
- *    not plain readers.
+ *    programs that lock (qemu cannot open a file in use, unless with its
+ *    locking=off file option), not plain readers.
  *  - A hard link or a bind mount reaches the same inode: the same lock.
  *    A loop device over a file does not: its backing file (sysfs
  *    loop/backing_file, checked against the inode) is locked as well, so
@@ -205,8 +205,8 @@ int claim_check_paths(const char *origin, const char *const *caches, char *err, 
             return -1;
         for (unsigned j = 0; j < i; j++) {
             if (claim_same(&ids[j], &ids[i])) {
-                snprintf(err, errlen, "--cache: %s and %s are the same device", caches[j],
-                         caches[i]);
+                snprintf(err, errlen, "--cache: %s and %s are the same device of the set, "
+                         "named twice", caches[j], caches[i]);
                 return -1;
             }
         }
