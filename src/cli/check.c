@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "engine/cache.h"
 #include "engine/check.h"
+#include "io/claim.h"
 #include "io/dev.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -21,12 +22,13 @@ static const char check_help[] =
 "Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--json]\n"
 "       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN [--json]\n"
 "\n"
-"Audit a cache set offline (no daemon may be using it): both superblock\n"
-"copies, every chunk summary and checksum the log holds, the checksum of\n"
-"every cached sector, the consistency of the index rebuilt from the log,\n"
-"and the accounting of dirty data.  Damaged data is listed by origin range,\n"
-"as lost (dirty) or harmless (clean: the origin has it).  With --origin,\n"
-"also check that the cache was formatted for that origin.\n"
+"Audit a cache set offline: both superblock copies, every chunk summary\n"
+"and checksum the log holds, the checksum of every cached sector, the\n"
+"consistency of the index rebuilt from the log, and the accounting of\n"
+"dirty data.  Damaged data is listed by origin range, as lost (dirty) or\n"
+"harmless (clean: the origin has it).  With --origin, also check that the\n"
+"cache was formatted for that origin.  A set a daemon is using is refused\n"
+"(exit 2), naming the daemon: its devices are claimed while it runs.\n"
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
 "  --origin ORIGIN       the origin it should belong to\n"
@@ -59,17 +61,22 @@ static const char dump_help[] =
 "  --blocks              also list every cached block\n"
 "  --help, -h            this text\n";
 
-static struct cache *open_set(char *list, const char **err_prefix, struct tc_reactor *r,
-                              const char ***paths_out)
+static struct cache *open_set(char *list, const char *origin, const char **err_prefix,
+                              struct tc_reactor *r, const char ***paths_out)
 {
     unsigned n;
     const char **paths = cli_split_list(list, 32, &n);
     *paths_out = paths;
+    char err[1024];
+    /* stat() first (no FIFO blocks an open); then the devices and the set
+     * are claimed shared: a set a daemon is using is refused (io/claim.c). */
+    if (claim_check_paths(origin, paths, err, sizeof err) < 0)
+        tc_die(2, "%s: %s", *err_prefix, err);
+    claim_set_dir(cli_run_dir());
     if (reactor_init(r, 256) < 0)
         tc_die(2, "io_uring: %m");
     struct tc_volume_config cfg;
     tc_volume_config_defaults(&cfg);
-    char err[1024];
     struct cache *c = cache_open_offline(r, paths, &cfg, err, sizeof err);
     if (c == NULL)
         tc_die(2, "%s: %s", *err_prefix, err);
@@ -81,7 +88,7 @@ static struct cache *open_set(char *list, const char **err_prefix, struct tc_rea
 static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json)
 {
     char err[1024];
-    struct tc_dev *o = dev_open(r, origin, false, err, sizeof err);
+    struct tc_dev *o = dev_open_as(r, origin, "origin", false, err, sizeof err);
     if (o == NULL) {
         cache_close_offline(c);
         tc_die(2, "check --salvage: %s", err);
@@ -181,7 +188,7 @@ int cmd_check(int argc, char **argv)
     struct tc_reactor r;
     const char *prefix = "check";
     const char **paths;
-    struct cache *c = open_set(caches, &prefix, &r, &paths);
+    struct cache *c = open_set(caches, origin, &prefix, &r, &paths);
     if (salvage_mode) {
         int st = salvage(c, &r, origin, json);
         reactor_fini(&r);
@@ -192,7 +199,7 @@ int cmd_check(int argc, char **argv)
     cache_check(c, &res, !json && isatty(2));
     if (origin) {
         char err[512];
-        struct tc_dev *o = dev_open(&r, origin, true, err, sizeof err);
+        struct tc_dev *o = dev_open_as(&r, origin, "origin", true, err, sizeof err);
         const struct tc_superblock *sb = &c->devs[0].sb;
         if (o == NULL) {
             cache_close_offline(c);
@@ -286,7 +293,7 @@ int cmd_dump(int argc, char **argv)
     struct tc_reactor r;
     const char *prefix = "dump";
     const char **paths;
-    struct cache *c = open_set(caches, &prefix, &r, &paths);
+    struct cache *c = open_set(caches, NULL, &prefix, &r, &paths);
     const struct tc_superblock *sb = &c->devs[0].sb;
     char uuid[37], sz[32];
     tc_uuid_format(sb->set_uuid, uuid);

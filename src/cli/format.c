@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "format/format.h"
+#include "io/claim.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/parse.h"
@@ -28,7 +29,9 @@ static const char format_help[] =
 "                        256M (default 4M); writes to the cache are clustered\n"
 "                        into segments\n"
 "  --force               format even if a device holds a tiercache cache or a\n"
-"                        file system (its contents are lost)\n"
+"                        file system (its contents are lost); never a device\n"
+"                        in use (claimed by a daemon, mounted), and never for\n"
+"                        an origin that holds a tiercache superblock\n"
 "  --help, -h            this text\n"
 "\n"
 "Exit status: 0 formatted, 1 refused or failed (nothing was written), 2 bad\n"
@@ -93,6 +96,7 @@ int cmd_format(int argc, char **argv)
     const char **list = cli_split_list(caches, 32, &n);
     o.caches = list;
     struct tc_format_result res;
+    claim_set_dir(cli_run_dir());
     if (tc_format(&o, &res, err, sizeof err) < 0) {
         free(list);
         tc_die(1, "format: %s", err);

@@ -24,6 +24,7 @@
 #include "cli/cli.h"
 #include "ctl/ctl.h"
 #include "io/bufpool.h"
+#include "io/claim.h"
 #include "io/reactor.h"
 #include "nbd/server.h"
 #include "policy/policy.h"
@@ -40,7 +41,10 @@ static const char serve_help[] =
 "Export ORIGIN over the NBD protocol, cached on the fast devices DEV (made\n"
 "with 'tiercache format').  ORIGIN is a file, a block device, or an NBD URI\n"
 "(nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).  Without\n"
-"--cache the origin is served as it is.\n"
+"--cache the origin is served as it is.  The origin and the cache devices\n"
+"are claimed while the daemon runs (block devices opened with O_EXCL, files\n"
+"locked; a read lock only for a --read-only origin): a second serve, a\n"
+"format or a check of them is refused, naming this daemon.\n"
 "\n"
 "Cache:\n"
 "  --cache DEV[,DEV...] the cache devices of one set, in any order\n"
@@ -714,6 +718,7 @@ int cmd_serve(int argc, char **argv)
 
     if (reactor_init(&s.reactor, 1024) < 0)
         tc_die(1, "io_uring: %s (the kernel must support io_uring)", strerror(errno));
+    claim_set_dir(cli_run_dir());
     s.vol = tc_volume_open(&s.reactor, &vcfg, err, sizeof err);
     if (s.vol == NULL)
         tc_die(1, "%s", err);

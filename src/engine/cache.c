@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "io/claim.h"
 #include "policy/policy.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -366,7 +367,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
                      paths[n]);
             goto fail;
         }
-        devs[n] = dev_open_local(vol->reactor, paths[n], offline, err, errlen);
+        devs[n] = dev_open_local_as(vol->reactor, paths[n], "cache device", offline, err, errlen);
         if (devs[n] == NULL)
             goto fail;
         if (read_superblock(devs[n], &sbs[n], err, errlen) < 0) {
@@ -404,6 +405,15 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         goto fail;
     }
     memcpy(c->set_uuid, sbs[0].set_uuid, 16);
+    /* The set's identity too, before the log is read: exclusive for serve,
+     * shared for check and dump (io/claim.c). */
+    if (claim_set_enabled()) {
+        c->set_claim = claim_set_lock(c->set_uuid, !offline, c->devs[0].dev->name, err, errlen);
+        if (c->set_claim == NULL) {
+            free(c);
+            goto fail;
+        }
+    }
     c->block_size = sbs[0].block_size;
     c->spb = c->block_size / TC_SECTOR;
     c->segment_size = sbs[0].segment_size;
@@ -704,6 +714,7 @@ void cache_free(struct cache *c)
     }
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_close(c->devs[d].dev);
+    claim_set_release(c->set_claim);
     free(c->dirty_bits);
     free(c);
 }

@@ -9,6 +9,7 @@
 
 #include "engine/cache.h"
 #include "engine/engine.h"
+#include "io/claim.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -48,7 +49,12 @@ void tc_volume_config_defaults(struct tc_volume_config *cfg)
 struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_config *cfg,
                                  char *err, size_t errlen)
 {
-    struct tc_dev *origin = dev_open(r, cfg->origin, cfg->read_only, err, errlen);
+    /* Every path checked with stat() before anything is opened: no FIFO
+     * blocks an open, and the same data given twice is named as such
+     * rather than found busy by our own claim (io/claim.c). */
+    if (claim_check_paths(cfg->origin, cfg->caches, err, errlen) < 0)
+        return NULL;
+    struct tc_dev *origin = dev_open_as(r, cfg->origin, "origin", cfg->read_only, err, errlen);
     if (origin == NULL)
         return NULL;
     uint64_t size = tc_round_down(origin->size, TC_SECTOR);
@@ -65,6 +71,10 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     if (origin->logical_block > TC_SECTOR) {
         snprintf(err, errlen, "%s: logical block size %u is larger than 4096", cfg->origin,
                  origin->logical_block);
+        dev_close(origin);
+        return NULL;
+    }
+    if (cfg->caches && cfg->caches[0] && claim_origin_not_cache(cfg->origin, err, errlen) < 0) {
         dev_close(origin);
         return NULL;
     }

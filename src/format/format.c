@@ -3,7 +3,11 @@
  *
  * Every check runs before anything is written: sizes, the devices' current
  * contents (a tiercache superblock or a file system is refused without
- * --force), devices named twice, a cache device that is the origin.  Then
+ * --force), devices named twice, a cache device that is the origin, an
+ * origin that holds a tiercache superblock (--cache and --origin swapped:
+ * refused even with --force, which would destroy the real origin), and the
+ * claims (io/claim.c): every cache device exclusively, its old set's
+ * identity too, the origin shared, so a set in use is never formatted.  Then
  * each device gets two copies of its superblock and a flush.  Nothing else
  * is written: chunks left from an earlier use carry another set's UUID and
  * are never read as ours.
@@ -15,6 +19,7 @@
 #include <time.h>
 
 #include "format/format.h"
+#include "io/claim.h"
 #include "io/dev.h"
 #include "io/reactor.h"
 #include "util/log.h"
@@ -56,6 +61,8 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     struct tc_reactor r;
     struct tc_dev *devs[TC_MAX_DEVICES] = { 0 };
     struct tc_dev *origin = NULL;
+    struct claim_set *sets[TC_MAX_DEVICES] = { 0 };
+    uint8_t old_sets[TC_MAX_DEVICES][16];
     uint8_t *probe = NULL, *sbuf = NULL;
     unsigned n = 0;
     int rc = -1;
@@ -82,8 +89,13 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
                  "%u", tc_format_size(o->segment_size, sz, sizeof sz), o->block_size);
         goto out;
     }
-    origin = dev_open(&r, o->origin, true, err, errlen);
+    /* stat() first: no FIFO blocks an open, the same data twice is named. */
+    if (claim_check_paths(o->origin, (const char *const *)o->caches, err, errlen) < 0)
+        goto out;
+    origin = dev_open_as(&r, o->origin, "origin", true, err, errlen);
     if (origin == NULL)
+        goto out;
+    if (claim_origin_not_cache(o->origin, err, errlen) < 0)
         goto out;
     uint64_t origin_size = tc_round_down(origin->size, TC_SECTOR);
     if (origin_size == 0) {
@@ -105,7 +117,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
                      "device", path);
             goto out;
         }
-        devs[n] = dev_file_open(&r, path, false, err, errlen);
+        devs[n] = dev_file_open_as(&r, path, "cache device", false, err, errlen);
         if (devs[n] == NULL)
             goto out;
         for (unsigned j = 0; j < n; j++) {
@@ -140,6 +152,21 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
         if (e) {
             snprintf(err, errlen, "%s: cannot read the device: %s", path, strerror(-e));
             goto out;
+        }
+        /* A set that is still ours to replace: no one may be using it
+         * through another path either (io/claim.c). */
+        struct tc_superblock old;
+        char e1[160];
+        if (claim_set_enabled() && plen >= 2 * TC_SB_SIZE &&
+            (sb_decode(probe, &old, e1, sizeof e1) == 0 ||
+             sb_decode(probe + TC_SB_SIZE, &old, e1, sizeof e1) == 0)) {
+            bool held = false;  /* two devices of one old set: locked once */
+            for (unsigned j = 0; j < n; j++)
+                held |= sets[j] && memcmp(old_sets[j], old.set_uuid, 16) == 0;
+            memcpy(old_sets[n], old.set_uuid, 16);
+            if (!held && (sets[n] = claim_set_lock(old.set_uuid, true, path, err, errlen)) ==
+                NULL)
+                goto out;
         }
         const char *what = tc_detect_signature(probe, plen);
         if (what && !o->force) {
@@ -206,8 +233,10 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     res->origin_size = origin_size;
     rc = 0;
 out:
-    for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
         dev_close(devs[i]);
+        claim_set_release(sets[i]);
+    }
     dev_close(origin);
     free(probe);
     free(sbuf);

@@ -26,20 +26,32 @@ bool dev_is_nbd_uri(const char *path)
            strncmp(path, "nbd+vsock://", 12) == 0;
 }
 
+struct tc_dev *dev_open_local_as(struct tc_reactor *r, const char *path, const char *role,
+                                 bool read_only, char *err, size_t errlen)
+{
+    if (strncmp(path, "testdev:", 8) == 0)
+        return dev_test_open_as(r, path, role, read_only, err, errlen);
+    return dev_file_open_as(r, path, role, read_only, err, errlen);
+}
+
+struct tc_dev *dev_open_as(struct tc_reactor *r, const char *path, const char *role,
+                           bool read_only, char *err, size_t errlen)
+{
+    if (dev_is_nbd_uri(path))
+        return dev_nbd_open(r, path, read_only, err, errlen);
+    return dev_open_local_as(r, path, role, read_only, err, errlen);
+}
+
 struct tc_dev *dev_open_local(struct tc_reactor *r, const char *path, bool read_only,
                               char *err, size_t errlen)
 {
-    if (strncmp(path, "testdev:", 8) == 0)
-        return dev_test_open(r, path, read_only, err, errlen);
-    return dev_file_open(r, path, read_only, err, errlen);
+    return dev_open_local_as(r, path, "device", read_only, err, errlen);
 }
 
 struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,
                         size_t errlen)
 {
-    if (dev_is_nbd_uri(path))
-        return dev_nbd_open(r, path, read_only, err, errlen);
-    return dev_open_local(r, path, read_only, err, errlen);
+    return dev_open_as(r, path, "device", read_only, err, errlen);
 }
 
 void dev_close(struct tc_dev *dev)

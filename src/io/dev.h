@@ -114,7 +114,18 @@ struct tc_dev {
 };
 
 /* Open a file, block device or NBD URI.  On error returns NULL and writes a
- * message naming the path and the reason into err. */
+ * message naming the path and the reason into err.  A local device is
+ * claimed while open (io/claim.c): exclusively for a writer, shared for a
+ * reader (read_only); the _as forms name its role ("origin", "cache
+ * device") in messages, the others say "device". */
+struct tc_dev *dev_open_as(struct tc_reactor *r, const char *path, const char *role,
+                           bool read_only, char *err, size_t errlen);
+struct tc_dev *dev_open_local_as(struct tc_reactor *r, const char *path, const char *role,
+                                 bool read_only, char *err, size_t errlen);
+struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
+                                bool read_only, char *err, size_t errlen);
+struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const char *role,
+                                bool read_only, char *err, size_t errlen);
 struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,
                         size_t errlen);
 struct tc_dev *dev_file_open(struct tc_reactor *r, const char *path, bool read_only,

@@ -29,6 +29,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "io/claim.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/memcheck.h"
@@ -38,6 +39,7 @@
 struct dev_file {
     struct tc_dev dev;
     int fd;
+    struct claim_fds claims;    /* held with fd for its claim (claim.c) */
     bool zero_by_fallocate;     /* false once the file system refused it */
     uint64_t max_io;            /* largest read or write issued whole; 0: any */
 };
@@ -262,6 +264,7 @@ static void file_close(struct tc_dev *dev)
 {
     struct dev_file *f = container_of(dev, struct dev_file, dev);
     close(f->fd);
+    claim_fds_close(&f->claims);
     free(f->dev.name);
     free(f);
 }
@@ -343,29 +346,26 @@ static void block_identity(dev_t rdev, char *out, size_t len)
     snprintf(out, len, "block:%u:%u", major(rdev), minor(rdev));
 }
 
-struct tc_dev *dev_file_open(struct tc_reactor *r, const char *path, bool read_only, char *err,
-                             size_t errlen)
+struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
+                                bool read_only, char *err, size_t errlen)
 {
-    int flags = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
-    int fd = open(path, flags | O_DIRECT);
-    bool direct = true;
-    if (fd < 0 && errno == EINVAL) {
-        /* The file system has no O_DIRECT: buffered I/O, said aloud. */
-        fd = open(path, flags);
-        direct = false;
-    }
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    /* Checked with stat() first (a FIFO never blocks the open), opened
+     * and claimed: exclusive for a writer, shared for a reader (claim.c). */
+    bool direct;
+    struct claim_fds claims;
+    int fd = claim_open(path, role, read_only, &direct, &claims, err, errlen);
+    if (fd < 0)
         return NULL;
-    }
     struct stat st;
     if (fstat(fd, &st) < 0) {
         snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
+        claim_fds_close(&claims);
         return NULL;
     }
     struct dev_file *f = tc_xcalloc(1, sizeof *f);
     f->fd = fd;
+    f->claims = claims;
     f->zero_by_fallocate = true;
     struct tc_dev *d = &f->dev;
     d->ops = &file_ops;
@@ -418,4 +418,10 @@ struct tc_dev *dev_file_open(struct tc_reactor *r, const char *path, bool read_o
         tc_warn("%s: the file system does not support O_DIRECT; using buffered I/O, which "
                 "keeps a second copy in the page cache", path);
     return d;
+}
+
+struct tc_dev *dev_file_open(struct tc_reactor *r, const char *path, bool read_only, char *err,
+                             size_t errlen)
+{
+    return dev_file_open_as(r, path, "device", read_only, err, errlen);
 }

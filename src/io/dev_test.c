@@ -186,6 +186,12 @@ static const struct tc_dev_ops test_ops = { .submit = test_submit, .close = test
 struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_only, char *err,
                              size_t errlen)
 {
+    return dev_test_open_as(r, spec, "device", read_only, err, errlen);
+}
+
+struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const char *role,
+                                bool read_only, char *err, size_t errlen)
+{
     char *copy = tc_xstrdup(spec + strlen("testdev:"));
     char *opts = strchr(copy, '?');
     if (opts)
@@ -195,7 +201,7 @@ struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_o
     d->undo_fd = -1;
     d->eio_after = -1;
     d->eio_ops = EIO_ALL;
-    d->inner = dev_file_open(r, copy, read_only, err, errlen);
+    d->inner = dev_file_open_as(r, copy, role, read_only, err, errlen);
     if (d->inner == NULL)
         goto fail;
     for (char *o = opts ? strtok(opts, "&") : NULL; o; o = strtok(NULL, "&")) {

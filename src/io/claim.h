@@ -1,0 +1,79 @@
+/*
+ * Claims: nothing else may touch a cache set or an origin in use.
+ * The scheme is described at the top of claim.c.
+ */
+#ifndef TC_IO_CLAIM_H
+#define TC_IO_CLAIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* What a local path names, found with stat() alone (never open()). */
+struct claim_id {
+    bool is_block;
+    dev_t dev;                  /* the inode: of the file, or of the device node */
+    ino_t ino;
+    dev_t rdev;                 /* a block device: its number... */
+    dev_t whole;                /* ...and its whole disk's (rdev itself for a disk) */
+    bool has_backing;           /* a loop device over a file: that file */
+    dev_t bdev;
+    ino_t bino;
+    char backing[512];
+};
+
+/* The path inside a local device name ("testdev:PATH?opts" -> PATH) into
+ * out; false for an NBD URI (nothing local to claim). */
+bool claim_local_path(const char *name, char *out, size_t len);
+
+/* stat() a local path: 0 if it is a regular file or a block device (id
+ * filled), else -1 with a message naming the path, its role ("origin",
+ * "cache device") and what it is (a FIFO, a socket, a directory...). */
+int claim_stat(const char *path, const char *role, struct claim_id *id, char *err,
+               size_t errlen);
+
+/* Whether two paths reach the same data: the same inode, the same block
+ * device, a partition and its disk, a loop device and its backing file, or
+ * two loop devices over one file. */
+bool claim_same(const struct claim_id *a, const struct claim_id *b);
+
+/* Before any device is opened: the origin (NBD URIs skipped) and every
+ * cache device are of a supported type, and none names the same data as
+ * another.  caches may be NULL. */
+int claim_check_paths(const char *origin, const char *const *caches, char *err, size_t errlen);
+
+/* Descriptors a claim holds besides the device's own: a loop device's
+ * backing file, the loop devices over a file. */
+#define CLAIM_MAX_FDS 5
+struct claim_fds {
+    int fd[CLAIM_MAX_FDS];
+    unsigned n;
+};
+void claim_fds_close(struct claim_fds *more);
+
+/* A local device opened and claimed: exclusive for a writer (read_only
+ * false), shared for a reader.  Returns the descriptor (O_DIRECT where the
+ * file system has it: *direct), or -1 with a message naming the role, the
+ * path and the holder.  The claim lives as long as the descriptor and
+ * those in *more, which the caller closes together. */
+int claim_open(const char *path, const char *role, bool read_only, bool *direct,
+               struct claim_fds *more, char *err, size_t errlen);
+
+/* The cache set's identity, locked in the run directory (set by the
+ * command line with claim_set_dir(); without one, no set lock is taken).
+ * exclusive for serve and format, shared for check and dump.  NULL on
+ * conflict or error, with a message. */
+struct claim_set;
+void claim_set_dir(const char *dir);
+bool claim_set_enabled(void);
+struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const char *devname,
+                                 char *err, size_t errlen);
+void claim_set_release(struct claim_set *s);
+
+/* A swapped --cache and --origin: -1 with a message if a local origin
+ * holds a tiercache superblock.  Read with a descriptor of its own (the
+ * origin's figures stay the clients'); a read error is only warned about. */
+int claim_origin_not_cache(const char *origin, char *err, size_t errlen);
+
+#endif
