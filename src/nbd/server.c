@@ -138,7 +138,17 @@ static int listen_tcp(const char *spec, char *name, size_t namelen, char *err, s
         return -1;
     }
     freeaddrinfo(res);
-    snprintf(name, namelen, "%s:%s", host, port);
+    /* Port 0 lets the kernel pick a free one: name the one it picked, so
+     * that the log and status say where clients can connect. */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            pn = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            pn = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    snprintf(name, namelen, "%s:%ld", host, pn);
     return fd;
 }
 
