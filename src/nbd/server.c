@@ -273,12 +273,18 @@ static void accept_done(struct tc_io *io, int res)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    if (srv->cfg.max_connections && srv->nconns >= srv->cfg.max_connections) {
+    /* --max-connections counts served clients only (those past their
+     * handshake), so idle sockets cannot fill it; pending handshakes are
+     * bounded by --max-handshakes instead (conn.c explains why the oldest
+     * makes way). */
+    if (srv->cfg.max_connections && srv->nserved >= srv->cfg.max_connections) {
         srv->stats.connections_refused++;
         tc_warn("%s: refusing a connection from %s: %u connections is the maximum "
                 "(--max-connections)", l->name, peer, srv->cfg.max_connections);
         close(fd);
     } else {
+        if (srv->cfg.max_handshakes && srv->nhandshakes >= srv->cfg.max_handshakes)
+            conn_drop_oldest_handshake(srv);
         struct nbd_conn *c = conn_new(srv, fd, peer);
         tc_debug("connection %llu from %s on %s", (unsigned long long)c->id, peer, l->name);
         if (srv->cfg.single) {
@@ -471,7 +477,13 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "connections", srv->nconns);
     json_uint(j, "connections_total", srv->stats.connections_total);
     json_uint(j, "connections_refused", srv->stats.connections_refused);
+    json_uint(j, "max_connections", srv->cfg.max_connections);
+    json_uint(j, "handshakes", srv->nhandshakes);
+    json_uint(j, "max_handshakes", srv->cfg.max_handshakes);
+    json_double(j, "handshake_timeout_seconds", (double)srv->cfg.handshake_timeout_ns / 1e9);
     json_uint(j, "handshakes_failed", srv->stats.handshakes_failed);
+    json_uint(j, "handshake_timeouts", srv->stats.handshake_timeouts);
+    json_uint(j, "handshakes_dropped", srv->stats.handshakes_dropped);
     json_uint(j, "protocol_errors", srv->stats.protocol_errors);
     static const char *tls_names[] = { "off", "on", "require" };
     json_string(j, "tls", tls_names[srv->cfg.tls]);
