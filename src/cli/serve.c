@@ -99,6 +99,10 @@ static const char serve_help[] =
 "  --max-buffer-memory SIZE\n"
 "                       request buffers of all clients together (default\n"
 "                       512M, at least 32M); past it, clients wait\n"
+"  --max-client-buffer-memory SIZE\n"
+"                       buffers of one client, its unread replies included\n"
+"                       (default an eighth of --max-buffer-memory); past it,\n"
+"                       that client is not read until its replies go\n"
 "  --single, -s         serve exactly one client on stdin/stdout (a socket or\n"
 "                       pipes), log to stderr, exit 0 once it disconnects:\n"
 "                       nbdinfo -- [ tiercache serve --origin IMG -s ]\n"
@@ -347,6 +351,7 @@ enum {
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_HS_TIMEOUT, OPT_MAX_HS,
+    OPT_MAX_CLIENT_BUF,
 };
 
 static const struct option serve_opts[] = {
@@ -371,6 +376,7 @@ static const struct option serve_opts[] = {
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
     { "single", no_argument, NULL, 's' },
     { "max-buffer-memory", required_argument, NULL, OPT_MAX_BUF },
+    { "max-client-buffer-memory", required_argument, NULL, OPT_MAX_CLIENT_BUF },
     { "handshake-timeout", required_argument, NULL, OPT_HS_TIMEOUT },
     { "max-handshakes", required_argument, NULL, OPT_MAX_HS },
     { "tls", required_argument, NULL, OPT_TLS },
@@ -395,6 +401,7 @@ int cmd_serve(int argc, char **argv)
                                       .max_buffer_memory = 512ull << 20,
                                       .handshake_timeout_ns = 10ull * 1000000000ull,
                                       .max_handshakes = 64 };
+    const char *client_buf_arg = NULL;
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false;
     char err[2048];   /* room for two device paths and a recovery hint */
@@ -522,6 +529,14 @@ int cmd_serve(int argc, char **argv)
                 tc_die(2, "--max-buffer-memory %s is below 32M, the largest request", optarg);
             ncfg.max_buffer_memory = v;
             break;
+        case OPT_MAX_CLIENT_BUF:
+            if (tc_parse_size("--max-client-buffer-memory", optarg, &v, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (v < (1ull << 20))
+                tc_die(2, "--max-client-buffer-memory %s is below 1M", optarg);
+            ncfg.max_client_buffer_memory = v;
+            client_buf_arg = optarg;
+            break;
         case OPT_HS_TIMEOUT:
             if (tc_parse_duration("--handshake-timeout", optarg, &ncfg.handshake_timeout_ns, err,
                                   sizeof err) < 0)
@@ -557,6 +572,12 @@ int cmd_serve(int argc, char **argv)
     if (vcfg.caches == NULL && vcfg.mode != TC_MODE_WRITETHROUGH && vcfg.mode != TC_MODE_PASSTHROUGH)
         tc_die(2, "--mode %s needs cache devices (--cache)", tc_mode_name(vcfg.mode));
 
+    if (ncfg.max_client_buffer_memory > ncfg.max_buffer_memory) {
+        char total[32];
+        tc_die(2, "--max-client-buffer-memory %s is more than --max-buffer-memory (%s)",
+               client_buf_arg,
+               tc_format_size(ncfg.max_buffer_memory, total, sizeof total));
+    }
     if (ncfg.tls == NBD_TLS_OFF &&
         (ncfg.tls_certificates || ncfg.tls_psk || ncfg.tls_verify_peer))
         tc_die(2, "--tls-certificates, --tls-psk and --tls-verify-peer need --tls on or "

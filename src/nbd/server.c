@@ -494,6 +494,16 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "max_buffer_memory", srv->cfg.max_buffer_memory);
     json_uint(j, "memory_waits", srv->stats.memory_waits);
     json_uint(j, "waiting_for_memory", transmission_memory_waiting(srv));
+    json_uint(j, "max_client_buffer_memory", transmission_client_limit(srv));
+    json_uint(j, "client_memory_waits", srv->stats.client_memory_waits);
+    unsigned at_limit = 0;
+    uint64_t most = 0;
+    for (const struct nbd_conn *c = srv->conns; c; c = c->next) {
+        at_limit += c->over_limit;
+        most = TC_MAX(most, c->inflight_bytes);
+    }
+    json_uint(j, "clients_at_memory_limit", at_limit);
+    json_uint(j, "client_buffer_memory_max", most);
     json_uint(j, "errors_sent", srv->stats.errors_sent);
     json_uint(j, "read_bytes", srv->stats.read_bytes);
     json_uint(j, "write_bytes", srv->stats.write_bytes);

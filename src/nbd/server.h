@@ -45,6 +45,8 @@ struct nbd_server_config {
     unsigned nlisten_fds;
     bool single;                    /* one client on stdin/stdout, no listener */
     uint64_t max_buffer_memory;     /* request buffers of all clients (bufpool) */
+    uint64_t max_client_buffer_memory;  /* of one client, replies it has not read
+                                           included (0: an eighth of the above) */
     uint64_t handshake_timeout_ns;  /* a handshake (TLS included) not finished by
                                        then is closed (0: no limit) */
     unsigned max_handshakes;        /* connections still in their handshake
@@ -65,6 +67,8 @@ struct nbd_server_stats {
     uint64_t tls_sessions;          /* TLS handshakes completed */
     uint64_t tls_failures;          /* TLS handshakes or sessions failed */
     uint64_t memory_waits;          /* requests that waited for buffer memory */
+    uint64_t client_memory_waits;   /* times a client stopped being read at its
+                                       own limit (--max-client-buffer-memory) */
     uint64_t buffer_memory_peak;    /* most bufpool bytes in use at once */
 };
 
@@ -182,9 +186,13 @@ struct nbd_conn {
     uint64_t mem_need;
     struct nbd_conn *mem_prev, *mem_next;
 
-    /* Requests inside the engine or waiting for their reply to be sent. */
+    /* Requests inside the engine or waiting for their reply to be sent,
+     * and their buffers: at most --max-client-buffer-memory, save that one
+     * request may always be in flight.  over_limit: the request at the head
+     * of rx[] would pass it, so nothing more is read until one returns. */
     unsigned inflight;
     uint64_t inflight_bytes;
+    bool over_limit;
     uint64_t requests;
 
     bool closing;                   /* no more requests; close when idle */
@@ -256,5 +264,7 @@ bool transmission_can_accept(const struct nbd_conn *c);
 /* Leave the memory queue (the connection closes or is freed). */
 void transmission_memory_forget(struct nbd_conn *c);
 unsigned transmission_memory_waiting(const struct nbd_server *srv);
+/* The bound on one connection's buffers (--max-client-buffer-memory). */
+uint64_t transmission_client_limit(const struct nbd_server *srv);
 
 #endif
