@@ -135,12 +135,21 @@ void conn_drop_oldest_handshake(struct nbd_server *srv)
         return;
     srv->stats.handshakes_dropped++;
     hs_unlink(c);
-    char why[128];
-    snprintf(why, sizeof why,
-             "the oldest of %u pending handshakes, dropped for a new connection "
-             "(--max-handshakes)", srv->cfg.max_handshakes);
+    /* Whoever opens connections decides how often this happens: one
+     * warning a minute, with the count; each drop only with -v. */
+    uint64_t now = tc_now_ns();
+    if (srv->hs_drop_warned == 0 || now - srv->hs_drop_warned >= 60ull * 1000000000ull) {
+        srv->hs_drop_warned = now;
+        tc_warn("%u connections are in their handshake, the most allowed "
+                "(--max-handshakes): closing the oldest for each new one "
+                "(%llu so far, nbd.handshakes_dropped)", srv->cfg.max_handshakes,
+                (unsigned long long)srv->stats.handshakes_dropped);
+    }
+    tc_debug("connection %llu (%s): dropped, the oldest pending handshake",
+             (unsigned long long)c->id, c->peer);
     conn_get(c);
-    conn_abort(c, why);
+    c->dead = true;     /* conn_abort() does not log it again */
+    conn_abort(c, "dropped");
     conn_put(c);
 }
 

@@ -100,6 +100,7 @@ struct nbd_server {
     struct nbd_conn *hs_head, *hs_tail;
     unsigned nhandshakes;
     unsigned nserved;
+    uint64_t hs_drop_warned;        /* when dropping handshakes was last logged */
     uint64_t next_conn_id;
     bool stopping;
     void (*stopped)(struct nbd_server *srv);    /* called once all is closed */
