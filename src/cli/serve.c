@@ -102,10 +102,20 @@ static const char serve_help[] =
 "  --export-name NAME   the export's name (default \"\"; \"\" always works too)\n"
 "  --description TEXT   free text shown by nbdinfo\n"
 "  --read-only          refuse writes, trims and write-zeroes with EPERM\n"
-"  --max-connections N  refuse clients beyond N at once (default 256)\n"
+"  --max-connections N  refuse clients beyond N at once (default 256); only\n"
+"                       clients that finished their handshake count\n"
+"  --handshake-timeout SECONDS\n"
+"                       close a connection whose handshake (TLS included) is\n"
+"                       not done SECONDS after it connected (default 10)\n"
+"  --max-handshakes N   connections still in their handshake (default 64);\n"
+"                       one more closes the oldest of them\n"
 "  --max-buffer-memory SIZE\n"
 "                       request buffers of all clients together (default\n"
 "                       512M, at least 32M); past it, clients wait\n"
+"  --max-client-buffer-memory SIZE\n"
+"                       buffers of one client, its unread replies included\n"
+"                       (default an eighth of --max-buffer-memory); past it,\n"
+"                       that client is not read until its replies go\n"
 "  --single, -s         serve exactly one client on stdin/stdout (a socket or\n"
 "                       pipes), log to stderr, exit 0 once it disconnects:\n"
 "                       nbdinfo -- [ tiercache serve --origin IMG -s ]\n"
@@ -419,7 +429,8 @@ enum {
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
-    OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP,
+    OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
+    OPT_MAX_HS, OPT_MAX_CLIENT_BUF,
 };
 
 static const struct option serve_opts[] = {
@@ -445,6 +456,9 @@ static const struct option serve_opts[] = {
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
     { "single", no_argument, NULL, 's' },
     { "max-buffer-memory", required_argument, NULL, OPT_MAX_BUF },
+    { "max-client-buffer-memory", required_argument, NULL, OPT_MAX_CLIENT_BUF },
+    { "handshake-timeout", required_argument, NULL, OPT_HS_TIMEOUT },
+    { "max-handshakes", required_argument, NULL, OPT_MAX_HS },
     { "tls", required_argument, NULL, OPT_TLS },
     { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
     { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
@@ -464,7 +478,10 @@ int cmd_serve(int argc, char **argv)
     tc_volume_config_defaults(&vcfg);
     struct nbd_server_config ncfg = { .export_name = "", .max_connections = 256,
                                       .socket_mode = 0600,
-                                      .max_buffer_memory = 512ull << 20 };
+                                      .max_buffer_memory = 512ull << 20,
+                                      .handshake_timeout_ns = 10ull * 1000000000ull,
+                                      .max_handshakes = 64 };
+    const char *client_buf_arg = NULL;
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false, flush_on_stop = false;
     char err[2048];   /* room for two device paths and a recovery hint */
@@ -593,6 +610,28 @@ int cmd_serve(int argc, char **argv)
                 tc_die(2, "--max-buffer-memory %s is below 32M, the largest request", optarg);
             ncfg.max_buffer_memory = v;
             break;
+        case OPT_MAX_CLIENT_BUF:
+            if (tc_parse_size("--max-client-buffer-memory", optarg, &v, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (v < (1ull << 20))
+                tc_die(2, "--max-client-buffer-memory %s is below 1M", optarg);
+            ncfg.max_client_buffer_memory = v;
+            client_buf_arg = optarg;
+            break;
+        case OPT_HS_TIMEOUT:
+            if (tc_parse_duration("--handshake-timeout", optarg, &ncfg.handshake_timeout_ns, err,
+                                  sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (ncfg.handshake_timeout_ns < 100000000ull ||
+                ncfg.handshake_timeout_ns > 3600ull * 1000000000ull)
+                tc_die(2, "--handshake-timeout %s: must be from 0.1 s to one hour (3600 s)",
+                       optarg);
+            break;
+        case OPT_MAX_HS:
+            if (tc_parse_uint("--max-handshakes", optarg, 1, 1000000, &v, err, sizeof err))
+                tc_die(2, "%s", err);
+            ncfg.max_handshakes = (unsigned)v;
+            break;
         case 'f': foreground = true; break;
         case OPT_CONTROL: control = optarg; break;
         case OPT_PIDFILE: pidfile = optarg; break;
@@ -614,6 +653,12 @@ int cmd_serve(int argc, char **argv)
     if (vcfg.caches == NULL && vcfg.mode != TC_MODE_WRITETHROUGH && vcfg.mode != TC_MODE_PASSTHROUGH)
         tc_die(2, "--mode %s needs cache devices (--cache)", tc_mode_name(vcfg.mode));
 
+    if (ncfg.max_client_buffer_memory > ncfg.max_buffer_memory) {
+        char total[32];
+        tc_die(2, "--max-client-buffer-memory %s is more than --max-buffer-memory (%s)",
+               client_buf_arg,
+               tc_format_size(ncfg.max_buffer_memory, total, sizeof total));
+    }
     if (ncfg.tls == NBD_TLS_OFF &&
         (ncfg.tls_certificates || ncfg.tls_psk || ncfg.tls_verify_peer))
         tc_die(2, "--tls-certificates, --tls-psk and --tls-verify-peer need --tls on or "

@@ -49,6 +49,124 @@ static void tx_kick(struct nbd_conn *c);
 static void tls_recv_arm(struct nbd_conn *c);
 static void tls_rx_task(struct tc_task *task);
 static void tls_begin(struct nbd_conn *c);
+static void hs_timeout(struct tc_timer *t);
+
+/* ---- the handshake's deadline and the pending-handshake limit ----
+ *
+ * A connection that has not finished its handshake (TLS included) costs a
+ * receive buffer and a slot, and proves nothing: over TCP, and even under
+ * --tls require, anyone can open one and send nothing.  So those are kept
+ * apart from served connections:
+ *
+ *  - --max-connections counts only connections that finished their
+ *    handshake; idle sockets cannot fill it.
+ *  - Each pending handshake has a deadline (--handshake-timeout), counted
+ *    from accept, not from the last byte, so dribbling a byte at a time
+ *    does not extend it.
+ *  - At most --max-handshakes are pending.  When a new connection arrives
+ *    and the limit is full, the OLDEST pending one is closed, not the
+ *    newcomer.  Refusing newcomers would let an attacker who keeps the
+ *    limit full of idle sockets lock every real client out until the
+ *    deadline, and re-open at once to do it again.  Dropping the oldest
+ *    means a newcomer is safe until max_handshakes - 1 more connections
+ *    arrive after it: a real client, whose handshake takes a few round
+ *    trips, always gets through unless the attacker opens connections
+ *    faster than max_handshakes per handshake time (a connection flood,
+ *    which no slot policy can tell apart from clients).  Idle sockets are
+ *    the ones dropped, since they are the oldest.
+ */
+
+static void hs_unlink(struct nbd_conn *c)
+{
+    struct nbd_server *srv = c->srv;
+    if (!c->hs_pending)
+        return;
+    if (c->hs_prev)
+        c->hs_prev->hs_next = c->hs_next;
+    else
+        srv->hs_head = c->hs_next;
+    if (c->hs_next)
+        c->hs_next->hs_prev = c->hs_prev;
+    else
+        srv->hs_tail = c->hs_prev;
+    c->hs_prev = c->hs_next = NULL;
+    c->hs_pending = false;
+    srv->nhandshakes--;
+    timer_cancel(srv->reactor, &c->hs_timer);
+}
+
+static void hs_link(struct nbd_conn *c)
+{
+    struct nbd_server *srv = c->srv;
+    c->hs_pending = true;
+    c->hs_prev = srv->hs_tail;
+    c->hs_next = NULL;
+    if (srv->hs_tail)
+        srv->hs_tail->hs_next = c;
+    else
+        srv->hs_head = c;
+    srv->hs_tail = c;
+    srv->nhandshakes++;
+    if (srv->cfg.handshake_timeout_ns) {
+        c->hs_timer.fn = hs_timeout;
+        timer_arm(srv->reactor, &c->hs_timer, srv->cfg.handshake_timeout_ns);
+    }
+}
+
+static void hs_timeout(struct tc_timer *t)
+{
+    struct nbd_conn *c = container_of(t, struct nbd_conn, hs_timer);
+    struct nbd_server *srv = c->srv;
+    if (!c->finished)
+        srv->stats.handshake_timeouts++;
+    hs_unlink(c);
+    char why[128];
+    snprintf(why, sizeof why, "the handshake did not finish within %.1f s (--handshake-timeout)",
+             (double)srv->cfg.handshake_timeout_ns / 1e9);
+    conn_get(c);
+    conn_abort(c, why);
+    conn_put(c);
+}
+
+void conn_drop_oldest_handshake(struct nbd_server *srv)
+{
+    struct nbd_conn *c = srv->hs_head;
+    if (c == NULL)
+        return;
+    srv->stats.handshakes_dropped++;
+    hs_unlink(c);
+    /* Whoever opens connections decides how often this happens: one
+     * warning a minute, with the count; each drop only with -v. */
+    uint64_t now = tc_now_ns();
+    if (srv->hs_drop_warned == 0 || now - srv->hs_drop_warned >= 60ull * 1000000000ull) {
+        srv->hs_drop_warned = now;
+        tc_warn("%u connections are in their handshake, the most allowed "
+                "(--max-handshakes): closing the oldest for each new one "
+                "(%llu so far, nbd.handshakes_dropped)", srv->cfg.max_handshakes,
+                (unsigned long long)srv->stats.handshakes_dropped);
+    }
+    tc_debug("connection %llu (%s): dropped, the oldest pending handshake",
+             (unsigned long long)c->id, c->peer);
+    conn_get(c);
+    c->dead = true;     /* conn_abort() does not log it again */
+    conn_abort(c, "dropped");
+    conn_put(c);
+}
+
+bool conn_handshake_done(struct nbd_conn *c)
+{
+    struct nbd_server *srv = c->srv;
+    if (c->served)
+        return true;
+    if (srv->cfg.max_connections && srv->nserved >= srv->cfg.max_connections) {
+        srv->stats.connections_refused++;
+        return false;
+    }
+    hs_unlink(c);
+    c->served = true;
+    srv->nserved++;
+    return true;
+}
 
 static struct nbd_conn *conn_init(struct nbd_server *srv, int fd, int wfd, bool is_socket,
                                   const char *peer)
@@ -69,6 +187,7 @@ static struct nbd_conn *conn_init(struct nbd_server *srv, int fd, int wfd, bool 
         srv->conns->prev = c;
     srv->conns = c;
     srv->nconns++;
+    hs_link(c);
     handshake_start(c);
     rx_arm(c);
     return c;
@@ -93,6 +212,9 @@ static void conn_free(struct nbd_conn *c)
 {
     struct nbd_server *srv = c->srv;
     transmission_memory_forget(c);
+    hs_unlink(c);
+    if (c->served)
+        srv->nserved--;
     if (c->prev)
         c->prev->next = c->next;
     else

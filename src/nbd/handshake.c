@@ -95,6 +95,15 @@ static void info_string(struct nbd_conn *c, uint32_t opt, uint16_t type, const c
     opt_reply(c, opt, NBD_REP_INFO, b, 2 + n);
 }
 
+/* Clients past their handshake are counted at accept too, but several
+ * pending ones may finish at once: the last check is here. */
+static void too_many(struct nbd_conn *c)
+{
+    tc_warn("connection %llu (%s): refusing the export: %u clients is the maximum "
+            "(--max-connections)", (unsigned long long)c->id, c->peer,
+            c->srv->cfg.max_connections);
+}
+
 static void enter_transmission(struct nbd_conn *c)
 {
     c->phase = PHASE_TRANSMISSION;
@@ -126,6 +135,12 @@ static void opt_info_go(struct nbd_conn *c, uint32_t opt, const uint8_t *d, uint
         opt_error(c, opt, NBD_REP_ERR_SHUTDOWN, "the server is shutting down");
         return;
     }
+    if (opt == NBD_OPT_GO && !conn_handshake_done(c)) {
+        too_many(c);
+        opt_error(c, opt, NBD_REP_ERR_POLICY, "too many clients (--max-connections)");
+        conn_close(c, "too many clients (--max-connections)");
+        return;
+    }
     bool want_name = false, want_desc = false;
     for (unsigned i = 0; i < nreq; i++) {
         uint16_t t = get_be16(d + 4 + namelen + 2 + 2 * i);
@@ -155,6 +170,11 @@ static void opt_export_name(struct nbd_conn *c, const uint8_t *d, uint32_t len)
     }
     if (c->srv->stopping) {
         conn_abort(c, "the server is shutting down");
+        return;
+    }
+    if (!conn_handshake_done(c)) {
+        too_many(c);
+        conn_abort(c, "too many clients (--max-connections)");
         return;
     }
     uint8_t b[10 + 124];

@@ -93,7 +93,17 @@ static int listen_tcp(const char *spec, char *name, size_t namelen, char *err, s
         return -1;
     }
     freeaddrinfo(res);
-    snprintf(name, namelen, "%s:%s", host, port);
+    /* Port 0 lets the kernel pick a free one: name the one it picked, so
+     * that the log and status say where clients can connect. */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            pn = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            pn = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    snprintf(name, namelen, "%s:%ld", host, pn);
     return fd;
 }
 
@@ -218,12 +228,18 @@ static void accept_done(struct tc_io *io, int res)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    if (srv->cfg.max_connections && srv->nconns >= srv->cfg.max_connections) {
+    /* --max-connections counts served clients only (those past their
+     * handshake), so idle sockets cannot fill it; pending handshakes are
+     * bounded by --max-handshakes instead (conn.c explains why the oldest
+     * makes way). */
+    if (srv->cfg.max_connections && srv->nserved >= srv->cfg.max_connections) {
         srv->stats.connections_refused++;
         tc_warn("%s: refusing a connection from %s: %u connections is the maximum "
                 "(--max-connections)", l->name, peer, srv->cfg.max_connections);
         close(fd);
     } else {
+        if (srv->cfg.max_handshakes && srv->nhandshakes >= srv->cfg.max_handshakes)
+            conn_drop_oldest_handshake(srv);
         struct nbd_conn *c = conn_new(srv, fd, peer);
         tc_debug("connection %llu from %s on %s", (unsigned long long)c->id, peer, l->name);
         if (srv->cfg.single) {
@@ -416,7 +432,13 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "connections", srv->nconns);
     json_uint(j, "connections_total", srv->stats.connections_total);
     json_uint(j, "connections_refused", srv->stats.connections_refused);
+    json_uint(j, "max_connections", srv->cfg.max_connections);
+    json_uint(j, "handshakes", srv->nhandshakes);
+    json_uint(j, "max_handshakes", srv->cfg.max_handshakes);
+    json_double(j, "handshake_timeout_seconds", (double)srv->cfg.handshake_timeout_ns / 1e9);
     json_uint(j, "handshakes_failed", srv->stats.handshakes_failed);
+    json_uint(j, "handshake_timeouts", srv->stats.handshake_timeouts);
+    json_uint(j, "handshakes_dropped", srv->stats.handshakes_dropped);
     json_uint(j, "protocol_errors", srv->stats.protocol_errors);
     static const char *tls_names[] = { "off", "on", "require" };
     json_string(j, "tls", tls_names[srv->cfg.tls]);
@@ -427,6 +449,16 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "max_buffer_memory", srv->cfg.max_buffer_memory);
     json_uint(j, "memory_waits", srv->stats.memory_waits);
     json_uint(j, "waiting_for_memory", transmission_memory_waiting(srv));
+    json_uint(j, "max_client_buffer_memory", transmission_client_limit(srv));
+    json_uint(j, "client_memory_waits", srv->stats.client_memory_waits);
+    unsigned at_limit = 0;
+    uint64_t most = 0;
+    for (const struct nbd_conn *c = srv->conns; c; c = c->next) {
+        at_limit += c->over_limit;
+        most = TC_MAX(most, c->inflight_bytes);
+    }
+    json_uint(j, "clients_at_memory_limit", at_limit);
+    json_uint(j, "client_buffer_memory_max", most);
     json_uint(j, "errors_sent", srv->stats.errors_sent);
     json_uint(j, "read_bytes", srv->stats.read_bytes);
     json_uint(j, "write_bytes", srv->stats.write_bytes);

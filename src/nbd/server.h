@@ -45,12 +45,21 @@ struct nbd_server_config {
     unsigned nlisten_fds;
     bool single;                    /* one client on stdin/stdout, no listener */
     uint64_t max_buffer_memory;     /* request buffers of all clients (bufpool) */
+    uint64_t max_client_buffer_memory;  /* of one client, replies it has not read
+                                           included (0: an eighth of the above) */
+    uint64_t handshake_timeout_ns;  /* a handshake (TLS included) not finished by
+                                       then is closed (0: no limit) */
+    unsigned max_handshakes;        /* connections still in their handshake
+                                       (0: no limit) */
 };
 
 struct nbd_server_stats {
     uint64_t connections_total;
     uint64_t connections_refused;   /* over --max-connections */
     uint64_t handshakes_failed;
+    uint64_t handshake_timeouts;    /* closed for not finishing in time */
+    uint64_t handshakes_dropped;    /* the oldest, closed for a newcomer
+                                       (--max-handshakes) */
     uint64_t requests[8];           /* by NBD command */
     uint64_t read_bytes, write_bytes;
     uint64_t errors_sent;           /* replies carrying an error */
@@ -58,6 +67,8 @@ struct nbd_server_stats {
     uint64_t tls_sessions;          /* TLS handshakes completed */
     uint64_t tls_failures;          /* TLS handshakes or sessions failed */
     uint64_t memory_waits;          /* requests that waited for buffer memory */
+    uint64_t client_memory_waits;   /* times a client stopped being read at its
+                                       own limit (--max-client-buffer-memory) */
     uint64_t buffer_memory_peak;    /* most bufpool bytes in use at once */
 };
 
@@ -84,6 +95,12 @@ struct nbd_server {
     unsigned nlisteners;
     struct nbd_conn *conns;         /* doubly linked */
     unsigned nconns;
+    /* Connections still in their handshake, oldest first (conn.c), and
+     * those that finished it (the ones --max-connections counts). */
+    struct nbd_conn *hs_head, *hs_tail;
+    unsigned nhandshakes;
+    unsigned nserved;
+    uint64_t hs_drop_warned;        /* when dropping handshakes was last logged */
     uint64_t next_conn_id;
     bool stopping;
     void (*stopped)(struct nbd_server *srv);    /* called once all is closed */
@@ -130,6 +147,13 @@ struct nbd_conn {
     char peer[80];
     enum conn_phase phase;
 
+    /* The handshake: on the server's list of pending handshakes from
+     * accept until the transmission phase (or until dropped), under a
+     * deadline (--handshake-timeout). */
+    bool hs_pending, served;
+    struct nbd_conn *hs_prev, *hs_next;
+    struct tc_timer hs_timer;
+
     /* Receiving: bytes in rx[rx_start, rx_end) are read but not parsed. */
     uint8_t *rx;
     size_t rx_start, rx_end;
@@ -163,9 +187,13 @@ struct nbd_conn {
     uint64_t mem_need;
     struct nbd_conn *mem_prev, *mem_next;
 
-    /* Requests inside the engine or waiting for their reply to be sent. */
+    /* Requests inside the engine or waiting for their reply to be sent,
+     * and their buffers: at most --max-client-buffer-memory, save that one
+     * request may always be in flight.  over_limit: the request at the head
+     * of rx[] would pass it, so nothing more is read until one returns. */
     unsigned inflight;
     uint64_t inflight_bytes;
+    bool over_limit;
     uint64_t requests;
 
     bool closing;                   /* no more requests; close when idle */
@@ -201,6 +229,13 @@ void conn_parse(struct nbd_conn *c);
 void conn_close(struct nbd_conn *c, const char *why);   /* graceful: finish in-flight */
 void conn_abort(struct nbd_conn *c, const char *why);   /* hard: protocol error */
 void conn_put(struct nbd_conn *c);
+/* The handshake is over (NBD_OPT_GO, NBD_OPT_EXPORT_NAME): false if
+ * --max-connections served clients are already connected, else the
+ * connection becomes one of them and its deadline is lifted. */
+bool conn_handshake_done(struct nbd_conn *c);
+/* A new connection arrives while --max-handshakes are pending: close the
+ * oldest pending one. */
+void conn_drop_oldest_handshake(struct nbd_server *srv);
 static inline void conn_get(struct nbd_conn *c) { c->refs++; }
 static inline size_t conn_rx_avail(const struct nbd_conn *c) { return c->rx_end - c->rx_start; }
 
@@ -230,5 +265,7 @@ bool transmission_can_accept(const struct nbd_conn *c);
 /* Leave the memory queue (the connection closes or is freed). */
 void transmission_memory_forget(struct nbd_conn *c);
 unsigned transmission_memory_waiting(const struct nbd_server *srv);
+/* The bound on one connection's buffers (--max-client-buffer-memory). */
+uint64_t transmission_client_limit(const struct nbd_server *srv);
 
 #endif

@@ -8,9 +8,15 @@
  *                                        reply sent ─► request freed
  *
  * Requests run concurrently and replies leave in completion order.  Each
- * connection may hold at most MAX_INFLIGHT requests, and MAX_INFLIGHT_BYTES
- * (or a quarter of --max-buffer-memory, if less) of buffers, counting
- * replies not yet sent; past that the connection stops reading.
+ * connection may hold at most MAX_INFLIGHT requests, and at most
+ * --max-client-buffer-memory of buffers (default an eighth of
+ * --max-buffer-memory), counting its replies not yet sent: a request that
+ * would pass that is left unread, with the rest of the socket, until one
+ * of the client's own requests returns its buffer.  So a client that stops
+ * reading its replies takes at most its own limit from the memory all
+ * clients share, and then stops being read (it is not disconnected).  One
+ * request is always allowed (a client with nothing in flight may send a
+ * 32 MiB read however low its limit).
  *
  * All connections together stay within --max-buffer-memory (bytes the
  * buffer pool has handed out, the engine's own included): a request whose
@@ -21,7 +27,9 @@
  * connection with nothing in flight may always start one request of at
  * most SMALL_REQUEST bytes, so a light client is served promptly during a
  * flood; that can exceed the limit by max_connections x SMALL_REQUEST.
- * A client that stops reading its replies holds at most its own share.
+ * Clients that stop reading hold at most their own limit each: with the
+ * defaults, seven of them still leave an eighth of the memory to the rest,
+ * and beyond that every other client keeps its one small request.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -35,7 +43,6 @@
 #include "util/misc.h"
 
 #define MAX_INFLIGHT 128
-#define MAX_INFLIGHT_BYTES (128ull << 20)
 #define MAX_EXTENTS 256
 #define SMALL_REQUEST (1u << 20)
 #define MEM_POLL_NS (10ull * 1000000ull)
@@ -64,16 +71,35 @@ static const char *cmd_name(unsigned type)
     return type < TC_ARRAY_SIZE(names) ? names[type] : "UNKNOWN";
 }
 
-static uint64_t conn_bytes_cap(const struct nbd_conn *c)
+/* Without --max-buffer-memory (and without an explicit per-client
+ * limit), what the old fixed per-connection bound was. */
+#define DEFAULT_CLIENT_LIMIT (128ull << 20)
+
+uint64_t transmission_client_limit(const struct nbd_server *srv)
 {
-    uint64_t global = c->srv->cfg.max_buffer_memory;
-    return global ? TC_MIN(MAX_INFLIGHT_BYTES, global / 4) : MAX_INFLIGHT_BYTES;
+    if (srv->cfg.max_client_buffer_memory)
+        return srv->cfg.max_client_buffer_memory;
+    return srv->cfg.max_buffer_memory ? srv->cfg.max_buffer_memory / 8 : DEFAULT_CLIENT_LIMIT;
 }
 
+/* The byte limit is checked against the next request's own size, once
+ * its header is in (client_admit()): requests that need no buffer (FLUSH,
+ * TRIM, ...) still go when a client is at its limit. */
 bool transmission_can_accept(const struct nbd_conn *c)
 {
-    return !c->mem_waiting && c->inflight < MAX_INFLIGHT &&
-           c->inflight_bytes < conn_bytes_cap(c);
+    return !c->mem_waiting && !c->over_limit && c->inflight < MAX_INFLIGHT;
+}
+
+/* The per-client bound for the request at the head of rx[]: false (and
+ * the connection stops reading until one of its requests returns) if it
+ * would take the client past its limit; one request always goes. */
+static bool client_admit(struct nbd_conn *c, uint64_t need)
+{
+    if (c->inflight == 0 || c->inflight_bytes + need <= transmission_client_limit(c->srv))
+        return true;
+    c->over_limit = true;
+    c->srv->stats.client_memory_waits++;
+    return false;
 }
 
 /* ---- the global bound on buffer memory ---- */
@@ -206,6 +232,7 @@ static void req_release(struct nbd_out *out)
     }
     c->inflight--;
     c->inflight_bytes -= req->charged;
+    c->over_limit = false;      /* conn_parse() looks at the next request again */
     free(req);
     /* A request slot is free: parse what is waiting, read more. */
     conn_parse(c);
@@ -443,6 +470,8 @@ bool transmission_parse(struct nbd_conn *c)
         need = length;
     else if (type == NBD_CMD_BLOCK_STATUS)
         need = 4 + 8 * MAX_EXTENTS;
+    if (!client_admit(c, need))
+        return false;   /* the header stays in rx[]; req_release() resumes */
     if (!mem_admit(c, need))
         return false;   /* the header stays in rx[] until memory is free */
     c->rx_start += NBD_REQUEST_SIZE;

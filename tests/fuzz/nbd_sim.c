@@ -77,6 +77,7 @@ static struct {
     bool read_only, rotational, allow_stop, send_errors, recv_errors, named, engine_errors,
         small_pieces;
     uint64_t max_buffer_memory;     /* the server's bound (0: none) */
+    bool hs_deadline;               /* the handshake has a deadline */
     /* the client */
     const uint8_t *stream;
     size_t len, delivered;
@@ -1053,11 +1054,13 @@ void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len)
     rng_state = ((uint64_t)get_be32(hdr + 2) << 1) | 1;
     sim_vol = (struct tc_volume){ sizes[hdr[1] & 7], sim.read_only, sim.rotational };
     sim.max_buffer_memory = hdr[1] & 8 ? SIM_BUFFER_MEMORY : 0;
+    sim.hs_deadline = hdr[1] & 16;
 
     struct nbd_server srv;
     struct nbd_server_config cfg = { .export_name = export_name(), .description = DESCRIPTION,
                                      .read_only = sim.read_only,
-                                     .max_buffer_memory = sim.max_buffer_memory };
+                                     .max_buffer_memory = sim.max_buffer_memory,
+                                     .handshake_timeout_ns = sim.hs_deadline ? 1000000000ull : 0 };
     char err[256];
     if (nbd_server_start(&srv, &sim_reactor, &sim_vol, &cfg, err, sizeof err) < 0)
         sim_fail("nbd_server_start: %s", err);
@@ -1084,8 +1087,16 @@ void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len)
             continue;
         }
         bool busy = rx >= 0 || tx >= 0 || sim.nqueue > 0 || sim.ntasks > 0;
-        if (timer && (!busy || one_in(500))) {
-            /* The shutdown grace period ends. */
+        /* Any other timer is the handshake's deadline: it may pass at any
+         * step, and a handshake is short, so it is drawn more often. */
+        bool deadline = timer && timer != &srv.stop_timer && timer != &srv.mem_timer;
+        if (timer && (!busy || one_in(deadline ? 50 : 500))) {
+            /* The shutdown grace period ends, the memory poll runs, or the
+             * handshake's deadline passes: the server cuts the connection
+             * then (conn_abort() from inside conn.c, which the wrapper
+             * does not see). */
+            if (deadline)
+                sim.aborted = true;
             timer_cancel(&sim_reactor, timer);
             timer->fn(timer);
             continue;

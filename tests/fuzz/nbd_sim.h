@@ -52,7 +52,9 @@
  *   byte 1  volume size: one of 4 KiB, 64 KiB, 1 MiB, 2 MiB, 64 MiB,
  *           1 TiB, 2^63 - 4 KiB, 2^64 - 4 KiB (low 3 bits);
  *           bit 3: request buffers are bounded (--max-buffer-memory) to
- *           SIM_BUFFER_MEMORY
+ *           SIM_BUFFER_MEMORY;
+ *           bit 4: the handshake has a deadline (--handshake-timeout),
+ *           which may pass at any step of it
  *   byte 2-5  seed of the event order
  */
 #define SIM_HDR 6
