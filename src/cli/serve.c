@@ -70,6 +70,11 @@ static const char serve_help[] =
 "  --adopt-origin       accept an origin whose identity differs from the one\n"
 "                       the cache was formatted for (a copy of it); its size\n"
 "                       must still match\n"
+"  --state-file PATH    where the record of an abandoned cache is kept (every\n"
+"                       cache device failed: which sectors were lost, and that\n"
+"                       the cache's log is stale); default: next to the first\n"
+"                       cache device if it is a file (PATH.tcstate), else\n"
+"                       /var/lib/tiercache/SET-UUID.tcstate\n"
 "\n"
 "Origin:\n"
 "  --origin-timeout SECONDS\n"
@@ -340,7 +345,7 @@ enum {
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
-    OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT,
+    OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_STATE_FILE,
 };
 
 static const struct option serve_opts[] = {
@@ -353,6 +358,7 @@ static const struct option serve_opts[] = {
     { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
+    { "state-file", required_argument, NULL, OPT_STATE_FILE },
     { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
     { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
     { "origin-timeout", required_argument, NULL, OPT_ORIGIN_TIMEOUT },
@@ -437,6 +443,7 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
+        case OPT_STATE_FILE: vcfg.state_file = optarg; break;
         case OPT_ORIGIN_TIMEOUT:
             if (tc_parse_duration("--origin-timeout", optarg, &vcfg.origin_timeout_ns, err,
                                   sizeof err) < 0)

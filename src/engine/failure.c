@@ -14,8 +14,10 @@
  *                                until they are written again
  *
  * New appends go to the surviving devices; when none is left the volume
- * serves the origin directly.  Health in status says which device failed
- * and why.
+ * serves the origin directly, the cache is abandoned for good (abandon.c:
+ * its log is never trusted again) and reads of lost sectors still fail
+ * (lost_passthrough()).  Health in status says which device failed and
+ * why.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -194,6 +196,9 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
                  "failed: every cache device failed (last %s: %s); serving the origin directly",
                  cd->dev->name, why);
         tc_error("every cache device has failed: serving the origin directly");
+        /* Recorded before any request goes on: from now on writes reach
+         * only the origin, and the log must never be trusted again. */
+        abandon_record(c);
         c->vol->cache_failed = true;
     }
     writeback_kick(c);

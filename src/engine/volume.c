@@ -128,6 +128,9 @@ void engine_dispatch(struct ereq *e)
         e->via_cache = true;
         vol->cache_inflight++;
         cache_submit(e);
+    } else if (vol->cache) {
+        /* Failed or detached: the origin, but never in place of lost data. */
+        lost_passthrough(e);
     } else {
         passthrough_submit(e);
     }
