@@ -398,6 +398,8 @@ void lost_fini(struct cache *c);
 /* failure.c: a cache device that fails */
 void cache_device_error(struct cache *c, unsigned d, int err, bool write);
 void cache_device_fail(struct cache *c, unsigned d, const char *why);
+/* After a read error or checksum mismatch: a cache file that shrank fails. */
+void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
 static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->segs[s].dev].state == CDEV_OK; }
 
