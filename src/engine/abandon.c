@@ -85,6 +85,7 @@
 
 #define STATE_DIR "/var/lib/tiercache"
 #define STATE_LAZY_NS (500ull * 1000 * 1000)
+#define STATE_RETRY_NS (5000ull * 1000 * 1000)
 
 /* The default place of the state file for the set whose first device is
  * `path` (a testdev: spec is its file). */
@@ -200,7 +201,13 @@ static int state_write(struct cache *c)
 static void state_timer_fn(struct tc_timer *t)
 {
     struct cache *c = container_of(t, struct cache, state_timer);
-    if (c->state_dirty && state_write(c) == 0 && c->abandon_unrecorded) {
+    if (!c->state_dirty)
+        return;
+    if (state_write(c) < 0) {
+        timer_arm(c->reactor, &c->state_timer, STATE_RETRY_NS);    /* until it works */
+        return;
+    }
+    if (c->abandon_unrecorded) {
         c->abandon_unrecorded = false;
         tc_info("state file %s: the abandonment of the cache is recorded now; writes go on",
                 c->state_path);
