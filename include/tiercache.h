@@ -52,6 +52,7 @@ struct tc_volume_config {
     uint64_t origin_timeout_ns;     /* fail origin requests after this long offline */
     bool adopt_origin;              /* accept an origin whose identity changed */
     bool no_warm_restart;           /* ignore a clean-shutdown snapshot */
+    const char *state_file;         /* record of an abandoned cache; NULL: the default */
 };
 
 void tc_volume_config_defaults(struct tc_volume_config *cfg);

@@ -15,7 +15,8 @@ static const char format_help[] =
 "Usage: tiercache format --cache DEV[,DEV...] --origin ORIGIN [OPTIONS]\n"
 "\n"
 "Prepare one or more fast devices (files or block devices) to cache ORIGIN.\n"
-"Only the superblocks are written; formatting is instant at any size.\n"
+"Only the superblocks are written, and cache files are preallocated\n"
+"(fallocate) so that they cannot run out of room while serving.\n"
 "\n"
 "  --cache DEV[,DEV...]  the cache devices; with several, the cache log is\n"
 "                        striped over all of them (one segment on each)\n"
@@ -32,6 +33,10 @@ static const char format_help[] =
 "                        file system (its contents are lost); never a device\n"
 "                        in use (claimed by a daemon, mounted), and never for\n"
 "                        an origin that holds a tiercache superblock\n"
+"  --allow-sparse        leave a sparse cache file sparse, even when its file\n"
+"                        system lacks the room to fill it (without it such a\n"
+"                        file is refused): a full file system then fails the\n"
+"                        cache while serving, and its dirty data is lost\n"
 "  --help, -h            this text\n"
 "\n"
 "Exit status: 0 formatted, 1 refused or failed (nothing was written), 2 bad\n"
@@ -55,6 +60,7 @@ int cmd_format(int argc, char **argv)
         { "block-size", required_argument, NULL, 'b' },
         { "segment-size", required_argument, NULL, 's' },
         { "force", no_argument, NULL, 'F' },
+        { "allow-sparse", no_argument, NULL, 'S' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -84,6 +90,7 @@ int cmd_format(int argc, char **argv)
             o.segment_size = (uint32_t)v;
             break;
         case 'F': o.force = true; break;
+        case 'S': o.allow_sparse = true; break;
         case 'h': cli_print(format_help); return 0;
         default: fprintf(stderr, "Try 'tiercache format --help'.\n"); return 2;
         }
@@ -109,6 +116,12 @@ int cmd_format(int argc, char **argv)
            tc_format_size(o.segment_size, seg, sizeof seg),
            tc_format_size(res.capacity, cap, sizeof cap), o.block_size >> 10, o.origin,
            tc_format_size(res.origin_size, osz, sizeof osz));
+    if (res.preallocated)
+        printf("preallocated %s in the cache file%s\n",
+               tc_format_size(res.preallocated, cap, sizeof cap), res.files == 1 ? "" : "s");
+    if (res.sparse_files)
+        printf("left %u cache file%s sparse (--allow-sparse): a full file system will fail the "
+               "cache while serving\n", res.sparse_files, res.sparse_files == 1 ? "" : "s");
     free(list);
     return 0;
 }

@@ -83,6 +83,11 @@ static const char serve_help[] =
 "                       origin (progress in the log) before stopping; without\n"
 "                       it a clean stop leaves dirty data in the cache (the\n"
 "                       log says how much), written back after the next start\n"
+"  --state-file PATH    where the record of an abandoned cache is kept (every\n"
+"                       cache device failed: which sectors were lost, and that\n"
+"                       the cache's log is stale); default: next to the first\n"
+"                       cache device if it is a file (PATH.tcstate), else\n"
+"                       /var/lib/tiercache/SET-UUID.tcstate\n"
 "\n"
 "Origin:\n"
 "  --origin-timeout SECONDS\n"
@@ -430,7 +435,7 @@ enum {
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
-    OPT_MAX_HS, OPT_MAX_CLIENT_BUF,
+    OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE,
 };
 
 static const struct option serve_opts[] = {
@@ -444,6 +449,7 @@ static const struct option serve_opts[] = {
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
     { "flush-on-stop", no_argument, NULL, OPT_FLUSH_ON_STOP },
+    { "state-file", required_argument, NULL, OPT_STATE_FILE },
     { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
     { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
     { "origin-timeout", required_argument, NULL, OPT_ORIGIN_TIMEOUT },
@@ -535,6 +541,7 @@ int cmd_serve(int argc, char **argv)
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
         case OPT_FLUSH_ON_STOP: flush_on_stop = true; break;
+        case OPT_STATE_FILE: vcfg.state_file = optarg; break;
         case OPT_ORIGIN_TIMEOUT:
             if (tc_parse_duration("--origin-timeout", optarg, &vcfg.origin_timeout_ns, err,
                                   sizeof err) < 0)

@@ -443,6 +443,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     cleaner_init(c);
     writeback_init(c);
 
+    /* The record of an earlier abandonment, before the log is replayed. */
+    if (abandon_load(c, vol->cfg.state_file, paths[0], err, errlen) < 0)
+        goto fail_cache;
     uint64_t t0 = tc_now_ns();
     if (recovery_run(c, err, errlen) < 0)
         goto fail_cache;
@@ -561,6 +564,14 @@ static void drain_progress(void *arg, uint64_t left, uint64_t done_bytes)
         x->progress(x->arg, left, done_bytes);
 }
 
+static void lost_reappend(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct cache *c = arg;
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
+                        .use_reserve = true };
+    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+}
+
 static void drain_synced(struct log_waiter *w, int err)
 {
     struct drain_ctx *x = container_of(w, struct drain_ctx, w);
@@ -571,6 +582,9 @@ static void drain_synced(struct log_waiter *w, int err)
         /* Drained: now end every group, durably -- the cache is empty. */
         cleaner_stop(c);
         c->tail_seq = c->next_seq;
+        /* The lost set outlives the emptied log: its records go again
+         * into the group that stays live. */
+        lost_foreach(c, lost_reappend, c);
         log_seal_all(c, true);
         log_sync(c, &x->w);
         return;
@@ -621,9 +635,31 @@ struct close_ctx {
     uint64_t candidate;
     unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
+    int err;
+    struct tc_timer wait;
     void (*done)(void *arg, int err);
     void *arg;
 };
+
+/* The end of a close, once the superblock marks of an abandonment (which
+ * use the devices) are done. */
+static void close_end(struct close_ctx *x)
+{
+    if (!abandon_idle(x->c)) {
+        timer_arm(x->c->reactor, &x->wait, 10ull * 1000 * 1000);
+        return;
+    }
+    void (*done)(void *, int) = x->done;
+    void *arg = x->arg;
+    int err = x->err;
+    free(x);
+    done(arg, err);
+}
+
+static void close_wait_fn(struct tc_timer *t)
+{
+    close_end(container_of(t, struct close_ctx, wait));
+}
 
 static void closed_synced(struct log_waiter *w, int err)
 {
@@ -653,10 +689,9 @@ static void closed_synced(struct log_waiter *w, int err)
     }
     if (err)
         tc_error("cache: final sync failed: %s", strerror(-err));
-    void (*done)(void *, int) = x->done;
-    void *arg = x->arg;
-    free(x);
-    done(arg, err);
+    x->err = err;
+    abandon_close(c);
+    close_end(x);
 }
 
 /* The origin is flushed: every write-through version is on it, which the
@@ -678,6 +713,7 @@ void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
     x->done = done;
     x->arg = arg;
     x->w.fn = closed_synced;
+    x->wait.fn = close_wait_fn;
     writeback_fini(c);
     cleaner_stop(c);
     x->candidate = wt_stable_candidate(c);
@@ -699,7 +735,10 @@ void cache_free(struct cache *c)
      * frees it. */
     writeback_fini(c);
     writeback_fini(c);
+    if (c->reactor)
+        timer_cancel(c->reactor, &c->state_timer);
     lost_fini(c);
+    free(c->state_path);
     free(c->damage);
     readahead_fini(c);
     streams_fini(c);
@@ -793,6 +832,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
     json_uint(j, "lost_sectors_unreadable", lost_sectors(c));
+    json_uint(j, "lost_bytes", lost_sectors(c) * TC_SECTOR);
+    abandon_status_json(c, j);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
     /* Per block the cache can hold: what sizing RAM for a cache needs (the

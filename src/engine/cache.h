@@ -347,6 +347,7 @@ struct cache {
     struct cache_stats st;
     struct budget budget;
     struct lost *lost;              /* lost.c: dirty sectors lost with a device */
+    uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
     bool offline;                   /* check and dump: read only, no background work */
     char *damage;                   /* recovery: damaged durable summaries, one a line
                                        (NULL: none); serve refuses such a cache */
@@ -360,7 +361,39 @@ struct cache {
     uint64_t last_flush_wall_ns;
     bool degraded;
     char health[128];
+
+    /* abandon.c: the durable record of a cache abandoned at run time. */
+    char *state_path;               /* the state file */
+    uint64_t abandoned_seq;         /* log entries below it are untrusted (0: none) */
+    bool abandoned;                 /* every device failed in this run */
+    bool abandon_unrecorded;        /* ... and no record is durable yet: writes fail */
+    bool state_dirty;               /* the lost set changed since the state file */
+    struct tc_timer state_timer;
+    uint64_t state_writes, state_errors, sb_marks;
+    unsigned sb_marks_pending;
 };
+
+/* abandon.c: a cache abandoned at run time (every device failed) */
+/* At attach, before recovery: the state file (state_file, or the default
+ * next to first_path) and the superblock marks; loads the lost set and
+ * abandoned_seq.  -1 with a message when the cache must not be used. */
+int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
+                 size_t errlen);
+/* The last device failed: record the abandonment durably (state file now,
+ * superblock marks on every device that takes them). */
+void abandon_record(struct cache *c);
+/* The lost set changed while abandoned: the state file follows (lazily). */
+void abandon_lost_changed(struct cache *c);
+void abandon_close(struct cache *c);
+bool abandon_idle(struct cache *c);
+struct tc_json;
+void abandon_status_json(struct cache *c, struct tc_json *j);
+/* lost.c: a request on the origin path while the cache is failed or
+ * detached: reads of lost sectors fail with EIO; writes clear them. */
+void lost_passthrough(struct ereq *e);
+bool lost_overlaps(struct cache *c, uint64_t off, uint64_t len);
+/* 0, or -EIO once after acknowledged data was lost (for a flush). */
+int lost_flush_result(struct cache *c);
 
 /* lost.c: sectors whose dirty data was lost; reads of them fail with EIO */
 bool lost_get(struct cache *c, uint64_t oblock, struct tc_mask *mask);
@@ -376,6 +409,8 @@ void lost_fini(struct cache *c);
 /* failure.c: a cache device that fails */
 void cache_device_error(struct cache *c, unsigned d, int err, bool write);
 void cache_device_fail(struct cache *c, unsigned d, const char *why);
+/* After a read error or checksum mismatch: a cache file that shrank fails. */
+void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
 static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->segs[s].dev].state == CDEV_OK; }
 

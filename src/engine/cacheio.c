@@ -37,6 +37,7 @@ static void finished(struct cread *cr)
                 tc_error("%s: checksum mismatch in segment %u, sectors %u..%u: cached data "
                          "not used", SEG_DEV(c, cr->seg)->dev->name, cr->seg,
                          cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
+                cache_device_check_size(c, c->segs[cr->seg].dev);
             }
         } else if (cr->err != -EBADMSG) {
             c->st.cache_read_errors++;

@@ -45,6 +45,7 @@ struct ereq {
     uint64_t start_ns;
     bool via_cache;                 /* dispatched to the cache path */
     struct ereq *held_next;         /* held at the detach gate */
+    void (*lost_next)(struct ereq *e);  /* lost_passthrough(): the completion after it */
 };
 
 struct engine_stats {

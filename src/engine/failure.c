@@ -14,13 +14,16 @@
  *                                until they are written again
  *
  * New appends go to the surviving devices; when none is left the volume
- * serves the origin directly.  Health in status says which device failed
- * and why.
+ * serves the origin directly, the cache is abandoned for good (abandon.c:
+ * its log is never trusted again) and reads of lost sectors still fail
+ * (lost_passthrough()).  Health in status says which device failed and
+ * why.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/cache.h"
 #include "io/bufpool.h"
@@ -29,11 +32,54 @@
 
 #define READ_ERRORS_TO_FAIL 8
 
+/*
+ * A cache file cut short under the daemon (truncated): reads past the cut
+ * end early, and once later log writes have extended the file again, the
+ * range between reads as zeros -- checksum mismatches, not I/O errors,
+ * which alone would never fail the device while every chunk summary past
+ * the cut is gone (a restart would silently lose the dirty data they
+ * described).  So after a read error or a checksum mismatch the file's
+ * size is checked against the size it was formatted with; a file that
+ * shrank has failed.  (A stat() of a local file, on an error path only.)
+ */
+static bool file_shrunk(struct cache_dev *cd, uint64_t *now)
+{
+    char path[4096];
+    const char *name = cd->dev->name;
+    if (cd->dev->is_block_device)
+        return false;
+    snprintf(path, sizeof path, "%s", strncmp(name, "testdev:", 8) == 0 ? name + 8 : name);
+    if (strncmp(name, "testdev:", 8) == 0)
+        path[strcspn(path, "?")] = '\0';
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+        return false;
+    *now = (uint64_t)st.st_size;
+    return *now < cd->sb.dev_size;
+}
+
+void cache_device_check_size(struct cache *c, unsigned d)
+{
+    struct cache_dev *cd = &c->devs[d];
+    uint64_t now;
+    if (cd->state != CDEV_OK || c->offline || !file_shrunk(cd, &now))
+        return;
+    char why[160];
+    snprintf(why, sizeof why, "the cache file shrank to %llu bytes (formatted with %llu)",
+             (unsigned long long)now, (unsigned long long)cd->sb.dev_size);
+    cache_device_fail(c, d, why);
+}
+
 void cache_device_error(struct cache *c, unsigned d, int err, bool write)
 {
     struct cache_dev *cd = &c->devs[d];
     if (cd->state != CDEV_OK || c->offline)
         return;
+    if (!write) {
+        cache_device_check_size(c, d);
+        if (cd->state != CDEV_OK)
+            return;
+    }
     bool vanished = err == -ENODEV || err == -ENXIO || err == -ENOENT;
     char why[160];
     if (write || vanished) {
@@ -194,6 +240,9 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
                  "failed: every cache device failed (last %s: %s); serving the origin directly",
                  cd->dev->name, why);
         tc_error("every cache device has failed: serving the origin directly");
+        /* Recorded before any request goes on: from now on writes reach
+         * only the origin, and the log must never be trusted again. */
+        abandon_record(c);
         c->vol->cache_failed = true;
     }
     writeback_kick(c);

@@ -210,7 +210,13 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     c->chunks_written_upto = c->inflight_head ? c->inflight_head->chunk_seq - 1 : c->chunks_issued;
     if (err) {
         /* The device fails now; the chunk's data, still in the image, is
-         * appended again elsewhere, so the failure is absorbed. */
+         * appended again elsewhere, so the failure is absorbed.  Whatever
+         * the error -- EIO, ENOSPC of a cache file's full file system, a
+         * device gone -- it is the device's failure, never "no room in the
+         * cache" (log_append()'s -ENOSPC). */
+        tc_error("%s: cache write of %llu bytes at offset %llu failed: %s",
+                 SEG_DEV(c, cw->seg)->dev->name, (unsigned long long)dio->len,
+                 (unsigned long long)dio->off, strerror(-err));
         c->st.cache_write_errors++;
         cache_device_error(c, sg->dev, err, true);
     }
@@ -571,9 +577,11 @@ static void flush_done(struct tc_dev_io *dio, int err)
     if (err && dio->dev) {
         unsigned d = (unsigned)(dio - c->flush_dios);
         c->st.cache_write_errors++;
+        tc_error("%s: cache flush failed: %s", c->devs[d].dev->name, strerror(-err));
         /* What this device held is re-homed: the syncs waiting now fail
-         * once; later ones go to the devices left. */
-        c->log_error = err;
+         * once (EIO: a device error, whatever its errno); later ones go to
+         * the devices left. */
+        c->log_error = -EIO;
         cache_device_error(c, d, err, true);
     }
     if (--c->flushes_pending > 0)

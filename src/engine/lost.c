@@ -6,8 +6,15 @@
  * The set is small (it exists only after a failure), kept in a hash table
  * here and in the log as LOST records ("block B's lost sectors are now M"),
  * which recovery applies in sequence order and the cleaner carries forward
- * while they still matter.
+ * while they still matter.  When no device is left to hold the log (the
+ * cache abandoned), the state file holds the set instead (abandon.c).
+ *
+ * Every path checks it: the cache's read path, and lost_passthrough() for
+ * the requests that reach the origin directly once the cache has failed
+ * or is detached -- there a read of a lost sector fails with EIO exactly
+ * as it would through the cache, and a write clears what it covers.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +110,7 @@ void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
         mask_clear(&m);
     mask_or(&m, mask);
     lost_set(c, oblock, &m);
+    c->lost_events++;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
@@ -119,6 +127,10 @@ void lost_clear(struct cache *c, uint64_t oblock, const struct tc_mask *written)
     if (mask_equal(&left, &m))
         return;
     lost_set(c, oblock, &left);
+    if (c->abandoned) {
+        abandon_lost_changed(c);    /* no log any more: the state file */
+        return;
+    }
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = left,
                         .use_reserve = true, .urgent = true };
     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
@@ -174,4 +186,111 @@ void lost_clear_range(struct cache *c, uint64_t off, uint64_t len)
         mask_range(&m, (unsigned)s0, (unsigned)s1);
         lost_clear(c, b, &m);
     }
+}
+
+/* The sectors of block b inside [off, end). */
+static void block_want(struct cache *c, uint64_t b, uint64_t off, uint64_t end,
+                       struct tc_mask *want)
+{
+    uint64_t bs = b * c->block_size;
+    uint64_t s0 = off > bs ? (off - bs) / TC_SECTOR : 0;
+    uint64_t s1 = TC_MIN(end - bs, (uint64_t)c->block_size) / TC_SECTOR;
+    mask_range(want, (unsigned)s0, (unsigned)s1);
+}
+
+/* Does [off, off + len) hold a lost sector? */
+bool lost_overlaps(struct cache *c, uint64_t off, uint64_t len)
+{
+    if (c->lost == NULL || c->lost->blocks == 0 || len == 0)
+        return false;
+    uint64_t end = off + len;
+    uint64_t b0 = off / c->block_size, b1 = (end + c->block_size - 1) / c->block_size;
+    struct tc_mask want;
+    if (b1 - b0 > c->lost->blocks * 4) {
+        /* A big range: walk the (small) set instead of the range. */
+        for (unsigned i = 0; i < LOST_BUCKETS; i++)
+            for (struct lost_entry *e = c->lost->b[i]; e; e = e->next) {
+                if (e->oblock < b0 || e->oblock >= b1)
+                    continue;
+                block_want(c, e->oblock, off, end, &want);
+                mask_and(&want, &e->mask);
+                if (!mask_empty(&want))
+                    return true;
+            }
+        return false;
+    }
+    for (uint64_t b = b0; b < b1; b++) {
+        struct tc_mask m;
+        if (!lost_get(c, b, &m))
+            continue;
+        block_want(c, b, off, end, &want);
+        mask_and(&m, &want);
+        if (!mask_empty(&m))
+            return true;
+    }
+    return false;
+}
+
+/* A flush reports the acknowledged data lost since the previous flush
+ * returned: once, as EIO (a client must not take its writes for durable
+ * when some were lost before the flush could make them so). */
+int lost_flush_result(struct cache *c)
+{
+    if (c->lost_events == c->lost_events_reported)
+        return 0;
+    c->lost_events_reported = c->lost_events;
+    tc_error("flush fails with EIO: acknowledged writes were lost with the cache since the "
+             "previous flush (%llu lost sectors now unreadable)",
+             (unsigned long long)lost_sectors(c));
+    return -EIO;
+}
+
+static void passthrough_flushed(struct ereq *e)
+{
+    if (e->err == 0)
+        e->err = lost_flush_result(e->vol->cache);
+    e->complete = e->lost_next;
+    e->complete(e);
+}
+
+static void passthrough_written(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    if (e->err == 0)
+        lost_clear_range(c, e->off, e->len);
+    e->complete = e->lost_next;
+    e->complete(e);
+}
+
+void lost_passthrough(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    bool write = e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES || e->op == TC_OP_TRIM;
+    if (e->op == TC_OP_READ && lost_overlaps(c, e->off, e->len)) {
+        /* Its newest version was lost with the cache: never the origin's
+         * older one in its place. */
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
+    if (write && c->abandon_unrecorded) {
+        /* No durable record says the cache's log is stale: a write that
+         * reached only the origin could be undone by the log at the next
+         * start (abandon.c). */
+        tc_error("write of origin bytes %llu..%llu refused: the abandonment of the cache is "
+                 "not recorded yet (state file %s)", (unsigned long long)e->off,
+                 (unsigned long long)(e->off + e->len - 1), c->state_path);
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
+    if (e->op == TC_OP_FLUSH) {
+        e->lost_next = e->complete;
+        e->complete = passthrough_flushed;
+    }
+    if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) && lost_sectors(c) > 0) {
+        e->lost_next = e->complete;
+        e->complete = passthrough_written;
+    }
+    passthrough_submit(e);
 }

@@ -355,6 +355,10 @@ static void finish(struct rreq *r)
             p->admit = false;
         }
     }
+    /* A device failed while the read ran, losing dirty data it needed:
+     * what was gathered meanwhile may be the origin's older copy. */
+    if (r->err == 0 && lost_overlaps(c, e->off, e->len))
+        r->err = -EIO;
     if (r->err == 0)
         for (unsigned i = 0; i < r->np; i++)
             fill(r, &r->p[i]);

@@ -21,6 +21,12 @@
  *     reached the origin: it is marked dirty and written back.  Until it
  *     is, the stable mark stays below it (CE_WT_RECOVERED), since the log
  *     still records it as a clean write-through version.
+ *
+ * A cache abandoned at run time (abandon.c) has every entry below its
+ * abandoned_seq ignored in step 4: the origin received writes past the
+ * cache since, so none of those versions can be proven newest, and their
+ * dirty data is in the lost set already.  Step 5 therefore only ever
+ * writes back versions written after the last abandonment.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -465,6 +471,8 @@ static void apply(struct recovery *rc)
         qsort(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec);
     for (size_t i = 0; i < rc->nrecs; i++) {
         struct rec *r = &rc->recs[i];
+        if (r->seq < c->abandoned_seq)
+            continue;           /* written before the cache was abandoned: see abandon.c */
         cache_trace(c, r->oblock, "recovery: %s seq %llu at %u:%u valid %llx dirty %llx flags %x%s",
                     r->type == TC_ENTRY_DATA ? "DATA" : r->type == TC_ENTRY_CLEAN ? "CLEAN" : "TOMB",
                     (unsigned long long)r->seq, r->seg, r->off, (unsigned long long)r->valid.w[0],
@@ -604,6 +612,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     apply(&rc);
 
     c->next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
+    /* Entries written from now on must be trusted at the next start. */
+    c->next_seq = TC_MAX(c->next_seq, c->abandoned_seq);
     c->chunks_issued = rc.max_chunk_seq;
     c->chunks_written_upto = rc.max_chunk_seq;
     c->flushed_upto = rc.max_chunk_seq;

@@ -138,6 +138,9 @@ void engine_dispatch(struct ereq *e)
         e->via_cache = true;
         vol->cache_inflight++;
         cache_submit(e);
+    } else if (vol->cache) {
+        /* Failed or detached: the origin, but never in place of lost data. */
+        lost_passthrough(e);
     } else {
         passthrough_submit(e);
     }
@@ -597,6 +600,8 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "unaligned_reads", vol->stats.unaligned_reads);
     json_uint(j, "unaligned_writes", vol->stats.unaligned_writes);
     json_uint(j, "errors", vol->stats.errors);
+    /* Also after detach, when the cache's own figures are gone. */
+    json_uint(j, "lost_bytes", vol->cache ? lost_sectors(vol->cache) * TC_SECTOR : 0);
     dev_json(vol, j, "origin", vol->origin);
     if (vol->cache && !vol->detached)
         cache_status_json(vol->cache, j);

@@ -818,6 +818,8 @@ static void flush_synced(struct log_waiter *lw, int err)
     if (err && e->err == 0)
         e->err = err;
     if (e->err == 0)
+        e->err = lost_flush_result(f->c);
+    if (e->err == 0)
         f->c->last_flush_wall_ns = tc_wall_ns();
     free(f);
     e->complete(e);

@@ -5,18 +5,29 @@
  * contents (a tiercache superblock or a file system is refused without
  * --force), devices named twice, a cache device that is the origin, an
  * origin that holds a tiercache superblock (--cache and --origin swapped:
- * refused even with --force, which would destroy the real origin), and the
- * claims (io/claim.c): every cache device exclusively, its old set's
- * identity too, the origin shared, so a set in use is never formatted.  Then
- * each device gets two copies of its superblock and a flush.  Nothing else
- * is written: chunks left from an earlier use carry another set's UUID and
- * are never read as ours.
+ * refused even with --force, which would destroy the real origin), a sparse
+ * cache file whose file system lacks the room to fill it, and the claims
+ * (io/claim.c): every cache device exclusively, its old set's identity too,
+ * the origin shared, so a set in use is never formatted.  Then cache files
+ * are preallocated (fallocate), and each device gets two copies of its
+ * superblock and a flush.  Nothing else is written: chunks left from an
+ * earlier use carry another set's UUID and are never read as ours.
+ *
+ * Why preallocate: a sparse cache file takes room from its file system only
+ * as the log fills it.  If the file system fills up first, a cache write
+ * fails (ENOSPC) long after format said yes, the device fails, and dirty
+ * data that was only in the cache is lost.  A preallocated file can never
+ * run out of room.  --allow-sparse keeps a sparse file sparse, knowingly.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "format/format.h"
 #include "io/claim.h"
@@ -53,6 +64,33 @@ const char *tc_detect_signature(const uint8_t *b, size_t len)
     if (len >= 0x8001 + 5 && memcmp(b + 0x8001, "CD001", 5) == 0)
         return "ISO 9660 file system";
     return NULL;
+}
+
+/* A cache file's allocation: bytes still unallocated (*missing) and free
+ * on its file system (*avail).  false if path is not a regular file. */
+static bool file_room(const char *path, uint64_t size, uint64_t *missing, uint64_t *avail)
+{
+    struct stat st;
+    struct statvfs vfs;
+    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || statvfs(path, &vfs) < 0)
+        return false;
+    uint64_t have = (uint64_t)st.st_blocks * 512;
+    *missing = have >= size ? 0 : size - have;
+    *avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    return true;
+}
+
+/* Allocate the whole file now (its contents stay as they are). */
+static int preallocate(const char *path, uint64_t size)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    if (fallocate(fd, 0, 0, (off_t)size) < 0 || fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
 }
 
 int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char *err,
@@ -174,6 +212,18 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
                      "format anyway)", path, what);
             goto out;
         }
+        uint64_t missing, avail;
+        if (!devs[n]->is_block_device && !o->allow_sparse &&
+            file_room(path, devs[n]->size, &missing, &avail) && missing > avail) {
+            char m[32], a[32];
+            snprintf(err, errlen, "%s: %s of the cache file is not allocated yet (the file is "
+                     "sparse), but its file system has only %s free: the cache would run out "
+                     "of room while serving and lose dirty data.  Make room, use a smaller "
+                     "file, or pass --allow-sparse to keep it sparse anyway", path,
+                     tc_format_size(missing, m, sizeof m),
+                     tc_format_size(avail, a, sizeof a));
+            goto out;
+        }
     }
     if (n == 0) {
         snprintf(err, errlen, "--cache: no device given");
@@ -188,7 +238,30 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
         goto out;
     }
 
-    /* All checks passed: write. */
+    /* All checks passed: allocate the cache files, then write. */
+    memset(res, 0, sizeof *res);
+    for (unsigned i = 0; i < n; i++) {
+        if (devs[i]->is_block_device)
+            continue;
+        res->files++;
+        uint64_t missing, avail;
+        if (o->allow_sparse) {
+            if (file_room(o->caches[i], devs[i]->size, &missing, &avail) && missing > 0)
+                res->sparse_files++;
+            continue;
+        }
+        if (!file_room(o->caches[i], devs[i]->size, &missing, &avail) || missing == 0)
+            continue;
+        int e = preallocate(o->caches[i], devs[i]->size);
+        if (e) {
+            snprintf(err, errlen, "%s: cannot preallocate the cache file (%s bytes): %s; pass "
+                     "--allow-sparse to keep it sparse (it may then run out of room while "
+                     "serving)", o->caches[i], tc_format_size(devs[i]->size, sz, sizeof sz),
+                     strerror(-e));
+            goto out;
+        }
+        res->preallocated += missing;
+    }
     struct tc_superblock sb;
     memset(&sb, 0, sizeof sb);
     sb.version = TC_FORMAT_VERSION;

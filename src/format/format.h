@@ -15,6 +15,7 @@ struct tc_format_opts {
     uint32_t block_size;
     uint32_t segment_size;
     bool force;
+    bool allow_sparse;              /* leave sparse cache files sparse */
 };
 
 struct tc_format_result {
@@ -23,6 +24,9 @@ struct tc_format_result {
     uint32_t segments;
     uint64_t capacity;
     uint64_t origin_size;
+    uint64_t preallocated;          /* bytes fallocate()d in cache files */
+    unsigned files;                 /* cache devices that are regular files */
+    unsigned sparse_files;          /* ... left sparse (--allow-sparse) */
 };
 
 /* Checks everything first and writes nothing unless all checks pass.

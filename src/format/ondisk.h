@@ -67,7 +67,20 @@
 #define TC_DEFAULT_SEGMENT_SIZE  (4u << 20)
 #define TC_MAX_HDR_SECTORS       8u
 
-/* ---- superblock: 4096 bytes, written twice at format, then read only ---- */
+/* ---- superblock: 4096 bytes, written twice at format ---- */
+
+/*
+ * A superblock is rewritten after format only to mark the cache abandoned
+ * (see "state file" below): flags gets TC_SB_ABANDONED, abandoned_seq the
+ * log sequence from which on the log is trusted again, and the version
+ * field TC_SB_VERSION_ABANDONED, so that a build that does not know the
+ * mark refuses the device instead of trusting its log.  Copy A is written
+ * (and flushed) before copy B: a torn copy A falls back to copy B, which
+ * is either marked too or older -- and then the state file, written
+ * before both, carries the mark.
+ */
+#define TC_SB_VERSION_ABANDONED  2u
+#define TC_SB_ABANDONED          (1u << 0)
 
 struct tc_superblock {
     uint32_t version;
@@ -89,6 +102,8 @@ struct tc_superblock {
     char origin_path[TC_ORIGIN_PATH_LEN];   /* as named at format, for messages */
     uint32_t dev_segments[TC_MAX_DEVICES];  /* segment count of every device */
     uint8_t dev_uuids[TC_MAX_DEVICES][16];  /* uuid of every device */
+    uint64_t abandoned_seq;         /* TC_SB_ABANDONED: log entries below it are
+                                       untrusted (version 2 only; 0 in version 1) */
 };
 
 /* Byte offsets inside the 4096-byte superblock. */
@@ -99,7 +114,7 @@ enum {
     SB_OFF_SEGMENT_COUNT = 80, SB_OFF_FIRST_SEGMENT = 84, SB_OFF_TOTAL_SEGMENTS = 88,
     SB_OFF_FLAGS = 92, SB_OFF_ORIGIN_SIZE = 96, SB_OFF_FORMAT_TIME = 104,
     SB_OFF_ORIGIN_ID = 112, SB_OFF_ORIGIN_PATH = 240, SB_OFF_DEV_SEGMENTS = 496,
-    SB_OFF_DEV_UUIDS = 560, SB_OFF_END = 816,
+    SB_OFF_DEV_UUIDS = 560, SB_OFF_ABANDONED_SEQ = 816, SB_OFF_END = 824,
 };
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);
@@ -109,6 +124,66 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);
 int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err, size_t errlen);
 /* True if the buffer starts with the superblock magic (valid or not). */
 bool sb_has_magic(const uint8_t *buf);
+
+/* ---- state file: the durable record of an abandoned cache ---- */
+
+/*
+ * When every cache device has failed at run time, the volume serves the
+ * origin directly and the cache is abandoned: later writes reach only the
+ * origin, so the cache log no longer holds the newest version of what
+ * they wrote, and the dirty data that was only in the cache is lost.  The
+ * state file records that, outside the failed devices (which may not be
+ * writable): by default next to the first cache device when it is a file
+ * ("PATH.tcstate"), else /var/lib/tiercache/SET-UUID.tcstate; serve
+ * --state-file names another place.  It is replaced whole (a temporary
+ * file, fdatasync, rename, fsync of the directory).
+ *
+ *   0    magic "TCSTATE\1"        u64
+ *   8    version (1)               u32
+ *   12   CRC-32C of bytes [0, length) with this field zero   u32
+ *   16   set UUID                  16 bytes
+ *   32   flags (TC_STATE_*)        u32
+ *   36   sectors per block         u32 (the mask size of the entries)
+ *   40   abandoned_seq             u64: log entries with a lower sequence
+ *                                  are untrusted
+ *   48   written (Unix ns)         u64
+ *   56   entry count               u64
+ *   64   entries: origin block u64, then its lost-sector mask in
+ *        ceil(spb / 64) u64 words; length = 64 + count * entry size
+ *
+ * The entries are the lost set as it is now: the sectors whose newest
+ * acknowledged version was lost with the cache, minus those written again
+ * since (through the origin).  Reads of them fail with EIO.
+ */
+#define TC_STATE_MAGIC          0x0145544154534354ull   /* "TCSTATE\1" */
+#define TC_STATE_VERSION        1u
+#define TC_STATE_ABANDONED      (1u << 0)
+#define TC_STATE_HDR            64u
+
+struct tc_state {
+    uint8_t set_uuid[16];
+    uint32_t flags;
+    uint32_t spb;
+    uint64_t abandoned_seq;
+    uint64_t written_ns;
+    uint64_t count;
+};
+
+static inline size_t tc_state_entry_size(unsigned spb) { return 8 + 8 * (size_t)((spb + 63) / 64); }
+static inline size_t tc_state_bytes(unsigned spb, uint64_t count)
+{
+    return TC_STATE_HDR + (size_t)count * tc_state_entry_size(spb);
+}
+/* Encode the header into buf (tc_state_bytes() long, entries already
+ * written by state_entry_put()), computing the checksum last. */
+void state_encode(uint8_t *buf, const struct tc_state *st);
+void state_entry_put(uint8_t *buf, unsigned spb, uint64_t i, uint64_t oblock, const uint64_t *mask);
+/* Check and decode; -1 with a reason in err when the magic, version,
+ * length or checksum are wrong or an entry's mask is out of range. */
+int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err, size_t errlen);
+/* Entry i of a decoded state: the block and its mask (words). */
+void state_entry_get(const uint8_t *buf, unsigned spb, uint64_t i, uint64_t *oblock,
+                     uint64_t *mask);
 
 /* ---- chunk header ---- */
 

@@ -14,7 +14,8 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
 {
     memset(buf, 0, TC_SB_SIZE);
     le64_put(buf + SB_OFF_MAGIC, TC_SB_MAGIC);
-    le32_put(buf + SB_OFF_VERSION, TC_FORMAT_VERSION);
+    bool abandoned = sb->flags & TC_SB_ABANDONED;
+    le32_put(buf + SB_OFF_VERSION, abandoned ? TC_SB_VERSION_ABANDONED : TC_FORMAT_VERSION);
     memcpy(buf + SB_OFF_SET_UUID, sb->set_uuid, 16);
     memcpy(buf + SB_OFF_DEV_UUID, sb->dev_uuid, 16);
     le32_put(buf + SB_OFF_DEV_INDEX, sb->dev_index);
@@ -36,6 +37,8 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
         le32_put(buf + SB_OFF_DEV_SEGMENTS + 4 * i, sb->dev_segments[i]);
         memcpy(buf + SB_OFF_DEV_UUIDS + 16 * i, sb->dev_uuids[i], 16);
     }
+    if (abandoned)
+        le64_put(buf + SB_OFF_ABANDONED_SEQ, sb->abandoned_seq);
     le32_put(buf + SB_OFF_CRC, tc_crc32c(0, buf, TC_SB_SIZE));
 }
 
@@ -46,9 +49,9 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         return -1;
     }
     uint32_t version = le32_get(buf + SB_OFF_VERSION);
-    if (version != TC_FORMAT_VERSION) {
-        snprintf(err, errlen, "format version %u is not supported (this build reads version %u)",
-                 version, TC_FORMAT_VERSION);
+    if (version != TC_FORMAT_VERSION && version != TC_SB_VERSION_ABANDONED) {
+        snprintf(err, errlen, "format version %u is not supported (this build reads versions "
+                 "%u and %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_ABANDONED);
         return -1;
     }
     uint8_t tmp[TC_SB_SIZE];
@@ -81,6 +84,8 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         sb->dev_segments[i] = le32_get(buf + SB_OFF_DEV_SEGMENTS + 4 * i);
         memcpy(sb->dev_uuids[i], buf + SB_OFF_DEV_UUIDS + 16 * i, 16);
     }
+    if (version == TC_SB_VERSION_ABANDONED)
+        sb->abandoned_seq = le64_get(buf + SB_OFF_ABANDONED_SEQ);
 
     /* The geometry must make sense before anything relies on it. */
     const char *bad = NULL;
@@ -103,6 +108,9 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         bad = "segment table";
     else if (sb->origin_size == 0 || sb->origin_size % 4096)
         bad = "origin size";
+    else if ((version == TC_SB_VERSION_ABANDONED) != !!(sb->flags & TC_SB_ABANDONED) ||
+             ((sb->flags & TC_SB_ABANDONED) && sb->abandoned_seq == 0))
+        bad = "abandoned mark";
     if (bad == NULL) {
         uint64_t total = 0, first = 0;
         for (unsigned i = 0; i < sb->dev_count; i++) {

@@ -13,6 +13,9 @@
  *                   volatile write cache allows.
  *   eio_when=FILE   while FILE exists, every request fails with EIO (a
  *                   device dying at a moment the test chooses).
+ *   eio_once        with eio_when: only one request fails, and the layer
+ *                   removes FILE as it fails it (a transient error of
+ *                   exactly one request).
  *   eio_after=N     every request after the first N fails with EIO.
  *   eio_ops=LIST    only these kinds of request fail (comma-separated:
  *                   read, write -- which includes zero and trim --, flush;
@@ -44,6 +47,7 @@ struct dev_test {
     int raw_fd;                 /* buffered fd for reading old contents */
     int undo_fd;
     char *eio_when;
+    bool eio_once;
     long long eio_after;
     long long ops;
     unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
@@ -113,8 +117,11 @@ static bool failing(struct dev_test *d, int op)
         return false;
     if (d->eio_after >= 0 && d->ops > d->eio_after)
         return true;
-    if (d->eio_when && access(d->eio_when, F_OK) == 0)
+    if (d->eio_when && access(d->eio_when, F_OK) == 0) {
+        if (d->eio_once && unlink(d->eio_when) < 0)
+            return false;       /* someone else's failure took it */
         return true;
+    }
     return false;
 }
 
@@ -214,6 +221,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
         } else if (strncmp(o, "eio_when=", 9) == 0) {
             d->eio_when = tc_xstrdup(o + 9);
+        } else if (strcmp(o, "eio_once") == 0) {
+            d->eio_once = true;
         } else if (strncmp(o, "eio_after=", 10) == 0) {
             d->eio_after = atoll(o + 10);
         } else if (strncmp(o, "eio_ops=", 8) == 0) {
@@ -234,8 +243,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
                 k += n + (k[n] == ',');
             }
         } else {
-            snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_after=, "
-                     "eio_ops=)", o);
+            snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
+                     "eio_after=, eio_ops=)", o);
             goto fail;
         }
     }

@@ -1,0 +1,458 @@
+/*
+ * A cache abandoned at run time, and the state file that records it.
+ *
+ * When the last cache device fails, the volume serves the origin directly
+ * (failure.c).  From that moment the cache's log stops being the truth:
+ *
+ *  - every later write goes to the origin only, so clean and write-through
+ *    versions in the log may be older than the origin's data;
+ *  - the dirty data that was only in the cache is lost; reads of those
+ *    sectors must fail with EIO, never return the origin's older copy,
+ *    until a client writes them again (the lost set, lost.c).
+ *
+ * The danger is the next start.  The device may be readable again (a
+ * transient error, a file system given room again, a loop device attached
+ * again), and its log replayed as usual would bring back versions older
+ * than what the origin received since -- and recovery would even write a
+ * write-through version it calls "maybe newer than the origin" back over
+ * newer data.  So the abandonment is recorded durably, and the rule at the
+ * next start is:
+ *
+ *    every log entry with a sequence number below abandoned_seq (the log's
+ *    next sequence number at the moment of abandonment) is ignored: clean
+ *    data, write-through data and dirty data alike; nothing of it is
+ *    served or written back.  The lost set is taken from the state file.
+ *
+ * This is sound because at the moment of abandonment no dirty data is left
+ * in the index: with no device left, failure.c can re-home nothing, so
+ * every dirty sector became a lost sector.  The lost set, minus what was
+ * written again (through the origin) since, is therefore exactly the set
+ * of sectors whose newest acknowledged version the origin lacks: dropping
+ * the log loses nothing that could still be served correctly.  Entries
+ * from abandoned_seq on were written after a restart and are trusted.
+ *
+ * Where the record lives:
+ *
+ *  1. The state file (format in ondisk.h), on another file system when the
+ *     cache is a block device, next to the cache file otherwise.  Written
+ *     with blocking calls (a temporary file, fdatasync, rename, fsync of the
+ *     directory) inside the failure handling, before any request goes on:
+ *     so no write reaches the origin past the cache before the record is
+ *     durable -- a crash right after such a write restarts with the record.
+ *     This is the one place where the reactor blocks on purpose: it happens
+ *     once per abandonment, and the ordering is worth a few milliseconds.
+ *     Later changes of the lost set (writes clearing lost sectors) are
+ *     written lazily (a timer, and at close): a state file that lags only
+ *     says that more sectors are lost than are, which fails reads, never
+ *     returns wrong data.
+ *  2. A mark in the superblock of every device that can still be written
+ *     (TC_SB_ABANDONED with abandoned_seq), written asynchronously.  It
+ *     catches a state file that is later deleted or lost: a device marked
+ *     abandoned whose state file is missing (or records an older
+ *     abandonment) is refused at start, with the way out in the message.
+ *     A device that cannot be written (gone, read-only) carries no mark;
+ *     then the state file alone must survive -- the one case this design
+ *     cannot detect is a state file deleted by hand while no device could
+ *     be marked.
+ *
+ * If neither record could be made durable (the state file's file system
+ * is full or read-only and no device takes its mark), the volume cannot
+ * let writes reach the origin safely: they fail with EIO until a record
+ * exists (the superblock write may still complete), while reads of
+ * everything but the lost sectors go on.
+ *
+ * The state file is never removed by the daemon: after a restart it still
+ * says "below abandoned_seq the log is untrusted" and holds the lost set
+ * as it was; LOST records in the log (from abandoned_seq on) carry later
+ * changes, and recovery applies them after the state file's set.  It goes
+ * with the cache; a state file of another set (left from before a new
+ * format) is ignored, and replaced when the new set is abandoned.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/cache.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "util/parse.h"
+
+#define STATE_DIR "/var/lib/tiercache"
+#define STATE_LAZY_NS (500ull * 1000 * 1000)
+#define STATE_RETRY_NS (5000ull * 1000 * 1000)
+
+/* The default place of the state file for the set whose first device is
+ * `path` (a testdev: spec is its file). */
+static char *default_state_path(const char *path, const uint8_t set_uuid[16])
+{
+    char file[4096];
+    if (strncmp(path, "testdev:", 8) == 0) {
+        snprintf(file, sizeof file, "%s", path + 8);
+        file[strcspn(file, "?")] = '\0';
+    } else {
+        snprintf(file, sizeof file, "%s", path);
+    }
+    struct stat st;
+    char out[4200];
+    if (stat(file, &st) == 0 && S_ISREG(st.st_mode)) {
+        snprintf(out, sizeof out, "%s.tcstate", file);
+    } else {
+        char u[37];
+        tc_uuid_format(set_uuid, u);
+        snprintf(out, sizeof out, "%s/%s.tcstate", STATE_DIR, u);
+    }
+    return tc_xstrdup(out);
+}
+
+static void lost_count(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    (void)oblock;
+    (void)m;
+    (*(uint64_t *)arg)++;
+}
+
+struct fill {
+    uint8_t *buf;
+    unsigned spb;
+    uint64_t i;
+};
+
+static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct fill *f = arg;
+    state_entry_put(f->buf, f->spb, f->i++, oblock, m->w);
+}
+
+static int fsync_dir(const char *path)
+{
+    char *copy = tc_xstrdup(path);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* Write the state file now (blocking; see the comment at the top). */
+static int state_write(struct cache *c)
+{
+    if (strncmp(c->state_path, STATE_DIR "/", sizeof STATE_DIR) == 0)
+        mkdir(STATE_DIR, 0700);
+    uint64_t n = 0;
+    lost_foreach(c, lost_count, &n);
+    size_t len = tc_state_bytes(c->spb, n);
+    uint8_t *buf = tc_xcalloc(1, len);
+    struct fill f = { buf, c->spb, 0 };
+    lost_foreach(c, lost_put, &f);
+    struct tc_state st = { .flags = TC_STATE_ABANDONED, .spb = c->spb,
+                           .abandoned_seq = c->abandoned_seq, .written_ns = tc_wall_ns(),
+                           .count = n };
+    memcpy(st.set_uuid, c->set_uuid, 16);
+    state_encode(buf, &st);
+    size_t tl = strlen(c->state_path) + 8;
+    char *tmp = tc_xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp", c->state_path);
+    int rc = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = -errno;
+    } else {
+        size_t done = 0;
+        while (done < len && rc == 0) {
+            ssize_t w = write(fd, buf + done, len - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                rc = w < 0 ? -errno : -EIO;
+            else
+                done += (size_t)w;
+        }
+        if (rc == 0 && fdatasync(fd) < 0)
+            rc = -errno;
+        if (close(fd) < 0 && rc == 0)
+            rc = -errno;
+        if (rc == 0 && rename(tmp, c->state_path) < 0)
+            rc = -errno;
+        if (rc == 0)
+            rc = fsync_dir(c->state_path);
+        if (rc)
+            unlink(tmp);
+    }
+    free(tmp);
+    free(buf);
+    if (rc) {
+        c->state_errors++;
+        tc_error("state file %s: cannot write it: %s", c->state_path, strerror(-rc));
+        return rc;
+    }
+    c->state_writes++;
+    c->state_dirty = false;
+    return 0;
+}
+
+static void state_timer_fn(struct tc_timer *t)
+{
+    struct cache *c = container_of(t, struct cache, state_timer);
+    if (!c->state_dirty)
+        return;
+    if (state_write(c) < 0) {
+        timer_arm(c->reactor, &c->state_timer, STATE_RETRY_NS);    /* until it works */
+        return;
+    }
+    if (c->abandon_unrecorded) {
+        c->abandon_unrecorded = false;
+        tc_info("state file %s: the abandonment of the cache is recorded now; writes go on",
+                c->state_path);
+    }
+}
+
+void abandon_lost_changed(struct cache *c)
+{
+    if (!c->abandoned)
+        return;
+    c->state_dirty = true;
+    if (!c->state_timer.armed)
+        timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
+}
+
+/* ---- superblock marks ---- */
+
+struct sb_mark {
+    struct cache *c;
+    unsigned d;
+    unsigned step;              /* 0 write A, 1 flush, 2 write B, 3 flush */
+    uint8_t *buf;
+    struct tc_dev_io dio;
+};
+
+static void sb_mark_step(struct sb_mark *m);
+
+static void sb_mark_done(struct tc_dev_io *dio, int err)
+{
+    struct sb_mark *m = container_of(dio, struct sb_mark, dio);
+    struct cache *c = m->c;
+    if (err) {
+        tc_warn("%s: cannot mark the superblock abandoned (%s at offset %llu): the state file "
+                "%s is the only record", c->devs[m->d].dev->name, strerror(-err),
+                (unsigned long long)(m->step < 2 ? 0 : TC_SB_SIZE), c->state_path);
+    } else if (++m->step < 4) {
+        sb_mark_step(m);
+        return;
+    } else {
+        c->sb_marks++;
+        if (c->abandon_unrecorded) {
+            c->abandon_unrecorded = false;
+            tc_info("%s: the abandonment of the cache is recorded in its superblock; writes "
+                    "go on", c->devs[m->d].dev->name);
+        }
+    }
+    c->sb_marks_pending--;
+    free(m->buf);
+    free(m);
+}
+
+static void sb_mark_step(struct sb_mark *m)
+{
+    memset(&m->dio, 0, sizeof m->dio);
+    m->dio.cb = sb_mark_done;
+    if (m->step == 1 || m->step == 3) {
+        m->dio.op = TC_DEV_FLUSH;
+    } else {
+        m->dio.op = TC_DEV_WRITE;
+        m->dio.buf = m->buf;
+        m->dio.off = m->step == 0 ? 0 : TC_SB_SIZE;
+        m->dio.len = TC_SB_SIZE;
+    }
+    dev_submit(m->c->devs[m->d].dev, &m->dio);
+}
+
+void abandon_record(struct cache *c)
+{
+    if (c->abandoned || c->offline)
+        return;
+    c->abandoned = true;
+    c->abandoned_seq = TC_MAX(c->next_seq, c->abandoned_seq + 1);
+    c->abandon_unrecorded = true;
+    char sz[32];
+    tc_error("cache abandoned: log entries below sequence %llu will never be trusted again; "
+             "%llu lost sectors (%s) read as EIO until rewritten; recording this in %s",
+             (unsigned long long)c->abandoned_seq, (unsigned long long)lost_sectors(c),
+             tc_format_size(lost_sectors(c) * TC_SECTOR, sz, sizeof sz), c->state_path);
+    if (state_write(c) == 0)
+        c->abandon_unrecorded = false;
+    else
+        c->state_dirty = true;      /* retried by the timer */
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        if (cd->dev->read_only)
+            continue;
+        struct sb_mark *m = tc_xcalloc(1, sizeof *m);
+        m->c = c;
+        m->d = d;
+        m->buf = tc_alloc_aligned(TC_SB_SIZE);
+        struct tc_superblock sb = cd->sb;
+        sb.flags |= TC_SB_ABANDONED;
+        sb.abandoned_seq = c->abandoned_seq;
+        sb_encode(&sb, m->buf);
+        c->sb_marks_pending++;
+        sb_mark_step(m);
+    }
+    if (c->abandon_unrecorded) {
+        tc_error("the abandonment of the cache is not recorded yet: writes fail with EIO until "
+                 "it is (state file %s or a superblock)", c->state_path);
+        if (!c->state_timer.armed)
+            timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
+    }
+}
+
+/* At close: the lost set as it is now. */
+void abandon_close(struct cache *c)
+{
+    timer_cancel(c->reactor, &c->state_timer);
+    if (c->abandoned && c->state_dirty)
+        state_write(c);
+}
+
+bool abandon_idle(struct cache *c)
+{
+    return c->sb_marks_pending == 0;
+}
+
+/* ---- at start ---- */
+
+int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
+                 size_t errlen)
+{
+    c->state_path = state_file ? tc_xstrdup(state_file)
+                               : default_state_path(first_path, c->set_uuid);
+    c->state_timer.fn = state_timer_fn;
+    uint64_t sb_seq = 0;
+    const char *sb_dev = NULL;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if ((c->devs[d].sb.flags & TC_SB_ABANDONED) && c->devs[d].sb.abandoned_seq > sb_seq) {
+            sb_seq = c->devs[d].sb.abandoned_seq;
+            sb_dev = c->devs[d].dev->name;
+        }
+    int fd = open(c->state_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT) {
+        snprintf(err, errlen, "state file %s: cannot open: %s", c->state_path, strerror(errno));
+        return -1;
+    }
+    if (fd < 0) {
+        if (sb_seq) {
+            snprintf(err, errlen, "%s: the cache was abandoned at run time (log sequence %llu), "
+                     "but its state file %s, which lists the sectors whose data was lost then, "
+                     "is missing: serving would return older data for them.  Restore the state "
+                     "file (or name it with --state-file), or reformat the cache with "
+                     "'tiercache format --force' (the lost sectors then read as whatever the "
+                     "origin holds)", sb_dev, (unsigned long long)sb_seq, c->state_path);
+            return -1;
+        }
+        return 0;
+    }
+    struct stat st;
+    uint8_t *buf = NULL;
+    int rc = -1;
+    if (fstat(fd, &st) < 0 || st.st_size > (1ll << 34)) {
+        snprintf(err, errlen, "state file %s: cannot read its size", c->state_path);
+        goto out;
+    }
+    size_t len = (size_t)st.st_size;
+    buf = tc_xmalloc(len ? len : 1);
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = read(fd, buf + done, len - done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            snprintf(err, errlen, "state file %s: cannot read: %s", c->state_path,
+                     r < 0 ? strerror(errno) : "short file");
+            goto out;
+        }
+        done += (size_t)r;
+    }
+    struct tc_state s;
+    char why[160];
+    if (state_decode(buf, len, &s, why, sizeof why) < 0) {
+        snprintf(err, errlen, "state file %s is unusable (%s): it records the sectors lost when "
+                 "the cache was abandoned, and without it the cache cannot be trusted.  Restore "
+                 "it, or reformat the cache with 'tiercache format --force'", c->state_path,
+                 why);
+        goto out;
+    }
+    if (memcmp(s.set_uuid, c->set_uuid, 16) != 0) {
+        char u1[37], u2[37];
+        tc_uuid_format(s.set_uuid, u1);
+        tc_uuid_format(c->set_uuid, u2);
+        if (sb_seq) {
+            snprintf(err, errlen, "state file %s belongs to cache set %s, not to this one (%s), "
+                     "which was abandoned at run time: restore its own state file, or "
+                     "reformat the cache with 'tiercache format --force'", c->state_path, u1,
+                     u2);
+            goto out;
+        }
+        /* A leftover of an earlier set on the same file: not ours. */
+        tc_warn("state file %s belongs to cache set %s, not to this one (%s): ignored",
+                c->state_path, u1, u2);
+        rc = 0;
+        goto out;
+    }
+    if (s.spb != c->spb) {
+        snprintf(err, errlen, "state file %s: blocks of %u sectors, but the cache has %u",
+                 c->state_path, s.spb, c->spb);
+        goto out;
+    }
+    if (sb_seq > s.abandoned_seq) {
+        snprintf(err, errlen, "%s records an abandonment at log sequence %llu, but the state "
+                 "file %s only one at %llu: it is an older copy, and the sectors lost later "
+                 "are not in it.  Restore the current state file, or reformat the cache with "
+                 "'tiercache format --force'", sb_dev, (unsigned long long)sb_seq,
+                 c->state_path, (unsigned long long)s.abandoned_seq);
+        goto out;
+    }
+    if (s.flags & TC_STATE_ABANDONED) {
+        c->abandoned_seq = s.abandoned_seq;
+        for (uint64_t i = 0; i < s.count; i++) {
+            struct tc_mask m;
+            uint64_t ob;
+            mask_clear(&m);
+            state_entry_get(buf, s.spb, i, &ob, m.w);
+            if (ob >= c->nblocks_origin)
+                continue;
+            struct tc_mask old;
+            if (lost_get(c, ob, &old))
+                mask_or(&m, &old);
+            lost_set(c, ob, &m);
+        }
+        char sz[32];
+        tc_warn("cache: abandoned at run time earlier (state file %s): log entries below "
+                "sequence %llu are ignored; %llu sectors (%s) were lost then and read as EIO "
+                "until rewritten", c->state_path, (unsigned long long)c->abandoned_seq,
+                (unsigned long long)lost_sectors(c),
+                tc_format_size(lost_sectors(c) * TC_SECTOR, sz, sizeof sz));
+    }
+    rc = 0;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+void abandon_status_json(struct cache *c, struct tc_json *j)
+{
+    json_bool(j, "abandoned", c->abandoned);
+    json_uint(j, "abandoned_seq", c->abandoned_seq);
+    json_bool(j, "abandon_unrecorded", c->abandon_unrecorded);
+    json_string(j, "state_file", c->state_path ? c->state_path : "");
+    json_uint(j, "state_file_writes", c->state_writes);
+    json_uint(j, "state_file_errors", c->state_errors);
+    json_uint(j, "superblocks_marked", c->sb_marks);
+}
