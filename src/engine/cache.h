@@ -600,7 +600,10 @@ void writeback_kick(struct cache *c);
 /* Drain everything; progress() is called now and then. */
 void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg);
+/* No job in flight (background, drain or the cleaner's) and no commit
+ * flush of the origin: nothing of writeback will append to the log. */
 bool writeback_idle(struct cache *c);
+unsigned writeback_jobs_in_flight(struct cache *c);
 void writeback_status_json(struct cache *c, struct tc_json *j);
 /* Block writebacks the origin refused or that were cut by a lost
  * connection: the blocks stayed dirty and are written again later. */
