@@ -56,6 +56,7 @@ struct tc_dev_stats {
     uint64_t retried;               /* requests sent again after a connection loss */
     uint64_t reconnects;            /* times it came back after losing every connection */
     uint64_t connections_lost;
+    uint64_t read_wakeups_ignored;  /* read polls while sending, nothing to read */
 };
 
 /*

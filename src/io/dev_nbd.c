@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "util/log.h"
 #include "util/misc.h"
@@ -589,7 +590,30 @@ static void conn_progress(struct nbd_conn *c, int rc)
     conn_arm(c);
 }
 
-/* A poll of the connection's socket completed: let libnbd read or write. */
+/* Does the socket hold bytes to read now (or an end of file or error for
+ * libnbd to see)?  A non-blocking peek. */
+static bool socket_readable(int fd)
+{
+    char b;
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * A poll of the connection's socket completed: let libnbd read or write.
+ *
+ * A read notification while libnbd is in the middle of sending a request
+ * (the direction includes WRITE) makes it pause the send and go to read a
+ * reply.  If nothing is there to read, libnbd (1.14; see the comment of its
+ * REPLY.START state) blocks in that state waiting only to read, with the
+ * rest of the request -- and every command queued behind it -- unsent.  A
+ * server that has answered everything else then waits for the rest of the
+ * request, and both sides wait forever: requests counted in flight on one
+ * connection, libnbd in a reply and waiting to read, every socket queue
+ * empty, the server idle.  So while libnbd is sending, a read notification
+ * goes to libnbd only if the socket really has something to read;
+ * otherwise the poll is armed again (counted: read_wakeups_ignored).
+ */
 static void poll_done(struct nbd_conn *c, int res, bool write)
 {
     if (c->state == C_DEAD || c->owner->stopped) {
@@ -599,6 +623,15 @@ static void poll_done(struct nbd_conn *c, int res, bool write)
     if (res < 0 && res != -ECANCELED) {
         conn_fail(c, strerror(-res), c->state == C_CONNECTING);
         return;
+    }
+    if (!write && c->state == C_READY &&
+        (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {
+        int fd = nbd_aio_get_fd(c->h);
+        if (fd >= 0 && !socket_readable(fd)) {
+            c->owner->dev.stats.read_wakeups_ignored++;
+            conn_arm(c);
+            return;
+        }
     }
     conn_progress(c, write ? nbd_aio_notify_write(c->h) : nbd_aio_notify_read(c->h));
 }
