@@ -708,6 +708,9 @@ void cache_free(struct cache *c)
     if (c == NULL)
         return;
     cleaner_fini(c);
+    /* The first call stops writeback if cache_close() did not (a cache
+     * refused at attach); the second frees it. */
+    writeback_fini(c);
     writeback_fini(c);
     lost_fini(c);
     free(c->damage);
