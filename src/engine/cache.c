@@ -632,6 +632,8 @@ struct close_ctx {
     struct cache *c;
     struct log_waiter w;
     struct tc_dev_io dio;
+    struct tc_timer quiet;          /* waiting for writeback and the cleaner */
+    uint64_t quiet_since, quiet_logged;
     uint64_t candidate;
     unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
@@ -706,6 +708,42 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
     log_sync(c, &x->w);
 }
 
+/*
+ * The last syncs of a clean stop wait until writeback and the cleaner have
+ * finished what they started (they start nothing new once stopped): a job
+ * in flight appends its CLEAN records, and the cleaner its copies and the
+ * new tail, when it completes.  Appended after the stop's last sync, they
+ * would sit in a chunk no later chunk records as durable (or in the stop's
+ * own chunk, which recovery must excuse as maybe torn), so damage to them
+ * could not be told from a torn write; and a job whose origin requests are
+ * abandoned at exit leaves its blocks dirty although the origin may hold
+ * them.  Polled: a stop is rare and the wait bounded by the origin's
+ * requests (which --origin-timeout bounds for a remote origin).
+ */
+static void close_quiet(struct tc_timer *t)
+{
+    struct close_ctx *x = container_of(t, struct close_ctx, quiet);
+    struct cache *c = x->c;
+    if (!writeback_idle(c) || !cleaner_idle(c)) {
+        uint64_t now = tc_now_ns();
+        if (now - x->quiet_logged >= 5000000000ull) {
+            x->quiet_logged = now;
+            tc_info("cache: stop: waiting for %u write-back jobs%s to finish (%.1f s so far)",
+                    writeback_jobs_in_flight(c), cleaner_idle(c) ? "" : " and the cleaner",
+                    (double)(now - x->quiet_since) / 1e9);
+        }
+        timer_arm(c->reactor, &x->quiet, 10ull * 1000 * 1000);
+        return;
+    }
+    x->candidate = wt_stable_candidate(c);
+    x->dio.op = TC_DEV_FLUSH;
+    x->dio.cb = close_origin_flushed;
+    if (c->vol->origin->can_flush && !c->vol->read_only)
+        dev_submit(c->vol->origin, &x->dio);
+    else
+        close_origin_flushed(&x->dio, 0);
+}
+
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
 {
     struct close_ctx *x = tc_xcalloc(1, sizeof *x);
@@ -716,13 +754,9 @@ void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
     x->wait.fn = close_wait_fn;
     writeback_fini(c);
     cleaner_stop(c);
-    x->candidate = wt_stable_candidate(c);
-    x->dio.op = TC_DEV_FLUSH;
-    x->dio.cb = close_origin_flushed;
-    if (c->vol->origin->can_flush && !c->vol->read_only)
-        dev_submit(c->vol->origin, &x->dio);
-    else
-        close_origin_flushed(&x->dio, 0);
+    x->quiet.fn = close_quiet;
+    x->quiet_since = x->quiet_logged = tc_now_ns();
+    close_quiet(&x->quiet);
 }
 
 void cache_free(struct cache *c)

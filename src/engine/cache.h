@@ -646,9 +646,12 @@ void writeback_kick(struct cache *c);
 /* Drain everything; progress() is called now and then. */
 void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg);
+/* No job in flight (background, drain or the cleaner's) and no commit
+ * flush of the origin: nothing of writeback will append to the log. */
 bool writeback_idle(struct cache *c);
 /* Why the last drain gave up ("" if it did not). */
 void writeback_drain_reason(struct cache *c, char *buf, size_t len);
+unsigned writeback_jobs_in_flight(struct cache *c);
 void writeback_status_json(struct cache *c, struct tc_json *j);
 /* Block writebacks the origin refused or that were cut by a lost
  * connection: the blocks stayed dirty and are written again later. */

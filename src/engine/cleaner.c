@@ -55,6 +55,7 @@ struct later {
     uint8_t *buf;               /* by sector */
     size_t size;
     struct tc_mask cur, d;
+    uint64_t wt_seq;            /* its entry's sequence if write-through (~0: maybe), or 0 */
 };
 
 struct cleaner {
@@ -223,7 +224,8 @@ static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t 
     k->drops[k->ndrops++] = (struct drop){ oblock, seg, off };
 }
 
-static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off)
+static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off,
+                      uint64_t wt_seq)
 {
     if (k->nlaters == k->laters_cap) {
         k->laters_cap = k->laters_cap ? k->laters_cap * 2 : 64;
@@ -237,13 +239,28 @@ static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t
     l->oblock = oblock;
     l->seg = seg;
     l->off = off;
+    l->wt_seq = wt_seq;
+}
+
+/* The entry flags of a copy of a fragment whose entry was written at
+ * sequence wt_seq with the write-through flag (0: without it).  A
+ * write-through version above the stable mark may be missing from the
+ * origin after a power failure: only an entry's flag makes recovery write
+ * it back.  Its copy keeps the flag (with a new sequence, so it counts
+ * until the mark passes the copy), or the copy, once this group is gone,
+ * would be recovered as clean data the origin holds.  A fragment with
+ * dirty sectors may hold clean write-through ones too (a merge): the same
+ * holds for its copy. */
+static uint8_t copy_flags(struct cache *c, uint64_t wt_seq)
+{
+    return wt_seq > c->wt_stable_seq ? TC_ENTRY_WT : 0;
 }
 
 /* Append the sectors `cur` of a block again, from data laid out by sector
  * (or packed, with packed_from set to the fragment's stored mask).  The
  * copy becomes the block's newest fragment; the old one empties and goes.
- * entry_flags: TC_ENTRY_WT when the copy is of a write-through version the
- * origin may not hold durably yet (see process_chunk). */
+ * entry_flags: TC_ENTRY_WT when the copy holds sectors of a write-through
+ * version the origin may not hold durably yet (see copy_flags()). */
 static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur,
                      const struct tc_mask *dirty, const uint8_t *by_sector,
                      const uint8_t *packed, const struct tc_mask *packed_from,
@@ -271,7 +288,7 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
     if (rc < 0)
         return false;
     cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
-                       moff, 0, false);
+                       moff, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
     c->st.reinsertions++;
     return true;
 }
@@ -306,8 +323,9 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
                 mask_and(&d, &cur);
                 if (mask_empty(&d))
                     add_drop(k, e->oblock, seg, f->off);
-                else
-                    add_later(k, e->oblock, seg, f->off);
+                else        /* its entry unknown: write-through if the block may be */
+                    add_later(k, e->oblock, seg, f->off,
+                              (e->flags & CE_WT) ? UINT64_MAX : 0);
             }
         }
         return;
@@ -338,8 +356,9 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         frag_stored(&c->idx, fid, &st);
         ce_get_masks(&c->idx, id, &v, &d);
         mask_and(&d, &cur);
+        uint64_t wt_seq = (e.flags & TC_ENTRY_WT) ? e.seq : 0;
         if (!mask_empty(&d)) {
-            add_later(k, e.oblock, seg, off);
+            add_later(k, e.oblock, seg, off, wt_seq);
             continue;
         }
         const uint8_t *data = k->buf + (size_t)(cr->hdr_sectors + e.data_sector) * TC_SECTOR;
@@ -354,15 +373,8 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         }
         if (!intact)
             c->st.checksum_errors++;
-        /* A write-through version above the stable mark may be missing
-         * from the origin after a power failure: only its entry's flag
-         * makes recovery write it back.  Its copy keeps the flag (with a
-         * new sequence, so it counts until the mark passes the copy), or
-         * the copy, once this group is gone, would be recovered as clean
-         * data the origin holds. */
-        uint8_t wt = (e.flags & TC_ENTRY_WT) && e.seq > c->wt_stable_seq ? TC_ENTRY_WT : 0;
         if (intact && c->policy->ops->keep(c->policy->state, c, id) &&
-            reinsert(c, e.oblock, &cur, &d, NULL, data, &st, wt)) {
+            reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq))) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
             continue;
         }
@@ -563,7 +575,7 @@ static void later_read(void *arg, int err)
             good_dirty = d;
             mask_and(&good_dirty, &good);
             if (!mask_empty(&good) && reinsert(c, l->oblock, &good, &good_dirty, l->buf, NULL,
-                                               NULL, 0)) {
+                                               NULL, copy_flags(c, l->wt_seq))) {
                 mask_andnot(&d, &good);
                 /* The copy superseded those sectors: what is left of it. */
                 fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
@@ -573,7 +585,7 @@ static void later_read(void *arg, int err)
             }
         }
         if (err == 0 && read_all && !mask_empty(&cur) &&
-            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL, 0)) {
+            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL, copy_flags(c, l->wt_seq))) {
             /* kept */
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);

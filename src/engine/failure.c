@@ -116,8 +116,13 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
         if (mask_test(cur, s))
             memcpy(data + (size_t)k++ * TC_SECTOR,
                    sg->image + (size_t)(f->off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
+    /* Clean sectors among the dirty ones may be of a write-through version
+     * the origin lacks durably: the copy keeps the flag then (see
+     * TC_ENTRY_WT), or recovery would take them for clean. */
+    bool wt = CE(&c->idx, id)->flags & CE_WT;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .valid = *cur,
                         .dirty = *dirty, .data = data, .use_reserve = true,
+                        .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = c->vol->cfg.dirty_copies > 1 };
     uint32_t nseg, mseg;
     uint16_t noff, moff;
@@ -129,9 +134,8 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (rc < 0)
         return false;
-    (void)id;
     cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
-                       moff, 0, false);
+                       moff, wt ? CE_WT : 0, false);
     return true;
 }
 

@@ -573,6 +573,11 @@ static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
     json_double(j, "current_offline_seconds", dev_offline_seconds(d, true));
     json_uint(j, "held_requests", d->stats.held);
     json_uint(j, "retried_requests", d->stats.retried);
+    json_uint(j, "read_wakeups_ignored", d->stats.read_wakeups_ignored);
+    json_uint(j, "stalled_connections", d->stats.stalled_connections);
+    json_uint(j, "stalls", d->stats.stalls);
+    json_uint(j, "stalled_closed", d->stats.stalled_closed);
+    json_double(j, "oldest_reply_wait_seconds", (double)d->stats.oldest_reply_wait_ns / 1e9);
     json_double(j, "timeout_seconds", (double)d->hold_timeout_ns / 1e9);
     json_uint(j, "writeback_retries",
               vol->cache && !vol->detached ? writeback_retries(vol->cache) : 0);

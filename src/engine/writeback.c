@@ -1011,8 +1011,11 @@ static void commit_origin_flushed(struct tc_dev_io *dio, int err)
         c->wt_stable_seq = wb->commit_candidate;
     log_seal_all(c, true);
     log_commit(c);
-    if (wb->stopped)
-        writeback_fini(c);
+    if (wb->stopped && wb->all_jobs == 0) {
+        /* Stopped while the flush ran, and nothing else in flight. */
+        free(wb);
+        c->wb = NULL;
+    }
 }
 
 static void tick(struct tc_timer *t)
@@ -1113,7 +1116,12 @@ uint64_t writeback_retries(struct cache *c)
 
 bool writeback_idle(struct cache *c)
 {
-    return c->wb == NULL || c->wb->all_jobs == 0;
+    return c->wb == NULL || (c->wb->all_jobs == 0 && !c->wb->committing);
+}
+
+unsigned writeback_jobs_in_flight(struct cache *c)
+{
+    return c->wb ? c->wb->all_jobs : 0;
 }
 
 void writeback_kick(struct cache *c)

@@ -73,6 +73,7 @@ struct wpiece {
     uint8_t *old;                   /* merging: the other sectors, by sector */
     size_t old_size;
     bool merging;
+    bool owt;                       /* the block had a write-through version (CE_WT) */
     struct tc_mask ovalid, odirty;  /* the block before this write */
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
@@ -507,10 +508,21 @@ static void append_version(struct wpiece *p)
         }
         data = merged;
     }
+    /* A merge stores the block's other sectors again, as clean or dirty as
+     * they were.  Clean ones of a write-through version may be missing from
+     * the origin after a power failure until the stable mark passes that
+     * version; only the write-through flag of an entry holding them makes
+     * recovery write them back.  The merged version replaces every older
+     * fragment, so once the old entry's group is reclaimed the new entry
+     * is all the log has: it must carry the flag too (with its own, newer
+     * sequence: conservative, as the mark must then pass the merge). */
+    struct tc_mask kept = p->ovalid;
+    mask_andnot(&kept, &wmask);
+    bool wt = p->mode == W_THROUGH || (p->merging && p->owt && !mask_empty(&kept));
     struct append a = {
         .oblock = p->oblock,
         .type = TC_ENTRY_DATA,
-        .flags = p->mode == W_THROUGH ? TC_ENTRY_WT : 0,
+        .flags = wt ? TC_ENTRY_WT : 0,
         .valid = stored,
         .dirty = dirty_new,
         .data = data,
@@ -559,7 +571,7 @@ static void append_version(struct wpiece *p)
     if (p->mode == W_THROUGH)
         wt_track(p, c->next_seq - 1);
     cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
-                       moff, p->mode == W_THROUGH ? CE_WT : 0, p->merging);
+                       moff, wt ? CE_WT : 0, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
@@ -620,8 +632,11 @@ static void piece_step(struct wpiece *p)
     mask_clear(&p->ovalid);
     mask_clear(&p->odirty);
     p->merging = false;
-    if (id != NIL)
+    p->owt = false;
+    if (id != NIL) {
         ce_get_masks(&c->idx, id, &p->ovalid, &p->odirty);
+        p->owt = CE(&c->idx, id)->flags & CE_WT;
+    }
     block_gen_bump(c, p->oblock);
 
     if (p->mode == W_DISCARD) {

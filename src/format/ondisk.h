@@ -195,8 +195,9 @@ enum tc_entry_type {
                                        (valid mask; empty: none any more) */
 };
 
-/* A write-through version (or the cleaner's copy of one the origin may not
- * hold durably yet): until the newest chunk header's wt_stable_seq reaches
+/* A write-through version, or a version that stores clean sectors of one
+ * the origin may not hold durably yet (the cleaner's copy, a merge of the
+ * block's fragments): until the newest chunk header's wt_stable_seq reaches
  * the entry's sequence, the origin may lack it, and recovery makes the
  * block dirty unless a later CLEAN record names the version.  While such
  * a version is dirty after a recovery, writers keep wt_stable_seq below it. */

@@ -56,6 +56,11 @@ struct tc_dev_stats {
     uint64_t retried;               /* requests sent again after a connection loss */
     uint64_t reconnects;            /* times it came back after losing every connection */
     uint64_t connections_lost;
+    uint64_t read_wakeups_ignored;  /* read polls while sending, nothing to read */
+    uint64_t stalled_connections;   /* ready connections not answering now */
+    uint64_t stalls;                /* times a connection stopped answering */
+    uint64_t stalled_closed;        /* ... and was closed, its requests sent again */
+    uint64_t oldest_reply_wait_ns;  /* longest wait for a reply now (checked each second) */
 };
 
 /*

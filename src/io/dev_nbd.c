@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "util/log.h"
 #include "util/misc.h"
@@ -78,6 +79,8 @@ struct nbd_conn {
     struct nbd_cb_ctx *ctxs;        /* requests with commands on this handle */
     struct tc_timer connect_timer;
     uint64_t ready_ns;
+    uint64_t progress_ns;           /* last reply, or when it last became busy */
+    bool stalled;                   /* no reply for the stall time (reported) */
     struct nbd_conn *next_all;      /* every connection object, for close */
 };
 
@@ -93,6 +96,7 @@ struct dev_nbd {
     struct tc_dev_io *held_head, **held_tail;
     struct tc_task release;         /* sends the held requests */
     struct tc_timer retry_timer, timeout_timer;
+    struct tc_timer stall_timer;    /* looks for connections that stopped answering */
     uint64_t backoff_ns;
     uint64_t attempts;              /* failed attempts in the current outage */
     bool stopped;
@@ -188,6 +192,13 @@ static bool connection_error(int e)
 static int completion_cb(void *user_data, int *error)
 {
     struct nbd_cb_ctx *ctx = user_data;
+    struct nbd_conn *c = ctx->c;
+    c->progress_ns = tc_now_ns();
+    if (c->stalled) {
+        c->stalled = false;
+        ctx->n->dev.stats.stalled_connections--;
+        tc_info("%s: a stalled connection answers again", ctx->n->dev.name);
+    }
     if (*error && connection_error(*error))
         ctx->lost = true;
     else if (*error && ctx->err == 0)
@@ -226,6 +237,8 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
         return;
     }
     struct nbd_cb_ctx *ctx = tc_xcalloc(1, sizeof *ctx);
+    if (c->inflight == 0)
+        c->progress_ns = tc_now_ns();   /* the wait for a reply starts now */
     ctx->n = n;
     ctx->c = c;
     ctx->dio = dio;
@@ -482,6 +495,10 @@ static void conn_fail(struct nbd_conn *c, const char *why, bool counts_as_attemp
     struct dev_nbd *n = c->owner;
     bool was_ready = c->state == C_READY;
     c->state = C_DEAD;
+    if (c->stalled) {
+        c->stalled = false;
+        n->dev.stats.stalled_connections--;
+    }
     timer_cancel(n->dev.reactor, &c->connect_timer);
     for (unsigned i = 0; i < NBD_MAX_CONNS; i++)
         if (n->conn[i] == c)
@@ -589,7 +606,30 @@ static void conn_progress(struct nbd_conn *c, int rc)
     conn_arm(c);
 }
 
-/* A poll of the connection's socket completed: let libnbd read or write. */
+/* Does the socket hold bytes to read now (or an end of file or error for
+ * libnbd to see)?  A non-blocking peek. */
+static bool socket_readable(int fd)
+{
+    char b;
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * A poll of the connection's socket completed: let libnbd read or write.
+ *
+ * A read notification while libnbd is in the middle of sending a request
+ * (the direction includes WRITE) makes it pause the send and go to read a
+ * reply.  If nothing is there to read, libnbd (1.14; see the comment of its
+ * REPLY.START state) blocks in that state waiting only to read, with the
+ * rest of the request -- and every command queued behind it -- unsent.  A
+ * server that has answered everything else then waits for the rest of the
+ * request, and both sides wait forever: requests counted in flight on one
+ * connection, libnbd in a reply and waiting to read, every socket queue
+ * empty, the server idle.  So while libnbd is sending, a read notification
+ * goes to libnbd only if the socket really has something to read;
+ * otherwise the poll is armed again (counted: read_wakeups_ignored).
+ */
 static void poll_done(struct nbd_conn *c, int res, bool write)
 {
     if (c->state == C_DEAD || c->owner->stopped) {
@@ -599,6 +639,15 @@ static void poll_done(struct nbd_conn *c, int res, bool write)
     if (res < 0 && res != -ECANCELED) {
         conn_fail(c, strerror(-res), c->state == C_CONNECTING);
         return;
+    }
+    if (!write && c->state == C_READY &&
+        (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {
+        int fd = nbd_aio_get_fd(c->h);
+        if (fd >= 0 && !socket_readable(fd)) {
+            c->owner->dev.stats.read_wakeups_ignored++;
+            conn_arm(c);
+            return;
+        }
     }
     conn_progress(c, write ? nbd_aio_notify_write(c->h) : nbd_aio_notify_read(c->h));
 }
@@ -690,6 +739,78 @@ static void start_attempts(struct dev_nbd *n)
     }
 }
 
+/* ---- connections that stop answering ---- */
+
+#define STALL_CHECK_NS (1000ull * 1000 * 1000)
+#define STALL_DEFAULT_NS (60ull * 1000 * 1000 * 1000)
+
+/* Does the connection carry a request that changes data? */
+static bool conn_has_writes(struct nbd_conn *c)
+{
+    for (struct nbd_cb_ctx *ctx = c->ctxs; ctx; ctx = ctx->next) {
+        int op = ctx->dio->op;
+        if (op == TC_DEV_WRITE || op == TC_DEV_TRIM || op == TC_DEV_ZERO)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A ready connection with requests in flight that has had no reply for
+ * the stall time (--origin-timeout; 60 s when that is 0) has stopped
+ * answering: a server stuck on it, or a client state machine waiting for
+ * what will not come.  One stuck connection must not hang the volume, so
+ * it is closed and its requests go again on the others (or on the next
+ * connection), as after a lost connection -- but only while it carries no
+ * write, trim or write-zeroes: the server may still be executing such a
+ * request of a connection we closed, and sent again on another connection
+ * it could land after a newer write of the same range that the engine
+ * issues once the copy completes.  A connection stuck with writes is
+ * reported (status: stalled_connections; the log, with libnbd's state)
+ * and left alone.
+ */
+static void stall_check(struct tc_timer *t)
+{
+    struct dev_nbd *n = container_of(t, struct dev_nbd, stall_timer);
+    struct tc_dev *d = &n->dev;
+    if (n->stopped)
+        return;
+    uint64_t now = tc_now_ns();
+    uint64_t limit = d->hold_timeout_ns ? d->hold_timeout_ns : STALL_DEFAULT_NS;
+    uint64_t oldest = 0;
+    for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
+        struct nbd_conn *c = n->conn[i];
+        if (c == NULL || c->state != C_READY || c->inflight == 0)
+            continue;
+        uint64_t waited = now - c->progress_ns;
+        oldest = TC_MAX(oldest, waited);
+        if (waited < limit)
+            continue;
+        bool writes = conn_has_writes(c);
+        if (!c->stalled) {
+            c->stalled = true;
+            d->stats.stalled_connections++;
+            d->stats.stalls++;
+            unsigned dir = nbd_aio_get_direction(c->h);
+            tc_error("%s: connection %u: no reply for %.1f s to %u requests (libnbd: %lld in "
+                     "flight, %s, waiting to %s)%s", d->name, i + 1, (double)waited / 1e9,
+                     c->inflight, (long long)nbd_aio_in_flight(c->h),
+                     nbd_aio_is_processing(c->h) ? "in a request or reply" : "idle",
+                     dir == LIBNBD_AIO_DIRECTION_BOTH ? "read and write"
+                     : dir == LIBNBD_AIO_DIRECTION_WRITE ? "write"
+                     : dir == LIBNBD_AIO_DIRECTION_READ ? "read" : "nothing",
+                     writes ? "; it carries writes, which could land late if sent again: "
+                              "left open" : "; closing it, its requests go again");
+        }
+        if (!writes) {
+            d->stats.stalled_closed++;
+            conn_fail(c, "it stopped answering", false);
+        }
+    }
+    d->stats.oldest_reply_wait_ns = oldest;
+    timer_arm(d->reactor, &n->stall_timer, STALL_CHECK_NS);
+}
+
 /* ---- open, quiesce, close ---- */
 
 static void dev_nbd_quiesce(struct tc_dev *dev)
@@ -700,6 +821,7 @@ static void dev_nbd_quiesce(struct tc_dev *dev)
     n->stopped = true;
     timer_cancel(dev->reactor, &n->retry_timer);
     timer_cancel(dev->reactor, &n->timeout_timer);
+    timer_cancel(dev->reactor, &n->stall_timer);
     release_held(n);        /* none should be left: they fail */
     for (struct nbd_conn *c = n->all; c; c = c->next_all) {
         timer_cancel(dev->reactor, &c->connect_timer);
@@ -811,6 +933,7 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
     n->release.fn = release_task;
     n->retry_timer.fn = retry_fired;
     n->timeout_timer.fn = timeout_fired;
+    n->stall_timer.fn = stall_check;
     n->backoff_ns = BACKOFF_FIRST_NS;
 
     n->nwant = 1;
@@ -835,5 +958,6 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
         next = c->next_all;
         conn_arm(c);
     }
+    timer_arm(r, &n->stall_timer, STALL_CHECK_NS);
     return d;
 }

@@ -46,6 +46,7 @@ import nbd
 SECTOR = 4096
 MAGIC = b"TCCORRP1"
 CHUNK_MAGIC = 0x014B4E5548434354
+CLEAN_STOP = 1 << 1     # TC_CHUNK_CLEAN_STOP
 DATA_OFFSET = 1 << 20
 BLOCK = 64 << 10
 SEGMENT = 1 << 20
@@ -204,8 +205,10 @@ def layout(a, cache):
             ds, = struct.unpack_from("<I", img, p + 76)
             if magic != CHUNK_MAGIC or struct.unpack_from("<I", img, p + 64)[0] != seg:
                 sys.exit(f"layout: no chunk header at segment {seg} sector {at}")
+            flags, = struct.unpack_from("<H", img, p + 74)
+            entries, = struct.unpack_from("<I", img, p + 80)
             headers.append((p, p + hs * SECTOR, struct.unpack_from("<Q", img, p + 40)[0],
-                            struct.unpack_from("<Q", img, p + 96)[0]))
+                            struct.unpack_from("<Q", img, p + 96)[0], flags, entries))
             if ds:
                 data.append((p + hs * SECTOR, p + (hs + ds) * SECTOR))
             at += hs + ds
@@ -213,13 +216,18 @@ def layout(a, cache):
     # the others as flushed.  Nothing records it in turn: damaged, it looks
     # like a chunk torn by a crash and is ignored (losing nothing: it holds
     # no entries, and without its marks recovery is only more careful).
-    # Likewise a chunk no later chunk records as flushed (a write-back
-    # record appended while the stop ran): the log cannot tell its damage
-    # from a torn write.  Damage is only promised to be found in chunks
-    # the log knows were durable.
+    # The stop waits for write-back in flight before its last sync, so
+    # every other chunk is recorded durable, and its damage must be found.
     durable = max(h[3] for h in headers)
-    newest = [(lo, hi) for lo, hi, seq, _ in headers if seq > durable]
-    headers = [(lo, hi) for lo, hi, _, _ in headers]
+    newest = []
+    for lo, hi, seq, _, flags, entries in headers:
+        if seq <= durable:
+            continue
+        if not flags & CLEAN_STOP or entries:
+            sys.exit(f"layout: chunk {seq} at byte {lo} (flags {flags:#x}, {entries} entries) "
+                     f"is recorded durable by no later chunk, and is not the stop's empty mark")
+        newest.append((lo, hi))
+    headers = [h[:2] for h in headers]
     used = [(0, 2 * SECTOR)] + [(DATA_OFFSET + s * SEGMENT, DATA_OFFSET + s * SEGMENT +
                                  f * SECTOR) for s, f in live.items()]
     return headers, data, used, dirty, newest
