@@ -41,6 +41,7 @@ UTIL := src/util/crc32c.c src/util/log.c src/util/misc.c src/util/json.c
 # link neither the io_uring reactor nor the engine.  tls.c is linked
 # because conn.c calls it, but the simulated server has TLS off.
 NBD_SRCS := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmission.c src/nbd/server.c \
+            src/util/unixsock.c \
             src/nbd/tls.c tests/fuzz/nbd_sim.c $(UTIL)
 SRCS_nbd_handshake    := $(NBD_SRCS)
 SRCS_nbd_transmission := $(NBD_SRCS)
