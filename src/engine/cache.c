@@ -736,6 +736,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "promotions", s->promotions);
     json_uint(j, "promotion_bytes", s->promotion_bytes);
     json_uint(j, "fills_dropped", s->fills_dropped);
+    json_uint(j, "fills_block", s->fills_block);
+    json_uint(j, "fills_sectors", s->fills_sectors);
     json_uint(j, "not_admitted", s->not_admitted);
     json_uint(j, "demotions", s->demotions);
     json_uint(j, "reinsertions", s->reinsertions);
@@ -759,6 +761,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "spent_bytes", c->budget.spent);
     json_uint(j, "budget_skipped", c->budget.skipped);
     json_end_object(j);
+    json_uint(j, "origin_reads", c->vol->origin->stats.reads);
     json_uint(j, "origin_read_bytes", c->vol->origin->stats.read_bytes);
     json_uint(j, "origin_write_bytes", c->vol->origin->stats.write_bytes);
     json_uint(j, "dirty_blocks", c->dirty_blocks);

@@ -244,6 +244,7 @@ struct cache_stats {
     uint64_t read_hit_bytes, read_miss_bytes;
     uint64_t write_hits, write_misses;
     uint64_t promotions, promotion_bytes, fills_dropped;
+    uint64_t fills_block, fills_sectors;    /* promotions by kind (--fill) */
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
     uint64_t dirty_copies_by_cleaner;   /* dirty fragments it copied, not written back */
