@@ -158,7 +158,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     ce_set_masks(ix, id, &nv, &nd);
     cache_set_dirty(c, oblock, &od, &nd);
     if (fresh)
-        c->policy->ops->inserted(c->policy->state, c, id, true);
+        c->policy->ops->inserted(c->policy->state, c, id, !(flags & CE_ADD_WRITTEN));
     cache_trace(c, oblock, "add fragment %u:%u stored %llx dirty %llx%s%s", seg, off,
                 (unsigned long long)stored->w[0], (unsigned long long)dirty->w[0],
                 (flags & CE_WT) ? " WT" : "", replace ? " replacing all" : "");
@@ -716,6 +716,11 @@ void cache_status_json(struct cache *c, struct tc_json *j)
 
     json_begin_object(j, "cache");
     json_string(j, "policy", c->policy->ops->name);
+    if (c->policy->ops->status) {
+        json_begin_object(j, "policy_figures");
+        c->policy->ops->status(c->policy->state, j);
+        json_end_object(j);
+    }
     json_uint(j, "size", capacity);
     json_uint(j, "used", live * TC_SECTOR);
     json_uint(j, "block_size", c->block_size);

@@ -81,6 +81,9 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s);
  * the stable mark below its sequence (c->wt_recovered).  Only dirty
  * entries carry it; it goes when the block turns clean. */
 #define CE_WT_RECOVERED (1u << 3)
+/* Not an entry flag: tells cache_add_fragment() that a client write makes
+ * the fragment (for the policy's inserted()). */
+#define CE_ADD_WRITTEN  (1u << 15)
 
 /* A block holds at most this many fragments; a write that would add one
  * more merges them all into one first. */

@@ -312,6 +312,8 @@ static void classify_and_issue(struct rreq *r)
             continue;
         }
         p->kind = P_MISS;
+        if (id != NIL && !r->bypass)
+            c->policy->ops->hit(c->policy->state, c, id);   /* read again, if partly */
         if (!in_miss) {
             flush_run(r);
             miss_first = k;

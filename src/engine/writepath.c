@@ -560,7 +560,7 @@ static void append_version(struct wpiece *p)
     if (p->mode == W_THROUGH)
         wt_track(p, c->next_seq - 1);
     cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
-                       moff, p->mode == W_THROUGH ? CE_WT : 0, p->merging);
+                       moff, (p->mode == W_THROUGH ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
