@@ -331,7 +331,11 @@ static void classify_and_issue(struct rreq *r)
         mask_andnot(&missing, &p->valid);
         if (r->bypass || mask_empty(&missing)) {
             /* passthrough, or nothing the cache lacks */
-        } else if (r->sequential && !(e->flags & EREQ_FORCE_ADMIT)) {
+        } else if (r->sequential && !(e->flags & EREQ_FORCE_ADMIT) && id == NIL &&
+                   !(c->policy->ops->stream_hot &&
+                     c->policy->ops->stream_hot(c->policy->state, c, p->oblock))) {
+            /* A cold stream past the cutoff: a scan.  A stream over blocks
+             * cached (partly) or seen before is hot and admitted. */
             c->st.bypassed_sequential += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
         } else if (e->vol->read_only || owrite_overlaps(c, p->oblock)) {
             /* a write to the origin is under way here: do not cache */

@@ -24,6 +24,10 @@
  *    above zero, lowering it by one each pass: a block survives as many
  *    passes of the log as it earned by reads.
  *
+ * Sequential streams past the cutoff (stream.c) bypass the cache only while
+ * they are cold: their blocks go to the history, and a stream over blocks
+ * in the history (a second pass) is admitted like any miss.
+ *
  * Writes never raise the frequency: a block read again is worth more than
  * a block written again.
  */
@@ -42,6 +46,7 @@ struct dflt {
     uint64_t admitted_free, admitted_history;
     uint64_t refused_reads, refused_writes;
     uint64_t evicted_written, evicted_cold, kept;
+    uint64_t stream_hot;
 };
 
 static void *create(struct cache *c, uint64_t blocks)
@@ -83,6 +88,20 @@ static bool admit_write(void *s, struct cache *c, uint64_t oblock, bool free_spa
 {
     struct dflt *p = s;
     return decide(p, oblock, free_space, &p->refused_writes);
+}
+
+/* A cold stream is a scan: it must not flush the hot set.  A stream whose
+ * blocks were seen before (read, written or dropped within the history) is
+ * read again, and caching it is what a cache is for. */
+static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
+{
+    struct dflt *p = s;
+    if (history_contains(p->seen, oblock)) {
+        p->stream_hot++;
+        return true;
+    }
+    history_add(p->seen, oblock);
+    return false;
 }
 
 static void hit(void *s, struct cache *c, uint32_t id)
@@ -147,6 +166,7 @@ static void status(void *s, struct tc_json *j)
     json_uint(j, "evicted_written_unread", p->evicted_written);
     json_uint(j, "evicted_cold", p->evicted_cold);
     json_uint(j, "kept_by_frequency", p->kept);
+    json_uint(j, "stream_blocks_hot", p->stream_hot);
 }
 
 const struct policy_ops policy_default = {
@@ -156,6 +176,7 @@ const struct policy_ops policy_default = {
     .destroy = destroy,
     .admit = admit,
     .admit_write = admit_write,
+    .stream_hot = stream_hot,
     .hit = hit,
     .inserted = inserted,
     .keep = keep,

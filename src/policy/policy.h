@@ -37,6 +37,12 @@ struct policy_ops {
     /* A read missed oblock: cache what was read?  free_space: the cache
      * has room without reclaiming anything. */
     bool (*admit)(void *state, struct cache *c, uint64_t oblock, bool free_space);
+    /* Optional.  A read stream past the sequential cutoff missed oblock, a
+     * block not cached: is the stream hot (the block was seen before), so
+     * that the miss goes to admit() like any other?  Else it bypasses the
+     * cache; the policy may remember the block, so that the stream's next
+     * pass is hot.  Without it, streams past the cutoff always bypass. */
+    bool (*stream_hot)(void *state, struct cache *c, uint64_t oblock);
     /* A write-through write to a block that is not cached: cache it too? */
     bool (*admit_write)(void *state, struct cache *c, uint64_t oblock, bool free_space);
     /* A client read found entry id (all of what it read, or part). */
