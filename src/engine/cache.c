@@ -723,6 +723,10 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     }
     json_uint(j, "size", capacity);
     json_uint(j, "used", live * TC_SECTOR);
+    /* Live: data sectors index entries point to (not stale versions, not
+     * chunk headers, not free segments), against the segments' size. */
+    json_uint(j, "live_bytes", live * TC_SECTOR);
+    json_double(j, "live_ratio", capacity ? (double)(live * TC_SECTOR) / (double)capacity : 0);
     json_uint(j, "block_size", c->block_size);
     json_uint(j, "segment_size", c->segment_size);
     json_uint(j, "segments", c->nsegs);
