@@ -35,6 +35,13 @@ enum tc_mode {
 const char *tc_mode_name(enum tc_mode mode);
 int tc_mode_parse(const char *name, enum tc_mode *mode);
 
+/* What a read miss brings into the cache (serve --fill). */
+enum tc_fill {
+    TC_FILL_AUTO,           /* whole blocks of up to 256 KiB, else the sectors read */
+    TC_FILL_BLOCK,          /* the whole cache block, read from the origin in one request */
+    TC_FILL_SECTORS,        /* only the sectors the client read */
+};
+
 struct tc_volume_config {
     const char *origin;             /* path or NBD URI */
     const char *const *caches;      /* cache devices, NULL-terminated; NULL = none */
@@ -43,6 +50,7 @@ struct tc_volume_config {
     bool read_only;
     uint64_t sequential_cutoff;     /* bytes; 0 = never bypass streams */
     uint64_t readahead;             /* bytes ahead of cached read streams; 0 = none */
+    enum tc_fill fill;              /* what a read miss fills */
     double dirty_target;            /* writeback: fraction of cache, e.g. 0.10 */
     double dirty_high;              /* writeback: drain fast above this */
     unsigned dirty_copies;          /* 1 or 2 */

@@ -27,8 +27,10 @@ static const char format_help[] =
 "                        1M (default 64K); valid and dirty data are tracked\n"
 "                        per 4 KiB inside it\n"
 "  --segment-size SIZE   unit of space reclaim, a power of two from 1M to\n"
-"                        256M (default 4M); writes to the cache are clustered\n"
-"                        into segments\n"
+"                        256M; writes to the cache are clustered into\n"
+"                        segments (default 4M, halved down to 1M while the\n"
+"                        smallest device would hold fewer than 64, so the\n"
+"                        segments the cleaner keeps free are a small part)\n"
 "  --force               format even if a device holds a tiercache cache or a\n"
 "                        file system (its contents are lost); never a device\n"
 "                        in use (claimed by a daemon, mounted), and never for\n"
@@ -65,7 +67,7 @@ int cmd_format(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     struct tc_format_opts o = { .block_size = TC_DEFAULT_BLOCK_SIZE,
-                                .segment_size = TC_DEFAULT_SEGMENT_SIZE };
+                                .segment_size = 0 /* chosen by the devices' size */ };
     char *caches = NULL;
     char err[1024];
     uint64_t v;
@@ -113,7 +115,7 @@ int cmd_format(int argc, char **argv)
     printf("formatted cache set %s: %u device%s, %u segments of %s (%s), blocks of %u KiB, "
            "for origin %s (%s)\n",
            uuid, res.devices, res.devices == 1 ? "" : "s", res.segments,
-           tc_format_size(o.segment_size, seg, sizeof seg),
+           tc_format_size(res.segment_size, seg, sizeof seg),
            tc_format_size(res.capacity, cap, sizeof cap), o.block_size >> 10, o.origin,
            tc_format_size(res.origin_size, osz, sizeof osz));
     if (res.preallocated)

@@ -57,7 +57,14 @@ static const char serve_help[] =
 "  --policy NAME        default, lru, fifo or s3fifo (see tiercache(8))\n"
 "  --sequential-cutoff SIZE\n"
 "                       a stream of sequential I/O longer than SIZE is not\n"
-"                       cached (default 4M; 0 caches everything)\n"
+"                       cached (default 4M; 0 caches everything), unless\n"
+"                       it is a read stream over blocks cached or seen\n"
+"                       before (a hot stream; see tiercache(8))\n"
+"  --fill KIND          what a read miss brings into the cache: block (the\n"
+"                       whole cache block, read from the origin in one\n"
+"                       request), sectors (only what was read) or auto\n"
+"                       (default: block for blocks of up to 256K, sectors\n"
+"                       for larger ones)\n"
 "  --readahead SIZE     keep up to SIZE of a cached sequential read stream\n"
 "                       loading ahead of the client, so every cache device\n"
 "                       stays busy (default 8M, at most 64M; 0 disables)\n"
@@ -437,7 +444,7 @@ enum {
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
-    OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE,
+    OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL,
 };
 
 static const struct option serve_opts[] = {
@@ -447,6 +454,7 @@ static const struct option serve_opts[] = {
     { "policy", required_argument, NULL, OPT_POLICY },
     { "sequential-cutoff", required_argument, NULL, OPT_SEQ_CUTOFF },
     { "readahead", required_argument, NULL, OPT_READAHEAD },
+    { "fill", required_argument, NULL, OPT_FILL },
     { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
@@ -522,6 +530,16 @@ int cmd_serve(int argc, char **argv)
             if (tc_parse_size("--sequential-cutoff", optarg, &vcfg.sequential_cutoff, err,
                               sizeof err) < 0)
                 tc_die(2, "%s", err);
+            break;
+        case OPT_FILL:
+            if (strcmp(optarg, "auto") == 0)
+                vcfg.fill = TC_FILL_AUTO;
+            else if (strcmp(optarg, "block") == 0)
+                vcfg.fill = TC_FILL_BLOCK;
+            else if (strcmp(optarg, "sectors") == 0)
+                vcfg.fill = TC_FILL_SECTORS;
+            else
+                tc_die(2, "--fill '%s': choose block, sectors or auto", optarg);
             break;
         case OPT_READAHEAD:
             if (tc_parse_size("--readahead", optarg, &vcfg.readahead, err, sizeof err) < 0)

@@ -160,7 +160,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     ce_set_masks(ix, id, &nv, &nd);
     cache_set_dirty(c, oblock, &od, &nd);
     if (fresh)
-        c->policy->ops->inserted(c->policy->state, c, id, true);
+        c->policy->ops->inserted(c->policy->state, c, id, !(flags & CE_ADD_WRITTEN));
     cache_trace(c, oblock, "add fragment %u:%u stored %llx dirty %llx%s%s", seg, off,
                 (unsigned long long)stored->w[0], (unsigned long long)dirty->w[0],
                 (flags & CE_WT) ? " WT" : "", replace ? " replacing all" : "");
@@ -814,8 +814,17 @@ void cache_status_json(struct cache *c, struct tc_json *j)
 
     json_begin_object(j, "cache");
     json_string(j, "policy", c->policy->ops->name);
+    if (c->policy->ops->status) {
+        json_begin_object(j, "policy_figures");
+        c->policy->ops->status(c->policy->state, j);
+        json_end_object(j);
+    }
     json_uint(j, "size", capacity);
     json_uint(j, "used", live * TC_SECTOR);
+    /* Live: data sectors index entries point to (not stale versions, not
+     * chunk headers, not free segments), against the segments' size. */
+    json_uint(j, "live_bytes", live * TC_SECTOR);
+    json_double(j, "live_ratio", capacity ? (double)(live * TC_SECTOR) / (double)capacity : 0);
     json_uint(j, "block_size", c->block_size);
     json_uint(j, "segment_size", c->segment_size);
     json_uint(j, "segments", c->nsegs);
@@ -834,6 +843,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "promotions", s->promotions);
     json_uint(j, "promotion_bytes", s->promotion_bytes);
     json_uint(j, "fills_dropped", s->fills_dropped);
+    json_uint(j, "fills_block", s->fills_block);
+    json_uint(j, "fills_sectors", s->fills_sectors);
     json_uint(j, "not_admitted", s->not_admitted);
     json_uint(j, "demotions", s->demotions);
     json_uint(j, "reinsertions", s->reinsertions);
@@ -857,6 +868,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "spent_bytes", c->budget.spent);
     json_uint(j, "budget_skipped", c->budget.skipped);
     json_end_object(j);
+    json_uint(j, "origin_reads", c->vol->origin->stats.reads);
     json_uint(j, "origin_read_bytes", c->vol->origin->stats.read_bytes);
     json_uint(j, "origin_write_bytes", c->vol->origin->stats.write_bytes);
     json_uint(j, "dirty_blocks", c->dirty_blocks);

@@ -81,6 +81,9 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s);
  * the stable mark below its sequence (c->wt_recovered).  Only dirty
  * entries carry it; it goes when the block turns clean. */
 #define CE_WT_RECOVERED (1u << 3)
+/* Not an entry flag: tells cache_add_fragment() that a client write makes
+ * the fragment (for the policy's inserted()). */
+#define CE_ADD_WRITTEN  (1u << 15)
 
 /* A block holds at most this many fragments; a write that would add one
  * more merges them all into one first. */
@@ -244,6 +247,7 @@ struct cache_stats {
     uint64_t read_hit_bytes, read_miss_bytes;
     uint64_t write_hits, write_misses;
     uint64_t promotions, promotion_bytes, fills_dropped;
+    uint64_t fills_block, fills_sectors;    /* promotions by kind (--fill) */
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
     uint64_t dirty_copies_by_cleaner;   /* dirty fragments it copied, not written back */

@@ -91,9 +91,14 @@ struct cleaner {
 static void walk(struct cleaner *k);
 static void decide_laters(void *arg, int err);
 
+/* The cleaner starts below the low mark and stops at the high one.  Free
+ * segments are room nothing is cached in: above the reserve, one group of
+ * working room (appends go on while the cleaner reclaims the oldest) plus
+ * 1/64 of the cache, so a small cache (64 segments) keeps 3 segments free
+ * and a large one about 1.6 %. */
 static uint32_t low_water(struct cache *c)
 {
-    return c->reserve_segs + 2 * c->ndevs + c->nsegs / 64;
+    return c->reserve_segs + c->ndevs + c->nsegs / 64;
 }
 
 static uint32_t high_water(struct cache *c)

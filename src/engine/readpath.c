@@ -21,6 +21,20 @@
  * fragment holding the sectors the cache lacked).  A miss never waits for
  * a cache write (DESIGN §2).  A fill is dropped if the block changed
  * meanwhile (its generation moved), its chain is full, or no space is free.
+ *
+ * Block fills (--fill block, and auto for blocks of up to 256 KiB): a run
+ * of misses whose first or last block is admitted and only partly read is
+ * widened to whole blocks -- one origin read into a bounce buffer, the
+ * client's part copied out -- so that the fill stores the whole block.  A
+ * small read (a directory block, an inode table) otherwise leaves its
+ * neighbours to miss later, and on a disk reading 64 KiB costs about what
+ * 4 KiB costs.  The fill stores only sectors the block lacks and that are
+ * not recorded lost: valid sectors are at least as new as the origin's,
+ * and a lost sector must keep failing.  The generation, held from before
+ * the origin read was issued, covers the whole block, so a write anywhere
+ * in it drops the fill.  If the widened read fails, the client's range is
+ * read again on its own, so an origin error is reported for exactly the
+ * range asked for (and nothing is filled).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -41,6 +55,10 @@ struct rpiece {
     bool admit, bad, gen_held;
     struct tc_mask valid, dirty;    /* the entry at classification */
     uint8_t *buf;               /* where the piece goes in the client's buffer */
+    uint8_t *fbuf;              /* widened miss: the whole block, by sector */
+    uint16_t fs1;               /* ... its sectors [0, fs1) (the origin may end sooner) */
+    uint8_t *bounce;            /* first piece of a widened run: the buffer to free */
+    size_t bounce_len;
     uint8_t *ovbuf;             /* miss: dirty cached sectors, by sector */
     uint8_t *redo_buf;          /* dirty sectors read again after a failure, by
                                    block sector; laid over last */
@@ -56,7 +74,9 @@ struct rrun {
     struct tc_dev_io dio;
     struct cread cr;
     bool origin;
+    bool widened;               /* read whole blocks into r->p[first].bounce */
     unsigned first, last;       /* pieces it serves */
+    uint64_t want_off, want_len;    /* the client's part of the run */
 };
 
 /* A cache run being built: contiguous sectors of one segment. */
@@ -158,11 +178,49 @@ static void read_cached(struct rreq *r, unsigned k, uint32_t id, const struct tc
     }
 }
 
+static bool fill_blocks(const struct cache *c)
+{
+    switch (c->vol->cfg.fill) {
+    case TC_FILL_BLOCK: return true;
+    case TC_FILL_SECTORS: return false;
+    case TC_FILL_AUTO: break;
+    }
+    return c->block_size <= (256u << 10);
+}
+
 static void origin_run_done(struct tc_dev_io *dio, int err)
 {
     struct rrun *run = dio->priv;
-    if (err && run->r->err == 0)
-        run->r->err = err;
+    struct rreq *r = run->r;
+    if (run->widened) {
+        struct rpiece *p0 = &r->p[run->first];
+        if (err == 0) {
+            memcpy(p0->buf, p0->bounce + (run->want_off - run->dio.off), run->want_len);
+        } else {
+            /* Read the client's range on its own: its error (or data) is
+             * what the client gets; nothing of this run is filled. */
+            for (unsigned k = run->first; k <= run->last; k++) {
+                r->p[k].fbuf = NULL;
+                r->p[k].admit = false;
+            }
+            struct rrun *narrow = tc_xcalloc(1, sizeof *narrow);
+            narrow->r = r;
+            narrow->origin = true;
+            narrow->first = run->first;
+            narrow->last = run->last;
+            narrow->dio.op = TC_DEV_READ;
+            narrow->dio.buf = p0->buf;
+            narrow->dio.off = run->want_off;
+            narrow->dio.len = run->want_len;
+            narrow->dio.cb = origin_run_done;
+            narrow->dio.priv = narrow;
+            r->pending++;
+            dev_submit(r->c->vol->origin, &narrow->dio);
+            err = 0;
+        }
+    }
+    if (err && r->err == 0)
+        r->err = err;
     run_end(run);
 }
 
@@ -177,10 +235,31 @@ static void origin_run(struct rreq *r, unsigned first, unsigned last)
     struct rpiece *p0 = &r->p[first], *pl = &r->p[last];
     uint64_t start = p0->oblock * c->block_size + (uint64_t)p0->s0 * TC_SECTOR;
     uint64_t end = pl->oblock * c->block_size + (uint64_t)pl->s1 * TC_SECTOR;
+    run->want_off = start;
+    run->want_len = end - start;
     run->dio.op = TC_DEV_READ;
     run->dio.buf = p0->buf;
     run->dio.off = start;
     run->dio.len = end - start;
+    bool partial = (p0->admit && p0->s0 > 0) || (pl->admit && pl->s1 < c->spb);
+    if (partial && fill_blocks(c)) {
+        /* Whole blocks, one origin request; the client's part is copied
+         * out when it returns. */
+        uint64_t wstart = p0->oblock * c->block_size;
+        uint64_t wend = TC_MIN((pl->oblock + 1) * c->block_size, c->vol->size);
+        run->widened = true;
+        p0->bounce_len = wend - wstart;
+        p0->bounce = bufpool_get(p0->bounce_len);
+        for (unsigned k = first; k <= last; k++) {
+            struct rpiece *p = &r->p[k];
+            uint64_t b = p->oblock * c->block_size;
+            p->fbuf = p0->bounce + (b - wstart);
+            p->fs1 = (uint16_t)(TC_MIN(c->block_size, wend - b) / TC_SECTOR);
+        }
+        run->dio.buf = p0->bounce;
+        run->dio.off = wstart;
+        run->dio.len = wend - wstart;
+    }
     run->dio.cb = origin_run_done;
     run->dio.priv = run;
     r->pending++;
@@ -233,6 +312,8 @@ static void classify_and_issue(struct rreq *r)
             continue;
         }
         p->kind = P_MISS;
+        if (id != NIL && !r->bypass)
+            c->policy->ops->hit(c->policy->state, c, id);   /* read again, if partly */
         if (!in_miss) {
             flush_run(r);
             miss_first = k;
@@ -250,7 +331,11 @@ static void classify_and_issue(struct rreq *r)
         mask_andnot(&missing, &p->valid);
         if (r->bypass || mask_empty(&missing)) {
             /* passthrough, or nothing the cache lacks */
-        } else if (r->sequential && !(e->flags & EREQ_FORCE_ADMIT)) {
+        } else if (r->sequential && !(e->flags & EREQ_FORCE_ADMIT) && id == NIL &&
+                   !(c->policy->ops->stream_hot &&
+                     c->policy->ops->stream_hot(c->policy->state, c, p->oblock))) {
+            /* A cold stream past the cutoff: a scan.  A stream over blocks
+             * cached (partly) or seen before is hot and admitted. */
             c->st.bypassed_sequential += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
         } else if (e->vol->read_only || owrite_overlaps(c, p->oblock)) {
             /* a write to the origin is under way here: do not cache */
@@ -284,7 +369,7 @@ static void fill(struct rreq *r, struct rpiece *p)
         c->st.fills_dropped++;
         return;
     }
-    struct tc_mask valid, dirty, stored;
+    struct tc_mask valid, dirty, stored, lost;
     uint32_t id = index_lookup(&c->idx, p->oblock);
     if (id != NIL) {
         ce_get_masks(&c->idx, id, &valid, &dirty);
@@ -295,8 +380,17 @@ static void fill(struct rreq *r, struct rpiece *p)
     } else {
         mask_clear(&valid);
     }
-    mask_range(&stored, p->s0, p->s1);
+    /* The origin's data of these sectors is at hand: by block sector from
+     * fbuf (a widened read), or from the client's buffer, which holds
+     * only [s0, s1) -- and sectors of it the cache held dirty were laid
+     * over, but those are valid and never stored. */
+    if (p->fbuf)
+        mask_range(&stored, 0, p->fs1);
+    else
+        mask_range(&stored, p->s0, p->s1);
     mask_andnot(&stored, &valid);
+    if (lost_get(c, p->oblock, &lost))
+        mask_andnot(&stored, &lost);
     if (mask_empty(&stored))
         return;
     unsigned n = mask_count(&stored);
@@ -306,9 +400,11 @@ static void fill(struct rreq *r, struct rpiece *p)
     }
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
-    for (unsigned s = p->s0; s < p->s1; s++)
+    for (unsigned s = 0; s < c->spb; s++)
         if (mask_test(&stored, s))
-            memcpy(data + (size_t)k++ * TC_SECTOR, p->buf + (size_t)(s - p->s0) * TC_SECTOR,
+            memcpy(data + (size_t)k++ * TC_SECTOR,
+                   p->fbuf ? p->fbuf + (size_t)s * TC_SECTOR
+                           : p->buf + (size_t)(s - p->s0) * TC_SECTOR,
                    TC_SECTOR);
     struct tc_mask clean;
     mask_clear(&clean);
@@ -321,6 +417,10 @@ static void fill(struct rreq *r, struct rpiece *p)
         c->st.promotions++;
         c->st.promotion_bytes += (uint64_t)n * TC_SECTOR;
         c->st.admitted_bytes += (uint64_t)n * TC_SECTOR;
+        if (p->fbuf)
+            c->st.fills_block++;
+        else
+            c->st.fills_sectors++;
     } else {
         c->st.fills_dropped++;
     }
@@ -368,6 +468,8 @@ static void finish(struct rreq *r)
             bufpool_put(p->ovbuf, (size_t)(p->s1 - p->s0) * TC_SECTOR);
         if (p->gen_held)
             block_gen_release(c, p->oblock);
+        if (p->bounce)
+            bufpool_put(p->bounce, p->bounce_len);
     }
     if (e->flags & EREQ_READAHEAD) {
         /* counted when a client read is answered from it */

@@ -5,7 +5,8 @@
  * The last 16 streams are remembered by where they end.  A request that
  * starts where a stream ends continues it; once a stream has run longer
  * than the cutoff (--sequential-cutoff, default 4 MiB), the rest of it is
- * not admitted to the cache.  Least recently used streams are forgotten.
+ * not admitted to the cache while it is cold: readpath.c admits the misses
+ * of a stream over blocks cached or known to the policy (stream_hot).  Least recently used streams are forgotten.
  * Streams are tracked even with no cutoff: read-ahead uses their length.
  */
 #include <stdlib.h>

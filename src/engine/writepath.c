@@ -571,7 +571,7 @@ static void append_version(struct wpiece *p)
     if (p->mode == W_THROUGH)
         wt_track(p, c->next_seq - 1);
     cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
-                       moff, wt ? CE_WT : 0, p->merging);
+                       moff, (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
@@ -899,8 +899,6 @@ static void discard_origin(struct wreq *w)
     if (e->flags & TC_REQ_FAST_ZERO)
         w->odio.flags |= TC_DEV_FAST_ZERO;
     w->odio.cb = discard_origin_done;
-    owrite_begin(c, &w->ow, e->off / c->block_size,
-                 (e->off + e->len + c->block_size - 1) / c->block_size);
     dev_submit(c->vol->origin, &w->odio);
 }
 
@@ -920,6 +918,13 @@ void cache_discard(struct ereq *e)
     bool zero = e->op == TC_OP_WRITE_ZEROES;
     bool back = zero && e->vol->mode == TC_MODE_WRITEBACK;
     struct wreq *w = split(e, NULL, back ? W_BACK : zero ? W_AROUND : W_DISCARD);
+    /* The origin range is registered from now until the origin operation
+     * ends (discard_origin_done), not only while it runs: between the
+     * pieces (tombstones) and the origin operation, a read of a block of
+     * the range -- of other sectors of it, filling the whole block -- must
+     * not cache the origin's data the operation is about to replace. */
+    owrite_begin(c, &w->ow, e->off / c->block_size,
+                 (e->off + e->len + c->block_size - 1) / c->block_size);
     /* Only the cached blocks need pieces. */
     unsigned n = 0;
     for (unsigned i = 0; i < w->np; i++) {

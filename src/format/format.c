@@ -93,6 +93,17 @@ static int preallocate(const char *path, uint64_t size)
     return rc;
 }
 
+uint32_t tc_format_segment_size(uint64_t usable, uint32_t block_size)
+{
+    uint32_t seg = TC_DEFAULT_SEGMENT_SIZE;
+    /* The cleaner keeps a few segments per device free (its reserve and
+     * working room): with 64 or more segments that is a few percent of
+     * the device, with 16 (64 MiB of 4 MiB segments) a third. */
+    while (seg > TC_MIN_SEGMENT_SIZE && usable / seg < 64)
+        seg /= 2;
+    return TC_MAX(seg, 4 * block_size);
+}
+
 int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char *err,
               size_t errlen)
 {
@@ -116,13 +127,14 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
                  o->block_size);
         goto out;
     }
-    if (!tc_is_pow2(o->segment_size) || o->segment_size < TC_MIN_SEGMENT_SIZE ||
-        o->segment_size > TC_MAX_SEGMENT_SIZE) {
+    if (o->segment_size != 0 &&
+        (!tc_is_pow2(o->segment_size) || o->segment_size < TC_MIN_SEGMENT_SIZE ||
+         o->segment_size > TC_MAX_SEGMENT_SIZE)) {
         snprintf(err, errlen, "--segment-size %u: must be a power of two from 1M to 256M",
                  o->segment_size);
         goto out;
     }
-    if (o->segment_size < 4 * o->block_size) {
+    if (o->segment_size != 0 && o->segment_size < 4 * o->block_size) {
         snprintf(err, errlen, "--segment-size %s must hold at least 4 blocks of --block-size "
                  "%u", tc_format_size(o->segment_size, sz, sizeof sz), o->block_size);
         goto out;
@@ -174,16 +186,6 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
                      devs[n]->logical_block);
             goto out;
         }
-        uint64_t usable = devs[n]->size > TC_DATA_OFFSET ? devs[n]->size - TC_DATA_OFFSET : 0;
-        segs[n] = (uint32_t)TC_MIN(usable / o->segment_size, (uint64_t)UINT32_MAX / 4);
-        if (segs[n] < 2) {
-            snprintf(err, errlen, "%s: %s is too small for a cache device: it must hold 1 MiB "
-                     "of superblocks and at least 2 segments of %s", path,
-                     tc_format_size(devs[n]->size, sz, sizeof sz),
-                     tc_format_size(o->segment_size, sz + 16, 16));
-            goto out;
-        }
-        total += segs[n];
         size_t plen = (size_t)TC_MIN((uint64_t)PROBE_BYTES, tc_round_down(devs[n]->size, 4096));
         memset(probe, 0, PROBE_BYTES);
         int e = dev_sync_io(devs[n], TC_DEV_READ, probe, 0, plen, 0);
@@ -229,12 +231,30 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
         snprintf(err, errlen, "--cache: no device given");
         goto out;
     }
+    uint64_t smallest = UINT64_MAX;
+    for (unsigned i = 0; i < n; i++)
+        smallest = TC_MIN(smallest, devs[i]->size > TC_DATA_OFFSET ? devs[i]->size -
+                                                                     TC_DATA_OFFSET : 0);
+    uint32_t seg_size = o->segment_size ? o->segment_size
+                                        : tc_format_segment_size(smallest, o->block_size);
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t usable = devs[i]->size > TC_DATA_OFFSET ? devs[i]->size - TC_DATA_OFFSET : 0;
+        segs[i] = (uint32_t)TC_MIN(usable / seg_size, (uint64_t)UINT32_MAX / 4);
+        if (segs[i] < 2) {
+            snprintf(err, errlen, "%s: %s is too small for a cache device: it must hold 1 MiB "
+                     "of superblocks and at least 2 segments of %s", o->caches[i],
+                     tc_format_size(devs[i]->size, sz, sizeof sz),
+                     tc_format_size(seg_size, sz + 16, 16));
+            goto out;
+        }
+        total += segs[i];
+    }
     uint32_t min_total = 4 * n + 4;
     if (total < min_total) {
         snprintf(err, errlen, "the cache devices hold %u segments of %s in all; at least %u are "
                  "needed (%u per device for the cleaner's reserve, plus working space): use "
                  "larger devices or a smaller --segment-size", total,
-                 tc_format_size(o->segment_size, sz, sizeof sz), min_total, 4);
+                 tc_format_size(seg_size, sz, sizeof sz), min_total, 4);
         goto out;
     }
 
@@ -268,7 +288,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     tc_uuid_generate(sb.set_uuid);
     sb.dev_count = n;
     sb.block_size = o->block_size;
-    sb.segment_size = o->segment_size;
+    sb.segment_size = seg_size;
     sb.data_offset = TC_DATA_OFFSET;
     sb.total_segments = total;
     sb.origin_size = origin_size;
@@ -302,7 +322,8 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     memcpy(res->set_uuid, sb.set_uuid, 16);
     res->devices = n;
     res->segments = total;
-    res->capacity = (uint64_t)total * o->segment_size;
+    res->capacity = (uint64_t)total * seg_size;
+    res->segment_size = seg_size;
     res->origin_size = origin_size;
     rc = 0;
 out:

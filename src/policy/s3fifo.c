@@ -40,6 +40,13 @@ static void destroy(void *s)
 
 static bool admit(void *s, struct cache *c, uint64_t oblock, bool free_space) { return true; }
 
+/* A stream is hot when its blocks are in the ghost (dropped recently). */
+static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
+{
+    struct s3 *p = s;
+    return ghost_contains(p->ghost, oblock);
+}
+
 static void hit(void *s, struct cache *c, uint32_t id)
 {
     struct centry *e = CE(&c->idx, id);
@@ -95,6 +102,7 @@ const struct policy_ops policy_s3fifo = {
     .destroy = destroy,
     .admit = admit,
     .admit_write = admit,
+    .stream_hot = stream_hot,
     .hit = hit,
     .inserted = inserted,
     .keep = keep,
