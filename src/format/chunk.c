@@ -94,11 +94,7 @@ int chunk_decode(const uint8_t *buf, size_t buflen, const uint8_t set_uuid[16], 
         return -1;
     }
     uint32_t want = le32_get(buf + CH_OFF_CRC);
-    uint32_t crc = tc_crc32c(0, buf, CH_OFF_CRC);
-    static const uint8_t zero4[4];
-    crc = tc_crc32c(crc, zero4, 4);
-    crc = tc_crc32c(crc, buf + CH_OFF_CRC + 4, len - CH_OFF_CRC - 4);
-    if (crc != want) {
+    if (tc_crc32c_skipping(buf, len, CH_OFF_CRC) != want) {
         snprintf(err, errlen, "header checksum mismatch");
         return -1;
     }

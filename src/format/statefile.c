@@ -74,11 +74,7 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
         return -1;
     }
     uint32_t want = le32_get(buf + ST_OFF_CRC);
-    uint32_t crc = tc_crc32c(0, buf, ST_OFF_CRC);
-    static const uint8_t zero[4];
-    crc = tc_crc32c(crc, zero, 4);
-    crc = tc_crc32c(crc, buf + ST_OFF_CRC + 4, len - ST_OFF_CRC - 4);
-    if (crc != want) {
+    if (tc_crc32c_skipping(buf, len, ST_OFF_CRC) != want) {
         snprintf(err, errlen, "state file checksum mismatch");
         return -1;
     }

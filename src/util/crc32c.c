@@ -70,3 +70,12 @@ uint32_t tc_crc32c(uint32_t crc, const void *data, size_t len)
 #endif
     return ~crc_sw(crc, data, len);
 }
+
+uint32_t tc_crc32c_skipping(const void *buf, size_t len, size_t crc_off)
+{
+    static const uint8_t zero[4];
+    const uint8_t *p = buf;
+    uint32_t crc = tc_crc32c(0, p, crc_off);
+    crc = tc_crc32c(crc, zero, 4);
+    return tc_crc32c(crc, p + crc_off + 4, len - crc_off - 4);
+}

@@ -12,4 +12,9 @@
  * result as crc to continue over a further piece. */
 uint32_t tc_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* The checksum of a structure that stores its own checksum in the 4 bytes
+ * at crc_off: computed with those bytes read as zero, so the writer (which
+ * zeroes them first) and the reader (which finds them filled) agree. */
+uint32_t tc_crc32c_skipping(const void *buf, size_t len, size_t crc_off);
+
 #endif
