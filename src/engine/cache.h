@@ -69,6 +69,10 @@ void mask_andnot(struct tc_mask *d, const struct tc_mask *a);
 bool mask_equal(const struct tc_mask *a, const struct tc_mask *b);
 /* Number of set bits below sector s: the packed position of sector s. */
 unsigned mask_rank(const struct tc_mask *m, unsigned s);
+/* The next run of set sectors at or after *s, below n: true with the run
+ * as [*s, *e), false when there is none.  for (s = 0; mask_next_run(m, n,
+ * &s, &e); s = e) visits every run once. */
+bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e);
 
 /* ---- the index ---- */
 

@@ -298,12 +298,8 @@ static void report_lost(void *arg, uint64_t oblock, const struct tc_mask *m)
     struct check_state *st = arg;
     struct cache *c = st->c;
     uint64_t base = oblock * c->block_size;
-    for (unsigned s = 0; s < c->spb; s++) {
-        if (!mask_test(m, s) || (s > 0 && mask_test(m, s - 1)))
-            continue;
-        unsigned e = s;
-        while (e < c->spb && mask_test(m, e))
-            e++;
+    unsigned s, e;
+    for (s = 0; mask_next_run(m, c->spb, &s, &e); s = e) {
         st->r->lost_dirty_sectors += e - s;
         problem(st->r, "lost: origin bytes %llu..%llu: dirty data was lost with a failed cache "
                 "device; reads fail with EIO until these bytes are written again",

@@ -82,6 +82,21 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s)
     return n;
 }
 
+bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e)
+{
+    unsigned i = *s;
+    while (i < n && !mask_test(m, i))
+        i++;
+    if (i >= n)
+        return false;
+    unsigned j = i;
+    while (j < n && mask_test(m, j))
+        j++;
+    *s = i;
+    *e = j;
+    return true;
+}
+
 static uint32_t hash(const struct index *ix, uint64_t oblock)
 {
     return (uint32_t)((oblock * 0x9E3779B97F4A7C15ull) >> 32) & ix->bucket_mask;

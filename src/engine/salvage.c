@@ -78,31 +78,17 @@ static void lost_range(struct salvage_result *r, struct cache *c, uint64_t obloc
 static void lost_mask(struct salvage_result *r, struct cache *c, uint64_t oblock,
                       const struct tc_mask *m, const char *why)
 {
-    for (unsigned s = 0; s < c->spb;) {
-        if (!mask_test(m, s)) {
-            s++;
-            continue;
-        }
-        unsigned e = s;
-        while (e < c->spb && mask_test(m, e))
-            e++;
+    unsigned s, e;
+    for (s = 0; mask_next_run(m, c->spb, &s, &e); s = e)
         lost_range(r, c, oblock, s, e, why);
-        s = e;
-    }
 }
 
 static int write_runs(struct cache *c, struct tc_dev *origin, uint64_t oblock,
                       const struct tc_mask *m, uint8_t *buf, struct salvage_result *r,
                       char *err, size_t errlen)
 {
-    for (unsigned s = 0; s < c->spb;) {
-        if (!mask_test(m, s)) {
-            s++;
-            continue;
-        }
-        unsigned e = s;
-        while (e < c->spb && mask_test(m, e))
-            e++;
+    unsigned s, e;
+    for (s = 0; mask_next_run(m, c->spb, &s, &e); s = e) {
         uint64_t off = oblock * c->block_size + (uint64_t)s * TC_SECTOR;
         size_t len = (size_t)(e - s) * TC_SECTOR;
         int rc = dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off, len, 0);
@@ -112,7 +98,6 @@ static int write_runs(struct cache *c, struct tc_dev *origin, uint64_t oblock,
             return -1;
         }
         r->bytes_written += len;
-        s = e;
     }
     return 0;
 }
