@@ -134,6 +134,7 @@ void lost_clear(struct cache *c, uint64_t oblock, const struct tc_mask *written)
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = left,
                         .use_reserve = true, .urgent = true };
     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+    abandon_lost_changed(c);        /* a state file in force from an earlier run */
 }
 
 uint64_t lost_sectors(struct cache *c)
@@ -262,6 +263,46 @@ static void passthrough_written(struct ereq *e)
     e->complete(e);
 }
 
+/*
+ * A write-back job that read its block before the cache failed may still
+ * write it to the origin afterwards.  Its version is older than any write
+ * a client sends once the cache is gone (that data was recorded lost), so
+ * such a write must not be issued beside it: the origin may complete the
+ * two in either order.  It waits until the block has no write-back in
+ * flight, then goes on.
+ */
+struct wb_wait {
+    struct block_waiter w;
+    struct ereq *e;
+};
+
+static void writeback_waited(struct block_waiter *bw)
+{
+    struct wb_wait *x = container_of(bw, struct wb_wait, w);
+    struct ereq *e = x->e;
+    free(x);
+    lost_passthrough(e);
+}
+
+static bool wait_for_writebacks(struct cache *c, struct ereq *e)
+{
+    uint64_t b0 = e->off / c->block_size;
+    uint64_t b1 = (e->off + e->len + c->block_size - 1) / c->block_size;
+    for (uint64_t b = b0; b < b1; b++) {
+        if (block_wait_wb_free(c, b))
+            continue;
+        struct wb_wait *x = tc_xcalloc(1, sizeof *x);
+        x->w.fn = writeback_waited;
+        x->e = e;
+        if (block_wait_wb(c, b, &x->w)) {   /* cannot be, but then: go on */
+            free(x);
+            continue;
+        }
+        return true;
+    }
+    return false;
+}
+
 void lost_passthrough(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
@@ -284,6 +325,8 @@ void lost_passthrough(struct ereq *e)
         e->complete(e);
         return;
     }
+    if (write && wait_for_writebacks(c, e))
+        return;
     if (e->op == TC_OP_FLUSH) {
         e->lost_next = e->complete;
         e->complete = passthrough_flushed;
