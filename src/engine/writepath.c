@@ -438,8 +438,16 @@ static void appended_written(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
     p->w->log_waits--;
-    if (err)
-        cache_append_failed(p);     /* the origin still gets it */
+    if (err) {
+        cache_append_failed(p);     /* the origin still gets it ... */
+        if (p->w->c->abandon_unrecorded) {
+            /* ... unless the cache was abandoned and no record of it is
+             * durable yet: the stale log could undo the write at the next
+             * start (abandon.c; lost_passthrough() refuses likewise). */
+            piece_done(p, -EIO);
+            return;
+        }
+    }
     origin_write(p);
 }
 
