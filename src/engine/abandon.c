@@ -214,9 +214,13 @@ static void state_timer_fn(struct tc_timer *t)
     }
 }
 
+/* Also after a restart (abandoned_seq set, not abandoned in this run):
+ * the state file is loaded at every start, so a sector written again must
+ * leave it too, or it would come back lost once the cleaner has dropped
+ * the log record that cleared it. */
 void abandon_lost_changed(struct cache *c)
 {
-    if (!c->abandoned)
+    if (!c->abandoned && c->abandoned_seq == 0)
         return;
     c->state_dirty = true;
     if (!c->state_timer.armed)
@@ -317,7 +321,7 @@ void abandon_record(struct cache *c)
 void abandon_close(struct cache *c)
 {
     timer_cancel(c->reactor, &c->state_timer);
-    if (c->abandoned && c->state_dirty)
+    if ((c->abandoned || c->abandoned_seq) && c->state_dirty)
         state_write(c);
 }
 
