@@ -102,6 +102,18 @@ static int write_runs(struct cache *c, struct tc_dev *origin, uint64_t oblock,
     return 0;
 }
 
+struct lost_report {
+    struct salvage_result *r;
+    struct cache *c;
+};
+
+static void report_lost_set(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct lost_report *x = arg;
+    lost_mask(x->r, x->c, oblock, m, "lost with a failed cache device (the lost set): no "
+              "version the cache holds is the newest");
+}
+
 int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result *r,
                   bool progress, char *err, size_t errlen)
 {
@@ -111,6 +123,12 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
     uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
     uint64_t total = c->dirty_blocks, done = 0;
     int ret = 0;
+    /* Sectors whose newest version was lost with a failed device: any
+     * version still in the log is older, so none is written back, and
+     * they are reported lost (a reformat would otherwise let their older
+     * origin data be read as current). */
+    struct lost_report lr = { r, c };
+    lost_foreach(c, report_lost_set, &lr);
     /* Ascending origin order: the dirty bitmap. */
     for (uint64_t b = 0; b < c->nblocks_origin; b++) {
         if (!((c->dirty_bits[b / 64] >> (b % 64)) & 1))
@@ -133,6 +151,11 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
                 mask_set(&unsafe, s);
         }
         r->dirty_sectors += mask_count(&d);
+        struct tc_mask lost;
+        if (lost_get(c, b, &lost)) {    /* reported above */
+            mask_andnot(&safe, &lost);
+            mask_andnot(&unsafe, &lost);
+        }
         if (!mask_empty(&unsafe))
             lost_mask(r, c, b, &unsafe, "its newest version may be in a damaged chunk: not "
                       "written back (an older one could overwrite newer data)");
