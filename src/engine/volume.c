@@ -365,6 +365,12 @@ static void flush_done(void *arg, int err)
 void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg)
 {
+    if (vol->detaching) {
+        /* A mode change or detach is draining: one drain at a time (its
+         * completion would otherwise be replaced by this one's). */
+        done(arg, -EBUSY);
+        return;
+    }
     vol->op_error[0] = '\0';
     if (vol->cache && !vol->detached) {
         struct online_op *op = tc_xcalloc(1, sizeof *op);
