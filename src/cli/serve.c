@@ -104,7 +104,7 @@ static const char serve_help[] =
 "                       they fail with EIO, and so do new ones until it is\n"
 "                       back; writeback keeps dirty data and retries.  A\n"
 "                       connection answering nothing that long is closed\n"
-"                       unless it carries writes\n"
+"                       unless it carries writes or flushes\n"
 "\n"
 "Where clients connect:\n"
 "  --socket PATH        listen on this Unix socket (mode --socket-mode);\n"

@@ -744,12 +744,16 @@ static void start_attempts(struct dev_nbd *n)
 #define STALL_CHECK_NS (1000ull * 1000 * 1000)
 #define STALL_DEFAULT_NS (60ull * 1000 * 1000 * 1000)
 
-/* Does the connection carry a request that changes data? */
+/* Does the connection carry a request that changes data, or a flush?  A
+ * flush is not sent again elsewhere either: a slow one (an fsync longer
+ * than the stall time) would start over at every stall check, and on a
+ * server without multi-conn a flush on a new connection need not cover
+ * the writes the closed one acknowledged. */
 static bool conn_has_writes(struct nbd_conn *c)
 {
     for (struct nbd_cb_ctx *ctx = c->ctxs; ctx; ctx = ctx->next) {
         int op = ctx->dio->op;
-        if (op == TC_DEV_WRITE || op == TC_DEV_TRIM || op == TC_DEV_ZERO)
+        if (op == TC_DEV_WRITE || op == TC_DEV_TRIM || op == TC_DEV_ZERO || op == TC_DEV_FLUSH)
             return true;
     }
     return false;
