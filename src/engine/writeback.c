@@ -1002,6 +1002,23 @@ static void pace(struct writeback *wb)
     throttle_check(wb);
 }
 
+/* Free the writeback state once it is stopped and nothing refers to it:
+ * no job, no commit flush, no waiter queued for the deferred wake. */
+static void free_if_done(struct cache *c)
+{
+    struct writeback *wb = c->wb;
+    if (!wb->stopped || wb->all_jobs || wb->committing || wb->wake || wb->wake_queued)
+        return;
+    for (unsigned h = 0; h < FAIL_BUCKETS; h++)
+        while (wb->fail[h]) {
+            struct wb_fail *f = wb->fail[h];
+            wb->fail[h] = f->next;
+            free(f);
+        }
+    free(wb);
+    c->wb = NULL;
+}
+
 static void commit_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct writeback *wb = container_of(dio, struct writeback, commit_dio);
@@ -1011,11 +1028,7 @@ static void commit_origin_flushed(struct tc_dev_io *dio, int err)
         c->wt_stable_seq = wb->commit_candidate;
     log_seal_all(c, true);
     log_commit(c);
-    if (wb->stopped && wb->all_jobs == 0) {
-        /* Stopped while the flush ran, and nothing else in flight. */
-        free(wb);
-        c->wb = NULL;
-    }
+    free_if_done(c);    /* stopped while the flush ran? */
 }
 
 static void tick(struct tc_timer *t)
@@ -1097,16 +1110,7 @@ void writeback_fini(struct cache *c)
         fail_run_due(wb);
         return;
     }
-    if (wb->all_jobs == 0 && !wb->committing && wb->wake == NULL && !wb->wake_queued) {
-        for (unsigned h = 0; h < FAIL_BUCKETS; h++)
-            while (wb->fail[h]) {
-                struct wb_fail *f = wb->fail[h];
-                wb->fail[h] = f->next;
-                free(f);
-            }
-        free(wb);
-        c->wb = NULL;
-    }
+    free_if_done(c);
 }
 
 uint64_t writeback_retries(struct cache *c)
