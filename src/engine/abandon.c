@@ -144,8 +144,11 @@ static int fsync_dir(const char *path)
 /* Write the state file now (blocking; see the comment at the top). */
 static int state_write(struct cache *c)
 {
-    if (strncmp(c->state_path, STATE_DIR "/", sizeof STATE_DIR) == 0)
-        mkdir(STATE_DIR, 0700);
+    /* A new directory's own entry is made durable too (fsync_dir() of
+     * STATE_DIR finds its parent), or the file could vanish with it. */
+    if (strncmp(c->state_path, STATE_DIR "/", sizeof STATE_DIR) == 0 &&
+        mkdir(STATE_DIR, 0700) == 0)
+        fsync_dir(STATE_DIR);
     uint64_t n = 0;
     lost_foreach(c, lost_count, &n);
     size_t len = tc_state_bytes(c->spb, n);
