@@ -93,6 +93,13 @@ int chunk_decode(const uint8_t *buf, size_t buflen, const uint8_t set_uuid[16], 
                  h->nr_entries, h->data_sectors);
         return -1;
     }
+    if (h->group_seq >= TC_SEQ_LIMIT || h->chunk_seq >= TC_SEQ_LIMIT ||
+        h->tail_seq >= TC_SEQ_LIMIT || h->wt_stable_seq >= TC_SEQ_LIMIT ||
+        h->flushed_seq >= TC_SEQ_LIMIT) {
+        snprintf(err, errlen, "a sequence number is out of range (group %llu, chunk %llu)",
+                 (unsigned long long)h->group_seq, (unsigned long long)h->chunk_seq);
+        return -1;
+    }
     uint32_t want = le32_get(buf + CH_OFF_CRC);
     if (tc_crc32c_skipping(buf, len, CH_OFF_CRC) != want) {
         snprintf(err, errlen, "header checksum mismatch");
@@ -141,6 +148,11 @@ int chunk_entry(const uint8_t *buf, const struct tc_chunk_header *h, unsigned sp
     for (unsigned w = 0; w < words; w++) {
         e->valid.w[w] = le64_get(p + 32 + 8 * w);
         e->dirty.w[w] = le64_get(p + 32 + 8 * words + 8 * w);
+    }
+    if (e->seq >= TC_SEQ_LIMIT) {
+        snprintf(err, errlen, "entry %u has sequence %llu, out of range", i,
+                 (unsigned long long)e->seq);
+        return -1;
     }
     if (e->type < TC_ENTRY_DATA || e->type > TC_ENTRY_LOST) {
         snprintf(err, errlen, "entry %u has unknown type %u", i, e->type);

@@ -227,6 +227,13 @@ struct tc_mask {
     uint64_t w[TC_MASK_WORDS];
 };
 
+/* Every sequence number on disk (a group's, a chunk's, an entry's, the
+ * abandonment's) is below TC_SEQ_LIMIT.  A writer taking a million
+ * sequence numbers a second reaches it after 146,000 years; a decoder
+ * refuses a larger one as damage, so that recovery's "newest + 1" can
+ * never wrap to 0 and make old entries newer than new ones. */
+#define TC_SEQ_LIMIT (1ull << 62)
+
 struct tc_entry {
     uint64_t oblock;                /* origin block number */
     uint64_t seq;                   /* update sequence: the newest wins */

@@ -63,6 +63,11 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
     st->abandoned_seq = le64_get(buf + ST_OFF_ABANDONED_SEQ);
     st->written_ns = le64_get(buf + ST_OFF_WRITTEN);
     st->count = le64_get(buf + ST_OFF_COUNT);
+    if (st->abandoned_seq >= TC_SEQ_LIMIT) {
+        snprintf(err, errlen, "state file: abandonment sequence %llu is out of range",
+                 (unsigned long long)st->abandoned_seq);
+        return -1;
+    }
     if (st->spb == 0 || st->spb > 256 || (st->spb & (st->spb - 1))) {
         snprintf(err, errlen, "state file: bad sectors per block %u", st->spb);
         return -1;

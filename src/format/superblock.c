@@ -109,7 +109,8 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     else if (sb->origin_size == 0 || sb->origin_size % 4096)
         bad = "origin size";
     else if ((version == TC_SB_VERSION_ABANDONED) != !!(sb->flags & TC_SB_ABANDONED) ||
-             ((sb->flags & TC_SB_ABANDONED) && sb->abandoned_seq == 0))
+             ((sb->flags & TC_SB_ABANDONED) &&
+              (sb->abandoned_seq == 0 || sb->abandoned_seq >= TC_SEQ_LIMIT)))
         bad = "abandoned mark";
     if (bad == NULL) {
         uint64_t total = 0, first = 0;

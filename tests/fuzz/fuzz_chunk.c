@@ -242,15 +242,15 @@ static void build_part(const uint8_t *data, size_t size)
     memset(&h, 0, sizeof h);
     for (int i = 0; i < 16; i++)
         h.set_uuid[i] = (uint8_t)rng();
-    h.group_seq = rng();
-    h.chunk_seq = rng();
-    h.tail_seq = rng();
-    h.wt_stable_seq = rng();
+    h.group_seq = rng() % TC_SEQ_LIMIT;    /* valid: below the limit */
+    h.chunk_seq = rng() % TC_SEQ_LIMIT;
+    h.tail_seq = rng() % TC_SEQ_LIMIT;
+    h.wt_stable_seq = rng() % TC_SEQ_LIMIT;
     h.segment = (uint32_t)rng();
     h.hdr_sectors = (uint16_t)(1 + below(TC_MAX_HDR_SECTORS));
     h.flags = (uint16_t)rng();
     h.written_ns = rng();
-    h.flushed_seq = rng();
+    h.flushed_seq = rng() % TC_SEQ_LIMIT;
     size_t room = (size_t)h.hdr_sectors * SECTOR - CH_OFF_ENTRIES;
     uint32_t max_data = (uint32_t)TC_MIN(room / 4, (size_t)seg_sectors - h.hdr_sectors);
     h.data_sectors = (uint32_t)below(max_data + 1ull);
@@ -263,7 +263,7 @@ static void build_part(const uint8_t *data, size_t size)
         struct tc_entry *e = &entries[i];
         memset(e, 0, sizeof *e);
         e->oblock = rng();
-        e->seq = rng();
+        e->seq = rng() % TC_SEQ_LIMIT;
         e->type = (uint8_t)(TC_ENTRY_DATA + below(4));   /* DATA to LOST */
         e->flags = (uint8_t)rng();
         e->target = rng();
