@@ -46,6 +46,7 @@ struct dev_test {
     struct tc_dev *inner;
     int raw_fd;                 /* buffered fd for reading old contents */
     int undo_fd;
+    char *undo_path;            /* undo=: replaced whole at each flush */
     char *eio_when;
     bool eio_once;
     long long eio_after;
@@ -72,22 +73,39 @@ struct test_io {
 };
 
 /* A flush makes durable the writes sent before it: drop their undo
- * records, keep those of writes sent while it ran. */
-static int undo_forget(int fd, off_t upto)
+ * records, keep those of writes sent while it ran.  The records kept go to
+ * a new file renamed over the old one, so that a kill at any moment leaves
+ * either the old undo file or the new one, each a sequence of whole
+ * records (a compaction in place, cut by the kill between rewriting the
+ * front and truncating, left old records' bytes behind the new ones, which
+ * read as records of garbage). */
+static int undo_forget(struct dev_test *d, off_t upto)
 {
-    off_t end = lseek(fd, 0, SEEK_END);
+    off_t end = lseek(d->undo_fd, 0, SEEK_END);
     if (end < 0)
         return -errno;
     size_t keep = (size_t)(end - upto);
     uint8_t *rest = tc_xmalloc(keep ? keep : 1);
-    if (keep && pread(fd, rest, keep, upto) != (ssize_t)keep) {
+    if (keep && pread(d->undo_fd, rest, keep, upto) != (ssize_t)keep) {
         free(rest);
         return -EIO;
     }
+    size_t tlen = strlen(d->undo_path) + 5;
+    char *tmp = tc_xmalloc(tlen);
+    snprintf(tmp, tlen, "%s.new", d->undo_path);
     int rc = 0;
-    if ((keep && pwrite(fd, rest, keep, 0) != (ssize_t)keep) || ftruncate(fd, (off_t)keep) < 0 ||
-        lseek(fd, (off_t)keep, SEEK_SET) < 0)
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || (keep && pwrite(fd, rest, keep, 0) != (ssize_t)keep) ||
+        lseek(fd, (off_t)keep, SEEK_SET) < 0 || rename(tmp, d->undo_path) < 0) {
         rc = -EIO;
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+    } else {
+        close(d->undo_fd);
+        d->undo_fd = fd;
+    }
+    free(tmp);
     free(rest);
     return rc;
 }
@@ -102,7 +120,7 @@ static void inner_done(struct tc_dev_io *dio, int err)
         /* Flushes may overlap and complete in any order: marks count every
          * byte ever recorded, and one already covered by a later flush that
          * completed first has nothing left to forget. */
-        err = undo_forget(d->undo_fd, t->flush_mark - d->undo_dropped);
+        err = undo_forget(d, t->flush_mark - d->undo_dropped);
         if (err == 0)
             d->undo_dropped = t->flush_mark;
     }
@@ -184,6 +202,7 @@ static void test_close(struct tc_dev *dev)
     if (d->undo_fd >= 0)
         close(d->undo_fd);
     free(d->eio_when);
+    free(d->undo_path);
     free(d->dev.name);
     free(d);
 }
@@ -213,6 +232,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
         goto fail;
     for (char *o = opts ? strtok(opts, "&") : NULL; o; o = strtok(NULL, "&")) {
         if (strncmp(o, "undo=", 5) == 0) {
+            free(d->undo_path);
+            d->undo_path = tc_xstrdup(o + 5);
             d->undo_fd = open(o + 5, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
             d->raw_fd = open(copy, O_RDONLY | O_CLOEXEC);
             if (d->undo_fd < 0 || d->raw_fd < 0) {
@@ -263,6 +284,7 @@ fail:
     if (d->raw_fd >= 0)
         close(d->raw_fd);
     free(d->eio_when);
+    free(d->undo_path);
     free(d);
     return NULL;
 }
