@@ -15,6 +15,8 @@ int cmd_detach(int argc, char **argv);
 int cmd_mode(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
+int cmd_trace_info(int argc, char **argv);
+int cmd_trace_convert(int argc, char **argv);
 
 /* Split "a,b,c" into a NULL-terminated array (the string is modified). */
 const char **cli_split_list(char *s, unsigned max, unsigned *count);

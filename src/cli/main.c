@@ -20,6 +20,8 @@ static const char main_help[] =
 "  mode           switch a running daemon's cache mode\n"
 "  check          audit a cache set offline\n"
 "  dump           print a cache set's layout\n"
+"  trace-info     summarise a request trace (serve --trace, or a published one)\n"
+"  trace-convert  rewrite a published block trace as a tiercache trace\n"
 "  swap-prefetch  bring swapped-out memory back into RAM while idle\n"
 "  version        print the version\n"
 "\n"
@@ -40,6 +42,8 @@ static const struct command commands[] = {
     { "mode", cmd_mode },
     { "check", cmd_check },
     { "dump", cmd_dump },
+    { "trace-info", cmd_trace_info },
+    { "trace-convert", cmd_trace_convert },
     { "swap-prefetch", cmd_swap_prefetch },
 };
 

@@ -29,6 +29,7 @@
 #include "nbd/server.h"
 #include "policy/policy.h"
 #include "tiercache.h"
+#include "trace/trace.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -157,6 +158,16 @@ static const char serve_help[] =
 "  --log FILE           log to FILE (default: stderr in the foreground;\n"
 "                       RUNDIR/tiercache.log in the background); SIGHUP or\n"
 "                       SIGUSR1 reopen it (after logrotate moved it)\n"
+"  --trace FILE         record every client request (time, operation, offset,\n"
+"                       length, flags, connection) in FILE, 24 bytes each,\n"
+"                       for 'tiercache trace-info' and cache sizing; the\n"
+"                       format is in tiercache(8), TRACES.  Recording never\n"
+"                       slows requests: if FILE cannot keep up, requests\n"
+"                       are counted as dropped (status shows it)\n"
+"  --trace-limit SIZE   the largest FILE (default 1G, at least 256K); then\n"
+"                       recording stops, unless --trace-rotate\n"
+"  --trace-rotate       at the limit, FILE becomes FILE.1 (replacing it) and\n"
+"                       FILE starts again: the newest requests are kept\n"
 "  --verbose, -v        log every connection and refused request\n"
 "  --help, -h           this text\n"
 "\n"
@@ -191,6 +202,7 @@ struct serve {
     uint64_t started_ns;
     const char *pidfile;
     char ctl_path[4096];
+    struct tc_trace_writer *trace;      /* --trace, or NULL */
 };
 
 /* ---- status over the control socket ---- */
@@ -210,6 +222,8 @@ static void status_cmd(struct ctl_conn *c, const char *args, void *arg)
     json_end_object(&j);
     if (s->have_nbd)
         nbd_server_status_json(&s->nbd, &j);
+    if (s->trace)
+        trace_status_json(s->trace, &j);
     json_end_object(&j);
     ctl_write(c, j.buf, j.len);
     ctl_write(c, "\n", 1);
@@ -323,6 +337,8 @@ static void volume_closed(void *arg, int err)
     s->closed = true;
     if (s->have_ctl)
         ctl_server_stop(&s->ctl);
+    if (s->trace)
+        trace_writer_quiesce(s->trace);
     /* The pending signalfd read is the last thing keeping the loop alive. */
     s->sig_cancel_io.done = ignore_completion;
     io_uring_prep_cancel(reactor_sqe(&s->reactor, &s->sig_cancel_io), &s->sig_io, 0);
@@ -444,7 +460,8 @@ enum {
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
     OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
-    OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL,
+    OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL, OPT_TRACE, OPT_TRACE_LIMIT,
+    OPT_TRACE_ROTATE,
 };
 
 static const struct option serve_opts[] = {
@@ -483,6 +500,9 @@ static const struct option serve_opts[] = {
     { "control", required_argument, NULL, OPT_CONTROL },
     { "pidfile", required_argument, NULL, OPT_PIDFILE },
     { "log", required_argument, NULL, OPT_LOG },
+    { "trace", required_argument, NULL, OPT_TRACE },
+    { "trace-limit", required_argument, NULL, OPT_TRACE_LIMIT },
+    { "trace-rotate", no_argument, NULL, OPT_TRACE_ROTATE },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
@@ -500,6 +520,7 @@ int cmd_serve(int argc, char **argv)
     const char *client_buf_arg = NULL;
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false, flush_on_stop = false;
+    struct tc_trace_writer_config tcfg = { .limit = 1ull << 30 };
     char err[2048];   /* room for two device paths and a recovery hint */
     uint64_t v;
     int opt;
@@ -663,6 +684,14 @@ int cmd_serve(int argc, char **argv)
         case OPT_CONTROL: control = optarg; break;
         case OPT_PIDFILE: pidfile = optarg; break;
         case OPT_LOG: log_path = optarg; break;
+        case OPT_TRACE: tcfg.path = optarg; break;
+        case OPT_TRACE_LIMIT:
+            if (tc_parse_size("--trace-limit", optarg, &tcfg.limit, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (tcfg.limit < (256u << 10))
+                tc_die(2, "--trace-limit %s is below 256K", optarg);
+            break;
+        case OPT_TRACE_ROTATE: tcfg.rotate = true; break;
         case 'v': tc_log_set_level(TC_LOG_DEBUG); break;
         case 'h': cli_print(serve_help); return 0;
         default:
@@ -679,6 +708,11 @@ int cmd_serve(int argc, char **argv)
                vcfg.dirty_target * 100);
     if (vcfg.caches == NULL && vcfg.mode != TC_MODE_WRITETHROUGH && vcfg.mode != TC_MODE_PASSTHROUGH)
         tc_die(2, "--mode %s needs cache devices (--cache)", tc_mode_name(vcfg.mode));
+
+    if (tcfg.path == NULL && tcfg.rotate)
+        tc_die(2, "--trace-rotate needs --trace FILE");
+    if (tcfg.path && !cli_check_parent(tcfg.path, "--trace", err, sizeof err))
+        tc_die(1, "%s", err);
 
     if (ncfg.max_client_buffer_memory > ncfg.max_buffer_memory) {
         char total[32];
@@ -813,6 +847,13 @@ int cmd_serve(int argc, char **argv)
     }
     s.have_nbd = true;
     s.nbd.single_finished = single_finished;
+    if (tcfg.path) {
+        tcfg.volume_size = tc_volume_size(s.vol);
+        s.trace = trace_writer_open(&s.reactor, &tcfg, err, sizeof err);
+        if (s.trace == NULL)
+            tc_die(1, "%s", err);
+        s.nbd.trace = s.trace;
+    }
     signal_arm(&s);
 
     tc_info("serving %s (control socket %s)", vcfg.origin, control ? control : "none");
@@ -827,6 +868,7 @@ int cmd_serve(int argc, char **argv)
 
     if (s.have_ctl)
         ctl_server_close(&s.ctl);
+    trace_writer_close(s.trace);
     tc_volume_free(s.vol);
     reactor_fini(&s.reactor);
     bufpool_trim();

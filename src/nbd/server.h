@@ -84,6 +84,7 @@ struct nbd_listener {
 };
 
 struct nbd_conn;
+struct tc_trace_writer;
 
 struct nbd_server {
     struct tc_reactor *reactor;
@@ -115,6 +116,9 @@ struct nbd_server {
     struct nbd_conn *mem_head, *mem_tail;
     struct tc_task mem_task;
     struct tc_timer mem_timer;
+    /* serve --trace: every request handed to the engine is recorded here
+     * (set after start; NULL: no trace). */
+    struct tc_trace_writer *trace;
 };
 
 /* A message waiting in a connection's send queue. */

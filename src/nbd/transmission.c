@@ -39,6 +39,7 @@
 #include "io/bufpool.h"
 #include "nbd/proto.h"
 #include "nbd/server.h"
+#include "trace/trace.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -373,6 +374,9 @@ static void submit(struct nbd_req *req)
         t->nr_extents = 0;
         break;
     }
+    if (c->srv->trace)
+        trace_writer_record(c->srv->trace, (uint8_t)t->op, (uint8_t)t->flags, t->offset,
+                            (uint32_t)t->length, (uint16_t)c->id);
     tc_submit(c->srv->vol, t);
 }
 

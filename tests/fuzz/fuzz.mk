@@ -32,7 +32,7 @@ FCFLAGS   := -O1 -g -fno-omit-frame-pointer $(CSTD) $(WARN) $(SANITIZE) -fsaniti
 FLDFLAGS  := $(SANITIZE) -fsanitize=fuzzer
 LIBS      := -luring -lnbd -lgnutls -lpthread -lm
 
-HARNESSES := nbd_handshake nbd_transmission superblock chunk recovery
+HARNESSES := nbd_handshake nbd_transmission superblock chunk recovery trace
 
 # What each harness links, besides its own tests/fuzz/fuzz_NAME.c.
 UTIL := src/util/crc32c.c src/util/log.c src/util/misc.c src/util/json.c
@@ -42,11 +42,12 @@ UTIL := src/util/crc32c.c src/util/log.c src/util/misc.c src/util/json.c
 # because conn.c calls it, but the simulated server has TLS off.
 NBD_SRCS := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmission.c src/nbd/server.c \
             src/util/unixsock.c \
-            src/nbd/tls.c tests/fuzz/nbd_sim.c $(UTIL)
+            src/nbd/tls.c src/trace/writer.c tests/fuzz/nbd_sim.c $(UTIL)
 SRCS_nbd_handshake    := $(NBD_SRCS)
 SRCS_nbd_transmission := $(NBD_SRCS)
 SRCS_superblock       := src/format/superblock.c $(UTIL)
 SRCS_chunk            := src/format/chunk.c $(UTIL)
+SRCS_trace            := src/trace/reader.c $(UTIL)
 # Recovery runs the whole engine, reactor and devices included.
 SRCS_recovery         := $(filter-out src/cli/main.c,$(sort $(wildcard src/*/*.c)))
 
@@ -56,12 +57,14 @@ MAXLEN_nbd_transmission := 65536
 MAXLEN_superblock       := 4096
 MAXLEN_chunk            := 32776
 MAXLEN_recovery         := 65536
+MAXLEN_trace            := 8192
 
 DICT_nbd_handshake    := tests/fuzz/nbd.dict
 DICT_nbd_transmission := tests/fuzz/nbd.dict
 DICT_superblock       := tests/fuzz/format.dict
 DICT_chunk            := tests/fuzz/format.dict
 DICT_recovery         := tests/fuzz/format.dict
+DICT_trace            := tests/fuzz/trace.dict
 
 BINS := $(HARNESSES:%=$(FUZZ_BUILD)/fuzz_%)
 $(foreach h,$(HARNESSES),$(eval OBJS_$(h) := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,tests/fuzz/fuzz_$(h).c $(SRCS_$(h)))))
@@ -125,6 +128,7 @@ COVSRC_nbd_handshake    := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmissi
 COVSRC_nbd_transmission := $(COVSRC_nbd_handshake)
 COVSRC_superblock       := src/format/superblock.c
 COVSRC_chunk            := src/format/chunk.c
+COVSRC_trace            := src/trace/reader.c
 COVSRC_recovery         := src/engine/recovery.c src/engine/cache.c src/engine/space.c \
                            src/engine/check.c src/format/superblock.c src/format/chunk.c
 $(foreach h,$(HARNESSES),$(eval COVOBJS_$(h) := $(patsubst $(FUZZ_BUILD)/obj/%,$(COV)/obj/%,$(OBJS_$(h)))))
