@@ -6,6 +6,9 @@
 #   make test       build both variants and run the whole test suite
 #   make bench      benchmarks (docs/BENCHMARKS.md; SCALE=small, WORKLOADS="zipf git");
 #                   never part of make test
+#   make install    the binary, man pages, systemd units and bash completion
+#                   under PREFIX (default /usr/local), staged under DESTDIR;
+#                   make uninstall removes exactly those files
 #   make fuzz       libFuzzer harnesses in build-fuzz/, each run FUZZ_SECONDS
 #                   (docs/FUZZING.md); not part of the builds of make or make
 #                   test (tests/fuzz/fuzz.test builds them for itself)
@@ -41,7 +44,8 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(sort $(wildcard bench/*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test-deps run test unit bench clean check-format man crash-test soak fuzz valgrind
+.PHONY: all deps test-deps run test unit bench clean check-format man crash-test soak fuzz valgrind \
+	install uninstall units
 
 all: deps $(BUILD)/tiercache $(UNIT_BINS) $(BENCH_BINS)
 
@@ -104,6 +108,51 @@ valgrind: test-deps all
 
 man:
 	@man -l docs/tiercache.8
+
+# ---- install ----
+# Directories follow the GNU conventions; the units are generated with the
+# binary's installed path, so they run what was installed.  Configuration
+# stays in /etc whatever the PREFIX (as for every packaged daemon) unless
+# SYSCONFDIR says otherwise.
+PREFIX         ?= /usr/local
+BINDIR         ?= $(PREFIX)/bin
+MANDIR         ?= $(PREFIX)/share/man
+DOCDIR         ?= $(PREFIX)/share/doc/tiercache
+SYSCONFDIR     ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR    ?= $(PREFIX)/share/bash-completion/completions
+
+UNIT_NAMES := tiercache@.service tiercache@.socket tiercache-swap-prefetch.service
+UNITS      := $(UNIT_NAMES:%=$(BUILD)/contrib/%)
+MAN_PAGES  := $(sort $(wildcard docs/*.8))
+
+units: $(UNITS)
+
+$(BUILD)/contrib/%: contrib/%.in Makefile
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	@sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $< > $@.tmp && mv $@.tmp $@
+
+# The units are generated on every install: PREFIX may differ from the last.
+install: $(BUILD)/tiercache
+	@rm -f $(UNITS)
+	@$(MAKE) --no-print-directory units
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSTEMDUNITDIR) \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(DOCDIR)
+	install -m 755 $(BUILD)/tiercache $(DESTDIR)$(BINDIR)/tiercache
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man8/
+	install -m 644 $(UNITS) $(DESTDIR)$(SYSTEMDUNITDIR)/
+	install -m 644 contrib/tiercache.bash-completion $(DESTDIR)$(BASHCOMPDIR)/tiercache
+	install -m 644 contrib/tiercache.conf.example README.md $(DESTDIR)$(DOCDIR)/
+
+# Only the files install puts there, then the directories of our own.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/tiercache
+	rm -f $(MAN_PAGES:docs/%=$(DESTDIR)$(MANDIR)/man8/%)
+	rm -f $(UNIT_NAMES:%=$(DESTDIR)$(SYSTEMDUNITDIR)/%)
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/tiercache
+	rm -f $(DESTDIR)$(DOCDIR)/tiercache.conf.example $(DESTDIR)$(DOCDIR)/README.md
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -19,8 +19,9 @@
 #include "util/parse.h"
 
 static const char check_help[] =
-"Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--json]\n"
+"Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--json] [--progress]\n"
 "       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN [--json]\n"
+"                       [--progress]\n"
 "\n"
 "Audit a cache set offline: both superblock copies, every chunk summary\n"
 "and checksum the log holds, the checksum of every cached sector, the\n"
@@ -42,6 +43,9 @@ static const char check_help[] =
 "                        listed as lost.  Exit status 0 when nothing was\n"
 "                        lost, 1 when some was (listed), 2 could not run.\n"
 "  --json                print the result as one JSON object\n"
+"  --progress            show progress on stderr (reading the log, then the\n"
+"                        data checked or written back) also when stderr is\n"
+"                        not a terminal; on a terminal it is always shown\n"
 "  --help, -h            this text\n"
 "\n"
 "Exit status: 0 clean, 1 problems found (each listed), 2 could not run.\n"
@@ -85,7 +89,8 @@ static struct cache *open_set(char *list, const char *origin, const char **err_p
 
 /* check --salvage: the origin must be the one the cache was formatted for
  * (its data is written there). */
-static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json)
+static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json,
+                   bool progress)
 {
     char err[1024];
     struct tc_dev *o = dev_open_as(r, origin, "origin", false, err, sizeof err);
@@ -107,7 +112,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);
     struct salvage_result res;
-    int rc = cache_salvage(c, o, &res, !json && isatty(2), err, sizeof err);
+    int rc = cache_salvage(c, o, &res, progress, err, sizeof err);
     char a[32], b[32], l[32];
     if (json) {
         struct tc_json j;
@@ -160,12 +165,13 @@ int cmd_check(int argc, char **argv)
         { "origin", required_argument, NULL, 'o' },
         { "salvage", no_argument, NULL, 's' },
         { "json", no_argument, NULL, 'j' },
+        { "progress", no_argument, NULL, 'p' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
     const char *origin = NULL;
-    bool json = false, salvage_mode = false;
+    bool json = false, salvage_mode = false, force_progress = false;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -174,6 +180,7 @@ int cmd_check(int argc, char **argv)
         case 'o': origin = optarg; break;
         case 's': salvage_mode = true; break;
         case 'j': json = true; break;
+        case 'p': force_progress = true; break;
         case 'h': cli_print(check_help); return 0;
         default: fprintf(stderr, "Try 'tiercache check --help'.\n"); return 2;
         }
@@ -185,18 +192,26 @@ int cmd_check(int argc, char **argv)
     if (salvage_mode && origin == NULL)
         tc_die(2, "check --salvage: --origin is required (the dirty data is written there)");
     tc_log_set_level(TC_LOG_ERROR);
+    /* As flush shows it: on a terminal, or asked for (a log, a pipe to a
+     * progress bar); always on stderr, so --json output stays clean. */
+    bool progress = force_progress || (!json && isatty(2));
     struct tc_reactor r;
     const char *prefix = "check";
     const char **paths;
+    uint64_t t0 = tc_now_ns();
+    if (progress)
+        fprintf(stderr, "reading the cache log and rebuilding the index...\n");
     struct cache *c = open_set(caches, origin, &prefix, &r, &paths);
+    if (progress)
+        fprintf(stderr, "cache log read in %.1f s\n", (double)(tc_now_ns() - t0) / 1e9);
     if (salvage_mode) {
-        int st = salvage(c, &r, origin, json);
+        int st = salvage(c, &r, origin, json, progress);
         reactor_fini(&r);
         free(paths);
         return st;
     }
     struct check_result res;
-    cache_check(c, &res, !json && isatty(2));
+    cache_check(c, &res, progress);
     if (origin) {
         char err[512];
         struct tc_dev *o = dev_open_as(&r, origin, "origin", true, err, sizeof err);

@@ -17,6 +17,14 @@ int cmd_check(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_trace_info(int argc, char **argv);
 int cmd_trace_convert(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+
+/* The status JSON of the daemon on control socket ctl_path (free with
+ * jv_free), or NULL with err filled. */
+struct jv;
+struct jv *cli_status_fetch(const char *ctl_path, char *err, size_t errlen);
+/* status --brief: the heading and the one line of that daemon's volume. */
+int cli_brief_one(const char *ctl_path);
 
 /* Split "a,b,c" into a NULL-terminated array (the string is modified). */
 const char **cli_split_list(char *s, unsigned max, unsigned *count);

@@ -40,9 +40,10 @@ static const char detach_help[] =
 "  --help, -h      this text\n";
 
 static const char mode_help[] =
-"Usage: tiercache mode [--socket PATH] MODE\n"
+"Usage: tiercache mode [--socket PATH] [MODE]\n"
 "\n"
-"Switch a running daemon to MODE: writethrough, writeback, writearound or\n"
+"Without MODE, print the daemon's current mode (with \"(cache detached)\"\n"
+"after a detach).  With MODE, switch the daemon to MODE: writethrough, writeback, writearound or\n"
 "passthrough.  New requests follow the new mode at once; leaving writeback,\n"
 "the dirty data is then written back (with progress, as tiercache flush),\n"
 "and the command returns when none is left.  If it cannot all be written\n"
@@ -99,6 +100,22 @@ static void on_line(const char *line, void *arg)
     }
 }
 
+/* tiercache mode without MODE: the mode, from the status (as lvs -o
+ * cache_mode prints it), on a line of its own for scripts. */
+static int print_mode(const char *sock)
+{
+    char path[4096], err[512];
+    cli_control_path(sock, path, sizeof path);
+    struct jv *root = cli_status_fetch(path, err, sizeof err);
+    if (root == NULL)
+        tc_die(1, "mode: %s", err);
+    const struct jv *det = jv_path(root, "volume.detached");
+    printf("%s%s\n", jv_str(jv_path(root, "volume.mode"), "?"),
+           det && det->boolean ? " (cache detached)" : "");
+    jv_free(root);
+    return 0;
+}
+
 static int run(const char *cmd, const char *help, int argc, char **argv, bool want_arg)
 {
     static const struct option opts[] = {
@@ -117,9 +134,12 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
         }
     }
     char line[256];
+    if (want_arg && optind == argc)
+        return print_mode(sock);
     if (want_arg) {
         if (optind + 1 != argc)
-            tc_die(2, "%s: give exactly one MODE (try --help)", cmd);
+            tc_die(2, "%s: give at most one MODE, not '%s %s' (try --help)", cmd,
+                   argv[optind], argv[optind + 1]);
         snprintf(line, sizeof line, "%s %s", cmd, argv[optind]);
     } else {
         if (optind < argc)

@@ -14,10 +14,11 @@ static const char main_help[] =
 "Commands:\n"
 "  format         prepare cache devices for an origin\n"
 "  serve          export an origin over NBD, cached or not\n"
-"  status         figures of a running daemon\n"
+"  status         figures of a running daemon (--brief: one line)\n"
+"  list           one line per daemon found in the run directory\n"
 "  flush          write a running daemon's dirty data back to the origin\n"
 "  detach         flush, then serve the origin without the cache\n"
-"  mode           switch a running daemon's cache mode\n"
+"  mode           print or switch a running daemon's cache mode\n"
 "  check          audit a cache set offline\n"
 "  dump           print a cache set's layout\n"
 "  trace-info     summarise a request trace (serve --trace, or a published one)\n"
@@ -37,6 +38,7 @@ static const struct command commands[] = {
     { "format", cmd_format },
     { "serve", cmd_serve },
     { "status", cmd_status },
+    { "list", cmd_list },
     { "flush", cmd_flush },
     { "detach", cmd_detach },
     { "mode", cmd_mode },

@@ -133,11 +133,12 @@ static const char serve_help[] =
 "                       that client is not read until its replies go\n"
 "  --single, -s         serve exactly one client on stdin/stdout (a socket or\n"
 "                       pipes), log to stderr, exit 0 once it disconnects:\n"
-"                       nbdinfo -- [ tiercache serve --origin IMG -s ]\n"
+"                       nbdinfo -- [ tiercache serve --origin IMG -s ];\n"
+"                       quiet (warnings and errors only) unless --verbose\n"
 "\n"
 "With systemd socket activation (LISTEN_FDS, LISTEN_PID) the daemon serves\n"
-"on the sockets it is given instead of --socket and --listen; see\n"
-"contrib/tiercache@.socket.\n"
+"on the sockets it is given instead of --socket and --listen; see the\n"
+"units tiercache@.socket and tiercache@.service (make install).\n"
 "\n"
 "TLS (see tiercache(8), TLS):\n"
 "  --tls off|on|require off (default); on: clients may use STARTTLS;\n"
@@ -519,7 +520,7 @@ int cmd_serve(int argc, char **argv)
                                       .max_handshakes = 64 };
     const char *client_buf_arg = NULL;
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
-    bool foreground = false, flush_on_stop = false;
+    bool foreground = false, flush_on_stop = false, verbose = false;
     struct tc_trace_writer_config tcfg = { .limit = 1ull << 30 };
     char err[2048];   /* room for two device paths and a recovery hint */
     uint64_t v;
@@ -692,7 +693,7 @@ int cmd_serve(int argc, char **argv)
                 tc_die(2, "--trace-limit %s is below 256K", optarg);
             break;
         case OPT_TRACE_ROTATE: tcfg.rotate = true; break;
-        case 'v': tc_log_set_level(TC_LOG_DEBUG); break;
+        case 'v': verbose = true; tc_log_set_level(TC_LOG_DEBUG); break;
         case 'h': cli_print(serve_help); return 0;
         default:
             fprintf(stderr, "Try 'tiercache serve --help'.\n");
@@ -747,6 +748,11 @@ int cmd_serve(int argc, char **argv)
             tc_die(2, "--single serves stdin/stdout or the sockets passed in; it takes no "
                    "--socket or --listen");
         foreground = true;
+        /* Started per client by a tool (nbdinfo -- [ ... ]), whose output
+         * it shares: like nbdkit -s, only warnings and errors, unless
+         * --verbose asks for everything. */
+        if (!verbose)
+            tc_log_set_level(TC_LOG_WARN);
     }
     if (nact > 0) {
         if (ncfg.socket_path || ncfg.listen)

@@ -294,13 +294,27 @@ struct online_op {
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
     void *arg;
+    /* Bytes written back by the drains of this operation that have ended,
+     * and by the current one: a mode change or detach drains twice (before
+     * and after closing the gate), and each drain counts from zero, so the
+     * caller's figure must add them up or it reports only the last drain's
+     * (usually nothing). */
+    uint64_t done_before, done_now;
 };
 
 static void op_progress(void *arg, uint64_t left, uint64_t done_bytes)
 {
     struct online_op *op = arg;
+    op->done_now = done_bytes;
     if (op->progress)
-        op->progress(op->arg, left, done_bytes);
+        op->progress(op->arg, left, op->done_before + done_bytes);
+}
+
+/* One drain of the operation ended: the next one counts from zero again. */
+static void op_drain_ended(struct online_op *op)
+{
+    op->done_before += op->done_now;
+    op->done_now = 0;
 }
 
 const char *tc_volume_op_error(const struct tc_volume *vol) { return vol->op_error; }
@@ -479,6 +493,7 @@ static void first_drain_done(void *arg, int err)
         op_finish(op, err);
         return;
     }
+    op_drain_ended(op);
     vol->held_tail = &vol->held_head;
     vol->gate = true;
     vol->gate_op = op;
