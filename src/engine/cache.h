@@ -620,7 +620,6 @@ void cache_write(struct ereq *e);
 void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
 void cache_flush(struct ereq *e);
 void cache_prefetch(struct ereq *e);    /* NBD_CMD_CACHE */
-void cache_block_status(struct ereq *e);
 
 /* cleaner.c */
 int cleaner_init(struct cache *c);
