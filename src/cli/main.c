@@ -18,6 +18,7 @@ static const char main_help[] =
 "  flush          write a running daemon's dirty data back to the origin\n"
 "  detach         flush, then serve the origin without the cache\n"
 "  mode           switch a running daemon's cache mode\n"
+"  set            change a running daemon's settings (thresholds, cutoff...)\n"
 "  check          audit a cache set offline\n"
 "  dump           print a cache set's layout\n"
 "  swap-prefetch  bring swapped-out memory back into RAM while idle\n"
@@ -38,6 +39,7 @@ static const struct command commands[] = {
     { "flush", cmd_flush },
     { "detach", cmd_detach },
     { "mode", cmd_mode },
+    { "set", cmd_set },
     { "check", cmd_check },
     { "dump", cmd_dump },
     { "swap-prefetch", cmd_swap_prefetch },
