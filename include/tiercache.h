@@ -158,6 +158,21 @@ uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol);
 /* Dirty data in the cache now (0 without a cache): bytes and blocks. */
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);
 
+/* Change a setting while serving: key is a serve option without "--"
+ * (dirty-target, dirty-high, sequential-cutoff, readahead, write-budget,
+ * origin-timeout), value as that option takes it.  0, or -1 with a message
+ * naming the bad key or value and the valid range in err.  With apply
+ * false it only checks, except that the dirty marks (pure numbers) are
+ * stored so a later key is checked against them: a caller checking
+ * several keys first saves cfg.dirty_target and dirty_high and puts them
+ * back if one fails (tc_volume_set_many() does all that). */
+int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, bool apply,
+                  char *err, size_t errlen);
+/* "KEY=VALUE KEY=VALUE...": all applied, or none (-1, message in err). */
+int tc_volume_set_many(struct tc_volume *vol, const char *pairs, char *err, size_t errlen);
+/* The settings now, as the JSON object "settings". */
+void tc_volume_settings_json(const struct tc_volume *vol, struct tc_json *j);
+
 /* Every figure the volume keeps, as JSON members of the current object
  * (documented in tiercache(8), section STATUS). */
 void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j);

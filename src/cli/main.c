@@ -19,6 +19,7 @@ static const char main_help[] =
 "  flush          write a running daemon's dirty data back to the origin\n"
 "  detach         flush, then serve the origin without the cache\n"
 "  mode           print or switch a running daemon's cache mode\n"
+"  set            change a running daemon's settings (thresholds, cutoff...)\n"
 "  check          audit a cache set offline\n"
 "  dump           print a cache set's layout\n"
 "  trace-info     summarise a request trace (serve --trace, or a published one)\n"
@@ -42,6 +43,7 @@ static const struct command commands[] = {
     { "flush", cmd_flush },
     { "detach", cmd_detach },
     { "mode", cmd_mode },
+    { "set", cmd_set },
     { "check", cmd_check },
     { "dump", cmd_dump },
     { "trace-info", cmd_trace_info },

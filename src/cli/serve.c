@@ -309,6 +309,20 @@ static void mode_cmd(struct ctl_conn *c, const char *args, void *arg)
     tc_volume_set_mode(s->vol, m, online_progress, online_done, online_new(c, s, "mode change"));
 }
 
+/* tiercache set: every pair checked, then all applied (or none). */
+static void set_cmd(struct ctl_conn *c, const char *args, void *arg)
+{
+    struct serve *s = arg;
+    char err[512];
+    if (tc_volume_set_many(s->vol, args, err, sizeof err) < 0) {
+        ctl_printf(c, "error: %s\n", err);
+    } else {
+        tc_info("settings changed: %s", args);
+        ctl_printf(c, "%s\n", args);
+    }
+    ctl_end(c);
+}
+
 /* ---- shutdown ---- */
 
 static void ignore_completion(struct tc_io *io, int res)
@@ -845,6 +859,7 @@ int cmd_serve(int argc, char **argv)
         ctl_register(&s.ctl, "flush", flush_cmd, &s);
         ctl_register(&s.ctl, "detach", detach_cmd, &s);
         ctl_register(&s.ctl, "mode", mode_cmd, &s);
+        ctl_register(&s.ctl, "set", set_cmd, &s);
     }
     if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0) {
         if (s.have_ctl)

@@ -238,7 +238,7 @@ void cache_submit(struct ereq *e)
     case TC_OP_TRIM:
     case TC_OP_WRITE_ZEROES: cache_discard(e); return;
     case TC_OP_CACHE: cache_prefetch(e); return;
-    case TC_OP_BLOCK_STATUS: cache_block_status(e); return;
+    case TC_OP_BLOCK_STATUS: engine_block_status(e); return;
     }
     e->err = -EINVAL;
     e->complete(e);

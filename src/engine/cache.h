@@ -620,7 +620,6 @@ void cache_write(struct ereq *e);
 void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
 void cache_flush(struct ereq *e);
 void cache_prefetch(struct ereq *e);    /* NBD_CMD_CACHE */
-void cache_block_status(struct ereq *e);
 
 /* cleaner.c */
 int cleaner_init(struct cache *c);
@@ -689,6 +688,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen);
 /* stream.c: sequential stream detection */
 int streams_init(struct cache *c);
 void streams_fini(struct cache *c);
+void streams_set_cutoff(struct cache *c, uint64_t cutoff);
 /* Feed a request; true if it belongs to a stream past the cutoff.  The
  * stream's length so far, this request included, goes to *stream_len. */
 bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
@@ -696,6 +696,10 @@ bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
 
 /* readahead.c: keep cached sequential streams' devices busy */
 int readahead_init(struct cache *c);
+/* The largest window the slots allow (0: read-ahead is off), and a new
+ * window within it (0: off). */
+uint64_t readahead_max_window(struct cache *c);
+void readahead_set_window(struct cache *c, uint64_t window);
 void readahead_fini(struct cache *c);
 /* True if the read was taken (answered now or when its slot loads). */
 bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len);

@@ -99,6 +99,9 @@ void align_submit(struct tc_volume *vol, struct tc_request *req);
 bool align_needed(const struct tc_request *req);
 
 /* passthrough.c: straight to the origin. */
+/* blockstatus.c: the origin's allocation, with what the cache holds (or
+ * lost) as data; for both the cache and the origin-only paths. */
+void engine_block_status(struct ereq *e);
 void passthrough_submit(struct ereq *e);
 
 #endif

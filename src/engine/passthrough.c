@@ -26,16 +26,6 @@ static void origin_done(struct tc_dev_io *dio, int err)
     e->complete(e);
 }
 
-static void report_all_data(struct ereq *e)
-{
-    /* The allocation of the origin is not tracked here: "data" is always a
-     * correct answer for base:allocation (proto.md). */
-    e->extents[0].length = e->len;
-    e->extents[0].flags = 0;
-    e->nr_extents = 1;
-    e->complete(e);
-}
-
 void passthrough_submit(struct ereq *e)
 {
     struct tc_volume *vol = e->vol;
@@ -78,7 +68,7 @@ void passthrough_submit(struct ereq *e)
         e->complete(e);
         return;
     case TC_OP_BLOCK_STATUS:
-        report_all_data(e);
+        engine_block_status(e);
         return;
     }
     dev_submit(origin, dio);

@@ -62,6 +62,18 @@ struct readahead {
     uint64_t hits, issued, wasted;
 };
 
+uint64_t readahead_max_window(struct cache *c)
+{
+    return c->ra ? (uint64_t)c->ra->nslots / 3 * RA_SLOT : 0;
+}
+
+/* Slots already loading beyond a smaller window finish and age out. */
+void readahead_set_window(struct cache *c, uint64_t window)
+{
+    if (c->ra)
+        c->ra->window = tc_round_down(window, RA_SLOT);
+}
+
 int readahead_init(struct cache *c)
 {
     uint64_t window = tc_round_down(c->vol->cfg.readahead, RA_SLOT);

@@ -35,6 +35,11 @@ int streams_init(struct cache *c)
     return 0;
 }
 
+void streams_set_cutoff(struct cache *c, uint64_t cutoff)
+{
+    c->streams->cutoff = cutoff;
+}
+
 void streams_fini(struct cache *c)
 {
     free(c->streams);

@@ -960,7 +960,7 @@ void cache_discard(struct ereq *e)
     run_pieces(w);
 }
 
-/* ---- prefetch (NBD_CMD_CACHE) and block status ---- */
+/* ---- prefetch (NBD_CMD_CACHE) ---- */
 
 struct prefetch {
     struct ereq *e;
@@ -993,12 +993,4 @@ void cache_prefetch(struct ereq *e)
     pf->inner.flags |= EREQ_FORCE_ADMIT;
     e->vol->inflight++;
     cache_read(&pf->inner);
-}
-
-void cache_block_status(struct ereq *e)
-{
-    e->extents[0].length = e->len;
-    e->extents[0].flags = 0;
-    e->nr_extents = 1;
-    e->complete(e);
 }

@@ -15,6 +15,7 @@ const char *dev_op_name(enum tc_dev_op op)
     case TC_DEV_FLUSH: return "flush";
     case TC_DEV_TRIM: return "trim";
     case TC_DEV_ZERO: return "write-zeroes";
+    case TC_DEV_BLOCK_STATUS: return "block-status";
     }
     return "?";
 }
@@ -148,6 +149,11 @@ static void finish(struct tc_dev_io *dio, int err)
     case TC_DEV_ZERO:
         s->zeroes++;
         if (err && err != -ENOTSUP && err != -EOPNOTSUPP)
+            s->other_errors++;
+        break;
+    case TC_DEV_BLOCK_STATUS:
+        s->block_status++;
+        if (err)
             s->other_errors++;
         break;
     }

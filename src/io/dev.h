@@ -21,7 +21,12 @@
 
 #include "io/reactor.h"
 
-enum tc_dev_op { TC_DEV_READ, TC_DEV_WRITE, TC_DEV_FLUSH, TC_DEV_TRIM, TC_DEV_ZERO };
+/* TC_DEV_BLOCK_STATUS: the allocation of [off, off + len), as extents
+ * (tiercache.h's struct tc_extent, base:allocation flags) covering a
+ * prefix of it from off, at most max_extents; only on a device with
+ * can_block_status. */
+enum tc_dev_op { TC_DEV_READ, TC_DEV_WRITE, TC_DEV_FLUSH, TC_DEV_TRIM, TC_DEV_ZERO,
+                 TC_DEV_BLOCK_STATUS };
 
 /* Request flags. */
 #define TC_DEV_FUA       (1u << 0)   /* write: durable on completion */
@@ -29,6 +34,7 @@ enum tc_dev_op { TC_DEV_READ, TC_DEV_WRITE, TC_DEV_FLUSH, TC_DEV_TRIM, TC_DEV_ZE
 #define TC_DEV_FAST_ZERO (1u << 2)   /* zero: fail with -ENOTSUP unless fast */
 
 struct tc_dev;
+struct tc_extent;
 
 struct tc_dev_io {
     struct tc_io io;                /* reactor completion (device private) */
@@ -41,6 +47,8 @@ struct tc_dev_io {
     struct tc_dev_io *next;         /* device private: lists of finished requests */
     int status;                     /* device private: result waiting to be reported */
     uint64_t start_ns;              /* when submitted (for latency figures) */
+    struct tc_extent *extents;      /* BLOCK_STATUS: room for max_extents */
+    unsigned max_extents, nr_extents;
     void (*cb)(struct tc_dev_io *dio, int err);
     void *priv;                     /* the caller's */
 };
@@ -48,7 +56,7 @@ struct tc_dev_io {
 struct tc_dev_stats {
     uint64_t reads, read_bytes;
     uint64_t writes, write_bytes;
-    uint64_t flushes, trims, zeroes;
+    uint64_t flushes, trims, zeroes, block_status;
     uint64_t read_errors, write_errors, other_errors;
     uint64_t inflight;
     /* A remote device (dev_nbd.c); zero for local ones. */
@@ -92,6 +100,9 @@ struct tc_dev {
     bool read_only;
     bool direct_io;                 /* O_DIRECT in effect */
     bool can_trim, can_zero, can_fua, can_flush, can_multi_conn;
+    /* Knows which ranges are holes or zeroes (TC_DEV_BLOCK_STATUS); without
+     * it every range is data. */
+    bool can_block_status;
     bool rotational;
     uint64_t max_io;                /* largest request passed whole (larger ones are cut
                                        into pieces of this size); 0: no limit */

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "io/claim.h"
+#include "tiercache.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/memcheck.h"
@@ -201,6 +202,7 @@ static void file_done(struct tc_io *io, int res)
         dev_complete(dio, res < 0 ? res : 0);
         return;
     case TC_DEV_FLUSH:
+    case TC_DEV_BLOCK_STATUS:   /* never through the ring (file_submit) */
         dev_complete(dio, res < 0 ? res : 0);
         return;
     }
@@ -224,6 +226,7 @@ static void file_issue(struct dev_file *f, struct tc_dev_io *dio)
             sqe->rw_flags = RWF_DSYNC;
         break;
     case TC_DEV_FLUSH:
+    case TC_DEV_BLOCK_STATUS:   /* never through the ring (file_submit) */
         io_uring_prep_fsync(sqe, f->fd, IORING_FSYNC_DATASYNC);
         break;
     case TC_DEV_TRIM:
@@ -244,9 +247,76 @@ static void file_issue(struct dev_file *f, struct tc_dev_io *dio)
     }
 }
 
+/* Add [a, b) with flags to dio's extents, merged with the last one when
+ * the flags agree; false once there is no room for it. */
+static bool extent_add(struct tc_dev_io *dio, uint64_t a, uint64_t b, uint32_t flags)
+{
+    if (b <= a)
+        return true;
+    struct tc_extent *x = dio->extents;
+    if (dio->nr_extents > 0 && x[dio->nr_extents - 1].flags == flags) {
+        x[dio->nr_extents - 1].length += b - a;
+        return true;
+    }
+    if (dio->nr_extents == dio->max_extents)
+        return false;
+    x[dio->nr_extents++] = (struct tc_extent){ .length = b - a, .flags = flags };
+    return true;
+}
+
+/*
+ * The holes of a regular file, by SEEK_DATA and SEEK_HOLE.  io_uring has
+ * no lseek, and these only read the file's extent map (in memory once the
+ * inode is, which an open origin's is), so they are called here directly
+ * rather than through a helper thread.  A hole reads as zeroes: HOLE|ZERO.
+ * Hole edges are moved inward to the 4096-byte sectors the engine works
+ * in, so a partial sector is data.
+ */
+static int file_block_status(struct dev_file *f, struct tc_dev_io *dio)
+{
+    uint64_t pos = dio->off, end = dio->off + dio->len;
+    dio->nr_extents = 0;
+    while (pos < end) {
+        off_t data = lseek(f->fd, (off_t)pos, SEEK_DATA);
+        uint64_t d;
+        if (data < 0 && errno == ENXIO)
+            d = end;                    /* a hole up to the end of the file */
+        else if (data < 0)
+            return -errno;
+        else
+            d = TC_MIN((uint64_t)data, end);
+        uint64_t h0 = tc_round_up(pos, 4096), h1 = tc_round_down(d, 4096);
+        if (h1 > h0) {
+            if (!extent_add(dio, pos, h0, 0) ||
+                !extent_add(dio, h0, h1, TC_EXTENT_HOLE | TC_EXTENT_ZERO) ||
+                !extent_add(dio, h1, d, 0))
+                break;
+        } else if (!extent_add(dio, pos, d, 0)) {
+            break;
+        }
+        pos = d;
+        if (pos >= end)
+            break;
+        off_t hole = lseek(f->fd, (off_t)pos, SEEK_HOLE);
+        if (hole < 0)
+            return -errno;
+        uint64_t h = TC_MIN((uint64_t)hole, end);
+        if (h <= pos)
+            h = TC_MIN(pos + 4096, end);    /* cannot be; never loop on it */
+        if (!extent_add(dio, pos, h, 0))
+            break;
+        pos = h;
+    }
+    return dio->nr_extents ? 0 : -EIO;
+}
+
 static void file_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     struct dev_file *f = container_of(dev, struct dev_file, dev);
+    if (dio->op == TC_DEV_BLOCK_STATUS) {
+        dev_complete(dio, file_block_status(f, dio));
+        return;
+    }
     if (dio->op == TC_DEV_ZERO && f->dev.is_block_device && (dio->flags & TC_DEV_FAST_ZERO) &&
         (dio->flags & TC_DEV_NO_HOLE)) {
         /* The kernel may zero a block device range by writing zeroes: not fast. */
@@ -407,6 +477,9 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
         d->size = (uint64_t)st.st_size;
         d->can_trim = true;
         d->can_zero = true;
+        /* Block devices are left out: Linux answers SEEK_DATA/SEEK_HOLE on
+         * them as one data extent (fixed_size_llseek), which tells nothing. */
+        d->can_block_status = true;
         snprintf(d->identity, sizeof d->identity, "file:%u:%u:%llu", major(st.st_dev),
                  minor(st.st_dev), (unsigned long long)st.st_ino);
     } else {

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "tiercache.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -54,6 +55,8 @@
 #define FUA_FLUSH (1u << 31)
 /* dio->status of a request to send again (its connection was lost). */
 #define STATUS_RETRY (-1)
+/* The most one block status command asks about (NBD lengths are 32-bit). */
+#define BLOCK_STATUS_MAX (1ull << 30)
 
 #define BACKOFF_FIRST_NS (100ull * 1000 * 1000)
 #define BACKOFF_MAX_NS (5000ull * 1000 * 1000)
@@ -163,6 +166,7 @@ struct nbd_cb_ctx {
     uint64_t pieces_left;
     int err;
     bool lost;                      /* a piece died with its connection */
+    bool got_extents;               /* BLOCK_STATUS: the server's extents are in */
     struct nbd_cb_ctx *prev, *next; /* on c->ctxs */
 };
 
@@ -208,6 +212,32 @@ static int completion_cb(void *user_data, int *error)
     return 1;
 }
 
+/* The server's base:allocation extents, into the request's array: those
+ * of the range asked, cut at its end (a server may describe more). */
+static int extent_cb(void *user_data, const char *metacontext, uint64_t offset,
+                     uint32_t *entries, size_t nr_entries, int *error)
+{
+    struct nbd_cb_ctx *ctx = user_data;
+    struct tc_dev_io *dio = ctx->dio;
+    if (strcmp(metacontext, LIBNBD_CONTEXT_BASE_ALLOCATION) != 0 || ctx->got_extents ||
+        offset != dio->off || nr_entries < 2)
+        return 0;
+    ctx->got_extents = true;
+    uint64_t pos = dio->off, end = dio->off + TC_MIN(dio->len, BLOCK_STATUS_MAX);
+    unsigned n = 0;
+    for (size_t i = 0; i + 1 < nr_entries && n < dio->max_extents && pos < end; i += 2) {
+        uint64_t len = TC_MIN((uint64_t)entries[i], end - pos);
+        if (len == 0)
+            break;
+        dio->extents[n++] = (struct tc_extent){
+            .length = len, .flags = entries[i + 1] & (TC_EXTENT_HOLE | TC_EXTENT_ZERO) };
+        pos += len;
+    }
+    if (n > 0)
+        dio->nr_extents = n;
+    return 0;
+}
+
 static struct nbd_conn *pick_conn(struct dev_nbd *n)
 {
     for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
@@ -247,7 +277,18 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
         c->ctxs->prev = ctx;
     c->ctxs = ctx;
     uint64_t len = dio->op == TC_DEV_FLUSH ? 0 : dio->len;
+    if (dio->op == TC_DEV_BLOCK_STATUS) {
+        /* One command, no payload: a shorter answer than asked is fine.
+         * Until the server's extents come, the answer is "data", correct
+         * for any range (a server without base:allocation on this
+         * connection gives no extents). */
+        len = TC_MIN(len, BLOCK_STATUS_MAX);
+        dio->extents[0] = (struct tc_extent){ .length = len, .flags = 0 };
+        dio->nr_extents = 1;
+    }
     uint64_t pieces = len == 0 ? 1 : (len + n->max_request - 1) / n->max_request;
+    if (dio->op == TC_DEV_BLOCK_STATUS)
+        pieces = 1;
     /* One extra count while issuing: a completion that runs inside an
      * nbd_aio_* call (libnbd may find the connection dead right there)
      * cannot finish the request before every piece is accounted for. */
@@ -297,6 +338,15 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
             }
             cookie = nbd_aio_zero(c->h, plen, off, cb, fl);
             break;
+        case TC_DEV_BLOCK_STATUS: {
+            if (nbd_can_meta_context(c->h, LIBNBD_CONTEXT_BASE_ALLOCATION) != 1) {
+                cookie = -2;    /* answered "data" above */
+                break;
+            }
+            nbd_extent_callback ecb = { .callback = extent_cb, .user_data = ctx };
+            cookie = nbd_aio_block_status(c->h, len, off, ecb, cb, 0);
+            break;
+        }
         default:
             cookie = -1;
         }
@@ -562,6 +612,7 @@ static bool conn_ready(struct nbd_conn *c)
     d->can_fua = nbd_can_fua(c->h) == 1;
     d->can_trim = nbd_can_trim(c->h) == 1;
     d->can_zero = nbd_can_zero(c->h) == 1;
+    d->can_block_status = nbd_can_meta_context(c->h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
     timer_cancel(d->reactor, &c->connect_timer);
     c->state = C_READY;
     c->ready_ns = tc_now_ns();
@@ -725,6 +776,9 @@ static void start_attempts(struct dev_nbd *n)
             attempt_failed(n, nbd_get_error());
             return;
         }
+        /* Asked on every connection: block status passes the origin's
+         * holes through (a server without it still connects). */
+        nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
         if (nbd_aio_connect_uri(h, n->dev.name) < 0) {
             char why[256];
             snprintf(why, sizeof why, "%s", nbd_get_error());
@@ -880,6 +934,7 @@ static struct nbd_handle *connect_one(const char *uri, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", uri, nbd_get_error());
         return NULL;
     }
+    nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
     if (nbd_connect_uri(h, uri) < 0) {
         snprintf(err, errlen, "%s: cannot connect: %s", uri, nbd_get_error());
         nbd_close(h);
@@ -920,6 +975,7 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
     d->can_trim = nbd_can_trim(h) == 1;
     d->can_zero = nbd_can_zero(h) == 1;
     d->can_multi_conn = nbd_can_multi_conn(h) == 1;
+    d->can_block_status = nbd_can_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
     d->rotational = false;
     d->logical_block = 512;
     d->state = TC_DEV_ONLINE;
