@@ -1,0 +1,92 @@
+/*
+ * Replay: what a cache of a given size and policy would have done with a
+ * trace of requests (src/trace/), without devices.
+ *
+ * Two kinds of simulator answer that question:
+ *
+ *   engine      the engine itself (src/engine/, src/policy/): a volume
+ *               opened over memory devices (origin and cache keep no data
+ *               beyond what the engine must read back), fed the trace's
+ *               requests one at a time through tc_submit().  The same
+ *               index, admission, eviction, segment and capacity rules as
+ *               `serve`, and the same counters `status` shows.
+ *   reference   small textbook simulators over fixed-size blocks (LRU,
+ *               ARC, S3-FIFO, SIEVE, Belady's OPT), which `serve` does not
+ *               offer: the yardsticks a policy is judged against.
+ *
+ * Both fill the same result, so a table can compare them line by line.
+ */
+#ifndef TC_REPLAY_REPLAY_H
+#define TC_REPLAY_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trace/trace.h"
+
+/* What one simulator did with one trace at one cache size. */
+struct replay_result {
+    char policy[32];                /* "default", "lru", ... or "ref-lru", "ref-opt" ... */
+    uint64_t cache_bytes;
+    uint64_t block_bytes;
+    uint64_t requests;              /* all requests of the trace */
+    uint64_t reads, read_hits, read_misses;         /* by request: a read is a hit
+                                                       when all of it was cached */
+    uint64_t read_bytes, read_hit_bytes, read_miss_bytes;
+    uint64_t writes, write_hits;    /* a write hit: some of it was cached */
+    uint64_t promotions;            /* blocks (or sectors' blocks) admitted */
+    uint64_t evictions;             /* blocks dropped for room */
+    double seconds;                 /* wall time of the simulation */
+};
+
+static inline double replay_miss_ratio(const struct replay_result *r)
+{
+    return r->reads ? (double)r->read_misses / (double)r->reads : 0;
+}
+
+/* The trace to replay: a file and how to read it. */
+struct replay_trace {
+    const char *path;
+    enum tc_trace_format format;
+    struct tc_trace_reader_options opt;
+};
+
+/* ---- engine replay (src/replay/engine.c) ---- */
+
+struct replay_engine_config {
+    const char *policy;             /* serve's --policy name */
+    uint64_t cache_bytes;           /* the cache device's size */
+    uint64_t block_bytes;           /* format --block-size; 0: the default */
+    int mode;                       /* enum tc_mode; writethrough by default */
+    uint64_t sequential_cutoff;     /* as serve; UINT64_MAX: serve's default */
+    int fill;                       /* enum tc_fill; -1: serve's default */
+    uint64_t volume_bytes;          /* 0: from the trace (native header, or
+                                       the highest offset, rounded up) */
+};
+
+/* 0 with *out filled; -1 with err naming the trace or the setting. */
+int replay_engine(const struct replay_trace *t, const struct replay_engine_config *cfg,
+                  struct replay_result *out, char *err, size_t errlen);
+
+/* ---- reference simulators (src/replay/reference.c) ---- */
+
+/* "ref-lru", "ref-arc", "ref-s3fifo", "ref-sieve", "ref-opt". */
+bool replay_reference_known(const char *name);
+const char *replay_reference_names(void);
+int replay_reference(const struct replay_trace *t, const char *name, uint64_t cache_bytes,
+                     uint64_t block_bytes, struct replay_result *out, char *err,
+                     size_t errlen);
+
+/* ---- miss-ratio curves (src/replay/mrc.c) ---- */
+
+/* An LRU miss-ratio curve over block_bytes blocks from one pass, by SHARDS
+ * (Waldspurger et al., FAST 2015): only blocks whose hash falls under
+ * rate * 2^64 are tracked, and their reuse distances are scaled by
+ * 1 / rate.  rate 1 is exact.  miss[i] receives the read miss ratio (by
+ * request) of an LRU cache of sizes[i] bytes. */
+int replay_mrc_shards(const struct replay_trace *t, uint64_t block_bytes, double rate,
+                      const uint64_t *sizes, size_t nsizes, double *miss, char *err,
+                      size_t errlen);
+
+#endif
