@@ -100,8 +100,13 @@ define run_one
 
 endef
 
-run: all
-	$(foreach h,$(HARNESSES),$(call run_one,$(h)))
+# One target a harness, so that `make -j N run` fuzzes N harnesses at once
+# (each still gets its FUZZ_SECONDS of wall time, on a core of its own).
+RUNS := $(HARNESSES:%=run-%)
+.PHONY: $(RUNS)
+run: $(RUNS)
+$(RUNS): run-%: all
+	$(call run_one,$*)
 
 # Every committed input once: no fuzzing, fails on the first crash.
 define replay_one
