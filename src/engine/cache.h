@@ -5,7 +5,7 @@
  *
  *   origin block ──index──► struct centry ──(seg, off)──► segment ──► device
  *   (block_size bytes)       valid/dirty masks,           a run of chunks,
- *                            policy state                 one per large write
+ *                            policy hint                  one per large write
  *
  * - The index (index.c) maps an origin block number to its entry.  An
  *   entry says where the block's cached sectors are: one location holding
@@ -78,8 +78,6 @@ bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e
 
 /* Entry flags. */
 #define CE_WT        (1u << 0)   /* written through: the origin write may be pending */
-#define CE_REF       (1u << 1)   /* hit since it was last written (second chance) */
-#define CE_SMALL     (1u << 2)   /* policy: still in the probation queue */
 /* A write-through version recovery made dirty (newer than the recorded
  * stable mark, so the origin may lack it), not yet written back: it holds
  * the stable mark below its sequence (c->wt_recovered).  Only dirty
@@ -116,7 +114,7 @@ struct centry {
     uint32_t head;              /* newest fragment */
     uint32_t valid, dirty;      /* inline masks (blocks of <= 32 sectors) */
     uint16_t flags;             /* CE_* */
-    uint8_t freq;               /* policy: recent use, saturating */
+    uint8_t hint;               /* the policy's byte (policy/policy.h): 0 when made */
     uint8_t nfrags;
 } __attribute__((packed, aligned(4)));     /* 28 bytes, not 32 */
 

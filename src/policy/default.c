@@ -15,7 +15,7 @@
  *
  * Eviction (the cleaner reaching a block in the oldest group):
  *  - a block a client wrote and nobody has read since it was inserted
- *    (CE_SMALL: probation, as in S3-FIFO) is dropped -- written back first
+ *    (probation, as in S3-FIFO) is dropped -- written back first
  *    if dirty, by the cleaner's rules -- and goes to the history, so a
  *    later read admits it at once.  Write-once data never pushes out data
  *    that is read: it gets no second pass of the log.
@@ -48,6 +48,12 @@
 
 /* History length in cache blocks: see above. */
 #define HISTORY_FACTOR 4
+
+/* The block's hint, the byte the index keeps for the policy:
+ *   bits 0-1  passes of the log the block has earned by reads (0..3)
+ *   bit 2     written by a client and not read since it was inserted */
+#define HINT_FREQ 0x3u
+#define HINT_WRITTEN_UNREAD (1u << 2)
 
 struct dflt {
     struct history *seen;
@@ -115,9 +121,9 @@ static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
 static void hit(void *s, struct cache *c, uint32_t id)
 {
     struct centry *e = CE(&c->idx, id);
-    if (e->freq < 3)
-        e->freq++;
-    e->flags = (uint16_t)((e->flags | CE_REF) & ~CE_SMALL);
+    if ((e->hint & HINT_FREQ) < 3)
+        e->hint++;
+    e->hint &= (uint8_t)~HINT_WRITTEN_UNREAD;
 }
 
 static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
@@ -128,26 +134,24 @@ static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
      * starts with one pass of credit, as if the first use had been a hit,
      * or a block re-read once per pass of the log would be dropped before
      * each re-read. */
-    e->freq = from_miss && history_contains(p->seen, e->oblock) ? 1 : 0;
-    if (from_miss)
-        e->flags &= (uint16_t)~CE_SMALL;
-    else
-        e->flags |= CE_SMALL;
+    e->hint = from_miss && history_contains(p->seen, e->oblock) ? 1 : 0;
+    if (!from_miss)
+        e->hint |= HINT_WRITTEN_UNREAD;
 }
 
 static bool keep(void *s, struct cache *c, uint32_t id)
 {
     struct dflt *p = s;
     struct centry *e = CE(&c->idx, id);
-    if (e->flags & CE_SMALL) {
+    if (e->hint & HINT_WRITTEN_UNREAD) {
         p->evicted_written++;
         return false;
     }
-    if (e->freq == 0) {
+    if ((e->hint & HINT_FREQ) == 0) {
         p->evicted_cold++;
         return false;
     }
-    e->freq--;
+    e->hint--;
     p->kept++;
     return true;
 }

@@ -9,26 +9,29 @@
 #include "engine/cache.h"
 #include "policy/policy.h"
 
+/* The block's hint: hit since it was last written. */
+#define HINT_REFERENCED (1u << 0)
+
 static void *create(struct cache *c, uint64_t blocks) { return (void *)1; }
 static void destroy(void *s) {}
 static bool admit(void *s, struct cache *c, uint64_t oblock, bool free_space) { return true; }
 
 static void hit(void *s, struct cache *c, uint32_t id)
 {
-    CE(&c->idx, id)->flags |= CE_REF;
+    CE(&c->idx, id)->hint |= HINT_REFERENCED;
 }
 
 static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
 {
-    CE(&c->idx, id)->flags &= (uint16_t)~CE_REF;
+    CE(&c->idx, id)->hint &= (uint8_t)~HINT_REFERENCED;
 }
 
 static bool keep(void *s, struct cache *c, uint32_t id)
 {
     struct centry *e = CE(&c->idx, id);
-    if (!(e->flags & CE_REF))
+    if (!(e->hint & HINT_REFERENCED))
         return false;
-    e->flags &= (uint16_t)~CE_REF;
+    e->hint &= (uint8_t)~HINT_REFERENCED;
     return true;
 }
 

@@ -7,8 +7,9 @@
  * cleaner appends them again at the head: reinsertion) and by keeping
  * blocks out in the first place (admission).  A policy is a table of
  * functions over its private state; per-block state lives in the index
- * entry (freq and the CE_REF / CE_SMALL flags), so policies add no memory
- * per cached block beyond their history of recently seen blocks.
+ * entry (one byte, the hint, whose bits each policy defines for itself),
+ * so policies add no memory per cached block beyond their history of
+ * recently seen blocks.
  *
  *   policy    admission                       reinsertion by the cleaner
  *   default   all while space is free; then   blocks read since written

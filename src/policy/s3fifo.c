@@ -1,7 +1,7 @@
 /*
  * s3fifo: S3-FIFO (Yang et al., SOSP 2023) on a log.
  *
- * New blocks enter on probation (CE_SMALL).  When the cleaner reaches a
+ * New blocks enter on probation.  When the cleaner reaches a
  * probation block: used again since admitted -> it moves to the main
  * queue (written again, frequency reset); never used -> dropped, and its
  * number goes to the ghost.  A miss on a block in the ghost skips
@@ -18,6 +18,12 @@
 #include "engine/cache.h"
 #include "policy/policy.h"
 #include "util/misc.h"
+
+/* The block's hint, the byte the index keeps for the policy:
+ *   bits 0-1  uses since admitted or promoted, saturating at 3
+ *   bit 2     on probation (the paper's small queue) */
+#define HINT_FREQ 0x3u
+#define HINT_PROBATION (1u << 2)
 
 struct s3 {
     struct ghost *ghost;
@@ -50,21 +56,20 @@ static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
 static void hit(void *s, struct cache *c, uint32_t id)
 {
     struct centry *e = CE(&c->idx, id);
-    if (e->freq < 3)
-        e->freq++;
+    if ((e->hint & HINT_FREQ) < 3)
+        e->hint++;
 }
 
 static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
 {
     struct s3 *p = s;
     struct centry *e = CE(&c->idx, id);
-    e->freq = 0;
     if (ghost_contains(p->ghost, e->oblock)) {
         ghost_remove(p->ghost, e->oblock);
-        e->flags &= (uint16_t)~CE_SMALL;
+        e->hint = 0;
         p->from_ghost++;
     } else {
-        e->flags |= CE_SMALL;
+        e->hint = HINT_PROBATION;
     }
 }
 
@@ -72,18 +77,17 @@ static bool keep(void *s, struct cache *c, uint32_t id)
 {
     struct s3 *p = s;
     struct centry *e = CE(&c->idx, id);
-    if (e->flags & CE_SMALL) {
-        if (e->freq > 0) {
-            e->flags &= (uint16_t)~CE_SMALL;
-            e->freq = 0;
+    if (e->hint & HINT_PROBATION) {
+        if (e->hint & HINT_FREQ) {
+            e->hint = 0;        /* promoted to main, its uses spent */
             return true;
         }
         ghost_add(p->ghost, e->oblock);
         return false;
     }
-    if (e->freq == 0)
+    if ((e->hint & HINT_FREQ) == 0)
         return false;
-    e->freq--;
+    e->hint--;
     return true;
 }
 
