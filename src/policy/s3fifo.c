@@ -15,7 +15,6 @@
  */
 #include <stdlib.h>
 
-#include "engine/cache.h"
 #include "policy/policy.h"
 #include "util/misc.h"
 
@@ -30,10 +29,10 @@ struct s3 {
     uint64_t from_ghost;        /* admitted straight to main */
 };
 
-static void *create(struct cache *c, uint64_t blocks)
+static void *create(const struct policy_params *params)
 {
     struct s3 *p = tc_xcalloc(1, sizeof *p);
-    p->ghost = ghost_create(blocks / 2 + 64);
+    p->ghost = ghost_create(params->cache_blocks / 2 + 64);
     return p;
 }
 
@@ -44,58 +43,51 @@ static void destroy(void *s)
     free(p);
 }
 
-static bool admit(void *s, struct cache *c, uint64_t oblock, bool free_space) { return true; }
-
 /* A stream is hot when its blocks are in the ghost (dropped recently). */
-static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
+static bool stream_hot(void *s, uint64_t oblock)
 {
     struct s3 *p = s;
     return ghost_contains(p->ghost, oblock);
 }
 
-static void hit(void *s, struct cache *c, uint32_t id)
+static void hit(void *s, uint64_t oblock, uint8_t *hint)
 {
-    struct centry *e = CE(&c->idx, id);
-    if ((e->hint & HINT_FREQ) < 3)
-        e->hint++;
+    if ((*hint & HINT_FREQ) < 3)
+        (*hint)++;
 }
 
-static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
+static void inserted(void *s, uint64_t oblock, uint8_t *hint, bool from_miss)
 {
     struct s3 *p = s;
-    struct centry *e = CE(&c->idx, id);
-    if (ghost_contains(p->ghost, e->oblock)) {
-        ghost_remove(p->ghost, e->oblock);
-        e->hint = 0;
+    if (ghost_contains(p->ghost, oblock)) {
+        ghost_remove(p->ghost, oblock);
+        *hint = 0;
         p->from_ghost++;
     } else {
-        e->hint = HINT_PROBATION;
+        *hint = HINT_PROBATION;
     }
 }
 
-static bool keep(void *s, struct cache *c, uint32_t id)
+static bool keep(void *s, uint64_t oblock, uint8_t *hint)
 {
     struct s3 *p = s;
-    struct centry *e = CE(&c->idx, id);
-    if (e->hint & HINT_PROBATION) {
-        if (e->hint & HINT_FREQ) {
-            e->hint = 0;        /* promoted to main, its uses spent */
+    if (*hint & HINT_PROBATION) {
+        if (*hint & HINT_FREQ) {
+            *hint = 0;          /* promoted to main, its uses spent */
             return true;
         }
-        ghost_add(p->ghost, e->oblock);
+        ghost_add(p->ghost, oblock);
         return false;
     }
-    if ((e->hint & HINT_FREQ) == 0)
+    if ((*hint & HINT_FREQ) == 0)
         return false;
-    e->hint--;
+    (*hint)--;
     return true;
 }
 
-static void evicted(void *s, struct cache *c, uint64_t oblock) {}
-
-static uint64_t memory(void *s)
+static uint64_t memory(const void *s)
 {
-    struct s3 *p = s;
+    const struct s3 *p = s;
     return sizeof *p + ghost_memory(p->ghost);
 }
 
@@ -104,12 +96,9 @@ const struct policy_ops policy_s3fifo = {
     .summary = "probation for new blocks, ghost history, frequency in main",
     .create = create,
     .destroy = destroy,
-    .admit = admit,
-    .admit_write = admit,
     .stream_hot = stream_hot,
     .hit = hit,
     .inserted = inserted,
     .keep = keep,
-    .evicted = evicted,
     .memory = memory,
 };
