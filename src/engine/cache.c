@@ -791,6 +791,35 @@ void cache_free(struct cache *c)
     free(c);
 }
 
+/* ---- switching policy ---- */
+
+/*
+ * The control socket's "set policy": the policy in use becomes the one
+ * called name, from the next request on.  Called on the reactor thread
+ * between policy calls (no policy call ever spans an asynchronous step).
+ * The new policy starts knowing nothing: new state, and every block's hint
+ * 0, as a block inserted by a policy without inserted() -- the old
+ * policy's bits would mean something else to it.  Blocks stay cached; the
+ * cleaner judges them by the new policy when it reaches them.  The
+ * volume's configuration names the new policy, so that a later attach in
+ * this process uses it too.
+ */
+int cache_switch_policy(struct cache *c, const char *name, char *err, size_t errlen)
+{
+    const struct policy_ops *ops = policy_find(name);
+    if (ops == NULL) {
+        snprintf(err, errlen, "policy '%s': no such policy (choose from %s)", name,
+                 policy_names());
+        return -EINVAL;
+    }
+    policy_switch(c->policy, ops);
+    index_clear_hints(&c->idx);
+    if (c->vol)
+        c->vol->cfg.policy = ops->name;
+    tc_info("cache: policy %s", ops->name);
+    return 0;
+}
+
 /* ---- figures ---- */
 
 static const char *cdev_state_name(enum cdev_state s)

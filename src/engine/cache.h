@@ -159,6 +159,8 @@ void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_m
 /* The fragment serving sector s of entry id, or NIL. */
 uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s);
 uint64_t index_memory(const struct index *ix);
+/* Every entry's policy hint to 0: at a switch of policy. */
+void index_clear_hints(struct index *ix);
 
 /* ---- segments and groups ---- */
 
@@ -436,6 +438,9 @@ void cache_close_offline(struct cache *c);
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
 void cache_free(struct cache *c);
 void cache_status_json(struct cache *c, struct tc_json *j);
+/* Switch policy at run time (policy.h: policy_switch): 0, or -EINVAL with
+ * a message in err when no policy is called name. */
+int cache_switch_policy(struct cache *c, const char *name, char *err, size_t errlen);
 void cache_submit(struct ereq *e);
 void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
                        void (*done)(void *arg, int err), void *arg);
