@@ -100,11 +100,11 @@ struct policy_ops {
      * client reads and readahead; not in passthrough.  NULL: nothing is
      * recorded. */
     void (*hit)(void *state, uint64_t oblock, uint8_t *hint);
-    /* A new entry for oblock, its hint 0: from_miss, filled after a read
-     * miss (or found in the log by recovery); else made by a client
-     * write.  Called when the entry is made (cache_add_fragment), once
-     * per entry; later writes to a cached block do not call it.  NULL:
-     * the hint stays 0. */
+    /* A new entry for oblock, its hint 0.  from_miss is false when a
+     * client write made it, true otherwise (a fill after a read miss or
+     * readahead, recovery from the log).  Called when the entry is made
+     * (cache_add_fragment), once per entry; later writes to a cached block
+     * do not call it.  NULL: the hint stays 0. */
     void (*inserted)(void *state, uint64_t oblock, uint8_t *hint, bool from_miss);
     /* The cleaner reclaims the oldest group of segments and found clean
      * block oblock in it: keep it (the cleaner appends it again at the
