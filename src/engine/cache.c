@@ -160,7 +160,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     ce_set_masks(ix, id, &nv, &nd);
     cache_set_dirty(c, oblock, &od, &nd);
     if (fresh)
-        c->policy->ops->inserted(c->policy->state, c, id, !(flags & CE_ADD_WRITTEN));
+        policy_inserted(c->policy, oblock, &CE(ix, id)->hint, !(flags & CE_ADD_WRITTEN));
     cache_trace(c, oblock, "add fragment %u:%u stored %llx dirty %llx%s%s", seg, off,
                 (unsigned long long)stored->w[0], (unsigned long long)dirty->w[0],
                 (flags & CE_WT) ? " WT" : "", replace ? " replacing all" : "");
@@ -429,8 +429,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
 
     uint64_t cache_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
     c->policy = tc_xcalloc(1, sizeof *c->policy);
-    c->policy->ops = pops;
-    c->policy->state = pops->create(c, cache_blocks);
+    policy_open(c->policy, pops, &(struct policy_params){ .cache_blocks = cache_blocks });
     index_init(&c->idx, c->spb, cache_blocks);
     budget_init(c);
     space_init(c);
@@ -782,7 +781,7 @@ void cache_free(struct cache *c)
     space_fini(c);
     index_fini(&c->idx);
     if (c->policy) {
-        c->policy->ops->destroy(c->policy->state);
+        policy_close(c->policy);
         free(c->policy);
     }
     for (unsigned d = 0; d < c->ndevs; d++)
@@ -790,6 +789,35 @@ void cache_free(struct cache *c)
     claim_set_release(c->set_claim);
     free(c->dirty_bits);
     free(c);
+}
+
+/* ---- switching policy ---- */
+
+/*
+ * The control socket's "set policy": the policy in use becomes the one
+ * called name, from the next request on.  Called on the reactor thread
+ * between policy calls (no policy call ever spans an asynchronous step).
+ * The new policy starts knowing nothing: new state, and every block's hint
+ * 0, as a block inserted by a policy without inserted() -- the old
+ * policy's bits would mean something else to it.  Blocks stay cached; the
+ * cleaner judges them by the new policy when it reaches them.  The
+ * volume's configuration names the new policy, so that a later attach in
+ * this process uses it too.
+ */
+int cache_switch_policy(struct cache *c, const char *name, char *err, size_t errlen)
+{
+    const struct policy_ops *ops = policy_find(name);
+    if (ops == NULL) {
+        snprintf(err, errlen, "policy '%s': no such policy (choose from %s)", name,
+                 policy_names());
+        return -EINVAL;
+    }
+    policy_switch(c->policy, ops);
+    index_clear_hints(&c->idx);
+    if (c->vol)
+        c->vol->cfg.policy = ops->name;
+    tc_info("cache: policy %s", ops->name);
+    return 0;
 }
 
 /* ---- figures ---- */
@@ -807,18 +835,14 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     for (uint32_t i = 0; i < c->nsegs; i++)
         live += c->segs[i].live;
     uint64_t index_mem = index_memory(&c->idx);
-    uint64_t policy_mem = c->policy->ops->memory(c->policy->state);
+    uint64_t policy_mem = policy_memory(c->policy);
     uint64_t dev_written = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_written += c->devs[d].dev->stats.write_bytes;
 
     json_begin_object(j, "cache");
     json_string(j, "policy", c->policy->ops->name);
-    if (c->policy->ops->status) {
-        json_begin_object(j, "policy_figures");
-        c->policy->ops->status(c->policy->state, j);
-        json_end_object(j);
-    }
+    policy_status(c->policy, j);
     json_uint(j, "size", capacity);
     json_uint(j, "used", live * TC_SECTOR);
     /* Live: data sectors index entries point to (not stale versions, not

@@ -5,7 +5,7 @@
  *
  *   origin block ──index──► struct centry ──(seg, off)──► segment ──► device
  *   (block_size bytes)       valid/dirty masks,           a run of chunks,
- *                            policy state                 one per large write
+ *                            policy hint                  one per large write
  *
  * - The index (index.c) maps an origin block number to its entry.  An
  *   entry says where the block's cached sectors are: one location holding
@@ -78,8 +78,6 @@ bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e
 
 /* Entry flags. */
 #define CE_WT        (1u << 0)   /* written through: the origin write may be pending */
-#define CE_REF       (1u << 1)   /* hit since it was last written (second chance) */
-#define CE_SMALL     (1u << 2)   /* policy: still in the probation queue */
 /* A write-through version recovery made dirty (newer than the recorded
  * stable mark, so the origin may lack it), not yet written back: it holds
  * the stable mark below its sequence (c->wt_recovered).  Only dirty
@@ -116,7 +114,7 @@ struct centry {
     uint32_t head;              /* newest fragment */
     uint32_t valid, dirty;      /* inline masks (blocks of <= 32 sectors) */
     uint16_t flags;             /* CE_* */
-    uint8_t freq;               /* policy: recent use, saturating */
+    uint8_t hint;               /* the policy's byte (policy/policy.h): 0 when made */
     uint8_t nfrags;
 } __attribute__((packed, aligned(4)));     /* 28 bytes, not 32 */
 
@@ -161,6 +159,8 @@ void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_m
 /* The fragment serving sector s of entry id, or NIL. */
 uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s);
 uint64_t index_memory(const struct index *ix);
+/* Every entry's policy hint to 0: at a switch of policy. */
+void index_clear_hints(struct index *ix);
 
 /* ---- segments and groups ---- */
 
@@ -438,6 +438,9 @@ void cache_close_offline(struct cache *c);
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
 void cache_free(struct cache *c);
 void cache_status_json(struct cache *c, struct tc_json *j);
+/* Switch policy at run time (policy.h: policy_switch): 0, or -EINVAL with
+ * a message in err when no policy is called name. */
+int cache_switch_policy(struct cache *c, const char *name, char *err, size_t errlen);
 void cache_submit(struct ereq *e);
 void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
                        void (*done)(void *arg, int err), void *arg);

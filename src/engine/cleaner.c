@@ -378,7 +378,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         }
         if (!intact)
             c->st.checksum_errors++;
-        if (intact && c->policy->ops->keep(c->policy->state, c, id) &&
+        if (intact && policy_keep(c->policy, e.oblock, &CE(&c->idx, id)->hint) &&
             reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq))) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
             continue;
@@ -635,7 +635,8 @@ static void decide_laters(void *arg, int err)
         struct tc_mask v;
         ce_get_masks(&c->idx, id, &v, &l->d);
         mask_and(&l->d, &l->cur);
-        bool keep = !mask_empty(&l->d) || c->policy->ops->keep(c->policy->state, c, id);
+        bool keep = !mask_empty(&l->d) ||
+                    policy_keep(c->policy, l->oblock, &CE(&c->idx, id)->hint);
         if (!keep) {
             add_drop(k, l->oblock, l->seg, l->off);
             continue;
@@ -670,7 +671,7 @@ static void tail_synced(struct log_waiter *lw, int err)
         cache_drop_fragment(c, d->oblock, fid);
         block_gen_bump(c, d->oblock);
         if (index_lookup(&c->idx, d->oblock) == NIL) {
-            c->policy->ops->evicted(c->policy->state, c, d->oblock);
+            policy_evicted(c->policy, d->oblock);
             c->st.demotions++;
         }
     }

@@ -354,6 +354,12 @@ uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s)
     return NIL;
 }
 
+void index_clear_hints(struct index *ix)
+{
+    for (uint32_t id = 0; id < ix->used; id++)
+        ix->pool[id].hint = 0;
+}
+
 uint64_t index_memory(const struct index *ix)
 {
     uint64_t m = (uint64_t)ix->cap * sizeof *ix->pool + (uint64_t)ix->fcap * sizeof *ix->frags +

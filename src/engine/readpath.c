@@ -303,7 +303,7 @@ static void classify_and_issue(struct rreq *r)
             ce_get_masks(&c->idx, id, &p->valid, &p->dirty);
         if (id != NIL && !r->bypass && mask_covers(&p->valid, &want)) {
             p->kind = P_HIT;
-            c->policy->ops->hit(c->policy->state, c, id);
+            policy_hit(c->policy, p->oblock, &CE(&c->idx, id)->hint);
             if (in_miss) {
                 origin_run(r, miss_first, k - 1);
                 in_miss = false;
@@ -313,7 +313,7 @@ static void classify_and_issue(struct rreq *r)
         }
         p->kind = P_MISS;
         if (id != NIL && !r->bypass)
-            c->policy->ops->hit(c->policy->state, c, id);   /* read again, if partly */
+            policy_hit(c->policy, p->oblock, &CE(&c->idx, id)->hint);  /* read again, if partly */
         if (!in_miss) {
             flush_run(r);
             miss_first = k;
@@ -332,15 +332,14 @@ static void classify_and_issue(struct rreq *r)
         if (r->bypass || mask_empty(&missing)) {
             /* passthrough, or nothing the cache lacks */
         } else if (r->sequential && !(e->flags & EREQ_FORCE_ADMIT) && id == NIL &&
-                   !(c->policy->ops->stream_hot &&
-                     c->policy->ops->stream_hot(c->policy->state, c, p->oblock))) {
+                   !policy_stream_hot(c->policy, p->oblock)) {
             /* A cold stream past the cutoff: a scan.  A stream over blocks
              * cached (partly) or seen before is hot and admitted. */
             c->st.bypassed_sequential += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
         } else if (e->vol->read_only || owrite_overlaps(c, p->oblock)) {
             /* a write to the origin is under way here: do not cache */
         } else if (id != NIL || (e->flags & EREQ_FORCE_ADMIT) ||
-                   c->policy->ops->admit(c->policy->state, c, p->oblock, free_space)) {
+                   policy_admit(c->policy, p->oblock, free_space)) {
             /* A partly cached block is in already: it takes the rest. */
             p->admit = true;
             block_gen_hold(c, p->oblock);

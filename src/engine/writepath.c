@@ -728,7 +728,7 @@ static void piece_start(struct wpiece *p)
         bool admit = false;
         if (p->mode == W_THROUGH && !w->e->vol->read_only) {
             bool free_space = cache_has_free_space(c);
-            admit = c->policy->ops->admit_write(c->policy->state, c, p->oblock, free_space) &&
+            admit = policy_admit_write(c->policy, p->oblock, free_space) &&
                     budget_allow(c, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
         }
         if (!admit && !block_is_locked(c, p->oblock)) {

@@ -15,7 +15,7 @@
  *
  * Eviction (the cleaner reaching a block in the oldest group):
  *  - a block a client wrote and nobody has read since it was inserted
- *    (CE_SMALL: probation, as in S3-FIFO) is dropped -- written back first
+ *    (probation, as in S3-FIFO) is dropped -- written back first
  *    if dirty, by the cleaner's rules -- and goes to the history, so a
  *    later read admits it at once.  Write-once data never pushes out data
  *    that is read: it gets no second pass of the log.
@@ -41,13 +41,18 @@
  */
 #include <stdlib.h>
 
-#include "engine/cache.h"
 #include "policy/policy.h"
 #include "util/json.h"
 #include "util/misc.h"
 
 /* History length in cache blocks: see above. */
 #define HISTORY_FACTOR 4
+
+/* The block's hint, the byte the index keeps for the policy:
+ *   bits 0-1  passes of the log the block has earned by reads (0..3)
+ *   bit 2     written by a client and not read since it was inserted */
+#define HINT_FREQ 0x3u
+#define HINT_WRITTEN_UNREAD (1u << 2)
 
 struct dflt {
     struct history *seen;
@@ -57,10 +62,10 @@ struct dflt {
     uint64_t stream_hot;
 };
 
-static void *create(struct cache *c, uint64_t blocks)
+static void *create(const struct policy_params *params)
 {
     struct dflt *p = tc_xcalloc(1, sizeof *p);
-    p->seen = history_create(HISTORY_FACTOR * blocks + 64);
+    p->seen = history_create(HISTORY_FACTOR * params->cache_blocks + 64);
     return p;
 }
 
@@ -86,13 +91,13 @@ static bool decide(struct dflt *p, uint64_t oblock, bool free_space, uint64_t *r
     return false;
 }
 
-static bool admit(void *s, struct cache *c, uint64_t oblock, bool free_space)
+static bool admit(void *s, uint64_t oblock, bool free_space)
 {
     struct dflt *p = s;
     return decide(p, oblock, free_space, &p->refused_reads);
 }
 
-static bool admit_write(void *s, struct cache *c, uint64_t oblock, bool free_space)
+static bool admit_write(void *s, uint64_t oblock, bool free_space)
 {
     struct dflt *p = s;
     return decide(p, oblock, free_space, &p->refused_writes);
@@ -101,7 +106,7 @@ static bool admit_write(void *s, struct cache *c, uint64_t oblock, bool free_spa
 /* A cold stream is a scan: it must not flush the hot set.  A stream whose
  * blocks were seen before (read, written or dropped within the history) is
  * read again, and caching it is what a cache is for. */
-static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
+static bool stream_hot(void *s, uint64_t oblock)
 {
     struct dflt *p = s;
     if (history_contains(p->seen, oblock)) {
@@ -112,61 +117,56 @@ static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
     return false;
 }
 
-static void hit(void *s, struct cache *c, uint32_t id)
+static void hit(void *s, uint64_t oblock, uint8_t *hint)
 {
-    struct centry *e = CE(&c->idx, id);
-    if (e->freq < 3)
-        e->freq++;
-    e->flags = (uint16_t)((e->flags | CE_REF) & ~CE_SMALL);
+    if ((*hint & HINT_FREQ) < 3)
+        (*hint)++;
+    *hint &= (uint8_t)~HINT_WRITTEN_UNREAD;
 }
 
-static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
+static void inserted(void *s, uint64_t oblock, uint8_t *hint, bool from_miss)
 {
     struct dflt *p = s;
-    struct centry *e = CE(&c->idx, id);
     /* A read of a block in the history is its second use at least: it
      * starts with one pass of credit, as if the first use had been a hit,
      * or a block re-read once per pass of the log would be dropped before
      * each re-read. */
-    e->freq = from_miss && history_contains(p->seen, e->oblock) ? 1 : 0;
-    if (from_miss)
-        e->flags &= (uint16_t)~CE_SMALL;
-    else
-        e->flags |= CE_SMALL;
+    *hint = from_miss && history_contains(p->seen, oblock) ? 1 : 0;
+    if (!from_miss)
+        *hint |= HINT_WRITTEN_UNREAD;
 }
 
-static bool keep(void *s, struct cache *c, uint32_t id)
+static bool keep(void *s, uint64_t oblock, uint8_t *hint)
 {
     struct dflt *p = s;
-    struct centry *e = CE(&c->idx, id);
-    if (e->flags & CE_SMALL) {
+    if (*hint & HINT_WRITTEN_UNREAD) {
         p->evicted_written++;
         return false;
     }
-    if (e->freq == 0) {
+    if ((*hint & HINT_FREQ) == 0) {
         p->evicted_cold++;
         return false;
     }
-    e->freq--;
+    (*hint)--;
     p->kept++;
     return true;
 }
 
-static void evicted(void *s, struct cache *c, uint64_t oblock)
+static void evicted(void *s, uint64_t oblock)
 {
     struct dflt *p = s;
     history_add(p->seen, oblock);
 }
 
-static uint64_t memory(void *s)
+static uint64_t memory(const void *s)
 {
-    struct dflt *p = s;
+    const struct dflt *p = s;
     return sizeof *p + history_memory(p->seen);
 }
 
-static void status(void *s, struct tc_json *j)
+static void status(const void *s, struct tc_json *j)
 {
-    struct dflt *p = s;
+    const struct dflt *p = s;
     json_uint(j, "admitted_free_space", p->admitted_free);
     json_uint(j, "admitted_from_history", p->admitted_history);
     json_uint(j, "refused_reads", p->refused_reads);

@@ -4,47 +4,31 @@
  * In a log reclaimed oldest first, least-recently-used order is kept the
  * way CLOCK keeps it: a block hit since it was last written gets a second
  * chance -- the cleaner writes it again at the head and clears the mark --
- * and a block not hit for a whole pass of the log is dropped.
+ * and a block not hit for a whole pass of the log is dropped.  A new
+ * block starts unreferenced (its hint is 0).  Admission is the default:
+ * every miss.
  */
-#include "engine/cache.h"
 #include "policy/policy.h"
 
-static void *create(struct cache *c, uint64_t blocks) { return (void *)1; }
-static void destroy(void *s) {}
-static bool admit(void *s, struct cache *c, uint64_t oblock, bool free_space) { return true; }
+/* The block's hint: hit since it was last written. */
+#define HINT_REFERENCED (1u << 0)
 
-static void hit(void *s, struct cache *c, uint32_t id)
+static void hit(void *s, uint64_t oblock, uint8_t *hint)
 {
-    CE(&c->idx, id)->flags |= CE_REF;
+    *hint |= HINT_REFERENCED;
 }
 
-static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
+static bool keep(void *s, uint64_t oblock, uint8_t *hint)
 {
-    CE(&c->idx, id)->flags &= (uint16_t)~CE_REF;
-}
-
-static bool keep(void *s, struct cache *c, uint32_t id)
-{
-    struct centry *e = CE(&c->idx, id);
-    if (!(e->flags & CE_REF))
+    if (!(*hint & HINT_REFERENCED))
         return false;
-    e->flags &= (uint16_t)~CE_REF;
+    *hint &= (uint8_t)~HINT_REFERENCED;
     return true;
 }
-
-static void evicted(void *s, struct cache *c, uint64_t oblock) {}
-static uint64_t memory(void *s) { return 0; }
 
 const struct policy_ops policy_lru = {
     .name = "lru",
     .summary = "admit all; second chance for blocks hit since written",
-    .create = create,
-    .destroy = destroy,
-    .admit = admit,
-    .admit_write = admit,
     .hit = hit,
-    .inserted = inserted,
     .keep = keep,
-    .evicted = evicted,
-    .memory = memory,
 };

@@ -1,7 +1,7 @@
 /*
  * s3fifo: S3-FIFO (Yang et al., SOSP 2023) on a log.
  *
- * New blocks enter on probation (CE_SMALL).  When the cleaner reaches a
+ * New blocks enter on probation.  When the cleaner reaches a
  * probation block: used again since admitted -> it moves to the main
  * queue (written again, frequency reset); never used -> dropped, and its
  * number goes to the ghost.  A miss on a block in the ghost skips
@@ -15,19 +15,24 @@
  */
 #include <stdlib.h>
 
-#include "engine/cache.h"
 #include "policy/policy.h"
 #include "util/misc.h"
+
+/* The block's hint, the byte the index keeps for the policy:
+ *   bits 0-1  uses since admitted or promoted, saturating at 3
+ *   bit 2     on probation (the paper's small queue) */
+#define HINT_FREQ 0x3u
+#define HINT_PROBATION (1u << 2)
 
 struct s3 {
     struct ghost *ghost;
     uint64_t from_ghost;        /* admitted straight to main */
 };
 
-static void *create(struct cache *c, uint64_t blocks)
+static void *create(const struct policy_params *params)
 {
     struct s3 *p = tc_xcalloc(1, sizeof *p);
-    p->ghost = ghost_create(blocks / 2 + 64);
+    p->ghost = ghost_create(params->cache_blocks / 2 + 64);
     return p;
 }
 
@@ -38,60 +43,51 @@ static void destroy(void *s)
     free(p);
 }
 
-static bool admit(void *s, struct cache *c, uint64_t oblock, bool free_space) { return true; }
-
 /* A stream is hot when its blocks are in the ghost (dropped recently). */
-static bool stream_hot(void *s, struct cache *c, uint64_t oblock)
+static bool stream_hot(void *s, uint64_t oblock)
 {
     struct s3 *p = s;
     return ghost_contains(p->ghost, oblock);
 }
 
-static void hit(void *s, struct cache *c, uint32_t id)
+static void hit(void *s, uint64_t oblock, uint8_t *hint)
 {
-    struct centry *e = CE(&c->idx, id);
-    if (e->freq < 3)
-        e->freq++;
+    if ((*hint & HINT_FREQ) < 3)
+        (*hint)++;
 }
 
-static void inserted(void *s, struct cache *c, uint32_t id, bool from_miss)
+static void inserted(void *s, uint64_t oblock, uint8_t *hint, bool from_miss)
 {
     struct s3 *p = s;
-    struct centry *e = CE(&c->idx, id);
-    e->freq = 0;
-    if (ghost_contains(p->ghost, e->oblock)) {
-        ghost_remove(p->ghost, e->oblock);
-        e->flags &= (uint16_t)~CE_SMALL;
+    if (ghost_contains(p->ghost, oblock)) {
+        ghost_remove(p->ghost, oblock);
+        *hint = 0;
         p->from_ghost++;
     } else {
-        e->flags |= CE_SMALL;
+        *hint = HINT_PROBATION;
     }
 }
 
-static bool keep(void *s, struct cache *c, uint32_t id)
+static bool keep(void *s, uint64_t oblock, uint8_t *hint)
 {
     struct s3 *p = s;
-    struct centry *e = CE(&c->idx, id);
-    if (e->flags & CE_SMALL) {
-        if (e->freq > 0) {
-            e->flags &= (uint16_t)~CE_SMALL;
-            e->freq = 0;
+    if (*hint & HINT_PROBATION) {
+        if (*hint & HINT_FREQ) {
+            *hint = 0;          /* promoted to main, its uses spent */
             return true;
         }
-        ghost_add(p->ghost, e->oblock);
+        ghost_add(p->ghost, oblock);
         return false;
     }
-    if (e->freq == 0)
+    if ((*hint & HINT_FREQ) == 0)
         return false;
-    e->freq--;
+    (*hint)--;
     return true;
 }
 
-static void evicted(void *s, struct cache *c, uint64_t oblock) {}
-
-static uint64_t memory(void *s)
+static uint64_t memory(const void *s)
 {
-    struct s3 *p = s;
+    const struct s3 *p = s;
     return sizeof *p + ghost_memory(p->ghost);
 }
 
@@ -100,12 +96,9 @@ const struct policy_ops policy_s3fifo = {
     .summary = "probation for new blocks, ghost history, frequency in main",
     .create = create,
     .destroy = destroy,
-    .admit = admit,
-    .admit_write = admit,
     .stream_hot = stream_hot,
     .hit = hit,
     .inserted = inserted,
     .keep = keep,
-    .evicted = evicted,
     .memory = memory,
 };

@@ -12,15 +12,7 @@
 #include "swap/order.h"
 #include "swap/pagemap.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "check.h"
 
 #define MiB (1ull << 20)
 #define SEC 1000000000ull
@@ -265,10 +257,5 @@ int main(void)
     test_cgroup_rules();
     test_ledger();
     test_order();
-    if (failures) {
-        fprintf(stderr, "%d checks failed\n", failures);
-        return 1;
-    }
-    printf("swap_decide: all checks passed\n");
-    return 0;
+    return check_exit("swap_decide");
 }
