@@ -167,7 +167,10 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
                      "device", path);
             goto out;
         }
-        devs[n] = dev_file_open_as(&r, path, "cache device", false, err, errlen);
+        devs[n] = dev_is_mem(path) ? dev_mem_open_as(&r, path, "cache device", false, err,
+                                                     errlen)
+                                   : dev_file_open_as(&r, path, "cache device", false, err,
+                                                      errlen);
         if (devs[n] == NULL)
             goto out;
         for (unsigned j = 0; j < n; j++) {
@@ -261,7 +264,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     /* All checks passed: allocate the cache files, then write. */
     memset(res, 0, sizeof *res);
     for (unsigned i = 0; i < n; i++) {
-        if (devs[i]->is_block_device)
+        if (devs[i]->is_block_device || dev_is_mem(o->caches[i]))
             continue;
         res->files++;
         uint64_t missing, avail;

@@ -75,7 +75,7 @@ static void sleep_ms(unsigned ms)
 
 bool claim_local_path(const char *name, char *out, size_t len)
 {
-    if (dev_is_nbd_uri(name))
+    if (dev_is_nbd_uri(name) || dev_is_mem(name))
         return false;
     if (strncmp(name, "testdev:", 8) == 0) {
         name += 8;
@@ -196,6 +196,10 @@ int claim_check_paths(const char *origin, const char *const *caches, char *err, 
     if (have_origin && claim_stat(p, "origin", &oid, err, errlen) < 0)
         return -1;
     for (unsigned i = 0; caches && caches[i] && i < TC_MAX_DEVICES; i++) {
+        if (dev_is_mem(caches[i])) {
+            ids[i] = (struct claim_id){ .ino = 0 };
+            continue;       /* in the process: no one else can reach it */
+        }
         if (!claim_local_path(caches[i], p, sizeof p)) {
             snprintf(err, errlen, "--cache %s: a cache device must be a local file or block "
                      "device", caches[i]);

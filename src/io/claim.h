@@ -24,7 +24,7 @@ struct claim_id {
 };
 
 /* The path inside a local device name ("testdev:PATH?opts" -> PATH) into
- * out; false for an NBD URI (nothing local to claim). */
+ * out; false for an NBD URI or a memory device (nothing to claim). */
 bool claim_local_path(const char *name, char *out, size_t len);
 
 /* stat() a local path: 0 if it is a regular file or a block device (id

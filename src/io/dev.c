@@ -32,6 +32,8 @@ struct tc_dev *dev_open_local_as(struct tc_reactor *r, const char *path, const c
 {
     if (strncmp(path, "testdev:", 8) == 0)
         return dev_test_open_as(r, path, role, read_only, err, errlen);
+    if (dev_is_mem(path))
+        return dev_mem_open_as(r, path, role, read_only, err, errlen);
     return dev_file_open_as(r, path, role, read_only, err, errlen);
 }
 

@@ -152,7 +152,19 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
  * for tests (dev_test.c). */
 struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_only, char *err,
                              size_t errlen);
-/* A local device: a file or block device, or a testdev: wrapper of one. */
+/* "mem:NAME": a device in the process's memory (dev_mem.c), for replay.
+ * It is created with a size (a multiple of 4096) before it is opened,
+ * keeps its contents across opens, and is freed by dev_mem_destroy() at
+ * its last close.  Stores only pages that are not all zero. */
+bool dev_is_mem(const char *path);
+int dev_mem_create(const char *name, uint64_t size, char *err, size_t errlen);
+void dev_mem_destroy(const char *name);
+struct tc_dev *dev_mem_open_as(struct tc_reactor *r, const char *spec, const char *role,
+                               bool read_only, char *err, size_t errlen);
+/* Bytes a memory device holds (pages that are not all zero). */
+uint64_t dev_mem_stored_bytes(const struct tc_dev *dev);
+/* A local device: a file or block device, a testdev: wrapper of one, or a
+ * memory device. */
 struct tc_dev *dev_open_local(struct tc_reactor *r, const char *path, bool read_only,
                               char *err, size_t errlen);
 bool dev_is_nbd_uri(const char *path);

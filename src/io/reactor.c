@@ -175,8 +175,9 @@ static void reap(struct tc_reactor *r)
 
 void reactor_poll(struct tc_reactor *r, uint64_t timeout_ns)
 {
-    run_tasks(r);
-    if (r->task_head)
+    /* Tasks that ran may have finished what the caller waits for (a
+     * request a device completed at once, through a task): then no wait. */
+    if (run_tasks(r) || r->task_head)
         timeout_ns = 0;
     if (r->heap_len > 0) {
         uint64_t now = tc_now_ns();

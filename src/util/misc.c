@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+_Thread_local uint64_t tc_virtual_now_ns;
+
 void tc_uuid_generate(uint8_t uuid[16])
 {
     size_t got = 0;

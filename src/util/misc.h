@@ -14,8 +14,16 @@
 #define TC_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
+/* A virtual clock: while non-zero, tc_now_ns() returns it on this thread
+ * instead of reading CLOCK_MONOTONIC.  Replay (src/replay/engine.c) sets
+ * it to the trace's time so the engine's timers and idle rules follow the
+ * trace, not the speed of the replay. */
+extern _Thread_local uint64_t tc_virtual_now_ns;
+
 static inline uint64_t tc_now_ns(void)
 {
+    if (tc_virtual_now_ns)
+        return tc_virtual_now_ns;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;

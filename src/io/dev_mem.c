@@ -1,0 +1,344 @@
+/*
+ * Memory devices: "mem:NAME", a device that lives in the process.
+ *
+ * Replay (src/replay/engine.c) runs the real engine over a trace with no
+ * device I/O: its origin and cache devices are memory devices.  They must
+ * cost little in time and in memory whatever their size, so a device
+ * stores only the 4 KiB pages written with something other than zeroes,
+ * in a hash table by page number; a page written with zeroes is dropped,
+ * and a page never written (or dropped) reads as zeroes.  Replay writes
+ * zero buffers and its origin reads as zeroes, so cached data costs
+ * nothing, while what the engine writes for itself (superblocks, chunk
+ * headers, the shutdown snapshot) is kept and reads back exactly: every
+ * checksum the engine verifies still matches.
+ *
+ * A device is created by name with a size (dev_mem_create()), then opened
+ * and closed as often as needed (format, then the volume); its contents
+ * live until dev_mem_destroy() and the last close.  Requests complete
+ * without a system call: the work is done at submission and the
+ * completion is reported from the reactor's deferred tasks (dev.c), never
+ * inside dev_submit().  Flush, trim and write-zeroes are supported (trim
+ * and write-zeroes drop the pages); block status is not offered.
+ *
+ * The registry of names is shared by the threads of a process (a lock);
+ * one device is used by one reactor at a time.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/dev.h"
+#include "util/misc.h"
+
+#define PAGE 4096u
+#define EMPTY UINT64_MAX
+
+/*
+ * One memory device's contents: an open-addressing hash table (linear
+ * probing, deletion by backward shift, no tombstones) from page number to
+ * a 4 KiB page, holding only pages that are not all zero.
+ */
+struct mem_store {
+    char *name;
+    uint64_t size;
+    uint64_t *keys;             /* page numbers, EMPTY for a free slot */
+    uint8_t **pages;
+    size_t cap;                 /* a power of two */
+    size_t count;
+    unsigned opens;
+    bool destroyed;             /* freed at its last close */
+    struct mem_store *next;     /* the registry */
+};
+
+struct dev_mem {
+    struct tc_dev dev;
+    struct mem_store *st;
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mem_store *registry;
+
+bool dev_is_mem(const char *path)
+{
+    return strncmp(path, "mem:", 4) == 0;
+}
+
+/* ---- the page table ---- */
+
+static size_t slot_of(const struct mem_store *s, uint64_t page)
+{
+    uint64_t h = page * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 17) & (s->cap - 1);
+}
+
+static size_t find(const struct mem_store *s, uint64_t page)
+{
+    size_t i = slot_of(s, page);
+    while (s->keys[i] != EMPTY && s->keys[i] != page)
+        i = (i + 1) & (s->cap - 1);
+    return i;
+}
+
+static void table_alloc(struct mem_store *s, size_t cap)
+{
+    s->cap = cap;
+    s->keys = tc_xmalloc(cap * sizeof *s->keys);
+    s->pages = tc_xcalloc(cap, sizeof *s->pages);
+    for (size_t i = 0; i < cap; i++)
+        s->keys[i] = EMPTY;
+}
+
+static void grow(struct mem_store *s)
+{
+    uint64_t *keys = s->keys;
+    uint8_t **pages = s->pages;
+    size_t cap = s->cap;
+    table_alloc(s, cap * 2);
+    for (size_t i = 0; i < cap; i++) {
+        if (keys[i] == EMPTY)
+            continue;
+        size_t j = find(s, keys[i]);
+        s->keys[j] = keys[i];
+        s->pages[j] = pages[i];
+    }
+    free(keys);
+    free(pages);
+}
+
+static void drop(struct mem_store *s, uint64_t page)
+{
+    size_t i = find(s, page);
+    if (s->keys[i] == EMPTY)
+        return;
+    free(s->pages[i]);
+    s->count--;
+    /* Backward shift: move later entries of the cluster into the hole
+     * unless their home slot lies cyclically in (hole, entry]. */
+    size_t hole = i;
+    for (size_t j = (i + 1) & (s->cap - 1); s->keys[j] != EMPTY; j = (j + 1) & (s->cap - 1)) {
+        size_t home = slot_of(s, s->keys[j]);
+        bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (stays)
+            continue;
+        s->keys[hole] = s->keys[j];
+        s->pages[hole] = s->pages[j];
+        hole = j;
+    }
+    s->keys[hole] = EMPTY;
+    s->pages[hole] = NULL;
+}
+
+static bool all_zero(const uint8_t *p)
+{
+    const uint64_t *w = (const uint64_t *)p;
+    uint64_t acc = 0;
+    for (unsigned i = 0; i < PAGE / 8; i += 8)
+        acc |= w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] |
+               w[i + 7];
+    return acc == 0;
+}
+
+static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
+{
+    if (all_zero(src)) {
+        if (s->count)
+            drop(s, page);
+        return;
+    }
+    size_t i = find(s, page);
+    if (s->keys[i] == EMPTY) {
+        if (2 * (s->count + 1) > s->cap) {
+            grow(s);
+            i = find(s, page);
+        }
+        s->keys[i] = page;
+        s->pages[i] = tc_xmalloc(PAGE);
+        s->count++;
+    }
+    memcpy(s->pages[i], src, PAGE);
+}
+
+static void load_page(const struct mem_store *s, uint64_t page, uint8_t *dst)
+{
+    if (s->count) {
+        size_t i = find(s, page);
+        if (s->keys[i] != EMPTY) {
+            memcpy(dst, s->pages[i], PAGE);
+            return;
+        }
+    }
+    memset(dst, 0, PAGE);
+}
+
+static void store_free(struct mem_store *s)
+{
+    for (size_t i = 0; i < s->cap; i++)
+        free(s->pages[i]);
+    free(s->keys);
+    free(s->pages);
+    free(s->name);
+    free(s);
+}
+
+/* ---- the registry ---- */
+
+static struct mem_store *lookup(const char *name)
+{
+    for (struct mem_store *s = registry; s; s = s->next)
+        if (strcmp(s->name, name) == 0)
+            return s;
+    return NULL;
+}
+
+int dev_mem_create(const char *name, uint64_t size, char *err, size_t errlen)
+{
+    if (size == 0 || size % PAGE) {
+        snprintf(err, errlen, "memory device mem:%s: size %llu is not a positive multiple of "
+                 "4096", name, (unsigned long long)size);
+        return -1;
+    }
+    pthread_mutex_lock(&registry_lock);
+    if (lookup(name)) {
+        pthread_mutex_unlock(&registry_lock);
+        snprintf(err, errlen, "memory device mem:%s exists already", name);
+        return -1;
+    }
+    struct mem_store *s = tc_xcalloc(1, sizeof *s);
+    s->name = tc_xstrdup(name);
+    s->size = size;
+    table_alloc(s, 64);
+    s->next = registry;
+    registry = s;
+    pthread_mutex_unlock(&registry_lock);
+    return 0;
+}
+
+void dev_mem_destroy(const char *name)
+{
+    pthread_mutex_lock(&registry_lock);
+    struct mem_store **pp = &registry;
+    while (*pp && strcmp((*pp)->name, name) != 0)
+        pp = &(*pp)->next;
+    struct mem_store *s = *pp;
+    if (s) {
+        *pp = s->next;
+        s->destroyed = true;
+        if (s->opens == 0)
+            store_free(s);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+uint64_t dev_mem_stored_bytes(const struct tc_dev *dev)
+{
+    const struct dev_mem *m = container_of(dev, const struct dev_mem, dev);
+    return (uint64_t)m->st->count * PAGE;
+}
+
+/* ---- the device ---- */
+
+static void mem_submit(struct tc_dev *dev, struct tc_dev_io *dio)
+{
+    struct dev_mem *m = container_of(dev, struct dev_mem, dev);
+    struct mem_store *s = m->st;
+    if (dio->op == TC_DEV_FLUSH) {
+        dev_complete(dio, 0);
+        return;
+    }
+    if (dio->op == TC_DEV_BLOCK_STATUS) {
+        dev_complete(dio, -EOPNOTSUPP);
+        return;
+    }
+    if (dio->off > s->size || dio->len > s->size - dio->off) {
+        dev_complete(dio, -EIO);
+        return;
+    }
+    if (dio->op != TC_DEV_READ && dev->read_only) {
+        dev_complete(dio, -EROFS);
+        return;
+    }
+    if ((dio->op == TC_DEV_READ || dio->op == TC_DEV_WRITE) &&
+        ((dio->off | dio->len) % PAGE || (uintptr_t)dio->buf % PAGE)) {
+        dev_complete(dio, -EINVAL);
+        return;
+    }
+    uint64_t first = dio->off / PAGE, n = dio->len / PAGE;
+    uint8_t *buf = dio->buf;
+    switch (dio->op) {
+    case TC_DEV_READ:
+        for (uint64_t i = 0; i < n; i++)
+            load_page(s, first + i, buf + i * PAGE);
+        break;
+    case TC_DEV_WRITE:
+        for (uint64_t i = 0; i < n; i++)
+            store_page(s, first + i, buf + i * PAGE);
+        break;
+    default:    /* trim, write-zeroes: whole pages inside the range read as zeroes */
+        first = tc_round_up(dio->off, PAGE) / PAGE;
+        uint64_t end = (dio->off + dio->len) / PAGE;
+        if (s->count && end > first) {
+            if (end - first < s->cap) {
+                for (uint64_t p = first; p < end && s->count; p++)
+                    drop(s, p);
+            } else {
+                for (size_t i = 0; i < s->cap;) {
+                    if (s->keys[i] != EMPTY && s->keys[i] >= first && s->keys[i] < end)
+                        drop(s, s->keys[i]);    /* may shift another entry into i */
+                    else
+                        i++;
+                }
+            }
+        }
+        break;
+    }
+    dio->done_bytes = dio->len;
+    dev_complete(dio, 0);
+}
+
+static void mem_close(struct tc_dev *dev)
+{
+    struct dev_mem *m = container_of(dev, struct dev_mem, dev);
+    pthread_mutex_lock(&registry_lock);
+    struct mem_store *s = m->st;
+    if (--s->opens == 0 && s->destroyed)
+        store_free(s);
+    pthread_mutex_unlock(&registry_lock);
+    free(m->dev.name);
+    free(m);
+}
+
+static const struct tc_dev_ops mem_ops = { .submit = mem_submit, .close = mem_close };
+
+struct tc_dev *dev_mem_open_as(struct tc_reactor *r, const char *spec, const char *role,
+                               bool read_only, char *err, size_t errlen)
+{
+    const char *name = spec + (dev_is_mem(spec) ? 4 : 0);
+    pthread_mutex_lock(&registry_lock);
+    struct mem_store *s = lookup(name);
+    if (s)
+        s->opens++;
+    pthread_mutex_unlock(&registry_lock);
+    if (s == NULL) {
+        snprintf(err, errlen, "%s %s: no such memory device", role, spec);
+        return NULL;
+    }
+    struct dev_mem *m = tc_xcalloc(1, sizeof *m);
+    m->st = s;
+    struct tc_dev *d = &m->dev;
+    d->ops = &mem_ops;
+    d->reactor = r;
+    d->name = tc_xstrdup(spec);
+    d->size = s->size;
+    d->logical_block = 512;
+    d->read_only = read_only;
+    d->direct_io = true;            /* no second copy anywhere */
+    d->can_trim = true;
+    d->can_zero = true;
+    d->can_fua = true;
+    d->can_flush = true;
+    d->rotational = false;
+    snprintf(d->identity, sizeof d->identity, "mem:%s", name);
+    return d;
+}

@@ -1,0 +1,373 @@
+/*
+ * Engine replay: the real engine over memory devices, fed a trace.
+ *
+ * A cache set is formatted in the process on a memory device (io/dev_mem.c)
+ * of the requested size, in front of a memory origin of the volume's size,
+ * and opened as `serve` opens it (tc_volume_open() with serve's defaults
+ * and the chosen policy, mode, cutoff and fill).  Each request of the trace
+ * is then submitted through tc_submit() and waited for before the next one
+ * (queue depth 1): the same index, admission, eviction, segment, cleaner
+ * and capacity code as serve, and the figures `status --json` shows under
+ * volume.cache, read from the engine's own counters.
+ *
+ * Data: client writes carry a zero buffer, and the origin reads as zeroes,
+ * so cached data costs no memory; the engine's own metadata is kept by the
+ * memory device and checked as on real devices (every checksum holds).
+ *
+ * Time: the engine's clock is virtual during replay (util/misc.h,
+ * tc_virtual_now_ns): before each request it is moved to the request's
+ * time in the trace, and timers falling due on the way run at their own
+ * deadlines, in order.  So idle detection (writeback after 1 s without
+ * client I/O), chunk sealing and the other timed rules see the trace's
+ * pacing, not the replay's speed, and a replay is deterministic.  Devices
+ * answer instantly in that time: a request takes no virtual time, and
+ * background work (writeback, cleaning) finishes between two requests
+ * however close they are -- the one difference from serve, where it
+ * competes with the requests for real devices.  When the engine waits for
+ * a timer to complete a request, the clock jumps to that timer.
+ *
+ * Requests: reads and writes as themselves with zero buffers, flush,
+ * trim, write-zeroes and cache likewise; block status is skipped.  A
+ * request past the volume's end is clipped to it, or skipped if it starts
+ * there (both counted in the log line at the end, not in the result).
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/cache.h"
+#include "engine/engine.h"
+#include "format/format.h"
+#include "io/dev.h"
+#include "io/reactor.h"
+#include "replay/replay.h"
+#include "tiercache.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "util/parse.h"
+
+/* Stuck: no task, no I/O and no timer, and the request not done. */
+#define MAX_SAME_TIME_STEPS 1000000
+
+/* One replay run: its devices, volume and the request in flight. */
+struct rep {
+    struct tc_reactor r;
+    bool reactor_ok;
+    char origin[64], cache[64];     /* "mem:NAME" */
+    bool origin_made, cache_made;
+    struct tc_volume *vol;
+    uint64_t size;                  /* the volume's */
+    uint64_t t0, now;               /* virtual clock: its base and its value */
+    uint8_t *wbuf, *rbuf;           /* zeroes for writes; room for reads */
+    size_t buflen;
+    struct tc_request req;
+    bool done;
+    int err;
+    bool closed;
+    uint64_t clipped, skipped, failed, unknown;
+};
+
+static atomic_uint run_counter;
+
+static void set_clock(struct rep *p, uint64_t t)
+{
+    if (t > p->now)
+        p->now = t;
+    tc_virtual_now_ns = p->now;
+}
+
+/* Run every task queued and every timer due at the current time. */
+static void settle(struct rep *p)
+{
+    unsigned steps = 0;
+    while ((p->r.task_head || p->r.inflight) && steps++ < MAX_SAME_TIME_STEPS)
+        reactor_poll(&p->r, 0);
+}
+
+/* Move the clock to t, running the timers due on the way at their
+ * deadlines. */
+static void advance_to(struct rep *p, uint64_t t)
+{
+    settle(p);
+    while (p->r.heap_len > 0 && p->r.heap[0]->deadline <= t) {
+        set_clock(p, p->r.heap[0]->deadline);
+        reactor_poll(&p->r, 0);
+        settle(p);
+    }
+    set_clock(p, t);
+}
+
+/* Run the reactor until *flag; false if nothing is left that could set it. */
+static bool wait_for(struct rep *p, const bool *flag)
+{
+    unsigned same = 0;
+    while (!*flag) {
+        if (p->r.task_head) {
+            reactor_poll(&p->r, 0);
+        } else if (p->r.inflight) {
+            reactor_poll(&p->r, 1000000);
+        } else if (p->r.heap_len > 0) {
+            /* Waiting on a timer: its time has come. */
+            uint64_t before = p->now;
+            set_clock(p, p->r.heap[0]->deadline);
+            reactor_poll(&p->r, 0);
+            if (p->now == before && ++same > MAX_SAME_TIME_STEPS)
+                return false;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void req_done(struct tc_request *req, int err)
+{
+    struct rep *p = req->priv;
+    p->err = err;
+    p->done = true;
+}
+
+static void volume_closed(void *arg, int err)
+{
+    struct rep *p = arg;
+    p->err = err;
+    p->closed = true;
+}
+
+static void grow_buffers(struct rep *p, size_t len)
+{
+    if (len <= p->buflen)
+        return;
+    size_t n = p->buflen ? p->buflen : (1u << 20);
+    while (n < len)
+        n *= 2;
+    free(p->wbuf);
+    free(p->rbuf);
+    p->wbuf = tc_alloc_aligned(n);
+    p->rbuf = tc_alloc_aligned(n);
+    memset(p->wbuf, 0, n);
+    p->buflen = n;
+}
+
+/* The volume's size: given, the native header's, or the end of the
+ * highest request (a pass over the trace), rounded up to `round`. */
+static int volume_size(const struct replay_trace *t, uint64_t given, uint64_t round,
+                       uint64_t *out, char *err, size_t errlen)
+{
+    if (given) {
+        *out = tc_round_up(given, round);
+        return 0;
+    }
+    struct tc_trace_reader *rd = trace_reader_open(t->path, t->format, &t->opt, err, errlen);
+    if (rd == NULL)
+        return -1;
+    uint64_t size = trace_reader_volume_size(rd), end = 0;
+    int rc = 0;
+    if (size == 0) {
+        struct tc_trace_req q;
+        while ((rc = trace_reader_next(rd, &q, err, errlen)) == 1)
+            if (q.op != TC_OP_FLUSH && q.offset + q.length > end)
+                end = q.offset + q.length;
+        size = end;
+    }
+    trace_reader_close(rd);
+    if (rc < 0)
+        return -1;
+    if (size == 0) {
+        snprintf(err, errlen, "%s: the trace names no volume size and no request with a range; "
+                 "give the volume size", t->path);
+        return -1;
+    }
+    *out = tc_round_up(size, round);
+    return 0;
+}
+
+static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t block,
+                 char *err, size_t errlen)
+{
+    unsigned id = atomic_fetch_add(&run_counter, 1);
+    snprintf(p->origin, sizeof p->origin, "mem:replay-%d-%u-origin", (int)getpid(), id);
+    snprintf(p->cache, sizeof p->cache, "mem:replay-%d-%u-cache", (int)getpid(), id);
+    if (dev_mem_create(p->origin + 4, p->size, err, errlen) < 0)
+        return -1;
+    p->origin_made = true;
+    uint64_t cache_bytes = tc_round_down(cfg->cache_bytes, TC_SECTOR);
+    if (cache_bytes == 0) {
+        snprintf(err, errlen, "cache size %llu: must be at least 4096 bytes",
+                 (unsigned long long)cfg->cache_bytes);
+        return -1;
+    }
+    if (dev_mem_create(p->cache + 4, cache_bytes, err, errlen) < 0)
+        return -1;
+    p->cache_made = true;
+
+    const char *caches[2] = { p->cache, NULL };
+    struct tc_format_opts fo = { .caches = caches, .origin = p->origin, .block_size = block };
+    struct tc_format_result fr;
+    char ferr[512];
+    if (tc_format(&fo, &fr, ferr, sizeof ferr) < 0) {
+        snprintf(err, errlen, "cache size %llu, block size %u: %s",
+                 (unsigned long long)cfg->cache_bytes, block, ferr);
+        return -1;
+    }
+    if (reactor_init(&p->r, 64) < 0) {
+        snprintf(err, errlen, "io_uring: %s", strerror(errno));
+        return -1;
+    }
+    p->reactor_ok = true;
+
+    /* From here on the engine lives on the trace's clock. */
+    p->t0 = p->now = tc_now_ns();
+    set_clock(p, p->t0);
+    struct tc_volume_config vc;
+    tc_volume_config_defaults(&vc);
+    vc.origin = p->origin;
+    vc.caches = caches;
+    vc.mode = (enum tc_mode)cfg->mode;
+    if (cfg->policy)
+        vc.policy = cfg->policy;
+    if (cfg->sequential_cutoff != UINT64_MAX)
+        vc.sequential_cutoff = cfg->sequential_cutoff;
+    if (cfg->fill >= 0)
+        vc.fill = (enum tc_fill)cfg->fill;
+    p->vol = tc_volume_open(&p->r, &vc, err, errlen);
+    return p->vol ? 0 : -1;
+}
+
+/* Submit one request and wait for it. */
+static int run_one(struct rep *p, const struct tc_trace_req *q, char *err, size_t errlen)
+{
+    if (q->op > TC_OP_BLOCK_STATUS) {
+        p->unknown++;
+        return 0;
+    }
+    if (q->op == TC_OP_BLOCK_STATUS)
+        return 0;
+    uint64_t off = q->offset, len = q->length;
+    if (q->op != TC_OP_FLUSH) {
+        if (len == 0 || off >= p->size) {
+            p->skipped++;
+            return 0;
+        }
+        if (len > p->size - off) {
+            len = p->size - off;
+            p->clipped++;
+        }
+    } else {
+        off = len = 0;
+    }
+    advance_to(p, p->t0 + q->time_ns);
+    struct tc_request *req = &p->req;
+    memset(req, 0, sizeof *req);
+    req->op = (enum tc_op)q->op;
+    req->flags = q->flags & (TC_REQ_FUA | TC_REQ_NO_HOLE | TC_REQ_FAST_ZERO);
+    req->offset = off;
+    req->length = len;
+    if (req->op == TC_OP_READ || req->op == TC_OP_WRITE) {
+        grow_buffers(p, len);
+        req->buf = req->op == TC_OP_READ ? p->rbuf : p->wbuf;
+    }
+    req->done = req_done;
+    req->priv = p;
+    p->done = false;
+    tc_submit(p->vol, req);
+    if (!wait_for(p, &p->done)) {
+        snprintf(err, errlen, "%s of %llu bytes at offset %llu never completed (the engine "
+                 "waits for nothing that could end it)", q->op == TC_OP_READ ? "read" : "request",
+                 (unsigned long long)len, (unsigned long long)off);
+        return -1;
+    }
+    if (p->err)
+        p->failed++;
+    return 0;
+}
+
+static void teardown(struct rep *p)
+{
+    if (p->vol) {
+        p->closed = false;
+        tc_volume_close(p->vol, volume_closed, p);
+        if (!wait_for(p, &p->closed))
+            tc_warn("replay: the volume did not finish closing");
+        settle(p);
+        tc_volume_free(p->vol);
+        p->vol = NULL;
+    }
+    tc_virtual_now_ns = 0;
+    if (p->reactor_ok)
+        reactor_fini(&p->r);
+    if (p->cache_made)
+        dev_mem_destroy(p->cache + 4);
+    if (p->origin_made)
+        dev_mem_destroy(p->origin + 4);
+    free(p->wbuf);
+    free(p->rbuf);
+}
+
+int replay_engine(const struct replay_trace *t, const struct replay_engine_config *cfg,
+                  struct replay_result *out, char *err, size_t errlen)
+{
+    uint32_t block = cfg->block_bytes ? (uint32_t)cfg->block_bytes : TC_DEFAULT_BLOCK_SIZE;
+    if (cfg->block_bytes > TC_MAX_BLOCK_SIZE || !tc_is_pow2(block) || block < TC_MIN_BLOCK_SIZE) {
+        snprintf(err, errlen, "block size %llu: must be a power of two from 4K to 1M",
+                 (unsigned long long)cfg->block_bytes);
+        return -1;
+    }
+    uint64_t t_start = tc_now_ns();
+    struct rep *p = tc_xcalloc(1, sizeof *p);
+    struct tc_trace_reader *rd = NULL;
+    int rc = -1;
+    memset(out, 0, sizeof *out);
+    snprintf(out->policy, sizeof out->policy, "%s", cfg->policy ? cfg->policy : "default");
+    out->cache_bytes = cfg->cache_bytes;
+    out->block_bytes = block;
+
+    if (volume_size(t, cfg->volume_bytes, block, &p->size, err, errlen) < 0)
+        goto out;
+    if (setup(p, cfg, block, err, errlen) < 0)
+        goto out;
+    rd = trace_reader_open(t->path, t->format, &t->opt, err, errlen);
+    if (rd == NULL)
+        goto out;
+    struct cache_stats *st = &p->vol->cache->st;
+    struct tc_trace_req q;
+    int n;
+    while ((n = trace_reader_next(rd, &q, err, errlen)) == 1) {
+        out->requests++;
+        uint64_t wh = st->write_hits;
+        if (run_one(p, &q, err, errlen) < 0)
+            goto out;
+        if (q.op == TC_OP_READ && q.length && q.offset < p->size) {
+            out->reads++;
+            out->read_bytes += TC_MIN((uint64_t)q.length, p->size - q.offset);
+        } else if (q.op == TC_OP_WRITE && q.length && q.offset < p->size) {
+            out->writes++;
+            out->write_hits += st->write_hits != wh;
+        }
+    }
+    if (n < 0)
+        goto out;
+    out->read_hits = st->read_hits;
+    out->read_misses = st->read_misses;
+    out->read_hit_bytes = st->read_hit_bytes;
+    out->read_miss_bytes = st->read_miss_bytes;
+    out->promotions = st->promotions;
+    out->evictions = st->demotions;
+    if (p->clipped || p->skipped || p->failed || p->unknown)
+        tc_info("replay %s: %llu requests past the volume's end (%llu bytes) clipped, %llu "
+                "skipped; %llu failed; %llu of unknown kinds", t->path,
+                (unsigned long long)p->clipped, (unsigned long long)p->size,
+                (unsigned long long)p->skipped, (unsigned long long)p->failed,
+                (unsigned long long)p->unknown);
+    rc = 0;
+out:
+    if (rd)
+        trace_reader_close(rd);
+    teardown(p);
+    free(p);
+    out->seconds = (double)(tc_now_ns() - t_start) / 1e9;
+    return rc;
+}
