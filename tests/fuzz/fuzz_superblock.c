@@ -40,7 +40,11 @@ static void normalize(struct tc_superblock *sb)
 
 static void check_valid(const struct tc_superblock *sb)
 {
-    CHECK(sb->version == TC_FORMAT_VERSION);
+    /* Version 2 is version 1 with the abandonment mark (ondisk.h). */
+    CHECK(sb->version == TC_FORMAT_VERSION || sb->version == TC_SB_VERSION_ABANDONED);
+    CHECK((sb->version == TC_SB_VERSION_ABANDONED) == !!(sb->flags & TC_SB_ABANDONED));
+    CHECK(!(sb->flags & TC_SB_ABANDONED) ||
+          (sb->abandoned_seq > 0 && sb->abandoned_seq < TC_SEQ_LIMIT));
     CHECK(sb->block_size >= TC_MIN_BLOCK_SIZE && sb->block_size <= TC_MAX_BLOCK_SIZE);
     CHECK((sb->block_size & (sb->block_size - 1)) == 0);
     CHECK(sb->segment_size >= TC_MIN_SEGMENT_SIZE && sb->segment_size <= TC_MAX_SEGMENT_SIZE);
