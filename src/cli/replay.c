@@ -128,11 +128,13 @@ struct replay_args {
     double rate;
     uint64_t max_size;
     uint64_t points;
+    bool points_given;
     const char *csv;
     uint64_t mrc_sizes[MAX_LIST];   /* --sizes */
     unsigned mrc_nsizes;
     bool mrc_sizes_given;
     bool engine_only_set;           /* --mode, --fill or --sequential-cutoff */
+    bool mrc_only_set;              /* --sample-rate, --sizes, --max-size, --points, --csv */
 };
 
 /* "64M,1G" into sizes; exits with a message naming the bad one. */
@@ -479,6 +481,7 @@ int cmd_replay(int argc, char **argv)
         case OPT_SIZES:
             a.mrc_nsizes = parse_sizes("--sizes", optarg, a.mrc_sizes);
             a.mrc_sizes_given = true;
+            a.mrc_only_set = true;
             break;
         case OPT_POLICY:
             policy_list = optarg;
@@ -528,6 +531,7 @@ int cmd_replay(int argc, char **argv)
             if (errno || end == optarg || *end || !(a.rate > 0 && a.rate <= 1))
                 tc_die(2, "--sample-rate '%s': a fraction above 0, at most 1 (such as 0.01)",
                        optarg);
+            a.mrc_only_set = true;
             break;
         }
         case OPT_MAX_SIZE:
@@ -535,13 +539,17 @@ int cmd_replay(int argc, char **argv)
                 tc_die(2, "%s", err);
             if (a.max_size == 0)
                 tc_die(2, "--max-size %s: must be above 0", optarg);
+            a.mrc_only_set = true;
             break;
         case OPT_POINTS:
             if (tc_parse_uint("--points", optarg, 2, MAX_LIST, &a.points, err, sizeof err) < 0)
                 tc_die(2, "%s", err);
+            a.points_given = true;
+            a.mrc_only_set = true;
             break;
         case OPT_CSV:
             a.csv = optarg;
+            a.mrc_only_set = true;
             break;
         case 'h':
             cli_print(replay_help);
@@ -568,13 +576,13 @@ int cmd_replay(int argc, char **argv)
                        a.policies[i], policy_names(), replay_reference_names());
     }
     if (a.mrc) {
-        if (a.mrc_sizes_given && (a.max_size || a.points != 20))
+        if (a.mrc_sizes_given && (a.max_size || a.points_given))
             tc_die(2, "replay --mrc: give --sizes, or --max-size and --points, not both");
         int rc = run_mrc(&a);
         free(a.policies);
         return rc;
     }
-    if (a.mrc_sizes_given || a.max_size || a.csv || a.points != 20 || a.rate != 0.01)
+    if (a.mrc_only_set)
         tc_die(2, "replay: --sizes, --max-size, --points, --sample-rate and --csv go with "
                "--mrc");
     if (!policy_list) {
