@@ -18,6 +18,7 @@ int cmd_check(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_trace_info(int argc, char **argv);
 int cmd_trace_convert(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 
 /* The status JSON of the daemon on control socket ctl_path (free with

@@ -24,6 +24,7 @@ static const char main_help[] =
 "  dump           print a cache set's layout\n"
 "  trace-info     summarise a request trace (serve --trace, or a published one)\n"
 "  trace-convert  rewrite a published block trace as a tiercache trace\n"
+"  replay         what caches of given sizes and policies would do with a trace\n"
 "  swap-prefetch  bring swapped-out memory back into RAM while idle\n"
 "  version        print the version\n"
 "\n"
@@ -48,6 +49,7 @@ static const struct command commands[] = {
     { "dump", cmd_dump },
     { "trace-info", cmd_trace_info },
     { "trace-convert", cmd_trace_convert },
+    { "replay", cmd_replay },
     { "swap-prefetch", cmd_swap_prefetch },
 };
 

@@ -83,8 +83,11 @@ int replay_reference(const struct replay_trace *t, const char *name, uint64_t ca
 /* An LRU miss-ratio curve over block_bytes blocks from one pass, by SHARDS
  * (Waldspurger et al., FAST 2015): only blocks whose hash falls under
  * rate * 2^64 are tracked, and their reuse distances are scaled by
- * 1 / rate.  rate 1 is exact.  miss[i] receives the read miss ratio (by
- * request) of an LRU cache of sizes[i] bytes. */
+ * 1 / rate.  rate 1 is exact.  miss[i] receives the read miss ratio of
+ * an LRU cache of sizes[i] bytes per block read (the blocks a request
+ * touches are accesses as in the reference simulators: a sample of blocks
+ * cannot tell whether all of a request hit; for one-block requests this
+ * is the ratio by request, and rate 1 equals ref-lru's). */
 int replay_mrc_shards(const struct replay_trace *t, uint64_t block_bytes, double rate,
                       const uint64_t *sizes, size_t nsizes, double *miss, char *err,
                       size_t errlen);

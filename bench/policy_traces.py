@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""bench/policy_traces.py DIR SCALE: synthetic block traces for the policy
+workload, written once into DIR as native tiercache traces (the format of
+serve --trace, src/trace/trace.h).  4 KiB requests unless said.
+
+  zipf        zipf(0.9) reads over 64K blocks (ranks scattered)
+  hotscan     a hot set of 2K blocks read 2 times in 3, and one-pass
+              sequential scans of new blocks in between
+  loop        a loop over 12K blocks, plus zipf reads: LRU's worst case
+  writeonce   issue 18's git checkout: a 9.5K-block pack written once then
+              read again after each of 5 floods of 20K blocks written once
+              and never read, with small zipf metadata reads throughout
+
+SCALE small makes 200K requests per trace, default 1M.
+"""
+import os
+import random
+import struct
+import sys
+
+BS = 4096
+
+
+def crc32c(data):
+    crc = 0xffffffff
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xffffffff
+
+
+def write(path, reqs):
+    h = bytearray(b"TCTRACE\n" + struct.pack("<IIIIQQII", 1, 64, 24, 0, 0, 0, 0, 0) + bytes(16))
+    struct.pack_into("<I", h, 44, crc32c(bytes(h)))
+    rec = struct.Struct("<QQIBBH")
+    buf = bytearray(rec.size * len(reqs))
+    for i, (op, block, nblocks) in enumerate(reqs):
+        rec.pack_into(buf, i * rec.size, i * 100000, block * BS, nblocks * BS, op, 0, 0)
+    tmp = path + ".partial"
+    with open(tmp, "wb") as f:
+        f.write(bytes(h))
+        f.write(bytes(buf))
+    os.rename(tmp, path)
+
+
+class Zipf:
+    def __init__(self, rnd, n, alpha, base=0):
+        self.rnd, self.n, self.base = rnd, n, base
+        cw, s = [], 0.0
+        for i in range(n):
+            s += 1 / (i + 1) ** alpha
+            cw.append(s)
+        self.cw = cw
+
+    def take(self, k):
+        return [self.base + r * 7919 % (4 * self.n)
+                for r in self.rnd.choices(range(self.n), cum_weights=self.cw, k=k)]
+
+
+def zipf(rnd, n):
+    return [(0, b, 1) for b in Zipf(rnd, 65536, 0.9).take(n)]
+
+
+def hotscan(rnd, n):
+    out, nxt = [], 1 << 20
+    while len(out) < n:
+        for _ in range(2000):
+            out.append((0, rnd.randrange(2048), 1))
+        for _ in range(1000):
+            out.append((0, nxt, 1))
+            nxt += 1
+    return out[:n]
+
+
+def loop(rnd, n):
+    z = Zipf(rnd, 16384, 0.9, base=1 << 20).take(n)
+    return [(0, i % 12288, 1) if i % 2 else (0, z[i], 1) for i in range(n)]
+
+
+def writeonce(rnd, n):
+    out, meta = [], Zipf(rnd, 4096, 1.0, base=1 << 22)
+    pack, fresh = 9728, 1 << 24
+    out += [(1, b, 16) for b in range(0, pack, 16)]             # the clone writes the pack
+    while len(out) < n:
+        m = iter(meta.take(40000))
+        for b in range(0, pack, 16):                            # a checkout reads it
+            out.append((0, b, 16))
+            out.append((0, next(m), 1))
+        for _ in range(20480 // 16):                            # and writes new files
+            out.append((1, fresh, 16))
+            fresh += 16
+            out.append((0, next(m), 1))
+    return out[:n]
+
+
+def main():
+    d, scale = sys.argv[1], sys.argv[2]
+    n = 200000 if scale == "small" else 1000000
+    os.makedirs(d, exist_ok=True)
+    for name, gen in (("zipf", zipf), ("hotscan", hotscan), ("loop", loop),
+                      ("writeonce", writeonce)):
+        path = os.path.join(d, f"{name}-{n}.trace")
+        if not os.path.exists(path):
+            write(path, gen(random.Random(name), n))
+        print(path)
+
+
+main()

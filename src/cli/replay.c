@@ -1,0 +1,597 @@
+/* tiercache replay: what caches of given sizes and policies would have done
+ * with a request trace (src/replay/), or LRU's miss-ratio curve (--mrc). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "format/ondisk.h"
+#include "policy/policy.h"
+#include "replay/blockmap.h"
+#include "replay/replay.h"
+#include "tiercache.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "util/parse.h"
+
+static const char replay_help[] =
+"Usage: tiercache replay --trace FILE [--format F] [--object-size SIZE]\n"
+"                        --cache-size SIZE[,SIZE...] [--policy P[,P...]]\n"
+"                        [--block-size SIZE] [--mode wt|wb] [--fill KIND]\n"
+"                        [--sequential-cutoff SIZE] [--json]\n"
+"       tiercache replay --trace FILE [--format F] [--object-size SIZE] --mrc\n"
+"                        [--sample-rate R] [--sizes SIZE,SIZE...]\n"
+"                        [--max-size SIZE] [--points N] [--block-size SIZE]\n"
+"                        [--csv OUT] [--json]\n"
+"\n"
+"Replay a request trace (serve --trace, or a published block trace) through\n"
+"simulated caches, without devices, and print for each policy and cache\n"
+"size: requests, read hits and misses by request and by bytes, write hits,\n"
+"promotions (blocks admitted), evictions, the read miss ratio by request\n"
+"and the seconds the simulation took.  A read is a hit when all of it was\n"
+"cached; a write hit found some of it cached.\n"
+"\n"
+"Policies:\n"
+"  default, lru, fifo, s3fifo\n"
+"               the engine itself, as serve runs it (the same index,\n"
+"               admission, eviction and capacity rules) over memory devices\n"
+"  ref-lru, ref-arc, ref-s3fifo, ref-sieve, ref-opt\n"
+"               reference simulators over whole blocks that serve does not\n"
+"               offer (reference; replay only): LRU, ARC, S3-FIFO, SIEVE and\n"
+"               Belady's OPT, the fewest read misses possible.  A request is\n"
+"               one access per block it touches; writes allocate; trims\n"
+"               drop blocks\n"
+"\n"
+"  --trace FILE         the trace (a file: it is read once per run)\n"
+"  --format F           native (default), blkparse, msr, spc, arc, oracle or\n"
+"                       csv, as for trace-info\n"
+"  --object-size SIZE   oracle and csv traces naming objects (default 4K)\n"
+"  --blkparse-action A  blkparse: the event taken as a request (default D)\n"
+"  --cache-size LIST    cache sizes, comma-separated (64M,256M,1G)\n"
+"  --policy LIST        policies, comma-separated (default: default)\n"
+"  --block-size SIZE    the cache block, a power of two from 4K to 1M\n"
+"                       (default 64K, format's default)\n"
+"  --mode MODE          engine policies: wt (writethrough, default) or wb\n"
+"                       (writeback)\n"
+"  --fill KIND          engine policies: block, sectors or auto, as serve\n"
+"  --sequential-cutoff SIZE\n"
+"                       engine policies: as serve (default: serve's)\n"
+"  --json               print the results as JSON\n"
+"\n"
+"Miss-ratio curve (--mrc): LRU's read miss ratio at many cache sizes from\n"
+"one pass over the trace, by SHARDS sampling (Waldspurger et al., FAST\n"
+"2015).  The ratio is per block read (a request of several blocks counts\n"
+"each; for one-block requests it is the ratio by request).  Prints the\n"
+"curve and its knee, the smallest size whose miss ratio is within 0.02 of\n"
+"the curve's floor (its lowest point).\n"
+"\n"
+"  --mrc                draw the curve instead of replaying policies\n"
+"  --sample-rate R      fraction of blocks tracked, above 0 to 1 (default\n"
+"                       0.01; 1 is exact, slower and larger)\n"
+"  --sizes LIST         the cache sizes of the curve, comma-separated\n"
+"  --max-size SIZE      else: sizes up to SIZE (default: the trace's\n"
+"                       footprint, counted in a first pass) ...\n"
+"  --points N           ... in N equal steps (default 20)\n"
+"  --csv OUT            write the curve to OUT (cache_bytes,miss_ratio) and,\n"
+"                       where gnuplot is installed, plot it to OUT with the\n"
+"                       suffix .png\n"
+"  --help, -h           this text\n"
+"\n"
+"Exit status: 0; 1 if the trace cannot be read or is malformed; 2 for a\n"
+"usage error.\n";
+
+enum {
+    OPT_TRACE = 256, OPT_FORMAT, OPT_OBJECT_SIZE, OPT_ACTION, OPT_CACHE_SIZE, OPT_POLICY,
+    OPT_BLOCK_SIZE, OPT_MODE, OPT_FILL, OPT_CUTOFF, OPT_JSON, OPT_MRC, OPT_RATE, OPT_SIZES,
+    OPT_MAX_SIZE, OPT_POINTS, OPT_CSV,
+};
+
+static const struct option replay_opts[] = {
+    { "trace", required_argument, NULL, OPT_TRACE },
+    { "format", required_argument, NULL, OPT_FORMAT },
+    { "object-size", required_argument, NULL, OPT_OBJECT_SIZE },
+    { "blkparse-action", required_argument, NULL, OPT_ACTION },
+    { "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
+    { "policy", required_argument, NULL, OPT_POLICY },
+    { "block-size", required_argument, NULL, OPT_BLOCK_SIZE },
+    { "mode", required_argument, NULL, OPT_MODE },
+    { "fill", required_argument, NULL, OPT_FILL },
+    { "sequential-cutoff", required_argument, NULL, OPT_CUTOFF },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "mrc", no_argument, NULL, OPT_MRC },
+    { "sample-rate", required_argument, NULL, OPT_RATE },
+    { "sizes", required_argument, NULL, OPT_SIZES },
+    { "max-size", required_argument, NULL, OPT_MAX_SIZE },
+    { "points", required_argument, NULL, OPT_POINTS },
+    { "csv", required_argument, NULL, OPT_CSV },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+};
+
+#define MAX_LIST 64
+
+struct replay_args {
+    struct replay_trace t;
+    uint64_t sizes[MAX_LIST];
+    unsigned nsizes;
+    const char **policies;
+    unsigned npolicies;
+    uint64_t block_bytes;           /* 0: not given */
+    int mode, fill;
+    uint64_t cutoff;
+    bool json, mrc;
+    double rate;
+    uint64_t max_size;
+    uint64_t points;
+    bool points_given;
+    const char *csv;
+    uint64_t mrc_sizes[MAX_LIST];   /* --sizes */
+    unsigned mrc_nsizes;
+    bool mrc_sizes_given;
+    bool engine_only_set;           /* --mode, --fill or --sequential-cutoff */
+    bool mrc_only_set;              /* --sample-rate, --sizes, --max-size, --points, --csv */
+};
+
+/* "64M,1G" into sizes; exits with a message naming the bad one. */
+static unsigned parse_sizes(const char *opt, char *list, uint64_t *sizes)
+{
+    unsigned n;
+    const char **v = cli_split_list(list, MAX_LIST + 1, &n);
+    if (n == 0)
+        tc_die(2, "%s: give at least one size", opt);
+    if (n > MAX_LIST)
+        tc_die(2, "%s: at most %d sizes", opt, MAX_LIST);
+    char err[256];
+    for (unsigned i = 0; i < n; i++) {
+        if (tc_parse_size(opt, v[i], &sizes[i], err, sizeof err) < 0)
+            tc_die(2, "%s", err);
+        if (sizes[i] == 0)
+            tc_die(2, "%s %s: a cache size must be above 0", opt, v[i]);
+    }
+    free(v);
+    return n;
+}
+
+static bool engine_policy(const char *name) { return policy_find(name) != NULL; }
+
+static void print_results(const struct replay_args *a, const struct replay_result *res,
+                          size_t n)
+{
+    char b1[32], b2[32], b3[32];
+    for (size_t i = 0; i < n; i++) {
+        const struct replay_result *r = &res[i];
+        if (i == 0 || strcmp(r->policy, res[i - 1].policy) != 0) {
+            printf("%spolicy %s%s, blocks of %s\n", i ? "\n" : "", r->policy,
+                   strncmp(r->policy, "ref-", 4) == 0 ? " (reference; replay only)" : "",
+                   tc_format_size(r->block_bytes, b1, sizeof b1));
+            printf("  %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %6s %7s\n", "cache",
+                   "requests", "reads", "read hits", "misses", "hit bytes", "miss bytes",
+                   "write hits", "promoted", "evicted", "miss", "seconds");
+        }
+        printf("  %10s %10llu %10llu %10llu %10llu %10s %10s %10llu %10llu %10llu %6.4f %7.3f\n",
+               tc_format_size(r->cache_bytes, b1, sizeof b1), (unsigned long long)r->requests,
+               (unsigned long long)r->reads, (unsigned long long)r->read_hits,
+               (unsigned long long)r->read_misses,
+               tc_format_size(r->read_hit_bytes, b2, sizeof b2),
+               tc_format_size(r->read_miss_bytes, b3, sizeof b3),
+               (unsigned long long)r->write_hits, (unsigned long long)r->promotions,
+               (unsigned long long)r->evictions, replay_miss_ratio(r), r->seconds);
+    }
+    (void)a;
+}
+
+static void json_results(const struct replay_args *a, const struct replay_result *res,
+                         size_t n)
+{
+    struct tc_json j;
+    json_init(&j, true);
+    json_begin_object(&j, NULL);
+    json_string(&j, "trace", a->t.path);
+    json_string(&j, "format", trace_format_name(a->t.format));
+    json_begin_array(&j, "results");
+    for (size_t i = 0; i < n; i++) {
+        const struct replay_result *r = &res[i];
+        json_begin_object(&j, NULL);
+        json_string(&j, "policy", r->policy);
+        json_bool(&j, "reference", strncmp(r->policy, "ref-", 4) == 0);
+        json_uint(&j, "cache_bytes", r->cache_bytes);
+        json_uint(&j, "block_bytes", r->block_bytes);
+        json_uint(&j, "requests", r->requests);
+        json_uint(&j, "reads", r->reads);
+        json_uint(&j, "read_hits", r->read_hits);
+        json_uint(&j, "read_misses", r->read_misses);
+        json_uint(&j, "read_bytes", r->read_bytes);
+        json_uint(&j, "read_hit_bytes", r->read_hit_bytes);
+        json_uint(&j, "read_miss_bytes", r->read_miss_bytes);
+        json_uint(&j, "writes", r->writes);
+        json_uint(&j, "write_hits", r->write_hits);
+        json_uint(&j, "promotions", r->promotions);
+        json_uint(&j, "evictions", r->evictions);
+        json_double(&j, "miss_ratio", replay_miss_ratio(r));
+        json_double(&j, "byte_miss_ratio",
+                    r->read_bytes ? (double)r->read_miss_bytes / (double)r->read_bytes : 0);
+        json_double(&j, "seconds", r->seconds);
+        json_end_object(&j);
+    }
+    json_end_array(&j);
+    json_end_object(&j);
+    printf("%.*s\n", (int)j.len, j.buf);
+    json_free(&j);
+}
+
+static int run_policies(struct replay_args *a)
+{
+    if (a->nsizes == 0)
+        tc_die(2, "replay: --cache-size is required (or --mrc; try --help)");
+    uint64_t ref_block = a->block_bytes ? a->block_bytes : TC_DEFAULT_BLOCK_SIZE;
+    char b1[32], b2[32];
+    for (unsigned i = 0; i < a->nsizes; i++)
+        if (a->sizes[i] < ref_block)
+            tc_die(2, "--cache-size %s: smaller than one block of %s",
+                   tc_format_size(a->sizes[i], b1, sizeof b1),
+                   tc_format_size(ref_block, b2, sizeof b2));
+    size_t n = (size_t)a->npolicies * a->nsizes;
+    struct replay_result *res = tc_xcalloc(n, sizeof *res);
+    char err[512];
+    size_t k = 0;
+    for (unsigned p = 0; p < a->npolicies; p++) {
+        for (unsigned s = 0; s < a->nsizes; s++, k++) {
+            int rc;
+            if (engine_policy(a->policies[p])) {
+                struct replay_engine_config cfg = {
+                    .policy = a->policies[p],
+                    .cache_bytes = a->sizes[s],
+                    .block_bytes = a->block_bytes,
+                    .mode = a->mode,
+                    .sequential_cutoff = a->cutoff,
+                    .fill = a->fill,
+                };
+                rc = replay_engine(&a->t, &cfg, &res[k], err, sizeof err);
+            } else {
+                rc = replay_reference(&a->t, a->policies[p], a->sizes[s], ref_block, &res[k],
+                                      err, sizeof err);
+            }
+            if (rc < 0) {
+                free(res);
+                tc_die(1, "%s", err);
+            }
+        }
+    }
+    if (a->json)
+        json_results(a, res, n);
+    else
+        print_results(a, res, n);
+    free(res);
+    return 0;
+}
+
+/* ---- --mrc ---- */
+
+/* Distinct blocks read or written: the default range of the curve. */
+static uint64_t footprint_blocks(const struct replay_trace *t, uint64_t bs)
+{
+    char err[512];
+    struct tc_trace_reader *r = trace_reader_open(t->path, t->format, &t->opt, err, sizeof err);
+    if (!r)
+        tc_die(1, "%s", err);
+    struct bmap seen;
+    bmap_init(&seen, 1 << 16);
+    struct tc_trace_req q;
+    int rc;
+    while ((rc = trace_reader_next(r, &q, err, sizeof err)) == 1) {
+        if (!q.length || (q.op != TC_OP_READ && q.op != TC_OP_WRITE &&
+                          q.op != TC_OP_WRITE_ZEROES))
+            continue;
+        for (uint64_t b = q.offset / bs; b <= (q.offset + q.length - 1) / bs; b++)
+            if (!bmap_get(&seen, b))
+                bmap_put(&seen, b, 0);
+    }
+    trace_reader_close(r);
+    uint64_t n = seen.count;
+    bmap_free(&seen);
+    if (rc < 0)
+        tc_die(1, "%s", err);
+    return n;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static bool have_gnuplot(void)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return false;
+    char *dup = tc_xstrdup(path), *save = NULL;
+    bool found = false;
+    for (char *d = strtok_r(dup, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/gnuplot", d);
+        found = access(p, X_OK) == 0;
+    }
+    free(dup);
+    return found;
+}
+
+/* Writes OUT.png (OUT's .csv suffix replaced) with gnuplot; false if
+ * gnuplot failed. */
+static bool plot_curve(const char *csv, const char *png, const char *trace, double rate)
+{
+    FILE *g = popen("gnuplot", "w");
+    if (!g)
+        return false;
+    fprintf(g, "set terminal png size 800,500\nset output '%s'\n"
+               "set datafile separator ','\nset key off\n"
+               "set title \"LRU miss-ratio curve of %s (SHARDS, rate %g)\" noenhanced\n"
+               "set xlabel 'cache size (MiB)'\nset ylabel 'read miss ratio'\n"
+               "set yrange [0:1]\nset grid\n"
+               "plot '%s' using ($1/1048576):2 skip 1 with linespoints\n",
+            png, trace, rate, csv);
+    return pclose(g) == 0;
+}
+
+static int run_mrc(struct replay_args *a)
+{
+    if (a->npolicies || a->nsizes)
+        tc_die(2, "replay --mrc draws LRU's curve: --policy and --cache-size do not apply "
+               "(--sizes gives its sizes)");
+    if (a->engine_only_set)
+        tc_die(2, "replay --mrc: --mode, --fill and --sequential-cutoff apply to engine "
+               "policies only");
+    uint64_t bs = a->block_bytes ? a->block_bytes : TC_DEFAULT_BLOCK_SIZE;
+    static uint64_t sizes[MAX_LIST];
+    size_t n = 0;
+    if (a->mrc_sizes_given) {
+        n = a->mrc_nsizes;
+        memcpy(sizes, a->mrc_sizes, n * sizeof *sizes);
+    } else {
+        uint64_t max = a->max_size ? a->max_size : footprint_blocks(&a->t, bs) * bs;
+        if (max < bs)
+            tc_die(1, "%s: the trace reads or writes no block", a->t.path);
+        for (uint64_t i = 1; i <= a->points; i++)
+            sizes[n++] = TC_MAX(bs, tc_round_up(max * i / a->points, bs));
+    }
+    qsort(sizes, n, sizeof *sizes, cmp_u64);
+    double miss[MAX_LIST];
+    char err[512];
+    uint64_t t0 = tc_now_ns();
+    if (replay_mrc_shards(&a->t, bs, a->rate, sizes, n, miss, err, sizeof err) < 0)
+        tc_die(1, "%s", err);
+    double seconds = (double)(tc_now_ns() - t0) / 1e9;
+    double floor = 1;
+    for (size_t i = 0; i < n; i++)
+        floor = TC_MIN(floor, miss[i]);
+    size_t knee = 0;
+    while (knee < n && miss[knee] > floor + 0.02)
+        knee++;
+    char png[4096] = "";
+    if (a->csv) {
+        FILE *f = fopen(a->csv, "w");
+        if (!f)
+            tc_die(1, "%s: %s", a->csv, strerror(errno));
+        fprintf(f, "cache_bytes,miss_ratio\n");
+        for (size_t i = 0; i < n; i++)
+            fprintf(f, "%llu,%.6f\n", (unsigned long long)sizes[i], miss[i]);
+        if (fclose(f) != 0)
+            tc_die(1, "%s: %s", a->csv, strerror(errno));
+        if (have_gnuplot()) {
+            size_t len = strlen(a->csv);
+            if (len > 4 && strcmp(a->csv + len - 4, ".csv") == 0)
+                len -= 4;
+            snprintf(png, sizeof png, "%.*s.png", (int)len, a->csv);
+            if (!plot_curve(a->csv, png, a->t.path, a->rate)) {
+                fprintf(stderr, "tiercache: gnuplot could not plot %s\n", png);
+                png[0] = 0;
+            }
+        }
+    }
+    char b1[32], b2[32];
+    if (a->json) {
+        struct tc_json j;
+        json_init(&j, true);
+        json_begin_object(&j, NULL);
+        json_string(&j, "trace", a->t.path);
+        json_double(&j, "sample_rate", a->rate);
+        json_uint(&j, "block_bytes", bs);
+        json_begin_array(&j, "curve");
+        for (size_t i = 0; i < n; i++) {
+            json_begin_object(&j, NULL);
+            json_uint(&j, "cache_bytes", sizes[i]);
+            json_double(&j, "miss_ratio", miss[i]);
+            json_end_object(&j);
+        }
+        json_end_array(&j);
+        json_double(&j, "floor", floor);
+        json_uint(&j, "knee_bytes", sizes[knee]);
+        json_double(&j, "seconds", seconds);
+        if (a->csv)
+            json_string(&j, "csv", a->csv);
+        if (png[0])
+            json_string(&j, "plot", png);
+        json_end_object(&j);
+        printf("%.*s\n", (int)j.len, j.buf);
+        json_free(&j);
+        return 0;
+    }
+    printf("LRU miss-ratio curve of %s, blocks of %s, SHARDS rate %g (%.3f s)\n",
+           a->t.path, tc_format_size(bs, b1, sizeof b1), a->rate, seconds);
+    printf("  %10s %12s %10s\n", "cache", "blocks", "miss ratio");
+    for (size_t i = 0; i < n; i++)
+        printf("  %10s %12llu %10.4f%s\n", tc_format_size(sizes[i], b1, sizeof b1),
+               (unsigned long long)(sizes[i] / bs), miss[i], i == knee ? "  <- knee" : "");
+    printf("knee: %s (miss ratio %.4f, within 0.02 of the floor %.4f)\n",
+           tc_format_size(sizes[knee], b2, sizeof b2), miss[knee], floor);
+    if (a->csv)
+        printf("csv: %s\n", a->csv);
+    if (png[0])
+        printf("plot: %s\n", png);
+    return 0;
+}
+
+int cmd_replay(int argc, char **argv)
+{
+    struct replay_args a = {
+        .t = { .format = TC_TRACE_NATIVE },
+        .mode = TC_MODE_WRITETHROUGH,
+        .fill = -1,
+        .cutoff = UINT64_MAX,
+        .rate = 0.01,
+        .points = 20,
+    };
+    char *policy_list = NULL;
+    char err[256];
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", replay_opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_TRACE:
+            a.t.path = optarg;
+            break;
+        case OPT_FORMAT: {
+            int f = trace_format_parse(optarg);
+            if (f < 0)
+                tc_die(2, "--format '%s': choose %s", optarg, trace_format_names());
+            a.t.format = (enum tc_trace_format)f;
+            break;
+        }
+        case OPT_OBJECT_SIZE:
+            if (tc_parse_size("--object-size", optarg, &a.t.opt.object_bytes, err,
+                              sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (a.t.opt.object_bytes == 0 || a.t.opt.object_bytes > UINT32_MAX)
+                tc_die(2, "--object-size %s: from 1 byte to 4G - 1", optarg);
+            break;
+        case OPT_ACTION:
+            if (strlen(optarg) != 1 || !strchr("QGIDCMF", optarg[0]))
+                tc_die(2, "--blkparse-action '%s': one event letter such as D (issued) or Q "
+                       "(queued)", optarg);
+            a.t.opt.blkparse_action = optarg[0];
+            break;
+        case OPT_CACHE_SIZE:
+            a.nsizes = parse_sizes("--cache-size", optarg, a.sizes);
+            break;
+        case OPT_SIZES:
+            a.mrc_nsizes = parse_sizes("--sizes", optarg, a.mrc_sizes);
+            a.mrc_sizes_given = true;
+            a.mrc_only_set = true;
+            break;
+        case OPT_POLICY:
+            policy_list = optarg;
+            break;
+        case OPT_BLOCK_SIZE:
+            if (tc_parse_size("--block-size", optarg, &a.block_bytes, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (!tc_is_pow2(a.block_bytes) || a.block_bytes < 4096 ||
+                a.block_bytes > (1u << 20))
+                tc_die(2, "--block-size %s: must be a power of two from 4K to 1M", optarg);
+            break;
+        case OPT_MODE:
+            if (strcmp(optarg, "wt") == 0 || strcmp(optarg, "writethrough") == 0)
+                a.mode = TC_MODE_WRITETHROUGH;
+            else if (strcmp(optarg, "wb") == 0 || strcmp(optarg, "writeback") == 0)
+                a.mode = TC_MODE_WRITEBACK;
+            else
+                tc_die(2, "--mode '%s': choose wt (writethrough) or wb (writeback)", optarg);
+            a.engine_only_set = true;
+            break;
+        case OPT_FILL:
+            if (strcmp(optarg, "auto") == 0)
+                a.fill = TC_FILL_AUTO;
+            else if (strcmp(optarg, "block") == 0)
+                a.fill = TC_FILL_BLOCK;
+            else if (strcmp(optarg, "sectors") == 0)
+                a.fill = TC_FILL_SECTORS;
+            else
+                tc_die(2, "--fill '%s': choose block, sectors or auto", optarg);
+            a.engine_only_set = true;
+            break;
+        case OPT_CUTOFF:
+            if (tc_parse_size("--sequential-cutoff", optarg, &a.cutoff, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            a.engine_only_set = true;
+            break;
+        case OPT_JSON:
+            a.json = true;
+            break;
+        case OPT_MRC:
+            a.mrc = true;
+            break;
+        case OPT_RATE: {
+            char *end;
+            errno = 0;
+            a.rate = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(a.rate > 0 && a.rate <= 1))
+                tc_die(2, "--sample-rate '%s': a fraction above 0, at most 1 (such as 0.01)",
+                       optarg);
+            a.mrc_only_set = true;
+            break;
+        }
+        case OPT_MAX_SIZE:
+            if (tc_parse_size("--max-size", optarg, &a.max_size, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            if (a.max_size == 0)
+                tc_die(2, "--max-size %s: must be above 0", optarg);
+            a.mrc_only_set = true;
+            break;
+        case OPT_POINTS:
+            if (tc_parse_uint("--points", optarg, 2, MAX_LIST, &a.points, err, sizeof err) < 0)
+                tc_die(2, "%s", err);
+            a.points_given = true;
+            a.mrc_only_set = true;
+            break;
+        case OPT_CSV:
+            a.csv = optarg;
+            a.mrc_only_set = true;
+            break;
+        case 'h':
+            cli_print(replay_help);
+            return 0;
+        default:
+            fprintf(stderr, "Try 'tiercache replay --help'.\n");
+            return 2;
+        }
+    }
+    if (optind != argc)
+        tc_die(2, "replay: unexpected argument '%s' (the trace goes after --trace)",
+               argv[optind]);
+    if (!a.t.path)
+        tc_die(2, "replay: --trace FILE is required (try --help)");
+    if (strcmp(a.t.path, "-") == 0)
+        tc_die(2, "replay: --trace -: replay reads the trace more than once, give a file");
+    if (access(a.t.path, R_OK) < 0)
+        tc_die(1, "%s: %s", a.t.path, strerror(errno));
+    if (policy_list) {
+        a.policies = cli_split_list(policy_list, MAX_LIST, &a.npolicies);
+        for (unsigned i = 0; i < a.npolicies; i++)
+            if (!engine_policy(a.policies[i]) && !replay_reference_known(a.policies[i]))
+                tc_die(2, "--policy '%s': choose %s (engine), or %s (reference; replay only)",
+                       a.policies[i], policy_names(), replay_reference_names());
+    }
+    if (a.mrc) {
+        if (a.mrc_sizes_given && (a.max_size || a.points_given))
+            tc_die(2, "replay --mrc: give --sizes, or --max-size and --points, not both");
+        int rc = run_mrc(&a);
+        free(a.policies);
+        return rc;
+    }
+    if (a.mrc_only_set)
+        tc_die(2, "replay: --sizes, --max-size, --points, --sample-rate and --csv go with "
+               "--mrc");
+    if (!policy_list) {
+        static const char *def[] = { "default" };
+        a.policies = tc_xcalloc(2, sizeof *a.policies);
+        a.policies[0] = def[0];
+        a.npolicies = 1;
+    }
+    int rc = run_policies(&a);
+    free(a.policies);
+    return rc;
+}
