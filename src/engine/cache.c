@@ -704,6 +704,7 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
     struct cache *c = x->c;
     if (err == 0 && x->candidate > c->wt_stable_seq)
         c->wt_stable_seq = x->candidate;
+    abandon_close_flushed(c, err == 0);
     log_seal_all(c, true);
     log_sync(c, &x->w);
 }
@@ -724,7 +725,7 @@ static void close_quiet(struct tc_timer *t)
 {
     struct close_ctx *x = container_of(t, struct close_ctx, quiet);
     struct cache *c = x->c;
-    if (!writeback_idle(c) || !cleaner_idle(c)) {
+    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c)) {
         uint64_t now = tc_now_ns();
         if (now - x->quiet_logged >= 5000000000ull) {
             x->quiet_logged = now;

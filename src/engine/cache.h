@@ -376,7 +376,9 @@ struct cache {
     bool abandoned;                 /* every device failed in this run */
     bool abandon_unrecorded;        /* ... and no record is durable yet: writes fail */
     bool state_dirty;               /* the lost set changed since the state file */
-    struct tc_timer state_timer;
+    struct tc_timer state_timer;    /* writes the state file; settles clears */
+    bool settle_busy;               /* an origin flush / log sync settling clears */
+    bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
 };
@@ -390,8 +392,11 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
 /* The last device failed: record the abandonment durably (state file now,
  * superblock marks on every device that takes them). */
 void abandon_record(struct cache *c);
-/* The lost set changed while abandoned: the state file follows (lazily). */
+/* Lost sectors were written again: their clear is recorded once the
+ * write is durable (an origin flush and a log sync later). */
 void abandon_lost_changed(struct cache *c);
+/* Closing, the origin just flushed (ok) or not: settle what can be. */
+void abandon_close_flushed(struct cache *c, bool ok);
 void abandon_close(struct cache *c);
 bool abandon_idle(struct cache *c);
 struct tc_json;
@@ -405,11 +410,18 @@ int lost_flush_result(struct cache *c);
 
 /* lost.c: sectors whose dirty data was lost; reads of them fail with EIO */
 bool lost_get(struct cache *c, uint64_t oblock, struct tc_mask *mask);
+/* The sectors the durable records must still call lost: lost now, or
+ * written again by a write not yet known durable (abandon.c). */
+bool lost_get_persisted(struct cache *c, uint64_t oblock, struct tc_mask *mask);
+bool lost_unsettled(struct cache *c);
+void lost_settle_begin(struct cache *c);
+void lost_settle_end(struct cache *c, bool ok);
 void lost_set(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
 void lost_clear(struct cache *c, uint64_t oblock, const struct tc_mask *written);
 void lost_clear_range(struct cache *c, uint64_t off, uint64_t len);
 uint64_t lost_sectors(struct cache *c);
+/* Every block the durable records must call lost, with lost_get_persisted's mask. */
 void lost_foreach(struct cache *c, void (*fn)(void *arg, uint64_t oblock, const struct tc_mask *m),
                   void *arg);
 void lost_fini(struct cache *c);
