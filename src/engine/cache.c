@@ -895,6 +895,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "recovered_entries", s->recovered_entries);
     json_uint(j, "recovered_dirty_blocks", s->recovered_dirty_blocks);
     json_uint(j, "recovered_dirty_bytes", s->recovered_dirty_sectors * TC_SECTOR);
+    json_uint(j, "recovery_damage_ignored", s->recovery_damage_ignored);
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     writeback_status_json(c, j);
     readahead_status_json(c, j);
