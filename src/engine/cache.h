@@ -370,6 +370,7 @@ struct cache {
     uint64_t last_flush_wall_ns;
     bool degraded;
     char health[128];
+    char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
 
     /* abandon.c: the durable record of a cache abandoned at run time. */
     char *state_path;               /* the state file */
@@ -640,6 +641,7 @@ int cleaner_init(struct cache *c);
 void cleaner_fini(struct cache *c);
 void cleaner_kick(struct cache *c);
 void cleaner_stop(struct cache *c);
+void cleaner_resume(struct cache *c);
 /* A device failed: a reclaim in progress must look at its group again. */
 void cleaner_device_failed(struct cache *c);
 /* True while the cache has room without reclaiming (policies admit freely). */

@@ -182,6 +182,15 @@ void cleaner_stop(struct cache *c)
         c->cleaner->stopping = true;
 }
 
+/* A stop that is taken back (a detach that failed): it works as before. */
+void cleaner_resume(struct cache *c)
+{
+    if (c->cleaner == NULL)
+        return;
+    c->cleaner->stopping = false;
+    cleaner_kick(c);
+}
+
 void cleaner_kick(struct cache *c)
 {
     struct cleaner *k = c->cleaner;

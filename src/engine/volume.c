@@ -318,6 +318,13 @@ static void op_error_set(struct tc_volume *vol, const char *prefix, const char *
     tc_format_size(tc_volume_dirty_bytes(vol), dz, sizeof dz);
     if (vol->cache && !vol->detached)
         writeback_drain_reason(vol->cache, why, sizeof why);
+    if (vol->cache && vol->cache->drain_failure[0]) {
+        /* Everything was written back; the log could not record it. */
+        snprintf(vol->op_error, sizeof vol->op_error, "%s: %s%s", prefix,
+                 vol->cache->drain_failure, suffix);
+        tc_error("%s", vol->op_error);
+        return;
+    }
     snprintf(vol->op_error, sizeof vol->op_error,
              "%s: %s of dirty data could not be written back (%s)%s", prefix, dz,
              why[0] ? why : strerror(-err), suffix);
