@@ -139,6 +139,34 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     return true;
 }
 
+/*
+ * A clean fragment on the failed device was dropped: the block goes whole
+ * (its fragments on other devices too) and a tombstone says so in the log
+ * of the devices left.  Without it the device, readable again at the next
+ * start (a transient error), would bring the fragment back: its version
+ * may be older by then than what the origin received, since writes to a
+ * block the index no longer holds leave nothing in the log (write-around,
+ * a bypassed stream, a write-through write not admitted).  The tombstone
+ * reaches the log before any such write is flushed: a client's FLUSH also
+ * syncs the log.  A block with dirty data on another device keeps it (a
+ * tombstone would drop that too at the next start); its later writes all
+ * leave a record while it stays cached.
+ */
+static void forget_clean_block(struct cache *c, uint64_t oblock)
+{
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (id != NIL) {
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        if (!mask_empty(&d))
+            return;
+        cache_drop(c, oblock);
+    }
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
+                        .urgent = true };
+    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+}
+
 static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
                             uint64_t *dropped, uint64_t *saved, uint64_t *lost)
 {
@@ -155,6 +183,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
         cache_drop_fragment(c, v->oblock, fid);
         block_gen_bump(c, v->oblock);
         (*dropped)++;
+        forget_clean_block(c, v->oblock);
         return;
     }
     if (f->mseg != NIL && seg_usable(c, f->mseg)) {
