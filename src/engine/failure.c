@@ -150,7 +150,8 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
  * reaches the log before any such write is flushed: a client's FLUSH also
  * syncs the log.  A block with dirty data on another device keeps it (a
  * tombstone would drop that too at the next start); its later writes all
- * leave a record while it stays cached.
+ * leave a record while it stays cached.  A block with several fragments
+ * on the device gets one tombstone: the first drops it from the index.
  */
 static void forget_clean_block(struct cache *c, uint64_t oblock)
 {
@@ -183,7 +184,6 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
         cache_drop_fragment(c, v->oblock, fid);
         block_gen_bump(c, v->oblock);
         (*dropped)++;
-        forget_clean_block(c, v->oblock);
         return;
     }
     if (f->mseg != NIL && seg_usable(c, f->mseg)) {
@@ -255,10 +255,20 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         }
     }
     uint64_t dropped = 0, saved = 0, lost = 0;
-    for (size_t i = 0; i < n; i++)
+    bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t before = dropped;
         handle_fragment(c, d, &vs[i], &dropped, &saved, &lost);
-    free(vs);
+        gone[i] = dropped > before;
+    }
     log_device_failed(c, d);
+    /* After log_device_failed(): the syncs waiting on the device fail
+     * once, as they did, instead of waiting for these records too. */
+    for (size_t i = 0; i < n; i++)
+        if (gone[i] && (i == 0 || !gone[i - 1] || vs[i - 1].oblock != vs[i].oblock))
+            forget_clean_block(c, vs[i].oblock);    /* a block's victims are adjacent */
+    free(gone);
+    free(vs);
     cleaner_device_failed(c);
     tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
              "devices, %llu lost", cd->dev->name, (unsigned long long)dropped,
