@@ -126,6 +126,16 @@ static void kick_fn(struct tc_task *t)
     struct group *g = oldest_group(c);
     if (g == NULL)
         return;
+    if (g->open && k->space_waiters == NULL) {
+        /* The open group is the only one: retiring it frees nothing (the
+         * next group takes as many segments at once), and the tail record
+         * each retirement writes would open another -- a loop of syncs
+         * that never reaches the high water when the devices left are too
+         * small for it (one of two failed).  Only appends waiting for room
+         * make it worth closing. */
+        k->active = false;
+        return;
+    }
     if (g->open) {
         /* The open group is the oldest: close it so that it can go. */
         log_seal_all(c, false);
