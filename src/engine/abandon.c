@@ -255,6 +255,7 @@ static void settle_end(struct settle *x, int err)
     struct cache *c = x->c;
     free(x);
     c->settle_busy = false;
+    c->settle_failed = err != 0;
     lost_settle_end(c, err == 0);
     if (err) {
         /* Kept lost in the records; a later flush settles them. */
@@ -273,7 +274,7 @@ static void settle_end(struct settle *x, int err)
 static void settle_synced(struct log_waiter *lw, int err)
 {
     struct settle *x = container_of(lw, struct settle, lw);
-    if (err)
+    if (err && !x->c->settle_failed)    /* once until one succeeds */
         tc_warn("cache: log sync failed (%s): sectors written again after they were lost stay "
                 "recorded lost until a sync succeeds", strerror(-err));
     settle_end(x, err);
@@ -283,10 +284,11 @@ static void settle_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct settle *x = container_of(dio, struct settle, dio);
     struct cache *c = x->c;
-    if (err) {
+    if (err && !c->settle_failed)       /* once until one succeeds */
         tc_warn("%s: flush failed (%s, offset 0): sectors written again after they were lost "
                 "stay recorded lost until a flush succeeds", c->vol->origin->name,
                 strerror(-err));
+    if (err) {
         settle_end(x, err);
         return;
     }

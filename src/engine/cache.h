@@ -380,6 +380,7 @@ struct cache {
     bool state_dirty;               /* the lost set changed since the state file */
     struct tc_timer state_timer;    /* writes the state file; settles clears */
     bool settle_busy;               /* an origin flush / log sync settling clears */
+    bool settle_failed;             /* the last one failed (warned once) */
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
