@@ -273,6 +273,16 @@ static void find_damage(struct recovery *rc, uint32_t s)
     unsigned marks = (le64_get(b + CH_OFF_MAGIC) == TC_CHUNK_MAGIC) +
                      (le32_get(b + CH_OFF_SEGMENT) == s) +
                      (le32_get(b + CH_OFF_CHUNK_SECTOR) == at);
+    /* A header of another cache set (the device was formatted again with
+     * --force, which leaves old chunks in place): a leftover, never
+     * damage of ours, even when its group number falls in our live range
+     * -- as in a segment of a live group on a device that failed before
+     * writing it.  Damage flips a few bytes, not a whole set UUID. */
+    unsigned uuid_diff = 0;
+    for (unsigned i = 0; i < 16; i++)
+        uuid_diff += b[CH_OFF_SET_UUID + i] != c->set_uuid[i];
+    if (uuid_diff > 4)
+        return;
     /* Ours: its group, or (the group field damaged) a chunk sequence past
      * the segment's last good chunk -- a leftover of an older incarnation
      * has a lower one. */
