@@ -42,9 +42,9 @@
  *     This is the one place where the reactor blocks on purpose: it happens
  *     once per abandonment, and the ordering is worth a few milliseconds.
  *     Later changes of the lost set (writes clearing lost sectors) are
- *     written lazily (a timer, and at close): a state file that lags only
- *     says that more sectors are lost than are, which fails reads, never
- *     returns wrong data.
+ *     written lazily, and only once they are durable (below): a state
+ *     file that lags only says that more sectors are lost than are, which
+ *     fails reads, never returns wrong data.
  *  2. A mark in the superblock of every device that can still be written
  *     (TC_SB_ABANDONED with abandoned_seq), written asynchronously.  It
  *     catches a state file that is later deleted or lost: a device marked
@@ -67,6 +67,32 @@
  * changes, and recovery applies them after the state file's set.  It goes
  * with the cache; a state file of another set (left from before a new
  * format) is ignored, and replaced when the new set is abandoned.
+ *
+ * Clearing lost sectors: the order.
+ *
+ * A client write over lost sectors makes them readable at once (reads of
+ * them return the new data, which is the last acknowledged).  But a
+ * record saying "no longer lost" -- the state file, or a LOST record in
+ * the log -- must not become durable before the write itself is: the
+ * origin may hold the write in a volatile cache, and the log may not have
+ * synced the chunk that holds it.  A crash then would lose the write and
+ * keep the record, and the next start would serve the origin's older
+ * data for those sectors: the one thing a cache must never do.  Recording
+ * the clear late is harmless: the sectors only stay lost (EIO) longer
+ * than needed -- also after a crash that did keep the write.
+ *
+ * So a clear moves the sectors from the lost mask to `unsettled' (lost.c):
+ * reads see them written, every durable record still calls them lost.
+ * The state timer then settles them: it moves every unsettled sector to
+ * `settling', flushes the origin, syncs the log (unless abandoned: there
+ * is none), and only when both succeed -- issued after the covering
+ * writes completed, so they cover them -- drops them from every record
+ * (LOST records appended with the new mask, the state file rewritten).
+ * A failure keeps them unsettled for the next try.  Sectors cleared while
+ * a settle runs wait for the next one: the running flush may have been
+ * issued before their write completed.  A clean stop settles everything
+ * once its own origin flush succeeded, before its last log sync and the
+ * last state file write.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -201,13 +227,12 @@ static int state_write(struct cache *c)
     return 0;
 }
 
-static void state_timer_fn(struct tc_timer *t)
+/* The state file now, retried by the timer until it works. */
+static void state_write_now(struct cache *c)
 {
-    struct cache *c = container_of(t, struct cache, state_timer);
-    if (!c->state_dirty)
-        return;
     if (state_write(c) < 0) {
-        timer_arm(c->reactor, &c->state_timer, STATE_RETRY_NS);    /* until it works */
+        if (!c->state_timer.armed)
+            timer_arm(c->reactor, &c->state_timer, STATE_RETRY_NS);
         return;
     }
     if (c->abandon_unrecorded) {
@@ -217,16 +242,94 @@ static void state_timer_fn(struct tc_timer *t)
     }
 }
 
-/* Also after a restart (abandoned_seq set, not abandoned in this run):
- * the state file is loaded at every start, so a sector written again must
- * leave it too, or it would come back lost once the cleaner has dropped
- * the log record that cleared it. */
+/* ---- settling clears (see "Clearing lost sectors" at the top) ---- */
+
+struct settle {
+    struct cache *c;
+    struct tc_dev_io dio;
+    struct log_waiter lw;
+};
+
+static void settle_end(struct settle *x, int err)
+{
+    struct cache *c = x->c;
+    free(x);
+    c->settle_busy = false;
+    c->settle_failed = err != 0;
+    lost_settle_end(c, err == 0);
+    if (err) {
+        /* Kept lost in the records; a later flush settles them. */
+        if (!c->state_timer.armed)
+            timer_arm(c->reactor, &c->state_timer, STATE_RETRY_NS);
+        return;
+    }
+    if (c->abandoned || c->abandoned_seq)
+        c->state_dirty = true;
+    if (c->state_dirty)
+        state_write_now(c);
+    if (lost_unsettled(c) && !c->state_timer.armed)
+        timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
+}
+
+static void settle_synced(struct log_waiter *lw, int err)
+{
+    struct settle *x = container_of(lw, struct settle, lw);
+    if (err && !x->c->settle_failed)    /* once until one succeeds */
+        tc_warn("cache: log sync failed (%s): sectors written again after they were lost stay "
+                "recorded lost until a sync succeeds", strerror(-err));
+    settle_end(x, err);
+}
+
+static void settle_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct settle *x = container_of(dio, struct settle, dio);
+    struct cache *c = x->c;
+    if (err && !c->settle_failed)       /* once until one succeeds */
+        tc_warn("%s: flush failed (%s, offset 0): sectors written again after they were lost "
+                "stay recorded lost until a flush succeeds", c->vol->origin->name,
+                strerror(-err));
+    if (err) {
+        settle_end(x, err);
+        return;
+    }
+    if (c->abandoned) {
+        settle_end(x, 0);
+        return;
+    }
+    x->lw.fn = settle_synced;
+    log_sync(c, &x->lw);
+}
+
+static void settle_start(struct cache *c)
+{
+    struct settle *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    c->settle_busy = true;
+    lost_settle_begin(c);
+    x->dio.op = TC_DEV_FLUSH;
+    x->dio.cb = settle_origin_flushed;
+    if (c->vol->origin->can_flush && !c->vol->read_only)
+        dev_submit(c->vol->origin, &x->dio);
+    else
+        settle_origin_flushed(&x->dio, 0);
+}
+
+static void state_timer_fn(struct tc_timer *t)
+{
+    struct cache *c = container_of(t, struct cache, state_timer);
+    if (c->state_closed || c->settle_busy)
+        return;     /* its end writes the state file */
+    if (lost_unsettled(c)) {
+        settle_start(c);
+        return;
+    }
+    if (c->state_dirty)
+        state_write_now(c);
+}
+
 void abandon_lost_changed(struct cache *c)
 {
-    if (!c->abandoned && c->abandoned_seq == 0)
-        return;
-    c->state_dirty = true;
-    if (!c->state_timer.armed)
+    if (!c->state_closed && !c->state_timer.armed)
         timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
 }
 
@@ -320,9 +423,26 @@ void abandon_record(struct cache *c)
     }
 }
 
-/* At close: the lost set as it is now. */
+/* At close, once no client write is left and the origin was flushed (ok)
+ * -- before the last log sync, which then records the clears: every
+ * clear so far is settled by that flush.  No settle runs now (the stop
+ * waited for abandon_idle()). */
+void abandon_close_flushed(struct cache *c, bool ok)
+{
+    c->state_closed = true;
+    timer_cancel(c->reactor, &c->state_timer);
+    if (!ok)
+        return;
+    lost_settle_begin(c);
+    lost_settle_end(c, true);
+    if (c->abandoned || c->abandoned_seq)
+        c->state_dirty = true;
+}
+
+/* At close, after the last log sync: the lost set as it is now. */
 void abandon_close(struct cache *c)
 {
+    c->state_closed = true;
     timer_cancel(c->reactor, &c->state_timer);
     if ((c->abandoned || c->abandoned_seq) && c->state_dirty)
         state_write(c);
@@ -330,7 +450,7 @@ void abandon_close(struct cache *c)
 
 bool abandon_idle(struct cache *c)
 {
-    return c->sb_marks_pending == 0;
+    return c->sb_marks_pending == 0 && !c->settle_busy;
 }
 
 /* ---- at start ---- */

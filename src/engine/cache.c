@@ -549,6 +549,8 @@ void cache_close_offline(struct cache *c)
 struct drain_ctx {
     struct cache *c;
     bool detach;
+    bool ending;                    /* detach: the last sync, the cleaner stopped */
+    uint64_t old_tail;              /* ... and the tail it replaced */
     struct log_waiter w;
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
@@ -575,11 +577,27 @@ static void drain_synced(struct log_waiter *w, int err)
 {
     struct drain_ctx *x = container_of(w, struct drain_ctx, w);
     struct cache *c = x->c;
+    if (err && x->err == 0)
+        snprintf(c->drain_failure, sizeof c->drain_failure, "the %ssync of the cache log "
+                 "failed (%s)", x->ending ? "final " : "", strerror(-err));
+    if (err && x->ending) {
+        /* The detach fails, so it must change nothing: the groups it was
+         * ending stay live (a chunk recording the new tail may have
+         * reached a device; it only frees groups whose data was all clean
+         * and on the origin -- the drain left nothing dirty and the gate
+         * let no write in since), and the cleaner runs again. */
+        tc_error("cache: detach: final sync failed: %s; the cache stays attached and its "
+                 "cleaner runs again", strerror(-err));
+        c->tail_seq = x->old_tail;
+        cleaner_resume(c);
+    }
     if (err == 0)
         err = x->err;
     if (x->detach && err == 0 && c->tail_seq != c->next_seq) {
         /* Drained: now end every group, durably -- the cache is empty. */
         cleaner_stop(c);
+        x->ending = true;
+        x->old_tail = c->tail_seq;
         c->tail_seq = c->next_seq;
         /* The lost set outlives the emptied log: its records go again
          * into the group that stays live. */
@@ -607,6 +625,7 @@ void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
 {
     struct drain_ctx *x = tc_xcalloc(1, sizeof *x);
     x->c = c;
+    c->drain_failure[0] = '\0';
     x->progress = progress;
     x->done = done;
     x->arg = arg;
@@ -618,6 +637,7 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 {
     struct drain_ctx *x = tc_xcalloc(1, sizeof *x);
     x->c = c;
+    c->drain_failure[0] = '\0';
     x->detach = true;
     x->progress = progress;
     x->done = done;
@@ -703,6 +723,7 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
     struct cache *c = x->c;
     if (err == 0 && x->candidate > c->wt_stable_seq)
         c->wt_stable_seq = x->candidate;
+    abandon_close_flushed(c, err == 0);
     log_seal_all(c, true);
     log_sync(c, &x->w);
 }
@@ -723,7 +744,7 @@ static void close_quiet(struct tc_timer *t)
 {
     struct close_ctx *x = container_of(t, struct close_ctx, quiet);
     struct cache *c = x->c;
-    if (!writeback_idle(c) || !cleaner_idle(c)) {
+    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c)) {
         uint64_t now = tc_now_ns();
         if (now - x->quiet_logged >= 5000000000ull) {
             x->quiet_logged = now;
@@ -918,6 +939,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "recovered_entries", s->recovered_entries);
     json_uint(j, "recovered_dirty_blocks", s->recovered_dirty_blocks);
     json_uint(j, "recovered_dirty_bytes", s->recovered_dirty_sectors * TC_SECTOR);
+    json_uint(j, "recovery_damage_ignored", s->recovery_damage_ignored);
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     writeback_status_json(c, j);
     readahead_status_json(c, j);

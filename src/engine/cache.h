@@ -274,6 +274,7 @@ struct cache_stats {
      * cache never written since its format). */
     const char *last_stop;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
+    uint64_t recovery_damage_ignored; /* damage below abandoned_seq, not refused */
     uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
     uint64_t recovery_damaged;      /* durable chunk summaries found damaged */
 };
@@ -369,6 +370,7 @@ struct cache {
     uint64_t last_flush_wall_ns;
     bool degraded;
     char health[128];
+    char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
 
     /* abandon.c: the durable record of a cache abandoned at run time. */
     char *state_path;               /* the state file */
@@ -376,7 +378,10 @@ struct cache {
     bool abandoned;                 /* every device failed in this run */
     bool abandon_unrecorded;        /* ... and no record is durable yet: writes fail */
     bool state_dirty;               /* the lost set changed since the state file */
-    struct tc_timer state_timer;
+    struct tc_timer state_timer;    /* writes the state file; settles clears */
+    bool settle_busy;               /* an origin flush / log sync settling clears */
+    bool settle_failed;             /* the last one failed (warned once) */
+    bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
 };
@@ -390,8 +395,11 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
 /* The last device failed: record the abandonment durably (state file now,
  * superblock marks on every device that takes them). */
 void abandon_record(struct cache *c);
-/* The lost set changed while abandoned: the state file follows (lazily). */
+/* Lost sectors were written again: their clear is recorded once the
+ * write is durable (an origin flush and a log sync later). */
 void abandon_lost_changed(struct cache *c);
+/* Closing, the origin just flushed (ok) or not: settle what can be. */
+void abandon_close_flushed(struct cache *c, bool ok);
 void abandon_close(struct cache *c);
 bool abandon_idle(struct cache *c);
 struct tc_json;
@@ -405,11 +413,18 @@ int lost_flush_result(struct cache *c);
 
 /* lost.c: sectors whose dirty data was lost; reads of them fail with EIO */
 bool lost_get(struct cache *c, uint64_t oblock, struct tc_mask *mask);
+/* The sectors the durable records must still call lost: lost now, or
+ * written again by a write not yet known durable (abandon.c). */
+bool lost_get_persisted(struct cache *c, uint64_t oblock, struct tc_mask *mask);
+bool lost_unsettled(struct cache *c);
+void lost_settle_begin(struct cache *c);
+void lost_settle_end(struct cache *c, bool ok);
 void lost_set(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
 void lost_clear(struct cache *c, uint64_t oblock, const struct tc_mask *written);
 void lost_clear_range(struct cache *c, uint64_t off, uint64_t len);
 uint64_t lost_sectors(struct cache *c);
+/* Every block the durable records must call lost, with lost_get_persisted's mask. */
 void lost_foreach(struct cache *c, void (*fn)(void *arg, uint64_t oblock, const struct tc_mask *m),
                   void *arg);
 void lost_fini(struct cache *c);
@@ -629,6 +644,7 @@ int cleaner_init(struct cache *c);
 void cleaner_fini(struct cache *c);
 void cleaner_kick(struct cache *c);
 void cleaner_stop(struct cache *c);
+void cleaner_resume(struct cache *c);
 /* A device failed: a reclaim in progress must look at its group again. */
 void cleaner_device_failed(struct cache *c);
 /* True while the cache has room without reclaiming (policies admit freely). */

@@ -126,6 +126,16 @@ static void kick_fn(struct tc_task *t)
     struct group *g = oldest_group(c);
     if (g == NULL)
         return;
+    if (g->open && k->space_waiters == NULL) {
+        /* The open group is the only one: retiring it frees nothing (the
+         * next group takes as many segments at once), and the tail record
+         * each retirement writes would open another -- a loop of syncs
+         * that never reaches the high water when the devices left are too
+         * small for it (one of two failed).  Only appends waiting for room
+         * make it worth closing. */
+        k->active = false;
+        return;
+    }
     if (g->open) {
         /* The open group is the oldest: close it so that it can go. */
         log_seal_all(c, false);
@@ -180,6 +190,15 @@ void cleaner_stop(struct cache *c)
 {
     if (c->cleaner)
         c->cleaner->stopping = true;
+}
+
+/* A stop that is taken back (a detach that failed): it works as before. */
+void cleaner_resume(struct cache *c)
+{
+    if (c->cleaner == NULL)
+        return;
+    c->cleaner->stopping = false;
+    cleaner_kick(c);
 }
 
 void cleaner_kick(struct cache *c)
@@ -340,9 +359,10 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)
             continue;
         if (e.type == TC_ENTRY_LOST) {
-            /* Still lost: the record must outlive its group. */
+            /* Still lost (or cleared by a write not yet durable): the
+             * record must outlive its group. */
             struct tc_mask m;
-            if (lost_get(c, e.oblock, &m)) {
+            if (lost_get_persisted(c, e.oblock, &m)) {
                 struct append a = { .oblock = e.oblock, .type = TC_ENTRY_LOST, .valid = m,
                                     .use_reserve = true };
                 log_append(c, &a, NULL, NULL, NULL, NULL, NULL);

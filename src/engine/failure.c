@@ -139,6 +139,37 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     return true;
 }
 
+/*
+ * A fragment on the failed device was dropped (clean, or dirty and lost --
+ * the LOST record says so): the block goes whole
+ * (its fragments on other devices too) and a tombstone says so in the log
+ * of the devices left.  Without it the device, readable again at the next
+ * start (a transient error), would bring the fragment back: its version
+ * may be older by then than what the origin received, since writes to a
+ * block the index no longer holds leave nothing in the log (write-around,
+ * a bypassed stream, a write-through write not admitted) -- and a lost
+ * dirty version would even be written back over them.  The tombstone
+ * reaches the log before any such write is flushed: a client's FLUSH also
+ * syncs the log.  A block with dirty data on another device keeps it (a
+ * tombstone would drop that too at the next start); its later writes all
+ * leave a record while it stays cached.  A block with several fragments
+ * on the device gets one tombstone: the first drops it from the index.
+ */
+static void forget_block(struct cache *c, uint64_t oblock)
+{
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (id != NIL) {
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        if (!mask_empty(&d))
+            return;
+        cache_drop(c, oblock);
+    }
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
+                        .urgent = true };
+    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+}
+
 static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
                             uint64_t *dropped, uint64_t *saved, uint64_t *lost)
 {
@@ -226,10 +257,20 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         }
     }
     uint64_t dropped = 0, saved = 0, lost = 0;
-    for (size_t i = 0; i < n; i++)
+    bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t before = dropped + lost;
         handle_fragment(c, d, &vs[i], &dropped, &saved, &lost);
-    free(vs);
+        gone[i] = dropped + lost > before;
+    }
     log_device_failed(c, d);
+    /* After log_device_failed(): the syncs waiting on the device fail
+     * once, as they did, instead of waiting for these records too. */
+    for (size_t i = 0; i < n; i++)
+        if (gone[i] && (i == 0 || !gone[i - 1] || vs[i - 1].oblock != vs[i].oblock))
+            forget_block(c, vs[i].oblock);    /* a block's victims are adjacent */
+    free(gone);
+    free(vs);
     cleaner_device_failed(c);
     tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
              "devices, %llu lost", cd->dev->name, (unsigned long long)dropped,

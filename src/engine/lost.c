@@ -13,6 +13,8 @@
  * the requests that reach the origin directly once the cache has failed
  * or is detached -- there a read of a lost sector fails with EIO exactly
  * as it would through the cache, and a write clears what it covers.
+ * A clear reaches the durable records (LOST records, the state file) only
+ * once the clearing write is durable: see abandon.c for the order.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -24,7 +26,13 @@
 
 struct lost_entry {
     uint64_t oblock;
-    struct tc_mask mask;
+    struct tc_mask mask;            /* lost now: reads fail with EIO */
+    /* Written again, but not yet known durable (see abandon.c): still
+     * lost in every record that outlives a crash (LOST records, the state
+     * file) until a flush of the origin and a sync of the log issued
+     * after the write completes.  `unsettled`: cleared since the last
+     * such flush began; `settling`: cleared before the one in flight. */
+    struct tc_mask unsettled, settling;
     struct lost_entry *next;
 };
 
@@ -32,7 +40,8 @@ struct lost_entry {
 
 struct lost {
     struct lost_entry *b[LOST_BUCKETS];
-    uint64_t blocks, sectors;
+    uint64_t blocks, sectors;       /* entries (any mask), sectors of `mask` */
+    uint64_t unsettled_blocks;      /* entries with unsettled sectors */
 };
 
 static unsigned bucket(uint64_t oblock) { return (unsigned)(oblock % LOST_BUCKETS); }
@@ -58,48 +67,84 @@ void lost_fini(struct cache *c)
     c->lost = NULL;
 }
 
-bool lost_get(struct cache *c, uint64_t oblock, struct tc_mask *mask)
+static struct lost_entry *find(struct cache *c, uint64_t oblock)
 {
     if (c->lost == NULL)
-        return false;
+        return NULL;
     for (struct lost_entry *e = c->lost->b[bucket(oblock)]; e; e = e->next)
-        if (e->oblock == oblock) {
-            if (mask)
-                *mask = e->mask;
-            return true;
-        }
-    return false;
+        if (e->oblock == oblock)
+            return e;
+    return NULL;
+}
+
+/* What the durable records must say of the entry: lost, or cleared by a
+ * write not yet known durable. */
+static void persisted(const struct lost_entry *e, struct tc_mask *m)
+{
+    *m = e->mask;
+    mask_or(m, &e->unsettled);
+    mask_or(m, &e->settling);
+}
+
+bool lost_get(struct cache *c, uint64_t oblock, struct tc_mask *mask)
+{
+    struct lost_entry *e = find(c, oblock);
+    if (e == NULL || mask_empty(&e->mask))
+        return false;
+    if (mask)
+        *mask = e->mask;
+    return true;
+}
+
+bool lost_get_persisted(struct cache *c, uint64_t oblock, struct tc_mask *mask)
+{
+    struct lost_entry *e = find(c, oblock);
+    if (e == NULL)
+        return false;
+    persisted(e, mask);
+    return !mask_empty(mask);
+}
+
+/* Drop the entry once nothing of it is left. */
+static void maybe_free(struct cache *c, uint64_t oblock)
+{
+    struct lost *l = c->lost;
+    struct lost_entry **pp = &l->b[bucket(oblock)];
+    while (*pp && (*pp)->oblock != oblock)
+        pp = &(*pp)->next;
+    struct lost_entry *e = *pp;
+    if (e == NULL || !mask_empty(&e->mask) || !mask_empty(&e->unsettled) ||
+        !mask_empty(&e->settling))
+        return;
+    *pp = e->next;
+    free(e);
+    l->blocks--;
+}
+
+static struct lost_entry *get_entry(struct cache *c, uint64_t oblock)
+{
+    struct lost_entry *e = find(c, oblock);
+    if (e)
+        return e;
+    struct lost *l = L(c);
+    e = tc_xcalloc(1, sizeof *e);
+    e->oblock = oblock;
+    e->next = l->b[bucket(oblock)];
+    l->b[bucket(oblock)] = e;
+    l->blocks++;
+    return e;
 }
 
 /* Set the block's lost sectors to mask (empty: none). */
 void lost_set(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
 {
-    struct lost *l = L(c);
-    struct lost_entry **pp = &l->b[bucket(oblock)];
-    while (*pp && (*pp)->oblock != oblock)
-        pp = &(*pp)->next;
-    if (*pp) {
-        l->sectors -= mask_count(&(*pp)->mask);
-        if (mask_empty(mask)) {
-            struct lost_entry *e = *pp;
-            *pp = e->next;
-            free(e);
-            l->blocks--;
-            return;
-        }
-        (*pp)->mask = *mask;
-        l->sectors += mask_count(mask);
+    if (mask_empty(mask) && find(c, oblock) == NULL)
         return;
-    }
-    if (mask_empty(mask))
-        return;
-    struct lost_entry *e = tc_xcalloc(1, sizeof *e);
-    e->oblock = oblock;
+    struct lost_entry *e = get_entry(c, oblock);
+    c->lost->sectors -= mask_count(&e->mask);
     e->mask = *mask;
-    e->next = l->b[bucket(oblock)];
-    l->b[bucket(oblock)] = e;
-    l->blocks++;
-    l->sectors += mask_count(mask);
+    c->lost->sectors += mask_count(mask);
+    maybe_free(c, oblock);
 }
 
 /* Record durably that these sectors of the block are lost now. */
@@ -111,30 +156,89 @@ void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
     mask_or(&m, mask);
     lost_set(c, oblock, &m);
     c->lost_events++;
+    lost_get_persisted(c, oblock, &m);
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
 }
 
-/* Written again: these sectors are no longer lost. */
+/* Written again: these sectors are no longer lost.  Reads see it at once;
+ * the durable records follow once the write is durable (abandon.c). */
 void lost_clear(struct cache *c, uint64_t oblock, const struct tc_mask *written)
 {
-    struct tc_mask m;
-    if (!lost_get(c, oblock, &m))
+    struct lost_entry *e = find(c, oblock);
+    if (e == NULL)
         return;
-    struct tc_mask left = m;
+    struct tc_mask cleared = e->mask;
+    mask_and(&cleared, written);
+    if (mask_empty(&cleared))
+        return;
+    struct tc_mask left = e->mask;
     mask_andnot(&left, written);
-    if (mask_equal(&left, &m))
-        return;
+    if (mask_empty(&e->unsettled))
+        c->lost->unsettled_blocks++;
+    mask_or(&e->unsettled, &cleared);
     lost_set(c, oblock, &left);
-    if (c->abandoned) {
-        abandon_lost_changed(c);    /* no log any more: the state file */
+    abandon_lost_changed(c);
+}
+
+bool lost_unsettled(struct cache *c)
+{
+    return c->lost && c->lost->unsettled_blocks > 0;
+}
+
+/* A flush of the origin (and a sync of the log) begins: the sectors
+ * cleared so far are durable once it completes. */
+void lost_settle_begin(struct cache *c)
+{
+    if (c->lost == NULL)
         return;
+    for (unsigned i = 0; i < LOST_BUCKETS; i++)
+        for (struct lost_entry *e = c->lost->b[i]; e; e = e->next) {
+            mask_or(&e->settling, &e->unsettled);
+            mask_clear(&e->unsettled);
+        }
+    c->lost->unsettled_blocks = 0;
+}
+
+/* It completed (ok) or failed (the clears wait for the next one).  Once
+ * durable, the log records the blocks' new lost sectors (when it is
+ * still written: not abandoned). */
+void lost_settle_end(struct cache *c, bool ok)
+{
+    if (c->lost == NULL)
+        return;
+    uint64_t n = 0;
+    for (unsigned i = 0; i < LOST_BUCKETS; i++)
+        for (struct lost_entry *e = c->lost->b[i]; e; e = e->next)
+            if (!mask_empty(&e->settling))
+                n++;
+    uint64_t *done = tc_xmalloc((n ? n : 1) * sizeof *done);
+    n = 0;
+    for (unsigned i = 0; i < LOST_BUCKETS; i++)
+        for (struct lost_entry *e = c->lost->b[i]; e; e = e->next) {
+            if (mask_empty(&e->settling))
+                continue;
+            if (!ok) {
+                if (mask_empty(&e->unsettled))
+                    c->lost->unsettled_blocks++;
+                mask_or(&e->unsettled, &e->settling);
+            }
+            mask_clear(&e->settling);
+            done[n++] = e->oblock;
+        }
+    for (uint64_t i = 0; ok && i < n; i++) {
+        struct tc_mask m;
+        if (!lost_get_persisted(c, done[i], &m))
+            mask_clear(&m);
+        if (!c->abandoned) {
+            struct append a = { .oblock = done[i], .type = TC_ENTRY_LOST, .valid = m,
+                                .use_reserve = true, .urgent = true };
+            log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+        }
+        maybe_free(c, done[i]);
     }
-    struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = left,
-                        .use_reserve = true, .urgent = true };
-    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
-    abandon_lost_changed(c);        /* a state file in force from an earlier run */
+    free(done);
 }
 
 uint64_t lost_sectors(struct cache *c)
@@ -148,8 +252,11 @@ void lost_foreach(struct cache *c, void (*fn)(void *arg, uint64_t oblock, const 
     if (c->lost == NULL)
         return;
     for (unsigned i = 0; i < LOST_BUCKETS; i++)
-        for (struct lost_entry *e = c->lost->b[i]; e; e = e->next)
-            fn(arg, e->oblock, &e->mask);
+        for (struct lost_entry *e = c->lost->b[i]; e; e = e->next) {
+            struct tc_mask m;
+            persisted(e, &m);
+            fn(arg, e->oblock, &m);
+        }
 }
 
 /* A write of [off, off + len) reached the volume: its sectors are no

@@ -4,9 +4,10 @@
  * A write that is not aligned to the 4 KiB sector must read the sectors it
  * partly covers, merge, and write them back (read-modify-write).  Two
  * such writes to one sector, or an aligned write landing between the read
- * and the write-back, would lose data.  So every write-type request holds
- * a shared lock on its range while in flight, and a read-modify-write holds
- * an exclusive lock on the sectors it merges.  Shared locks never wait for
+ * and the write-back, would lose data.  So every write holds a shared lock
+ * on its range while in flight, and a read-modify-write holds an exclusive
+ * lock on the sectors it merges.  Trims and write-zeroes hold exclusive
+ * ones (see engine_submit_locked()).  Shared locks never wait for
  * each other; an exclusive lock waits for every overlapping holder.
  *
  * Waiters are served first come, first served: a shared request that

@@ -26,7 +26,9 @@
  * abandoned_seq ignored in step 4: the origin received writes past the
  * cache since, so none of those versions can be proven newest, and their
  * dirty data is in the lost set already.  Step 5 therefore only ever
- * writes back versions written after the last abandonment.
+ * writes back versions written after the last abandonment.  For the same
+ * reason damage found in a group below abandoned_seq does not refuse the
+ * start: it is reported (and counted), and nothing it hid mattered.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -64,6 +66,7 @@ struct recovery {
     uint64_t chunks;
     uint32_t *stop;                 /* per segment: where its walk failed, or ~0 */
     uint64_t *last_chunk;           /* per segment: chunk sequence of its last good chunk */
+    uint64_t damage_group;          /* the group of the damage being reported (~0: unknown) */
 };
 
 static void add_rec(struct recovery *rc, const struct rec *r)
@@ -94,6 +97,7 @@ static void add_damage(struct recovery *rc, const char *fmt, ...)
 static void damage_group(struct recovery *rc, uint64_t group)
 {
     uint64_t g = group ? group : UINT64_MAX;    /* unknown: could be any */
+    rc->damage_group = g;
     rc->c->damage_group_max = TC_MAX(rc->c->damage_group_max, g);
 }
 
@@ -175,6 +179,19 @@ static void add_damage(struct recovery *rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (!c->offline && rc->damage_group < c->abandoned_seq) {
+        /* Damage confined to a group written before the cache was
+         * abandoned: every entry of such a group has a lower sequence
+         * (groups and entries share one counter, and nothing is appended
+         * after an abandonment or before a restart's first new group,
+         * which starts at abandoned_seq), so step 4 ignores all of it
+         * anyway -- nothing it held can be served or written back.  An
+         * unknown group (~0) is never below.  check still lists it. */
+        tc_warn("%s; ignored: written before the cache was abandoned (log sequence %llu), "
+                "so nothing there is trusted anyway", line, (unsigned long long)c->abandoned_seq);
+        c->st.recovery_damage_ignored++;
+        return;
+    }
     tc_error("%s", line);
     c->st.recovery_damaged++;
     size_t old = c->damage ? strlen(c->damage) : 0;
@@ -256,6 +273,16 @@ static void find_damage(struct recovery *rc, uint32_t s)
     unsigned marks = (le64_get(b + CH_OFF_MAGIC) == TC_CHUNK_MAGIC) +
                      (le32_get(b + CH_OFF_SEGMENT) == s) +
                      (le32_get(b + CH_OFF_CHUNK_SECTOR) == at);
+    /* A header of another cache set (the device was formatted again with
+     * --force, which leaves old chunks in place): a leftover, never
+     * damage of ours, even when its group number falls in our live range
+     * -- as in a segment of a live group on a device that failed before
+     * writing it.  Damage flips a few bytes, not a whole set UUID. */
+    unsigned uuid_diff = 0;
+    for (unsigned i = 0; i < 16; i++)
+        uuid_diff += b[CH_OFF_SET_UUID + i] != c->set_uuid[i];
+    if (uuid_diff > 4)
+        return;
     /* Ours: its group, or (the group field damaged) a chunk sequence past
      * the segment's last good chunk -- a leftover of an older incarnation
      * has a lower one. */

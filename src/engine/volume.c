@@ -187,12 +187,21 @@ void engine_submit_locked(struct ereq *e)
         engine_dispatch(e);
         return;
     }
-    /* Shared: only a read-modify-write of the same sectors waits. */
+    /* Writes: shared, only a read-modify-write of the same sectors waits.
+     * Trims and write-zeroes: exclusive.  Their origin operation runs
+     * after their cached blocks are dealt with, under no block lock (a
+     * range may span millions of blocks), so a write overlapping one in
+     * flight could cache its version while the origin applied the two in
+     * the other order: the cache would then serve the write and the
+     * origin hold zeroes (or the reverse), and reads would change once
+     * the block is dropped or the cache detached.  Overlapping in flight
+     * together, either may win; this makes the cache and the origin agree
+     * on which. */
     e->after_unlock = e->complete;
     e->complete = locked_complete;
     e->lock.start = e->off;
     e->lock.end = e->off + e->len;
-    e->lock.exclusive = false;
+    e->lock.exclusive = e->op != TC_OP_WRITE;
     e->lock.granted_cb = lock_granted;
     if (rl_acquire(&e->vol->locks, &e->lock))
         engine_dispatch(e);
@@ -332,6 +341,13 @@ static void op_error_set(struct tc_volume *vol, const char *prefix, const char *
     tc_format_size(tc_volume_dirty_bytes(vol), dz, sizeof dz);
     if (vol->cache && !vol->detached)
         writeback_drain_reason(vol->cache, why, sizeof why);
+    if (vol->cache && vol->cache->drain_failure[0]) {
+        /* Everything was written back; the log could not record it. */
+        snprintf(vol->op_error, sizeof vol->op_error, "%s: %s%s", prefix,
+                 vol->cache->drain_failure, suffix);
+        tc_error("%s", vol->op_error);
+        return;
+    }
     snprintf(vol->op_error, sizeof vol->op_error,
              "%s: %s of dirty data could not be written back (%s)%s", prefix, dz,
              why[0] ? why : strerror(-err), suffix);
