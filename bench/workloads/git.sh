@@ -97,7 +97,10 @@ git_run() {  # CONFIG REP
     tiercache-wt|tiercache-wb)
       spindle origin "$origin"
       tcformat "$WORK/cache.img" origin "$GIT_CACHE"
-      tcserve vol origin --cache "$WORK/cache.img" --mode "$([ "$cfg" = tiercache-wt ] && echo writethrough || echo writeback)" ;;
+      # The request stream is kept (bench/workloads/policy.sh replays it).
+      mkdir -p "$OUT/traces"
+      tcserve vol origin --cache "$WORK/cache.img" --trace "$OUT/traces/git-$cfg-$rep.trace" \
+        --mode "$([ "$cfg" = tiercache-wt ] && echo writethrough || echo writeback)" ;;
     nbdkit-cache-wt)
       spindle origin "$origin"
       nbdcache vol origin writethrough "$GIT_CACHE" ;;
@@ -137,6 +140,9 @@ wl_git() {
   wl_begin git
   local configs=(fast spindle tiercache-wt tiercache-wb nbdkit-cache-wt tiercache-on-fast nbdkit-cache-on-fast)
   [ "$SCALE" = small ] && configs=(fast spindle tiercache-wt nbdkit-cache-wt tiercache-on-fast nbdkit-cache-on-fast)
+  # GIT_CONFIGS="tiercache-wt" runs only the configurations named (the
+  # ratios of the others are then missing).
+  [ -n "${GIT_CONFIGS:-}" ] && read -r -a configs <<<"$GIT_CONFIGS"
   for rep in $(seq 1 "$REPS"); do
     for cfg in $(order "$rep" "${configs[@]}"); do
       git_run "$cfg" "$rep"
