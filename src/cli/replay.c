@@ -450,6 +450,9 @@ int cmd_replay(int argc, char **argv)
     char err[256];
     int opt;
     optind = 1;
+    /* The engine's start-up lines, once per policy and size, are noise
+     * here: warnings and errors only. */
+    tc_log_set_level(TC_LOG_WARN);
     while ((opt = getopt_long(argc, argv, "h", replay_opts, NULL)) != -1) {
         switch (opt) {
         case OPT_TRACE:
