@@ -19,6 +19,9 @@ static const char set_help[] =
 "the valid range.  tiercache status shows the values in volume.settings.\n"
 "\n"
 "Keys (values as the serve option of the same name takes them):\n"
+"  policy=NAME             default, lru, fifo or s3fifo: what is cached stays\n"
+"                          cached and earns its place again under the new\n"
+"                          policy (its history starts empty)\n"
 "  dirty-target=PCT        writeback: dirty data kept near PCT% of the cache,\n"
 "                          0 to dirty-high\n"
 "  dirty-high=PCT          writeback: full-speed writeback and throttled\n"
@@ -30,7 +33,6 @@ static const char set_help[] =
 "                          cache device write budget; off (or 0) for none\n"
 "  origin-timeout=SECONDS  how long requests wait for a lost NBD origin\n"
 "                          (0 to 86400)\n"
-"The policy cannot be changed while serving (restart with --policy).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";

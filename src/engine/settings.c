@@ -7,8 +7,7 @@
  * every stream step, the budget its rate at every refill, the origin its
  * hold timeout at the next outage.
  *
- * Not here: the policy (its state is kept in every cache entry; changing
- * it means restarting with --policy) and what the format fixes.
+ * Not here: what the format fixes (block and segment size, devices).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 
 #include "engine/cache.h"
 #include "engine/engine.h"
+#include "policy/policy.h"
 #include "util/json.h"
 #include "util/misc.h"
 #include "util/parse.h"
@@ -135,7 +135,33 @@ static int set_origin_timeout(struct tc_volume *vol, const char *value, bool app
 }
 
 static const char *const keys =
-    "dirty-target, dirty-high, sequential-cutoff, readahead, write-budget, origin-timeout";
+    "policy, dirty-target, dirty-high, sequential-cutoff, readahead, write-budget, "
+    "origin-timeout";
+
+/* A new policy starts from nothing: cache_switch_policy() drops the old
+ * one's state and every block's hint, so what is cached stays cached but
+ * earns its place again under the new rules (as after a restart with
+ * another --policy, without losing the cache's contents). */
+static int set_policy(struct tc_volume *vol, const char *value, bool apply, char *err,
+                      size_t errlen)
+{
+    if (policy_find(value) == NULL) {
+        snprintf(err, errlen, "policy '%s': no such policy (choose from %s)", value,
+                 policy_names());
+        return -1;
+    }
+    if (vol->cache == NULL) {
+        snprintf(err, errlen, "policy: this volume has no cache devices");
+        return -1;
+    }
+    if (!apply)
+        return 0;
+    if (live_cache(vol) == NULL) {         /* detached or failed: for a later attach */
+        vol->cfg.policy = policy_find(value)->name;
+        return 0;
+    }
+    return cache_switch_policy(vol->cache, value, err, errlen) < 0 ? -1 : 0;
+}
 
 int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, bool apply,
                   char *err, size_t errlen)
@@ -143,11 +169,8 @@ int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, boo
     bool needs_cache = strcmp(key, "dirty-target") == 0 || strcmp(key, "dirty-high") == 0 ||
                        strcmp(key, "sequential-cutoff") == 0 || strcmp(key, "readahead") == 0 ||
                        strcmp(key, "write-budget") == 0;
-    if (strcmp(key, "policy") == 0) {
-        snprintf(err, errlen, "policy: cannot be changed while serving (every cached block "
-                 "holds the policy's state); restart with --policy %s", value);
-        return -1;
-    }
+    if (strcmp(key, "policy") == 0)
+        return set_policy(vol, value, apply, err, errlen);
     if (!needs_cache && strcmp(key, "origin-timeout") != 0) {
         snprintf(err, errlen, "'%s': no such setting (choose from %s)", key, keys);
         return -1;
