@@ -319,6 +319,13 @@ int cmd_dump(int argc, char **argv)
         printf("device %u: %s, segments %u..%u, %s\n", d, c->devs[d].dev->name,
                c->devs[d].first_seg, c->devs[d].first_seg + c->devs[d].nsegs - 1,
                tc_format_size(c->devs[d].dev->size, sz, sizeof sz));
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->failed_seq[d])
+            printf("device %u: failed at run time at log sequence %llu: its entries below it "
+                   "are ignored\n", d, (unsigned long long)c->failed_seq[d]);
+    if (c->abandoned_seq)
+        printf("cache: abandoned at run time at log sequence %llu: entries below it are "
+               "ignored\n", (unsigned long long)c->abandoned_seq);
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
            (unsigned long long)c->tail_seq, (unsigned long long)c->next_seq, c->ngroups,

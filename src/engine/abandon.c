@@ -335,38 +335,99 @@ void abandon_lost_changed(struct cache *c)
 
 /* ---- superblock marks ---- */
 
+/*
+ * Two kinds of mark share this machinery: the abandonment (every device
+ * failed; the state file is the first record, the superblocks a second)
+ * and a device failure (some devices go on; the survivors' superblocks are
+ * the only record, see devfail_record()).  Either write carries every mark
+ * known: the superblock is the device's own, with the abandonment (if
+ * any) and the failure marks of this cache.  Copy A is written and flushed
+ * before copy B (ondisk.h).
+ */
 struct sb_mark {
     struct cache *c;
     unsigned d;
+    bool devfail;               /* a device failure mark, else the abandonment */
     unsigned step;              /* 0 write A, 1 flush, 2 write B, 3 flush */
     uint8_t *buf;
     struct tc_dev_io dio;
 };
 
+struct held_ack {
+    struct tc_request *req;
+    int err;
+    struct held_ack *next;
+};
+
 static void sb_mark_step(struct sb_mark *m);
+
+/* The failure marks are all written (or failed): the acknowledgements
+ * held meanwhile go out, in the order they were held.  If the last
+ * survivor failed meanwhile and the abandonment has no durable record
+ * yet, writes fail as they would now (lost.c). */
+static void devfail_marks_done(struct cache *c)
+{
+    if (--c->devfail_marks_pending)
+        return;
+    struct held_ack *h = c->held_acks, *rev = NULL;
+    c->held_acks = NULL;
+    while (h) {
+        struct held_ack *n = h->next;
+        h->next = rev;
+        rev = h;
+        h = n;
+    }
+    while (rev) {
+        struct held_ack *n = rev->next;
+        int err = rev->err;
+        if (err == 0 && c->abandon_unrecorded && rev->req->op != TC_OP_READ)
+            err = -EIO;
+        rev->req->done(rev->req, err);
+        free(rev);
+        rev = n;
+    }
+}
 
 static void sb_mark_done(struct tc_dev_io *dio, int err)
 {
     struct sb_mark *m = container_of(dio, struct sb_mark, dio);
     struct cache *c = m->c;
-    if (err) {
-        tc_warn("%s: cannot mark the superblock abandoned (%s at offset %llu): the state file "
-                "%s is the only record", c->devs[m->d].dev->name, strerror(-err),
-                (unsigned long long)(m->step < 2 ? 0 : TC_SB_SIZE), c->state_path);
-    } else if (++m->step < 4) {
+    unsigned d = m->d;
+    bool devfail = m->devfail;
+    uint64_t off = m->step < 2 ? 0 : TC_SB_SIZE;
+    if (!err && ++m->step < 4) {
         sb_mark_step(m);
         return;
+    }
+    c->sb_marks_pending--;
+    free(m->buf);
+    free(m);
+    if (devfail) {
+        if (err) {
+            /* A survivor that cannot take the mark cannot be trusted to
+             * hold the log either: it fails too, and its own failure
+             * marks the devices left (or abandons the cache). */
+            tc_error("%s: cannot record a device failure in its superblock (%s at offset "
+                     "%llu)", c->devs[d].dev->name, strerror(-err), (unsigned long long)off);
+            cache_device_error(c, d, err, true);
+        } else {
+            c->devfail_marks++;
+        }
+        devfail_marks_done(c);
+        return;
+    }
+    if (err) {
+        tc_warn("%s: cannot mark the superblock abandoned (%s at offset %llu): the state file "
+                "%s is the only record", c->devs[d].dev->name, strerror(-err),
+                (unsigned long long)off, c->state_path);
     } else {
         c->sb_marks++;
         if (c->abandon_unrecorded) {
             c->abandon_unrecorded = false;
             tc_info("%s: the abandonment of the cache is recorded in its superblock; writes "
-                    "go on", c->devs[m->d].dev->name);
+                    "go on", c->devs[d].dev->name);
         }
     }
-    c->sb_marks_pending--;
-    free(m->buf);
-    free(m);
 }
 
 static void sb_mark_step(struct sb_mark *m)
@@ -382,6 +443,33 @@ static void sb_mark_step(struct sb_mark *m)
         m->dio.len = TC_SB_SIZE;
     }
     dev_submit(m->c->devs[m->d].dev, &m->dio);
+}
+
+/* Rewrite device d's superblock with every mark known now. */
+static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
+{
+    struct cache_dev *cd = &c->devs[d];
+    if (c->abandoned) {
+        cd->sb.flags |= TC_SB_ABANDONED;
+        cd->sb.abandoned_seq = c->abandoned_seq;
+    }
+    bool any = false;
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
+        cd->sb.failed_seq[i] = c->failed_seq[i];
+        any |= c->failed_seq[i] != 0;
+    }
+    if (any)
+        cd->sb.flags |= TC_SB_DEV_FAILED;
+    struct sb_mark *m = tc_xcalloc(1, sizeof *m);
+    m->c = c;
+    m->d = d;
+    m->devfail = devfail;
+    m->buf = tc_alloc_aligned(TC_SB_SIZE);
+    sb_encode(&cd->sb, m->buf);
+    c->sb_marks_pending++;
+    if (devfail)
+        c->devfail_marks_pending++;
+    sb_mark_step(m);
 }
 
 void abandon_record(struct cache *c)
@@ -400,27 +488,77 @@ void abandon_record(struct cache *c)
         c->abandon_unrecorded = false;
     else
         c->state_dirty = true;      /* retried by the timer */
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        struct cache_dev *cd = &c->devs[d];
-        if (cd->dev->read_only)
-            continue;
-        struct sb_mark *m = tc_xcalloc(1, sizeof *m);
-        m->c = c;
-        m->d = d;
-        m->buf = tc_alloc_aligned(TC_SB_SIZE);
-        struct tc_superblock sb = cd->sb;
-        sb.flags |= TC_SB_ABANDONED;
-        sb.abandoned_seq = c->abandoned_seq;
-        sb_encode(&sb, m->buf);
-        c->sb_marks_pending++;
-        sb_mark_step(m);
-    }
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (!c->devs[d].dev->read_only)
+            sb_mark_start(c, d, false);
     if (c->abandon_unrecorded) {
         tc_error("the abandonment of the cache is not recorded yet: writes fail with EIO until "
                  "it is (state file %s or a superblock)", c->state_path);
         if (!c->state_timer.armed)
             timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
     }
+}
+
+/* ---- device failure marks ---- */
+
+/*
+ * Device d failed; the others go on.  Its log stays on it, and at the next
+ * start -- the device readable again -- recovery would replay it: versions
+ * the volume has since dropped (a block evicted from the survivors and
+ * then written around the log, say) would come back over newer data, and
+ * stale dirty data would be written back.  The tombstones failure.c
+ * appends cover the blocks dropped at the failure; this covers the rest,
+ * whatever happens to the blocks later: the survivors' superblocks say
+ * "device d failed at sequence S" (S: the log's next sequence number now,
+ * before anything is appended for the failure), and recovery ignores d's
+ * groups below S.  Nothing is lost by that: every version still needed
+ * that was on d was re-homed, mirrored or recorded lost (LOST records,
+ * sequence >= S) by failure.c in this same turn of the reactor.
+ *
+ * The order: a write can make d's entries stale only once it is
+ * acknowledged (before that, the last acknowledged data of its sectors is
+ * what d may hold).  So from now until every survivor's mark has ended,
+ * client writes, trims, write-zeroes and flushes are completed but not
+ * acknowledged: devfail_hold_ack() keeps them, devfail_marks_done()
+ * releases them.  A survivor whose mark write fails is failed in turn
+ * (its own marks or the abandonment follow, before the release).  Reads
+ * are never held.  A clean stop waits for the marks (abandon_idle()).
+ */
+void devfail_record(struct cache *c, unsigned d)
+{
+    if (c->offline || d >= TC_MAX_DEVICES)
+        return;
+    bool survivors = false;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        survivors |= i != d && c->devs[i].state == CDEV_OK;
+    if (!survivors)
+        return;     /* the abandonment follows, and its mark covers every device */
+    uint64_t s = TC_MAX(c->next_seq, c->failed_seq[d] + 1);
+    c->failed_seq[d] = s;
+    tc_warn("cache device %s: entries it holds below log sequence %llu will never be trusted "
+            "again; recording this in the superblocks of the devices left",
+            c->devs[d].dev->name, (unsigned long long)s);
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (i != d && c->devs[i].state == CDEV_OK && !c->devs[i].dev->read_only)
+            sb_mark_start(c, i, true);
+}
+
+bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq)
+{
+    return dev < TC_MAX_DEVICES && group_seq < c->failed_seq[dev];
+}
+
+bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err)
+{
+    if (c == NULL || c->devfail_marks_pending == 0 || req->op == TC_OP_READ ||
+        req->op == TC_OP_BLOCK_STATUS || req->op == TC_OP_CACHE)
+        return false;
+    struct held_ack *h = tc_xmalloc(sizeof *h);
+    h->req = req;
+    h->err = err;
+    h->next = c->held_acks;
+    c->held_acks = h;
+    return true;
 }
 
 /* At close, once no client write is left and the origin was flushed (ok)
@@ -463,6 +601,16 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
     c->state_timer.fn = state_timer_fn;
     uint64_t sb_seq = 0;
     const char *sb_dev = NULL;
+    /* Device failure marks: any superblock's, the highest of each device. */
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].sb.flags & TC_SB_DEV_FAILED)
+            for (unsigned i = 0; i < c->ndevs && i < TC_MAX_DEVICES; i++)
+                c->failed_seq[i] = TC_MAX(c->failed_seq[i], c->devs[d].sb.failed_seq[i]);
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (c->failed_seq[i])
+            tc_warn("cache device %u (%s) failed at run time earlier: its entries below log "
+                    "sequence %llu are ignored", i, c->devs[i].dev->name,
+                    (unsigned long long)c->failed_seq[i]);
     for (unsigned d = 0; d < c->ndevs; d++)
         if ((c->devs[d].sb.flags & TC_SB_ABANDONED) && c->devs[d].sb.abandoned_seq > sb_seq) {
             sb_seq = c->devs[d].sb.abandoned_seq;
@@ -582,4 +730,20 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "state_file_writes", c->state_writes);
     json_uint(j, "state_file_errors", c->state_errors);
     json_uint(j, "superblocks_marked", c->sb_marks);
+    json_begin_array(j, "device_failure_marks");
+    for (unsigned i = 0; i < c->ndevs; i++) {
+        if (!c->failed_seq[i])
+            continue;
+        char u[37];
+        tc_uuid_format(c->devs[i].sb.dev_uuid, u);
+        json_begin_object(j, NULL);
+        json_uint(j, "index", i);
+        json_string(j, "device", c->devs[i].dev->name);
+        json_string(j, "uuid", u);
+        json_uint(j, "failed_seq", c->failed_seq[i]);
+        json_end_object(j);
+    }
+    json_end_array(j);
+    json_uint(j, "device_failure_marks_pending", c->devfail_marks_pending);
+    json_uint(j, "device_failure_superblocks_marked", c->devfail_marks);
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cache.h"
 #include "engine/engine.h"
 #include "io/bufpool.h"
 #include "util/log.h"
@@ -68,6 +69,8 @@ static void finish(struct areq *a)
     if (err)
         vol->stats.errors++;
     free(a);
+    if (devfail_hold_ack(vol->cache, req, err))
+        return;     /* a device failure is being recorded (abandon.c) */
     req->done(req, err);
 }
 

@@ -384,6 +384,14 @@ struct cache {
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
+    /* Device failure marks (ondisk.h, TC_SB_DEV_FAILED): groups of device
+     * i below failed_seq[i] are untrusted.  Loaded from every superblock
+     * (the highest wins); raised when a device fails in this run. */
+    uint64_t failed_seq[TC_MAX_DEVICES];
+    unsigned devfail_marks_pending; /* failure marks not yet durable: write
+                                       acknowledgements wait (volume.c) */
+    uint64_t devfail_marks;         /* superblocks given a failure mark */
+    struct held_ack *held_acks;     /* waiting for the failure marks */
 };
 
 /* abandon.c: a cache abandoned at run time (every device failed) */
@@ -395,6 +403,19 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
 /* The last device failed: record the abandonment durably (state file now,
  * superblock marks on every device that takes them). */
 void abandon_record(struct cache *c);
+/* Device d failed in this run (others go on): record failed_seq[d] in the
+ * superblocks of the devices left, asynchronously; until every one of
+ * those writes has ended, client writes are not acknowledged (see
+ * failure.c for why).  Called before anything is appended for the
+ * failure. */
+void devfail_record(struct cache *c, unsigned d);
+/* The failure mark of the segment's device covers its group: the segment
+ * was written before its device failed and is never trusted again. */
+bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq);
+/* A client request completes while failure marks are being written: true
+ * if its acknowledgement (req->done) is held until they are (a write type
+ * or a flush); false: acknowledge it now. */
+bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err);
 /* Lost sectors were written again: their clear is recorded once the
  * write is durable (an origin flush and a log sync later). */
 void abandon_lost_changed(struct cache *c);

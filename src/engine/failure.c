@@ -229,6 +229,11 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
              cd->dev->name, why);
     tc_error("cache device %s failed: %s; the volume goes on without it", cd->dev->name, why);
+    /* First, before anything is appended for the failure (its sequence
+     * numbers must be at or above the mark) and before any write that
+     * could make the device's entries stale is acknowledged: the mark
+     * that keeps its log out at the next start (abandon.c). */
+    devfail_record(c, d);
 
     /* Every fragment (and mirror copy) on the device. */
     size_t n = 0, cap = 256;

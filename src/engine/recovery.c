@@ -29,6 +29,11 @@
  * writes back versions written after the last abandonment.  For the same
  * reason damage found in a group below abandoned_seq does not refuse the
  * start: it is reported (and counted), and nothing it hid mattered.
+ *
+ * Likewise a device that failed at run time while others went on has a
+ * failure mark (failed_seq, in the superblocks of the others): its
+ * segments of groups below the mark are free, their entries ignored and
+ * their damage not looked for, whether or not the device reads well again.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -104,6 +109,8 @@ static void damage_group(struct recovery *rc, uint64_t group)
 static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uint64_t group,
                         uint64_t off, size_t len, int err)
 {
+    if (group && devfail_untrusted(rc->c, SEG(rc->c, s)->dev, group))
+        return;     /* written before its device failed: ignored anyway */
     damage_group(rc, group);
     add_damage(rc, "%s: segment %u: reading %zu bytes of the log at offset %llu failed: %s; "
                "the chunks there are unknown", dev->name, s, len, (unsigned long long)off,
@@ -292,6 +299,8 @@ static void find_damage(struct recovery *rc, uint32_t s)
     if (seq == 0 && !ours)
         return;                         /* a segment never written in a live group */
     uint64_t group = seq ? seq : claimed_group;
+    if (devfail_untrusted(c, sg->dev, group))
+        return;     /* written before its device failed: nothing in it counts */
 
     /* Scan the rest of the segment for the chunks of this incarnation: the
      * first one is where the walk resumes; every one of them tells how far
@@ -601,7 +610,11 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     uint32_t nlive = 0;
     for (uint32_t s = 0; s < c->nsegs; s++) {
         struct segment *sg = SEG(c, s);
-        if (sg->nchunks > 0 && sg->seq >= rc.tail_seq && sg->seq > 0)
+        /* A segment of a device that failed later, from before the
+         * failure, is free: its entries may be older than what the
+         * origin received since (abandon.c, devfail_record()). */
+        if (sg->nchunks > 0 && sg->seq >= rc.tail_seq && sg->seq > 0 &&
+            !devfail_untrusted(c, sg->dev, sg->seq))
             live[nlive++] = s;
         else
             sg->nchunks = 0;
@@ -641,6 +654,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     c->next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
     /* Entries written from now on must be trusted at the next start. */
     c->next_seq = TC_MAX(c->next_seq, c->abandoned_seq);
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
+        c->next_seq = TC_MAX(c->next_seq, c->failed_seq[i]);
     c->chunks_issued = rc.max_chunk_seq;
     c->chunks_written_upto = rc.max_chunk_seq;
     c->flushed_upto = rc.max_chunk_seq;

@@ -166,6 +166,8 @@ static void user_complete(struct ereq *e)
         req->nr_extents = e->nr_extents;
     int err = e->err;
     ereq_free(e);
+    if (devfail_hold_ack(vol->cache, req, err))
+        return;     /* a device failure is being recorded (abandon.c) */
     req->done(req, err);
 }
 

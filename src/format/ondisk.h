@@ -82,6 +82,23 @@
 #define TC_SB_VERSION_ABANDONED  2u
 #define TC_SB_ABANDONED          (1u << 0)
 
+/*
+ * Version 3 adds per-device failure marks (TC_SB_DEV_FAILED): when device
+ * i of the set fails at run time while others go on, the survivors'
+ * superblocks get failed_seq[i] = the log's next sequence number at the
+ * failure.  Every chunk of device i in a group below failed_seq[i] was
+ * written before the failure: at the next start its entries are ignored
+ * and its segments are free, whether or not the device reads well again;
+ * groups from failed_seq[i] on were opened after a restart and are
+ * trusted.  A version 3 superblock may carry TC_SB_ABANDONED too (then
+ * abandoned_seq is valid as in version 2).  Builds that know only
+ * versions 1 and 2 refuse it, instead of trusting the failed device's
+ * stale log.  The marks are never cleared: a later mark of the same
+ * device only raises its sequence.  The checksum covers them.
+ */
+#define TC_SB_VERSION_DEVFAIL    3u
+#define TC_SB_DEV_FAILED         (1u << 1)
+
 struct tc_superblock {
     uint32_t version;
     uint8_t set_uuid[16];           /* the set of devices of one cache */
@@ -103,7 +120,10 @@ struct tc_superblock {
     uint32_t dev_segments[TC_MAX_DEVICES];  /* segment count of every device */
     uint8_t dev_uuids[TC_MAX_DEVICES][16];  /* uuid of every device */
     uint64_t abandoned_seq;         /* TC_SB_ABANDONED: log entries below it are
-                                       untrusted (version 2 only; 0 in version 1) */
+                                       untrusted (versions 2 and 3; 0 in version 1) */
+    uint64_t failed_seq[TC_MAX_DEVICES];    /* TC_SB_DEV_FAILED (version 3): groups of
+                                       device i below failed_seq[i] are untrusted
+                                       (0: never failed; 0 beyond dev_count) */
 };
 
 /* Byte offsets inside the 4096-byte superblock. */
@@ -114,7 +134,8 @@ enum {
     SB_OFF_SEGMENT_COUNT = 80, SB_OFF_FIRST_SEGMENT = 84, SB_OFF_TOTAL_SEGMENTS = 88,
     SB_OFF_FLAGS = 92, SB_OFF_ORIGIN_SIZE = 96, SB_OFF_FORMAT_TIME = 104,
     SB_OFF_ORIGIN_ID = 112, SB_OFF_ORIGIN_PATH = 240, SB_OFF_DEV_SEGMENTS = 496,
-    SB_OFF_DEV_UUIDS = 560, SB_OFF_ABANDONED_SEQ = 816, SB_OFF_END = 824,
+    SB_OFF_DEV_UUIDS = 560, SB_OFF_ABANDONED_SEQ = 816, SB_OFF_FAILED_SEQ = 824,
+    SB_OFF_END = 952,
 };
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);

@@ -15,7 +15,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     memset(buf, 0, TC_SB_SIZE);
     le64_put(buf + SB_OFF_MAGIC, TC_SB_MAGIC);
     bool abandoned = sb->flags & TC_SB_ABANDONED;
-    le32_put(buf + SB_OFF_VERSION, abandoned ? TC_SB_VERSION_ABANDONED : TC_FORMAT_VERSION);
+    bool devfail = sb->flags & TC_SB_DEV_FAILED;
+    le32_put(buf + SB_OFF_VERSION, devfail ? TC_SB_VERSION_DEVFAIL
+                                   : abandoned ? TC_SB_VERSION_ABANDONED : TC_FORMAT_VERSION);
     memcpy(buf + SB_OFF_SET_UUID, sb->set_uuid, 16);
     memcpy(buf + SB_OFF_DEV_UUID, sb->dev_uuid, 16);
     le32_put(buf + SB_OFF_DEV_INDEX, sb->dev_index);
@@ -39,6 +41,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     }
     if (abandoned)
         le64_put(buf + SB_OFF_ABANDONED_SEQ, sb->abandoned_seq);
+    if (devfail)
+        for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
+            le64_put(buf + SB_OFF_FAILED_SEQ + 8 * i, sb->failed_seq[i]);
     le32_put(buf + SB_OFF_CRC, tc_crc32c(0, buf, TC_SB_SIZE));
 }
 
@@ -49,9 +54,10 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         return -1;
     }
     uint32_t version = le32_get(buf + SB_OFF_VERSION);
-    if (version != TC_FORMAT_VERSION && version != TC_SB_VERSION_ABANDONED) {
+    if (version != TC_FORMAT_VERSION && version != TC_SB_VERSION_ABANDONED &&
+        version != TC_SB_VERSION_DEVFAIL) {
         snprintf(err, errlen, "format version %u is not supported (this build reads versions "
-                 "%u and %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_ABANDONED);
+                 "%u to %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_DEVFAIL);
         return -1;
     }
     uint8_t tmp[TC_SB_SIZE];
@@ -84,8 +90,18 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         sb->dev_segments[i] = le32_get(buf + SB_OFF_DEV_SEGMENTS + 4 * i);
         memcpy(sb->dev_uuids[i], buf + SB_OFF_DEV_UUIDS + 16 * i, 16);
     }
-    if (version == TC_SB_VERSION_ABANDONED)
+    if (version >= TC_SB_VERSION_ABANDONED && (sb->flags & TC_SB_ABANDONED))
         sb->abandoned_seq = le64_get(buf + SB_OFF_ABANDONED_SEQ);
+    bool marks_ok = true, any_mark = false;
+    if (version == TC_SB_VERSION_DEVFAIL) {
+        for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
+            sb->failed_seq[i] = le64_get(buf + SB_OFF_FAILED_SEQ + 8 * i);
+            any_mark |= sb->failed_seq[i] != 0;
+            if (sb->failed_seq[i] >= TC_SEQ_LIMIT ||
+                (sb->failed_seq[i] && i >= sb->dev_count))
+                marks_ok = false;
+        }
+    }
 
     /* The geometry must make sense before anything relies on it. */
     const char *bad = NULL;
@@ -108,10 +124,17 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         bad = "segment table";
     else if (sb->origin_size == 0 || sb->origin_size % 4096)
         bad = "origin size";
-    else if ((version == TC_SB_VERSION_ABANDONED) != !!(sb->flags & TC_SB_ABANDONED) ||
-             ((sb->flags & TC_SB_ABANDONED) &&
-              (sb->abandoned_seq == 0 || sb->abandoned_seq >= TC_SEQ_LIMIT)))
+    else if ((version == TC_SB_VERSION_ABANDONED) != !!(sb->flags & TC_SB_ABANDONED) &&
+             version != TC_SB_VERSION_DEVFAIL)
         bad = "abandoned mark";
+    else if ((sb->flags & TC_SB_ABANDONED) &&
+             (sb->abandoned_seq == 0 || sb->abandoned_seq >= TC_SEQ_LIMIT))
+        bad = "abandoned mark";
+    /* Version 3 exactly when the flag is set, with at least one mark, and
+     * none for a device the set does not have. */
+    else if ((version == TC_SB_VERSION_DEVFAIL) != !!(sb->flags & TC_SB_DEV_FAILED) ||
+             (version == TC_SB_VERSION_DEVFAIL && (!any_mark || !marks_ok)))
+        bad = "device failure marks";
     if (bad == NULL) {
         uint64_t total = 0, first = 0;
         for (unsigned i = 0; i < sb->dev_count; i++) {

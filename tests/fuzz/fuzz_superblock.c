@@ -40,9 +40,21 @@ static void normalize(struct tc_superblock *sb)
 
 static void check_valid(const struct tc_superblock *sb)
 {
-    /* Version 2 is version 1 with the abandonment mark (ondisk.h). */
-    CHECK(sb->version == TC_FORMAT_VERSION || sb->version == TC_SB_VERSION_ABANDONED);
-    CHECK((sb->version == TC_SB_VERSION_ABANDONED) == !!(sb->flags & TC_SB_ABANDONED));
+    /* Version 2 is version 1 with the abandonment mark, version 3 the one
+     * with device failure marks, and maybe the abandonment mark (ondisk.h). */
+    CHECK(sb->version == TC_FORMAT_VERSION || sb->version == TC_SB_VERSION_ABANDONED ||
+          sb->version == TC_SB_VERSION_DEVFAIL);
+    CHECK(sb->version == TC_SB_VERSION_DEVFAIL ||
+          (sb->version == TC_SB_VERSION_ABANDONED) == !!(sb->flags & TC_SB_ABANDONED));
+    CHECK(sb->version != TC_FORMAT_VERSION || !(sb->flags & TC_SB_ABANDONED));
+    CHECK((sb->version == TC_SB_VERSION_DEVFAIL) == !!(sb->flags & TC_SB_DEV_FAILED));
+    bool any_mark = false;
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
+        CHECK(sb->failed_seq[i] < TC_SEQ_LIMIT);
+        CHECK(sb->failed_seq[i] == 0 || i < sb->dev_count);
+        any_mark |= sb->failed_seq[i] != 0;
+    }
+    CHECK(any_mark == (sb->version == TC_SB_VERSION_DEVFAIL));
     CHECK(!(sb->flags & TC_SB_ABANDONED) ||
           (sb->abandoned_seq > 0 && sb->abandoned_seq < TC_SEQ_LIMIT));
     CHECK(sb->block_size >= TC_MIN_BLOCK_SIZE && sb->block_size <= TC_MAX_BLOCK_SIZE);
