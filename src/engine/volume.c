@@ -134,12 +134,22 @@ void engine_dispatch(struct ereq *e)
         vol->held_tail = &e->held_next;
         return;
     }
+    if (vol->fenced) {
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
     if (vol->cache && !vol->detached && !vol->cache_failed) {
         e->via_cache = true;
         vol->cache_inflight++;
         cache_submit(e);
     } else if (vol->cache) {
-        /* Failed or detached: the origin, but never in place of lost data. */
+        /* Failed or detached: the origin, but never in place of lost data.
+         * Counted with the cache path: lost_passthrough() uses the cache
+         * (its lost set, its write-back waits), so an attach, which
+         * replaces the cache, waits for these too. */
+        e->via_cache = true;
+        vol->cache_inflight++;
         lost_passthrough(e);
     } else {
         passthrough_submit(e);
@@ -279,6 +289,11 @@ void tc_volume_free(struct tc_volume *vol)
         return;
     cache_free(vol->cache);
     dev_close(vol->origin);
+    if (vol->attach_paths)
+        for (char **p = vol->attach_paths; *p; p++)
+            free(*p);
+    free(vol->attach_paths);
+    free(vol->attach_state_file);
     free(vol);
 }
 
@@ -410,7 +425,7 @@ void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
  *
  * Without the gate a write still in the cache path when the cache was
  * emptied was lost, and one waiting for the cleaner waited forever. */
-static void open_gate(struct tc_volume *vol)
+void volume_open_gate(struct tc_volume *vol)
 {
     vol->gate = false;
     struct ereq *list = vol->held_head;
@@ -448,12 +463,13 @@ static void detached(void *arg, int err)
     struct tc_volume *vol = op->vol;
     if (err == 0) {
         vol->detached = true;
+        vol->mode_before_detach = op->old_mode;
         tc_info("cache detached: serving the origin directly");
     } else {
         op_abandon(op, err);
     }
     vol->detaching = false;
-    open_gate(vol);
+    volume_open_gate(vol);
     op_finish(op, err);
 }
 
@@ -466,7 +482,7 @@ static void mode_drained(void *arg, int err)
     if (err)
         op_abandon(op, err);
     vol->detaching = false;
-    open_gate(vol);
+    volume_open_gate(vol);
     op_finish(op, err);
 }
 
@@ -542,6 +558,12 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
                         void (*done)(void *arg, int err), void *arg)
 {
     if (vol->cache == NULL || vol->detached) {
+        vol->op_error[0] = '\0';
+        if (mode != TC_MODE_PASSTHROUGH)
+            snprintf(vol->op_error, sizeof vol->op_error, "mode %s needs a cache, and %s",
+                     tc_mode_name(mode), vol->cache ? "the cache is detached: 'tiercache "
+                     "attach' brings it back (attach --mode sets the mode as it attaches)"
+                     : "the daemon serves without one (it was started without --cache)");
         done(arg, mode == TC_MODE_PASSTHROUGH ? 0 : -ENODEV);
         return;
     }
