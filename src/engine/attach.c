@@ -170,7 +170,8 @@ static int check_named(struct tc_volume *vol, const char *path, unsigned *idx, c
         snprintf(err, errlen, "%s: not a usable tiercache cache device (%s)", path, e1);
         goto out;
     }
-    bool same_id = strncmp(sb.origin_id, vol->origin->identity, TC_ORIGIN_ID_LEN - 1) == 0;
+    bool same_id = dev_identity_matches(vol->origin, sb.origin_id, TC_ORIGIN_ID_LEN - 1) !=
+                   DEV_ID_OTHER;
     if (sb.origin_size != vol->size || (!same_id && !vol->cfg.adopt_origin)) {
         msg(err, errlen, "%s was formatted for origin '%s' (%s, %llu bytes), but this "
                  "daemon's origin is '%s' (%s, %llu bytes): not attached", path,
