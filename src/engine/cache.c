@@ -597,6 +597,7 @@ void cache_close_offline(struct cache *c)
 struct drain_ctx {
     struct cache *c;
     bool detach;
+    bool emptied;                   /* detach: every group ended, once */
     struct log_waiter w;
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
@@ -625,8 +626,13 @@ static void drain_synced(struct log_waiter *w, int err)
     struct cache *c = x->c;
     if (err == 0)
         err = x->err;
-    if (x->detach && err == 0 && c->tail_seq != c->next_seq) {
-        /* Drained: now end every group, durably -- the cache is empty. */
+    if (x->detach && err == 0 && !x->emptied && c->tail_seq != c->next_seq) {
+        /* Drained: now end every group, durably -- the cache is empty.
+         * Once: the lost records appended below take sequence numbers, so
+         * the tail never catches up with the head again while the lost set
+         * is not empty (this emptied the log again and again, a chunk
+         * write and a flush each time). */
+        x->emptied = true;
         cleaner_stop(c);
         c->tail_seq = c->next_seq;
         /* The lost set outlives the emptied log: its records go again
