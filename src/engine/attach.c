@@ -47,8 +47,9 @@
  * the origin without a cache, which is what a detached volume does anyway.
  *
  * Steps 3 and 4 read the devices with dev_sync_io(), which runs the
- * reactor meanwhile: new requests are held at the gate, and the volume
- * counts as detached (status does not look into the half-built cache).
+ * reactor meanwhile: new requests are held at the gate, the volume counts
+ * as detached (status does not look into the half-built cache), and a
+ * close asked for meanwhile (a SIGTERM) waits until the attach has ended.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -111,17 +112,17 @@ static void attach_finish(struct attach_op *op, int err)
     struct tc_volume *vol = op->vol;
     void (*done)(void *, int) = op->done;
     void *arg = op->arg;
-    if (err == 0) {
-        free_paths(vol->attach_paths);
-        vol->attach_paths = op->paths;
-        op->paths = NULL;
-    }
     free_paths(op->paths);
     free_paths(op->old_paths);
     free(op);
     vol->detaching = false;
+    vol->attaching = false;
     volume_open_gate(vol);
     done(arg, err);
+    if (vol->close_after_attach) {
+        vol->close_after_attach = false;
+        tc_volume_close(vol, vol->close_done, vol->close_arg);
+    }
 }
 
 /* The superblock of a device named to attach, read with plain reads (the
@@ -382,6 +383,7 @@ void tc_volume_attach(struct tc_volume *vol, const char *const *paths, const enu
     /* The gate, as for a detach: new requests wait, and the ones still
      * using the detached cache (lost_passthrough) finish first. */
     vol->detaching = true;
+    vol->attaching = true;
     vol->held_tail = &vol->held_head;
     vol->gate = true;
     vol->gate_op = op;

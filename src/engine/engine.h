@@ -83,8 +83,10 @@ struct tc_volume {
     struct tc_task gate_task;
     void *gate_op;
     enum tc_mode mode_before_detach;    /* what tc_volume_attach() goes back to */
-    char **attach_paths;            /* the devices named to the last attach (owned) */
     char *attach_state_file;        /* the state file kept across an attach (owned) */
+    /* An attach replaces vol->cache (attach.c): a close asked for meanwhile
+     * (a signal handled while the set is read again) waits for its end. */
+    bool attaching, close_after_attach;
     /* An attach closed the detached cache and could not open it again
      * while it recorded lost sectors: no request can be answered safely
      * (reads of lost sectors would return the origin's older data), so

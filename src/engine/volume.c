@@ -269,6 +269,10 @@ void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), vo
     vol->closing = true;
     vol->close_done = done;
     vol->close_arg = arg;
+    if (vol->attaching) {
+        vol->close_after_attach = true;     /* tc_volume_attach() ends, then closes */
+        return;
+    }
     if (vol->cache) {
         cache_close(vol->cache, cache_closed, vol);
         return;
@@ -289,10 +293,6 @@ void tc_volume_free(struct tc_volume *vol)
         return;
     cache_free(vol->cache);
     dev_close(vol->origin);
-    if (vol->attach_paths)
-        for (char **p = vol->attach_paths; *p; p++)
-            free(*p);
-    free(vol->attach_paths);
     free(vol->attach_state_file);
     free(vol);
 }
