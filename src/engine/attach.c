@@ -290,7 +290,11 @@ static void attach_reopen(struct tc_task *t)
             attach_finish(op, 0);
             return;
         }
-        /* Not as the detach left it: its data is older than the origin. */
+        /* Not as the detach left it: its data is older than the origin.
+         * Its write-back (started by the open for dirty data) is stopped
+         * before it writes any of it over newer origin data; the set stays
+         * open, detached, for its lost set. */
+        writeback_fini(c);
         char dz[32];
         snprintf(vol->op_error, sizeof vol->op_error, "attach refused: the cache on %s holds "
                  "%llu blocks (%s dirty) that are not from after the detach, so they may be "
