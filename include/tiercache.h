@@ -135,8 +135,8 @@ void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg);
 
 /* Flush, then stop using the cache: it is emptied (durably) and every
- * request goes straight to the origin from then on.  Restarting with the
- * same --cache attaches it again, empty. */
+ * request goes straight to the origin from then on.  tc_volume_attach(),
+ * or restarting with the same --cache, attaches it again, empty. */
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
                       void (*done)(void *arg, int err), void *arg);
 

@@ -346,13 +346,15 @@ void tc_volume_attach(struct tc_volume *vol, const char *const *paths, const enu
     char err[sizeof vol->op_error - 32];
     vol->op_error[0] = '\0';
     int code = 0;
-    if (vol->cache == NULL) {
+    /* Busy first: while an attach reads the set again, vol->cache is
+     * briefly NULL, which is not "without a cache". */
+    if (vol->detaching || vol->gate) {
+        code = -EBUSY;
+        snprintf(err, sizeof err, "a detach, mode change or attach is under way");
+    } else if (vol->cache == NULL) {
         code = -ENODEV;
         snprintf(err, sizeof err, "the daemon serves without a cache (it was started without "
                  "--cache); restart it with --cache to use one");
-    } else if (vol->detaching || vol->gate) {
-        code = -EBUSY;
-        snprintf(err, sizeof err, "a detach, mode change or attach is under way");
     } else if (vol->closing) {
         code = -EBUSY;
         snprintf(err, sizeof err, "the daemon is stopping");

@@ -538,6 +538,10 @@ static void gated_drain(struct tc_volume *vol, bool mode_change, enum tc_mode ol
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
                       void (*done)(void *arg, int err), void *arg)
 {
+    if (vol->attaching) {
+        done(arg, -EBUSY);
+        return;
+    }
     if (vol->cache == NULL || vol->detached) {
         done(arg, vol->cache ? -EALREADY : -ENODEV);
         return;
@@ -557,6 +561,10 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
                         void (*done)(void *arg, int err), void *arg)
 {
+    if (vol->attaching) {
+        done(arg, -EBUSY);      /* the cache is being opened again */
+        return;
+    }
     if (vol->cache == NULL || vol->detached) {
         vol->op_error[0] = '\0';
         if (mode != TC_MODE_PASSTHROUGH)
