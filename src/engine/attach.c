@@ -350,7 +350,7 @@ void tc_volume_attach(struct tc_volume *vol, const char *const *paths, const enu
      * briefly NULL, which is not "without a cache". */
     if (vol->detaching || vol->gate) {
         code = -EBUSY;
-        snprintf(err, sizeof err, "a detach, mode change or attach is under way");
+        snprintf(err, sizeof err, "a detach, mode change or another attach is under way");
     } else if (vol->cache == NULL) {
         code = -ENODEV;
         snprintf(err, sizeof err, "the daemon serves without a cache (it was started without "
