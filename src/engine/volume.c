@@ -642,7 +642,9 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
 {
     json_string(j, "mode", tc_mode_name(vol->mode));
     json_bool(j, "detached", vol->detached);
-    json_string(j, "health", vol->cache ? vol->cache->health : "ok");
+    json_string(j, "health", vol->fenced ? "failed: the cache could not be attached again and "
+                "holds the record of lost sectors; every request fails until a restart"
+                : vol->cache ? vol->cache->health : "ok");
     json_uint(j, "size", vol->size);
     json_bool(j, "read_only", vol->read_only);
     json_double(j, "uptime_seconds", (double)(tc_now_ns() - vol->opened_ns) / 1e9);
