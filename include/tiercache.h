@@ -135,9 +135,20 @@ void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg);
 
 /* Flush, then stop using the cache: it is emptied (durably) and every
- * request goes straight to the origin from then on.  Restarting with the
- * same --cache attaches it again, empty. */
+ * request goes straight to the origin from then on.  tc_volume_attach(),
+ * or restarting with the same --cache, attaches it again, empty. */
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
+                      void (*done)(void *arg, int err), void *arg);
+
+/* Use the cache set a detach left unused again, without a restart: it
+ * comes back empty (the detach emptied it; what it held before is older
+ * than the origin now), with its lost sectors still unreadable, in the
+ * mode it had before the detach (or *mode).  paths (NULL or empty: the
+ * devices detached) must name that set, of this origin: anything else is
+ * refused before anything changes, with the reason in
+ * tc_volume_op_error().  done(arg, 0) once attached; -EALREADY while
+ * attached, -ENODEV without a cache, -EBUSY during another operation. */
+void tc_volume_attach(struct tc_volume *vol, const char *const *paths, const enum tc_mode *mode,
                       void (*done)(void *arg, int err), void *arg);
 
 /* Change the mode online.  New requests follow the new mode at once;

@@ -100,7 +100,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
     }
     const struct tc_superblock *sb = &c->devs[0].sb;
     if (tc_round_down(o->size, TC_SECTOR) != sb->origin_size ||
-        strncmp(o->identity, sb->origin_id, TC_ORIGIN_ID_LEN - 1) != 0) {
+        dev_identity_matches(o, sb->origin_id, TC_ORIGIN_ID_LEN - 1) == DEV_ID_OTHER) {
         fprintf(stderr, "tiercache: check --salvage: the cache was formatted for origin '%s' "
                 "(%s, %llu bytes), not for '%s' (%s, %llu bytes): nothing written\n",
                 sb->origin_path, sb->origin_id, (unsigned long long)sb->origin_size, origin,
@@ -221,7 +221,7 @@ int cmd_check(int argc, char **argv)
             tc_die(2, "check: %s", err);
         }
         if (tc_round_down(o->size, TC_SECTOR) != sb->origin_size ||
-            strncmp(o->identity, sb->origin_id, TC_ORIGIN_ID_LEN - 1) != 0) {
+            dev_identity_matches(o, sb->origin_id, TC_ORIGIN_ID_LEN - 1) == DEV_ID_OTHER) {
             char *s = NULL;
             if (asprintf(&s, "origin: the cache was formatted for '%s' (%s, %llu bytes), not "
                          "for '%s' (%s, %llu bytes)", sb->origin_path, sb->origin_id,

@@ -14,6 +14,7 @@ int cmd_flush(int argc, char **argv);
 int cmd_detach(int argc, char **argv);
 int cmd_mode(int argc, char **argv);
 int cmd_set(int argc, char **argv);
+int cmd_attach(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_trace_info(int argc, char **argv);

@@ -18,6 +18,7 @@ static const char main_help[] =
 "  list           one line per daemon found in the run directory\n"
 "  flush          write a running daemon's dirty data back to the origin\n"
 "  detach         flush, then serve the origin without the cache\n"
+"  attach         use the cache again after a detach (it comes back empty)\n"
 "  mode           print or switch a running daemon's cache mode\n"
 "  set            change a running daemon's settings (thresholds, cutoff...)\n"
 "  check          audit a cache set offline\n"
@@ -43,6 +44,7 @@ static const struct command commands[] = {
     { "list", cmd_list },
     { "flush", cmd_flush },
     { "detach", cmd_detach },
+    { "attach", cmd_attach },
     { "mode", cmd_mode },
     { "set", cmd_set },
     { "check", cmd_check },

@@ -35,6 +35,7 @@
 #include "util/misc.h"
 #include "util/parse.h"
 #include "util/memcheck.h"
+#include "format/ondisk.h"
 
 static const char serve_help[] =
 "Usage: tiercache serve --origin ORIGIN [--cache DEV[,DEV...]] [OPTIONS]\n"
@@ -86,7 +87,8 @@ static const char serve_help[] =
 "                       skipped, writeback writes go to the origin instead\n"
 "  --adopt-origin       accept an origin whose identity differs from the one\n"
 "                       the cache was formatted for (a copy of it); its size\n"
-"                       must still match\n"
+"                       must still match.  The new identity is recorded:\n"
+"                       later starts need no --adopt-origin\n"
 "  --flush-on-stop      on SIGTERM/SIGINT, write all dirty data back to the\n"
 "                       origin (progress in the log) before stopping; without\n"
 "                       it a clean stop leaves dirty data in the cache (the\n"
@@ -307,6 +309,40 @@ static void mode_cmd(struct ctl_conn *c, const char *args, void *arg)
         return;
     }
     tc_volume_set_mode(s->vol, m, online_progress, online_done, online_new(c, s, "mode change"));
+}
+
+/* tiercache attach: "attach MODE|- [PATH,PATH...]" (the rest of the line
+ * after MODE is the device list, so a path may hold spaces, not commas). */
+static void attach_cmd(struct ctl_conn *c, const char *args, void *arg)
+{
+    struct serve *s = arg;
+    char modename[32];
+    size_t ml = strcspn(args, " ");
+    if (ml == 0 || ml >= sizeof modename) {
+        ctl_printf(c, "error: attach: expected 'attach MODE|- [DEVICES]'\n");
+        ctl_end(c);
+        return;
+    }
+    memcpy(modename, args, ml);
+    modename[ml] = '\0';
+    enum tc_mode m;
+    bool have_mode = strcmp(modename, "-") != 0;
+    if (have_mode && tc_mode_parse(modename, &m) < 0) {
+        ctl_printf(c, "error: attach: mode '%s': choose writethrough, writeback, writearound "
+                   "or passthrough\n", modename);
+        ctl_end(c);
+        return;
+    }
+    const char *list = args[ml] ? args + ml + 1 : "";
+    char *copy = tc_xstrdup(list);
+    const char *paths[TC_MAX_DEVICES + 2] = { NULL };
+    unsigned n = 0;
+    for (char *save = NULL, *p = strtok_r(copy, ",", &save); p && n <= TC_MAX_DEVICES;
+         p = strtok_r(NULL, ",", &save))
+        paths[n++] = p;
+    tc_volume_attach(s->vol, paths, have_mode ? &m : NULL, online_done,
+                     online_new(c, s, "attach"));
+    free(copy);     /* tc_volume_attach() copied what it keeps */
 }
 
 /* tiercache set: every pair checked, then all applied (or none). */
@@ -860,6 +896,7 @@ int cmd_serve(int argc, char **argv)
         ctl_register(&s.ctl, "detach", detach_cmd, &s);
         ctl_register(&s.ctl, "mode", mode_cmd, &s);
         ctl_register(&s.ctl, "set", set_cmd, &s);
+        ctl_register(&s.ctl, "attach", attach_cmd, &s);
     }
     if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0) {
         if (s.have_ctl)

@@ -1,6 +1,6 @@
 /*
- * The control socket: how `tiercache status`, `flush`, `detach` and `mode`
- * talk to a running daemon.
+ * The control socket: how `tiercache status`, `flush`, `detach`, `attach`,
+ * `mode` and `set` talk to a running daemon.
  *
  * Protocol: the client connects to the daemon's control socket (a Unix
  * socket, mode 0600), sends one line "COMMAND [ARGUMENTS]\n", and reads

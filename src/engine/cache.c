@@ -346,6 +346,44 @@ static int check_set(struct cache *c, struct tc_dev **devs, struct tc_superblock
     return 0;
 }
 
+/*
+ * The origin's identity (and name) as it is now, into every superblock: an
+ * origin adopted with --adopt-origin, or one whose identity was recorded
+ * in an older form (dev_identity_matches()), is then recognised at the
+ * next start without the option.  Copy A of every device is written and
+ * flushed before copy B, as the abandonment mark is: a torn copy A falls
+ * back to copy B, which still holds the old identity -- then the next
+ * start asks for --adopt-origin again (or accepts the old form), nothing
+ * worse.  Only at start, before any request: the superblocks have no
+ * other writer then.  A device that cannot be written keeps the old
+ * identity (warned, not fatal: the cache itself is fine).
+ */
+static bool record_origin(struct cache *c, const struct tc_dev *origin)
+{
+    uint8_t *buf = tc_alloc_aligned(TC_SB_SIZE);
+    bool ok = true;
+    for (unsigned copy = 0; copy < TC_SB_COPIES; copy++) {
+        for (unsigned d = 0; d < c->ndevs; d++) {
+            struct tc_superblock *sb = &c->devs[d].sb;
+            snprintf(sb->origin_id, sizeof sb->origin_id, "%s", origin->identity);
+            snprintf(sb->origin_path, sizeof sb->origin_path, "%s", origin->name);
+            sb_encode(sb, buf);
+            int e = dev_sync_io(c->devs[d].dev, TC_DEV_WRITE, buf, (uint64_t)copy * TC_SB_SIZE,
+                                TC_SB_SIZE, 0);
+            if (e == 0)
+                e = dev_sync_io(c->devs[d].dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
+            if (e) {
+                tc_warn("%s: recording the origin's identity in the superblock failed: %s; "
+                        "the next start may need --adopt-origin again", c->devs[d].dev->name,
+                        strerror(-e));
+                ok = false;
+            }
+        }
+    }
+    free(buf);
+    return ok;
+}
+
 static void watermarks(struct cache *c)
 {
     c->reserve_segs = 2 * c->ndevs;
@@ -455,7 +493,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     /* The origin must be the one the cache was formatted for. */
     const struct tc_superblock *sb = &c->devs[0].sb;
     struct tc_dev *origin = vol->origin;
-    bool same_id = strncmp(sb->origin_id, origin->identity, TC_ORIGIN_ID_LEN - 1) == 0;
+    enum dev_id_match idm = dev_identity_matches(origin, sb->origin_id, TC_ORIGIN_ID_LEN - 1);
+    bool same_id = idm != DEV_ID_OTHER;
     if (sb->origin_size != vol->size || (!same_id && !vol->cfg.adopt_origin)) {
         /* Say how to recover: --adopt-origin only helps a same-size copy,
          * and reformatting discards dirty data, so that comes last. */
@@ -486,9 +525,17 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
                  (unsigned long long)vol->size, hint);
         goto fail_cache;
     }
-    if (!same_id)
-        tc_warn("origin identity changed from %s to %s: adopted (--adopt-origin)",
-                sb->origin_id, origin->identity);
+    if (!same_id || idm == DEV_ID_LEGACY) {
+        char was[TC_ORIGIN_ID_LEN];
+        snprintf(was, sizeof was, "%s", sb->origin_id);
+        bool ok = record_origin(c, origin);
+        if (!same_id)
+            tc_warn("origin identity changed from %s to %s: adopted (--adopt-origin)%s", was,
+                    origin->identity, ok ? " and recorded: later starts need no "
+                                           "--adopt-origin" : "");
+        else if (ok)
+            tc_info("origin identity %s recorded in the new form %s", was, origin->identity);
+    }
 
     char sz[32], dz[32];
     tc_info("cache: %u device%s, %u segments of %u KiB, block %u KiB; recovered %llu blocks "
@@ -551,6 +598,7 @@ struct drain_ctx {
     bool detach;
     bool ending;                    /* detach: the last sync, the cleaner stopped */
     uint64_t old_tail;              /* ... and the tail it replaced */
+    bool emptied;                   /* detach: every group ended, once */
     struct log_waiter w;
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
@@ -593,8 +641,13 @@ static void drain_synced(struct log_waiter *w, int err)
     }
     if (err == 0)
         err = x->err;
-    if (x->detach && err == 0 && c->tail_seq != c->next_seq) {
-        /* Drained: now end every group, durably -- the cache is empty. */
+    if (x->detach && err == 0 && !x->emptied && c->tail_seq != c->next_seq) {
+        /* Drained: now end every group, durably -- the cache is empty.
+         * Once: the lost records appended below take sequence numbers, so
+         * the tail never catches up with the head again while the lost set
+         * is not empty (this emptied the log again and again, a chunk
+         * write and a flush each time). */
+        x->emptied = true;
         cleaner_stop(c);
         x->ending = true;
         x->old_tail = c->tail_seq;

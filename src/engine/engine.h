@@ -82,6 +82,16 @@ struct tc_volume {
     struct ereq *held_head, **held_tail;
     struct tc_task gate_task;
     void *gate_op;
+    enum tc_mode mode_before_detach;    /* what tc_volume_attach() goes back to */
+    char *attach_state_file;        /* the state file kept across an attach (owned) */
+    /* An attach replaces vol->cache (attach.c): a close asked for meanwhile
+     * (a signal handled while the set is read again) waits for its end. */
+    bool attaching, close_after_attach;
+    /* An attach closed the detached cache and could not open it again
+     * while it recorded lost sectors: no request can be answered safely
+     * (reads of lost sectors would return the origin's older data), so
+     * every request fails until a restart. */
+    bool fenced;
     /* Why the last flush, mode change or detach failed ("" if it did not). */
     char op_error[512];
 };
@@ -93,6 +103,8 @@ void ereq_free(struct ereq *e);
 void engine_dispatch(struct ereq *e);
 /* The same, holding the shared range lock a write-type request needs. */
 void engine_submit_locked(struct ereq *e);
+/* Open the detach gate: the requests held there go on. */
+void volume_open_gate(struct tc_volume *vol);
 
 /* align.c: requests not aligned to 4096 (offset, length or buffer). */
 void align_submit(struct tc_volume *vol, struct tc_request *req);

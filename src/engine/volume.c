@@ -134,12 +134,22 @@ void engine_dispatch(struct ereq *e)
         vol->held_tail = &e->held_next;
         return;
     }
+    if (vol->fenced) {
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
     if (vol->cache && !vol->detached && !vol->cache_failed) {
         e->via_cache = true;
         vol->cache_inflight++;
         cache_submit(e);
     } else if (vol->cache) {
-        /* Failed or detached: the origin, but never in place of lost data. */
+        /* Failed or detached: the origin, but never in place of lost data.
+         * Counted with the cache path: lost_passthrough() uses the cache
+         * (its lost set, its write-back waits), so an attach, which
+         * replaces the cache, waits for these too. */
+        e->via_cache = true;
+        vol->cache_inflight++;
         lost_passthrough(e);
     } else {
         passthrough_submit(e);
@@ -270,6 +280,10 @@ void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), vo
     vol->closing = true;
     vol->close_done = done;
     vol->close_arg = arg;
+    if (vol->attaching) {
+        vol->close_after_attach = true;     /* tc_volume_attach() ends, then closes */
+        return;
+    }
     if (vol->cache) {
         cache_close(vol->cache, cache_closed, vol);
         return;
@@ -290,6 +304,7 @@ void tc_volume_free(struct tc_volume *vol)
         return;
     cache_free(vol->cache);
     dev_close(vol->origin);
+    free(vol->attach_state_file);
     free(vol);
 }
 
@@ -428,7 +443,7 @@ void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
  *
  * Without the gate a write still in the cache path when the cache was
  * emptied was lost, and one waiting for the cleaner waited forever. */
-static void open_gate(struct tc_volume *vol)
+void volume_open_gate(struct tc_volume *vol)
 {
     vol->gate = false;
     struct ereq *list = vol->held_head;
@@ -466,12 +481,13 @@ static void detached(void *arg, int err)
     struct tc_volume *vol = op->vol;
     if (err == 0) {
         vol->detached = true;
+        vol->mode_before_detach = op->old_mode;
         tc_info("cache detached: serving the origin directly");
     } else {
         op_abandon(op, err);
     }
     vol->detaching = false;
-    open_gate(vol);
+    volume_open_gate(vol);
     op_finish(op, err);
 }
 
@@ -484,7 +500,7 @@ static void mode_drained(void *arg, int err)
     if (err)
         op_abandon(op, err);
     vol->detaching = false;
-    open_gate(vol);
+    volume_open_gate(vol);
     op_finish(op, err);
 }
 
@@ -540,6 +556,10 @@ static void gated_drain(struct tc_volume *vol, bool mode_change, enum tc_mode ol
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
                       void (*done)(void *arg, int err), void *arg)
 {
+    if (vol->attaching) {
+        done(arg, -EBUSY);
+        return;
+    }
     if (vol->cache == NULL || vol->detached) {
         done(arg, vol->cache ? -EALREADY : -ENODEV);
         return;
@@ -559,7 +579,17 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
                         void (*done)(void *arg, int err), void *arg)
 {
+    if (vol->attaching) {
+        done(arg, -EBUSY);      /* the cache is being opened again */
+        return;
+    }
     if (vol->cache == NULL || vol->detached) {
+        vol->op_error[0] = '\0';
+        if (mode != TC_MODE_PASSTHROUGH)
+            snprintf(vol->op_error, sizeof vol->op_error, "mode %s needs a cache, and %s",
+                     tc_mode_name(mode), vol->cache ? "the cache is detached: 'tiercache "
+                     "attach' brings it back (attach --mode sets the mode as it attaches)"
+                     : "the daemon serves without one (it was started without --cache)");
         done(arg, mode == TC_MODE_PASSTHROUGH ? 0 : -ENODEV);
         return;
     }
@@ -630,7 +660,9 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
 {
     json_string(j, "mode", tc_mode_name(vol->mode));
     json_bool(j, "detached", vol->detached);
-    json_string(j, "health", vol->cache ? vol->cache->health : "ok");
+    json_string(j, "health", vol->fenced ? "failed: the cache could not be attached again and "
+                "holds the record of lost sectors; every request fails until a restart"
+                : vol->cache ? vol->cache->health : "ok");
     json_uint(j, "size", vol->size);
     json_bool(j, "read_only", vol->read_only);
     json_double(j, "uptime_seconds", (double)(tc_now_ns() - vol->opened_ns) / 1e9);

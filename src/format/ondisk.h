@@ -115,7 +115,16 @@ struct tc_superblock {
     uint32_t flags;
     uint64_t origin_size;           /* bytes of the origin at format */
     uint64_t format_time;           /* Unix seconds */
-    char origin_id[TC_ORIGIN_ID_LEN];       /* stable identity of the origin */
+    /* Stable identity of the origin, as struct tc_dev's identity (io/dev.h)
+     * gives it: "file:MAJ:MIN:INO", "loop:MAJ:MIN:INO:OFFSET" (a loop
+     * device, by its backing file), "block:WWID:START", "block:MAJ:MIN",
+     * "nbd:URI".  Compared as a string; "block:MAJ:MIN" is also what
+     * builds before the loop form recorded for a loop device: it is
+     * accepted for the loop device of that number and rewritten in the
+     * loop form (no version change: an older build reading the loop form
+     * refuses the origin as another one, and --adopt-origin lets it in).
+     * Rewritten also when --adopt-origin accepts another identity. */
+    char origin_id[TC_ORIGIN_ID_LEN];
     char origin_path[TC_ORIGIN_PATH_LEN];   /* as named at format, for messages */
     uint32_t dev_segments[TC_MAX_DEVICES];  /* segment count of every device */
     uint8_t dev_uuids[TC_MAX_DEVICES][16];  /* uuid of every device */

@@ -203,3 +203,13 @@ int dev_sync_io(struct tc_dev *dev, enum tc_dev_op op, void *buf, uint64_t off, 
         reactor_poll(dev->reactor, 100000000ull);
     return s.err;
 }
+
+enum dev_id_match dev_identity_matches(const struct tc_dev *d, const char *recorded,
+                                       size_t recorded_len)
+{
+    if (strncmp(recorded, d->identity, recorded_len) == 0)
+        return DEV_ID_SAME;
+    if (d->legacy_identity[0] && strncmp(recorded, d->legacy_identity, recorded_len) == 0)
+        return DEV_ID_LEGACY;
+    return DEV_ID_OTHER;
+}

@@ -106,7 +106,21 @@ struct tc_dev {
     bool rotational;
     uint64_t max_io;                /* largest request passed whole (larger ones are cut
                                        into pieces of this size); 0: no limit */
-    char identity[128];             /* stable identity, see dev_identity() */
+    /* What the device is, independent of the name it was opened by, as
+     * the origin's identity in a cache's superblock records it:
+     *   file:MAJ:MIN:INO          a file (its file system and inode)
+     *   loop:MAJ:MIN:INO:OFFSET   a loop device: its backing file's file
+     *                             system, inode and offset, so the loop
+     *                             may come back under another number
+     *   block:WWID:START          a block device with a WWID or serial
+     *                             (START: a partition's first sector)
+     *   block:MAJ:MIN             one without: its device number
+     *   nbd:URI                   an NBD export */
+    char identity[128];
+    /* The identity an older build recorded for this device, when it
+     * differs ("block:MAJ:MIN" of a loop device), or "": a superblock that
+     * holds it is this device's too (see dev_identity_matches()). */
+    char legacy_identity[128];
     struct tc_dev_stats stats;
     /* A failing device: set by the owner; the device keeps working. */
     unsigned consecutive_errors;
@@ -168,6 +182,14 @@ uint64_t dev_mem_stored_bytes(const struct tc_dev *dev);
 struct tc_dev *dev_open_local(struct tc_reactor *r, const char *path, bool read_only,
                               char *err, size_t errlen);
 bool dev_is_nbd_uri(const char *path);
+
+/* Does an identity recorded earlier (a superblock's origin_id) name this
+ * device?  DEV_ID_SAME, DEV_ID_LEGACY (it is the form an older build
+ * recorded for it: the same device, and the record should be rewritten
+ * with d->identity), or DEV_ID_OTHER. */
+enum dev_id_match { DEV_ID_OTHER, DEV_ID_SAME, DEV_ID_LEGACY };
+enum dev_id_match dev_identity_matches(const struct tc_dev *d, const char *recorded,
+                                       size_t recorded_len);
 
 static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {

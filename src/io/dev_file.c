@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
+#include <linux/loop.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -416,6 +417,26 @@ static void block_identity(dev_t rdev, char *out, size_t len)
     snprintf(out, len, "block:%u:%u", major(rdev), minor(rdev));
 }
 
+/* A loop device is named after its backing file (the file system and
+ * inode it is on, as the loop driver reports them, and the offset into
+ * it), not its number: loop devices are numbered in the order they are set
+ * up, so after a reboot or a re-setup the same file may be /dev/loop3
+ * where it was /dev/loop0.  false if rdev is not a loop device with a
+ * file behind it. */
+static bool loop_identity(int fd, dev_t rdev, char *out, size_t len)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/sys/dev/block/%u:%u/loop/backing_file", major(rdev),
+             minor(rdev));
+    struct loop_info64 info;
+    if (access(path, F_OK) != 0 || ioctl(fd, LOOP_GET_STATUS64, &info) < 0)
+        return false;
+    dev_t fsdev = (dev_t)info.lo_device;
+    snprintf(out, len, "loop:%u:%u:%llu:%llu", major(fsdev), minor(fsdev),
+             (unsigned long long)info.lo_inode, (unsigned long long)info.lo_offset);
+    return true;
+}
+
 struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
                                 bool read_only, char *err, size_t errlen)
 {
@@ -471,6 +492,12 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
             fclose(fp);
         }
         block_identity(st.st_rdev, d->identity, sizeof d->identity);
+        char loop[sizeof d->identity];
+        if (loop_identity(fd, st.st_rdev, loop, sizeof loop)) {
+            /* Recorded by its number before loop identities existed. */
+            snprintf(d->legacy_identity, sizeof d->legacy_identity, "%s", d->identity);
+            snprintf(d->identity, sizeof d->identity, "%s", loop);
+        }
         f->max_io = block_max_io(st.st_rdev);
         d->max_io = f->max_io;
     } else if (S_ISREG(st.st_mode)) {
