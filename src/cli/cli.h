@@ -62,6 +62,13 @@ int cli_daemonize(void);
 /* Point stdin, stdout and stderr at /dev/null. */
 void cli_detach_stdio(void);
 
+/* The options of the control commands that take only --socket PATH (and
+ * --help): -1 to go on, with *sock set (NULL: the default) and optind at
+ * the first operand; else the exit status (0 after --help, 2 for a bad
+ * option, said on stderr). */
+int cli_socket_options(const char *cmd, const char *help, int argc, char **argv,
+                       const char **sock);
+
 /* Print help text for a subcommand on stdout. */
 void cli_print(const char *text);
 

@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,4 +211,25 @@ void cli_detach_stdio(void)
         if (fd > 2)
             close(fd);
     }
+}
+
+int cli_socket_options(const char *cmd, const char *help, int argc, char **argv,
+                       const char **sock)
+{
+    static const struct option opts[] = {
+        { "socket", required_argument, NULL, 's' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int opt;
+    *sock = NULL;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 's': *sock = optarg; break;
+        case 'h': cli_print(help); return 0;
+        default: fprintf(stderr, "Try 'tiercache %s --help'.\n", cmd); return 2;
+        }
+    }
+    return -1;
 }

@@ -4,7 +4,6 @@
  * an error; on a terminal the progress is shown in place, otherwise only
  * the final summary is printed.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,21 +118,10 @@ static int print_mode(const char *sock)
 
 static int run(const char *cmd, const char *help, int argc, char **argv, bool want_arg)
 {
-    static const struct option opts[] = {
-        { "socket", required_argument, NULL, 's' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    const char *sock = NULL;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 's': sock = optarg; break;
-        case 'h': cli_print(help); return 0;
-        default: fprintf(stderr, "Try 'tiercache %s --help'.\n", cmd); return 2;
-        }
-    }
+    const char *sock;
+    int rc = cli_socket_options(cmd, help, argc, argv, &sock);
+    if (rc >= 0)
+        return rc;
     char line[256];
     if (want_arg && optind == argc)
         return print_mode(sock);
@@ -150,7 +138,7 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
     char path[4096], err[512];
     cli_control_path(sock, path, sizeof path);
     struct view v = { .tty = isatty(2) };
-    int rc = ctl_request(path, line, on_line, &v, err, sizeof err);
+    rc = ctl_request(path, line, on_line, &v, err, sizeof err);
     if (v.shown)
         fputc('\n', stderr);
     if (rc < 0)

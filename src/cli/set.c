@@ -2,7 +2,6 @@
  * tiercache set: change settings of a running daemon (the tunables serve
  * takes as options) without restarting it.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,21 +44,10 @@ static void on_line(const char *line, void *arg)
 
 int cmd_set(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "socket", required_argument, NULL, 's' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    const char *sock = NULL;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 's': sock = optarg; break;
-        case 'h': cli_print(set_help); return 0;
-        default: fprintf(stderr, "Try 'tiercache set --help'.\n"); return 2;
-        }
-    }
+    const char *sock;
+    int rc = cli_socket_options("set", set_help, argc, argv, &sock);
+    if (rc >= 0)
+        return rc;
     if (optind == argc)
         tc_die(2, "set: give at least one KEY=VALUE (try --help)");
     char line[1024] = "set";
