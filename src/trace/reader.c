@@ -312,6 +312,24 @@ static unsigned split(char *s, const char *seps, bool merge, char **f, unsigned 
     return n;
 }
 
+/* The fields of the next line that is not blank or a # comment (those are
+ * counted as skipped); 0 at the end.  *n is the number of fields, or
+ * MAX_FIELDS + 1 when the line has more. */
+static int next_fields(struct tc_trace_reader *r, const char *seps, bool merge, char **f,
+                       unsigned *n)
+{
+    char *line;
+    while (next_line(r, &line)) {
+        if (blank(line)) {
+            r->skipped++;
+            continue;
+        }
+        *n = split(line, seps, merge, f, MAX_FIELDS);
+        return 1;
+    }
+    return 0;
+}
+
 static int parse_u64(struct tc_trace_reader *r, const char *what, const char *s, uint64_t *out,
                      char *err, size_t errlen)
 {
@@ -454,13 +472,9 @@ static int op_from_word(const char *s)
 
 static int next_msr(struct tc_trace_reader *r, struct tc_trace_req *q, char *err, size_t errlen)
 {
-    char *line, *f[MAX_FIELDS];
-    while (next_line(r, &line)) {
-        if (blank(line)) {
-            r->skipped++;
-            continue;
-        }
-        unsigned n = split(line, ",", false, f, MAX_FIELDS);
+    char *f[MAX_FIELDS];
+    unsigned n;
+    while (next_fields(r, ",", false, f, &n)) {
         if (n < 6 || n > MAX_FIELDS)
             return fail(err, errlen, "%s: line %llu: %u fields; MSR lines have 7 (Timestamp,"
                         "Hostname,DiskNumber,Type,Offset,Size,ResponseTime)", r->name,
@@ -490,13 +504,9 @@ static int next_msr(struct tc_trace_reader *r, struct tc_trace_req *q, char *err
 
 static int next_spc(struct tc_trace_reader *r, struct tc_trace_req *q, char *err, size_t errlen)
 {
-    char *line, *f[MAX_FIELDS];
-    while (next_line(r, &line)) {
-        if (blank(line)) {
-            r->skipped++;
-            continue;
-        }
-        unsigned n = split(line, ",", false, f, MAX_FIELDS);
+    char *f[MAX_FIELDS];
+    unsigned n;
+    while (next_fields(r, ",", false, f, &n)) {
         if (n < 5 || n > MAX_FIELDS)
             return fail(err, errlen, "%s: line %llu: %u fields; SPC lines have 5 "
                         "(ASU,LBA,Size,Opcode,Timestamp)", r->name, (unsigned long long)r->line,
@@ -530,13 +540,9 @@ static int next_spc(struct tc_trace_reader *r, struct tc_trace_req *q, char *err
 
 static int next_arc(struct tc_trace_reader *r, struct tc_trace_req *q, char *err, size_t errlen)
 {
-    char *line, *f[MAX_FIELDS];
-    while (next_line(r, &line)) {
-        if (blank(line)) {
-            r->skipped++;
-            continue;
-        }
-        unsigned n = split(line, " \t", true, f, MAX_FIELDS);
+    char *f[MAX_FIELDS];
+    unsigned n;
+    while (next_fields(r, " \t", true, f, &n)) {
         if (n < 2 || n > 4)
             return fail(err, errlen, "%s: line %llu: %u fields; .lis lines have 4 (start "
                         "block, count, ignored, request number)", r->name,
@@ -598,13 +604,9 @@ static int csv_header(struct tc_trace_reader *r, char **f, unsigned n, char *err
 
 static int next_csv(struct tc_trace_reader *r, struct tc_trace_req *q, char *err, size_t errlen)
 {
-    char *line, *f[MAX_FIELDS];
-    while (next_line(r, &line)) {
-        if (blank(line)) {
-            r->skipped++;
-            continue;
-        }
-        unsigned n = split(line, ",", false, f, MAX_FIELDS);
+    char *f[MAX_FIELDS];
+    unsigned n;
+    while (next_fields(r, ",", false, f, &n)) {
         if (n > MAX_FIELDS)
             return fail(err, errlen, "%s: line %llu: more than %u fields", r->name,
                         (unsigned long long)r->line, MAX_FIELDS);
