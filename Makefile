@@ -44,7 +44,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(sort $(wildcard bench/*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test-deps run test unit bench clean check-format man crash-test soak fuzz valgrind \
+.PHONY: all deps test-deps run test unit bench clean check-format man man-pages crash-test soak fuzz valgrind \
 	install uninstall units
 
 all: deps $(BUILD)/tiercache $(UNIT_BINS) $(BENCH_BINS)
@@ -108,6 +108,11 @@ valgrind: test-deps all
 
 man:
 	@man -l docs/tiercache.8
+
+# One page per subcommand, made from its --help (tests/cli/manpages.test
+# fails when they are behind the binary).
+man-pages: $(BUILD)/tiercache
+	@python3 scripts/man-pages.py $(BUILD)/tiercache docs >/dev/null
 
 # ---- install ----
 # Directories follow the GNU conventions; the units are generated with the
