@@ -1,0 +1,30 @@
+/*
+ * SHARDS: an LRU miss-ratio curve from a sample of a stream's blocks
+ * (shards.c explains the method).  One instance follows one stream.
+ */
+#ifndef TC_REPLAY_SHARDS_H
+#define TC_REPLAY_SHARDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct shards;
+
+/* rate in (0, 1] (1: exact); block_bytes a power of two. */
+struct shards *shards_new(double rate, uint64_t block_bytes);
+void shards_free(struct shards *sh);
+/* One request (op: enum tc_op); other operations than read, write,
+ * write-zeroes and trim are ignored. */
+void shards_request(struct shards *sh, unsigned op, uint64_t offset, uint64_t length);
+/* miss[i]: the read miss ratio (per block read) of an LRU cache of
+ * sizes[i] bytes, over the reads since the start or the last
+ * shards_new_window(). */
+void shards_curve(const struct shards *sh, const uint64_t *sizes, size_t nsizes, double *miss);
+/* Start counting reads again (the stack of recent blocks is kept, so the
+ * distances of the new window's reads stay right). */
+void shards_new_window(struct shards *sh);
+uint64_t shards_block_reads(const struct shards *sh);
+uint64_t shards_sampled_reads(const struct shards *sh);
+uint64_t shards_memory(const struct shards *sh);
+
+#endif
