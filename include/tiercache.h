@@ -165,6 +165,10 @@ enum tc_mode tc_volume_mode(const struct tc_volume *vol);
 const char *tc_volume_op_error(const struct tc_volume *vol);
 /* Dirty data in the cache now. */
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol);
+/* The cache's block size and the bytes its segments hold (0 and 0 without
+ * cache devices). */
+void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes,
+                              uint64_t *capacity);
 
 /* Dirty data in the cache now (0 without a cache): bytes and blocks. */
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);

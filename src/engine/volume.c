@@ -345,6 +345,14 @@ static void op_drain_ended(struct online_op *op)
 
 const char *tc_volume_op_error(const struct tc_volume *vol) { return vol->op_error; }
 
+void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes,
+                              uint64_t *capacity)
+{
+    const struct cache *c = vol->cache;
+    *block_bytes = c ? c->block_size : 0;
+    *capacity = c ? (uint64_t)c->nsegs * c->segment_size : 0;
+}
+
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)
 {
     return vol->cache && !vol->detached ? vol->cache->dirty_sectors * TC_SECTOR : 0;

@@ -68,6 +68,11 @@ struct tc_trace_writer_config {
     uint64_t limit;                 /* bytes per file, header included */
     bool rotate;                    /* at the limit: rotate (else stop recording) */
     uint64_t volume_size;
+    /* The live miss-ratio curve (status): the LRU curve of the last window
+     * of requests over blocks of mrc_block_bytes (0: no curve), at
+     * multiples of mrc_cache_bytes (the cache's capacity). */
+    uint64_t mrc_block_bytes;
+    uint64_t mrc_cache_bytes;
 };
 
 /* What status shows of a trace being written. */

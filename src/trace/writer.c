@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "format/ondisk.h"
+#include "replay/shards.h"
 #include "trace/trace.h"
 #include "util/crc32c.h"
 #include "util/json.h"
@@ -42,6 +43,13 @@
 #define TRACE_BUF_RECORDS 4096u
 #define TRACE_BUF_BYTES (TRACE_BUF_RECORDS * TC_TRACE_RECORD_BYTES)
 #define TRACE_TICK_NS 1000000000ull
+/* The live curve: 1 % of the blocks sampled (SHARDS), a window of a
+ * million requests, the miss ratio at these multiples of the cache. */
+#define MRC_RATE 0.01
+#define MRC_WINDOW 1000000u
+#define MRC_POINTS 7
+static const double mrc_multiples[MRC_POINTS] = { 0.25, 0.5, 1, 1.5, 2, 4, 8 };
+
 /* The smallest file limit: more than a header and two full buffers. */
 #define TRACE_MIN_LIMIT (256u * 1024)
 
@@ -64,6 +72,13 @@ struct tc_trace_writer {
     struct tc_io io;
     struct tc_timer tick;
     bool quiesced;
+    /* The live curve: SHARDS over the requests, in windows of MRC_WINDOW;
+     * the last complete window's curve is kept for status. */
+    struct shards *mrc;
+    uint64_t mrc_block, mrc_cache;
+    uint64_t mrc_in_window;         /* requests of the current window */
+    uint64_t mrc_windows;           /* complete windows */
+    double mrc_last[MRC_POINTS];    /* the last complete window's curve */
     struct tc_trace_writer_stats st;
     char why[256];
 };
@@ -272,15 +287,43 @@ struct tc_trace_writer *trace_writer_open(struct tc_reactor *r,
     }
     w->buf[0] = tc_xmalloc(TRACE_BUF_BYTES);
     w->buf[1] = tc_xmalloc(TRACE_BUF_BYTES);
+    if (cfg->mrc_block_bytes && cfg->mrc_cache_bytes) {
+        w->mrc = shards_new(MRC_RATE, cfg->mrc_block_bytes);
+        w->mrc_block = cfg->mrc_block_bytes;
+        w->mrc_cache = cfg->mrc_cache_bytes;
+    }
     w->io.done = write_done;
     w->tick.fn = tick;
     timer_arm(r, &w->tick, TRACE_TICK_NS);
     return w;
 }
 
+static void mrc_sizes(const struct tc_trace_writer *w, uint64_t *sizes)
+{
+    for (unsigned i = 0; i < MRC_POINTS; i++)
+        sizes[i] = (uint64_t)((double)w->mrc_cache * mrc_multiples[i]);
+}
+
+/* Every request, recorded in the file or not: the curve follows the
+ * volume, whatever happened to the file. */
+static void mrc_record(struct tc_trace_writer *w, uint8_t op, uint64_t offset, uint32_t length)
+{
+    shards_request(w->mrc, op, offset, length);
+    if (++w->mrc_in_window < MRC_WINDOW)
+        return;
+    uint64_t sizes[MRC_POINTS];
+    mrc_sizes(w, sizes);
+    shards_curve(w->mrc, sizes, MRC_POINTS, w->mrc_last);
+    shards_new_window(w->mrc);
+    w->mrc_in_window = 0;
+    w->mrc_windows++;
+}
+
 void trace_writer_record(struct tc_trace_writer *w, uint8_t op, uint8_t flags, uint64_t offset,
                          uint32_t length, uint16_t client)
 {
+    if (w->mrc)
+        mrc_record(w, op, offset, length);
     if (!w->st.active || w->quiesced) {
         w->st.not_recorded++;
         return;
@@ -349,6 +392,7 @@ void trace_writer_close(struct tc_trace_writer *w)
     tc_info("trace %s: %llu requests recorded, %llu dropped, %llu after it stopped",
             w->path, (unsigned long long)w->st.records, (unsigned long long)w->st.dropped,
             (unsigned long long)w->st.not_recorded);
+    shards_free(w->mrc);
     free(w->buf[0]);
     free(w->buf[1]);
     free(w->path);
@@ -368,5 +412,35 @@ void trace_status_json(const struct tc_trace_writer *w, struct tc_json *j)
     json_uint(j, "limit_bytes", w->limit);
     json_bool(j, "rotate", w->rotate);
     json_uint(j, "rotations", w->st.rotations);
+    if (w->mrc) {
+        /* The LRU curve of the last complete window of requests (or of
+         * the current one, until a window is complete): would a larger
+         * cache help, without stopping anything. */
+        uint64_t sizes[MRC_POINTS];
+        double cur[MRC_POINTS];
+        const double *miss = w->mrc_last;
+        mrc_sizes(w, sizes);
+        if (w->mrc_windows == 0) {
+            shards_curve(w->mrc, sizes, MRC_POINTS, cur);
+            miss = cur;
+        }
+        json_begin_object(j, "lru_miss_ratio_curve");
+        json_uint(j, "window_requests", MRC_WINDOW);
+        json_uint(j, "requests_in_window", w->mrc_in_window);
+        json_bool(j, "from_complete_window", w->mrc_windows > 0);
+        json_double(j, "sample_rate", MRC_RATE);
+        json_uint(j, "block_bytes", w->mrc_block);
+        json_uint(j, "memory_bytes", shards_memory(w->mrc));
+        json_begin_array(j, "points");
+        for (unsigned i = 0; i < MRC_POINTS; i++) {
+            json_begin_object(j, NULL);
+            json_uint(j, "cache_bytes", sizes[i]);
+            json_double(j, "cache_multiple", mrc_multiples[i]);
+            json_double(j, "read_miss_ratio", miss[i]);
+            json_end_object(j);
+        }
+        json_end_array(j);
+        json_end_object(j);
+    }
     json_end_object(j);
 }

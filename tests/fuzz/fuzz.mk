@@ -42,7 +42,8 @@ UTIL := src/util/crc32c.c src/util/log.c src/util/misc.c src/util/json.c
 # because conn.c calls it, but the simulated server has TLS off.
 NBD_SRCS := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmission.c src/nbd/server.c \
             src/util/unixsock.c \
-            src/nbd/tls.c src/trace/writer.c tests/fuzz/nbd_sim.c $(UTIL)
+            src/nbd/tls.c src/trace/writer.c src/replay/shards.c src/replay/blockmap.c \
+            tests/fuzz/nbd_sim.c $(UTIL)
 SRCS_nbd_handshake    := $(NBD_SRCS)
 SRCS_nbd_transmission := $(NBD_SRCS)
 SRCS_superblock       := src/format/superblock.c $(UTIL)
