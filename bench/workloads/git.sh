@@ -99,7 +99,7 @@ git_run() {  # CONFIG REP
       tcformat "$WORK/cache.img" origin "$GIT_CACHE"
       # The request stream is kept (bench/workloads/policy.sh replays it).
       mkdir -p "$OUT/traces"
-      tcserve vol origin --cache "$WORK/cache.img" --trace "$OUT/traces/git-$cfg-$rep.trace" \
+      tcserve vol origin --cache "$WORK/cache.img" --trace "$OUT/traces/git-$cfg-$rep.trace" ${GIT_SERVE_EXTRA:-} \
         --mode "$([ "$cfg" = tiercache-wt ] && echo writethrough || echo writeback)" ;;
     nbdkit-cache-wt)
       spindle origin "$origin"
@@ -141,7 +141,8 @@ wl_git() {
   local configs=(fast spindle tiercache-wt tiercache-wb nbdkit-cache-wt tiercache-on-fast nbdkit-cache-on-fast)
   [ "$SCALE" = small ] && configs=(fast spindle tiercache-wt nbdkit-cache-wt tiercache-on-fast nbdkit-cache-on-fast)
   # GIT_CONFIGS="tiercache-wt" runs only the configurations named (the
-  # ratios of the others are then missing).
+  # ratios of the others are then missing); GIT_SERVE_EXTRA adds serve
+  # options to the tiercache-wt and -wb runs (experiments).
   [ -n "${GIT_CONFIGS:-}" ] && read -r -a configs <<<"$GIT_CONFIGS"
   for rep in $(seq 1 "$REPS"); do
     for cfg in $(order "$rep" "${configs[@]}"); do
