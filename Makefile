@@ -44,7 +44,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(sort $(wildcard bench/*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test-deps run test unit bench clean check-format man man-pages crash-test soak fuzz valgrind \
+.PHONY: all deps test-deps run test bench clean man man-pages crash-test soak fuzz valgrind \
 	install uninstall units
 
 all: deps $(BUILD)/tiercache $(UNIT_BINS) $(BENCH_BINS)

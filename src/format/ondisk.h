@@ -1,12 +1,14 @@
 /*
- * The on-disk format of a tiercache cache device, version 1.
+ * The on-disk format of a tiercache cache device.
  *
  * This header is the one specification of the format: every structure the
  * engine writes to a cache device is defined, encoded, decoded and checked
- * here (superblock.c, chunk.c), and docs/FORMAT.md explains it in prose.
- * Integers are little-endian.  Every structure carries a CRC-32C.  A
- * change of layout increments TC_FORMAT_VERSION; old versions are refused
- * with a message, never misread.
+ * here (superblock.c, chunk.c, statefile.c), and `tiercache check` audits
+ * it.  Integers are little-endian.  Every structure carries a CRC-32C.  A
+ * change of layout takes a new version number (the superblock's versions
+ * 2 and 3 below add the abandonment and device-failure marks to version
+ * 1); a version this build does not know is refused with a message, never
+ * misread.
  *
  * A cache device:
  *

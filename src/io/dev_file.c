@@ -2,7 +2,7 @@
  * Files and block devices through io_uring.
  *
  * Opened with O_DIRECT so the page cache never holds a second copy of the
- * data (DESIGN §2).  Reads and writes continue after short transfers;
+ * data (the cache is that copy).  Reads and writes continue after short transfers;
  * trim and write-zeroes map to fallocate(), which io_uring runs without
  * blocking the reactor; write-zeroes falls back to writing zero buffers
  * when the file system cannot zero a range (unless FAST_ZERO was asked).
