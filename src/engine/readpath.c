@@ -19,8 +19,9 @@
  * After the data is in the client's buffer the request completes, and
  * only then are admitted misses appended to the log (a fill: a new
  * fragment holding the sectors the cache lacked).  A miss never waits for
- * a cache write (the read path never waits on the cache's writes).  A fill is dropped if the block changed
- * meanwhile (its generation moved), its chain is full, or no space is free.
+ * a cache write: the client has its data first.  A fill is dropped if the
+ * block changed meanwhile (its generation moved), its chain is full, or no
+ * space is free.
  *
  * Block fills (--fill block, and auto for blocks of up to 256 KiB): a run
  * of misses whose first or last block is admitted and only partly read is
