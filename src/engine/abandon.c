@@ -104,6 +104,7 @@
 #include <unistd.h>
 
 #include "engine/cache.h"
+#include "io/claim.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -118,12 +119,8 @@
 static char *default_state_path(const char *path, const uint8_t set_uuid[16])
 {
     char file[4096];
-    if (strncmp(path, "testdev:", 8) == 0) {
-        snprintf(file, sizeof file, "%s", path + 8);
-        file[strcspn(file, "?")] = '\0';
-    } else {
+    if (!claim_local_path(path, file, sizeof file))
         snprintf(file, sizeof file, "%s", path);
-    }
     struct stat st;
     char out[4200];
     if (stat(file, &st) == 0 && S_ISREG(st.st_mode)) {

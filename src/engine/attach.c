@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "engine/cache.h"
+#include "io/claim.h"
 #include "engine/engine.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -134,12 +135,8 @@ static int check_named(struct tc_volume *vol, const char *path, unsigned *idx, c
 {
     struct cache *c = vol->cache;
     char file[4096];
-    if (strncmp(path, "testdev:", 8) == 0) {
-        snprintf(file, sizeof file, "%s", path + 8);
-        file[strcspn(file, "?")] = '\0';
-    } else {
+    if (!claim_local_path(path, file, sizeof file))
         snprintf(file, sizeof file, "%s", path);
-    }
     struct stat st;
     if (stat(file, &st) < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "engine/cache.h"
+#include "io/claim.h"
 #include "io/bufpool.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -46,11 +47,8 @@ static bool file_shrunk(struct cache_dev *cd, uint64_t *now)
 {
     char path[4096];
     const char *name = cd->dev->name;
-    if (cd->dev->is_block_device)
+    if (cd->dev->is_block_device || !claim_local_path(name, path, sizeof path))
         return false;
-    snprintf(path, sizeof path, "%s", strncmp(name, "testdev:", 8) == 0 ? name + 8 : name);
-    if (strncmp(name, "testdev:", 8) == 0)
-        path[strcspn(path, "?")] = '\0';
     struct stat st;
     if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
         return false;
