@@ -98,41 +98,21 @@ static void volume_name(const char *ctl_path, char *out, size_t len)
     snprintf(out, len, "%.*s", (int)n, base);
 }
 
-struct collect {
-    char *text;
-    size_t len;
-};
-
-static void collect_line(const char *line, void *arg)
-{
-    struct collect *c = arg;
-    size_t n = strlen(line);
-    char *t = realloc(c->text, c->len + n + 2);
-    if (t == NULL)
-        tc_die(1, "out of memory reading the status");
-    c->text = t;
-    memcpy(c->text + c->len, line, n);
-    c->len += n;
-    c->text[c->len++] = '\n';
-    c->text[c->len] = '\0';
-}
-
 struct jv *cli_status_fetch(const char *ctl_path, char *err, size_t errlen)
 {
-    struct collect c = { NULL, 0 };
-    if (ctl_request(ctl_path, "status", collect_line, &c, err, errlen) < 0) {
-        free(c.text);
+    char *text = ctl_request_text(ctl_path, "status", err, errlen);
+    if (text == NULL)
         return NULL;
-    }
-    if (c.text == NULL) {
+    if (text[0] == '\0') {
+        free(text);
         snprintf(err, errlen, "%s: the daemon sent no status", ctl_path);
         return NULL;
     }
     char perr[256];
-    struct jv *root = jv_parse(c.text, perr, sizeof perr);
+    struct jv *root = jv_parse(text, perr, sizeof perr);
     if (root == NULL)
         snprintf(err, errlen, "%s: unreadable status: %s", ctl_path, perr);
-    free(c.text);
+    free(text);
     return root;
 }
 

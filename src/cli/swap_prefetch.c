@@ -260,38 +260,16 @@ static void status_json(const struct sp_daemon *d, struct tc_json *j)
 
 /* ---- --status: ask the daemon ---- */
 
-/* The reply of the daemon, line by line, for --status. */
-struct collect {
-    char *text;
-    size_t len;
-};
-
-static void collect_line(const char *line, void *arg)
-{
-    struct collect *c = arg;
-    size_t n = strlen(line);
-    char *t = realloc(c->text, c->len + n + 2);
-    if (t == NULL)
-        abort();
-    c->text = t;
-    memcpy(c->text + c->len, line, n);
-    c->len += n;
-    c->text[c->len++] = '\n';
-    c->text[c->len] = '\0';
-}
-
 static int query_status(const char *control, bool json)
 {
     char err[512];
-    struct collect c = { NULL, 0 };
-    if (ctl_request(control, "status", collect_line, &c, err, sizeof err) < 0) {
-        free(c.text);
+    char *text = ctl_request_text(control, "status", err, sizeof err);
+    if (text == NULL)
         tc_die(1, "%s (is 'tiercache swap-prefetch' running? --control names its socket)", err);
-    }
-    if (c.text == NULL)
+    if (text[0] == '\0')
         tc_die(1, "%s: the daemon sent no figures", control);
-    print_figures(c.text, json, control);
-    free(c.text);
+    print_figures(text, json, control);
+    free(text);
     return 0;
 }
 

@@ -58,6 +58,10 @@ bool ctl_gone(const struct ctl_conn *c);
 int ctl_request(const char *path, const char *command,
                 void (*line)(const char *text, void *arg), void *arg, char *err,
                 size_t errlen);
+/* The whole reply of a command, its lines each ended by '\n' (malloc'd;
+ * NULL with err filled if the request failed, or "" if the daemon sent
+ * nothing). */
+char *ctl_request_text(const char *path, const char *command, char *err, size_t errlen);
 
 /* The control socket that belongs to a data socket path:
  * "x.sock" -> "x.ctl", anything else gets ".ctl" appended; a path already

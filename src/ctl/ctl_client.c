@@ -81,3 +81,39 @@ int ctl_request(const char *path, const char *command,
     close(fd);
     return rc;
 }
+
+/* ctl_request_text(): the lines, gathered. */
+struct reply_text {
+    char *text;
+    size_t len;
+};
+
+static void gather_line(const char *line, void *arg)
+{
+    struct reply_text *r = arg;
+    size_t n = strlen(line);
+    char *t = realloc(r->text, r->len + n + 2);
+    if (t == NULL)
+        abort();
+    r->text = t;
+    memcpy(r->text + r->len, line, n);
+    r->len += n;
+    r->text[r->len++] = '\n';
+    r->text[r->len] = '\0';
+}
+
+char *ctl_request_text(const char *path, const char *command, char *err, size_t errlen)
+{
+    struct reply_text r = { NULL, 0 };
+    if (ctl_request(path, command, gather_line, &r, err, errlen) < 0) {
+        free(r.text);
+        return NULL;
+    }
+    if (r.text == NULL) {
+        r.text = malloc(1);
+        if (r.text == NULL)
+            abort();
+        r.text[0] = '\0';
+    }
+    return r.text;
+}

@@ -32,15 +32,6 @@ struct history {
     unsigned cur;
 };
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
 
 struct history *history_create(uint64_t capacity)
 {
@@ -65,7 +56,7 @@ void history_destroy(struct history *h)
 
 static bool in_filter(const struct history *h, const uint64_t *bits, uint64_t oblock)
 {
-    uint64_t a = mix(oblock), b = mix(a) | 1;
+    uint64_t a = tc_mix64(oblock), b = tc_mix64(a) | 1;
     for (unsigned i = 0; i < PROBES; i++) {
         uint64_t bit = (a + i * b) % h->nbits;
         if (!((bits[bit / 64] >> (bit % 64)) & 1))
@@ -84,7 +75,7 @@ void history_add(struct history *h, uint64_t oblock)
     uint64_t *bits = h->bits[h->cur];
     if (in_filter(h, bits, oblock))
         return;
-    uint64_t a = mix(oblock), b = mix(a) | 1;
+    uint64_t a = tc_mix64(oblock), b = tc_mix64(a) | 1;
     for (unsigned i = 0; i < PROBES; i++) {
         uint64_t bit = (a + i * b) % h->nbits;
         bits[bit / 64] |= 1ull << (bit % 64);

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/misc.h"
+
 #define BMAP_EMPTY UINT64_MAX
 
 struct bmap_slot {
@@ -33,17 +35,7 @@ struct bmap {
 void bmap_init(struct bmap *m, size_t expect);
 void bmap_free(struct bmap *m);
 
-/* A 64-bit mixer (the finalizer of MurmurHash3): every input bit moves
- * every output bit. */
-static inline uint64_t bmap_mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
+static inline uint64_t bmap_mix(uint64_t x) { return tc_mix64(x); }
 
 /* The value of key, or NULL. */
 static inline uint32_t *bmap_get(struct bmap *m, uint64_t key)

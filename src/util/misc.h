@@ -20,6 +20,18 @@
  * trace, not the speed of the replay. */
 extern _Thread_local uint64_t tc_virtual_now_ns;
 
+/* A 64-bit mixer (the finalizer of MurmurHash3): every input bit moves
+ * every output bit.  For hash tables and filters of block numbers. */
+static inline uint64_t tc_mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
 static inline uint64_t tc_now_ns(void)
 {
     if (tc_virtual_now_ns)
