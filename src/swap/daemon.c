@@ -366,6 +366,11 @@ static void note_stop(struct sp_daemon *d, enum sp_reason r, const char *scope)
     d->last_stop_ns = tc_now_ns();
     d->last_stop_reason = r;
     snprintf(d->last_stop_scope, sizeof d->last_stop_scope, "%s", scope);
+    struct sp_stop *st = &d->recent_stops[d->recent_next];
+    d->recent_next = (d->recent_next + 1) % SP_RECENT_STOPS;
+    st->at_ns = d->last_stop_ns;
+    st->reason = r;
+    snprintf(st->scope, sizeof st->scope, "%s", scope);
 }
 
 static void finish_once(struct sp_daemon *d, enum sp_reason why)

@@ -84,6 +84,8 @@ enum sp_state { SP_WAITING, SP_PREFETCHING, SP_IDLE, SP_HELD };
  * light sample with it, so that ours_since_tick (prefetch's own reads since
  * then) can be told apart from others' allocations.  Outcome totals are
  * the exited processes' (gone) plus the live ones' ledgers. */
+#define SP_RECENT_STOPS 8
+
 struct sp_daemon {
     struct sp_config cfg;
     struct sp_policy policy;
@@ -106,6 +108,15 @@ struct sp_daemon {
     uint64_t last_stop_ns;
     enum sp_reason last_stop_reason;
     char last_stop_scope[256];  /* "system" or a cgroup path */
+    /* The last SP_RECENT_STOPS stops, oldest first from recent_next
+     * (a ring): one reason may follow another within an interval, so the
+     * last alone can hide the one an operator asks about. */
+    struct sp_stop {
+        uint64_t at_ns;         /* 0: slot unused */
+        enum sp_reason reason;
+        char scope[256];
+    } recent_stops[SP_RECENT_STOPS];
+    unsigned recent_next;
     uint64_t last_chunk_ns;
     uint64_t cgroup_held;       /* times every candidate's cgroup was full */
 

@@ -72,6 +72,18 @@ void sp_daemon_status_json(const struct sp_daemon *d, struct tc_json *j)
     } else {
         json_null(j, "last_stop");
     }
+    json_begin_array(j, "recent_stops");
+    for (unsigned i = 0; i < SP_RECENT_STOPS; i++) {
+        const struct sp_stop *st = &d->recent_stops[(d->recent_next + i) % SP_RECENT_STOPS];
+        if (!st->at_ns)
+            continue;
+        json_begin_object(j, NULL);
+        json_string(j, "reason", sp_reason_key(st->reason));
+        json_string(j, "scope", st->scope);
+        json_uint(j, "at_ns", st->at_ns);
+        json_end_object(j);
+    }
+    json_end_array(j);
 
     const struct sp_sys *s = &d->prev;
     const struct sp_verdict *v = &d->verdict;
