@@ -12,8 +12,8 @@
  * recently seen blocks.
  *
  *   policy    admission                       reinsertion by the cleaner
- *   default   all while space is free; then   blocks read since written
- *             only blocks seen recently        (frequency, decaying);
+ *   default   all while space is free; then   blocks read within a window
+ *             only blocks seen recently        of reads (adaptive);
  *             (long history of hashes)         written, never read: out
  *   lru       all                             blocks hit since last written
  *                                             (second chance: LRU order)

@@ -138,6 +138,32 @@ static void write_block(struct fake *f, uint64_t oblock)
         insert(f, oblock, false);
 }
 
+/* The value of the policy's figure name (0 if it has none). */
+static uint64_t figure(const struct policy *p, const char *name)
+{
+    struct tc_json j;
+    char key[64];
+    json_init(&j, false);
+    json_begin_object(&j, NULL);
+    policy_status(p, &j);
+    json_end_object(&j);
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *at = j.buf ? strstr(j.buf, key) : NULL;
+    uint64_t v = at ? strtoull(at + strlen(key), NULL, 10) : 0;
+    json_free(&j);
+    return v;
+}
+
+/* A writeback client write of oblock: every write is cached. */
+static void write_back_block(struct fake *f, uint64_t oblock)
+{
+    long i = find(f, oblock);
+    if (i >= 0)
+        append(f, take(f, (uint64_t)i));
+    else
+        insert(f, oblock, false);
+}
+
 /* Does the policy's status object hold figure (as "name":value)? */
 static bool has_figure(const struct policy *p, const char *figure)
 {
@@ -254,7 +280,7 @@ static void test_default_written_once_first(void)
     CHECK(written_kept == 0);
     CHECK(f.evictions == 32);
     CHECK(has_figure(&f.policy, "\"evicted_written_unread\":32"));
-    CHECK(has_figure(&f.policy, "\"kept_by_frequency\":32"));
+    CHECK(has_figure(&f.policy, "\"kept_in_window\":32"));
     read_random(&f, 100);
     CHECK(cached(&f, 100));     /* dropped blocks go to the history */
     fake_close(&f);
@@ -270,6 +296,52 @@ static void test_default_written_once_first(void)
     for (uint64_t b = 0; b < 32; b++)
         read_random(&f, 1000 + b);
     CHECK(!cached(&f, 0) && !cached(&f, 31) && cached(&f, 100));
+    fake_close(&f);
+}
+
+/* Written data does not age what is read; reads do.  16 blocks read
+ * twice, then ten times the cache written back once: the 16 are all still
+ * cached (a rule that aged them per pass of the log would have dropped
+ * them).  Then reads of other blocks move the read clock past the window:
+ * the 16 are dropped as lapsed, and a miss of one of them lengthens the
+ * window. */
+static void test_default_reads_age_reads(void)
+{
+    struct fake f;
+    fake_open(&f, "default", 64);
+    for (uint64_t b = 0; b < 16; b++) {
+        read_random(&f, b);
+        CHECK(read_random(&f, b));
+    }
+    for (uint64_t b = 0; b < 640; b++)
+        write_back_block(&f, 1000 + b);
+    unsigned kept = 0;
+    for (uint64_t b = 0; b < 16; b++)
+        kept += cached(&f, b);
+    CHECK(kept == 16);
+    CHECK(figure(&f.policy, "evicted_lapsed") == 0);
+    /* Rounds of 32 other blocks, each read three times, until the first
+     * of the 16 is dropped; it comes back from the lapsed history. */
+    uint64_t round, dropped = UINT64_MAX;
+    for (round = 0; round < 40 && dropped == UINT64_MAX; round++) {
+        for (uint64_t b = 0; b < 32; b++) {
+            uint64_t o = 100000 + round * 32 + b;
+            read_random(&f, o);         /* refused, remembered */
+            read_random(&f, o);         /* admitted, a read */
+            read_random(&f, o);         /* a hit */
+        }
+        for (uint64_t b = 0; b < 16 && dropped == UINT64_MAX; b++)
+            if (!cached(&f, b))
+                dropped = b;
+    }
+    CHECK(dropped != UINT64_MAX);
+    CHECK(round > 1);                   /* not at the first reads */
+    CHECK(figure(&f.policy, "evicted_lapsed") >= 1);
+    uint64_t grown = figure(&f.policy, "window_grown");
+    uint64_t window = figure(&f.policy, "window_reads");
+    read_random(&f, dropped);
+    CHECK(figure(&f.policy, "window_grown") == grown + 1);
+    CHECK(figure(&f.policy, "window_reads") > window);
     fake_close(&f);
 }
 
@@ -424,6 +496,7 @@ int main(void)
     test_default_admission();
     test_default_written_once_first();
     test_default_streams();
+    test_default_reads_age_reads();
     test_lru();
     test_s3fifo();
     test_fifo();
