@@ -3,7 +3,9 @@
  *
  *   ring[]   fingerprints in arrival order; the oldest is overwritten
  *   table[]  open addressing (linear probing) over the same fingerprints,
- *            with a count per slot so duplicates in the ring are fine
+ *            with a count per slot so duplicates in the ring are fine, and
+ *            a mark for a removed fingerprint whose copies are still in
+ *            the ring (GONE)
  *
  * About 16 bytes per remembered block: 4 in the ring, 12 in the table (one
  * and a half slots, so probe chains stay short).  Fingerprint 0 marks an empty slot, so
@@ -17,8 +19,12 @@
 
 struct slot {
     uint32_t fp;
-    uint32_t count;
+    uint32_t count;             /* copies in the ring, and GONE */
 };
+
+/* Removed: not contained, though copies remain in the ring (each still
+ * counted, so that they expire without touching a later addition). */
+#define GONE (1u << 31)
 
 struct ghost {
     uint32_t *ring;
@@ -82,7 +88,7 @@ static void table_dec(struct ghost *g, uint32_t fp)
     struct slot *s = lookup(g, fp, &found);
     if (!found)
         return;
-    if (--s->count > 0)
+    if ((--s->count & ~GONE) > 0)
         return;
     s->fp = 0;
     uint64_t i = next_slot(g, (uint64_t)(s - g->table));
@@ -100,8 +106,8 @@ static void table_dec(struct ghost *g, uint32_t fp)
 bool ghost_contains(const struct ghost *g, uint64_t oblock)
 {
     bool found;
-    lookup(g, fingerprint(oblock), &found);
-    return found;
+    struct slot *s = lookup(g, fingerprint(oblock), &found);
+    return found && !(s->count & GONE);
 }
 
 void ghost_add(struct ghost *g, uint64_t oblock)
@@ -122,22 +128,18 @@ void ghost_add(struct ghost *g, uint64_t oblock)
         s->fp = fp;
         s->count = 0;
     }
-    s->count++;
+    s->count = (s->count & ~GONE) + 1;
 }
 
 void ghost_remove(struct ghost *g, uint64_t oblock)
 {
-    /* The ring keeps its copies; they only expire.  Forget all counts. */
-    uint32_t fp = fingerprint(oblock);
+    /* The ring keeps its copies; they only expire.  Until the last one
+     * does, the slot stays, marked GONE: a copy expiring must not take
+     * the count of a later addition of the same block. */
     bool found;
-    struct slot *s = lookup(g, fp, &found);
-    if (!found)
-        return;
-    /* Mark the ring copies as gone by zeroing them lazily: simplest is to
-     * leave one count per copy and drop the slot now, then skip missing
-     * fingerprints when copies expire (table_dec ignores them). */
-    s->count = 1;
-    table_dec(g, fp);
+    struct slot *s = lookup(g, fingerprint(oblock), &found);
+    if (found)
+        s->count |= GONE;
 }
 
 uint64_t ghost_memory(const struct ghost *g)

@@ -1,0 +1,279 @@
+/*
+ * The group ring and the free segments (engine/space.c), on a struct
+ * cache built by hand: devices with segment counts only, no device I/O,
+ * no index, no log.  (space.c takes the whole struct cache; it needs of
+ * it only the devices, the segments, the ring and the verify cache.)
+ *
+ * Checked: a group takes one free segment of every usable device, lowest
+ * numbers first, so groups narrow as devices run out and opening fails
+ * when none is left; sequence numbers rise; the oldest group is freed
+ * first and its segments come back; a pinned segment comes back only with
+ * its last unpin; a failing device's segments are not handed out again;
+ * the ring wraps around many times with every segment in exactly one
+ * place (a live group that names it back, or a free stack); recovery's
+ * space_push_group() appends at the newest end.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "util/misc.h"
+
+#include "check.h"
+
+static const uint32_t dev_segs[] = { 5, 3, 4 };
+#define NSEGS 12u
+
+static struct cache *make_cache(void)
+{
+    struct cache *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        abort();
+    c->ndevs = TC_ARRAY_SIZE(dev_segs);
+    uint32_t first = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        c->devs[d].first_seg = first;
+        c->devs[d].nsegs = dev_segs[d];
+        c->devs[d].state = CDEV_OK;
+        first += dev_segs[d];
+    }
+    c->nsegs = first;
+    c->segment_size = 1u << 20;
+    c->seg_sectors = 256;
+    verify_init(c, 1u << 20);
+    space_init(c);
+    space_collect_free(c);
+    return c;
+}
+
+static void free_cache(struct cache *c)
+{
+    verify_fini(c);
+    space_fini(c);
+    free(c);
+}
+
+/* Every segment is in exactly one place: a live group of the ring (whose
+ * slot it names), a free stack (state SEG_FREE), or retired and pinned.
+ * The ring's sequence numbers rise from the tail. */
+static unsigned audit(struct cache *c)
+{
+    unsigned bad = 0, where[NSEGS] = { 0 };
+    uint64_t last_seq = 0;
+    for (uint32_t k = 0; k < c->ngroups; k++) {
+        uint32_t slot = (c->group_tail + k) % c->groups_cap;
+        struct group *g = group_at(c, slot);
+        if (k > 0 && g->seq <= last_seq)
+            bad++;
+        last_seq = g->seq;
+        if (g->open != (slot == c->open_group))
+            bad++;
+        for (unsigned i = 0; i < g->nsegs; i++) {
+            uint32_t s = g->segs[i];
+            where[s]++;
+            if (SEG(c, s)->group != slot || SEG(c, s)->seq != g->seq ||
+                SEG(c, s)->state == SEG_FREE)
+                bad++;
+        }
+    }
+    uint32_t nfree = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        for (uint32_t i = 0; i < cd->free_segs; i++) {
+            uint32_t s = cd->free_list[i];
+            where[s]++;
+            if (SEG(c, s)->state != SEG_FREE || SEG(c, s)->dev != d || SEG(c, s)->group != NIL)
+                bad++;
+        }
+        nfree += cd->free_segs;
+    }
+    if (nfree != c->free_segs)
+        bad++;
+    for (uint32_t s = 0; s < NSEGS; s++) {
+        bool elsewhere = SEG(c, s)->group == NIL && SEG(c, s)->state != SEG_FREE;
+        bool failed = c->devs[SEG(c, s)->dev].state != CDEV_OK && SEG(c, s)->group == NIL;
+        if (where[s] != 1 && !(where[s] == 0 && (elsewhere || failed)))
+            bad++;
+    }
+    return bad;
+}
+
+static bool group_is(struct group *g, uint32_t n, const uint32_t *segs)
+{
+    if (g->nsegs != n)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (g->segs[i] != segs[i])
+            return false;
+    return true;
+}
+
+static void check_fill_and_free(void)
+{
+    printf("groups take one segment per device, lowest first, and narrow as devices run out\n");
+    struct cache *c = make_cache();
+    CHECK(c->free_segs == NSEGS && c->ngroups == 0 && oldest_group(c) == NULL);
+    CHECK(audit(c) == 0);
+    static const uint32_t want[5][3] = {
+        { 0, 5, 8 }, { 1, 6, 9 }, { 2, 7, 10 }, { 3, 11 }, { 4 },
+    };
+    static const uint32_t wn[5] = { 3, 3, 3, 2, 1 };
+    for (int k = 0; k < 5; k++) {
+        space_close_group(c);
+        CHECK(space_open_group(c));
+        struct group *g = group_at(c, c->open_group);
+        CHECK(group_is(g, wn[k], want[k]));
+        CHECK(g->seq == (uint64_t)k && g->open);
+        for (unsigned i = 0; i < g->nsegs; i++)
+            CHECK(SEG(c, g->segs[i])->state == SEG_OPEN);
+        CHECK(audit(c) == 0);
+    }
+    space_close_group(c);
+    CHECK(c->free_segs == 0 && !space_open_group(c) && c->ngroups == 5 && c->next_seq == 5);
+    CHECK(c->open_group == NIL && audit(c) == 0);
+
+    printf("the oldest group is freed first; its segments are reused\n");
+    CHECK(oldest_group(c)->seq == 0);
+    space_free_group(c);
+    CHECK(c->ngroups == 4 && oldest_group(c)->seq == 1 && c->free_segs == 3);
+    CHECK(audit(c) == 0);
+    CHECK(space_open_group(c));
+    CHECK(group_is(group_at(c, c->open_group), 3, want[0]) &&
+          group_at(c, c->open_group)->seq == 5);
+    space_close_group(c);
+    CHECK(audit(c) == 0);
+
+    printf("a pinned segment comes back with its last unpin\n");
+    CHECK(oldest_group(c)->seq == 1);           /* segments 1, 6, 9 */
+    seg_pin(c, 6);
+    seg_pin(c, 6);
+    space_free_group(c);
+    CHECK(c->free_segs == 2 && SEG(c, 6)->state != SEG_FREE && SEG(c, 6)->group == NIL);
+    CHECK(audit(c) == 0);
+    seg_unpin(c, 6);
+    CHECK(c->free_segs == 2 && SEG(c, 6)->state != SEG_FREE);
+    seg_unpin(c, 6);
+    CHECK(c->free_segs == 3 && SEG(c, 6)->state == SEG_FREE);
+    CHECK(audit(c) == 0);
+    /* A segment with a chunk write in flight: freed by space_write_done. */
+    struct group *g2 = oldest_group(c);         /* seq 2: 2, 7, 10 */
+    CHECK(g2->seq == 2);
+    SEG(c, 7)->writes_inflight = 1;
+    space_free_group(c);
+    CHECK(c->free_segs == 5 && SEG(c, 7)->state != SEG_FREE);
+    SEG(c, 7)->writes_inflight = 0;
+    space_write_done(c, 7);
+    CHECK(c->free_segs == 6 && SEG(c, 7)->state == SEG_FREE);
+    CHECK(audit(c) == 0);
+    free_cache(c);
+}
+
+static void check_wrap(void)
+{
+    printf("the ring wraps around: open, close and free many times\n");
+    struct cache *c = make_cache();
+    uint64_t opened = 0;
+    unsigned bad = 0;
+    for (int step = 0; step < 2000; step++) {
+        space_close_group(c);
+        if (space_open_group(c)) {
+            opened++;
+            if (group_at(c, c->open_group)->seq != opened - 1)
+                bad++;
+        }
+        /* Keep between 1 and 4 groups live: free when full or at random. */
+        if (c->free_segs == 0 || (c->ngroups > 1 && step % 3 == 0)) {
+            space_close_group(c);
+            space_free_group(c);
+        }
+        if (c->ngroups > c->groups_cap || c->group_tail >= c->groups_cap)
+            bad++;
+        bad += audit(c);
+    }
+    CHECK(bad == 0);
+    CHECK(opened > 3 * c->groups_cap);
+
+    printf("a failing device's segments are not handed out again\n");
+    while (c->ngroups > 0) {
+        space_close_group(c);
+        space_free_group(c);
+    }
+    CHECK(c->free_segs == NSEGS && audit(c) == 0);
+    CHECK(space_open_group(c));
+    struct group *g = group_at(c, c->open_group);
+    CHECK(g->nsegs == 3);
+    uint32_t dev1_seg = g->segs[1];
+    CHECK(SEG(c, dev1_seg)->dev == 1);
+    /* What failure.c does when a device fails: its free stack goes. */
+    c->devs[1].state = CDEV_FAILING;
+    c->free_segs -= c->devs[1].free_segs;
+    c->devs[1].free_segs = 0;
+    space_close_group(c);
+    space_free_group(c);
+    CHECK(SEG(c, dev1_seg)->state == SEG_FREE);
+    CHECK(c->free_segs == NSEGS - dev_segs[1] && audit(c) == 0);
+    /* Devices 0 and 2 have 9 segments: four groups of two, one of one. */
+    for (int k = 0; k < 5; k++) {
+        space_close_group(c);
+        if (!space_open_group(c)) {
+            CHECK(!"a group could be opened");
+            break;
+        }
+        g = group_at(c, c->open_group);
+        CHECK(g->nsegs == (k < 4 ? 2 : 1));
+        for (unsigned i = 0; i < g->nsegs; i++)
+            CHECK(SEG(c, g->segs[i])->dev != 1);
+    }
+    space_close_group(c);
+    CHECK(!space_open_group(c) && c->free_segs == 0 && audit(c) == 0);
+    free_cache(c);
+}
+
+static void check_push(void)
+{
+    printf("recovery: space_push_group() appends at the newest end\n");
+    struct cache *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        abort();
+    c->ndevs = TC_ARRAY_SIZE(dev_segs);
+    uint32_t first = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        c->devs[d].first_seg = first;
+        c->devs[d].nsegs = dev_segs[d];
+        first += dev_segs[d];
+    }
+    c->nsegs = first;
+    verify_init(c, 1u << 20);
+    space_init(c);
+    /* Groups found on the devices, oldest first: 10 {2, 6}, 11 {9}. */
+    uint32_t a = space_push_group(c, 10);
+    space_group_add_seg(c, a, 2);
+    space_group_add_seg(c, a, 6);
+    uint32_t b = space_push_group(c, 11);
+    space_group_add_seg(c, b, 9);
+    SEG(c, 2)->state = SEG(c, 6)->state = SEG(c, 9)->state = SEG_CLOSED;
+    space_collect_free(c);
+    c->next_seq = 12;
+    CHECK(c->ngroups == 2 && oldest_group(c)->seq == 10 && c->free_segs == NSEGS - 3);
+    CHECK(audit(c) == 0);
+    CHECK(space_open_group(c));
+    CHECK(group_at(c, c->open_group)->seq == 12);
+    static const uint32_t want[] = { 0, 5, 8 };  /* lowest free of each device */
+    CHECK(group_is(group_at(c, c->open_group), 3, want));
+    CHECK(audit(c) == 0);
+    space_free_group(c);
+    CHECK(oldest_group(c)->seq == 11 && SEG(c, 2)->state == SEG_FREE);
+    CHECK(audit(c) == 0);
+    free_cache(c);
+}
+
+int main(void)
+{
+    check_fill_and_free();
+    check_wrap();
+    check_push();
+    return check_exit("groups");
+}
