@@ -146,12 +146,12 @@ wl_scale() {
     read -r a b at1t < <(awk -v r="$rep" '$1 == r && $2 == "clean" { print $3, $5 * 1048576 }' "$WORK/fit.txt" |
                            sc_fit "$tib_blocks")
     record scale fit-memory rss per_block bytes "$rep" "$b"
-    record scale fit-memory rss at_0 MiB "$rep" "$(awk -v v="$a" 'BEGIN { printf "%.2f", v / 1048576 }')"
+    record scale fit-memory rss at_0 MiB "$rep" "$(awk -v v="$a" 'BEGIN { v = v / 1048576; printf "%.2f", (v < 0.005 && v > -0.005) ? 0 : v }')"
     record scale fit-memory rss at_1TiB GiB "$rep" "$(awk -v v="$at1t" 'BEGIN { printf "%.3f", v / 1073741824 }')"
     read -r a b at1t < <(awk -v r="$rep" '$1 == r && $2 == "clean" { print $3, $6 }' "$WORK/fit.txt" |
                            sc_fit "$tib_blocks")
     record scale fit-memory index per_block bytes "$rep" "$b"
-    record scale fit-memory index at_0 MiB "$rep" "$(awk -v v="$a" 'BEGIN { printf "%.2f", v / 1048576 }')"
+    record scale fit-memory index at_0 MiB "$rep" "$(awk -v v="$a" 'BEGIN { v = v / 1048576; printf "%.2f", (v < 0.005 && v > -0.005) ? 0 : v }')"
     record scale fit-memory index at_1TiB GiB "$rep" "$(awk -v v="$at1t" 'BEGIN { printf "%.3f", v / 1073741824 }')"
   done
 
