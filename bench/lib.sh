@@ -38,7 +38,8 @@ record() {
 # ratio WORKLOAD NAME NUM DEN AIM
 #   NUM and DEN are TEST/CONFIG/METRIC; AIM is ">=5", "<=1.5" or "-".  The
 #   ratio is computed per repetition (the runs of one repetition ran close
-#   in time) and summarised by its median, min and max.
+#   in time) and summarised by its median, min and max.  DEN "1" holds the
+#   figure NUM itself against AIM (an aim in seconds or bytes, not a ratio).
 ratio() {
   case "$*" in *,*) die "ratio: no commas in a name or figure: $*" ;; esac
   printf '%s,%s,%s,%s,%s\n' "$@" >>"$RATIOS"

@@ -122,8 +122,12 @@ def met(aim, x):
 
 for w, name, num, den, aim in ratio_defs:
     a = values.get(tuple([w] + num.split('/')), {})
-    b = values.get(tuple([w] + den.split('/')), {})
-    per_rep = [a[r] / b[r] for r in a if r in b and b[r] != 0]
+    if den == '1':
+        # a figure held against its aim as it is (seconds, bytes)
+        per_rep = list(a.values())
+    else:
+        b = values.get(tuple([w] + den.split('/')), {})
+        per_rep = [a[r] / b[r] for r in a if r in b and b[r] != 0]
     if per_rep:
         s = summary(per_rep)
         ratios.setdefault(w, []).append((name, s, aim, met(aim, s[1])))
