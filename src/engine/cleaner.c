@@ -677,10 +677,17 @@ static void tail_synced(struct log_waiter *lw, int err)
     struct cleaner *k = container_of(lw, struct cleaner, lw);
     struct cache *c = k->c;
     if (err) {
-        /* The new tail is not durable: keep the group, try again later. */
+        /* The new tail is not durable: keep the group, try again later.
+         * Later must come by itself: the sync that failed may be the one
+         * that failed a cache device (the syncs it covered fail once), and
+         * appends waiting for room (cleaner_wait_space()) kick no one --
+         * without the timer they would wait for good. */
         tc_error("cleaner: recording the log tail failed: %s", strerror(-err));
         group_at(c, k->slot)->retiring = false;
         k->running = false;
+        k->retry.fn = retry_fn;
+        if (!k->retry.armed)
+            timer_arm(c->reactor, &k->retry, 50ull * 1000 * 1000);
         return;
     }
     for (size_t i = 0; i < k->ndrops; i++) {
