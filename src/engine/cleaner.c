@@ -37,6 +37,7 @@
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/crc32c.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -721,4 +722,20 @@ void cleaner_device_failed(struct cache *c)
     struct cleaner *k = c->cleaner;
     if (k && k->running)
         k->restart = true;
+}
+
+void cleaner_status_json(struct cache *c, struct tc_json *j)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL)
+        return;
+    unsigned waiters = 0;
+    for (struct log_waiter *w = k->space_waiters; w; w = w->next)
+        waiters++;
+    json_begin_object(j, "cleaner");
+    json_bool(j, "running", k->running);
+    json_bool(j, "retry_armed", k->retry.armed);
+    json_uint(j, "appends_waiting_for_room", waiters);
+    json_uint(j, "groups_retired", k->groups);
+    json_end_object(j);
 }
