@@ -85,6 +85,7 @@ struct cleaner {
     uint64_t *dirty_blocks;
     unsigned pending;
     struct log_waiter lw;
+    bool tail_syncing;              /* waiting for the sync of the new tail */
     uint64_t groups, relocated, dropped, written_back;
     uint64_t kept_bytes;            /* copied from the group being reclaimed */
 };
@@ -557,6 +558,7 @@ static void later_done(struct cleaner *k)
     c->tail_seq = c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq;
     log_seal_all(c, true);
     k->lw.fn = tail_synced;
+    k->tail_syncing = true;
     log_sync(c, &k->lw);
 }
 
@@ -677,6 +679,7 @@ static void tail_synced(struct log_waiter *lw, int err)
 {
     struct cleaner *k = container_of(lw, struct cleaner, lw);
     struct cache *c = k->c;
+    k->tail_syncing = false;
     if (err) {
         /* The new tail is not durable: keep the group, try again later.
          * Later must come by itself: the sync that failed may be the one
@@ -734,6 +737,7 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
         waiters++;
     json_begin_object(j, "cleaner");
     json_bool(j, "running", k->running);
+    json_bool(j, "waiting_for_tail_sync", k->tail_syncing);
     json_bool(j, "retry_armed", k->retry.armed);
     json_uint(j, "appends_waiting_for_room", waiters);
     json_uint(j, "groups_retired", k->groups);
