@@ -742,5 +742,9 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     }
     json_end_array(j);
     json_uint(j, "device_failure_marks_pending", c->devfail_marks_pending);
+    uint64_t held = 0;
+    for (struct held_ack *h = c->held_acks; h; h = h->next)
+        held++;
+    json_uint(j, "device_failure_held_acks", held);
     json_uint(j, "device_failure_superblocks_marked", c->devfail_marks);
 }

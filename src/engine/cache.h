@@ -674,6 +674,9 @@ bool cleaner_idle(struct cache *c);
 /* Run w once free space allows appends again. */
 void cleaner_wait_space(struct cache *c, struct log_waiter *w);
 void cleaner_space_freed(struct cache *c);
+/* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
+ * appends waiting for room). */
+void cleaner_status_json(struct cache *c, struct tc_json *j);
 
 /* writeback.c */
 

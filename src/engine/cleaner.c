@@ -37,6 +37,7 @@
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/crc32c.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -84,6 +85,7 @@ struct cleaner {
     uint64_t *dirty_blocks;
     unsigned pending;
     struct log_waiter lw;
+    bool tail_syncing;              /* waiting for the sync of the new tail */
     uint64_t groups, relocated, dropped, written_back;
     uint64_t kept_bytes;            /* copied from the group being reclaimed */
 };
@@ -556,6 +558,7 @@ static void later_done(struct cleaner *k)
     c->tail_seq = c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq;
     log_seal_all(c, true);
     k->lw.fn = tail_synced;
+    k->tail_syncing = true;
     log_sync(c, &k->lw);
 }
 
@@ -676,11 +679,19 @@ static void tail_synced(struct log_waiter *lw, int err)
 {
     struct cleaner *k = container_of(lw, struct cleaner, lw);
     struct cache *c = k->c;
+    k->tail_syncing = false;
     if (err) {
-        /* The new tail is not durable: keep the group, try again later. */
+        /* The new tail is not durable: keep the group, try again later.
+         * Later must come by itself: the sync that failed may be the one
+         * that failed a cache device (the syncs it covered fail once), and
+         * appends waiting for room (cleaner_wait_space()) kick no one --
+         * without the timer they would wait for good. */
         tc_error("cleaner: recording the log tail failed: %s", strerror(-err));
         group_at(c, k->slot)->retiring = false;
         k->running = false;
+        k->retry.fn = retry_fn;
+        if (!k->retry.armed)
+            timer_arm(c->reactor, &k->retry, 50ull * 1000 * 1000);
         return;
     }
     for (size_t i = 0; i < k->ndrops; i++) {
@@ -714,4 +725,21 @@ void cleaner_device_failed(struct cache *c)
     struct cleaner *k = c->cleaner;
     if (k && k->running)
         k->restart = true;
+}
+
+void cleaner_status_json(struct cache *c, struct tc_json *j)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL)
+        return;
+    unsigned waiters = 0;
+    for (struct log_waiter *w = k->space_waiters; w; w = w->next)
+        waiters++;
+    json_begin_object(j, "cleaner");
+    json_bool(j, "running", k->running);
+    json_bool(j, "waiting_for_tail_sync", k->tail_syncing);
+    json_bool(j, "retry_armed", k->retry.armed);
+    json_uint(j, "appends_waiting_for_room", waiters);
+    json_uint(j, "groups_retired", k->groups);
+    json_end_object(j);
 }

@@ -21,6 +21,12 @@
  *                   read, write -- which includes zero and trim --, flush;
  *                   default all): an origin whose writes fail while its
  *                   flushes succeed, or the reverse.
+ *   hold_when=FILE  while FILE exists, requests (of the kinds hold_ops=LIST
+ *                   names, as eio_ops does; default all) are held, not
+ *                   sent: a device that stops answering at a moment the
+ *                   test chooses.  Once FILE is gone (looked at every
+ *                   10 ms) they go on in the order they came, and fail if
+ *                   an eio_ option says so then.
  *
  * The extra work (reading old contents, writing the undo file) is done
  * with blocking calls: this layer is for tests, never for production.
@@ -52,6 +58,10 @@ struct dev_test {
     long long eio_after;
     long long ops;
     unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
+    char *hold_when;
+    unsigned hold_ops;          /* EIO_* bits: the requests that may be held */
+    struct tc_dev_io *held, **held_tail;
+    struct tc_timer hold_timer;
     off_t undo_dropped;         /* undo bytes forgotten so far (cut from the front) */
 };
 
@@ -164,9 +174,45 @@ static int save_old(struct dev_test *d, uint64_t off, uint64_t len)
     return rc;
 }
 
+static void test_issue(struct dev_test *d, struct tc_dev_io *dio);
+
+#define HOLD_POLL_NS (10ull * 1000 * 1000)
+
+static void hold_timer_fn(struct tc_timer *t)
+{
+    struct dev_test *d = container_of(t, struct dev_test, hold_timer);
+    if (access(d->hold_when, F_OK) == 0) {
+        timer_arm(d->dev.reactor, &d->hold_timer, HOLD_POLL_NS);
+        return;
+    }
+    struct tc_dev_io *list = d->held;
+    d->held = NULL;
+    d->held_tail = &d->held;
+    while (list) {
+        struct tc_dev_io *dio = list;
+        list = dio->next;
+        test_issue(d, dio);
+    }
+}
+
 static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     struct dev_test *d = container_of(dev, struct dev_test, dev);
+    if (d->hold_when && (d->hold_ops & op_kind(dio->op)) &&
+        (d->held != NULL || access(d->hold_when, F_OK) == 0)) {
+        dio->next = NULL;
+        *d->held_tail = dio;
+        d->held_tail = &dio->next;
+        if (!d->hold_timer.armed)
+            timer_arm(dev->reactor, &d->hold_timer, HOLD_POLL_NS);
+        return;
+    }
+    test_issue(d, dio);
+}
+
+static void test_issue(struct dev_test *d, struct tc_dev_io *dio)
+{
+    struct tc_dev *dev = &d->dev;
     if (failing(d, dio->op)) {
         dev_complete(dio, -EIO);
         return;
@@ -196,12 +242,15 @@ static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 static void test_close(struct tc_dev *dev)
 {
     struct dev_test *d = container_of(dev, struct dev_test, dev);
+    if (d->hold_when)
+        timer_cancel(dev->reactor, &d->hold_timer);
     dev_close(d->inner);
     if (d->raw_fd >= 0)
         close(d->raw_fd);
     if (d->undo_fd >= 0)
         close(d->undo_fd);
     free(d->eio_when);
+    free(d->hold_when);
     free(d->undo_path);
     free(d->dev.name);
     free(d);
@@ -227,6 +276,9 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
     d->undo_fd = -1;
     d->eio_after = -1;
     d->eio_ops = EIO_ALL;
+    d->hold_ops = EIO_ALL;
+    d->held_tail = &d->held;
+    d->hold_timer.fn = hold_timer_fn;
     d->inner = dev_file_open_as(r, copy, role, read_only, err, errlen);
     if (d->inner == NULL)
         goto fail;
@@ -246,26 +298,30 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             d->eio_once = true;
         } else if (strncmp(o, "eio_after=", 10) == 0) {
             d->eio_after = atoll(o + 10);
-        } else if (strncmp(o, "eio_ops=", 8) == 0) {
-            d->eio_ops = 0;
-            for (const char *k = o + 8; *k;) {
+        } else if (strncmp(o, "hold_when=", 10) == 0) {
+            free(d->hold_when);
+            d->hold_when = tc_xstrdup(o + 10);
+        } else if (strncmp(o, "eio_ops=", 8) == 0 || strncmp(o, "hold_ops=", 9) == 0) {
+            unsigned *ops = o[0] == 'e' ? &d->eio_ops : &d->hold_ops;
+            *ops = 0;
+            for (const char *k = strchr(o, '=') + 1; *k;) {
                 size_t n = strcspn(k, ",");
                 if (n == 4 && strncmp(k, "read", 4) == 0)
-                    d->eio_ops |= EIO_READ;
+                    *ops |= EIO_READ;
                 else if (n == 5 && strncmp(k, "write", 5) == 0)
-                    d->eio_ops |= EIO_WRITE;
+                    *ops |= EIO_WRITE;
                 else if (n == 5 && strncmp(k, "flush", 5) == 0)
-                    d->eio_ops |= EIO_FLUSH;
+                    *ops |= EIO_FLUSH;
                 else {
-                    snprintf(err, errlen, "testdev: eio_ops: unknown request kind '%.*s' "
-                             "(read, write, flush)", (int)n, k);
+                    snprintf(err, errlen, "testdev: %.*s: unknown request kind '%.*s' "
+                             "(read, write, flush)", (int)(strchr(o, '=') - o), o, (int)n, k);
                     goto fail;
                 }
                 k += n + (k[n] == ',');
             }
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
-                     "eio_after=, eio_ops=)", o);
+                     "eio_after=, eio_ops=, hold_when=, hold_ops=)", o);
             goto fail;
         }
     }
@@ -284,6 +340,7 @@ fail:
     if (d->raw_fd >= 0)
         close(d->raw_fd);
     free(d->eio_when);
+    free(d->hold_when);
     free(d->undo_path);
     free(d);
     return NULL;
