@@ -38,12 +38,12 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
         ce_get_masks(&c->idx, id, &v, &d);
         n += (size_t)snprintf(frags + n, sizeof frags - n, "valid %llx dirty %llx:",
                               (unsigned long long)v.w[0], (unsigned long long)d.w[0]);
-        for (uint32_t f = CE(&c->idx, id)->head; f != NIL && n < sizeof frags - 40;
-             f = FR(&c->idx, f)->next) {
+        for (uint32_t f = ce_head(&c->idx, id); f != NIL && n < sizeof frags - 40;
+             f = frag_next(&c->idx, f)) {
             struct tc_mask st;
             frag_stored(&c->idx, f, &st);
-            n += (size_t)snprintf(frags + n, sizeof frags - n, " %u:%u=%llx", FR(&c->idx, f)->seg,
-                                  FR(&c->idx, f)->off, (unsigned long long)st.w[0]);
+            n += (size_t)snprintf(frags + n, sizeof frags - n, " %u:%u=%llx", frag_seg(&c->idx, f),
+                                  frag_off(&c->idx, f), (unsigned long long)st.w[0]);
         }
     }
     tc_info("trace block %llu: %s [%s]", (unsigned long long)oblock, msg,
@@ -95,9 +95,8 @@ static void frag_unaccount(struct cache *c, uint32_t fid)
 {
     struct tc_mask st;
     frag_stored(&c->idx, fid, &st);
-    struct cfrag *f = FR(&c->idx, fid);
-    seg_add_live(c, f->seg, -(int)mask_count(&st));
-    seg_add_live(c, f->mseg, -(int)mask_count(&st));
+    seg_add_live(c, frag_seg(&c->idx, fid), -(int)mask_count(&st));
+    seg_add_live(c, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
 }
 
 uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
@@ -114,8 +113,9 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
         mask_clear(&od);
     } else {
         ce_get_masks(ix, id, &ov, &od);
+        index_spill(ix, id);            /* an inline fragment becomes a record */
     }
-    uint32_t fid = frag_alloc(ix);     /* may move the fragment array */
+    uint32_t fid = frag_alloc(ix);
     struct cfrag *f = FR(ix, fid);
     f->seg = seg;
     f->off = off;
@@ -133,7 +133,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     uint32_t *link = &FR(ix, fid)->next;
     *link = NIL;
     unsigned n = 1;
-    for (uint32_t g = e->head, next; g != NIL; g = next) {
+    for (uint32_t g = e->first, next; g != NIL; g = next) {
         next = FR(ix, g)->next;
         frag_stored(ix, g, &st);
         struct tc_mask cur = st;
@@ -153,11 +153,12 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     if (replace)
         mask_and(&nd, &nv);
     e = CE(ix, id);
-    e->head = fid;
+    e->first = fid;
     e->nfrags = (uint8_t)n;
     e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT) |
                           (!replace && (e->flags & CE_WT) ? CE_WT : 0));
     ce_set_masks(ix, id, &nv, &nd);
+    index_settle(ix, id);
     cache_set_dirty(c, oblock, &od, &nd);
     if (fresh)
         policy_inserted(c->policy, oblock, &CE(ix, id)->hint, !(flags & CE_ADD_WRITTEN));
@@ -175,8 +176,8 @@ uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uin
         *idp = id;
     if (id == NIL)
         return NIL;
-    for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next)
-        if (FR(&c->idx, f)->seg == seg && FR(&c->idx, f)->off == off)
+    for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f))
+        if (frag_seg(&c->idx, f) == seg && frag_off(&c->idx, f) == off)
             return f;
     return NIL;
 }
@@ -191,7 +192,17 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     frag_current(ix, id, fid, &cur);
     ce_get_masks(ix, id, &v, &d);
     struct centry *e = CE(ix, id);
-    uint32_t *link = &e->head;
+    if (e->inl) {
+        /* The one fragment, inline: the block goes. */
+        if (fid != (id | FID_INLINE))
+            return;
+        cache_trace(c, oblock, "drop fragment %u:%u", e->first, e->off);
+        frag_unaccount(c, fid);
+        cache_set_dirty(c, oblock, &d, NULL);
+        index_remove(ix, id);
+        return;
+    }
+    uint32_t *link = &e->first;
     while (*link != NIL && *link != fid)
         link = &FR(ix, *link)->next;
     if (*link == NIL)
@@ -201,7 +212,7 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     frag_unaccount(c, fid);
     frag_free(ix, fid);
     e->nfrags--;
-    if (e->head == NIL) {
+    if (e->first == NIL) {
         cache_set_dirty(c, oblock, &d, NULL);
         index_remove(ix, id);
         return;
@@ -210,6 +221,7 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     mask_andnot(&v, &cur);
     mask_andnot(&nd, &cur);
     ce_set_masks(ix, id, &v, &nd);
+    index_settle(ix, id);
     cache_set_dirty(c, oblock, &d, &nd);
 }
 
@@ -221,7 +233,7 @@ void cache_drop(struct cache *c, uint64_t oblock)
     cache_trace(c, oblock, "drop block");
     struct tc_mask d;
     ce_get_masks(&c->idx, id, NULL, &d);
-    for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next)
+    for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f))
         frag_unaccount(c, f);
     cache_set_dirty(c, oblock, &d, NULL);
     index_remove(&c->idx, id);
