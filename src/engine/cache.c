@@ -920,8 +920,18 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     uint64_t live = 0;
     for (uint32_t i = 0; i < c->nsegs; i++)
         live += c->segs[i].live;
-    uint64_t index_mem = index_memory(&c->idx);
+    struct index_memory im;
+    index_memory_parts(&c->idx, &im);
+    uint64_t index_mem = im.entries + im.fragments + im.buckets + im.masks;
     uint64_t policy_mem = policy_memory(c->policy);
+    /* The other memory that grows with the cache or the origin: the
+     * segments' chunk tables and the dirty bitmap (one bit per origin
+     * block). */
+    uint64_t chunk_mem = 0;
+    for (uint32_t i = 0; i < c->nsegs; i++)
+        chunk_mem += (uint64_t)c->segs[i].chunks_cap * sizeof(struct chunk_ref);
+    uint64_t dirty_mem = ((c->nblocks_origin + 63) / 64 + 1) * sizeof(uint64_t);
+    uint64_t total_mem = index_mem + policy_mem + chunk_mem + dirty_mem;
     uint64_t dev_written = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_written += c->devs[d].dev->stats.write_bytes;
@@ -992,14 +1002,28 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     abandon_status_json(c, j);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
-    /* Per block the cache can hold: what sizing RAM for a cache needs (the
-     * arrays are sized to it).  Per cached block is higher while the cache
-     * is filling, and by the few segments the cleaner keeps free. */
+    /* Per block the cache can hold, and per block cached now: the index
+     * grows with the blocks cached, the policy's history and the chunk
+     * tables are sized to the cache, the dirty bitmap to the origin. */
     uint64_t cap_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
     json_double(j, "memory_per_block_bytes",
-                cap_blocks ? (double)(index_mem + policy_mem) / (double)cap_blocks : 0);
+                cap_blocks ? (double)total_mem / (double)cap_blocks : 0);
     json_double(j, "memory_per_cached_block_bytes",
-                c->idx.count ? (double)(index_mem + policy_mem) / (double)c->idx.count : 0);
+                c->idx.count ? (double)total_mem / (double)c->idx.count : 0);
+    json_begin_object(j, "memory");
+    json_uint(j, "entries_bytes", im.entries);
+    json_uint(j, "fragment_records_bytes", im.fragments);
+    json_uint(j, "hash_buckets_bytes", im.buckets);
+    json_uint(j, "side_masks_bytes", im.masks);
+    json_uint(j, "policy_bytes", policy_mem);
+    json_uint(j, "chunk_tables_bytes", chunk_mem);
+    json_uint(j, "dirty_bitmap_bytes", dirty_mem);
+    json_uint(j, "total_bytes", total_mem);
+    json_uint(j, "fragment_records", c->idx.frecs);
+    /* Not in the figures above: a cache of checksums with a fixed budget. */
+    json_uint(j, "checksum_cache_bytes", verify_memory(c));
+    json_uint(j, "checksum_cache_budget_bytes", VERIFY_BUDGET);
+    json_end_object(j);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);
     json_uint(j, "recovered_dirty_blocks", s->recovered_dirty_blocks);

@@ -633,6 +633,8 @@ bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsecto
 /* verify.c: data checksums of cached sectors */
 int verify_init(struct cache *c, uint64_t budget_bytes);
 void verify_fini(struct cache *c);
+/* Bytes it holds: bounded by its budget, not by the blocks cached. */
+uint64_t verify_memory(const struct cache *c);
 /* Look up the CRCs of n sectors at (seg, off); true if all known now. */
 bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
 /* Remember a chunk header's CRCs (after reading or writing it). */
