@@ -352,13 +352,13 @@ int cmd_dump(int argc, char **argv)
             print_mask(&v, c->spb);
             printf(" dirty ");
             print_mask(&dm, c->spb);
-            for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
+            for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
                 struct tc_mask st;
                 frag_stored(&c->idx, f, &st);
-                printf(" | %u:%u x%u", FR(&c->idx, f)->seg, FR(&c->idx, f)->off,
+                printf(" | %u:%u x%u", frag_seg(&c->idx, f), frag_off(&c->idx, f),
                        mask_count(&st));
-                if (FR(&c->idx, f)->mseg != NIL)
-                    printf(" mirror %u:%u", FR(&c->idx, f)->mseg, FR(&c->idx, f)->moff);
+                if (frag_mseg(&c->idx, f) != NIL)
+                    printf(" mirror %u:%u", frag_mseg(&c->idx, f), frag_moff(&c->idx, f));
             }
             printf("\n");
         }

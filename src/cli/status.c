@@ -84,8 +84,9 @@ static void print_number(const struct jv *v, const struct jv *parent)
         else
             printf("%s/s", tc_format_size((uint64_t)(v->num + 0.5), sz, sizeof sz));
     } else if (strcmp(key, "memory_per_cached_block_bytes") == 0 && filling(parent)) {
-        /* The arrays are sized for a full cache: divided by the few blocks
-         * cached after a start, the figure says nothing. */
+        /* The policy's history and the chunk tables are sized for a full
+         * cache: divided by the few blocks cached after a start, the figure
+         * says nothing. */
         printf("- (the cache is under 10%% full; see memory per block)");
     } else if (strcmp(key, "max_io") == 0 && v->num == 0) {
         printf("- (no limit)");

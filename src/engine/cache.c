@@ -38,12 +38,12 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
         ce_get_masks(&c->idx, id, &v, &d);
         n += (size_t)snprintf(frags + n, sizeof frags - n, "valid %llx dirty %llx:",
                               (unsigned long long)v.w[0], (unsigned long long)d.w[0]);
-        for (uint32_t f = CE(&c->idx, id)->head; f != NIL && n < sizeof frags - 40;
-             f = FR(&c->idx, f)->next) {
+        for (uint32_t f = ce_head(&c->idx, id); f != NIL && n < sizeof frags - 40;
+             f = frag_next(&c->idx, f)) {
             struct tc_mask st;
             frag_stored(&c->idx, f, &st);
-            n += (size_t)snprintf(frags + n, sizeof frags - n, " %u:%u=%llx", FR(&c->idx, f)->seg,
-                                  FR(&c->idx, f)->off, (unsigned long long)st.w[0]);
+            n += (size_t)snprintf(frags + n, sizeof frags - n, " %u:%u=%llx", frag_seg(&c->idx, f),
+                                  frag_off(&c->idx, f), (unsigned long long)st.w[0]);
         }
     }
     tc_info("trace block %llu: %s [%s]", (unsigned long long)oblock, msg,
@@ -95,9 +95,8 @@ static void frag_unaccount(struct cache *c, uint32_t fid)
 {
     struct tc_mask st;
     frag_stored(&c->idx, fid, &st);
-    struct cfrag *f = FR(&c->idx, fid);
-    seg_add_live(c, f->seg, -(int)mask_count(&st));
-    seg_add_live(c, f->mseg, -(int)mask_count(&st));
+    seg_add_live(c, frag_seg(&c->idx, fid), -(int)mask_count(&st));
+    seg_add_live(c, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
 }
 
 uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
@@ -114,8 +113,9 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
         mask_clear(&od);
     } else {
         ce_get_masks(ix, id, &ov, &od);
+        index_spill(ix, id);            /* an inline fragment becomes a record */
     }
-    uint32_t fid = frag_alloc(ix);     /* may move the fragment array */
+    uint32_t fid = frag_alloc(ix);
     struct cfrag *f = FR(ix, fid);
     f->seg = seg;
     f->off = off;
@@ -133,7 +133,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     uint32_t *link = &FR(ix, fid)->next;
     *link = NIL;
     unsigned n = 1;
-    for (uint32_t g = e->head, next; g != NIL; g = next) {
+    for (uint32_t g = e->first, next; g != NIL; g = next) {
         next = FR(ix, g)->next;
         frag_stored(ix, g, &st);
         struct tc_mask cur = st;
@@ -153,11 +153,12 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     if (replace)
         mask_and(&nd, &nv);
     e = CE(ix, id);
-    e->head = fid;
+    e->first = fid;
     e->nfrags = (uint8_t)n;
     e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT) |
                           (!replace && (e->flags & CE_WT) ? CE_WT : 0));
     ce_set_masks(ix, id, &nv, &nd);
+    index_settle(ix, id);
     cache_set_dirty(c, oblock, &od, &nd);
     if (fresh)
         policy_inserted(c->policy, oblock, &CE(ix, id)->hint, !(flags & CE_ADD_WRITTEN));
@@ -175,8 +176,8 @@ uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uin
         *idp = id;
     if (id == NIL)
         return NIL;
-    for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next)
-        if (FR(&c->idx, f)->seg == seg && FR(&c->idx, f)->off == off)
+    for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f))
+        if (frag_seg(&c->idx, f) == seg && frag_off(&c->idx, f) == off)
             return f;
     return NIL;
 }
@@ -191,7 +192,17 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     frag_current(ix, id, fid, &cur);
     ce_get_masks(ix, id, &v, &d);
     struct centry *e = CE(ix, id);
-    uint32_t *link = &e->head;
+    if (e->inl) {
+        /* The one fragment, inline: the block goes. */
+        if (fid != (id | FID_INLINE))
+            return;
+        cache_trace(c, oblock, "drop fragment %u:%u", e->first, e->off);
+        frag_unaccount(c, fid);
+        cache_set_dirty(c, oblock, &d, NULL);
+        index_remove(ix, id);
+        return;
+    }
+    uint32_t *link = &e->first;
     while (*link != NIL && *link != fid)
         link = &FR(ix, *link)->next;
     if (*link == NIL)
@@ -201,7 +212,7 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     frag_unaccount(c, fid);
     frag_free(ix, fid);
     e->nfrags--;
-    if (e->head == NIL) {
+    if (e->first == NIL) {
         cache_set_dirty(c, oblock, &d, NULL);
         index_remove(ix, id);
         return;
@@ -210,6 +221,7 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     mask_andnot(&v, &cur);
     mask_andnot(&nd, &cur);
     ce_set_masks(ix, id, &v, &nd);
+    index_settle(ix, id);
     cache_set_dirty(c, oblock, &d, &nd);
 }
 
@@ -221,7 +233,7 @@ void cache_drop(struct cache *c, uint64_t oblock)
     cache_trace(c, oblock, "drop block");
     struct tc_mask d;
     ce_get_masks(&c->idx, id, NULL, &d);
-    for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next)
+    for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f))
         frag_unaccount(c, f);
     cache_set_dirty(c, oblock, &d, NULL);
     index_remove(&c->idx, id);
@@ -908,8 +920,18 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     uint64_t live = 0;
     for (uint32_t i = 0; i < c->nsegs; i++)
         live += c->segs[i].live;
-    uint64_t index_mem = index_memory(&c->idx);
+    struct index_memory im;
+    index_memory_parts(&c->idx, &im);
+    uint64_t index_mem = im.entries + im.fragments + im.buckets + im.masks;
     uint64_t policy_mem = policy_memory(c->policy);
+    /* The other memory that grows with the cache or the origin: the
+     * segments' chunk tables and the dirty bitmap (one bit per origin
+     * block). */
+    uint64_t chunk_mem = 0;
+    for (uint32_t i = 0; i < c->nsegs; i++)
+        chunk_mem += (uint64_t)c->segs[i].chunks_cap * sizeof(struct chunk_ref);
+    uint64_t dirty_mem = ((c->nblocks_origin + 63) / 64 + 1) * sizeof(uint64_t);
+    uint64_t total_mem = index_mem + policy_mem + chunk_mem + dirty_mem;
     uint64_t dev_written = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_written += c->devs[d].dev->stats.write_bytes;
@@ -980,14 +1002,28 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     abandon_status_json(c, j);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
-    /* Per block the cache can hold: what sizing RAM for a cache needs (the
-     * arrays are sized to it).  Per cached block is higher while the cache
-     * is filling, and by the few segments the cleaner keeps free. */
+    /* Per block the cache can hold, and per block cached now: the index
+     * grows with the blocks cached, the policy's history and the chunk
+     * tables are sized to the cache, the dirty bitmap to the origin. */
     uint64_t cap_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
     json_double(j, "memory_per_block_bytes",
-                cap_blocks ? (double)(index_mem + policy_mem) / (double)cap_blocks : 0);
+                cap_blocks ? (double)total_mem / (double)cap_blocks : 0);
     json_double(j, "memory_per_cached_block_bytes",
-                c->idx.count ? (double)(index_mem + policy_mem) / (double)c->idx.count : 0);
+                c->idx.count ? (double)total_mem / (double)c->idx.count : 0);
+    json_begin_object(j, "memory");
+    json_uint(j, "entries_bytes", im.entries);
+    json_uint(j, "fragment_records_bytes", im.fragments);
+    json_uint(j, "hash_buckets_bytes", im.buckets);
+    json_uint(j, "side_masks_bytes", im.masks);
+    json_uint(j, "policy_bytes", policy_mem);
+    json_uint(j, "chunk_tables_bytes", chunk_mem);
+    json_uint(j, "dirty_bitmap_bytes", dirty_mem);
+    json_uint(j, "total_bytes", total_mem);
+    json_uint(j, "fragment_records", c->idx.frecs);
+    /* Not in the figures above: a cache of checksums with a fixed budget. */
+    json_uint(j, "checksum_cache_bytes", verify_memory(c));
+    json_uint(j, "checksum_cache_budget_bytes", VERIFY_BUDGET);
+    json_end_object(j);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);
     json_uint(j, "recovered_dirty_blocks", s->recovered_dirty_blocks);

@@ -102,22 +102,35 @@ bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e
  *   block 7:  [seg 40: sector 3] -> [seg 12: sectors 0..15]
  *             sector 3 is read from segment 40, the others from segment 12
  *
- * Memory: 32 bytes per block and 20 per fragment (52 for the usual block
- * of one fragment), plus 4 bytes of hash bucket.  Masks are stored inline
- * for blocks of up to 32 sectors (128 KiB); larger blocks keep them in
- * side arrays.  Entries and fragments are named by their index in growing
- * arrays, never by pointer across an asynchronous step.
+ * Memory: the usual block has one fragment without a mirror copy; that
+ * fragment is kept inline in the entry (its location, its stored sectors
+ * being the block's valid ones): 32 bytes per block, plus 2 to 4 bytes of
+ * hash bucket.  A block with several fragments, or a mirror copy, keeps
+ * its fragments as 20-byte records in a second table.  Masks are stored
+ * inline for blocks of up to 32 sectors (128 KiB); larger blocks keep them
+ * in side tables.  Both tables grow by pages as blocks are cached (no
+ * memory is set aside for blocks the cache does not hold yet, and at most
+ * one page is slack).  Entries and fragments are named by number, never
+ * by pointer across an asynchronous step.  An entry keeps its number while
+ * cached; a fragment's number changes when the block moves between the
+ * inline and the record form (cache_add_fragment(), cache_drop_fragment(),
+ * ce_set_masks(), frag_set_mirror(), index_settle()), so fragments are
+ * found again by location (cache_find_fragment()) after such a step.
  */
 struct centry {
     uint64_t oblock;
     uint32_t hnext;             /* hash chain */
-    uint32_t head;              /* newest fragment */
     uint32_t valid, dirty;      /* inline masks (blocks of <= 32 sectors) */
+    uint32_t first;             /* inline: the fragment's segment; else the
+                                   newest fragment record (or NIL) */
+    uint16_t off;               /* inline: the fragment's sector in it */
     uint16_t flags;             /* CE_* */
     uint8_t hint;               /* the policy's byte (policy/policy.h): 0 when made */
     uint8_t nfrags;
-} __attribute__((packed, aligned(4)));     /* 28 bytes, not 32 */
+    uint8_t inl;                /* the one fragment is inline */
+} __attribute__((packed, aligned(4)));     /* 32 bytes */
 
+/* A fragment record, for blocks of several fragments or a mirror copy. */
 struct cfrag {
     uint32_t seg, mseg;         /* location and mirror location (or NIL) */
     uint32_t next;              /* older fragment, or NIL (free list link) */
@@ -125,17 +138,34 @@ struct cfrag {
     uint16_t off, moff;
 };
 
+/* Fragment numbers: a record's index, or an entry's number with this bit
+ * for its inline fragment. */
+#define FID_INLINE 0x80000000u
+
+/* Entries and records are kept in pages of this many. */
+#define IX_PAGE_SHIFT 8
+#define IX_PAGE (1u << IX_PAGE_SHIFT)
+
 struct index {
-    struct centry *pool;
-    uint32_t cap, used, free_head;
-    struct cfrag *frags;
-    uint32_t fcap, fused, ffree;
+    struct centry **pages;      /* cap / IX_PAGE pages of entries */
+    uint32_t cap, used, free_head, npages_cap;
+    struct cfrag **fpages;      /* fcap / IX_PAGE pages of fragment records */
+    uint32_t fcap, fused, ffree, nfpages_cap;
     uint32_t *buckets;
     uint32_t bucket_mask;
-    uint64_t count, nfrags;
-    struct tc_mask (*ext)[2];   /* valid, dirty of blocks > 32 sectors */
-    struct tc_mask *fext;       /* stored of fragments of such blocks */
+    uint64_t count, nfrags;     /* entries; fragments (inline ones too) */
+    uint64_t frecs;             /* fragment records in use */
+    struct tc_mask (**ext)[2];  /* pages: valid, dirty of blocks > 32 sectors */
+    struct tc_mask **fext;      /* pages: stored of fragment records of such blocks */
     unsigned spb;
+};
+
+/* Memory of the index by part, in bytes (allocated, slack included). */
+struct index_memory {
+    uint64_t entries;           /* entry pages and their table */
+    uint64_t fragments;         /* fragment record pages and their table */
+    uint64_t buckets;           /* the hash table */
+    uint64_t masks;             /* side masks of blocks > 32 sectors */
 };
 
 int index_init(struct index *ix, unsigned spb, uint64_t expected);
@@ -145,13 +175,69 @@ uint32_t index_lookup(const struct index *ix, uint64_t oblock);
 uint32_t index_insert(struct index *ix, uint64_t oblock);
 /* Remove the entry and free its fragments (accounting is the caller's). */
 void index_remove(struct index *ix, uint32_t id);
-static inline struct centry *CE(const struct index *ix, uint32_t id) { return &ix->pool[id]; }
-static inline struct cfrag *FR(const struct index *ix, uint32_t fid) { return &ix->frags[fid]; }
+static inline struct centry *CE(const struct index *ix, uint32_t id)
+{
+    return &ix->pages[id >> IX_PAGE_SHIFT][id & (IX_PAGE - 1)];
+}
+/* A fragment record (not an inline fragment). */
+static inline struct cfrag *FR(const struct index *ix, uint32_t fid)
+{
+    return &ix->fpages[fid >> IX_PAGE_SHIFT][fid & (IX_PAGE - 1)];
+}
+/* The newest fragment of entry id, and the next older one (NIL: none). */
+static inline uint32_t ce_head(const struct index *ix, uint32_t id)
+{
+    const struct centry *e = CE(ix, id);
+    return e->inl ? (id | FID_INLINE) : e->first;
+}
+static inline uint32_t frag_next(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? NIL : FR(ix, fid)->next;
+}
+static inline uint32_t frag_seg(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? CE(ix, fid & ~FID_INLINE)->first : FR(ix, fid)->seg;
+}
+static inline uint16_t frag_off(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? CE(ix, fid & ~FID_INLINE)->off : FR(ix, fid)->off;
+}
+static inline uint32_t frag_mseg(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? NIL : FR(ix, fid)->mseg;
+}
+static inline uint16_t frag_moff(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? 0 : FR(ix, fid)->moff;
+}
+/* A copy of fragment fid's record (of an inline fragment: as a record
+ * would be; stored is not filled in, see frag_stored()). */
+static inline struct cfrag frag_view(const struct index *ix, uint32_t fid)
+{
+    if (fid & FID_INLINE) {
+        const struct centry *e = CE(ix, fid & ~FID_INLINE);
+        return (struct cfrag){ .seg = e->first, .mseg = NIL, .next = NIL, .off = e->off };
+    }
+    return *FR(ix, fid);
+}
+/* Move fragment fid to (seg, off). */
+void frag_set_loc(struct index *ix, uint32_t fid, uint32_t seg, uint16_t off);
+/* Give fragment fid of entry id a mirror copy (mseg != NIL: an inline
+ * fragment becomes a record, changing its number) or none. */
+void frag_set_mirror(struct index *ix, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff);
+/* Entry id's inline fragment (if it has one) becomes a record. */
+void index_spill(struct index *ix, uint32_t id);
+/* Entry id keeps its one fragment inline again if it can: after a change
+ * that may have left a single fragment without a mirror. */
+void index_settle(struct index *ix, uint32_t id);
 void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty);
+/* Set the masks; a new valid mask moves an inline fragment to a record. */
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid, const struct tc_mask *dirty);
+/* A fragment record, and its release (inline fragments too). */
 uint32_t frag_alloc(struct index *ix);
 void frag_free(struct index *ix, uint32_t fid);
 void frag_stored(const struct index *ix, uint32_t fid, struct tc_mask *m);
+/* Of a fragment record. */
 void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m);
 /* The sectors fragment fid of entry id serves now: what it stored, minus
  * what newer fragments stored. */
@@ -159,6 +245,7 @@ void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_m
 /* The fragment serving sector s of entry id, or NIL. */
 uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s);
 uint64_t index_memory(const struct index *ix);
+void index_memory_parts(const struct index *ix, struct index_memory *m);
 /* Every entry's policy hint to 0: at a switch of policy. */
 void index_clear_hints(struct index *ix);
 
@@ -546,6 +633,8 @@ bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsecto
 /* verify.c: data checksums of cached sectors */
 int verify_init(struct cache *c, uint64_t budget_bytes);
 void verify_fini(struct cache *c);
+/* Bytes it holds: bounded by its budget, not by the blocks cached. */
+uint64_t verify_memory(const struct cache *c);
 /* Look up the CRCs of n sectors at (seg, off); true if all known now. */
 bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
 /* Remember a chunk header's CRCs (after reading or writing it). */

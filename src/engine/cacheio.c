@@ -202,14 +202,14 @@ static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want
             cur = NULL;
             continue;
         }
-        struct cfrag *f = FR(&c->idx, fid);
+        struct cfrag f = frag_view(&c->idx, fid);
         struct tc_mask st;
         frag_stored(&c->idx, fid, &st);
-        uint32_t fseg = f->seg;
-        uint16_t foff = f->off;
-        if (mirrors && f->mseg != NIL) {
-            fseg = f->mseg;
-            foff = f->moff;
+        uint32_t fseg = f.seg;
+        uint16_t foff = f.off;
+        if (mirrors && f.mseg != NIL) {
+            fseg = f.mseg;
+            foff = f.moff;
         }
         /* No mirror: the copy as indexed now -- a device that failed since
          * the last try has handed its fragments' mirrors over as copies. */

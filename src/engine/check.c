@@ -153,7 +153,7 @@ static void check_data(struct cache *c, struct check_result *r, bool progress)
         struct centry *e = CE(&c->idx, id);
         if (e->oblock == UINT64_MAX)
             continue;
-        for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
+        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
             struct data_read *d = NULL;
             while (d == NULL) {
                 for (int i = 0; i < WINDOW && d == NULL; i++)
@@ -167,9 +167,9 @@ static void check_data(struct cache *c, struct check_result *r, bool progress)
             frag_stored(&c->idx, f, &d->stored);
             frag_current(&c->idx, id, f, &d->cur);
             ce_get_masks(&c->idx, id, NULL, &d->dirty);
-            struct cfrag *fr = FR(&c->idx, f);
-            d->cr.seg = fr->seg;
-            d->cr.off = fr->off;
+            struct cfrag fr = frag_view(&c->idx, f);
+            d->cr.seg = fr.seg;
+            d->cr.off = fr.off;
             d->cr.n = mask_count(&d->stored);
             d->cr.buf = d->buf;
             d->cr.cb = data_read_done;
@@ -220,8 +220,8 @@ static void check_index(struct cache *c, struct check_result *r)
         ce_get_masks(&c->idx, id, &v, &d);
         mask_clear(&uni);
         unsigned nf = 0;
-        for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
-            struct cfrag *fr = FR(&c->idx, f);
+        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
+            struct cfrag fr = frag_view(&c->idx, f);
             struct tc_mask st;
             frag_stored(&c->idx, f, &st);
             mask_or(&uni, &st);
@@ -229,8 +229,8 @@ static void check_index(struct cache *c, struct check_result *r)
             r->fragments++;
             unsigned n = mask_count(&st);
             for (int copy = 0; copy < 2; copy++) {
-                uint32_t seg = copy ? fr->mseg : fr->seg;
-                uint16_t off = copy ? fr->moff : fr->off;
+                uint32_t seg = copy ? fr.mseg : fr.seg;
+                uint16_t off = copy ? fr.moff : fr.off;
                 if (seg == NIL)
                     continue;
                 if (seg >= c->nsegs) {

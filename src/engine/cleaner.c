@@ -338,19 +338,19 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             struct centry *e = CE(&c->idx, id);
             if (e->oblock == UINT64_MAX)
                 continue;
-            for (uint32_t g = e->head; g != NIL; g = FR(&c->idx, g)->next) {
-                struct cfrag *f = FR(&c->idx, g);
-                if (f->seg != seg || f->off < cr->start ||
-                    f->off >= cr->start + cr->hdr_sectors + cr->data_sectors)
+            for (uint32_t g = ce_head(&c->idx, id); g != NIL; g = frag_next(&c->idx, g)) {
+                struct cfrag f = frag_view(&c->idx, g);
+                if (f.seg != seg || f.off < cr->start ||
+                    f.off >= cr->start + cr->hdr_sectors + cr->data_sectors)
                     continue;
                 struct tc_mask cur, v, d;
                 frag_current(&c->idx, id, g, &cur);
                 ce_get_masks(&c->idx, id, &v, &d);
                 mask_and(&d, &cur);
                 if (mask_empty(&d))
-                    add_drop(k, e->oblock, seg, f->off);
+                    add_drop(k, e->oblock, seg, f.off);
                 else        /* its entry unknown: write-through if the block may be */
-                    add_later(k, e->oblock, seg, f->off,
+                    add_later(k, e->oblock, seg, f.off,
                               (e->flags & CE_WT) ? UINT64_MAX : 0);
             }
         }
@@ -567,14 +567,14 @@ static void later_done(struct cleaner *k)
  * from m.  A sector whose checksum is not at hand counts as damaged. */
 static void intact_sectors(struct cache *c, uint32_t fid, const uint8_t *buf, struct tc_mask *m)
 {
-    struct cfrag *f = FR(&c->idx, fid);
+    struct cfrag f = frag_view(&c->idx, fid);
     struct tc_mask st;
     frag_stored(&c->idx, fid, &st);
     for (unsigned s = 0; s < c->spb; s++) {
         if (!mask_test(m, s))
             continue;
         uint32_t crc;
-        if (!verify_lookup(c, f->seg, f->off + mask_rank(&st, s), 1, &crc) ||
+        if (!verify_lookup(c, f.seg, f.off + mask_rank(&st, s), 1, &crc) ||
             tc_crc32c(0, buf + (size_t)s * TC_SECTOR, TC_SECTOR) != crc)
             m->w[s / 64] &= ~(1ull << (s % 64));
     }

@@ -101,8 +101,8 @@ struct victim {
 static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid,
                               const struct tc_mask *cur, const struct tc_mask *dirty)
 {
-    struct cfrag *f = FR(&c->idx, fid);
-    struct segment *sg = SEG(c, f->seg);
+    struct cfrag f = frag_view(&c->idx, fid);
+    struct segment *sg = SEG(c, f.seg);
     if (sg->image == NULL)
         return false;
     struct tc_mask st;
@@ -113,7 +113,7 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     for (unsigned s = 0; s < c->spb; s++)
         if (mask_test(cur, s))
             memcpy(data + (size_t)k++ * TC_SECTOR,
-                   sg->image + (size_t)(f->off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
+                   sg->image + (size_t)(f.off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
     /* Clean sectors among the dirty ones may be of a write-through version
      * the origin lacks durably: the copy keeps the flag then (see
      * TC_ENTRY_WT), or recovery would take them for clean. */
@@ -179,23 +179,23 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     frag_current(&c->idx, id, fid, &cur);
     ce_get_masks(&c->idx, id, &valid, &dirty);
     mask_and(&dirty, &cur);
-    struct cfrag *f = FR(&c->idx, fid);
+    struct cfrag f = frag_view(&c->idx, fid);
     if (mask_empty(&dirty)) {
         cache_drop_fragment(c, v->oblock, fid);
         block_gen_bump(c, v->oblock);
         (*dropped)++;
         return;
     }
-    if (f->mseg != NIL && seg_usable(c, f->mseg)) {
+    if (f.mseg != NIL && seg_usable(c, f.mseg)) {
         /* The mirror becomes the copy. */
         struct tc_mask st;
         frag_stored(&c->idx, fid, &st);
-        seg_add_live(c, f->seg, -(int)mask_count(&st));
-        f->seg = f->mseg;
-        f->off = f->moff;
-        f->mseg = NIL;
-        cache_trace(c, v->oblock, "device %u failed: mirror %u:%u is the copy now", d, f->seg,
-                    f->off);
+        seg_add_live(c, f.seg, -(int)mask_count(&st));
+        frag_set_loc(&c->idx, fid, f.mseg, f.moff);
+        frag_set_mirror(&c->idx, id, fid, NIL, 0);
+        index_settle(&c->idx, id);
+        cache_trace(c, v->oblock, "device %u failed: mirror %u:%u is the copy now", d, f.mseg,
+                    f.moff);
         (*saved)++;
         return;
     }
@@ -240,15 +240,15 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         struct centry *e = CE(&c->idx, id);
         if (e->oblock == UINT64_MAX)
             continue;
-        for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
-            struct cfrag *fr = FR(&c->idx, f);
-            if (fr->mseg != NIL && SEG(c, fr->mseg)->dev == d) {
+        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
+            struct cfrag fr = frag_view(&c->idx, f);
+            if (fr.mseg != NIL && SEG(c, fr.mseg)->dev == d) {
                 struct tc_mask st;
                 frag_stored(&c->idx, f, &st);
-                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
-                fr->mseg = NIL;     /* the mirror is gone; the copy stays */
+                seg_add_live(c, fr.mseg, -(int)mask_count(&st));
+                FR(&c->idx, f)->mseg = NIL;     /* the mirror is gone; the copy stays */
             }
-            if (SEG(c, fr->seg)->dev != d)
+            if (SEG(c, fr.seg)->dev != d)
                 continue;
             if (n == cap) {
                 cap *= 2;
@@ -256,8 +256,9 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
                 if (vs == NULL)
                     abort();
             }
-            vs[n++] = (struct victim){ e->oblock, fr->seg, fr->off };
+            vs[n++] = (struct victim){ e->oblock, fr.seg, fr.off };
         }
+        index_settle(&c->idx, id);
     }
     uint64_t dropped = 0, saved = 0, lost = 0;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);

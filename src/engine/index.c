@@ -3,12 +3,15 @@
  *
  * A chained hash table over one array of entries; a second array holds the
  * fragments.  Buckets, chains and links hold 32-bit numbers, not pointers,
- * so both arrays can grow by reallocation; free slots are chained through
- * hnext (entries) and next (fragments).  The table has a power-of-two
- * number of buckets, at least as many as entries, and doubles with them.
+ * so both tables can grow (by pages); free slots are chained through
+ * hnext (entries) and next (fragment records).  The table has a
+ * power-of-two number of buckets, at least half as many as entries, and
+ * doubles with them.  A block's one fragment is usually inline in its
+ * entry (engine/cache.h).
  *
  *   buckets[hash(oblock)] -> entry 17 -hnext-> entry 4 -hnext-> NIL
- *   entry 17: head -> fragment 90 -next-> fragment 33 -next-> NIL
+ *   entry 17: first -> fragment 90 -next-> fragment 33 -next-> NIL
+ *   entry 4:  inline fragment (seg 12, off 80), number 4 | FID_INLINE
  */
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +112,7 @@ static void rehash(struct index *ix, uint32_t nbuckets)
     memset(ix->buckets, 0xff, (size_t)nbuckets * sizeof *ix->buckets);
     ix->bucket_mask = nbuckets - 1;
     for (uint32_t i = 0; i < ix->used; i++) {
-        struct centry *e = &ix->pool[i];
+        struct centry *e = CE(ix, i);
         if (e->oblock == UINT64_MAX)
             continue;           /* a free slot */
         uint32_t h = hash(ix, e->oblock);
@@ -118,113 +121,125 @@ static void rehash(struct index *ix, uint32_t nbuckets)
     }
 }
 
-/* Buckets: a power of two, at least half the entries (chains of two on
- * average at most, 2 to 4 bytes per entry). */
-static uint32_t buckets_for(uint32_t cap)
+/* A page more in a table of pages: the table (of *tcap pointers) grows by
+ * doubling; the page holds IX_PAGE things of size bytes. */
+static void *add_page(void ***table, uint32_t *tcap, uint32_t npages, size_t size)
 {
-    uint32_t n = 16;
-    while (n < cap / 2 && n < (1u << 30))
-        n *= 2;
-    return n;
+    if (npages == *tcap) {
+        uint32_t n = *tcap ? *tcap * 2 : 4;
+        void **t = realloc(*table, (size_t)n * sizeof *t);
+        if (t == NULL)
+            abort();
+        *table = t;
+        *tcap = n;
+    }
+    (*table)[npages] = tc_xcalloc(IX_PAGE, size);
+    return (*table)[npages];
 }
 
-/* Capacity after cap is full: half again.  RAM per cached block is a
- * promise (<= 64 bytes with the policy), so the arrays are sized to the
- * cache's block count at start and grow by a half only past it. */
-static uint32_t grown(uint32_t cap)
+static void free_pages(void **table, uint32_t npages)
 {
-    uint64_t n = (uint64_t)cap + cap / 2 + 16;
-    return n > (1u << 31) ? (1u << 31) : (uint32_t)n;
+    if (table == NULL)
+        return;
+    for (uint32_t i = 0; i < npages; i++)
+        free(table[i]);
+    free(table);
 }
 
+/*
+ * Buckets: a power of two, doubled when the entries are more than twice
+ * as many (chains of one to two on average, 2 to 4 bytes per entry).
+ * Nothing is sized to the cache's capacity: RAM per cached block is a
+ * promise (<= 64 bytes with the policy at the default block size), and
+ * memory for blocks not cached would break it while the cache fills.
+ */
 int index_init(struct index *ix, unsigned spb, uint64_t expected)
 {
+    (void)expected;
     memset(ix, 0, sizeof *ix);
     ix->spb = spb;
-    uint32_t cap = (uint32_t)TC_MIN(TC_MAX(expected, 64), 1u << 30);
-    ix->cap = cap;
-    ix->pool = tc_xmalloc((size_t)cap * sizeof *ix->pool);
-    ix->fcap = cap;
-    ix->frags = tc_xmalloc((size_t)cap * sizeof *ix->frags);
-    if (spb > 32) {
-        ix->ext = tc_xcalloc(cap, sizeof *ix->ext);
-        ix->fext = tc_xcalloc(cap, sizeof *ix->fext);
-    }
     ix->free_head = NIL;
     ix->ffree = NIL;
-    rehash(ix, buckets_for(cap));
+    rehash(ix, 16);
     return 0;
 }
 
 void index_fini(struct index *ix)
 {
-    free(ix->pool);
-    free(ix->frags);
+    uint32_t np = ix->cap >> IX_PAGE_SHIFT, nf = ix->fcap >> IX_PAGE_SHIFT;
+    free_pages((void **)ix->pages, np);
+    free_pages((void **)ix->fpages, nf);
+    free_pages((void **)ix->ext, ix->ext ? np : 0);
+    free_pages((void **)ix->fext, ix->fext ? nf : 0);
     free(ix->buckets);
-    free(ix->ext);
-    free(ix->fext);
     memset(ix, 0, sizeof *ix);
 }
 
 uint32_t index_lookup(const struct index *ix, uint64_t oblock)
 {
-    for (uint32_t i = ix->buckets[hash(ix, oblock)]; i != NIL; i = ix->pool[i].hnext)
-        if (ix->pool[i].oblock == oblock)
+    for (uint32_t i = ix->buckets[hash(ix, oblock)]; i != NIL; i = CE(ix, i)->hnext)
+        if (CE(ix, i)->oblock == oblock)
             return i;
     return NIL;
 }
 
+static struct tc_mask *ext_of(const struct index *ix, uint32_t id)
+{
+    return ix->ext[id >> IX_PAGE_SHIFT][id & (IX_PAGE - 1)];
+}
+
+static struct tc_mask *fext_of(const struct index *ix, uint32_t fid)
+{
+    return &ix->fext[fid >> IX_PAGE_SHIFT][fid & (IX_PAGE - 1)];
+}
+
 uint32_t index_insert(struct index *ix, uint64_t oblock)
 {
+    if (ix->count + 1 > 2 * ((uint64_t)ix->bucket_mask + 1) && ix->bucket_mask < (1u << 29))
+        rehash(ix, 2 * (ix->bucket_mask + 1));
     uint32_t id;
     if (ix->free_head != NIL) {
         id = ix->free_head;
-        ix->free_head = ix->pool[id].hnext;
+        ix->free_head = CE(ix, id)->hnext;
     } else {
         if (ix->used == ix->cap) {
-            uint32_t cap = grown(ix->cap);
-            struct centry *p = realloc(ix->pool, (size_t)cap * sizeof *p);
-            if (p == NULL)
+            if (ix->cap >= (1u << 30))
                 abort();
-            ix->pool = p;
-            if (ix->ext) {
-                void *x = realloc(ix->ext, (size_t)cap * sizeof *ix->ext);
-                if (x == NULL)
-                    abort();
-                ix->ext = x;
-            }
-            ix->cap = cap;
-            if (buckets_for(cap) != ix->bucket_mask + 1)
-                rehash(ix, buckets_for(cap));
+            uint32_t np = ix->cap >> IX_PAGE_SHIFT, tcap = ix->npages_cap;
+            add_page((void ***)&ix->pages, &ix->npages_cap, np, sizeof(struct centry));
+            if (ix->spb > 32)
+                add_page((void ***)&ix->ext, &tcap, np, sizeof **ix->ext);
+            ix->cap += IX_PAGE;
         }
         id = ix->used++;
     }
-    struct centry *e = &ix->pool[id];
+    struct centry *e = CE(ix, id);
     memset(e, 0, sizeof *e);
     e->oblock = oblock;
-    e->head = NIL;
+    e->first = NIL;
     uint32_t h = hash(ix, oblock);
     e->hnext = ix->buckets[h];
     ix->buckets[h] = id;
     if (ix->ext)
-        memset(ix->ext[id], 0, sizeof ix->ext[id]);
+        memset(ext_of(ix, id), 0, 2 * sizeof(struct tc_mask));
     ix->count++;
     return id;
 }
 
 void index_remove(struct index *ix, uint32_t id)
 {
-    struct centry *e = &ix->pool[id];
-    for (uint32_t f = e->head, next; f != NIL; f = next) {
-        next = ix->frags[f].next;
+    struct centry *e = CE(ix, id);
+    for (uint32_t f = ce_head(ix, id), next; f != NIL; f = next) {
+        next = frag_next(ix, f);
         frag_free(ix, f);
     }
     uint32_t *pp = &ix->buckets[hash(ix, e->oblock)];
     while (*pp != id)
-        pp = &ix->pool[*pp].hnext;
+        pp = &CE(ix, *pp)->hnext;
     *pp = e->hnext;
     e->oblock = UINT64_MAX;
-    e->head = NIL;
+    e->first = NIL;
+    e->inl = 0;
     e->hnext = ix->free_head;
     ix->free_head = id;
     ix->count--;
@@ -235,37 +250,40 @@ uint32_t frag_alloc(struct index *ix)
     uint32_t fid;
     if (ix->ffree != NIL) {
         fid = ix->ffree;
-        ix->ffree = ix->frags[fid].next;
+        ix->ffree = FR(ix, fid)->next;
     } else {
         if (ix->fused == ix->fcap) {
-            uint32_t cap = grown(ix->fcap);
-            struct cfrag *p = realloc(ix->frags, (size_t)cap * sizeof *p);
-            if (p == NULL)
+            if (ix->fcap >= (1u << 30))
                 abort();
-            ix->frags = p;
-            if (ix->fext) {
-                void *x = realloc(ix->fext, (size_t)cap * sizeof *ix->fext);
-                if (x == NULL)
-                    abort();
-                ix->fext = x;
-            }
-            ix->fcap = cap;
+            uint32_t np = ix->fcap >> IX_PAGE_SHIFT, tcap = ix->nfpages_cap;
+            add_page((void ***)&ix->fpages, &ix->nfpages_cap, np, sizeof(struct cfrag));
+            if (ix->spb > 32)
+                add_page((void ***)&ix->fext, &tcap, np, sizeof **ix->fext);
+            ix->fcap += IX_PAGE;
         }
         fid = ix->fused++;
     }
-    struct cfrag *f = &ix->frags[fid];
+    struct cfrag *f = FR(ix, fid);
     memset(f, 0, sizeof *f);
     f->seg = f->mseg = f->next = NIL;
     ix->nfrags++;
+    ix->frecs++;
     return fid;
 }
 
 void frag_free(struct index *ix, uint32_t fid)
 {
-    ix->frags[fid].seg = NIL;
-    ix->frags[fid].next = ix->ffree;
-    ix->ffree = fid;
     ix->nfrags--;
+    if (fid & FID_INLINE) {
+        struct centry *e = CE(ix, fid & ~FID_INLINE);
+        e->inl = 0;
+        e->first = NIL;
+        return;
+    }
+    FR(ix, fid)->seg = NIL;
+    FR(ix, fid)->next = ix->ffree;
+    ix->ffree = fid;
+    ix->frecs--;
 }
 
 static void get_inline(uint32_t v, struct tc_mask *m)
@@ -278,15 +296,15 @@ void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, st
 {
     if (ix->ext) {
         if (valid)
-            *valid = ix->ext[id][0];
+            *valid = ext_of(ix, id)[0];
         if (dirty)
-            *dirty = ix->ext[id][1];
+            *dirty = ext_of(ix, id)[1];
         return;
     }
     if (valid)
-        get_inline(ix->pool[id].valid, valid);
+        get_inline(CE(ix, id)->valid, valid);
     if (dirty)
-        get_inline(ix->pool[id].dirty, dirty);
+        get_inline(CE(ix, id)->dirty, dirty);
 }
 
 /* Inline masks stay meaningful as "any bit set" tests for large blocks. */
@@ -295,35 +313,112 @@ static uint32_t any_bits(const struct tc_mask *m)
     return mask_empty(m) ? 0 : 1;
 }
 
+/* The inline fragment of entry id becomes a record (stored: the valid
+ * sectors). */
+void index_spill(struct index *ix, uint32_t id)
+{
+    if (!CE(ix, id)->inl)
+        return;
+    struct tc_mask v;
+    ce_get_masks(ix, id, &v, NULL);
+    uint32_t seg = CE(ix, id)->first;
+    uint16_t off = CE(ix, id)->off;
+    uint32_t fid = frag_alloc(ix);
+    ix->nfrags--;               /* the same fragment, moved */
+    struct cfrag *f = FR(ix, fid);
+    f->seg = seg;
+    f->off = off;
+    frag_set_stored(ix, fid, &v);
+    struct centry *e = CE(ix, id);
+    e->inl = 0;
+    e->first = fid;
+}
+
+void index_settle(struct index *ix, uint32_t id)
+{
+    struct centry *e = CE(ix, id);
+    if (e->inl || e->first == NIL || e->nfrags != 1)
+        return;
+    uint32_t fid = e->first;
+    struct cfrag *f = FR(ix, fid);
+    if (f->next != NIL || f->mseg != NIL)
+        return;
+    struct tc_mask st, v;
+    frag_stored(ix, fid, &st);
+    ce_get_masks(ix, id, &v, NULL);
+    if (!mask_equal(&st, &v))
+        return;
+    uint32_t seg = f->seg;
+    uint16_t off = f->off;
+    frag_free(ix, fid);
+    ix->nfrags++;               /* the same fragment, moved */
+    e->first = seg;
+    e->off = off;
+    e->inl = 1;
+}
+
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid,
                   const struct tc_mask *dirty)
 {
+    if (CE(ix, id)->inl) {
+        struct tc_mask v;
+        ce_get_masks(ix, id, &v, NULL);
+        if (!mask_equal(&v, valid))
+            index_spill(ix, id);
+    }
     if (ix->ext) {
-        ix->ext[id][0] = *valid;
-        ix->ext[id][1] = *dirty;
-        ix->pool[id].valid = any_bits(valid);
-        ix->pool[id].dirty = any_bits(dirty);
+        ext_of(ix, id)[0] = *valid;
+        ext_of(ix, id)[1] = *dirty;
+        CE(ix, id)->valid = any_bits(valid);
+        CE(ix, id)->dirty = any_bits(dirty);
         return;
     }
-    ix->pool[id].valid = (uint32_t)valid->w[0];
-    ix->pool[id].dirty = (uint32_t)dirty->w[0];
+    CE(ix, id)->valid = (uint32_t)valid->w[0];
+    CE(ix, id)->dirty = (uint32_t)dirty->w[0];
+}
+
+void frag_set_loc(struct index *ix, uint32_t fid, uint32_t seg, uint16_t off)
+{
+    if (fid & FID_INLINE) {
+        CE(ix, fid & ~FID_INLINE)->first = seg;
+        CE(ix, fid & ~FID_INLINE)->off = off;
+    } else {
+        FR(ix, fid)->seg = seg;
+        FR(ix, fid)->off = off;
+    }
+}
+
+void frag_set_mirror(struct index *ix, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff)
+{
+    if (fid & FID_INLINE) {
+        if (mseg == NIL)
+            return;
+        index_spill(ix, id);
+        fid = CE(ix, id)->first;
+    }
+    FR(ix, fid)->mseg = mseg;
+    FR(ix, fid)->moff = moff;
 }
 
 void frag_stored(const struct index *ix, uint32_t fid, struct tc_mask *m)
 {
-    if (ix->fext)
-        *m = ix->fext[fid];
+    if (fid & FID_INLINE)
+        ce_get_masks(ix, fid & ~FID_INLINE, m, NULL);
+    else if (ix->fext)
+        *m = *fext_of(ix, fid);
     else
-        get_inline(ix->frags[fid].stored, m);
+        get_inline(FR(ix, fid)->stored, m);
 }
 
 void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m)
 {
+    if (fid & FID_INLINE)
+        abort();                /* an inline fragment stores the valid sectors */
     if (ix->fext) {
-        ix->fext[fid] = *m;
-        ix->frags[fid].stored = any_bits(m);
+        *fext_of(ix, fid) = *m;
+        FR(ix, fid)->stored = any_bits(m);
     } else {
-        ix->frags[fid].stored = (uint32_t)m->w[0];
+        FR(ix, fid)->stored = (uint32_t)m->w[0];
     }
 }
 
@@ -331,7 +426,7 @@ void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_m
 {
     struct tc_mask newer, s;
     mask_clear(&newer);
-    for (uint32_t f = ix->pool[id].head; f != NIL; f = ix->frags[f].next) {
+    for (uint32_t f = ce_head(ix, id); f != NIL; f = frag_next(ix, f)) {
         frag_stored(ix, f, &s);
         if (f == fid) {
             *m = s;
@@ -346,7 +441,7 @@ void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_m
 uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s)
 {
     struct tc_mask m;
-    for (uint32_t f = ix->pool[id].head; f != NIL; f = ix->frags[f].next) {
+    for (uint32_t f = ce_head(ix, id); f != NIL; f = frag_next(ix, f)) {
         frag_stored(ix, f, &m);
         if (mask_test(&m, s))
             return f;
@@ -357,14 +452,24 @@ uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s)
 void index_clear_hints(struct index *ix)
 {
     for (uint32_t id = 0; id < ix->used; id++)
-        ix->pool[id].hint = 0;
+        CE(ix, id)->hint = 0;
+}
+
+void index_memory_parts(const struct index *ix, struct index_memory *m)
+{
+    m->entries = (uint64_t)ix->cap * sizeof(struct centry) + ix->npages_cap * sizeof(void *);
+    m->fragments = (uint64_t)ix->fcap * sizeof(struct cfrag) + ix->nfpages_cap * sizeof(void *);
+    m->buckets = ((uint64_t)ix->bucket_mask + 1) * sizeof *ix->buckets;
+    m->masks = 0;
+    if (ix->ext)
+        m->masks += (uint64_t)ix->cap * sizeof **ix->ext + ix->npages_cap * sizeof(void *);
+    if (ix->fext)
+        m->masks += (uint64_t)ix->fcap * sizeof **ix->fext + ix->nfpages_cap * sizeof(void *);
 }
 
 uint64_t index_memory(const struct index *ix)
 {
-    uint64_t m = (uint64_t)ix->cap * sizeof *ix->pool + (uint64_t)ix->fcap * sizeof *ix->frags +
-                 ((uint64_t)ix->bucket_mask + 1) * sizeof *ix->buckets;
-    if (ix->ext)
-        m += (uint64_t)ix->cap * sizeof *ix->ext + (uint64_t)ix->fcap * sizeof *ix->fext;
-    return m;
+    struct index_memory m;
+    index_memory_parts(ix, &m);
+    return m.entries + m.fragments + m.buckets + m.masks;
 }

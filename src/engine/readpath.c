@@ -171,11 +171,10 @@ static void read_cached(struct rreq *r, unsigned k, uint32_t id, const struct tc
         if (!mask_test(want, s))
             continue;
         uint32_t fid = ce_locate(&c->idx, id, s);
-        struct cfrag *f = FR(&c->idx, fid);
         struct tc_mask st;
         frag_stored(&c->idx, fid, &st);
-        uint16_t off = (uint16_t)(f->off + mask_rank(&st, s));
-        add_sector(r, k, f->seg, off, dst + (size_t)(s - p->s0) * TC_SECTOR);
+        uint16_t off = (uint16_t)(frag_off(&c->idx, fid) + mask_rank(&st, s));
+        add_sector(r, k, frag_seg(&c->idx, fid), off, dst + (size_t)(s - p->s0) * TC_SECTOR);
     }
 }
 

@@ -475,8 +475,8 @@ static void apply_clean(struct recovery *rc, const struct rec *r)
     uint32_t id = index_lookup(&c->idx, r->oblock);
     if (id == NIL)
         return;
-    struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
-    if (tc_loc(head->seg, head->off) != r->target)
+    struct cfrag head = frag_view(&c->idx, ce_head(&c->idx, id));
+    if (tc_loc(head.seg, head.off) != r->target)
         return;
     struct tc_mask v, d, nd;
     ce_get_masks(&c->idx, id, &v, &d);
@@ -488,15 +488,16 @@ static void apply_clean(struct recovery *rc, const struct rec *r)
     if (rc->wt_seq[id] <= r->seq)
         rc->wt_seq[id] = 0;
     if (mask_empty(&nd)) {
-        for (uint32_t f = CE(&c->idx, id)->head; f != NIL; f = FR(&c->idx, f)->next) {
-            struct cfrag *fr = FR(&c->idx, f);
-            if (fr->mseg == NIL)
+        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
+            if (frag_mseg(&c->idx, f) == NIL)
                 continue;
+            struct cfrag *fr = FR(&c->idx, f);     /* a record: it has a mirror */
             struct tc_mask st;
             frag_stored(&c->idx, f, &st);
             seg_add_live(c, fr->mseg, -(int)mask_count(&st));
             fr->mseg = NIL;
         }
+        index_settle(&c->idx, id);
     }
 }
 
@@ -519,10 +520,9 @@ static void apply(struct recovery *rc)
             uint32_t id = index_lookup(&c->idx, r->oblock);
             if (id != NIL && *cur_seq_slot(rc, id) == r->seq) {
                 /* The second copy of a mirrored fragment. */
-                struct cfrag *f = FR(&c->idx, CE(&c->idx, id)->head);
-                if (f->mseg == NIL) {
-                    f->mseg = r->seg;
-                    f->moff = r->off;
+                uint32_t f = ce_head(&c->idx, id);
+                if (frag_mseg(&c->idx, f) == NIL) {
+                    frag_set_mirror(&c->idx, id, f, r->seg, r->off);
                     seg_add_live(c, r->seg, (int)mask_count(&r->valid));
                 }
                 continue;

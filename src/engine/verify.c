@@ -42,6 +42,12 @@ int verify_init(struct cache *c, uint64_t budget)
     return 0;
 }
 
+uint64_t verify_memory(const struct cache *c)
+{
+    const struct verify_cache *v = c->verify;
+    return v ? sizeof *v + (uint64_t)c->nsegs * sizeof *v->segs + v->bytes : 0;
+}
+
 void verify_fini(struct cache *c)
 {
     struct verify_cache *v = c->verify;

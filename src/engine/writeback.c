@@ -518,9 +518,9 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         ce_get_masks(&c->idx, id, &v, &d);
         struct tc_mask nd = d;
         mask_andnot(&nd, &b->dirty);
-        struct cfrag *head = FR(&c->idx, CE(&c->idx, id)->head);
+        struct cfrag head = frag_view(&c->idx, ce_head(&c->idx, id));
         struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
-                            .target = tc_loc(head->seg, head->off), .valid = b->dirty,
+                            .target = tc_loc(head.seg, head.off), .valid = b->dirty,
                             .use_reserve = true };
         log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
         ce_set_masks(&c->idx, id, &v, &nd);
@@ -529,15 +529,16 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         e->flags &= (uint16_t)~CE_WT;
         if (mask_empty(&nd)) {
             /* Clean data keeps one copy. */
-            for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
-                struct cfrag *fr = FR(&c->idx, f);
-                if (fr->mseg == NIL)
+            for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
+                if (frag_mseg(&c->idx, f) == NIL)
                     continue;
+                struct cfrag *fr = FR(&c->idx, f);     /* a record: it has a mirror */
                 struct tc_mask st;
                 frag_stored(&c->idx, f, &st);
                 seg_add_live(c, fr->mseg, -(int)mask_count(&st));
                 fr->mseg = NIL;
             }
+            index_settle(&c->idx, id);
         }
         cache_trace(c, b->oblock, "written back and cleaned %llx", (unsigned long long)b->dirty.w[0]);
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;

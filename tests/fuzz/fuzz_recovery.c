@@ -342,10 +342,10 @@ static void check_recovered(struct cache *c)
          * bits: 256 fragments, possible with 1 MiB blocks, wrap it to 0;
          * see docs/FUZZING.md). */
         unsigned nf = 0;
-        for (uint32_t f = e->head; f != NIL; f = FR(&c->idx, f)->next) {
+        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
             CHECK(++nf <= c->spb, "block %llu: more fragments than sectors",
                   (unsigned long long)e->oblock);
-            struct cfrag *fr = FR(&c->idx, f);
+            struct cfrag fr = frag_view(&c->idx, f);
             struct tc_mask st, cur;
             frag_stored(&c->idx, f, &st);
             frag_current(&c->idx, id, f, &cur);
@@ -354,8 +354,8 @@ static void check_recovered(struct cache *c)
                   "block %llu: a fragment of %u sectors, %u of them current",
                   (unsigned long long)e->oblock, n, popcount(&cur));
             for (int copy = 0; copy < 2; copy++) {
-                uint32_t seg = copy ? fr->mseg : fr->seg;
-                uint32_t off = copy ? fr->moff : fr->off;
+                uint32_t seg = copy ? fr.mseg : fr.seg;
+                uint32_t off = copy ? fr.moff : fr.off;
                 if (copy && seg == NIL)
                     continue;
                 CHECK(seg < c->nsegs && in_group[seg] == 1,
