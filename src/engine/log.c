@@ -28,6 +28,7 @@
 
 #include "engine/cache.h"
 #include "util/crc32c.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -667,6 +668,26 @@ void log_sync(struct cache *c, struct log_waiter *w)
     c->written_waiters = w;
     notify_waiters(c, 0);
     maybe_flush(c);
+}
+
+/* The log's durability now (status): chunks sealed and issued, written in
+ * order, flushed; a cache flush running; syncs waiting for a write or for
+ * a flush. */
+void log_status_json(struct cache *c, struct tc_json *j)
+{
+    unsigned written = 0, flush = 0;
+    for (struct log_waiter *w = c->written_waiters; w; w = w->next)
+        written++;
+    for (struct log_waiter *w = c->flush_waiters; w; w = w->next)
+        flush++;
+    json_begin_object(j, "log");
+    json_uint(j, "chunks_issued", c->chunks_issued);
+    json_uint(j, "chunks_written", c->chunks_written_upto);
+    json_uint(j, "chunks_flushed", c->flushed_upto);
+    json_bool(j, "flushing", c->flushing);
+    json_uint(j, "waiting_for_writes", written);
+    json_uint(j, "waiting_for_flush", flush);
+    json_end_object(j);
 }
 
 static void commit_done(struct log_waiter *w, int err)
