@@ -1032,6 +1032,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     writeback_status_json(c, j);
     cleaner_status_json(c, j);
+    log_status_json(c, j);
     readahead_status_json(c, j);
     json_begin_array(j, "devices");
     for (unsigned d = 0; d < c->ndevs; d++) {

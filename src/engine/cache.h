@@ -618,6 +618,7 @@ int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t 
 void log_sync(struct cache *c, struct log_waiter *w);
 /* A cache device failed: close its head, re-target waiters. */
 void log_device_failed(struct cache *c, unsigned d);
+void log_status_json(struct cache *c, struct tc_json *j);
 /* The commit interval: seal and flush what was appended, nobody waiting. */
 void log_commit(struct cache *c);
 /* Write every partly filled chunk now (e.g. to persist a new tail). */

@@ -28,6 +28,7 @@
 
 #include "engine/cache.h"
 #include "util/crc32c.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -571,21 +572,9 @@ static void notify_waiters(struct cache *c, int err)
     }
 }
 
-static void flush_done(struct tc_dev_io *dio, int err)
+/* The cache flush ended (every device's part): wake the syncs it covers. */
+static void flush_finish(struct cache *c)
 {
-    struct cache *c = dio->priv;
-    if (err && dio->dev) {
-        unsigned d = (unsigned)(dio - c->flush_dios);
-        c->st.cache_write_errors++;
-        tc_error("%s: cache flush failed: %s", c->devs[d].dev->name, strerror(-err));
-        /* What this device held is re-homed: the syncs waiting now fail
-         * once (EIO: a device error, whatever its errno); later ones go to
-         * the devices left. */
-        c->log_error = -EIO;
-        cache_device_error(c, d, err, true);
-    }
-    if (--c->flushes_pending > 0)
-        return;
     c->flushing = false;
     c->flushed_upto = c->flush_target;
     if (c->trace_block == UINT64_MAX - 1)
@@ -608,34 +597,65 @@ static void flush_done(struct tc_dev_io *dio, int err)
         ready = w->next;
         w->fn(w, e);
     }
+}
+
+static void flush_done(struct tc_dev_io *dio, int err)
+{
+    struct cache *c = dio->priv;
+    if (err) {
+        unsigned d = (unsigned)(dio - c->flush_dios);
+        c->st.cache_write_errors++;
+        tc_error("%s: cache flush failed: %s", c->devs[d].dev->name, strerror(-err));
+        /* What this device held is re-homed: the syncs waiting now fail
+         * once (EIO: a device error, whatever its errno); later ones go to
+         * the devices left. */
+        c->log_error = -EIO;
+        cache_device_error(c, d, err, true);
+    }
+    if (--c->flushes_pending > 0)
+        return;
+    flush_finish(c);
     maybe_flush(c);
 }
 
+/* Start a cache flush for the syncs waiting for one.  Every flush waiter's
+ * chunk is written (notify_waiters() moves it here only then, and
+ * log_device_failed() moves one back when it raises its target), so a
+ * flush up to chunks_written_upto covers them all.  A flush with no device
+ * to flush ends here, in this loop: no recursion through flush_done(). */
 static void maybe_flush(struct cache *c)
 {
-    if (c->flushing || c->flush_waiters == NULL)
-        return;
-    c->flushing = true;
-    c->flush_target = c->chunks_written_upto;
-    if (c->trace_block == UINT64_MAX - 1)
-        tc_info("trace log: flush starts: target %llu", (unsigned long long)c->flush_target);
-    c->flushes_pending = 1;     /* held until all are issued */
-    c->st.syncs++;
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        struct cache_dev *cd = &c->devs[d];
-        if (!cd->written_since_flush || cd->state != CDEV_OK)
-            continue;
-        cd->written_since_flush = false;
-        struct tc_dev_io *dio = &c->flush_dios[d];
-        memset(dio, 0, sizeof *dio);
-        dio->op = TC_DEV_FLUSH;
-        dio->cb = flush_done;
-        dio->priv = c;
-        c->flushes_pending++;
-        dev_submit(cd->dev, dio);
+    while (!c->flushing && c->flush_waiters) {
+        bool reachable = false;
+        for (struct log_waiter *w = c->flush_waiters; w && !reachable; w = w->next)
+            reachable = w->target <= c->chunks_written_upto;
+        if (!reachable)
+            return;     /* a chunk write ends first, and calls again */
+        c->flushing = true;
+        c->flush_target = c->chunks_written_upto;
+        if (c->trace_block == UINT64_MAX - 1)
+            tc_info("trace log: flush starts: target %llu", (unsigned long long)c->flush_target);
+        c->flushes_pending = 1;     /* held until all are issued */
+        c->st.syncs++;
+        for (unsigned d = 0; d < c->ndevs; d++) {
+            struct cache_dev *cd = &c->devs[d];
+            if (!cd->written_since_flush || cd->state != CDEV_OK)
+                continue;
+            cd->written_since_flush = false;
+            struct tc_dev_io *dio = &c->flush_dios[d];
+            memset(dio, 0, sizeof *dio);
+            dio->op = TC_DEV_FLUSH;
+            dio->cb = flush_done;
+            dio->priv = c;
+            c->flushes_pending++;
+            dev_submit(cd->dev, dio);
+        }
+        if (--c->flushes_pending > 0)
+            return;     /* flush_done() of the last one calls again */
+        /* Nothing to flush (or every flush ended at once): at least one
+         * waiter is woken, so the loop ends. */
+        flush_finish(c);
     }
-    struct tc_dev_io dummy = { .priv = c };
-    flush_done(&dummy, 0);
 }
 
 void log_sync(struct cache *c, struct log_waiter *w)
@@ -648,6 +668,26 @@ void log_sync(struct cache *c, struct log_waiter *w)
     c->written_waiters = w;
     notify_waiters(c, 0);
     maybe_flush(c);
+}
+
+/* The log's durability now (status): chunks sealed and issued, written in
+ * order, flushed; a cache flush running; syncs waiting for a write or for
+ * a flush. */
+void log_status_json(struct cache *c, struct tc_json *j)
+{
+    unsigned written = 0, flush = 0;
+    for (struct log_waiter *w = c->written_waiters; w; w = w->next)
+        written++;
+    for (struct log_waiter *w = c->flush_waiters; w; w = w->next)
+        flush++;
+    json_begin_object(j, "log");
+    json_uint(j, "chunks_issued", c->chunks_issued);
+    json_uint(j, "chunks_written", c->chunks_written_upto);
+    json_uint(j, "chunks_flushed", c->flushed_upto);
+    json_bool(j, "flushing", c->flushing);
+    json_uint(j, "waiting_for_writes", written);
+    json_uint(j, "waiting_for_flush", flush);
+    json_end_object(j);
 }
 
 static void commit_done(struct log_waiter *w, int err)
@@ -695,9 +735,20 @@ void log_device_failed(struct cache *c, unsigned d)
     for (struct log_waiter *w = c->written_waiters; w; w = w->next)
         if (w->target < c->chunks_issued)
             w->target = c->chunks_issued;
-    for (struct log_waiter *w = c->flush_waiters; w; w = w->next)
+    /* A sync waiting for a flush waits for those writes again: only
+     * written chunks may be waited for by a flush (maybe_flush()). */
+    for (struct log_waiter **pp = &c->flush_waiters; *pp;) {
+        struct log_waiter *w = *pp;
         if (w->target < c->chunks_issued)
             w->target = c->chunks_issued;
+        if (w->target > c->chunks_written_upto) {
+            *pp = w->next;
+            w->next = c->written_waiters;
+            c->written_waiters = w;
+        } else {
+            pp = &w->next;
+        }
+    }
     notify_waiters(c, 0);
     maybe_flush(c);
 }
