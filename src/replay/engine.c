@@ -30,6 +30,10 @@
  * trim, write-zeroes and cache likewise; block status is skipped.  A
  * request past the volume's end is clipped to it, or skipped if it starts
  * there (both counted in the log line at the end, not in the result).
+ *
+ * Sampled (t->sample, for miniature simulation): ranged requests keep the
+ * runs of their sampled blocks only, each submitted as a request, and a
+ * read is a hit when every run hit; flushes go as they are.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -285,6 +289,46 @@ static int run_one(struct rep *p, const struct tc_trace_req *q, char *err, size_
     return 0;
 }
 
+/* A request of a sampled replay: the runs of its sampled blocks, one
+ * request each (replay.h, struct replay_sample); a read is a hit when they
+ * all hit.  Requests with no sampled block are not counted. */
+static int run_sampled(struct rep *p, const struct replay_sample *sm,
+                       const struct tc_trace_req *q, struct replay_result *out, char *err,
+                       size_t errlen)
+{
+    if (q->length == 0 || q->offset >= p->size)
+        return 0;
+    uint64_t end = q->offset + TC_MIN((uint64_t)q->length, p->size - q->offset);
+    const struct cache_stats *st = &p->vol->cache->st;
+    uint64_t misses = st->read_misses, wh = st->write_hits, pos = q->offset, off, len,
+             bytes = 0;
+    struct tc_trace_req piece = *q;
+    while (replay_sample_run(sm, &pos, end, &off, &len)) {
+        piece.offset = off;
+        piece.length = (uint32_t)len;
+        if (run_one(p, &piece, err, errlen) < 0)
+            return -1;
+        bytes += len;
+    }
+    if (bytes == 0)
+        return 0;
+    out->requests++;
+    if (q->op == TC_OP_READ) {
+        double w = replay_sample_weight(sm, q->offset, end);
+        bool miss = st->read_misses != misses;
+        out->reads++;
+        out->read_bytes += bytes;
+        out->read_misses += miss;
+        out->read_hits += !miss;
+        out->wreads += w;
+        out->wread_misses += miss ? w : 0;
+    } else if (q->op == TC_OP_WRITE) {
+        out->writes++;
+        out->write_hits += st->write_hits != wh;
+    }
+    return 0;
+}
+
 static void teardown(struct rep *p)
 {
     if (p->vol) {
@@ -336,6 +380,12 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
     struct tc_trace_req q;
     int n;
     while ((n = trace_reader_next(rd, &q, err, errlen)) == 1) {
+        out->trace_reads += q.op == TC_OP_READ;
+        if (t->sample && q.op != TC_OP_FLUSH && q.op < TC_OP_BLOCK_STATUS) {
+            if (run_sampled(p, t->sample, &q, out, err, errlen) < 0)
+                goto out;
+            continue;
+        }
         out->requests++;
         uint64_t wh = st->write_hits;
         if (run_one(p, &q, err, errlen) < 0)
@@ -350,8 +400,12 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
     }
     if (n < 0)
         goto out;
-    out->read_hits = st->read_hits;
-    out->read_misses = st->read_misses;
+    if (!t->sample) {
+        out->read_hits = st->read_hits;
+        out->read_misses = st->read_misses;
+        out->wreads = (double)out->reads;
+        out->wread_misses = (double)out->read_misses;
+    }
     out->read_hit_bytes = st->read_hit_bytes;
     out->read_miss_bytes = st->read_miss_bytes;
     out->promotions = st->promotions;

@@ -19,6 +19,10 @@
  *
  * ref-opt reads the trace twice: first to give each access the index of
  * its block's next read, then to simulate.
+ *
+ * Sampled (t->sample, for miniature simulation): only sampled blocks are
+ * accessed or dropped, and requests with none are not counted; a read is
+ * a hit when its sampled blocks were cached (replay.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +93,17 @@ static bool range_ok(const struct tc_trace_req *q, char *err, size_t errlen)
     return true;
 }
 
+/* Sampled replays: whether a block of q is sampled (flushes and other
+ * requests without a range: kept, as requests only). */
+static bool any_sampled(const struct replay_sample *sm, const struct tc_trace_req *q)
+{
+    if (kind_of(q) == K_NONE)
+        return q->length != 0 || (q->op != TC_OP_READ && q->op != TC_OP_WRITE &&
+                                  q->op != TC_OP_WRITE_ZEROES && q->op != TC_OP_TRIM);
+    uint64_t pos = q->offset, off, len;
+    return replay_sample_run(sm, &pos, q->offset + q->length, &off, &len);
+}
+
 /* For ref-opt: *out[i] is the index of the next read access of access
  * i's block, RS_NEVER if the block is written or trimmed first, or not
  * accessed again. */
@@ -114,6 +129,8 @@ static int next_uses(const struct replay_trace *t, uint64_t bs, uint32_t **out, 
         }
         uint64_t first = q.offset / bs, end = (q.offset + q.length - 1) / bs;
         for (uint64_t b = first; b <= end; b++) {
+            if (t->sample && !replay_sampled(t->sample, b))
+                continue;
             if (k == K_TRIM) {
                 bmap_del(&last, b);
                 continue;
@@ -198,6 +215,14 @@ int replay_reference(const struct replay_trace *t, const char *name, uint64_t ca
     uint64_t n = 0;
     int rc;
     while ((rc = trace_reader_next(r, &q, err, errlen)) == 1) {
+        enum kind k = kind_of(&q);
+        if (k != K_NONE && !range_ok(&q, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        out->trace_reads += q.op == TC_OP_READ;
+        if (t->sample && !any_sampled(t->sample, &q))
+            continue;
         out->requests++;
         if (q.op == TC_OP_READ) {
             out->reads++;
@@ -205,20 +230,19 @@ int replay_reference(const struct replay_trace *t, const char *name, uint64_t ca
         } else if (q.op == TC_OP_WRITE || q.op == TC_OP_WRITE_ZEROES) {
             out->writes++;
         }
-        enum kind k = kind_of(&q);
         if (k == K_NONE) {
-            if (q.op == TC_OP_READ)
+            if (q.op == TC_OP_READ) {
                 out->read_hits++;       /* nothing to miss */
+                out->wreads += 1;
+            }
             continue;
-        }
-        if (!range_ok(&q, err, errlen)) {
-            rc = -1;
-            break;
         }
         uint64_t end = q.offset + q.length;
         uint64_t first = q.offset / block_bytes, last = (end - 1) / block_bytes;
         bool all = true, any = false;
         for (uint64_t b = first; b <= last; b++) {
+            if (t->sample && !replay_sampled(t->sample, b))
+                continue;
             if (k == K_TRIM) {
                 ops->drop(s, b);
                 continue;
@@ -237,10 +261,14 @@ int replay_reference(const struct replay_trace *t, const char *name, uint64_t ca
             }
         }
         if (k == K_READ) {
-            if (all)
+            double w = t->sample ? replay_sample_weight(t->sample, q.offset, end) : 1;
+            out->wreads += w;
+            if (all) {
                 out->read_hits++;
-            else
+            } else {
                 out->read_misses++;
+                out->wread_misses += w;
+            }
         } else if (k == K_WRITE && any) {
             out->write_hits++;
         }

@@ -37,6 +37,11 @@ struct replay_result {
     uint64_t writes, write_hits;    /* a write hit: some of it was cached */
     uint64_t promotions;            /* blocks (or sectors' blocks) admitted */
     uint64_t evictions;             /* blocks dropped for room */
+    /* Reads and read misses by request, each weighted by 1 / the chance
+     * that the sample kept it (struct replay_sample); without a sample,
+     * equal to reads and read_misses. */
+    double wreads, wread_misses;
+    uint64_t trace_reads;           /* read requests of the whole trace, kept or not */
     double seconds;                 /* wall time of the simulation */
 };
 
@@ -45,11 +50,41 @@ static inline double replay_miss_ratio(const struct replay_result *r)
     return r->reads ? (double)r->read_misses / (double)r->reads : 0;
 }
 
+/*
+ * Spatial sampling, for miniature simulation (Waldspurger et al., USENIX
+ * ATC 2017; src/replay/mini.c): only the blocks of block_bytes whose
+ * SHARDS hash (shards.h) falls under rate * 2^64 are replayed, so a
+ * sampled block keeps every access it had.  A request is cut at block
+ * boundaries and keeps the runs of its sampled blocks (each run one
+ * request to the engine; block by block for the reference simulators);
+ * a request none of whose blocks is sampled is left out.  A kept read is
+ * a hit when all its kept parts hit, and counts in wreads with weight
+ * 1 / (1 - (1 - rate)^k) for a request of k blocks -- the inverse of its
+ * chance to be kept -- so that requests of many blocks, kept more often,
+ * weigh as much in the miss ratio as in the full trace.
+ */
+struct replay_sample {
+    double rate;                    /* above 0, below 1 */
+    uint64_t threshold;             /* hashes below it are sampled */
+    uint64_t block_bytes;           /* the simulator's block */
+};
+
+void replay_sample_init(struct replay_sample *s, double rate, uint64_t block_bytes);
+bool replay_sampled(const struct replay_sample *s, uint64_t block);
+/* The next run of sampled blocks of the byte range [*pos, end), clipped
+ * to it, in *off and *len; *pos moves past it.  False when none is left. */
+bool replay_sample_run(const struct replay_sample *s, uint64_t *pos, uint64_t end,
+                       uint64_t *off, uint64_t *len);
+/* 1 / the chance that a request of the byte range [offset, end) keeps a
+ * block. */
+double replay_sample_weight(const struct replay_sample *s, uint64_t offset, uint64_t end);
+
 /* The trace to replay: a file and how to read it. */
 struct replay_trace {
     const char *path;
     enum tc_trace_format format;
     struct tc_trace_reader_options opt;
+    const struct replay_sample *sample;     /* NULL: every request */
 };
 
 /* ---- engine replay (src/replay/engine.c) ---- */

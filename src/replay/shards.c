@@ -39,16 +39,6 @@
 #include "tiercache.h"
 #include "util/misc.h"
 
-/* The sampling hash (splitmix64's finalizer), unrelated to the block
- * map's, so the sampled blocks spread over the map's slots. */
-static inline uint64_t sample_hash(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /*
  * The reuse-distance stack: tracked blocks by the timestamp of their last
  * access.  fen is a Fenwick tree (1-based) over timestamps 0..cap-1 with
@@ -211,7 +201,7 @@ void shards_request(struct shards *sh, unsigned op, uint64_t offset, uint64_t le
     if (read)
         sh->block_reads += last - first + 1;
     for (uint64_t b = first; b <= last; b++) {
-        if (!sh->all && sample_hash(b) >= sh->threshold)
+        if (!sh->all && shards_hash(b) >= sh->threshold)
             continue;
         if (trim)
             stack_remove(&sh->s, b);

@@ -10,6 +10,18 @@
 
 struct shards;
 
+/* The sampling hash (splitmix64's finalizer), unrelated to the block
+ * map's, so the sampled blocks spread over the map's slots.  A block is
+ * sampled at rate r when its hash is below r * 2^64; miniature replays
+ * (replay.h, struct replay_sample) sample by the same hash. */
+static inline uint64_t shards_hash(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 /* rate in (0, 1] (1: exact); block_bytes a power of two. */
 struct shards *shards_new(double rate, uint64_t block_bytes);
 void shards_free(struct shards *sh);
