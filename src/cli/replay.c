@@ -1,5 +1,6 @@
 /* tiercache replay: what caches of given sizes and policies would have done
- * with a request trace (src/replay/), or LRU's miss-ratio curve (--mrc). */
+ * with a request trace (src/replay/), or miss-ratio curves (--mrc): LRU's
+ * by SHARDS, or given policies' by miniature simulation (--policy). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -25,9 +26,9 @@ static const char replay_help[] =
 "                        [--block-size SIZE] [--mode wt|wb] [--fill KIND]\n"
 "                        [--sequential-cutoff SIZE] [--json]\n"
 "       tiercache replay --trace FILE [--format F] [--object-size SIZE] --mrc\n"
-"                        [--sample-rate R] [--sizes SIZE,SIZE...]\n"
-"                        [--max-size SIZE] [--points N] [--block-size SIZE]\n"
-"                        [--csv OUT] [--json]\n"
+"                        [--policy P[,P...] [--compare]] [--sample-rate R]\n"
+"                        [--sizes SIZE,SIZE...] [--max-size SIZE] [--points N]\n"
+"                        [--block-size SIZE] [--csv OUT] [--json]\n"
 "\n"
 "Replay a request trace (serve --trace, or a published block trace) through\n"
 "simulated caches, without devices, and print for each policy and cache\n"
@@ -80,15 +81,44 @@ static const char replay_help[] =
 "  --csv OUT            write the curve to OUT (cache_bytes,miss_ratio) and,\n"
 "                       where gnuplot is installed, plot it to OUT with the\n"
 "                       suffix .png\n"
+"\n"
+"With --policy, --mrc draws those policies' curves instead (engine or\n"
+"reference), by miniature simulation (Waldspurger et al., USENIX ATC 2017):\n"
+"for each size S the real policy replays the trace's sampled blocks (the\n"
+"same hash as SHARDS, rate R) with a cache R times as large, and its read\n"
+"miss ratio by request stands for S's.  One replay per policy and size.\n"
+"  - Requests are cut at block boundaries and keep the runs of their\n"
+"    sampled blocks (one request each to the engine); a request with none\n"
+"    is left out.  A kept read is a hit when all its kept parts hit, and\n"
+"    counts 1 / (1 - (1 - R)^k) times for a request of k blocks (its chance\n"
+"    to be kept), so the ratio stays by request as in a full replay; the\n"
+"    weighted misses are divided by all the trace's reads (as SHARDS-adj).\n"
+"  - Engine caches: the miniature device is the smallest whose room for\n"
+"    data (less superblocks and the segments the cleaner keeps free) is R\n"
+"    times the full one's.  A cache device needs 8 segments (9M at blocks\n"
+"    up to 256K): sizes whose miniature would be smaller use a larger R,\n"
+"    up to 1 (a full replay); sizes below the least cache are an error.\n"
+"    Reference caches hold R times the blocks (at least one).\n"
+"  - Each point names the rate it used (table, CSV, JSON).  Sampling\n"
+"    breaks sequential streams (the cutoff sees pieces) and spreads the\n"
+"    sample's requests over the trace's time.\n"
+"  --policy LIST        the policies of the curves\n"
+"  --sample-rate R      as above (default 0.01)\n"
+"  --compare            also replay each size in full and print the\n"
+"                       miniature's error (slow: a full replay per point)\n"
+"  --csv OUT            policy,cache_bytes,sample_rate,mini_cache_bytes,\n"
+"                       miss_ratio[,full_miss_ratio] and OUT.png as above\n"
+"  --mode, --fill, --sequential-cutoff\n"
+"                       engine policies: as for replaying\n"
 "  --help, -h           this text\n"
 "\n"
 "Exit status: 0; 1 if the trace cannot be read or is malformed; 2 for a\n"
-"usage error.\n";
+"usage error (a bad size, policy or rate, or a size below the least cache).\n";
 
 enum {
     OPT_TRACE = 256, OPT_FORMAT, OPT_OBJECT_SIZE, OPT_ACTION, OPT_CACHE_SIZE, OPT_POLICY,
     OPT_BLOCK_SIZE, OPT_MODE, OPT_FILL, OPT_CUTOFF, OPT_JSON, OPT_MRC, OPT_RATE, OPT_SIZES,
-    OPT_MAX_SIZE, OPT_POINTS, OPT_CSV,
+    OPT_MAX_SIZE, OPT_POINTS, OPT_CSV, OPT_COMPARE,
 };
 
 static const struct option replay_opts[] = {
@@ -109,6 +139,7 @@ static const struct option replay_opts[] = {
     { "max-size", required_argument, NULL, OPT_MAX_SIZE },
     { "points", required_argument, NULL, OPT_POINTS },
     { "csv", required_argument, NULL, OPT_CSV },
+    { "compare", no_argument, NULL, OPT_COMPARE },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -130,6 +161,7 @@ struct replay_args {
     uint64_t points;
     bool points_given;
     const char *csv;
+    bool compare;                   /* --compare */
     uint64_t mrc_sizes[MAX_LIST];   /* --sizes */
     unsigned mrc_nsizes;
     bool mrc_sizes_given;
@@ -338,11 +370,17 @@ static bool plot_curve(const char *csv, const char *png, const char *trace, doub
     return pclose(g) == 0;
 }
 
+static int run_mini(struct replay_args *a);
+
 static int run_mrc(struct replay_args *a)
 {
-    if (a->npolicies || a->nsizes)
-        tc_die(2, "replay --mrc draws LRU's curve: --policy and --cache-size do not apply "
-               "(--sizes gives its sizes)");
+    if (a->nsizes)
+        tc_die(2, "replay --mrc: --cache-size does not apply (--sizes gives the curve's "
+               "sizes)");
+    if (a->npolicies)
+        return run_mini(a);
+    if (a->compare)
+        tc_die(2, "replay --mrc: --compare goes with --policy (miniature simulation)");
     if (a->engine_only_set)
         tc_die(2, "replay --mrc: --mode, --fill and --sequential-cutoff apply to engine "
                "policies only");
@@ -433,6 +471,228 @@ static int run_mrc(struct replay_args *a)
         printf("csv: %s\n", a->csv);
     if (png[0])
         printf("plot: %s\n", png);
+    return 0;
+}
+
+/* ---- --mrc --policy: miniature simulation ---- */
+
+struct mini_curve {
+    const char *policy;
+    struct replay_mini_point pt[MAX_LIST];
+    double full[MAX_LIST];          /* --compare: the full replay's miss ratio */
+    double floor, seconds, full_seconds, mae, max_err;
+    size_t knee;
+};
+
+static void mini_plot(const struct replay_args *a, const struct mini_curve *cv, unsigned np,
+                      const char *png, double rate)
+{
+    FILE *g = popen("gnuplot", "w");
+    if (!g)
+        return;
+    fprintf(g, "set terminal png size 800,500\nset output '%s'\n"
+               "set datafile separator ','\nset key top right noenhanced\n"
+               "set title \"miss-ratio curves of %s (miniature simulation, rate %g)\" "
+               "noenhanced\n"
+               "set xlabel 'cache size (MiB)'\nset ylabel 'read miss ratio'\n"
+               "set yrange [0:1]\nset grid\nplot ",
+            png, a->t.path, rate);
+    for (unsigned p = 0; p < np; p++)
+        fprintf(g, "%s'%s' using (strcol(1) eq '%s' ? $2/1048576 : NaN):5 skip 1 "
+                   "with linespoints title '%s'", p ? ", " : "", a->csv, cv[p].policy,
+                cv[p].policy);
+    fprintf(g, "\n");
+    if (pclose(g) != 0) {
+        fprintf(stderr, "tiercache: gnuplot could not plot %s\n", png);
+        unlink(png);
+    }
+}
+
+static int run_mini(struct replay_args *a)
+{
+    uint64_t bs = a->block_bytes ? a->block_bytes : TC_DEFAULT_BLOCK_SIZE;
+    char b1[32], b2[32], err[512];
+    /* The least size every policy asked for can run. */
+    uint64_t least = 0;
+    const char *least_of = NULL;
+    for (unsigned p = 0; p < a->npolicies; p++) {
+        uint64_t l = replay_mini_least(engine_policy(a->policies[p]), bs);
+        if (l > least) {
+            least = l;
+            least_of = a->policies[p];
+        }
+    }
+    static uint64_t sizes[MAX_LIST];
+    size_t n = 0;
+    if (a->mrc_sizes_given) {
+        for (unsigned i = 0; i < a->mrc_nsizes; i++)
+            if (a->mrc_sizes[i] < least)
+                tc_die(2, "--sizes %s: below the least cache policy %s can run (%s with "
+                       "blocks of %s)", tc_format_size(a->mrc_sizes[i], b1, sizeof b1),
+                       least_of, tc_format_size(least, b2, sizeof b2),
+                       tc_format_size(bs, b1 + 16, 16));
+        n = a->mrc_nsizes;
+        memcpy(sizes, a->mrc_sizes, n * sizeof *sizes);
+        qsort(sizes, n, sizeof *sizes, cmp_u64);
+    } else {
+        uint64_t max = a->max_size ? a->max_size : footprint_blocks(&a->t, bs) * bs;
+        if (max < least)
+            tc_die(a->max_size ? 2 : 1, "%s %s: below the least cache policy %s can run (%s "
+                   "with blocks of %s)", a->max_size ? "--max-size" : "the trace's footprint",
+                   tc_format_size(max, b1, sizeof b1), least_of,
+                   tc_format_size(least, b2, sizeof b2), tc_format_size(bs, b1 + 16, 16));
+        /* As the LRU curve's, from the least size on. */
+        for (uint64_t i = 1; i <= a->points; i++) {
+            uint64_t s = TC_MAX(least, tc_round_up(max * i / a->points, bs));
+            if (n == 0 || s != sizes[n - 1])
+                sizes[n++] = s;
+        }
+    }
+    struct mini_curve *cv = tc_xcalloc(a->npolicies, sizeof *cv);
+    for (unsigned p = 0; p < a->npolicies; p++) {
+        struct mini_curve *c = &cv[p];
+        c->policy = a->policies[p];
+        for (size_t i = 0; i < n; i++) {
+            struct replay_engine_config cfg = {
+                .policy = c->policy,
+                .cache_bytes = sizes[i],
+                .block_bytes = bs,
+                .mode = a->mode,
+                .sequential_cutoff = a->cutoff,
+                .fill = a->fill,
+            };
+            if (replay_mini(&a->t, &cfg, bs, a->rate, &c->pt[i], err, sizeof err) < 0)
+                tc_die(1, "%s", err);
+            c->seconds += c->pt[i].seconds;
+            if (!a->compare)
+                continue;
+            struct replay_result r;
+            int rc = engine_policy(c->policy)
+                         ? replay_engine(&a->t, &cfg, &r, err, sizeof err)
+                         : replay_reference(&a->t, c->policy, sizes[i], bs, &r, err,
+                                            sizeof err);
+            if (rc < 0)
+                tc_die(1, "%s", err);
+            c->full[i] = replay_miss_ratio(&r);
+            c->full_seconds += r.seconds;
+            double e = fabs(c->pt[i].miss - c->full[i]);
+            c->mae += e / (double)n;
+            c->max_err = TC_MAX(c->max_err, e);
+        }
+        c->floor = 1;
+        for (size_t i = 0; i < n; i++)
+            c->floor = TC_MIN(c->floor, c->pt[i].miss);
+        while (c->knee < n && c->pt[c->knee].miss > c->floor + 0.02)
+            c->knee++;
+    }
+    char png[4096] = "";
+    if (a->csv) {
+        FILE *f = fopen(a->csv, "w");
+        if (!f)
+            tc_die(1, "%s: %s", a->csv, strerror(errno));
+        fprintf(f, "policy,cache_bytes,sample_rate,mini_cache_bytes,miss_ratio%s\n",
+                a->compare ? ",full_miss_ratio" : "");
+        for (unsigned p = 0; p < a->npolicies; p++)
+            for (size_t i = 0; i < n; i++) {
+                const struct replay_mini_point *pt = &cv[p].pt[i];
+                fprintf(f, "%s,%llu,%.6g,%llu,%.6f", cv[p].policy,
+                        (unsigned long long)pt->cache_bytes, pt->rate,
+                        (unsigned long long)pt->mini_bytes, pt->miss);
+                if (a->compare)
+                    fprintf(f, ",%.6f", cv[p].full[i]);
+                fprintf(f, "\n");
+            }
+        if (fclose(f) != 0)
+            tc_die(1, "%s: %s", a->csv, strerror(errno));
+        if (have_gnuplot()) {
+            size_t len = strlen(a->csv);
+            if (len > 4 && strcmp(a->csv + len - 4, ".csv") == 0)
+                len -= 4;
+            snprintf(png, sizeof png, "%.*s.png", (int)len, a->csv);
+            mini_plot(a, cv, a->npolicies, png, a->rate);
+            if (access(png, F_OK) != 0)
+                png[0] = 0;
+        }
+    }
+    if (a->json) {
+        struct tc_json j;
+        json_init(&j, true);
+        json_begin_object(&j, NULL);
+        json_string(&j, "trace", a->t.path);
+        json_string(&j, "method", "miniature");
+        json_double(&j, "sample_rate", a->rate);
+        json_uint(&j, "block_bytes", bs);
+        json_begin_array(&j, "policies");
+        for (unsigned p = 0; p < a->npolicies; p++) {
+            const struct mini_curve *c = &cv[p];
+            json_begin_object(&j, NULL);
+            json_string(&j, "policy", c->policy);
+            json_bool(&j, "reference", !engine_policy(c->policy));
+            json_begin_array(&j, "curve");
+            for (size_t i = 0; i < n; i++) {
+                json_begin_object(&j, NULL);
+                json_uint(&j, "cache_bytes", c->pt[i].cache_bytes);
+                json_double(&j, "sample_rate", c->pt[i].rate);
+                json_uint(&j, "mini_cache_bytes", c->pt[i].mini_bytes);
+                json_double(&j, "miss_ratio", c->pt[i].miss);
+                json_uint(&j, "requests", c->pt[i].requests);
+                json_double(&j, "seconds", c->pt[i].seconds);
+                if (a->compare) {
+                    json_double(&j, "full_miss_ratio", c->full[i]);
+                    json_double(&j, "error", c->pt[i].miss - c->full[i]);
+                }
+                json_end_object(&j);
+            }
+            json_end_array(&j);
+            json_double(&j, "floor", c->floor);
+            json_uint(&j, "knee_bytes", sizes[c->knee]);
+            json_double(&j, "seconds", c->seconds);
+            if (a->compare) {
+                json_double(&j, "full_seconds", c->full_seconds);
+                json_double(&j, "mean_abs_error", c->mae);
+                json_double(&j, "max_abs_error", c->max_err);
+            }
+            json_end_object(&j);
+        }
+        json_end_array(&j);
+        if (a->csv)
+            json_string(&j, "csv", a->csv);
+        if (png[0])
+            json_string(&j, "plot", png);
+        json_end_object(&j);
+        printf("%.*s\n", (int)j.len, j.buf);
+        json_free(&j);
+        free(cv);
+        return 0;
+    }
+    for (unsigned p = 0; p < a->npolicies; p++) {
+        const struct mini_curve *c = &cv[p];
+        printf("%s%s miss-ratio curve of %s, blocks of %s, miniature simulation at rate %g "
+               "(%.3f s)\n", p ? "\n" : "", c->policy, a->t.path,
+               tc_format_size(bs, b1, sizeof b1), a->rate, c->seconds);
+        printf("  %10s %8s %11s %10s", "cache", "rate", "mini cache", "miss ratio");
+        if (a->compare)
+            printf(" %10s %8s", "full", "error");
+        printf("\n");
+        for (size_t i = 0; i < n; i++) {
+            const struct replay_mini_point *pt = &c->pt[i];
+            printf("  %10s %8.4g %11s %10.4f", tc_format_size(pt->cache_bytes, b1, sizeof b1),
+                   pt->rate, tc_format_size(pt->mini_bytes, b2, sizeof b2), pt->miss);
+            if (a->compare)
+                printf(" %10.4f %+8.4f", c->full[i], pt->miss - c->full[i]);
+            printf("%s\n", i == c->knee ? "  <- knee" : "");
+        }
+        printf("knee: %s (miss ratio %.4f, within 0.02 of the floor %.4f)\n",
+               tc_format_size(sizes[c->knee], b1, sizeof b1), c->pt[c->knee].miss, c->floor);
+        if (a->compare)
+            printf("against full replays (%.3f s): mean absolute error %.4f, largest %.4f\n",
+                   c->full_seconds, c->mae, c->max_err);
+    }
+    if (a->csv)
+        printf("csv: %s\n", a->csv);
+    if (png[0])
+        printf("plot: %s\n", png);
+    free(cv);
     return 0;
 }
 
@@ -554,6 +814,10 @@ int cmd_replay(int argc, char **argv)
             a.csv = optarg;
             a.mrc_only_set = true;
             break;
+        case OPT_COMPARE:
+            a.compare = true;
+            a.mrc_only_set = true;
+            break;
         case 'h':
             cli_print(replay_help);
             return 0;
@@ -586,8 +850,8 @@ int cmd_replay(int argc, char **argv)
         return rc;
     }
     if (a.mrc_only_set)
-        tc_die(2, "replay: --sizes, --max-size, --points, --sample-rate and --csv go with "
-               "--mrc");
+        tc_die(2, "replay: --sizes, --max-size, --points, --sample-rate, --csv and --compare "
+               "go with --mrc");
     if (!policy_list) {
         static const char *def[] = { "default" };
         a.policies = tc_xcalloc(2, sizeof *a.policies);

@@ -127,4 +127,27 @@ int replay_mrc_shards(const struct replay_trace *t, uint64_t block_bytes, double
                       const uint64_t *sizes, size_t nsizes, double *miss, char *err,
                       size_t errlen);
 
+/* ---- miniature simulation (src/replay/mini.c) ---- */
+
+/* One point of a policy's miss-ratio curve by miniature simulation. */
+struct replay_mini_point {
+    uint64_t cache_bytes;           /* the cache size it stands for */
+    double rate;                    /* the sampling rate used (1: a full replay) */
+    uint64_t mini_bytes;            /* the miniature cache replayed */
+    double miss;                    /* read miss ratio by request (weighted) */
+    uint64_t requests;              /* requests of the sample replayed */
+    double seconds;
+};
+
+/* The least cache size a policy's replay can run (engine: what format
+ * needs; reference: one block); the least size of a miniature curve. */
+uint64_t replay_mini_least(bool engine, uint64_t block_bytes);
+/* cfg: the policy (engine or reference), the full cache size, and for
+ * engine policies the other settings; block_bytes the cache block (not
+ * 0).  The sampling rate is raised for sizes whose miniature cache would
+ * be below the least one.  0, or -1 with err naming the size. */
+int replay_mini(const struct replay_trace *t, const struct replay_engine_config *cfg,
+                uint64_t block_bytes, double rate, struct replay_mini_point *pt, char *err,
+                size_t errlen);
+
 #endif
