@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/mask.h"
 #include "format/ondisk.h"
 #include "io/dev.h"
 #include "io/reactor.h"
@@ -48,31 +49,6 @@
 
 struct cache;
 struct policy;
-
-/* ---- masks of sectors within a block (up to 256 sectors) ---- */
-
-static inline void mask_clear(struct tc_mask *m)
-{
-    for (int i = 0; i < TC_MASK_WORDS; i++)
-        m->w[i] = 0;
-}
-static inline bool mask_test(const struct tc_mask *m, unsigned s) { return (m->w[s / 64] >> (s % 64)) & 1; }
-static inline void mask_set(struct tc_mask *m, unsigned s) { m->w[s / 64] |= 1ull << (s % 64); }
-/* Sectors [s0, s1). */
-void mask_range(struct tc_mask *m, unsigned s0, unsigned s1);
-unsigned mask_count(const struct tc_mask *m);
-bool mask_empty(const struct tc_mask *m);
-bool mask_covers(const struct tc_mask *m, const struct tc_mask *sub);  /* sub ⊆ m */
-void mask_or(struct tc_mask *d, const struct tc_mask *a);
-void mask_and(struct tc_mask *d, const struct tc_mask *a);
-void mask_andnot(struct tc_mask *d, const struct tc_mask *a);
-bool mask_equal(const struct tc_mask *a, const struct tc_mask *b);
-/* Number of set bits below sector s: the packed position of sector s. */
-unsigned mask_rank(const struct tc_mask *m, unsigned s);
-/* The next run of set sectors at or after *s, below n: true with the run
- * as [*s, *e), false when there is none.  for (s = 0; mask_next_run(m, n,
- * &s, &e); s = e) visits every run once. */
-bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e);
 
 /* ---- the index ---- */
 
