@@ -486,7 +486,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     watermarks(c);
     log_init(c);
     verify_init(c, VERIFY_BUDGET);
-    blocklocks_init(c);
+    c->locks = blocklocks_new();
     streams_init(c);
     readahead_init(c);
     cleaner_init(c);
@@ -861,7 +861,8 @@ void cache_free(struct cache *c)
     free(c->damage);
     readahead_fini(c);
     streams_fini(c);
-    blocklocks_fini(c);
+    blocklocks_free(c->locks);
+    c->locks = NULL;
     verify_fini(c);
     log_fini(c);
     space_fini(c);

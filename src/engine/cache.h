@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/blocklock.h"
 #include "engine/engine.h"
 #include "engine/mask.h"
 #include "format/ondisk.h"
@@ -656,39 +657,6 @@ void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask 
 /* The same from the fragments' mirror copies (-ENODATA where none). */
 void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *want,
                           uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
-
-/* blocklock.c */
-struct block_waiter {
-    void (*fn)(struct block_waiter *w);
-    struct block_waiter *next;
-    int err;                    /* writeback_block(): its writeback's result */
-};
-int blocklocks_init(struct cache *c);
-void blocklocks_fini(struct cache *c);
-/* Exclusive lock on one block; true if taken at once, else w->fn later. */
-bool block_lock(struct cache *c, uint64_t oblock, struct block_waiter *w);
-void block_unlock(struct cache *c, uint64_t oblock);
-bool block_is_locked(struct cache *c, uint64_t oblock);
-/* The block's generation: changes with every write, trim or invalidation,
- * so a fill of data read earlier can tell that it went stale. */
-uint64_t block_gen(struct cache *c, uint64_t oblock);
-void block_gen_hold(struct cache *c, uint64_t oblock);     /* keep the counter alive */
-void block_gen_release(struct cache *c, uint64_t oblock);
-void block_gen_bump(struct cache *c, uint64_t oblock);
-/* A client write going to the origin for blocks not in the cache:
- * registered for its duration so that no fill caches older data. */
-struct owrite {
-    uint64_t b0, b1;            /* blocks [b0, b1) */
-    struct owrite *prev, *next;
-};
-void owrite_begin(struct cache *c, struct owrite *o, uint64_t b0, uint64_t b1);
-void owrite_end(struct cache *c, struct owrite *o);
-bool owrite_overlaps(struct cache *c, uint64_t oblock);
-/* Writeback in flight on a block: origin writes from clients wait. */
-void block_wb_begin(struct cache *c, uint64_t oblock);
-void block_wb_end(struct cache *c, uint64_t oblock);
-bool block_wait_wb(struct cache *c, uint64_t oblock, struct block_waiter *w);
-bool block_wait_wb_free(struct cache *c, uint64_t oblock);  /* no writeback in flight */
 
 /* Entry updates shared by the paths (cache.c) */
 void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,

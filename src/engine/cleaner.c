@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
@@ -700,7 +701,7 @@ static void tail_synced(struct log_waiter *lw, int err)
         if (fid == NIL)
             continue;
         cache_drop_fragment(c, d->oblock, fid);
-        block_gen_bump(c, d->oblock);
+        block_gen_bump(c->locks, d->oblock);
         if (index_lookup(&c->idx, d->oblock) == NIL) {
             policy_evicted(c->policy, d->oblock);
             c->st.demotions++;
