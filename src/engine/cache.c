@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/budget.h"
 #include "engine/cache.h"
 #include "io/claim.h"
 #include "policy/policy.h"
@@ -481,7 +482,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     c->policy = tc_xcalloc(1, sizeof *c->policy);
     policy_open(c->policy, pops, &(struct policy_params){ .cache_blocks = cache_blocks });
     index_init(&c->idx, c->spb, cache_blocks);
-    budget_init(c);
+    budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
+                vol->cfg.write_budget_minburst);
     space_init(c);
     watermarks(c);
     log_init(c);

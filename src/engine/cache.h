@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "engine/blocklock.h"
+#include "engine/budget.h"
 #include "engine/engine.h"
 #include "engine/mask.h"
 #include "format/ondisk.h"
@@ -347,14 +348,6 @@ struct blocklocks;
 struct wpiece;
 struct lost;
 
-/* budget.c: the write budget (token bucket) of the cache devices. */
-struct budget {
-    uint64_t rate, burst, minburst;     /* bytes/s, bytes, bytes; rate 0: no budget */
-    double tokens;
-    uint64_t last_ns;
-    bool dry;                           /* ran out: wait for minburst */
-    uint64_t skipped, spent;
-};
 struct writeback;
 struct cleaner;
 struct verify_cache;
@@ -521,13 +514,6 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why);
 void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
 static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->segs[s].dev].state == CDEV_OK; }
-
-/* budget.c */
-void budget_init(struct cache *c);
-/* May a write of `bytes` that the cache could skip go now? */
-bool budget_allow(struct cache *c, uint64_t bytes);
-/* Bytes written to a cache device (every write, skippable or not). */
-void budget_spend(struct cache *c, uint64_t bytes);
 
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "engine/blocklock.h"
+#include "engine/budget.h"
 #include "engine/cache.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
@@ -394,7 +395,7 @@ static void fill(struct rreq *r, struct rpiece *p)
     if (mask_empty(&stored))
         return;
     unsigned n = mask_count(&stored);
-    if (!budget_allow(c, (uint64_t)n * TC_SECTOR)) {
+    if (!budget_allow(&c->budget, (uint64_t)n * TC_SECTOR)) {
         c->st.fills_dropped++;
         return;
     }

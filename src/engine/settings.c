@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "policy/policy.h"
@@ -112,7 +113,7 @@ static int set_budget(struct tc_volume *vol, const char *value, bool apply, char
     vol->cfg.write_budget_burst = b;
     vol->cfg.write_budget_minburst = mb;
     if (vol->cache)
-        budget_init(vol->cache);    /* a full bucket at the new size */
+        budget_init(&vol->cache->budget, rate, b, mb);   /* a full bucket at the new size */
     return 0;
 }
 

@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "engine/blocklock.h"
+#include "engine/budget.h"
 #include "engine/cache.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
@@ -683,7 +684,7 @@ static void piece_step(struct wpiece *p)
     else
         c->st.write_misses++;
     if (p->mode == W_BACK && mask_empty(&p->odirty) &&
-        !budget_allow(c, (uint64_t)(p->s1 - p->s0) * TC_SECTOR)) {
+        !budget_allow(&c->budget, (uint64_t)(p->s1 - p->s0) * TC_SECTOR)) {
         /* Over the write budget: this write goes through to the origin
          * (the block has no dirty data, so nothing is held back). */
         p->mode = W_AROUND;
@@ -730,7 +731,7 @@ static void piece_start(struct wpiece *p)
         if (p->mode == W_THROUGH && !w->e->vol->read_only) {
             bool free_space = cache_has_free_space(c);
             admit = policy_admit_write(c->policy, p->oblock, free_space) &&
-                    budget_allow(c, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
+                    budget_allow(&c->budget, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
         }
         if (!admit && !block_is_locked(c->locks, p->oblock)) {
             c->st.write_misses++;
