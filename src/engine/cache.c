@@ -11,6 +11,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
 #include "io/claim.h"
 #include "policy/policy.h"
 #include "util/json.h"
@@ -489,7 +490,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     log_init(c);
     verify_init(c, VERIFY_BUDGET);
     c->locks = blocklocks_new();
-    streams_init(c);
+    c->streams = streams_new(vol->cfg.sequential_cutoff);
     readahead_init(c);
     cleaner_init(c);
     writeback_init(c);
@@ -862,7 +863,8 @@ void cache_free(struct cache *c)
     free(c->state_path);
     free(c->damage);
     readahead_fini(c);
-    streams_fini(c);
+    streams_free(c->streams);
+    c->streams = NULL;
     blocklocks_free(c->locks);
     c->locks = NULL;
     verify_fini(c);

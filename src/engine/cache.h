@@ -748,15 +748,6 @@ bool writeback_log_allow(struct cache *c);
 /* recovery.c */
 int recovery_run(struct cache *c, char *err, size_t errlen);
 
-/* stream.c: sequential stream detection */
-int streams_init(struct cache *c);
-void streams_fini(struct cache *c);
-void streams_set_cutoff(struct cache *c, uint64_t cutoff);
-/* Feed a request; true if it belongs to a stream past the cutoff.  The
- * stream's length so far, this request included, goes to *stream_len. */
-bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
-                        uint64_t *stream_len);
-
 /* readahead.c: keep cached sequential streams' devices busy */
 int readahead_init(struct cache *c);
 /* The largest window the slots allow (0: read-ahead is off), and a new

@@ -44,6 +44,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/log.h"
@@ -626,7 +627,7 @@ void cache_read(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
     uint64_t stream_len;
-    bool sequential = streams_sequential(c, e->off, e->len, false, &stream_len);
+    bool sequential = streams_sequential(c->streams, e->off, e->len, false, &stream_len);
     if (e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
         return;
     read_start(e, sequential);

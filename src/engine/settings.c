@@ -15,6 +15,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
 #include "engine/engine.h"
 #include "policy/policy.h"
 #include "util/json.h"
@@ -190,7 +191,7 @@ int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, boo
             return -1;
         if (apply) {
             vol->cfg.sequential_cutoff = v;
-            streams_set_cutoff(vol->cache, v);
+            streams_set_cutoff(vol->cache->streams, v);
         }
         return 0;
     }

@@ -51,6 +51,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/log.h"
@@ -803,7 +804,7 @@ void cache_write(struct ereq *e)
     readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
     enum wmode mode = mode_for(c, e);
-    bool seq = streams_sequential(c, e->off, e->len, true, NULL);
+    bool seq = streams_sequential(c->streams, e->off, e->len, true, NULL);
     writeback_note_client_io(c);
     struct wreq *w = split(e, e->buf, mode);
     if (seq && mode == W_BACK) {
