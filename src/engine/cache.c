@@ -12,6 +12,7 @@
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/stream.h"
+#include "engine/verify.h"
 #include "io/claim.h"
 #include "policy/policy.h"
 #include "util/json.h"
@@ -1026,7 +1027,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "total_bytes", total_mem);
     json_uint(j, "fragment_records", c->idx.frecs);
     /* Not in the figures above: a cache of checksums with a fixed budget. */
-    json_uint(j, "checksum_cache_bytes", verify_memory(c));
+    json_uint(j, "checksum_cache_bytes", verify_memory(c->verify));
     json_uint(j, "checksum_cache_budget_bytes", VERIFY_BUDGET);
     json_end_object(j);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);

@@ -594,17 +594,16 @@ uint32_t log_space_free(struct cache *c);
 /* Read sectors of a segment that still has its RAM image. */
 bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf);
 
-/* verify.c: data checksums of cached sectors */
+/* space.c: the chunk tables of segments, and the CRCs of their chunks
+ * (verify.h: the store, c->verify) */
+/* The store for the cache's segments, holding about budget_bytes. */
 int verify_init(struct cache *c, uint64_t budget_bytes);
 void verify_fini(struct cache *c);
-/* Bytes it holds: bounded by its budget, not by the blocks cached. */
-uint64_t verify_memory(const struct cache *c);
 /* Look up the CRCs of n sectors at (seg, off); true if all known now. */
 bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
 /* Remember a chunk header's CRCs (after reading or writing it). */
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-void verify_forget_segment(struct cache *c, uint32_t seg);
 /* The chunk holding (seg, off), for reading its header. */
 const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off);
 void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
