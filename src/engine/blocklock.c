@@ -1,30 +1,10 @@
 /*
- * Per-block coordination for operations in flight.
- *
- * Only blocks with something in flight have a record here (a small hash
- * table); a record lives while anyone holds it:
- *
- *  - the exclusive lock: the steps of a write, trim or invalidation of one
- *    block run one at a time (read the old sectors, append the merged
- *    version, update the index), waiters in arrival order;
- *  - the generation: bumped by every change of the block's contents, so
- *    that a fill (data read from the origin after a miss) can tell that a
- *    write came in between and must not install stale data;
- *  - writeback in flight: a client write that goes to the origin directly
- *    (write-through, write-around, trim) waits until dirty data being
- *    written back is on the origin, so the older data cannot land last.
- *
- * Writes that go to the origin for blocks that are not cached take no
- * lock: they register their range as an origin write in flight instead
- * (any size, one record).  A miss that starts while such a write overlaps
- * its block does not fill the cache, and the generation of every block
- * with a fill in flight in the range is bumped when the write starts and
- * when it ends, so no data read before or during the write is cached.
+ * Per-block coordination for operations in flight (engine/blocklock.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cache.h"
+#include "engine/blocklock.h"
 #include "util/misc.h"
 
 #define NBUCKETS 16384u
@@ -49,15 +29,13 @@ struct blocklocks {
     uint64_t records;
 };
 
-int blocklocks_init(struct cache *c)
+struct blocklocks *blocklocks_new(void)
 {
-    c->locks = tc_xcalloc(1, sizeof *c->locks);
-    return 0;
+    return tc_xcalloc(1, sizeof(struct blocklocks));
 }
 
-void blocklocks_fini(struct cache *c)
+void blocklocks_free(struct blocklocks *b)
 {
-    struct blocklocks *b = c->locks;
     if (b == NULL)
         return;
     for (unsigned i = 0; i < NBUCKETS; i++) {
@@ -68,7 +46,6 @@ void blocklocks_fini(struct cache *c)
         }
     }
     free(b);
-    c->locks = NULL;
 }
 
 static unsigned bucket(uint64_t oblock)
@@ -122,9 +99,9 @@ static void put(struct blocklocks *b, struct bl *r)
     free(r);
 }
 
-bool block_lock(struct cache *c, uint64_t oblock, struct block_waiter *w)
+bool block_lock(struct blocklocks *b, uint64_t oblock, struct block_waiter *w)
 {
-    struct bl *r = get(c->locks, oblock);
+    struct bl *r = get(b, oblock);
     r->refs++;
     if (!r->locked) {
         r->locked = true;
@@ -136,9 +113,9 @@ bool block_lock(struct cache *c, uint64_t oblock, struct block_waiter *w)
     return false;
 }
 
-void block_unlock(struct cache *c, uint64_t oblock)
+void block_unlock(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     if (r == NULL || !r->locked)
         abort();
     r->refs--;
@@ -151,52 +128,52 @@ void block_unlock(struct cache *c, uint64_t oblock)
         return;
     }
     r->locked = false;
-    put(c->locks, r);
+    put(b, r);
 }
 
-bool block_is_locked(struct cache *c, uint64_t oblock)
+bool block_is_locked(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     return r && r->locked;
 }
 
-uint64_t block_gen(struct cache *c, uint64_t oblock)
+uint64_t block_gen(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     return r ? r->gen : 0;
 }
 
-void block_gen_hold(struct cache *c, uint64_t oblock)
+void block_gen_hold(struct blocklocks *b, uint64_t oblock)
 {
-    get(c->locks, oblock)->refs++;
+    get(b, oblock)->refs++;
 }
 
-void block_gen_release(struct cache *c, uint64_t oblock)
+void block_gen_release(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     if (r == NULL)
         abort();
     r->refs--;
-    put(c->locks, r);
+    put(b, r);
 }
 
-void block_gen_bump(struct cache *c, uint64_t oblock)
+void block_gen_bump(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     if (r)
-        r->gen = ++c->locks->gen_counter;
+        r->gen = ++b->gen_counter;
 }
 
-void block_wb_begin(struct cache *c, uint64_t oblock)
+void block_wb_begin(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = get(c->locks, oblock);
+    struct bl *r = get(b, oblock);
     r->refs++;
     r->wb++;
 }
 
-void block_wb_end(struct cache *c, uint64_t oblock)
+void block_wb_end(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     if (r == NULL || r->wb == 0)
         abort();
     r->wb--;
@@ -206,7 +183,7 @@ void block_wb_end(struct cache *c, uint64_t oblock)
         list = r->wb_waiters;
         r->wb_waiters = NULL;
     }
-    put(c->locks, r);
+    put(b, r);
     while (list) {
         struct block_waiter *w = list;
         list = w->next;
@@ -214,9 +191,9 @@ void block_wb_end(struct cache *c, uint64_t oblock)
     }
 }
 
-bool block_wait_wb(struct cache *c, uint64_t oblock, struct block_waiter *w)
+bool block_wait_wb(struct blocklocks *b, uint64_t oblock, struct block_waiter *w)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     if (r == NULL || r->wb == 0)
         return true;
     w->next = r->wb_waiters;
@@ -224,12 +201,11 @@ bool block_wait_wb(struct cache *c, uint64_t oblock, struct block_waiter *w)
     return false;
 }
 
-static void bump_range(struct cache *c, uint64_t b0, uint64_t b1)
+static void bump_range(struct blocklocks *b, uint64_t b0, uint64_t b1)
 {
-    struct blocklocks *b = c->locks;
     if (b1 - b0 <= 64) {
         for (uint64_t x = b0; x < b1; x++)
-            block_gen_bump(c, x);
+            block_gen_bump(b, x);
         return;
     }
     for (struct bl *r = b->all; r; r = r->all_next)
@@ -237,9 +213,8 @@ static void bump_range(struct cache *c, uint64_t b0, uint64_t b1)
             r->gen = ++b->gen_counter;
 }
 
-void owrite_begin(struct cache *c, struct owrite *o, uint64_t b0, uint64_t b1)
+void owrite_begin(struct blocklocks *b, struct owrite *o, uint64_t b0, uint64_t b1)
 {
-    struct blocklocks *b = c->locks;
     o->b0 = b0;
     o->b1 = b1;
     o->prev = NULL;
@@ -247,31 +222,30 @@ void owrite_begin(struct cache *c, struct owrite *o, uint64_t b0, uint64_t b1)
     if (b->owrites)
         b->owrites->prev = o;
     b->owrites = o;
-    bump_range(c, b0, b1);
+    bump_range(b, b0, b1);
 }
 
-void owrite_end(struct cache *c, struct owrite *o)
+void owrite_end(struct blocklocks *b, struct owrite *o)
 {
-    struct blocklocks *b = c->locks;
     if (o->prev)
         o->prev->next = o->next;
     else
         b->owrites = o->next;
     if (o->next)
         o->next->prev = o->prev;
-    bump_range(c, o->b0, o->b1);
+    bump_range(b, o->b0, o->b1);
 }
 
-bool owrite_overlaps(struct cache *c, uint64_t oblock)
+bool owrite_overlaps(struct blocklocks *b, uint64_t oblock)
 {
-    for (struct owrite *o = c->locks->owrites; o; o = o->next)
+    for (struct owrite *o = b->owrites; o; o = o->next)
         if (oblock >= o->b0 && oblock < o->b1)
             return true;
     return false;
 }
 
-bool block_wait_wb_free(struct cache *c, uint64_t oblock)
+bool block_wait_wb_free(struct blocklocks *b, uint64_t oblock)
 {
-    struct bl *r = find(c->locks, oblock);
+    struct bl *r = find(b, oblock);
     return r == NULL || r->wb == 0;
 }

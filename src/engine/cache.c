@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
+#include "engine/verify.h"
 #include "io/claim.h"
 #include "policy/policy.h"
 #include "util/json.h"
@@ -481,13 +484,14 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     c->policy = tc_xcalloc(1, sizeof *c->policy);
     policy_open(c->policy, pops, &(struct policy_params){ .cache_blocks = cache_blocks });
     index_init(&c->idx, c->spb, cache_blocks);
-    budget_init(c);
+    budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
+                vol->cfg.write_budget_minburst);
     space_init(c);
     watermarks(c);
     log_init(c);
     verify_init(c, VERIFY_BUDGET);
-    blocklocks_init(c);
-    streams_init(c);
+    c->locks = blocklocks_new();
+    c->streams = streams_new(vol->cfg.sequential_cutoff);
     readahead_init(c);
     cleaner_init(c);
     writeback_init(c);
@@ -860,8 +864,10 @@ void cache_free(struct cache *c)
     free(c->state_path);
     free(c->damage);
     readahead_fini(c);
-    streams_fini(c);
-    blocklocks_fini(c);
+    streams_free(c->streams);
+    c->streams = NULL;
+    blocklocks_free(c->locks);
+    c->locks = NULL;
     verify_fini(c);
     log_fini(c);
     space_fini(c);
@@ -1021,7 +1027,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "total_bytes", total_mem);
     json_uint(j, "fragment_records", c->idx.frecs);
     /* Not in the figures above: a cache of checksums with a fixed budget. */
-    json_uint(j, "checksum_cache_bytes", verify_memory(c));
+    json_uint(j, "checksum_cache_bytes", verify_memory(c->verify));
     json_uint(j, "checksum_cache_budget_bytes", VERIFY_BUDGET);
     json_end_object(j);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);

@@ -39,7 +39,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/blocklock.h"
+#include "engine/budget.h"
 #include "engine/engine.h"
+#include "engine/mask.h"
 #include "format/ondisk.h"
 #include "io/dev.h"
 #include "io/reactor.h"
@@ -48,31 +51,6 @@
 
 struct cache;
 struct policy;
-
-/* ---- masks of sectors within a block (up to 256 sectors) ---- */
-
-static inline void mask_clear(struct tc_mask *m)
-{
-    for (int i = 0; i < TC_MASK_WORDS; i++)
-        m->w[i] = 0;
-}
-static inline bool mask_test(const struct tc_mask *m, unsigned s) { return (m->w[s / 64] >> (s % 64)) & 1; }
-static inline void mask_set(struct tc_mask *m, unsigned s) { m->w[s / 64] |= 1ull << (s % 64); }
-/* Sectors [s0, s1). */
-void mask_range(struct tc_mask *m, unsigned s0, unsigned s1);
-unsigned mask_count(const struct tc_mask *m);
-bool mask_empty(const struct tc_mask *m);
-bool mask_covers(const struct tc_mask *m, const struct tc_mask *sub);  /* sub ⊆ m */
-void mask_or(struct tc_mask *d, const struct tc_mask *a);
-void mask_and(struct tc_mask *d, const struct tc_mask *a);
-void mask_andnot(struct tc_mask *d, const struct tc_mask *a);
-bool mask_equal(const struct tc_mask *a, const struct tc_mask *b);
-/* Number of set bits below sector s: the packed position of sector s. */
-unsigned mask_rank(const struct tc_mask *m, unsigned s);
-/* The next run of set sectors at or after *s, below n: true with the run
- * as [*s, *e), false when there is none.  for (s = 0; mask_next_run(m, n,
- * &s, &e); s = e) visits every run once. */
-bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e);
 
 /* ---- the index ---- */
 
@@ -370,14 +348,6 @@ struct blocklocks;
 struct wpiece;
 struct lost;
 
-/* budget.c: the write budget (token bucket) of the cache devices. */
-struct budget {
-    uint64_t rate, burst, minburst;     /* bytes/s, bytes, bytes; rate 0: no budget */
-    double tokens;
-    uint64_t last_ns;
-    bool dry;                           /* ran out: wait for minburst */
-    uint64_t skipped, spent;
-};
 struct writeback;
 struct cleaner;
 struct verify_cache;
@@ -545,13 +515,6 @@ void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
 static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->segs[s].dev].state == CDEV_OK; }
 
-/* budget.c */
-void budget_init(struct cache *c);
-/* May a write of `bytes` that the cache could skip go now? */
-bool budget_allow(struct cache *c, uint64_t bytes);
-/* Bytes written to a cache device (every write, skippable or not). */
-void budget_spend(struct cache *c, uint64_t bytes);
-
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
 /* For check and dump: attach read-only, recover, and do nothing else. */
@@ -631,17 +594,16 @@ uint32_t log_space_free(struct cache *c);
 /* Read sectors of a segment that still has its RAM image. */
 bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf);
 
-/* verify.c: data checksums of cached sectors */
+/* space.c: the chunk tables of segments, and the CRCs of their chunks
+ * (verify.h: the store, c->verify) */
+/* The store for the cache's segments, holding about budget_bytes. */
 int verify_init(struct cache *c, uint64_t budget_bytes);
 void verify_fini(struct cache *c);
-/* Bytes it holds: bounded by its budget, not by the blocks cached. */
-uint64_t verify_memory(const struct cache *c);
 /* Look up the CRCs of n sectors at (seg, off); true if all known now. */
 bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
 /* Remember a chunk header's CRCs (after reading or writing it). */
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-void verify_forget_segment(struct cache *c, uint32_t seg);
 /* The chunk holding (seg, off), for reading its header. */
 const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off);
 void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
@@ -680,39 +642,6 @@ void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask 
 /* The same from the fragments' mirror copies (-ENODATA where none). */
 void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *want,
                           uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
-
-/* blocklock.c */
-struct block_waiter {
-    void (*fn)(struct block_waiter *w);
-    struct block_waiter *next;
-    int err;                    /* writeback_block(): its writeback's result */
-};
-int blocklocks_init(struct cache *c);
-void blocklocks_fini(struct cache *c);
-/* Exclusive lock on one block; true if taken at once, else w->fn later. */
-bool block_lock(struct cache *c, uint64_t oblock, struct block_waiter *w);
-void block_unlock(struct cache *c, uint64_t oblock);
-bool block_is_locked(struct cache *c, uint64_t oblock);
-/* The block's generation: changes with every write, trim or invalidation,
- * so a fill of data read earlier can tell that it went stale. */
-uint64_t block_gen(struct cache *c, uint64_t oblock);
-void block_gen_hold(struct cache *c, uint64_t oblock);     /* keep the counter alive */
-void block_gen_release(struct cache *c, uint64_t oblock);
-void block_gen_bump(struct cache *c, uint64_t oblock);
-/* A client write going to the origin for blocks not in the cache:
- * registered for its duration so that no fill caches older data. */
-struct owrite {
-    uint64_t b0, b1;            /* blocks [b0, b1) */
-    struct owrite *prev, *next;
-};
-void owrite_begin(struct cache *c, struct owrite *o, uint64_t b0, uint64_t b1);
-void owrite_end(struct cache *c, struct owrite *o);
-bool owrite_overlaps(struct cache *c, uint64_t oblock);
-/* Writeback in flight on a block: origin writes from clients wait. */
-void block_wb_begin(struct cache *c, uint64_t oblock);
-void block_wb_end(struct cache *c, uint64_t oblock);
-bool block_wait_wb(struct cache *c, uint64_t oblock, struct block_waiter *w);
-bool block_wait_wb_free(struct cache *c, uint64_t oblock);  /* no writeback in flight */
 
 /* Entry updates shared by the paths (cache.c) */
 void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
@@ -817,15 +746,6 @@ bool writeback_log_allow(struct cache *c);
 
 /* recovery.c */
 int recovery_run(struct cache *c, char *err, size_t errlen);
-
-/* stream.c: sequential stream detection */
-int streams_init(struct cache *c);
-void streams_fini(struct cache *c);
-void streams_set_cutoff(struct cache *c, uint64_t cutoff);
-/* Feed a request; true if it belongs to a stream past the cutoff.  The
- * stream's length so far, this request included, goes to *stream_len. */
-bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
-                        uint64_t *stream_len);
 
 /* readahead.c: keep cached sequential streams' devices busy */
 int readahead_init(struct cache *c);

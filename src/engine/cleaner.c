@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/blocklock.h"
+#include "engine/budget.h"
 #include "engine/cache.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
@@ -293,7 +295,7 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
                      uint8_t entry_flags)
 {
     unsigned n = mask_count(cur);
-    if (mask_empty(dirty) && !budget_allow(c, (uint64_t)n * TC_SECTOR))
+    if (mask_empty(dirty) && !budget_allow(&c->budget, (uint64_t)n * TC_SECTOR))
         return false;       /* over the write budget: clean data is dropped */
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -700,7 +702,7 @@ static void tail_synced(struct log_waiter *lw, int err)
         if (fid == NIL)
             continue;
         cache_drop_fragment(c, d->oblock, fid);
-        block_gen_bump(c, d->oblock);
+        block_gen_bump(c->locks, d->oblock);
         if (index_lookup(&c->idx, d->oblock) == NIL) {
             policy_evicted(c->policy, d->oblock);
             c->st.demotions++;

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "io/claim.h"
 #include "io/bufpool.h"
@@ -182,7 +183,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     struct cfrag f = frag_view(&c->idx, fid);
     if (mask_empty(&dirty)) {
         cache_drop_fragment(c, v->oblock, fid);
-        block_gen_bump(c, v->oblock);
+        block_gen_bump(c->locks, v->oblock);
         (*dropped)++;
         return;
     }
@@ -211,7 +212,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     c->st.lost_dirty_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
     lost_record(c, v->oblock, &dirty);
     cache_drop_fragment(c, v->oblock, fid);
-    block_gen_bump(c, v->oblock);
+    block_gen_bump(c->locks, v->oblock);
     (*lost)++;
 }
 

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/budget.h"
 #include "engine/cache.h"
 #include "util/crc32c.h"
 #include "util/json.h"
@@ -252,7 +253,7 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
         c->inflight_head = cw;
     c->inflight_tail = cw;
     sg->writes_inflight++;
-    budget_spend(c, (uint64_t)nsectors * TC_SECTOR);
+    budget_spend(&c->budget, (uint64_t)nsectors * TC_SECTOR);
     cw->dio.op = TC_DEV_WRITE;
     cw->dio.buf = sg->image + (size_t)start * TC_SECTOR;
     cw->dio.off = seg_dev_offset(c, seg) + (uint64_t)start * TC_SECTOR;

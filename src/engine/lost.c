@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -396,12 +397,12 @@ static bool wait_for_writebacks(struct cache *c, struct ereq *e)
     uint64_t b0 = e->off / c->block_size;
     uint64_t b1 = (e->off + e->len + c->block_size - 1) / c->block_size;
     for (uint64_t b = b0; b < b1; b++) {
-        if (block_wait_wb_free(c, b))
+        if (block_wait_wb_free(c->locks, b))
             continue;
         struct wb_wait *x = tc_xcalloc(1, sizeof *x);
         x->w.fn = writeback_waited;
         x->e = e;
-        if (block_wait_wb(c, b, &x->w)) {   /* cannot be, but then: go on */
+        if (block_wait_wb(c->locks, b, &x->w)) {   /* cannot be, but then: go on */
             free(x);
             continue;
         }

@@ -41,7 +41,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/blocklock.h"
+#include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/log.h"
@@ -336,15 +339,15 @@ static void classify_and_issue(struct rreq *r)
             /* A cold stream past the cutoff: a scan.  A stream over blocks
              * cached (partly) or seen before is hot and admitted. */
             c->st.bypassed_sequential += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
-        } else if (e->vol->read_only || owrite_overlaps(c, p->oblock)) {
+        } else if (e->vol->read_only || owrite_overlaps(c->locks, p->oblock)) {
             /* a write to the origin is under way here: do not cache */
         } else if (id != NIL || (e->flags & EREQ_FORCE_ADMIT) ||
                    policy_admit(c->policy, p->oblock, free_space)) {
             /* A partly cached block is in already: it takes the rest. */
             p->admit = true;
-            block_gen_hold(c, p->oblock);
+            block_gen_hold(c->locks, p->oblock);
             p->gen_held = true;
-            p->gen = block_gen(c, p->oblock);
+            p->gen = block_gen(c->locks, p->oblock);
         } else {
             c->st.not_admitted++;
         }
@@ -364,7 +367,7 @@ static void fill(struct rreq *r, struct rpiece *p)
     struct cache *c = r->c;
     if (!p->admit || p->bad)
         return;
-    if (block_gen(c, p->oblock) != p->gen || block_is_locked(c, p->oblock)) {
+    if (block_gen(c->locks, p->oblock) != p->gen || block_is_locked(c->locks, p->oblock)) {
         c->st.fills_dropped++;
         return;
     }
@@ -393,7 +396,7 @@ static void fill(struct rreq *r, struct rpiece *p)
     if (mask_empty(&stored))
         return;
     unsigned n = mask_count(&stored);
-    if (!budget_allow(c, (uint64_t)n * TC_SECTOR)) {
+    if (!budget_allow(&c->budget, (uint64_t)n * TC_SECTOR)) {
         c->st.fills_dropped++;
         return;
     }
@@ -466,7 +469,7 @@ static void finish(struct rreq *r)
         if (p->ovbuf)
             bufpool_put(p->ovbuf, (size_t)(p->s1 - p->s0) * TC_SECTOR);
         if (p->gen_held)
-            block_gen_release(c, p->oblock);
+            block_gen_release(c->locks, p->oblock);
         if (p->bounce)
             bufpool_put(p->bounce, p->bounce_len);
     }
@@ -542,9 +545,9 @@ static bool salvage(struct rreq *r, struct rpiece *p)
         p->ovbuf = NULL;
     }
     uint32_t id = index_lookup(&c->idx, p->oblock);
-    if (id != NIL && CE(&c->idx, id)->dirty == 0 && !block_is_locked(c, p->oblock)) {
+    if (id != NIL && CE(&c->idx, id)->dirty == 0 && !block_is_locked(c->locks, p->oblock)) {
         cache_drop(c, p->oblock);
-        block_gen_bump(c, p->oblock);
+        block_gen_bump(c->locks, p->oblock);
         c->st.invalidations++;
         id = NIL;
     }
@@ -624,7 +627,7 @@ void cache_read(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
     uint64_t stream_len;
-    bool sequential = streams_sequential(c, e->off, e->len, false, &stream_len);
+    bool sequential = streams_sequential(c->streams, e->off, e->len, false, &stream_len);
     if (e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
         return;
     read_start(e, sequential);

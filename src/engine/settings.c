@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
 #include "engine/engine.h"
 #include "policy/policy.h"
 #include "util/json.h"
@@ -112,7 +114,7 @@ static int set_budget(struct tc_volume *vol, const char *value, bool apply, char
     vol->cfg.write_budget_burst = b;
     vol->cfg.write_budget_minburst = mb;
     if (vol->cache)
-        budget_init(vol->cache);    /* a full bucket at the new size */
+        budget_init(&vol->cache->budget, rate, b, mb);   /* a full bucket at the new size */
     return 0;
 }
 
@@ -189,7 +191,7 @@ int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, boo
             return -1;
         if (apply) {
             vol->cfg.sequential_cutoff = v;
-            streams_set_cutoff(vol->cache, v);
+            streams_set_cutoff(vol->cache->streams, v);
         }
         return 0;
     }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/verify.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -157,7 +158,7 @@ void space_free_group(struct cache *c)
     for (unsigned i = 0; i < g->nsegs; i++) {
         uint32_t s = g->segs[i];
         struct segment *sg = SEG(c, s);
-        verify_forget_segment(c, s);
+        verify_forget(c->verify, s);
         sg->group = NIL;
         if (sg->pins > 0 || sg->writes_inflight > 0)
             sg->state = SEG_RETIRED_PINNED;
@@ -197,4 +198,82 @@ void space_write_done(struct cache *c, uint32_t seg)
         push_free(c, seg);
         cleaner_space_freed(c);
     }
+}
+
+/* ---- chunk tables, and the CRCs of their chunks (verify.h) ---- */
+
+/* The store dropped segment s's CRCs: no chunk of it has them now. */
+static void crcs_dropped(void *arg, uint32_t s)
+{
+    struct cache *c = arg;
+    struct segment *sg = SEG(c, s);
+    for (uint32_t i = 0; i < sg->nchunks; i++)
+        sg->chunks[i].crcs_loaded = 0;
+}
+
+int verify_init(struct cache *c, uint64_t budget)
+{
+    c->verify = verify_new(c->nsegs, c->seg_sectors, c->spb, budget, crcs_dropped, c);
+    return 0;
+}
+
+void verify_fini(struct cache *c)
+{
+    verify_free(c->verify);
+    c->verify = NULL;
+}
+
+const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off)
+{
+    struct segment *sg = SEG(c, seg);
+    uint32_t lo = 0, hi = sg->nchunks;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (sg->chunks[mid].start <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return NULL;
+    const struct chunk_ref *cr = &sg->chunks[lo - 1];
+    if (off >= (uint32_t)cr->start + cr->hdr_sectors + cr->data_sectors)
+        return NULL;
+    return cr;
+}
+
+void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
+                       uint32_t data_sectors)
+{
+    struct segment *sg = SEG(c, seg);
+    if (sg->nchunks == sg->chunks_cap) {
+        sg->chunks_cap = sg->chunks_cap ? sg->chunks_cap * 2 : 8;
+        sg->chunks = realloc(sg->chunks, sg->chunks_cap * sizeof *sg->chunks);
+        if (sg->chunks == NULL)
+            abort();
+    }
+    sg->chunks[sg->nchunks++] = (struct chunk_ref){ (uint16_t)start, (uint16_t)hdr_sectors,
+                                                    (uint16_t)data_sectors, 0 };
+}
+
+void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
+                     const struct tc_chunk_header *h, const uint8_t *hdr_buf)
+{
+    verify_store(c->verify, seg, chunk_start, h, hdr_buf);
+    struct segment *sg = SEG(c, seg);
+    for (uint32_t i = 0; i < sg->nchunks; i++)
+        if (sg->chunks[i].start == chunk_start)
+            sg->chunks[i].crcs_loaded = 1;
+}
+
+bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs)
+{
+    if (!verify_has(c->verify, seg))
+        return false;
+    const struct chunk_ref *cr = segment_chunk_of(c, seg, off);
+    if (cr == NULL || !cr->crcs_loaded || off + n > (uint32_t)cr->start + cr->hdr_sectors +
+                                                         cr->data_sectors)
+        return false;
+    verify_get(c->verify, seg, off, n, crcs);
+    return true;
 }

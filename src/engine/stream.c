@@ -1,17 +1,9 @@
 /*
- * Sequential streams: a scan or a backup must not flush the hot set out of
- * the cache (bcache's sequential cutoff).
- *
- * The last 16 streams are remembered by where they end.  A request that
- * starts where a stream ends continues it; once a stream has run longer
- * than the cutoff (--sequential-cutoff, default 4 MiB), the rest of it is
- * not admitted to the cache while it is cold: readpath.c admits the misses
- * of a stream over blocks cached or known to the policy (stream_hot).  Least recently used streams are forgotten.
- * Streams are tracked even with no cutoff: read-ahead uses their length.
+ * Sequential streams (engine/stream.h).
  */
 #include <stdlib.h>
 
-#include "engine/cache.h"
+#include "engine/stream.h"
 #include "util/misc.h"
 
 #define NSTREAMS 16
@@ -28,28 +20,26 @@ struct streams {
     uint64_t cutoff;
 };
 
-int streams_init(struct cache *c)
+struct streams *streams_new(uint64_t cutoff)
 {
-    c->streams = tc_xcalloc(1, sizeof *c->streams);
-    c->streams->cutoff = c->vol->cfg.sequential_cutoff;
-    return 0;
+    struct streams *ss = tc_xcalloc(1, sizeof *ss);
+    ss->cutoff = cutoff;
+    return ss;
 }
 
-void streams_set_cutoff(struct cache *c, uint64_t cutoff)
+void streams_set_cutoff(struct streams *ss, uint64_t cutoff)
 {
-    c->streams->cutoff = cutoff;
+    ss->cutoff = cutoff;
 }
 
-void streams_fini(struct cache *c)
+void streams_free(struct streams *ss)
 {
-    free(c->streams);
-    c->streams = NULL;
+    free(ss);
 }
 
-bool streams_sequential(struct cache *c, uint64_t off, uint64_t len, bool write,
+bool streams_sequential(struct streams *ss, uint64_t off, uint64_t len, bool write,
                         uint64_t *stream_len)
 {
-    struct streams *ss = c->streams;
     (void)write;
     ss->clock++;
     struct stream *s = NULL, *lru = &ss->s[0];

@@ -92,6 +92,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "io/bufpool.h"
 #include "util/json.h"
@@ -409,8 +410,8 @@ static void job_finish(struct wb_job *j)
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         bufpool_put(b->data, b->size);
-        block_wb_end(c, b->oblock);
-        block_gen_release(c, b->oblock);
+        block_wb_end(c->locks, b->oblock);
+        block_gen_release(c->locks, b->oblock);
     }
     for (unsigned r = 0; r < j->nruns; r++)
         bufpool_put(j->runs[r].buf, j->runs[r].size);
@@ -500,7 +501,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
     j->flush_err = cut ? -EIO : err;
     for (unsigned i = 0; i < j->n && j->flush_err == 0; i++) {
         struct wb_block *b = &j->b[i];
-        if (!b->ok || b->failed || block_gen(c, b->oblock) != b->gen)
+        if (!b->ok || b->failed || block_gen(c->locks, b->oblock) != b->gen)
             continue;
         uint32_t id = index_lookup(&c->idx, b->oblock);
         if (id == NIL)
@@ -779,13 +780,13 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
             continue;
         struct wb_block *b = &j->b[j->n];
         ce_get_masks(&c->idx, id, &b->valid, &b->dirty);
-        if (mask_empty(&b->dirty) || !block_wait_wb_free(c, blocks[i]))
+        if (mask_empty(&b->dirty) || !block_wait_wb_free(c->locks, blocks[i]))
             continue;
         b->job = j;
         b->oblock = blocks[i];
-        block_gen_hold(c, b->oblock);
-        b->gen = block_gen(c, b->oblock);
-        block_wb_begin(c, b->oblock);
+        block_gen_hold(c->locks, b->oblock);
+        b->gen = block_gen(c->locks, b->oblock);
+        block_wb_begin(c->locks, b->oblock);
         cache_trace(c, b->oblock, "writeback starts (%s job)", pass ? "pass" : "demand");
         j->n++;
     }
@@ -942,7 +943,7 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
         if (f && f->retry_at > now) {
             /* Backing off: its attempt comes in a later scan. */
             next_due = TC_MIN(next_due, f->retry_at);
-        } else if (block_wait_wb_free(c, b)) {
+        } else if (block_wait_wb_free(c->locks, b)) {
             blocks[(*n)++] = b;
         }
         b++;
@@ -1226,9 +1227,9 @@ void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w)
             fail_run_due(wb);
         return;
     }
-    if (!block_wait_wb_free(c, oblock)) {
+    if (!block_wait_wb_free(c->locks, oblock)) {
         /* A writeback of it is already in flight: wait for that one. */
-        block_wait_wb(c, oblock, w);
+        block_wait_wb(c->locks, oblock, w);
         return;
     }
     writeback_blocks(c, &b, 1, one_block_done, w);

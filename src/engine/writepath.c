@@ -48,7 +48,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/blocklock.h"
+#include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/stream.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/log.h"
@@ -239,9 +242,9 @@ static void piece_done(struct wpiece *p, int err)
         p->old = NULL;
     }
     if (p->locked) {
-        block_gen_bump(c, p->oblock);
+        block_gen_bump(c->locks, p->oblock);
         p->locked = false;
-        block_unlock(c, p->oblock);
+        block_unlock(c->locks, p->oblock);
     }
     if (err && w->err == 0)
         w->err = err;
@@ -289,7 +292,7 @@ static void piece_origin_done(struct wpiece *p, int err)
 {
     struct cache *c = p->w->c;
     if (p->direct)
-        owrite_end(c, &p->ow);
+        owrite_end(c->locks, &p->ow);
     if (err && p->mode == W_THROUGH && p->locked) {
         /* The origin did not take it: the cache must not claim it did. */
         uint32_t id = index_lookup(&c->idx, p->oblock);
@@ -387,7 +390,7 @@ static void origin_write(struct wpiece *p)
         return;
     }
     if (p->direct)
-        owrite_begin(c, &p->ow, p->oblock, p->oblock + 1);
+        owrite_begin(c->locks, &p->ow, p->oblock, p->oblock + 1);
     p->ready = true;
     /* A ready piece holds its request (pending), so the task finds it alive. */
     if (!w->holding) {
@@ -645,7 +648,7 @@ static void piece_step(struct wpiece *p)
         ce_get_masks(&c->idx, id, &p->ovalid, &p->odirty);
         p->owt = CE(&c->idx, id)->flags & CE_WT;
     }
-    block_gen_bump(c, p->oblock);
+    block_gen_bump(c->locks, p->oblock);
 
     if (p->mode == W_DISCARD) {
         /* Trim: dirty blocks keep their data (trim is advisory); clean
@@ -682,12 +685,12 @@ static void piece_step(struct wpiece *p)
     else
         c->st.write_misses++;
     if (p->mode == W_BACK && mask_empty(&p->odirty) &&
-        !budget_allow(c, (uint64_t)(p->s1 - p->s0) * TC_SECTOR)) {
+        !budget_allow(&c->budget, (uint64_t)(p->s1 - p->s0) * TC_SECTOR)) {
         /* Over the write budget: this write goes through to the origin
          * (the block has no dirty data, so nothing is held back). */
         p->mode = W_AROUND;
         p->bw.fn = wb_cleared;
-        if (!block_wait_wb(c, p->oblock, &p->bw))
+        if (!block_wait_wb(c->locks, p->oblock, &p->bw))
             return;
     }
     if (p->mode == W_AROUND || id == NIL || CE(&c->idx, id)->nfrags < MAX_FRAGS) {
@@ -713,7 +716,7 @@ static void lock_granted(struct block_waiter *bw)
     /* A write going to the origin waits for writeback of the block. */
     if (p->mode != W_BACK) {
         p->bw.fn = wb_cleared;
-        if (!block_wait_wb(p->w->c, p->oblock, &p->bw))
+        if (!block_wait_wb(p->w->c->locks, p->oblock, &p->bw))
             return;
     }
     piece_step(p);
@@ -729,9 +732,9 @@ static void piece_start(struct wpiece *p)
         if (p->mode == W_THROUGH && !w->e->vol->read_only) {
             bool free_space = cache_has_free_space(c);
             admit = policy_admit_write(c->policy, p->oblock, free_space) &&
-                    budget_allow(c, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
+                    budget_allow(&c->budget, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
         }
-        if (!admit && !block_is_locked(c, p->oblock)) {
+        if (!admit && !block_is_locked(c->locks, p->oblock)) {
             c->st.write_misses++;
             p->direct = true;
             if (p->mode == W_THROUGH)
@@ -741,7 +744,7 @@ static void piece_start(struct wpiece *p)
         }
     }
     p->bw.fn = lock_granted;
-    if (block_lock(c, p->oblock, &p->bw))
+    if (block_lock(c->locks, p->oblock, &p->bw))
         lock_granted(&p->bw);
 }
 
@@ -801,7 +804,7 @@ void cache_write(struct ereq *e)
     readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
     enum wmode mode = mode_for(c, e);
-    bool seq = streams_sequential(c, e->off, e->len, true, NULL);
+    bool seq = streams_sequential(c->streams, e->off, e->len, true, NULL);
     writeback_note_client_io(c);
     struct wreq *w = split(e, e->buf, mode);
     if (seq && mode == W_BACK) {
@@ -884,7 +887,7 @@ void cache_flush(struct ereq *e)
 static void discard_origin_done(struct tc_dev_io *dio, int err)
 {
     struct wreq *w = container_of(dio, struct wreq, odio);
-    owrite_end(w->c, &w->ow);
+    owrite_end(w->c->locks, &w->ow);
     if (err == 0 && w->e->op == TC_OP_WRITE_ZEROES)
         lost_clear_range(w->c, w->e->off, w->e->len);
     if (err && w->err == 0)
@@ -931,7 +934,7 @@ void cache_discard(struct ereq *e)
      * pieces (tombstones) and the origin operation, a read of a block of
      * the range -- of other sectors of it, filling the whole block -- must
      * not cache the origin's data the operation is about to replace. */
-    owrite_begin(c, &w->ow, e->off / c->block_size,
+    owrite_begin(c->locks, &w->ow, e->off / c->block_size,
                  (e->off + e->len + c->block_size - 1) / c->block_size);
     /* Only the cached blocks need pieces. */
     unsigned n = 0;

@@ -1,6 +1,6 @@
 /*
- * Sector masks (struct tc_mask, the mask_* functions of engine/cache.h,
- * in engine/index.c) against a plain array of bits.  A block has at most
+ * Sector masks (struct tc_mask, the mask_* functions of engine/mask.h,
+ * in engine/mask.c) against a plain array of bits.  A block has at most
  * TC_MAX_BLOCK_SIZE / 4096 = 256 sectors, four 64-bit words; the checks
  * dwell on the word boundaries (63/64, 127/128, 191/192, 255/256), where
  * a shift by 64 or an off-by-one in a word index goes wrong: every range
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/cache.h"
+#include "engine/mask.h"
 #include "util/misc.h"
 
 #include "check.h"

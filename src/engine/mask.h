@@ -1,0 +1,51 @@
+/*
+ * Masks of sectors within a block: bit s of a struct tc_mask stands for
+ * sector s (TC_SECTOR bytes) of one origin block.  A block has at most
+ * TC_MAX_BLOCK_SIZE / TC_SECTOR = 256 sectors, so a mask is TC_MASK_WORDS
+ * 64-bit words, sector s in word s / 64, bit s % 64.
+ *
+ * struct tc_mask itself is part of the on-disk format (format/ondisk.h:
+ * the valid and dirty masks of a log entry), so it is defined there; this
+ * module holds the operations on it.
+ *
+ * Invariants: a mask carries no length.  The operations work on all
+ * TC_MASK_WORDS words; callers keep the bits at or above their block's
+ * sectors clear (decoding a log entry refuses masks that set them:
+ * format/chunk.c), and the operations keep them clear (mask_range() sets
+ * only [s0, s1), and and/or/andnot of such masks have no others).  Ranges
+ * are half-open.  The packed position of a set sector (mask_rank()) is
+ * where it sits in a fragment that stored exactly the mask's sectors, in
+ * order.
+ */
+#ifndef TC_ENGINE_MASK_H
+#define TC_ENGINE_MASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "format/ondisk.h"
+
+static inline void mask_clear(struct tc_mask *m)
+{
+    for (int i = 0; i < TC_MASK_WORDS; i++)
+        m->w[i] = 0;
+}
+static inline bool mask_test(const struct tc_mask *m, unsigned s) { return (m->w[s / 64] >> (s % 64)) & 1; }
+static inline void mask_set(struct tc_mask *m, unsigned s) { m->w[s / 64] |= 1ull << (s % 64); }
+/* Sectors [s0, s1). */
+void mask_range(struct tc_mask *m, unsigned s0, unsigned s1);
+unsigned mask_count(const struct tc_mask *m);
+bool mask_empty(const struct tc_mask *m);
+bool mask_covers(const struct tc_mask *m, const struct tc_mask *sub);  /* sub ⊆ m */
+void mask_or(struct tc_mask *d, const struct tc_mask *a);
+void mask_and(struct tc_mask *d, const struct tc_mask *a);
+void mask_andnot(struct tc_mask *d, const struct tc_mask *a);
+bool mask_equal(const struct tc_mask *a, const struct tc_mask *b);
+/* Number of set bits below sector s: the packed position of sector s. */
+unsigned mask_rank(const struct tc_mask *m, unsigned s);
+/* The next run of set sectors at or after *s, below n: true with the run
+ * as [*s, *e), false when there is none.  for (s = 0; mask_next_run(m, n,
+ * &s, &e); s = e) visits every run once. */
+bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e);
+
+#endif

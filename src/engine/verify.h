@@ -1,0 +1,62 @@
+/*
+ * Checksums of cached data: every sector read from a cache device is
+ * checked against the CRC-32C its chunk header recorded, so a corrupted
+ * or misdirected sector is never returned to a client.
+ *
+ * The CRCs live on the device, in the chunk headers.  This module keeps
+ * those of recently used segments in RAM: one array per segment, indexed
+ * by sector, filled chunk by chunk (when a chunk is written, or when its
+ * header is read for a check), and dropped least recently used first when
+ * the budget is reached.  Each segment also keeps its chunk table, which
+ * says where the header of any sector's chunk is.
+ *
+ *   segment 12:  chunks [0: hdr 1, data 255] [256: hdr 1, data 200] ...
+ *   crcs[12]:    [ - | c1 c2 ... c255 | - | c257 ... ]    (LRU-managed)
+ *
+ * This module is the CRC store; the chunk tables belong to the segments
+ * (engine/cache.h: struct segment, segment_chunk_of(), and space.c,
+ * which joins the two in verify_remember() and verify_lookup()).  A
+ * chunk's crcs_loaded flag says its CRCs are in the store.
+ *
+ * Invariants: a segment has a CRC array (seg_sectors entries) exactly
+ * while it is on the LRU list; bytes is the size of the arrays held and
+ * stays within the budget, or is one array where one alone exceeds it (a
+ * store evicts least recently used arrays until the new one fits, or
+ * none is left);
+ * every array dropped -- evicted or forgotten -- is reported to the
+ * owner's dropped() callback, which clears the flags of that segment's
+ * chunks, so a flag never outlives the array.
+ */
+#ifndef TC_ENGINE_VERIFY_H
+#define TC_ENGINE_VERIFY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "format/ondisk.h"
+
+struct verify_cache;
+
+/* A store for the CRCs of nsegs segments of seg_sectors sectors (blocks
+ * of spb sectors), holding at most about budget bytes of them; dropped
+ * (arg, seg) runs whenever segment seg's CRCs are dropped. */
+struct verify_cache *verify_new(uint32_t nsegs, uint32_t seg_sectors, unsigned spb,
+                                uint64_t budget, void (*dropped)(void *arg, uint32_t seg),
+                                void *arg);
+void verify_free(struct verify_cache *v);
+/* Bytes it holds (0 for none): bounded by its budget, not by the blocks
+ * cached. */
+uint64_t verify_memory(const struct verify_cache *v);
+/* Segment seg has CRCs in the store (of some of its chunks). */
+bool verify_has(const struct verify_cache *v, uint32_t seg);
+/* Store the CRCs a chunk header records (the chunk at chunk_start of
+ * segment seg), evicting least recently used segments to make room. */
+void verify_store(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
+                  const struct tc_chunk_header *h, const uint8_t *hdr_buf);
+/* The CRCs of n sectors at (seg, off), which the caller knows are stored
+ * (their chunk's flag); the segment becomes the most recently used. */
+void verify_get(struct verify_cache *v, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
+/* Drop segment seg's CRCs (it is reused). */
+void verify_forget(struct verify_cache *v, uint32_t seg);
+
+#endif
