@@ -607,9 +607,14 @@ static void flush_done(struct tc_dev_io *dio, int err)
         unsigned d = (unsigned)(dio - c->flush_dios);
         c->st.cache_write_errors++;
         tc_error("%s: cache flush failed: %s", c->devs[d].dev->name, strerror(-err));
-        /* What this device held is re-homed: the syncs waiting now fail
-         * once (EIO: a device error, whatever its errno); later ones go to
-         * the devices left. */
+        /* What this device held is re-homed: the syncs this flush covers
+         * fail once (EIO: a device error, whatever its errno); later ones
+         * go to the devices left.  A sync whose target log_device_failed()
+         * raised past this flush waits for the re-homed chunks and is
+         * answered by a later flush, as a later sync is: its data is then
+         * durable on the devices left.  Dirty data that could not be
+         * re-homed is reported apart, by the lost set, to the next client
+         * flush (lost_flush_result()). */
         c->log_error = -EIO;
         cache_device_error(c, d, err, true);
     }
