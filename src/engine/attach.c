@@ -267,7 +267,7 @@ static void attach_reopen(struct tc_task *t)
         attach_finish(op, err);
         return;
     }
-    uint64_t lost = lost_sectors(old);
+    uint64_t lost = lost_sectors(&old->lost);
     if (old->state_path) {
         free(vol->attach_state_file);
         vol->attach_state_file = tc_xstrdup(old->state_path);
@@ -282,7 +282,7 @@ static void attach_reopen(struct tc_task *t)
             vol->detached = false;
             vol->mode = op->mode;
             tc_info("cache attached again (%u device%s, empty%s): mode %s", c->ndevs,
-                    c->ndevs == 1 ? "" : "s", lost_sectors(c) ? ", lost sectors kept" : "",
+                    c->ndevs == 1 ? "" : "s", lost_sectors(&c->lost) ? ", lost sectors kept" : "",
                     tc_mode_name(vol->mode));
             attach_finish(op, 0);
             return;

@@ -82,7 +82,7 @@ static void collect_cached(struct bstatus *st)
         uint32_t id = index_lookup(&c->idx, b);
         if (id != NIL)
             ce_get_masks(&c->idx, id, &m, NULL);
-        if (lost_get(c, b, &lost))
+        if (lost_get(&c->lost, b, &lost))
             mask_or(&m, &lost);
         unsigned s, t;
         for (s = 0; mask_next_run(&m, c->spb, &s, &t); s = t) {

@@ -670,7 +670,7 @@ static void drain_synced(struct log_waiter *w, int err)
         c->tail_seq = c->next_seq;
         /* The lost set outlives the emptied log: its records go again
          * into the group that stays live. */
-        lost_foreach(c, lost_reappend, c);
+        lost_foreach(&c->lost, lost_reappend, c);
         log_seal_all(c, true);
         log_sync(c, &x->w);
         return;
@@ -860,7 +860,7 @@ void cache_free(struct cache *c)
     writeback_fini(c);
     if (c->reactor)
         timer_cancel(c->reactor, &c->state_timer);
-    lost_fini(c);
+    lost_free(&c->lost);
     free(c->state_path);
     free(c->damage);
     readahead_fini(c);
@@ -1003,8 +1003,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "cache_read_errors", s->cache_read_errors);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
-    json_uint(j, "lost_sectors_unreadable", lost_sectors(c));
-    json_uint(j, "lost_bytes", lost_sectors(c) * TC_SECTOR);
+    json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->lost));
+    json_uint(j, "lost_bytes", lost_sectors(&c->lost) * TC_SECTOR);
     abandon_status_json(c, j);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);

@@ -42,6 +42,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/engine.h"
+#include "engine/lost.h"
 #include "engine/mask.h"
 #include "format/ondisk.h"
 #include "io/dev.h"
@@ -346,7 +347,6 @@ struct cache_stats {
 
 struct blocklocks;
 struct wpiece;
-struct lost;
 
 struct writeback;
 struct cleaner;
@@ -412,7 +412,7 @@ struct cache {
     int log_error;                  /* first cache write error, reported to syncs */
     struct cache_stats st;
     struct budget budget;
-    struct lost *lost;              /* lost.c: dirty sectors lost with a device */
+    struct lost lost;               /* lost.h: dirty sectors lost with a device */
     uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
     bool offline;                   /* check and dump: read only, no background work */
     char *damage;                   /* recovery: damaged durable summaries, one a line
@@ -482,30 +482,20 @@ void abandon_close(struct cache *c);
 bool abandon_idle(struct cache *c);
 struct tc_json;
 void abandon_status_json(struct cache *c, struct tc_json *j);
-/* lost.c: a request on the origin path while the cache is failed or
- * detached: reads of lost sectors fail with EIO; writes clear them. */
+/* lostlog.c: the cache's side of the lost set (lost.h, c->lost) */
+/* A request on the origin path while the cache is failed or detached:
+ * reads of lost sectors fail with EIO; writes clear them. */
 void lost_passthrough(struct ereq *e);
-bool lost_overlaps(struct cache *c, uint64_t off, uint64_t len);
 /* 0, or -EIO once after acknowledged data was lost (for a flush). */
 int lost_flush_result(struct cache *c);
-
-/* lost.c: sectors whose dirty data was lost; reads of them fail with EIO */
-bool lost_get(struct cache *c, uint64_t oblock, struct tc_mask *mask);
-/* The sectors the durable records must still call lost: lost now, or
- * written again by a write not yet known durable (abandon.c). */
-bool lost_get_persisted(struct cache *c, uint64_t oblock, struct tc_mask *mask);
-bool lost_unsettled(struct cache *c);
-void lost_settle_begin(struct cache *c);
-void lost_settle_end(struct cache *c, bool ok);
-void lost_set(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
+/* Record durably (in the log) that these sectors of the block are lost now. */
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
-void lost_clear(struct cache *c, uint64_t oblock, const struct tc_mask *written);
-void lost_clear_range(struct cache *c, uint64_t off, uint64_t len);
-uint64_t lost_sectors(struct cache *c);
-/* Every block the durable records must call lost, with lost_get_persisted's mask. */
-void lost_foreach(struct cache *c, void (*fn)(void *arg, uint64_t oblock, const struct tc_mask *m),
-                  void *arg);
-void lost_fini(struct cache *c);
+/* Written again: no longer lost (lost_clear()), and the state file told. */
+void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written);
+void lost_written_range(struct cache *c, uint64_t off, uint64_t len);
+/* A settle (abandon.c) ended: lost_settle_end(), and the log records the
+ * blocks' new lost sectors unless the cache is abandoned. */
+void lost_settle_done(struct cache *c, bool ok);
 
 /* failure.c: a cache device that fails */
 void cache_device_error(struct cache *c, unsigned d, int err, bool write);

@@ -323,7 +323,7 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
         problem(r, "log: %llu chunk entries are malformed and were ignored",
                 (unsigned long long)c->st.recovery_malformed);
     struct check_state st = { .c = c, .r = r };
-    lost_foreach(c, report_lost, &st);
+    lost_foreach(&c->lost, report_lost, &st);
     r->unflushed_entries = c->st.recovery_unflushed;
     r->groups = c->ngroups;
     r->segments = c->nsegs;

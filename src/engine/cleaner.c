@@ -366,7 +366,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             /* Still lost (or cleared by a write not yet durable): the
              * record must outlive its group. */
             struct tc_mask m;
-            if (lost_get_persisted(c, e.oblock, &m)) {
+            if (lost_get_persisted(&c->lost, e.oblock, &m)) {
                 struct append a = { .oblock = e.oblock, .type = TC_ENTRY_LOST, .valid = m,
                                     .use_reserve = true };
                 log_append(c, &a, NULL, NULL, NULL, NULL, NULL);

@@ -188,7 +188,7 @@ static bool all_cached(struct cache *c, uint64_t off, uint64_t len)
         struct tc_mask v, full;
         ce_get_masks(&c->idx, id, &v, NULL);
         mask_range(&full, 0, c->spb);
-        if (!mask_covers(&v, &full) || lost_get(c, b, NULL))
+        if (!mask_covers(&v, &full) || lost_get(&c->lost, b, NULL))
             return false;
     }
     return true;

@@ -293,7 +293,7 @@ static void classify_and_issue(struct rreq *r)
         off = pend;
         struct tc_mask want, lost;
         mask_range(&want, p->s0, p->s1);
-        if (lost_get(c, p->oblock, &lost)) {
+        if (lost_get(&c->lost, p->oblock, &lost)) {
             mask_and(&lost, &want);
             if (!mask_empty(&lost) && r->err == 0) {
                 /* Dirty data lost with a failed device: never the origin's
@@ -391,7 +391,7 @@ static void fill(struct rreq *r, struct rpiece *p)
     else
         mask_range(&stored, p->s0, p->s1);
     mask_andnot(&stored, &valid);
-    if (lost_get(c, p->oblock, &lost))
+    if (lost_get(&c->lost, p->oblock, &lost))
         mask_andnot(&stored, &lost);
     if (mask_empty(&stored))
         return;
@@ -459,7 +459,7 @@ static void finish(struct rreq *r)
     }
     /* A device failed while the read ran, losing dirty data it needed:
      * what was gathered meanwhile may be the origin's older copy. */
-    if (r->err == 0 && lost_overlaps(c, e->off, e->len))
+    if (r->err == 0 && lost_overlaps(&c->lost, c->block_size, e->off, e->len))
         r->err = -EIO;
     if (r->err == 0)
         for (unsigned i = 0; i < r->np; i++)

@@ -529,9 +529,9 @@ static void apply(struct recovery *rc)
             }
             bool fresh = id == NIL;
             struct tc_mask lm;
-            if (lost_get(c, r->oblock, &lm)) {
+            if (lost_get(&c->lost, r->oblock, &lm)) {
                 mask_andnot(&lm, &r->valid);    /* written again after the loss */
-                lost_set(c, r->oblock, &lm);
+                lost_set(&c->lost, r->oblock, &lm);
             }
             id = cache_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
                                     0, false);
@@ -544,7 +544,7 @@ static void apply(struct recovery *rc)
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
             cache_drop(c, r->oblock);
         } else if (r->type == TC_ENTRY_LOST) {
-            lost_set(c, r->oblock, &r->valid);
+            lost_set(&c->lost, r->oblock, &r->valid);
         } else {
             apply_clean(rc, r);
         }

@@ -128,7 +128,7 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
      * they are reported lost (a reformat would otherwise let their older
      * origin data be read as current). */
     struct lost_report lr = { r, c };
-    lost_foreach(c, report_lost_set, &lr);
+    lost_foreach(&c->lost, report_lost_set, &lr);
     /* Ascending origin order: the dirty bitmap. */
     for (uint64_t b = 0; b < c->nblocks_origin; b++) {
         if (!((c->dirty_bits[b / 64] >> (b % 64)) & 1))
@@ -152,7 +152,7 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
         }
         r->dirty_sectors += mask_count(&d);
         struct tc_mask lost;
-        if (lost_get(c, b, &lost)) {    /* reported above */
+        if (lost_get(&c->lost, b, &lost)) {    /* reported above */
             mask_andnot(&safe, &lost);
             mask_andnot(&unsafe, &lost);
         }

@@ -685,7 +685,7 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "unaligned_writes", vol->stats.unaligned_writes);
     json_uint(j, "errors", vol->stats.errors);
     /* Also after detach, when the cache's own figures are gone. */
-    json_uint(j, "lost_bytes", vol->cache ? lost_sectors(vol->cache) * TC_SECTOR : 0);
+    json_uint(j, "lost_bytes", vol->cache ? lost_sectors(&vol->cache->lost) * TC_SECTOR : 0);
     tc_volume_settings_json(vol, j);
     dev_json(vol, j, "origin", vol->origin);
     if (vol->cache && !vol->detached)

@@ -235,7 +235,7 @@ static void piece_done(struct wpiece *p, int err)
     if (err == 0 && p->mode != W_DISCARD) {
         struct tc_mask m;
         mask_range(&m, p->s0, p->s1);
-        lost_clear(c, p->oblock, &m);
+        lost_written(c, p->oblock, &m);
     }
     if (p->old) {
         bufpool_put(p->old, p->old_size);
@@ -889,7 +889,7 @@ static void discard_origin_done(struct tc_dev_io *dio, int err)
     struct wreq *w = container_of(dio, struct wreq, odio);
     owrite_end(w->c->locks, &w->ow);
     if (err == 0 && w->e->op == TC_OP_WRITE_ZEROES)
-        lost_clear_range(w->c, w->e->off, w->e->len);
+        lost_written_range(w->c, w->e->off, w->e->len);
     if (err && w->err == 0)
         w->err = err;
     request_maybe_end(w);

@@ -1,0 +1,170 @@
+/*
+ * The cache's side of the lost set (lost.h: the set itself, c->lost): a
+ * loss recorded in the log, a clear told to the state file, the log
+ * records that follow a settle, the EIO a flush reports after a loss, and
+ * the requests that reach the origin directly once the cache has failed
+ * or is detached.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "engine/blocklock.h"
+#include "engine/cache.h"
+#include "engine/lost.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+/* Record durably that these sectors of the block are lost now. */
+void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
+{
+    struct tc_mask m;
+    if (!lost_get(&c->lost, oblock, &m))
+        mask_clear(&m);
+    mask_or(&m, mask);
+    lost_set(&c->lost, oblock, &m);
+    c->lost_events++;
+    lost_get_persisted(&c->lost, oblock, &m);
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
+                        .use_reserve = true, .urgent = true };
+    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* Written again: these sectors are no longer lost.  Reads see it at once;
+ * the durable records follow once the write is durable (abandon.c). */
+void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written)
+{
+    if (lost_clear(&c->lost, oblock, written))
+        abandon_lost_changed(c);
+}
+
+/* A write of [off, off + len) reached the volume: its sectors are no
+ * longer lost. */
+void lost_written_range(struct cache *c, uint64_t off, uint64_t len)
+{
+    if (lost_clear_range(&c->lost, c->block_size, off, len))
+        abandon_lost_changed(c);
+}
+
+static void settled(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct cache *c = arg;
+    if (c->abandoned)
+        return;
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
+                        .use_reserve = true, .urgent = true };
+    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* A settle completed (ok) or failed (the clears wait for the next one).
+ * Once durable, the log records the blocks' new lost sectors (when it is
+ * still written: not abandoned). */
+void lost_settle_done(struct cache *c, bool ok)
+{
+    lost_settle_end(&c->lost, ok, settled, c);
+}
+
+/* A flush reports the acknowledged data lost since the previous flush
+ * returned: once, as EIO (a client must not take its writes for durable
+ * when some were lost before the flush could make them so). */
+int lost_flush_result(struct cache *c)
+{
+    if (c->lost_events == c->lost_events_reported)
+        return 0;
+    c->lost_events_reported = c->lost_events;
+    tc_error("flush fails with EIO: acknowledged writes were lost with the cache since the "
+             "previous flush (%llu lost sectors now unreadable)",
+             (unsigned long long)lost_sectors(&c->lost));
+    return -EIO;
+}
+
+static void passthrough_flushed(struct ereq *e)
+{
+    if (e->err == 0)
+        e->err = lost_flush_result(e->vol->cache);
+    e->complete = e->lost_next;
+    e->complete(e);
+}
+
+static void passthrough_written(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    if (e->err == 0)
+        lost_written_range(c, e->off, e->len);
+    e->complete = e->lost_next;
+    e->complete(e);
+}
+
+/*
+ * A write-back job that read its block before the cache failed may still
+ * write it to the origin afterwards.  Its version is older than any write
+ * a client sends once the cache is gone (that data was recorded lost), so
+ * such a write must not be issued beside it: the origin may complete the
+ * two in either order.  It waits until the block has no write-back in
+ * flight, then goes on.
+ */
+struct wb_wait {
+    struct block_waiter w;
+    struct ereq *e;
+};
+
+static void writeback_waited(struct block_waiter *bw)
+{
+    struct wb_wait *x = container_of(bw, struct wb_wait, w);
+    struct ereq *e = x->e;
+    free(x);
+    lost_passthrough(e);
+}
+
+static bool wait_for_writebacks(struct cache *c, struct ereq *e)
+{
+    uint64_t b0 = e->off / c->block_size;
+    uint64_t b1 = (e->off + e->len + c->block_size - 1) / c->block_size;
+    for (uint64_t b = b0; b < b1; b++) {
+        if (block_wait_wb_free(c->locks, b))
+            continue;
+        struct wb_wait *x = tc_xcalloc(1, sizeof *x);
+        x->w.fn = writeback_waited;
+        x->e = e;
+        if (block_wait_wb(c->locks, b, &x->w)) {   /* cannot be, but then: go on */
+            free(x);
+            continue;
+        }
+        return true;
+    }
+    return false;
+}
+
+void lost_passthrough(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    bool write = e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES || e->op == TC_OP_TRIM;
+    if (e->op == TC_OP_READ && lost_overlaps(&c->lost, c->block_size, e->off, e->len)) {
+        /* Its newest version was lost with the cache: never the origin's
+         * older one in its place. */
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
+    if (write && c->abandon_unrecorded) {
+        /* No durable record says the cache's log is stale: a write that
+         * reached only the origin could be undone by the log at the next
+         * start (abandon.c). */
+        tc_error("write of origin bytes %llu..%llu refused: the abandonment of the cache is "
+                 "not recorded yet (state file %s)", (unsigned long long)e->off,
+                 (unsigned long long)(e->off + e->len - 1), c->state_path);
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
+    if (write && wait_for_writebacks(c, e))
+        return;
+    if (e->op == TC_OP_FLUSH) {
+        e->lost_next = e->complete;
+        e->complete = passthrough_flushed;
+    }
+    if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) && lost_sectors(&c->lost) > 0) {
+        e->lost_next = e->complete;
+        e->complete = passthrough_written;
+    }
+    passthrough_submit(e);
+}
