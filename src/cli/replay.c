@@ -353,6 +353,19 @@ static bool have_gnuplot(void)
     return found;
 }
 
+/* Where the plot of the curve in csv goes (csv with .png for .csv), if
+ * gnuplot exists to draw it. */
+static bool png_beside(const char *csv, char *png, size_t size)
+{
+    if (!have_gnuplot())
+        return false;
+    size_t len = strlen(csv);
+    if (len > 4 && strcmp(csv + len - 4, ".csv") == 0)
+        len -= 4;
+    snprintf(png, size, "%.*s.png", (int)len, csv);
+    return true;
+}
+
 /* Writes OUT.png (OUT's .csv suffix replaced) with gnuplot; false if
  * gnuplot failed. */
 static bool plot_curve(const char *csv, const char *png, const char *trace, double rate)
@@ -420,11 +433,7 @@ static int run_mrc(struct replay_args *a)
             fprintf(f, "%llu,%.6f\n", (unsigned long long)sizes[i], miss[i]);
         if (fclose(f) != 0)
             tc_die(1, "%s: %s", a->csv, strerror(errno));
-        if (have_gnuplot()) {
-            size_t len = strlen(a->csv);
-            if (len > 4 && strcmp(a->csv + len - 4, ".csv") == 0)
-                len -= 4;
-            snprintf(png, sizeof png, "%.*s.png", (int)len, a->csv);
+        if (png_beside(a->csv, png, sizeof png)) {
             if (!plot_curve(a->csv, png, a->t.path, a->rate)) {
                 fprintf(stderr, "tiercache: gnuplot could not plot %s\n", png);
                 png[0] = 0;
@@ -604,11 +613,7 @@ static int run_mini(struct replay_args *a)
             }
         if (fclose(f) != 0)
             tc_die(1, "%s: %s", a->csv, strerror(errno));
-        if (have_gnuplot()) {
-            size_t len = strlen(a->csv);
-            if (len > 4 && strcmp(a->csv + len - 4, ".csv") == 0)
-                len -= 4;
-            snprintf(png, sizeof png, "%.*s.png", (int)len, a->csv);
+        if (png_beside(a->csv, png, sizeof png)) {
             mini_plot(a, cv, a->npolicies, png, a->rate);
             if (access(png, F_OK) != 0)
                 png[0] = 0;
