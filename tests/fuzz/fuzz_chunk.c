@@ -32,6 +32,7 @@
 #include "format/ondisk.h"
 #include "util/crc32c.h"
 #include "util/misc.h"
+#include "../common/chunk_equal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -74,25 +75,6 @@ static void fix_crc(uint8_t *buf, size_t len)
 {
     le32_put(buf + CH_OFF_CRC, 0);
     le32_put(buf + CH_OFF_CRC, tc_crc32c(0, buf, len));
-}
-
-static bool same_header(const struct tc_chunk_header *a, const struct tc_chunk_header *b)
-{
-    return memcmp(a->set_uuid, b->set_uuid, 16) == 0 && a->group_seq == b->group_seq &&
-           a->chunk_seq == b->chunk_seq && a->tail_seq == b->tail_seq &&
-           a->wt_stable_seq == b->wt_stable_seq && a->segment == b->segment &&
-           a->chunk_sector == b->chunk_sector && a->hdr_sectors == b->hdr_sectors &&
-           a->flags == b->flags && a->data_sectors == b->data_sectors &&
-           a->nr_entries == b->nr_entries && a->written_ns == b->written_ns &&
-           a->flushed_seq == b->flushed_seq;
-}
-
-static bool same_entry(const struct tc_entry *a, const struct tc_entry *b)
-{
-    return a->oblock == b->oblock && a->seq == b->seq && a->type == b->type &&
-           a->flags == b->flags && a->data_sector == b->data_sector && a->target == b->target &&
-           memcmp(&a->valid, &b->valid, sizeof a->valid) == 0 &&
-           memcmp(&a->dirty, &b->dirty, sizeof a->dirty) == 0;
 }
 
 /* Decode every entry and CRC of an accepted header; round trip if all

@@ -20,6 +20,7 @@
 #include "util/crc32c.h"
 #include "util/misc.h"
 
+#include "../common/chunk_equal.h"
 #include "check.h"
 
 #define SEG_SECTORS 1024u
@@ -85,25 +86,6 @@ static void make_sample(struct sample *s, unsigned spb)
         s->crcs[i] = 0x9E3779B9u * (i + 1);
     size_t bytes = tc_chunk_header_bytes(spb, n, data);
     s->h.hdr_sectors = (uint16_t)((bytes + 4095) / 4096);
-}
-
-static bool same_entry(const struct tc_entry *a, const struct tc_entry *b)
-{
-    return a->oblock == b->oblock && a->seq == b->seq && a->type == b->type &&
-           a->flags == b->flags && a->data_sector == b->data_sector && a->target == b->target &&
-           memcmp(&a->valid, &b->valid, sizeof a->valid) == 0 &&
-           memcmp(&a->dirty, &b->dirty, sizeof a->dirty) == 0;
-}
-
-static bool same_header(const struct tc_chunk_header *a, const struct tc_chunk_header *b)
-{
-    return memcmp(a->set_uuid, b->set_uuid, 16) == 0 && a->group_seq == b->group_seq &&
-           a->chunk_seq == b->chunk_seq && a->tail_seq == b->tail_seq &&
-           a->wt_stable_seq == b->wt_stable_seq && a->segment == b->segment &&
-           a->chunk_sector == b->chunk_sector && a->hdr_sectors == b->hdr_sectors &&
-           a->flags == b->flags && a->data_sectors == b->data_sectors &&
-           a->nr_entries == b->nr_entries && a->written_ns == b->written_ns &&
-           a->flushed_seq == b->flushed_seq;
 }
 
 static int decode(unsigned spb, struct tc_chunk_header *out)

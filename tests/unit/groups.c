@@ -27,7 +27,10 @@
 static const uint32_t dev_segs[] = { 5, 3, 4 };
 #define NSEGS 12u
 
-static struct cache *make_cache(void)
+/* A cache of the devices in dev_segs with its segment table and an empty
+ * group ring, before any segment is put on a free stack (as recovery
+ * finds it). */
+static struct cache *make_bare_cache(void)
 {
     struct cache *c = calloc(1, sizeof *c);
     if (c == NULL)
@@ -45,6 +48,13 @@ static struct cache *make_cache(void)
     c->seg_sectors = 256;
     verify_init(c, 1u << 20);
     space_init(c);
+    return c;
+}
+
+/* The same with every segment free. */
+static struct cache *make_cache(void)
+{
+    struct cache *c = make_bare_cache();
     space_collect_free(c);
     return c;
 }
@@ -235,19 +245,7 @@ static void check_wrap(void)
 static void check_push(void)
 {
     printf("recovery: space_push_group() appends at the newest end\n");
-    struct cache *c = calloc(1, sizeof *c);
-    if (c == NULL)
-        abort();
-    c->ndevs = TC_ARRAY_SIZE(dev_segs);
-    uint32_t first = 0;
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        c->devs[d].first_seg = first;
-        c->devs[d].nsegs = dev_segs[d];
-        first += dev_segs[d];
-    }
-    c->nsegs = first;
-    verify_init(c, 1u << 20);
-    space_init(c);
+    struct cache *c = make_bare_cache();
     /* Groups found on the devices, oldest first: 10 {2, 6}, 11 {9}. */
     uint32_t a = space_push_group(c, 10);
     space_group_add_seg(c, a, 2);
