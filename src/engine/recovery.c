@@ -72,6 +72,9 @@ struct recovery {
     uint32_t *stop;                 /* per segment: where its walk failed, or ~0 */
     uint64_t *last_chunk;           /* per segment: chunk sequence of its last good chunk */
     uint64_t damage_group;          /* the group of the damage being reported (~0: unknown) */
+    struct walk *walks;             /* per segment: its walk (step 1) */
+    uint64_t **cseq;                /* per segment: the chunk sequence of each chunk found */
+    uint32_t *cseq_cap;
 };
 
 static void add_rec(struct recovery *rc, const struct rec *r)
@@ -117,67 +120,6 @@ static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uin
                strerror(-err));
 }
 
-/* Step 1 for one segment, from sector at of its incarnation seq (0: take
- * the first chunk's).  Headers are checked here; entries come later.
- * Records where and why the walk stopped, for find_damage(). */
-static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t seq)
-{
-    struct cache *c = rc->c;
-    struct segment *sg = SEG(c, s);
-    struct tc_dev *dev = SEG_DEV(c, s)->dev;
-    uint64_t base = seg_dev_offset(c, s);
-    size_t hlen = (size_t)TC_MAX_HDR_SECTORS * TC_SECTOR;
-    bool failed = false, io_failed = false;
-    while (at + 1 < c->seg_sectors) {
-        size_t len = TC_MIN(hlen, (size_t)(c->seg_sectors - at) * TC_SECTOR);
-        int err = dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, len, 0);
-        if (err) {
-            read_failed(rc, dev, s, seq, base + (uint64_t)at * TC_SECTOR, len, err);
-            failed = io_failed = true;
-            break;
-        }
-        struct tc_chunk_header h;
-        char why[128];
-        if (chunk_decode(rc->hdr, len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
-                         sizeof why) < 0) {
-            failed = true;
-            break;
-        }
-        if (h.segment != s || h.chunk_sector != at || (seq && h.group_seq != seq)) {
-            failed = true;
-            break;
-        }
-        seq = h.group_seq;
-        rc->last_chunk[s] = h.chunk_seq;
-        segment_add_chunk(c, s, at, h.hdr_sectors, h.data_sectors);
-        rc->chunks++;
-        if (h.chunk_seq > rc->max_chunk_seq) {
-            rc->max_chunk_seq = h.chunk_seq;
-            rc->tail_seq = h.tail_seq;
-            rc->wt_stable = h.wt_stable_seq;
-            rc->clean_stop = h.flags & TC_CHUNK_CLEAN_STOP;
-            rc->clean_from = h.flushed_seq;
-        }
-        if (h.flushed_seq > rc->durable)
-            rc->durable = h.flushed_seq;
-        if (h.group_seq > rc->max_seq)
-            rc->max_seq = h.group_seq;
-        /* Keep the header for step 4 in the segment's chunk list order. */
-        at += h.hdr_sectors + h.data_sectors;
-        if (h.flags & TC_CHUNK_CLOSED) {
-            failed = false;
-            break;
-        }
-    }
-    sg->seq = seq;
-    sg->fill = at;
-    /* A read error is reported already: find_damage() need not judge it. */
-    rc->stop[s] = failed && !io_failed ? at : UINT32_MAX;
-    if (c->trace_block == UINT64_MAX - 1 && seq)
-        tc_info("trace recovery: segment %u: group %llu, %u chunks, fill %u", s,
-                (unsigned long long)seq, sg->nchunks, at);
-}
-
 static void add_damage(struct recovery *rc, const char *fmt, ...)
 {
     struct cache *c = rc->c;
@@ -208,6 +150,230 @@ static void add_damage(struct recovery *rc, const char *fmt, ...)
     memcpy(c->damage + old, line, strlen(line));
     c->damage[old + strlen(line)] = '\n';
     c->damage[old + strlen(line) + 1] = 0;
+}
+
+/*
+ * Reads in parallel.  Start reads one header per chunk of the log, and a
+ * device answers a read in 50-200 us: one read at a time, that latency
+ * is the start time of a large cache.  So the walks of all segments go on
+ * side by side (within a segment they cannot: a header says where the
+ * next one is), and the entries' pass reads ahead of the chunk it
+ * applies.  Completions are only collected as they come; what was read is
+ * judged by the same code, in the same order, as one read at a time
+ * would judge it: walk_step() for the walks, segment by segment; the
+ * entries strictly in the order of the live segments and their chunks.
+ */
+enum {
+    RECOVERY_DEPTH = 64,                    /* reads in flight */
+    RECOVERY_DATA_INFLIGHT = 64u << 20,     /* bytes of chunk data in flight */
+};
+
+/* One segment's walk (step 1): where it is, and where and how it ended. */
+struct walk {
+    uint64_t seq;               /* the incarnation's group (0: none found yet) */
+    uint32_t at;                /* sector of the next header */
+    int err;                    /* the read at `at` failed with this */
+    bool stopped;               /* on a header that does not check (not closed, not the end) */
+    /* The header it stopped on, the fields find_damage() judges it by. */
+    uint8_t bad_marks, bad_uuid_diff;
+    uint64_t bad_group, bad_chunk;
+};
+
+/* The length of the header read at w->at; 0 when the segment ends there. */
+static size_t walk_len(const struct cache *c, const struct walk *w)
+{
+    if (w->err || w->stopped || w->at + 1 >= c->seg_sectors)
+        return 0;
+    return TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - w->at)) * TC_SECTOR;
+}
+
+static void walk_remember_bad(struct recovery *rc, uint32_t s, struct walk *w, const uint8_t *b)
+{
+    w->stopped = true;
+    w->bad_group = le64_get(b + CH_OFF_GROUP_SEQ);
+    w->bad_chunk = le64_get(b + CH_OFF_CHUNK_SEQ);
+    w->bad_marks = (le64_get(b + CH_OFF_MAGIC) == TC_CHUNK_MAGIC) +
+                   (le32_get(b + CH_OFF_SEGMENT) == s) +
+                   (le32_get(b + CH_OFF_CHUNK_SECTOR) == w->at);
+    unsigned diff = 0;
+    for (unsigned i = 0; i < 16; i++)
+        diff += b[CH_OFF_SET_UUID + i] != rc->c->set_uuid[i];
+    w->bad_uuid_diff = (uint8_t)diff;
+}
+
+/* The chunk sequence of each chunk a walk found, by its index in the
+ * segment's chunk list: the entries' pass reads a chunk's data with its
+ * header when the chunk may be torn, which its sequence tells. */
+static void note_chunk_seq(struct recovery *rc, uint32_t s, uint32_t k, uint64_t chunk_seq)
+{
+    if (k >= rc->cseq_cap[s]) {
+        uint32_t cap = rc->cseq_cap[s] ? rc->cseq_cap[s] * 2 : 8;
+        while (cap <= k)
+            cap *= 2;
+        rc->cseq[s] = realloc(rc->cseq[s], (size_t)cap * sizeof **rc->cseq);
+        if (rc->cseq[s] == NULL)
+            abort();
+        rc->cseq_cap[s] = cap;
+    }
+    rc->cseq[s][k] = chunk_seq;
+}
+
+/* Step 1 for the header read at w->at: false when the walk ends there. */
+static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uint8_t *hdr,
+                      size_t len)
+{
+    struct cache *c = rc->c;
+    struct tc_chunk_header h;
+    char why[128];
+    if (chunk_decode(hdr, len, c->set_uuid, c->spb, c->seg_sectors, &h, why, sizeof why) < 0 ||
+        h.segment != s || h.chunk_sector != w->at || (w->seq && h.group_seq != w->seq)) {
+        walk_remember_bad(rc, s, w, hdr);
+        return false;
+    }
+    w->seq = h.group_seq;
+    rc->last_chunk[s] = h.chunk_seq;
+    segment_add_chunk(c, s, w->at, h.hdr_sectors, h.data_sectors);
+    note_chunk_seq(rc, s, SEG(c, s)->nchunks - 1, h.chunk_seq);
+    rc->chunks++;
+    if (h.chunk_seq > rc->max_chunk_seq) {
+        rc->max_chunk_seq = h.chunk_seq;
+        rc->tail_seq = h.tail_seq;
+        rc->wt_stable = h.wt_stable_seq;
+        rc->clean_stop = h.flags & TC_CHUNK_CLEAN_STOP;
+        rc->clean_from = h.flushed_seq;
+    }
+    if (h.flushed_seq > rc->durable)
+        rc->durable = h.flushed_seq;
+    if (h.group_seq > rc->max_seq)
+        rc->max_seq = h.group_seq;
+    w->at += h.hdr_sectors + h.data_sectors;
+    return !(h.flags & TC_CHUNK_CLOSED);
+}
+
+/* The end of a segment's walk: its group and fill, and where find_damage()
+ * should look (a read error is reported here: find_damage() need not
+ * judge it). */
+static void walk_finish(struct recovery *rc, uint32_t s, struct walk *w)
+{
+    struct cache *c = rc->c;
+    struct segment *sg = SEG(c, s);
+    sg->seq = w->seq;
+    sg->fill = w->at;
+    rc->stop[s] = w->stopped ? w->at : UINT32_MAX;
+    if (w->err) {
+        struct tc_dev *dev = SEG_DEV(c, s)->dev;
+        uint64_t off = seg_dev_offset(c, s) + (uint64_t)w->at * TC_SECTOR;
+        size_t len = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - w->at)) *
+                     TC_SECTOR;
+        read_failed(rc, dev, s, w->seq, off, len, w->err);
+    }
+    if (c->trace_block == UINT64_MAX - 1 && w->seq)
+        tc_info("trace recovery: segment %u: group %llu, %u chunks, fill %u", s,
+                (unsigned long long)w->seq, sg->nchunks, w->at);
+}
+
+/* Step 1 for one segment, one read at a time, from sector at of its
+ * incarnation seq (0: take the first header's): find_damage() resumes a
+ * walk past damage with it. */
+static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t seq)
+{
+    struct cache *c = rc->c;
+    struct walk *w = &rc->walks[s];
+    *w = (struct walk){ .seq = seq, .at = at };
+    size_t len;
+    while ((len = walk_len(c, w)) > 0) {
+        int err = dev_sync_io(SEG_DEV(c, s)->dev, TC_DEV_READ, rc->hdr,
+                              seg_dev_offset(c, s) + (uint64_t)w->at * TC_SECTOR, len, 0);
+        if (err) {
+            w->err = err;
+            break;
+        }
+        if (!walk_step(rc, s, w, rc->hdr, len))
+            break;
+    }
+    walk_finish(rc, s, w);
+}
+
+struct walk_slot {
+    struct tc_dev_io dio;
+    uint8_t *buf;
+    uint32_t s;                 /* the segment walked (UINT32_MAX: free) */
+    bool done;
+    int err;
+};
+
+static void walk_read_done(struct tc_dev_io *dio, int err)
+{
+    struct walk_slot *sl = container_of(dio, struct walk_slot, dio);
+    sl->done = true;
+    sl->err = err;
+}
+
+static void walk_submit(struct cache *c, struct walk_slot *sl, const struct walk *w, size_t len)
+{
+    memset(&sl->dio, 0, sizeof sl->dio);
+    sl->dio.op = TC_DEV_READ;
+    sl->dio.buf = sl->buf;
+    sl->dio.off = seg_dev_offset(c, sl->s) + (uint64_t)w->at * TC_SECTOR;
+    sl->dio.len = len;
+    sl->dio.cb = walk_read_done;
+    sl->done = false;
+    dev_submit(SEG_DEV(c, sl->s)->dev, &sl->dio);
+}
+
+/* Step 1 for every segment, RECOVERY_DEPTH walks at a time; then each
+ * walk's end, in segment order. */
+static void walk_all(struct recovery *rc)
+{
+    struct cache *c = rc->c;
+    struct walk_slot slots[RECOVERY_DEPTH];
+    size_t hlen = (size_t)TC_MAX_HDR_SECTORS * TC_SECTOR;
+    for (unsigned i = 0; i < RECOVERY_DEPTH; i++) {
+        slots[i].buf = tc_alloc_aligned(hlen);
+        slots[i].s = UINT32_MAX;
+    }
+    uint32_t next = 0;
+    unsigned busy = 0;
+    for (;;) {
+        for (unsigned i = 0; i < RECOVERY_DEPTH && next < c->nsegs; i++) {
+            if (slots[i].s != UINT32_MAX)
+                continue;
+            while (next < c->nsegs) {
+                uint32_t s = next++;
+                rc->walks[s] = (struct walk){ 0 };
+                size_t len = walk_len(c, &rc->walks[s]);
+                if (len > 0) {
+                    slots[i].s = s;
+                    walk_submit(c, &slots[i], &rc->walks[s], len);
+                    busy++;
+                    break;
+                }
+            }
+        }
+        if (busy == 0)
+            break;
+        reactor_poll(c->reactor, 100000000ull);
+        for (unsigned i = 0; i < RECOVERY_DEPTH; i++) {
+            struct walk_slot *sl = &slots[i];
+            if (sl->s == UINT32_MAX || !sl->done)
+                continue;
+            struct walk *w = &rc->walks[sl->s];
+            size_t len = sl->dio.len;
+            busy--;
+            if (sl->err)
+                w->err = sl->err;
+            else if (walk_step(rc, sl->s, w, sl->buf, len) && (len = walk_len(c, w)) > 0) {
+                walk_submit(c, sl, w, len);
+                busy++;
+                continue;
+            }
+            sl->s = UINT32_MAX;
+        }
+    }
+    for (unsigned i = 0; i < RECOVERY_DEPTH; i++)
+        free(slots[i].buf);
+    for (uint32_t s = 0; s < c->nsegs; s++)
+        walk_finish(rc, s, &rc->walks[s]);
 }
 
 /*
@@ -267,28 +433,17 @@ static void find_damage(struct recovery *rc, uint32_t s)
         return;
     if (seq && seq < rc->tail_seq)
         return;                         /* a free segment: nothing in it counts */
-    size_t hlen = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - at)) * TC_SECTOR;
-    int rerr = dev_sync_io(dev, TC_DEV_READ, rc->hdr, base + (uint64_t)at * TC_SECTOR, hlen, 0);
-    if (rerr) {
-        read_failed(rc, dev, s, seq, base + (uint64_t)at * TC_SECTOR, hlen, rerr);
-        rc->stop[s] = UINT32_MAX;
-        return;
-    }
-    const uint8_t *b = rc->hdr;
-    uint64_t claimed_group = le64_get(b + CH_OFF_GROUP_SEQ);
-    uint64_t claimed_chunk = le64_get(b + CH_OFF_CHUNK_SEQ);
-    unsigned marks = (le64_get(b + CH_OFF_MAGIC) == TC_CHUNK_MAGIC) +
-                     (le32_get(b + CH_OFF_SEGMENT) == s) +
-                     (le32_get(b + CH_OFF_CHUNK_SECTOR) == at);
+    /* The header the walk stopped on, as it read it. */
+    const struct walk *w = &rc->walks[s];
+    uint64_t claimed_group = w->bad_group;
+    uint64_t claimed_chunk = w->bad_chunk;
+    unsigned marks = w->bad_marks;
     /* A header of another cache set (the device was formatted again with
      * --force, which leaves old chunks in place): a leftover, never
      * damage of ours, even when its group number falls in our live range
      * -- as in a segment of a live group on a device that failed before
      * writing it.  Damage flips a few bytes, not a whole set UUID. */
-    unsigned uuid_diff = 0;
-    for (unsigned i = 0; i < 16; i++)
-        uuid_diff += b[CH_OFF_SET_UUID + i] != c->set_uuid[i];
-    if (uuid_diff > 4)
+    if (w->bad_uuid_diff > 4)
         return;
     /* Ours: its group, or (the group field damaged) a chunk sequence past
      * the segment's last good chunk -- a leftover of an older incarnation
@@ -372,76 +527,183 @@ static void find_damage(struct recovery *rc, uint32_t s)
     }
 }
 
-/* Steps 3 and 4's input: the entries of one live segment. */
-static void read_entries(struct recovery *rc, uint32_t s)
+/* The entries' pass: the reads of one chunk, its header and (when the
+ * chunk may be torn) its data. */
+struct chunk_read {
+    struct tc_dev_io hdr_io, data_io;
+    uint8_t *hdr, *data;
+    size_t data_cap;
+    uint32_t s, k;              /* segment, and the chunk's index in it */
+    bool with_data;
+    unsigned pending;
+    int hdr_err, data_err;
+};
+
+static void chunk_read_done(struct tc_dev_io *dio, int err)
+{
+    struct chunk_read *cr = dio->priv;
+    if (dio == &cr->hdr_io)
+        cr->hdr_err = err;
+    else
+        cr->data_err = err;
+    cr->pending--;
+}
+
+static void chunk_read_submit(struct cache *c, struct chunk_read *rd, struct tc_dev_io *dio,
+                              void *buf, uint64_t off, size_t len)
+{
+    memset(dio, 0, sizeof *dio);
+    dio->op = TC_DEV_READ;
+    dio->buf = buf;
+    dio->off = off;
+    dio->len = len;
+    dio->cb = chunk_read_done;
+    dio->priv = rd;
+    rd->pending++;
+    dev_submit(SEG_DEV(c, rd->s)->dev, dio);
+}
+
+static void chunk_data_room(struct chunk_read *rd, size_t len)
+{
+    if (len <= rd->data_cap)
+        return;
+    free(rd->data);
+    rd->data = tc_alloc_aligned(len);
+    rd->data_cap = len;
+}
+
+/* Steps 3 and 4's input: the entries of one chunk of a live segment, read
+ * into rd.  False when the rest of the segment cannot be read. */
+static bool read_entries(struct recovery *rc, struct chunk_read *rd)
 {
     struct cache *c = rc->c;
+    uint32_t s = rd->s;
     struct segment *sg = SEG(c, s);
     struct tc_dev *dev = SEG_DEV(c, s)->dev;
     uint64_t base = seg_dev_offset(c, s);
-    uint8_t *data = NULL;
-    size_t data_cap = 0;
-    for (uint32_t k = 0; k < sg->nchunks; k++) {
-        const struct chunk_ref *cr = &sg->chunks[k];
-        size_t hlen = (size_t)cr->hdr_sectors * TC_SECTOR;
-        int herr = dev_sync_io(dev, TC_DEV_READ, rc->hdr,
-                               base + (uint64_t)cr->start * TC_SECTOR, hlen, 0);
-        if (herr) {
-            read_failed(rc, dev, s, sg->seq, base + (uint64_t)cr->start * TC_SECTOR, hlen, herr);
-            break;
-        }
-        struct tc_chunk_header h;
-        char why[128];
-        if (chunk_decode(rc->hdr, hlen, c->set_uuid, c->spb, c->seg_sectors, &h, why,
-                         sizeof why) < 0)
-            break;
-        verify_remember(c, s, cr->start, &h, rc->hdr);
-        bool check = h.chunk_seq > rc->durable && h.data_sectors > 0;
-        if (check) {
-            size_t dlen = (size_t)h.data_sectors * TC_SECTOR;
-            if (dlen > data_cap) {
-                free(data);
-                data = tc_alloc_aligned(dlen);
-                data_cap = dlen;
-            }
-            if (dev_sync_io(dev, TC_DEV_READ, data,
-                            base + (uint64_t)(cr->start + cr->hdr_sectors) * TC_SECTOR, dlen,
-                            0) != 0)
-                memset(data, 0xff, dlen);   /* unreadable: every CRC fails */
-        }
-        for (uint32_t i = 0; i < h.nr_entries; i++) {
-            struct tc_entry e;
-            if (chunk_entry(rc->hdr, &h, c->spb, i, &e, why, sizeof why) < 0) {
-                tc_warn("%s: segment %u chunk at %u: %s", dev->name, s, cr->start, why);
-                c->st.recovery_malformed++;
-                continue;
-            }
-            struct rec r = { .seq = e.seq, .oblock = e.oblock, .target = e.target,
-                             .valid = e.valid, .dirty = e.dirty, .seg = s,
-                             .off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector),
-                             .type = e.type, .flags = e.flags };
-            if (e.oblock >= c->nblocks_origin) {
-                tc_warn("%s: segment %u: entry for block %llu beyond the origin ignored",
-                        dev->name, s, (unsigned long long)e.oblock);
-                c->st.recovery_malformed++;
-                continue;
-            }
-            if (check && e.type == TC_ENTRY_DATA) {
-                unsigned n = mask_count(&e.valid);
-                for (unsigned x = 0; x < n && !r.bad; x++)
-                    if (tc_crc32c(0, data + (size_t)(e.data_sector + x) * TC_SECTOR,
-                                  TC_SECTOR) != chunk_data_crc(rc->hdr, &h, c->spb,
-                                                               e.data_sector + x))
-                        r.bad = true;
-                if (r.bad)
-                    c->st.recovery_unflushed++;
-            }
-            if (e.seq > rc->max_seq)
-                rc->max_seq = e.seq;
-            add_rec(rc, &r);
-        }
+    const struct chunk_ref *cr = &sg->chunks[rd->k];
+    size_t hlen = (size_t)cr->hdr_sectors * TC_SECTOR;
+    if (rd->hdr_err) {
+        read_failed(rc, dev, s, sg->seq, base + (uint64_t)cr->start * TC_SECTOR, hlen,
+                    rd->hdr_err);
+        return false;
     }
-    free(data);
+    struct tc_chunk_header h;
+    char why[128];
+    if (chunk_decode(rd->hdr, hlen, c->set_uuid, c->spb, c->seg_sectors, &h, why,
+                     sizeof why) < 0)
+        return false;
+    verify_remember(c, s, cr->start, &h, rd->hdr);
+    bool check = h.chunk_seq > rc->durable && h.data_sectors > 0;
+    const uint8_t *data = NULL;
+    if (check) {
+        size_t dlen = (size_t)h.data_sectors * TC_SECTOR;
+        uint64_t doff = base + (uint64_t)(cr->start + cr->hdr_sectors) * TC_SECTOR;
+        if (!rd->with_data || rd->data_io.len != dlen) {
+            /* Not read ahead: the walk saw another header here. */
+            chunk_data_room(rd, dlen);
+            rd->data_err = dev_sync_io(dev, TC_DEV_READ, rd->data, doff, dlen, 0);
+        }
+        if (rd->data_err)
+            memset(rd->data, 0xff, dlen);   /* unreadable: every CRC fails */
+        data = rd->data;
+    }
+    for (uint32_t i = 0; i < h.nr_entries; i++) {
+        struct tc_entry e;
+        if (chunk_entry(rd->hdr, &h, c->spb, i, &e, why, sizeof why) < 0) {
+            tc_warn("%s: segment %u chunk at %u: %s", dev->name, s, cr->start, why);
+            c->st.recovery_malformed++;
+            continue;
+        }
+        struct rec r = { .seq = e.seq, .oblock = e.oblock, .target = e.target,
+                         .valid = e.valid, .dirty = e.dirty, .seg = s,
+                         .off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector),
+                         .type = e.type, .flags = e.flags };
+        if (e.oblock >= c->nblocks_origin) {
+            tc_warn("%s: segment %u: entry for block %llu beyond the origin ignored",
+                    dev->name, s, (unsigned long long)e.oblock);
+            c->st.recovery_malformed++;
+            continue;
+        }
+        if (check && e.type == TC_ENTRY_DATA) {
+            unsigned n = mask_count(&e.valid);
+            for (unsigned x = 0; x < n && !r.bad; x++)
+                if (tc_crc32c(0, data + (size_t)(e.data_sector + x) * TC_SECTOR, TC_SECTOR) !=
+                    chunk_data_crc(rd->hdr, &h, c->spb, e.data_sector + x))
+                    r.bad = true;
+            if (r.bad)
+                c->st.recovery_unflushed++;
+        }
+        if (e.seq > rc->max_seq)
+            rc->max_seq = e.seq;
+        add_rec(rc, &r);
+    }
+    return true;
+}
+
+/* Steps 3 and 4's input for every live segment, in order: each chunk's
+ * reads go out up to RECOVERY_DEPTH chunks ahead of the one applied (and
+ * RECOVERY_DATA_INFLIGHT bytes of data), and are applied in order. */
+static void read_live_entries(struct recovery *rc, const uint32_t *live, uint32_t nlive)
+{
+    struct cache *c = rc->c;
+    struct chunk_read ring[RECOVERY_DEPTH];
+    memset(ring, 0, sizeof ring);
+    for (unsigned i = 0; i < RECOVERY_DEPTH; i++)
+        ring[i].hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
+    uint32_t li = 0, k = 0;                 /* the next chunk to read */
+    uint64_t issued = 0, applied = 0;
+    size_t data_inflight = 0;
+    uint32_t broken = UINT32_MAX;           /* a segment whose rest cannot be read */
+    for (;;) {
+        while (issued - applied < RECOVERY_DEPTH) {
+            while (li < nlive && k >= SEG(c, live[li])->nchunks) {
+                li++;
+                k = 0;
+            }
+            if (li == nlive)
+                break;
+            uint32_t s = live[li];
+            const struct chunk_ref *cr = &SEG(c, s)->chunks[k];
+            uint64_t base = seg_dev_offset(c, s);
+            size_t dlen = (size_t)cr->data_sectors * TC_SECTOR;
+            bool with_data = dlen > 0 && rc->cseq[s][k] > rc->durable;
+            if (with_data && data_inflight > 0 && data_inflight + dlen > RECOVERY_DATA_INFLIGHT)
+                break;
+            struct chunk_read *rd = &ring[issued % RECOVERY_DEPTH];
+            rd->s = s;
+            rd->k = k;
+            rd->with_data = with_data;
+            rd->pending = 0;
+            rd->hdr_err = rd->data_err = 0;
+            rd->data_io.len = 0;
+            chunk_read_submit(c, rd, &rd->hdr_io, rd->hdr, base + (uint64_t)cr->start * TC_SECTOR,
+                              (size_t)cr->hdr_sectors * TC_SECTOR);
+            if (with_data) {
+                chunk_data_room(rd, dlen);
+                chunk_read_submit(c, rd, &rd->data_io, rd->data,
+                                  base + (uint64_t)(cr->start + cr->hdr_sectors) * TC_SECTOR,
+                                  dlen);
+                data_inflight += dlen;
+            }
+            issued++;
+            k++;
+        }
+        if (applied == issued)
+            break;
+        struct chunk_read *rd = &ring[applied % RECOVERY_DEPTH];
+        while (rd->pending > 0)
+            reactor_poll(c->reactor, 100000000ull);
+        if (rd->with_data)
+            data_inflight -= rd->data_io.len;
+        if (rd->s != broken && !read_entries(rc, rd))
+            broken = rd->s;
+        applied++;
+    }
+    for (unsigned i = 0; i < RECOVERY_DEPTH; i++) {
+        free(ring[i].hdr);
+        free(ring[i].data);
+    }
 }
 
 static void grow(struct recovery *rc, uint32_t id)
@@ -588,8 +850,10 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     rc.hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
     rc.stop = tc_xmalloc((size_t)c->nsegs * sizeof *rc.stop);
     rc.last_chunk = tc_xcalloc(c->nsegs, sizeof *rc.last_chunk);
-    for (uint32_t s = 0; s < c->nsegs; s++)
-        walk_segment(&rc, s, 0, 0);
+    rc.walks = tc_xcalloc(c->nsegs, sizeof *rc.walks);
+    rc.cseq = tc_xcalloc(c->nsegs, sizeof *rc.cseq);
+    rc.cseq_cap = tc_xcalloc(c->nsegs, sizeof *rc.cseq_cap);
+    walk_all(&rc);
     /* A walk resumed past damage can find the newest chunks, which move
      * the durable mark and the tail: segments judged torn before that are
      * judged again, until nothing moves. */
@@ -646,8 +910,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         }
         space_group_add_seg(c, slot, live[i]);
         sg->state = SEG_CLOSED;
-        read_entries(&rc, live[i]);
     }
+    read_live_entries(&rc, live, nlive);
     space_collect_free(c);
     apply(&rc);
 
@@ -674,6 +938,11 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     free(live);
     free(rc.stop);
     free(rc.last_chunk);
+    free(rc.walks);
+    for (uint32_t s = 0; s < c->nsegs; s++)
+        free(rc.cseq[s]);
+    free(rc.cseq);
+    free(rc.cseq_cap);
     free(rc.recs);
     free(rc.cur_seq);
     free(rc.wt_seq);
