@@ -17,6 +17,8 @@ Used from the shell tests as
     tclib.py read SOCK --lo B --hi B [--bs N] [--passes N] [--depth N]
              [--shuffle] [--check FILE]
     tiercache status --json | tclib.py status PATH...   figures, one a line
+
+The Python tests import it for connect_when_up().
 """
 import argparse
 import mmap
@@ -38,6 +40,34 @@ def connect(sock):
     h.set_strict_mode(0)
     h.connect_unix(sock)
     return h
+
+
+# How long a test waits for a daemon it started to answer.  A restart after
+# a crash may wait up to 10 s for the dead daemon's claim on the cache to
+# clear (CLAIM_RELEASE_WAIT_MS in src/io/claim.c); a loaded machine adds to
+# that.
+START_TIMEOUT = 30
+
+
+def connect_when_up(uri, proc, timeout=START_TIMEOUT):
+    """A handle connected to uri, served by the daemon proc, as soon as it
+    answers; None if proc exits first.  After timeout seconds the daemon is
+    killed and the test ends."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            return None
+        h = nbd.NBD()
+        try:
+            h.connect_uri(uri)
+            return h
+        except nbd.Error:
+            del h
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            sys.exit(f"the daemon did not answer on {uri} within {timeout} s")
+        time.sleep(0.05)
 
 
 class Model:

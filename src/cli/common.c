@@ -37,7 +37,13 @@ const char *cli_run_dir(void)
  * if it is a real directory (not a symlink), owned by this user, and not
  * writable by group or others.  Read and search bits are left to the
  * administrator (systemd's RuntimeDirectory= makes it 0755, and a socket
- * shared with a group, SocketMode=0660, needs the group to reach it).
+ * shared with a group, SocketMode=0660, needs the group to reach it):
+ * they let others list the names and open what each file's own mode
+ * allows, and nothing there is secret or open to them -- the sockets are
+ * 0600 unless --socket-mode says otherwise (connecting needs write
+ * permission on the socket), the set locks 0600, the pid file 0644 (a
+ * number) and the background log 0640 (what the daemon does: paths,
+ * clients, errors; never keys or data).
  */
 bool cli_run_dir_ensure(char *err, size_t errlen)
 {

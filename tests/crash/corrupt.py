@@ -43,6 +43,9 @@ import time
 
 import nbd
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tclib import connect_when_up  # noqa: E402
+
 SECTOR = 4096
 MAGIC = b"TCCORRP1"
 CHUNK_MAGIC = 0x014B4E5548434354
@@ -82,18 +85,7 @@ def start(a, d, mode, log):
                             (["--dirty-target", "90", "--dirty-high", "95"]
                              if mode == "writeback" else []),
                             stdout=log, stderr=subprocess.STDOUT)
-    uri = f"nbd+unix:///?socket={sock}"
-    for _ in range(400):
-        if proc.poll() is not None:
-            return proc, None
-        try:
-            h = nbd.NBD()
-            h.connect_uri(uri)
-            return proc, h
-        except nbd.Error:
-            time.sleep(0.02)
-    proc.kill()
-    sys.exit("daemon did not start")
+    return proc, connect_when_up(f"nbd+unix:///?socket={sock}", proc)
 
 
 def stop(proc, what):

@@ -33,6 +33,9 @@ import time
 
 import nbd
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tclib import connect_when_up  # noqa: E402
+
 SECTOR = 4096
 MAGIC = b"TCCRASH1"
 
@@ -135,18 +138,11 @@ def start_actors(threads, ready, proc, log, what):
 
 
 def wait_for(uri, proc, log):
-    for _ in range(600):
-        if proc.poll() is not None:
-            sys.exit(f"daemon exited at start:\n{open(log).read()[-3000:]}")
-        try:
-            h = nbd.NBD()
-            h.connect_uri(uri)
-            h.shutdown()
-            del h
-            return
-        except nbd.Error:
-            time.sleep(0.05)
-    sys.exit("daemon did not start")
+    h = connect_when_up(uri, proc)
+    if h is None:
+        sys.exit(f"daemon exited at start:\n{open(log).read()[-3000:]}")
+    h.shutdown()
+    del h
 
 
 def main():

@@ -22,9 +22,11 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 
 import nbd
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tclib import connect_when_up  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 64 << 10
@@ -59,16 +61,9 @@ class Daemon:
                                           "--cache", f"{a.dir}/cache.img", "--mode", mode,
                                           "--socket", self.sock, "--foreground"],
                                          stdout=lf, stderr=subprocess.STDOUT)
-        for _ in range(400):
-            if self.proc.poll() is not None:
-                sys.exit(f"daemon exited at start:\n{open(self.log).read()[-3000:]}")
-            try:
-                self.h = nbd.NBD()
-                self.h.connect_uri(f"nbd+unix:///?socket={self.sock}")
-                return
-            except nbd.Error:
-                time.sleep(0.02)
-        sys.exit("daemon did not start")
+        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
+        if self.h is None:
+            sys.exit(f"daemon exited at start:\n{open(self.log).read()[-3000:]}")
 
     def stop(self):
         self.h.shutdown()
