@@ -7,8 +7,10 @@
 #   make bench      benchmarks (docs/BENCHMARKS.md; SCALE=small, WORKLOADS="zipf git");
 #                   never part of make test
 #   make install    the binary, man pages, systemd units and bash completion
-#                   under PREFIX (default /usr/local), staged under DESTDIR;
-#                   make uninstall removes exactly those files
+#                   under PREFIX (default /usr/local), and the configuration
+#                   directory SYSCONFDIR/tiercache (0700), staged under
+#                   DESTDIR; make uninstall removes exactly those files (and
+#                   the configuration directory if it is empty)
 #   make fuzz       libFuzzer harnesses in build-fuzz/, each run FUZZ_SECONDS
 #                   (docs/FUZZING.md); not part of the builds of make or make
 #                   test (tests/fuzz/fuzz.test builds them for itself)
@@ -149,6 +151,9 @@ install: $(BUILD)/tiercache
 	install -m 644 $(UNITS) $(DESTDIR)$(SYSTEMDUNITDIR)/
 	install -m 644 contrib/tiercache.bash-completion $(DESTDIR)$(BASHCOMPDIR)/tiercache
 	install -m 644 contrib/tiercache.conf.example README.md $(DESTDIR)$(DOCDIR)/
+	@# The instances' configuration (it may hold key paths): made 0700 when
+	@# missing, an existing one keeps the mode it was given.
+	[ -d $(DESTDIR)$(SYSCONFDIR)/tiercache ] || install -d -m 700 $(DESTDIR)$(SYSCONFDIR)/tiercache
 
 # Only the files install puts there, then the directories of our own.
 uninstall:
@@ -158,6 +163,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/tiercache
 	rm -f $(DESTDIR)$(DOCDIR)/tiercache.conf.example $(DESTDIR)$(DOCDIR)/README.md
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/tiercache 2>/dev/null
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -78,7 +78,25 @@ static void print_number(const struct jv *v, const struct jv *parent)
     const char *key = v->key ? v->key : "";
     char sz[32];
     bool integer = v->num == floor(v->num);
-    if (strstr(key, "bytes_per_second")) {
+    bool setting = parent->key && strcmp(parent->key, "settings") == 0;
+    if (setting && v->num == 0 && strcmp(key, "write_budget_rate") == 0) {
+        printf("- (no budget)");
+    } else if (setting && strcmp(key, "write_budget_rate") == 0) {
+        printf("%s/s", tc_format_size((uint64_t)(v->num + 0.5), sz, sizeof sz));
+    } else if (setting && v->num == 0 && strcmp(key, "sequential_cutoff") == 0) {
+        printf("- (no cutoff: every stream is cached)");
+    } else if (setting && v->num == 0 && strcmp(key, "readahead") == 0) {
+        printf("- (off)");
+    } else if (setting && integer && (strcmp(key, "sequential_cutoff") == 0 ||
+                                      strcmp(key, "readahead") == 0 ||
+                                      strcmp(key, "write_budget_burst") == 0 ||
+                                      strcmp(key, "write_budget_minburst") == 0)) {
+        /* Sizes in bytes whose keys do not say so. */
+        if (v->num >= 1024)
+            printf("%s (%s)", v->str, tc_format_size((uint64_t)v->num, sz, sizeof sz));
+        else
+            printf("%s B", v->str);
+    } else if (strstr(key, "bytes_per_second")) {
         if (v->num == 0 && parent->key && strcmp(parent->key, "write_budget") == 0)
             printf("- (no budget)");
         else

@@ -112,13 +112,21 @@ struct tc_dev {
      *   loop:MAJ:MIN:INO:OFFSET   a loop device: its backing file's file
      *                             system, inode and offset, so the loop
      *                             may come back under another number
-     *   block:WWID:START          a block device with a WWID or serial
-     *                             (START: a partition's first sector)
-     *   block:MAJ:MIN             one without: its device number
-     *   nbd:URI                   an NBD export */
+     *   block:WWID:START          a disk with a WWID or serial (START
+     *                             0), or a partition without a PARTUUID
+     *                             of one (its disk's WWID, START its
+     *                             first sector)
+     *   partuuid:UUID             a partition with a PARTUUID
+     *   dm:UUID, dm-name:NAME     a device-mapper device (by its name
+     *                             when it has no UUID)
+     *   md:UUID                   an md array
+     *   block:MAJ:MIN             any other: its device number
+     *   nbd:URI                   an NBD export
+     * (io/blockid.c for block devices.) */
     char identity[128];
     /* The identity an older build recorded for this device, when it
-     * differs ("block:MAJ:MIN" of a loop device), or "": a superblock that
+     * differs ("block:MAJ:MIN" of a loop device, a partition, a dm device
+     * or an md array), or "": a superblock that
      * holds it is this device's too (see dev_identity_matches()). */
     char legacy_identity[128];
     struct tc_dev_stats stats;

@@ -30,6 +30,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "io/blockid.h"
 #include "io/claim.h"
 #include "tiercache.h"
 #include "util/log.h"
@@ -382,41 +383,6 @@ static uint64_t block_max_io(dev_t rdev)
 
 static const struct tc_dev_ops file_ops = { .submit = file_submit, .close = file_close };
 
-/* A name for a block device that survives reboots and renames: its WWID or
- * serial from sysfs, else its device number. */
-static void block_identity(dev_t rdev, char *out, size_t len)
-{
-    static const char *attrs[] = { "device/wwid", "wwid", "device/serial", "serial" };
-    char path[512], buf[96];
-    for (size_t i = 0; i < TC_ARRAY_SIZE(attrs); i++) {
-        snprintf(path, sizeof path, "/sys/dev/block/%u:%u/%s", major(rdev), minor(rdev),
-                 attrs[i]);
-        FILE *fp = fopen(path, "re");
-        if (fp == NULL)
-            continue;
-        if (fgets(buf, sizeof buf, fp)) {
-            buf[strcspn(buf, "\n")] = '\0';
-            if (buf[0]) {
-                fclose(fp);
-                /* A partition adds its start sector so partitions differ. */
-                unsigned long long start = 0;
-                snprintf(path, sizeof path, "/sys/dev/block/%u:%u/start", major(rdev),
-                         minor(rdev));
-                FILE *sp = fopen(path, "re");
-                if (sp) {
-                    if (fscanf(sp, "%llu", &start) != 1)
-                        start = 0;
-                    fclose(sp);
-                }
-                snprintf(out, len, "block:%s:%llu", buf, start);
-                return;
-            }
-        }
-        fclose(fp);
-    }
-    snprintf(out, len, "block:%u:%u", major(rdev), minor(rdev));
-}
-
 /* A loop device is named after its backing file (the file system and
  * inode it is on, as the loop driver reports them, and the offset into
  * it), not its number: loop devices are numbered in the order they are set
@@ -491,7 +457,8 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
             d->rotational = fgetc(fp) == '1';
             fclose(fp);
         }
-        block_identity(st.st_rdev, d->identity, sizeof d->identity);
+        block_identity("/sys", major(st.st_rdev), minor(st.st_rdev), d->identity,
+                       sizeof d->identity, d->legacy_identity, sizeof d->legacy_identity);
         char loop[sizeof d->identity];
         if (loop_identity(fd, st.st_rdev, loop, sizeof loop)) {
             /* Recorded by its number before loop identities existed. */
