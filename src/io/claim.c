@@ -776,16 +776,27 @@ struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const c
     struct claim_set *s = tc_xcalloc(1, sizeof *s);
     s->fd = -1;
     snprintf(s->path, sizeof s->path, "%s/set-%s.lock", set_dir, u);
-    if (mkdir(set_dir, 0755) < 0 && errno != EEXIST) {
+    /* Whoever may write in the directory could replace the lock file with
+     * one of his own and so let a second user of the set in: the rule of
+     * the run directory (cli/common.c) holds here too, for format, check
+     * and dump as for serve. */
+    if (mkdir(set_dir, 0700) < 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create the directory %s for the lock of cache set %s: "
                  "%s", set_dir, u, strerror(errno));
         goto fail;
     }
     struct stat dst;
-    if (stat(set_dir, &dst) < 0 || !S_ISDIR(dst.st_mode) ||
+    if (lstat(set_dir, &dst) < 0 || !S_ISDIR(dst.st_mode) ||
         (dst.st_uid != geteuid() && dst.st_uid != 0)) {
         snprintf(err, errlen, "%s, the directory for the lock of cache set %s, is not a "
-                 "directory of user %u or root", set_dir, u, (unsigned)geteuid());
+                 "directory of user %u or root (a symbolic link is not taken)", set_dir, u,
+                 (unsigned)geteuid());
+        goto fail;
+    }
+    if (dst.st_mode & 022) {
+        snprintf(err, errlen, "%s, the directory for the lock of cache set %s, has mode %04o: "
+                 "group or others may write in it; refusing to use it (chmod go-w %s)",
+                 set_dir, u, (unsigned)(dst.st_mode & 07777), set_dir);
         goto fail;
     }
     for (;;) {
