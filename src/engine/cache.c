@@ -412,7 +412,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     unsigned n = 0;
     for (; paths[n]; n++) {
         if (n == TC_MAX_DEVICES) {
-            snprintf(err, errlen, "at most %u cache devices", TC_MAX_DEVICES);
+            snprintf(err, errlen, "%s: at most %u cache devices make a set (this is the %uth)",
+                     paths[n], TC_MAX_DEVICES, n + 1);
             goto fail;
         }
         if (dev_is_nbd_uri(paths[n])) {
