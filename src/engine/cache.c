@@ -616,6 +616,7 @@ struct drain_ctx {
     bool ending;                    /* detach: the last sync, the cleaner stopped */
     uint64_t old_tail;              /* ... and the tail it replaced */
     bool emptied;                   /* detach: every group ended, once */
+    struct tc_timer cleaner_gone;   /* detach: waiting for a cleaner pass to end */
     struct log_waiter w;
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
@@ -636,6 +637,14 @@ static void lost_reappend(void *arg, uint64_t oblock, const struct tc_mask *m)
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
                         .use_reserve = true };
     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+}
+
+static void drain_synced(struct log_waiter *w, int err);
+
+static void detach_cleaner_check(struct tc_timer *t)
+{
+    struct drain_ctx *x = container_of(t, struct drain_ctx, cleaner_gone);
+    drain_synced(&x->w, 0);
 }
 
 static void drain_synced(struct log_waiter *w, int err)
@@ -664,8 +673,22 @@ static void drain_synced(struct log_waiter *w, int err)
          * the tail never catches up with the head again while the lost set
          * is not empty (this emptied the log again and again, a chunk
          * write and a flush each time). */
-        x->emptied = true;
         cleaner_stop(c);
+        if (!cleaner_idle(c)) {
+            /* A pass of the cleaner under way would go on after the log is
+             * emptied: it would copy the blocks it keeps into the group
+             * that stays live, and record the tail it reached, older than
+             * the emptied log's -- both bring pre-detach data back at the
+             * next start, over what the origin received while detached.
+             * The log is emptied once the pass has ended (the cleaner
+             * starts no other: it is stopped). */
+            if (!x->cleaner_gone.fn)
+                tc_info("cache: detach: waiting for the cleaner's pass under way to end");
+            x->cleaner_gone.fn = detach_cleaner_check;
+            timer_arm(c->reactor, &x->cleaner_gone, 10ull * 1000 * 1000);
+            return;
+        }
+        x->emptied = true;
         x->ending = true;
         x->old_tail = c->tail_seq;
         c->tail_seq = c->next_seq;

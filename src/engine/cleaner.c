@@ -555,9 +555,12 @@ static void later_done(struct cleaner *k)
         walk(k);
         return;
     }
-    /* 3. Record the new tail durably. */
+    /* 3. Record the new tail durably.  The tail only ever moves forward:
+     * a detach empties the log (tail_seq = next_seq) only once no pass
+     * runs (cache.c, drain_synced()), and a pass ending after that would
+     * otherwise give back groups the detach ended. */
     uint32_t next = (k->slot + 1) % c->groups_cap;
-    c->tail_seq = c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq;
+    c->tail_seq = TC_MAX(c->tail_seq, c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq);
     log_seal_all(c, true);
     k->lw.fn = tail_synced;
     k->tail_syncing = true;
