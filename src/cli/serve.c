@@ -11,7 +11,6 @@
  * not in a signal handler.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -494,20 +493,6 @@ static void signal_arm(struct serve *s)
                        sizeof s->siginfo, 0);
 }
 
-/* ---- daemonizing ---- */
-
-static void detach_stdio(void)
-{
-    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (fd >= 0) {
-        dup2(fd, 0);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        if (fd > 2)
-            close(fd);
-    }
-}
-
 enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
@@ -923,7 +908,7 @@ int cmd_serve(int argc, char **argv)
         if (write(ready_fd, "r", 1) != 1)
             tc_warn("could not tell the parent process we are ready");
         close(ready_fd);
-        detach_stdio();
+        cli_detach_stdio();
     }
 
     reactor_run(&s.reactor);
