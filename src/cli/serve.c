@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/daemon.h"
 #include "ctl/ctl.h"
 #include "io/bufpool.h"
 #include "io/claim.h"

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/daemon.h"
 #include "ctl/ctl.h"
 #include "io/reactor.h"
 #include "swap/cgroup.h"
