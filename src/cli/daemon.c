@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #include "cli/cli.h"
 #include "cli/daemon.h"
 #include "util/log.h"
+#include "util/memcheck.h"
+#include "util/misc.h"
 
 static char pidfile_path[4096];
 
@@ -107,4 +110,95 @@ void cli_detach_stdio(void)
         if (fd > 2)
             close(fd);
     }
+}
+
+void cli_daemon_ready(int ready_fd)
+{
+    if (ready_fd < 0)
+        return;
+    if (write(ready_fd, "r", 1) != 1)
+        tc_warn("could not tell the parent process we are ready");
+    close(ready_fd);
+    cli_detach_stdio();
+}
+
+void cli_open_log(const char *path, bool background, const char *name, char *err,
+                  size_t errlen)
+{
+    char buf[4096];
+    if (background && path == NULL) {
+        snprintf(buf, sizeof buf, "%s/%s", cli_run_dir(), name);
+        path = buf;
+    }
+    if (path == NULL)
+        return;
+    if (!cli_check_parent(path, "--log", err, errlen))
+        tc_die(1, "%s", err);
+    if (tc_log_open(path) < 0)
+        tc_die(1, "--log %s: %s", path, cli_open_error(errno));
+}
+
+void cli_signals_init(struct cli_signals *sig)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    sig->fd = signalfd(-1, &mask, SFD_CLOEXEC);
+    if (sig->fd < 0)
+        tc_die(1, "signalfd: %s", strerror(errno));
+}
+
+static void signal_read(struct cli_signals *sig);
+
+static void signal_done(struct tc_io *io, int res)
+{
+    struct cli_signals *sig = container_of(io, struct cli_signals, io);
+    tc_kernel_filled(&sig->info, res);
+    if (res == (int)sizeof sig->info) {
+        int s = (int)sig->info.ssi_signo;
+        if (s == SIGTERM || s == SIGINT)
+            sig->stop(sig, s == SIGTERM ? "SIGTERM" : "SIGINT");
+        else if (s == SIGHUP || s == SIGUSR1)
+            cli_reopen_log(s == SIGHUP ? "SIGHUP" : "SIGUSR1");
+    }
+    if (res != -ECANCELED && !sig->cancelled)
+        signal_read(sig);
+}
+
+static void signal_read(struct cli_signals *sig)
+{
+    sig->io.done = signal_done;
+    io_uring_prep_read(reactor_sqe(sig->reactor, &sig->io), sig->fd, &sig->info,
+                       sizeof sig->info, 0);
+}
+
+void cli_signals_arm(struct cli_signals *sig, struct tc_reactor *r,
+                     void (*stop)(struct cli_signals *sig, const char *name))
+{
+    sig->reactor = r;
+    sig->stop = stop;
+    signal_read(sig);
+}
+
+static void ignore_completion(struct tc_io *io, int res)
+{
+    (void)io;
+    (void)res;
+}
+
+void cli_signals_cancel(struct cli_signals *sig)
+{
+    sig->cancelled = true;
+    sig->cancel_io.done = ignore_completion;
+    io_uring_prep_cancel(reactor_sqe(sig->reactor, &sig->cancel_io), &sig->io, 0);
+}
+
+void cli_signals_close(struct cli_signals *sig)
+{
+    close(sig->fd);
 }
