@@ -3,7 +3,8 @@
  *
  * A volume is an origin (slow: file, block device or NBD export) with zero
  * or more cache devices (fast) in front of it.  Everything that reads or
- * writes a volume -- the NBD server, the trace replayer, the tests -- goes
+ * writes a volume -- the NBD server (src/nbd/transmission.c), the engine
+ * replay of `tiercache replay` (src/replay/engine.c), the tests -- goes
  * through tc_submit(), so there is one implementation of every decision.
  *
  * The engine is single-threaded and asynchronous: it runs on the reactor

@@ -45,22 +45,9 @@ bool cli_run_dir_ensure(char *err, size_t errlen);
 bool cli_check_parent(const char *path, const char *what, char *err, size_t errlen);
 /* open()'s errno as a message: ELOOP says the path is a symlink. */
 const char *cli_open_error(int e);
-/* Write this process's pid to path (never through a symlink, only to a
- * regular file) and remove it at exit if it still holds this pid.  False
- * with err filled if it cannot. */
-bool cli_write_pidfile(const char *path, char *err, size_t errlen);
-/* On SIGHUP or SIGUSR1 (why): reopen the --log file and log that it did. */
-void cli_reopen_log(const char *why);
 /* The control socket for --socket VALUE (data or control socket path), or
  * the default one. */
 void cli_control_path(const char *socket_opt, char *out, size_t len);
-
-/* Fork into the background.  The parent waits until the child writes one
- * byte to the returned pipe (it is ready) and exits 0, or exits 1 if the
- * child dies first; the child gets a new session. */
-int cli_daemonize(void);
-/* Point stdin, stdout and stderr at /dev/null. */
-void cli_detach_stdio(void);
 
 /* The options of the control commands that take only --socket PATH (and
  * --help): -1 to go on, with *sock set (NULL: the default) and optind at

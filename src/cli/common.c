@@ -1,5 +1,4 @@
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,68 +111,6 @@ const char *cli_open_error(int e)
     return strerror(e);
 }
 
-static char pidfile_path[4096];
-
-static void remove_pidfile(void)
-{
-    /* Only the file this process wrote: a daemon started meanwhile with the
-     * same pid file (after this one stopped listening) owns a new one. */
-    char buf[32];
-    int fd = open(pidfile_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n > 0) {
-        buf[n] = '\0';
-        if (atol(buf) == (long)getpid())
-            unlink(pidfile_path);
-    }
-}
-
-bool cli_write_pidfile(const char *path, char *err, size_t errlen)
-{
-    if (strlen(path) >= sizeof pidfile_path) {
-        snprintf(err, errlen, "--pidfile %s: path too long", path);
-        return false;
-    }
-    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        int e = fd < 0 ? errno : EINVAL;
-        snprintf(err, errlen, "--pidfile %s: %s", path, cli_open_error(e));
-        if (fd >= 0)
-            close(fd);
-        return false;
-    }
-    char line[32];
-    int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
-    if (ftruncate(fd, 0) < 0 || write(fd, line, (size_t)n) != n) {
-        snprintf(err, errlen, "--pidfile %s: cannot write: %s", path, strerror(errno));
-        close(fd);
-        return false;
-    }
-    close(fd);
-    snprintf(pidfile_path, sizeof pidfile_path, "%s", path);
-    atexit(remove_pidfile);
-    return true;
-}
-
-void cli_reopen_log(const char *why)
-{
-    const char *path = tc_log_path();
-    if (path == NULL) {
-        tc_info("%s: logging to stderr, no log file to reopen", why);
-        return;
-    }
-    int rc = tc_log_reopen();
-    if (rc < 0)
-        tc_error("%s: cannot reopen the log %s: %s; still logging to the old file", why, path,
-                 cli_open_error(-rc));
-    else
-        tc_info("log reopened on %s", why);
-}
-
 void cli_control_path(const char *socket_opt, char *out, size_t len)
 {
     if (socket_opt && socket_opt[0]) {
@@ -186,37 +123,6 @@ void cli_control_path(const char *socket_opt, char *out, size_t len)
 void cli_print(const char *text)
 {
     fputs(text, stdout);
-}
-
-int cli_daemonize(void)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        tc_die(1, "pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        tc_die(1, "fork: %s", strerror(errno));
-    if (pid > 0) {
-        close(p[1]);
-        char c;
-        ssize_t n = read(p[0], &c, 1);
-        _exit(n == 1 ? 0 : 1);
-    }
-    close(p[0]);
-    setsid();
-    return p[1];
-}
-
-void cli_detach_stdio(void)
-{
-    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (fd >= 0) {
-        dup2(fd, 0);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        if (fd > 2)
-            close(fd);
-    }
 }
 
 int cli_socket_options(const char *cmd, const char *help, int argc, char **argv,

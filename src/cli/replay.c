@@ -191,8 +191,7 @@ static unsigned parse_sizes(const char *opt, char *list, uint64_t *sizes)
 
 static bool engine_policy(const char *name) { return policy_find(name) != NULL; }
 
-static void print_results(const struct replay_args *a, const struct replay_result *res,
-                          size_t n)
+static void print_results(const struct replay_result *res, size_t n)
 {
     char b1[32], b2[32], b3[32];
     for (size_t i = 0; i < n; i++) {
@@ -214,7 +213,6 @@ static void print_results(const struct replay_args *a, const struct replay_resul
                (unsigned long long)r->write_hits, (unsigned long long)r->promotions,
                (unsigned long long)r->evictions, replay_miss_ratio(r), r->seconds);
     }
-    (void)a;
 }
 
 static void json_results(const struct replay_args *a, const struct replay_result *res,
@@ -297,7 +295,7 @@ static int run_policies(struct replay_args *a)
     if (a->json)
         json_results(a, res, n);
     else
-        print_results(a, res, n);
+        print_results(res, n);
     free(res);
     return 0;
 }

@@ -11,17 +11,15 @@
  * not in a signal handler.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/daemon.h"
 #include "ctl/ctl.h"
 #include "io/bufpool.h"
 #include "io/claim.h"
@@ -199,10 +197,8 @@ struct serve {
     struct nbd_server nbd;
     struct ctl_server ctl;
     bool have_nbd, have_ctl;
-    int sigfd;
-    struct signalfd_siginfo siginfo;
-    struct tc_io sig_io, sig_cancel_io;
-    bool stopping, signalled, closed, flush_on_stop;
+    struct cli_signals sig;
+    bool stopping, signalled, flush_on_stop;
     int exit_status;
     uint64_t flush_start_ns, flush_logged_ns;  /* --flush-on-stop: start, last line */
     uint64_t started_ns;
@@ -364,12 +360,6 @@ static void set_cmd(struct ctl_conn *c, const char *args, void *arg)
 
 /* ---- shutdown ---- */
 
-static void ignore_completion(struct tc_io *io, int res)
-{
-    (void)io;
-    (void)res;
-}
-
 static void volume_closed(void *arg, int err)
 {
     struct serve *s = arg;
@@ -388,14 +378,12 @@ static void volume_closed(void *arg, int err)
                 err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
     else
         tc_info("stopped %s; no dirty data in the cache", err ? "with errors" : "cleanly");
-    s->closed = true;
     if (s->have_ctl)
         ctl_server_stop(&s->ctl);
     if (s->trace)
         trace_writer_quiesce(s->trace);
     /* The pending signalfd read is the last thing keeping the loop alive. */
-    s->sig_cancel_io.done = ignore_completion;
-    io_uring_prep_cancel(reactor_sqe(&s->reactor, &s->sig_cancel_io), &s->sig_io, 0);
+    cli_signals_cancel(&s->sig);
     reactor_stop(&s->reactor);
 }
 
@@ -455,57 +443,24 @@ static void begin_shutdown(struct serve *s, const char *why)
         nbd_stopped(&s->nbd);
 }
 
-static void signal_arm(struct serve *s);
-
 /* --single: the one client has gone. */
 static void single_finished(struct nbd_server *srv)
 {
     begin_shutdown(container_of(srv, struct serve, nbd), "the client disconnected");
 }
 
-static void signal_done(struct tc_io *io, int res)
+/* SIGTERM or SIGINT. */
+static void signal_stop(struct cli_signals *sig, const char *name)
 {
-    struct serve *s = container_of(io, struct serve, sig_io);
-    tc_kernel_filled(&s->siginfo, res);
-    if (res == (int)sizeof s->siginfo) {
-        int sig = (int)s->siginfo.ssi_signo;
-        if (sig == SIGTERM || sig == SIGINT) {
-            /* A signal while a shutdown runs for another reason (--single:
-             * the client left; libnbd then sends SIGTERM) lets it finish. */
-            if (s->stopping && s->signalled) {
-                tc_warn("second %s while stopping; exiting at once",
-                        sig == SIGTERM ? "SIGTERM" : "SIGINT");
-                exit(1);
-            }
-            s->signalled = true;
-            begin_shutdown(s, sig == SIGTERM ? "SIGTERM" : "SIGINT");
-        } else if (sig == SIGHUP || sig == SIGUSR1) {
-            cli_reopen_log(sig == SIGHUP ? "SIGHUP" : "SIGUSR1");
-        }
+    struct serve *s = container_of(sig, struct serve, sig);
+    /* A signal while a shutdown runs for another reason (--single: the
+     * client left; libnbd then sends SIGTERM) lets it finish. */
+    if (s->stopping && s->signalled) {
+        tc_warn("second %s while stopping; exiting at once", name);
+        exit(1);
     }
-    if (res != -ECANCELED && !s->closed)
-        signal_arm(s);
-}
-
-static void signal_arm(struct serve *s)
-{
-    s->sig_io.done = signal_done;
-    io_uring_prep_read(reactor_sqe(&s->reactor, &s->sig_io), s->sigfd, &s->siginfo,
-                       sizeof s->siginfo, 0);
-}
-
-/* ---- daemonizing ---- */
-
-static void detach_stdio(void)
-{
-    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (fd >= 0) {
-        dup2(fd, 0);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        if (fd > 2)
-            close(fd);
-    }
+    s->signalled = true;
+    begin_shutdown(s, name);
 }
 
 enum {
@@ -843,15 +798,7 @@ int cmd_serve(int argc, char **argv)
         (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
         tc_die(1, "%s", err);
 
-    char logbuf[4096];
-    if (!foreground && log_path == NULL) {
-        snprintf(logbuf, sizeof logbuf, "%s/tiercache.log", cli_run_dir());
-        log_path = logbuf;
-    }
-    if (log_path && !cli_check_parent(log_path, "--log", err, sizeof err))
-        tc_die(1, "%s", err);
-    if (log_path && tc_log_open(log_path) < 0)
-        tc_die(1, "--log %s: %s", log_path, cli_open_error(errno));
+    cli_open_log(log_path, !foreground, "tiercache.log", err, sizeof err);
 
     int ready_fd = -1;
     if (!foreground)
@@ -864,17 +811,7 @@ int cmd_serve(int argc, char **argv)
     s.flush_on_stop = flush_on_stop;
     snprintf(s.ctl_path, sizeof s.ctl_path, "%s", control);
 
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    s.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
-    if (s.sigfd < 0)
-        tc_die(1, "signalfd: %s", strerror(errno));
+    cli_signals_init(&s.sig);
 
     /* The pid file before anything that takes long (recovery), once the
      * pid is final; cli_write_pidfile() removes it again at exit. */
@@ -916,15 +853,10 @@ int cmd_serve(int argc, char **argv)
             tc_die(1, "%s", err);
         s.nbd.trace = s.trace;
     }
-    signal_arm(&s);
+    cli_signals_arm(&s.sig, &s.reactor, signal_stop);
 
     tc_info("serving %s (control socket %s)", vcfg.origin, control ? control : "none");
-    if (ready_fd >= 0) {
-        if (write(ready_fd, "r", 1) != 1)
-            tc_warn("could not tell the parent process we are ready");
-        close(ready_fd);
-        detach_stdio();
-    }
+    cli_daemon_ready(ready_fd);
 
     reactor_run(&s.reactor);
 
@@ -935,7 +867,7 @@ int cmd_serve(int argc, char **argv)
     reactor_fini(&s.reactor);
     bufpool_trim();
     free((void *)vcfg.caches);
-    close(s.sigfd);
+    cli_signals_close(&s.sig);
     tc_info("stopped");
     return s.exit_status;
 }

@@ -7,15 +7,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/daemon.h"
 #include "ctl/ctl.h"
 #include "io/reactor.h"
 #include "swap/cgroup.h"
@@ -283,9 +282,7 @@ struct sp_main {
     struct sp_daemon d;
     struct ctl_server ctl;
     bool have_ctl;
-    int sigfd;
-    struct signalfd_siginfo siginfo;
-    struct tc_io sig_io, sig_cancel_io;
+    struct cli_signals sig;
     bool stopping;
 };
 
@@ -302,12 +299,6 @@ static void ctl_status(struct ctl_conn *c, const char *args, void *arg)
     ctl_end(c);
 }
 
-static void ignore_completion(struct tc_io *io, int res)
-{
-    (void)io;
-    (void)res;
-}
-
 static void shutdown_loop(struct sp_main *m)
 {
     if (m->stopping)
@@ -316,38 +307,16 @@ static void shutdown_loop(struct sp_main *m)
     sp_daemon_stop(&m->d);
     if (m->have_ctl)
         ctl_server_stop(&m->ctl);
-    if (m->sigfd >= 0) {
-        m->sig_cancel_io.done = ignore_completion;
-        io_uring_prep_cancel(reactor_sqe(&m->reactor, &m->sig_cancel_io), &m->sig_io, 0);
-    }
+    cli_signals_cancel(&m->sig);
     reactor_stop(&m->reactor);
 }
 
-static void signal_arm(struct sp_main *m);
-
-static void signal_done(struct tc_io *io, int res)
+/* SIGTERM or SIGINT. */
+static void signal_stop(struct cli_signals *sig, const char *name)
 {
-    struct sp_main *m = container_of(io, struct sp_main, sig_io);
-    tc_kernel_filled(&m->siginfo, res);
-    if (res == (int)sizeof m->siginfo) {
-        int sig = (int)m->siginfo.ssi_signo;
-        if (sig == SIGTERM || sig == SIGINT) {
-            tc_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-            shutdown_loop(m);
-            return;
-        }
-        if (sig == SIGHUP || sig == SIGUSR1)
-            cli_reopen_log(sig == SIGHUP ? "SIGHUP" : "SIGUSR1");
-    }
-    if (res != -ECANCELED && !m->stopping)
-        signal_arm(m);
-}
-
-static void signal_arm(struct sp_main *m)
-{
-    m->sig_io.done = signal_done;
-    io_uring_prep_read(reactor_sqe(&m->reactor, &m->sig_io), m->sigfd, &m->siginfo,
-                       sizeof m->siginfo, 0);
+    struct sp_main *m = container_of(sig, struct sp_main, sig);
+    tc_info("%s: stopping", name);
+    shutdown_loop(m);
 }
 
 static void once_done(struct sp_daemon *d)
@@ -505,15 +474,7 @@ int cmd_swap_prefetch(int argc, char **argv)
     if ((!cfg.once && !cli_check_parent(control, "--control", err, sizeof err)) ||
         (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
         tc_die(1, "%s", err);
-    char logbuf[4096];
-    if (daemon && log_path == NULL) {
-        snprintf(logbuf, sizeof logbuf, "%s/swap-prefetch.log", cli_run_dir());
-        log_path = logbuf;
-    }
-    if (log_path && !cli_check_parent(log_path, "--log", err, sizeof err))
-        tc_die(1, "%s", err);
-    if (log_path && tc_log_open(log_path) < 0)
-        tc_die(1, "--log %s: %s", log_path, cli_open_error(errno));
+    cli_open_log(log_path, daemon, "swap-prefetch.log", err, sizeof err);
 
     /* One descriptor per process being prefetched: allow as many as the
      * hard limit. */
@@ -527,18 +488,7 @@ int cmd_swap_prefetch(int argc, char **argv)
 
     static struct sp_main m;
     memset(&m, 0, sizeof m);
-    m.sigfd = -1;
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    m.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
-    if (m.sigfd < 0)
-        tc_die(1, "signalfd: %s", strerror(errno));
+    cli_signals_init(&m.sig);
     if (reactor_init(&m.reactor, 64) < 0)
         tc_die(1, "io_uring: %s (the kernel must support io_uring)", strerror(errno));
     if (!sp_daemon_init(&m.d, &m.reactor, &cfg, err, sizeof err))
@@ -550,7 +500,7 @@ int cmd_swap_prefetch(int argc, char **argv)
         m.have_ctl = true;
         ctl_register(&m.ctl, "status", ctl_status, &m);
     }
-    signal_arm(&m);
+    cli_signals_arm(&m.sig, &m.reactor, signal_stop);
 
     if (!sp_set_priority(cfg.level, err, sizeof err))
         tc_warn("could not lower this process's priority: %s", err);
@@ -572,12 +522,7 @@ int cmd_swap_prefetch(int argc, char **argv)
     if (m.have_ctl)
         tc_info("control socket %s", control);
     sp_daemon_start(&m.d);
-    if (ready_fd >= 0) {
-        if (write(ready_fd, "r", 1) != 1)
-            tc_warn("could not tell the parent process we are ready");
-        close(ready_fd);
-        cli_detach_stdio();
-    }
+    cli_daemon_ready(ready_fd);
 
     reactor_run(&m.reactor);
 
@@ -596,7 +541,7 @@ int cmd_swap_prefetch(int argc, char **argv)
         ctl_server_close(&m.ctl);
     sp_daemon_free(&m.d);
     reactor_fini(&m.reactor);
-    close(m.sigfd);
+    cli_signals_close(&m.sig);
     tc_info("stopped");
     return 0;
 }

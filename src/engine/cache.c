@@ -554,14 +554,13 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
             tc_info("origin identity %s recorded in the new form %s", was, origin->identity);
     }
 
-    char sz[32], dz[32];
+    char dz[32];
     tc_info("cache: %u device%s, %u segments of %u KiB, block %u KiB; recovered %llu blocks "
             "(%s dirty) in %.3f s",
             c->ndevs, c->ndevs == 1 ? "" : "s", c->nsegs, c->segment_size >> 10,
             c->block_size >> 10, (unsigned long long)c->idx.count,
             tc_format_size(c->dirty_sectors * TC_SECTOR, dz, sizeof dz),
             (double)c->recovery_ns / 1e9);
-    (void)sz;
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
                 (unsigned long long)c->idx.count, (unsigned long long)c->dirty_blocks, dz);

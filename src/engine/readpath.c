@@ -508,8 +508,6 @@ static void redo_done(void *arg, int err)
     struct rreq *r = x->r;
     struct rpiece *p = x->p;
     struct cache *c = r->c;
-    uint32_t id = index_lookup(&c->idx, p->oblock);
-    (void)id;
     if (err) {
         uint64_t off = p->oblock * c->block_size;
         tc_error("cache: dirty data of origin bytes %llu..%llu is unreadable; the read fails "

@@ -989,7 +989,6 @@ static void drain_check(struct writeback *wb);
 
 static void pace(struct writeback *wb)
 {
-    struct cache *c = wb->c;
     unsigned w = all_backing_off(wb) ? 0 : window(wb);
     while (wb->jobs < w) {
         uint64_t blocks[JOB_BLOCKS];
@@ -998,7 +997,6 @@ static void pace(struct writeback *wb)
             break;
         job_start(wb, blocks, n, true, NULL, NULL);
     }
-    (void)c;
     if (wb->draining)
         drain_check(wb);
     throttle_check(wb);

@@ -123,7 +123,7 @@ static bool skip_pending(void *arg, uint64_t addr, uint64_t key)
     return sp_ledger_pending(arg, addr, key);
 }
 
-static void build_extents(struct sp_daemon *d, struct sp_proc *p)
+static void build_extents(struct sp_proc *p)
 {
     int fd = sp_pagemap_open(p->pid);
     if (fd < 0) {
@@ -150,7 +150,6 @@ static void build_extents(struct sp_daemon *d, struct sp_proc *p)
     p->n = n;
     p->next = 0;
     p->swap_at_build = p->swap_bytes;
-    (void)d;
 }
 
 static int rank_procs_cmp(const void *a, const void *b)
@@ -221,7 +220,7 @@ static void scan(struct sp_daemon *d)
         p->cpu_ticks = pi.cpu_ticks;
         p->swap_bytes = pi.swap_bytes;
         if (!p->denied && pi.swap_bytes > 0 && pi.swap_bytes != p->swap_at_build)
-            build_extents(d, p);
+            build_extents(p);
     }
     closedir(dir);
     for (size_t i = d->nprocs; i-- > 0;)
