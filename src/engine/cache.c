@@ -1003,6 +1003,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "cache_read_errors", s->cache_read_errors);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
+    json_uint(j, "in_doubt_writes", s->in_doubt_writes);
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->lost));
     json_uint(j, "lost_bytes", lost_sectors(&c->lost) * TC_SECTOR);
     abandon_status_json(c, j);

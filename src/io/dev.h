@@ -67,7 +67,10 @@ struct tc_dev_stats {
     uint64_t read_wakeups_ignored;  /* read polls while sending, nothing to read */
     uint64_t stalled_connections;   /* ready connections not answering now */
     uint64_t stalls;                /* times a connection stopped answering */
-    uint64_t stalled_closed;        /* ... and was closed, its requests sent again */
+    uint64_t stalled_closed;        /* ... and was closed (fenced) */
+    uint64_t fenced_failed;         /* writes and flushes failed by a fence (writes in doubt) */
+    uint64_t open_fences;           /* fenced connections with writes, not closed by the server */
+    uint64_t fence_waits;           /* writes waiting for one to end (they overlap its writes) */
     uint64_t oldest_reply_wait_ns;  /* longest wait for a reply now (checked each second) */
 };
 
