@@ -189,8 +189,9 @@ static const char serve_help[] =
 "\n"
 "SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
 "finishes the requests in flight, flushes the origin, logs how much dirty\n"
-"data stays in the cache, and exits 0.  SIGHUP and SIGUSR1 reopen the log\n"
-"file.\n"
+"data stays in the cache, and exits 0 (1 if the origin or cache could not\n"
+"be flushed; an origin that answers nothing for twice --origin-timeout plus\n"
+"5 s is given up on).  SIGHUP and SIGUSR1 reopen the log file.\n"
 "\n"
 "Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
 "nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";

@@ -91,6 +91,11 @@ struct tc_dev_ops {
      * finish; the device takes no requests afterwards.  Called once its
      * last request has completed, before the reactor's last run. */
     void (*quiesce)(struct tc_dev *dev);
+    /* Optional: give up on the device (a stop that waited too long): every
+     * request it holds or has in flight completes now, with an error (for
+     * a write, one that says it may still land: -ETIMEDOUT), and new ones
+     * fail at once.  Completions may come from later reactor passes. */
+    void (*abort)(struct tc_dev *dev);
 };
 
 struct tc_dev {
@@ -206,6 +211,8 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 
 void dev_close(struct tc_dev *dev);
 void dev_quiesce(struct tc_dev *dev);
+/* ops->abort, if the device has one; false if not. */
+bool dev_abort(struct tc_dev *dev);
 /* Seconds the device has been unable to take requests, in total and in the
  * current outage. */
 double dev_offline_seconds(const struct tc_dev *dev, bool current_only);

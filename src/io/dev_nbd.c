@@ -153,6 +153,7 @@ struct dev_nbd {
     uint64_t backoff_ns;
     uint64_t attempts;              /* failed attempts in the current outage */
     bool stopped;
+    bool aborted;                   /* dev_nbd_abort(): every request fails */
     char refusal[256];              /* the last reason a server was refused */
 };
 
@@ -312,6 +313,10 @@ static void fence_waits_run(struct dev_nbd *n, bool fail_all);
 
 static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
 {
+    if (n->aborted) {
+        push_finished(n, dio, EIO);
+        return;
+    }
     if (n->fences && fence_blocks(n, dio)) {
         fence_wait_add(n, dio);
         return;
@@ -493,7 +498,7 @@ static void retry_fired(struct tc_timer *t)
 /* Nothing is connecting and connections are missing: try again later. */
 static void schedule_retry(struct dev_nbd *n, uint64_t delay)
 {
-    if (n->stopped || n->retry_timer.armed || count_conns(n, C_CONNECTING) > 0)
+    if (n->stopped || n->aborted || n->retry_timer.armed || count_conns(n, C_CONNECTING) > 0)
         return;
     if (count_conns(n, C_READY) >= n->nwant)
         return;
@@ -1181,6 +1186,36 @@ static void dev_nbd_quiesce(struct tc_dev *dev)
     }
 }
 
+/*
+ * A stop that waited too long for the origin (cache.c, close_quiet): every
+ * connection is fenced at once (its writes fail in doubt, its flushes
+ * with EIO), and reads sent again, held requests, writes waiting for a
+ * fence and new requests fail with EIO.  No new connection is opened.
+ */
+static void dev_nbd_abort(struct tc_dev *dev)
+{
+    struct dev_nbd *n = container_of(dev, struct dev_nbd, dev);
+    if (n->aborted)
+        return;
+    n->aborted = true;
+    tc_error("%s: giving up on the origin: its requests fail now", dev->name);
+    timer_cancel(dev->reactor, &n->retry_timer);
+    for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
+        struct nbd_conn *c = n->conn[i];
+        if (c == NULL)
+            continue;
+        if (c->state == C_READY) {
+            c->fenced = true;
+            int fd = nbd_aio_get_fd(c->h);
+            if (fd >= 0)
+                shutdown(fd, SHUT_WR);
+        }
+        conn_fail(c, "the stop gave up waiting for it", false);
+    }
+    release_held(n);
+    fence_waits_run(n, true);
+}
+
 static bool polls_pending(struct dev_nbd *n)
 {
     for (struct nbd_conn *c = n->all; c; c = c->next_all)
@@ -1218,6 +1253,7 @@ static void dev_nbd_close(struct tc_dev *dev)
 
 static const struct tc_dev_ops nbd_ops = {
     .submit = dev_nbd_submit, .close = dev_nbd_close, .quiesce = dev_nbd_quiesce,
+    .abort = dev_nbd_abort,
 };
 
 static struct nbd_handle *connect_one(const char *uri, char *err, size_t errlen)
