@@ -17,7 +17,7 @@ the count.  Controlled by files in DIR:
   release    the stopped connection goes on: the held requests reach the
              server (late: also when the client has closed the connection
              since, as a server that still executes what it had read), its
-             replies flow (or are dropped if the client is gone), and
+             replies flow, and once the server has answered the held write,
              DIR/released holds the number of request bytes sent late.
 
 A connection the client closes is half-closed towards the server, whose
@@ -56,6 +56,8 @@ class Conn:
         self.stopped = False        # by "arm": both directions held
         self.client_gone = False   # the client sent its last request
         self.released = False
+        self.cookie = None          # of the held write, once sent late
+        self.answered = threading.Event()   # ... and the server answered it
         self.lock = threading.Lock()
 
 
@@ -126,7 +128,12 @@ def up(k):
             u.sendall(pending)
         if k.stopped:
             wait_release()
+            # The end of file only once the server has answered the write:
+            # nbdkit refuses (ESHUTDOWN) a request it read but had not
+            # started when another of its threads saw the end of file.
+            k.cookie = bytes(held[8:16])
             u.sendall(bytes(held))
+            k.answered.wait(60)
             k.released = True
             put("released", f"{len(held)}\n")
     except OSError:
@@ -139,11 +146,15 @@ def up(k):
 
 def down(k):
     c, u = k.c, k.u
+    tail = b""
     try:
         while True:
             data = u.recv(1 << 16)
             if not data:
                 break
+            if k.cookie and k.cookie in tail + data:
+                k.answered.set()
+            tail = data[-8:]
             while (exists(f"stall{k.n}") or
                    (k.stopped and not k.released and not exists("release"))) \
                     and not k.client_gone:
