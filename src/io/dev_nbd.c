@@ -55,11 +55,13 @@
  * sent, so not in doubt): sent earlier, it could land before the old one
  * the server still executes.  So the newest version of a range reaches
  * the origin after the old write did, and the flush that follows it
- * covers it.  This relies on a server closing a connection only after it
- * has finished the requests it read from it (nbdkit and qemu-nbd do); a
- * server that never closes it keeps the range's writes waiting -- dirty
- * in a writeback cache, failing in the other modes -- rather than risk
- * older data landing last.
+ * covers it.  This relies on a server closing a connection only once each
+ * request it read from it is finished or refused (nbdkit answers those it
+ * has not started with ESHUTDOWN); one that closes it while a write is
+ * still being executed can put older data down last, which no client can
+ * prevent.  A server that never closes it keeps the range's writes
+ * waiting -- dirty in a writeback cache, failing in the other modes --
+ * rather than risk older data landing last.
  */
 #include "io/dev.h"
 
