@@ -739,6 +739,9 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 
 /* ---- close ---- */
 
+#define CLOSE_ORIGIN_DEFAULT_NS (60ull * 1000 * 1000 * 1000)
+#define CLOSE_ORIGIN_SLACK_NS (5ull * 1000 * 1000 * 1000)
+
 struct close_ctx {
     struct cache *c;
     struct log_waiter w;
@@ -748,6 +751,7 @@ struct close_ctx {
     uint64_t candidate;
     unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
+    bool aborted;                   /* the origin was given up on (dev_abort) */
     int err;
     struct tc_timer wait;
     void (*done)(void *arg, int err);
@@ -829,15 +833,40 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
  * own chunk, which recovery must excuse as maybe torn), so damage to them
  * could not be told from a torn write; and a job whose origin requests are
  * abandoned at exit leaves its blocks dirty although the origin may hold
- * them.  Polled: a stop is rare and the wait bounded by the origin's
- * requests (which --origin-timeout bounds for a remote origin).
+ * them.  Polled: a stop is rare and the wait is bounded by the origin's
+ * requests, which --origin-timeout bounds for a remote origin (a held
+ * request fails after it; a connection that stops answering is fenced
+ * after it, failing its writes: dev_nbd.c).  In case something else
+ * hangs, after twice that time (60 s when 0) plus 5 s the origin is given
+ * up on (dev_abort: its requests fail now, so the jobs finish and leave
+ * their blocks dirty), the log says so, and the wait goes on for those
+ * completions.  Jobs are never freed under a request the device still
+ * holds: a device without abort (a local file, whose requests the kernel
+ * ends) is waited for.
  */
+static void close_flush_origin(struct close_ctx *x);
+
 static void close_quiet(struct tc_timer *t)
 {
     struct close_ctx *x = container_of(t, struct close_ctx, quiet);
     struct cache *c = x->c;
     if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c)) {
         uint64_t now = tc_now_ns();
+        uint64_t limit = c->vol->origin->hold_timeout_ns;
+        limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + CLOSE_ORIGIN_SLACK_NS;
+        if (now - x->quiet_since >= limit && !x->aborted) {
+            x->aborted = true;
+            unsigned jobs = writeback_jobs_in_flight(c);
+            bool cleaner = !cleaner_idle(c);
+            tc_error("cache: stop: gave up after %.1f s waiting for %u write-back jobs%s (the "
+                     "origin does not answer): %s", (double)(now - x->quiet_since) / 1e9, jobs,
+                     cleaner ? " and the cleaner" : "",
+                     c->vol->origin->ops->abort
+                         ? "failing its requests; their blocks stay dirty and are written "
+                           "back after the next start"
+                         : "this origin cannot be given up on; still waiting");
+            dev_abort(c->vol->origin);
+        }
         if (now - x->quiet_logged >= 5000000000ull) {
             x->quiet_logged = now;
             tc_info("cache: stop: waiting for %u write-back jobs%s to finish (%.1f s so far)",
@@ -847,6 +876,12 @@ static void close_quiet(struct tc_timer *t)
         timer_arm(c->reactor, &x->quiet, 10ull * 1000 * 1000);
         return;
     }
+    close_flush_origin(x);
+}
+
+static void close_flush_origin(struct close_ctx *x)
+{
+    struct cache *c = x->c;
     x->candidate = wt_stable_candidate(c);
     x->dio.op = TC_DEV_FLUSH;
     x->dio.cb = close_origin_flushed;
@@ -1026,6 +1061,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "cache_read_errors", s->cache_read_errors);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
+    json_uint(j, "in_doubt_writes", s->in_doubt_writes);
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->lost));
     json_uint(j, "lost_bytes", lost_sectors(&c->lost) * TC_SECTOR);
     abandon_status_json(c, j);

@@ -331,6 +331,7 @@ struct cache_stats {
     uint64_t checksum_errors;
     uint64_t cache_read_errors, cache_write_errors;
     uint64_t lost_dirty_bytes;
+    uint64_t in_doubt_writes;       /* origin writes failed in doubt (lost_in_doubt) */
     uint64_t syncs;
     uint64_t writeback_bytes, writeback_writes, writeback_passes;
     uint64_t recovered_entries, recovered_dirty_sectors, recovered_dirty_blocks;
@@ -490,6 +491,10 @@ void lost_passthrough(struct ereq *e);
 int lost_flush_result(struct cache *c);
 /* Record durably (in the log) that these sectors of the block are lost now. */
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
+/* An origin write failed in doubt (-ETIMEDOUT): the sectors read as lost
+ * until written again, without failing the next flush. */
+void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
+void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len);
 /* Written again: no longer lost (lost_clear()), and the state file told. */
 void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written);
 void lost_written_range(struct cache *c, uint64_t off, uint64_t len);

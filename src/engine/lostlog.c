@@ -15,18 +15,57 @@
 #include "util/misc.h"
 
 /* Record durably that these sectors of the block are lost now. */
-void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
+static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
 {
     struct tc_mask m;
     if (!lost_get(&c->lost, oblock, &m))
         mask_clear(&m);
     mask_or(&m, mask);
     lost_set(&c->lost, oblock, &m);
-    c->lost_events++;
     lost_get_persisted(&c->lost, oblock, &m);
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+}
+
+void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
+{
+    record(c, oblock, mask);
+    c->lost_events++;
+}
+
+/* A write the origin may or may not have taken, and may still take later
+ * (dev_nbd.c: a fenced connection): the client was told it failed, so no
+ * flush reports it again, but until a client writes the sectors again
+ * reads of those the cache does not hold fail, rather than return
+ * whichever version the origin holds at the moment. */
+void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
+{
+    /* Sectors the cache holds are read from it, whatever the origin does. */
+    struct tc_mask m = *mask;
+    uint32_t id = index_lookup(&c->idx, oblock);
+    if (id != NIL) {
+        struct tc_mask v, d;
+        ce_get_masks(&c->idx, id, &v, &d);
+        mask_andnot(&m, &v);
+    }
+    c->st.in_doubt_writes++;
+    if (!mask_empty(&m))
+        record(c, oblock, &m);
+}
+
+void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len)
+{
+    uint64_t end = off + len;
+    while (off < end) {
+        uint64_t ob = off / c->block_size, bstart = ob * c->block_size;
+        uint64_t pend = TC_MIN(end, bstart + c->block_size);
+        struct tc_mask m;
+        mask_range(&m, (unsigned)((off - bstart) / TC_SECTOR),
+                   (unsigned)((pend - bstart + TC_SECTOR - 1) / TC_SECTOR));
+        lost_in_doubt(c, ob, &m);
+        off = pend;
+    }
 }
 
 /* Written again: these sectors are no longer lost.  Reads see it at once;

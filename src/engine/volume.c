@@ -654,6 +654,9 @@ static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
     json_uint(j, "stalled_connections", d->stats.stalled_connections);
     json_uint(j, "stalls", d->stats.stalls);
     json_uint(j, "stalled_closed", d->stats.stalled_closed);
+    json_uint(j, "fenced_requests", d->stats.fenced_failed);
+    json_uint(j, "open_fences", d->stats.open_fences);
+    json_uint(j, "writes_waiting_for_fences", d->stats.fence_waits);
     json_double(j, "oldest_reply_wait_seconds", (double)d->stats.oldest_reply_wait_ns / 1e9);
     json_double(j, "timeout_seconds", (double)d->hold_timeout_ns / 1e9);
     json_uint(j, "writeback_retries",

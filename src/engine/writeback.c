@@ -85,7 +85,11 @@
  * While the origin is unreachable (reconnecting or offline) no pass
  * starts.  A job whose writes were acknowledged on a connection that was
  * lost before the flush is treated as failed too: the server may have died
- * with the data unflushed, so the blocks are written again.
+ * with the data unflushed, so the blocks are written again.  So is a write
+ * that failed in doubt (-ETIMEDOUT: its connection stopped answering and
+ * was fenced, dev_nbd.c): the block stays dirty, and the device sends the
+ * next attempt, with the newest cached version, only once the old write
+ * can no longer land.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -476,7 +480,9 @@ static void job_account(struct wb_job *j, int err, bool cut)
     uint64_t delay = RETRY_FIRST_NS << TC_MIN(wb->fail_streak - 1, 6u);
     delay = TC_MIN(delay, RETRY_MAX_NS);
     wb->retry_at = now + delay;
-    const char *why = cut ? "the origin connection was lost before the flush"
+    const char *why = j->write_err == -ETIMEDOUT
+                          ? "in doubt: sent on an origin connection that stopped answering"
+                      : cut && !j->write_err ? "the origin connection was lost before the flush"
                       : err ? strerror(-err)
                       : j->write_err ? strerror(-j->write_err)
                       : "unreadable in the cache, or the cache flush failed";

@@ -24,6 +24,12 @@
  * FLUSH recorded that the origin has it), or the origin write never
  * started.
  *
+ * A write whose origin request failed in doubt (-ETIMEDOUT: sent on an
+ * origin connection that stopped answering and was fenced, see dev_nbd.c)
+ * fails with EIO too, and the sectors the cache does not hold then read as
+ * lost (EIO) until written again: the origin may still take the old write
+ * later, so what it returns could change under a reader.
+ *
  * A write-through write the origin fails: the request fails (EIO), and the
  * new version is dropped from the cache at once (a tombstone follows it in
  * the log), so later reads return whatever the origin holds for the range
@@ -307,6 +313,17 @@ static void piece_origin_done(struct wpiece *p, int err)
                 c->st.invalidations++;
             }
         }
+    }
+    if (err == -ETIMEDOUT) {
+        /* In doubt (dev_nbd.c: its connection was fenced): the origin may
+         * take this write later still, so what it returns for the range
+         * may change under the reader.  Unless the cache still serves the
+         * sectors, they read as lost until a client writes them again;
+         * the client is told EIO. */
+        struct tc_mask m;
+        mask_range(&m, p->s0, p->s1);
+        lost_in_doubt(c, p->oblock, &m);
+        err = -EIO;
     }
     if (p->join)
         join_part(p, err);
@@ -890,6 +907,12 @@ static void discard_origin_done(struct tc_dev_io *dio, int err)
     owrite_end(w->c->locks, &w->ow);
     if (err == 0 && w->e->op == TC_OP_WRITE_ZEROES)
         lost_written_range(w->c, w->e->off, w->e->len);
+    if (err == -ETIMEDOUT) {
+        /* In doubt, as in piece_origin_done(); the cached blocks of the
+         * range were dropped before. */
+        lost_in_doubt_range(w->c, w->e->off, w->e->len);
+        err = -EIO;
+    }
     if (err && w->err == 0)
         w->err = err;
     request_maybe_end(w);

@@ -69,6 +69,14 @@ void dev_quiesce(struct tc_dev *dev)
         dev->ops->quiesce(dev);
 }
 
+bool dev_abort(struct tc_dev *dev)
+{
+    if (dev == NULL || dev->ops->abort == NULL)
+        return false;
+    dev->ops->abort(dev);
+    return true;
+}
+
 const char *dev_state_name(enum tc_dev_state s)
 {
     switch (s) {

@@ -67,7 +67,10 @@ struct tc_dev_stats {
     uint64_t read_wakeups_ignored;  /* read polls while sending, nothing to read */
     uint64_t stalled_connections;   /* ready connections not answering now */
     uint64_t stalls;                /* times a connection stopped answering */
-    uint64_t stalled_closed;        /* ... and was closed, its requests sent again */
+    uint64_t stalled_closed;        /* ... and was closed (fenced) */
+    uint64_t fenced_failed;         /* writes and flushes failed by a fence (writes in doubt) */
+    uint64_t open_fences;           /* fenced connections with writes, not closed by the server */
+    uint64_t fence_waits;           /* writes waiting for one to end (they overlap its writes) */
     uint64_t oldest_reply_wait_ns;  /* longest wait for a reply now (checked each second) */
 };
 
@@ -88,6 +91,11 @@ struct tc_dev_ops {
      * finish; the device takes no requests afterwards.  Called once its
      * last request has completed, before the reactor's last run. */
     void (*quiesce)(struct tc_dev *dev);
+    /* Optional: give up on the device (a stop that waited too long): every
+     * request it holds or has in flight completes now, with an error (for
+     * a write, one that says it may still land: -ETIMEDOUT), and new ones
+     * fail at once.  Completions may come from later reactor passes. */
+    void (*abort)(struct tc_dev *dev);
 };
 
 struct tc_dev {
@@ -211,6 +219,8 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 
 void dev_close(struct tc_dev *dev);
 void dev_quiesce(struct tc_dev *dev);
+/* ops->abort, if the device has one; false if not. */
+bool dev_abort(struct tc_dev *dev);
 /* Seconds the device has been unable to take requests, in total and in the
  * current outage. */
 double dev_offline_seconds(const struct tc_dev *dev, bool current_only);

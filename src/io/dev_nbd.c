@@ -35,6 +35,33 @@
  *
  * An error reply from a live server (EIO, ENOSPC...) is the request's
  * result: it is reported, not retried here (the engine decides).
+ *
+ * A connection that stays up but stops answering (no reply for
+ * --origin-timeout while requests wait) is fenced, so that one stuck
+ * connection cannot hang the volume:
+ *
+ *   ready ──(no reply for the stall time)──► fenced: shutdown(SHUT_WR),
+ *     given up like a lost connection (a new one is opened); its reads
+ *     go again elsewhere, its flushes fail (EIO), its writes, trims and
+ *     write-zeroes fail in doubt (ETIMEDOUT: the engine keeps the newest
+ *     version authoritative, see writepath.c and writeback.c)
+ *        │
+ *        │ the server closes it (end of file, reset): it has done with
+ *        ▼ every request it read from it
+ *     ended: writes overlapping its writes' ranges, held until now, go
+ *
+ * While a fence with writes is open, a write, trim or write-zeroes that
+ * overlaps one of them waits (at most the hold time, then EIO; never
+ * sent, so not in doubt): sent earlier, it could land before the old one
+ * the server still executes.  So the newest version of a range reaches
+ * the origin after the old write did, and the flush that follows it
+ * covers it.  This relies on a server closing a connection only once each
+ * request it read from it is finished or refused (nbdkit answers those it
+ * has not started with ESHUTDOWN); one that closes it while a write is
+ * still being executed can put older data down last, which no client can
+ * prevent.  A server that never closes it keeps the range's writes
+ * waiting -- dirty in a writeback cache, failing in the other modes --
+ * rather than risk older data landing last.
  */
 #include "io/dev.h"
 
@@ -70,6 +97,27 @@
 enum conn_state { C_CONNECTING, C_READY, C_DEAD };
 
 struct nbd_cb_ctx;
+struct dev_nbd;
+
+/* A fenced connection the server has not closed yet: the writes it
+ * carried (ranges r) may still land.  See stall_check(). */
+struct fence {
+    struct dev_nbd *n;
+    struct nbd_handle *h;           /* given up; kept for its socket */
+    int fd;
+    struct tc_io poll, cancel;
+    bool armed, cancelling;
+    unsigned nr;
+    struct { uint64_t off, len; } *r;
+    struct fence *next;
+};
+
+/* A write that overlaps a range of an open fence, waiting for it to end. */
+struct fence_wait {
+    struct tc_dev_io *dio;
+    uint64_t since;
+    struct fence_wait *next;
+};
 
 struct nbd_conn {
     struct dev_nbd *owner;
@@ -84,6 +132,7 @@ struct nbd_conn {
     uint64_t ready_ns;
     uint64_t progress_ns;           /* last reply, or when it last became busy */
     bool stalled;                   /* no reply for the stall time (reported) */
+    bool fenced;                    /* closed for not answering: its writes are in doubt */
     struct nbd_conn *next_all;      /* every connection object, for close */
 };
 
@@ -100,9 +149,13 @@ struct dev_nbd {
     struct tc_task release;         /* sends the held requests */
     struct tc_timer retry_timer, timeout_timer;
     struct tc_timer stall_timer;    /* looks for connections that stopped answering */
+    struct fence *fences;           /* fenced connections not closed by the server */
+    struct fence_wait *fence_waits; /* writes waiting for one of them to end */
+    struct tc_task fence_release;   /* sends the writes no fence holds back now */
     uint64_t backoff_ns;
     uint64_t attempts;              /* failed attempts in the current outage */
     bool stopped;
+    bool aborted;                   /* dev_nbd_abort(): every request fails */
     char refusal[256];              /* the last reason a server was refused */
 };
 
@@ -256,8 +309,20 @@ static void hold(struct dev_nbd *n, struct tc_dev_io *dio)
     n->dev.stats.held++;
 }
 
+static bool fence_blocks(struct dev_nbd *n, const struct tc_dev_io *dio);
+static void fence_wait_add(struct dev_nbd *n, struct tc_dev_io *dio);
+static void fence_waits_run(struct dev_nbd *n, bool fail_all);
+
 static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
 {
+    if (n->aborted) {
+        push_finished(n, dio, EIO);
+        return;
+    }
+    if (n->fences && fence_blocks(n, dio)) {
+        fence_wait_add(n, dio);
+        return;
+    }
     struct nbd_conn *c = pick_conn(n);
     if (c == NULL) {
         if (n->dev.state == TC_DEV_RECONNECTING && !n->stopped)
@@ -435,7 +500,7 @@ static void retry_fired(struct tc_timer *t)
 /* Nothing is connecting and connections are missing: try again later. */
 static void schedule_retry(struct dev_nbd *n, uint64_t delay)
 {
-    if (n->stopped || n->retry_timer.armed || count_conns(n, C_CONNECTING) > 0)
+    if (n->stopped || n->aborted || n->retry_timer.armed || count_conns(n, C_CONNECTING) > 0)
         return;
     if (count_conns(n, C_READY) >= n->nwant)
         return;
@@ -458,6 +523,16 @@ static void attempt_failed(struct dev_nbd *n, const char *why)
 
 /* ---- connections ---- */
 
+/* Is the request failed, not sent again, when its connection is fenced?
+ * Everything that changes data, and flushes. */
+static bool fenced_fails(const struct tc_dev_io *dio)
+{
+    return dio->op == TC_DEV_WRITE || dio->op == TC_DEV_TRIM || dio->op == TC_DEV_ZERO ||
+           dio->op == TC_DEV_FLUSH;
+}
+
+static struct fence *fence_new(struct nbd_conn *c);
+
 static void conn_maybe_free(struct nbd_conn *c)
 {
     if (c->state != C_DEAD || c->read_armed || c->write_armed || c->cancels)
@@ -466,14 +541,25 @@ static void conn_maybe_free(struct nbd_conn *c)
     /* Commands libnbd never completed (the handle was given up while still
      * alive): nbd_close() drops them without their callbacks, so their
      * requests are sent again from here. */
+    struct fence *f = NULL;
+    if (c->fenced && !n->stopped)
+        f = fence_new(c);
     while (c->ctxs) {
         struct nbd_cb_ctx *ctx = c->ctxs;
         ctx->lost = true;
+        if (c->fenced && fenced_fails(ctx->dio)) {
+            /* In doubt, or a flush that may not cover what it should:
+             * see stall_check(). */
+            ctx->lost = false;
+            ctx->err = ctx->dio->op == TC_DEV_FLUSH ? EIO : ETIMEDOUT;
+            n->dev.stats.fenced_failed++;
+        }
         c->inflight -= (unsigned)ctx->pieces_left;
         ctx->pieces_left = 1;
         ctx_piece_done(ctx);
     }
-    nbd_close(c->h);
+    if (f == NULL)
+        nbd_close(c->h);
     c->h = NULL;
     for (struct nbd_conn **pp = &n->all; *pp; pp = &(*pp)->next_all) {
         if (*pp == c) {
@@ -798,34 +884,40 @@ static void start_attempts(struct dev_nbd *n)
 #define STALL_CHECK_NS (1000ull * 1000 * 1000)
 #define STALL_DEFAULT_NS (60ull * 1000 * 1000 * 1000)
 
-/* Does the connection carry a request that changes data, or a flush?  A
- * flush is not sent again elsewhere either: a slow one (an fsync longer
- * than the stall time) would start over at every stall check, and on a
- * server without multi-conn a flush on a new connection need not cover
- * the writes the closed one acknowledged. */
-static bool conn_has_writes(struct nbd_conn *c)
+static unsigned conn_writes(struct nbd_conn *c)
 {
-    for (struct nbd_cb_ctx *ctx = c->ctxs; ctx; ctx = ctx->next) {
-        int op = ctx->dio->op;
-        if (op == TC_DEV_WRITE || op == TC_DEV_TRIM || op == TC_DEV_ZERO || op == TC_DEV_FLUSH)
-            return true;
-    }
-    return false;
+    unsigned k = 0;
+    for (struct nbd_cb_ctx *ctx = c->ctxs; ctx; ctx = ctx->next)
+        k += fenced_fails(ctx->dio);
+    return k;
 }
 
 /*
  * A ready connection with requests in flight that has had no reply for
  * the stall time (--origin-timeout; 60 s when that is 0) has stopped
  * answering: a server stuck on it, or a client state machine waiting for
- * what will not come.  One stuck connection must not hang the volume, so
- * it is closed and its requests go again on the others (or on the next
- * connection), as after a lost connection -- but only while it carries no
- * write, trim or write-zeroes: the server may still be executing such a
- * request of a connection we closed, and sent again on another connection
- * it could land after a newer write of the same range that the engine
- * issues once the copy completes.  A connection stuck with writes is
- * reported (status: stalled_connections; the log, with libnbd's state)
- * and left alone.
+ * what will not come.  It is fenced (see the top of this file): the
+ * socket is shut down for writing (the server reads what was sent, then
+ * the end of file), and the connection given up as after any loss, so a
+ * new one is opened; its requests end at once:
+ *
+ *  - reads and block status go again on the other connections (or the
+ *    next one): they change nothing;
+ *  - writes, trims and write-zeroes fail with ETIMEDOUT, "in doubt": the
+ *    server may have executed them, or may still execute one it has
+ *    read.  Sent again, a copy would race with the original.  The
+ *    engine, which knows the newest version of the range, decides
+ *    (writeback keeps the blocks dirty and writes the newest cached
+ *    version again; a write-through write fails with EIO and the range
+ *    reads as lost until written again), and the device holds back
+ *    writes to those ranges until the server has closed the fenced
+ *    connection (struct fence);
+ *  - flushes fail with EIO: the writes they were to cover may have been
+ *    acknowledged on the fenced connection, and a flush elsewhere need
+ *    not cover those (a server without multi-conn).
+ *
+ * Counted: stalls, stalled_closed (fenced), fenced_requests, open_fences,
+ * writes_waiting_for_fences; the log has libnbd's state at the fence.
  */
 static void stall_check(struct tc_timer *t)
 {
@@ -844,29 +936,235 @@ static void stall_check(struct tc_timer *t)
         oldest = TC_MAX(oldest, waited);
         if (waited < limit)
             continue;
-        bool writes = conn_has_writes(c);
+        unsigned writes = conn_writes(c);
         if (!c->stalled) {
             c->stalled = true;
             d->stats.stalled_connections++;
             d->stats.stalls++;
-            unsigned dir = nbd_aio_get_direction(c->h);
-            tc_error("%s: connection %u: no reply for %.1f s to %u requests (libnbd: %lld in "
-                     "flight, %s, waiting to %s)%s", d->name, i + 1, (double)waited / 1e9,
-                     c->inflight, (long long)nbd_aio_in_flight(c->h),
-                     nbd_aio_is_processing(c->h) ? "in a request or reply" : "idle",
-                     dir == LIBNBD_AIO_DIRECTION_BOTH ? "read and write"
-                     : dir == LIBNBD_AIO_DIRECTION_WRITE ? "write"
-                     : dir == LIBNBD_AIO_DIRECTION_READ ? "read" : "nothing",
-                     writes ? "; it carries writes, which could land late if sent again: "
-                              "left open" : "; closing it, its requests go again");
         }
-        if (!writes) {
-            d->stats.stalled_closed++;
-            conn_fail(c, "it stopped answering", false);
-        }
+        unsigned dir = nbd_aio_get_direction(c->h);
+        tc_error("%s: connection %u: no reply for %.1f s to %u requests (libnbd: %lld in "
+                 "flight, %s, waiting to %s); closing it: reads go again, %u writes and "
+                 "flushes fail (writes in doubt: the server may still execute them)",
+                 d->name, i + 1, (double)waited / 1e9, c->inflight,
+                 (long long)nbd_aio_in_flight(c->h),
+                 nbd_aio_is_processing(c->h) ? "in a request or reply" : "idle",
+                 dir == LIBNBD_AIO_DIRECTION_BOTH ? "read and write"
+                 : dir == LIBNBD_AIO_DIRECTION_WRITE ? "write"
+                 : dir == LIBNBD_AIO_DIRECTION_READ ? "read" : "nothing", writes);
+        d->stats.stalled_closed++;
+        c->fenced = true;
+        /* No more requests: the server reads what was sent, then the end
+         * of file.  The socket stays open for reading until the server
+         * closes it (struct fence). */
+        int fd = nbd_aio_get_fd(c->h);
+        if (fd >= 0)
+            shutdown(fd, SHUT_WR);
+        conn_fail(c, "it stopped answering", false);
     }
+    if (n->fence_waits)
+        fence_waits_run(n, false);
     d->stats.oldest_reply_wait_ns = oldest;
     timer_arm(d->reactor, &n->stall_timer, STALL_CHECK_NS);
+}
+
+/* ---- fences: fenced connections until the server closes them ---- */
+
+static bool fenced_write(const struct tc_dev_io *dio)
+{
+    return dio->op == TC_DEV_WRITE || dio->op == TC_DEV_TRIM || dio->op == TC_DEV_ZERO;
+}
+
+static void fence_arm(struct fence *f);
+
+/* The fenced connection c is being given up: keep its socket, and the
+ * ranges of the writes it carried, until the server closes it.  NULL if
+ * it carried no write (nothing can land late). */
+static struct fence *fence_new(struct nbd_conn *c)
+{
+    unsigned k = 0;
+    for (struct nbd_cb_ctx *ctx = c->ctxs; ctx; ctx = ctx->next)
+        k += fenced_write(ctx->dio);
+    int fd = nbd_aio_get_fd(c->h);
+    if (k == 0 || fd < 0)
+        return NULL;
+    struct dev_nbd *n = c->owner;
+    struct fence *f = tc_xcalloc(1, sizeof *f);
+    f->n = n;
+    f->h = c->h;
+    f->fd = fd;
+    f->r = tc_xcalloc(k, sizeof *f->r);
+    for (struct nbd_cb_ctx *ctx = c->ctxs; ctx; ctx = ctx->next)
+        if (fenced_write(ctx->dio)) {
+            f->r[f->nr].off = ctx->dio->off;
+            f->r[f->nr].len = ctx->dio->len;
+            f->nr++;
+        }
+    f->next = n->fences;
+    n->fences = f;
+    n->dev.stats.open_fences++;
+    fence_arm(f);
+    return f;
+}
+
+/* Must dio wait: does it change data that a write of an open fence covers? */
+static bool fence_blocks(struct dev_nbd *n, const struct tc_dev_io *dio)
+{
+    if (!fenced_write(dio))
+        return false;
+    for (struct fence *f = n->fences; f; f = f->next)
+        for (unsigned i = 0; i < f->nr; i++)
+            if (dio->off < f->r[i].off + f->r[i].len && f->r[i].off < dio->off + dio->len)
+                return true;
+    return false;
+}
+
+static void fence_wait_add(struct dev_nbd *n, struct tc_dev_io *dio)
+{
+    if (n->stopped || n->dev.hold_timeout_ns == 0) {
+        push_finished(n, dio, EIO);
+        return;
+    }
+    struct fence_wait *w = tc_xcalloc(1, sizeof *w);
+    w->dio = dio;
+    w->since = tc_now_ns();
+    struct fence_wait **pp = &n->fence_waits;
+    while (*pp)
+        pp = &(*pp)->next;      /* in order: an older write goes first */
+    *pp = w;
+    n->dev.stats.fence_waits++;
+}
+
+/* Send the waiting writes no fence holds back now; with fail, fail those
+ * that waited longer than the hold time (or all of them, at a stop):
+ * never sent, they are plain failures, not in doubt. */
+static void fence_waits_run(struct dev_nbd *n, bool fail_all)
+{
+    uint64_t now = tc_now_ns();
+    struct fence_wait *list = n->fence_waits, *keep = NULL, **kt = &keep;
+    n->fence_waits = NULL;
+    while (list) {
+        struct fence_wait *w = list;
+        list = w->next;
+        bool blocked = fence_blocks(n, w->dio);
+        if (blocked && !fail_all && now - w->since < n->dev.hold_timeout_ns) {
+            w->next = NULL;
+            *kt = w;
+            kt = &w->next;
+            continue;
+        }
+        n->dev.stats.fence_waits--;
+        struct tc_dev_io *dio = w->dio;
+        double waited = (double)(now - w->since) / 1e9;
+        free(w);
+        if (blocked) {
+            tc_error("%s: %s at offset %llu failed: it waited %.1f s for a fenced connection "
+                     "whose writes to the range may still land", n->dev.name,
+                     dev_op_name(dio->op), (unsigned long long)dio->off, waited);
+            push_finished(n, dio, EIO);
+        } else {
+            nbd_issue(n, dio);
+        }
+    }
+    *kt = n->fence_waits;       /* (none: nbd_issue found no fence in the way) */
+    n->fence_waits = keep;
+}
+
+static void fence_release_task(struct tc_task *t)
+{
+    fence_waits_run(container_of(t, struct dev_nbd, fence_release), false);
+}
+
+static void fence_free(struct fence *f)
+{
+    struct dev_nbd *n = f->n;
+    for (struct fence **pp = &n->fences; *pp; pp = &(*pp)->next) {
+        if (*pp == f) {
+            *pp = f->next;
+            break;
+        }
+    }
+    n->dev.stats.open_fences--;
+    nbd_close(f->h);
+    free(f->r);
+    free(f);
+}
+
+/* The server closed the fenced connection (end of file, or a reset): it
+ * has done with every request it read from it. */
+static void fence_end(struct fence *f, const char *why)
+{
+    struct dev_nbd *n = f->n;
+    tc_info("%s: a fenced connection is closed by the server (%s): its %u writes can no "
+            "longer land; writes to their ranges go on", n->dev.name, why, f->nr);
+    fence_free(f);
+    reactor_defer(n->dev.reactor, &n->fence_release);
+}
+
+static void fence_poll_done(struct tc_io *io, int res)
+{
+    struct fence *f = container_of(io, struct fence, poll);
+    f->armed = false;
+    if (f->n->stopped) {
+        if (!f->cancelling)
+            fence_free(f);
+        return;
+    }
+    if (res < 0 && res != -ECANCELED) {
+        fence_end(f, strerror(-res));
+        return;
+    }
+    /* Replies still coming are read and dropped: the requests they answer
+     * were failed or sent again at the fence. */
+    char sink[16384];
+    for (;;) {
+        ssize_t r = recv(f->fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (r > 0)
+            continue;
+        if (r == 0) {
+            fence_end(f, "end of file");
+            return;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            break;
+        fence_end(f, strerror(errno));
+        return;
+    }
+    fence_arm(f);
+}
+
+static void fence_arm(struct fence *f)
+{
+    f->poll.done = fence_poll_done;
+    io_uring_prep_poll_add(reactor_sqe(f->n->dev.reactor, &f->poll), f->fd, POLLIN);
+    f->armed = true;
+}
+
+static void fence_cancel_done(struct tc_io *io, int res)
+{
+    (void)res;
+    struct fence *f = container_of(io, struct fence, cancel);
+    f->cancelling = false;
+    if (!f->armed)
+        fence_free(f);
+}
+
+/* A stop: the fences' polls are cancelled, and each is freed once its
+ * poll and the cancel have completed. */
+static void fences_stop(struct dev_nbd *n)
+{
+    for (struct fence *f = n->fences, *next; f; f = next) {
+        next = f->next;
+        if (!f->armed) {
+            fence_free(f);
+            continue;
+        }
+        f->cancelling = true;
+        f->cancel.done = fence_cancel_done;
+        io_uring_prep_cancel(reactor_sqe(n->dev.reactor, &f->cancel), &f->poll, 0);
+    }
 }
 
 /* ---- open, quiesce, close ---- */
@@ -881,6 +1179,8 @@ static void dev_nbd_quiesce(struct tc_dev *dev)
     timer_cancel(dev->reactor, &n->timeout_timer);
     timer_cancel(dev->reactor, &n->stall_timer);
     release_held(n);        /* none should be left: they fail */
+    fence_waits_run(n, true);
+    fences_stop(n);
     for (struct nbd_conn *c = n->all; c; c = c->next_all) {
         timer_cancel(dev->reactor, &c->connect_timer);
         if (c->state != C_DEAD)
@@ -888,12 +1188,42 @@ static void dev_nbd_quiesce(struct tc_dev *dev)
     }
 }
 
+/*
+ * A stop that waited too long for the origin (cache.c, close_quiet): every
+ * connection is fenced at once (its writes fail in doubt, its flushes
+ * with EIO), and reads sent again, held requests, writes waiting for a
+ * fence and new requests fail with EIO.  No new connection is opened.
+ */
+static void dev_nbd_abort(struct tc_dev *dev)
+{
+    struct dev_nbd *n = container_of(dev, struct dev_nbd, dev);
+    if (n->aborted)
+        return;
+    n->aborted = true;
+    tc_error("%s: giving up on the origin: its requests fail now", dev->name);
+    timer_cancel(dev->reactor, &n->retry_timer);
+    for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
+        struct nbd_conn *c = n->conn[i];
+        if (c == NULL)
+            continue;
+        if (c->state == C_READY) {
+            c->fenced = true;
+            int fd = nbd_aio_get_fd(c->h);
+            if (fd >= 0)
+                shutdown(fd, SHUT_WR);
+        }
+        conn_fail(c, "the stop gave up waiting for it", false);
+    }
+    release_held(n);
+    fence_waits_run(n, true);
+}
+
 static bool polls_pending(struct dev_nbd *n)
 {
     for (struct nbd_conn *c = n->all; c; c = c->next_all)
         if (c->read_armed || c->write_armed || c->cancels)
             return true;
-    return false;
+    return n->fences != NULL;
 }
 
 static void dev_nbd_close(struct tc_dev *dev)
@@ -925,6 +1255,7 @@ static void dev_nbd_close(struct tc_dev *dev)
 
 static const struct tc_dev_ops nbd_ops = {
     .submit = dev_nbd_submit, .close = dev_nbd_close, .quiesce = dev_nbd_quiesce,
+    .abort = dev_nbd_abort,
 };
 
 static struct nbd_handle *connect_one(const char *uri, char *err, size_t errlen)
@@ -994,6 +1325,7 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
     n->retry_timer.fn = retry_fired;
     n->timeout_timer.fn = timeout_fired;
     n->stall_timer.fn = stall_check;
+    n->fence_release.fn = fence_release_task;
     n->backoff_ns = BACKOFF_FIRST_NS;
 
     n->nwant = 1;

@@ -62,6 +62,7 @@ struct dev_test {
     unsigned hold_ops;          /* EIO_* bits: the requests that may be held */
     struct tc_dev_io *held, **held_tail;
     struct tc_timer hold_timer;
+    bool aborted;               /* dev_abort(): every request fails */
     off_t undo_dropped;         /* undo bytes forgotten so far (cut from the front) */
 };
 
@@ -198,7 +199,7 @@ static void hold_timer_fn(struct tc_timer *t)
 static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     struct dev_test *d = container_of(dev, struct dev_test, dev);
-    if (d->hold_when && (d->hold_ops & op_kind(dio->op)) &&
+    if (d->hold_when && !d->aborted && (d->hold_ops & op_kind(dio->op)) &&
         (d->held != NULL || access(d->hold_when, F_OK) == 0)) {
         dio->next = NULL;
         *d->held_tail = dio;
@@ -213,6 +214,10 @@ static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 static void test_issue(struct dev_test *d, struct tc_dev_io *dio)
 {
     struct tc_dev *dev = &d->dev;
+    if (d->aborted) {
+        dev_complete(dio, -EIO);
+        return;
+    }
     if (failing(d, dio->op)) {
         dev_complete(dio, -EIO);
         return;
@@ -239,6 +244,23 @@ static void test_issue(struct dev_test *d, struct tc_dev_io *dio)
     dev_submit(d->inner, &t->inner);
 }
 
+/* Held requests fail (never sent: -EIO), and every later one. */
+static void test_abort(struct tc_dev *dev)
+{
+    struct dev_test *d = container_of(dev, struct dev_test, dev);
+    d->aborted = true;
+    if (d->hold_when)
+        timer_cancel(dev->reactor, &d->hold_timer);
+    struct tc_dev_io *list = d->held;
+    d->held = NULL;
+    d->held_tail = &d->held;
+    while (list) {
+        struct tc_dev_io *dio = list;
+        list = dio->next;
+        dev_complete(dio, -EIO);
+    }
+}
+
 static void test_close(struct tc_dev *dev)
 {
     struct dev_test *d = container_of(dev, struct dev_test, dev);
@@ -256,7 +278,8 @@ static void test_close(struct tc_dev *dev)
     free(d);
 }
 
-static const struct tc_dev_ops test_ops = { .submit = test_submit, .close = test_close };
+static const struct tc_dev_ops test_ops = { .submit = test_submit, .close = test_close,
+                                            .abort = test_abort };
 
 struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_only, char *err,
                              size_t errlen)
