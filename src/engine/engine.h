@@ -78,6 +78,7 @@ struct tc_volume {
      * path has no request left and the cache is emptied. */
     bool gate;
     bool detaching;                 /* a detach is under way */
+    bool flushing_dirty;            /* a flush of the dirty data (tiercache flush) drains */
     unsigned cache_inflight;        /* requests in the cache path */
     struct ereq *held_head, **held_tail;
     struct tc_task gate_task;

@@ -412,6 +412,7 @@ static void flush_origin_only(struct tc_volume *vol, void (*done)(void *arg, int
 static void flush_done(void *arg, int err)
 {
     struct online_op *op = arg;
+    op->vol->flushing_dirty = false;
     if (err)
         op_error_set(op->vol, "flush failed", "", err);
     op_finish(op, err);
@@ -420,14 +421,18 @@ static void flush_done(void *arg, int err)
 void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg)
 {
-    if (vol->detaching) {
-        /* A mode change or detach is draining: one drain at a time (its
-         * completion would otherwise be replaced by this one's). */
+    if (vol->detaching || vol->flushing_dirty) {
+        /* A mode change, a detach or another flush is draining: one drain
+         * at a time (its completion would otherwise be replaced by this
+         * one's, and never come). */
+        snprintf(vol->op_error, sizeof vol->op_error, "%s is under way; try again when it "
+                 "ends", vol->detaching ? "a mode change or detach" : "another flush");
         done(arg, -EBUSY);
         return;
     }
     vol->op_error[0] = '\0';
     if (vol->cache && !vol->detached) {
+        vol->flushing_dirty = true;
         struct online_op *op = tc_xcalloc(1, sizeof *op);
         op->vol = vol;
         op->progress = progress;
@@ -572,7 +577,10 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
         done(arg, vol->cache ? -EALREADY : -ENODEV);
         return;
     }
-    if (vol->detaching) {
+    if (vol->detaching || vol->flushing_dirty) {
+        if (vol->flushing_dirty)
+            snprintf(vol->op_error, sizeof vol->op_error, "a flush of the dirty data is under "
+                     "way; try again when it ends");
         done(arg, -EBUSY);
         return;
     }
@@ -611,6 +619,13 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
      * the origin before a mode without dirty data is in force. */
     bool drain = mode != TC_MODE_WRITEBACK &&
                  (old == TC_MODE_WRITEBACK || vol->cache->dirty_blocks > 0);
+    if (drain && vol->flushing_dirty) {
+        /* One drain at a time: this one would take the flush's place. */
+        snprintf(vol->op_error, sizeof vol->op_error, "a flush of the dirty data is under way; "
+                 "try again when it ends (the mode stays %s)", tc_mode_name(old));
+        done(arg, -EBUSY);
+        return;
+    }
     vol->mode = mode;
     if (old != mode)
         tc_info("mode: %s -> %s", tc_mode_name(old), tc_mode_name(mode));
