@@ -55,11 +55,14 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
 
 /* ---- index updates ---- */
 
+/* Keeps invariant 9. */
 void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
                      const struct tc_mask *new_dirty)
 {
     unsigned o = old_dirty ? mask_count(old_dirty) : 0;
     unsigned n = new_dirty ? mask_count(new_dirty) : 0;
+    TC_ASSERT_ALWAYS(oblock < c->nblocks_origin);
+    TC_ASSERT(c->dirty_sectors + n >= o);
     c->dirty_sectors += n;
     c->dirty_sectors -= o;
     uint64_t word = oblock / 64, bit = 1ull << (oblock % 64);
@@ -68,6 +71,7 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
         c->dirty_bits[word] |= bit;
         c->dirty_blocks++;
     } else if (!n && was) {
+        TC_ASSERT(c->dirty_blocks > 0);
         c->dirty_bits[word] &= ~bit;
         c->dirty_blocks--;
         writeback_forget(c, oblock);
@@ -102,14 +106,30 @@ static void frag_unaccount(struct cache *c, uint32_t fid)
     seg_add_live(c, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
 }
 
+/* No sector at or past the block's end (mask.h). */
+static inline bool in_block(const struct cache *c, const struct tc_mask *m)
+{
+    struct tc_mask all;
+    mask_range(&all, 0, c->spb);
+    return mask_covers(&all, m);
+}
+
+/* Keeps invariants 4, 7 and 8 (asserted here: the new fragment's dirty
+ * sectors among those it stores, its place inside a segment of a live
+ * group, and the block's masks and chain length after it). */
 uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
 {
     struct index *ix = &c->idx;
     struct tc_mask ov, od;
+    TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
+    TC_ASSERT_ALWAYS(seg < c->nsegs && off + mask_count(stored) <= c->seg_sectors);
+    TC_ASSERT(SEG(c, seg)->group != NIL);
+    TC_ASSERT(mseg == NIL || (mseg < c->nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
     uint32_t id = index_lookup(ix, oblock);
     bool fresh = id == NIL;
+    unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
     if (fresh) {
         id = index_insert(ix, oblock);
         mask_clear(&ov);
@@ -155,6 +175,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     }
     if (replace)
         mask_and(&nd, &nv);
+    TC_ASSERT(n <= MAX_FRAGS || n <= old_nfrags || c->replaying);
     e = CE(ix, id);
     e->first = fid;
     e->nfrags = (uint8_t)n;
