@@ -11,8 +11,8 @@
  *                    cache paths, each completing through ereq_done()
  *
  * The engine's invariants are numbered across its headers (this one,
- * cache.h, blocklock.h, rangelock.h), cited where they are kept ("keeps
- * invariant 7") and asserted where that is cheap (util/assert.h).
+ * cache.h, blocklock.h, rangelock.h, verify.h), cited where they are kept
+ * ("keeps invariant 7") and asserted where that is cheap (util/assert.h).
  *
  * Invariant 1: a request given to tc_submit() has a known op and, unless
  * it is a flush, lies inside the volume (offset + length <= size); no write,
