@@ -33,8 +33,8 @@
  * Invariant 4: entries only point into segments of live groups.
  *
  * Invariant 5: a group is reused only after its dirty data is on the
- * origin and a durable chunk has recorded the new log tail (the group is
- * older than c->tail_seq).
+ * origin (or copied, still dirty, into a newer group) and a durable chunk
+ * has recorded the new log tail (the group is older than c->tail_seq).
  *
  * Invariant 6: nothing is read from a segment while it is being
  * rewritten: reads pin segments of live groups, and a segment with pins or
