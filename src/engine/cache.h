@@ -253,8 +253,8 @@ void index_clear_hints(struct index *ix);
  *
  * Invariant 10: a segment's live count is the number of data sectors that
  * fragments (and their mirror copies) keep in it: never negative, never
- * above seg_sectors, and 0 once the cleaner has dropped what pointed into
- * its group.
+ * above seg_sectors (as the engine writes the log), and 0 once the cleaner
+ * has dropped what pointed into its group.
  */
 
 enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };

@@ -182,7 +182,11 @@ void seg_add_live(struct cache *c, uint32_t seg, int delta)
         return;
     struct segment *sg = SEG(c, seg);
     int64_t live = (int64_t)sg->live + delta;
-    TC_ASSERT_ALWAYS(live >= 0 && live <= (int64_t)c->seg_sectors);
+    TC_ASSERT_ALWAYS(live >= 0);
+    /* Not while replaying: chunk_decode() does not refuse entries that
+     * share data sectors (no writer makes them), so a log crafted so
+     * could count more; that is input, not the engine's state. */
+    TC_ASSERT(live <= (int64_t)c->seg_sectors || c->replaying);
     sg->live = (uint32_t)live;
 }
 
