@@ -1,7 +1,8 @@
 # tiercache: plain GNU make.
 #
 #   make            build build/tiercache
-#   make SANITIZE=1 build build-san/tiercache with ASan + UBSan
+#   make SANITIZE=1 build build-san/tiercache with ASan + UBSan and the debug
+#                   assertions (TC_ASSERT, src/util/assert.h)
 #   make run        install dependencies, build, serve a default volume
 #   make test       build both variants and run the whole test suite
 #   make bench      benchmarks (docs/BENCHMARKS.md; SCALE=small, WORKLOADS="zipf git");
@@ -27,6 +28,8 @@ ifeq ($(SANITIZE),1)
   BUILD   ?= build-san
   CFLAGS  ?= -O1 -g -fno-omit-frame-pointer
   CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  # TC_ASSERT (src/util/assert.h) and the index audit at a clean close.
+  CPPFLAGS += -DTC_DEBUG_ASSERTS
   LDFLAGS += -fsanitize=address,undefined
 else
   BUILD   ?= build

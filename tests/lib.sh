@@ -96,11 +96,11 @@ check_daemon_log() {
   fi
 }
 
-# Sanitizer findings in any daemon log.
+# Sanitizer findings and failed assertions (util/assert.h) in any daemon log.
 check_daemon_log_file() {
   local log=$1
-  if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$log"; then
-    grep -E -A30 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$log" | head -60 >&2
+  if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|assertion failed:" "$log"; then
+    grep -E -A30 "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|assertion failed:" "$log" | head -60 >&2
     fail "sanitizer findings in $log"
   fi
 }

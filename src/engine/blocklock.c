@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/blocklock.h"
+#include "util/assert.h"
 #include "util/misc.h"
 
 #define NBUCKETS 16384u
@@ -81,10 +82,12 @@ static struct bl *get(struct blocklocks *b, uint64_t oblock)
     return r;
 }
 
+/* Keeps invariant 13: a record goes when nothing holds it. */
 static void put(struct blocklocks *b, struct bl *r)
 {
     if (r->refs > 0)
         return;
+    TC_ASSERT(!r->locked && r->wb == 0 && r->lock_head == NULL && r->wb_waiters == NULL);
     struct bl **pp = &b->buckets[bucket(r->oblock)];
     while (*pp != r)
         pp = &(*pp)->next;
@@ -116,8 +119,7 @@ bool block_lock(struct blocklocks *b, uint64_t oblock, struct block_waiter *w)
 void block_unlock(struct blocklocks *b, uint64_t oblock)
 {
     struct bl *r = find(b, oblock);
-    if (r == NULL || !r->locked)
-        abort();
+    TC_ASSERT_ALWAYS(r != NULL && r->locked && r->refs > 0);
     r->refs--;
     struct block_waiter *w = r->lock_head;
     if (w) {
@@ -151,8 +153,7 @@ void block_gen_hold(struct blocklocks *b, uint64_t oblock)
 void block_gen_release(struct blocklocks *b, uint64_t oblock)
 {
     struct bl *r = find(b, oblock);
-    if (r == NULL)
-        abort();
+    TC_ASSERT_ALWAYS(r != NULL && r->refs > 0);
     r->refs--;
     put(b, r);
 }
@@ -174,8 +175,7 @@ void block_wb_begin(struct blocklocks *b, uint64_t oblock)
 void block_wb_end(struct blocklocks *b, uint64_t oblock)
 {
     struct bl *r = find(b, oblock);
-    if (r == NULL || r->wb == 0)
-        abort();
+    TC_ASSERT_ALWAYS(r != NULL && r->wb > 0 && r->refs >= r->wb);
     r->wb--;
     r->refs--;
     struct block_waiter *list = NULL;

@@ -21,14 +21,17 @@
  * with a fill in flight in the range is bumped when the write starts and
  * when it ends, so no data read before or during the write is cached.
  *
- * Invariants: a record's refs count the lock's holder and each of its
- * waiters, each block_gen_hold() and each writeback in flight; the record
- * is freed when they reach zero, and a block without a record has
- * generation 0.  Generations come from one counter of the whole table,
- * so a block's new record never repeats a generation seen before.
- * Waiters for the lock are woken in arrival order, one per unlock (the
- * lock passes to it); waiters for writeback all at once, when the last
- * writeback of the block ends.
+ * Invariant 13 (numbered with the engine's, engine/engine.h): a record's
+ * refs count the lock's holder and each of its waiters, each
+ * block_gen_hold() and each writeback in flight; the record is freed when
+ * they reach zero (nothing locked, waiting or written back then), and a
+ * block without a record has generation 0.
+ *
+ * Invariant 14: generations come from one counter of the whole table, so
+ * a block's new record never repeats a generation seen before.  Waiters
+ * for the lock are woken in arrival order, one per unlock (the lock passes
+ * to it); waiters for writeback all at once, when the last writeback of
+ * the block ends.
  */
 #ifndef TC_ENGINE_BLOCKLOCK_H
 #define TC_ENGINE_BLOCKLOCK_H

@@ -11,6 +11,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/check.h"
 #include "engine/stream.h"
 #include "engine/verify.h"
 #include "io/claim.h"
@@ -55,11 +56,14 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
 
 /* ---- index updates ---- */
 
+/* Keeps invariant 9. */
 void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
                      const struct tc_mask *new_dirty)
 {
     unsigned o = old_dirty ? mask_count(old_dirty) : 0;
     unsigned n = new_dirty ? mask_count(new_dirty) : 0;
+    TC_ASSERT_ALWAYS(oblock < c->nblocks_origin);
+    TC_ASSERT(c->dirty_sectors + n >= o);
     c->dirty_sectors += n;
     c->dirty_sectors -= o;
     uint64_t word = oblock / 64, bit = 1ull << (oblock % 64);
@@ -68,6 +72,7 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
         c->dirty_bits[word] |= bit;
         c->dirty_blocks++;
     } else if (!n && was) {
+        TC_ASSERT(c->dirty_blocks > 0);
         c->dirty_bits[word] &= ~bit;
         c->dirty_blocks--;
         writeback_forget(c, oblock);
@@ -102,14 +107,30 @@ static void frag_unaccount(struct cache *c, uint32_t fid)
     seg_add_live(c, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
 }
 
+/* No sector at or past the block's end (mask.h). */
+static inline bool in_block(const struct cache *c, const struct tc_mask *m)
+{
+    struct tc_mask all;
+    mask_range(&all, 0, c->spb);
+    return mask_covers(&all, m);
+}
+
+/* Keeps invariants 4, 7 and 8 (asserted here: the new fragment's dirty
+ * sectors among those it stores, its place inside a segment of a live
+ * group, and the block's masks and chain length after it). */
 uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
 {
     struct index *ix = &c->idx;
     struct tc_mask ov, od;
+    TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
+    TC_ASSERT_ALWAYS(seg < c->nsegs && off + mask_count(stored) <= c->seg_sectors);
+    TC_ASSERT(SEG(c, seg)->group != NIL);
+    TC_ASSERT(mseg == NIL || (mseg < c->nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
     uint32_t id = index_lookup(ix, oblock);
     bool fresh = id == NIL;
+    unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
     if (fresh) {
         id = index_insert(ix, oblock);
         mask_clear(&ov);
@@ -155,6 +176,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     }
     if (replace)
         mask_and(&nd, &nv);
+    TC_ASSERT(n <= MAX_FRAGS || n <= old_nfrags || c->replaying);
     e = CE(ix, id);
     e->first = fid;
     e->nfrags = (uint8_t)n;
@@ -773,6 +795,25 @@ static void close_end(struct close_ctx *x)
     done(arg, err);
 }
 
+/* The sanitizer build: the index audit of tiercache check (check.c) at a
+ * clean close, every chunk sealed and synced; an inconsistency aborts.
+ * Not for a failed or abandoned cache: its index is not the truth any more
+ * (failure.c, abandon.c). */
+static void audit_at_close(struct cache *c)
+{
+    if (c->vol->cache_failed || c->abandoned)
+        return;
+    struct check_result r;
+    if (cache_check_index(c, &r) > 0) {
+        tc_error("cache: the index audit at close found %u problem%s:", r.nproblems,
+                 r.nproblems == 1 ? "" : "s");
+        for (unsigned i = 0; i < r.nproblems && i < 20; i++)
+            tc_error("  %s", r.problems[i]);
+        tc_assert_fail(__FILE__, __LINE__, "the index audit at close finds no problem");
+    }
+    check_result_free(&r);
+}
+
 static void close_wait_fn(struct tc_timer *t)
 {
     close_end(container_of(t, struct close_ctx, wait));
@@ -806,6 +847,8 @@ static void closed_synced(struct log_waiter *w, int err)
     }
     if (err)
         tc_error("cache: final sync failed: %s", strerror(-err));
+    else if (TC_DEBUG_ASSERTS_ON)
+        audit_at_close(c);
     x->err = err;
     abandon_close(c);
     close_end(x);

@@ -24,14 +24,21 @@
  *   steps of a write (read old sectors, append the merged version), the
  *   origin writes of writeback, and fills after misses.
  *
- * Invariants:
- *  - every sector an entry calls valid holds data at least as new as the
- *    origin's; a dirty sector is newer than the origin's;
- *  - entries only point into segments of live groups;
- *  - a group is reused only after its dirty data is on the origin and a
- *    durable chunk has recorded the new log tail;
- *  - nothing is read from a segment while it is being rewritten: reads
- *    pin segments, and a pinned segment is not reused.
+ * Invariants (numbered across the engine's headers: engine.h has 1 and 2;
+ * the index, space and log sections below have more):
+ *
+ * Invariant 3: every sector an entry calls valid holds data at least as
+ * new as the origin's; a dirty sector is newer than the origin's.
+ *
+ * Invariant 4: entries only point into segments of live groups.
+ *
+ * Invariant 5: a group is reused only after its dirty data is on the
+ * origin (or copied, still dirty, into a newer group) and a durable chunk
+ * has recorded the new log tail (the group is older than c->tail_seq).
+ *
+ * Invariant 6: nothing is read from a segment while it is being
+ * rewritten: reads pin segments of live groups, and a segment with pins or
+ * chunk writes in flight is not freed.
  */
 #ifndef TC_ENGINE_CACHE_H
 #define TC_ENGINE_CACHE_H
@@ -47,13 +54,27 @@
 #include "format/ondisk.h"
 #include "io/dev.h"
 #include "io/reactor.h"
+#include "util/assert.h"
 
 #define NIL UINT32_MAX
 
 struct cache;
 struct policy;
 
-/* ---- the index ---- */
+/* ---- the index ----
+ *
+ * Invariant 7: an entry's valid sectors are the union of the sectors its
+ * fragments store, and its dirty sectors are among its valid ones; a new
+ * fragment's dirty sectors are among those it stores.
+ *
+ * Invariant 8: adding a fragment never makes a chain longer than
+ * MAX_FRAGS, nor longer than it was, except while recovery replays the log
+ * (c->replaying: a merge in a torn chunk may be missing).
+ *
+ * Invariant 9: c->dirty_sectors, c->dirty_blocks and c->dirty_bits agree
+ * with the entries' dirty masks; cache_set_dirty() is the one place that
+ * changes them.
+ */
 
 /* Entry flags. */
 #define CE_WT        (1u << 0)   /* written through: the origin write may be pending */
@@ -228,7 +249,13 @@ void index_memory_parts(const struct index *ix, struct index_memory *m);
 /* Every entry's policy hint to 0: at a switch of policy. */
 void index_clear_hints(struct index *ix);
 
-/* ---- segments and groups ---- */
+/* ---- segments and groups ----
+ *
+ * Invariant 10: a segment's live count is the number of data sectors that
+ * fragments (and their mirror copies) keep in it: never negative, never
+ * above seg_sectors (as the engine writes the log), and 0 once the cleaner
+ * has dropped what pointed into its group.
+ */
 
 enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };
 
@@ -266,7 +293,16 @@ struct group {
     bool retiring;
 };
 
-/* ---- the log writer ---- */
+/* ---- the log writer ----
+ *
+ * Invariant 11: c->flushed_upto <= c->chunks_written_upto <=
+ * c->chunks_issued, and none of them goes back.
+ *
+ * Invariant 12: a log waiter waits on the head of the chunk it needs
+ * until that chunk is sealed; then on c->written_waiters, for an issued
+ * chunk (target <= chunks_issued); if it needs a flush, then on
+ * c->flush_waiters, for a written one (target <= chunks_written_upto).
+ */
 
 /* What a caller waits for after an append or a sync. */
 struct log_waiter {
@@ -416,6 +452,7 @@ struct cache {
     struct lost lost;               /* lost.h: dirty sectors lost with a device */
     uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
     bool offline;                   /* check and dump: read only, no background work */
+    bool replaying;                 /* recovery applies the log's entries (invariant 8) */
     char *damage;                   /* recovery: damaged durable summaries, one a line
                                        (NULL: none); serve refuses such a cache */
     /* The newest group holding damage (0: none; UINT64_MAX: a damaged

@@ -95,6 +95,7 @@ static void hdr_done(struct tc_dev_io *dio, int err)
 
 void cache_read_verified(struct cache *c, struct cread *cr)
 {
+    TC_ASSERT_ALWAYS(cr->seg < c->nsegs && cr->n > 0 && cr->off + cr->n <= c->seg_sectors);
     cr->c = c;
     cr->err = 0;
     cr->bad_from = UINT32_MAX;

@@ -308,6 +308,13 @@ static void report_lost(void *arg, uint64_t oblock, const struct tc_mask *m)
     }
 }
 
+int cache_check_index(struct cache *c, struct check_result *r)
+{
+    memset(r, 0, sizeof *r);
+    check_index(c, r);
+    return (int)r->nproblems;
+}
+
 int cache_check(struct cache *c, struct check_result *r, bool progress)
 {
     memset(r, 0, sizeof *r);

@@ -714,8 +714,11 @@ static void tail_synced(struct log_waiter *lw, int err)
     /* Mirror copies and superseded versions may still be counted in the
      * group's segments; nothing points there any more. */
     struct group *g = group_at(c, k->slot);
-    for (unsigned i = 0; i < g->nsegs; i++)
+    TC_ASSERT(k->slot == group_slot_of_oldest(c) && g->seq < c->tail_seq);   /* invariant 5 */
+    for (unsigned i = 0; i < g->nsegs; i++) {
+        TC_ASSERT(SEG(c, g->segs[i])->live == 0);   /* invariants 4 and 10 */
         SEG(c, g->segs[i])->live = 0;
+    }
     space_free_group(c);
     c->st.groups_retired++;
     k->groups++;

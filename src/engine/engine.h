@@ -9,6 +9,19 @@
  *                    range lock, then the aligned request below
  *     └─ aligned:    the mode's path: passthrough.c (no cache) or the
  *                    cache paths, each completing through ereq_done()
+ *
+ * The engine's invariants are numbered across its headers (this one,
+ * cache.h, blocklock.h, rangelock.h, verify.h), cited where they are kept
+ * ("keeps invariant 7") and asserted where that is cheap (util/assert.h).
+ *
+ * Invariant 1: a request given to tc_submit() has a known op and, unless
+ * it is a flush, lies inside the volume (offset + length <= size); no write,
+ * trim or write-zeroes is given to a read-only volume.
+ *
+ * Invariant 2: below align.c every request is whole sectors: offset and
+ * length are multiples of 4096, and a read's or write's buffer is
+ * 4096-aligned; so is every read and write the engine gives a device (the
+ * contract of io/dev.h, asserted by dev_submit()).
  */
 #ifndef TC_ENGINE_ENGINE_H
 #define TC_ENGINE_ENGINE_H

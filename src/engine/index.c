@@ -276,9 +276,11 @@ void index_settle(struct index *ix, uint32_t id)
     e->inl = 1;
 }
 
+/* Keeps invariant 7: dirty sectors are valid ones. */
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid,
                   const struct tc_mask *dirty)
 {
+    TC_ASSERT(mask_covers(valid, dirty));
     if (CE(ix, id)->inl) {
         struct tc_mask v;
         ce_get_masks(ix, id, &v, NULL);

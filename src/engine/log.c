@@ -201,6 +201,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     struct chunk_write *cw = container_of(dio, struct chunk_write, dio);
     struct cache *c = cw->cache;
     struct segment *sg = SEG(c, cw->seg);
+    uint64_t was_written = c->chunks_written_upto;
     if (cw->prev)
         cw->prev->next = cw->next;
     else
@@ -210,6 +211,9 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     else
         c->inflight_tail = cw->prev;
     c->chunks_written_upto = c->inflight_head ? c->inflight_head->chunk_seq - 1 : c->chunks_issued;
+    /* Keeps invariant 11. */
+    TC_ASSERT(c->chunks_written_upto >= was_written && c->chunks_written_upto <= c->chunks_issued);
+    TC_ASSERT_ALWAYS(sg->writes_inflight > 0);
     if (err) {
         /* The device fails now; the chunk's data, still in the image, is
          * appended again elsewhere, so the failure is absorbed.  Whatever
@@ -547,12 +551,15 @@ int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16
 
 /* ---- waiting ---- */
 
+/* Keeps invariant 12: a written waiter whose chunk is written moves on
+ * (to the flush waiters, or it is woken). */
 static void notify_waiters(struct cache *c, int err)
 {
     int e = err;
     struct log_waiter **pp = &c->written_waiters, *ready = NULL;
     while (*pp) {
         struct log_waiter *w = *pp;
+        TC_ASSERT(w->target <= c->chunks_issued);
         if (w->target <= c->chunks_written_upto) {
             *pp = w->next;
             if (w->need_flush) {
@@ -576,6 +583,8 @@ static void notify_waiters(struct cache *c, int err)
 /* The cache flush ended (every device's part): wake the syncs it covers. */
 static void flush_finish(struct cache *c)
 {
+    /* Invariant 11. */
+    TC_ASSERT(c->flush_target >= c->flushed_upto && c->flush_target <= c->chunks_written_upto);
     c->flushing = false;
     c->flushed_upto = c->flush_target;
     if (c->trace_block == UINT64_MAX - 1)
@@ -631,6 +640,9 @@ static void flush_done(struct tc_dev_io *dio, int err)
  * to flush ends here, in this loop: no recursion through flush_done(). */
 static void maybe_flush(struct cache *c)
 {
+    if (TC_DEBUG_ASSERTS_ON)
+        for (struct log_waiter *w = c->flush_waiters; w; w = w->next)
+            TC_ASSERT(w->target <= c->chunks_written_upto);     /* invariant 12 */
     while (!c->flushing && c->flush_waiters) {
         bool reachable = false;
         for (struct log_waiter *w = c->flush_waiters; w && !reachable; w = w->next)

@@ -1,6 +1,11 @@
+/*
+ * Range locks over byte offsets of the volume (engine/rangelock.h).
+ */
 #include "engine/rangelock.h"
 
 #include <stddef.h>
+
+#include "util/assert.h"
 
 static bool overlaps(const struct rl_entry *a, const struct rl_entry *b)
 {
@@ -45,6 +50,7 @@ static void hold(struct rangelock *rl, struct rl_entry *e)
 
 bool rl_acquire(struct rangelock *rl, struct rl_entry *e)
 {
+    TC_ASSERT_ALWAYS(e->start < e->end);
     e->granted = false;
     if (compatible_with_holders(rl, e) && !blocked_by_waiter(rl, e, NULL)) {
         hold(rl, e);
@@ -62,6 +68,7 @@ bool rl_acquire(struct rangelock *rl, struct rl_entry *e)
 
 void rl_release(struct rangelock *rl, struct rl_entry *e)
 {
+    TC_ASSERT_ALWAYS(e->granted && (!e->exclusive || rl->exclusive_holders > 0));
     if (e->prev)
         e->prev->next = e->next;
     else
@@ -88,7 +95,7 @@ void rl_release(struct rangelock *rl, struct rl_entry *e)
             w->next->prev = w->prev;
         else
             rl->waiters_tail = w->prev;
-        hold(rl, w);
+        hold(rl, w);        /* keeps invariant 15 */
         w->wake_next = NULL;
         *wake_tail = w;
         wake_tail = &w->wake_next;

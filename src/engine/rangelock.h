@@ -15,6 +15,13 @@
  * are not starved by a stream of aligned writes.
  *
  * With no read-modify-write in flight, acquiring and releasing are O(1).
+ *
+ * Invariant 15 (numbered with the engine's, engine/engine.h): ranges are
+ * not empty; no two holders conflict (overlap with either exclusive);
+ * exclusive_holders counts the exclusive holders; only a holder releases.
+ *
+ * Invariant 16: a waiter is granted only once it conflicts with no holder
+ * and no waiter ahead of it.
  */
 #ifndef TC_ENGINE_RANGELOCK_H
 #define TC_ENGINE_RANGELOCK_H

@@ -913,7 +913,9 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     }
     read_live_entries(&rc, live, nlive);
     space_collect_free(c);
+    c->replaying = true;
     apply(&rc);
+    c->replaying = false;
 
     c->next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
     /* Entries written from now on must be trusted at the next start. */

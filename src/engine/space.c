@@ -17,6 +17,7 @@
 
 #include "engine/cache.h"
 #include "engine/verify.h"
+#include "util/assert.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -38,10 +39,12 @@ struct group *oldest_group(struct cache *c)
     return c->ngroups ? &c->groups[c->group_tail] : NULL;
 }
 
+/* Keeps invariant 6: only a segment nothing reads or writes is free. */
 static void push_free(struct cache *c, uint32_t s)
 {
     struct segment *sg = SEG(c, s);
     struct cache_dev *cd = &c->devs[sg->dev];
+    TC_ASSERT_ALWAYS(sg->pins == 0 && sg->writes_inflight == 0);
     sg->state = SEG_FREE;
     sg->seq = 0;
     sg->group = NIL;
@@ -152,9 +155,12 @@ void space_close_group(struct cache *c)
     c->open_group = NIL;
 }
 
+/* The oldest group, closed.  That it may go (invariant 5) is the
+ * cleaner's to know (cleaner.c: tail_synced()). */
 void space_free_group(struct cache *c)
 {
     struct group *g = &c->groups[c->group_tail];
+    TC_ASSERT_ALWAYS(c->ngroups > 0 && !g->open);
     for (unsigned i = 0; i < g->nsegs; i++) {
         uint32_t s = g->segs[i];
         struct segment *sg = SEG(c, s);
@@ -169,22 +175,34 @@ void space_free_group(struct cache *c)
     c->ngroups--;
 }
 
+/* Keeps invariant 10. */
 void seg_add_live(struct cache *c, uint32_t seg, int delta)
 {
     if (seg == NIL)
         return;
     struct segment *sg = SEG(c, seg);
-    sg->live = (uint32_t)((int64_t)sg->live + delta);
+    int64_t live = (int64_t)sg->live + delta;
+    TC_ASSERT_ALWAYS(live >= 0);
+    /* Not while replaying: chunk_decode() does not refuse entries that
+     * share data sectors (no writer makes them), so a log crafted so
+     * could count more; that is input, not the engine's state. */
+    TC_ASSERT(live <= (int64_t)c->seg_sectors || c->replaying);
+    sg->live = (uint32_t)live;
 }
 
+/* Invariant 6: a read pins a segment of a live group (one an entry may
+ * point into: invariant 4), and the last unpin of a retired one frees it. */
 void seg_pin(struct cache *c, uint32_t seg)
 {
-    SEG(c, seg)->pins++;
+    struct segment *sg = SEG(c, seg);
+    TC_ASSERT(sg->group != NIL && (sg->state == SEG_OPEN || sg->state == SEG_CLOSED));
+    sg->pins++;
 }
 
 void seg_unpin(struct cache *c, uint32_t seg)
 {
     struct segment *sg = SEG(c, seg);
+    TC_ASSERT_ALWAYS(sg->pins > 0);
     if (--sg->pins == 0 && sg->state == SEG_RETIRED_PINNED && sg->writes_inflight == 0) {
         push_free(c, seg);
         cleaner_space_freed(c);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/verify.h"
+#include "util/assert.h"
 #include "util/misc.h"
 
 #define NIL UINT32_MAX
@@ -115,12 +116,14 @@ void verify_store(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
             drop(v, v->lru_tail);
         x->crcs = tc_xmalloc(need);
         v->bytes += need;
+        TC_ASSERT(v->bytes <= v->budget || v->bytes == need);     /* invariant 17 */
         lru_push(v, seg);
     } else {
         lru_unlink(v, seg);
         lru_push(v, seg);
     }
     uint32_t first = chunk_start + h->hdr_sectors;
+    TC_ASSERT_ALWAYS(first + h->data_sectors <= v->seg_sectors);
     for (uint32_t i = 0; i < h->data_sectors; i++)
         x->crcs[first + i] = chunk_data_crc(hdr_buf, h, v->spb, i);
 }
@@ -128,6 +131,7 @@ void verify_store(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
 void verify_get(struct verify_cache *v, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs)
 {
     struct vseg *x = &v->segs[seg];
+    TC_ASSERT_ALWAYS(x->crcs != NULL && off + n <= v->seg_sectors);
     memcpy(crcs, x->crcs + off, (size_t)n * 4);
     lru_unlink(v, seg);
     lru_push(v, seg);

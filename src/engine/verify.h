@@ -18,11 +18,11 @@
  * which joins the two in verify_remember() and verify_lookup()).  A
  * chunk's crcs_loaded flag says its CRCs are in the store.
  *
- * Invariants: a segment has a CRC array (seg_sectors entries) exactly
- * while it is on the LRU list; bytes is the size of the arrays held and
- * stays within the budget, or is one array where one alone exceeds it (a
- * store evicts least recently used arrays until the new one fits, or
- * none is left);
+ * Invariant 17 (numbered with the engine's, engine/engine.h): a segment
+ * has a CRC array (seg_sectors entries) exactly while it is on the LRU
+ * list; bytes is the size of the arrays held and stays within the budget,
+ * or is one array where one alone exceeds it (a store evicts least
+ * recently used arrays until the new one fits, or none is left);
  * every array dropped -- evicted or forgotten -- is reported to the
  * owner's dropped() callback, which clears the flags of that segment's
  * chunks, so a flag never outlives the array.

@@ -10,6 +10,7 @@
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "io/claim.h"
+#include "util/assert.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -127,6 +128,10 @@ void ereq_free(struct ereq *e)
 void engine_dispatch(struct ereq *e)
 {
     struct tc_volume *vol = e->vol;
+    /* Invariant 2: below align.c, requests are whole sectors. */
+    TC_ASSERT_ALWAYS(((e->off | e->len) & (TC_SECTOR - 1)) == 0);
+    TC_ASSERT_ALWAYS((e->op != TC_OP_READ && e->op != TC_OP_WRITE) ||
+                     ((uintptr_t)e->buf & (TC_SECTOR - 1)) == 0);
     if (vol->gate) {
         /* Detaching: wait until the cache is out of the way. */
         e->held_next = NULL;
@@ -219,8 +224,23 @@ void engine_submit_locked(struct ereq *e)
         engine_dispatch(e);
 }
 
+/* Invariant 1: the caller's part of the contract (tiercache.h). */
+static bool request_ok(const struct tc_volume *vol, const struct tc_request *req)
+{
+    if ((unsigned)req->op > TC_OP_BLOCK_STATUS)
+        return false;
+    if (req->op == TC_OP_FLUSH)
+        return true;
+    if (req->offset > vol->size || req->length > vol->size - req->offset)
+        return false;
+    if ((req->op == TC_OP_READ || req->op == TC_OP_WRITE) && req->length && req->buf == NULL)
+        return false;
+    return !(is_write_type(req->op) && vol->read_only);
+}
+
 void tc_submit(struct tc_volume *vol, struct tc_request *req)
 {
+    TC_ASSERT_ALWAYS(request_ok(vol, req));
     if (req->op < TC_ARRAY_SIZE(vol->stats.requests))
         vol->stats.requests[req->op]++;
     if (align_needed(req)) {

@@ -7,8 +7,12 @@
  * the NBD implementation (dev_nbd.c) drives a remote export through
  * libnbd's asynchronous API, polled by the same reactor.
  *
- * Contract:
- *  - read/write buffers and offsets are 4096-aligned (the engine's sector);
+ * Contract (the callers' part asserted by dev_submit()):
+ *  - read/write buffers, offsets and lengths are 4096-aligned (the engine's
+ *    sector), which covers what O_DIRECT needs of a device whose logical
+ *    block is at most 4096 (a larger one is refused when it is opened for
+ *    the engine: volume.c, format.c); trims and zeroes are whole logical
+ *    blocks of a direct-I/O device;
  *  - a request completes exactly once, through cb(dio, 0 or -errno);
  *  - short transfers are continued by the device layer, never seen above;
  *  - errors are counted and logged here, once, with device and offset.
@@ -20,6 +24,8 @@
 #include <stdint.h>
 
 #include "io/reactor.h"
+#include "util/assert.h"
+#include "util/misc.h"
 
 /* TC_DEV_BLOCK_STATUS: the allocation of [off, off + len), as extents
  * (tiercache.h's struct tc_extent, base:allocation flags) covering a
@@ -209,6 +215,11 @@ enum dev_id_match dev_identity_matches(const struct tc_dev *d, const char *recor
 
 static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
+    TC_ASSERT_ALWAYS((unsigned)dio->op <= TC_DEV_BLOCK_STATUS);
+    TC_ASSERT_ALWAYS((dio->op != TC_DEV_READ && dio->op != TC_DEV_WRITE) ||
+                     (((dio->off | dio->len | (uintptr_t)dio->buf) & (TC_SECTOR - 1)) == 0));
+    TC_ASSERT((dio->op != TC_DEV_TRIM && dio->op != TC_DEV_ZERO) || !dev->direct_io ||
+              dev->logical_block == 0 || ((dio->off | dio->len) % dev->logical_block) == 0);
     dio->dev = dev;
     dio->done_bytes = 0;
     dev->stats.inflight++;

@@ -1,11 +1,22 @@
 #include "util/misc.h"
 
+#include "util/assert.h"
+#include "util/log.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
 _Thread_local uint64_t tc_virtual_now_ns;
+
+void tc_assert_fail(const char *file, int line, const char *cond)
+{
+    tc_error("%s:%d: assertion failed: %s", file, line, cond);
+    if (tc_log_path() != NULL)
+        fprintf(stderr, "%s:%d: assertion failed: %s\n", file, line, cond);
+    abort();
+}
 
 void tc_uuid_generate(uint8_t uuid[16])
 {
