@@ -107,8 +107,10 @@ static void frag_unaccount(struct cache *c, uint32_t fid)
     seg_add_live(c, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
 }
 
-/* No sector at or past the block's end (mask.h). */
-static inline bool in_block(const struct cache *c, const struct tc_mask *m)
+/* No sector at or past the block's end (mask.h).  Used by an assertion
+ * only, which builds without TC_DEBUG_ASSERTS do not evaluate. */
+__attribute__((unused)) static inline bool in_block(const struct cache *c,
+                                                    const struct tc_mask *m)
 {
     struct tc_mask all;
     mask_range(&all, 0, c->spb);
