@@ -672,6 +672,8 @@ static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
     json_uint(j, "writes", d->stats.writes);
     json_uint(j, "write_bytes", d->stats.write_bytes);
     json_uint(j, "flushes", d->stats.flushes);
+    json_uint(j, "trims", d->stats.trims);
+    json_uint(j, "zeroes", d->stats.zeroes);
     json_uint(j, "read_errors", d->stats.read_errors);
     json_uint(j, "write_errors", d->stats.write_errors);
     json_uint(j, "other_errors", d->stats.other_errors);

@@ -936,10 +936,35 @@ static void discard_origin(struct wreq *w)
     dev_submit(c->vol->origin, &w->odio);
 }
 
+static void discard_origin_after_sync(struct log_waiter *lw, int err)
+{
+    struct wreq *w = container_of(lw, struct wreq, sync_w);
+    if (err) {
+        /* The zeroes are not durable in the cache: the origin stays as it
+         * is, and the request fails. */
+        owrite_end(w->c->locks, &w->ow);
+        if (w->err == 0)
+            w->err = err;
+        w->pending = 1;
+        request_maybe_end(w);
+        return;
+    }
+    discard_origin(w);
+}
+
+/* Writeback write-zeroes: the pieces' dirty zeroes made durable, then the
+ * origin range (see cache_discard()). */
+static void sync_then_discard_origin(struct wreq *w)
+{
+    w->sync_w.fn = discard_origin_after_sync;
+    log_sync(w->c, &w->sync_w);
+}
+
 /*
  * Write-zeroes: cached blocks are written with zeroes through the mode's
- * write path (in writeback they become dirty zeroes, alongside the origin
- * zeroing); in the other modes they are invalidated first.  Trim: clean
+ * write path (in writeback they become dirty zeroes, made durable in the
+ * cache before the origin range is zeroed); in the other modes they are
+ * invalidated first.  Trim: clean
  * cached blocks are dropped, dirty ones keep their data.  In both cases
  * the tombstones are written before the origin range changes, then the
  * whole range goes to the origin as one operation.
@@ -974,15 +999,12 @@ void cache_discard(struct ereq *e)
         w->sync_at_end = true;
         w->origin_flush_at_end = true;
     }
-    if (back) {
-        w->pending = w->np + 2;
-        for (unsigned i = 0; i < w->np; i++)
-            piece_start(&w->p[i]);
-        discard_origin(w);
-        request_maybe_end(w);
-        return;
-    }
-    w->after_pieces = discard_origin;
+    /* Writeback: the cached blocks' dirty zeroes must be durable in the
+     * cache before the origin range is zeroed.  Both at once, a crash in
+     * between could leave the cache's older clean version recovered over
+     * an origin already zeroed: a read after the restart returned it, and
+     * one after its eviction (or a detach) zeroes, with no write between. */
+    w->after_pieces = back ? sync_then_discard_origin : discard_origin;
     run_pieces(w);
 }
 
