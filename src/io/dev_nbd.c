@@ -80,6 +80,21 @@
 #define NBD_MAX_CONNS 4
 /* A private request flag: this flush completes an emulated FUA write. */
 #define FUA_FLUSH (1u << 31)
+/* Device private too: the request was sent on a connection that died
+ * before its reply.  A write, trim or write-zeroes so sent may have been
+ * done by the server: if it fails now, it fails in doubt (ETIMEDOUT), as a
+ * fenced one does, never as a plain error the engine would take for "not
+ * done" (it would then serve the range's older data, and the server's
+ * later answer to reads could be the failed write's). */
+#define SENT_BEFORE (1u << 30)
+
+static int failure_of(const struct tc_dev_io *dio)
+{
+    if (dio->flags & FUA_FLUSH)
+        return ETIMEDOUT;   /* the flush of an emulated FUA write: the write was done */
+    bool changes = dio->op == TC_DEV_WRITE || dio->op == TC_DEV_TRIM || dio->op == TC_DEV_ZERO;
+    return changes && (dio->flags & SENT_BEFORE) ? ETIMEDOUT : EIO;
+}
 /* dio->status of a request to send again (its connection was lost). */
 #define STATUS_RETRY (-1)
 /* The most one block status command asks about (NBD lengths are 32-bit). */
@@ -181,6 +196,7 @@ static void drain_finished(struct tc_task *t)
         n->finished = dio->next;
         if (dio->status == STATUS_RETRY) {
             n->dev.stats.retried++;
+            dio->flags |= SENT_BEFORE;
             if (dio->flags & FUA_FLUSH) {
                 /* The flush of an emulated FUA write was lost with its
                  * connection: the write may be lost too, send both again. */
@@ -204,6 +220,7 @@ static void drain_finished(struct tc_task *t)
             dio->flags = (dio->flags & ~FUA_FLUSH) | TC_DEV_FUA;
             dio->op = TC_DEV_WRITE;
         }
+        dio->flags &= ~SENT_BEFORE;
         dev_complete(dio, err);
     }
 }
@@ -316,7 +333,7 @@ static void fence_waits_run(struct dev_nbd *n, bool fail_all);
 static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
 {
     if (n->aborted) {
-        push_finished(n, dio, EIO);
+        push_finished(n, dio, failure_of(dio));
         return;
     }
     if (n->fences && fence_blocks(n, dio)) {
@@ -328,7 +345,7 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
         if (n->dev.state == TC_DEV_RECONNECTING && !n->stopped)
             hold(n, dio);
         else
-            push_finished(n, dio, EIO);
+            push_finished(n, dio, failure_of(dio));
         return;
     }
     struct nbd_cb_ctx *ctx = tc_xcalloc(1, sizeof *ctx);
@@ -1022,7 +1039,7 @@ static bool fence_blocks(struct dev_nbd *n, const struct tc_dev_io *dio)
 static void fence_wait_add(struct dev_nbd *n, struct tc_dev_io *dio)
 {
     if (n->stopped || n->dev.hold_timeout_ns == 0) {
-        push_finished(n, dio, EIO);
+        push_finished(n, dio, failure_of(dio));
         return;
     }
     struct fence_wait *w = tc_xcalloc(1, sizeof *w);
@@ -1061,7 +1078,7 @@ static void fence_waits_run(struct dev_nbd *n, bool fail_all)
             tc_error("%s: %s at offset %llu failed: it waited %.1f s for a fenced connection "
                      "whose writes to the range may still land", n->dev.name,
                      dev_op_name(dio->op), (unsigned long long)dio->off, waited);
-            push_finished(n, dio, EIO);
+            push_finished(n, dio, failure_of(dio));
         } else {
             nbd_issue(n, dio);
         }
