@@ -38,6 +38,10 @@
  *    copy is dropped (a tombstone follows), and the sectors go into the
  *    lost set (lost.h): reads fail with EIO until a client writes them.
  *
+ * The epoch counts the loss of any of the origin's connections, so with
+ * multi-conn a write acknowledged on a connection that survives is cut too
+ * when another one is lost (conservative, as for writeback).
+ *
  * Records of an older epoch can never become durable, so writeback's tick
  * also looks (origin_window_check()): once it sees the epoch change it
  * deals with them at once, without waiting for a flush; that shortens the
