@@ -215,6 +215,7 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     uint32_t id = index_lookup(ix, oblock);
     if (id == NIL)
         return;
+    origin_window_dropped(c, oblock);
     struct tc_mask cur, v, d;
     frag_current(ix, id, fid, &cur);
     ce_get_masks(ix, id, &v, &d);
@@ -258,6 +259,7 @@ void cache_drop(struct cache *c, uint64_t oblock)
     if (id == NIL)
         return;
     cache_trace(c, oblock, "drop block");
+    origin_window_dropped(c, oblock);
     struct tc_mask d;
     ce_get_masks(&c->idx, id, NULL, &d);
     for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f))
@@ -773,6 +775,7 @@ struct close_ctx {
     struct tc_timer quiet;          /* waiting for writeback and the cleaner */
     uint64_t quiet_since, quiet_logged;
     uint64_t candidate;
+    struct ow_mark mark;            /* origin_window_mark() at the flush */
     unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
     bool aborted;                   /* the origin was given up on (dev_abort) */
@@ -862,6 +865,8 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct close_ctx *x = container_of(dio, struct close_ctx, dio);
     struct cache *c = x->c;
+    if (err == 0 && origin_window_flushed(c, x->mark))
+        err = -EIO;     /* not durable: keep the stable mark */
     if (err == 0 && x->candidate > c->wt_stable_seq)
         c->wt_stable_seq = x->candidate;
     abandon_close_flushed(c, err == 0);
@@ -928,6 +933,7 @@ static void close_flush_origin(struct close_ctx *x)
 {
     struct cache *c = x->c;
     x->candidate = wt_stable_candidate(c);
+    x->mark = origin_window_mark(c);
     x->dio.op = TC_DEV_FLUSH;
     x->dio.cb = close_origin_flushed;
     if (c->vol->origin->can_flush && !c->vol->read_only)
@@ -964,6 +970,7 @@ void cache_free(struct cache *c)
     if (c->reactor)
         timer_cancel(c->reactor, &c->state_timer);
     lost_free(&c->lost);
+    origin_window_free(c);
     free(c->state_path);
     free(c->damage);
     readahead_fini(c);
@@ -1107,6 +1114,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
     json_uint(j, "in_doubt_writes", s->in_doubt_writes);
+    json_uint(j, "origin_cut_writes", s->origin_cut_writes);
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->lost));
     json_uint(j, "lost_bytes", lost_sectors(&c->lost) * TC_SECTOR);
     abandon_status_json(c, j);

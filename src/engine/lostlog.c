@@ -110,6 +110,13 @@ int lost_flush_result(struct cache *c)
     if (c->lost_events == c->lost_events_reported)
         return 0;
     c->lost_events_reported = c->lost_events;
+    if (c->owin.cuts != c->owin.cuts_reported) {
+        c->owin.cuts_reported = c->owin.cuts;
+        tc_error("flush fails with EIO: the origin connection was lost before a flush covered "
+                 "acknowledged writes (originwin.c; %llu lost sectors now unreadable)",
+                 (unsigned long long)lost_sectors(&c->lost));
+        return -EIO;
+    }
     tc_error("flush fails with EIO: acknowledged writes were lost with the cache since the "
              "previous flush (%llu lost sectors now unreadable)",
              (unsigned long long)lost_sectors(&c->lost));

@@ -208,6 +208,7 @@ struct writeback {
     /* the commit interval's origin flush */
     bool committing;
     uint64_t commit_candidate;
+    struct ow_mark commit_mark;     /* origin_window_mark() at the commit's flush */
     struct tc_dev_io commit_dio;
     /* per-block failures (see the top of this file) */
     struct wb_fail *fail[FAIL_BUCKETS];
@@ -1030,6 +1031,8 @@ static void commit_origin_flushed(struct tc_dev_io *dio, int err)
     struct writeback *wb = container_of(dio, struct writeback, commit_dio);
     struct cache *c = wb->c;
     wb->committing = false;
+    if (err == 0 && origin_window_flushed(c, wb->commit_mark))
+        err = -EIO;     /* not durable: the stable mark stays (originwin.c) */
     if (err == 0 && wb->commit_candidate > c->wt_stable_seq)
         c->wt_stable_seq = wb->commit_candidate;
     log_seal_all(c, true);
@@ -1052,9 +1055,11 @@ static void tick(struct tc_timer *t)
     /* Commit interval: what was appended gets flushed to the cache devices
      * within a few seconds even if no client asks (bounds what a power
      * failure can take, and what recovery must check). */
-    if (now - wb->last_commit >= COMMIT_NS && !wb->committing) {
+    origin_window_check(c);
+    if ((now - wb->last_commit >= COMMIT_NS || origin_window_full(c)) && !wb->committing) {
         wb->last_commit = now;
-        if (c->wt_stable_seq < wt_stable_candidate(c) && c->vol->origin->can_flush) {
+        if ((c->wt_stable_seq < wt_stable_candidate(c) || origin_window_pending(c)) &&
+            c->vol->origin->can_flush) {
             /* Write-through versions: flush the origin, then record them
              * as stable, so a crash re-checks only the last seconds.  The
              * candidate is below every version whose origin write is still
@@ -1063,6 +1068,7 @@ static void tick(struct tc_timer *t)
              * steady write-through load. */
             wb->committing = true;
             wb->commit_candidate = wt_stable_candidate(c);
+            wb->commit_mark = origin_window_mark(c);
             memset(&wb->commit_dio, 0, sizeof wb->commit_dio);
             wb->commit_dio.op = TC_DEV_FLUSH;
             wb->commit_dio.cb = commit_origin_flushed;

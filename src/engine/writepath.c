@@ -104,6 +104,7 @@ struct wreq {
     bool origin_flush_at_end;
     struct log_waiter sync_w;
     struct tc_dev_io flush_dio;
+    struct ow_mark flush_mark;      /* origin_window_mark() at flush_dio */
     /* Discards: one origin operation for the whole range, after the pieces. */
     struct owrite ow;
     struct tc_dev_io odio;
@@ -117,6 +118,8 @@ struct wreq {
 };
 
 static void piece_step(struct wpiece *p);
+static uint64_t piece_origin_off(const struct wpiece *p);
+static uint64_t piece_len(const struct wpiece *p);
 static void piece_done(struct wpiece *p, int err);
 static void join_part(struct wpiece *p, int err);
 static void wb_cleared(struct block_waiter *bw);
@@ -202,6 +205,8 @@ static void end_synced(struct log_waiter *lw, int err)
 static void end_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct wreq *w = container_of(dio, struct wreq, flush_dio);
+    if (err == 0 && origin_window_flushed(w->c, w->flush_mark))
+        err = -EIO;     /* the operation may be lost with the old connection */
     if (err && w->err == 0)
         w->err = err;
     w->sync_w.fn = end_synced;
@@ -222,6 +227,7 @@ static void request_maybe_end(struct wreq *w)
         memset(&w->flush_dio, 0, sizeof w->flush_dio);
         w->flush_dio.op = TC_DEV_FLUSH;
         w->flush_dio.cb = end_origin_flushed;
+        w->flush_mark = origin_window_mark(w->c);
         dev_submit(w->c->vol->origin, &w->flush_dio);
         return;
     }
@@ -299,6 +305,12 @@ static void piece_origin_done(struct wpiece *p, int err)
     struct cache *c = p->w->c;
     if (p->direct)
         owrite_end(c->locks, &p->ow);
+    if (err == 0 && !(p->dio.flags & TC_DEV_FUA) && !(p->w->e->flags & TC_REQ_FUA)) {
+        /* Not durable until an origin flush in this connection epoch. */
+        bool cached = p->mode == W_THROUGH && p->locked &&
+                      index_lookup(&c->idx, p->oblock) != NIL;
+        origin_window_acked(c, piece_origin_off(p), piece_len(p), cached);
+    }
     if (err && p->mode == W_THROUGH && p->locked) {
         /* The origin did not take it: the cache must not claim it did. */
         uint32_t id = index_lookup(&c->idx, p->oblock);
@@ -850,6 +862,7 @@ struct flush_req {
     struct ereq *e;
     struct cache *c;
     uint64_t candidate;
+    struct ow_mark mark;            /* origin_window_mark() at the origin flush */
     struct tc_dev_io dio;
     struct log_waiter lw;
 };
@@ -873,6 +886,8 @@ static void flush_origin_done(struct tc_dev_io *dio, int err)
     struct flush_req *f = container_of(dio, struct flush_req, dio);
     if (err)
         f->e->err = err;
+    else if (origin_window_flushed(f->c, f->mark))
+        ;   /* writes it was to cover may be lost: no new stable mark (EIO follows) */
     else if (f->candidate > f->c->wt_stable_seq)
         f->c->wt_stable_seq = f->candidate;     /* carried by the next chunk header */
     f->lw.fn = flush_synced;
@@ -890,6 +905,7 @@ void cache_flush(struct ereq *e)
      * enough for client writes (writeback flushes the origin itself). */
     if (e->vol->mode != TC_MODE_WRITEBACK && e->vol->origin->can_flush) {
         f->candidate = wt_stable_candidate(c);
+        f->mark = origin_window_mark(c);
         f->dio.op = TC_DEV_FLUSH;
         f->dio.cb = flush_origin_done;
         dev_submit(e->vol->origin, &f->dio);
@@ -907,6 +923,8 @@ static void discard_origin_done(struct tc_dev_io *dio, int err)
     owrite_end(w->c->locks, &w->ow);
     if (err == 0 && w->e->op == TC_OP_WRITE_ZEROES)
         lost_written_range(w->c, w->e->off, w->e->len);
+    if (err == 0 && w->e->op == TC_OP_WRITE_ZEROES)
+        origin_window_acked(w->c, w->e->off, w->e->len, false);
     if (err == -ETIMEDOUT) {
         /* In doubt, as in piece_origin_done(); the cached blocks of the
          * range were dropped before. */

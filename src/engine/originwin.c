@@ -1,0 +1,295 @@
+/*
+ * The origin window: origin writes acknowledged since the last origin
+ * flush that covered them.
+ *
+ * An NBD server may lose the writes it acknowledged but was not asked to
+ * flush when its connection drops (a restart losing a volatile cache).
+ * The origin device then counts a new connection epoch (dev.h, dev_nbd.c),
+ * and a later flush, sent on the new connection, covers nothing the old
+ * one acknowledged.  Writeback checks this itself (a job's epoch).  The
+ * writes clients send to the origin -- write-through versions, writes
+ * around the cache (write-around mode, write-through writes the policy
+ * did not admit, sequential bypass), write-zeroes -- are recorded here, as
+ * origin ranges with the epoch and a counter (the acknowledgement number)
+ * at their acknowledgement; FUA writes are not (durable once acknowledged).
+ *
+ * Every origin flush (a client FLUSH, a FUA write-zeroes or trim, the
+ * periodic commit in writeback.c, the last flush of a stop) takes the
+ * counter when it is sent; when it completes without error,
+ * origin_window_flushed() looks at every record:
+ *
+ *   same epoch as now, acknowledged before the flush was sent   durable:
+ *                                                               forgotten
+ *   acknowledged in an older epoch (never covered by a flush    cut: the
+ *   in that epoch, or it would be forgotten)                    origin may
+ *                                                               have lost it
+ *   otherwise                                                   kept
+ *
+ * A cut record's sectors:
+ *
+ *  - those of a write-through version the cache still holds (the block's
+ *    entry was not dropped since: see origin_window_dropped()) become dirty
+ *    again, so writeback puts the newest cached version on the origin; as
+ *    recovery does with write-through versions above the stable mark
+ *    (CE_WT_RECOVERED), each such block holds the stable mark where it is
+ *    until it is written back, so a crash meanwhile makes them dirty again;
+ *  - the rest cannot be written again (the cache lacks them, or holds a
+ *    copy read from the origin since, maybe the older data): a clean cached
+ *    copy is dropped (a tombstone follows), and the sectors go into the
+ *    lost set (lost.h): reads fail with EIO until a client writes them.
+ *
+ * The epoch counts the loss of any of the origin's connections, so with
+ * multi-conn a write acknowledged on a connection that survives is cut too
+ * when another one is lost (conservative, as for writeback).
+ *
+ * Records of an older epoch can never become durable, so writeback's tick
+ * also looks (origin_window_check()): once it sees the epoch change it
+ * deals with them at once, without waiting for a flush; that shortens the
+ * time reads of those sectors may get the origin's older data after a
+ * reconnection (until then nothing tells the daemon the server lost them).
+ *
+ * A cut fails the next client FLUSH with EIO, once (lost_flush_result():
+ * the flush that found it, or the next one if the periodic commit or the
+ * tick found it).  No flush that was in flight when a cut was found (the
+ * mark carries the count of cuts) moves the write-through stable mark: it
+ * was computed before the re-dirtied versions held it back.
+ *
+ * Bounds.  The window empties at every good flush, and the periodic commit
+ * flushes the origin every few seconds while it holds anything (at once,
+ * from the next tick, past OW_SOFT records), so it holds the writes of
+ * a few seconds.  Contiguous ranges of writes around the cache merge.  Past
+ * OW_MAX records (an origin whose flushes never complete), a new range is
+ * merged into the last record, spanning both and everything between: a
+ * cut then puts more sectors than were written into the lost set -- reads
+ * of them fail although the origin may hold them -- never fewer.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+#define OW_SOFT 4096u
+#define OW_MAX (1u << 20)
+#define OW_BUCKETS 4096u
+
+struct ow_rec {
+    uint64_t off, len;
+    uint64_t epoch, ack;
+    uint32_t hnext;         /* hash chain of cached records (NIL: end) */
+    bool cached;            /* a write-through version the cache took */
+    bool dropped;           /* ... and the block's entry was dropped since */
+};
+
+static unsigned ow_bucket(uint64_t oblock) { return (unsigned)(oblock % OW_BUCKETS); }
+
+static void hash_add(struct cache *c, uint32_t i)
+{
+    struct origin_window *w = &c->owin;
+    if (w->hash == NULL) {
+        w->hash = tc_xcalloc(OW_BUCKETS, sizeof *w->hash);
+        for (unsigned b = 0; b < OW_BUCKETS; b++)
+            w->hash[b] = NIL;
+    }
+    unsigned b = ow_bucket(w->r[i].off / c->block_size);
+    w->r[i].hnext = w->hash[b];
+    w->hash[b] = i;
+}
+
+void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached)
+{
+    struct origin_window *w = &c->owin;
+    uint64_t epoch = c->vol->origin->epoch;
+    if (!c->vol->origin->can_flush)
+        return;     /* no flush: writes are durable when acknowledged */
+    w->acks++;
+    if (w->n > 0) {
+        struct ow_rec *l = &w->r[w->n - 1];
+        if (!cached && !l->cached && l->epoch == epoch && l->off + l->len == off) {
+            l->len += len;
+            l->ack = w->acks;
+            return;
+        }
+        if (w->n >= OW_MAX) {
+            /* Too many: spread the last one over both (see above). */
+            uint64_t lo = TC_MIN(l->off, off), hi = TC_MAX(l->off + l->len, off + len);
+            if (!w->overflowed)
+                tc_warn("cache: more than %u origin writes not yet flushed; their ranges "
+                        "are merged (if the origin loses them, more sectors read as lost)",
+                        OW_MAX);
+            w->overflowed = true;
+            l->off = lo;
+            l->len = hi - lo;
+            l->cached = false;
+            l->epoch = TC_MIN(l->epoch, epoch);
+            l->ack = w->acks;
+            return;
+        }
+    }
+    if (w->n == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 64;
+        struct ow_rec *nr = tc_xcalloc(w->cap, sizeof *nr);
+        if (w->n)
+            memcpy(nr, w->r, (size_t)w->n * sizeof *nr);
+        free(w->r);
+        w->r = nr;
+    }
+    uint32_t i = w->n++;
+    w->r[i] = (struct ow_rec){ .off = off, .len = len, .epoch = epoch, .ack = w->acks,
+                               .hnext = NIL, .cached = cached };
+    if (cached)
+        hash_add(c, i);
+}
+
+struct ow_mark origin_window_mark(const struct cache *c)
+{
+    return (struct ow_mark){ .ack = c->owin.acks, .cuts = c->owin.cuts };
+}
+
+bool origin_window_pending(const struct cache *c)
+{
+    return c->owin.n > 0;
+}
+
+bool origin_window_full(const struct cache *c)
+{
+    return c->owin.n >= OW_SOFT;
+}
+
+void origin_window_dropped(struct cache *c, uint64_t oblock)
+{
+    struct origin_window *w = &c->owin;
+    if (w->hash == NULL || w->n == 0 || w->scanning)
+        return;     /* (scanning: the records are being moved; a cut drops) */
+    for (uint32_t i = w->hash[ow_bucket(oblock)]; i != NIL; i = w->r[i].hnext)
+        if (w->r[i].cached && w->r[i].off / c->block_size == oblock)
+            w->r[i].dropped = true;
+}
+
+/* The block's write-through version is to be written back again. */
+static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct tc_mask *m)
+{
+    struct tc_mask v, d, nd;
+    ce_get_masks(&c->idx, id, &v, &d);
+    nd = d;
+    mask_or(&nd, m);
+    ce_set_masks(&c->idx, id, &v, &nd);
+    cache_set_dirty(c, oblock, &d, &nd);
+    struct centry *e = CE(&c->idx, id);
+    e->flags |= CE_WT;
+    if (!(e->flags & CE_WT_RECOVERED)) {
+        /* Hold the stable mark where it is until written back. */
+        e->flags |= CE_WT_RECOVERED;
+        if (c->wt_recovered++ == 0)
+            c->wt_recovered_min = UINT64_MAX;
+        c->wt_recovered_min = TC_MIN(c->wt_recovered_min, c->wt_stable_seq + 1);
+    }
+    cache_trace(c, oblock, "origin connection lost before a flush: write-through version "
+                "dirty again");
+}
+
+static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, uint64_t *lost)
+{
+    uint64_t off = r->off, end = r->off + r->len;
+    while (off < end) {
+        uint64_t ob = off / c->block_size, bstart = ob * c->block_size;
+        uint64_t pend = TC_MIN(end, bstart + c->block_size);
+        struct tc_mask m;
+        mask_range(&m, (unsigned)((off - bstart) / TC_SECTOR),
+                   (unsigned)((pend - bstart + TC_SECTOR - 1) / TC_SECTOR));
+        off = pend;
+        uint32_t id = index_lookup(&c->idx, ob);
+        if (id != NIL) {
+            struct tc_mask v, d, held;
+            ce_get_masks(&c->idx, id, &v, &d);
+            held = m;
+            mask_and(&held, &v);
+            if (r->cached && !r->dropped) {
+                if (!mask_empty(&held)) {
+                    redirty(c, ob, id, &held);
+                    (*redirtied)++;
+                }
+                mask_andnot(&m, &v);
+            } else if (!mask_empty(&held)) {
+                if (mask_empty(&d)) {
+                    /* Maybe read from the origin since: the older data. */
+                    cache_drop(c, ob);
+                    struct append a = { .oblock = ob, .type = TC_ENTRY_TOMBSTONE,
+                                        .use_reserve = true, .urgent = true };
+                    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+                    c->st.invalidations++;
+                } else {
+                    /* Dirty: written by a client after this write (no
+                     * write leaves the cache while a block is dirty). */
+                    mask_andnot(&m, &v);
+                }
+            }
+        }
+        if (!mask_empty(&m)) {
+            lost_record(c, ob, &m);
+            *lost += mask_count(&m);
+        }
+    }
+}
+
+bool origin_window_flushed(struct cache *c, struct ow_mark mark)
+{
+    struct origin_window *w = &c->owin;
+    uint64_t epoch = c->vol->origin->epoch;
+    uint64_t redirtied = 0, lost = 0, cuts = 0;
+    uint32_t k = 0;
+    w->epoch_seen = epoch;
+    w->scanning = true;
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ow_rec *r = &w->r[i];
+        if (r->epoch != epoch) {
+            cut(c, r, &redirtied, &lost);
+            cuts++;
+        } else if (r->ack > mark.ack) {
+            w->r[k++] = *r;
+        }
+    }
+    w->scanning = false;
+    if (k != w->n) {
+        w->n = k;
+        if (w->hash) {
+            for (unsigned b = 0; b < OW_BUCKETS; b++)
+                w->hash[b] = NIL;
+            for (uint32_t i = 0; i < w->n; i++)
+                if (w->r[i].cached)
+                    hash_add(c, i);
+        }
+    }
+    if (w->n == 0)
+        w->overflowed = false;
+    if (cuts == 0)
+        return w->cuts != mark.cuts;    /* found by another flush meanwhile */
+    w->cuts++;
+    c->lost_events++;
+    c->st.origin_cut_writes += cuts;
+    tc_error("cache: the origin connection was lost before a flush covered %llu acknowledged "
+             "origin writes (the server may have lost them): %llu cached blocks are dirty "
+             "again, to be written back; %llu sectors read as lost (EIO) until written again",
+             (unsigned long long)cuts, (unsigned long long)redirtied, (unsigned long long)lost);
+    if (redirtied)
+        writeback_kick(c);
+    return true;
+}
+
+void origin_window_check(struct cache *c)
+{
+    struct origin_window *w = &c->owin;
+    if (c->vol->origin->epoch == w->epoch_seen)
+        return;
+    w->epoch_seen = c->vol->origin->epoch;
+    if (w->n > 0)
+        origin_window_flushed(c, (struct ow_mark){ .ack = 0, .cuts = w->cuts });
+}
+
+void origin_window_free(struct cache *c)
+{
+    free(c->owin.r);
+    free(c->owin.hash);
+    memset(&c->owin, 0, sizeof c->owin);
+}
