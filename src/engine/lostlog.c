@@ -56,16 +56,10 @@ void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
 
 void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len)
 {
-    uint64_t end = off + len;
-    while (off < end) {
-        uint64_t ob = off / c->block_size, bstart = ob * c->block_size;
-        uint64_t pend = TC_MIN(end, bstart + c->block_size);
-        struct tc_mask m;
-        mask_range(&m, (unsigned)((off - bstart) / TC_SECTOR),
-                   (unsigned)((pend - bstart + TC_SECTOR - 1) / TC_SECTOR));
+    uint64_t end = off + len, ob;
+    struct tc_mask m;
+    while (mask_next_block(&off, end, c->block_size, &ob, &m))
         lost_in_doubt(c, ob, &m);
-        off = pend;
-    }
 }
 
 /* Written again: these sectors are no longer lost.  Reads see it at once;

@@ -72,6 +72,20 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s)
     return n;
 }
 
+bool mask_next_block(uint64_t *off, uint64_t end, uint32_t block_size, uint64_t *oblock,
+                     struct tc_mask *m)
+{
+    if (*off >= end)
+        return false;
+    uint64_t ob = *off / block_size, bstart = ob * block_size;
+    uint64_t pend = end < bstart + block_size ? end : bstart + block_size;
+    mask_range(m, (unsigned)((*off - bstart) / TC_SECTOR),
+               (unsigned)((pend - bstart + TC_SECTOR - 1) / TC_SECTOR));
+    *oblock = ob;
+    *off = pend;
+    return true;
+}
+
 bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e)
 {
     unsigned i = *s;

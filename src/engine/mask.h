@@ -47,5 +47,11 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s);
  * as [*s, *e), false when there is none.  for (s = 0; mask_next_run(m, n,
  * &s, &e); s = e) visits every run once. */
 bool mask_next_run(const struct tc_mask *m, unsigned n, unsigned *s, unsigned *e);
+/* The next piece of the byte range [*off, end) that lies in one block of
+ * block_size bytes: its block number and its sectors (a partial sector
+ * counts whole); *off moves past it.  False once *off reaches end.
+ * while (mask_next_block(&off, end, bs, &ob, &m)) visits every block once. */
+bool mask_next_block(uint64_t *off, uint64_t end, uint32_t block_size, uint64_t *oblock,
+                     struct tc_mask *m);
 
 #endif

@@ -191,14 +191,9 @@ static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct 
 
 static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, uint64_t *lost)
 {
-    uint64_t off = r->off, end = r->off + r->len;
-    while (off < end) {
-        uint64_t ob = off / c->block_size, bstart = ob * c->block_size;
-        uint64_t pend = TC_MIN(end, bstart + c->block_size);
-        struct tc_mask m;
-        mask_range(&m, (unsigned)((off - bstart) / TC_SECTOR),
-                   (unsigned)((pend - bstart + TC_SECTOR - 1) / TC_SECTOR));
-        off = pend;
+    uint64_t off = r->off, end = r->off + r->len, ob;
+    struct tc_mask m;
+    while (mask_next_block(&off, end, c->block_size, &ob, &m)) {
         uint32_t id = index_lookup(&c->idx, ob);
         if (id != NIL) {
             struct tc_mask v, d, held;

@@ -306,8 +306,41 @@ static void check_set_ops(void)
     CHECK(mask_empty(&d));
 }
 
+/* mask_next_block(): a byte range cut at block boundaries, a partial
+ * sector counted whole, every block visited once, against the plain
+ * arithmetic, for several block sizes and ranges that start and end
+ * inside, on, and across block and sector boundaries. */
+static void check_next_block(void)
+{
+    static const uint32_t sizes[] = { 4096, 65536, 1u << 20 };
+    for (unsigned k = 0; k < 3; k++) {
+        uint32_t bs = sizes[k];
+        for (unsigned t = 0; t < 2000; t++) {
+            uint64_t off = next_rand() % (8ull * bs), len = 1 + next_rand() % (4ull * bs);
+            uint64_t end = off + len, pos = off, ob, want_ob = off / bs, covered = 0;
+            struct tc_mask m;
+            while (mask_next_block(&pos, end, bs, &ob, &m)) {
+                CHECK(ob == want_ob);
+                uint64_t bstart = ob * bs;
+                uint64_t a = TC_MAX(off, bstart), b = TC_MIN(end, bstart + bs);
+                for (unsigned s = 0; s < bs / 4096; s++) {
+                    bool in = bstart + (uint64_t)s * 4096 < b && bstart + (uint64_t)(s + 1) * 4096 > a;
+                    CHECK(mask_test(&m, s) == in);
+                }
+                covered += b - a;
+                want_ob++;
+            }
+            CHECK(covered == len && pos == end);
+        }
+    }
+    uint64_t pos = 7, ob;
+    struct tc_mask m;
+    CHECK(!mask_next_block(&pos, 7, 65536, &ob, &m));    /* an empty range */
+}
+
 int main(void)
 {
+    check_next_block();
     check_ranges();
     check_rank();
     check_next_run();
