@@ -901,9 +901,13 @@ void cache_flush(struct ereq *e)
     f->e = e;
     f->c = c;
     /* The origin holds every completed write-through and write-around
-     * write: flush it too.  In writeback mode the cache log alone is
-     * enough for client writes (writeback flushes the origin itself). */
-    if (e->vol->mode != TC_MODE_WRITEBACK && e->vol->origin->can_flush) {
+     * write: flush it too.  In writeback mode the cache log is enough for
+     * the writes the cache took (writeback flushes the origin itself),
+     * but not for those that went around it -- a long sequential write,
+     * a write over the write budget, write-zeroes: while the origin
+     * window holds any, the origin is flushed as well. */
+    if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_pending(c)) &&
+        e->vol->origin->can_flush) {
         f->candidate = wt_stable_candidate(c);
         f->mark = origin_window_mark(c);
         f->dio.op = TC_DEV_FLUSH;
