@@ -566,6 +566,11 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
 struct ow_mark origin_window_mark(const struct cache *c);
 /* Something waits for an origin flush; too much does (flush now). */
 bool origin_window_pending(const struct cache *c);
+/* ... and of those, writes only the origin holds: around the cache, or a
+ * write-through version whose block has left the cache since.  (A cached
+ * one is durable in the cache log: recovery writes it back if the origin
+ * lost it.) */
+bool origin_window_uncached(const struct cache *c);
 bool origin_window_full(const struct cache *c);
 /* An origin flush sent at mark completed without error: forget what it
  * covered; true if writes acknowledged on a lost connection were found

@@ -152,6 +152,14 @@ bool origin_window_pending(const struct cache *c)
     return c->owin.n > 0;
 }
 
+bool origin_window_uncached(const struct cache *c)
+{
+    for (uint32_t i = c->owin.n; i-- > 0;)      /* the newest first: usually found at once */
+        if (!c->owin.r[i].cached || c->owin.r[i].dropped)
+            return true;
+    return false;
+}
+
 bool origin_window_full(const struct cache *c)
 {
     return c->owin.n >= OW_SOFT;

@@ -906,7 +906,7 @@ void cache_flush(struct ereq *e)
      * but not for those that went around it -- a long sequential write,
      * a write over the write budget, write-zeroes: while the origin
      * window holds any, the origin is flushed as well. */
-    if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_pending(c)) &&
+    if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_uncached(c)) &&
         e->vol->origin->can_flush) {
         f->candidate = wt_stable_candidate(c);
         f->mark = origin_window_mark(c);
