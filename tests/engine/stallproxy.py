@@ -20,13 +20,6 @@ the count.  Controlled by files in DIR:
              replies flow, and once the server has answered the held write,
              DIR/released holds the number of request bytes sent late.
 
-  cut        with arm: once the stopped connection's write is complete,
-             it is sent to the server and, when the server has answered
-             it, every client connection is closed without that answer:
-             a connection that dies after the server did the write;
-  down       while it exists, a new connection is closed at once (the
-             client cannot reconnect).
-
 A connection the client closes is half-closed towards the server, whose
 last replies are read and dropped (nbdkit 1.32 aborts when a reply meets a
 closed socket); when the server closes it, so does the proxy.
@@ -66,10 +59,6 @@ class Conn:
         self.cookie = None          # of the held write, once sent late
         self.answered = threading.Event()   # ... and the server answered it
         self.lock = threading.Lock()
-        self.held = bytearray()
-
-
-conns = []
 
 
 armed_lock = threading.Lock()
@@ -94,8 +83,7 @@ def wait_release():
 def up(k):
     c, u = k.c, k.u
     pending = b""           # armed: the last bytes, not forwarded until more come
-    held = k.held
-    cutting = False
+    held = bytearray()
     try:
         while True:
             if pending and not select.select([c], [], [], 0.05)[0]:
@@ -108,9 +96,6 @@ def up(k):
                 break
             if k.stopped:
                 held += data
-                if cutting and len(held) >= HDR + struct.unpack(">I", held[24:28])[0]:
-                    cut(k)
-                    cutting = False
                 continue
             pat = armed_pattern()
             if pat is None:
@@ -131,10 +116,6 @@ def up(k):
                     held += buf[m.start():]
                     pending = b""
                     put("stalled", f"{k.n}\n")
-                    cutting = exists("cut")
-                    if cutting and len(held) >= HDR + struct.unpack(">I", held[24:28])[0]:
-                        cut(k)
-                        cutting = False
                     continue
             keep = min(len(buf), HDR - 1)
             u.sendall(buf[:len(buf) - keep])
@@ -161,21 +142,6 @@ def up(k):
         u.shutdown(socket.SHUT_WR)
     except OSError:
         pass
-
-
-def cut(k):
-    """The held write to the server; once answered, every client goes."""
-    n = HDR + struct.unpack(">I", k.held[24:28])[0]
-    k.cookie = bytes(k.held[8:16])
-    k.u.sendall(bytes(k.held[:n]))
-    del k.held[:n]
-    k.answered.wait(60)
-    for x in list(conns):
-        try:
-            x.c.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-    put("cut-done", "1\n")
 
 
 def down(k):
@@ -212,14 +178,10 @@ srv.listen(16)
 n = 0
 while True:
     c, _ = srv.accept()
-    if exists("down"):
-        c.close()
-        continue
     n += 1
     u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     u.connect(target)
     k = Conn(n, c, u)
-    conns.append(k)
     threading.Thread(target=up, args=(k,), daemon=True).start()
     threading.Thread(target=down, args=(k,), daemon=True).start()
     put("conns", f"{n}\n")
