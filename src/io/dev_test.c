@@ -179,6 +179,15 @@ static void test_issue(struct dev_test *d, struct tc_dev_io *dio);
 
 #define HOLD_POLL_NS (10ull * 1000 * 1000)
 
+/* The held requests, oldest first, taken off the list. */
+static struct tc_dev_io *take_held(struct dev_test *d)
+{
+    struct tc_dev_io *list = d->held;
+    d->held = NULL;
+    d->held_tail = &d->held;
+    return list;
+}
+
 static void hold_timer_fn(struct tc_timer *t)
 {
     struct dev_test *d = container_of(t, struct dev_test, hold_timer);
@@ -186,12 +195,8 @@ static void hold_timer_fn(struct tc_timer *t)
         timer_arm(d->dev.reactor, &d->hold_timer, HOLD_POLL_NS);
         return;
     }
-    struct tc_dev_io *list = d->held;
-    d->held = NULL;
-    d->held_tail = &d->held;
-    while (list) {
-        struct tc_dev_io *dio = list;
-        list = dio->next;
+    for (struct tc_dev_io *dio = take_held(d), *next; dio; dio = next) {
+        next = dio->next;
         test_issue(d, dio);
     }
 }
@@ -251,12 +256,8 @@ static void test_abort(struct tc_dev *dev)
     d->aborted = true;
     if (d->hold_when)
         timer_cancel(dev->reactor, &d->hold_timer);
-    struct tc_dev_io *list = d->held;
-    d->held = NULL;
-    d->held_tail = &d->held;
-    while (list) {
-        struct tc_dev_io *dio = list;
-        list = dio->next;
+    for (struct tc_dev_io *dio = take_held(d), *next; dio; dio = next) {
+        next = dio->next;
         dev_complete(dio, -EIO);
     }
 }
