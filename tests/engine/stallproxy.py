@@ -33,21 +33,17 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proxyctl import ControlDir  # noqa: E402
+
 listen, target, d = sys.argv[1:4]
 # A request header: magic, flags, type 1 (write), cookie, offset.
 MAGIC = struct.pack(">I", 0x25609513)
 HDR = 28
 
 
-def exists(name):
-    return os.path.exists(os.path.join(d, name))
-
-
-def put(name, text):
-    tmp = os.path.join(d, name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.rename(tmp, os.path.join(d, name))
+ctl = ControlDir(d)
+exists, put = ctl.exists, ctl.put
 
 
 class Conn:

@@ -26,6 +26,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proxyctl import ControlDir  # noqa: E402
+
 listen, target, path, d = sys.argv[1:5]
 REQ_MAGIC = 0x25609513
 OPT_MAGIC = b"IHAVEOPT"
@@ -37,15 +40,8 @@ undo = []           # (offset, old bytes), oldest first
 conns = []
 
 
-def exists(name):
-    return os.path.exists(os.path.join(d, name))
-
-
-def put(name, text):
-    tmp = os.path.join(d, name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.rename(tmp, os.path.join(d, name))
+ctl = ControlDir(d)
+exists, put = ctl.exists, ctl.put
 
 
 def save(off, n):
