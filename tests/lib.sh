@@ -54,13 +54,16 @@ start_server() {
   local pid=$!
   eval "PID_$name=$pid SOCK_$name=$sock URI_$name='nbd+unix:///?socket=$sock'"
   on_exit "kill -9 $pid"
-  local i
-  for i in $(seq 1 300); do
+  # Polled often: a test may start dozens of daemons, each ready within a
+  # fraction of a second.  nbdinfo runs only once the socket is there.  The
+  # limit is 30 s (${EPOCHREALTIME//[!0-9]/}: now in microseconds).
+  local end=$((${EPOCHREALTIME//[!0-9]/} + 30000000))
+  while [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do
     if [ -S "$sock" ] && nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1; then
       return 0
     fi
     kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; fail "server $name exited at start"; }
-    sleep 0.1
+    sleep 0.02
   done
   cat "$log" >&2
   fail "server $name did not start"

@@ -67,7 +67,7 @@ def connect_when_up(uri, proc, timeout=START_TIMEOUT):
             proc.kill()
             proc.wait()
             sys.exit(f"the daemon did not answer on {uri} within {timeout} s")
-        time.sleep(0.05)
+        time.sleep(0.01)
 
 
 class Model:

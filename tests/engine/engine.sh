@@ -56,12 +56,13 @@ tc() {
 # exited SECONDS after SIGTERM is killed and the test fails (instead of
 # waiting for the runner's timeout).
 stop_server_within() {
-  local name=$1 limit=$2 pid i
+  local name=$1 limit=$2 pid end
   pid=$(eval echo "\$PID_$name")
   kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < limit * 10; i++)); do
+  end=$((${EPOCHREALTIME//[!0-9]/} + limit * 1000000))
+  while [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do
     kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
+    sleep 0.02
   done
   if kill -0 "$pid" 2>/dev/null; then
     tail -n 5 "$TC_TMP/$name.log" >&2
