@@ -112,7 +112,7 @@ check_daemon_log_file() {
 status_value() {
   local name=$1 path=$2 sock
   sock=$(eval echo "\$SOCK_$name")
-  "$TIERCACHE" status --socket "$sock" --json | $PY -c '
+  "$TIERCACHE" status --socket "$sock" --json | $PY -S -c '
 import json,sys
 v=json.load(sys.stdin)
 for k in sys.argv[1].split("."):

@@ -12,7 +12,7 @@ stats() {
   for p in "$@"; do
     case $p in volume.*|nbd.*|pid|version|stopping) paths+=("$p") ;; *) paths+=("volume.cache.$p") ;; esac
   done
-  "$TIERCACHE" status --socket "$sock" --json | "${TCLIB[@]}" status "${paths[@]}"
+  "$TIERCACHE" status --socket "$sock" --json | "$PY" -S "$TC_SRC/tests/figures.py" "${paths[@]}"
 }
 
 # snap NAME VAR: the status figures of the cache, as VAR_<key>=value

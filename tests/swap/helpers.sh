@@ -92,7 +92,7 @@ start_prefetch() {
 sp_value() {
   local ctl
   ctl=$(eval echo "\$CTL_$1")
-  "$TIERCACHE" swap-prefetch --status --json --control "$ctl" | $PY -c '
+  "$TIERCACHE" swap-prefetch --status --json --control "$ctl" | $PY -S -c '
 import json, re, sys
 v = json.load(sys.stdin)["swap_prefetch"]
 for part in sys.argv[1].split("."):
@@ -112,7 +112,7 @@ wait_for() {
   ctl=$(eval echo "\$CTL_$1")
   end=$((SECONDS + $3))
   while [ $SECONDS -lt "$end" ]; do
-    if "$TIERCACHE" swap-prefetch --status --json --control "$ctl" 2>/dev/null | $PY -c '
+    if "$TIERCACHE" swap-prefetch --status --json --control "$ctl" 2>/dev/null | $PY -S -c '
 import json, sys
 s = json.load(sys.stdin)["swap_prefetch"]
 sys.exit(0 if eval(sys.argv[1]) else 1)' "$2"; then
