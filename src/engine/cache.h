@@ -688,7 +688,9 @@ void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t h
 
 /* cacheio.c: a checked read of n sectors at (seg, off) into buf.  cb gets
  * 0, -EBADMSG (checksum mismatch: [bad_from, bad_to) failed) or the I/O
- * error. */
+ * error.  Sectors still in an open segment's RAM image are copied and cb
+ * runs before cache_read_verified() returns; otherwise from a later
+ * reactor pass (the rule: util/join.h). */
 struct cread {
     struct cache *c;
     uint32_t seg;
@@ -708,7 +710,10 @@ struct cread {
 };
 void cache_read_verified(struct cache *c, struct cread *cr);
 /* Read the sectors `want` of entry id, wherever its fragments keep them,
- * into dst (sector s at dst + s * 4096); cb gets 0 or the first error. */
+ * into dst (sector s at dst + s * 4096); cb gets 0 or the first error.
+ * cb runs before the call returns when no device read is needed (every
+ * sector in a RAM image, or none located), as with cache_read_verified();
+ * the same holds for the two forms below. */
 void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
                   void (*cb)(void *arg, int err), void *arg);
 /* As cache_gather, but a failure is retried through the index as it is
