@@ -55,6 +55,7 @@
 #include "io/dev.h"
 #include "io/reactor.h"
 #include "util/assert.h"
+#include "util/join.h"
 
 #define NIL UINT32_MAX
 
@@ -700,10 +701,9 @@ struct cread {
     void (*cb)(struct cread *cr, int err);
     void *priv;
     /* results and internals */
-    int err;
+    struct tc_join join;            /* the data read, and the header read */
     uint32_t bad_from, bad_to;
     bool from_device;
-    unsigned pending;
     struct tc_dev_io dio, hdio;
     uint8_t *hdr;
     uint32_t *crcs;
