@@ -440,7 +440,7 @@ struct cache {
     struct chunk_write *inflight_head, *inflight_tail;
     struct log_waiter *written_waiters, *flush_waiters;
     bool flushing;
-    unsigned flushes_pending;
+    struct tc_join flushes;         /* the devices' flushes of the running cache flush */
     uint64_t flush_target;
     struct tc_dev_io flush_dios[TC_MAX_DEVICES];
     struct tc_timer seal_timer;
