@@ -22,6 +22,7 @@
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "io/bufpool.h"
+#include "util/join.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -33,9 +34,8 @@ struct areq {
     void *bounce;
     size_t bounce_size;
     struct rl_entry lock;
-    int err;
-    unsigned pending;
-    void (*next)(struct areq *a);   /* step to run when pending reaches 0 */
+    struct tc_join join;            /* the sub-requests of the current step */
+    void (*next)(struct areq *a);   /* step to run when the join's count reaches 0 */
 };
 
 #define NO_SECTOR UINT64_MAX
@@ -65,7 +65,7 @@ static void finish(struct areq *a)
         rl_release(&vol->locks, &a->lock);
     if (a->bounce)
         bufpool_put(a->bounce, a->bounce_size);
-    int err = a->err;
+    int err = a->join.err;
     if (err)
         vol->stats.errors++;
     free(a);
@@ -77,12 +77,11 @@ static void finish(struct areq *a)
 static void sub_done(struct ereq *e)
 {
     struct areq *a = e->owner;
-    if (e->err && a->err == 0)
-        a->err = e->err;
+    int err = e->err;
     if (e->op == TC_OP_BLOCK_STATUS)
         a->req->nr_extents = e->nr_extents;
     ereq_free(e);
-    if (--a->pending == 0)
+    if (join_put(&a->join, err))
         a->next(a);
 }
 
@@ -105,7 +104,7 @@ static void sub(struct areq *a, enum tc_op op, unsigned flags, uint64_t off, uin
         e->extents = a->req->extents;
         e->max_extents = a->req->max_extents;
     }
-    a->pending++;
+    join_get(&a->join);
     if (shared_lock)
         engine_submit_locked(e);
     else
@@ -131,7 +130,7 @@ static void *bounce_at(struct areq *a, uint64_t off)
 
 static void read_copied(struct areq *a)
 {
-    if (a->err == 0)
+    if (a->join.err == 0)
         memcpy(a->req->buf, bounce_at(a, a->req->offset), a->req->length);
     finish(a);
 }
@@ -143,13 +142,13 @@ static void merged_written(struct areq *a) { finish(a); }
 static void ends_read(struct areq *a)
 {
     struct tc_request *req = a->req;
-    if (a->err) {
+    if (a->join.err) {
         finish(a);
         return;
     }
     unsigned fua = req->flags & TC_REQ_FUA;
     a->next = merged_written;
-    a->pending++;           /* hold: the sub-requests may finish at once */
+    join_get(&a->join);     /* hold: the sub-requests may finish at once */
     if (req->op == TC_OP_WRITE) {
         memcpy(bounce_at(a, req->offset), req->buf, req->length);
         sub(a, TC_OP_WRITE, fua, a->a0, a->a1 - a->a0, a->bounce);
@@ -175,7 +174,7 @@ static void ends_read(struct areq *a)
                 sub(a, TC_OP_WRITE_ZEROES, req->flags, m0, m1 - m0, NULL);
         }
     }
-    if (--a->pending == 0)
+    if (join_put(&a->join, 0))
         a->next(a);
 }
 
@@ -188,12 +187,12 @@ static void rmw_locked(struct areq *a)
     if (a->tail == a->head)
         a->tail = NO_SECTOR;
     a->next = ends_read;
-    a->pending++;
+    join_get(&a->join);     /* hold */
     if (a->head != NO_SECTOR)
         sub(a, TC_OP_READ, 0, a->head, TC_SECTOR, bounce_at(a, a->head));
     if (a->tail != NO_SECTOR)
         sub(a, TC_OP_READ, 0, a->tail, TC_SECTOR, bounce_at(a, a->tail));
-    if (--a->pending == 0)
+    if (join_put(&a->join, 0))
         a->next(a);
 }
 
@@ -207,7 +206,7 @@ static void rmw_lock_granted(struct rl_entry *l)
 static void status_trimmed(struct areq *a)
 {
     struct tc_request *req = a->req;
-    if (a->err == 0) {
+    if (a->join.err == 0) {
         uint64_t skip = req->offset - a->a0, want = req->length, total = 0;
         unsigned out = 0;
         for (unsigned i = 0; i < req->nr_extents && total < want; i++) {
@@ -240,7 +239,23 @@ void align_submit(struct tc_volume *vol, struct tc_request *req)
     a->req = req;
     a->a0 = tc_round_down(req->offset, TC_SECTOR);
     a->a1 = tc_round_up(req->offset + req->length, TC_SECTOR);
-    a->pending = 1;             /* released below, after issuing */
+    if (req->op == TC_OP_WRITE ||
+        (req->op == TC_OP_WRITE_ZEROES && !(req->flags & TC_REQ_FAST_ZERO))) {
+        /* A read-modify-write under the range's exclusive lock: its steps
+         * hold the join themselves. */
+        if (req->op == TC_OP_WRITE)
+            vol->stats.unaligned_writes++;
+        a->bounce_size = req->op == TC_OP_WRITE ? a->a1 - a->a0 : 2 * TC_SECTOR;
+        a->bounce = bufpool_get(a->bounce_size);
+        a->lock.start = a->a0;
+        a->lock.end = a->a1;
+        a->lock.exclusive = true;
+        a->lock.granted_cb = rmw_lock_granted;
+        if (rl_acquire(&vol->locks, &a->lock))
+            rmw_locked(a);
+        return;
+    }
+    join_get(&a->join);         /* released below, after issuing */
 
     switch (req->op) {
     case TC_OP_READ:
@@ -250,30 +265,15 @@ void align_submit(struct tc_volume *vol, struct tc_request *req)
         a->next = read_copied;
         sub(a, TC_OP_READ, 0, a->a0, a->a1 - a->a0, a->bounce);
         break;
-    case TC_OP_WRITE:
     case TC_OP_WRITE_ZEROES:
-        if (req->op == TC_OP_WRITE_ZEROES && (req->flags & TC_REQ_FAST_ZERO)) {
-            /* The partial sectors at the ends need a read-modify-write,
-             * which is no faster than a plain write: refuse at once, before
-             * anything is changed.  (Zeroing the ends and then failing the
-             * middle with -ENOTSUP would leave the export altered while
-             * reporting failure, which proto.md says FAST_ZERO should not do.) */
-            a->next = finish;
-            a->err = -ENOTSUP;
-            break;
-        }
-        if (req->op == TC_OP_WRITE)
-            vol->stats.unaligned_writes++;
-        a->bounce_size = req->op == TC_OP_WRITE ? a->a1 - a->a0 : 2 * TC_SECTOR;
-        a->bounce = bufpool_get(a->bounce_size);
-        a->lock.start = a->a0;
-        a->lock.end = a->a1;
-        a->lock.exclusive = true;
-        a->lock.granted_cb = rmw_lock_granted;
-        a->pending = 0;
-        if (rl_acquire(&vol->locks, &a->lock))
-            rmw_locked(a);
-        return;
+        /* With FAST_ZERO (the others went above): the partial sectors at the ends need a read-modify-write, which is
+         * no faster than a plain write: refuse at once, before anything is
+         * changed.  (Zeroing the ends and then failing the middle with
+         * -ENOTSUP would leave the export altered while reporting failure,
+         * which proto.md says FAST_ZERO should not do.) */
+        a->next = finish;
+        join_error(&a->join, -ENOTSUP);
+        break;
     case TC_OP_TRIM: {
         uint64_t t0 = tc_round_up(req->offset, TC_SECTOR);
         uint64_t t1 = tc_round_down(req->offset + req->length, TC_SECTOR);
@@ -294,9 +294,9 @@ void align_submit(struct tc_volume *vol, struct tc_request *req)
         break;
     default:
         a->next = finish;
-        a->err = -EINVAL;
+        join_error(&a->join, -EINVAL);
         break;
     }
-    if (--a->pending == 0)
+    if (join_put(&a->join, 0))
         a->next(a);
 }

@@ -55,6 +55,7 @@
 #include "io/dev.h"
 #include "io/reactor.h"
 #include "util/assert.h"
+#include "util/join.h"
 
 #define NIL UINT32_MAX
 
@@ -439,7 +440,7 @@ struct cache {
     struct chunk_write *inflight_head, *inflight_tail;
     struct log_waiter *written_waiters, *flush_waiters;
     bool flushing;
-    unsigned flushes_pending;
+    struct tc_join flushes;         /* the devices' flushes of the running cache flush */
     uint64_t flush_target;
     struct tc_dev_io flush_dios[TC_MAX_DEVICES];
     struct tc_timer seal_timer;
@@ -688,7 +689,9 @@ void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t h
 
 /* cacheio.c: a checked read of n sectors at (seg, off) into buf.  cb gets
  * 0, -EBADMSG (checksum mismatch: [bad_from, bad_to) failed) or the I/O
- * error. */
+ * error.  Sectors still in an open segment's RAM image are copied and cb
+ * runs before cache_read_verified() returns; otherwise from a later
+ * reactor pass (the rule: util/join.h). */
 struct cread {
     struct cache *c;
     uint32_t seg;
@@ -698,17 +701,19 @@ struct cread {
     void (*cb)(struct cread *cr, int err);
     void *priv;
     /* results and internals */
-    int err;
+    struct tc_join join;            /* the data read, and the header read */
     uint32_t bad_from, bad_to;
     bool from_device;
-    unsigned pending;
     struct tc_dev_io dio, hdio;
     uint8_t *hdr;
     uint32_t *crcs;
 };
 void cache_read_verified(struct cache *c, struct cread *cr);
 /* Read the sectors `want` of entry id, wherever its fragments keep them,
- * into dst (sector s at dst + s * 4096); cb gets 0 or the first error. */
+ * into dst (sector s at dst + s * 4096); cb gets 0 or the first error.
+ * cb runs before the call returns when no device read is needed (every
+ * sector in a RAM image, or none located), as with cache_read_verified();
+ * the same holds for the two forms below. */
 void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
                   void (*cb)(void *arg, int err), void *arg);
 /* As cache_gather, but a failure is retried through the index as it is

@@ -14,6 +14,7 @@
 
 #include "engine/cache.h"
 #include "util/crc32c.h"
+#include "util/join.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -21,9 +22,9 @@ static void finished(struct cread *cr)
 {
     struct cache *c = cr->c;
     if (cr->from_device) {
-        if (cr->err == 0 && cr->crcs == NULL)
-            cr->err = -EBADMSG;
-        if (cr->err == 0) {
+        if (cr->join.err == 0 && cr->crcs == NULL)
+            cr->join.err = -EBADMSG;
+        if (cr->join.err == 0) {
             for (uint32_t i = 0; i < cr->n; i++) {
                 if (tc_crc32c(0, cr->buf + (size_t)i * TC_SECTOR, TC_SECTOR) != cr->crcs[i]) {
                     if (cr->bad_from == UINT32_MAX)
@@ -33,17 +34,17 @@ static void finished(struct cread *cr)
             }
             if (cr->bad_from != UINT32_MAX) {
                 c->st.checksum_errors++;
-                cr->err = -EBADMSG;
+                cr->join.err = -EBADMSG;
                 tc_error("%s: checksum mismatch in segment %u, sectors %u..%u: cached data "
                          "not used", SEG_DEV(c, cr->seg)->dev->name, cr->seg,
                          cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
                 cache_device_check_size(c, c->segs[cr->seg].dev);
             }
-        } else if (cr->err != -EBADMSG) {
+        } else if (cr->join.err != -EBADMSG) {
             c->st.cache_read_errors++;
-            cache_device_error(c, c->segs[cr->seg].dev, cr->err, false);
+            cache_device_error(c, c->segs[cr->seg].dev, cr->join.err, false);
         }
-        if (cr->err) {
+        if (cr->join.err) {
             if (cr->bad_from == UINT32_MAX) {
                 cr->bad_from = 0;
                 cr->bad_to = cr->n;
@@ -55,15 +56,13 @@ static void finished(struct cread *cr)
         cr->hdr = NULL;
         cr->crcs = NULL;
     }
-    cr->cb(cr, cr->err);
+    cr->cb(cr, cr->join.err);
 }
 
 static void data_done(struct tc_dev_io *dio, int err)
 {
     struct cread *cr = dio->priv;
-    if (err && cr->err == 0)
-        cr->err = err;
-    if (--cr->pending == 0)
+    if (join_put(&cr->join, err))
         finished(cr);
 }
 
@@ -89,7 +88,7 @@ static void hdr_done(struct tc_dev_io *dio, int err)
         free(cr->crcs);
         cr->crcs = NULL;
     }
-    if (--cr->pending == 0)
+    if (join_put(&cr->join, 0))
         finished(cr);
 }
 
@@ -97,7 +96,7 @@ void cache_read_verified(struct cache *c, struct cread *cr)
 {
     TC_ASSERT_ALWAYS(cr->seg < c->nsegs && cr->n > 0 && cr->off + cr->n <= c->seg_sectors);
     cr->c = c;
-    cr->err = 0;
+    cr->join = (struct tc_join){ 0 };
     cr->bad_from = UINT32_MAX;
     cr->bad_to = 0;
     cr->from_device = false;
@@ -110,7 +109,7 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     cr->from_device = true;
     seg_pin(c, cr->seg);
     cr->crcs = tc_xmalloc((size_t)cr->n * 4);
-    cr->pending = 1;
+    join_get(&cr->join);        /* the data read's */
     if (!verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs)) {
         const struct chunk_ref *ref = segment_chunk_of(c, cr->seg, cr->off);
         if (ref == NULL) {
@@ -127,7 +126,7 @@ void cache_read_verified(struct cache *c, struct cread *cr)
             cr->hdio.len = (uint64_t)ref->hdr_sectors * TC_SECTOR;
             cr->hdio.cb = hdr_done;
             cr->hdio.priv = cr;
-            cr->pending++;
+            join_get(&cr->join);
             dev_submit(SEG_DEV(c, cr->seg)->dev, &cr->hdio);
         }
     }
@@ -147,8 +146,7 @@ struct gather {
     struct cache *c;
     void (*cb)(void *arg, int err);
     void *arg;
-    unsigned pending;
-    int err;
+    struct tc_join join;
     struct cread *reads;
     unsigned nreads;
 };
@@ -156,13 +154,11 @@ struct gather {
 static void gather_read(struct cread *cr, int err)
 {
     struct gather *g = cr->priv;
-    if (err && g->err == 0)
-        g->err = err;
-    if (--g->pending > 0)
+    if (!join_put(&g->join, err))
         return;
     void (*cb)(void *, int) = g->cb;
     void *arg = g->arg;
-    int e = g->err;
+    int e = g->join.err;
     free(g->reads);
     free(g);
     cb(arg, e);
@@ -191,15 +187,14 @@ static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want
     g->cb = cb;
     g->arg = arg;
     g->reads = tc_xcalloc(c->spb, sizeof *g->reads);
-    g->pending = 1;
+    join_get(&g->join);         /* held while issuing */
     struct cread *cur = NULL;
     for (unsigned s = 0; s < c->spb; s++) {
         if (!mask_test(want, s))
             continue;
         uint32_t fid = ce_locate(&c->idx, id, s);
         if (fid == NIL) {
-            if (g->err == 0)
-                g->err = -ENODATA;
+            join_error(&g->join, -ENODATA);
             cur = NULL;
             continue;
         }
@@ -230,7 +225,7 @@ static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want
         cur->priv = g;
     }
     unsigned n = g->nreads;
-    g->pending += n;
+    join_get_n(&g->join, n);
     for (unsigned i = 0; i < n; i++)
         cache_read_verified(c, &g->reads[i]);
     gather_read(&(struct cread){ .priv = g }, 0);

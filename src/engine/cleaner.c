@@ -39,6 +39,7 @@
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/crc32c.h"
+#include "util/join.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -85,7 +86,7 @@ struct cleaner {
     struct later *laters;
     size_t nlaters, laters_cap;
     uint64_t *dirty_blocks;
-    unsigned pending;
+    struct tc_join join;            /* the reads of the blocks kept (copied) */
     struct log_waiter lw;
     bool tail_syncing;              /* waiting for the sync of the new tail */
     uint64_t groups, relocated, dropped, written_back;
@@ -525,7 +526,7 @@ static void retry_fn(struct tc_timer *t)
 
 static void later_done(struct cleaner *k)
 {
-    if (--k->pending > 0)
+    if (!join_put(&k->join, 0))
         return;
     struct cache *c = k->c;
     if (k->keep_group) {
@@ -654,7 +655,8 @@ static void decide_laters(void *arg, int err)
     struct cleaner *k = arg;
     struct cache *c = k->c;
     (void)err;
-    k->pending = 1;
+    TC_ASSERT(k->join.pending == 0);
+    join_get(&k->join);         /* held while issuing */
     for (size_t i = 0; i < k->nlaters; i++) {
         struct later *l = &k->laters[i];
         uint32_t id;
@@ -672,7 +674,7 @@ static void decide_laters(void *arg, int err)
         /* Kept (hot, or still dirty because writeback failed): copy it. */
         l->size = (size_t)c->spb * TC_SECTOR;
         l->buf = bufpool_get(l->size);
-        k->pending++;
+        join_get(&k->join);
         cache_gather_robust(c, l->oblock, &l->cur, l->buf, later_read, l);
     }
     later_done(k);

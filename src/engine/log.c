@@ -29,6 +29,7 @@
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "util/crc32c.h"
+#include "util/join.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -627,7 +628,7 @@ static void flush_done(struct tc_dev_io *dio, int err)
         c->log_error = -EIO;
         cache_device_error(c, d, err, true);
     }
-    if (--c->flushes_pending > 0)
+    if (!join_put(&c->flushes, 0))
         return;
     flush_finish(c);
     maybe_flush(c);
@@ -653,7 +654,7 @@ static void maybe_flush(struct cache *c)
         c->flush_target = c->chunks_written_upto;
         if (c->trace_block == UINT64_MAX - 1)
             tc_info("trace log: flush starts: target %llu", (unsigned long long)c->flush_target);
-        c->flushes_pending = 1;     /* held until all are issued */
+        join_get(&c->flushes);      /* held until all are issued */
         c->st.syncs++;
         for (unsigned d = 0; d < c->ndevs; d++) {
             struct cache_dev *cd = &c->devs[d];
@@ -665,10 +666,10 @@ static void maybe_flush(struct cache *c)
             dio->op = TC_DEV_FLUSH;
             dio->cb = flush_done;
             dio->priv = c;
-            c->flushes_pending++;
+            join_get(&c->flushes);
             dev_submit(cd->dev, dio);
         }
-        if (--c->flushes_pending > 0)
+        if (!join_put(&c->flushes, 0))
             return;     /* flush_done() of the last one calls again */
         /* Nothing to flush (or every flush ended at once): at least one
          * waiter is woken, so the loop ends. */

@@ -6,14 +6,14 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "util/join.h"
 #include "util/log.h"
 #include "util/misc.h"
 
 static void origin_done(struct tc_dev_io *dio, int err)
 {
     struct ereq *e = dio->priv;
-    if (err && e->err == 0)
-        e->err = err;
+    err_keep_first(&e->err, err);
     if (err == 0 && (e->flags & TC_REQ_FUA) && dio->op != TC_DEV_WRITE &&
         dio->op != TC_DEV_FLUSH) {
         /* Trim and write-zeroes with FUA: make them durable now. */

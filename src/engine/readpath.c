@@ -47,6 +47,7 @@
 #include "engine/stream.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
+#include "util/join.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -98,8 +99,7 @@ struct rreq {
     struct cache *c;
     struct rpiece *p;
     unsigned np;
-    unsigned pending;
-    int err;
+    struct tc_join join;        /* the reads of the current phase */
     bool retried;
     bool sequential;
     bool bypass;
@@ -114,7 +114,7 @@ static void run_end(struct rrun *run)
 {
     struct rreq *r = run->r;
     free(run);
-    if (--r->pending == 0)
+    if (join_put(&r->join, 0))
         phase_done(r);
 }
 
@@ -143,7 +143,7 @@ static void flush_run(struct rreq *r)
     run->cr.buf = pr->dst;
     run->cr.cb = cache_run_done;
     run->cr.priv = run;
-    r->pending++;
+    join_get(&r->join);
     cache_read_verified(r->c, &run->cr);
 }
 
@@ -217,13 +217,12 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
             narrow->dio.len = run->want_len;
             narrow->dio.cb = origin_run_done;
             narrow->dio.priv = narrow;
-            r->pending++;
+            join_get(&r->join);
             dev_submit(r->c->vol->origin, &narrow->dio);
             err = 0;
         }
     }
-    if (err && r->err == 0)
-        r->err = err;
+    join_error(&r->join, err);
     run_end(run);
 }
 
@@ -265,7 +264,7 @@ static void origin_run(struct rreq *r, unsigned first, unsigned last)
     }
     run->dio.cb = origin_run_done;
     run->dio.priv = run;
-    r->pending++;
+    join_get(&r->join);
     dev_submit(c->vol->origin, &run->dio);
 }
 
@@ -279,7 +278,7 @@ static void classify_and_issue(struct rreq *r)
     uint64_t off = e->off, end = e->off + e->len;
     unsigned i = 0, miss_first = 0;
     bool in_miss = false;
-    r->pending = 1;             /* held while issuing */
+    join_get(&r->join);         /* held while issuing */
     while (off < end) {
         unsigned k = i++;
         struct rpiece *p = &r->p[k];
@@ -295,10 +294,10 @@ static void classify_and_issue(struct rreq *r)
         mask_range(&want, p->s0, p->s1);
         if (lost_get(&c->lost, p->oblock, &lost)) {
             mask_and(&lost, &want);
-            if (!mask_empty(&lost) && r->err == 0) {
+            if (!mask_empty(&lost)) {
                 /* Dirty data lost with a failed device: never the origin's
                  * older data in its place. */
-                r->err = -EIO;
+                join_error(&r->join, -EIO);
             }
         }
         uint32_t id = index_lookup(&c->idx, p->oblock);
@@ -356,7 +355,7 @@ static void classify_and_issue(struct rreq *r)
     if (in_miss)
         origin_run(r, miss_first, r->np - 1);
     flush_run(r);
-    if (--r->pending == 0)
+    if (join_put(&r->join, 0))
         phase_done(r);
 }
 
@@ -441,7 +440,7 @@ static void finish(struct rreq *r)
             hits++;
             hit_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
         }
-        if (p->ovbuf && !p->bad && r->err == 0) {
+        if (p->ovbuf && !p->bad && r->join.err == 0) {
             for (unsigned s = p->s0; s < p->s1; s++)
                 if (mask_test(&p->dirty, s))
                     memcpy(p->buf + (size_t)(s - p->s0) * TC_SECTOR,
@@ -459,9 +458,9 @@ static void finish(struct rreq *r)
     }
     /* A device failed while the read ran, losing dirty data it needed:
      * what was gathered meanwhile may be the origin's older copy. */
-    if (r->err == 0 && lost_overlaps(&c->lost, c->block_size, e->off, e->len))
-        r->err = -EIO;
-    if (r->err == 0)
+    if (r->join.err == 0 && lost_overlaps(&c->lost, c->block_size, e->off, e->len))
+        join_error(&r->join, -EIO);
+    if (r->join.err == 0)
         for (unsigned i = 0; i < r->np; i++)
             fill(r, &r->p[i]);
     for (unsigned i = 0; i < r->np; i++) {
@@ -486,7 +485,7 @@ static void finish(struct rreq *r)
         c->st.read_hit_bytes += hit_bytes;
         c->st.read_miss_bytes += e->len - hit_bytes;
     }
-    e->err = r->err;
+    e->err = r->join.err;
     free(r->p);
     free(r);
     e->complete(e);
@@ -514,8 +513,7 @@ static void redo_done(void *arg, int err)
                  "with EIO", (unsigned long long)(off + (uint64_t)p->s0 * TC_SECTOR),
                  (unsigned long long)(off + (uint64_t)p->s1 * TC_SECTOR - 1));
         c->st.lost_dirty_bytes += (uint64_t)mask_count(&x->need) * TC_SECTOR;
-        if (r->err == 0)
-            r->err = -EIO;
+        err = -EIO;
         bufpool_put(x->buf, (size_t)c->spb * TC_SECTOR);
     } else {
         /* Laid over the origin's data in finish(), after every read. */
@@ -523,7 +521,7 @@ static void redo_done(void *arg, int err)
         p->redo_need = x->need;
     }
     free(x);
-    if (--r->pending == 0)
+    if (join_put(&r->join, err))
         finish(r);
 }
 
@@ -555,7 +553,7 @@ static bool salvage(struct rreq *r, struct rpiece *p)
         x->p = p;
         x->need = need;
         x->buf = bufpool_get((size_t)c->spb * TC_SECTOR);
-        r->pending++;
+        join_get(&r->join);
         cache_gather_robust(c, p->oblock, &need, x->buf, redo_done, x);
     }
     if (p->kind == P_MISS)
@@ -570,10 +568,8 @@ static void reread_done(struct tc_dev_io *dio, int err)
 {
     struct rrun *run = dio->priv;
     struct rreq *r = run->r;
-    if (err && r->err == 0)
-        r->err = err;
     free(run);
-    if (--r->pending == 0)
+    if (join_put(&r->join, err))
         finish(r);
 }
 
@@ -586,7 +582,7 @@ static void phase_done(struct rreq *r)
         return;
     }
     r->retried = true;
-    r->pending = 1;
+    join_get(&r->join);         /* held while issuing */
     for (unsigned i = 0; i < r->np; i++) {
         struct rpiece *p = &r->p[i];
         if (!p->bad || !salvage(r, p))
@@ -599,10 +595,10 @@ static void phase_done(struct rreq *r)
         run->dio.len = (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
         run->dio.cb = reread_done;
         run->dio.priv = run;
-        r->pending++;
+        join_get(&r->join);
         dev_submit(r->c->vol->origin, &run->dio);
     }
-    if (--r->pending == 0)
+    if (join_put(&r->join, 0))
         finish(r);
 }
 

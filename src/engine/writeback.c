@@ -99,6 +99,7 @@
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "io/bufpool.h"
+#include "util/join.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -158,14 +159,15 @@ struct wb_job {
     unsigned n;
     struct wb_run *runs;
     unsigned nruns;
-    unsigned pending;
+    /* The block reads, then the run writes; err: the first failed run's
+     * error (reads fail block by block: b->ok). */
+    struct tc_join join;
     bool pass;                  /* a background pass job (takes turns) */
     uint64_t pass_no;           /* which pass it belongs to */
     uint64_t ticket;
     struct tc_dev_io flush;
     struct log_waiter sync_w;   /* the cache flush before the origin writes */
     int flush_err;
-    int write_err;              /* the first failed run's error */
     uint64_t epoch;             /* the origin's connection epoch at the writes */
     void (*done)(void *arg, int err);
     void *arg;
@@ -432,7 +434,7 @@ static void job_finish(struct wb_job *j)
     int err = j->flush_err;
     for (unsigned i = 0; i < j->n && err == 0; i++)
         if (!j->b[i].ok || j->b[i].failed)
-            err = j->write_err ? j->write_err : -EIO;
+            err = j->join.err ? j->join.err : -EIO;
     free(j);
     if (done)
         done(arg, err);
@@ -481,11 +483,12 @@ static void job_account(struct wb_job *j, int err, bool cut)
     uint64_t delay = RETRY_FIRST_NS << TC_MIN(wb->fail_streak - 1, 6u);
     delay = TC_MIN(delay, RETRY_MAX_NS);
     wb->retry_at = now + delay;
-    const char *why = j->write_err == -ETIMEDOUT
+    int write_err = j->join.err;
+    const char *why = write_err == -ETIMEDOUT
                           ? "in doubt: sent on an origin connection that stopped answering"
-                      : cut && !j->write_err ? "the origin connection was lost before the flush"
+                      : cut && !write_err ? "the origin connection was lost before the flush"
                       : err ? strerror(-err)
-                      : j->write_err ? strerror(-j->write_err)
+                      : write_err ? strerror(-write_err)
                       : "unreadable in the cache, or the cache flush failed";
     snprintf(wb->last_why, sizeof wb->last_why, "%s%s", err ? "flush: " : "", why);
     if (log_allow(wb))
@@ -581,8 +584,6 @@ static void run_written(struct tc_dev_io *dio, int err)
     struct wb_job *j = r->job;
     if (err) {
         j->wb->errors++;
-        if (j->write_err == 0)
-            j->write_err = err;
         for (unsigned i = r->first; i <= r->last; i++)
             j->b[i].failed = true;
     } else {
@@ -590,7 +591,7 @@ static void run_written(struct tc_dev_io *dio, int err)
         j->wb->c->st.writeback_writes++;
         throttle_credit(j->wb, r->size);
     }
-    if (--j->pending == 0)
+    if (join_put(&j->join, err))
         writes_done(j);
 }
 
@@ -687,7 +688,7 @@ static void job_submit_writes(struct wb_job *j)
     struct cache *c = wb->c;
     build_runs(j);
     j->epoch = c->vol->origin->epoch;
-    j->pending = 1;
+    join_get(&j->join);         /* held while issuing */
     for (unsigned r = 0; r < j->nruns; r++) {
         struct wb_run *run = &j->runs[r];
         if (j->pass) {
@@ -701,14 +702,14 @@ static void job_submit_writes(struct wb_job *j)
                 wb->out_of_order++;
             wb->last_pass_off = run->dio.off + run->dio.len;
         }
-        j->pending++;
+        join_get(&j->join);
         dev_submit(c->vol->origin, &run->dio);
     }
     if (j->pass) {
         wb->turn++;
         next_turn(wb);
     }
-    if (--j->pending == 0)
+    if (join_put(&j->join, 0))
         writes_done(j);
 }
 
@@ -760,7 +761,7 @@ static void block_read(void *arg, int err)
     } else {
         b->ok = true;
     }
-    if (--j->pending == 0)
+    if (join_put(&j->join, 0))
         reads_done(j);
 }
 
@@ -797,15 +798,15 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         cache_trace(c, b->oblock, "writeback starts (%s job)", pass ? "pass" : "demand");
         j->n++;
     }
-    j->pending = 1;
+    join_get(&j->join);         /* held while issuing */
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         b->size = (size_t)c->spb * TC_SECTOR;
         b->data = bufpool_get(b->size);
-        j->pending++;
+        join_get(&j->join);
         cache_gather_robust(c, b->oblock, &b->valid, b->data, block_read, b);
     }
-    if (--j->pending == 0)
+    if (join_put(&j->join, 0))
         reads_done(j);
 }
 
@@ -1157,20 +1158,17 @@ void writeback_note_client_io(struct cache *c)
 struct blocks_req {
     void (*done)(void *arg, int err);
     void *arg;
-    unsigned pending;
-    int err;
+    struct tc_join join;        /* the jobs */
 };
 
 static void chunk_done(void *arg, int err)
 {
     struct blocks_req *br = arg;
-    if (err && br->err == 0)
-        br->err = err;
-    if (--br->pending > 0)
+    if (!join_put(&br->join, err))
         return;
     void (*done)(void *, int) = br->done;
     void *a = br->arg;
-    int e = br->err;
+    int e = br->join.err;
     free(br);
     done(a, e);
 }
@@ -1181,9 +1179,9 @@ static void blocks_start(struct cache *c, const uint64_t *blocks, unsigned n,
     struct blocks_req *br = tc_xcalloc(1, sizeof *br);
     br->done = done;
     br->arg = arg;
-    br->pending = 1;
+    join_get(&br->join);        /* held while issuing */
     for (unsigned i = 0; i < n; i += JOB_BLOCKS) {
-        br->pending++;
+        join_get(&br->join);
         job_start(c->wb, blocks + i, TC_MIN(JOB_BLOCKS, n - i), false, chunk_done, br);
     }
     chunk_done(br, 0);

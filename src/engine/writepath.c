@@ -60,6 +60,7 @@
 #include "engine/stream.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
+#include "util/join.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -86,8 +87,7 @@ struct wpiece {
     struct tc_mask ovalid, odirty;  /* the block before this write */
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
-    uint8_t join;                   /* parallel write-through: parts still running */
-    int join_err;
+    struct tc_join join;            /* parallel write-through: its two parts */
     bool ready;                     /* may go to the origin: waits for issue_ready() */
     bool issued;                    /* its origin write is submitted */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
@@ -98,8 +98,9 @@ struct wreq {
     struct cache *c;
     struct wpiece *p;
     unsigned np;
-    unsigned pending;
-    int err;
+    /* The pieces (each counted until piece_done()), then the origin
+     * operation of a discard; err: the request's first error. */
+    struct tc_join join;
     bool sync_at_end;               /* FUA: make everything durable first */
     bool origin_flush_at_end;
     struct log_waiter sync_w;
@@ -108,7 +109,7 @@ struct wreq {
     /* Discards: one origin operation for the whole range, after the pieces. */
     struct owrite ow;
     struct tc_dev_io odio;
-    void (*after_pieces)(struct wreq *w);   /* runs once pending reaches 0 */
+    void (*after_pieces)(struct wreq *w);   /* runs once the pieces' count reaches 0 */
     /* Origin writes: pieces that became ready are issued together (see
      * issue_ready()); holding while run_pieces() starts them. */
     bool holding;
@@ -188,7 +189,7 @@ static void request_end(struct wreq *w)
     struct ereq *e = w->e;
     /* Read-ahead slots loaded while the write ran may hold the old data. */
     readahead_invalidate(e->vol->cache, e->off, e->len);
-    e->err = w->err;
+    e->err = w->join.err;
     free(w->p);
     free(w);
     e->complete(e);
@@ -197,8 +198,7 @@ static void request_end(struct wreq *w)
 static void end_synced(struct log_waiter *lw, int err)
 {
     struct wreq *w = container_of(lw, struct wreq, sync_w);
-    if (err && w->err == 0)
-        w->err = err;
+    join_error(&w->join, err);
     request_end(w);
 }
 
@@ -207,15 +207,15 @@ static void end_origin_flushed(struct tc_dev_io *dio, int err)
     struct wreq *w = container_of(dio, struct wreq, flush_dio);
     if (err == 0 && origin_window_flushed(w->c, w->flush_mark))
         err = -EIO;     /* the operation may be lost with the old connection */
-    if (err && w->err == 0)
-        w->err = err;
+    join_error(&w->join, err);
     w->sync_w.fn = end_synced;
     log_sync(w->c, &w->sync_w);
 }
 
-static void request_maybe_end(struct wreq *w)
+/* One piece, the hold, or the origin operation ended with err. */
+static void request_maybe_end(struct wreq *w, int err)
 {
-    if (--w->pending > 0)
+    if (!join_put(&w->join, err))
         return;
     if (w->after_pieces) {
         void (*next)(struct wreq *) = w->after_pieces;
@@ -223,7 +223,7 @@ static void request_maybe_end(struct wreq *w)
         next(w);
         return;
     }
-    if (w->err == 0 && w->origin_flush_at_end && w->c->vol->origin->can_flush) {
+    if (w->join.err == 0 && w->origin_flush_at_end && w->c->vol->origin->can_flush) {
         memset(&w->flush_dio, 0, sizeof w->flush_dio);
         w->flush_dio.op = TC_DEV_FLUSH;
         w->flush_dio.cb = end_origin_flushed;
@@ -231,7 +231,7 @@ static void request_maybe_end(struct wreq *w)
         dev_submit(w->c->vol->origin, &w->flush_dio);
         return;
     }
-    if (w->err == 0 && w->sync_at_end) {
+    if (w->join.err == 0 && w->sync_at_end) {
         w->sync_w.fn = end_synced;
         log_sync(w->c, &w->sync_w);
         return;
@@ -258,9 +258,7 @@ static void piece_done(struct wpiece *p, int err)
         p->locked = false;
         block_unlock(c->locks, p->oblock);
     }
-    if (err && w->err == 0)
-        w->err = err;
-    request_maybe_end(w);
+    request_maybe_end(w, err);
 }
 
 /* ---- origin writes ---- */
@@ -337,7 +335,7 @@ static void piece_origin_done(struct wpiece *p, int err)
         lost_in_doubt(c, p->oblock, &m);
         err = -EIO;
     }
-    if (p->join)
+    if (p->join.pending)
         join_part(p, err);
     else
         piece_done(p, err);
@@ -347,7 +345,7 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
 {
     struct wpiece *head = container_of(dio, struct wpiece, dio);
     unsigned n = head->run_n;
-    /* Every piece of the run still counts in its request's pending, so
+    /* Every piece of the run still counts in its request's join, so
      * the request (and this array) lives until the last one is done. */
     for (unsigned k = 0; k < n; k++)
         piece_origin_done(head + k, err);
@@ -421,7 +419,7 @@ static void origin_write(struct wpiece *p)
     if (p->direct)
         owrite_begin(c->locks, &p->ow, p->oblock, p->oblock + 1);
     p->ready = true;
-    /* A ready piece holds its request (pending), so the task finds it alive. */
+    /* A ready piece holds its request (its join), so the task finds it alive. */
     if (!w->holding) {
         w->issue_task.fn = issue_task;
         reactor_defer(c->reactor, &w->issue_task);
@@ -452,10 +450,8 @@ static void cache_append_failed(struct wpiece *p)
  * the origin); the piece ends when both have. */
 static void join_part(struct wpiece *p, int err)
 {
-    if (err && p->join_err == 0)
-        p->join_err = err;
-    if (--p->join == 0)
-        piece_done(p, p->join_err);
+    if (join_put(&p->join, err))
+        piece_done(p, p->join.err);
 }
 
 static void parallel_cached(struct log_waiter *lw, int err)
@@ -585,7 +581,7 @@ static void append_version(struct wpiece *p)
         if (!p->lw.need_flush) {
             parallel = true;
             p->lw.fn = parallel_cached;
-            p->join = 2;
+            join_get_n(&p->join, 2);
         }
     }
     bool log_wait = lw != NULL && !parallel;
@@ -597,7 +593,7 @@ static void append_version(struct wpiece *p)
     if (rc == -ENOSPC) {
         if (log_wait)
             w->log_waits--;
-        p->join = 0;
+        p->join = (struct tc_join){ 0 };    /* neither part started */
         if (p->mode == W_THROUGH && mask_empty(&p->odirty)) {
             /* No room for the new version: invalidate and write through. */
             p->mode = W_AROUND;
@@ -814,13 +810,13 @@ static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
 
 static void run_pieces(struct wreq *w)
 {
-    w->pending = w->np + 1;
+    join_get_n(&w->join, w->np + 1);    /* every piece, and the hold while starting them */
     w->holding = true;
     for (unsigned i = 0; i < w->np; i++)
         piece_start(&w->p[i]);
     w->holding = false;
     issue_ready(w);
-    request_maybe_end(w);
+    request_maybe_end(w, 0);
 }
 
 static void throttle_done(struct wb_throttle_waiter *t)
@@ -871,8 +867,7 @@ static void flush_synced(struct log_waiter *lw, int err)
 {
     struct flush_req *f = container_of(lw, struct flush_req, lw);
     struct ereq *e = f->e;
-    if (err && e->err == 0)
-        e->err = err;
+    err_keep_first(&e->err, err);
     if (e->err == 0)
         e->err = lost_flush_result(f->c);
     if (e->err == 0)
@@ -935,9 +930,7 @@ static void discard_origin_done(struct tc_dev_io *dio, int err)
         lost_in_doubt_range(w->c, w->e->off, w->e->len);
         err = -EIO;
     }
-    if (err && w->err == 0)
-        w->err = err;
-    request_maybe_end(w);
+    request_maybe_end(w, err);
 }
 
 /* The cached blocks are dealt with: now the origin range. */
@@ -945,8 +938,9 @@ static void discard_origin(struct wreq *w)
 {
     struct ereq *e = w->e;
     struct cache *c = w->c;
-    if (w->pending == 0)
-        w->pending = 1;     /* after the pieces: this operation ends the request */
+    /* After the pieces (their count is 0): this operation ends the request. */
+    TC_ASSERT(w->join.pending == 0);
+    join_get(&w->join);
     w->odio.op = e->op == TC_OP_TRIM ? TC_DEV_TRIM : TC_DEV_ZERO;
     w->odio.off = e->off;
     w->odio.len = e->len;
@@ -965,10 +959,8 @@ static void discard_origin_after_sync(struct log_waiter *lw, int err)
         /* The zeroes are not durable in the cache: the origin stays as it
          * is, and the request fails. */
         owrite_end(w->c->locks, &w->ow);
-        if (w->err == 0)
-            w->err = err;
-        w->pending = 1;
-        request_maybe_end(w);
+        join_get(&w->join);
+        request_maybe_end(w, err);
         return;
     }
     discard_origin(w);

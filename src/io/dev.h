@@ -13,7 +13,8 @@
  *    block is at most 4096 (a larger one is refused when it is opened for
  *    the engine: volume.c, format.c); trims and zeroes are whole logical
  *    blocks of a direct-I/O device;
- *  - a request completes exactly once, through cb(dio, 0 or -errno);
+ *  - a request completes exactly once, through cb(dio, 0 or -errno), never
+ *    inside dev_submit() (engine operations above it may: util/join.h);
  *  - short transfers are continued by the device layer, never seen above;
  *  - errors are counted and logged here, once, with device and offset.
  */
