@@ -6,11 +6,18 @@
  * cost little in time and in memory whatever their size, so a device
  * stores only the 4 KiB pages written with something other than zeroes,
  * in a hash table by page number; a page written with zeroes is dropped,
- * and a page never written (or dropped) reads as zeroes.  Replay writes
- * zero buffers and its origin reads as zeroes, so cached data costs
- * nothing, while what the engine writes for itself (superblocks, chunk
- * headers, the shutdown snapshot) is kept and reads back exactly: every
- * checksum the engine verifies still matches.
+ * and a page never written (or dropped) reads as zeroes.  What the engine
+ * writes for itself (superblocks, chunk headers, the shutdown snapshot)
+ * is kept and reads back exactly: every checksum the engine verifies
+ * still matches.
+ *
+ * Data cost nothing either.  Replay's engine looks at none
+ * (tc_volume_config.data_free): it marks the data part of each cache read
+ * and write (TC_DEV_PAYLOAD, from payload_off on), which a memory device
+ * leaves out -- a read does not fill it, a write stores it as zeroes, as
+ * a write of zeroes would -- and replay's origin is dataless (all of every
+ * read and write is payload).  The device then holds what it would hold
+ * had the data been zeroes, copied.
  *
  * A device is created by name with a size (dev_mem_create()), then opened
  * and closed as often as needed (format, then the volume); its contents
@@ -48,6 +55,7 @@ struct mem_store {
     size_t cap;                 /* a power of two */
     size_t count;
     unsigned opens;
+    bool dataless;              /* every read and write is payload */
     bool destroyed;             /* freed at its last close */
     struct mem_store *next;     /* the registry */
 };
@@ -192,7 +200,7 @@ static struct mem_store *lookup(const char *name)
     return NULL;
 }
 
-int dev_mem_create(const char *name, uint64_t size, char *err, size_t errlen)
+int dev_mem_create(const char *name, uint64_t size, bool dataless, char *err, size_t errlen)
 {
     if (size == 0 || size % PAGE) {
         snprintf(err, errlen, "memory device mem:%s: size %llu is not a positive multiple of "
@@ -208,6 +216,7 @@ int dev_mem_create(const char *name, uint64_t size, char *err, size_t errlen)
     struct mem_store *s = tc_xcalloc(1, sizeof *s);
     s->name = tc_xstrdup(name);
     s->size = size;
+    s->dataless = dataless;
     table_alloc(s, 64);
     s->next = registry;
     registry = s;
@@ -266,6 +275,15 @@ static void mem_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     }
     uint64_t first = dio->off / PAGE, n = dio->len / PAGE;
     uint8_t *buf = dio->buf;
+    if ((dio->op == TC_DEV_READ || dio->op == TC_DEV_WRITE) &&
+        (s->dataless || (dio->flags & TC_DEV_PAYLOAD))) {
+        /* Only what comes before the payload is carried. */
+        uint64_t keep = s->dataless ? 0 : TC_MIN(dio->payload_off, dio->len) / PAGE;
+        if (dio->op == TC_DEV_WRITE && s->count)
+            for (uint64_t p = first + keep; p < first + n && s->count; p++)
+                drop(s, p);
+        n = keep;
+    }
     switch (dio->op) {
     case TC_DEV_READ:
         for (uint64_t i = 0; i < n; i++)

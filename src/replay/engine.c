@@ -195,7 +195,7 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
     unsigned id = atomic_fetch_add(&run_counter, 1);
     snprintf(p->origin, sizeof p->origin, "mem:replay-%d-%u-origin", (int)getpid(), id);
     snprintf(p->cache, sizeof p->cache, "mem:replay-%d-%u-cache", (int)getpid(), id);
-    if (dev_mem_create(p->origin + 4, p->size, err, errlen) < 0)
+    if (dev_mem_create(p->origin + 4, p->size, false, err, errlen) < 0)
         return -1;
     p->origin_made = true;
     uint64_t cache_bytes = tc_round_down(cfg->cache_bytes, TC_SECTOR);
@@ -204,7 +204,7 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
                  (unsigned long long)cfg->cache_bytes);
         return -1;
     }
-    if (dev_mem_create(p->cache + 4, cache_bytes, err, errlen) < 0)
+    if (dev_mem_create(p->cache + 4, cache_bytes, false, err, errlen) < 0)
         return -1;
     p->cache_made = true;
 
