@@ -41,11 +41,17 @@
 
 #define PAGE 4096u
 #define EMPTY UINT64_MAX
+/* Pages dropped and stored again and again (chunk headers over a
+ * segment's old data) are kept for reuse rather than freed. */
+#define SPARE_PAGES 256u
 
 /*
  * One memory device's contents: an open-addressing hash table (linear
  * probing, deletion by backward shift, no tombstones) from page number to
- * a 4 KiB page, holding only pages that are not all zero.
+ * a 4 KiB page, holding only pages that are not all zero.  A page keeps
+ * how much of it comes before its trailing zeroes (after its 4096 bytes),
+ * and only that much is copied in and out: a chunk header fills a few
+ * hundred bytes of its sector.
  */
 struct mem_store {
     char *name;
@@ -54,6 +60,8 @@ struct mem_store {
     uint8_t **pages;
     size_t cap;                 /* a power of two */
     size_t count;
+    uint8_t *spare[SPARE_PAGES];    /* dropped pages, for the next stored ones */
+    unsigned nspare;
     unsigned opens;
     bool dataless;              /* every read and write is payload */
     bool destroyed;             /* freed at its last close */
@@ -120,7 +128,10 @@ static void drop(struct mem_store *s, uint64_t page)
     size_t i = find(s, page);
     if (s->keys[i] == EMPTY)
         return;
-    free(s->pages[i]);
+    if (s->nspare < SPARE_PAGES)
+        s->spare[s->nspare++] = s->pages[i];
+    else
+        free(s->pages[i]);
     s->count--;
     /* Backward shift: move later entries of the cluster into the hole
      * unless their home slot lies cyclically in (hole, entry]. */
@@ -138,19 +149,23 @@ static void drop(struct mem_store *s, uint64_t page)
     s->pages[hole] = NULL;
 }
 
-static bool all_zero(const uint8_t *p)
+/* The bytes of a page before its trailing zeroes, in 64-byte lines. */
+static uint32_t used_bytes(const uint8_t *p)
 {
     const uint64_t *w = (const uint64_t *)p;
-    uint64_t acc = 0;
-    for (unsigned i = 0; i < PAGE / 8; i += 8)
-        acc |= w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] |
-               w[i + 7];
-    return acc == 0;
+    for (unsigned i = PAGE / 8; i > 0; i -= 8)
+        if ((w[i - 1] | w[i - 2] | w[i - 3] | w[i - 4] | w[i - 5] | w[i - 6] | w[i - 7] |
+             w[i - 8]) != 0)
+            return i * 8;
+    return 0;
 }
+
+static uint32_t *used_of(uint8_t *pg) { return (uint32_t *)(pg + PAGE); }
 
 static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
 {
-    if (all_zero(src)) {
+    uint32_t used = used_bytes(src);
+    if (used == 0) {
         if (s->count)
             drop(s, page);
         return;
@@ -162,10 +177,11 @@ static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
             i = find(s, page);
         }
         s->keys[i] = page;
-        s->pages[i] = tc_xmalloc(PAGE);
+        s->pages[i] = s->nspare ? s->spare[--s->nspare] : tc_xmalloc(PAGE + sizeof(uint32_t));
         s->count++;
     }
-    memcpy(s->pages[i], src, PAGE);
+    memcpy(s->pages[i], src, used);
+    *used_of(s->pages[i]) = used;
 }
 
 static void load_page(const struct mem_store *s, uint64_t page, uint8_t *dst)
@@ -173,7 +189,9 @@ static void load_page(const struct mem_store *s, uint64_t page, uint8_t *dst)
     if (s->count) {
         size_t i = find(s, page);
         if (s->keys[i] != EMPTY) {
-            memcpy(dst, s->pages[i], PAGE);
+            uint32_t used = *used_of(s->pages[i]);
+            memcpy(dst, s->pages[i], used);
+            memset(dst + used, 0, PAGE - used);
             return;
         }
     }
@@ -184,6 +202,8 @@ static void store_free(struct mem_store *s)
 {
     for (size_t i = 0; i < s->cap; i++)
         free(s->pages[i]);
+    for (unsigned i = 0; i < s->nspare; i++)
+        free(s->spare[i]);
     free(s->keys);
     free(s->pages);
     free(s->name);

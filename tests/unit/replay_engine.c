@@ -262,11 +262,15 @@ static void test_mem_device(void)
     CHECK(dev_mem_stored_bytes(d) == 0);
     CHECK(dev_sync_io(d, TC_DEV_FLUSH, NULL, 0, 0, 0) == 0);
     CHECK(dev_sync_io(d, TC_DEV_READ, buf, 8 * MiB, 4096, 0) == -EIO);
+    /* A page stored short of its trailing zeroes reads back whole. */
     memset(buf, 0, 4096);
     buf[100] = 1;
     CHECK(dev_sync_io(d, TC_DEV_WRITE, buf, 4 * 4096, 4096, 0) == 0);
     memset(buf, 0xab, 4096);
     CHECK(dev_sync_io(d, TC_DEV_WRITE, buf, 2 * 4096, 4096, 0) == 0);
+    memset(buf, 0x55, 4096);
+    CHECK(dev_sync_io(d, TC_DEV_READ, buf, 4 * 4096, 4096, 0) == 0);
+    CHECK(buf[99] == 0 && buf[100] == 1 && buf[101] == 0 && buf[4095] == 0);
     /* Payload: what follows payload_off is neither stored (the pages there
      * go) nor read (the buffer keeps what it had). */
     memset(buf, 0x11, 4 * 4096);
