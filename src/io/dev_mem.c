@@ -51,7 +51,9 @@
  * a 4 KiB page, holding only pages that are not all zero.  A page keeps
  * how much of it comes before its trailing zeroes (after its 4096 bytes),
  * and only that much is copied in and out: a chunk header fills a few
- * hundred bytes of its sector.
+ * hundred bytes of its sector.  A bitmap of the pages held answers most
+ * look-ups (pages never written, or written with zeroes) without the
+ * table.
  */
 struct mem_store {
     char *name;
@@ -60,6 +62,7 @@ struct mem_store {
     uint8_t **pages;
     size_t cap;                 /* a power of two */
     size_t count;
+    uint64_t *held;             /* a bit per page: in the table */
     uint8_t *spare[SPARE_PAGES];    /* dropped pages, for the next stored ones */
     unsigned nspare;
     unsigned opens;
@@ -123,11 +126,17 @@ static void grow(struct mem_store *s)
     free(pages);
 }
 
+static bool held(const struct mem_store *s, uint64_t page)
+{
+    return (s->held[page / 64] >> (page % 64)) & 1;
+}
+
 static void drop(struct mem_store *s, uint64_t page)
 {
-    size_t i = find(s, page);
-    if (s->keys[i] == EMPTY)
+    if (!held(s, page))
         return;
+    size_t i = find(s, page);
+    s->held[page / 64] &= ~(1ull << (page % 64));
     if (s->nspare < SPARE_PAGES)
         s->spare[s->nspare++] = s->pages[i];
     else
@@ -166,8 +175,7 @@ static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
 {
     uint32_t used = used_bytes(src);
     if (used == 0) {
-        if (s->count)
-            drop(s, page);
+        drop(s, page);
         return;
     }
     size_t i = find(s, page);
@@ -177,6 +185,7 @@ static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
             i = find(s, page);
         }
         s->keys[i] = page;
+        s->held[page / 64] |= 1ull << (page % 64);
         s->pages[i] = s->nspare ? s->spare[--s->nspare] : tc_xmalloc(PAGE + sizeof(uint32_t));
         s->count++;
     }
@@ -186,14 +195,12 @@ static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
 
 static void load_page(const struct mem_store *s, uint64_t page, uint8_t *dst)
 {
-    if (s->count) {
+    if (held(s, page)) {
         size_t i = find(s, page);
-        if (s->keys[i] != EMPTY) {
-            uint32_t used = *used_of(s->pages[i]);
-            memcpy(dst, s->pages[i], used);
-            memset(dst + used, 0, PAGE - used);
-            return;
-        }
+        uint32_t used = *used_of(s->pages[i]);
+        memcpy(dst, s->pages[i], used);
+        memset(dst + used, 0, PAGE - used);
+        return;
     }
     memset(dst, 0, PAGE);
 }
@@ -204,6 +211,7 @@ static void store_free(struct mem_store *s)
         free(s->pages[i]);
     for (unsigned i = 0; i < s->nspare; i++)
         free(s->spare[i]);
+    free(s->held);
     free(s->keys);
     free(s->pages);
     free(s->name);
@@ -237,6 +245,7 @@ int dev_mem_create(const char *name, uint64_t size, bool dataless, char *err, si
     s->name = tc_xstrdup(name);
     s->size = size;
     s->dataless = dataless;
+    s->held = tc_xcalloc((size / PAGE + 63) / 64, sizeof *s->held);
     table_alloc(s, 64);
     s->next = registry;
     registry = s;
