@@ -62,6 +62,11 @@ struct tc_volume_config {
     bool adopt_origin;              /* accept an origin whose identity changed */
     bool no_warm_restart;           /* ignore a clean-shutdown snapshot */
     const char *state_file;         /* record of an abandoned cache; NULL: the default */
+    /* Replay (src/replay/engine.c): every data sector is taken to be
+     * zeroes, never copied, checksummed or checked; the devices are told
+     * so (TC_DEV_PAYLOAD).  Every decision and every byte of metadata is as
+     * with zeroes for data.  Memory devices only. */
+    bool data_free;
 };
 
 void tc_volume_config_defaults(struct tc_volume_config *cfg);

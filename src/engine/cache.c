@@ -457,6 +457,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     }
     struct cache *c = tc_xcalloc(1, sizeof *c);
     c->vol = vol;
+    c->data_free = vol->cfg.data_free;
     c->reactor = vol->reactor;
     c->ndevs = n;
     c->offline = offline;

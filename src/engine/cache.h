@@ -479,6 +479,7 @@ struct cache {
      * versions in groups newer than this. */
     uint64_t damage_group_max;
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
+    bool data_free;                 /* tc_volume_config.data_free: data are zeroes, unread */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;
     bool degraded;
@@ -671,6 +672,9 @@ bool log_idle(struct cache *c);
 uint32_t log_space_free(struct cache *c);
 /* Read sectors of a segment that still has its RAM image. */
 bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf);
+/* Whether log_read_image() would find the segment's image (data-free
+ * reads, which copy nothing). */
+bool log_has_image(struct cache *c, uint32_t seg);
 
 /* space.c: the chunk tables of segments, and the CRCs of their chunks
  * (verify.h: the store, c->verify) */

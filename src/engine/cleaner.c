@@ -300,7 +300,7 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
         return false;       /* over the write budget: clean data is dropped */
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
-    for (unsigned s = 0; s < c->spb; s++) {
+    for (unsigned s = 0; !c->data_free && s < c->spb; s++) {
         if (!mask_test(cur, s))
             continue;
         const uint8_t *from = by_sector ? by_sector + (size_t)s * TC_SECTOR
@@ -393,7 +393,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         }
         const uint8_t *data = k->buf + (size_t)(cr->hdr_sectors + e.data_sector) * TC_SECTOR;
         bool intact = true;
-        for (unsigned s = 0; intact && s < c->spb; s++) {
+        for (unsigned s = 0; intact && !c->data_free && s < c->spb; s++) {
             if (!mask_test(&cur, s))
                 continue;
             unsigned x = mask_rank(&st, s);
@@ -484,7 +484,9 @@ static void walk(struct cleaner *k)
             k->buf_size = len;
             k->buf = bufpool_get(len);
         }
-        if (log_read_image(c, seg, cr->start, cr->hdr_sectors + cr->data_sectors, k->buf)) {
+        /* Data-free: the header alone is read; the data are zeroes. */
+        uint32_t want = c->data_free ? cr->hdr_sectors : cr->hdr_sectors + cr->data_sectors;
+        if (log_read_image(c, seg, cr->start, want, k->buf)) {
             process_chunk(k, cr, true);
             k->chunk_i++;
             continue;
@@ -496,6 +498,10 @@ static void walk(struct cleaner *k)
         k->dio.off = seg_dev_offset(c, seg) + (uint64_t)cr->start * TC_SECTOR;
         k->dio.len = len;
         k->dio.cb = chunk_read;
+        if (c->data_free) {
+            k->dio.flags = TC_DEV_PAYLOAD;
+            k->dio.payload_off = (uint64_t)cr->hdr_sectors * TC_SECTOR;
+        }
         dev_submit(SEG_DEV(c, seg)->dev, &k->dio);
         return;
     }

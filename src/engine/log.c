@@ -115,6 +115,11 @@ bool log_idle(struct cache *c)
     return true;
 }
 
+bool log_has_image(struct cache *c, uint32_t seg)
+{
+    return SEG(c, seg)->image != NULL;
+}
+
 bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf)
 {
     struct segment *sg = SEG(c, seg);
@@ -243,8 +248,8 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     maybe_flush(c);
 }
 
-static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t nsectors,
-                        uint64_t chunk_seq)
+static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
+                        uint32_t nsectors, uint64_t chunk_seq)
 {
     struct segment *sg = SEG(c, seg);
     struct chunk_write *cw = tc_xcalloc(1, sizeof *cw);
@@ -264,6 +269,10 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
     cw->dio.off = seg_dev_offset(c, seg) + (uint64_t)start * TC_SECTOR;
     cw->dio.len = (uint64_t)nsectors * TC_SECTOR;
     cw->dio.cb = chunk_write_done;
+    if (c->data_free) {
+        cw->dio.flags = TC_DEV_PAYLOAD;
+        cw->dio.payload_off = (uint64_t)hdr_sectors * TC_SECTOR;
+    }
     dev_submit(SEG_DEV(c, seg)->dev, &cw->dio);
 }
 
@@ -305,7 +314,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
                 "tail %llu%s", (unsigned long long)hdr.chunk_seq, h->seg, h->chunk_start,
                 h->chunk_start + n - 1, h->nentries, (unsigned long long)sg->seq,
                 (unsigned long long)hdr.tail_seq, closing ? " closing" : "");
-    write_chunk(c, h->seg, h->chunk_start, n, hdr.chunk_seq);
+    write_chunk(c, h->seg, h->chunk_start, h->hdr_sectors, n, hdr.chunk_seq);
 
     /* Waiters of this chunk now wait for its sequence number. */
     while (x->waiters) {
@@ -451,7 +460,12 @@ static void append_to(struct cache *c, unsigned d, const struct append *a, uint6
     e->valid = a->valid;
     e->dirty = a->dirty;
     uint32_t at = h->chunk_start + h->hdr_sectors + h->data_fill;
-    if (nsectors) {
+    if (nsectors && c->data_free) {
+        /* Zeroes, taken as read: the image's data part is never looked at
+         * (the chunk's write leaves it out, reads skip it). */
+        for (unsigned i = 0; i < nsectors; i++)
+            x->crcs[h->data_fill + i] = TC_CRC32C_ZERO_SECTOR;
+    } else if (nsectors) {
         uint8_t *dst = sg->image + (size_t)at * TC_SECTOR;
         memcpy(dst, a->data, (size_t)nsectors * TC_SECTOR);
         for (unsigned i = 0; i < nsectors; i++)

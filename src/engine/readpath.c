@@ -198,7 +198,8 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
     if (run->widened) {
         struct rpiece *p0 = &r->p[run->first];
         if (err == 0) {
-            memcpy(p0->buf, p0->bounce + (run->want_off - run->dio.off), run->want_len);
+            if (!r->c->data_free)
+                memcpy(p0->buf, p0->bounce + (run->want_off - run->dio.off), run->want_len);
         } else {
             /* Read the client's range on its own: its error (or data) is
              * what the client gets; nothing of this run is filled. */
@@ -401,7 +402,7 @@ static void fill(struct rreq *r, struct rpiece *p)
     }
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
-    for (unsigned s = 0; s < c->spb; s++)
+    for (unsigned s = 0; !c->data_free && s < c->spb; s++)
         if (mask_test(&stored, s))
             memcpy(data + (size_t)k++ * TC_SECTOR,
                    p->fbuf ? p->fbuf + (size_t)s * TC_SECTOR

@@ -55,6 +55,16 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
      * rather than found busy by our own claim (io/claim.c). */
     if (claim_check_paths(cfg->origin, cfg->caches, err, errlen) < 0)
         return NULL;
+    if (cfg->data_free) {
+        /* Data that are not kept may live only where nothing else reads them. */
+        bool mem = dev_is_mem(cfg->origin);
+        for (unsigned i = 0; cfg->caches && cfg->caches[i]; i++)
+            mem = mem && dev_is_mem(cfg->caches[i]);
+        if (!mem) {
+            snprintf(err, errlen, "data-free volumes live on memory devices only");
+            return NULL;
+        }
+    }
     struct tc_dev *origin = dev_open_as(r, cfg->origin, "origin", cfg->read_only, err, errlen);
     if (origin == NULL)
         return NULL;

@@ -624,7 +624,7 @@ static void add_run(struct wb_job *j, unsigned first, unsigned last, uint64_t of
     r->last = last;
     r->size = (size_t)nsect * TC_SECTOR;
     r->buf = bufpool_get(r->size);
-    for (unsigned s = 0; s < nsect; s++)
+    for (unsigned s = 0; !c->data_free && s < nsect; s++)
         memcpy(r->buf + (size_t)s * TC_SECTOR, src[s], TC_SECTOR);
     for (unsigned i = first; i <= last; i++)
         cache_trace(c, j->b[i].oblock, "writeback run: %llu bytes at %llu",

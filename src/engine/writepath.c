@@ -534,7 +534,7 @@ static void append_version(struct wpiece *p)
     if (p->merging) {
         merged = bufpool_get((size_t)n * TC_SECTOR);
         unsigned k = 0;
-        for (unsigned s = 0; s < c->spb; s++) {
+        for (unsigned s = 0; !c->data_free && s < c->spb; s++) {
             if (!mask_test(&stored, s))
                 continue;
             const uint8_t *from = (s >= p->s0 && s < p->s1)

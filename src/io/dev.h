@@ -39,6 +39,11 @@ enum tc_dev_op { TC_DEV_READ, TC_DEV_WRITE, TC_DEV_FLUSH, TC_DEV_TRIM, TC_DEV_ZE
 #define TC_DEV_FUA       (1u << 0)   /* write: durable on completion */
 #define TC_DEV_NO_HOLE   (1u << 1)   /* zero: keep the range allocated */
 #define TC_DEV_FAST_ZERO (1u << 2)   /* zero: fail with -ENOTSUP unless fast */
+/* read, write: the bytes from payload_off on are data nobody will look at
+ * (an engine replaying a trace without data, tc_volume_config.data_free).
+ * A memory device leaves them out: a read does not fill them, a write
+ * stores them as zeroes.  Other devices carry them as usual. */
+#define TC_DEV_PAYLOAD   (1u << 3)
 
 struct tc_dev;
 struct tc_extent;
@@ -50,6 +55,7 @@ struct tc_dev_io {
     unsigned flags;
     void *buf;
     uint64_t off, len;
+    uint64_t payload_off;           /* TC_DEV_PAYLOAD: where the payload starts in buf */
     uint64_t done_bytes;            /* progress of a transfer (device private) */
     struct tc_dev_io *next;         /* device private: lists of finished requests */
     int status;                     /* device private: result waiting to be reported */
@@ -192,9 +198,11 @@ struct tc_dev *dev_test_open(struct tc_reactor *r, const char *spec, bool read_o
 /* "mem:NAME": a device in the process's memory (dev_mem.c), for replay.
  * It is created with a size (a multiple of 4096) before it is opened,
  * keeps its contents across opens, and is freed by dev_mem_destroy() at
- * its last close.  Stores only pages that are not all zero. */
+ * its last close.  Stores only pages that are not all zero.  A dataless
+ * one keeps no data at all: every read and write is payload
+ * (TC_DEV_PAYLOAD), as replay's origin, whose data are never looked at. */
 bool dev_is_mem(const char *path);
-int dev_mem_create(const char *name, uint64_t size, char *err, size_t errlen);
+int dev_mem_create(const char *name, uint64_t size, bool dataless, char *err, size_t errlen);
 void dev_mem_destroy(const char *name);
 struct tc_dev *dev_mem_open_as(struct tc_reactor *r, const char *spec, const char *role,
                                bool read_only, char *err, size_t errlen);

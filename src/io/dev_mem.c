@@ -6,11 +6,18 @@
  * cost little in time and in memory whatever their size, so a device
  * stores only the 4 KiB pages written with something other than zeroes,
  * in a hash table by page number; a page written with zeroes is dropped,
- * and a page never written (or dropped) reads as zeroes.  Replay writes
- * zero buffers and its origin reads as zeroes, so cached data costs
- * nothing, while what the engine writes for itself (superblocks, chunk
- * headers, the shutdown snapshot) is kept and reads back exactly: every
- * checksum the engine verifies still matches.
+ * and a page never written (or dropped) reads as zeroes.  What the engine
+ * writes for itself (superblocks, chunk headers, the shutdown snapshot)
+ * is kept and reads back exactly: every checksum the engine verifies
+ * still matches.
+ *
+ * Data cost nothing either.  Replay's engine looks at none
+ * (tc_volume_config.data_free): it marks the data part of each cache read
+ * and write (TC_DEV_PAYLOAD, from payload_off on), which a memory device
+ * leaves out -- a read does not fill it, a write stores it as zeroes, as
+ * a write of zeroes would -- and replay's origin is dataless (all of every
+ * read and write is payload).  The device then holds what it would hold
+ * had the data been zeroes, copied.
  *
  * A device is created by name with a size (dev_mem_create()), then opened
  * and closed as often as needed (format, then the volume); its contents
@@ -34,11 +41,19 @@
 
 #define PAGE 4096u
 #define EMPTY UINT64_MAX
+/* Pages dropped and stored again and again (chunk headers over a
+ * segment's old data) are kept for reuse rather than freed. */
+#define SPARE_PAGES 256u
 
 /*
  * One memory device's contents: an open-addressing hash table (linear
  * probing, deletion by backward shift, no tombstones) from page number to
- * a 4 KiB page, holding only pages that are not all zero.
+ * a 4 KiB page, holding only pages that are not all zero.  A page keeps
+ * how much of it comes before its trailing zeroes (after its 4096 bytes),
+ * and only that much is copied in and out: a chunk header fills a few
+ * hundred bytes of its sector.  A bitmap of the pages held answers most
+ * look-ups (pages never written, or written with zeroes) without the
+ * table.
  */
 struct mem_store {
     char *name;
@@ -47,7 +62,11 @@ struct mem_store {
     uint8_t **pages;
     size_t cap;                 /* a power of two */
     size_t count;
+    uint64_t *held;             /* a bit per page: in the table */
+    uint8_t *spare[SPARE_PAGES];    /* dropped pages, for the next stored ones */
+    unsigned nspare;
     unsigned opens;
+    bool dataless;              /* every read and write is payload */
     bool destroyed;             /* freed at its last close */
     struct mem_store *next;     /* the registry */
 };
@@ -107,12 +126,21 @@ static void grow(struct mem_store *s)
     free(pages);
 }
 
+static bool held(const struct mem_store *s, uint64_t page)
+{
+    return (s->held[page / 64] >> (page % 64)) & 1;
+}
+
 static void drop(struct mem_store *s, uint64_t page)
 {
-    size_t i = find(s, page);
-    if (s->keys[i] == EMPTY)
+    if (!held(s, page))
         return;
-    free(s->pages[i]);
+    size_t i = find(s, page);
+    s->held[page / 64] &= ~(1ull << (page % 64));
+    if (s->nspare < SPARE_PAGES)
+        s->spare[s->nspare++] = s->pages[i];
+    else
+        free(s->pages[i]);
     s->count--;
     /* Backward shift: move later entries of the cluster into the hole
      * unless their home slot lies cyclically in (hole, entry]. */
@@ -130,21 +158,24 @@ static void drop(struct mem_store *s, uint64_t page)
     s->pages[hole] = NULL;
 }
 
-static bool all_zero(const uint8_t *p)
+/* The bytes of a page before its trailing zeroes, in 64-byte lines. */
+static uint32_t used_bytes(const uint8_t *p)
 {
     const uint64_t *w = (const uint64_t *)p;
-    uint64_t acc = 0;
-    for (unsigned i = 0; i < PAGE / 8; i += 8)
-        acc |= w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] |
-               w[i + 7];
-    return acc == 0;
+    for (unsigned i = PAGE / 8; i > 0; i -= 8)
+        if ((w[i - 1] | w[i - 2] | w[i - 3] | w[i - 4] | w[i - 5] | w[i - 6] | w[i - 7] |
+             w[i - 8]) != 0)
+            return i * 8;
+    return 0;
 }
+
+static uint32_t *used_of(uint8_t *pg) { return (uint32_t *)(pg + PAGE); }
 
 static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
 {
-    if (all_zero(src)) {
-        if (s->count)
-            drop(s, page);
+    uint32_t used = used_bytes(src);
+    if (used == 0) {
+        drop(s, page);
         return;
     }
     size_t i = find(s, page);
@@ -154,20 +185,22 @@ static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
             i = find(s, page);
         }
         s->keys[i] = page;
-        s->pages[i] = tc_xmalloc(PAGE);
+        s->held[page / 64] |= 1ull << (page % 64);
+        s->pages[i] = s->nspare ? s->spare[--s->nspare] : tc_xmalloc(PAGE + sizeof(uint32_t));
         s->count++;
     }
-    memcpy(s->pages[i], src, PAGE);
+    memcpy(s->pages[i], src, used);
+    *used_of(s->pages[i]) = used;
 }
 
 static void load_page(const struct mem_store *s, uint64_t page, uint8_t *dst)
 {
-    if (s->count) {
+    if (held(s, page)) {
         size_t i = find(s, page);
-        if (s->keys[i] != EMPTY) {
-            memcpy(dst, s->pages[i], PAGE);
-            return;
-        }
+        uint32_t used = *used_of(s->pages[i]);
+        memcpy(dst, s->pages[i], used);
+        memset(dst + used, 0, PAGE - used);
+        return;
     }
     memset(dst, 0, PAGE);
 }
@@ -176,6 +209,9 @@ static void store_free(struct mem_store *s)
 {
     for (size_t i = 0; i < s->cap; i++)
         free(s->pages[i]);
+    for (unsigned i = 0; i < s->nspare; i++)
+        free(s->spare[i]);
+    free(s->held);
     free(s->keys);
     free(s->pages);
     free(s->name);
@@ -192,7 +228,7 @@ static struct mem_store *lookup(const char *name)
     return NULL;
 }
 
-int dev_mem_create(const char *name, uint64_t size, char *err, size_t errlen)
+int dev_mem_create(const char *name, uint64_t size, bool dataless, char *err, size_t errlen)
 {
     if (size == 0 || size % PAGE) {
         snprintf(err, errlen, "memory device mem:%s: size %llu is not a positive multiple of "
@@ -208,6 +244,8 @@ int dev_mem_create(const char *name, uint64_t size, char *err, size_t errlen)
     struct mem_store *s = tc_xcalloc(1, sizeof *s);
     s->name = tc_xstrdup(name);
     s->size = size;
+    s->dataless = dataless;
+    s->held = tc_xcalloc((size / PAGE + 63) / 64, sizeof *s->held);
     table_alloc(s, 64);
     s->next = registry;
     registry = s;
@@ -266,6 +304,15 @@ static void mem_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     }
     uint64_t first = dio->off / PAGE, n = dio->len / PAGE;
     uint8_t *buf = dio->buf;
+    if ((dio->op == TC_DEV_READ || dio->op == TC_DEV_WRITE) &&
+        (s->dataless || (dio->flags & TC_DEV_PAYLOAD))) {
+        /* Only what comes before the payload is carried. */
+        uint64_t keep = s->dataless ? 0 : TC_MIN(dio->payload_off, dio->len) / PAGE;
+        if (dio->op == TC_DEV_WRITE && s->count)
+            for (uint64_t p = first + keep; p < first + n && s->count; p++)
+                drop(s, p);
+        n = keep;
+    }
     switch (dio->op) {
     case TC_DEV_READ:
         for (uint64_t i = 0; i < n; i++)

@@ -10,9 +10,14 @@
  * and capacity code as serve, and the figures `status --json` shows under
  * volume.cache, read from the engine's own counters.
  *
- * Data: client writes carry a zero buffer, and the origin reads as zeroes,
- * so cached data costs no memory; the engine's own metadata is kept by the
- * memory device and checked as on real devices (every checksum holds).
+ * Data: none.  The volume is data-free (tc_volume_config.data_free): the
+ * engine takes every data sector for zeroes and never copies, checksums or
+ * checks one, and tells the cache device which part of each I/O is data,
+ * which the memory device leaves out; the origin is a dataless memory
+ * device.  Client buffers are never filled.  Everything else is as with
+ * zeroes for data: the engine's own metadata (superblocks, chunk headers
+ * with the CRCs of zero sectors, the shutdown snapshot) is kept by the
+ * memory device and read back and checked as on real devices.
  *
  * Time: the engine's clock is virtual during replay (util/misc.h,
  * tc_virtual_now_ns): before each request it is moved to the request's
@@ -195,7 +200,7 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
     unsigned id = atomic_fetch_add(&run_counter, 1);
     snprintf(p->origin, sizeof p->origin, "mem:replay-%d-%u-origin", (int)getpid(), id);
     snprintf(p->cache, sizeof p->cache, "mem:replay-%d-%u-cache", (int)getpid(), id);
-    if (dev_mem_create(p->origin + 4, p->size, err, errlen) < 0)
+    if (dev_mem_create(p->origin + 4, p->size, true, err, errlen) < 0)
         return -1;
     p->origin_made = true;
     uint64_t cache_bytes = tc_round_down(cfg->cache_bytes, TC_SECTOR);
@@ -204,7 +209,7 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
                  (unsigned long long)cfg->cache_bytes);
         return -1;
     }
-    if (dev_mem_create(p->cache + 4, cache_bytes, err, errlen) < 0)
+    if (dev_mem_create(p->cache + 4, cache_bytes, false, err, errlen) < 0)
         return -1;
     p->cache_made = true;
 
@@ -231,6 +236,7 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
     vc.origin = p->origin;
     vc.caches = caches;
     vc.mode = (enum tc_mode)cfg->mode;
+    vc.data_free = true;
     if (cfg->policy)
         vc.policy = cfg->policy;
     if (cfg->sequential_cutoff != UINT64_MAX)

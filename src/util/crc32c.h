@@ -12,6 +12,9 @@
  * result as crc to continue over a further piece. */
 uint32_t tc_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* crc32c(0, ...) of 4096 bytes of zero (the unit test checks it). */
+#define TC_CRC32C_ZERO_SECTOR 0x98f94189u
+
 /* The checksum of a structure that stores its own checksum in the 4 bytes
  * at crc_off: computed with those bytes read as zero, so the writer (which
  * zeroes them first) and the reader (which finds them filled) agree. */

@@ -195,12 +195,31 @@ static void make_reread(const char *path)
 
 /* ---- checks ---- */
 
+static void payload_done(struct tc_dev_io *dio, int err)
+{
+    *(int *)dio->priv = err;
+}
+
+/* A read or write whose bytes from payload_off on are payload. */
+static int payload_io(struct tc_dev *d, enum tc_dev_op op, void *buf, uint64_t off,
+                      uint64_t len, uint64_t payload_off)
+{
+    int rc = 1;
+    struct tc_dev_io dio = { .op = op, .flags = TC_DEV_PAYLOAD, .buf = buf, .off = off,
+                             .len = len, .payload_off = payload_off, .cb = payload_done,
+                             .priv = &rc };
+    dev_submit(d, &dio);
+    while (rc == 1)
+        reactor_poll(d->reactor, 100000000ull);
+    return rc;
+}
+
 static void test_mem_device(void)
 {
     char err[256];
-    CHECK(dev_mem_create("t-unit", 8 * MiB, err, sizeof err) == 0);
-    CHECK(dev_mem_create("t-unit", 8 * MiB, err, sizeof err) < 0);
-    CHECK(dev_mem_create("t-odd", 1000, err, sizeof err) < 0);
+    CHECK(dev_mem_create("t-unit", 8 * MiB, false, err, sizeof err) == 0);
+    CHECK(dev_mem_create("t-unit", 8 * MiB, false, err, sizeof err) < 0);
+    CHECK(dev_mem_create("t-odd", 1000, false, err, sizeof err) < 0);
     struct tc_reactor r;
     if (reactor_init(&r, 8) < 0) {
         perror("io_uring");
@@ -243,6 +262,28 @@ static void test_mem_device(void)
     CHECK(dev_mem_stored_bytes(d) == 0);
     CHECK(dev_sync_io(d, TC_DEV_FLUSH, NULL, 0, 0, 0) == 0);
     CHECK(dev_sync_io(d, TC_DEV_READ, buf, 8 * MiB, 4096, 0) == -EIO);
+    /* A page stored short of its trailing zeroes reads back whole. */
+    memset(buf, 0, 4096);
+    buf[100] = 1;
+    CHECK(dev_sync_io(d, TC_DEV_WRITE, buf, 4 * 4096, 4096, 0) == 0);
+    memset(buf, 0xab, 4096);
+    CHECK(dev_sync_io(d, TC_DEV_WRITE, buf, 2 * 4096, 4096, 0) == 0);
+    memset(buf, 0x55, 4096);
+    CHECK(dev_sync_io(d, TC_DEV_READ, buf, 4 * 4096, 4096, 0) == 0);
+    CHECK(buf[99] == 0 && buf[100] == 1 && buf[101] == 0 && buf[4095] == 0);
+    /* Payload: what follows payload_off is neither stored (the pages there
+     * go) nor read (the buffer keeps what it had). */
+    memset(buf, 0x11, 4 * 4096);
+    CHECK(payload_io(d, TC_DEV_WRITE, buf, 4096, 4 * 4096, 4096) == 0);
+    CHECK(dev_mem_stored_bytes(d) == 4096);         /* page 1; 2 and 4 went */
+    memset(buf, 0x33, 4 * 4096);
+    CHECK(payload_io(d, TC_DEV_READ, buf, 0, 4 * 4096, 2 * 4096) == 0);
+    CHECK(buf[0] == 0 && buf[4095] == 0 && buf[4096] == 0x11 && buf[2 * 4096 - 1] == 0x11 &&
+          buf[2 * 4096] == 0x33 && buf[4 * 4096 - 1] == 0x33);
+    CHECK(dev_sync_io(d, TC_DEV_READ, buf, 2 * 4096, 3 * 4096, 0) == 0);
+    CHECK(buf[0] == 0 && buf[2 * 4096 + 100] == 0 && buf[3 * 4096 - 1] == 0);
+    CHECK(dev_sync_io(d, TC_DEV_TRIM, NULL, 0, 8 * 4096, 0) == 0);
+    CHECK(dev_mem_stored_bytes(d) == 0);
     /* Contents outlive a close; destroyed, freed at the last close. */
     memset(buf, 7, 4096);
     CHECK(dev_sync_io(d, TC_DEV_WRITE, buf, 0, 4096, 0) == 0);
@@ -252,6 +293,19 @@ static void test_mem_device(void)
     dev_mem_destroy("t-unit");
     dev_close(d);
     CHECK(dev_open_local_as(&r, "mem:t-unit", "origin", false, err, sizeof err) == NULL);
+    /* A dataless device stores nothing and fills nothing. */
+    CHECK(dev_mem_create("t-none", 8 * MiB, true, err, sizeof err) == 0);
+    d = dev_open_local_as(&r, "mem:t-none", "origin", false, err, sizeof err);
+    CHECK(d != NULL);
+    memset(buf, 9, 4096);
+    CHECK(dev_sync_io(d, TC_DEV_WRITE, buf, 0, 4096, 0) == 0);
+    CHECK(dev_mem_stored_bytes(d) == 0);
+    memset(buf, 5, 4096);
+    CHECK(dev_sync_io(d, TC_DEV_READ, buf, 0, 4096, 0) == 0);
+    CHECK(buf[0] == 5 && buf[4095] == 5);
+    CHECK(dev_sync_io(d, TC_DEV_READ, buf, 8 * MiB, 4096, 0) == -EIO);
+    dev_mem_destroy("t-none");
+    dev_close(d);
     free(buf);
     reactor_fini(&r);
 }
