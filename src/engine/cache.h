@@ -25,7 +25,7 @@
  *   origin writes of writeback, and fills after misses.
  *
  * Invariants (numbered across the engine's headers: engine.h has 1 and 2;
- * the index, space and log sections below have more):
+ * the index and log sections below and space.h have more):
  *
  * Invariant 3: every sector an entry calls valid holds data at least as
  * new as the origin's; a dirty sector is newer than the origin's.
@@ -51,6 +51,7 @@
 #include "engine/engine.h"
 #include "engine/lost.h"
 #include "engine/mask.h"
+#include "engine/space.h"
 #include "format/ondisk.h"
 #include "io/dev.h"
 #include "io/reactor.h"
@@ -250,49 +251,7 @@ void index_memory_parts(const struct index *ix, struct index_memory *m);
 /* Every entry's policy hint to 0: at a switch of policy. */
 void index_clear_hints(struct index *ix);
 
-/* ---- segments and groups ----
- *
- * Invariant 10: a segment's live count is the number of data sectors that
- * fragments (and their mirror copies) keep in it: never negative, never
- * above seg_sectors (as the engine writes the log), and 0 once the cleaner
- * has dropped what pointed into its group.
- */
-
-enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };
-
-/* Chunk table of a segment: where each chunk starts (for the CRC lookup of
- * a cached sector and for the cleaner). */
-struct chunk_ref {
-    uint16_t start;             /* sector of the header */
-    uint16_t hdr_sectors;
-    uint16_t data_sectors;
-    uint16_t crcs_loaded;       /* its CRCs are in the verify cache */
-};
-
-struct segment {
-    uint8_t state;
-    uint8_t dev;                /* index in cache->devs */
-    uint16_t unused;
-    uint32_t group;             /* slot in the group ring while not free */
-    uint64_t seq;               /* the group's sequence number */
-    uint32_t fill;              /* sectors used by chunks (written or in flight) */
-    uint32_t live;              /* data sectors that index entries point to */
-    uint32_t pins;              /* reads in flight */
-    uint32_t writes_inflight;   /* chunk writes in flight */
-    uint8_t *image;             /* RAM image while open or writing */
-    struct chunk_ref *chunks;
-    uint32_t nchunks, chunks_cap;
-};
-
-/* A group: one segment on each of several devices, filled in parallel,
- * reclaimed as one.  Kept in a ring from oldest (tail) to newest (open). */
-struct group {
-    uint64_t seq;
-    uint32_t segs[TC_MAX_DEVICES];
-    uint8_t nsegs;
-    bool open;
-    bool retiring;
-};
+/* ---- segments and groups: space.h (invariants 4, 6 and 10) ---- */
 
 /* ---- the log writer ----
  *
@@ -417,13 +376,8 @@ struct cache {
     struct streams *streams;
     struct readahead *ra;
 
-    struct segment *segs;
-    uint32_t nsegs, free_segs;
-    uint32_t reserve_segs;          /* kept free for the cleaner */
-    struct group *groups;           /* ring */
-    uint32_t groups_cap, group_tail, ngroups;
+    struct space sp;                /* space.h: segments, groups, free space */
     struct head heads[TC_MAX_DEVICES];
-    uint32_t open_group;            /* ring slot, or NIL */
     unsigned next_dev;              /* round robin among open segments */
 
     uint64_t next_seq;              /* sequence numbers of groups, chunks, entries */
@@ -592,7 +546,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
-static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->segs[s].dev].state == CDEV_OK; }
+static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->sp.segs[s].dev].state == CDEV_OK; }
 
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
@@ -615,8 +569,8 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 /* space.c: segments and groups */
 int space_init(struct cache *c);
 void space_fini(struct cache *c);
-static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->segs[s]; }
-static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->segs[s].dev]; }
+static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->sp.segs[s]; }
+static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->sp.segs[s].dev]; }
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
 struct group *group_at(struct cache *c, uint32_t slot);
 struct group *oldest_group(struct cache *c);

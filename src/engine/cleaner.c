@@ -103,17 +103,17 @@ static void decide_laters(void *arg, int err);
  * and a large one about 1.6 %. */
 static uint32_t low_water(struct cache *c)
 {
-    return c->reserve_segs + c->ndevs + c->nsegs / 64;
+    return c->sp.reserve_segs + c->ndevs + c->sp.nsegs / 64;
 }
 
 static uint32_t high_water(struct cache *c)
 {
-    return low_water(c) + TC_MAX(c->ndevs, c->nsegs / 64);
+    return low_water(c) + TC_MAX(c->ndevs, c->sp.nsegs / 64);
 }
 
 bool cache_has_free_space(struct cache *c)
 {
-    return c->free_segs > low_water(c);
+    return c->sp.free_segs > low_water(c);
 }
 
 static void kick_fn(struct tc_task *t)
@@ -122,9 +122,9 @@ static void kick_fn(struct tc_task *t)
     struct cache *c = k->c;
     if (k->running || k->stopping)
         return;
-    if (c->free_segs < low_water(c))
+    if (c->sp.free_segs < low_water(c))
         k->active = true;
-    else if (c->free_segs >= high_water(c))
+    else if (c->sp.free_segs >= high_water(c))
         k->active = false;
     if (!k->active && k->space_waiters == NULL)
         return;
@@ -229,7 +229,7 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
 void cleaner_space_freed(struct cache *c)
 {
     struct cleaner *k = c->cleaner;
-    if (k == NULL || c->free_segs <= c->reserve_segs)
+    if (k == NULL || c->sp.free_segs <= c->sp.reserve_segs)
         return;
     struct log_waiter *list = k->space_waiters;
     k->space_waiters = NULL;
@@ -566,8 +566,8 @@ static void later_done(struct cleaner *k)
      * a detach empties the log (tail_seq = next_seq) only once no pass
      * runs (cache.c, drain_synced()), and a pass ending after that would
      * otherwise give back groups the detach ended. */
-    uint32_t next = (k->slot + 1) % c->groups_cap;
-    c->tail_seq = TC_MAX(c->tail_seq, c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq);
+    uint32_t next = (k->slot + 1) % c->sp.groups_cap;
+    c->tail_seq = TC_MAX(c->tail_seq, c->sp.ngroups > 1 ? group_at(c, next)->seq : c->next_seq);
     log_seal_all(c, true);
     k->lw.fn = tail_synced;
     k->tail_syncing = true;

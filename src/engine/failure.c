@@ -222,7 +222,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     if (cd->state != CDEV_OK)
         return;
     cd->state = CDEV_FAILING;
-    c->free_segs -= cd->free_segs;
+    c->sp.free_segs -= cd->free_segs;
     cd->free_segs = 0;
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",

@@ -168,7 +168,7 @@ static bool ensure_group(struct cache *c, bool use_reserve)
             return true;
     space_close_group(c);
     /* A group takes up to one segment per device: leave the reserve. */
-    if (!use_reserve && c->free_segs <= c->reserve_segs) {
+    if (!use_reserve && c->sp.free_segs <= c->sp.reserve_segs) {
         cleaner_kick(c);
         return false;
     }
@@ -176,7 +176,7 @@ static bool ensure_group(struct cache *c, bool use_reserve)
         cleaner_kick(c);
         return false;
     }
-    struct group *g = group_at(c, c->open_group);
+    struct group *g = group_at(c, c->sp.open_group);
     for (unsigned i = 0; i < g->nsegs; i++)
         head_start_segment(c, SEG(c, g->segs[i])->dev, g->segs[i]);
     cleaner_kick(c);

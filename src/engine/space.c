@@ -30,13 +30,13 @@ uint64_t seg_dev_offset(struct cache *c, uint32_t s)
     return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
 }
 
-struct group *group_at(struct cache *c, uint32_t slot) { return &c->groups[slot]; }
+struct group *group_at(struct cache *c, uint32_t slot) { return &c->sp.groups[slot]; }
 
-uint32_t group_slot_of_oldest(struct cache *c) { return c->group_tail; }
+uint32_t group_slot_of_oldest(struct cache *c) { return c->sp.group_tail; }
 
 struct group *oldest_group(struct cache *c)
 {
-    return c->ngroups ? &c->groups[c->group_tail] : NULL;
+    return c->sp.ngroups ? &c->sp.groups[c->sp.group_tail] : NULL;
 }
 
 /* Keeps invariant 6: only a segment nothing reads or writes is free. */
@@ -54,15 +54,15 @@ static void push_free(struct cache *c, uint32_t s)
     if (cd->state != CDEV_OK)
         return;             /* a failed device's space is not space */
     cd->free_list[cd->free_segs++] = s;
-    c->free_segs++;
+    c->sp.free_segs++;
 }
 
 int space_init(struct cache *c)
 {
-    c->segs = tc_xcalloc(c->nsegs, sizeof *c->segs);
-    c->groups_cap = c->nsegs + 1;
-    c->groups = tc_xcalloc(c->groups_cap, sizeof *c->groups);
-    c->open_group = NIL;
+    c->sp.segs = tc_xcalloc(c->sp.nsegs, sizeof *c->sp.segs);
+    c->sp.groups_cap = c->sp.nsegs + 1;
+    c->sp.groups = tc_xcalloc(c->sp.groups_cap, sizeof *c->sp.groups);
+    c->sp.open_group = NIL;
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct cache_dev *cd = &c->devs[d];
         cd->free_list = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
@@ -77,7 +77,7 @@ int space_init(struct cache *c)
 
 void space_collect_free(struct cache *c)
 {
-    for (uint32_t s = c->nsegs; s-- > 0;)
+    for (uint32_t s = c->sp.nsegs; s-- > 0;)
         if (SEG(c, s)->state == SEG_FREE && SEG(c, s)->group == NIL) {
             SEG(c, s)->state = SEG_CLOSED;    /* push_free sets FREE and counts it */
             push_free(c, s);
@@ -90,28 +90,28 @@ void space_fini(struct cache *c)
         free(c->devs[d].free_list);
         c->devs[d].free_list = NULL;
     }
-    /* c->segs is NULL when an attach failed before space_init(). */
-    for (uint32_t s = 0; c->segs && s < c->nsegs; s++) {
-        free(c->segs[s].chunks);
-        free(c->segs[s].image);
+    /* c->sp.segs is NULL when an attach failed before space_init(). */
+    for (uint32_t s = 0; c->sp.segs && s < c->sp.nsegs; s++) {
+        free(c->sp.segs[s].chunks);
+        free(c->sp.segs[s].image);
     }
-    free(c->segs);
-    free(c->groups);
+    free(c->sp.segs);
+    free(c->sp.groups);
 }
 
 uint32_t space_push_group(struct cache *c, uint64_t seq)
 {
-    uint32_t slot = (c->group_tail + c->ngroups) % c->groups_cap;
-    struct group *g = &c->groups[slot];
+    uint32_t slot = (c->sp.group_tail + c->sp.ngroups) % c->sp.groups_cap;
+    struct group *g = &c->sp.groups[slot];
     memset(g, 0, sizeof *g);
     g->seq = seq;
-    c->ngroups++;
+    c->sp.ngroups++;
     return slot;
 }
 
 void space_group_add_seg(struct cache *c, uint32_t slot, uint32_t s)
 {
-    struct group *g = &c->groups[slot];
+    struct group *g = &c->sp.groups[slot];
     g->segs[g->nsegs++] = s;
     SEG(c, s)->group = slot;
     SEG(c, s)->seq = g->seq;
@@ -128,12 +128,12 @@ bool space_open_group(struct cache *c)
         if (cd->free_segs == 0)
             continue;
         picked[n++] = cd->free_list[--cd->free_segs];
-        c->free_segs--;
+        c->sp.free_segs--;
     }
     if (n == 0)
         return false;
     uint32_t slot = space_push_group(c, c->next_seq++);
-    struct group *g = &c->groups[slot];
+    struct group *g = &c->sp.groups[slot];
     g->open = true;
     for (unsigned i = 0; i < n; i++) {
         struct segment *sg = SEG(c, picked[i]);
@@ -143,24 +143,24 @@ bool space_open_group(struct cache *c)
         sg->nchunks = 0;
         space_group_add_seg(c, slot, picked[i]);
     }
-    c->open_group = slot;
+    c->sp.open_group = slot;
     return true;
 }
 
 void space_close_group(struct cache *c)
 {
-    if (c->open_group == NIL)
+    if (c->sp.open_group == NIL)
         return;
-    c->groups[c->open_group].open = false;
-    c->open_group = NIL;
+    c->sp.groups[c->sp.open_group].open = false;
+    c->sp.open_group = NIL;
 }
 
 /* The oldest group, closed.  That it may go (invariant 5) is the
  * cleaner's to know (cleaner.c: tail_synced()). */
 void space_free_group(struct cache *c)
 {
-    struct group *g = &c->groups[c->group_tail];
-    TC_ASSERT_ALWAYS(c->ngroups > 0 && !g->open);
+    struct group *g = &c->sp.groups[c->sp.group_tail];
+    TC_ASSERT_ALWAYS(c->sp.ngroups > 0 && !g->open);
     for (unsigned i = 0; i < g->nsegs; i++) {
         uint32_t s = g->segs[i];
         struct segment *sg = SEG(c, s);
@@ -171,8 +171,8 @@ void space_free_group(struct cache *c)
         else
             push_free(c, s);
     }
-    c->group_tail = (c->group_tail + 1) % c->groups_cap;
-    c->ngroups--;
+    c->sp.group_tail = (c->sp.group_tail + 1) % c->sp.groups_cap;
+    c->sp.ngroups--;
 }
 
 /* Keeps invariant 10. */
@@ -231,7 +231,7 @@ static void crcs_dropped(void *arg, uint32_t s)
 
 int verify_init(struct cache *c, uint64_t budget)
 {
-    c->verify = verify_new(c->nsegs, c->seg_sectors, c->spb, budget, crcs_dropped, c);
+    c->verify = verify_new(c->sp.nsegs, c->seg_sectors, c->spb, budget, crcs_dropped, c);
     return 0;
 }
 
