@@ -332,7 +332,7 @@ int cmd_dump(int argc, char **argv)
            c->sp.free_segs, (unsigned long long)c->idx.count,
            (unsigned long long)c->dirty_sectors);
     for (uint32_t i = 0; i < c->sp.ngroups; i++) {
-        struct group *g = group_at(c, (c->sp.group_tail + i) % c->sp.groups_cap);
+        struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
         printf("group seq %llu:", (unsigned long long)g->seq);
         for (unsigned k = 0; k < g->nsegs; k++) {
             struct segment *s = SEG(c, g->segs[k]);

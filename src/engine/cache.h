@@ -566,29 +566,21 @@ void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
                   void *arg);
 
-/* space.c: segments and groups */
+/* space.c: segments and groups (space.h has what needs struct space alone) */
 int space_init(struct cache *c);
 void space_fini(struct cache *c);
 static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->sp.segs[s]; }
 static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->sp.segs[s].dev]; }
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
-struct group *group_at(struct cache *c, uint32_t slot);
-struct group *oldest_group(struct cache *c);
-uint32_t group_slot_of_oldest(struct cache *c);
 /* Open a new group from free segments; false if none is free. */
 bool space_open_group(struct cache *c);
-void space_close_group(struct cache *c);
 void space_free_group(struct cache *c);     /* the oldest; its segments become free */
 /* After recovery: every segment outside a live group goes on a free stack,
  * highest numbers first so that allocation proceeds from low to high. */
 void space_collect_free(struct cache *c);
-/* Recovery rebuilds the ring: add a group as the newest, then its segments. */
-uint32_t space_push_group(struct cache *c, uint64_t seq);
-void space_group_add_seg(struct cache *c, uint32_t slot, uint32_t s);
 /* The last chunk write of a segment ended (a retired one may become free). */
 void space_write_done(struct cache *c, uint32_t seg);
 void seg_add_live(struct cache *c, uint32_t seg, int delta);
-void seg_pin(struct cache *c, uint32_t seg);
 void seg_unpin(struct cache *c, uint32_t seg);
 
 /* log.c */
@@ -640,10 +632,6 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 /* Remember a chunk header's CRCs (after reading or writing it). */
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-/* The chunk holding (seg, off), for reading its header. */
-const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off);
-void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
-                       uint32_t data_sectors);
 
 /* cacheio.c: a checked read of n sectors at (seg, off) into buf.  cb gets
  * 0, -EBADMSG (checksum mismatch: [bad_from, bad_to) failed) or the I/O
@@ -727,8 +715,6 @@ void cleaner_stop(struct cache *c);
 void cleaner_resume(struct cache *c);
 /* A device failed: a reclaim in progress must look at its group again. */
 void cleaner_device_failed(struct cache *c);
-/* True while the cache has room without reclaiming (policies admit freely). */
-bool cache_has_free_space(struct cache *c);
 bool cleaner_idle(struct cache *c);
 /* Run w once free space allows appends again. */
 void cleaner_wait_space(struct cache *c, struct log_waiter *w);

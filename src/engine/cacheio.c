@@ -109,11 +109,11 @@ void cache_read_verified(struct cache *c, struct cread *cr)
         return;
     }
     cr->from_device = true;
-    seg_pin(c, cr->seg);
+    seg_pin(&c->sp, cr->seg);
     cr->crcs = tc_xmalloc((size_t)cr->n * 4);
     join_get(&cr->join);        /* the data read's */
     if (!verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs)) {
-        const struct chunk_ref *ref = segment_chunk_of(c, cr->seg, cr->off);
+        const struct chunk_ref *ref = segment_chunk_of(&c->sp, cr->seg, cr->off);
         if (ref == NULL) {
             tc_error("cache: no chunk holds sectors %u..%u of segment %u", cr->off,
                      cr->off + cr->n - 1, cr->seg);

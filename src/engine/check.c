@@ -239,7 +239,7 @@ static void check_index(struct cache *c, struct check_result *r)
                     continue;
                 }
                 live[seg] += n;
-                const struct chunk_ref *cr = segment_chunk_of(c, seg, off);
+                const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
                 if (cr == NULL || off < cr->start + cr->hdr_sectors ||
                     off + n > (uint32_t)cr->start + cr->hdr_sectors + cr->data_sectors ||
                     off + n > SEG(c, seg)->fill)

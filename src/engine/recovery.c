@@ -232,7 +232,7 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
     }
     w->seq = h.group_seq;
     rc->last_chunk[s] = h.chunk_seq;
-    segment_add_chunk(c, s, w->at, h.hdr_sectors, h.data_sectors);
+    segment_add_chunk(&c->sp, s, w->at, h.hdr_sectors, h.data_sectors);
     note_chunk_seq(rc, s, SEG(c, s)->nchunks - 1, h.chunk_seq);
     rc->chunks++;
     if (h.chunk_seq > rc->max_chunk_seq) {
@@ -835,7 +835,7 @@ static void apply(struct recovery *rc)
 
 static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
 {
-    struct group *g = group_at(c, slot);
+    struct group *g = group_at(&c->sp, slot);
     for (unsigned k = 0; k < g->nsegs; k++)
         if (SEG(c, g->segs[k])->dev == dev)
             return true;
@@ -896,7 +896,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     for (uint32_t i = 0; i < nlive; i++) {
         struct segment *sg = SEG(c, live[i]);
         if (slot == NIL || sg->seq != prev)
-            slot = space_push_group(c, sg->seq);
+            slot = space_push_group(&c->sp, sg->seq);
         prev = sg->seq;
         if (group_has_dev(c, slot, sg->dev)) {
             /* A group has one segment on each device (and room for no
@@ -908,7 +908,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             sg->nchunks = 0;
             continue;
         }
-        space_group_add_seg(c, slot, live[i]);
+        space_group_add_seg(&c->sp, slot, live[i]);
         sg->state = SEG_CLOSED;
     }
     read_live_entries(&rc, live, nlive);

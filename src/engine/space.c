@@ -30,13 +30,13 @@ uint64_t seg_dev_offset(struct cache *c, uint32_t s)
     return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
 }
 
-struct group *group_at(struct cache *c, uint32_t slot) { return &c->sp.groups[slot]; }
+struct group *group_at(struct space *sp, uint32_t slot) { return &sp->groups[slot]; }
 
-uint32_t group_slot_of_oldest(struct cache *c) { return c->sp.group_tail; }
+uint32_t group_slot_of_oldest(const struct space *sp) { return sp->group_tail; }
 
-struct group *oldest_group(struct cache *c)
+struct group *oldest_group(struct space *sp)
 {
-    return c->sp.ngroups ? &c->sp.groups[c->sp.group_tail] : NULL;
+    return sp->ngroups ? &sp->groups[sp->group_tail] : NULL;
 }
 
 /* Keeps invariant 6: only a segment nothing reads or writes is free. */
@@ -99,22 +99,22 @@ void space_fini(struct cache *c)
     free(c->sp.groups);
 }
 
-uint32_t space_push_group(struct cache *c, uint64_t seq)
+uint32_t space_push_group(struct space *sp, uint64_t seq)
 {
-    uint32_t slot = (c->sp.group_tail + c->sp.ngroups) % c->sp.groups_cap;
-    struct group *g = &c->sp.groups[slot];
+    uint32_t slot = (sp->group_tail + sp->ngroups) % sp->groups_cap;
+    struct group *g = &sp->groups[slot];
     memset(g, 0, sizeof *g);
     g->seq = seq;
-    c->sp.ngroups++;
+    sp->ngroups++;
     return slot;
 }
 
-void space_group_add_seg(struct cache *c, uint32_t slot, uint32_t s)
+void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
 {
-    struct group *g = &c->sp.groups[slot];
+    struct group *g = &sp->groups[slot];
     g->segs[g->nsegs++] = s;
-    SEG(c, s)->group = slot;
-    SEG(c, s)->seq = g->seq;
+    sp->segs[s].group = slot;
+    sp->segs[s].seq = g->seq;
 }
 
 bool space_open_group(struct cache *c)
@@ -132,7 +132,7 @@ bool space_open_group(struct cache *c)
     }
     if (n == 0)
         return false;
-    uint32_t slot = space_push_group(c, c->next_seq++);
+    uint32_t slot = space_push_group(&c->sp, c->next_seq++);
     struct group *g = &c->sp.groups[slot];
     g->open = true;
     for (unsigned i = 0; i < n; i++) {
@@ -141,18 +141,18 @@ bool space_open_group(struct cache *c)
         sg->fill = 0;
         sg->live = 0;
         sg->nchunks = 0;
-        space_group_add_seg(c, slot, picked[i]);
+        space_group_add_seg(&c->sp, slot, picked[i]);
     }
     c->sp.open_group = slot;
     return true;
 }
 
-void space_close_group(struct cache *c)
+void space_close_group(struct space *sp)
 {
-    if (c->sp.open_group == NIL)
+    if (sp->open_group == NIL)
         return;
-    c->sp.groups[c->sp.open_group].open = false;
-    c->sp.open_group = NIL;
+    sp->groups[sp->open_group].open = false;
+    sp->open_group = NIL;
 }
 
 /* The oldest group, closed.  That it may go (invariant 5) is the
@@ -175,6 +175,26 @@ void space_free_group(struct cache *c)
     c->sp.ngroups--;
 }
 
+/* The free-space test.  The cleaner starts below the low mark and stops at
+ * the high one.  Free segments are room nothing is cached in: above the reserve, one group of
+ * working room (appends go on while the cleaner reclaims the oldest) plus
+ * 1/64 of the cache, so a small cache (64 segments) keeps 3 segments free
+ * and a large one about 1.6 %. */
+uint32_t space_low_water(const struct space *sp, unsigned ndevs)
+{
+    return sp->reserve_segs + ndevs + sp->nsegs / 64;
+}
+
+uint32_t space_high_water(const struct space *sp, unsigned ndevs)
+{
+    return space_low_water(sp, ndevs) + TC_MAX(ndevs, sp->nsegs / 64);
+}
+
+bool space_has_free(const struct space *sp, unsigned ndevs)
+{
+    return sp->free_segs > space_low_water(sp, ndevs);
+}
+
 /* Keeps invariant 10. */
 void seg_add_live(struct cache *c, uint32_t seg, int delta)
 {
@@ -192,9 +212,9 @@ void seg_add_live(struct cache *c, uint32_t seg, int delta)
 
 /* Invariant 6: a read pins a segment of a live group (one an entry may
  * point into: invariant 4), and the last unpin of a retired one frees it. */
-void seg_pin(struct cache *c, uint32_t seg)
+void seg_pin(struct space *sp, uint32_t seg)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = &sp->segs[seg];
     TC_ASSERT(sg->group != NIL && (sg->state == SEG_OPEN || sg->state == SEG_CLOSED));
     sg->pins++;
 }
@@ -241,9 +261,9 @@ void verify_fini(struct cache *c)
     c->verify = NULL;
 }
 
-const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off)
+const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off)
 {
-    struct segment *sg = SEG(c, seg);
+    const struct segment *sg = &sp->segs[seg];
     uint32_t lo = 0, hi = sg->nchunks;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
@@ -260,10 +280,10 @@ const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t
     return cr;
 }
 
-void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
+void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
                        uint32_t data_sectors)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = &sp->segs[seg];
     if (sg->nchunks == sg->chunks_cap) {
         sg->chunks_cap = sg->chunks_cap ? sg->chunks_cap * 2 : 8;
         sg->chunks = realloc(sg->chunks, sg->chunks_cap * sizeof *sg->chunks);
@@ -288,7 +308,7 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 {
     if (!verify_has(c->verify, seg))
         return false;
-    const struct chunk_ref *cr = segment_chunk_of(c, seg, off);
+    const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
     if (cr == NULL || !cr->crcs_loaded || off + n > (uint32_t)cr->start + cr->hdr_sectors +
                                                          cr->data_sectors)
         return false;

@@ -91,4 +91,30 @@ struct space {
     uint32_t open_group;            /* ring slot, or NIL */
 };
 
+/* The group at a ring slot, the oldest (NULL: none), and its slot. */
+struct group *group_at(struct space *sp, uint32_t slot);
+struct group *oldest_group(struct space *sp);
+uint32_t group_slot_of_oldest(const struct space *sp);
+/* The open group (if any) takes no more appends. */
+void space_close_group(struct space *sp);
+/* Recovery rebuilds the ring: add a group as the newest, then its segments. */
+uint32_t space_push_group(struct space *sp, uint64_t seq);
+void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s);
+
+/* The free-space test: the cleaner works below the low water mark (and
+ * until the high one); ndevs is the number of cache devices. */
+uint32_t space_low_water(const struct space *sp, unsigned ndevs);
+uint32_t space_high_water(const struct space *sp, unsigned ndevs);
+/* True while the cache has room without reclaiming (policies admit freely). */
+bool space_has_free(const struct space *sp, unsigned ndevs);
+
+/* A read pins a segment of a live group (invariant 6); seg_unpin() is
+ * cache.h's (the last unpin of a retired segment frees it). */
+void seg_pin(struct space *sp, uint32_t seg);
+
+/* The chunk holding (seg, off), for reading its header (NULL: none). */
+const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off);
+void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
+                       uint32_t data_sectors);
+
 #endif

@@ -75,7 +75,7 @@ static unsigned audit(struct cache *c)
     uint64_t last_seq = 0;
     for (uint32_t k = 0; k < c->sp.ngroups; k++) {
         uint32_t slot = (c->sp.group_tail + k) % c->sp.groups_cap;
-        struct group *g = group_at(c, slot);
+        struct group *g = group_at(&c->sp, slot);
         if (k > 0 && g->seq <= last_seq)
             bad++;
         last_seq = g->seq;
@@ -125,41 +125,41 @@ static void check_fill_and_free(void)
 {
     printf("groups take one segment per device, lowest first, and narrow as devices run out\n");
     struct cache *c = make_cache();
-    CHECK(c->sp.free_segs == NSEGS && c->sp.ngroups == 0 && oldest_group(c) == NULL);
+    CHECK(c->sp.free_segs == NSEGS && c->sp.ngroups == 0 && oldest_group(&c->sp) == NULL);
     CHECK(audit(c) == 0);
     static const uint32_t want[5][3] = {
         { 0, 5, 8 }, { 1, 6, 9 }, { 2, 7, 10 }, { 3, 11 }, { 4 },
     };
     static const uint32_t wn[5] = { 3, 3, 3, 2, 1 };
     for (int k = 0; k < 5; k++) {
-        space_close_group(c);
+        space_close_group(&c->sp);
         CHECK(space_open_group(c));
-        struct group *g = group_at(c, c->sp.open_group);
+        struct group *g = group_at(&c->sp, c->sp.open_group);
         CHECK(group_is(g, wn[k], want[k]));
         CHECK(g->seq == (uint64_t)k && g->open);
         for (unsigned i = 0; i < g->nsegs; i++)
             CHECK(SEG(c, g->segs[i])->state == SEG_OPEN);
         CHECK(audit(c) == 0);
     }
-    space_close_group(c);
+    space_close_group(&c->sp);
     CHECK(c->sp.free_segs == 0 && !space_open_group(c) && c->sp.ngroups == 5 && c->next_seq == 5);
     CHECK(c->sp.open_group == NIL && audit(c) == 0);
 
     printf("the oldest group is freed first; its segments are reused\n");
-    CHECK(oldest_group(c)->seq == 0);
+    CHECK(oldest_group(&c->sp)->seq == 0);
     space_free_group(c);
-    CHECK(c->sp.ngroups == 4 && oldest_group(c)->seq == 1 && c->sp.free_segs == 3);
+    CHECK(c->sp.ngroups == 4 && oldest_group(&c->sp)->seq == 1 && c->sp.free_segs == 3);
     CHECK(audit(c) == 0);
     CHECK(space_open_group(c));
-    CHECK(group_is(group_at(c, c->sp.open_group), 3, want[0]) &&
-          group_at(c, c->sp.open_group)->seq == 5);
-    space_close_group(c);
+    CHECK(group_is(group_at(&c->sp, c->sp.open_group), 3, want[0]) &&
+          group_at(&c->sp, c->sp.open_group)->seq == 5);
+    space_close_group(&c->sp);
     CHECK(audit(c) == 0);
 
     printf("a pinned segment comes back with its last unpin\n");
-    CHECK(oldest_group(c)->seq == 1);           /* segments 1, 6, 9 */
-    seg_pin(c, 6);
-    seg_pin(c, 6);
+    CHECK(oldest_group(&c->sp)->seq == 1);           /* segments 1, 6, 9 */
+    seg_pin(&c->sp, 6);
+    seg_pin(&c->sp, 6);
     space_free_group(c);
     CHECK(c->sp.free_segs == 2 && SEG(c, 6)->state != SEG_FREE && SEG(c, 6)->group == NIL);
     CHECK(audit(c) == 0);
@@ -169,7 +169,7 @@ static void check_fill_and_free(void)
     CHECK(c->sp.free_segs == 3 && SEG(c, 6)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     /* A segment with a chunk write in flight: freed by space_write_done. */
-    struct group *g2 = oldest_group(c);         /* seq 2: 2, 7, 10 */
+    struct group *g2 = oldest_group(&c->sp);         /* seq 2: 2, 7, 10 */
     CHECK(g2->seq == 2);
     SEG(c, 7)->writes_inflight = 1;
     space_free_group(c);
@@ -188,15 +188,15 @@ static void check_wrap(void)
     uint64_t opened = 0;
     unsigned bad = 0;
     for (int step = 0; step < 2000; step++) {
-        space_close_group(c);
+        space_close_group(&c->sp);
         if (space_open_group(c)) {
             opened++;
-            if (group_at(c, c->sp.open_group)->seq != opened - 1)
+            if (group_at(&c->sp, c->sp.open_group)->seq != opened - 1)
                 bad++;
         }
         /* Keep between 1 and 4 groups live: free when full or at random. */
         if (c->sp.free_segs == 0 || (c->sp.ngroups > 1 && step % 3 == 0)) {
-            space_close_group(c);
+            space_close_group(&c->sp);
             space_free_group(c);
         }
         if (c->sp.ngroups > c->sp.groups_cap || c->sp.group_tail >= c->sp.groups_cap)
@@ -208,12 +208,12 @@ static void check_wrap(void)
 
     printf("a failing device's segments are not handed out again\n");
     while (c->sp.ngroups > 0) {
-        space_close_group(c);
+        space_close_group(&c->sp);
         space_free_group(c);
     }
     CHECK(c->sp.free_segs == NSEGS && audit(c) == 0);
     CHECK(space_open_group(c));
-    struct group *g = group_at(c, c->sp.open_group);
+    struct group *g = group_at(&c->sp, c->sp.open_group);
     CHECK(g->nsegs == 3);
     uint32_t dev1_seg = g->segs[1];
     CHECK(SEG(c, dev1_seg)->dev == 1);
@@ -221,23 +221,23 @@ static void check_wrap(void)
     c->devs[1].state = CDEV_FAILING;
     c->sp.free_segs -= c->devs[1].free_segs;
     c->devs[1].free_segs = 0;
-    space_close_group(c);
+    space_close_group(&c->sp);
     space_free_group(c);
     CHECK(SEG(c, dev1_seg)->state == SEG_FREE);
     CHECK(c->sp.free_segs == NSEGS - dev_segs[1] && audit(c) == 0);
     /* Devices 0 and 2 have 9 segments: four groups of two, one of one. */
     for (int k = 0; k < 5; k++) {
-        space_close_group(c);
+        space_close_group(&c->sp);
         if (!space_open_group(c)) {
             CHECK(!"a group could be opened");
             break;
         }
-        g = group_at(c, c->sp.open_group);
+        g = group_at(&c->sp, c->sp.open_group);
         CHECK(g->nsegs == (k < 4 ? 2 : 1));
         for (unsigned i = 0; i < g->nsegs; i++)
             CHECK(SEG(c, g->segs[i])->dev != 1);
     }
-    space_close_group(c);
+    space_close_group(&c->sp);
     CHECK(!space_open_group(c) && c->sp.free_segs == 0 && audit(c) == 0);
     free_cache(c);
 }
@@ -247,23 +247,23 @@ static void check_push(void)
     printf("recovery: space_push_group() appends at the newest end\n");
     struct cache *c = make_bare_cache();
     /* Groups found on the devices, oldest first: 10 {2, 6}, 11 {9}. */
-    uint32_t a = space_push_group(c, 10);
-    space_group_add_seg(c, a, 2);
-    space_group_add_seg(c, a, 6);
-    uint32_t b = space_push_group(c, 11);
-    space_group_add_seg(c, b, 9);
+    uint32_t a = space_push_group(&c->sp, 10);
+    space_group_add_seg(&c->sp, a, 2);
+    space_group_add_seg(&c->sp, a, 6);
+    uint32_t b = space_push_group(&c->sp, 11);
+    space_group_add_seg(&c->sp, b, 9);
     SEG(c, 2)->state = SEG(c, 6)->state = SEG(c, 9)->state = SEG_CLOSED;
     space_collect_free(c);
     c->next_seq = 12;
-    CHECK(c->sp.ngroups == 2 && oldest_group(c)->seq == 10 && c->sp.free_segs == NSEGS - 3);
+    CHECK(c->sp.ngroups == 2 && oldest_group(&c->sp)->seq == 10 && c->sp.free_segs == NSEGS - 3);
     CHECK(audit(c) == 0);
     CHECK(space_open_group(c));
-    CHECK(group_at(c, c->sp.open_group)->seq == 12);
+    CHECK(group_at(&c->sp, c->sp.open_group)->seq == 12);
     static const uint32_t want[] = { 0, 5, 8 };  /* lowest free of each device */
-    CHECK(group_is(group_at(c, c->sp.open_group), 3, want));
+    CHECK(group_is(group_at(&c->sp, c->sp.open_group), 3, want));
     CHECK(audit(c) == 0);
     space_free_group(c);
-    CHECK(oldest_group(c)->seq == 11 && SEG(c, 2)->state == SEG_FREE);
+    CHECK(oldest_group(&c->sp)->seq == 11 && SEG(c, 2)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     free_cache(c);
 }
