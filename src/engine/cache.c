@@ -1163,7 +1163,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         json_string(j, "state", cdev_state_name(cd->state));
         json_uint(j, "size", (uint64_t)cd->nsegs * c->segment_size);
         json_uint(j, "segments", cd->nsegs);
-        json_uint(j, "segments_free", cd->free_segs);
+        json_uint(j, "segments_free", c->sp.stacks[d].n);
         json_uint(j, "reads", ds->reads);
         json_uint(j, "read_bytes", ds->read_bytes);
         json_uint(j, "writes", ds->writes);

@@ -301,8 +301,6 @@ struct cache_dev {
     struct tc_dev *dev;
     struct tc_superblock sb;
     uint32_t first_seg, nsegs;
-    uint32_t *free_list;        /* stack of this device's free segments */
-    uint32_t free_segs;
     enum cdev_state state;
     bool written_since_flush;
     uint64_t bytes_admitted;

@@ -53,7 +53,8 @@ static void push_free(struct cache *c, uint32_t s)
     sg->nchunks = 0;
     if (cd->state != CDEV_OK)
         return;             /* a failed device's space is not space */
-    cd->free_list[cd->free_segs++] = s;
+    struct free_stack *fs = &c->sp.stacks[sg->dev];
+    fs->segs[fs->n++] = s;
     c->sp.free_segs++;
 }
 
@@ -65,7 +66,7 @@ int space_init(struct cache *c)
     c->sp.open_group = NIL;
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct cache_dev *cd = &c->devs[d];
-        cd->free_list = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
+        c->sp.stacks[d].segs = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
         for (uint32_t i = 0; i < cd->nsegs; i++) {
             struct segment *sg = SEG(c, cd->first_seg + i);
             sg->dev = (uint8_t)d;
@@ -87,8 +88,8 @@ void space_collect_free(struct cache *c)
 void space_fini(struct cache *c)
 {
     for (unsigned d = 0; d < c->ndevs; d++) {
-        free(c->devs[d].free_list);
-        c->devs[d].free_list = NULL;
+        free(c->sp.stacks[d].segs);
+        c->sp.stacks[d].segs = NULL;
     }
     /* c->sp.segs is NULL when an attach failed before space_init(). */
     for (uint32_t s = 0; c->sp.segs && s < c->sp.nsegs; s++) {
@@ -124,10 +125,10 @@ bool space_open_group(struct cache *c)
     for (unsigned d = 0; d < c->ndevs; d++) {
         if (c->devs[d].state != CDEV_OK)
             continue;
-        struct cache_dev *cd = &c->devs[d];
-        if (cd->free_segs == 0)
+        struct free_stack *fs = &c->sp.stacks[d];
+        if (fs->n == 0)
             continue;
-        picked[n++] = cd->free_list[--cd->free_segs];
+        picked[n++] = fs->segs[--fs->n];
         c->sp.free_segs--;
     }
     if (n == 0)
@@ -153,6 +154,12 @@ void space_close_group(struct space *sp)
         return;
     sp->groups[sp->open_group].open = false;
     sp->open_group = NIL;
+}
+
+void space_drop_free(struct space *sp, unsigned dev)
+{
+    sp->free_segs -= sp->stacks[dev].n;
+    sp->stacks[dev].n = 0;
 }
 
 /* The oldest group, closed.  That it may go (invariant 5) is the

@@ -3,8 +3,7 @@
  * segments, and the reserve kept for the cleaner.
  *
  * Segments are numbered across all devices.  Free segments of each device
- * are kept on a stack (struct cache_dev: free_list, free_segs; free_segs
- * here counts them all).  A group takes one free segment from every device
+ * are kept on a stack (stacks[dev]; free_segs counts them all).  A group takes one free segment from every device
  * that has one, so appends spread over all devices (the interleave), and
  * the ring of groups is the log's order:
  *
@@ -82,6 +81,12 @@ struct group {
     bool retiring;
 };
 
+/* A device's free segments. */
+struct free_stack {
+    uint32_t *segs;
+    uint32_t n;
+};
+
 struct space {
     struct segment *segs;
     uint32_t nsegs, free_segs;
@@ -89,6 +94,7 @@ struct space {
     struct group *groups;           /* ring */
     uint32_t groups_cap, group_tail, ngroups;
     uint32_t open_group;            /* ring slot, or NIL */
+    struct free_stack stacks[TC_MAX_DEVICES];   /* by device */
 };
 
 /* The group at a ring slot, the oldest (NULL: none), and its slot. */
@@ -100,6 +106,10 @@ void space_close_group(struct space *sp);
 /* Recovery rebuilds the ring: add a group as the newest, then its segments. */
 uint32_t space_push_group(struct space *sp, uint64_t seq);
 void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s);
+
+/* Device dev failed: its free segments are no longer space (the stack is
+ * emptied; push_free() leaves a failed device's segments off it). */
+void space_drop_free(struct space *sp, unsigned dev);
 
 /* The free-space test: the cleaner works below the low water mark (and
  * until the high one); ndevs is the number of cache devices. */

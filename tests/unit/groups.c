@@ -91,14 +91,14 @@ static unsigned audit(struct cache *c)
     }
     uint32_t nfree = 0;
     for (unsigned d = 0; d < c->ndevs; d++) {
-        struct cache_dev *cd = &c->devs[d];
-        for (uint32_t i = 0; i < cd->free_segs; i++) {
-            uint32_t s = cd->free_list[i];
+        struct free_stack *fs = &c->sp.stacks[d];
+        for (uint32_t i = 0; i < fs->n; i++) {
+            uint32_t s = fs->segs[i];
             where[s]++;
             if (SEG(c, s)->state != SEG_FREE || SEG(c, s)->dev != d || SEG(c, s)->group != NIL)
                 bad++;
         }
-        nfree += cd->free_segs;
+        nfree += fs->n;
     }
     if (nfree != c->sp.free_segs)
         bad++;
@@ -219,8 +219,7 @@ static void check_wrap(void)
     CHECK(SEG(c, dev1_seg)->dev == 1);
     /* What failure.c does when a device fails: its free stack goes. */
     c->devs[1].state = CDEV_FAILING;
-    c->sp.free_segs -= c->devs[1].free_segs;
-    c->devs[1].free_segs = 0;
+    space_drop_free(&c->sp, 1);
     space_close_group(&c->sp);
     space_free_group(c);
     CHECK(SEG(c, dev1_seg)->state == SEG_FREE);
