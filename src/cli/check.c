@@ -313,7 +313,7 @@ int cmd_dump(int argc, char **argv)
     char uuid[37], sz[32];
     tc_uuid_format(sb->set_uuid, uuid);
     printf("set %s: %u device(s), block %u, segment %u, %u segments; origin '%s' (%s, %llu "
-           "bytes)\n", uuid, c->ndevs, c->block_size, c->segment_size, c->nsegs,
+           "bytes)\n", uuid, c->ndevs, c->block_size, c->segment_size, c->sp.nsegs,
            sb->origin_path, sb->origin_id, (unsigned long long)sb->origin_size);
     for (unsigned d = 0; d < c->ndevs; d++)
         printf("device %u: %s, segments %u..%u, %s\n", d, c->devs[d].dev->name,
@@ -328,11 +328,11 @@ int cmd_dump(int argc, char **argv)
                "ignored\n", (unsigned long long)c->abandoned_seq);
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
-           (unsigned long long)c->tail_seq, (unsigned long long)c->next_seq, c->ngroups,
-           c->free_segs, (unsigned long long)c->idx.count,
+           (unsigned long long)c->tail_seq, (unsigned long long)c->next_seq, c->sp.ngroups,
+           c->sp.free_segs, (unsigned long long)c->idx.count,
            (unsigned long long)c->dirty_sectors);
-    for (uint32_t i = 0; i < c->ngroups; i++) {
-        struct group *g = group_at(c, (c->group_tail + i) % c->groups_cap);
+    for (uint32_t i = 0; i < c->sp.ngroups; i++) {
+        struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
         printf("group seq %llu:", (unsigned long long)g->seq);
         for (unsigned k = 0; k < g->nsegs; k++) {
             struct segment *s = SEG(c, g->segs[k]);

@@ -127,9 +127,9 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     struct index *ix = &c->idx;
     struct tc_mask ov, od;
     TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
-    TC_ASSERT_ALWAYS(seg < c->nsegs && off + mask_count(stored) <= c->seg_sectors);
+    TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
     TC_ASSERT(SEG(c, seg)->group != NIL);
-    TC_ASSERT(mseg == NIL || (mseg < c->nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
+    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
     uint32_t id = index_lookup(ix, oblock);
     bool fresh = id == NIL;
     unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
@@ -427,7 +427,7 @@ static bool record_origin(struct cache *c, const struct tc_dev *origin)
 
 static void watermarks(struct cache *c)
 {
-    c->reserve_segs = 2 * c->ndevs;
+    c->sp.reserve_segs = 2 * c->ndevs;
 }
 
 static int cache_attach(struct tc_volume *vol, const char *const *paths, bool offline,
@@ -499,7 +499,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     c->spb = c->block_size / TC_SECTOR;
     c->segment_size = sbs[0].segment_size;
     c->seg_sectors = c->segment_size / TC_SECTOR;
-    c->nsegs = sbs[0].total_segments;
+    c->sp.nsegs = sbs[0].total_segments;
     if (vol->size == 0)
         vol->size = sbs[0].origin_size;    /* offline: the recorded origin */
     c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
@@ -508,7 +508,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
 
-    uint64_t cache_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
+    uint64_t cache_blocks = (uint64_t)c->sp.nsegs * c->seg_sectors / c->spb;
     c->policy = tc_xcalloc(1, sizeof *c->policy);
     policy_open(c->policy, pops, &(struct policy_params){ .cache_blocks = cache_blocks });
     index_init(&c->idx, c->spb, cache_blocks);
@@ -584,7 +584,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     char dz[32];
     tc_info("cache: %u device%s, %u segments of %u KiB, block %u KiB; recovered %llu blocks "
             "(%s dirty) in %.3f s",
-            c->ndevs, c->ndevs == 1 ? "" : "s", c->nsegs, c->segment_size >> 10,
+            c->ndevs, c->ndevs == 1 ? "" : "s", c->sp.nsegs, c->segment_size >> 10,
             c->block_size >> 10, (unsigned long long)c->idx.count,
             tc_format_size(c->dirty_sectors * TC_SECTOR, dz, sizeof dz),
             (double)c->recovery_ns / 1e9);
@@ -1033,10 +1033,10 @@ static const char *cdev_state_name(enum cdev_state s)
 void cache_status_json(struct cache *c, struct tc_json *j)
 {
     struct cache_stats *s = &c->st;
-    uint64_t capacity = (uint64_t)c->nsegs * c->segment_size;
+    uint64_t capacity = (uint64_t)c->sp.nsegs * c->segment_size;
     uint64_t live = 0;
-    for (uint32_t i = 0; i < c->nsegs; i++)
-        live += c->segs[i].live;
+    for (uint32_t i = 0; i < c->sp.nsegs; i++)
+        live += c->sp.segs[i].live;
     struct index_memory im;
     index_memory_parts(&c->idx, &im);
     uint64_t index_mem = im.entries + im.fragments + im.buckets + im.masks;
@@ -1045,8 +1045,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
      * segments' chunk tables and the dirty bitmap (one bit per origin
      * block). */
     uint64_t chunk_mem = 0;
-    for (uint32_t i = 0; i < c->nsegs; i++)
-        chunk_mem += (uint64_t)c->segs[i].chunks_cap * sizeof(struct chunk_ref);
+    for (uint32_t i = 0; i < c->sp.nsegs; i++)
+        chunk_mem += (uint64_t)c->sp.segs[i].chunks_cap * sizeof(struct chunk_ref);
     uint64_t dirty_mem = ((c->nblocks_origin + 63) / 64 + 1) * sizeof(uint64_t);
     uint64_t total_mem = index_mem + policy_mem + chunk_mem + dirty_mem;
     uint64_t dev_written = 0;
@@ -1064,9 +1064,9 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_double(j, "live_ratio", capacity ? (double)(live * TC_SECTOR) / (double)capacity : 0);
     json_uint(j, "block_size", c->block_size);
     json_uint(j, "segment_size", c->segment_size);
-    json_uint(j, "segments", c->nsegs);
-    json_uint(j, "segments_free", c->free_segs);
-    json_uint(j, "groups", c->ngroups);
+    json_uint(j, "segments", c->sp.nsegs);
+    json_uint(j, "segments_free", c->sp.free_segs);
+    json_uint(j, "groups", c->sp.ngroups);
     json_uint(j, "blocks_cached", c->idx.count);
     json_uint(j, "read_hits", s->read_hits);
     json_uint(j, "read_misses", s->read_misses);
@@ -1124,7 +1124,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     /* Per block the cache can hold, and per block cached now: the index
      * grows with the blocks cached, the policy's history and the chunk
      * tables are sized to the cache, the dirty bitmap to the origin. */
-    uint64_t cap_blocks = (uint64_t)c->nsegs * c->seg_sectors / c->spb;
+    uint64_t cap_blocks = (uint64_t)c->sp.nsegs * c->seg_sectors / c->spb;
     json_double(j, "memory_per_block_bytes",
                 cap_blocks ? (double)total_mem / (double)cap_blocks : 0);
     json_double(j, "memory_per_cached_block_bytes",
@@ -1163,7 +1163,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         json_string(j, "state", cdev_state_name(cd->state));
         json_uint(j, "size", (uint64_t)cd->nsegs * c->segment_size);
         json_uint(j, "segments", cd->nsegs);
-        json_uint(j, "segments_free", cd->free_segs);
+        json_uint(j, "segments_free", c->sp.stacks[d].n);
         json_uint(j, "reads", ds->reads);
         json_uint(j, "read_bytes", ds->read_bytes);
         json_uint(j, "writes", ds->writes);

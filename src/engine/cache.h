@@ -25,7 +25,7 @@
  *   origin writes of writeback, and fills after misses.
  *
  * Invariants (numbered across the engine's headers: engine.h has 1 and 2;
- * the index, space and log sections below have more):
+ * the index and log sections below and space.h have more):
  *
  * Invariant 3: every sector an entry calls valid holds data at least as
  * new as the origin's; a dirty sector is newer than the origin's.
@@ -51,6 +51,7 @@
 #include "engine/engine.h"
 #include "engine/lost.h"
 #include "engine/mask.h"
+#include "engine/space.h"
 #include "format/ondisk.h"
 #include "io/dev.h"
 #include "io/reactor.h"
@@ -250,49 +251,7 @@ void index_memory_parts(const struct index *ix, struct index_memory *m);
 /* Every entry's policy hint to 0: at a switch of policy. */
 void index_clear_hints(struct index *ix);
 
-/* ---- segments and groups ----
- *
- * Invariant 10: a segment's live count is the number of data sectors that
- * fragments (and their mirror copies) keep in it: never negative, never
- * above seg_sectors (as the engine writes the log), and 0 once the cleaner
- * has dropped what pointed into its group.
- */
-
-enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };
-
-/* Chunk table of a segment: where each chunk starts (for the CRC lookup of
- * a cached sector and for the cleaner). */
-struct chunk_ref {
-    uint16_t start;             /* sector of the header */
-    uint16_t hdr_sectors;
-    uint16_t data_sectors;
-    uint16_t crcs_loaded;       /* its CRCs are in the verify cache */
-};
-
-struct segment {
-    uint8_t state;
-    uint8_t dev;                /* index in cache->devs */
-    uint16_t unused;
-    uint32_t group;             /* slot in the group ring while not free */
-    uint64_t seq;               /* the group's sequence number */
-    uint32_t fill;              /* sectors used by chunks (written or in flight) */
-    uint32_t live;              /* data sectors that index entries point to */
-    uint32_t pins;              /* reads in flight */
-    uint32_t writes_inflight;   /* chunk writes in flight */
-    uint8_t *image;             /* RAM image while open or writing */
-    struct chunk_ref *chunks;
-    uint32_t nchunks, chunks_cap;
-};
-
-/* A group: one segment on each of several devices, filled in parallel,
- * reclaimed as one.  Kept in a ring from oldest (tail) to newest (open). */
-struct group {
-    uint64_t seq;
-    uint32_t segs[TC_MAX_DEVICES];
-    uint8_t nsegs;
-    bool open;
-    bool retiring;
-};
+/* ---- segments and groups: space.h (invariants 4, 6 and 10) ---- */
 
 /* ---- the log writer ----
  *
@@ -342,8 +301,6 @@ struct cache_dev {
     struct tc_dev *dev;
     struct tc_superblock sb;
     uint32_t first_seg, nsegs;
-    uint32_t *free_list;        /* stack of this device's free segments */
-    uint32_t free_segs;
     enum cdev_state state;
     bool written_since_flush;
     uint64_t bytes_admitted;
@@ -417,13 +374,8 @@ struct cache {
     struct streams *streams;
     struct readahead *ra;
 
-    struct segment *segs;
-    uint32_t nsegs, free_segs;
-    uint32_t reserve_segs;          /* kept free for the cleaner */
-    struct group *groups;           /* ring */
-    uint32_t groups_cap, group_tail, ngroups;
+    struct space sp;                /* space.h: segments, groups, free space */
     struct head heads[TC_MAX_DEVICES];
-    uint32_t open_group;            /* ring slot, or NIL */
     unsigned next_dev;              /* round robin among open segments */
 
     uint64_t next_seq;              /* sequence numbers of groups, chunks, entries */
@@ -592,7 +544,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
-static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->segs[s].dev].state == CDEV_OK; }
+static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->sp.segs[s].dev].state == CDEV_OK; }
 
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
@@ -612,29 +564,21 @@ void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
                   void *arg);
 
-/* space.c: segments and groups */
+/* space.c: segments and groups (space.h has what needs struct space alone) */
 int space_init(struct cache *c);
 void space_fini(struct cache *c);
-static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->segs[s]; }
-static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->segs[s].dev]; }
+static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->sp.segs[s]; }
+static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->sp.segs[s].dev]; }
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
-struct group *group_at(struct cache *c, uint32_t slot);
-struct group *oldest_group(struct cache *c);
-uint32_t group_slot_of_oldest(struct cache *c);
 /* Open a new group from free segments; false if none is free. */
 bool space_open_group(struct cache *c);
-void space_close_group(struct cache *c);
 void space_free_group(struct cache *c);     /* the oldest; its segments become free */
 /* After recovery: every segment outside a live group goes on a free stack,
  * highest numbers first so that allocation proceeds from low to high. */
 void space_collect_free(struct cache *c);
-/* Recovery rebuilds the ring: add a group as the newest, then its segments. */
-uint32_t space_push_group(struct cache *c, uint64_t seq);
-void space_group_add_seg(struct cache *c, uint32_t slot, uint32_t s);
 /* The last chunk write of a segment ended (a retired one may become free). */
 void space_write_done(struct cache *c, uint32_t seg);
 void seg_add_live(struct cache *c, uint32_t seg, int delta);
-void seg_pin(struct cache *c, uint32_t seg);
 void seg_unpin(struct cache *c, uint32_t seg);
 
 /* log.c */
@@ -686,10 +630,6 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 /* Remember a chunk header's CRCs (after reading or writing it). */
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-/* The chunk holding (seg, off), for reading its header. */
-const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off);
-void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
-                       uint32_t data_sectors);
 
 /* cacheio.c: a checked read of n sectors at (seg, off) into buf.  cb gets
  * 0, -EBADMSG (checksum mismatch: [bad_from, bad_to) failed) or the I/O
@@ -773,8 +713,6 @@ void cleaner_stop(struct cache *c);
 void cleaner_resume(struct cache *c);
 /* A device failed: a reclaim in progress must look at its group again. */
 void cleaner_device_failed(struct cache *c);
-/* True while the cache has room without reclaiming (policies admit freely). */
-bool cache_has_free_space(struct cache *c);
 bool cleaner_idle(struct cache *c);
 /* Run w once free space allows appends again. */
 void cleaner_wait_space(struct cache *c, struct log_waiter *w);

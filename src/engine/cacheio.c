@@ -39,11 +39,11 @@ static void finished(struct cread *cr)
                 tc_error("%s: checksum mismatch in segment %u, sectors %u..%u: cached data "
                          "not used", SEG_DEV(c, cr->seg)->dev->name, cr->seg,
                          cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
-                cache_device_check_size(c, c->segs[cr->seg].dev);
+                cache_device_check_size(c, c->sp.segs[cr->seg].dev);
             }
         } else if (cr->join.err != -EBADMSG) {
             c->st.cache_read_errors++;
-            cache_device_error(c, c->segs[cr->seg].dev, cr->join.err, false);
+            cache_device_error(c, c->sp.segs[cr->seg].dev, cr->join.err, false);
         }
         if (cr->join.err) {
             if (cr->bad_from == UINT32_MAX) {
@@ -95,7 +95,7 @@ static void hdr_done(struct tc_dev_io *dio, int err)
 
 void cache_read_verified(struct cache *c, struct cread *cr)
 {
-    TC_ASSERT_ALWAYS(cr->seg < c->nsegs && cr->n > 0 && cr->off + cr->n <= c->seg_sectors);
+    TC_ASSERT_ALWAYS(cr->seg < c->sp.nsegs && cr->n > 0 && cr->off + cr->n <= c->seg_sectors);
     cr->c = c;
     cr->join = (struct tc_join){ 0 };
     cr->bad_from = UINT32_MAX;
@@ -109,11 +109,11 @@ void cache_read_verified(struct cache *c, struct cread *cr)
         return;
     }
     cr->from_device = true;
-    seg_pin(c, cr->seg);
+    seg_pin(&c->sp, cr->seg);
     cr->crcs = tc_xmalloc((size_t)cr->n * 4);
     join_get(&cr->join);        /* the data read's */
     if (!verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs)) {
-        const struct chunk_ref *ref = segment_chunk_of(c, cr->seg, cr->off);
+        const struct chunk_ref *ref = segment_chunk_of(&c->sp, cr->seg, cr->off);
         if (ref == NULL) {
             tc_error("cache: no chunk holds sectors %u..%u of segment %u", cr->off,
                      cr->off + cr->n - 1, cr->seg);

@@ -210,7 +210,7 @@ static void check_index(struct cache *c, struct check_result *r)
     size_t nspans = 0, cap = 1024;
     struct span *spans = tc_xmalloc(cap * sizeof *spans);
     uint64_t dirty_sectors = 0, dirty_blocks = 0;
-    uint64_t *live = tc_xcalloc(c->nsegs, sizeof *live);
+    uint64_t *live = tc_xcalloc(c->sp.nsegs, sizeof *live);
     for (uint32_t id = 0; id < c->idx.used; id++) {
         struct centry *e = CE(&c->idx, id);
         if (e->oblock == UINT64_MAX)
@@ -233,13 +233,13 @@ static void check_index(struct cache *c, struct check_result *r)
                 uint16_t off = copy ? fr.moff : fr.off;
                 if (seg == NIL)
                     continue;
-                if (seg >= c->nsegs) {
+                if (seg >= c->sp.nsegs) {
                     problem(r, "index: block %llu points to segment %u of %u",
-                            (unsigned long long)e->oblock, seg, c->nsegs);
+                            (unsigned long long)e->oblock, seg, c->sp.nsegs);
                     continue;
                 }
                 live[seg] += n;
-                const struct chunk_ref *cr = segment_chunk_of(c, seg, off);
+                const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
                 if (cr == NULL || off < cr->start + cr->hdr_sectors ||
                     off + n > (uint32_t)cr->start + cr->hdr_sectors + cr->data_sectors ||
                     off + n > SEG(c, seg)->fill)
@@ -284,7 +284,7 @@ static void check_index(struct cache *c, struct check_result *r)
         problem(r, "accounting: %llu dirty sectors in %llu blocks counted, %llu in %llu found",
                 (unsigned long long)c->dirty_sectors, (unsigned long long)c->dirty_blocks,
                 (unsigned long long)dirty_sectors, (unsigned long long)dirty_blocks);
-    for (uint32_t s = 0; s < c->nsegs; s++)
+    for (uint32_t s = 0; s < c->sp.nsegs; s++)
         if (live[s] != SEG(c, s)->live)
             problem(r, "accounting: segment %u counts %u live sectors, %llu found", s,
                     SEG(c, s)->live, (unsigned long long)live[s]);
@@ -332,8 +332,8 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
     struct check_state st = { .c = c, .r = r };
     lost_foreach(&c->lost, report_lost, &st);
     r->unflushed_entries = c->st.recovery_unflushed;
-    r->groups = c->ngroups;
-    r->segments = c->nsegs;
-    r->segments_free = c->free_segs;
+    r->groups = c->sp.ngroups;
+    r->segments = c->sp.nsegs;
+    r->segments_free = c->sp.free_segs;
     return (int)r->nproblems;
 }

@@ -96,39 +96,19 @@ struct cleaner {
 static void walk(struct cleaner *k);
 static void decide_laters(void *arg, int err);
 
-/* The cleaner starts below the low mark and stops at the high one.  Free
- * segments are room nothing is cached in: above the reserve, one group of
- * working room (appends go on while the cleaner reclaims the oldest) plus
- * 1/64 of the cache, so a small cache (64 segments) keeps 3 segments free
- * and a large one about 1.6 %. */
-static uint32_t low_water(struct cache *c)
-{
-    return c->reserve_segs + c->ndevs + c->nsegs / 64;
-}
-
-static uint32_t high_water(struct cache *c)
-{
-    return low_water(c) + TC_MAX(c->ndevs, c->nsegs / 64);
-}
-
-bool cache_has_free_space(struct cache *c)
-{
-    return c->free_segs > low_water(c);
-}
-
 static void kick_fn(struct tc_task *t)
 {
     struct cleaner *k = container_of(t, struct cleaner, kick);
     struct cache *c = k->c;
     if (k->running || k->stopping)
         return;
-    if (c->free_segs < low_water(c))
+    if (c->sp.free_segs < space_low_water(&c->sp, c->ndevs))
         k->active = true;
-    else if (c->free_segs >= high_water(c))
+    else if (c->sp.free_segs >= space_high_water(&c->sp, c->ndevs))
         k->active = false;
     if (!k->active && k->space_waiters == NULL)
         return;
-    struct group *g = oldest_group(c);
+    struct group *g = oldest_group(&c->sp);
     if (g == NULL)
         return;
     if (g->open && k->space_waiters == NULL) {
@@ -152,10 +132,10 @@ static void kick_fn(struct tc_task *t)
             SEG(c, s)->fill = c->heads[d].chunk_start;
             c->heads[d].seg = NIL;
         }
-        space_close_group(c);
+        space_close_group(&c->sp);
     }
     k->running = true;
-    k->slot = group_slot_of_oldest(c);
+    k->slot = group_slot_of_oldest(&c->sp);
     g->retiring = true;
     k->seq = g->seq;
     k->nsegs = g->nsegs;
@@ -229,7 +209,7 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
 void cleaner_space_freed(struct cache *c)
 {
     struct cleaner *k = c->cleaner;
-    if (k == NULL || c->free_segs <= c->reserve_segs)
+    if (k == NULL || c->sp.free_segs <= c->sp.reserve_segs)
         return;
     struct log_waiter *list = k->space_waiters;
     k->space_waiters = NULL;
@@ -491,7 +471,7 @@ static void walk(struct cleaner *k)
             k->chunk_i++;
             continue;
         }
-        seg_pin(c, seg);
+        seg_pin(&c->sp, seg);
         memset(&k->dio, 0, sizeof k->dio);
         k->dio.op = TC_DEV_READ;
         k->dio.buf = k->buf;
@@ -542,7 +522,7 @@ static void later_done(struct cleaner *k)
         k->keep_group = false;
         k->ndrops = 0;
         k->nlaters = 0;
-        group_at(c, k->slot)->retiring = false;
+        group_at(&c->sp, k->slot)->retiring = false;
         k->running = false;
         writeback_kick(c);
         k->retry.fn = retry_fn;
@@ -566,8 +546,8 @@ static void later_done(struct cleaner *k)
      * a detach empties the log (tail_seq = next_seq) only once no pass
      * runs (cache.c, drain_synced()), and a pass ending after that would
      * otherwise give back groups the detach ended. */
-    uint32_t next = (k->slot + 1) % c->groups_cap;
-    c->tail_seq = TC_MAX(c->tail_seq, c->ngroups > 1 ? group_at(c, next)->seq : c->next_seq);
+    uint32_t next = (k->slot + 1) % c->sp.groups_cap;
+    c->tail_seq = TC_MAX(c->tail_seq, c->sp.ngroups > 1 ? group_at(&c->sp, next)->seq : c->next_seq);
     log_seal_all(c, true);
     k->lw.fn = tail_synced;
     k->tail_syncing = true;
@@ -700,7 +680,7 @@ static void tail_synced(struct log_waiter *lw, int err)
          * appends waiting for room (cleaner_wait_space()) kick no one --
          * without the timer they would wait for good. */
         tc_error("cleaner: recording the log tail failed: %s", strerror(-err));
-        group_at(c, k->slot)->retiring = false;
+        group_at(&c->sp, k->slot)->retiring = false;
         k->running = false;
         k->retry.fn = retry_fn;
         if (!k->retry.armed)
@@ -721,8 +701,8 @@ static void tail_synced(struct log_waiter *lw, int err)
     }
     /* Mirror copies and superseded versions may still be counted in the
      * group's segments; nothing points there any more. */
-    struct group *g = group_at(c, k->slot);
-    TC_ASSERT(k->slot == group_slot_of_oldest(c) && g->seq < c->tail_seq);   /* invariant 5 */
+    struct group *g = group_at(&c->sp, k->slot);
+    TC_ASSERT(k->slot == group_slot_of_oldest(&c->sp) && g->seq < c->tail_seq);   /* invariant 5 */
     for (unsigned i = 0; i < g->nsegs; i++) {
         TC_ASSERT(SEG(c, g->segs[i])->live == 0);   /* invariants 4 and 10 */
         SEG(c, g->segs[i])->live = 0;

@@ -222,8 +222,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     if (cd->state != CDEV_OK)
         return;
     cd->state = CDEV_FAILING;
-    c->free_segs -= cd->free_segs;
-    cd->free_segs = 0;
+    space_drop_free(&c->sp, d);
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
              cd->dev->name, why);

@@ -166,9 +166,9 @@ static bool ensure_group(struct cache *c, bool use_reserve)
     for (unsigned d = 0; d < c->ndevs; d++)
         if (c->heads[d].seg != NIL)
             return true;
-    space_close_group(c);
+    space_close_group(&c->sp);
     /* A group takes up to one segment per device: leave the reserve. */
-    if (!use_reserve && c->free_segs <= c->reserve_segs) {
+    if (!use_reserve && c->sp.free_segs <= c->sp.reserve_segs) {
         cleaner_kick(c);
         return false;
     }
@@ -176,7 +176,7 @@ static bool ensure_group(struct cache *c, bool use_reserve)
         cleaner_kick(c);
         return false;
     }
-    struct group *g = group_at(c, c->open_group);
+    struct group *g = group_at(&c->sp, c->sp.open_group);
     for (unsigned i = 0; i < g->nsegs; i++)
         head_start_segment(c, SEG(c, g->segs[i])->dev, g->segs[i]);
     cleaner_kick(c);
@@ -306,7 +306,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     memcpy(hdr.set_uuid, c->set_uuid, 16);
     uint8_t *hbuf = sg->image + (size_t)h->chunk_start * TC_SECTOR;
     chunk_encode(hbuf, &hdr, h->entries, x->crcs, c->spb);
-    segment_add_chunk(c, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
+    segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
     verify_remember(c, h->seg, h->chunk_start, &hdr, hbuf);
     uint32_t n = h->hdr_sectors + h->data_fill;
     if (c->trace_block == UINT64_MAX - 1)

@@ -232,7 +232,7 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
     }
     w->seq = h.group_seq;
     rc->last_chunk[s] = h.chunk_seq;
-    segment_add_chunk(c, s, w->at, h.hdr_sectors, h.data_sectors);
+    segment_add_chunk(&c->sp, s, w->at, h.hdr_sectors, h.data_sectors);
     note_chunk_seq(rc, s, SEG(c, s)->nchunks - 1, h.chunk_seq);
     rc->chunks++;
     if (h.chunk_seq > rc->max_chunk_seq) {
@@ -335,10 +335,10 @@ static void walk_all(struct recovery *rc)
     uint32_t next = 0;
     unsigned busy = 0;
     for (;;) {
-        for (unsigned i = 0; i < RECOVERY_DEPTH && next < c->nsegs; i++) {
+        for (unsigned i = 0; i < RECOVERY_DEPTH && next < c->sp.nsegs; i++) {
             if (slots[i].s != UINT32_MAX)
                 continue;
-            while (next < c->nsegs) {
+            while (next < c->sp.nsegs) {
                 uint32_t s = next++;
                 rc->walks[s] = (struct walk){ 0 };
                 size_t len = walk_len(c, &rc->walks[s]);
@@ -372,7 +372,7 @@ static void walk_all(struct recovery *rc)
     }
     for (unsigned i = 0; i < RECOVERY_DEPTH; i++)
         free(slots[i].buf);
-    for (uint32_t s = 0; s < c->nsegs; s++)
+    for (uint32_t s = 0; s < c->sp.nsegs; s++)
         walk_finish(rc, s, &rc->walks[s]);
 }
 
@@ -835,7 +835,7 @@ static void apply(struct recovery *rc)
 
 static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
 {
-    struct group *g = group_at(c, slot);
+    struct group *g = group_at(&c->sp, slot);
     for (unsigned k = 0; k < g->nsegs; k++)
         if (SEG(c, g->segs[k])->dev == dev)
             return true;
@@ -848,11 +848,11 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     memset(&rc, 0, sizeof rc);
     rc.c = c;
     rc.hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
-    rc.stop = tc_xmalloc((size_t)c->nsegs * sizeof *rc.stop);
-    rc.last_chunk = tc_xcalloc(c->nsegs, sizeof *rc.last_chunk);
-    rc.walks = tc_xcalloc(c->nsegs, sizeof *rc.walks);
-    rc.cseq = tc_xcalloc(c->nsegs, sizeof *rc.cseq);
-    rc.cseq_cap = tc_xcalloc(c->nsegs, sizeof *rc.cseq_cap);
+    rc.stop = tc_xmalloc((size_t)c->sp.nsegs * sizeof *rc.stop);
+    rc.last_chunk = tc_xcalloc(c->sp.nsegs, sizeof *rc.last_chunk);
+    rc.walks = tc_xcalloc(c->sp.nsegs, sizeof *rc.walks);
+    rc.cseq = tc_xcalloc(c->sp.nsegs, sizeof *rc.cseq);
+    rc.cseq_cap = tc_xcalloc(c->sp.nsegs, sizeof *rc.cseq_cap);
     walk_all(&rc);
     /* A walk resumed past damage can find the newest chunks, which move
      * the durable mark and the tail: segments judged torn before that are
@@ -861,7 +861,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     do {
         seen_durable = rc.durable;
         seen_newest = rc.max_chunk_seq;
-        for (uint32_t s = 0; s < c->nsegs; s++)
+        for (uint32_t s = 0; s < c->sp.nsegs; s++)
             find_damage(&rc, s);
     } while (rc.durable != seen_durable || rc.max_chunk_seq != seen_newest);
 
@@ -870,9 +870,9 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
                 (unsigned long long)rc.max_chunk_seq, (unsigned long long)rc.tail_seq,
                 (unsigned long long)rc.durable);
     /* Live segments: groups at or after the tail, ordered by sequence. */
-    uint32_t *live = tc_xmalloc((size_t)c->nsegs * sizeof *live);
+    uint32_t *live = tc_xmalloc((size_t)c->sp.nsegs * sizeof *live);
     uint32_t nlive = 0;
-    for (uint32_t s = 0; s < c->nsegs; s++) {
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
         struct segment *sg = SEG(c, s);
         /* A segment of a device that failed later, from before the
          * failure, is free: its entries may be older than what the
@@ -896,7 +896,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     for (uint32_t i = 0; i < nlive; i++) {
         struct segment *sg = SEG(c, live[i]);
         if (slot == NIL || sg->seq != prev)
-            slot = space_push_group(c, sg->seq);
+            slot = space_push_group(&c->sp, sg->seq);
         prev = sg->seq;
         if (group_has_dev(c, slot, sg->dev)) {
             /* A group has one segment on each device (and room for no
@@ -908,7 +908,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             sg->nchunks = 0;
             continue;
         }
-        space_group_add_seg(c, slot, live[i]);
+        space_group_add_seg(&c->sp, slot, live[i]);
         sg->state = SEG_CLOSED;
     }
     read_live_entries(&rc, live, nlive);
@@ -941,7 +941,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     free(rc.stop);
     free(rc.last_chunk);
     free(rc.walks);
-    for (uint32_t s = 0; s < c->nsegs; s++)
+    for (uint32_t s = 0; s < c->sp.nsegs; s++)
         free(rc.cseq[s]);
     free(rc.cseq);
     free(rc.cseq_cap);

@@ -30,13 +30,13 @@ uint64_t seg_dev_offset(struct cache *c, uint32_t s)
     return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
 }
 
-struct group *group_at(struct cache *c, uint32_t slot) { return &c->groups[slot]; }
+struct group *group_at(struct space *sp, uint32_t slot) { return &sp->groups[slot]; }
 
-uint32_t group_slot_of_oldest(struct cache *c) { return c->group_tail; }
+uint32_t group_slot_of_oldest(const struct space *sp) { return sp->group_tail; }
 
-struct group *oldest_group(struct cache *c)
+struct group *oldest_group(struct space *sp)
 {
-    return c->ngroups ? &c->groups[c->group_tail] : NULL;
+    return sp->ngroups ? &sp->groups[sp->group_tail] : NULL;
 }
 
 /* Keeps invariant 6: only a segment nothing reads or writes is free. */
@@ -53,19 +53,20 @@ static void push_free(struct cache *c, uint32_t s)
     sg->nchunks = 0;
     if (cd->state != CDEV_OK)
         return;             /* a failed device's space is not space */
-    cd->free_list[cd->free_segs++] = s;
-    c->free_segs++;
+    struct free_stack *fs = &c->sp.stacks[sg->dev];
+    fs->segs[fs->n++] = s;
+    c->sp.free_segs++;
 }
 
 int space_init(struct cache *c)
 {
-    c->segs = tc_xcalloc(c->nsegs, sizeof *c->segs);
-    c->groups_cap = c->nsegs + 1;
-    c->groups = tc_xcalloc(c->groups_cap, sizeof *c->groups);
-    c->open_group = NIL;
+    c->sp.segs = tc_xcalloc(c->sp.nsegs, sizeof *c->sp.segs);
+    c->sp.groups_cap = c->sp.nsegs + 1;
+    c->sp.groups = tc_xcalloc(c->sp.groups_cap, sizeof *c->sp.groups);
+    c->sp.open_group = NIL;
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct cache_dev *cd = &c->devs[d];
-        cd->free_list = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
+        c->sp.stacks[d].segs = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
         for (uint32_t i = 0; i < cd->nsegs; i++) {
             struct segment *sg = SEG(c, cd->first_seg + i);
             sg->dev = (uint8_t)d;
@@ -77,7 +78,7 @@ int space_init(struct cache *c)
 
 void space_collect_free(struct cache *c)
 {
-    for (uint32_t s = c->nsegs; s-- > 0;)
+    for (uint32_t s = c->sp.nsegs; s-- > 0;)
         if (SEG(c, s)->state == SEG_FREE && SEG(c, s)->group == NIL) {
             SEG(c, s)->state = SEG_CLOSED;    /* push_free sets FREE and counts it */
             push_free(c, s);
@@ -87,34 +88,34 @@ void space_collect_free(struct cache *c)
 void space_fini(struct cache *c)
 {
     for (unsigned d = 0; d < c->ndevs; d++) {
-        free(c->devs[d].free_list);
-        c->devs[d].free_list = NULL;
+        free(c->sp.stacks[d].segs);
+        c->sp.stacks[d].segs = NULL;
     }
-    /* c->segs is NULL when an attach failed before space_init(). */
-    for (uint32_t s = 0; c->segs && s < c->nsegs; s++) {
-        free(c->segs[s].chunks);
-        free(c->segs[s].image);
+    /* c->sp.segs is NULL when an attach failed before space_init(). */
+    for (uint32_t s = 0; c->sp.segs && s < c->sp.nsegs; s++) {
+        free(c->sp.segs[s].chunks);
+        free(c->sp.segs[s].image);
     }
-    free(c->segs);
-    free(c->groups);
+    free(c->sp.segs);
+    free(c->sp.groups);
 }
 
-uint32_t space_push_group(struct cache *c, uint64_t seq)
+uint32_t space_push_group(struct space *sp, uint64_t seq)
 {
-    uint32_t slot = (c->group_tail + c->ngroups) % c->groups_cap;
-    struct group *g = &c->groups[slot];
+    uint32_t slot = (sp->group_tail + sp->ngroups) % sp->groups_cap;
+    struct group *g = &sp->groups[slot];
     memset(g, 0, sizeof *g);
     g->seq = seq;
-    c->ngroups++;
+    sp->ngroups++;
     return slot;
 }
 
-void space_group_add_seg(struct cache *c, uint32_t slot, uint32_t s)
+void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
 {
-    struct group *g = &c->groups[slot];
+    struct group *g = &sp->groups[slot];
     g->segs[g->nsegs++] = s;
-    SEG(c, s)->group = slot;
-    SEG(c, s)->seq = g->seq;
+    sp->segs[s].group = slot;
+    sp->segs[s].seq = g->seq;
 }
 
 bool space_open_group(struct cache *c)
@@ -124,16 +125,16 @@ bool space_open_group(struct cache *c)
     for (unsigned d = 0; d < c->ndevs; d++) {
         if (c->devs[d].state != CDEV_OK)
             continue;
-        struct cache_dev *cd = &c->devs[d];
-        if (cd->free_segs == 0)
+        struct free_stack *fs = &c->sp.stacks[d];
+        if (fs->n == 0)
             continue;
-        picked[n++] = cd->free_list[--cd->free_segs];
-        c->free_segs--;
+        picked[n++] = fs->segs[--fs->n];
+        c->sp.free_segs--;
     }
     if (n == 0)
         return false;
-    uint32_t slot = space_push_group(c, c->next_seq++);
-    struct group *g = &c->groups[slot];
+    uint32_t slot = space_push_group(&c->sp, c->next_seq++);
+    struct group *g = &c->sp.groups[slot];
     g->open = true;
     for (unsigned i = 0; i < n; i++) {
         struct segment *sg = SEG(c, picked[i]);
@@ -141,26 +142,32 @@ bool space_open_group(struct cache *c)
         sg->fill = 0;
         sg->live = 0;
         sg->nchunks = 0;
-        space_group_add_seg(c, slot, picked[i]);
+        space_group_add_seg(&c->sp, slot, picked[i]);
     }
-    c->open_group = slot;
+    c->sp.open_group = slot;
     return true;
 }
 
-void space_close_group(struct cache *c)
+void space_close_group(struct space *sp)
 {
-    if (c->open_group == NIL)
+    if (sp->open_group == NIL)
         return;
-    c->groups[c->open_group].open = false;
-    c->open_group = NIL;
+    sp->groups[sp->open_group].open = false;
+    sp->open_group = NIL;
+}
+
+void space_drop_free(struct space *sp, unsigned dev)
+{
+    sp->free_segs -= sp->stacks[dev].n;
+    sp->stacks[dev].n = 0;
 }
 
 /* The oldest group, closed.  That it may go (invariant 5) is the
  * cleaner's to know (cleaner.c: tail_synced()). */
 void space_free_group(struct cache *c)
 {
-    struct group *g = &c->groups[c->group_tail];
-    TC_ASSERT_ALWAYS(c->ngroups > 0 && !g->open);
+    struct group *g = &c->sp.groups[c->sp.group_tail];
+    TC_ASSERT_ALWAYS(c->sp.ngroups > 0 && !g->open);
     for (unsigned i = 0; i < g->nsegs; i++) {
         uint32_t s = g->segs[i];
         struct segment *sg = SEG(c, s);
@@ -171,8 +178,28 @@ void space_free_group(struct cache *c)
         else
             push_free(c, s);
     }
-    c->group_tail = (c->group_tail + 1) % c->groups_cap;
-    c->ngroups--;
+    c->sp.group_tail = (c->sp.group_tail + 1) % c->sp.groups_cap;
+    c->sp.ngroups--;
+}
+
+/* The free-space test.  The cleaner starts below the low mark and stops at
+ * the high one.  Free segments are room nothing is cached in: above the reserve, one group of
+ * working room (appends go on while the cleaner reclaims the oldest) plus
+ * 1/64 of the cache, so a small cache (64 segments) keeps 3 segments free
+ * and a large one about 1.6 %. */
+uint32_t space_low_water(const struct space *sp, unsigned ndevs)
+{
+    return sp->reserve_segs + ndevs + sp->nsegs / 64;
+}
+
+uint32_t space_high_water(const struct space *sp, unsigned ndevs)
+{
+    return space_low_water(sp, ndevs) + TC_MAX(ndevs, sp->nsegs / 64);
+}
+
+bool space_has_free(const struct space *sp, unsigned ndevs)
+{
+    return sp->free_segs > space_low_water(sp, ndevs);
 }
 
 /* Keeps invariant 10. */
@@ -192,9 +219,9 @@ void seg_add_live(struct cache *c, uint32_t seg, int delta)
 
 /* Invariant 6: a read pins a segment of a live group (one an entry may
  * point into: invariant 4), and the last unpin of a retired one frees it. */
-void seg_pin(struct cache *c, uint32_t seg)
+void seg_pin(struct space *sp, uint32_t seg)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = &sp->segs[seg];
     TC_ASSERT(sg->group != NIL && (sg->state == SEG_OPEN || sg->state == SEG_CLOSED));
     sg->pins++;
 }
@@ -231,7 +258,7 @@ static void crcs_dropped(void *arg, uint32_t s)
 
 int verify_init(struct cache *c, uint64_t budget)
 {
-    c->verify = verify_new(c->nsegs, c->seg_sectors, c->spb, budget, crcs_dropped, c);
+    c->verify = verify_new(c->sp.nsegs, c->seg_sectors, c->spb, budget, crcs_dropped, c);
     return 0;
 }
 
@@ -241,9 +268,9 @@ void verify_fini(struct cache *c)
     c->verify = NULL;
 }
 
-const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t off)
+const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off)
 {
-    struct segment *sg = SEG(c, seg);
+    const struct segment *sg = &sp->segs[seg];
     uint32_t lo = 0, hi = sg->nchunks;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
@@ -260,10 +287,10 @@ const struct chunk_ref *segment_chunk_of(struct cache *c, uint32_t seg, uint32_t
     return cr;
 }
 
-void segment_add_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
+void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
                        uint32_t data_sectors)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = &sp->segs[seg];
     if (sg->nchunks == sg->chunks_cap) {
         sg->chunks_cap = sg->chunks_cap ? sg->chunks_cap * 2 : 8;
         sg->chunks = realloc(sg->chunks, sg->chunks_cap * sizeof *sg->chunks);
@@ -288,7 +315,7 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 {
     if (!verify_has(c->verify, seg))
         return false;
-    const struct chunk_ref *cr = segment_chunk_of(c, seg, off);
+    const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
     if (cr == NULL || !cr->crcs_loaded || off + n > (uint32_t)cr->start + cr->hdr_sectors +
                                                          cr->data_sectors)
         return false;

@@ -14,7 +14,7 @@
  *   crcs[12]:    [ - | c1 c2 ... c255 | - | c257 ... ]    (LRU-managed)
  *
  * This module is the CRC store; the chunk tables belong to the segments
- * (engine/cache.h: struct segment, segment_chunk_of(), and space.c,
+ * (engine/space.h: struct segment, segment_chunk_of(), and space.c,
  * which joins the two in verify_remember() and verify_lookup()).  A
  * chunk's crcs_loaded flag says its CRCs are in the store.
  *

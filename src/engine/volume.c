@@ -380,7 +380,7 @@ void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes
 {
     const struct cache *c = vol->cache;
     *block_bytes = c ? c->block_size : 0;
-    *capacity = c ? (uint64_t)c->nsegs * c->segment_size : 0;
+    *capacity = c ? (uint64_t)c->sp.nsegs * c->segment_size : 0;
 }
 
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)

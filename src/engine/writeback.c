@@ -816,7 +816,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
 
 static double dirty_ratio(const struct cache *c)
 {
-    uint64_t cap = (uint64_t)c->nsegs * c->segment_size;
+    uint64_t cap = (uint64_t)c->sp.nsegs * c->segment_size;
     return cap ? (double)(c->dirty_sectors * TC_SECTOR) / (double)cap : 0;
 }
 

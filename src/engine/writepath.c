@@ -755,7 +755,7 @@ static void piece_start(struct wpiece *p)
     if (!cached && p->mode != W_BACK) {
         bool admit = false;
         if (p->mode == W_THROUGH && !w->e->vol->read_only) {
-            bool free_space = cache_has_free_space(c);
+            bool free_space = space_has_free(&c->sp, c->ndevs);
             admit = policy_admit_write(c->policy, p->oblock, free_space) &&
                     budget_allow(&c->budget, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
         }

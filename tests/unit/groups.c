@@ -43,7 +43,7 @@ static struct cache *make_bare_cache(void)
         c->devs[d].state = CDEV_OK;
         first += dev_segs[d];
     }
-    c->nsegs = first;
+    c->sp.nsegs = first;
     c->segment_size = 1u << 20;
     c->seg_sectors = 256;
     verify_init(c, 1u << 20);
@@ -73,13 +73,13 @@ static unsigned audit(struct cache *c)
 {
     unsigned bad = 0, where[NSEGS] = { 0 };
     uint64_t last_seq = 0;
-    for (uint32_t k = 0; k < c->ngroups; k++) {
-        uint32_t slot = (c->group_tail + k) % c->groups_cap;
-        struct group *g = group_at(c, slot);
+    for (uint32_t k = 0; k < c->sp.ngroups; k++) {
+        uint32_t slot = (c->sp.group_tail + k) % c->sp.groups_cap;
+        struct group *g = group_at(&c->sp, slot);
         if (k > 0 && g->seq <= last_seq)
             bad++;
         last_seq = g->seq;
-        if (g->open != (slot == c->open_group))
+        if (g->open != (slot == c->sp.open_group))
             bad++;
         for (unsigned i = 0; i < g->nsegs; i++) {
             uint32_t s = g->segs[i];
@@ -91,16 +91,16 @@ static unsigned audit(struct cache *c)
     }
     uint32_t nfree = 0;
     for (unsigned d = 0; d < c->ndevs; d++) {
-        struct cache_dev *cd = &c->devs[d];
-        for (uint32_t i = 0; i < cd->free_segs; i++) {
-            uint32_t s = cd->free_list[i];
+        struct free_stack *fs = &c->sp.stacks[d];
+        for (uint32_t i = 0; i < fs->n; i++) {
+            uint32_t s = fs->segs[i];
             where[s]++;
             if (SEG(c, s)->state != SEG_FREE || SEG(c, s)->dev != d || SEG(c, s)->group != NIL)
                 bad++;
         }
-        nfree += cd->free_segs;
+        nfree += fs->n;
     }
-    if (nfree != c->free_segs)
+    if (nfree != c->sp.free_segs)
         bad++;
     for (uint32_t s = 0; s < NSEGS; s++) {
         bool elsewhere = SEG(c, s)->group == NIL && SEG(c, s)->state != SEG_FREE;
@@ -125,58 +125,58 @@ static void check_fill_and_free(void)
 {
     printf("groups take one segment per device, lowest first, and narrow as devices run out\n");
     struct cache *c = make_cache();
-    CHECK(c->free_segs == NSEGS && c->ngroups == 0 && oldest_group(c) == NULL);
+    CHECK(c->sp.free_segs == NSEGS && c->sp.ngroups == 0 && oldest_group(&c->sp) == NULL);
     CHECK(audit(c) == 0);
     static const uint32_t want[5][3] = {
         { 0, 5, 8 }, { 1, 6, 9 }, { 2, 7, 10 }, { 3, 11 }, { 4 },
     };
     static const uint32_t wn[5] = { 3, 3, 3, 2, 1 };
     for (int k = 0; k < 5; k++) {
-        space_close_group(c);
+        space_close_group(&c->sp);
         CHECK(space_open_group(c));
-        struct group *g = group_at(c, c->open_group);
+        struct group *g = group_at(&c->sp, c->sp.open_group);
         CHECK(group_is(g, wn[k], want[k]));
         CHECK(g->seq == (uint64_t)k && g->open);
         for (unsigned i = 0; i < g->nsegs; i++)
             CHECK(SEG(c, g->segs[i])->state == SEG_OPEN);
         CHECK(audit(c) == 0);
     }
-    space_close_group(c);
-    CHECK(c->free_segs == 0 && !space_open_group(c) && c->ngroups == 5 && c->next_seq == 5);
-    CHECK(c->open_group == NIL && audit(c) == 0);
+    space_close_group(&c->sp);
+    CHECK(c->sp.free_segs == 0 && !space_open_group(c) && c->sp.ngroups == 5 && c->next_seq == 5);
+    CHECK(c->sp.open_group == NIL && audit(c) == 0);
 
     printf("the oldest group is freed first; its segments are reused\n");
-    CHECK(oldest_group(c)->seq == 0);
+    CHECK(oldest_group(&c->sp)->seq == 0);
     space_free_group(c);
-    CHECK(c->ngroups == 4 && oldest_group(c)->seq == 1 && c->free_segs == 3);
+    CHECK(c->sp.ngroups == 4 && oldest_group(&c->sp)->seq == 1 && c->sp.free_segs == 3);
     CHECK(audit(c) == 0);
     CHECK(space_open_group(c));
-    CHECK(group_is(group_at(c, c->open_group), 3, want[0]) &&
-          group_at(c, c->open_group)->seq == 5);
-    space_close_group(c);
+    CHECK(group_is(group_at(&c->sp, c->sp.open_group), 3, want[0]) &&
+          group_at(&c->sp, c->sp.open_group)->seq == 5);
+    space_close_group(&c->sp);
     CHECK(audit(c) == 0);
 
     printf("a pinned segment comes back with its last unpin\n");
-    CHECK(oldest_group(c)->seq == 1);           /* segments 1, 6, 9 */
-    seg_pin(c, 6);
-    seg_pin(c, 6);
+    CHECK(oldest_group(&c->sp)->seq == 1);           /* segments 1, 6, 9 */
+    seg_pin(&c->sp, 6);
+    seg_pin(&c->sp, 6);
     space_free_group(c);
-    CHECK(c->free_segs == 2 && SEG(c, 6)->state != SEG_FREE && SEG(c, 6)->group == NIL);
+    CHECK(c->sp.free_segs == 2 && SEG(c, 6)->state != SEG_FREE && SEG(c, 6)->group == NIL);
     CHECK(audit(c) == 0);
     seg_unpin(c, 6);
-    CHECK(c->free_segs == 2 && SEG(c, 6)->state != SEG_FREE);
+    CHECK(c->sp.free_segs == 2 && SEG(c, 6)->state != SEG_FREE);
     seg_unpin(c, 6);
-    CHECK(c->free_segs == 3 && SEG(c, 6)->state == SEG_FREE);
+    CHECK(c->sp.free_segs == 3 && SEG(c, 6)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     /* A segment with a chunk write in flight: freed by space_write_done. */
-    struct group *g2 = oldest_group(c);         /* seq 2: 2, 7, 10 */
+    struct group *g2 = oldest_group(&c->sp);         /* seq 2: 2, 7, 10 */
     CHECK(g2->seq == 2);
     SEG(c, 7)->writes_inflight = 1;
     space_free_group(c);
-    CHECK(c->free_segs == 5 && SEG(c, 7)->state != SEG_FREE);
+    CHECK(c->sp.free_segs == 5 && SEG(c, 7)->state != SEG_FREE);
     SEG(c, 7)->writes_inflight = 0;
     space_write_done(c, 7);
-    CHECK(c->free_segs == 6 && SEG(c, 7)->state == SEG_FREE);
+    CHECK(c->sp.free_segs == 6 && SEG(c, 7)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     free_cache(c);
 }
@@ -188,57 +188,56 @@ static void check_wrap(void)
     uint64_t opened = 0;
     unsigned bad = 0;
     for (int step = 0; step < 2000; step++) {
-        space_close_group(c);
+        space_close_group(&c->sp);
         if (space_open_group(c)) {
             opened++;
-            if (group_at(c, c->open_group)->seq != opened - 1)
+            if (group_at(&c->sp, c->sp.open_group)->seq != opened - 1)
                 bad++;
         }
         /* Keep between 1 and 4 groups live: free when full or at random. */
-        if (c->free_segs == 0 || (c->ngroups > 1 && step % 3 == 0)) {
-            space_close_group(c);
+        if (c->sp.free_segs == 0 || (c->sp.ngroups > 1 && step % 3 == 0)) {
+            space_close_group(&c->sp);
             space_free_group(c);
         }
-        if (c->ngroups > c->groups_cap || c->group_tail >= c->groups_cap)
+        if (c->sp.ngroups > c->sp.groups_cap || c->sp.group_tail >= c->sp.groups_cap)
             bad++;
         bad += audit(c);
     }
     CHECK(bad == 0);
-    CHECK(opened > 3 * c->groups_cap);
+    CHECK(opened > 3 * c->sp.groups_cap);
 
     printf("a failing device's segments are not handed out again\n");
-    while (c->ngroups > 0) {
-        space_close_group(c);
+    while (c->sp.ngroups > 0) {
+        space_close_group(&c->sp);
         space_free_group(c);
     }
-    CHECK(c->free_segs == NSEGS && audit(c) == 0);
+    CHECK(c->sp.free_segs == NSEGS && audit(c) == 0);
     CHECK(space_open_group(c));
-    struct group *g = group_at(c, c->open_group);
+    struct group *g = group_at(&c->sp, c->sp.open_group);
     CHECK(g->nsegs == 3);
     uint32_t dev1_seg = g->segs[1];
     CHECK(SEG(c, dev1_seg)->dev == 1);
     /* What failure.c does when a device fails: its free stack goes. */
     c->devs[1].state = CDEV_FAILING;
-    c->free_segs -= c->devs[1].free_segs;
-    c->devs[1].free_segs = 0;
-    space_close_group(c);
+    space_drop_free(&c->sp, 1);
+    space_close_group(&c->sp);
     space_free_group(c);
     CHECK(SEG(c, dev1_seg)->state == SEG_FREE);
-    CHECK(c->free_segs == NSEGS - dev_segs[1] && audit(c) == 0);
+    CHECK(c->sp.free_segs == NSEGS - dev_segs[1] && audit(c) == 0);
     /* Devices 0 and 2 have 9 segments: four groups of two, one of one. */
     for (int k = 0; k < 5; k++) {
-        space_close_group(c);
+        space_close_group(&c->sp);
         if (!space_open_group(c)) {
             CHECK(!"a group could be opened");
             break;
         }
-        g = group_at(c, c->open_group);
+        g = group_at(&c->sp, c->sp.open_group);
         CHECK(g->nsegs == (k < 4 ? 2 : 1));
         for (unsigned i = 0; i < g->nsegs; i++)
             CHECK(SEG(c, g->segs[i])->dev != 1);
     }
-    space_close_group(c);
-    CHECK(!space_open_group(c) && c->free_segs == 0 && audit(c) == 0);
+    space_close_group(&c->sp);
+    CHECK(!space_open_group(c) && c->sp.free_segs == 0 && audit(c) == 0);
     free_cache(c);
 }
 
@@ -247,23 +246,23 @@ static void check_push(void)
     printf("recovery: space_push_group() appends at the newest end\n");
     struct cache *c = make_bare_cache();
     /* Groups found on the devices, oldest first: 10 {2, 6}, 11 {9}. */
-    uint32_t a = space_push_group(c, 10);
-    space_group_add_seg(c, a, 2);
-    space_group_add_seg(c, a, 6);
-    uint32_t b = space_push_group(c, 11);
-    space_group_add_seg(c, b, 9);
+    uint32_t a = space_push_group(&c->sp, 10);
+    space_group_add_seg(&c->sp, a, 2);
+    space_group_add_seg(&c->sp, a, 6);
+    uint32_t b = space_push_group(&c->sp, 11);
+    space_group_add_seg(&c->sp, b, 9);
     SEG(c, 2)->state = SEG(c, 6)->state = SEG(c, 9)->state = SEG_CLOSED;
     space_collect_free(c);
     c->next_seq = 12;
-    CHECK(c->ngroups == 2 && oldest_group(c)->seq == 10 && c->free_segs == NSEGS - 3);
+    CHECK(c->sp.ngroups == 2 && oldest_group(&c->sp)->seq == 10 && c->sp.free_segs == NSEGS - 3);
     CHECK(audit(c) == 0);
     CHECK(space_open_group(c));
-    CHECK(group_at(c, c->open_group)->seq == 12);
+    CHECK(group_at(&c->sp, c->sp.open_group)->seq == 12);
     static const uint32_t want[] = { 0, 5, 8 };  /* lowest free of each device */
-    CHECK(group_is(group_at(c, c->open_group), 3, want));
+    CHECK(group_is(group_at(&c->sp, c->sp.open_group), 3, want));
     CHECK(audit(c) == 0);
     space_free_group(c);
-    CHECK(oldest_group(c)->seq == 11 && SEG(c, 2)->state == SEG_FREE);
+    CHECK(oldest_group(&c->sp)->seq == 11 && SEG(c, 2)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     free_cache(c);
 }

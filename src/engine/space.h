@@ -1,0 +1,130 @@
+/*
+ * Space: the cache's segments, the groups they are written in, the free
+ * segments, and the reserve kept for the cleaner.
+ *
+ * Segments are numbered across all devices.  Free segments of each device
+ * are kept on a stack (stacks[dev]; free_segs counts them all).  A group takes one free segment from every device
+ * that has one, so appends spread over all devices (the interleave), and
+ * the ring of groups is the log's order:
+ *
+ *   groups (ring of groups_cap slots):
+ *
+ *     group_tail                          open_group
+ *        v                                    v
+ *     [oldest] [ ... ] [ ... ] [ ... ] [newest = open]
+ *        |  the cleaner retires this one
+ *        +--> segs: dev 0 seg 3, dev 1 seg 40, ...   (one per device)
+ *
+ *   segment: FREE --space_open_group()--> OPEN --close--> CLOSED
+ *            --space_free_group()--> FREE (or retired while pinned:
+ *            freed by its last unpin or chunk write)
+ *
+ * Each segment keeps its chunk table (where each chunk starts: for the
+ * CRC lookup of a cached sector and for the cleaner), a live count, and
+ * the pins of reads in flight.  reserve_segs free segments are kept for
+ * the cleaner: appends that are not the cleaner's stop there.
+ *
+ * Invariants (numbered as in cache.h):
+ *
+ * Invariant 4: entries only point into segments of live groups.
+ *
+ * Invariant 6: nothing is read from a segment while it is being
+ * rewritten: reads pin segments of live groups, and a segment with pins or
+ * chunk writes in flight is not freed.
+ *
+ * Invariant 10: a segment's live count is the number of data sectors that
+ * fragments (and their mirror copies) keep in it: never negative, never
+ * above seg_sectors (as the engine writes the log), and 0 once the cleaner
+ * has dropped what pointed into its group.
+ */
+#ifndef TC_ENGINE_SPACE_H
+#define TC_ENGINE_SPACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "format/ondisk.h"
+
+enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };
+
+/* Chunk table of a segment: where each chunk starts (for the CRC lookup of
+ * a cached sector and for the cleaner). */
+struct chunk_ref {
+    uint16_t start;             /* sector of the header */
+    uint16_t hdr_sectors;
+    uint16_t data_sectors;
+    uint16_t crcs_loaded;       /* its CRCs are in the verify cache */
+};
+
+struct segment {
+    uint8_t state;
+    uint8_t dev;                /* index in cache->devs */
+    uint16_t unused;
+    uint32_t group;             /* slot in the group ring while not free */
+    uint64_t seq;               /* the group's sequence number */
+    uint32_t fill;              /* sectors used by chunks (written or in flight) */
+    uint32_t live;              /* data sectors that index entries point to */
+    uint32_t pins;              /* reads in flight */
+    uint32_t writes_inflight;   /* chunk writes in flight */
+    uint8_t *image;             /* RAM image while open or writing */
+    struct chunk_ref *chunks;
+    uint32_t nchunks, chunks_cap;
+};
+
+/* A group: one segment on each of several devices, filled in parallel,
+ * reclaimed as one.  Kept in a ring from oldest (tail) to newest (open). */
+struct group {
+    uint64_t seq;
+    uint32_t segs[TC_MAX_DEVICES];
+    uint8_t nsegs;
+    bool open;
+    bool retiring;
+};
+
+/* A device's free segments. */
+struct free_stack {
+    uint32_t *segs;
+    uint32_t n;
+};
+
+struct space {
+    struct segment *segs;
+    uint32_t nsegs, free_segs;
+    uint32_t reserve_segs;          /* kept free for the cleaner */
+    struct group *groups;           /* ring */
+    uint32_t groups_cap, group_tail, ngroups;
+    uint32_t open_group;            /* ring slot, or NIL */
+    struct free_stack stacks[TC_MAX_DEVICES];   /* by device */
+};
+
+/* The group at a ring slot, the oldest (NULL: none), and its slot. */
+struct group *group_at(struct space *sp, uint32_t slot);
+struct group *oldest_group(struct space *sp);
+uint32_t group_slot_of_oldest(const struct space *sp);
+/* The open group (if any) takes no more appends. */
+void space_close_group(struct space *sp);
+/* Recovery rebuilds the ring: add a group as the newest, then its segments. */
+uint32_t space_push_group(struct space *sp, uint64_t seq);
+void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s);
+
+/* Device dev failed: its free segments are no longer space (the stack is
+ * emptied; push_free() leaves a failed device's segments off it). */
+void space_drop_free(struct space *sp, unsigned dev);
+
+/* The free-space test: the cleaner works below the low water mark (and
+ * until the high one); ndevs is the number of cache devices. */
+uint32_t space_low_water(const struct space *sp, unsigned ndevs);
+uint32_t space_high_water(const struct space *sp, unsigned ndevs);
+/* True while the cache has room without reclaiming (policies admit freely). */
+bool space_has_free(const struct space *sp, unsigned ndevs);
+
+/* A read pins a segment of a live group (invariant 6); seg_unpin() is
+ * cache.h's (the last unpin of a retired segment frees it). */
+void seg_pin(struct space *sp, uint32_t seg);
+
+/* The chunk holding (seg, off), for reading its header (NULL: none). */
+const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off);
+void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
+                       uint32_t data_sectors);
+
+#endif
