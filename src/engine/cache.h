@@ -416,7 +416,8 @@ struct cache {
         bool scanning;              /* origin_window_flushed() at work */
         struct ow_rec *r;
         uint32_t n, cap;
-        uint32_t *hash;             /* OW_BUCKETS chains of cached records */
+        uint32_t *hash;             /* nbuckets chains of cached records */
+        uint32_t nbuckets;          /* a power of two */
         uint64_t acks;              /* acknowledgements counted */
         uint64_t cuts, cuts_reported;   /* flushes that found a cut, reported ones */
         bool overflowed;

@@ -72,7 +72,7 @@
 
 #define OW_SOFT 4096u
 #define OW_MAX (1u << 20)
-#define OW_BUCKETS 4096u
+#define OW_BUCKETS 4096u       /* chains at first; doubled past two records each */
 
 struct ow_rec {
     uint64_t off, len;
@@ -82,19 +82,45 @@ struct ow_rec {
     bool dropped;           /* ... and the block's entry was dropped since */
 };
 
-static unsigned ow_bucket(uint64_t oblock) { return (unsigned)(oblock % OW_BUCKETS); }
+static unsigned ow_bucket(const struct origin_window *w, uint64_t oblock)
+{
+    return (unsigned)(oblock & (w->nbuckets - 1));
+}
+
+static void hash_link(struct cache *c, uint32_t i)
+{
+    struct origin_window *w = &c->owin;
+    unsigned b = ow_bucket(w, w->r[i].off / c->block_size);
+    w->r[i].hnext = w->hash[b];
+    w->hash[b] = i;
+}
+
+/* Empty chains, nb of them, holding every cached record again (linked in
+ * record order: each chain runs from the newest to the oldest). */
+static void hash_rebuild(struct cache *c, uint32_t nb)
+{
+    struct origin_window *w = &c->owin;
+    if (nb != w->nbuckets) {
+        free(w->hash);
+        w->hash = tc_xcalloc(nb, sizeof *w->hash);
+        w->nbuckets = nb;
+    }
+    for (uint32_t b = 0; b < nb; b++)
+        w->hash[b] = NIL;
+    for (uint32_t i = 0; i < w->n; i++)
+        if (w->r[i].cached)
+            hash_link(c, i);
+}
 
 static void hash_add(struct cache *c, uint32_t i)
 {
     struct origin_window *w = &c->owin;
-    if (w->hash == NULL) {
-        w->hash = tc_xcalloc(OW_BUCKETS, sizeof *w->hash);
-        for (unsigned b = 0; b < OW_BUCKETS; b++)
-            w->hash[b] = NIL;
-    }
-    unsigned b = ow_bucket(w->r[i].off / c->block_size);
-    w->r[i].hnext = w->hash[b];
-    w->hash[b] = i;
+    if (w->hash == NULL)
+        hash_rebuild(c, OW_BUCKETS);
+    else if (w->n > 2 * w->nbuckets && w->nbuckets < OW_MAX / 2)
+        hash_rebuild(c, 2 * w->nbuckets);   /* (links record i too) */
+    else
+        hash_link(c, i);
 }
 
 void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached)
@@ -170,9 +196,14 @@ void origin_window_dropped(struct cache *c, uint64_t oblock)
     struct origin_window *w = &c->owin;
     if (w->hash == NULL || w->n == 0 || w->scanning)
         return;     /* (scanning: the records are being moved; a cut drops) */
-    for (uint32_t i = w->hash[ow_bucket(oblock)]; i != NIL; i = w->r[i].hnext)
-        if (w->r[i].cached && w->r[i].off / c->block_size == oblock)
+    /* A chain runs from the newest record to the oldest, and a drop marks
+     * every record of the block: past one already marked, all are. */
+    for (uint32_t i = w->hash[ow_bucket(w, oblock)]; i != NIL; i = w->r[i].hnext)
+        if (w->r[i].cached && w->r[i].off / c->block_size == oblock) {
+            if (w->r[i].dropped)
+                break;
             w->r[i].dropped = true;
+        }
 }
 
 /* The block's write-through version is to be written back again. */
@@ -257,11 +288,10 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
     if (k != w->n) {
         w->n = k;
         if (w->hash) {
-            for (unsigned b = 0; b < OW_BUCKETS; b++)
-                w->hash[b] = NIL;
-            for (uint32_t i = 0; i < w->n; i++)
-                if (w->r[i].cached)
-                    hash_add(c, i);
+            uint32_t nb = OW_BUCKETS;       /* shrink with the window */
+            while (nb < w->nbuckets && w->n > 2 * nb)
+                nb *= 2;
+            hash_rebuild(c, nb);
         }
     }
     if (w->n == 0)
