@@ -175,8 +175,10 @@ static void adapt_window(struct dflt *p, uint64_t oblock)
     }
 }
 
-static bool decide(struct dflt *p, uint64_t oblock, bool free_space, uint64_t *refused)
+static bool admit(void *s, uint64_t oblock, bool free_space)
 {
+    struct dflt *p = s;
+    adapt_window(p, oblock);
     if (free_space) {
         p->admitted_free++;
         return true;
@@ -186,15 +188,8 @@ static bool decide(struct dflt *p, uint64_t oblock, bool free_space, uint64_t *r
         return true;
     }
     history_add(p->seen, oblock);
-    (*refused)++;
+    p->refused_reads++;
     return false;
-}
-
-static bool admit(void *s, uint64_t oblock, bool free_space)
-{
-    struct dflt *p = s;
-    adapt_window(p, oblock);
-    return decide(p, oblock, free_space, &p->refused_reads);
 }
 
 static bool admit_write(void *s, uint64_t oblock, bool free_space)
