@@ -246,19 +246,19 @@ static void check_recovered(struct cache *c)
     uint32_t nsegs = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
         nsegs += c->devs[d].nsegs;
-    CHECK(nsegs == c->nsegs, "%u segments on the devices, %u in the set", nsegs, c->nsegs);
+    CHECK(nsegs == c->sp.nsegs, "%u segments on the devices, %u in the set", nsegs, c->sp.nsegs);
     for (unsigned d = 0; d < c->ndevs; d++)
-        CHECK((uint64_t)c->devs[d].first_seg + c->devs[d].nsegs <= c->nsegs,
+        CHECK((uint64_t)c->devs[d].first_seg + c->devs[d].nsegs <= c->sp.nsegs,
               "device %u: segments %u + %u of %u", d, c->devs[d].first_seg, c->devs[d].nsegs,
-              c->nsegs);
+              c->sp.nsegs);
 
     /* Groups and segments. */
-    CHECK(c->ngroups <= c->groups_cap, "%u groups, room for %u", c->ngroups, c->groups_cap);
-    uint8_t *in_group = tc_xcalloc(c->nsegs, 1);
+    CHECK(c->sp.ngroups <= c->sp.groups_cap, "%u groups, room for %u", c->sp.ngroups, c->sp.groups_cap);
+    uint8_t *in_group = tc_xcalloc(c->sp.nsegs, 1);
     uint64_t prev_seq = 0;
-    for (uint32_t i = 0; i < c->ngroups; i++) {
-        uint32_t slot = (c->group_tail + i) % c->groups_cap;
-        struct group *g = group_at(c, slot);
+    for (uint32_t i = 0; i < c->sp.ngroups; i++) {
+        uint32_t slot = (c->sp.group_tail + i) % c->sp.groups_cap;
+        struct group *g = group_at(&c->sp, slot);
         CHECK(g->nsegs >= 1 && g->nsegs <= c->ndevs, "group %llu has %u segments",
               (unsigned long long)g->seq, g->nsegs);
         CHECK(i == 0 || g->seq > prev_seq, "groups out of order");
@@ -267,8 +267,8 @@ static void check_recovered(struct cache *c)
         prev_seq = g->seq;
         for (unsigned k = 0; k < g->nsegs; k++) {
             uint32_t s = g->segs[k];
-            CHECK(s < c->nsegs, "group %llu holds segment %u of %u", (unsigned long long)g->seq,
-                  s, c->nsegs);
+            CHECK(s < c->sp.nsegs, "group %llu holds segment %u of %u", (unsigned long long)g->seq,
+                  s, c->sp.nsegs);
             CHECK(!in_group[s], "segment %u in two groups", s);
             in_group[s] = 1;
             struct segment *sg = SEG(c, s);
@@ -281,7 +281,7 @@ static void check_recovered(struct cache *c)
         }
     }
     uint32_t free_segs = 0;
-    for (uint32_t s = 0; s < c->nsegs; s++) {
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
         struct segment *sg = SEG(c, s);
         CHECK(sg->fill <= c->seg_sectors, "segment %u filled to %u of %u", s, sg->fill,
               c->seg_sectors);
@@ -296,17 +296,17 @@ static void check_recovered(struct cache *c)
             free_segs++;
         }
     }
-    CHECK(free_segs == c->free_segs, "%u free segments counted, %u found", c->free_segs,
+    CHECK(free_segs == c->sp.free_segs, "%u free segments counted, %u found", c->sp.free_segs,
           free_segs);
     uint32_t listed = 0;
     for (unsigned d = 0; d < c->ndevs; d++) {
-        for (uint32_t i = 0; i < c->devs[d].free_segs; i++) {
-            uint32_t s = c->devs[d].free_list[i];
-            CHECK(s < c->nsegs && SEG(c, s)->dev == d && in_group[s] == 0,
+        for (uint32_t i = 0; i < c->sp.stacks[d].n; i++) {
+            uint32_t s = c->sp.stacks[d].segs[i];
+            CHECK(s < c->sp.nsegs && SEG(c, s)->dev == d && in_group[s] == 0,
                   "device %u: free list holds segment %u", d, s);
             in_group[s] = 2;
         }
-        listed += c->devs[d].free_segs;
+        listed += c->sp.stacks[d].n;
     }
     CHECK(listed == free_segs, "%u segments on free lists, %u free", listed, free_segs);
 
@@ -358,7 +358,7 @@ static void check_recovered(struct cache *c)
                 uint32_t off = copy ? fr.moff : fr.off;
                 if (copy && seg == NIL)
                     continue;
-                CHECK(seg < c->nsegs && in_group[seg] == 1,
+                CHECK(seg < c->sp.nsegs && in_group[seg] == 1,
                       "block %llu: a fragment in segment %u, which is not live",
                       (unsigned long long)e->oblock, seg);
                 CHECK(off + n <= c->seg_sectors, "block %llu: %u sectors at %u:%u",
@@ -471,7 +471,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (debug) {
         fprintf(stderr, "recovered %llu blocks, %llu dirty sectors, %u groups; check: %u "
                 "problems\n", (unsigned long long)c->idx.count,
-                (unsigned long long)c->dirty_sectors, c->ngroups, res.nproblems);
+                (unsigned long long)c->dirty_sectors, c->sp.ngroups, res.nproblems);
         for (unsigned i = 0; i < res.nproblems && i < 20; i++)
             fprintf(stderr, "  %s\n", res.problems[i]);
     }
