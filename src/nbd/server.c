@@ -14,11 +14,13 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
 #include <netinet/tcp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -421,6 +423,52 @@ void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *
 static const char *cmd_key[] = { "read", "write", "disc", "flush", "trim", "cache",
                                  "write_zeroes", "block_status" };
 
+/* Bytes in a socket's kernel queue: received and not yet read (SIOCINQ),
+ * or sent and not yet taken by the peer (SIOCOUTQ); -1 where the kernel
+ * cannot tell (a pipe, an error), and the figure is left out. */
+static int64_t socket_queue(int fd, bool is_socket, unsigned long request)
+{
+    int n;
+    if (!is_socket || fd < 0 || ioctl(fd, request, &n) != 0)
+        return -1;
+    return n;
+}
+
+/* One entry per connection, so that a client whose requests go unanswered
+ * shows where they stopped: still in the kernel's socket queue (received
+ * by the kernel, not by the daemon), read and not parsed, inside the
+ * engine, or answered and not yet taken by the client. */
+static void clients_json(struct nbd_server *srv, struct tc_json *j)
+{
+    static const char *tls_states[] = { "none", "starting", "handshake", "active", "failed" };
+    json_begin_array(j, "clients");
+    for (const struct nbd_conn *c = srv->conns; c; c = c->next) {
+        json_begin_object(j, NULL);
+        json_uint(j, "id", c->id);
+        json_string(j, "peer", c->peer);
+        json_string(j, "phase", c->phase == PHASE_TRANSMISSION ? "transmission" : "handshake");
+        json_string(j, "tls", tls_states[c->tls_state]);
+        json_uint(j, "requests", c->requests);
+        json_uint(j, "inflight", c->inflight);
+        json_uint(j, "inflight_bytes", c->inflight_bytes);
+        json_uint(j, "rx_buffered_bytes", c->rx_end - c->rx_start);
+        json_bool(j, "rx_armed", c->rx_armed);
+        json_bool(j, "receiving_payload", c->rx_req != NULL);
+        json_bool(j, "waiting_for_memory", c->mem_waiting);
+        json_bool(j, "at_memory_limit", c->over_limit);
+        json_uint(j, "tx_queued_bytes", c->tx_bytes);
+        int64_t unread = socket_queue(c->fd, c->is_socket, SIOCINQ);
+        int64_t unsent = socket_queue(c->wfd, c->is_socket, SIOCOUTQ);
+        if (unread >= 0)
+            json_uint(j, "socket_unread_bytes", (uint64_t)unread);
+        if (unsent >= 0)
+            json_uint(j, "socket_unsent_bytes", (uint64_t)unsent);
+        json_bool(j, "closing", c->closing);
+        json_end_object(j);
+    }
+    json_end_array(j);
+}
+
 void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
 {
     json_begin_object(j, "nbd");
@@ -467,5 +515,6 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     for (unsigned i = 0; i < TC_ARRAY_SIZE(cmd_key); i++)
         json_uint(j, cmd_key[i], srv->stats.requests[i]);
     json_end_object(j);
+    clients_json(srv, j);
     json_end_object(j);
 }
