@@ -6,6 +6,8 @@
  *     segment's current incarnation while its header checks and carries the
  *     group sequence of the first one.  The walk stops at the first chunk
  *     that fails (never written, torn, or left from an older incarnation).
+ *     It keeps each good chunk's entries and checksums, so that step 4
+ *     reads no header a second time.
  *  2. The newest header (highest chunk sequence) gives the log tail and the
  *     write-through stable mark; the highest "flushed" mark of any header
  *     says which chunks were durable.  Segments of groups older than the
@@ -42,6 +44,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/verify.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -75,6 +78,25 @@ struct recovery {
     struct walk *walks;             /* per segment: its walk (step 1) */
     uint64_t **cseq;                /* per segment: the chunk sequence of each chunk found */
     uint32_t *cseq_cap;
+    struct found *found;            /* per segment: the entries its walk decoded */
+};
+
+/*
+ * The entries of the chunks a walk found, decoded from the header the walk
+ * read (a walk reads a whole header), so that the entries' pass need not
+ * read it again: that second read of every live chunk's header was half
+ * the start's reads.  first[k] indexes chunk k's entries in recs (its n
+ * entries follow), or is UNDECODED when the entries' pass must read the
+ * chunk itself: an entry that does not decode or names a block beyond the
+ * origin (the pass reports it, for live segments only).  Chunks that may
+ * be torn (written after the durable mark, known only once every walk has
+ * ended) are read again with their data, as before, whatever is here.
+ */
+#define UNDECODED UINT32_MAX
+struct found {
+    struct rec *recs;
+    uint32_t nrecs, recs_cap;
+    uint32_t *first, *n;            /* by chunk index, sized as cseq */
 };
 
 static void add_rec(struct recovery *rc, const struct rec *r)
@@ -153,9 +175,10 @@ static void add_damage(struct recovery *rc, const char *fmt, ...)
 }
 
 /*
- * Reads in parallel.  Start reads one header per chunk of the log, and a
- * device answers a read in 50-200 us: one read at a time, that latency
- * is the start time of a large cache.  So the walks of all segments go on
+ * Reads in parallel.  Start reads one header per chunk of the log (one
+ * sector, unless the header is longer), and a device answers a read in
+ * 50-200 us: one read at a time, that latency is the start time of a
+ * large cache.  So the walks of all segments go on
  * side by side (within a segment they cannot: a header says where the
  * next one is), and the entries' pass reads ahead of the chunk it
  * applies.  Completions are only collected as they come; what was read is
@@ -210,12 +233,71 @@ static void note_chunk_seq(struct recovery *rc, uint32_t s, uint32_t k, uint64_t
         uint32_t cap = rc->cseq_cap[s] ? rc->cseq_cap[s] * 2 : 8;
         while (cap <= k)
             cap *= 2;
+        struct found *f = &rc->found[s];
         rc->cseq[s] = realloc(rc->cseq[s], (size_t)cap * sizeof **rc->cseq);
-        if (rc->cseq[s] == NULL)
+        f->first = realloc(f->first, (size_t)cap * sizeof *f->first);
+        f->n = realloc(f->n, (size_t)cap * sizeof *f->n);
+        if (rc->cseq[s] == NULL || f->first == NULL || f->n == NULL)
             abort();
         rc->cseq_cap[s] = cap;
     }
     rc->cseq[s][k] = chunk_seq;
+}
+
+/* One entry of the chunk at sector start of segment s as a record, or
+ * false (with why) when it does not decode or names a block beyond the
+ * origin. */
+static bool entry_rec(struct recovery *rc, uint32_t s, uint32_t start, const uint8_t *hdr,
+                      const struct tc_chunk_header *h, uint32_t i, struct rec *r, bool *beyond,
+                      char *why, size_t whylen)
+{
+    struct cache *c = rc->c;
+    struct tc_entry e;
+    *beyond = false;
+    if (chunk_entry(hdr, h, c->spb, i, &e, why, whylen) < 0)
+        return false;
+    if (e.oblock >= c->nblocks_origin) {
+        *beyond = true;
+        return false;
+    }
+    *r = (struct rec){ .seq = e.seq, .oblock = e.oblock, .target = e.target,
+                       .valid = e.valid, .dirty = e.dirty, .seg = s,
+                       .off = (uint16_t)(start + h->hdr_sectors + e.data_sector),
+                       .type = e.type, .flags = e.flags };
+    return true;
+}
+
+/* Keep the entries of chunk k (at sector start of segment s), whose header
+ * the walk read and decoded, for the entries' pass. */
+static void keep_entries(struct recovery *rc, uint32_t s, uint32_t k, uint32_t start,
+                         const uint8_t *hdr, const struct tc_chunk_header *h)
+{
+    struct found *f = &rc->found[s];
+    if (f->nrecs + (uint64_t)h->nr_entries > UINT32_MAX - 1) {
+        f->first[k] = UNDECODED;
+        return;
+    }
+    if (f->nrecs + h->nr_entries > f->recs_cap) {
+        uint32_t cap = f->recs_cap ? f->recs_cap : 64;
+        while (cap < f->nrecs + h->nr_entries)
+            cap *= 2;
+        f->recs = realloc(f->recs, (size_t)cap * sizeof *f->recs);
+        if (f->recs == NULL)
+            abort();
+        f->recs_cap = cap;
+    }
+    uint32_t first = f->nrecs;
+    for (uint32_t i = 0; i < h->nr_entries; i++) {
+        char why[128];
+        bool beyond;
+        if (!entry_rec(rc, s, start, hdr, h, i, &f->recs[first + i], &beyond, why, sizeof why)) {
+            f->first[k] = UNDECODED;        /* the entries' pass reads it and says why */
+            return;
+        }
+    }
+    f->nrecs += h->nr_entries;
+    f->first[k] = first;
+    f->n[k] = h->nr_entries;
 }
 
 /* Step 1 for the header read at w->at: false when the walk ends there. */
@@ -234,6 +316,8 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
     rc->last_chunk[s] = h.chunk_seq;
     segment_add_chunk(&c->sp, s, w->at, h.hdr_sectors, h.data_sectors);
     note_chunk_seq(rc, s, SEG(c, s)->nchunks - 1, h.chunk_seq);
+    keep_entries(rc, s, SEG(c, s)->nchunks - 1, w->at, hdr, &h);
+    verify_remember(c, s, w->at, &h, hdr);      /* forgotten if the segment is free */
     rc->chunks++;
     if (h.chunk_seq > rc->max_chunk_seq) {
         rc->max_chunk_seq = h.chunk_seq;
@@ -321,6 +405,24 @@ static void walk_submit(struct cache *c, struct walk_slot *sl, const struct walk
     dev_submit(SEG_DEV(c, sl->s)->dev, &sl->dio);
 }
 
+/* The first read of a header is one sector, where nearly every header
+ * fits (a chunk of 64 KiB blocks describes its 16 or so entries in a few
+ * hundred bytes): reading TC_MAX_HDR_SECTORS every time was eight times
+ * the bytes.  A header that says it is longer is read again whole:
+ * *full is that length, when the sector read looks like the start of a
+ * header longer than one sector that fits what walk_len() allows. */
+static bool walk_needs_more(const struct cache *c, const struct walk *w, const uint8_t *b,
+                            size_t *full)
+{
+    if (le64_get(b + CH_OFF_MAGIC) != TC_CHUNK_MAGIC)
+        return false;
+    size_t len = (size_t)le16_get(b + CH_OFF_HDR_SECTORS) * TC_SECTOR;
+    if (len <= TC_SECTOR || len > walk_len(c, w))
+        return false;       /* fits, or walk_step() finds it out of range */
+    *full = len;
+    return true;
+}
+
 /* Step 1 for every segment, RECOVERY_DEPTH walks at a time; then each
  * walk's end, in segment order. */
 static void walk_all(struct recovery *rc)
@@ -344,7 +446,7 @@ static void walk_all(struct recovery *rc)
                 size_t len = walk_len(c, &rc->walks[s]);
                 if (len > 0) {
                     slots[i].s = s;
-                    walk_submit(c, &slots[i], &rc->walks[s], len);
+                    walk_submit(c, &slots[i], &rc->walks[s], TC_SECTOR);
                     busy++;
                     break;
                 }
@@ -358,12 +460,16 @@ static void walk_all(struct recovery *rc)
             if (sl->s == UINT32_MAX || !sl->done)
                 continue;
             struct walk *w = &rc->walks[sl->s];
-            size_t len = sl->dio.len;
+            size_t len = sl->dio.len, full;
             busy--;
-            if (sl->err)
+            if (sl->err) {
                 w->err = sl->err;
-            else if (walk_step(rc, sl->s, w, sl->buf, len) && (len = walk_len(c, w)) > 0) {
-                walk_submit(c, sl, w, len);
+            } else if (len == TC_SECTOR && walk_needs_more(c, w, sl->buf, &full)) {
+                walk_submit(c, sl, w, full);
+                busy++;
+                continue;
+            } else if (walk_step(rc, sl->s, w, sl->buf, len) && walk_len(c, w) > 0) {
+                walk_submit(c, sl, w, TC_SECTOR);
                 busy++;
                 continue;
             }
@@ -535,6 +641,7 @@ struct chunk_read {
     size_t data_cap;
     uint32_t s, k;              /* segment, and the chunk's index in it */
     bool with_data;
+    bool decoded;               /* its walk kept its entries: nothing to read */
     unsigned pending;
     int hdr_err, data_err;
 };
@@ -609,36 +716,48 @@ static bool read_entries(struct recovery *rc, struct chunk_read *rd)
         data = rd->data;
     }
     for (uint32_t i = 0; i < h.nr_entries; i++) {
-        struct tc_entry e;
-        if (chunk_entry(rd->hdr, &h, c->spb, i, &e, why, sizeof why) < 0) {
-            tc_warn("%s: segment %u chunk at %u: %s", dev->name, s, cr->start, why);
+        struct rec r;
+        bool beyond;
+        if (!entry_rec(rc, s, cr->start, rd->hdr, &h, i, &r, &beyond, why, sizeof why)) {
+            if (beyond) {
+                struct tc_entry e;
+                chunk_entry(rd->hdr, &h, c->spb, i, &e, why, sizeof why);
+                tc_warn("%s: segment %u: entry for block %llu beyond the origin ignored",
+                        dev->name, s, (unsigned long long)e.oblock);
+            } else {
+                tc_warn("%s: segment %u chunk at %u: %s", dev->name, s, cr->start, why);
+            }
             c->st.recovery_malformed++;
             continue;
         }
-        struct rec r = { .seq = e.seq, .oblock = e.oblock, .target = e.target,
-                         .valid = e.valid, .dirty = e.dirty, .seg = s,
-                         .off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector),
-                         .type = e.type, .flags = e.flags };
-        if (e.oblock >= c->nblocks_origin) {
-            tc_warn("%s: segment %u: entry for block %llu beyond the origin ignored",
-                    dev->name, s, (unsigned long long)e.oblock);
-            c->st.recovery_malformed++;
-            continue;
-        }
-        if (check && e.type == TC_ENTRY_DATA) {
-            unsigned n = mask_count(&e.valid);
+        if (check && r.type == TC_ENTRY_DATA) {
+            uint32_t first = r.off - cr->start - cr->hdr_sectors;    /* e.data_sector */
+            unsigned n = mask_count(&r.valid);
             for (unsigned x = 0; x < n && !r.bad; x++)
-                if (tc_crc32c(0, data + (size_t)(e.data_sector + x) * TC_SECTOR, TC_SECTOR) !=
-                    chunk_data_crc(rd->hdr, &h, c->spb, e.data_sector + x))
+                if (tc_crc32c(0, data + (size_t)(first + x) * TC_SECTOR, TC_SECTOR) !=
+                    chunk_data_crc(rd->hdr, &h, c->spb, first + x))
                     r.bad = true;
             if (r.bad)
                 c->st.recovery_unflushed++;
         }
-        if (e.seq > rc->max_seq)
-            rc->max_seq = e.seq;
+        if (r.seq > rc->max_seq)
+            rc->max_seq = r.seq;
         add_rec(rc, &r);
     }
     return true;
+}
+
+/* Steps 3 and 4's input for chunk k of segment s from what its walk
+ * decoded: the same records read_entries() would add. */
+static void found_entries(struct recovery *rc, uint32_t s, uint32_t k)
+{
+    const struct found *f = &rc->found[s];
+    for (uint32_t i = 0; i < f->n[k]; i++) {
+        const struct rec *r = &f->recs[f->first[k] + i];
+        if (r->seq > rc->max_seq)
+            rc->max_seq = r->seq;
+        add_rec(rc, r);
+    }
 }
 
 /* Steps 3 and 4's input for every live segment, in order: each chunk's
@@ -674,9 +793,15 @@ static void read_live_entries(struct recovery *rc, const uint32_t *live, uint32_
             rd->s = s;
             rd->k = k;
             rd->with_data = with_data;
+            rd->decoded = !with_data && rc->found[s].first[k] != UNDECODED;
             rd->pending = 0;
             rd->hdr_err = rd->data_err = 0;
             rd->data_io.len = 0;
+            if (rd->decoded) {
+                issued++;
+                k++;
+                continue;
+            }
             chunk_read_submit(c, rd, &rd->hdr_io, rd->hdr, base + (uint64_t)cr->start * TC_SECTOR,
                               (size_t)cr->hdr_sectors * TC_SECTOR);
             if (with_data) {
@@ -696,7 +821,9 @@ static void read_live_entries(struct recovery *rc, const uint32_t *live, uint32_
             reactor_poll(c->reactor, 100000000ull);
         if (rd->with_data)
             data_inflight -= rd->data_io.len;
-        if (rd->s != broken && !read_entries(rc, rd))
+        if (rd->decoded)
+            found_entries(rc, rd->s, rd->k);
+        else if (rd->s != broken && !read_entries(rc, rd))
             broken = rd->s;
         applied++;
     }
@@ -853,6 +980,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     rc.walks = tc_xcalloc(c->sp.nsegs, sizeof *rc.walks);
     rc.cseq = tc_xcalloc(c->sp.nsegs, sizeof *rc.cseq);
     rc.cseq_cap = tc_xcalloc(c->sp.nsegs, sizeof *rc.cseq_cap);
+    rc.found = tc_xcalloc(c->sp.nsegs, sizeof *rc.found);
     walk_all(&rc);
     /* A walk resumed past damage can find the newest chunks, which move
      * the durable mark and the tail: segments judged torn before that are
@@ -878,10 +1006,12 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
          * failure, is free: its entries may be older than what the
          * origin received since (abandon.c, devfail_record()). */
         if (sg->nchunks > 0 && sg->seq >= rc.tail_seq && sg->seq > 0 &&
-            !devfail_untrusted(c, sg->dev, sg->seq))
+            !devfail_untrusted(c, sg->dev, sg->seq)) {
             live[nlive++] = s;
-        else
+        } else {
             sg->nchunks = 0;
+            verify_forget(c->verify, s);    /* remembered by its walk */
+        }
     }
     for (uint32_t i = 1; i < nlive; i++) {          /* insertion sort by seq */
         uint32_t x = live[i], j = i;
@@ -906,6 +1036,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
                     "device; ignored", SEG_DEV(c, live[i])->dev->name, live[i],
                     (unsigned long long)sg->seq);
             sg->nchunks = 0;
+            verify_forget(c->verify, live[i]);
             continue;
         }
         space_group_add_seg(&c->sp, slot, live[i]);
@@ -941,8 +1072,13 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     free(rc.stop);
     free(rc.last_chunk);
     free(rc.walks);
-    for (uint32_t s = 0; s < c->sp.nsegs; s++)
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
         free(rc.cseq[s]);
+        free(rc.found[s].recs);
+        free(rc.found[s].first);
+        free(rc.found[s].n);
+    }
+    free(rc.found);
     free(rc.cseq);
     free(rc.cseq_cap);
     free(rc.recs);
