@@ -19,6 +19,9 @@ the count.  Controlled by files in DIR:
              since, as a server that still executes what it had read), its
              replies flow, and once the server has answered the held write,
              DIR/released holds the number of request bytes sent late.
+             A connection still open then carries on as before (a server
+             that was only slow): DIR/released is written as the held
+             requests are sent.
 
 A connection the client closes is half-closed towards the server, whose
 last replies are read and dropped (nbdkit 1.32 aborts when a reply meets a
@@ -82,6 +85,18 @@ def up(k):
     held = bytearray()
     try:
         while True:
+            if k.stopped and exists("release"):
+                # Released while the client is still connected: a slow
+                # server, not a stuck one.
+                k.cookie = bytes(held[8:16])
+                u.sendall(bytes(held))
+                put("released", f"{len(held)}\n")
+                held = bytearray()
+                k.stopped = False
+                k.released = True
+                continue
+            if k.stopped and not select.select([c], [], [], 0.05)[0]:
+                continue
             if pending and not select.select([c], [], [], 0.05)[0]:
                 if not k.stopped:
                     u.sendall(pending)
