@@ -4,8 +4,9 @@
  * A write is cut into pieces, one per cache block.  A piece of a block
  * that is not cached and that the cache will not take goes straight to
  * the origin, registered as an origin write so no fill can cache older
- * data meanwhile.  Every other piece takes the block's lock and follows
- * its mode:
+ * data meanwhile, and holding the block's lock so that a later write of
+ * the block waits for it.  Every other piece takes the block's lock and
+ * follows its mode:
  *
  *   writeback     merge with the block's cached sectors, append the new
  *                 version as dirty; done (a FLUSH or FUA makes it durable)
@@ -759,7 +760,17 @@ static void piece_start(struct wpiece *p)
             admit = policy_admit_write(c->policy, p->oblock, free_space) &&
                     budget_allow(&c->budget, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
         }
-        if (!admit && !block_is_locked(c->locks, p->oblock)) {
+        if (!admit && !block_is_locked(c->locks, p->oblock) &&
+            block_wait_wb_free(c->locks, p->oblock)) {
+            /* Straight to the origin, with the block's lock held until the
+             * origin write ends: a later write of the block that the cache
+             * takes waits for it, so its version cannot reach the origin
+             * (written through, or written back) before this older one,
+             * which would then land over it while the cache kept the
+             * newer: reads would change once the block left the cache. */
+            bool granted = block_lock(c->locks, p->oblock, &p->bw);
+            TC_ASSERT_ALWAYS(granted);
+            p->locked = true;
             c->st.write_misses++;
             p->direct = true;
             if (p->mode == W_THROUGH)
