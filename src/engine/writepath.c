@@ -36,11 +36,12 @@
  * the log), so later reads return whatever the origin holds for the range
  * -- the cache never serves data the origin lacks.  NBD leaves the
  * contents of a failed write's range unspecified; the only promise kept is
- * that every read after the failure agrees with the origin.  (Should the
- * daemon crash before the tombstone is written, recovery writes the new
- * version back to the origin: cache and origin agree again.)  A read that
- * ran concurrently with the failing write may have seen either version,
- * as with any concurrent read and write.  When the write supersedes cached sectors, the wait includes a
+ * that every read after the failure agrees with the origin, also after a
+ * crash or a power failure: the EIO is answered once the tombstone is
+ * durable (written and flushed), since recovery would write a new version
+ * it found without one back to the origin.  A read that ran concurrently
+ * with the failing write may have seen either version, as with any
+ * concurrent read and write.  When the write supersedes cached sectors, the wait includes a
  * flush of the cache devices (shared by all writes waiting at the time),
  * so that a power failure cannot keep the origin's new data and lose the
  * cache's record of it.
@@ -89,6 +90,8 @@ struct wpiece {
     uint64_t wt_seq;                /* sequence of a write-through entry */
     struct wpiece *wt_prev, *wt_next;
     struct tc_join join;            /* parallel write-through: its two parts */
+    struct log_waiter tw;           /* the tombstone after a failed origin write */
+    int origin_err;                 /* ... and the error answered once it is durable */
     bool ready;                     /* may go to the origin: waits for issue_ready() */
     bool issued;                    /* its origin write is submitted */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
@@ -299,6 +302,49 @@ static void piece_done(struct wpiece *p, int err)
  * when it becomes ready, as before) last until the run's write completes,
  * and the completion (error handling included) runs for each piece.
  */
+static void piece_origin_finish(struct wpiece *p, int err)
+{
+    if (p->join.pending)
+        join_part(p, err);
+    else
+        piece_done(p, err);
+}
+
+static void tombstone_append(struct wpiece *p);
+
+static void tombstone_durable(struct log_waiter *lw, int err)
+{
+    struct wpiece *p = container_of(lw, struct wpiece, tw);
+    (void)err;      /* a failed cache write fails its device, which is recorded */
+    piece_origin_finish(p, p->origin_err);
+}
+
+static void tombstone_room(struct log_waiter *lw, int err)
+{
+    (void)err;
+    tombstone_append(container_of(lw, struct wpiece, tw));
+}
+
+/* After a failed write-through origin write: the tombstone of the block,
+ * written and flushed; then the piece goes on. */
+static void tombstone_append(struct wpiece *p)
+{
+    struct cache *c = p->w->c;
+    if (c->vol->cache_failed) {
+        /* Every device failed: the log is abandoned (abandon.c). */
+        piece_origin_finish(p, p->origin_err);
+        return;
+    }
+    struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
+                        .use_reserve = true, .urgent = true };
+    p->tw.fn = tombstone_durable;
+    p->tw.need_flush = true;
+    if (log_append(c, &a, NULL, NULL, NULL, NULL, &p->tw) == -ENOSPC) {
+        p->tw.fn = tombstone_room;
+        cleaner_wait_space(c, &p->tw);
+    }
+}
+
 static void piece_origin_done(struct wpiece *p, int err)
 {
     struct cache *c = p->w->c;
@@ -310,6 +356,7 @@ static void piece_origin_done(struct wpiece *p, int err)
                       index_lookup(&c->idx, p->oblock) != NIL;
         origin_window_acked(c, piece_origin_off(p), piece_len(p), cached);
     }
+    bool tombstone = false;
     if (err && p->mode == W_THROUGH && p->locked) {
         /* The origin did not take it: the cache must not claim it did. */
         uint32_t id = index_lookup(&c->idx, p->oblock);
@@ -318,10 +365,8 @@ static void piece_origin_done(struct wpiece *p, int err)
             ce_get_masks(&c->idx, id, &v, &d);
             if (mask_empty(&d)) {
                 cache_drop(c, p->oblock);
-                struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
-                                    .use_reserve = true, .urgent = true };
-                log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
                 c->st.invalidations++;
+                tombstone = true;
             }
         }
     }
@@ -336,10 +381,14 @@ static void piece_origin_done(struct wpiece *p, int err)
         lost_in_doubt(c, p->oblock, &m);
         err = -EIO;
     }
-    if (p->join.pending)
-        join_part(p, err);
-    else
-        piece_done(p, err);
+    if (tombstone) {
+        /* The block (still locked) leaves the log too before the client
+         * hears of the failure. */
+        p->origin_err = err;
+        tombstone_append(p);
+        return;
+    }
+    piece_origin_finish(p, err);
 }
 
 static void origin_run_done(struct tc_dev_io *dio, int err)
