@@ -29,7 +29,8 @@
  * origin connection that stopped answering and was fenced, see dev_nbd.c)
  * fails with EIO too, and the sectors the cache does not hold then read as
  * lost (EIO) until written again: the origin may still take the old write
- * later, so what it returns could change under a reader.
+ * later, so what it returns could change under a reader.  The record of
+ * the loss is durable before the EIO is answered.
  *
  * A write-through write the origin fails: the request fails (EIO), and the
  * new version is dropped from the cache at once (a tombstone follows it in
@@ -312,7 +313,7 @@ static void piece_origin_finish(struct wpiece *p, int err)
 
 static void tombstone_append(struct wpiece *p);
 
-static void tombstone_durable(struct log_waiter *lw, int err)
+static void failure_durable(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, tw);
     (void)err;      /* a failed cache write fails its device, which is recorded */
@@ -337,7 +338,7 @@ static void tombstone_append(struct wpiece *p)
     }
     struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
                         .use_reserve = true, .urgent = true };
-    p->tw.fn = tombstone_durable;
+    p->tw.fn = failure_durable;
     p->tw.need_flush = true;
     if (log_append(c, &a, NULL, NULL, NULL, NULL, &p->tw) == -ENOSPC) {
         p->tw.fn = tombstone_room;
@@ -380,10 +381,18 @@ static void piece_origin_done(struct wpiece *p, int err)
         mask_range(&m, p->s0, p->s1);
         lost_in_doubt(c, p->oblock, &m);
         err = -EIO;
+        if (!tombstone && !c->vol->cache_failed) {
+            /* The loss is durable before the client hears of the failure:
+             * a restart must not find the sectors readable again. */
+            p->origin_err = err;
+            p->tw.fn = failure_durable;
+            log_sync(c, &p->tw);
+            return;
+        }
     }
     if (tombstone) {
         /* The block (still locked) leaves the log too before the client
-         * hears of the failure. */
+         * hears of the failure (a loss recorded above is older). */
         p->origin_err = err;
         tombstone_append(p);
         return;
@@ -976,6 +985,12 @@ void cache_flush(struct ereq *e)
 
 /* ---- trim and write-zeroes ---- */
 
+static void discard_lost_durable(struct log_waiter *lw, int err)
+{
+    (void)err;      /* a failed cache write fails its device, which is recorded */
+    request_maybe_end(container_of(lw, struct wreq, sync_w), 0);
+}
+
 static void discard_origin_done(struct tc_dev_io *dio, int err)
 {
     struct wreq *w = container_of(dio, struct wreq, odio);
@@ -986,8 +1001,14 @@ static void discard_origin_done(struct tc_dev_io *dio, int err)
         origin_window_acked(w->c, w->e->off, w->e->len, false);
     if (err == -ETIMEDOUT) {
         /* In doubt, as in piece_origin_done(); the cached blocks of the
-         * range were dropped before. */
+         * range were dropped before.  Durable before the answer. */
         lost_in_doubt_range(w->c, w->e->off, w->e->len);
+        if (!w->c->vol->cache_failed) {
+            join_error(&w->join, -EIO);
+            w->sync_w.fn = discard_lost_durable;
+            log_sync(w->c, &w->sync_w);
+            return;
+        }
         err = -EIO;
     }
     request_maybe_end(w, err);
