@@ -329,8 +329,8 @@ int cmd_dump(int argc, char **argv)
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
            (unsigned long long)c->tail_seq, (unsigned long long)c->next_seq, c->sp.ngroups,
-           c->sp.free_segs, (unsigned long long)c->idx.count,
-           (unsigned long long)c->dirty_sectors);
+           c->sp.free_segs, (unsigned long long)c->map.idx.count,
+           (unsigned long long)c->map.dirty_sectors);
     for (uint32_t i = 0; i < c->sp.ngroups; i++) {
         struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
         printf("group seq %llu:", (unsigned long long)g->seq);
@@ -342,23 +342,23 @@ int cmd_dump(int argc, char **argv)
         printf("\n");
     }
     if (blocks) {
-        for (uint32_t id = 0; id < c->idx.used; id++) {
-            struct centry *e = CE(&c->idx, id);
+        for (uint32_t id = 0; id < c->map.idx.used; id++) {
+            struct centry *e = CE(&c->map.idx, id);
             if (e->oblock == UINT64_MAX)
                 continue;
             struct tc_mask v, dm;
-            ce_get_masks(&c->idx, id, &v, &dm);
+            ce_get_masks(&c->map.idx, id, &v, &dm);
             printf("block %llu valid ", (unsigned long long)e->oblock);
             print_mask(&v, c->spb);
             printf(" dirty ");
             print_mask(&dm, c->spb);
-            for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
+            for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
                 struct tc_mask st;
-                frag_stored(&c->idx, f, &st);
-                printf(" | %u:%u x%u", frag_seg(&c->idx, f), frag_off(&c->idx, f),
+                frag_stored(&c->map.idx, f, &st);
+                printf(" | %u:%u x%u", frag_seg(&c->map.idx, f), frag_off(&c->map.idx, f),
                        mask_count(&st));
-                if (frag_mseg(&c->idx, f) != NIL)
-                    printf(" mirror %u:%u", frag_mseg(&c->idx, f), frag_moff(&c->idx, f));
+                if (frag_mseg(&c->map.idx, f) != NIL)
+                    printf(" mirror %u:%u", frag_mseg(&c->map.idx, f), frag_moff(&c->map.idx, f));
             }
             printf("\n");
         }

@@ -173,11 +173,11 @@ static int state_write(struct cache *c)
         mkdir(STATE_DIR, 0700) == 0)
         fsync_dir(STATE_DIR);
     uint64_t n = 0;
-    lost_foreach(&c->lost, lost_count, &n);
+    lost_foreach(&c->map.lost, lost_count, &n);
     size_t len = tc_state_bytes(c->spb, n);
     uint8_t *buf = tc_xcalloc(1, len);
     struct fill f = { buf, c->spb, 0 };
-    lost_foreach(&c->lost, lost_put, &f);
+    lost_foreach(&c->map.lost, lost_put, &f);
     struct tc_state st = { .flags = TC_STATE_ABANDONED, .spb = c->spb,
                            .abandoned_seq = c->abandoned_seq, .written_ns = tc_wall_ns(),
                            .count = n };
@@ -264,7 +264,7 @@ static void settle_end(struct settle *x, int err)
         c->state_dirty = true;
     if (c->state_dirty)
         state_write_now(c);
-    if (lost_unsettled(&c->lost) && !c->state_timer.armed)
+    if (lost_unsettled(&c->map.lost) && !c->state_timer.armed)
         timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
 }
 
@@ -302,7 +302,7 @@ static void settle_start(struct cache *c)
     struct settle *x = tc_xcalloc(1, sizeof *x);
     x->c = c;
     c->settle_busy = true;
-    lost_settle_begin(&c->lost);
+    lost_settle_begin(&c->map.lost);
     x->dio.op = TC_DEV_FLUSH;
     x->dio.cb = settle_origin_flushed;
     if (c->vol->origin->can_flush && !c->vol->read_only)
@@ -316,7 +316,7 @@ static void state_timer_fn(struct tc_timer *t)
     struct cache *c = container_of(t, struct cache, state_timer);
     if (c->state_closed || c->settle_busy)
         return;     /* its end writes the state file */
-    if (lost_unsettled(&c->lost)) {
+    if (lost_unsettled(&c->map.lost)) {
         settle_start(c);
         return;
     }
@@ -479,8 +479,8 @@ void abandon_record(struct cache *c)
     char sz[32];
     tc_error("cache abandoned: log entries below sequence %llu will never be trusted again; "
              "%llu lost sectors (%s) read as EIO until rewritten; recording this in %s",
-             (unsigned long long)c->abandoned_seq, (unsigned long long)lost_sectors(&c->lost),
-             tc_format_size(lost_sectors(&c->lost) * TC_SECTOR, sz, sizeof sz), c->state_path);
+             (unsigned long long)c->abandoned_seq, (unsigned long long)lost_sectors(&c->map.lost),
+             tc_format_size(lost_sectors(&c->map.lost) * TC_SECTOR, sz, sizeof sz), c->state_path);
     if (state_write(c) == 0)
         c->abandon_unrecorded = false;
     else
@@ -568,7 +568,7 @@ void abandon_close_flushed(struct cache *c, bool ok)
     timer_cancel(c->reactor, &c->state_timer);
     if (!ok)
         return;
-    lost_settle_begin(&c->lost);
+    lost_settle_begin(&c->map.lost);
     lost_settle_done(c, true);
     if (c->abandoned || c->abandoned_seq)
         c->state_dirty = true;
@@ -700,16 +700,16 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
             if (ob >= c->nblocks_origin)
                 continue;
             struct tc_mask old;
-            if (lost_get(&c->lost, ob, &old))
+            if (lost_get(&c->map.lost, ob, &old))
                 mask_or(&m, &old);
-            lost_set(&c->lost, ob, &m);
+            lost_set(&c->map.lost, ob, &m);
         }
         char sz[32];
         tc_warn("cache: abandoned at run time earlier (state file %s): log entries below "
                 "sequence %llu are ignored; %llu sectors (%s) were lost then and read as EIO "
                 "until rewritten", c->state_path, (unsigned long long)c->abandoned_seq,
-                (unsigned long long)lost_sectors(&c->lost),
-                tc_format_size(lost_sectors(&c->lost) * TC_SECTOR, sz, sizeof sz));
+                (unsigned long long)lost_sectors(&c->map.lost),
+                tc_format_size(lost_sectors(&c->map.lost) * TC_SECTOR, sz, sizeof sz));
     }
     rc = 0;
 out:

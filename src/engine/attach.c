@@ -267,7 +267,7 @@ static void attach_reopen(struct tc_task *t)
         attach_finish(op, err);
         return;
     }
-    uint64_t lost = lost_sectors(&old->lost);
+    uint64_t lost = lost_sectors(&old->map.lost);
     if (old->state_path) {
         free(vol->attach_state_file);
         vol->attach_state_file = tc_xstrdup(old->state_path);
@@ -278,11 +278,11 @@ static void attach_reopen(struct tc_task *t)
     char e[1024];
     if (reopen(vol, op->paths, e, sizeof e) == 0) {
         struct cache *c = vol->cache;
-        if (c->idx.count == 0 && c->dirty_sectors == 0) {
+        if (c->map.idx.count == 0 && c->map.dirty_sectors == 0) {
             vol->detached = false;
             vol->mode = op->mode;
             tc_info("cache attached again (%u device%s, empty%s): mode %s", c->ndevs,
-                    c->ndevs == 1 ? "" : "s", lost_sectors(&c->lost) ? ", lost sectors kept" : "",
+                    c->ndevs == 1 ? "" : "s", lost_sectors(&c->map.lost) ? ", lost sectors kept" : "",
                     tc_mode_name(vol->mode));
             attach_finish(op, 0);
             return;
@@ -297,8 +297,8 @@ static void attach_reopen(struct tc_task *t)
                  "%llu blocks (%s dirty) that are not from after the detach, so they may be "
                  "older than the origin; it stays detached (reformat it with 'tiercache "
                  "format --force' to use it)", c->devs[0].dev->name,
-                 (unsigned long long)c->idx.count,
-                 tc_format_size(c->dirty_sectors * TC_SECTOR, dz, sizeof dz));
+                 (unsigned long long)c->map.idx.count,
+                 tc_format_size(c->map.dirty_sectors * TC_SECTOR, dz, sizeof dz));
         tc_error("%s", vol->op_error);
         attach_finish(op, -ESTALE);
         return;

@@ -79,10 +79,10 @@ static void collect_cached(struct bstatus *st)
     for (uint64_t b = b0; b < b1; b++) {
         struct tc_mask m, lost;
         mask_clear(&m);
-        uint32_t id = index_lookup(&c->idx, b);
+        uint32_t id = index_lookup(&c->map.idx, b);
         if (id != NIL)
-            ce_get_masks(&c->idx, id, &m, NULL);
-        if (lost_get(&c->lost, b, &lost))
+            ce_get_masks(&c->map.idx, id, &m, NULL);
+        if (lost_get(&c->map.lost, b, &lost))
             mask_or(&m, &lost);
         unsigned s, t;
         for (s = 0; mask_next_run(&m, c->spb, &s, &t); s = t) {

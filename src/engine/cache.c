@@ -34,20 +34,20 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    uint32_t id = index_lookup(&c->idx, oblock);
+    uint32_t id = index_lookup(&c->map.idx, oblock);
     char frags[256] = "";
     if (id != NIL) {
         size_t n = 0;
         struct tc_mask v, d;
-        ce_get_masks(&c->idx, id, &v, &d);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         n += (size_t)snprintf(frags + n, sizeof frags - n, "valid %llx dirty %llx:",
                               (unsigned long long)v.w[0], (unsigned long long)d.w[0]);
-        for (uint32_t f = ce_head(&c->idx, id); f != NIL && n < sizeof frags - 40;
-             f = frag_next(&c->idx, f)) {
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL && n < sizeof frags - 40;
+             f = frag_next(&c->map.idx, f)) {
             struct tc_mask st;
-            frag_stored(&c->idx, f, &st);
-            n += (size_t)snprintf(frags + n, sizeof frags - n, " %u:%u=%llx", frag_seg(&c->idx, f),
-                                  frag_off(&c->idx, f), (unsigned long long)st.w[0]);
+            frag_stored(&c->map.idx, f, &st);
+            n += (size_t)snprintf(frags + n, sizeof frags - n, " %u:%u=%llx", frag_seg(&c->map.idx, f),
+                                  frag_off(&c->map.idx, f), (unsigned long long)st.w[0]);
         }
     }
     tc_info("trace block %llu: %s [%s]", (unsigned long long)oblock, msg,
@@ -63,20 +63,20 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
     unsigned o = old_dirty ? mask_count(old_dirty) : 0;
     unsigned n = new_dirty ? mask_count(new_dirty) : 0;
     TC_ASSERT_ALWAYS(oblock < c->nblocks_origin);
-    TC_ASSERT(c->dirty_sectors + n >= o);
-    c->dirty_sectors += n;
-    c->dirty_sectors -= o;
+    TC_ASSERT(c->map.dirty_sectors + n >= o);
+    c->map.dirty_sectors += n;
+    c->map.dirty_sectors -= o;
     uint64_t word = oblock / 64, bit = 1ull << (oblock % 64);
-    bool was = c->dirty_bits[word] & bit;
+    bool was = c->map.dirty_bits[word] & bit;
     if (n && !was) {
-        c->dirty_bits[word] |= bit;
-        c->dirty_blocks++;
+        c->map.dirty_bits[word] |= bit;
+        c->map.dirty_blocks++;
     } else if (!n && was) {
-        TC_ASSERT(c->dirty_blocks > 0);
-        c->dirty_bits[word] &= ~bit;
-        c->dirty_blocks--;
+        TC_ASSERT(c->map.dirty_blocks > 0);
+        c->map.dirty_bits[word] &= ~bit;
+        c->map.dirty_blocks--;
         writeback_forget(c, oblock);
-        if (c->wt_recovered)
+        if (c->map.wt_recovered)
             wt_recovered_release(c, oblock);
     }
 }
@@ -87,24 +87,24 @@ void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old
  * stable mark. */
 void wt_recovered_release(struct cache *c, uint64_t oblock)
 {
-    uint32_t id = index_lookup(&c->idx, oblock);
-    if (id == NIL || !(CE(&c->idx, id)->flags & CE_WT_RECOVERED))
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id == NIL || !(CE(&c->map.idx, id)->flags & CE_WT_RECOVERED))
         return;
-    CE(&c->idx, id)->flags &= (uint16_t)~CE_WT_RECOVERED;
-    if (--c->wt_recovered == 0) {
-        c->wt_recovered_min = UINT64_MAX;
+    CE(&c->map.idx, id)->flags &= (uint16_t)~CE_WT_RECOVERED;
+    if (--c->map.wt_recovered == 0) {
+        c->map.wt_recovered_min = UINT64_MAX;
         tc_info("cache: the write-through data recovered as dirty is written back");
     }
     cache_trace(c, oblock, "recovered write-through version clean (%llu left)",
-                (unsigned long long)c->wt_recovered);
+                (unsigned long long)c->map.wt_recovered);
 }
 
 static void frag_unaccount(struct cache *c, uint32_t fid)
 {
     struct tc_mask st;
-    frag_stored(&c->idx, fid, &st);
-    seg_add_live(c, frag_seg(&c->idx, fid), -(int)mask_count(&st));
-    seg_add_live(c, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
+    frag_stored(&c->map.idx, fid, &st);
+    seg_add_live(c, frag_seg(&c->map.idx, fid), -(int)mask_count(&st));
+    seg_add_live(c, frag_mseg(&c->map.idx, fid), -(int)mask_count(&st));
 }
 
 /* No sector at or past the block's end (mask.h).  Used by an assertion
@@ -124,7 +124,7 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
 {
-    struct index *ix = &c->idx;
+    struct index *ix = &c->map.idx;
     struct tc_mask ov, od;
     TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
     TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
@@ -198,20 +198,20 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
 uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
                              uint32_t *idp)
 {
-    uint32_t id = index_lookup(&c->idx, oblock);
+    uint32_t id = index_lookup(&c->map.idx, oblock);
     if (idp)
         *idp = id;
     if (id == NIL)
         return NIL;
-    for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f))
-        if (frag_seg(&c->idx, f) == seg && frag_off(&c->idx, f) == off)
+    for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f))
+        if (frag_seg(&c->map.idx, f) == seg && frag_off(&c->map.idx, f) == off)
             return f;
     return NIL;
 }
 
 void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
 {
-    struct index *ix = &c->idx;
+    struct index *ix = &c->map.idx;
     uint32_t id = index_lookup(ix, oblock);
     if (id == NIL)
         return;
@@ -255,17 +255,17 @@ void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
 
 void cache_drop(struct cache *c, uint64_t oblock)
 {
-    uint32_t id = index_lookup(&c->idx, oblock);
+    uint32_t id = index_lookup(&c->map.idx, oblock);
     if (id == NIL)
         return;
     cache_trace(c, oblock, "drop block");
     origin_window_dropped(c, oblock);
     struct tc_mask d;
-    ce_get_masks(&c->idx, id, NULL, &d);
-    for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f))
+    ce_get_masks(&c->map.idx, id, NULL, &d);
+    for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f))
         frag_unaccount(c, f);
     cache_set_dirty(c, oblock, &d, NULL);
-    index_remove(&c->idx, id);
+    index_remove(&c->map.idx, id);
 }
 
 /* ---- dispatch ---- */
@@ -503,7 +503,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (vol->size == 0)
         vol->size = sbs[0].origin_size;    /* offline: the recorded origin */
     c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
-    c->dirty_bits = tc_xcalloc((c->nblocks_origin + 63) / 64 + 1, sizeof(uint64_t));
+    c->map.dirty_bits = tc_xcalloc((c->nblocks_origin + 63) / 64 + 1, sizeof(uint64_t));
     c->next_seq = 1;
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
@@ -511,7 +511,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     uint64_t cache_blocks = (uint64_t)c->sp.nsegs * c->seg_sectors / c->spb;
     c->policy = tc_xcalloc(1, sizeof *c->policy);
     policy_open(c->policy, pops, &(struct policy_params){ .cache_blocks = cache_blocks });
-    index_init(&c->idx, c->spb, cache_blocks);
+    index_init(&c->map.idx, c->spb, cache_blocks);
     budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
                 vol->cfg.write_budget_minburst);
     space_init(c);
@@ -544,9 +544,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
          * and reformatting discards dirty data, so that comes last. */
         bool same_size = sb->origin_size == vol->size;
         char hint[512];
-        if (c->dirty_sectors) {
+        if (c->map.dirty_sectors) {
             char dirty[32];
-            tc_format_size(c->dirty_sectors * TC_SECTOR, dirty, sizeof dirty);
+            tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty);
             snprintf(hint, sizeof hint,
                      "The cache holds dirty data for its origin (%s), which would be lost: "
                      "serve it with its own origin and run 'tiercache flush' (or 'detach')%s; "
@@ -585,13 +585,13 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     tc_info("cache: %u device%s, %u segments of %u KiB, block %u KiB; recovered %llu blocks "
             "(%s dirty) in %.3f s",
             c->ndevs, c->ndevs == 1 ? "" : "s", c->sp.nsegs, c->segment_size >> 10,
-            c->block_size >> 10, (unsigned long long)c->idx.count,
-            tc_format_size(c->dirty_sectors * TC_SECTOR, dz, sizeof dz),
+            c->block_size >> 10, (unsigned long long)c->map.idx.count,
+            tc_format_size(c->map.dirty_sectors * TC_SECTOR, dz, sizeof dz),
             (double)c->recovery_ns / 1e9);
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
-                (unsigned long long)c->idx.count, (unsigned long long)c->dirty_blocks, dz);
-    if (c->dirty_sectors)
+                (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
+    if (c->map.dirty_sectors)
         writeback_kick(c);
     return 0;
 
@@ -720,7 +720,7 @@ static void drain_synced(struct log_waiter *w, int err)
         c->tail_seq = c->next_seq;
         /* The lost set outlives the emptied log: its records go again
          * into the group that stays live. */
-        lost_foreach(&c->lost, lost_reappend, c);
+        lost_foreach(&c->map.lost, lost_reappend, c);
         log_seal_all(c, true);
         log_sync(c, &x->w);
         return;
@@ -970,7 +970,7 @@ void cache_free(struct cache *c)
     writeback_fini(c);
     if (c->reactor)
         timer_cancel(c->reactor, &c->state_timer);
-    lost_free(&c->lost);
+    lost_free(&c->map.lost);
     origin_window_free(c);
     free(c->state_path);
     free(c->damage);
@@ -982,7 +982,7 @@ void cache_free(struct cache *c)
     verify_fini(c);
     log_fini(c);
     space_fini(c);
-    index_fini(&c->idx);
+    index_fini(&c->map.idx);
     if (c->policy) {
         policy_close(c->policy);
         free(c->policy);
@@ -990,7 +990,7 @@ void cache_free(struct cache *c)
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_close(c->devs[d].dev);
     claim_set_release(c->set_claim);
-    free(c->dirty_bits);
+    free(c->map.dirty_bits);
     free(c);
 }
 
@@ -1016,7 +1016,7 @@ int cache_switch_policy(struct cache *c, const char *name, char *err, size_t err
         return -EINVAL;
     }
     policy_switch(c->policy, ops);
-    index_clear_hints(&c->idx);
+    index_clear_hints(&c->map.idx);
     if (c->vol)
         c->vol->cfg.policy = ops->name;
     tc_info("cache: policy %s", ops->name);
@@ -1038,7 +1038,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     for (uint32_t i = 0; i < c->sp.nsegs; i++)
         live += c->sp.segs[i].live;
     struct index_memory im;
-    index_memory_parts(&c->idx, &im);
+    index_memory_parts(&c->map.idx, &im);
     uint64_t index_mem = im.entries + im.fragments + im.buckets + im.masks;
     uint64_t policy_mem = policy_memory(c->policy);
     /* The other memory that grows with the cache or the origin: the
@@ -1067,7 +1067,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "segments", c->sp.nsegs);
     json_uint(j, "segments_free", c->sp.free_segs);
     json_uint(j, "groups", c->sp.ngroups);
-    json_uint(j, "blocks_cached", c->idx.count);
+    json_uint(j, "blocks_cached", c->map.idx.count);
     json_uint(j, "read_hits", s->read_hits);
     json_uint(j, "read_misses", s->read_misses);
     json_uint(j, "read_partial_hits", s->read_partial);
@@ -1108,16 +1108,16 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "origin_reads", c->vol->origin->stats.reads);
     json_uint(j, "origin_read_bytes", c->vol->origin->stats.read_bytes);
     json_uint(j, "origin_write_bytes", c->vol->origin->stats.write_bytes);
-    json_uint(j, "dirty_blocks", c->dirty_blocks);
-    json_uint(j, "dirty_bytes", c->dirty_sectors * TC_SECTOR);
+    json_uint(j, "dirty_blocks", c->map.dirty_blocks);
+    json_uint(j, "dirty_bytes", c->map.dirty_sectors * TC_SECTOR);
     json_uint(j, "checksum_errors", s->checksum_errors);
     json_uint(j, "cache_read_errors", s->cache_read_errors);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
     json_uint(j, "in_doubt_writes", s->in_doubt_writes);
     json_uint(j, "origin_cut_writes", s->origin_cut_writes);
-    json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->lost));
-    json_uint(j, "lost_bytes", lost_sectors(&c->lost) * TC_SECTOR);
+    json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->map.lost));
+    json_uint(j, "lost_bytes", lost_sectors(&c->map.lost) * TC_SECTOR);
     abandon_status_json(c, j);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
@@ -1128,7 +1128,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_double(j, "memory_per_block_bytes",
                 cap_blocks ? (double)total_mem / (double)cap_blocks : 0);
     json_double(j, "memory_per_cached_block_bytes",
-                c->idx.count ? (double)total_mem / (double)c->idx.count : 0);
+                c->map.idx.count ? (double)total_mem / (double)c->map.idx.count : 0);
     json_begin_object(j, "memory");
     json_uint(j, "entries_bytes", im.entries);
     json_uint(j, "fragment_records_bytes", im.fragments);
@@ -1138,7 +1138,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "chunk_tables_bytes", chunk_mem);
     json_uint(j, "dirty_bitmap_bytes", dirty_mem);
     json_uint(j, "total_bytes", total_mem);
-    json_uint(j, "fragment_records", c->idx.frecs);
+    json_uint(j, "fragment_records", c->map.idx.frecs);
     /* Not in the figures above: a cache of checksums with a fixed budget. */
     json_uint(j, "checksum_cache_bytes", verify_memory(c->verify));
     json_uint(j, "checksum_cache_budget_bytes", VERIFY_BUDGET);

@@ -196,15 +196,15 @@ static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want
     for (unsigned s = 0; s < c->spb; s++) {
         if (!mask_test(want, s))
             continue;
-        uint32_t fid = ce_locate(&c->idx, id, s);
+        uint32_t fid = ce_locate(&c->map.idx, id, s);
         if (fid == NIL) {
             join_error(&g->join, -ENODATA);
             cur = NULL;
             continue;
         }
-        struct cfrag f = frag_view(&c->idx, fid);
+        struct cfrag f = frag_view(&c->map.idx, fid);
         struct tc_mask st;
-        frag_stored(&c->idx, fid, &st);
+        frag_stored(&c->map.idx, fid, &st);
         uint32_t fseg = f.seg;
         uint16_t foff = f.off;
         if (mirrors && f.mseg != NIL) {
@@ -252,7 +252,7 @@ static void robust_step(void *arg, int err)
 {
     struct robust *x = arg;
     struct cache *c = x->c;
-    uint32_t id = index_lookup(&c->idx, x->oblock);
+    uint32_t id = index_lookup(&c->map.idx, x->oblock);
     if (err == 0 || x->stage == 2 || id == NIL) {
         void (*cb)(void *, int) = x->cb;
         void *a = x->arg;
@@ -279,7 +279,7 @@ void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask 
     x->dst = dst;
     x->cb = cb;
     x->arg = arg;
-    uint32_t id = index_lookup(&c->idx, oblock);
+    uint32_t id = index_lookup(&c->map.idx, oblock);
     if (id == NIL) {
         x->stage = 2;
         robust_step(x, -ENODATA);

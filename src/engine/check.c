@@ -144,16 +144,16 @@ static void check_data(struct cache *c, struct check_result *r, bool progress)
     struct data_read reads[WINDOW];
     memset(reads, 0, sizeof reads);
     struct check_state st = { .c = c, .r = r };
-    uint64_t total = c->idx.nfrags, done = 0;
+    uint64_t total = c->map.idx.nfrags, done = 0;
     for (int i = 0; i < WINDOW; i++) {
         reads[i].buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
         reads[i].st = &st;
     }
-    for (uint32_t id = 0; id < c->idx.used; id++) {
-        struct centry *e = CE(&c->idx, id);
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        struct centry *e = CE(&c->map.idx, id);
         if (e->oblock == UINT64_MAX)
             continue;
-        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             struct data_read *d = NULL;
             while (d == NULL) {
                 for (int i = 0; i < WINDOW && d == NULL; i++)
@@ -164,10 +164,10 @@ static void check_data(struct cache *c, struct check_result *r, bool progress)
             }
             d->busy = true;
             d->oblock = e->oblock;
-            frag_stored(&c->idx, f, &d->stored);
-            frag_current(&c->idx, id, f, &d->cur);
-            ce_get_masks(&c->idx, id, NULL, &d->dirty);
-            struct cfrag fr = frag_view(&c->idx, f);
+            frag_stored(&c->map.idx, f, &d->stored);
+            frag_current(&c->map.idx, id, f, &d->cur);
+            ce_get_masks(&c->map.idx, id, NULL, &d->dirty);
+            struct cfrag fr = frag_view(&c->map.idx, f);
             d->cr.seg = fr.seg;
             d->cr.off = fr.off;
             d->cr.n = mask_count(&d->stored);
@@ -175,7 +175,7 @@ static void check_data(struct cache *c, struct check_result *r, bool progress)
             d->cr.cb = data_read_done;
             st.inflight++;
             cache_read_verified(c, &d->cr);
-            e = CE(&c->idx, id);
+            e = CE(&c->map.idx, id);
             if (progress && ++done % 256 == 0)
                 fprintf(stderr, "\rchecking cached data: %llu of %llu fragments",
                         (unsigned long long)done, (unsigned long long)total);
@@ -211,19 +211,19 @@ static void check_index(struct cache *c, struct check_result *r)
     struct span *spans = tc_xmalloc(cap * sizeof *spans);
     uint64_t dirty_sectors = 0, dirty_blocks = 0;
     uint64_t *live = tc_xcalloc(c->sp.nsegs, sizeof *live);
-    for (uint32_t id = 0; id < c->idx.used; id++) {
-        struct centry *e = CE(&c->idx, id);
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        struct centry *e = CE(&c->map.idx, id);
         if (e->oblock == UINT64_MAX)
             continue;
         r->blocks++;
         struct tc_mask v, d, uni;
-        ce_get_masks(&c->idx, id, &v, &d);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         mask_clear(&uni);
         unsigned nf = 0;
-        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
-            struct cfrag fr = frag_view(&c->idx, f);
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
+            struct cfrag fr = frag_view(&c->map.idx, f);
             struct tc_mask st;
-            frag_stored(&c->idx, f, &st);
+            frag_stored(&c->map.idx, f, &st);
             mask_or(&uni, &st);
             nf++;
             r->fragments++;
@@ -268,7 +268,7 @@ static void check_index(struct cache *c, struct check_result *r)
         dirty_sectors += nd;
         if (nd)
             dirty_blocks++;
-        bool bit = c->dirty_bits[e->oblock / 64] & (1ull << (e->oblock % 64));
+        bool bit = c->map.dirty_bits[e->oblock / 64] & (1ull << (e->oblock % 64));
         if (bit != (nd > 0))
             problem(r, "accounting: dirty bit of block %llu is %s", (unsigned long long)e->oblock,
                     bit ? "set for a clean block" : "clear for a dirty block");
@@ -280,9 +280,9 @@ static void check_index(struct cache *c, struct check_result *r)
             problem(r, "index: blocks %llu and %llu share sectors of segment %u",
                     (unsigned long long)spans[i - 1].oblock, (unsigned long long)spans[i].oblock,
                     spans[i].seg);
-    if (dirty_sectors != c->dirty_sectors || dirty_blocks != c->dirty_blocks)
+    if (dirty_sectors != c->map.dirty_sectors || dirty_blocks != c->map.dirty_blocks)
         problem(r, "accounting: %llu dirty sectors in %llu blocks counted, %llu in %llu found",
-                (unsigned long long)c->dirty_sectors, (unsigned long long)c->dirty_blocks,
+                (unsigned long long)c->map.dirty_sectors, (unsigned long long)c->map.dirty_blocks,
                 (unsigned long long)dirty_sectors, (unsigned long long)dirty_blocks);
     for (uint32_t s = 0; s < c->sp.nsegs; s++)
         if (live[s] != SEG(c, s)->live)
@@ -330,7 +330,7 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
         problem(r, "log: %llu chunk entries are malformed and were ignored",
                 (unsigned long long)c->st.recovery_malformed);
     struct check_state st = { .c = c, .r = r };
-    lost_foreach(&c->lost, report_lost, &st);
+    lost_foreach(&c->map.lost, report_lost, &st);
     r->unflushed_entries = c->st.recovery_unflushed;
     r->groups = c->sp.ngroups;
     r->segments = c->sp.nsegs;

@@ -322,18 +322,18 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
                      why);
         /* Nothing can be copied from here: every fragment pointing into it
          * is set aside (dirty: writeback reports what is lost) or dropped. */
-        for (uint32_t id = 0; id < c->idx.used; id++) {
-            struct centry *e = CE(&c->idx, id);
+        for (uint32_t id = 0; id < c->map.idx.used; id++) {
+            struct centry *e = CE(&c->map.idx, id);
             if (e->oblock == UINT64_MAX)
                 continue;
-            for (uint32_t g = ce_head(&c->idx, id); g != NIL; g = frag_next(&c->idx, g)) {
-                struct cfrag f = frag_view(&c->idx, g);
+            for (uint32_t g = ce_head(&c->map.idx, id); g != NIL; g = frag_next(&c->map.idx, g)) {
+                struct cfrag f = frag_view(&c->map.idx, g);
                 if (f.seg != seg || f.off < cr->start ||
                     f.off >= cr->start + cr->hdr_sectors + cr->data_sectors)
                     continue;
                 struct tc_mask cur, v, d;
-                frag_current(&c->idx, id, g, &cur);
-                ce_get_masks(&c->idx, id, &v, &d);
+                frag_current(&c->map.idx, id, g, &cur);
+                ce_get_masks(&c->map.idx, id, &v, &d);
                 mask_and(&d, &cur);
                 if (mask_empty(&d))
                     add_drop(k, e->oblock, seg, f.off);
@@ -352,7 +352,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             /* Still lost (or cleared by a write not yet durable): the
              * record must outlive its group. */
             struct tc_mask m;
-            if (lost_get_persisted(&c->lost, e.oblock, &m)) {
+            if (lost_get_persisted(&c->map.lost, e.oblock, &m)) {
                 struct append a = { .oblock = e.oblock, .type = TC_ENTRY_LOST, .valid = m,
                                     .use_reserve = true };
                 log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
@@ -367,9 +367,9 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         if (fid == NIL)
             continue;       /* superseded, or the mirror copy of a fragment */
         struct tc_mask cur, st, v, d;
-        frag_current(&c->idx, id, fid, &cur);
-        frag_stored(&c->idx, fid, &st);
-        ce_get_masks(&c->idx, id, &v, &d);
+        frag_current(&c->map.idx, id, fid, &cur);
+        frag_stored(&c->map.idx, fid, &st);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         mask_and(&d, &cur);
         uint64_t wt_seq = (e.flags & TC_ENTRY_WT) ? e.seq : 0;
         if (!mask_empty(&d)) {
@@ -393,7 +393,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
          * writeback mode relied on it): kept, whatever the policy says,
          * until an origin flush has moved the mark past it. */
         bool unstable = wt_seq > c->wt_stable_seq;
-        if (intact && (unstable || policy_keep(c->policy, e.oblock, &CE(&c->idx, id)->hint)) &&
+        if (intact && (unstable || policy_keep(c->policy, e.oblock, &CE(&c->map.idx, id)->hint)) &&
             reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq))) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
             continue;
@@ -430,7 +430,7 @@ static bool later_current(struct cache *c, const struct later *l, uint32_t *id,
     uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, id);
     if (fid == NIL)
         return false;
-    frag_current(&c->idx, *id, fid, cur);
+    frag_current(&c->map.idx, *id, fid, cur);
     return true;
 }
 
@@ -574,9 +574,9 @@ static void later_done(struct cleaner *k)
  * from m.  A sector whose checksum is not at hand counts as damaged. */
 static void intact_sectors(struct cache *c, uint32_t fid, const uint8_t *buf, struct tc_mask *m)
 {
-    struct cfrag f = frag_view(&c->idx, fid);
+    struct cfrag f = frag_view(&c->map.idx, fid);
     struct tc_mask st;
-    frag_stored(&c->idx, fid, &st);
+    frag_stored(&c->map.idx, fid, &st);
     for (unsigned s = 0; s < c->spb; s++) {
         if (!mask_test(m, s))
             continue;
@@ -596,8 +596,8 @@ static void later_read(void *arg, int err)
     uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
     if (fid != NIL) {
         struct tc_mask cur, v, d;
-        frag_current(&c->idx, id, fid, &cur);
-        ce_get_masks(&c->idx, id, &v, &d);
+        frag_current(&c->map.idx, id, fid, &cur);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         mask_and(&d, &cur);
         struct tc_mask good = cur, good_dirty;
         /* What is current of it now was read (a newer write may have
@@ -616,7 +616,7 @@ static void later_read(void *arg, int err)
                 fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
                 if (fid == NIL)
                     goto done;
-                frag_current(&c->idx, id, fid, &cur);
+                frag_current(&c->map.idx, id, fid, &cur);
             }
         }
         if (err == 0 && read_all && !mask_empty(&cur) &&
@@ -664,10 +664,10 @@ static void decide_laters(void *arg, int err)
         if (!later_current(c, l, &id, &l->cur))
             continue;
         struct tc_mask v;
-        ce_get_masks(&c->idx, id, &v, &l->d);
+        ce_get_masks(&c->map.idx, id, &v, &l->d);
         mask_and(&l->d, &l->cur);
         bool keep = !mask_empty(&l->d) ||
-                    policy_keep(c->policy, l->oblock, &CE(&c->idx, id)->hint);
+                    policy_keep(c->policy, l->oblock, &CE(&c->map.idx, id)->hint);
         if (!keep) {
             add_drop(k, l->oblock, l->seg, l->off);
             continue;
@@ -709,7 +709,7 @@ static void tail_synced(struct log_waiter *lw, int err)
             continue;
         cache_drop_fragment(c, d->oblock, fid);
         block_gen_bump(c->locks, d->oblock);
-        if (index_lookup(&c->idx, d->oblock) == NIL) {
+        if (index_lookup(&c->map.idx, d->oblock) == NIL) {
             policy_evicted(c->policy, d->oblock);
             c->st.demotions++;
         }

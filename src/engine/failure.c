@@ -102,12 +102,12 @@ struct victim {
 static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid,
                               const struct tc_mask *cur, const struct tc_mask *dirty)
 {
-    struct cfrag f = frag_view(&c->idx, fid);
+    struct cfrag f = frag_view(&c->map.idx, fid);
     struct segment *sg = SEG(c, f.seg);
     if (sg->image == NULL)
         return false;
     struct tc_mask st;
-    frag_stored(&c->idx, fid, &st);
+    frag_stored(&c->map.idx, fid, &st);
     unsigned n = mask_count(cur);
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -118,7 +118,7 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     /* Clean sectors among the dirty ones may be of a write-through version
      * the origin lacks durably: the copy keeps the flag then (see
      * TC_ENTRY_WT), or recovery would take them for clean. */
-    bool wt = CE(&c->idx, id)->flags & CE_WT;
+    bool wt = CE(&c->map.idx, id)->flags & CE_WT;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .valid = *cur,
                         .dirty = *dirty, .data = data, .use_reserve = true,
                         .flags = wt ? TC_ENTRY_WT : 0,
@@ -156,10 +156,10 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
  */
 static void forget_block(struct cache *c, uint64_t oblock)
 {
-    uint32_t id = index_lookup(&c->idx, oblock);
+    uint32_t id = index_lookup(&c->map.idx, oblock);
     if (id != NIL) {
         struct tc_mask v, d;
-        ce_get_masks(&c->idx, id, &v, &d);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         if (!mask_empty(&d))
             return;
         cache_drop(c, oblock);
@@ -177,10 +177,10 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     if (fid == NIL)
         return;
     struct tc_mask cur, valid, dirty;
-    frag_current(&c->idx, id, fid, &cur);
-    ce_get_masks(&c->idx, id, &valid, &dirty);
+    frag_current(&c->map.idx, id, fid, &cur);
+    ce_get_masks(&c->map.idx, id, &valid, &dirty);
     mask_and(&dirty, &cur);
-    struct cfrag f = frag_view(&c->idx, fid);
+    struct cfrag f = frag_view(&c->map.idx, fid);
     if (mask_empty(&dirty)) {
         cache_drop_fragment(c, v->oblock, fid);
         block_gen_bump(c->locks, v->oblock);
@@ -190,11 +190,11 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     if (f.mseg != NIL && seg_usable(c, f.mseg)) {
         /* The mirror becomes the copy. */
         struct tc_mask st;
-        frag_stored(&c->idx, fid, &st);
+        frag_stored(&c->map.idx, fid, &st);
         seg_add_live(c, f.seg, -(int)mask_count(&st));
-        frag_set_loc(&c->idx, fid, f.mseg, f.moff);
-        frag_set_mirror(&c->idx, id, fid, NIL, 0);
-        index_settle(&c->idx, id);
+        frag_set_loc(&c->map.idx, fid, f.mseg, f.moff);
+        frag_set_mirror(&c->map.idx, id, fid, NIL, 0);
+        index_settle(&c->map.idx, id);
         cache_trace(c, v->oblock, "device %u failed: mirror %u:%u is the copy now", d, f.mseg,
                     f.moff);
         (*saved)++;
@@ -236,17 +236,17 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     /* Every fragment (and mirror copy) on the device. */
     size_t n = 0, cap = 256;
     struct victim *vs = tc_xmalloc(cap * sizeof *vs);
-    for (uint32_t id = 0; id < c->idx.used; id++) {
-        struct centry *e = CE(&c->idx, id);
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        struct centry *e = CE(&c->map.idx, id);
         if (e->oblock == UINT64_MAX)
             continue;
-        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
-            struct cfrag fr = frag_view(&c->idx, f);
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
+            struct cfrag fr = frag_view(&c->map.idx, f);
             if (fr.mseg != NIL && SEG(c, fr.mseg)->dev == d) {
                 struct tc_mask st;
-                frag_stored(&c->idx, f, &st);
+                frag_stored(&c->map.idx, f, &st);
                 seg_add_live(c, fr.mseg, -(int)mask_count(&st));
-                FR(&c->idx, f)->mseg = NIL;     /* the mirror is gone; the copy stays */
+                FR(&c->map.idx, f)->mseg = NIL;     /* the mirror is gone; the copy stays */
             }
             if (SEG(c, fr.seg)->dev != d)
                 continue;
@@ -258,7 +258,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
             }
             vs[n++] = (struct victim){ e->oblock, fr.seg, fr.off };
         }
-        index_settle(&c->idx, id);
+        index_settle(&c->map.idx, id);
     }
     uint64_t dropped = 0, saved = 0, lost = 0;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);

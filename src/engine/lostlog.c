@@ -1,5 +1,5 @@
 /*
- * The cache's side of the lost set (lost.h: the set itself, c->lost): a
+ * The cache's side of the lost set (lost.h: the set itself, c->map.lost): a
  * loss recorded in the log, a clear told to the state file, the log
  * records that follow a settle, the EIO a flush reports after a loss, and
  * the requests that reach the origin directly once the cache has failed
@@ -18,11 +18,11 @@
 static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
 {
     struct tc_mask m;
-    if (!lost_get(&c->lost, oblock, &m))
+    if (!lost_get(&c->map.lost, oblock, &m))
         mask_clear(&m);
     mask_or(&m, mask);
-    lost_set(&c->lost, oblock, &m);
-    lost_get_persisted(&c->lost, oblock, &m);
+    lost_set(&c->map.lost, oblock, &m);
+    lost_get_persisted(&c->map.lost, oblock, &m);
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
@@ -43,10 +43,10 @@ void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
 {
     /* Sectors the cache holds are read from it, whatever the origin does. */
     struct tc_mask m = *mask;
-    uint32_t id = index_lookup(&c->idx, oblock);
+    uint32_t id = index_lookup(&c->map.idx, oblock);
     if (id != NIL) {
         struct tc_mask v, d;
-        ce_get_masks(&c->idx, id, &v, &d);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         mask_andnot(&m, &v);
     }
     c->st.in_doubt_writes++;
@@ -66,7 +66,7 @@ void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len)
  * the durable records follow once the write is durable (abandon.c). */
 void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written)
 {
-    if (lost_clear(&c->lost, oblock, written))
+    if (lost_clear(&c->map.lost, oblock, written))
         abandon_lost_changed(c);
 }
 
@@ -74,7 +74,7 @@ void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *writte
  * longer lost. */
 void lost_written_range(struct cache *c, uint64_t off, uint64_t len)
 {
-    if (lost_clear_range(&c->lost, c->block_size, off, len))
+    if (lost_clear_range(&c->map.lost, c->block_size, off, len))
         abandon_lost_changed(c);
 }
 
@@ -93,7 +93,7 @@ static void settled(void *arg, uint64_t oblock, const struct tc_mask *m)
  * still written: not abandoned). */
 void lost_settle_done(struct cache *c, bool ok)
 {
-    lost_settle_end(&c->lost, ok, settled, c);
+    lost_settle_end(&c->map.lost, ok, settled, c);
 }
 
 /* A flush reports the acknowledged data lost since the previous flush
@@ -108,12 +108,12 @@ int lost_flush_result(struct cache *c)
         c->owin.cuts_reported = c->owin.cuts;
         tc_error("flush fails with EIO: the origin connection was lost before a flush covered "
                  "acknowledged writes (originwin.c; %llu lost sectors now unreadable)",
-                 (unsigned long long)lost_sectors(&c->lost));
+                 (unsigned long long)lost_sectors(&c->map.lost));
         return -EIO;
     }
     tc_error("flush fails with EIO: acknowledged writes were lost with the cache since the "
              "previous flush (%llu lost sectors now unreadable)",
-             (unsigned long long)lost_sectors(&c->lost));
+             (unsigned long long)lost_sectors(&c->map.lost));
     return -EIO;
 }
 
@@ -178,7 +178,7 @@ void lost_passthrough(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
     bool write = e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES || e->op == TC_OP_TRIM;
-    if (e->op == TC_OP_READ && lost_overlaps(&c->lost, c->block_size, e->off, e->len)) {
+    if (e->op == TC_OP_READ && lost_overlaps(&c->map.lost, c->block_size, e->off, e->len)) {
         /* Its newest version was lost with the cache: never the origin's
          * older one in its place. */
         e->err = -EIO;
@@ -202,7 +202,7 @@ void lost_passthrough(struct ereq *e)
         e->lost_next = e->complete;
         e->complete = passthrough_flushed;
     }
-    if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) && lost_sectors(&c->lost) > 0) {
+    if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) && lost_sectors(&c->map.lost) > 0) {
         e->lost_next = e->complete;
         e->complete = passthrough_written;
     }

@@ -210,19 +210,19 @@ void origin_window_dropped(struct cache *c, uint64_t oblock)
 static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct tc_mask *m)
 {
     struct tc_mask v, d, nd;
-    ce_get_masks(&c->idx, id, &v, &d);
+    ce_get_masks(&c->map.idx, id, &v, &d);
     nd = d;
     mask_or(&nd, m);
-    ce_set_masks(&c->idx, id, &v, &nd);
+    ce_set_masks(&c->map.idx, id, &v, &nd);
     cache_set_dirty(c, oblock, &d, &nd);
-    struct centry *e = CE(&c->idx, id);
+    struct centry *e = CE(&c->map.idx, id);
     e->flags |= CE_WT;
     if (!(e->flags & CE_WT_RECOVERED)) {
         /* Hold the stable mark where it is until written back. */
         e->flags |= CE_WT_RECOVERED;
-        if (c->wt_recovered++ == 0)
-            c->wt_recovered_min = UINT64_MAX;
-        c->wt_recovered_min = TC_MIN(c->wt_recovered_min, c->wt_stable_seq + 1);
+        if (c->map.wt_recovered++ == 0)
+            c->map.wt_recovered_min = UINT64_MAX;
+        c->map.wt_recovered_min = TC_MIN(c->map.wt_recovered_min, c->wt_stable_seq + 1);
     }
     cache_trace(c, oblock, "origin connection lost before a flush: write-through version "
                 "dirty again");
@@ -233,10 +233,10 @@ static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, ui
     uint64_t off = r->off, end = r->off + r->len, ob;
     struct tc_mask m;
     while (mask_next_block(&off, end, c->block_size, &ob, &m)) {
-        uint32_t id = index_lookup(&c->idx, ob);
+        uint32_t id = index_lookup(&c->map.idx, ob);
         if (id != NIL) {
             struct tc_mask v, d, held;
-            ce_get_masks(&c->idx, id, &v, &d);
+            ce_get_masks(&c->map.idx, id, &v, &d);
             held = m;
             mask_and(&held, &v);
             if (r->cached && !r->dropped) {

@@ -182,13 +182,13 @@ static void slot_loaded(struct ereq *rq)
 static bool all_cached(struct cache *c, uint64_t off, uint64_t len)
 {
     for (uint64_t b = off / c->block_size; b < (off + len) / c->block_size; b++) {
-        uint32_t id = index_lookup(&c->idx, b);
+        uint32_t id = index_lookup(&c->map.idx, b);
         if (id == NIL)
             return false;
         struct tc_mask v, full;
-        ce_get_masks(&c->idx, id, &v, NULL);
+        ce_get_masks(&c->map.idx, id, &v, NULL);
         mask_range(&full, 0, c->spb);
-        if (!mask_covers(&v, &full) || lost_get(&c->lost, b, NULL))
+        if (!mask_covers(&v, &full) || lost_get(&c->map.lost, b, NULL))
             return false;
     }
     return true;

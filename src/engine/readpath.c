@@ -173,11 +173,11 @@ static void read_cached(struct rreq *r, unsigned k, uint32_t id, const struct tc
     for (unsigned s = p->s0; s < p->s1; s++) {
         if (!mask_test(want, s))
             continue;
-        uint32_t fid = ce_locate(&c->idx, id, s);
+        uint32_t fid = ce_locate(&c->map.idx, id, s);
         struct tc_mask st;
-        frag_stored(&c->idx, fid, &st);
-        uint16_t off = (uint16_t)(frag_off(&c->idx, fid) + mask_rank(&st, s));
-        add_sector(r, k, frag_seg(&c->idx, fid), off, dst + (size_t)(s - p->s0) * TC_SECTOR);
+        frag_stored(&c->map.idx, fid, &st);
+        uint16_t off = (uint16_t)(frag_off(&c->map.idx, fid) + mask_rank(&st, s));
+        add_sector(r, k, frag_seg(&c->map.idx, fid), off, dst + (size_t)(s - p->s0) * TC_SECTOR);
     }
 }
 
@@ -293,7 +293,7 @@ static void classify_and_issue(struct rreq *r)
         off = pend;
         struct tc_mask want, lost;
         mask_range(&want, p->s0, p->s1);
-        if (lost_get(&c->lost, p->oblock, &lost)) {
+        if (lost_get(&c->map.lost, p->oblock, &lost)) {
             mask_and(&lost, &want);
             if (!mask_empty(&lost)) {
                 /* Dirty data lost with a failed device: never the origin's
@@ -301,12 +301,12 @@ static void classify_and_issue(struct rreq *r)
                 join_error(&r->join, -EIO);
             }
         }
-        uint32_t id = index_lookup(&c->idx, p->oblock);
+        uint32_t id = index_lookup(&c->map.idx, p->oblock);
         if (id != NIL)
-            ce_get_masks(&c->idx, id, &p->valid, &p->dirty);
+            ce_get_masks(&c->map.idx, id, &p->valid, &p->dirty);
         if (id != NIL && !r->bypass && mask_covers(&p->valid, &want)) {
             p->kind = P_HIT;
-            policy_hit(c->policy, p->oblock, &CE(&c->idx, id)->hint);
+            policy_hit(c->policy, p->oblock, &CE(&c->map.idx, id)->hint);
             if (in_miss) {
                 origin_run(r, miss_first, k - 1);
                 in_miss = false;
@@ -316,7 +316,7 @@ static void classify_and_issue(struct rreq *r)
         }
         p->kind = P_MISS;
         if (id != NIL && !r->bypass)
-            policy_hit(c->policy, p->oblock, &CE(&c->idx, id)->hint);  /* read again, if partly */
+            policy_hit(c->policy, p->oblock, &CE(&c->map.idx, id)->hint);  /* read again, if partly */
         if (!in_miss) {
             flush_run(r);
             miss_first = k;
@@ -372,10 +372,10 @@ static void fill(struct rreq *r, struct rpiece *p)
         return;
     }
     struct tc_mask valid, dirty, stored, lost;
-    uint32_t id = index_lookup(&c->idx, p->oblock);
+    uint32_t id = index_lookup(&c->map.idx, p->oblock);
     if (id != NIL) {
-        ce_get_masks(&c->idx, id, &valid, &dirty);
-        if (CE(&c->idx, id)->nfrags >= MAX_FRAGS) {
+        ce_get_masks(&c->map.idx, id, &valid, &dirty);
+        if (CE(&c->map.idx, id)->nfrags >= MAX_FRAGS) {
             c->st.fills_dropped++;
             return;
         }
@@ -391,7 +391,7 @@ static void fill(struct rreq *r, struct rpiece *p)
     else
         mask_range(&stored, p->s0, p->s1);
     mask_andnot(&stored, &valid);
-    if (lost_get(&c->lost, p->oblock, &lost))
+    if (lost_get(&c->map.lost, p->oblock, &lost))
         mask_andnot(&stored, &lost);
     if (mask_empty(&stored))
         return;
@@ -459,7 +459,7 @@ static void finish(struct rreq *r)
     }
     /* A device failed while the read ran, losing dirty data it needed:
      * what was gathered meanwhile may be the origin's older copy. */
-    if (r->join.err == 0 && lost_overlaps(&c->lost, c->block_size, e->off, e->len))
+    if (r->join.err == 0 && lost_overlaps(&c->map.lost, c->block_size, e->off, e->len))
         join_error(&r->join, -EIO);
     if (r->join.err == 0)
         for (unsigned i = 0; i < r->np; i++)
@@ -541,8 +541,8 @@ static bool salvage(struct rreq *r, struct rpiece *p)
         bufpool_put(p->ovbuf, (size_t)(p->s1 - p->s0) * TC_SECTOR);
         p->ovbuf = NULL;
     }
-    uint32_t id = index_lookup(&c->idx, p->oblock);
-    if (id != NIL && CE(&c->idx, id)->dirty == 0 && !block_is_locked(c->locks, p->oblock)) {
+    uint32_t id = index_lookup(&c->map.idx, p->oblock);
+    if (id != NIL && CE(&c->map.idx, id)->dirty == 0 && !block_is_locked(c->locks, p->oblock)) {
         cache_drop(c, p->oblock);
         block_gen_bump(c->locks, p->oblock);
         c->st.invalidations++;

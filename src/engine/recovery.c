@@ -861,32 +861,32 @@ static uint64_t *cur_seq_slot(struct recovery *rc, uint32_t id)
 static void apply_clean(struct recovery *rc, const struct rec *r)
 {
     struct cache *c = rc->c;
-    uint32_t id = index_lookup(&c->idx, r->oblock);
+    uint32_t id = index_lookup(&c->map.idx, r->oblock);
     if (id == NIL)
         return;
-    struct cfrag head = frag_view(&c->idx, ce_head(&c->idx, id));
+    struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
     if (tc_loc(head.seg, head.off) != r->target)
         return;
     struct tc_mask v, d, nd;
-    ce_get_masks(&c->idx, id, &v, &d);
+    ce_get_masks(&c->map.idx, id, &v, &d);
     nd = d;
     mask_andnot(&nd, &r->valid);
-    ce_set_masks(&c->idx, id, &v, &nd);
+    ce_set_masks(&c->map.idx, id, &v, &nd);
     cache_set_dirty(c, r->oblock, &d, &nd);
     grow(rc, id);
     if (rc->wt_seq[id] <= r->seq)
         rc->wt_seq[id] = 0;
     if (mask_empty(&nd)) {
-        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
-            if (frag_mseg(&c->idx, f) == NIL)
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
+            if (frag_mseg(&c->map.idx, f) == NIL)
                 continue;
-            struct cfrag *fr = FR(&c->idx, f);     /* a record: it has a mirror */
+            struct cfrag *fr = FR(&c->map.idx, f);     /* a record: it has a mirror */
             struct tc_mask st;
-            frag_stored(&c->idx, f, &st);
+            frag_stored(&c->map.idx, f, &st);
             seg_add_live(c, fr->mseg, -(int)mask_count(&st));
             fr->mseg = NIL;
         }
-        index_settle(&c->idx, id);
+        index_settle(&c->map.idx, id);
     }
 }
 
@@ -906,21 +906,21 @@ static void apply(struct recovery *rc)
         if (r->type == TC_ENTRY_DATA) {
             if (r->bad)
                 continue;
-            uint32_t id = index_lookup(&c->idx, r->oblock);
+            uint32_t id = index_lookup(&c->map.idx, r->oblock);
             if (id != NIL && *cur_seq_slot(rc, id) == r->seq) {
                 /* The second copy of a mirrored fragment. */
-                uint32_t f = ce_head(&c->idx, id);
-                if (frag_mseg(&c->idx, f) == NIL) {
-                    frag_set_mirror(&c->idx, id, f, r->seg, r->off);
+                uint32_t f = ce_head(&c->map.idx, id);
+                if (frag_mseg(&c->map.idx, f) == NIL) {
+                    frag_set_mirror(&c->map.idx, id, f, r->seg, r->off);
                     seg_add_live(c, r->seg, (int)mask_count(&r->valid));
                 }
                 continue;
             }
             bool fresh = id == NIL;
             struct tc_mask lm;
-            if (lost_get(&c->lost, r->oblock, &lm)) {
+            if (lost_get(&c->map.lost, r->oblock, &lm)) {
                 mask_andnot(&lm, &r->valid);    /* written again after the loss */
-                lost_set(&c->lost, r->oblock, &lm);
+                lost_set(&c->map.lost, r->oblock, &lm);
             }
             id = cache_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
                                     0, false);
@@ -933,27 +933,27 @@ static void apply(struct recovery *rc)
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
             cache_drop(c, r->oblock);
         } else if (r->type == TC_ENTRY_LOST) {
-            lost_set(&c->lost, r->oblock, &r->valid);
+            lost_set(&c->map.lost, r->oblock, &r->valid);
         } else {
             apply_clean(rc, r);
         }
     }
     /* Write-through versions the origin may lack become dirty. */
-    c->wt_recovered = 0;
-    c->wt_recovered_min = UINT64_MAX;
-    for (uint32_t id = 0; id < c->idx.used; id++) {
-        struct centry *e = CE(&c->idx, id);
+    c->map.wt_recovered = 0;
+    c->map.wt_recovered_min = UINT64_MAX;
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        struct centry *e = CE(&c->map.idx, id);
         if (e->oblock == UINT64_MAX || id >= rc->cur_cap || rc->wt_seq[id] <= rc->wt_stable)
             continue;
         struct tc_mask v, d;
-        ce_get_masks(&c->idx, id, &v, &d);
-        ce_set_masks(&c->idx, id, &v, &v);
+        ce_get_masks(&c->map.idx, id, &v, &d);
+        ce_set_masks(&c->map.idx, id, &v, &v);
         cache_set_dirty(c, e->oblock, &d, &v);
         e->flags |= CE_WT;
         if (!mask_empty(&v) && !(e->flags & CE_WT_RECOVERED)) {
             e->flags |= CE_WT_RECOVERED;
-            c->wt_recovered++;
-            c->wt_recovered_min = TC_MIN(c->wt_recovered_min, rc->wt_seq[id]);
+            c->map.wt_recovered++;
+            c->map.wt_recovered_min = TC_MIN(c->map.wt_recovered_min, rc->wt_seq[id]);
         }
         cache_trace(c, e->oblock, "recovery: write-through seq %llu > stable %llu: dirty",
                     (unsigned long long)rc->wt_seq[id], (unsigned long long)rc->wt_stable);
@@ -1058,9 +1058,9 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     c->flushed_upto = rc.max_chunk_seq;
     c->tail_seq = nlive ? SEG(c, live[0])->seq : c->next_seq;
     c->wt_stable_seq = rc.wt_stable;
-    c->st.recovered_entries = c->idx.count;
-    c->st.recovered_dirty_sectors = c->dirty_sectors;
-    c->st.recovered_dirty_blocks = c->dirty_blocks;
+    c->st.recovered_entries = c->map.idx.count;
+    c->st.recovered_dirty_sectors = c->map.dirty_sectors;
+    c->st.recovered_dirty_blocks = c->map.dirty_blocks;
     c->st.last_stop = rc.max_chunk_seq == 0 ? "none" : rc.clean_stop ? "clean" : "unclean";
     if (c->st.recovery_unflushed)
         tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "

@@ -121,30 +121,30 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
     r->damaged = c->st.recovery_damaged;
     r->damage_group_max = c->damage_group_max;
     uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
-    uint64_t total = c->dirty_blocks, done = 0;
+    uint64_t total = c->map.dirty_blocks, done = 0;
     int ret = 0;
     /* Sectors whose newest version was lost with a failed device: any
      * version still in the log is older, so none is written back, and
      * they are reported lost (a reformat would otherwise let their older
      * origin data be read as current). */
     struct lost_report lr = { r, c };
-    lost_foreach(&c->lost, report_lost_set, &lr);
+    lost_foreach(&c->map.lost, report_lost_set, &lr);
     /* Ascending origin order: the dirty bitmap. */
     for (uint64_t b = 0; b < c->nblocks_origin; b++) {
-        if (!((c->dirty_bits[b / 64] >> (b % 64)) & 1))
+        if (!((c->map.dirty_bits[b / 64] >> (b % 64)) & 1))
             continue;
-        uint32_t id = index_lookup(&c->idx, b);
+        uint32_t id = index_lookup(&c->map.idx, b);
         if (id == NIL)
             continue;
         struct tc_mask v, d, safe, unsafe;
-        ce_get_masks(&c->idx, id, &v, &d);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         mask_clear(&safe);
         mask_clear(&unsafe);
         for (unsigned s = 0; s < c->spb; s++) {
             if (!mask_test(&d, s))
                 continue;
-            uint32_t f = ce_locate(&c->idx, id, s);
-            uint64_t g = f == NIL ? 0 : SEG(c, frag_seg(&c->idx, f))->seq;
+            uint32_t f = ce_locate(&c->map.idx, id, s);
+            uint64_t g = f == NIL ? 0 : SEG(c, frag_seg(&c->map.idx, f))->seq;
             if (f != NIL && c->damage_group_max != UINT64_MAX && g > c->damage_group_max)
                 mask_set(&safe, s);
             else
@@ -152,7 +152,7 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
         }
         r->dirty_sectors += mask_count(&d);
         struct tc_mask lost;
-        if (lost_get(&c->lost, b, &lost)) {    /* reported above */
+        if (lost_get(&c->map.lost, b, &lost)) {    /* reported above */
             mask_andnot(&safe, &lost);
             mask_andnot(&unsafe, &lost);
         }

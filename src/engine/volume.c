@@ -385,7 +385,7 @@ void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes
 
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)
 {
-    return vol->cache && !vol->detached ? vol->cache->dirty_sectors * TC_SECTOR : 0;
+    return vol->cache && !vol->detached ? vol->cache->map.dirty_sectors * TC_SECTOR : 0;
 }
 
 /* A failed drain: say why in vol->op_error, naming the dirty data left:
@@ -648,7 +648,7 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
     /* Dirty data left from writeback (or recovered after a crash) goes to
      * the origin before a mode without dirty data is in force. */
     bool drain = mode != TC_MODE_WRITEBACK &&
-                 (old == TC_MODE_WRITEBACK || vol->cache->dirty_blocks > 0);
+                 (old == TC_MODE_WRITEBACK || vol->cache->map.dirty_blocks > 0);
     if (drain && vol->flushing_dirty) {
         /* One drain at a time: this one would take the flush's place. */
         snprintf(vol->op_error, sizeof vol->op_error, "a flush of the dirty data is under way; "
@@ -735,7 +735,7 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "unaligned_writes", vol->stats.unaligned_writes);
     json_uint(j, "errors", vol->stats.errors);
     /* Also after detach, when the cache's own figures are gone. */
-    json_uint(j, "lost_bytes", vol->cache ? lost_sectors(&vol->cache->lost) * TC_SECTOR : 0);
+    json_uint(j, "lost_bytes", vol->cache ? lost_sectors(&vol->cache->map.lost) * TC_SECTOR : 0);
     tc_volume_settings_json(vol, j);
     dev_json(vol, j, "origin", vol->origin);
     if (vol->cache && !vol->detached)
@@ -745,6 +745,6 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks)
 {
     const struct cache *c = vol->cache;
-    *bytes = c && !vol->detached ? c->dirty_sectors * TC_SECTOR : 0;
-    *blocks = c && !vol->detached ? c->dirty_blocks : 0;
+    *bytes = c && !vol->detached ? c->map.dirty_sectors * TC_SECTOR : 0;
+    *blocks = c && !vol->detached ? c->map.dirty_blocks : 0;
 }

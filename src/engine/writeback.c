@@ -453,7 +453,7 @@ static void job_account(struct wb_job *j, int err, bool cut)
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         uint64_t ob = b->oblock;
-        bool dirty = (c->dirty_bits[ob / 64] >> (ob % 64)) & 1;
+        bool dirty = (c->map.dirty_bits[ob / 64] >> (ob % 64)) & 1;
         if (b->ok && !b->failed && !err && !cut) {
             /* Written (a newer version may keep it dirty): the origin
              * takes writes again, the back-off starts over. */
@@ -513,7 +513,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         struct wb_block *b = &j->b[i];
         if (!b->ok || b->failed || block_gen(c->locks, b->oblock) != b->gen)
             continue;
-        uint32_t id = index_lookup(&c->idx, b->oblock);
+        uint32_t id = index_lookup(&c->map.idx, b->oblock);
         if (id == NIL)
             continue;
         struct wb_fail *wf = fail_find(wb, b->oblock);
@@ -526,30 +526,30 @@ static void job_flushed(struct tc_dev_io *dio, int err)
                         wf->failures);
         }
         struct tc_mask v, d;
-        ce_get_masks(&c->idx, id, &v, &d);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         struct tc_mask nd = d;
         mask_andnot(&nd, &b->dirty);
-        struct cfrag head = frag_view(&c->idx, ce_head(&c->idx, id));
+        struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
         struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
                             .target = tc_loc(head.seg, head.off), .valid = b->dirty,
                             .use_reserve = true };
         log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
-        ce_set_masks(&c->idx, id, &v, &nd);
+        ce_set_masks(&c->map.idx, id, &v, &nd);
         cache_set_dirty(c, b->oblock, &d, &nd);
-        struct centry *e = CE(&c->idx, id);
+        struct centry *e = CE(&c->map.idx, id);
         e->flags &= (uint16_t)~CE_WT;
         if (mask_empty(&nd)) {
             /* Clean data keeps one copy. */
-            for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
-                if (frag_mseg(&c->idx, f) == NIL)
+            for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
+                if (frag_mseg(&c->map.idx, f) == NIL)
                     continue;
-                struct cfrag *fr = FR(&c->idx, f);     /* a record: it has a mirror */
+                struct cfrag *fr = FR(&c->map.idx, f);     /* a record: it has a mirror */
                 struct tc_mask st;
-                frag_stored(&c->idx, f, &st);
+                frag_stored(&c->map.idx, f, &st);
                 seg_add_live(c, fr->mseg, -(int)mask_count(&st));
                 fr->mseg = NIL;
             }
-            index_settle(&c->idx, id);
+            index_settle(&c->map.idx, id);
         }
         cache_trace(c, b->oblock, "written back and cleaned %llx", (unsigned long long)b->dirty.w[0]);
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
@@ -783,11 +783,11 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         j->pass_no = c->st.writeback_passes;
     }
     for (unsigned i = 0; i < n && j->n < JOB_BLOCKS; i++) {
-        uint32_t id = index_lookup(&c->idx, blocks[i]);
+        uint32_t id = index_lookup(&c->map.idx, blocks[i]);
         if (id == NIL)
             continue;
         struct wb_block *b = &j->b[j->n];
-        ce_get_masks(&c->idx, id, &b->valid, &b->dirty);
+        ce_get_masks(&c->map.idx, id, &b->valid, &b->dirty);
         if (mask_empty(&b->dirty) || !block_wait_wb_free(c->locks, blocks[i]))
             continue;
         b->job = j;
@@ -817,7 +817,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
 static double dirty_ratio(const struct cache *c)
 {
     uint64_t cap = (uint64_t)c->sp.nsegs * c->segment_size;
-    return cap ? (double)(c->dirty_sectors * TC_SECTOR) / (double)cap : 0;
+    return cap ? (double)(c->map.dirty_sectors * TC_SECTOR) / (double)cap : 0;
 }
 
 static double dirty_ceiling(const struct cache *c)
@@ -921,7 +921,7 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
     struct cache *c = wb->c;
     uint64_t nb = c->nblocks_origin;
     *n = 0;
-    if (c->dirty_blocks == 0)
+    if (c->map.dirty_blocks == 0)
         return false;
     uint64_t b = wb->cursor;
     uint64_t scanned = 0, now = tc_now_ns(), next_due = UINT64_MAX;
@@ -935,7 +935,7 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
             b = 0;
             c->st.writeback_passes++;
         }
-        uint64_t word = c->dirty_bits[b / 64] >> (b % 64);
+        uint64_t word = c->map.dirty_bits[b / 64] >> (b % 64);
         if (word == 0) {
             uint64_t skip = 64 - b % 64;
             b += skip;
@@ -967,7 +967,7 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
  * is due (the scan is skipped, so a refusing origin costs no CPU). */
 static bool all_backing_off(struct writeback *wb)
 {
-    return wb->nfail > 0 && wb->nfail >= wb->c->dirty_blocks && tc_now_ns() < wb->fail_next_due;
+    return wb->nfail > 0 && wb->nfail >= wb->c->map.dirty_blocks && tc_now_ns() < wb->fail_next_due;
 }
 
 static unsigned window(struct writeback *wb)
@@ -982,7 +982,7 @@ static unsigned window(struct writeback *wb)
         return 0;
     if (wb->draining)
         return 8;
-    if (c->dirty_blocks == 0)
+    if (c->map.dirty_blocks == 0)
         return 0;
     double ratio = dirty_ratio(c);
     bool idle = tc_now_ns() - wb->last_client_io > IDLE_NS;
@@ -1251,12 +1251,12 @@ static void drain_check(struct writeback *wb)
     uint64_t now = tc_now_ns();
     if (wb->drain_progress && now - wb->drain_last_progress >= 500000000ull) {
         wb->drain_last_progress = now;
-        wb->drain_progress(wb->drain_arg, c->dirty_sectors * TC_SECTOR,
+        wb->drain_progress(wb->drain_arg, c->map.dirty_sectors * TC_SECTOR,
                            wb->bytes - wb->drain_start_bytes);
     }
     if (wb->jobs > 0)
         return;
-    if (c->dirty_blocks > 0) {
+    if (c->map.dirty_blocks > 0) {
         /* The origin is away: wait while it reconnects, give up once it is
          * declared offline (--origin-timeout); the data stays dirty. */
         enum tc_dev_state st = c->vol->origin->state;
@@ -1267,10 +1267,10 @@ static void drain_check(struct writeback *wb)
             goto give_up;
         }
         /* Every dirty block failed WB_FAILURES_EIO times in a row. */
-        if (wb->nfail_eio >= c->dirty_blocks) {
+        if (wb->nfail_eio >= c->map.dirty_blocks) {
             snprintf(wb->drain_why, sizeof wb->drain_why,
                      "the origin refused each of the %llu dirty blocks %u times in a row: %s",
-                     (unsigned long long)c->dirty_blocks, WB_FAILURES_EIO, wb->last_why);
+                     (unsigned long long)c->map.dirty_blocks, WB_FAILURES_EIO, wb->last_why);
             goto give_up;
         }
         /* Blocks backing off: their next attempts come. */
@@ -1285,13 +1285,13 @@ static void drain_check(struct writeback *wb)
             goto give_up;
         }
         /* A whole pass without progress: the origin refuses the data. */
-        if (c->dirty_sectors == wb->drain_dirty_at_pass) {
+        if (c->map.dirty_sectors == wb->drain_dirty_at_pass) {
             if (++wb->drain_stuck_passes < 3)
                 return;
             snprintf(wb->drain_why, sizeof wb->drain_why, "no progress in 3 passes%s%s",
                      wb->last_why[0] ? "; last failure: " : "", wb->last_why);
         } else {
-            wb->drain_dirty_at_pass = c->dirty_sectors;
+            wb->drain_dirty_at_pass = c->map.dirty_sectors;
             wb->drain_stuck_passes = 0;
             return;
         }
@@ -1302,9 +1302,9 @@ give_up:
     void *arg = wb->drain_arg;
     wb->drain_done = NULL;
     if (wb->drain_progress)
-        wb->drain_progress(arg, c->dirty_sectors * TC_SECTOR, wb->bytes - wb->drain_start_bytes);
+        wb->drain_progress(arg, c->map.dirty_sectors * TC_SECTOR, wb->bytes - wb->drain_start_bytes);
     if (done)
-        done(arg, c->dirty_blocks ? -EIO : 0);
+        done(arg, c->map.dirty_blocks ? -EIO : 0);
 }
 
 void writeback_drain(struct cache *c,

@@ -182,8 +182,8 @@ uint64_t wt_stable_candidate(struct cache *c)
     for (struct wpiece *p = c->wt_inflight; p; p = p->wt_next)
         if (p->wt_seq < min)
             min = p->wt_seq;
-    if (c->wt_recovered && c->wt_recovered_min < min)
-        min = c->wt_recovered_min;
+    if (c->map.wt_recovered && c->map.wt_recovered_min < min)
+        min = c->map.wt_recovered_min;
     return min - 1;
 }
 
@@ -354,16 +354,16 @@ static void piece_origin_done(struct wpiece *p, int err)
     if (err == 0 && !(p->dio.flags & TC_DEV_FUA) && !(p->w->e->flags & TC_REQ_FUA)) {
         /* Not durable until an origin flush in this connection epoch. */
         bool cached = p->mode == W_THROUGH && p->locked &&
-                      index_lookup(&c->idx, p->oblock) != NIL;
+                      index_lookup(&c->map.idx, p->oblock) != NIL;
         origin_window_acked(c, piece_origin_off(p), piece_len(p), cached);
     }
     bool tombstone = false;
     if (err && p->mode == W_THROUGH && p->locked) {
         /* The origin did not take it: the cache must not claim it did. */
-        uint32_t id = index_lookup(&c->idx, p->oblock);
+        uint32_t id = index_lookup(&c->map.idx, p->oblock);
         if (id != NIL) {
             struct tc_mask v, d;
-            ce_get_masks(&c->idx, id, &v, &d);
+            ce_get_masks(&c->map.idx, id, &v, &d);
             if (mask_empty(&d)) {
                 cache_drop(c, p->oblock);
                 c->st.invalidations++;
@@ -494,10 +494,10 @@ static void cache_append_failed(struct wpiece *p)
     tc_warn("cache: write of block %llu to the cache failed; writing the origin only",
             (unsigned long long)p->oblock);
     struct cache *c = p->w->c;
-    uint32_t id = index_lookup(&c->idx, p->oblock);
+    uint32_t id = index_lookup(&c->map.idx, p->oblock);
     if (id != NIL) {
         struct tc_mask v, d;
-        ce_get_masks(&c->idx, id, &v, &d);
+        ce_get_masks(&c->map.idx, id, &v, &d);
         if (mask_empty(&d))
             cache_drop(c, p->oblock);
     }
@@ -723,14 +723,14 @@ static void piece_step(struct wpiece *p)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
-    uint32_t id = index_lookup(&c->idx, p->oblock);
+    uint32_t id = index_lookup(&c->map.idx, p->oblock);
     mask_clear(&p->ovalid);
     mask_clear(&p->odirty);
     p->merging = false;
     p->owt = false;
     if (id != NIL) {
-        ce_get_masks(&c->idx, id, &p->ovalid, &p->odirty);
-        p->owt = CE(&c->idx, id)->flags & CE_WT;
+        ce_get_masks(&c->map.idx, id, &p->ovalid, &p->odirty);
+        p->owt = CE(&c->map.idx, id)->flags & CE_WT;
     }
     block_gen_bump(c->locks, p->oblock);
 
@@ -777,7 +777,7 @@ static void piece_step(struct wpiece *p)
         if (!block_wait_wb(c->locks, p->oblock, &p->bw))
             return;
     }
-    if (p->mode == W_AROUND || id == NIL || CE(&c->idx, id)->nfrags < MAX_FRAGS) {
+    if (p->mode == W_AROUND || id == NIL || CE(&c->map.idx, id)->nfrags < MAX_FRAGS) {
         append_version(p);
         return;
     }
@@ -810,7 +810,7 @@ static void piece_start(struct wpiece *p)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
-    bool cached = index_lookup(&c->idx, p->oblock) != NIL;
+    bool cached = index_lookup(&c->map.idx, p->oblock) != NIL;
     if (!cached && p->mode != W_BACK) {
         bool admit = false;
         if (p->mode == W_THROUGH && !w->e->vol->read_only) {
@@ -906,7 +906,7 @@ void cache_write(struct ereq *e)
          * not cached go to the origin; cached ones are updated in place. */
         c->st.bypassed_sequential += e->len;
         for (unsigned i = 0; i < w->np; i++)
-            if (index_lookup(&c->idx, w->p[i].oblock) == NIL)
+            if (index_lookup(&c->map.idx, w->p[i].oblock) == NIL)
                 w->p[i].mode = W_AROUND;
     }
     if (e->flags & TC_REQ_FUA)
@@ -1082,7 +1082,7 @@ void cache_discard(struct ereq *e)
     /* Only the cached blocks need pieces. */
     unsigned n = 0;
     for (unsigned i = 0; i < w->np; i++) {
-        if (index_lookup(&c->idx, w->p[i].oblock) == NIL)
+        if (index_lookup(&c->map.idx, w->p[i].oblock) == NIL)
             continue;
         w->p[n] = w->p[i];
         if (zero)

@@ -312,17 +312,17 @@ static void check_recovered(struct cache *c)
 
     /* The index. */
     uint64_t dirty_sectors = 0, dirty_blocks = 0, count = 0;
-    for (uint32_t id = 0; id < c->idx.used; id++) {
-        struct centry *e = CE(&c->idx, id);
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        struct centry *e = CE(&c->map.idx, id);
         if (e->oblock == UINT64_MAX)
             continue;
         count++;
         CHECK(e->oblock < c->nblocks_origin, "block %llu of %llu",
               (unsigned long long)e->oblock, (unsigned long long)c->nblocks_origin);
-        CHECK(index_lookup(&c->idx, e->oblock) == id, "block %llu not found by lookup",
+        CHECK(index_lookup(&c->map.idx, e->oblock) == id, "block %llu not found by lookup",
               (unsigned long long)e->oblock);
         struct tc_mask v, dm;
-        ce_get_masks(&c->idx, id, &v, &dm);
+        ce_get_masks(&c->map.idx, id, &v, &dm);
         for (unsigned s = c->spb; s < 64 * TC_MASK_WORDS; s++)
             CHECK(!mask_test(&v, s), "block %llu: sector %u of %u valid",
                   (unsigned long long)e->oblock, s, c->spb);
@@ -331,7 +331,7 @@ static void check_recovered(struct cache *c)
         unsigned nd = mask_count(&dm);
         dirty_sectors += nd;
         dirty_blocks += nd > 0;
-        bool bit = (c->dirty_bits[e->oblock / 64] >> (e->oblock % 64)) & 1;
+        bool bit = (c->map.dirty_bits[e->oblock / 64] >> (e->oblock % 64)) & 1;
         CHECK(bit == (nd > 0), "block %llu: dirty bit %d, %u dirty sectors",
               (unsigned long long)e->oblock, bit, nd);
         /* A writer never makes more than MAX_FRAGS fragments, but a log
@@ -342,13 +342,13 @@ static void check_recovered(struct cache *c)
          * bits: 256 fragments, possible with 1 MiB blocks, wrap it to 0;
          * see docs/FUZZING.md). */
         unsigned nf = 0;
-        for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             CHECK(++nf <= c->spb, "block %llu: more fragments than sectors",
                   (unsigned long long)e->oblock);
-            struct cfrag fr = frag_view(&c->idx, f);
+            struct cfrag fr = frag_view(&c->map.idx, f);
             struct tc_mask st, cur;
-            frag_stored(&c->idx, f, &st);
-            frag_current(&c->idx, id, f, &cur);
+            frag_stored(&c->map.idx, f, &st);
+            frag_current(&c->map.idx, id, f, &cur);
             unsigned n = popcount(&st);
             CHECK(n >= 1 && n <= c->spb && !mask_empty(&cur),
                   "block %llu: a fragment of %u sectors, %u of them current",
@@ -368,12 +368,12 @@ static void check_recovered(struct cache *c)
         CHECK(nf % 256 == e->nfrags && nf >= 1, "block %llu: %u fragments, counted %u",
               (unsigned long long)e->oblock, nf, e->nfrags);
     }
-    CHECK(count == c->idx.count, "%llu blocks in the index, counted %llu",
-          (unsigned long long)count, (unsigned long long)c->idx.count);
-    CHECK(dirty_sectors == c->dirty_sectors && dirty_blocks == c->dirty_blocks,
+    CHECK(count == c->map.idx.count, "%llu blocks in the index, counted %llu",
+          (unsigned long long)count, (unsigned long long)c->map.idx.count);
+    CHECK(dirty_sectors == c->map.dirty_sectors && dirty_blocks == c->map.dirty_blocks,
           "dirty: %llu sectors in %llu blocks, counted %llu in %llu",
           (unsigned long long)dirty_sectors, (unsigned long long)dirty_blocks,
-          (unsigned long long)c->dirty_sectors, (unsigned long long)c->dirty_blocks);
+          (unsigned long long)c->map.dirty_sectors, (unsigned long long)c->map.dirty_blocks);
     free(in_group);
 }
 
@@ -470,8 +470,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cache_check(c, &res, false);
     if (debug) {
         fprintf(stderr, "recovered %llu blocks, %llu dirty sectors, %u groups; check: %u "
-                "problems\n", (unsigned long long)c->idx.count,
-                (unsigned long long)c->dirty_sectors, c->sp.ngroups, res.nproblems);
+                "problems\n", (unsigned long long)c->map.idx.count,
+                (unsigned long long)c->map.dirty_sectors, c->sp.ngroups, res.nproblems);
         for (unsigned i = 0; i < res.nproblems && i < 20; i++)
             fprintf(stderr, "  %s\n", res.problems[i]);
     }

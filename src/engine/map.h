@@ -1,0 +1,243 @@
+/*
+ * The map: what the cache holds for each origin block, and the sets kept
+ * beside it.
+ *
+ *   struct map
+ *     idx           origin block -> entry (valid and dirty masks, flags,
+ *                   policy hint) -> chain of fragments (seg, off), each
+ *                   with an optional mirror copy (mseg, moff)
+ *     dirty_bits    one bit per origin block: it has a dirty sector
+ *     dirty_blocks, dirty_sectors      totals of the dirty masks
+ *     lost          lost.h: sectors whose dirty data was lost (reads fail
+ *                   with EIO until a client writes them again)
+ *     wt_recovered, wt_recovered_min   the recovered write-through set:
+ *                   entries flagged CE_WT_RECOVERED, and a lower bound of
+ *                   their versions' sequence numbers
+ *
+ * The index's storage (pages of entries and fragment records, inline and
+ * side masks) is index.c's; this header declares it.  The entry updates
+ * shared by the paths (cache_add_fragment() and its neighbours in cache.c,
+ * declared in cache.h) keep the parts above in step with each other and
+ * with the live counts of the segments (space.h, invariant 10).
+ *
+ * Invariants (numbered across the engine's headers, as in cache.h):
+ *
+ * Invariant 7: an entry's valid sectors are the union of the sectors its
+ * fragments store, and its dirty sectors are among its valid ones; a new
+ * fragment's dirty sectors are among those it stores.
+ *
+ * Invariant 8: adding a fragment never makes a chain longer than
+ * MAX_FRAGS, nor longer than it was, except while recovery replays the log
+ * (c->replaying: a merge in a torn chunk may be missing).
+ *
+ * Invariant 9: map.dirty_sectors, map.dirty_blocks and map.dirty_bits
+ * agree with the entries' dirty masks; cache_set_dirty() is the one
+ * place that changes them.
+ *
+ * Invariant 13: map.wt_recovered is the number of entries flagged
+ * CE_WT_RECOVERED, each of them dirty; while it is not 0,
+ * map.wt_recovered_min is at most the sequence number of each one's
+ * version.  An entry is flagged when recovery or the origin window makes
+ * its write-through version dirty and loses the flag when its block turns
+ * clean or leaves the map (cache_set_dirty(), wt_recovered_release()).
+ */
+#ifndef TC_ENGINE_MAP_H
+#define TC_ENGINE_MAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/lost.h"
+#include "engine/mask.h"
+
+#define NIL UINT32_MAX
+
+/* Entry flags. */
+#define CE_WT        (1u << 0)   /* written through: the origin write may be pending */
+/* A write-through version recovery made dirty (newer than the recorded
+ * stable mark, so the origin may lack it), not yet written back: it holds
+ * the stable mark below its sequence (map.wt_recovered).  Only dirty
+ * entries carry it; it goes when the block turns clean. */
+#define CE_WT_RECOVERED (1u << 3)
+/* Not an entry flag: tells cache_add_fragment() that a client write makes
+ * the fragment (for the policy's inserted()). */
+#define CE_ADD_WRITTEN  (1u << 15)
+
+/* A block holds at most this many fragments; a write that would add one
+ * more merges them all into one first. */
+#define MAX_FRAGS 8
+
+/*
+ * A cached block is a chain of fragments, newest first.  A fragment is one
+ * append: the sectors it stored, packed in order, at one location (and a
+ * mirror copy of dirty data on another device).  A sector is served by the
+ * newest fragment that stored it; a fragment whose sectors newer ones all
+ * stored again is removed.  A small write to a cached block adds a small
+ * fragment instead of rewriting the block.
+ *
+ *   block 7:  [seg 40: sector 3] -> [seg 12: sectors 0..15]
+ *             sector 3 is read from segment 40, the others from segment 12
+ *
+ * Memory: the usual block has one fragment without a mirror copy; that
+ * fragment is kept inline in the entry (its location, its stored sectors
+ * being the block's valid ones): 32 bytes per block, plus 2 to 4 bytes of
+ * hash bucket.  A block with several fragments, or a mirror copy, keeps
+ * its fragments as 20-byte records in a second table.  Masks are stored
+ * inline for blocks of up to 32 sectors (128 KiB); larger blocks keep them
+ * in side tables.  Both tables grow by pages as blocks are cached (no
+ * memory is set aside for blocks the cache does not hold yet, and at most
+ * one page is slack).  Entries and fragments are named by number, never
+ * by pointer across an asynchronous step.  An entry keeps its number while
+ * cached; a fragment's number changes when the block moves between the
+ * inline and the record form (cache_add_fragment(), cache_drop_fragment(),
+ * ce_set_masks(), frag_set_mirror(), index_settle()), so fragments are
+ * found again by location (cache_find_fragment()) after such a step.
+ */
+struct centry {
+    uint64_t oblock;
+    uint32_t hnext;             /* hash chain */
+    uint32_t valid, dirty;      /* inline masks (blocks of <= 32 sectors) */
+    uint32_t first;             /* inline: the fragment's segment; else the
+                                   newest fragment record (or NIL) */
+    uint16_t off;               /* inline: the fragment's sector in it */
+    uint16_t flags;             /* CE_* */
+    uint8_t hint;               /* the policy's byte (policy/policy.h): 0 when made */
+    uint8_t nfrags;
+    uint8_t inl;                /* the one fragment is inline */
+} __attribute__((packed, aligned(4)));     /* 32 bytes */
+
+/* A fragment record, for blocks of several fragments or a mirror copy. */
+struct cfrag {
+    uint32_t seg, mseg;         /* location and mirror location (or NIL) */
+    uint32_t next;              /* older fragment, or NIL (free list link) */
+    uint32_t stored;            /* inline mask of the sectors it holds */
+    uint16_t off, moff;
+};
+
+/* Fragment numbers: a record's index, or an entry's number with this bit
+ * for its inline fragment. */
+#define FID_INLINE 0x80000000u
+
+/* Entries and records are kept in pages of this many. */
+#define IX_PAGE_SHIFT 8
+#define IX_PAGE (1u << IX_PAGE_SHIFT)
+
+struct index {
+    struct centry **pages;      /* cap / IX_PAGE pages of entries */
+    uint32_t cap, used, free_head, npages_cap;
+    struct cfrag **fpages;      /* fcap / IX_PAGE pages of fragment records */
+    uint32_t fcap, fused, ffree, nfpages_cap;
+    uint32_t *buckets;
+    uint32_t bucket_mask;
+    uint64_t count, nfrags;     /* entries; fragments (inline ones too) */
+    uint64_t frecs;             /* fragment records in use */
+    struct tc_mask (**ext)[2];  /* pages: valid, dirty of blocks > 32 sectors */
+    struct tc_mask **fext;      /* pages: stored of fragment records of such blocks */
+    unsigned spb;
+};
+
+/* Memory of the index by part, in bytes (allocated, slack included). */
+struct index_memory {
+    uint64_t entries;           /* entry pages and their table */
+    uint64_t fragments;         /* fragment record pages and their table */
+    uint64_t buckets;           /* the hash table */
+    uint64_t masks;             /* side masks of blocks > 32 sectors */
+};
+
+int index_init(struct index *ix, unsigned spb, uint64_t expected);
+void index_fini(struct index *ix);
+uint32_t index_lookup(const struct index *ix, uint64_t oblock);
+/* A new entry for oblock (not in the index), without fragments. */
+uint32_t index_insert(struct index *ix, uint64_t oblock);
+/* Remove the entry and free its fragments (accounting is the caller's). */
+void index_remove(struct index *ix, uint32_t id);
+static inline struct centry *CE(const struct index *ix, uint32_t id)
+{
+    return &ix->pages[id >> IX_PAGE_SHIFT][id & (IX_PAGE - 1)];
+}
+/* A fragment record (not an inline fragment). */
+static inline struct cfrag *FR(const struct index *ix, uint32_t fid)
+{
+    return &ix->fpages[fid >> IX_PAGE_SHIFT][fid & (IX_PAGE - 1)];
+}
+/* The newest fragment of entry id, and the next older one (NIL: none). */
+static inline uint32_t ce_head(const struct index *ix, uint32_t id)
+{
+    const struct centry *e = CE(ix, id);
+    return e->inl ? (id | FID_INLINE) : e->first;
+}
+static inline uint32_t frag_next(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? NIL : FR(ix, fid)->next;
+}
+static inline uint32_t frag_seg(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? CE(ix, fid & ~FID_INLINE)->first : FR(ix, fid)->seg;
+}
+static inline uint16_t frag_off(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? CE(ix, fid & ~FID_INLINE)->off : FR(ix, fid)->off;
+}
+static inline uint32_t frag_mseg(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? NIL : FR(ix, fid)->mseg;
+}
+static inline uint16_t frag_moff(const struct index *ix, uint32_t fid)
+{
+    return (fid & FID_INLINE) ? 0 : FR(ix, fid)->moff;
+}
+/* A copy of fragment fid's record (of an inline fragment: as a record
+ * would be; stored is not filled in, see frag_stored()). */
+static inline struct cfrag frag_view(const struct index *ix, uint32_t fid)
+{
+    if (fid & FID_INLINE) {
+        const struct centry *e = CE(ix, fid & ~FID_INLINE);
+        return (struct cfrag){ .seg = e->first, .mseg = NIL, .next = NIL, .off = e->off };
+    }
+    return *FR(ix, fid);
+}
+/* Move fragment fid to (seg, off). */
+void frag_set_loc(struct index *ix, uint32_t fid, uint32_t seg, uint16_t off);
+/* Give fragment fid of entry id a mirror copy (mseg != NIL: an inline
+ * fragment becomes a record, changing its number) or none. */
+void frag_set_mirror(struct index *ix, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff);
+/* Entry id's inline fragment (if it has one) becomes a record. */
+void index_spill(struct index *ix, uint32_t id);
+/* Entry id keeps its one fragment inline again if it can: after a change
+ * that may have left a single fragment without a mirror. */
+void index_settle(struct index *ix, uint32_t id);
+void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty);
+/* Set the masks; a new valid mask moves an inline fragment to a record. */
+void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid, const struct tc_mask *dirty);
+/* A fragment record, and its release (inline fragments too). */
+uint32_t frag_alloc(struct index *ix);
+void frag_free(struct index *ix, uint32_t fid);
+void frag_stored(const struct index *ix, uint32_t fid, struct tc_mask *m);
+/* Of a fragment record. */
+void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m);
+/* The sectors fragment fid of entry id serves now: what it stored, minus
+ * what newer fragments stored. */
+void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_mask *m);
+/* The fragment serving sector s of entry id, or NIL. */
+uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s);
+uint64_t index_memory(const struct index *ix);
+void index_memory_parts(const struct index *ix, struct index_memory *m);
+/* Every entry's policy hint to 0: at a switch of policy. */
+void index_clear_hints(struct index *ix);
+
+/* ---- the map ---- */
+
+struct map {
+    struct index idx;               /* the index (index.c) */
+    /* Dirty tracking: one bit per origin block, and totals (invariant 9). */
+    uint64_t *dirty_bits;
+    uint64_t dirty_blocks, dirty_sectors;
+    struct lost lost;               /* lost.h: dirty sectors lost with a device */
+    /* Entries with CE_WT_RECOVERED, and the lowest sequence of their
+     * versions (as recovery found them; it stays until all are written
+     * back, a conservative bound): see wt_stable_candidate().
+     * Invariant 13. */
+    uint64_t wt_recovered, wt_recovered_min;
+};
+
+#endif
