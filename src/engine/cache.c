@@ -54,220 +54,6 @@ void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
             id == NIL ? "not cached" : frags);
 }
 
-/* ---- index updates ---- */
-
-/* Keeps invariant 9. */
-void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
-                     const struct tc_mask *new_dirty)
-{
-    unsigned o = old_dirty ? mask_count(old_dirty) : 0;
-    unsigned n = new_dirty ? mask_count(new_dirty) : 0;
-    TC_ASSERT_ALWAYS(oblock < c->nblocks_origin);
-    TC_ASSERT(c->map.dirty_sectors + n >= o);
-    c->map.dirty_sectors += n;
-    c->map.dirty_sectors -= o;
-    uint64_t word = oblock / 64, bit = 1ull << (oblock % 64);
-    bool was = c->map.dirty_bits[word] & bit;
-    if (n && !was) {
-        c->map.dirty_bits[word] |= bit;
-        c->map.dirty_blocks++;
-    } else if (!n && was) {
-        TC_ASSERT(c->map.dirty_blocks > 0);
-        c->map.dirty_bits[word] &= ~bit;
-        c->map.dirty_blocks--;
-        writeback_forget(c, oblock);
-        if (c->map.wt_recovered)
-            wt_recovered_release(c, oblock);
-    }
-}
-
-/* A block recovery made dirty for its write-through version turned clean:
- * written back (its CLEAN record names that version, so the next recovery
- * clears it whatever the stable mark) or dropped.  It no longer holds the
- * stable mark. */
-void wt_recovered_release(struct cache *c, uint64_t oblock)
-{
-    uint32_t id = index_lookup(&c->map.idx, oblock);
-    if (id == NIL || !(CE(&c->map.idx, id)->flags & CE_WT_RECOVERED))
-        return;
-    CE(&c->map.idx, id)->flags &= (uint16_t)~CE_WT_RECOVERED;
-    if (--c->map.wt_recovered == 0) {
-        c->map.wt_recovered_min = UINT64_MAX;
-        tc_info("cache: the write-through data recovered as dirty is written back");
-    }
-    cache_trace(c, oblock, "recovered write-through version clean (%llu left)",
-                (unsigned long long)c->map.wt_recovered);
-}
-
-static void frag_unaccount(struct cache *c, uint32_t fid)
-{
-    struct tc_mask st;
-    frag_stored(&c->map.idx, fid, &st);
-    seg_add_live(c, frag_seg(&c->map.idx, fid), -(int)mask_count(&st));
-    seg_add_live(c, frag_mseg(&c->map.idx, fid), -(int)mask_count(&st));
-}
-
-/* No sector at or past the block's end (mask.h).  Used by an assertion
- * only, which builds without TC_DEBUG_ASSERTS do not evaluate. */
-__attribute__((unused)) static inline bool in_block(const struct cache *c,
-                                                    const struct tc_mask *m)
-{
-    struct tc_mask all;
-    mask_range(&all, 0, c->spb);
-    return mask_covers(&all, m);
-}
-
-/* Keeps invariants 4, 7 and 8 (asserted here: the new fragment's dirty
- * sectors among those it stores, its place inside a segment of a live
- * group, and the block's masks and chain length after it). */
-uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                            const struct tc_mask *dirty, uint32_t seg, uint16_t off,
-                            uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
-{
-    struct index *ix = &c->map.idx;
-    struct tc_mask ov, od;
-    TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
-    TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
-    TC_ASSERT(SEG(c, seg)->group != NIL);
-    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
-    uint32_t id = index_lookup(ix, oblock);
-    bool fresh = id == NIL;
-    unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
-    if (fresh) {
-        id = index_insert(ix, oblock);
-        mask_clear(&ov);
-        mask_clear(&od);
-    } else {
-        ce_get_masks(ix, id, &ov, &od);
-        index_spill(ix, id);            /* an inline fragment becomes a record */
-    }
-    uint32_t fid = frag_alloc(ix);
-    struct cfrag *f = FR(ix, fid);
-    f->seg = seg;
-    f->off = off;
-    f->mseg = mseg;
-    f->moff = moff;
-    frag_set_stored(ix, fid, stored);
-    seg_add_live(c, seg, (int)mask_count(stored));
-    seg_add_live(c, mseg, (int)mask_count(stored));
-
-    /* Older fragments lose the sectors this one stores; the empty go. */
-    struct centry *e = CE(ix, id);
-    struct tc_mask newer = *stored, st, nv = *stored, nd = od;
-    mask_andnot(&nd, stored);
-    mask_or(&nd, dirty);
-    uint32_t *link = &FR(ix, fid)->next;
-    *link = NIL;
-    unsigned n = 1;
-    for (uint32_t g = e->first, next; g != NIL; g = next) {
-        next = FR(ix, g)->next;
-        frag_stored(ix, g, &st);
-        struct tc_mask cur = st;
-        mask_andnot(&cur, &newer);
-        if (replace || mask_empty(&cur)) {
-            frag_unaccount(c, g);
-            frag_free(ix, g);
-            continue;
-        }
-        mask_or(&nv, &cur);
-        mask_or(&newer, &st);
-        *link = g;
-        link = &FR(ix, g)->next;
-        *link = NIL;
-        n++;
-    }
-    if (replace)
-        mask_and(&nd, &nv);
-    TC_ASSERT(n <= MAX_FRAGS || n <= old_nfrags || c->replaying);
-    e = CE(ix, id);
-    e->first = fid;
-    e->nfrags = (uint8_t)n;
-    e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT) |
-                          (!replace && (e->flags & CE_WT) ? CE_WT : 0));
-    ce_set_masks(ix, id, &nv, &nd);
-    index_settle(ix, id);
-    cache_set_dirty(c, oblock, &od, &nd);
-    if (fresh)
-        policy_inserted(c->policy, oblock, &CE(ix, id)->hint, !(flags & CE_ADD_WRITTEN));
-    cache_trace(c, oblock, "add fragment %u:%u stored %llx dirty %llx%s%s", seg, off,
-                (unsigned long long)stored->w[0], (unsigned long long)dirty->w[0],
-                (flags & CE_WT) ? " WT" : "", replace ? " replacing all" : "");
-    return id;
-}
-
-uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
-                             uint32_t *idp)
-{
-    uint32_t id = index_lookup(&c->map.idx, oblock);
-    if (idp)
-        *idp = id;
-    if (id == NIL)
-        return NIL;
-    for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f))
-        if (frag_seg(&c->map.idx, f) == seg && frag_off(&c->map.idx, f) == off)
-            return f;
-    return NIL;
-}
-
-void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
-{
-    struct index *ix = &c->map.idx;
-    uint32_t id = index_lookup(ix, oblock);
-    if (id == NIL)
-        return;
-    origin_window_dropped(c, oblock);
-    struct tc_mask cur, v, d;
-    frag_current(ix, id, fid, &cur);
-    ce_get_masks(ix, id, &v, &d);
-    struct centry *e = CE(ix, id);
-    if (e->inl) {
-        /* The one fragment, inline: the block goes. */
-        if (fid != (id | FID_INLINE))
-            return;
-        cache_trace(c, oblock, "drop fragment %u:%u", e->first, e->off);
-        frag_unaccount(c, fid);
-        cache_set_dirty(c, oblock, &d, NULL);
-        index_remove(ix, id);
-        return;
-    }
-    uint32_t *link = &e->first;
-    while (*link != NIL && *link != fid)
-        link = &FR(ix, *link)->next;
-    if (*link == NIL)
-        return;
-    cache_trace(c, oblock, "drop fragment %u:%u", FR(ix, fid)->seg, FR(ix, fid)->off);
-    *link = FR(ix, fid)->next;
-    frag_unaccount(c, fid);
-    frag_free(ix, fid);
-    e->nfrags--;
-    if (e->first == NIL) {
-        cache_set_dirty(c, oblock, &d, NULL);
-        index_remove(ix, id);
-        return;
-    }
-    struct tc_mask nd = d;
-    mask_andnot(&v, &cur);
-    mask_andnot(&nd, &cur);
-    ce_set_masks(ix, id, &v, &nd);
-    index_settle(ix, id);
-    cache_set_dirty(c, oblock, &d, &nd);
-}
-
-void cache_drop(struct cache *c, uint64_t oblock)
-{
-    uint32_t id = index_lookup(&c->map.idx, oblock);
-    if (id == NIL)
-        return;
-    cache_trace(c, oblock, "drop block");
-    origin_window_dropped(c, oblock);
-    struct tc_mask d;
-    ce_get_masks(&c->map.idx, id, NULL, &d);
-    for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f))
-        frag_unaccount(c, f);
-    cache_set_dirty(c, oblock, &d, NULL);
-    index_remove(&c->map.idx, id);
-}
-
 /* ---- dispatch ---- */
 
 void cache_submit(struct ereq *e)
@@ -503,7 +289,6 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (vol->size == 0)
         vol->size = sbs[0].origin_size;    /* offline: the recorded origin */
     c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
-    c->map.dirty_bits = tc_xcalloc((c->nblocks_origin + 63) / 64 + 1, sizeof(uint64_t));
     c->next_seq = 1;
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
@@ -511,7 +296,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     uint64_t cache_blocks = (uint64_t)c->sp.nsegs * c->seg_sectors / c->spb;
     c->policy = tc_xcalloc(1, sizeof *c->policy);
     policy_open(c->policy, pops, &(struct policy_params){ .cache_blocks = cache_blocks });
-    index_init(&c->map.idx, c->spb, cache_blocks);
+    map_init(&c->map, c->spb, cache_blocks, c->nblocks_origin);
     budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
                 vol->cfg.write_budget_minburst);
     space_init(c);
@@ -970,7 +755,6 @@ void cache_free(struct cache *c)
     writeback_fini(c);
     if (c->reactor)
         timer_cancel(c->reactor, &c->state_timer);
-    lost_free(&c->map.lost);
     origin_window_free(c);
     free(c->state_path);
     free(c->damage);
@@ -982,7 +766,7 @@ void cache_free(struct cache *c)
     verify_fini(c);
     log_fini(c);
     space_fini(c);
-    index_fini(&c->map.idx);
+    map_fini(&c->map);
     if (c->policy) {
         policy_close(c->policy);
         free(c->policy);
@@ -990,7 +774,6 @@ void cache_free(struct cache *c)
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_close(c->devs[d].dev);
     claim_set_release(c->set_claim);
-    free(c->map.dirty_bits);
     free(c);
 }
 

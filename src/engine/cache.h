@@ -474,24 +474,26 @@ void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask 
 void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *want,
                           uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
 
-/* Entry updates shared by the paths (cache.c) */
-void cache_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
-                     const struct tc_mask *new_dirty);
-void wt_recovered_release(struct cache *c, uint64_t oblock);
+/* map.c: the entry mutations every path shares (map.h) */
+/* The block's dirty sectors were old_dirty and are new_dirty now (NULL:
+ * none): the dirty totals follow (invariant 9); a block turning clean
+ * leaves writeback's failure table and the recovered write-through set. */
+void map_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
+                   const struct tc_mask *new_dirty);
 /* A fragment appended at (seg, off) holding the sectors `stored` becomes
  * the block's newest; `dirty` says which of them are dirty (the others are
  * clean).  With replace, it replaces every fragment (a merged version).
  * Returns the entry id. */
-uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace);
 /* Remove one fragment (the cleaner's drop); the block goes when none is
  * left.  Its sectors must be clean. */
-void cache_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);
+void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);
 /* Remove the block's entry from the index (space accounting, dirty bits). */
-void cache_drop(struct cache *c, uint64_t oblock);
+void map_drop_block(struct cache *c, uint64_t oblock);
 /* The fragment of oblock located at (seg, off), or NIL. */
-uint32_t cache_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
+uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
                              uint32_t *id);
 static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
 /* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change

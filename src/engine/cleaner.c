@@ -301,7 +301,7 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (rc < 0)
         return false;
-    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
+    map_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
                        moff, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
     c->st.reinsertions++;
     return true;
@@ -363,7 +363,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             continue;
         uint16_t off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector);
         uint32_t id;
-        uint32_t fid = cache_find_fragment(c, e.oblock, seg, off, &id);
+        uint32_t fid = map_find_fragment(c, e.oblock, seg, off, &id);
         if (fid == NIL)
             continue;       /* superseded, or the mirror copy of a fragment */
         struct tc_mask cur, st, v, d;
@@ -427,7 +427,7 @@ static void tail_synced(struct log_waiter *lw, int err);
 static bool later_current(struct cache *c, const struct later *l, uint32_t *id,
                           struct tc_mask *cur)
 {
-    uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, id);
+    uint32_t fid = map_find_fragment(c, l->oblock, l->seg, l->off, id);
     if (fid == NIL)
         return false;
     frag_current(&c->map.idx, *id, fid, cur);
@@ -593,7 +593,7 @@ static void later_read(void *arg, int err)
     struct cleaner *k = l->k;
     struct cache *c = k->c;
     uint32_t id;
-    uint32_t fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
+    uint32_t fid = map_find_fragment(c, l->oblock, l->seg, l->off, &id);
     if (fid != NIL) {
         struct tc_mask cur, v, d;
         frag_current(&c->map.idx, id, fid, &cur);
@@ -613,7 +613,7 @@ static void later_read(void *arg, int err)
                                                NULL, copy_flags(c, l->wt_seq))) {
                 mask_andnot(&d, &good);
                 /* The copy superseded those sectors: what is left of it. */
-                fid = cache_find_fragment(c, l->oblock, l->seg, l->off, &id);
+                fid = map_find_fragment(c, l->oblock, l->seg, l->off, &id);
                 if (fid == NIL)
                     goto done;
                 frag_current(&c->map.idx, id, fid, &cur);
@@ -704,10 +704,10 @@ static void tail_synced(struct log_waiter *lw, int err)
     }
     for (size_t i = 0; i < k->ndrops; i++) {
         struct drop *d = &k->drops[i];
-        uint32_t fid = cache_find_fragment(c, d->oblock, d->seg, d->off, NULL);
+        uint32_t fid = map_find_fragment(c, d->oblock, d->seg, d->off, NULL);
         if (fid == NIL)
             continue;
-        cache_drop_fragment(c, d->oblock, fid);
+        map_drop_fragment(c, d->oblock, fid);
         block_gen_bump(c->locks, d->oblock);
         if (index_lookup(&c->map.idx, d->oblock) == NIL) {
             policy_evicted(c->policy, d->oblock);

@@ -133,7 +133,7 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (rc < 0)
         return false;
-    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
+    map_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
                        moff, wt ? CE_WT : 0, false);
     return true;
 }
@@ -162,7 +162,7 @@ static void forget_block(struct cache *c, uint64_t oblock)
         ce_get_masks(&c->map.idx, id, &v, &d);
         if (!mask_empty(&d))
             return;
-        cache_drop(c, oblock);
+        map_drop_block(c, oblock);
     }
     struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
                         .urgent = true };
@@ -173,7 +173,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
                             uint64_t *dropped, uint64_t *saved, uint64_t *lost)
 {
     uint32_t id;
-    uint32_t fid = cache_find_fragment(c, v->oblock, v->seg, v->off, &id);
+    uint32_t fid = map_find_fragment(c, v->oblock, v->seg, v->off, &id);
     if (fid == NIL)
         return;
     struct tc_mask cur, valid, dirty;
@@ -182,7 +182,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     mask_and(&dirty, &cur);
     struct cfrag f = frag_view(&c->map.idx, fid);
     if (mask_empty(&dirty)) {
-        cache_drop_fragment(c, v->oblock, fid);
+        map_drop_fragment(c, v->oblock, fid);
         block_gen_bump(c->locks, v->oblock);
         (*dropped)++;
         return;
@@ -211,7 +211,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
              (unsigned long long)(base + c->block_size - 1), mask_count(&dirty));
     c->st.lost_dirty_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
     lost_record(c, v->oblock, &dirty);
-    cache_drop_fragment(c, v->oblock, fid);
+    map_drop_fragment(c, v->oblock, fid);
     block_gen_bump(c->locks, v->oblock);
     (*lost)++;
 }

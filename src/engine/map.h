@@ -16,8 +16,8 @@
  *
  * The index's storage (pages of entries and fragment records, inline and
  * side masks) is index.c's; this header declares it.  The entry updates
- * shared by the paths (cache_add_fragment() and its neighbours in cache.c,
- * declared in cache.h) keep the parts above in step with each other and
+ * shared by the paths (map_add_fragment() and its neighbours in map.c,
+ * declared in cache.h because they need the whole cache) keep the parts above in step with each other and
  * with the live counts of the segments (space.h, invariant 10).
  *
  * Invariants (numbered across the engine's headers, as in cache.h):
@@ -31,7 +31,7 @@
  * (c->replaying: a merge in a torn chunk may be missing).
  *
  * Invariant 9: map.dirty_sectors, map.dirty_blocks and map.dirty_bits
- * agree with the entries' dirty masks; cache_set_dirty() is the one
+ * agree with the entries' dirty masks; map_dirty_account() is the one
  * place that changes them.
  *
  * Invariant 13: map.wt_recovered is the number of entries flagged
@@ -39,7 +39,8 @@
  * map.wt_recovered_min is at most the sequence number of each one's
  * version.  An entry is flagged when recovery or the origin window makes
  * its write-through version dirty and loses the flag when its block turns
- * clean or leaves the map (cache_set_dirty(), wt_recovered_release()).
+ * clean or leaves the map (map_set_dirty()): map_wt_hold() and
+ * map_wt_release() are the places that change the set.
  */
 #ifndef TC_ENGINE_MAP_H
 #define TC_ENGINE_MAP_H
@@ -59,7 +60,7 @@
  * the stable mark below its sequence (map.wt_recovered).  Only dirty
  * entries carry it; it goes when the block turns clean. */
 #define CE_WT_RECOVERED (1u << 3)
-/* Not an entry flag: tells cache_add_fragment() that a client write makes
+/* Not an entry flag: tells map_add_fragment() that a client write makes
  * the fragment (for the policy's inserted()). */
 #define CE_ADD_WRITTEN  (1u << 15)
 
@@ -89,9 +90,9 @@
  * one page is slack).  Entries and fragments are named by number, never
  * by pointer across an asynchronous step.  An entry keeps its number while
  * cached; a fragment's number changes when the block moves between the
- * inline and the record form (cache_add_fragment(), cache_drop_fragment(),
+ * inline and the record form (map_add_fragment(), map_drop_fragment(),
  * ce_set_masks(), frag_set_mirror(), index_settle()), so fragments are
- * found again by location (cache_find_fragment()) after such a step.
+ * found again by location (map_find_fragment()) after such a step.
  */
 struct centry {
     uint64_t oblock;
@@ -230,8 +231,9 @@ void index_clear_hints(struct index *ix);
 struct map {
     struct index idx;               /* the index (index.c) */
     /* Dirty tracking: one bit per origin block, and totals (invariant 9). */
-    uint64_t *dirty_bits;
+    uint64_t *dirty_bits;           /* nblocks bits (origin blocks) */
     uint64_t dirty_blocks, dirty_sectors;
+    uint64_t nblocks;
     struct lost lost;               /* lost.h: dirty sectors lost with a device */
     /* Entries with CE_WT_RECOVERED, and the lowest sequence of their
      * versions (as recovery found them; it stays until all are written
@@ -239,5 +241,26 @@ struct map {
      * Invariant 13. */
     uint64_t wt_recovered, wt_recovered_min;
 };
+
+/* An empty map for an origin of nblocks_origin blocks of spb sectors;
+ * expected: the blocks the cache may hold (a sizing hint). */
+void map_init(struct map *m, unsigned spb, uint64_t expected, uint64_t nblocks_origin);
+/* Frees the index, the dirty bits and the lost set. */
+void map_fini(struct map *m);
+/* The dirty totals and bit of oblock follow a change of its dirty sectors
+ * from old_dirty to new_dirty (NULL: none); true if the block turned
+ * clean.  Callers outside map.c use map_set_dirty() (cache.h), which does
+ * what a block turning clean needs besides. */
+bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old_dirty,
+                       const struct tc_mask *new_dirty);
+static inline bool map_is_dirty(const struct map *m, uint64_t oblock)
+{
+    return (m->dirty_bits[oblock / 64] >> (oblock % 64)) & 1;
+}
+/* Entry id (dirty) holds the write-through stable mark below seq: flagged
+ * CE_WT_RECOVERED, counted (a second hold of a flagged entry changes
+ * nothing).  Release: the flag goes; true if it was set. */
+void map_wt_hold(struct map *m, uint32_t id, uint64_t seq);
+bool map_wt_release(struct map *m, uint32_t id);
 
 #endif

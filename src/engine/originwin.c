@@ -214,16 +214,11 @@ static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct 
     nd = d;
     mask_or(&nd, m);
     ce_set_masks(&c->map.idx, id, &v, &nd);
-    cache_set_dirty(c, oblock, &d, &nd);
+    map_set_dirty(c, oblock, &d, &nd);
     struct centry *e = CE(&c->map.idx, id);
     e->flags |= CE_WT;
-    if (!(e->flags & CE_WT_RECOVERED)) {
-        /* Hold the stable mark where it is until written back. */
-        e->flags |= CE_WT_RECOVERED;
-        if (c->map.wt_recovered++ == 0)
-            c->map.wt_recovered_min = UINT64_MAX;
-        c->map.wt_recovered_min = TC_MIN(c->map.wt_recovered_min, c->wt_stable_seq + 1);
-    }
+    /* Hold the stable mark where it is until written back. */
+    map_wt_hold(&c->map, id, c->wt_stable_seq + 1);
     cache_trace(c, oblock, "origin connection lost before a flush: write-through version "
                 "dirty again");
 }
@@ -248,7 +243,7 @@ static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, ui
             } else if (!mask_empty(&held)) {
                 if (mask_empty(&d)) {
                     /* Maybe read from the origin since: the older data. */
-                    cache_drop(c, ob);
+                    map_drop_block(c, ob);
                     struct append a = { .oblock = ob, .type = TC_ENTRY_TOMBSTONE,
                                         .use_reserve = true, .urgent = true };
                     log_append(c, &a, NULL, NULL, NULL, NULL, NULL);

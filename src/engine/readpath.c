@@ -415,7 +415,7 @@ static void fill(struct rreq *r, struct rpiece *p)
     uint32_t seg, mseg;
     uint16_t off, moff;
     if (log_append(c, &a, &seg, &off, &mseg, &moff, NULL) == 0) {
-        cache_add_fragment(c, p->oblock, &stored, &clean, seg, off, NIL, 0, 0, false);
+        map_add_fragment(c, p->oblock, &stored, &clean, seg, off, NIL, 0, 0, false);
         c->st.promotions++;
         c->st.promotion_bytes += (uint64_t)n * TC_SECTOR;
         c->st.admitted_bytes += (uint64_t)n * TC_SECTOR;
@@ -543,7 +543,7 @@ static bool salvage(struct rreq *r, struct rpiece *p)
     }
     uint32_t id = index_lookup(&c->map.idx, p->oblock);
     if (id != NIL && CE(&c->map.idx, id)->dirty == 0 && !block_is_locked(c->locks, p->oblock)) {
-        cache_drop(c, p->oblock);
+        map_drop_block(c, p->oblock);
         block_gen_bump(c->locks, p->oblock);
         c->st.invalidations++;
         id = NIL;

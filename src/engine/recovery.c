@@ -872,7 +872,7 @@ static void apply_clean(struct recovery *rc, const struct rec *r)
     nd = d;
     mask_andnot(&nd, &r->valid);
     ce_set_masks(&c->map.idx, id, &v, &nd);
-    cache_set_dirty(c, r->oblock, &d, &nd);
+    map_set_dirty(c, r->oblock, &d, &nd);
     grow(rc, id);
     if (rc->wt_seq[id] <= r->seq)
         rc->wt_seq[id] = 0;
@@ -922,7 +922,7 @@ static void apply(struct recovery *rc)
                 mask_andnot(&lm, &r->valid);    /* written again after the loss */
                 lost_set(&c->map.lost, r->oblock, &lm);
             }
-            id = cache_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
+            id = map_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
                                     0, false);
             grow(rc, id);
             if (fresh)
@@ -931,7 +931,7 @@ static void apply(struct recovery *rc)
             if (r->flags & TC_ENTRY_WT)
                 rc->wt_seq[id] = r->seq;
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
-            cache_drop(c, r->oblock);
+            map_drop_block(c, r->oblock);
         } else if (r->type == TC_ENTRY_LOST) {
             lost_set(&c->map.lost, r->oblock, &r->valid);
         } else {
@@ -939,8 +939,6 @@ static void apply(struct recovery *rc)
         }
     }
     /* Write-through versions the origin may lack become dirty. */
-    c->map.wt_recovered = 0;
-    c->map.wt_recovered_min = UINT64_MAX;
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
         if (e->oblock == UINT64_MAX || id >= rc->cur_cap || rc->wt_seq[id] <= rc->wt_stable)
@@ -948,13 +946,10 @@ static void apply(struct recovery *rc)
         struct tc_mask v, d;
         ce_get_masks(&c->map.idx, id, &v, &d);
         ce_set_masks(&c->map.idx, id, &v, &v);
-        cache_set_dirty(c, e->oblock, &d, &v);
+        map_set_dirty(c, e->oblock, &d, &v);
         e->flags |= CE_WT;
-        if (!mask_empty(&v) && !(e->flags & CE_WT_RECOVERED)) {
-            e->flags |= CE_WT_RECOVERED;
-            c->map.wt_recovered++;
-            c->map.wt_recovered_min = TC_MIN(c->map.wt_recovered_min, rc->wt_seq[id]);
-        }
+        if (!mask_empty(&v))
+            map_wt_hold(&c->map, id, rc->wt_seq[id]);
         cache_trace(c, e->oblock, "recovery: write-through seq %llu > stable %llu: dirty",
                     (unsigned long long)rc->wt_seq[id], (unsigned long long)rc->wt_stable);
     }

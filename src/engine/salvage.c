@@ -131,7 +131,7 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
     lost_foreach(&c->map.lost, report_lost_set, &lr);
     /* Ascending origin order: the dirty bitmap. */
     for (uint64_t b = 0; b < c->nblocks_origin; b++) {
-        if (!((c->map.dirty_bits[b / 64] >> (b % 64)) & 1))
+        if (!map_is_dirty(&c->map, b))
             continue;
         uint32_t id = index_lookup(&c->map.idx, b);
         if (id == NIL)

@@ -453,7 +453,7 @@ static void job_account(struct wb_job *j, int err, bool cut)
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         uint64_t ob = b->oblock;
-        bool dirty = (c->map.dirty_bits[ob / 64] >> (ob % 64)) & 1;
+        bool dirty = map_is_dirty(&c->map, ob);
         if (b->ok && !b->failed && !err && !cut) {
             /* Written (a newer version may keep it dirty): the origin
              * takes writes again, the back-off starts over. */
@@ -535,7 +535,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
                             .use_reserve = true };
         log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
         ce_set_masks(&c->map.idx, id, &v, &nd);
-        cache_set_dirty(c, b->oblock, &d, &nd);
+        map_set_dirty(c, b->oblock, &d, &nd);
         struct centry *e = CE(&c->map.idx, id);
         e->flags &= (uint16_t)~CE_WT;
         if (mask_empty(&nd)) {

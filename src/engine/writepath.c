@@ -365,7 +365,7 @@ static void piece_origin_done(struct wpiece *p, int err)
             struct tc_mask v, d;
             ce_get_masks(&c->map.idx, id, &v, &d);
             if (mask_empty(&d)) {
-                cache_drop(c, p->oblock);
+                map_drop_block(c, p->oblock);
                 c->st.invalidations++;
                 tombstone = true;
             }
@@ -499,7 +499,7 @@ static void cache_append_failed(struct wpiece *p)
         struct tc_mask v, d;
         ce_get_masks(&c->map.idx, id, &v, &d);
         if (mask_empty(&d))
-            cache_drop(c, p->oblock);
+            map_drop_block(c, p->oblock);
     }
 }
 
@@ -573,7 +573,7 @@ static void append_version(struct wpiece *p)
             cleaner_wait_space(c, &p->lw);
             return;
         }
-        cache_drop(c, p->oblock);
+        map_drop_block(c, p->oblock);
         c->st.invalidations++;
         return;
     }
@@ -665,7 +665,7 @@ static void append_version(struct wpiece *p)
     }
     if (p->mode == W_THROUGH)
         wt_track(p, c->next_seq - 1);
-    cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
+    map_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
                        moff, (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {

@@ -29,7 +29,7 @@ static struct model m[NBLOCKS];
 static uint64_t oblock_of(int b) { return (uint64_t)b * 7919 + 3; }
 
 /* Block b cached with one fragment of random sectors at a random place:
- * as cache_add_fragment() makes it (a record, then settled inline). */
+ * as map_add_fragment() makes it (a record, then settled inline). */
 static void cache_block(struct index *ix, unsigned spb, int b)
 {
     uint32_t id = index_insert(ix, oblock_of(b));

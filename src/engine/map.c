@@ -1,0 +1,281 @@
+/*
+ * The map's entry mutations (map.h): adding and dropping fragments and
+ * blocks, with the dirty set and totals, the recovered write-through set
+ * and the live counts of the segments (space.h) kept in step.
+ */
+#include <stdlib.h>
+
+#include "engine/cache.h"
+#include "engine/map.h"
+#include "policy/policy.h"
+#include "util/assert.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+void map_init(struct map *m, unsigned spb, uint64_t expected, uint64_t nblocks_origin)
+{
+    index_init(&m->idx, spb, expected);
+    m->nblocks = nblocks_origin;
+    m->dirty_bits = tc_xcalloc((nblocks_origin + 63) / 64 + 1, sizeof(uint64_t));
+    m->dirty_blocks = m->dirty_sectors = 0;
+    m->wt_recovered = 0;
+    m->wt_recovered_min = UINT64_MAX;
+}
+
+void map_fini(struct map *m)
+{
+    lost_free(&m->lost);
+    index_fini(&m->idx);
+    free(m->dirty_bits);
+    m->dirty_bits = NULL;
+}
+
+/* ---- the dirty set and the recovered write-through set ---- */
+
+/* Keeps invariant 9. */
+bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old_dirty,
+                       const struct tc_mask *new_dirty)
+{
+    unsigned o = old_dirty ? mask_count(old_dirty) : 0;
+    unsigned n = new_dirty ? mask_count(new_dirty) : 0;
+    TC_ASSERT_ALWAYS(oblock < m->nblocks);
+    TC_ASSERT(m->dirty_sectors + n >= o);
+    m->dirty_sectors += n;
+    m->dirty_sectors -= o;
+    uint64_t word = oblock / 64, bit = 1ull << (oblock % 64);
+    bool was = m->dirty_bits[word] & bit;
+    if (n && !was) {
+        m->dirty_bits[word] |= bit;
+        m->dirty_blocks++;
+    } else if (!n && was) {
+        TC_ASSERT(m->dirty_blocks > 0);
+        m->dirty_bits[word] &= ~bit;
+        m->dirty_blocks--;
+        return true;
+    }
+    return false;
+}
+
+/* Keeps invariant 13. */
+void map_wt_hold(struct map *m, uint32_t id, uint64_t seq)
+{
+    struct centry *e = CE(&m->idx, id);
+    if (e->flags & CE_WT_RECOVERED)
+        return;
+    e->flags |= CE_WT_RECOVERED;
+    if (m->wt_recovered++ == 0)
+        m->wt_recovered_min = UINT64_MAX;
+    m->wt_recovered_min = TC_MIN(m->wt_recovered_min, seq);
+}
+
+bool map_wt_release(struct map *m, uint32_t id)
+{
+    struct centry *e = CE(&m->idx, id);
+    if (!(e->flags & CE_WT_RECOVERED))
+        return false;
+    TC_ASSERT_ALWAYS(m->wt_recovered > 0);
+    e->flags &= (uint16_t)~CE_WT_RECOVERED;
+    if (--m->wt_recovered == 0)
+        m->wt_recovered_min = UINT64_MAX;
+    return true;
+}
+
+/* A block recovery made dirty for its write-through version turned clean:
+ * written back (its CLEAN record names that version, so the next recovery
+ * clears it whatever the stable mark) or dropped.  It no longer holds the
+ * stable mark. */
+static void wt_recovered_release(struct cache *c, uint64_t oblock)
+{
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id == NIL || !map_wt_release(&c->map, id))
+        return;
+    if (c->map.wt_recovered == 0)
+        tc_info("cache: the write-through data recovered as dirty is written back");
+    cache_trace(c, oblock, "recovered write-through version clean (%llu left)",
+                (unsigned long long)c->map.wt_recovered);
+}
+
+/* The block's dirty sectors were old_dirty and are new_dirty now (either
+ * may be NULL: none): the totals follow, and a block turning clean leaves
+ * writeback's failure table and the recovered write-through set. */
+void map_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
+                   const struct tc_mask *new_dirty)
+{
+    if (map_dirty_account(&c->map, oblock, old_dirty, new_dirty)) {
+        writeback_forget(c, oblock);
+        if (c->map.wt_recovered)
+            wt_recovered_release(c, oblock);
+    }
+}
+
+/* ---- fragments and blocks ---- */
+
+static void frag_unaccount(struct cache *c, uint32_t fid)
+{
+    struct tc_mask st;
+    frag_stored(&c->map.idx, fid, &st);
+    seg_add_live(c, frag_seg(&c->map.idx, fid), -(int)mask_count(&st));
+    seg_add_live(c, frag_mseg(&c->map.idx, fid), -(int)mask_count(&st));
+}
+
+/* No sector at or past the block's end (mask.h).  Used by an assertion
+ * only, which builds without TC_DEBUG_ASSERTS do not evaluate. */
+__attribute__((unused)) static inline bool in_block(const struct cache *c,
+                                                    const struct tc_mask *m)
+{
+    struct tc_mask all;
+    mask_range(&all, 0, c->spb);
+    return mask_covers(&all, m);
+}
+
+/* Keeps invariants 4, 7 and 8 (asserted here: the new fragment's dirty
+ * sectors among those it stores, its place inside a segment of a live
+ * group, and the block's masks and chain length after it). */
+uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                            const struct tc_mask *dirty, uint32_t seg, uint16_t off,
+                            uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
+{
+    struct index *ix = &c->map.idx;
+    struct tc_mask ov, od;
+    TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
+    TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
+    TC_ASSERT(SEG(c, seg)->group != NIL);
+    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
+    uint32_t id = index_lookup(ix, oblock);
+    bool fresh = id == NIL;
+    unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
+    if (fresh) {
+        id = index_insert(ix, oblock);
+        mask_clear(&ov);
+        mask_clear(&od);
+    } else {
+        ce_get_masks(ix, id, &ov, &od);
+        index_spill(ix, id);            /* an inline fragment becomes a record */
+    }
+    uint32_t fid = frag_alloc(ix);
+    struct cfrag *f = FR(ix, fid);
+    f->seg = seg;
+    f->off = off;
+    f->mseg = mseg;
+    f->moff = moff;
+    frag_set_stored(ix, fid, stored);
+    seg_add_live(c, seg, (int)mask_count(stored));
+    seg_add_live(c, mseg, (int)mask_count(stored));
+
+    /* Older fragments lose the sectors this one stores; the empty go. */
+    struct centry *e = CE(ix, id);
+    struct tc_mask newer = *stored, st, nv = *stored, nd = od;
+    mask_andnot(&nd, stored);
+    mask_or(&nd, dirty);
+    uint32_t *link = &FR(ix, fid)->next;
+    *link = NIL;
+    unsigned n = 1;
+    for (uint32_t g = e->first, next; g != NIL; g = next) {
+        next = FR(ix, g)->next;
+        frag_stored(ix, g, &st);
+        struct tc_mask cur = st;
+        mask_andnot(&cur, &newer);
+        if (replace || mask_empty(&cur)) {
+            frag_unaccount(c, g);
+            frag_free(ix, g);
+            continue;
+        }
+        mask_or(&nv, &cur);
+        mask_or(&newer, &st);
+        *link = g;
+        link = &FR(ix, g)->next;
+        *link = NIL;
+        n++;
+    }
+    if (replace)
+        mask_and(&nd, &nv);
+    TC_ASSERT(n <= MAX_FRAGS || n <= old_nfrags || c->replaying);
+    e = CE(ix, id);
+    e->first = fid;
+    e->nfrags = (uint8_t)n;
+    e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT) |
+                          (!replace && (e->flags & CE_WT) ? CE_WT : 0));
+    ce_set_masks(ix, id, &nv, &nd);
+    index_settle(ix, id);
+    map_set_dirty(c, oblock, &od, &nd);
+    if (fresh)
+        policy_inserted(c->policy, oblock, &CE(ix, id)->hint, !(flags & CE_ADD_WRITTEN));
+    cache_trace(c, oblock, "add fragment %u:%u stored %llx dirty %llx%s%s", seg, off,
+                (unsigned long long)stored->w[0], (unsigned long long)dirty->w[0],
+                (flags & CE_WT) ? " WT" : "", replace ? " replacing all" : "");
+    return id;
+}
+
+uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
+                             uint32_t *idp)
+{
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (idp)
+        *idp = id;
+    if (id == NIL)
+        return NIL;
+    for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f))
+        if (frag_seg(&c->map.idx, f) == seg && frag_off(&c->map.idx, f) == off)
+            return f;
+    return NIL;
+}
+
+void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
+{
+    struct index *ix = &c->map.idx;
+    uint32_t id = index_lookup(ix, oblock);
+    if (id == NIL)
+        return;
+    origin_window_dropped(c, oblock);
+    struct tc_mask cur, v, d;
+    frag_current(ix, id, fid, &cur);
+    ce_get_masks(ix, id, &v, &d);
+    struct centry *e = CE(ix, id);
+    if (e->inl) {
+        /* The one fragment, inline: the block goes. */
+        if (fid != (id | FID_INLINE))
+            return;
+        cache_trace(c, oblock, "drop fragment %u:%u", e->first, e->off);
+        frag_unaccount(c, fid);
+        map_set_dirty(c, oblock, &d, NULL);
+        index_remove(ix, id);
+        return;
+    }
+    uint32_t *link = &e->first;
+    while (*link != NIL && *link != fid)
+        link = &FR(ix, *link)->next;
+    if (*link == NIL)
+        return;
+    cache_trace(c, oblock, "drop fragment %u:%u", FR(ix, fid)->seg, FR(ix, fid)->off);
+    *link = FR(ix, fid)->next;
+    frag_unaccount(c, fid);
+    frag_free(ix, fid);
+    e->nfrags--;
+    if (e->first == NIL) {
+        map_set_dirty(c, oblock, &d, NULL);
+        index_remove(ix, id);
+        return;
+    }
+    struct tc_mask nd = d;
+    mask_andnot(&v, &cur);
+    mask_andnot(&nd, &cur);
+    ce_set_masks(ix, id, &v, &nd);
+    index_settle(ix, id);
+    map_set_dirty(c, oblock, &d, &nd);
+}
+
+void map_drop_block(struct cache *c, uint64_t oblock)
+{
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id == NIL)
+        return;
+    cache_trace(c, oblock, "drop block");
+    origin_window_dropped(c, oblock);
+    struct tc_mask d;
+    ce_get_masks(&c->map.idx, id, NULL, &d);
+    for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f))
+        frag_unaccount(c, f);
+    map_set_dirty(c, oblock, &d, NULL);
+    index_remove(&c->map.idx, id);
+}
+
