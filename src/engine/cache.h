@@ -475,11 +475,22 @@ void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *wa
                           uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
 
 /* map.c: the entry mutations every path shares (map.h) */
-/* The block's dirty sectors were old_dirty and are new_dirty now (NULL:
- * none): the dirty totals follow (invariant 9); a block turning clean
- * leaves writeback's failure table and the recovered write-through set. */
-void map_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
-                   const struct tc_mask *new_dirty);
+/* Entry id's sectors `cleaned` are on the origin: no longer dirty, the
+ * entry no longer written through (CE_WT); once no sector is dirty, its
+ * mirror copies go (clean data keeps one copy). */
+void map_mark_clean(struct cache *c, uint32_t id, const struct tc_mask *cleaned);
+/* Entry id's fragments lose their mirror copies on device dev (-1: on
+ * every device); the entry settles (index_settle()) after. */
+void map_drop_mirrors(struct cache *c, uint32_t id, int dev);
+/* The origin may lack entry id's write-through version of sectors m (all
+ * valid): they are dirty again, the entry CE_WT, and it holds the
+ * write-through stable mark below seq until written back (invariant 13). */
+void map_wt_redirty(struct cache *c, uint32_t id, const struct tc_mask *m, uint64_t seq);
+/* Fragment fid of entry id lost its copy: its mirror copy is the copy now. */
+void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid);
+/* Fragment fid of entry id (without a mirror) has a mirror copy at
+ * (mseg, moff); fid's number may change (frag_set_mirror()). */
+void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff);
 /* A fragment appended at (seg, off) holding the sectors `stored` becomes
  * the block's newest; `dirty` says which of them are dirty (the others are
  * clean).  With replace, it replaces every fragment (a merged version).

@@ -11,7 +11,8 @@
  *  - the index: masks (dirty within valid, valid the union of fragments),
  *    fragments inside their segment's written part and inside one chunk,
  *    no two fragments sharing a sector of the cache;
- *  - the accounting: dirty totals and bitmap, segment use.
+ *  - the accounting: dirty totals and bitmap, the recovered write-through
+ *    count (map.h, invariant 13), segment use.
  *
  * Problems are collected as sentences; none means the cache is clean.
  */
@@ -209,7 +210,7 @@ static void check_index(struct cache *c, struct check_result *r)
 {
     size_t nspans = 0, cap = 1024;
     struct span *spans = tc_xmalloc(cap * sizeof *spans);
-    uint64_t dirty_sectors = 0, dirty_blocks = 0;
+    uint64_t dirty_sectors = 0, dirty_blocks = 0, wt_recovered = 0;
     uint64_t *live = tc_xcalloc(c->sp.nsegs, sizeof *live);
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
@@ -272,6 +273,12 @@ static void check_index(struct cache *c, struct check_result *r)
         if (bit != (nd > 0))
             problem(r, "accounting: dirty bit of block %llu is %s", (unsigned long long)e->oblock,
                     bit ? "set for a clean block" : "clear for a dirty block");
+        if (e->flags & CE_WT_RECOVERED) {
+            wt_recovered++;
+            if (nd == 0)
+                problem(r, "accounting: clean block %llu holds the write-through stable mark",
+                        (unsigned long long)e->oblock);
+        }
     }
     if (nspans > 1)
         qsort(spans, nspans, sizeof *spans, cmp_span);
@@ -284,6 +291,9 @@ static void check_index(struct cache *c, struct check_result *r)
         problem(r, "accounting: %llu dirty sectors in %llu blocks counted, %llu in %llu found",
                 (unsigned long long)c->map.dirty_sectors, (unsigned long long)c->map.dirty_blocks,
                 (unsigned long long)dirty_sectors, (unsigned long long)dirty_blocks);
+    if (wt_recovered != c->map.wt_recovered)     /* invariant 13 */
+        problem(r, "accounting: %llu recovered write-through blocks counted, %llu found",
+                (unsigned long long)c->map.wt_recovered, (unsigned long long)wt_recovered);
     for (uint32_t s = 0; s < c->sp.nsegs; s++)
         if (live[s] != SEG(c, s)->live)
             problem(r, "accounting: segment %u counts %u live sectors, %llu found", s,

@@ -189,12 +189,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     }
     if (f.mseg != NIL && seg_usable(c, f.mseg)) {
         /* The mirror becomes the copy. */
-        struct tc_mask st;
-        frag_stored(&c->map.idx, fid, &st);
-        seg_add_live(c, f.seg, -(int)mask_count(&st));
-        frag_set_loc(&c->map.idx, fid, f.mseg, f.moff);
-        frag_set_mirror(&c->map.idx, id, fid, NIL, 0);
-        index_settle(&c->map.idx, id);
+        map_promote_mirror(c, id, fid);
         cache_trace(c, v->oblock, "device %u failed: mirror %u:%u is the copy now", d, f.mseg,
                     f.moff);
         (*saved)++;
@@ -237,17 +232,12 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     size_t n = 0, cap = 256;
     struct victim *vs = tc_xmalloc(cap * sizeof *vs);
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
-        struct centry *e = CE(&c->map.idx, id);
-        if (e->oblock == UINT64_MAX)
+        uint64_t oblock = CE(&c->map.idx, id)->oblock;
+        if (oblock == UINT64_MAX)
             continue;
+        map_drop_mirrors(c, id, (int)d);    /* the mirrors are gone; the copies stay */
         for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             struct cfrag fr = frag_view(&c->map.idx, f);
-            if (fr.mseg != NIL && SEG(c, fr.mseg)->dev == d) {
-                struct tc_mask st;
-                frag_stored(&c->map.idx, f, &st);
-                seg_add_live(c, fr.mseg, -(int)mask_count(&st));
-                FR(&c->map.idx, f)->mseg = NIL;     /* the mirror is gone; the copy stays */
-            }
             if (SEG(c, fr.seg)->dev != d)
                 continue;
             if (n == cap) {
@@ -256,9 +246,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
                 if (vs == NULL)
                     abort();
             }
-            vs[n++] = (struct victim){ e->oblock, fr.seg, fr.off };
+            vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
         }
-        index_settle(&c->map.idx, id);
     }
     uint64_t dropped = 0, saved = 0, lost = 0;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);

@@ -98,8 +98,8 @@ static void wt_recovered_release(struct cache *c, uint64_t oblock)
 /* The block's dirty sectors were old_dirty and are new_dirty now (either
  * may be NULL: none): the totals follow, and a block turning clean leaves
  * writeback's failure table and the recovered write-through set. */
-void map_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
-                   const struct tc_mask *new_dirty)
+static void map_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
+                          const struct tc_mask *new_dirty)
 {
     if (map_dirty_account(&c->map, oblock, old_dirty, new_dirty)) {
         writeback_forget(c, oblock);
@@ -279,3 +279,77 @@ void map_drop_block(struct cache *c, uint64_t oblock)
     index_remove(&c->map.idx, id);
 }
 
+
+/* ---- dirty and clean, mirror copies ---- */
+
+/* Keeps invariant 10: each mirror copy dropped uncounts its sectors. */
+void map_drop_mirrors(struct cache *c, uint32_t id, int dev)
+{
+    struct index *ix = &c->map.idx;
+    for (uint32_t f = ce_head(ix, id); f != NIL; f = frag_next(ix, f)) {
+        uint32_t mseg = frag_mseg(ix, f);
+        if (mseg == NIL || (dev >= 0 && SEG(c, mseg)->dev != (unsigned)dev))
+            continue;
+        struct tc_mask st;
+        frag_stored(ix, f, &st);
+        seg_add_live(c, mseg, -(int)mask_count(&st));
+        FR(ix, f)->mseg = NIL;      /* a record: it has a mirror */
+    }
+    index_settle(ix, id);
+}
+
+void map_mark_clean(struct cache *c, uint32_t id, const struct tc_mask *cleaned)
+{
+    struct index *ix = &c->map.idx;
+    struct tc_mask v, d, nd;
+    ce_get_masks(ix, id, &v, &d);
+    nd = d;
+    mask_andnot(&nd, cleaned);
+    ce_set_masks(ix, id, &v, &nd);
+    map_set_dirty(c, CE(ix, id)->oblock, &d, &nd);
+    CE(ix, id)->flags &= (uint16_t)~CE_WT;
+    if (mask_empty(&nd))
+        map_drop_mirrors(c, id, -1);    /* clean data keeps one copy */
+}
+
+void map_wt_redirty(struct cache *c, uint32_t id, const struct tc_mask *m, uint64_t seq)
+{
+    struct index *ix = &c->map.idx;
+    struct tc_mask v, d, nd;
+    ce_get_masks(ix, id, &v, &d);
+    nd = d;
+    mask_or(&nd, m);
+    ce_set_masks(ix, id, &v, &nd);
+    map_set_dirty(c, CE(ix, id)->oblock, &d, &nd);
+    CE(ix, id)->flags |= CE_WT;
+    if (!mask_empty(&nd))
+        map_wt_hold(&c->map, id, seq);
+}
+
+/* Keeps invariant 10: the fragment's sectors count live in the mirror's
+ * segment now, and no longer in the failed copy's. */
+void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid)
+{
+    struct index *ix = &c->map.idx;
+    struct cfrag f = frag_view(ix, fid);
+    TC_ASSERT_ALWAYS(f.mseg != NIL);
+    struct tc_mask st;
+    frag_stored(ix, fid, &st);
+    seg_add_live(c, f.seg, -(int)mask_count(&st));
+    frag_set_loc(ix, fid, f.mseg, f.moff);
+    frag_set_mirror(ix, id, fid, NIL, 0);
+    index_settle(ix, id);
+}
+
+/* Keeps invariant 10: the mirror copy counts the sectors its fragment
+ * stores. */
+void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff)
+{
+    struct index *ix = &c->map.idx;
+    TC_ASSERT(frag_mseg(ix, fid) == NIL);
+    TC_ASSERT_ALWAYS(mseg < c->sp.nsegs);
+    struct tc_mask st;
+    frag_stored(ix, fid, &st);
+    frag_set_mirror(ix, id, fid, mseg, moff);
+    seg_add_live(c, mseg, (int)mask_count(&st));
+}

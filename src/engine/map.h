@@ -15,10 +15,17 @@
  *                   their versions' sequence numbers
  *
  * The index's storage (pages of entries and fragment records, inline and
- * side masks) is index.c's; this header declares it.  The entry updates
- * shared by the paths (map_add_fragment() and its neighbours in map.c,
- * declared in cache.h because they need the whole cache) keep the parts above in step with each other and
- * with the live counts of the segments (space.h, invariant 10).
+ * side masks) is index.c's; this header declares it.  The entry mutations
+ * are map.c's, declared in cache.h because they need the whole cache (the
+ * segments' live counts, the policy's hint, the origin window, tracing):
+ * adding and dropping fragments and blocks, marking sectors clean (and
+ * dropping mirror copies then), making a write-through version dirty
+ * again, promoting and adding mirror copies.  No other file changes an
+ * entry's masks, flags CE_WT and CE_WT_RECOVERED, its fragments'
+ * locations or mirrors, the dirty set or the segments' live counts of
+ * what the index holds: each of those functions keeps invariants 7 to 10
+ * and 13 itself, calling the space's seg_add_live() for each fragment and
+ * mirror copy it adds or drops.  (The entry's hint byte is the policy's.)
  *
  * Invariants (numbered across the engine's headers, as in cache.h):
  *
@@ -38,9 +45,10 @@
  * CE_WT_RECOVERED, each of them dirty; while it is not 0,
  * map.wt_recovered_min is at most the sequence number of each one's
  * version.  An entry is flagged when recovery or the origin window makes
- * its write-through version dirty and loses the flag when its block turns
- * clean or leaves the map (map_set_dirty()): map_wt_hold() and
- * map_wt_release() are the places that change the set.
+ * its write-through version dirty (map_wt_redirty()) and loses the flag
+ * when its block turns clean or leaves the map (map_set_dirty()):
+ * map_wt_hold() and map_wt_release() are the only places that change the
+ * set.
  */
 #ifndef TC_ENGINE_MAP_H
 #define TC_ENGINE_MAP_H
@@ -249,8 +257,8 @@ void map_init(struct map *m, unsigned spb, uint64_t expected, uint64_t nblocks_o
 void map_fini(struct map *m);
 /* The dirty totals and bit of oblock follow a change of its dirty sectors
  * from old_dirty to new_dirty (NULL: none); true if the block turned
- * clean.  Callers outside map.c use map_set_dirty() (cache.h), which does
- * what a block turning clean needs besides. */
+ * clean.  map.c's map_set_dirty() calls it, and does what a block turning
+ * clean needs besides. */
 bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old_dirty,
                        const struct tc_mask *new_dirty);
 static inline bool map_is_dirty(const struct map *m, uint64_t oblock)

@@ -209,16 +209,8 @@ void origin_window_dropped(struct cache *c, uint64_t oblock)
 /* The block's write-through version is to be written back again. */
 static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct tc_mask *m)
 {
-    struct tc_mask v, d, nd;
-    ce_get_masks(&c->map.idx, id, &v, &d);
-    nd = d;
-    mask_or(&nd, m);
-    ce_set_masks(&c->map.idx, id, &v, &nd);
-    map_set_dirty(c, oblock, &d, &nd);
-    struct centry *e = CE(&c->map.idx, id);
-    e->flags |= CE_WT;
     /* Hold the stable mark where it is until written back. */
-    map_wt_hold(&c->map, id, c->wt_stable_seq + 1);
+    map_wt_redirty(c, id, m, c->wt_stable_seq + 1);
     cache_trace(c, oblock, "origin connection lost before a flush: write-through version "
                 "dirty again");
 }

@@ -867,27 +867,10 @@ static void apply_clean(struct recovery *rc, const struct rec *r)
     struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
     if (tc_loc(head.seg, head.off) != r->target)
         return;
-    struct tc_mask v, d, nd;
-    ce_get_masks(&c->map.idx, id, &v, &d);
-    nd = d;
-    mask_andnot(&nd, &r->valid);
-    ce_set_masks(&c->map.idx, id, &v, &nd);
-    map_set_dirty(c, r->oblock, &d, &nd);
+    map_mark_clean(c, id, &r->valid);
     grow(rc, id);
     if (rc->wt_seq[id] <= r->seq)
         rc->wt_seq[id] = 0;
-    if (mask_empty(&nd)) {
-        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
-            if (frag_mseg(&c->map.idx, f) == NIL)
-                continue;
-            struct cfrag *fr = FR(&c->map.idx, f);     /* a record: it has a mirror */
-            struct tc_mask st;
-            frag_stored(&c->map.idx, f, &st);
-            seg_add_live(c, fr->mseg, -(int)mask_count(&st));
-            fr->mseg = NIL;
-        }
-        index_settle(&c->map.idx, id);
-    }
 }
 
 static void apply(struct recovery *rc)
@@ -910,10 +893,8 @@ static void apply(struct recovery *rc)
             if (id != NIL && *cur_seq_slot(rc, id) == r->seq) {
                 /* The second copy of a mirrored fragment. */
                 uint32_t f = ce_head(&c->map.idx, id);
-                if (frag_mseg(&c->map.idx, f) == NIL) {
-                    frag_set_mirror(&c->map.idx, id, f, r->seg, r->off);
-                    seg_add_live(c, r->seg, (int)mask_count(&r->valid));
-                }
+                if (frag_mseg(&c->map.idx, f) == NIL)
+                    map_add_mirror(c, id, f, r->seg, r->off);
                 continue;
             }
             bool fresh = id == NIL;
@@ -943,13 +924,9 @@ static void apply(struct recovery *rc)
         struct centry *e = CE(&c->map.idx, id);
         if (e->oblock == UINT64_MAX || id >= rc->cur_cap || rc->wt_seq[id] <= rc->wt_stable)
             continue;
-        struct tc_mask v, d;
-        ce_get_masks(&c->map.idx, id, &v, &d);
-        ce_set_masks(&c->map.idx, id, &v, &v);
-        map_set_dirty(c, e->oblock, &d, &v);
-        e->flags |= CE_WT;
-        if (!mask_empty(&v))
-            map_wt_hold(&c->map, id, rc->wt_seq[id]);
+        struct tc_mask v;
+        ce_get_masks(&c->map.idx, id, &v, NULL);
+        map_wt_redirty(c, id, &v, rc->wt_seq[id]);
         cache_trace(c, e->oblock, "recovery: write-through seq %llu > stable %llu: dirty",
                     (unsigned long long)rc->wt_seq[id], (unsigned long long)rc->wt_stable);
     }

@@ -525,32 +525,12 @@ static void job_flushed(struct tc_dev_io *dio, int err)
                         (unsigned long long)((b->oblock + 1) * c->block_size - 1),
                         wf->failures);
         }
-        struct tc_mask v, d;
-        ce_get_masks(&c->map.idx, id, &v, &d);
-        struct tc_mask nd = d;
-        mask_andnot(&nd, &b->dirty);
         struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
         struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
                             .target = tc_loc(head.seg, head.off), .valid = b->dirty,
                             .use_reserve = true };
         log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
-        ce_set_masks(&c->map.idx, id, &v, &nd);
-        map_set_dirty(c, b->oblock, &d, &nd);
-        struct centry *e = CE(&c->map.idx, id);
-        e->flags &= (uint16_t)~CE_WT;
-        if (mask_empty(&nd)) {
-            /* Clean data keeps one copy. */
-            for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
-                if (frag_mseg(&c->map.idx, f) == NIL)
-                    continue;
-                struct cfrag *fr = FR(&c->map.idx, f);     /* a record: it has a mirror */
-                struct tc_mask st;
-                frag_stored(&c->map.idx, f, &st);
-                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
-                fr->mseg = NIL;
-            }
-            index_settle(&c->map.idx, id);
-        }
+        map_mark_clean(c, id, &b->dirty);
         cache_trace(c, b->oblock, "written back and cleaned %llx", (unsigned long long)b->dirty.w[0]);
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
         wb->bytes += bytes;
