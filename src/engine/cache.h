@@ -302,7 +302,9 @@ void abandon_status_json(struct cache *c, struct tc_json *j);
 void lost_passthrough(struct ereq *e);
 /* 0, or -EIO once after acknowledged data was lost (for a flush). */
 int lost_flush_result(struct cache *c);
-/* Record durably (in the log) that these sectors of the block are lost now. */
+/* Record durably (in the log) that these sectors of the block are lost now
+ * (and fail the next flush).  Dirty data the cache loses goes through
+ * map_lose_dirty(), which counts it too. */
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
 /* An origin write failed in doubt (-ETIMEDOUT): the sectors read as lost
  * until written again, without failing the next flush. */
@@ -491,6 +493,10 @@ void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid);
 /* Fragment fid of entry id (without a mirror) has a mirror copy at
  * (mseg, moff); fid's number may change (frag_set_mirror()). */
 void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff);
+/* Dirty sectors m of the block are lost: no copy of them can be kept (the
+ * caller drops or replaces what held them).  Counted (lost_dirty_bytes)
+ * and recorded with lost_record(), once, where the loss happens. */
+void map_lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m);
 /* A fragment appended at (seg, off) holding the sectors `stored` becomes
  * the block's newest; `dirty` says which of them are dirty (the others are
  * clean).  With replace, it replaces every fragment (a merged version).

@@ -640,8 +640,7 @@ static void later_read(void *arg, int err)
                      "of its %u lost sectors fail with EIO until rewritten",
                      (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
                      mask_count(&d));
-            c->st.lost_dirty_bytes += (uint64_t)mask_count(&d) * TC_SECTOR;
-            lost_record(c, l->oblock, &d);
+            map_lose_dirty(c, l->oblock, &d);
             add_drop(k, l->oblock, l->seg, l->off);
         }
     }

@@ -204,8 +204,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
              "device and is lost; reads of its %u lost sectors fail with EIO until rewritten",
              (unsigned long long)v->oblock, (unsigned long long)base,
              (unsigned long long)(base + c->block_size - 1), mask_count(&dirty));
-    c->st.lost_dirty_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
-    lost_record(c, v->oblock, &dirty);
+    map_lose_dirty(c, v->oblock, &dirty);
     map_drop_fragment(c, v->oblock, fid);
     block_gen_bump(c->locks, v->oblock);
     (*lost)++;

@@ -353,3 +353,12 @@ void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, u
     frag_set_mirror(ix, id, fid, mseg, moff);
     seg_add_live(c, mseg, (int)mask_count(&st));
 }
+
+/* ---- lost dirty data ---- */
+
+void map_lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m)
+{
+    TC_ASSERT(!mask_empty(m));
+    c->st.lost_dirty_bytes += (uint64_t)mask_count(m) * TC_SECTOR;
+    lost_record(c, oblock, m);
+}

@@ -20,12 +20,17 @@
  * segments' live counts, the policy's hint, the origin window, tracing):
  * adding and dropping fragments and blocks, marking sectors clean (and
  * dropping mirror copies then), making a write-through version dirty
- * again, promoting and adding mirror copies.  No other file changes an
- * entry's masks, flags CE_WT and CE_WT_RECOVERED, its fragments'
- * locations or mirrors, the dirty set or the segments' live counts of
- * what the index holds: each of those functions keeps invariants 7 to 10
- * and 13 itself, calling the space's seg_add_live() for each fragment and
- * mirror copy it adds or drops.  (The entry's hint byte is the policy's.)
+ * again, promoting and adding mirror copies, and recording dirty data
+ * lost (map_lose_dirty(): the lost_dirty_bytes figure and lost_record(),
+ * once per loss, by whichever path drops or replaces the last copy).  No
+ * other file changes an entry's masks, flags CE_WT and CE_WT_RECOVERED,
+ * its fragments' locations or mirrors, the dirty set or the segments'
+ * live counts of what the index holds: each of those functions keeps
+ * invariants 7 to 10 and 13 itself, calling the space's seg_add_live()
+ * for each fragment and mirror copy it adds or drops.  (The entry's hint
+ * byte is the policy's.)  The lost set's other changes -- a write clearing
+ * sectors, recovery replaying LOST records, the in-doubt and cut writes of
+ * the origin (lostlog.c, originwin.c) -- go through lost.h and lostlog.c.
  *
  * Invariants (numbered across the engine's headers, as in cache.h):
  *

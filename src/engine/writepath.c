@@ -694,8 +694,7 @@ static void merge_read(void *arg, int err)
                      "lost; reads of its %u lost sectors fail with EIO until rewritten",
                      (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
                      mask_count(&lost));
-            c->st.lost_dirty_bytes += (uint64_t)mask_count(&lost) * TC_SECTOR;
-            lost_record(c, p->oblock, &lost);
+            map_lose_dirty(c, p->oblock, &lost);
         }
         mask_clear(&p->ovalid);
         mask_clear(&p->odirty);
