@@ -509,11 +509,20 @@ static void redo_done(void *arg, int err)
     struct rpiece *p = x->p;
     struct cache *c = r->c;
     if (err) {
+        /* Not lost here: the dirty sectors stay in the map, a later read
+         * tries them again (an I/O error may pass; a device that fails
+         * moves them to its mirrors or records them lost), and writeback
+         * keeps trying to write them back.  They are lost -- counted in
+         * lost_dirty_bytes and recorded with map_lose_dirty(), once --
+         * only where the map gives up their last copy: the cleaner that
+         * can neither write them back nor copy them, a write that
+         * replaces them without them, a failed device without a mirror.
+         * Meanwhile the read fails with EIO, as it will once they are
+         * recorded lost: never the origin's older data. */
         uint64_t off = p->oblock * c->block_size;
         tc_error("cache: dirty data of origin bytes %llu..%llu is unreadable; the read fails "
                  "with EIO", (unsigned long long)(off + (uint64_t)p->s0 * TC_SECTOR),
                  (unsigned long long)(off + (uint64_t)p->s1 * TC_SECTOR - 1));
-        c->st.lost_dirty_bytes += (uint64_t)mask_count(&x->need) * TC_SECTOR;
         err = -EIO;
         bufpool_put(x->buf, (size_t)c->spb * TC_SECTOR);
     } else {

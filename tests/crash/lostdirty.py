@@ -9,7 +9,11 @@ serves again; random reads of the rest of the volume fill the cache until
 the cleaner reaches the group holding the block: writeback cannot read it,
 nor can the cleaner copy it, so it is dropped.  From then on every sector
 of the block must fail with EIO (never read generation 1 from the origin),
-also after a restart, until a client writes it again.
+also after a restart, until a client writes it again.  Reads of it before
+the cleaner drops it fail too, and count nothing lost: the block is still
+dirty in the cache then, and its loss is counted once, when the cleaner
+drops it (lost_dirty_bytes is one block at the end, however often it was
+read).
 
 usage: lostdirty.py --bin TIERCACHE --dir DIR
 """
@@ -121,8 +125,16 @@ def main():
             f.seek(p)
             f.write(bytes([b ^ 0x5A]))
 
-    # Fill the cache until the cleaner has dealt with the victim's group.
+    # Unreadable but still dirty in the cache: reads fail, nothing is lost yet.
     d = Daemon(a, "writeback")
+    victim_reads(d, "before the cleaner reached it")
+    st = json.loads(subprocess.run([a.bin, "status", "--socket", d.sock, "--json"],
+                                   capture_output=True, text=True, check=True).stdout)
+    if st["volume"]["cache"]["lost_dirty_bytes"] != 0:
+        sys.exit(f"lost_dirty_bytes {st['volume']['cache']['lost_dirty_bytes']} after failed "
+                 "reads of a block still dirty in the cache, expected 0")
+
+    # Fill the cache until the cleaner has dealt with the victim's group.
     rng = random.Random(7)
     others = [b for b in range(nsect * SECTOR // BLOCK) if b != VICTIM]
     dropped = False
