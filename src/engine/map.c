@@ -1,7 +1,10 @@
 /*
  * The map's entry mutations (map.h): adding and dropping fragments and
- * blocks, with the dirty set and totals, the recovered write-through set
- * and the live counts of the segments (space.h) kept in step.
+ * blocks, marking sectors clean, making a write-through version dirty
+ * again, dropping, promoting and adding mirror copies, and recording dirty
+ * data lost -- each keeping the dirty set and totals, the recovered
+ * write-through set and the live counts of the segments (space.h) in step
+ * with the entries.
  */
 #include <stdlib.h>
 
@@ -60,6 +63,7 @@ bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old
 void map_wt_hold(struct map *m, uint32_t id, uint64_t seq)
 {
     struct centry *e = CE(&m->idx, id);
+    TC_ASSERT(e->dirty != 0);      /* invariant 13 (any dirty sector sets it) */
     if (e->flags & CE_WT_RECOVERED)
         return;
     e->flags |= CE_WT_RECOVERED;
