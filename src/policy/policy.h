@@ -103,7 +103,7 @@ struct policy_ops {
     /* A new entry for oblock, its hint 0.  from_miss is false when a
      * client write made it, true otherwise (a fill after a read miss or
      * readahead, recovery from the log).  Called when the entry is made
-     * (cache_add_fragment), once per entry; later writes to a cached block
+     * (map_add_fragment), once per entry; later writes to a cached block
      * do not call it.  NULL: the hint stays 0. */
     void (*inserted)(void *state, uint64_t oblock, uint8_t *hint, bool from_miss);
     /* The cleaner reclaims the oldest group of segments and found clean
