@@ -326,6 +326,8 @@ static void engine_done(struct tc_request *treq, int err)
 {
     struct nbd_req *req = container_of(treq, struct nbd_req, treq);
     struct nbd_server_stats *st = &req->conn->srv->stats;
+    if (req->type == NBD_CMD_READ)
+        req->buf = treq->buf;   /* TC_REQ_POOL_BUF: perhaps another pool buffer */
     if (err == 0) {
         if (req->type == NBD_CMD_READ)
             st->read_bytes += req->length;
@@ -377,6 +379,8 @@ static void submit(struct nbd_req *req)
     if (c->srv->trace)
         trace_writer_record(c->srv->trace, (uint8_t)t->op, (uint8_t)t->flags, t->offset,
                             (uint32_t)t->length, (uint16_t)c->id);
+    if (t->op == TC_OP_READ)
+        t->flags |= TC_REQ_POOL_BUF;    /* req->buf is bufpool_get(length) */
     tc_submit(c->srv->vol, t);
 }
 
