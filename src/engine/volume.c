@@ -119,7 +119,7 @@ bool tc_volume_can_fast_zero(const struct tc_volume *vol) { return vol->origin->
 
 struct ereq *ereq_new(struct tc_volume *vol)
 {
-    struct ereq *e = tc_xcalloc(1, sizeof *e);
+    struct ereq *e = tc_obj_get(sizeof *e);
     e->vol = vol;
     e->start_ns = tc_now_ns();
     vol->inflight++;
@@ -132,7 +132,7 @@ void ereq_free(struct ereq *e)
     vol->inflight--;
     if (e->via_cache && --vol->cache_inflight == 0 && vol->gate)
         reactor_defer(vol->reactor, &vol->gate_task);
-    free(e);
+    tc_obj_put(e, sizeof *e);
 }
 
 void engine_dispatch(struct ereq *e)
