@@ -104,6 +104,11 @@ enum tc_op {
 #define TC_REQ_NO_HOLE   (1u << 1)  /* write-zeroes must not deallocate */
 #define TC_REQ_FAST_ZERO (1u << 2)  /* write-zeroes: fail with -ENOTSUP unless fast */
 #define TC_REQ_REQ_ONE   (1u << 3)  /* block status: one extent is enough */
+/* read: buf is a whole buffer of the engine's pool (io/bufpool.h,
+ * bufpool_get(length)), so the engine may answer by handing over a pool
+ * buffer of the same size that holds the data (read-ahead, no copy):
+ * at done() req->buf may differ, and the caller frees that one. */
+#define TC_REQ_POOL_BUF  (1u << 4)
 
 /* Extent flags, as NBD's base:allocation context. */
 #define TC_EXTENT_HOLE (1u << 0)

@@ -13,7 +13,9 @@
  *                     ready     ready     loading   loading
  *
  * A read fully inside ready slots is answered from them; one that meets a
- * slot still loading waits for it.  Any write, trim or write-zeroes that
+ * slot still loading waits for it.  A read of exactly one whole slot whose
+ * buffer is a pool buffer (TC_REQ_POOL_BUF, the NBD server's) gets the
+ * slot's buffer and leaves its own to the slot: no copy of 1 MiB.  Any write, trim or write-zeroes that
  * touches a slot discards it (a slot loading then is dropped when it
  * completes), so read-ahead never returns stale data.  A slot whose last
  * byte has been read is free again at once (a stream does not go back);
@@ -59,7 +61,7 @@ struct readahead {
     uint64_t window;
     struct ra_wait *waiting;    /* requests waiting for loading slots */
     uint64_t clock;
-    uint64_t hits, issued, wasted;
+    uint64_t hits, issued, wasted, swapped;
 };
 
 uint64_t readahead_max_window(struct cache *c)
@@ -110,9 +112,11 @@ static struct ra_slot *find(struct readahead *ra, uint64_t off)
     return NULL;
 }
 
-/* Copy [off, off+len) out of ready slots; false if any part is missing. */
-static bool copy_out(struct readahead *ra, uint64_t off, uint64_t len, uint8_t *dst, bool *loading)
+/* Copy e's range out of ready slots into e->buf (or hand a whole slot's
+ * buffer over, TC_REQ_POOL_BUF); false if any part is missing. */
+static bool copy_out(struct readahead *ra, struct ereq *e, bool *loading)
 {
+    uint64_t off = e->off, len = e->len;
     *loading = false;
     for (uint64_t o = off; o < off + len;) {
         uint64_t base = tc_round_down(o, RA_SLOT);
@@ -125,6 +129,20 @@ static bool copy_out(struct readahead *ra, uint64_t off, uint64_t len, uint8_t *
         }
         o = TC_MIN(off + len, base + RA_SLOT);
     }
+    if (len == RA_SLOT && off % RA_SLOT == 0 && (e->flags & TC_REQ_POOL_BUF)) {
+        /* The request is the whole slot and its buffer a pool buffer of
+         * the slot's size: swap the two instead of copying. */
+        struct ra_slot *s = find(ra, off);
+        uint8_t *b = e->buf;
+        e->buf = s->data;
+        s->data = b;
+        s->used = ++ra->clock;
+        s->consumed += len;
+        s->state = SLOT_FREE;
+        ra->swapped++;
+        return true;
+    }
+    uint8_t *dst = e->buf;
     for (uint64_t o = off; o < off + len;) {
         uint64_t base = tc_round_down(o, RA_SLOT);
         struct ra_slot *s = find(ra, base);
@@ -161,7 +179,7 @@ static void slot_loaded(struct ereq *rq)
         struct ereq *e = w->e;
         free(w);
         bool loading;
-        if (copy_out(ra, e->off, e->len, e->buf, &loading)) {
+        if (copy_out(ra, e, &loading)) {
             ra->hits++;
             ra->c->st.read_hits++;
             ra->c->st.read_hit_bytes += e->len;
@@ -252,7 +270,7 @@ bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len)
     if (ra == NULL)
         return false;
     bool served = false, loading = false;
-    if (copy_out(ra, e->off, e->len, e->buf, &loading)) {
+    if (copy_out(ra, e, &loading)) {
         ra->hits++;
         c->st.read_hits++;
         c->st.read_hit_bytes += e->len;
@@ -300,5 +318,6 @@ void readahead_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "hits", ra ? ra->hits : 0);
     json_uint(j, "slots_loaded", ra ? ra->issued : 0);
     json_uint(j, "slots_wasted", ra ? ra->wasted : 0);
+    json_uint(j, "slots_handed_over", ra ? ra->swapped : 0);
     json_end_object(j);
 }

@@ -113,7 +113,7 @@ static void phase_done(struct rreq *r);
 static void run_end(struct rrun *run)
 {
     struct rreq *r = run->r;
-    free(run);
+    tc_obj_put(run, sizeof *run);
     if (join_put(&r->join, 0))
         phase_done(r);
 }
@@ -133,7 +133,7 @@ static void flush_run(struct rreq *r)
     if (!pr->open)
         return;
     pr->open = false;
-    struct rrun *run = tc_xcalloc(1, sizeof *run);
+    struct rrun *run = tc_obj_get(sizeof *run);
     run->r = r;
     run->first = pr->first;
     run->last = pr->last;
@@ -230,7 +230,7 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
 static void origin_run(struct rreq *r, unsigned first, unsigned last)
 {
     struct cache *c = r->c;
-    struct rrun *run = tc_xcalloc(1, sizeof *run);
+    struct rrun *run = tc_obj_get(sizeof *run);
     run->r = r;
     run->origin = true;
     run->first = first;
@@ -488,7 +488,7 @@ static void finish(struct rreq *r)
     }
     e->err = r->join.err;
     free(r->p);
-    free(r);
+    tc_obj_put(r, sizeof *r);
     e->complete(e);
 }
 
@@ -578,7 +578,7 @@ static void reread_done(struct tc_dev_io *dio, int err)
 {
     struct rrun *run = dio->priv;
     struct rreq *r = run->r;
-    free(run);
+    tc_obj_put(run, sizeof *run);
     if (join_put(&r->join, err))
         finish(r);
 }
@@ -597,7 +597,7 @@ static void phase_done(struct rreq *r)
         struct rpiece *p = &r->p[i];
         if (!p->bad || !salvage(r, p))
             continue;
-        struct rrun *run = tc_xcalloc(1, sizeof *run);
+        struct rrun *run = tc_obj_get(sizeof *run);
         run->r = r;
         run->dio.op = TC_DEV_READ;
         run->dio.buf = p->buf;
@@ -615,7 +615,7 @@ static void phase_done(struct rreq *r)
 static void read_start(struct ereq *e, bool sequential)
 {
     struct cache *c = e->vol->cache;
-    struct rreq *r = tc_xcalloc(1, sizeof *r);
+    struct rreq *r = tc_obj_get(sizeof *r);
     r->e = e;
     r->c = c;
     uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;

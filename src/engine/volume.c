@@ -119,7 +119,7 @@ bool tc_volume_can_fast_zero(const struct tc_volume *vol) { return vol->origin->
 
 struct ereq *ereq_new(struct tc_volume *vol)
 {
-    struct ereq *e = tc_xcalloc(1, sizeof *e);
+    struct ereq *e = tc_obj_get(sizeof *e);
     e->vol = vol;
     e->start_ns = tc_now_ns();
     vol->inflight++;
@@ -132,7 +132,7 @@ void ereq_free(struct ereq *e)
     vol->inflight--;
     if (e->via_cache && --vol->cache_inflight == 0 && vol->gate)
         reactor_defer(vol->reactor, &vol->gate_task);
-    free(e);
+    tc_obj_put(e, sizeof *e);
 }
 
 void engine_dispatch(struct ereq *e)
@@ -189,6 +189,8 @@ static void user_complete(struct ereq *e)
     }
     if (req->op == TC_OP_BLOCK_STATUS)
         req->nr_extents = e->nr_extents;
+    if (req->op == TC_OP_READ)
+        req->buf = e->buf;      /* TC_REQ_POOL_BUF: read-ahead may have swapped it */
     int err = e->err;
     ereq_free(e);
     if (devfail_hold_ack(vol->cache, req, err))
@@ -259,7 +261,7 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
     }
     struct ereq *e = ereq_new(vol);
     e->op = req->op;
-    e->flags = req->flags;
+    e->flags = req->op == TC_OP_READ ? req->flags : req->flags & ~TC_REQ_POOL_BUF;
     e->off = req->offset;
     e->len = req->length;
     e->buf = req->buf;

@@ -71,6 +71,60 @@ void *tc_xcalloc(size_t n, size_t size)
     return p;
 }
 
+#define OBJ_CLASS 64
+#define OBJ_MAX 4096
+#define OBJ_KEEP 256                /* per class */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define OBJ_RECYCLE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define OBJ_RECYCLE 0
+#endif
+#endif
+#ifndef OBJ_RECYCLE
+#define OBJ_RECYCLE 1
+#endif
+
+struct obj_free {
+    struct obj_free *next;
+};
+
+static _Thread_local struct obj_free *obj_list[OBJ_MAX / OBJ_CLASS];
+static _Thread_local unsigned obj_count[OBJ_MAX / OBJ_CLASS];
+
+void *tc_obj_get(size_t size)
+{
+    if (OBJ_RECYCLE && size > 0 && size <= OBJ_MAX) {
+        size_t k = (size - 1) / OBJ_CLASS;
+        struct obj_free *o = obj_list[k];
+        if (o) {
+            obj_list[k] = o->next;
+            obj_count[k]--;
+            return memset(o, 0, size);
+        }
+        return tc_xcalloc(1, (k + 1) * OBJ_CLASS);
+    }
+    return tc_xcalloc(1, size);
+}
+
+void tc_obj_put(void *p, size_t size)
+{
+    if (p == NULL)
+        return;
+    if (OBJ_RECYCLE && size > 0 && size <= OBJ_MAX) {
+        size_t k = (size - 1) / OBJ_CLASS;
+        if (obj_count[k] < OBJ_KEEP) {
+            struct obj_free *o = p;
+            o->next = obj_list[k];
+            obj_list[k] = o;
+            obj_count[k]++;
+            return;
+        }
+    }
+    free(p);
+}
+
 char *tc_xstrdup(const char *s)
 {
     char *p = strdup(s);
