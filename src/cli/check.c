@@ -328,7 +328,7 @@ int cmd_dump(int argc, char **argv)
                "ignored\n", (unsigned long long)c->abandoned_seq);
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
-           (unsigned long long)c->tail_seq, (unsigned long long)c->next_seq, c->sp.ngroups,
+           (unsigned long long)c->lg.tail_seq, (unsigned long long)c->lg.next_seq, c->sp.ngroups,
            c->sp.free_segs, (unsigned long long)c->idx.count,
            (unsigned long long)c->dirty_sectors);
     for (uint32_t i = 0; i < c->sp.ngroups; i++) {

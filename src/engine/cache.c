@@ -504,7 +504,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         vol->size = sbs[0].origin_size;    /* offline: the recorded origin */
     c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
     c->dirty_bits = tc_xcalloc((c->nblocks_origin + 63) / 64 + 1, sizeof(uint64_t));
-    c->next_seq = 1;
+    c->lg.next_seq = 1;
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
 
@@ -688,12 +688,12 @@ static void drain_synced(struct log_waiter *w, int err)
          * let no write in since), and the cleaner runs again. */
         tc_error("cache: detach: final sync failed: %s; the cache stays attached and its "
                  "cleaner runs again", strerror(-err));
-        c->tail_seq = x->old_tail;
+        c->lg.tail_seq = x->old_tail;
         cleaner_resume(c);
     }
     if (err == 0)
         err = x->err;
-    if (x->detach && err == 0 && !x->emptied && c->tail_seq != c->next_seq) {
+    if (x->detach && err == 0 && !x->emptied && c->lg.tail_seq != c->lg.next_seq) {
         /* Drained: now end every group, durably -- the cache is empty.
          * Once: the lost records appended below take sequence numbers, so
          * the tail never catches up with the head again while the lost set
@@ -716,8 +716,8 @@ static void drain_synced(struct log_waiter *w, int err)
         }
         x->emptied = true;
         x->ending = true;
-        x->old_tail = c->tail_seq;
-        c->tail_seq = c->next_seq;
+        x->old_tail = c->lg.tail_seq;
+        c->lg.tail_seq = c->lg.next_seq;
         /* The lost set outlives the emptied log: its records go again
          * into the group that stays live. */
         lost_foreach(&c->lost, lost_reappend, c);
@@ -829,7 +829,7 @@ static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
     struct cache *c = x->c;
-    if (err == 0 && !x->marked && c->flushed_upto < c->chunks_issued && x->resyncs < 8) {
+    if (err == 0 && !x->marked && c->lg.flushed_upto < c->lg.chunks_issued && x->resyncs < 8) {
         /* Chunks were sealed while the sync ran (a write-back or read
          * completing late): sync them too, or the mark below would not
          * cover them. */
@@ -845,9 +845,9 @@ static void closed_synced(struct log_waiter *w, int err)
          * It carries the clean-stop flag only if nothing is left unflushed
          * before it (see TC_CHUNK_CLEAN_STOP). */
         x->marked = true;
-        c->clean_stop = c->flushed_upto == c->chunks_issued;
+        c->lg.clean_stop = c->lg.flushed_upto == c->lg.chunks_issued;
         log_seal_all(c, true);
-        c->clean_stop = false;
+        c->lg.clean_stop = false;
         log_sync(c, &x->w);
         return;
     }
@@ -868,8 +868,8 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
     struct cache *c = x->c;
     if (err == 0 && origin_window_flushed(c, x->mark))
         err = -EIO;     /* not durable: keep the stable mark */
-    if (err == 0 && x->candidate > c->wt_stable_seq)
-        c->wt_stable_seq = x->candidate;
+    if (err == 0)
+        log_wt_stable(&c->lg, x->candidate);
     abandon_close_flushed(c, err == 0);
     log_seal_all(c, true);
     log_sync(c, &x->w);

@@ -129,12 +129,12 @@ static void kick_fn(struct tc_task *t)
         /* The open group is the oldest: close it so that it can go. */
         log_seal_all(c, false);
         for (unsigned d = 0; d < c->ndevs; d++) {
-            if (c->heads[d].seg == NIL)
+            if (c->lg.heads[d].seg == NIL)
                 continue;
-            uint32_t s = c->heads[d].seg;
+            uint32_t s = c->lg.heads[d].seg;
             SEG(c, s)->state = SEG_CLOSED;
-            SEG(c, s)->fill = c->heads[d].chunk_start;
-            c->heads[d].seg = NIL;
+            SEG(c, s)->fill = c->lg.heads[d].chunk_start;
+            c->lg.heads[d].seg = NIL;
         }
         space_close_group(&c->sp);
     }
@@ -266,7 +266,7 @@ static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t
  * holds for its copy. */
 static uint8_t copy_flags(struct cache *c, uint64_t wt_seq)
 {
-    return wt_seq > c->wt_stable_seq ? TC_ENTRY_WT : 0;
+    return wt_seq > c->lg.wt_stable_seq ? TC_ENTRY_WT : 0;
 }
 
 /* Append the sectors `cur` of a block again, from data laid out by sector
@@ -392,7 +392,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
          * recovery has of data the origin may still lose (a FLUSH in
          * writeback mode relied on it): kept, whatever the policy says,
          * until an origin flush has moved the mark past it. */
-        bool unstable = wt_seq > c->wt_stable_seq;
+        bool unstable = wt_seq > c->lg.wt_stable_seq;
         if (intact && (unstable || policy_keep(c->policy, e.oblock, &CE(&c->idx, id)->hint)) &&
             reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq))) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
@@ -562,7 +562,7 @@ static void later_done(struct cleaner *k)
      * runs (cache.c, drain_synced()), and a pass ending after that would
      * otherwise give back groups the detach ended. */
     uint32_t next = (k->slot + 1) % c->sp.groups_cap;
-    c->tail_seq = TC_MAX(c->tail_seq, c->sp.ngroups > 1 ? group_at(&c->sp, next)->seq : c->next_seq);
+    c->lg.tail_seq = TC_MAX(c->lg.tail_seq, c->sp.ngroups > 1 ? group_at(&c->sp, next)->seq : c->lg.next_seq);
     log_seal_all(c, true);
     k->lw.fn = tail_synced;
     k->tail_syncing = true;
@@ -717,7 +717,7 @@ static void tail_synced(struct log_waiter *lw, int err)
     /* Mirror copies and superseded versions may still be counted in the
      * group's segments; nothing points there any more. */
     struct group *g = group_at(&c->sp, k->slot);
-    TC_ASSERT(k->slot == group_slot_of_oldest(&c->sp) && g->seq < c->tail_seq);   /* invariant 5 */
+    TC_ASSERT(k->slot == group_slot_of_oldest(&c->sp) && g->seq < c->lg.tail_seq);   /* invariant 5 */
     for (unsigned i = 0; i < g->nsegs; i++) {
         TC_ASSERT(SEG(c, g->segs[i])->live == 0);   /* invariants 4 and 10 */
         SEG(c, g->segs[i])->live = 0;

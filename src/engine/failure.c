@@ -103,8 +103,8 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
                               const struct tc_mask *cur, const struct tc_mask *dirty)
 {
     struct cfrag f = frag_view(&c->idx, fid);
-    struct segment *sg = SEG(c, f.seg);
-    if (sg->image == NULL)
+    const uint8_t *image = log_image(&c->lg, f.seg);
+    if (image == NULL)
         return false;
     struct tc_mask st;
     frag_stored(&c->idx, fid, &st);
@@ -114,7 +114,7 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     for (unsigned s = 0; s < c->spb; s++)
         if (mask_test(cur, s))
             memcpy(data + (size_t)k++ * TC_SECTOR,
-                   sg->image + (size_t)(f.off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
+                   image + (size_t)(f.off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
     /* Clean sectors among the dirty ones may be of a write-through version
      * the origin lacks durably: the copy keeps the flag then (see
      * TC_ENTRY_WT), or recovery would take them for clean. */

@@ -222,7 +222,7 @@ static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct 
         e->flags |= CE_WT_RECOVERED;
         if (c->wt_recovered++ == 0)
             c->wt_recovered_min = UINT64_MAX;
-        c->wt_recovered_min = TC_MIN(c->wt_recovered_min, c->wt_stable_seq + 1);
+        c->wt_recovered_min = TC_MIN(c->wt_recovered_min, c->lg.wt_stable_seq + 1);
     }
     cache_trace(c, oblock, "origin connection lost before a flush: write-through version "
                 "dirty again");

@@ -1048,16 +1048,16 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     apply(&rc);
     c->replaying = false;
 
-    c->next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
+    c->lg.next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
     /* Entries written from now on must be trusted at the next start. */
-    c->next_seq = TC_MAX(c->next_seq, c->abandoned_seq);
+    c->lg.next_seq = TC_MAX(c->lg.next_seq, c->abandoned_seq);
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
-        c->next_seq = TC_MAX(c->next_seq, c->failed_seq[i]);
-    c->chunks_issued = rc.max_chunk_seq;
-    c->chunks_written_upto = rc.max_chunk_seq;
-    c->flushed_upto = rc.max_chunk_seq;
-    c->tail_seq = nlive ? SEG(c, live[0])->seq : c->next_seq;
-    c->wt_stable_seq = rc.wt_stable;
+        c->lg.next_seq = TC_MAX(c->lg.next_seq, c->failed_seq[i]);
+    c->lg.chunks_issued = rc.max_chunk_seq;
+    c->lg.chunks_written_upto = rc.max_chunk_seq;
+    c->lg.flushed_upto = rc.max_chunk_seq;
+    c->lg.tail_seq = nlive ? SEG(c, live[0])->seq : c->lg.next_seq;
+    c->lg.wt_stable_seq = rc.wt_stable;
     c->st.recovered_entries = c->idx.count;
     c->st.recovered_dirty_sectors = c->dirty_sectors;
     c->st.recovered_dirty_blocks = c->dirty_blocks;

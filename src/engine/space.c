@@ -94,7 +94,6 @@ void space_fini(struct cache *c)
     /* c->sp.segs is NULL when an attach failed before space_init(). */
     for (uint32_t s = 0; c->sp.segs && s < c->sp.nsegs; s++) {
         free(c->sp.segs[s].chunks);
-        free(c->sp.segs[s].image);
     }
     free(c->sp.segs);
     free(c->sp.groups);
@@ -133,7 +132,7 @@ bool space_open_group(struct cache *c)
     }
     if (n == 0)
         return false;
-    uint32_t slot = space_push_group(&c->sp, c->next_seq++);
+    uint32_t slot = space_push_group(&c->sp, c->lg.next_seq++);
     struct group *g = &c->sp.groups[slot];
     g->open = true;
     for (unsigned i = 0; i < n; i++) {

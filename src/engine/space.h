@@ -66,7 +66,6 @@ struct segment {
     uint32_t live;              /* data sectors that index entries point to */
     uint32_t pins;              /* reads in flight */
     uint32_t writes_inflight;   /* chunk writes in flight */
-    uint8_t *image;             /* RAM image while open or writing */
     struct chunk_ref *chunks;
     uint32_t nchunks, chunks_cap;
 };

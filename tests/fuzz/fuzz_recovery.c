@@ -262,8 +262,8 @@ static void check_recovered(struct cache *c)
         CHECK(g->nsegs >= 1 && g->nsegs <= c->ndevs, "group %llu has %u segments",
               (unsigned long long)g->seq, g->nsegs);
         CHECK(i == 0 || g->seq > prev_seq, "groups out of order");
-        CHECK(g->seq < c->next_seq, "group %llu, next sequence %llu",
-              (unsigned long long)g->seq, (unsigned long long)c->next_seq);
+        CHECK(g->seq < c->lg.next_seq, "group %llu, next sequence %llu",
+              (unsigned long long)g->seq, (unsigned long long)c->lg.next_seq);
         prev_seq = g->seq;
         for (unsigned k = 0; k < g->nsegs; k++) {
             uint32_t s = g->segs[k];

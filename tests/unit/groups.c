@@ -142,7 +142,7 @@ static void check_fill_and_free(void)
         CHECK(audit(c) == 0);
     }
     space_close_group(&c->sp);
-    CHECK(c->sp.free_segs == 0 && !space_open_group(c) && c->sp.ngroups == 5 && c->next_seq == 5);
+    CHECK(c->sp.free_segs == 0 && !space_open_group(c) && c->sp.ngroups == 5 && c->lg.next_seq == 5);
     CHECK(c->sp.open_group == NIL && audit(c) == 0);
 
     printf("the oldest group is freed first; its segments are reused\n");
@@ -253,7 +253,7 @@ static void check_push(void)
     space_group_add_seg(&c->sp, b, 9);
     SEG(c, 2)->state = SEG(c, 6)->state = SEG(c, 9)->state = SEG_CLOSED;
     space_collect_free(c);
-    c->next_seq = 12;
+    c->lg.next_seq = 12;
     CHECK(c->sp.ngroups == 2 && oldest_group(&c->sp)->seq == 10 && c->sp.free_segs == NSEGS - 3);
     CHECK(audit(c) == 0);
     CHECK(space_open_group(c));
