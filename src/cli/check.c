@@ -335,7 +335,7 @@ int cmd_dump(int argc, char **argv)
         struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
         printf("group seq %llu:", (unsigned long long)g->seq);
         for (unsigned k = 0; k < g->nsegs; k++) {
-            struct segment *s = SEG(c, g->segs[k]);
+            struct segment *s = space_seg(&c->sp, g->segs[k]);
             printf(" [segment %u: fill %u, live %u, %u chunks]", g->segs[k], s->fill, s->live,
                    s->nchunks);
         }

@@ -103,8 +103,8 @@ static void frag_unaccount(struct cache *c, uint32_t fid)
 {
     struct tc_mask st;
     frag_stored(&c->idx, fid, &st);
-    seg_add_live(c, frag_seg(&c->idx, fid), -(int)mask_count(&st));
-    seg_add_live(c, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
+    seg_add_live(&c->sp, frag_seg(&c->idx, fid), -(int)mask_count(&st));
+    seg_add_live(&c->sp, frag_mseg(&c->idx, fid), -(int)mask_count(&st));
 }
 
 /* No sector at or past the block's end (mask.h).  Used by an assertion
@@ -128,8 +128,8 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     struct tc_mask ov, od;
     TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
     TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
-    TC_ASSERT(SEG(c, seg)->group != NIL);
-    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
+    TC_ASSERT(space_seg(&c->sp, seg)->group != NIL);
+    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && space_seg(&c->sp, mseg)->group != NIL));
     uint32_t id = index_lookup(ix, oblock);
     bool fresh = id == NIL;
     unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
@@ -148,8 +148,8 @@ uint32_t cache_add_fragment(struct cache *c, uint64_t oblock, const struct tc_ma
     f->mseg = mseg;
     f->moff = moff;
     frag_set_stored(ix, fid, stored);
-    seg_add_live(c, seg, (int)mask_count(stored));
-    seg_add_live(c, mseg, (int)mask_count(stored));
+    seg_add_live(&c->sp, seg, (int)mask_count(stored));
+    seg_add_live(&c->sp, mseg, (int)mask_count(stored));
 
     /* Older fragments lose the sectors this one stores; the empty go. */
     struct centry *e = CE(ix, id);
@@ -425,6 +425,13 @@ static bool record_origin(struct cache *c, const struct tc_dev *origin)
     return ok;
 }
 
+/* Space's event (space.h): a retired segment became free, the cleaner
+ * may let appends waiting for room go on. */
+static void space_freed(void *ctx)
+{
+    cleaner_space_freed(ctx);
+}
+
 static void watermarks(struct cache *c)
 {
     c->sp.reserve_segs = 2 * c->ndevs;
@@ -515,6 +522,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
                 vol->cfg.write_budget_minburst);
     space_init(c);
+    c->sp.ev = (struct space_events){ .freed = space_freed, .ctx = c };
     watermarks(c);
     log_init(c);
     verify_init(c, VERIFY_BUDGET);

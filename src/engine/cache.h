@@ -488,7 +488,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
-static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->sp.segs[s].dev].state == CDEV_OK; }
+static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[space_seg_dev(&c->sp, s)].state == CDEV_OK; }
 
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
@@ -511,19 +511,10 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 /* space.c: segments and groups (space.h has what needs struct space alone) */
 int space_init(struct cache *c);
 void space_fini(struct cache *c);
-static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->sp.segs[s]; }
-static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->sp.segs[s].dev]; }
+/* The device holding segment s. */
+static inline struct cache_dev *seg_cdev(struct cache *c, uint32_t s) { return &c->devs[space_seg_dev(&c->sp, s)]; }
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
-/* Open a new group from free segments; false if none is free. */
-bool space_open_group(struct cache *c);
 void space_free_group(struct cache *c);     /* the oldest; its segments become free */
-/* After recovery: every segment outside a live group goes on a free stack,
- * highest numbers first so that allocation proceeds from low to high. */
-void space_collect_free(struct cache *c);
-/* The last chunk write of a segment ended (a retired one may become free). */
-void space_write_done(struct cache *c, uint32_t seg);
-void seg_add_live(struct cache *c, uint32_t seg, int delta);
-void seg_unpin(struct cache *c, uint32_t seg);
 
 /* log.c: log.h */
 

@@ -242,7 +242,7 @@ static void check_index(struct cache *c, struct check_result *r)
                 const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
                 if (cr == NULL || off < cr->start + cr->hdr_sectors ||
                     off + n > (uint32_t)cr->start + cr->hdr_sectors + cr->data_sectors ||
-                    off + n > SEG(c, seg)->fill)
+                    off + n > space_seg(&c->sp, seg)->fill)
                     problem(r, "index: block %llu: %u sectors at segment %u sector %u are not "
                             "inside one written chunk", (unsigned long long)e->oblock, n, seg,
                             off);
@@ -285,9 +285,9 @@ static void check_index(struct cache *c, struct check_result *r)
                 (unsigned long long)c->dirty_sectors, (unsigned long long)c->dirty_blocks,
                 (unsigned long long)dirty_sectors, (unsigned long long)dirty_blocks);
     for (uint32_t s = 0; s < c->sp.nsegs; s++)
-        if (live[s] != SEG(c, s)->live)
+        if (live[s] != space_seg(&c->sp, s)->live)
             problem(r, "accounting: segment %u counts %u live sectors, %llu found", s,
-                    SEG(c, s)->live, (unsigned long long)live[s]);
+                    space_seg(&c->sp, s)->live, (unsigned long long)live[s]);
     r->dirty_bytes = dirty_sectors * TC_SECTOR;
     free(spans);
     free(live);

@@ -132,8 +132,8 @@ static void kick_fn(struct tc_task *t)
             if (c->lg.heads[d].seg == NIL)
                 continue;
             uint32_t s = c->lg.heads[d].seg;
-            SEG(c, s)->state = SEG_CLOSED;
-            SEG(c, s)->fill = c->lg.heads[d].chunk_start;
+            space_seg(&c->sp, s)->state = SEG_CLOSED;
+            space_seg(&c->sp, s)->fill = c->lg.heads[d].chunk_start;
             c->lg.heads[d].seg = NIL;
         }
         space_close_group(&c->sp);
@@ -412,10 +412,10 @@ static void chunk_read(struct tc_dev_io *dio, int err)
     struct cleaner *k = container_of(dio, struct cleaner, dio);
     struct cache *c = k->c;
     uint32_t seg = k->segs[k->seg_i];
-    seg_unpin(c, seg);
+    seg_unpin(&c->sp, seg);
     if (err)
-        cache_device_error(c, SEG(c, seg)->dev, err, false);
-    process_chunk(k, &SEG(c, seg)->chunks[k->chunk_i], err == 0);
+        cache_device_error(c, space_seg(&c->sp, seg)->dev, err, false);
+    process_chunk(k, &space_seg(&c->sp, seg)->chunks[k->chunk_i], err == 0);
     k->chunk_i++;
     walk(k);
 }
@@ -465,7 +465,7 @@ static void walk(struct cleaner *k)
     struct cache *c = k->c;
     while (k->seg_i < k->nsegs) {
         uint32_t seg = k->segs[k->seg_i];
-        struct segment *sg = SEG(c, seg);
+        struct segment *sg = space_seg(&c->sp, seg);
         if (k->chunk_i >= sg->nchunks || !seg_usable(c, seg)) {
             /* A failed device's fragments were moved or dropped already. */
             k->seg_i++;
@@ -497,7 +497,7 @@ static void walk(struct cleaner *k)
             k->dio.flags = TC_DEV_PAYLOAD;
             k->dio.payload_off = (uint64_t)cr->hdr_sectors * TC_SECTOR;
         }
-        dev_submit(SEG_DEV(c, seg)->dev, &k->dio);
+        dev_submit(seg_cdev(c, seg)->dev, &k->dio);
         return;
     }
     /* 2. The dirty blocks set aside are copied when that frees enough,
@@ -719,8 +719,8 @@ static void tail_synced(struct log_waiter *lw, int err)
     struct group *g = group_at(&c->sp, k->slot);
     TC_ASSERT(k->slot == group_slot_of_oldest(&c->sp) && g->seq < c->lg.tail_seq);   /* invariant 5 */
     for (unsigned i = 0; i < g->nsegs; i++) {
-        TC_ASSERT(SEG(c, g->segs[i])->live == 0);   /* invariants 4 and 10 */
-        SEG(c, g->segs[i])->live = 0;
+        TC_ASSERT(space_seg(&c->sp, g->segs[i])->live == 0);   /* invariants 4 and 10 */
+        space_seg(&c->sp, g->segs[i])->live = 0;
     }
     space_free_group(c);
     c->st.groups_retired++;

@@ -191,7 +191,7 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
         /* The mirror becomes the copy. */
         struct tc_mask st;
         frag_stored(&c->idx, fid, &st);
-        seg_add_live(c, f.seg, -(int)mask_count(&st));
+        seg_add_live(&c->sp, f.seg, -(int)mask_count(&st));
         frag_set_loc(&c->idx, fid, f.mseg, f.moff);
         frag_set_mirror(&c->idx, id, fid, NIL, 0);
         index_settle(&c->idx, id);
@@ -242,13 +242,13 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
             continue;
         for (uint32_t f = ce_head(&c->idx, id); f != NIL; f = frag_next(&c->idx, f)) {
             struct cfrag fr = frag_view(&c->idx, f);
-            if (fr.mseg != NIL && SEG(c, fr.mseg)->dev == d) {
+            if (fr.mseg != NIL && space_seg(&c->sp, fr.mseg)->dev == d) {
                 struct tc_mask st;
                 frag_stored(&c->idx, f, &st);
-                seg_add_live(c, fr.mseg, -(int)mask_count(&st));
+                seg_add_live(&c->sp, fr.mseg, -(int)mask_count(&st));
                 FR(&c->idx, f)->mseg = NIL;     /* the mirror is gone; the copy stays */
             }
-            if (SEG(c, fr.seg)->dev != d)
+            if (space_seg(&c->sp, fr.seg)->dev != d)
                 continue;
             if (n == cap) {
                 cap *= 2;

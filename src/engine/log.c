@@ -126,7 +126,7 @@ static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
 
 static void image_release(struct cache *c, uint32_t seg)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = space_seg(&c->sp, seg);
     struct log *lg = &c->lg;
     if (lg->images[seg] && sg->state != SEG_OPEN && sg->writes_inflight == 0) {
         if (lg->npool < LOG_IMAGE_POOL)
@@ -149,13 +149,13 @@ static bool ensure_group(struct cache *c, bool use_reserve)
         cleaner_kick(c);
         return false;
     }
-    if (!space_open_group(c)) {
+    if (!space_open_group(&c->sp, &c->lg.next_seq)) {
         cleaner_kick(c);
         return false;
     }
     struct group *g = group_at(&c->sp, c->sp.open_group);
     for (unsigned i = 0; i < g->nsegs; i++)
-        head_start_segment(c, SEG(c, g->segs[i])->dev, g->segs[i]);
+        head_start_segment(c, space_seg(&c->sp, g->segs[i])->dev, g->segs[i]);
     cleaner_kick(c);
     return true;
 }
@@ -165,7 +165,7 @@ static void close_head(struct cache *c, unsigned d)
     struct head *h = &c->lg.heads[d];
     if (h->seg == NIL)
         return;
-    struct segment *sg = SEG(c, h->seg);
+    struct segment *sg = space_seg(&c->sp, h->seg);
     sg->state = SEG_CLOSED;
     sg->fill = h->chunk_start;
     c->st.segments_written++;
@@ -183,7 +183,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
 {
     struct chunk_write *cw = container_of(dio, struct chunk_write, dio);
     struct cache *c = cw->cache;
-    struct segment *sg = SEG(c, cw->seg);
+    struct segment *sg = space_seg(&c->sp, cw->seg);
     uint64_t was_written = c->lg.chunks_written_upto;
     if (cw->prev)
         cw->prev->next = cw->next;
@@ -204,7 +204,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
          * device gone -- it is the device's failure, never "no room in the
          * cache" (log_append()'s -ENOSPC). */
         tc_error("%s: cache write of %llu bytes at offset %llu failed: %s",
-                 SEG_DEV(c, cw->seg)->dev->name, (unsigned long long)dio->len,
+                 seg_cdev(c, cw->seg)->dev->name, (unsigned long long)dio->len,
                  (unsigned long long)dio->off, strerror(-err));
         c->st.cache_write_errors++;
         cache_device_error(c, sg->dev, err, true);
@@ -219,7 +219,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
         c->st.chunk_bytes_written += dio->len;
     }
     image_release(c, cw->seg);
-    space_write_done(c, cw->seg);
+    space_write_done(&c->sp, cw->seg);
     free(cw);
     notify_waiters(c, 0);
     maybe_flush(c);
@@ -228,7 +228,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
 static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
                         uint32_t nsectors, uint64_t chunk_seq)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = space_seg(&c->sp, seg);
     struct chunk_write *cw = tc_xcalloc(1, sizeof *cw);
     cw->cache = c;
     cw->seg = seg;
@@ -250,7 +250,7 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
         cw->dio.flags = TC_DEV_PAYLOAD;
         cw->dio.payload_off = (uint64_t)hdr_sectors * TC_SECTOR;
     }
-    dev_submit(SEG_DEV(c, seg)->dev, &cw->dio);
+    dev_submit(seg_cdev(c, seg)->dev, &cw->dio);
 }
 
 /* Seal head d's current chunk: encode its header and write it.  force
@@ -261,7 +261,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     struct head *h = &c->lg.heads[d];
     if (h->seg == NIL || (h->nentries == 0 && !force))
         return;
-    struct segment *sg = SEG(c, h->seg);
+    struct segment *sg = space_seg(&c->sp, h->seg);
     uint32_t room_after = c->seg_sectors - (h->chunk_start + h->hdr_sectors + h->data_fill);
     if (room_after < 2)
         closing = true;
@@ -721,7 +721,7 @@ void log_device_failed(struct cache *c, unsigned d)
 {
     struct head *h = &c->lg.heads[d];
     if (h->seg != NIL) {
-        struct segment *sg = SEG(c, h->seg);
+        struct segment *sg = space_seg(&c->sp, h->seg);
         sg->state = SEG_CLOSED;
         sg->fill = h->chunk_start;
         uint32_t seg = h->seg;

@@ -546,7 +546,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
                 struct cfrag *fr = FR(&c->idx, f);     /* a record: it has a mirror */
                 struct tc_mask st;
                 frag_stored(&c->idx, f, &st);
-                seg_add_live(c, fr->mseg, -(int)mask_count(&st));
+                seg_add_live(&c->sp, fr->mseg, -(int)mask_count(&st));
                 fr->mseg = NIL;
             }
             index_settle(&c->idx, id);
