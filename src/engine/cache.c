@@ -432,6 +432,19 @@ static void space_freed(void *ctx)
     cleaner_space_freed(ctx);
 }
 
+/* The log's events (log.h): an append found no room, or a new group took
+ * free segments -- the cleaner looks at the free count; a chunk write or
+ * a device flush failed -- the device fails (failure.c). */
+static void log_needs_space(void *ctx)
+{
+    cleaner_kick(ctx);
+}
+
+static void log_device_error(void *ctx, unsigned d, int err, bool write)
+{
+    cache_device_error(ctx, d, err, write);
+}
+
 static void watermarks(struct cache *c)
 {
     c->sp.reserve_segs = 2 * c->ndevs;
@@ -525,6 +538,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     c->sp.ev = (struct space_events){ .freed = space_freed, .ctx = c };
     watermarks(c);
     log_init(c);
+    c->lg.ev = (struct log_events){ .needs_space = log_needs_space,
+                                    .device_error = log_device_error, .ctx = c };
     verify_init(c, VERIFY_BUDGET);
     c->locks = blocklocks_new();
     c->streams = streams_new(vol->cfg.sequential_cutoff);
@@ -1159,7 +1174,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     writeback_status_json(c, j);
     cleaner_status_json(c, j);
-    log_status_json(c, j);
+    log_status_json(&c->lg, j);
     readahead_status_json(c, j);
     json_begin_array(j, "devices");
     for (unsigned d = 0; d < c->ndevs; d++) {

@@ -103,8 +103,8 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     cr->from_device = false;
     cr->hdr = NULL;
     cr->crcs = NULL;
-    if (c->data_free ? log_has_image(c, cr->seg)
-                     : log_read_image(c, cr->seg, cr->off, cr->n, cr->buf)) {
+    if (c->data_free ? log_has_image(&c->lg, cr->seg)
+                     : log_read_image(&c->lg, cr->seg, cr->off, cr->n, cr->buf)) {
         cr->cb(cr, 0);
         return;
     }

@@ -481,7 +481,7 @@ static void walk(struct cleaner *k)
         }
         /* Data-free: the header alone is read; the data are zeroes. */
         uint32_t want = c->data_free ? cr->hdr_sectors : cr->hdr_sectors + cr->data_sectors;
-        if (log_read_image(c, seg, cr->start, want, k->buf)) {
+        if (log_read_image(&c->lg, seg, cr->start, want, k->buf)) {
             process_chunk(k, cr, true);
             k->chunk_i++;
             continue;

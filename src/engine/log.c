@@ -40,6 +40,19 @@
 static void seal(struct cache *c, unsigned d, bool force, bool closing);
 static void seal_task_fn(struct tc_task *t);
 
+/* The registered events (log.h): nothing happens when none is. */
+static void needs_space(struct log *lg)
+{
+    if (lg->ev.needs_space)
+        lg->ev.needs_space(lg->ev.ctx);
+}
+
+static void device_error(struct log *lg, unsigned d, int err, bool write)
+{
+    if (lg->ev.device_error)
+        lg->ev.device_error(lg->ev.ctx, d, err, write);
+}
+
 static void seal_timer_fn(struct tc_timer *t)
 {
     struct cache *c = container_of(t, struct cache, lg.seal_timer);
@@ -53,6 +66,7 @@ int log_init(struct cache *c)
     lg->nsegs = c->sp.nsegs;
     lg->images = tc_xcalloc(lg->nsegs, sizeof *lg->images);
     lg->seal_task.fn = seal_task_fn;
+    lg->trace = c->trace_block == UINT64_MAX - 1;
     for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
         c->lg.heads[d].seg = NIL;
         c->lg.heads[d].next_hdr_sectors = 1;
@@ -84,24 +98,25 @@ void log_fini(struct cache *c)
     lg->npool = 0;
 }
 
-bool log_idle(struct cache *c)
+bool log_idle(const struct log *lg)
 {
-    if (c->lg.inflight_head || c->lg.flushing || c->lg.written_waiters || c->lg.flush_waiters)
+    if (lg->inflight_head || lg->flushing || lg->written_waiters || lg->flush_waiters)
         return false;
-    for (unsigned d = 0; d < c->ndevs; d++)
-        if (c->lg.heads[d].seg != NIL && c->lg.heads[d].nentries > 0)
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
+        if (lg->heads[d].seg != NIL && lg->heads[d].nentries > 0)
             return false;
     return true;
 }
 
-bool log_has_image(struct cache *c, uint32_t seg)
+bool log_has_image(const struct log *lg, uint32_t seg)
 {
-    return c->lg.images[seg] != NULL;
+    return lg->images[seg] != NULL;
 }
 
-bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf)
+bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off, uint32_t nsectors,
+                    void *buf)
 {
-    const uint8_t *image = c->lg.images[seg];
+    const uint8_t *image = lg->images[seg];
     if (image == NULL)
         return false;
     memcpy(buf, image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
@@ -146,17 +161,17 @@ static bool ensure_group(struct cache *c, bool use_reserve)
     space_close_group(&c->sp);
     /* A group takes up to one segment per device: leave the reserve. */
     if (!use_reserve && c->sp.free_segs <= c->sp.reserve_segs) {
-        cleaner_kick(c);
+        needs_space(&c->lg);
         return false;
     }
     if (!space_open_group(&c->sp, &c->lg.next_seq)) {
-        cleaner_kick(c);
+        needs_space(&c->lg);
         return false;
     }
     struct group *g = group_at(&c->sp, c->sp.open_group);
     for (unsigned i = 0; i < g->nsegs; i++)
         head_start_segment(c, space_seg(&c->sp, g->segs[i])->dev, g->segs[i]);
-    cleaner_kick(c);
+    needs_space(&c->lg);
     return true;
 }
 
@@ -176,7 +191,7 @@ static void close_head(struct cache *c, unsigned d)
 
 /* ---- writing chunks ---- */
 
-static void notify_waiters(struct cache *c, int err);
+static void notify_waiters(struct log *lg, int err);
 static void maybe_flush(struct cache *c);
 
 static void chunk_write_done(struct tc_dev_io *dio, int err)
@@ -207,9 +222,9 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
                  seg_cdev(c, cw->seg)->dev->name, (unsigned long long)dio->len,
                  (unsigned long long)dio->off, strerror(-err));
         c->st.cache_write_errors++;
-        cache_device_error(c, sg->dev, err, true);
+        device_error(&c->lg, sg->dev, err, true);
     }
-    if (c->trace_block == UINT64_MAX - 1)
+    if (c->lg.trace)
         tc_info("trace log: chunk %llu written (err %d); written up to %llu",
                 (unsigned long long)cw->chunk_seq, err, (unsigned long long)c->lg.chunks_written_upto);
     sg->writes_inflight--;
@@ -221,7 +236,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     image_release(c, cw->seg);
     space_write_done(&c->sp, cw->seg);
     free(cw);
-    notify_waiters(c, 0);
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
 
@@ -233,6 +248,9 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
     cw->cache = c;
     cw->seg = seg;
     cw->chunk_seq = chunk_seq;
+    /* Invariant 13: issued in ascending chunk_seq, from an image. */
+    TC_ASSERT(c->lg.inflight_tail == NULL || c->lg.inflight_tail->chunk_seq < chunk_seq);
+    TC_ASSERT(log_image(&c->lg, seg) != NULL);
     cw->prev = c->lg.inflight_tail;
     if (c->lg.inflight_tail)
         c->lg.inflight_tail->next = cw;
@@ -285,7 +303,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
     verify_remember(c, h->seg, h->chunk_start, &hdr, hbuf);
     uint32_t n = h->hdr_sectors + h->data_fill;
-    if (c->trace_block == UINT64_MAX - 1)
+    if (c->lg.trace)
         tc_info("trace log: seal chunk %llu: segment %u sectors %u..%u, %u entries, group %llu, "
                 "tail %llu%s", (unsigned long long)hdr.chunk_seq, h->seg, h->chunk_start,
                 h->chunk_start + n - 1, h->nentries, (unsigned long long)sg->seq,
@@ -326,7 +344,7 @@ static void seal_task_fn(struct tc_task *t)
     for (unsigned d = 0; d < c->ndevs; d++)
         if (c->lg.heads[d].urgent)
             seal(c, d, false, false);
-    notify_waiters(c, 0);
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
 
@@ -434,6 +452,8 @@ static void append_to(struct cache *c, unsigned d, const struct append *a, uint6
     e->valid = a->valid;
     e->dirty = a->dirty;
     uint32_t at = h->chunk_start + h->hdr_sectors + h->data_fill;
+    /* Invariant 14, at the boundary where the data is copied. */
+    TC_ASSERT_ALWAYS(at + nsectors <= c->seg_sectors);
     if (nsectors && c->data_free) {
         /* Zeroes, taken as read: the image's data part is never looked at
          * (the chunk's write leaves it out, reads skip it). */
@@ -541,18 +561,18 @@ int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16
 
 /* Keeps invariant 12: a written waiter whose chunk is written moves on
  * (to the flush waiters, or it is woken). */
-static void notify_waiters(struct cache *c, int err)
+static void notify_waiters(struct log *lg, int err)
 {
     int e = err;
-    struct log_waiter **pp = &c->lg.written_waiters, *ready = NULL;
+    struct log_waiter **pp = &lg->written_waiters, *ready = NULL;
     while (*pp) {
         struct log_waiter *w = *pp;
-        TC_ASSERT(w->target <= c->lg.chunks_issued);
-        if (w->target <= c->lg.chunks_written_upto) {
+        TC_ASSERT(w->target <= lg->chunks_issued);
+        if (w->target <= lg->chunks_written_upto) {
             *pp = w->next;
             if (w->need_flush) {
-                w->next = c->lg.flush_waiters;
-                c->lg.flush_waiters = w;
+                w->next = lg->flush_waiters;
+                lg->flush_waiters = w;
             } else {
                 w->next = ready;
                 ready = w;
@@ -569,20 +589,20 @@ static void notify_waiters(struct cache *c, int err)
 }
 
 /* The cache flush ended (every device's part): wake the syncs it covers. */
-static void flush_finish(struct cache *c)
+static void flush_finish(struct log *lg)
 {
     /* Invariant 11. */
-    TC_ASSERT(c->lg.flush_target >= c->lg.flushed_upto && c->lg.flush_target <= c->lg.chunks_written_upto);
-    c->lg.flushing = false;
-    c->lg.flushed_upto = c->lg.flush_target;
-    if (c->trace_block == UINT64_MAX - 1)
-        tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)c->lg.flushed_upto);
-    int e = c->lg.error;
-    c->lg.error = 0;
-    struct log_waiter **pp = &c->lg.flush_waiters, *ready = NULL;
+    TC_ASSERT(lg->flush_target >= lg->flushed_upto && lg->flush_target <= lg->chunks_written_upto);
+    lg->flushing = false;
+    lg->flushed_upto = lg->flush_target;
+    if (lg->trace)
+        tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)lg->flushed_upto);
+    int e = lg->error;
+    lg->error = 0;
+    struct log_waiter **pp = &lg->flush_waiters, *ready = NULL;
     while (*pp) {
         struct log_waiter *w = *pp;
-        if (w->target <= c->lg.flushed_upto) {
+        if (w->target <= lg->flushed_upto) {
             *pp = w->next;
             w->next = ready;
             ready = w;
@@ -613,11 +633,11 @@ static void flush_done(struct tc_dev_io *dio, int err)
          * re-homed is reported apart, by the lost set, to the next client
          * flush (lost_flush_result()). */
         c->lg.error = -EIO;
-        cache_device_error(c, d, err, true);
+        device_error(&c->lg, d, err, true);
     }
     if (!join_put(&c->lg.flushes, 0))
         return;
-    flush_finish(c);
+    flush_finish(&c->lg);
     maybe_flush(c);
 }
 
@@ -639,7 +659,7 @@ static void maybe_flush(struct cache *c)
             return;     /* a chunk write ends first, and calls again */
         c->lg.flushing = true;
         c->lg.flush_target = c->lg.chunks_written_upto;
-        if (c->trace_block == UINT64_MAX - 1)
+        if (c->lg.trace)
             tc_info("trace log: flush starts: target %llu", (unsigned long long)c->lg.flush_target);
         join_get(&c->lg.flushes);      /* held until all are issued */
         c->st.syncs++;
@@ -660,7 +680,7 @@ static void maybe_flush(struct cache *c)
             return;     /* flush_done() of the last one calls again */
         /* Nothing to flush (or every flush ended at once): at least one
          * waiter is woken, so the loop ends. */
-        flush_finish(c);
+        flush_finish(&c->lg);
     }
 }
 
@@ -672,25 +692,25 @@ void log_sync(struct cache *c, struct log_waiter *w)
     w->need_flush = true;
     w->next = c->lg.written_waiters;
     c->lg.written_waiters = w;
-    notify_waiters(c, 0);
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
 
 /* The log's durability now (status): chunks sealed and issued, written in
  * order, flushed; a cache flush running; syncs waiting for a write or for
  * a flush. */
-void log_status_json(struct cache *c, struct tc_json *j)
+void log_status_json(const struct log *lg, struct tc_json *j)
 {
     unsigned written = 0, flush = 0;
-    for (struct log_waiter *w = c->lg.written_waiters; w; w = w->next)
+    for (struct log_waiter *w = lg->written_waiters; w; w = w->next)
         written++;
-    for (struct log_waiter *w = c->lg.flush_waiters; w; w = w->next)
+    for (struct log_waiter *w = lg->flush_waiters; w; w = w->next)
         flush++;
     json_begin_object(j, "log");
-    json_uint(j, "chunks_issued", c->lg.chunks_issued);
-    json_uint(j, "chunks_written", c->lg.chunks_written_upto);
-    json_uint(j, "chunks_flushed", c->lg.flushed_upto);
-    json_bool(j, "flushing", c->lg.flushing);
+    json_uint(j, "chunks_issued", lg->chunks_issued);
+    json_uint(j, "chunks_written", lg->chunks_written_upto);
+    json_uint(j, "chunks_flushed", lg->flushed_upto);
+    json_bool(j, "flushing", lg->flushing);
     json_uint(j, "waiting_for_writes", written);
     json_uint(j, "waiting_for_flush", flush);
     json_end_object(j);
@@ -754,7 +774,7 @@ void log_device_failed(struct cache *c, unsigned d)
             pp = &w->next;
         }
     }
-    notify_waiters(c, 0);
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
 

@@ -161,6 +161,7 @@ struct log {
     bool commit_pending;
     struct log_wt *wt_inflight;     /* invariant 15 */
     struct log_events ev;
+    bool trace;                     /* TIERCACHE_TRACE_BLOCK=all: log the log's steps */
 };
 
 struct append {
@@ -185,14 +186,15 @@ int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t 
 void log_sync(struct cache *c, struct log_waiter *w);
 /* A cache device failed: close its head, re-target waiters. */
 void log_device_failed(struct cache *c, unsigned d);
-void log_status_json(struct cache *c, struct tc_json *j);
+void log_status_json(const struct log *lg, struct tc_json *j);
 /* The commit interval: seal and flush what was appended, nobody waiting. */
 void log_commit(struct cache *c);
 /* Write every partly filled chunk now (e.g. to persist a new tail). */
 void log_seal_all(struct cache *c, bool force_header);
 int log_init(struct cache *c);
 void log_fini(struct cache *c);
-bool log_idle(struct cache *c);
+/* Nothing appended waits to be written, no chunk write or flush runs. */
+bool log_idle(const struct log *lg);
 /* The RAM image of segment seg (NULL: none), laid out as on disk. */
 static inline const uint8_t *log_image(const struct log *lg, uint32_t seg)
 {
@@ -200,9 +202,10 @@ static inline const uint8_t *log_image(const struct log *lg, uint32_t seg)
     return lg->images[seg];
 }
 /* Read sectors of a segment that still has its RAM image. */
-bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf);
+bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off, uint32_t nsectors,
+                    void *buf);
 /* Whether log_read_image() would find the segment's image (data-free
  * reads, which copy nothing). */
-bool log_has_image(struct cache *c, uint32_t seg);
+bool log_has_image(const struct log *lg, uint32_t seg);
 
 #endif

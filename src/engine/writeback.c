@@ -1074,7 +1074,7 @@ static void tick(struct tc_timer *t)
             wb->commit_dio.op = TC_DEV_FLUSH;
             wb->commit_dio.cb = commit_origin_flushed;
             dev_submit(c->vol->origin, &wb->commit_dio);
-        } else if (c->lg.chunks_issued > c->lg.flushed_upto || !log_idle(c)) {
+        } else if (c->lg.chunks_issued > c->lg.flushed_upto || !log_idle(&c->lg)) {
             log_commit(c);
         }
     }
