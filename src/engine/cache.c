@@ -685,7 +685,7 @@ static void lost_reappend(void *arg, uint64_t oblock, const struct tc_mask *m)
     struct cache *c = arg;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
                         .use_reserve = true };
-    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+    log_append(c, &a, NULL);
 }
 
 static void drain_synced(struct log_waiter *w, int err);

@@ -295,14 +295,12 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .flags = entry_flags,
                         .valid = *cur, .dirty = *dirty, .data = data, .use_reserve = true,
                         .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1 };
-    uint32_t nseg, mseg;
-    uint16_t noff, moff;
-    int rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
+    struct log_loc at = log_append(c, &a, NULL);
     bufpool_put(data, (size_t)n * TC_SECTOR);
-    if (rc < 0)
+    if (at.err < 0)
         return false;
-    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
-                       moff, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
+    cache_add_fragment(c, oblock, cur, dirty, at.seg, at.off, at.mseg,
+                       at.moff, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
     c->st.reinsertions++;
     return true;
 }
@@ -355,7 +353,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             if (lost_get_persisted(&c->lost, e.oblock, &m)) {
                 struct append a = { .oblock = e.oblock, .type = TC_ENTRY_LOST, .valid = m,
                                     .use_reserve = true };
-                log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+                log_append(c, &a, NULL);
             }
             continue;
         }

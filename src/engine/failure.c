@@ -123,18 +123,16 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
                         .dirty = *dirty, .data = data, .use_reserve = true,
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = c->vol->cfg.dirty_copies > 1 };
-    uint32_t nseg, mseg;
-    uint16_t noff, moff;
-    int rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
-    if (rc < 0 && a.mirror) {
+    struct log_loc at = log_append(c, &a, NULL);
+    if (at.err < 0 && a.mirror) {
         a.mirror = false;       /* one device left: one copy */
-        rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
+        at = log_append(c, &a, NULL);
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
-    if (rc < 0)
+    if (at.err < 0)
         return false;
-    cache_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
-                       moff, wt ? CE_WT : 0, false);
+    cache_add_fragment(c, oblock, cur, dirty, at.seg, at.off, at.mseg,
+                       at.moff, wt ? CE_WT : 0, false);
     return true;
 }
 
@@ -166,7 +164,7 @@ static void forget_block(struct cache *c, uint64_t oblock)
     }
     struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
                         .urgent = true };
-    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+    log_append(c, &a, NULL);
 }
 
 static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,

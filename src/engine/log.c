@@ -415,8 +415,11 @@ static int pick_head(struct cache *c, uint32_t nsectors, int exclude)
     return best;
 }
 
-static void append_to(struct cache *c, unsigned d, const struct append *a, uint64_t seq,
-                      unsigned nsectors, uint32_t *seg, uint16_t *off, bool mirror_copy)
+/* Returns the sector where the data went, in the head's segment (which
+ * the seal before it may have changed to none: the caller reads h->seg
+ * after). */
+static uint16_t append_to(struct cache *c, unsigned d, const struct append *a, uint64_t seq,
+                          unsigned nsectors, bool mirror_copy)
 {
     struct head *h = &c->lg.heads[d];
     bool need_seal;
@@ -466,10 +469,7 @@ static void append_to(struct cache *c, unsigned d, const struct append *a, uint6
             h->crcs[h->data_fill + i] = tc_crc32c(0, dst + (size_t)i * TC_SECTOR, TC_SECTOR);
     }
     h->data_fill += nsectors;
-    if (seg) {
-        *seg = h->seg;
-        *off = (uint16_t)at;
-    }
+    return (uint16_t)at;
 }
 
 static void schedule_seal(struct cache *c, unsigned d, bool urgent)
@@ -493,9 +493,9 @@ static void schedule_seal(struct cache *c, unsigned d, bool urgent)
         timer_arm(c->reactor, &c->lg.seal_timer, c->lg.seal_delay_ns);
 }
 
-int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16_t *off,
-               uint32_t *mseg, uint16_t *moff, struct log_waiter *w)
+struct log_loc log_append(struct cache *c, const struct append *a_in, struct log_waiter *w)
 {
+    struct log_loc loc = { .err = -ENOSPC, .seg = NIL, .mseg = NIL };
     struct append copy;
     const struct append *a = a_in;
     if (a->mirror) {
@@ -513,7 +513,7 @@ int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16
     int d1 = -1, d2 = -1;
     for (int attempt = 0; attempt < 3; attempt++) {
         if (!ensure_group(c, a->use_reserve))
-            return -ENOSPC;
+            return loc;
         d1 = pick_head(c, nsectors, -1);
         if (d1 >= 0 && a->mirror) {
             d2 = pick_head(c, nsectors, d1);
@@ -529,15 +529,15 @@ int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16
         }
     }
     if (d1 < 0)
-        return -ENOSPC;
+        return loc;
     uint64_t seq = c->lg.next_seq++;
-    append_to(c, (unsigned)d1, a, seq, nsectors, seg, off, false);
-    if (d2 >= 0)
-        append_to(c, (unsigned)d2, a, seq, nsectors, mseg, moff, true);
-    else if (mseg) {
-        *mseg = NIL;
-        if (moff)
-            *moff = 0;
+    loc.err = 0;
+    loc.seq = seq;
+    loc.off = append_to(c, (unsigned)d1, a, seq, nsectors, false);
+    loc.seg = c->lg.heads[d1].seg;
+    if (d2 >= 0) {
+        loc.moff = append_to(c, (unsigned)d2, a, seq, nsectors, true);
+        loc.mseg = c->lg.heads[d2].seg;
     }
     c->lg.next_dev = (unsigned)d1;
 
@@ -554,7 +554,7 @@ int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16
     schedule_seal(c, (unsigned)d1, urgent);
     if (d2 >= 0)
         schedule_seal(c, (unsigned)d2, urgent);
-    return 0;
+    return loc;
 }
 
 /* ---- waiting ---- */

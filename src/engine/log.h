@@ -175,13 +175,22 @@ struct append {
     bool use_reserve;           /* the cleaner may use the reserved space */
     bool urgent;                /* write the chunk now (someone waits on it) */
 };
+/* Where log_append() put an entry. */
+struct log_loc {
+    int err;                    /* 0, or -ENOSPC: nothing was appended */
+    uint32_t seg;               /* the data's location (of an entry without
+                                   data: where it would have gone) */
+    uint16_t off;
+    uint32_t mseg;              /* the mirror copy's (NIL: none) */
+    uint16_t moff;
+    uint64_t seq;               /* the entry's sequence number */
+};
 /* Appends an entry: copies the data into an open segment's image and
- * records the entry in its chunk.  Returns 0 with the data's location(s),
- * or -ENOSPC if no space is free right now.  When w is given, w->fn runs
+ * records the entry in its chunk.  Returns its location (err 0), or err
+ * -ENOSPC if no space is free right now.  When w is given, w->fn runs
  * once the chunk holding the entry is written (and flushed if
  * w->need_flush). */
-int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t *off,
-               uint32_t *mseg, uint16_t *moff, struct log_waiter *w);
+struct log_loc log_append(struct cache *c, const struct append *a, struct log_waiter *w);
 /* Everything appended so far: written, and the devices flushed. */
 void log_sync(struct cache *c, struct log_waiter *w);
 /* A cache device failed: close its head, re-target waiters. */

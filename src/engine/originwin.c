@@ -251,7 +251,7 @@ static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, ui
                     cache_drop(c, ob);
                     struct append a = { .oblock = ob, .type = TC_ENTRY_TOMBSTONE,
                                         .use_reserve = true, .urgent = true };
-                    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+                    log_append(c, &a, NULL);
                     c->st.invalidations++;
                 } else {
                     /* Dirty: written by a client after this write (no

@@ -533,7 +533,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
                             .target = tc_loc(head.seg, head.off), .valid = b->dirty,
                             .use_reserve = true };
-        log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+        log_append(c, &a, NULL);
         ce_set_masks(&c->idx, id, &v, &nd);
         cache_set_dirty(c, b->oblock, &d, &nd);
         struct centry *e = CE(&c->idx, id);

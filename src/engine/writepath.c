@@ -312,7 +312,7 @@ static void tombstone_append(struct wpiece *p)
                         .use_reserve = true, .urgent = true };
     p->tw.fn = failure_durable;
     p->tw.need_flush = true;
-    if (log_append(c, &a, NULL, NULL, NULL, NULL, &p->tw) == -ENOSPC) {
+    if (log_append(c, &a, &p->tw).err == -ENOSPC) {
         p->tw.fn = tombstone_room;
         cleaner_wait_space(c, &p->tw);
     }
@@ -538,7 +538,7 @@ static void append_version(struct wpiece *p)
          * contents are unspecified anyway). */
         p->lw.need_flush = p->mode == W_AROUND;
         w->log_waits++;
-        int rc = log_append(c, &a, NULL, NULL, NULL, NULL, &p->lw);
+        int rc = log_append(c, &a, &p->lw).err;
         if (rc == -ENOSPC) {
             w->log_waits--;
             p->lw.fn = space_ready;
@@ -595,8 +595,6 @@ static void append_version(struct wpiece *p)
         .data = data,
         .mirror = !mask_empty(&dirty_new) && c->vol->cfg.dirty_copies > 1,
     };
-    uint32_t seg, mseg;
-    uint16_t off, moff;
     struct log_waiter *lw = NULL;
     bool parallel = false;
     if (p->mode == W_THROUGH) {
@@ -618,10 +616,10 @@ static void append_version(struct wpiece *p)
     bool log_wait = lw != NULL && !parallel;
     if (log_wait)
         w->log_waits++;
-    int rc = log_append(c, &a, &seg, &off, &mseg, &moff, lw);
+    struct log_loc at = log_append(c, &a, lw);
     if (merged)
         bufpool_put(merged, (size_t)n * TC_SECTOR);
-    if (rc == -ENOSPC) {
+    if (at.err == -ENOSPC) {
         if (log_wait)
             w->log_waits--;
         p->join = (struct tc_join){ 0 };    /* neither part started */
@@ -636,9 +634,9 @@ static void append_version(struct wpiece *p)
         return;
     }
     if (p->mode == W_THROUGH)
-        log_wt_track(&c->lg, &p->wt, c->lg.next_seq - 1);
-    cache_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
-                       moff, (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
+        log_wt_track(&c->lg, &p->wt, at.seq);
+    cache_add_fragment(c, p->oblock, &stored, &dirty_new, at.seg, at.off, at.mseg,
+                       at.moff, (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
