@@ -127,16 +127,7 @@ static void kick_fn(struct tc_task *t)
     }
     if (g->open) {
         /* The open group is the oldest: close it so that it can go. */
-        log_seal_all(c, false);
-        for (unsigned d = 0; d < c->ndevs; d++) {
-            if (c->lg.heads[d].seg == NIL)
-                continue;
-            uint32_t s = c->lg.heads[d].seg;
-            space_seg(&c->sp, s)->state = SEG_CLOSED;
-            space_seg(&c->sp, s)->fill = c->lg.heads[d].chunk_start;
-            c->lg.heads[d].seg = NIL;
-        }
-        space_close_group(&c->sp);
+        log_close_group(c);
     }
     k->running = true;
     k->slot = group_slot_of_oldest(&c->sp);

@@ -337,6 +337,21 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         close_head(c, d);
 }
 
+void log_close_group(struct cache *c)
+{
+    log_seal_all(c, false);
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct head *h = &c->lg.heads[d];
+        if (h->seg == NIL)
+            continue;
+        struct segment *sg = space_seg(&c->sp, h->seg);
+        sg->state = SEG_CLOSED;
+        sg->fill = h->chunk_start;
+        h->seg = NIL;
+    }
+    space_close_group(&c->sp);
+}
+
 static void seal_task_fn(struct tc_task *t)
 {
     struct cache *c = container_of(t, struct cache, lg.seal_task);

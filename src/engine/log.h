@@ -200,6 +200,10 @@ void log_status_json(const struct log *lg, struct tc_json *j);
 void log_commit(struct cache *c);
 /* Write every partly filled chunk now (e.g. to persist a new tail). */
 void log_seal_all(struct cache *c, bool force_header);
+/* Seal every head's chunk and close the open group (the cleaner retires
+ * it next).  Unlike a full segment's close, this releases no image and
+ * counts no segment written: a chunk write in flight releases its own. */
+void log_close_group(struct cache *c);
 int log_init(struct cache *c);
 void log_fini(struct cache *c);
 /* Nothing appended waits to be written, no chunk write or flush runs. */
