@@ -793,6 +793,18 @@ void log_device_failed(struct cache *c, unsigned d)
     maybe_flush(c);
 }
 
+void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,
+                   uint64_t wt_stable_seq)
+{
+    /* Before the first append: nothing in flight, nobody waiting. */
+    TC_ASSERT_ALWAYS(lg->inflight_head == NULL && lg->written_waiters == NULL &&
+                     lg->flush_waiters == NULL && lg->wt_inflight == NULL);
+    lg->next_seq = next_seq;
+    lg->chunks_issued = lg->chunks_written_upto = lg->flushed_upto = last_chunk;  /* invariant 11 */
+    lg->tail_seq = tail_seq;
+    lg->wt_stable_seq = wt_stable_seq;
+}
+
 /* ---- write-through versions in flight, and the stable mark ---- */
 
 void log_wt_track(struct log *lg, struct log_wt *t, uint64_t seq)

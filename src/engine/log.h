@@ -205,6 +205,11 @@ void log_seal_all(struct cache *c, bool force_header);
  * counts no segment written: a chunk write in flight releases its own. */
 void log_close_group(struct cache *c);
 int log_init(struct cache *c);
+/* Recovery read the log back: the next sequence number, the newest chunk
+ * (written and flushed: it was read from the device), the tail and the
+ * write-through stable mark the newest chunk recorded. */
+void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,
+                   uint64_t wt_stable_seq);
 void log_fini(struct cache *c);
 /* Nothing appended waits to be written, no chunk write or flush runs. */
 bool log_idle(const struct log *lg);

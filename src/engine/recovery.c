@@ -1048,16 +1048,13 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     apply(&rc);
     c->replaying = c->sp.replaying = false;
 
-    c->lg.next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
+    uint64_t next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
     /* Entries written from now on must be trusted at the next start. */
-    c->lg.next_seq = TC_MAX(c->lg.next_seq, c->abandoned_seq);
+    next_seq = TC_MAX(next_seq, c->abandoned_seq);
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
-        c->lg.next_seq = TC_MAX(c->lg.next_seq, c->failed_seq[i]);
-    c->lg.chunks_issued = rc.max_chunk_seq;
-    c->lg.chunks_written_upto = rc.max_chunk_seq;
-    c->lg.flushed_upto = rc.max_chunk_seq;
-    c->lg.tail_seq = nlive ? space_seg(&c->sp, live[0])->seq : c->lg.next_seq;
-    c->lg.wt_stable_seq = rc.wt_stable;
+        next_seq = TC_MAX(next_seq, c->failed_seq[i]);
+    log_recovered(&c->lg, next_seq, rc.max_chunk_seq,
+                  nlive ? space_seg(&c->sp, live[0])->seq : next_seq, rc.wt_stable);
     c->st.recovered_entries = c->idx.count;
     c->st.recovered_dirty_sectors = c->dirty_sectors;
     c->st.recovered_dirty_blocks = c->dirty_blocks;
