@@ -328,14 +328,14 @@ int cmd_dump(int argc, char **argv)
                "ignored\n", (unsigned long long)c->abandoned_seq);
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
-           (unsigned long long)c->tail_seq, (unsigned long long)c->next_seq, c->sp.ngroups,
+           (unsigned long long)c->lg.tail_seq, (unsigned long long)c->lg.next_seq, c->sp.ngroups,
            c->sp.free_segs, (unsigned long long)c->map.idx.count,
            (unsigned long long)c->map.dirty_sectors);
     for (uint32_t i = 0; i < c->sp.ngroups; i++) {
         struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
         printf("group seq %llu:", (unsigned long long)g->seq);
         for (unsigned k = 0; k < g->nsegs; k++) {
-            struct segment *s = SEG(c, g->segs[k]);
+            struct segment *s = space_seg(&c->sp, g->segs[k]);
             printf(" [segment %u: fill %u, live %u, %u chunks]", g->segs[k], s->fill, s->live,
                    s->nchunks);
         }

@@ -474,7 +474,7 @@ void abandon_record(struct cache *c)
     if (c->abandoned || c->offline)
         return;
     c->abandoned = true;
-    c->abandoned_seq = TC_MAX(c->next_seq, c->abandoned_seq + 1);
+    c->abandoned_seq = TC_MAX(c->lg.next_seq, c->abandoned_seq + 1);
     c->abandon_unrecorded = true;
     char sz[32];
     tc_error("cache abandoned: log entries below sequence %llu will never be trusted again; "
@@ -530,7 +530,7 @@ void devfail_record(struct cache *c, unsigned d)
         survivors |= i != d && c->devs[i].state == CDEV_OK;
     if (!survivors)
         return;     /* the abandonment follows, and its mark covers every device */
-    uint64_t s = TC_MAX(c->next_seq, c->failed_seq[d] + 1);
+    uint64_t s = TC_MAX(c->lg.next_seq, c->failed_seq[d] + 1);
     c->failed_seq[d] = s;
     tc_warn("cache device %s: entries it holds below log sequence %llu will never be trusted "
             "again; recording this in the superblocks of the devices left",

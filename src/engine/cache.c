@@ -211,6 +211,26 @@ static bool record_origin(struct cache *c, const struct tc_dev *origin)
     return ok;
 }
 
+/* Space's event (space.h): a retired segment became free, the cleaner
+ * may let appends waiting for room go on. */
+static void space_freed(void *ctx)
+{
+    cleaner_space_freed(ctx);
+}
+
+/* The log's events (log.h): an append found no room, or a new group took
+ * free segments -- the cleaner looks at the free count; a chunk write or
+ * a device flush failed -- the device fails (failure.c). */
+static void log_needs_space(void *ctx)
+{
+    cleaner_kick(ctx);
+}
+
+static void log_device_error(void *ctx, unsigned d, int err, bool write)
+{
+    cache_device_error(ctx, d, err, write);
+}
+
 static void watermarks(struct cache *c)
 {
     c->sp.reserve_segs = 2 * c->ndevs;
@@ -289,7 +309,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (vol->size == 0)
         vol->size = sbs[0].origin_size;    /* offline: the recorded origin */
     c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
-    c->next_seq = 1;
+    c->lg.next_seq = 1;
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
 
@@ -300,8 +320,11 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
                 vol->cfg.write_budget_minburst);
     space_init(c);
+    c->sp.ev = (struct space_events){ .freed = space_freed, .ctx = c };
     watermarks(c);
     log_init(c);
+    c->lg.ev = (struct log_events){ .needs_space = log_needs_space,
+                                    .device_error = log_device_error, .ctx = c };
     verify_init(c, VERIFY_BUDGET);
     c->locks = blocklocks_new();
     c->streams = streams_new(vol->cfg.sequential_cutoff);
@@ -447,7 +470,7 @@ static void lost_reappend(void *arg, uint64_t oblock, const struct tc_mask *m)
     struct cache *c = arg;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
                         .use_reserve = true };
-    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+    log_append(c, &a, NULL);
 }
 
 static void drain_synced(struct log_waiter *w, int err);
@@ -473,12 +496,12 @@ static void drain_synced(struct log_waiter *w, int err)
          * let no write in since), and the cleaner runs again. */
         tc_error("cache: detach: final sync failed: %s; the cache stays attached and its "
                  "cleaner runs again", strerror(-err));
-        c->tail_seq = x->old_tail;
+        c->lg.tail_seq = x->old_tail;
         cleaner_resume(c);
     }
     if (err == 0)
         err = x->err;
-    if (x->detach && err == 0 && !x->emptied && c->tail_seq != c->next_seq) {
+    if (x->detach && err == 0 && !x->emptied && c->lg.tail_seq != c->lg.next_seq) {
         /* Drained: now end every group, durably -- the cache is empty.
          * Once: the lost records appended below take sequence numbers, so
          * the tail never catches up with the head again while the lost set
@@ -501,8 +524,8 @@ static void drain_synced(struct log_waiter *w, int err)
         }
         x->emptied = true;
         x->ending = true;
-        x->old_tail = c->tail_seq;
-        c->tail_seq = c->next_seq;
+        x->old_tail = c->lg.tail_seq;
+        c->lg.tail_seq = c->lg.next_seq;
         /* The lost set outlives the emptied log: its records go again
          * into the group that stays live. */
         lost_foreach(&c->map.lost, lost_reappend, c);
@@ -614,7 +637,7 @@ static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
     struct cache *c = x->c;
-    if (err == 0 && !x->marked && c->flushed_upto < c->chunks_issued && x->resyncs < 8) {
+    if (err == 0 && !x->marked && c->lg.flushed_upto < c->lg.chunks_issued && x->resyncs < 8) {
         /* Chunks were sealed while the sync ran (a write-back or read
          * completing late): sync them too, or the mark below would not
          * cover them. */
@@ -630,9 +653,9 @@ static void closed_synced(struct log_waiter *w, int err)
          * It carries the clean-stop flag only if nothing is left unflushed
          * before it (see TC_CHUNK_CLEAN_STOP). */
         x->marked = true;
-        c->clean_stop = c->flushed_upto == c->chunks_issued;
+        c->lg.clean_stop = c->lg.flushed_upto == c->lg.chunks_issued;
         log_seal_all(c, true);
-        c->clean_stop = false;
+        c->lg.clean_stop = false;
         log_sync(c, &x->w);
         return;
     }
@@ -653,8 +676,8 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
     struct cache *c = x->c;
     if (err == 0 && origin_window_flushed(c, x->mark))
         err = -EIO;     /* not durable: keep the stable mark */
-    if (err == 0 && x->candidate > c->wt_stable_seq)
-        c->wt_stable_seq = x->candidate;
+    if (err == 0)
+        log_wt_stable(&c->lg, x->candidate);
     abandon_close_flushed(c, err == 0);
     log_seal_all(c, true);
     log_sync(c, &x->w);
@@ -934,7 +957,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     writeback_status_json(c, j);
     cleaner_status_json(c, j);
-    log_status_json(c, j);
+    log_status_json(&c->lg, j);
     readahead_status_json(c, j);
     json_begin_array(j, "devices");
     for (unsigned d = 0; d < c->ndevs; d++) {

@@ -25,7 +25,7 @@
  *   origin writes of writeback, and fills after misses.
  *
  * Invariants (numbered across the engine's headers: engine.h has 1 and 2;
- * map.h, space.h and the log section below have more):
+ * map.h, space.h and log.h have more):
  *
  * Invariant 3: every sector an entry calls valid holds data at least as
  * new as the origin's; a dirty sector is newer than the origin's.
@@ -34,7 +34,7 @@
  *
  * Invariant 5: a group is reused only after its dirty data is on the
  * origin (or copied, still dirty, into a newer group) and a durable chunk
- * has recorded the new log tail (the group is older than c->tail_seq).
+ * has recorded the new log tail (the group is older than c->lg.tail_seq).
  *
  * Invariant 6: nothing is read from a segment while it is being
  * rewritten: reads pin segments of live groups, and a segment with pins or
@@ -49,6 +49,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/engine.h"
+#include "engine/log.h"
 #include "engine/lost.h"
 #include "engine/map.h"
 #include "engine/mask.h"
@@ -66,45 +67,7 @@ struct policy;
 
 /* ---- segments and groups: space.h (invariants 4, 6 and 10) ---- */
 
-/* ---- the log writer ----
- *
- * Invariant 11: c->flushed_upto <= c->chunks_written_upto <=
- * c->chunks_issued, and none of them goes back.
- *
- * Invariant 12: a log waiter waits on the head of the chunk it needs
- * until that chunk is sealed; then on c->written_waiters, for an issued
- * chunk (target <= chunks_issued); if it needs a flush, then on
- * c->flush_waiters, for a written one (target <= chunks_written_upto).
- */
-
-/* What a caller waits for after an append or a sync. */
-struct log_waiter {
-    void (*fn)(struct log_waiter *w, int err);
-    struct log_waiter *next;
-    uint64_t target;            /* chunk sequence to be written (and flushed) */
-    bool need_flush;
-};
-
-/* The chunk being built in one open segment. */
-struct head {
-    uint32_t seg;               /* NIL when the device has no open segment */
-    uint32_t chunk_start;       /* sector of the current chunk's header */
-    uint16_t hdr_sectors;       /* reserved for the current chunk's header */
-    uint16_t next_hdr_sectors;  /* what the next chunk reserves */
-    uint32_t data_fill;         /* data sectors appended to the current chunk */
-    struct tc_entry *entries;
-    uint32_t nentries, entries_cap;
-    bool urgent;                /* someone waits: write it now */
-};
-
-struct chunk_write {
-    struct tc_dev_io dio;
-    struct cache *cache;
-    uint32_t seg;
-    uint64_t chunk_seq;
-    struct chunk_write *prev, *next;    /* in flight, ordered by chunk_seq */
-    /* Entries written as clean fills: dropped again if the write fails. */
-};
+/* ---- the log writer: log.h (invariants 11, 12 and 19 to 21) ---- */
 
 /* ---- devices of the cache ---- */
 
@@ -188,29 +151,8 @@ struct cache {
     struct readahead *ra;
 
     struct space sp;                /* space.h: segments, groups, free space */
-    struct head heads[TC_MAX_DEVICES];
-    unsigned next_dev;              /* round robin among open segments */
+    struct log lg;                  /* log.h: heads, chunks, sequence, durability */
 
-    uint64_t next_seq;              /* sequence numbers of groups, chunks, entries */
-    uint64_t tail_seq;              /* oldest live group */
-    uint64_t wt_stable_seq;
-    uint64_t chunks_issued;         /* chunk_seq of the last chunk written */
-    uint64_t chunks_written_upto;   /* every chunk up to this one is written */
-    uint64_t flushed_upto;          /* ... and flushed */
-    bool clean_stop;                /* sealing the chunks of a clean stop */
-    struct chunk_write *inflight_head, *inflight_tail;
-    struct log_waiter *written_waiters, *flush_waiters;
-    bool flushing;
-    struct tc_join flushes;         /* the devices' flushes of the running cache flush */
-    uint64_t flush_target;
-    struct tc_dev_io flush_dios[TC_MAX_DEVICES];
-    struct tc_timer seal_timer;
-    uint64_t seal_delay_ns;
-    uint32_t chunk_target_sectors;  /* seal a chunk at this size */
-
-    void *log_private;              /* log.c */
-    struct wpiece *wt_inflight;     /* writepath.c: write-through origin writes */
-    int log_error;                  /* first cache write error, reported to syncs */
     struct cache_stats st;
     struct budget budget;
     uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
@@ -351,7 +293,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
-static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[c->sp.segs[s].dev].state == CDEV_OK; }
+static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[space_seg_dev(&c->sp, s)].state == CDEV_OK; }
 
 /* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
@@ -374,58 +316,12 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 /* space.c: segments and groups (space.h has what needs struct space alone) */
 int space_init(struct cache *c);
 void space_fini(struct cache *c);
-static inline struct segment *SEG(struct cache *c, uint32_t s) { return &c->sp.segs[s]; }
-static inline struct cache_dev *SEG_DEV(struct cache *c, uint32_t s) { return &c->devs[c->sp.segs[s].dev]; }
+/* The device holding segment s. */
+static inline struct cache_dev *seg_cdev(struct cache *c, uint32_t s) { return &c->devs[space_seg_dev(&c->sp, s)]; }
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
-/* Open a new group from free segments; false if none is free. */
-bool space_open_group(struct cache *c);
 void space_free_group(struct cache *c);     /* the oldest; its segments become free */
-/* After recovery: every segment outside a live group goes on a free stack,
- * highest numbers first so that allocation proceeds from low to high. */
-void space_collect_free(struct cache *c);
-/* The last chunk write of a segment ended (a retired one may become free). */
-void space_write_done(struct cache *c, uint32_t seg);
-void seg_add_live(struct cache *c, uint32_t seg, int delta);
-void seg_unpin(struct cache *c, uint32_t seg);
 
-/* log.c */
-struct append {
-    uint64_t oblock;
-    uint8_t type;               /* TC_ENTRY_* */
-    uint8_t flags;              /* TC_ENTRY_WT, TC_ENTRY_MIRROR */
-    struct tc_mask valid, dirty;
-    uint64_t target;            /* CLEAN */
-    const void *data;           /* DATA: popcount(valid) sectors, packed */
-    bool mirror;                /* write a second copy on another device */
-    bool use_reserve;           /* the cleaner may use the reserved space */
-    bool urgent;                /* write the chunk now (someone waits on it) */
-};
-/* Appends an entry: copies the data into an open segment's image and
- * records the entry in its chunk.  Returns 0 with the data's location(s),
- * or -ENOSPC if no space is free right now.  When w is given, w->fn runs
- * once the chunk holding the entry is written (and flushed if
- * w->need_flush). */
-int log_append(struct cache *c, const struct append *a, uint32_t *seg, uint16_t *off,
-               uint32_t *mseg, uint16_t *moff, struct log_waiter *w);
-/* Everything appended so far: written, and the devices flushed. */
-void log_sync(struct cache *c, struct log_waiter *w);
-/* A cache device failed: close its head, re-target waiters. */
-void log_device_failed(struct cache *c, unsigned d);
-void log_status_json(struct cache *c, struct tc_json *j);
-/* The commit interval: seal and flush what was appended, nobody waiting. */
-void log_commit(struct cache *c);
-/* Write every partly filled chunk now (e.g. to persist a new tail). */
-void log_seal_all(struct cache *c, bool force_header);
-int log_init(struct cache *c);
-void log_fini(struct cache *c);
-bool log_idle(struct cache *c);
-/* Free segments needed before appends of n sectors can go on. */
-uint32_t log_space_free(struct cache *c);
-/* Read sectors of a segment that still has its RAM image. */
-bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf);
-/* Whether log_read_image() would find the segment's image (data-free
- * reads, which copy nothing). */
-bool log_has_image(struct cache *c, uint32_t seg);
+/* log.c: log.h */
 
 /* space.c: the chunk tables of segments, and the CRCs of their chunks
  * (verify.h: the store, c->verify) */
@@ -486,7 +382,7 @@ void map_mark_clean(struct cache *c, uint32_t id, const struct tc_mask *cleaned)
 void map_drop_mirrors(struct cache *c, uint32_t id, int dev);
 /* The origin may lack entry id's write-through version of sectors m (all
  * valid): they are dirty again, the entry CE_WT, and it holds the
- * write-through stable mark below seq until written back (invariant 13). */
+ * write-through stable mark below seq until written back (invariant 18). */
 void map_wt_redirty(struct cache *c, uint32_t id, const struct tc_mask *m, uint64_t seq);
 /* Fragment fid of entry id lost its copy: its mirror copy is the copy now. */
 void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid);

@@ -37,7 +37,7 @@ static void finished(struct cread *cr)
                 c->st.checksum_errors++;
                 cr->join.err = -EBADMSG;
                 tc_error("%s: checksum mismatch in segment %u, sectors %u..%u: cached data "
-                         "not used", SEG_DEV(c, cr->seg)->dev->name, cr->seg,
+                         "not used", seg_cdev(c, cr->seg)->dev->name, cr->seg,
                          cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
                 cache_device_check_size(c, c->sp.segs[cr->seg].dev);
             }
@@ -51,7 +51,7 @@ static void finished(struct cread *cr)
                 cr->bad_to = cr->n;
             }
         }
-        seg_unpin(c, cr->seg);
+        seg_unpin(&c->sp, cr->seg);
         free(cr->hdr);
         free(cr->crcs);
         cr->hdr = NULL;
@@ -82,7 +82,7 @@ static void hdr_done(struct tc_dev_io *dio, int err)
             ok = verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs);
         } else {
             tc_error("%s: chunk header in segment %u unusable: %s",
-                     SEG_DEV(c, cr->seg)->dev->name, cr->seg, why);
+                     seg_cdev(c, cr->seg)->dev->name, cr->seg, why);
         }
     }
     if (!ok) {
@@ -103,8 +103,8 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     cr->from_device = false;
     cr->hdr = NULL;
     cr->crcs = NULL;
-    if (c->data_free ? log_has_image(c, cr->seg)
-                     : log_read_image(c, cr->seg, cr->off, cr->n, cr->buf)) {
+    if (c->data_free ? log_has_image(&c->lg, cr->seg)
+                     : log_read_image(&c->lg, cr->seg, cr->off, cr->n, cr->buf)) {
         cr->cb(cr, 0);
         return;
     }
@@ -129,7 +129,7 @@ void cache_read_verified(struct cache *c, struct cread *cr)
             cr->hdio.cb = hdr_done;
             cr->hdio.priv = cr;
             join_get(&cr->join);
-            dev_submit(SEG_DEV(c, cr->seg)->dev, &cr->hdio);
+            dev_submit(seg_cdev(c, cr->seg)->dev, &cr->hdio);
         }
     }
     memset(&cr->dio, 0, sizeof cr->dio);
@@ -141,7 +141,7 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     cr->dio.priv = cr;
     if (c->data_free)
         cr->dio.flags = TC_DEV_PAYLOAD;     /* all of it */
-    dev_submit(SEG_DEV(c, cr->seg)->dev, &cr->dio);
+    dev_submit(seg_cdev(c, cr->seg)->dev, &cr->dio);
 }
 
 /* ---- gathering the sectors of one block from its fragments ---- */

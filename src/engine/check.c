@@ -12,7 +12,7 @@
  *    fragments inside their segment's written part and inside one chunk,
  *    no two fragments sharing a sector of the cache;
  *  - the accounting: dirty totals and bitmap, the recovered write-through
- *    count (map.h, invariant 13), segment use.
+ *    count (map.h, invariant 18), segment use.
  *
  * Problems are collected as sentences; none means the cache is clean.
  */
@@ -243,7 +243,7 @@ static void check_index(struct cache *c, struct check_result *r)
                 const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
                 if (cr == NULL || off < cr->start + cr->hdr_sectors ||
                     off + n > (uint32_t)cr->start + cr->hdr_sectors + cr->data_sectors ||
-                    off + n > SEG(c, seg)->fill)
+                    off + n > space_seg(&c->sp, seg)->fill)
                     problem(r, "index: block %llu: %u sectors at segment %u sector %u are not "
                             "inside one written chunk", (unsigned long long)e->oblock, n, seg,
                             off);
@@ -291,13 +291,13 @@ static void check_index(struct cache *c, struct check_result *r)
         problem(r, "accounting: %llu dirty sectors in %llu blocks counted, %llu in %llu found",
                 (unsigned long long)c->map.dirty_sectors, (unsigned long long)c->map.dirty_blocks,
                 (unsigned long long)dirty_sectors, (unsigned long long)dirty_blocks);
-    if (wt_recovered != c->map.wt_recovered)     /* invariant 13 */
+    if (wt_recovered != c->map.wt_recovered)     /* invariant 18 */
         problem(r, "accounting: %llu recovered write-through blocks counted, %llu found",
                 (unsigned long long)c->map.wt_recovered, (unsigned long long)wt_recovered);
     for (uint32_t s = 0; s < c->sp.nsegs; s++)
-        if (live[s] != SEG(c, s)->live)
+        if (live[s] != space_seg(&c->sp, s)->live)
             problem(r, "accounting: segment %u counts %u live sectors, %llu found", s,
-                    SEG(c, s)->live, (unsigned long long)live[s]);
+                    space_seg(&c->sp, s)->live, (unsigned long long)live[s]);
     r->dirty_bytes = dirty_sectors * TC_SECTOR;
     free(spans);
     free(live);

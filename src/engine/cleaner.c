@@ -127,16 +127,7 @@ static void kick_fn(struct tc_task *t)
     }
     if (g->open) {
         /* The open group is the oldest: close it so that it can go. */
-        log_seal_all(c, false);
-        for (unsigned d = 0; d < c->ndevs; d++) {
-            if (c->heads[d].seg == NIL)
-                continue;
-            uint32_t s = c->heads[d].seg;
-            SEG(c, s)->state = SEG_CLOSED;
-            SEG(c, s)->fill = c->heads[d].chunk_start;
-            c->heads[d].seg = NIL;
-        }
-        space_close_group(&c->sp);
+        log_close_group(c);
     }
     k->running = true;
     k->slot = group_slot_of_oldest(&c->sp);
@@ -266,7 +257,7 @@ static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t
  * holds for its copy. */
 static uint8_t copy_flags(struct cache *c, uint64_t wt_seq)
 {
-    return wt_seq > c->wt_stable_seq ? TC_ENTRY_WT : 0;
+    return wt_seq > c->lg.wt_stable_seq ? TC_ENTRY_WT : 0;
 }
 
 /* Append the sectors `cur` of a block again, from data laid out by sector
@@ -295,14 +286,12 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .flags = entry_flags,
                         .valid = *cur, .dirty = *dirty, .data = data, .use_reserve = true,
                         .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1 };
-    uint32_t nseg, mseg;
-    uint16_t noff, moff;
-    int rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
+    struct log_loc at = log_append(c, &a, NULL);
     bufpool_put(data, (size_t)n * TC_SECTOR);
-    if (rc < 0)
+    if (at.err < 0)
         return false;
-    map_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
-                       moff, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
+    map_add_fragment(c, oblock, cur, dirty, at.seg, at.off, at.mseg,
+                       at.moff, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
     c->st.reinsertions++;
     return true;
 }
@@ -355,7 +344,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             if (lost_get_persisted(&c->map.lost, e.oblock, &m)) {
                 struct append a = { .oblock = e.oblock, .type = TC_ENTRY_LOST, .valid = m,
                                     .use_reserve = true };
-                log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+                log_append(c, &a, NULL);
             }
             continue;
         }
@@ -392,7 +381,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
          * recovery has of data the origin may still lose (a FLUSH in
          * writeback mode relied on it): kept, whatever the policy says,
          * until an origin flush has moved the mark past it. */
-        bool unstable = wt_seq > c->wt_stable_seq;
+        bool unstable = wt_seq > c->lg.wt_stable_seq;
         if (intact && (unstable || policy_keep(c->policy, e.oblock, &CE(&c->map.idx, id)->hint)) &&
             reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq))) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
@@ -412,10 +401,10 @@ static void chunk_read(struct tc_dev_io *dio, int err)
     struct cleaner *k = container_of(dio, struct cleaner, dio);
     struct cache *c = k->c;
     uint32_t seg = k->segs[k->seg_i];
-    seg_unpin(c, seg);
+    seg_unpin(&c->sp, seg);
     if (err)
-        cache_device_error(c, SEG(c, seg)->dev, err, false);
-    process_chunk(k, &SEG(c, seg)->chunks[k->chunk_i], err == 0);
+        cache_device_error(c, space_seg(&c->sp, seg)->dev, err, false);
+    process_chunk(k, &space_seg(&c->sp, seg)->chunks[k->chunk_i], err == 0);
     k->chunk_i++;
     walk(k);
 }
@@ -465,7 +454,7 @@ static void walk(struct cleaner *k)
     struct cache *c = k->c;
     while (k->seg_i < k->nsegs) {
         uint32_t seg = k->segs[k->seg_i];
-        struct segment *sg = SEG(c, seg);
+        struct segment *sg = space_seg(&c->sp, seg);
         if (k->chunk_i >= sg->nchunks || !seg_usable(c, seg)) {
             /* A failed device's fragments were moved or dropped already. */
             k->seg_i++;
@@ -481,7 +470,7 @@ static void walk(struct cleaner *k)
         }
         /* Data-free: the header alone is read; the data are zeroes. */
         uint32_t want = c->data_free ? cr->hdr_sectors : cr->hdr_sectors + cr->data_sectors;
-        if (log_read_image(c, seg, cr->start, want, k->buf)) {
+        if (log_read_image(&c->lg, seg, cr->start, want, k->buf)) {
             process_chunk(k, cr, true);
             k->chunk_i++;
             continue;
@@ -497,7 +486,7 @@ static void walk(struct cleaner *k)
             k->dio.flags = TC_DEV_PAYLOAD;
             k->dio.payload_off = (uint64_t)cr->hdr_sectors * TC_SECTOR;
         }
-        dev_submit(SEG_DEV(c, seg)->dev, &k->dio);
+        dev_submit(seg_cdev(c, seg)->dev, &k->dio);
         return;
     }
     /* 2. The dirty blocks set aside are copied when that frees enough,
@@ -562,7 +551,7 @@ static void later_done(struct cleaner *k)
      * runs (cache.c, drain_synced()), and a pass ending after that would
      * otherwise give back groups the detach ended. */
     uint32_t next = (k->slot + 1) % c->sp.groups_cap;
-    c->tail_seq = TC_MAX(c->tail_seq, c->sp.ngroups > 1 ? group_at(&c->sp, next)->seq : c->next_seq);
+    c->lg.tail_seq = TC_MAX(c->lg.tail_seq, c->sp.ngroups > 1 ? group_at(&c->sp, next)->seq : c->lg.next_seq);
     log_seal_all(c, true);
     k->lw.fn = tail_synced;
     k->tail_syncing = true;
@@ -716,10 +705,10 @@ static void tail_synced(struct log_waiter *lw, int err)
     /* Mirror copies and superseded versions may still be counted in the
      * group's segments; nothing points there any more. */
     struct group *g = group_at(&c->sp, k->slot);
-    TC_ASSERT(k->slot == group_slot_of_oldest(&c->sp) && g->seq < c->tail_seq);   /* invariant 5 */
+    TC_ASSERT(k->slot == group_slot_of_oldest(&c->sp) && g->seq < c->lg.tail_seq);   /* invariant 5 */
     for (unsigned i = 0; i < g->nsegs; i++) {
-        TC_ASSERT(SEG(c, g->segs[i])->live == 0);   /* invariants 4 and 10 */
-        SEG(c, g->segs[i])->live = 0;
+        TC_ASSERT(space_seg(&c->sp, g->segs[i])->live == 0);   /* invariants 4 and 10 */
+        space_seg(&c->sp, g->segs[i])->live = 0;
     }
     space_free_group(c);
     c->st.groups_retired++;

@@ -10,9 +10,11 @@
  *     └─ aligned:    the mode's path: passthrough.c (no cache) or the
  *                    cache paths, each completing through ereq_done()
  *
- * The engine's invariants are numbered across its headers (this one,
- * cache.h, blocklock.h, rangelock.h, verify.h), cited where they are kept
- * ("keeps invariant 7") and asserted where that is cheap (util/assert.h).
+ * The engine's invariants are numbered across its headers (this one: 1-2;
+ * cache.h: 3-6; map.h: 7-9, 18; space.h: 4, 6, 10; log.h: 11, 12, 19-21;
+ * blocklock.h: 13, 14; rangelock.h: 15, 16; verify.h: 17), cited where
+ * they are kept ("keeps invariant 7") and asserted where that is cheap
+ * (util/assert.h).
  *
  * Invariant 1: a request given to tc_submit() has a known op and, unless
  * it is a flush, lies inside the volume (offset + length <= size); no write,

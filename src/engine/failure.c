@@ -103,8 +103,8 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
                               const struct tc_mask *cur, const struct tc_mask *dirty)
 {
     struct cfrag f = frag_view(&c->map.idx, fid);
-    struct segment *sg = SEG(c, f.seg);
-    if (sg->image == NULL)
+    const uint8_t *image = log_image(&c->lg, f.seg);
+    if (image == NULL)
         return false;
     struct tc_mask st;
     frag_stored(&c->map.idx, fid, &st);
@@ -114,7 +114,7 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
     for (unsigned s = 0; s < c->spb; s++)
         if (mask_test(cur, s))
             memcpy(data + (size_t)k++ * TC_SECTOR,
-                   sg->image + (size_t)(f.off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
+                   image + (size_t)(f.off + mask_rank(&st, s)) * TC_SECTOR, TC_SECTOR);
     /* Clean sectors among the dirty ones may be of a write-through version
      * the origin lacks durably: the copy keeps the flag then (see
      * TC_ENTRY_WT), or recovery would take them for clean. */
@@ -123,18 +123,16 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
                         .dirty = *dirty, .data = data, .use_reserve = true,
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = c->vol->cfg.dirty_copies > 1 };
-    uint32_t nseg, mseg;
-    uint16_t noff, moff;
-    int rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
-    if (rc < 0 && a.mirror) {
+    struct log_loc at = log_append(c, &a, NULL);
+    if (at.err < 0 && a.mirror) {
         a.mirror = false;       /* one device left: one copy */
-        rc = log_append(c, &a, &nseg, &noff, &mseg, &moff, NULL);
+        at = log_append(c, &a, NULL);
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
-    if (rc < 0)
+    if (at.err < 0)
         return false;
-    map_add_fragment(c, oblock, cur, dirty, nseg, noff, mseg,
-                       moff, wt ? CE_WT : 0, false);
+    map_add_fragment(c, oblock, cur, dirty, at.seg, at.off, at.mseg,
+                       at.moff, wt ? CE_WT : 0, false);
     return true;
 }
 
@@ -166,7 +164,7 @@ static void forget_block(struct cache *c, uint64_t oblock)
     }
     struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
                         .urgent = true };
-    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+    log_append(c, &a, NULL);
 }
 
 static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
@@ -237,7 +235,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         map_drop_mirrors(c, id, (int)d);    /* the mirrors are gone; the copies stay */
         for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             struct cfrag fr = frag_view(&c->map.idx, f);
-            if (SEG(c, fr.seg)->dev != d)
+            if (space_seg(&c->sp, fr.seg)->dev != d)
                 continue;
             if (n == cap) {
                 cap *= 2;

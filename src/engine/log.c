@@ -40,92 +40,86 @@
 static void seal(struct cache *c, unsigned d, bool force, bool closing);
 static void seal_task_fn(struct tc_task *t);
 
-/* Per-head: waiters for the current chunk and its data CRCs. */
-struct head_extra {
-    struct log_waiter *waiters;
-    uint32_t *crcs;
-    uint32_t crcs_cap;
-};
-static struct head_extra *extra_of(struct cache *c, unsigned d);
+/* The registered events (log.h): nothing happens when none is. */
+static void needs_space(struct log *lg)
+{
+    if (lg->ev.needs_space)
+        lg->ev.needs_space(lg->ev.ctx);
+}
 
-/* Segment images are reused, not freed: a fresh 4 MiB mapping costs a
- * thousand page faults on first touch. */
-#define IMAGE_POOL 8
-
-struct log_state {
-    struct head_extra extra[TC_MAX_DEVICES];
-    uint8_t *images[IMAGE_POOL];
-    unsigned nimages;
-    struct log_waiter commit;
-    bool commit_pending;
-    struct tc_task seal_task;
-    bool seal_pending;
-    struct cache *c;
-};
-
-static struct log_state *LS(struct cache *c) { return (struct log_state *)c->log_private; }
-static struct head_extra *extra_of(struct cache *c, unsigned d) { return &LS(c)->extra[d]; }
+static void device_error(struct log *lg, unsigned d, int err, bool write)
+{
+    if (lg->ev.device_error)
+        lg->ev.device_error(lg->ev.ctx, d, err, write);
+}
 
 static void seal_timer_fn(struct tc_timer *t)
 {
-    struct cache *c = container_of(t, struct cache, seal_timer);
+    struct cache *c = container_of(t, struct cache, lg.seal_timer);
     for (unsigned d = 0; d < c->ndevs; d++)
         seal(c, d, false, false);
 }
 
 int log_init(struct cache *c)
 {
-    struct log_state *ls = tc_xcalloc(1, sizeof *ls);
-    ls->c = c;
-    ls->seal_task.fn = seal_task_fn;
-    c->log_private = ls;
+    struct log *lg = &c->lg;
+    lg->nsegs = c->sp.nsegs;
+    lg->images = tc_xcalloc(lg->nsegs, sizeof *lg->images);
+    lg->seal_task.fn = seal_task_fn;
+    lg->trace = c->trace_block == UINT64_MAX - 1;
     for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
-        c->heads[d].seg = NIL;
-        c->heads[d].next_hdr_sectors = 1;
+        c->lg.heads[d].seg = NIL;
+        c->lg.heads[d].next_hdr_sectors = 1;
     }
-    c->seal_timer.fn = seal_timer_fn;
-    c->seal_delay_ns = SEAL_DELAY_NS;
-    c->chunk_target_sectors = TC_MIN(CHUNK_TARGET_BYTES / TC_SECTOR, c->seg_sectors / 2);
+    c->lg.seal_timer.fn = seal_timer_fn;
+    c->lg.seal_delay_ns = SEAL_DELAY_NS;
+    c->lg.chunk_target_sectors = TC_MIN(CHUNK_TARGET_BYTES / TC_SECTOR, c->seg_sectors / 2);
     return 0;
 }
 
 void log_fini(struct cache *c)
 {
-    struct log_state *ls = LS(c);
-    if (ls == NULL)
-        return;
-    timer_cancel(c->reactor, &c->seal_timer);
+    struct log *lg = &c->lg;
+    if (lg->images == NULL)
+        return;     /* an attach that failed before log_init() */
+    timer_cancel(c->reactor, &lg->seal_timer);
     for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
-        free(c->heads[d].entries);
-        free(ls->extra[d].crcs);
+        free(lg->heads[d].entries);
+        free(lg->heads[d].crcs);
+        lg->heads[d].entries = NULL;
+        lg->heads[d].crcs = NULL;
     }
-    for (unsigned i = 0; i < ls->nimages; i++)
-        free(ls->images[i]);
-    free(ls);
-    c->log_private = NULL;
+    for (uint32_t s = 0; s < lg->nsegs; s++)
+        free(lg->images[s]);
+    for (unsigned i = 0; i < lg->npool; i++)
+        free(lg->pool[i]);
+    free(lg->images);
+    lg->images = NULL;
+    lg->npool = 0;
 }
 
-bool log_idle(struct cache *c)
+bool log_idle(const struct log *lg)
 {
-    if (c->inflight_head || c->flushing || c->written_waiters || c->flush_waiters)
+    if (lg->inflight_head || lg->flushing || lg->written_waiters || lg->flush_waiters)
         return false;
-    for (unsigned d = 0; d < c->ndevs; d++)
-        if (c->heads[d].seg != NIL && c->heads[d].nentries > 0)
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
+        if (lg->heads[d].seg != NIL && lg->heads[d].nentries > 0)
             return false;
     return true;
 }
 
-bool log_has_image(struct cache *c, uint32_t seg)
+bool log_has_image(const struct log *lg, uint32_t seg)
 {
-    return SEG(c, seg)->image != NULL;
+    return lg->images[seg] != NULL;
 }
 
-bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsectors, void *buf)
+bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off, uint32_t nsectors,
+                    void *buf)
 {
-    struct segment *sg = SEG(c, seg);
-    if (sg->image == NULL)
+    const uint8_t *image = lg->images[seg];
+    if (image == NULL)
         return false;
-    memcpy(buf, sg->image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
+    memcpy(buf, image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
     return true;
 }
 
@@ -133,30 +127,28 @@ bool log_read_image(struct cache *c, uint32_t seg, uint32_t off, uint32_t nsecto
 
 static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
 {
-    struct head *h = &c->heads[d];
-    struct segment *sg = SEG(c, seg);
+    struct head *h = &c->lg.heads[d];
+    struct log *lg = &c->lg;
     h->seg = seg;
     h->chunk_start = 0;
     h->hdr_sectors = h->next_hdr_sectors;
     h->data_fill = 0;
     h->nentries = 0;
     h->urgent = false;
-    if (sg->image == NULL) {
-        struct log_state *ls = LS(c);
-        sg->image = ls->nimages ? ls->images[--ls->nimages] : tc_alloc_aligned(c->segment_size);
-    }
+    if (lg->images[seg] == NULL)
+        lg->images[seg] = lg->npool ? lg->pool[--lg->npool] : tc_alloc_aligned(c->segment_size);
 }
 
 static void image_release(struct cache *c, uint32_t seg)
 {
-    struct segment *sg = SEG(c, seg);
-    if (sg->image && sg->state != SEG_OPEN && sg->writes_inflight == 0) {
-        struct log_state *ls = LS(c);
-        if (ls->nimages < IMAGE_POOL)
-            ls->images[ls->nimages++] = sg->image;
+    struct segment *sg = space_seg(&c->sp, seg);
+    struct log *lg = &c->lg;
+    if (lg->images[seg] && sg->state != SEG_OPEN && sg->writes_inflight == 0) {
+        if (lg->npool < LOG_IMAGE_POOL)
+            lg->pool[lg->npool++] = lg->images[seg];
         else
-            free(sg->image);
-        sg->image = NULL;
+            free(lg->images[seg]);
+        lg->images[seg] = NULL;
     }
 }
 
@@ -164,31 +156,31 @@ static void image_release(struct cache *c, uint32_t seg)
 static bool ensure_group(struct cache *c, bool use_reserve)
 {
     for (unsigned d = 0; d < c->ndevs; d++)
-        if (c->heads[d].seg != NIL)
+        if (c->lg.heads[d].seg != NIL)
             return true;
     space_close_group(&c->sp);
     /* A group takes up to one segment per device: leave the reserve. */
     if (!use_reserve && c->sp.free_segs <= c->sp.reserve_segs) {
-        cleaner_kick(c);
+        needs_space(&c->lg);
         return false;
     }
-    if (!space_open_group(c)) {
-        cleaner_kick(c);
+    if (!space_open_group(&c->sp, &c->lg.next_seq)) {
+        needs_space(&c->lg);
         return false;
     }
     struct group *g = group_at(&c->sp, c->sp.open_group);
     for (unsigned i = 0; i < g->nsegs; i++)
-        head_start_segment(c, SEG(c, g->segs[i])->dev, g->segs[i]);
-    cleaner_kick(c);
+        head_start_segment(c, space_seg(&c->sp, g->segs[i])->dev, g->segs[i]);
+    needs_space(&c->lg);
     return true;
 }
 
 static void close_head(struct cache *c, unsigned d)
 {
-    struct head *h = &c->heads[d];
+    struct head *h = &c->lg.heads[d];
     if (h->seg == NIL)
         return;
-    struct segment *sg = SEG(c, h->seg);
+    struct segment *sg = space_seg(&c->sp, h->seg);
     sg->state = SEG_CLOSED;
     sg->fill = h->chunk_start;
     c->st.segments_written++;
@@ -199,26 +191,26 @@ static void close_head(struct cache *c, unsigned d)
 
 /* ---- writing chunks ---- */
 
-static void notify_waiters(struct cache *c, int err);
+static void notify_waiters(struct log *lg, int err);
 static void maybe_flush(struct cache *c);
 
 static void chunk_write_done(struct tc_dev_io *dio, int err)
 {
     struct chunk_write *cw = container_of(dio, struct chunk_write, dio);
     struct cache *c = cw->cache;
-    struct segment *sg = SEG(c, cw->seg);
-    uint64_t was_written = c->chunks_written_upto;
+    struct segment *sg = space_seg(&c->sp, cw->seg);
+    uint64_t was_written = c->lg.chunks_written_upto;
     if (cw->prev)
         cw->prev->next = cw->next;
     else
-        c->inflight_head = cw->next;
+        c->lg.inflight_head = cw->next;
     if (cw->next)
         cw->next->prev = cw->prev;
     else
-        c->inflight_tail = cw->prev;
-    c->chunks_written_upto = c->inflight_head ? c->inflight_head->chunk_seq - 1 : c->chunks_issued;
+        c->lg.inflight_tail = cw->prev;
+    c->lg.chunks_written_upto = c->lg.inflight_head ? c->lg.inflight_head->chunk_seq - 1 : c->lg.chunks_issued;
     /* Keeps invariant 11. */
-    TC_ASSERT(c->chunks_written_upto >= was_written && c->chunks_written_upto <= c->chunks_issued);
+    TC_ASSERT(c->lg.chunks_written_upto >= was_written && c->lg.chunks_written_upto <= c->lg.chunks_issued);
     TC_ASSERT_ALWAYS(sg->writes_inflight > 0);
     if (err) {
         /* The device fails now; the chunk's data, still in the image, is
@@ -227,14 +219,14 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
          * device gone -- it is the device's failure, never "no room in the
          * cache" (log_append()'s -ENOSPC). */
         tc_error("%s: cache write of %llu bytes at offset %llu failed: %s",
-                 SEG_DEV(c, cw->seg)->dev->name, (unsigned long long)dio->len,
+                 seg_cdev(c, cw->seg)->dev->name, (unsigned long long)dio->len,
                  (unsigned long long)dio->off, strerror(-err));
         c->st.cache_write_errors++;
-        cache_device_error(c, sg->dev, err, true);
+        device_error(&c->lg, sg->dev, err, true);
     }
-    if (c->trace_block == UINT64_MAX - 1)
+    if (c->lg.trace)
         tc_info("trace log: chunk %llu written (err %d); written up to %llu",
-                (unsigned long long)cw->chunk_seq, err, (unsigned long long)c->chunks_written_upto);
+                (unsigned long long)cw->chunk_seq, err, (unsigned long long)c->lg.chunks_written_upto);
     sg->writes_inflight--;
     c->devs[sg->dev].written_since_flush = true;
     if (!err) {
@@ -242,30 +234,33 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
         c->st.chunk_bytes_written += dio->len;
     }
     image_release(c, cw->seg);
-    space_write_done(c, cw->seg);
+    space_write_done(&c->sp, cw->seg);
     free(cw);
-    notify_waiters(c, 0);
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
 
 static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
                         uint32_t nsectors, uint64_t chunk_seq)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = space_seg(&c->sp, seg);
     struct chunk_write *cw = tc_xcalloc(1, sizeof *cw);
     cw->cache = c;
     cw->seg = seg;
     cw->chunk_seq = chunk_seq;
-    cw->prev = c->inflight_tail;
-    if (c->inflight_tail)
-        c->inflight_tail->next = cw;
+    /* Invariant 19: issued in ascending chunk_seq, from an image. */
+    TC_ASSERT(c->lg.inflight_tail == NULL || c->lg.inflight_tail->chunk_seq < chunk_seq);
+    TC_ASSERT(log_image(&c->lg, seg) != NULL);
+    cw->prev = c->lg.inflight_tail;
+    if (c->lg.inflight_tail)
+        c->lg.inflight_tail->next = cw;
     else
-        c->inflight_head = cw;
-    c->inflight_tail = cw;
+        c->lg.inflight_head = cw;
+    c->lg.inflight_tail = cw;
     sg->writes_inflight++;
     budget_spend(&c->budget, (uint64_t)nsectors * TC_SECTOR);
     cw->dio.op = TC_DEV_WRITE;
-    cw->dio.buf = sg->image + (size_t)start * TC_SECTOR;
+    cw->dio.buf = c->lg.images[seg] + (size_t)start * TC_SECTOR;
     cw->dio.off = seg_dev_offset(c, seg) + (uint64_t)start * TC_SECTOR;
     cw->dio.len = (uint64_t)nsectors * TC_SECTOR;
     cw->dio.cb = chunk_write_done;
@@ -273,7 +268,7 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
         cw->dio.flags = TC_DEV_PAYLOAD;
         cw->dio.payload_off = (uint64_t)hdr_sectors * TC_SECTOR;
     }
-    dev_submit(SEG_DEV(c, seg)->dev, &cw->dio);
+    dev_submit(seg_cdev(c, seg)->dev, &cw->dio);
 }
 
 /* Seal head d's current chunk: encode its header and write it.  force
@@ -281,35 +276,34 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
  * marks it the segment's last chunk. */
 static void seal(struct cache *c, unsigned d, bool force, bool closing)
 {
-    struct head *h = &c->heads[d];
-    struct head_extra *x = extra_of(c, d);
+    struct head *h = &c->lg.heads[d];
     if (h->seg == NIL || (h->nentries == 0 && !force))
         return;
-    struct segment *sg = SEG(c, h->seg);
+    struct segment *sg = space_seg(&c->sp, h->seg);
     uint32_t room_after = c->seg_sectors - (h->chunk_start + h->hdr_sectors + h->data_fill);
     if (room_after < 2)
         closing = true;
     struct tc_chunk_header hdr = {
         .group_seq = sg->seq,
-        .chunk_seq = ++c->chunks_issued,
-        .tail_seq = c->tail_seq,
-        .wt_stable_seq = c->wt_stable_seq,
+        .chunk_seq = ++c->lg.chunks_issued,
+        .tail_seq = c->lg.tail_seq,
+        .wt_stable_seq = c->lg.wt_stable_seq,
         .segment = h->seg,
         .chunk_sector = h->chunk_start,
         .hdr_sectors = h->hdr_sectors,
-        .flags = (closing ? TC_CHUNK_CLOSED : 0) | (c->clean_stop ? TC_CHUNK_CLEAN_STOP : 0),
+        .flags = (closing ? TC_CHUNK_CLOSED : 0) | (c->lg.clean_stop ? TC_CHUNK_CLEAN_STOP : 0),
         .data_sectors = h->data_fill,
         .nr_entries = h->nentries,
         .written_ns = tc_wall_ns(),
-        .flushed_seq = c->flushed_upto,
+        .flushed_seq = c->lg.flushed_upto,
     };
     memcpy(hdr.set_uuid, c->set_uuid, 16);
-    uint8_t *hbuf = sg->image + (size_t)h->chunk_start * TC_SECTOR;
-    chunk_encode(hbuf, &hdr, h->entries, x->crcs, c->spb);
+    uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;
+    chunk_encode(hbuf, &hdr, h->entries, h->crcs, c->spb);
     segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
     verify_remember(c, h->seg, h->chunk_start, &hdr, hbuf);
     uint32_t n = h->hdr_sectors + h->data_fill;
-    if (c->trace_block == UINT64_MAX - 1)
+    if (c->lg.trace)
         tc_info("trace log: seal chunk %llu: segment %u sectors %u..%u, %u entries, group %llu, "
                 "tail %llu%s", (unsigned long long)hdr.chunk_seq, h->seg, h->chunk_start,
                 h->chunk_start + n - 1, h->nentries, (unsigned long long)sg->seq,
@@ -317,18 +311,18 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     write_chunk(c, h->seg, h->chunk_start, h->hdr_sectors, n, hdr.chunk_seq);
 
     /* Waiters of this chunk now wait for its sequence number. */
-    while (x->waiters) {
-        struct log_waiter *w = x->waiters;
-        x->waiters = w->next;
+    while (h->waiters) {
+        struct log_waiter *w = h->waiters;
+        h->waiters = w->next;
         w->target = hdr.chunk_seq;
-        w->next = c->written_waiters;
-        c->written_waiters = w;
+        w->next = c->lg.written_waiters;
+        c->lg.written_waiters = w;
     }
 
     /* Size the next header: grow it when this one filled up early. */
     size_t used = tc_chunk_header_bytes(c->spb, h->nentries, h->data_fill);
     if (used > (size_t)(h->hdr_sectors * TC_SECTOR) * 3 / 4 &&
-        h->data_fill < c->chunk_target_sectors && h->next_hdr_sectors < TC_MAX_HDR_SECTORS)
+        h->data_fill < c->lg.chunk_target_sectors && h->next_hdr_sectors < TC_MAX_HDR_SECTORS)
         h->next_hdr_sectors++;
     else if (used < (size_t)(h->hdr_sectors - 1) * TC_SECTOR / 2 && h->next_hdr_sectors > 1)
         h->next_hdr_sectors--;
@@ -343,15 +337,29 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         close_head(c, d);
 }
 
+void log_close_group(struct cache *c)
+{
+    log_seal_all(c, false);
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct head *h = &c->lg.heads[d];
+        if (h->seg == NIL)
+            continue;
+        struct segment *sg = space_seg(&c->sp, h->seg);
+        sg->state = SEG_CLOSED;
+        sg->fill = h->chunk_start;
+        h->seg = NIL;
+    }
+    space_close_group(&c->sp);
+}
+
 static void seal_task_fn(struct tc_task *t)
 {
-    struct log_state *ls = container_of(t, struct log_state, seal_task);
-    struct cache *c = ls->c;
-    ls->seal_pending = false;
+    struct cache *c = container_of(t, struct cache, lg.seal_task);
+    c->lg.seal_pending = false;
     for (unsigned d = 0; d < c->ndevs; d++)
-        if (c->heads[d].urgent)
+        if (c->lg.heads[d].urgent)
             seal(c, d, false, false);
-    notify_waiters(c, 0);
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
 
@@ -367,7 +375,7 @@ void log_seal_all(struct cache *c, bool force_header)
 
 static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need_seal)
 {
-    struct head *h = &c->heads[d];
+    struct head *h = &c->lg.heads[d];
     *need_seal = false;
     if (h->seg == NIL || c->devs[d].state != CDEV_OK)
         return false;
@@ -401,18 +409,18 @@ static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need
  * open head with the least fill, which keeps devices evenly used. */
 static int pick_head(struct cache *c, uint32_t nsectors, int exclude)
 {
-    unsigned cur = c->next_dev % c->ndevs;
+    unsigned cur = c->lg.next_dev % c->ndevs;
     bool ns;
-    if ((int)cur != exclude && c->heads[cur].data_fill > 0 && head_fits(c, cur, nsectors, &ns) &&
+    if ((int)cur != exclude && c->lg.heads[cur].data_fill > 0 && head_fits(c, cur, nsectors, &ns) &&
         !ns)
         return (int)cur;
     int best = -1;
     uint32_t best_fill = UINT32_MAX;
     for (unsigned i = 0; i < c->ndevs; i++) {
-        unsigned d = (c->next_dev + i) % c->ndevs;
+        unsigned d = (c->lg.next_dev + i) % c->ndevs;
         if ((int)d == exclude || !head_fits(c, d, nsectors, &ns))
             continue;
-        struct head *h = &c->heads[d];
+        struct head *h = &c->lg.heads[d];
         uint32_t fill = h->chunk_start + h->hdr_sectors + h->data_fill;
         if (fill < best_fill) {
             best_fill = fill;
@@ -422,11 +430,13 @@ static int pick_head(struct cache *c, uint32_t nsectors, int exclude)
     return best;
 }
 
-static void append_to(struct cache *c, unsigned d, const struct append *a, uint64_t seq,
-                      unsigned nsectors, uint32_t *seg, uint16_t *off, bool mirror_copy)
+/* Returns the sector where the data went, in the head's segment (which
+ * the seal before it may have changed to none: the caller reads h->seg
+ * after). */
+static uint16_t append_to(struct cache *c, unsigned d, const struct append *a, uint64_t seq,
+                          unsigned nsectors, bool mirror_copy)
 {
-    struct head *h = &c->heads[d];
-    struct head_extra *x = extra_of(c, d);
+    struct head *h = &c->lg.heads[d];
     bool need_seal;
     head_fits(c, d, nsectors, &need_seal);
     if (need_seal) {
@@ -436,17 +446,17 @@ static void append_to(struct cache *c, unsigned d, const struct append *a, uint6
         if (tc_chunk_header_bytes(c->spb, 1, nsectors) > (size_t)h->hdr_sectors * TC_SECTOR)
             h->hdr_sectors++;
     }
-    struct segment *sg = SEG(c, h->seg);
+    uint8_t *image = c->lg.images[h->seg];
     if (h->nentries == h->entries_cap) {
         h->entries_cap = h->entries_cap ? h->entries_cap * 2 : 64;
         h->entries = realloc(h->entries, h->entries_cap * sizeof *h->entries);
         if (h->entries == NULL)
             abort();
     }
-    if (h->data_fill + nsectors > x->crcs_cap) {
-        x->crcs_cap = TC_MAX(c->seg_sectors, h->data_fill + nsectors);
-        x->crcs = realloc(x->crcs, x->crcs_cap * sizeof *x->crcs);
-        if (x->crcs == NULL)
+    if (h->data_fill + nsectors > h->crcs_cap) {
+        h->crcs_cap = TC_MAX(c->seg_sectors, h->data_fill + nsectors);
+        h->crcs = realloc(h->crcs, h->crcs_cap * sizeof *h->crcs);
+        if (h->crcs == NULL)
             abort();
     }
     struct tc_entry *e = &h->entries[h->nentries++];
@@ -460,49 +470,47 @@ static void append_to(struct cache *c, unsigned d, const struct append *a, uint6
     e->valid = a->valid;
     e->dirty = a->dirty;
     uint32_t at = h->chunk_start + h->hdr_sectors + h->data_fill;
+    /* Invariant 20, at the boundary where the data is copied. */
+    TC_ASSERT_ALWAYS(at + nsectors <= c->seg_sectors);
     if (nsectors && c->data_free) {
         /* Zeroes, taken as read: the image's data part is never looked at
          * (the chunk's write leaves it out, reads skip it). */
         for (unsigned i = 0; i < nsectors; i++)
-            x->crcs[h->data_fill + i] = TC_CRC32C_ZERO_SECTOR;
+            h->crcs[h->data_fill + i] = TC_CRC32C_ZERO_SECTOR;
     } else if (nsectors) {
-        uint8_t *dst = sg->image + (size_t)at * TC_SECTOR;
+        uint8_t *dst = image + (size_t)at * TC_SECTOR;
         memcpy(dst, a->data, (size_t)nsectors * TC_SECTOR);
         for (unsigned i = 0; i < nsectors; i++)
-            x->crcs[h->data_fill + i] = tc_crc32c(0, dst + (size_t)i * TC_SECTOR, TC_SECTOR);
+            h->crcs[h->data_fill + i] = tc_crc32c(0, dst + (size_t)i * TC_SECTOR, TC_SECTOR);
     }
     h->data_fill += nsectors;
-    if (seg) {
-        *seg = h->seg;
-        *off = (uint16_t)at;
-    }
+    return (uint16_t)at;
 }
 
 static void schedule_seal(struct cache *c, unsigned d, bool urgent)
 {
-    struct head *h = &c->heads[d];
+    struct head *h = &c->lg.heads[d];
     if (h->seg == NIL)
         return;
-    if (h->data_fill >= c->chunk_target_sectors) {
+    if (h->data_fill >= c->lg.chunk_target_sectors) {
         seal(c, d, false, false);
         return;
     }
     if (urgent) {
         h->urgent = true;
-        struct log_state *ls = LS(c);
-        if (!ls->seal_pending) {
-            ls->seal_pending = true;
-            reactor_defer(c->reactor, &ls->seal_task);
+        if (!c->lg.seal_pending) {
+            c->lg.seal_pending = true;
+            reactor_defer(c->reactor, &c->lg.seal_task);
         }
         return;
     }
-    if (!c->seal_timer.armed)
-        timer_arm(c->reactor, &c->seal_timer, c->seal_delay_ns);
+    if (!c->lg.seal_timer.armed)
+        timer_arm(c->reactor, &c->lg.seal_timer, c->lg.seal_delay_ns);
 }
 
-int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16_t *off,
-               uint32_t *mseg, uint16_t *moff, struct log_waiter *w)
+struct log_loc log_append(struct cache *c, const struct append *a_in, struct log_waiter *w)
 {
+    struct log_loc loc = { .err = -ENOSPC, .seg = NIL, .mseg = NIL };
     struct append copy;
     const struct append *a = a_in;
     if (a->mirror) {
@@ -520,7 +528,7 @@ int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16
     int d1 = -1, d2 = -1;
     for (int attempt = 0; attempt < 3; attempt++) {
         if (!ensure_group(c, a->use_reserve))
-            return -ENOSPC;
+            return loc;
         d1 = pick_head(c, nsectors, -1);
         if (d1 >= 0 && a->mirror) {
             d2 = pick_head(c, nsectors, d1);
@@ -536,50 +544,50 @@ int log_append(struct cache *c, const struct append *a_in, uint32_t *seg, uint16
         }
     }
     if (d1 < 0)
-        return -ENOSPC;
-    uint64_t seq = c->next_seq++;
-    append_to(c, (unsigned)d1, a, seq, nsectors, seg, off, false);
-    if (d2 >= 0)
-        append_to(c, (unsigned)d2, a, seq, nsectors, mseg, moff, true);
-    else if (mseg) {
-        *mseg = NIL;
-        if (moff)
-            *moff = 0;
+        return loc;
+    uint64_t seq = c->lg.next_seq++;
+    loc.err = 0;
+    loc.seq = seq;
+    loc.off = append_to(c, (unsigned)d1, a, seq, nsectors, false);
+    loc.seg = c->lg.heads[d1].seg;
+    if (d2 >= 0) {
+        loc.moff = append_to(c, (unsigned)d2, a, seq, nsectors, true);
+        loc.mseg = c->lg.heads[d2].seg;
     }
-    c->next_dev = (unsigned)d1;
+    c->lg.next_dev = (unsigned)d1;
 
     bool urgent = a->urgent || w != NULL;
     if (w) {
         /* Attach to the head sealed last, so its chunk number covers both. */
         unsigned wd = (unsigned)(d2 >= 0 ? d2 : d1);
-        struct head_extra *x = extra_of(c, wd);
-        w->next = x->waiters;
-        x->waiters = w;
+        struct head *wh = &c->lg.heads[wd];
+        w->next = wh->waiters;
+        wh->waiters = w;
         if (d2 >= 0)
-            c->heads[d1].urgent = true;
+            c->lg.heads[d1].urgent = true;
     }
     schedule_seal(c, (unsigned)d1, urgent);
     if (d2 >= 0)
         schedule_seal(c, (unsigned)d2, urgent);
-    return 0;
+    return loc;
 }
 
 /* ---- waiting ---- */
 
 /* Keeps invariant 12: a written waiter whose chunk is written moves on
  * (to the flush waiters, or it is woken). */
-static void notify_waiters(struct cache *c, int err)
+static void notify_waiters(struct log *lg, int err)
 {
     int e = err;
-    struct log_waiter **pp = &c->written_waiters, *ready = NULL;
+    struct log_waiter **pp = &lg->written_waiters, *ready = NULL;
     while (*pp) {
         struct log_waiter *w = *pp;
-        TC_ASSERT(w->target <= c->chunks_issued);
-        if (w->target <= c->chunks_written_upto) {
+        TC_ASSERT(w->target <= lg->chunks_issued);
+        if (w->target <= lg->chunks_written_upto) {
             *pp = w->next;
             if (w->need_flush) {
-                w->next = c->flush_waiters;
-                c->flush_waiters = w;
+                w->next = lg->flush_waiters;
+                lg->flush_waiters = w;
             } else {
                 w->next = ready;
                 ready = w;
@@ -596,20 +604,20 @@ static void notify_waiters(struct cache *c, int err)
 }
 
 /* The cache flush ended (every device's part): wake the syncs it covers. */
-static void flush_finish(struct cache *c)
+static void flush_finish(struct log *lg)
 {
     /* Invariant 11. */
-    TC_ASSERT(c->flush_target >= c->flushed_upto && c->flush_target <= c->chunks_written_upto);
-    c->flushing = false;
-    c->flushed_upto = c->flush_target;
-    if (c->trace_block == UINT64_MAX - 1)
-        tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)c->flushed_upto);
-    int e = c->log_error;
-    c->log_error = 0;
-    struct log_waiter **pp = &c->flush_waiters, *ready = NULL;
+    TC_ASSERT(lg->flush_target >= lg->flushed_upto && lg->flush_target <= lg->chunks_written_upto);
+    lg->flushing = false;
+    lg->flushed_upto = lg->flush_target;
+    if (lg->trace)
+        tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)lg->flushed_upto);
+    int e = lg->error;
+    lg->error = 0;
+    struct log_waiter **pp = &lg->flush_waiters, *ready = NULL;
     while (*pp) {
         struct log_waiter *w = *pp;
-        if (w->target <= c->flushed_upto) {
+        if (w->target <= lg->flushed_upto) {
             *pp = w->next;
             w->next = ready;
             ready = w;
@@ -628,7 +636,7 @@ static void flush_done(struct tc_dev_io *dio, int err)
 {
     struct cache *c = dio->priv;
     if (err) {
-        unsigned d = (unsigned)(dio - c->flush_dios);
+        unsigned d = (unsigned)(dio - c->lg.flush_dios);
         c->st.cache_write_errors++;
         tc_error("%s: cache flush failed: %s", c->devs[d].dev->name, strerror(-err));
         /* What this device held is re-homed: the syncs this flush covers
@@ -639,12 +647,12 @@ static void flush_done(struct tc_dev_io *dio, int err)
          * durable on the devices left.  Dirty data that could not be
          * re-homed is reported apart, by the lost set, to the next client
          * flush (lost_flush_result()). */
-        c->log_error = -EIO;
-        cache_device_error(c, d, err, true);
+        c->lg.error = -EIO;
+        device_error(&c->lg, d, err, true);
     }
-    if (!join_put(&c->flushes, 0))
+    if (!join_put(&c->lg.flushes, 0))
         return;
-    flush_finish(c);
+    flush_finish(&c->lg);
     maybe_flush(c);
 }
 
@@ -656,38 +664,38 @@ static void flush_done(struct tc_dev_io *dio, int err)
 static void maybe_flush(struct cache *c)
 {
     if (TC_DEBUG_ASSERTS_ON)
-        for (struct log_waiter *w = c->flush_waiters; w; w = w->next)
-            TC_ASSERT(w->target <= c->chunks_written_upto);     /* invariant 12 */
-    while (!c->flushing && c->flush_waiters) {
+        for (struct log_waiter *w = c->lg.flush_waiters; w; w = w->next)
+            TC_ASSERT(w->target <= c->lg.chunks_written_upto);     /* invariant 12 */
+    while (!c->lg.flushing && c->lg.flush_waiters) {
         bool reachable = false;
-        for (struct log_waiter *w = c->flush_waiters; w && !reachable; w = w->next)
-            reachable = w->target <= c->chunks_written_upto;
+        for (struct log_waiter *w = c->lg.flush_waiters; w && !reachable; w = w->next)
+            reachable = w->target <= c->lg.chunks_written_upto;
         if (!reachable)
             return;     /* a chunk write ends first, and calls again */
-        c->flushing = true;
-        c->flush_target = c->chunks_written_upto;
-        if (c->trace_block == UINT64_MAX - 1)
-            tc_info("trace log: flush starts: target %llu", (unsigned long long)c->flush_target);
-        join_get(&c->flushes);      /* held until all are issued */
+        c->lg.flushing = true;
+        c->lg.flush_target = c->lg.chunks_written_upto;
+        if (c->lg.trace)
+            tc_info("trace log: flush starts: target %llu", (unsigned long long)c->lg.flush_target);
+        join_get(&c->lg.flushes);      /* held until all are issued */
         c->st.syncs++;
         for (unsigned d = 0; d < c->ndevs; d++) {
             struct cache_dev *cd = &c->devs[d];
             if (!cd->written_since_flush || cd->state != CDEV_OK)
                 continue;
             cd->written_since_flush = false;
-            struct tc_dev_io *dio = &c->flush_dios[d];
+            struct tc_dev_io *dio = &c->lg.flush_dios[d];
             memset(dio, 0, sizeof *dio);
             dio->op = TC_DEV_FLUSH;
             dio->cb = flush_done;
             dio->priv = c;
-            join_get(&c->flushes);
+            join_get(&c->lg.flushes);
             dev_submit(cd->dev, dio);
         }
-        if (!join_put(&c->flushes, 0))
+        if (!join_put(&c->lg.flushes, 0))
             return;     /* flush_done() of the last one calls again */
         /* Nothing to flush (or every flush ended at once): at least one
          * waiter is woken, so the loop ends. */
-        flush_finish(c);
+        flush_finish(&c->lg);
     }
 }
 
@@ -695,29 +703,29 @@ void log_sync(struct cache *c, struct log_waiter *w)
 {
     for (unsigned d = 0; d < c->ndevs; d++)
         seal(c, d, false, false);
-    w->target = c->chunks_issued;
+    w->target = c->lg.chunks_issued;
     w->need_flush = true;
-    w->next = c->written_waiters;
-    c->written_waiters = w;
-    notify_waiters(c, 0);
+    w->next = c->lg.written_waiters;
+    c->lg.written_waiters = w;
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
 
 /* The log's durability now (status): chunks sealed and issued, written in
  * order, flushed; a cache flush running; syncs waiting for a write or for
  * a flush. */
-void log_status_json(struct cache *c, struct tc_json *j)
+void log_status_json(const struct log *lg, struct tc_json *j)
 {
     unsigned written = 0, flush = 0;
-    for (struct log_waiter *w = c->written_waiters; w; w = w->next)
+    for (struct log_waiter *w = lg->written_waiters; w; w = w->next)
         written++;
-    for (struct log_waiter *w = c->flush_waiters; w; w = w->next)
+    for (struct log_waiter *w = lg->flush_waiters; w; w = w->next)
         flush++;
     json_begin_object(j, "log");
-    json_uint(j, "chunks_issued", c->chunks_issued);
-    json_uint(j, "chunks_written", c->chunks_written_upto);
-    json_uint(j, "chunks_flushed", c->flushed_upto);
-    json_bool(j, "flushing", c->flushing);
+    json_uint(j, "chunks_issued", lg->chunks_issued);
+    json_uint(j, "chunks_written", lg->chunks_written_upto);
+    json_uint(j, "chunks_flushed", lg->flushed_upto);
+    json_bool(j, "flushing", lg->flushing);
     json_uint(j, "waiting_for_writes", written);
     json_uint(j, "waiting_for_flush", flush);
     json_end_object(j);
@@ -725,20 +733,20 @@ void log_status_json(struct cache *c, struct tc_json *j)
 
 static void commit_done(struct log_waiter *w, int err)
 {
-    struct log_state *ls = container_of(w, struct log_state, commit);
-    ls->commit_pending = false;
+    struct log *lg = container_of(w, struct log, commit);
+    lg->commit_pending = false;
     if (err)
         tc_error("cache: periodic commit failed: %s", strerror(-err));
 }
 
 void log_commit(struct cache *c)
 {
-    struct log_state *ls = LS(c);
-    if (ls->commit_pending)
+    struct log *lg = &c->lg;
+    if (lg->commit_pending)
         return;
-    ls->commit_pending = true;
-    ls->commit.fn = commit_done;
-    log_sync(c, &ls->commit);
+    lg->commit_pending = true;
+    lg->commit.fn = commit_done;
+    log_sync(c, &lg->commit);
 }
 
 /* A device failed (failure.c has moved its data): close its open segment
@@ -746,10 +754,9 @@ void log_commit(struct cache *c)
  * which holds the data moved elsewhere. */
 void log_device_failed(struct cache *c, unsigned d)
 {
-    struct head *h = &c->heads[d];
-    struct head_extra *x = extra_of(c, d);
+    struct head *h = &c->lg.heads[d];
     if (h->seg != NIL) {
-        struct segment *sg = SEG(c, h->seg);
+        struct segment *sg = space_seg(&c->sp, h->seg);
         sg->state = SEG_CLOSED;
         sg->fill = h->chunk_start;
         uint32_t seg = h->seg;
@@ -758,30 +765,91 @@ void log_device_failed(struct cache *c, unsigned d)
         h->data_fill = 0;
         image_release(c, seg);
     }
-    while (x->waiters) {
-        struct log_waiter *w = x->waiters;
-        x->waiters = w->next;
-        w->next = c->written_waiters;
-        c->written_waiters = w;
+    while (h->waiters) {
+        struct log_waiter *w = h->waiters;
+        h->waiters = w->next;
+        w->next = c->lg.written_waiters;
+        c->lg.written_waiters = w;
     }
     log_seal_all(c, false);
-    for (struct log_waiter *w = c->written_waiters; w; w = w->next)
-        if (w->target < c->chunks_issued)
-            w->target = c->chunks_issued;
+    for (struct log_waiter *w = c->lg.written_waiters; w; w = w->next)
+        if (w->target < c->lg.chunks_issued)
+            w->target = c->lg.chunks_issued;
     /* A sync waiting for a flush waits for those writes again: only
      * written chunks may be waited for by a flush (maybe_flush()). */
-    for (struct log_waiter **pp = &c->flush_waiters; *pp;) {
+    for (struct log_waiter **pp = &c->lg.flush_waiters; *pp;) {
         struct log_waiter *w = *pp;
-        if (w->target < c->chunks_issued)
-            w->target = c->chunks_issued;
-        if (w->target > c->chunks_written_upto) {
+        if (w->target < c->lg.chunks_issued)
+            w->target = c->lg.chunks_issued;
+        if (w->target > c->lg.chunks_written_upto) {
             *pp = w->next;
-            w->next = c->written_waiters;
-            c->written_waiters = w;
+            w->next = c->lg.written_waiters;
+            c->lg.written_waiters = w;
         } else {
             pp = &w->next;
         }
     }
-    notify_waiters(c, 0);
+    notify_waiters(&c->lg, 0);
     maybe_flush(c);
+}
+
+void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,
+                   uint64_t wt_stable_seq)
+{
+    /* Before the first append: nothing in flight, nobody waiting. */
+    TC_ASSERT_ALWAYS(lg->inflight_head == NULL && lg->written_waiters == NULL &&
+                     lg->flush_waiters == NULL && lg->wt_inflight == NULL);
+    lg->next_seq = next_seq;
+    lg->chunks_issued = lg->chunks_written_upto = lg->flushed_upto = last_chunk;  /* invariant 11 */
+    lg->tail_seq = tail_seq;
+    lg->wt_stable_seq = wt_stable_seq;
+}
+
+/* ---- write-through versions in flight, and the stable mark ---- */
+
+void log_wt_track(struct log *lg, struct log_wt *t, uint64_t seq)
+{
+    TC_ASSERT(t->seq == 0 && seq != 0 && seq < lg->next_seq);
+    t->seq = seq;
+    t->prev = NULL;
+    t->next = lg->wt_inflight;
+    if (lg->wt_inflight)
+        lg->wt_inflight->prev = t;
+    lg->wt_inflight = t;
+}
+
+void log_wt_untrack(struct log *lg, struct log_wt *t)
+{
+    if (t->seq == 0)
+        return;
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        lg->wt_inflight = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+    t->seq = 0;
+}
+
+uint64_t log_wt_oldest(const struct log *lg)
+{
+    uint64_t min = lg->next_seq;
+    for (const struct log_wt *t = lg->wt_inflight; t; t = t->next)
+        if (t->seq < min)
+            min = t->seq;
+    return min;
+}
+
+/* Keeps invariant 21: the caller's seq is below every version tracked
+ * when it was computed (wt_stable_candidate()), and versions tracked since
+ * have higher sequences. */
+void log_wt_stable(struct log *lg, uint64_t seq)
+{
+    if (seq <= lg->wt_stable_seq)
+        return;
+    if (TC_DEBUG_ASSERTS_ON)
+        for (const struct log_wt *t = lg->wt_inflight; t; t = t->next)
+            TC_ASSERT(t->seq > seq);
+    lg->wt_stable_seq = seq;
 }

@@ -25,7 +25,7 @@ static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
     lost_get_persisted(&c->map.lost, oblock, &m);
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
-    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+    log_append(c, &a, NULL);
 }
 
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
@@ -85,7 +85,7 @@ static void settled(void *arg, uint64_t oblock, const struct tc_mask *m)
         return;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
                         .use_reserve = true, .urgent = true };
-    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+    log_append(c, &a, NULL);
 }
 
 /* A settle completed (ok) or failed (the clears wait for the next one).

@@ -59,11 +59,11 @@ bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old
     return false;
 }
 
-/* Keeps invariant 13. */
+/* Keeps invariant 18. */
 void map_wt_hold(struct map *m, uint32_t id, uint64_t seq)
 {
     struct centry *e = CE(&m->idx, id);
-    TC_ASSERT(e->dirty != 0);      /* invariant 13 (any dirty sector sets it) */
+    TC_ASSERT(e->dirty != 0);      /* invariant 18 (any dirty sector sets it) */
     if (e->flags & CE_WT_RECOVERED)
         return;
     e->flags |= CE_WT_RECOVERED;
@@ -118,8 +118,8 @@ static void frag_unaccount(struct cache *c, uint32_t fid)
 {
     struct tc_mask st;
     frag_stored(&c->map.idx, fid, &st);
-    seg_add_live(c, frag_seg(&c->map.idx, fid), -(int)mask_count(&st));
-    seg_add_live(c, frag_mseg(&c->map.idx, fid), -(int)mask_count(&st));
+    seg_add_live(&c->sp, frag_seg(&c->map.idx, fid), -(int)mask_count(&st));
+    seg_add_live(&c->sp, frag_mseg(&c->map.idx, fid), -(int)mask_count(&st));
 }
 
 /* No sector at or past the block's end (mask.h).  Used by an assertion
@@ -143,8 +143,8 @@ uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask
     struct tc_mask ov, od;
     TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
     TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
-    TC_ASSERT(SEG(c, seg)->group != NIL);
-    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && SEG(c, mseg)->group != NIL));
+    TC_ASSERT(space_seg(&c->sp, seg)->group != NIL);
+    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && space_seg(&c->sp, mseg)->group != NIL));
     uint32_t id = index_lookup(ix, oblock);
     bool fresh = id == NIL;
     unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
@@ -163,8 +163,8 @@ uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask
     f->mseg = mseg;
     f->moff = moff;
     frag_set_stored(ix, fid, stored);
-    seg_add_live(c, seg, (int)mask_count(stored));
-    seg_add_live(c, mseg, (int)mask_count(stored));
+    seg_add_live(&c->sp, seg, (int)mask_count(stored));
+    seg_add_live(&c->sp, mseg, (int)mask_count(stored));
 
     /* Older fragments lose the sectors this one stores; the empty go. */
     struct centry *e = CE(ix, id);
@@ -292,11 +292,11 @@ void map_drop_mirrors(struct cache *c, uint32_t id, int dev)
     struct index *ix = &c->map.idx;
     for (uint32_t f = ce_head(ix, id); f != NIL; f = frag_next(ix, f)) {
         uint32_t mseg = frag_mseg(ix, f);
-        if (mseg == NIL || (dev >= 0 && SEG(c, mseg)->dev != (unsigned)dev))
+        if (mseg == NIL || (dev >= 0 && space_seg(&c->sp, mseg)->dev != (unsigned)dev))
             continue;
         struct tc_mask st;
         frag_stored(ix, f, &st);
-        seg_add_live(c, mseg, -(int)mask_count(&st));
+        seg_add_live(&c->sp, mseg, -(int)mask_count(&st));
         FR(ix, f)->mseg = NIL;      /* a record: it has a mirror */
     }
     index_settle(ix, id);
@@ -339,7 +339,7 @@ void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid)
     TC_ASSERT_ALWAYS(f.mseg != NIL);
     struct tc_mask st;
     frag_stored(ix, fid, &st);
-    seg_add_live(c, f.seg, -(int)mask_count(&st));
+    seg_add_live(&c->sp, f.seg, -(int)mask_count(&st));
     frag_set_loc(ix, fid, f.mseg, f.moff);
     frag_set_mirror(ix, id, fid, NIL, 0);
     index_settle(ix, id);
@@ -355,7 +355,7 @@ void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, u
     struct tc_mask st;
     frag_stored(ix, fid, &st);
     frag_set_mirror(ix, id, fid, mseg, moff);
-    seg_add_live(c, mseg, (int)mask_count(&st));
+    seg_add_live(&c->sp, mseg, (int)mask_count(&st));
 }
 
 /* ---- lost dirty data ---- */

@@ -46,7 +46,7 @@
  * agree with the entries' dirty masks; map_dirty_account() is the one
  * place that changes them.
  *
- * Invariant 13: map.wt_recovered is the number of entries flagged
+ * Invariant 18: map.wt_recovered is the number of entries flagged
  * CE_WT_RECOVERED, each of them dirty; while it is not 0,
  * map.wt_recovered_min is at most the sequence number of each one's
  * version.  An entry is flagged when recovery or the origin window makes
@@ -251,7 +251,7 @@ struct map {
     /* Entries with CE_WT_RECOVERED, and the lowest sequence of their
      * versions (as recovery found them; it stays until all are written
      * back, a conservative bound): see wt_stable_candidate().
-     * Invariant 13. */
+     * Invariant 18. */
     uint64_t wt_recovered, wt_recovered_min;
 };
 

@@ -210,7 +210,7 @@ void origin_window_dropped(struct cache *c, uint64_t oblock)
 static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct tc_mask *m)
 {
     /* Hold the stable mark where it is until written back. */
-    map_wt_redirty(c, id, m, c->wt_stable_seq + 1);
+    map_wt_redirty(c, id, m, c->lg.wt_stable_seq + 1);
     cache_trace(c, oblock, "origin connection lost before a flush: write-through version "
                 "dirty again");
 }
@@ -238,7 +238,7 @@ static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, ui
                     map_drop_block(c, ob);
                     struct append a = { .oblock = ob, .type = TC_ENTRY_TOMBSTONE,
                                         .use_reserve = true, .urgent = true };
-                    log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+                    log_append(c, &a, NULL);
                     c->st.invalidations++;
                 } else {
                     /* Dirty: written by a client after this write (no

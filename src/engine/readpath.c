@@ -412,10 +412,9 @@ static void fill(struct rreq *r, struct rpiece *p)
     mask_clear(&clean);
     struct append a = { .oblock = p->oblock, .type = TC_ENTRY_DATA, .valid = stored,
                         .dirty = clean, .data = data };
-    uint32_t seg, mseg;
-    uint16_t off, moff;
-    if (log_append(c, &a, &seg, &off, &mseg, &moff, NULL) == 0) {
-        map_add_fragment(c, p->oblock, &stored, &clean, seg, off, NIL, 0, 0, false);
+    struct log_loc at = log_append(c, &a, NULL);
+    if (at.err == 0) {
+        map_add_fragment(c, p->oblock, &stored, &clean, at.seg, at.off, NIL, 0, 0, false);
         c->st.promotions++;
         c->st.promotion_bytes += (uint64_t)n * TC_SECTOR;
         c->st.admitted_bytes += (uint64_t)n * TC_SECTOR;

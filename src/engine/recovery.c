@@ -134,7 +134,7 @@ static void damage_group(struct recovery *rc, uint64_t group)
 static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uint64_t group,
                         uint64_t off, size_t len, int err)
 {
-    if (group && devfail_untrusted(rc->c, SEG(rc->c, s)->dev, group))
+    if (group && devfail_untrusted(rc->c, space_seg(&rc->c->sp, s)->dev, group))
         return;     /* written before its device failed: ignored anyway */
     damage_group(rc, group);
     add_damage(rc, "%s: segment %u: reading %zu bytes of the log at offset %llu failed: %s; "
@@ -315,8 +315,8 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
     w->seq = h.group_seq;
     rc->last_chunk[s] = h.chunk_seq;
     segment_add_chunk(&c->sp, s, w->at, h.hdr_sectors, h.data_sectors);
-    note_chunk_seq(rc, s, SEG(c, s)->nchunks - 1, h.chunk_seq);
-    keep_entries(rc, s, SEG(c, s)->nchunks - 1, w->at, hdr, &h);
+    note_chunk_seq(rc, s, space_seg(&c->sp, s)->nchunks - 1, h.chunk_seq);
+    keep_entries(rc, s, space_seg(&c->sp, s)->nchunks - 1, w->at, hdr, &h);
     verify_remember(c, s, w->at, &h, hdr);      /* forgotten if the segment is free */
     rc->chunks++;
     if (h.chunk_seq > rc->max_chunk_seq) {
@@ -340,12 +340,12 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
 static void walk_finish(struct recovery *rc, uint32_t s, struct walk *w)
 {
     struct cache *c = rc->c;
-    struct segment *sg = SEG(c, s);
+    struct segment *sg = space_seg(&c->sp, s);
     sg->seq = w->seq;
     sg->fill = w->at;
     rc->stop[s] = w->stopped ? w->at : UINT32_MAX;
     if (w->err) {
-        struct tc_dev *dev = SEG_DEV(c, s)->dev;
+        struct tc_dev *dev = seg_cdev(c, s)->dev;
         uint64_t off = seg_dev_offset(c, s) + (uint64_t)w->at * TC_SECTOR;
         size_t len = TC_MIN((size_t)TC_MAX_HDR_SECTORS, (size_t)(c->seg_sectors - w->at)) *
                      TC_SECTOR;
@@ -366,7 +366,7 @@ static void walk_segment(struct recovery *rc, uint32_t s, uint32_t at, uint64_t 
     *w = (struct walk){ .seq = seq, .at = at };
     size_t len;
     while ((len = walk_len(c, w)) > 0) {
-        int err = dev_sync_io(SEG_DEV(c, s)->dev, TC_DEV_READ, rc->hdr,
+        int err = dev_sync_io(seg_cdev(c, s)->dev, TC_DEV_READ, rc->hdr,
                               seg_dev_offset(c, s) + (uint64_t)w->at * TC_SECTOR, len, 0);
         if (err) {
             w->err = err;
@@ -402,7 +402,7 @@ static void walk_submit(struct cache *c, struct walk_slot *sl, const struct walk
     sl->dio.len = len;
     sl->dio.cb = walk_read_done;
     sl->done = false;
-    dev_submit(SEG_DEV(c, sl->s)->dev, &sl->dio);
+    dev_submit(seg_cdev(c, sl->s)->dev, &sl->dio);
 }
 
 /* The first read of a header is one sector, where nearly every header
@@ -530,8 +530,8 @@ static bool stopped_clean(const struct recovery *rc, uint64_t seq, uint64_t clai
 static void find_damage(struct recovery *rc, uint32_t s)
 {
     struct cache *c = rc->c;
-    struct segment *sg = SEG(c, s);
-    struct tc_dev *dev = SEG_DEV(c, s)->dev;
+    struct segment *sg = space_seg(&c->sp, s);
+    struct tc_dev *dev = seg_cdev(c, s)->dev;
     uint64_t base = seg_dev_offset(c, s);
     uint32_t at = rc->stop[s];
     uint64_t seq = sg->seq;
@@ -667,7 +667,7 @@ static void chunk_read_submit(struct cache *c, struct chunk_read *rd, struct tc_
     dio->cb = chunk_read_done;
     dio->priv = rd;
     rd->pending++;
-    dev_submit(SEG_DEV(c, rd->s)->dev, dio);
+    dev_submit(seg_cdev(c, rd->s)->dev, dio);
 }
 
 static void chunk_data_room(struct chunk_read *rd, size_t len)
@@ -685,8 +685,8 @@ static bool read_entries(struct recovery *rc, struct chunk_read *rd)
 {
     struct cache *c = rc->c;
     uint32_t s = rd->s;
-    struct segment *sg = SEG(c, s);
-    struct tc_dev *dev = SEG_DEV(c, s)->dev;
+    struct segment *sg = space_seg(&c->sp, s);
+    struct tc_dev *dev = seg_cdev(c, s)->dev;
     uint64_t base = seg_dev_offset(c, s);
     const struct chunk_ref *cr = &sg->chunks[rd->k];
     size_t hlen = (size_t)cr->hdr_sectors * TC_SECTOR;
@@ -776,14 +776,14 @@ static void read_live_entries(struct recovery *rc, const uint32_t *live, uint32_
     uint32_t broken = UINT32_MAX;           /* a segment whose rest cannot be read */
     for (;;) {
         while (issued - applied < RECOVERY_DEPTH) {
-            while (li < nlive && k >= SEG(c, live[li])->nchunks) {
+            while (li < nlive && k >= space_seg(&c->sp, live[li])->nchunks) {
                 li++;
                 k = 0;
             }
             if (li == nlive)
                 break;
             uint32_t s = live[li];
-            const struct chunk_ref *cr = &SEG(c, s)->chunks[k];
+            const struct chunk_ref *cr = &space_seg(&c->sp, s)->chunks[k];
             uint64_t base = seg_dev_offset(c, s);
             size_t dlen = (size_t)cr->data_sectors * TC_SECTOR;
             bool with_data = dlen > 0 && rc->cseq[s][k] > rc->durable;
@@ -936,7 +936,7 @@ static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
 {
     struct group *g = group_at(&c->sp, slot);
     for (unsigned k = 0; k < g->nsegs; k++)
-        if (SEG(c, g->segs[k])->dev == dev)
+        if (space_seg(&c->sp, g->segs[k])->dev == dev)
             return true;
     return false;
 }
@@ -973,7 +973,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     uint32_t *live = tc_xmalloc((size_t)c->sp.nsegs * sizeof *live);
     uint32_t nlive = 0;
     for (uint32_t s = 0; s < c->sp.nsegs; s++) {
-        struct segment *sg = SEG(c, s);
+        struct segment *sg = space_seg(&c->sp, s);
         /* A segment of a device that failed later, from before the
          * failure, is free: its entries may be older than what the
          * origin received since (abandon.c, devfail_record()). */
@@ -987,7 +987,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     }
     for (uint32_t i = 1; i < nlive; i++) {          /* insertion sort by seq */
         uint32_t x = live[i], j = i;
-        while (j > 0 && SEG(c, live[j - 1])->seq > SEG(c, x)->seq) {
+        while (j > 0 && space_seg(&c->sp, live[j - 1])->seq > space_seg(&c->sp, x)->seq) {
             live[j] = live[j - 1];
             j--;
         }
@@ -996,7 +996,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     uint64_t prev = 0;
     uint32_t slot = NIL;
     for (uint32_t i = 0; i < nlive; i++) {
-        struct segment *sg = SEG(c, live[i]);
+        struct segment *sg = space_seg(&c->sp, live[i]);
         if (slot == NIL || sg->seq != prev)
             slot = space_push_group(&c->sp, sg->seq);
         prev = sg->seq;
@@ -1005,7 +1005,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
              * more): a second one of the same device and sequence is
              * damage no writer makes.  Its chunks are ignored; it is free. */
             tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
-                    "device; ignored", SEG_DEV(c, live[i])->dev->name, live[i],
+                    "device; ignored", seg_cdev(c, live[i])->dev->name, live[i],
                     (unsigned long long)sg->seq);
             sg->nchunks = 0;
             verify_forget(c->verify, live[i]);
@@ -1015,21 +1015,18 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         sg->state = SEG_CLOSED;
     }
     read_live_entries(&rc, live, nlive);
-    space_collect_free(c);
-    c->replaying = true;
+    space_collect_free(&c->sp);
+    c->replaying = c->sp.replaying = true;
     apply(&rc);
-    c->replaying = false;
+    c->replaying = c->sp.replaying = false;
 
-    c->next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
+    uint64_t next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
     /* Entries written from now on must be trusted at the next start. */
-    c->next_seq = TC_MAX(c->next_seq, c->abandoned_seq);
+    next_seq = TC_MAX(next_seq, c->abandoned_seq);
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
-        c->next_seq = TC_MAX(c->next_seq, c->failed_seq[i]);
-    c->chunks_issued = rc.max_chunk_seq;
-    c->chunks_written_upto = rc.max_chunk_seq;
-    c->flushed_upto = rc.max_chunk_seq;
-    c->tail_seq = nlive ? SEG(c, live[0])->seq : c->next_seq;
-    c->wt_stable_seq = rc.wt_stable;
+        next_seq = TC_MAX(next_seq, c->failed_seq[i]);
+    log_recovered(&c->lg, next_seq, rc.max_chunk_seq,
+                  nlive ? space_seg(&c->sp, live[0])->seq : next_seq, rc.wt_stable);
     c->st.recovered_entries = c->map.idx.count;
     c->st.recovered_dirty_sectors = c->map.dirty_sectors;
     c->st.recovered_dirty_blocks = c->map.dirty_blocks;

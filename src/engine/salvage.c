@@ -144,7 +144,7 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
             if (!mask_test(&d, s))
                 continue;
             uint32_t f = ce_locate(&c->map.idx, id, s);
-            uint64_t g = f == NIL ? 0 : SEG(c, frag_seg(&c->map.idx, f))->seq;
+            uint64_t g = f == NIL ? 0 : space_seg(&c->sp, frag_seg(&c->map.idx, f))->seq;
             if (f != NIL && c->damage_group_max != UINT64_MAX && g > c->damage_group_max)
                 mask_set(&safe, s);
             else

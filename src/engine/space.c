@@ -26,7 +26,7 @@
 
 uint64_t seg_dev_offset(struct cache *c, uint32_t s)
 {
-    struct cache_dev *d = SEG_DEV(c, s);
+    struct cache_dev *d = seg_cdev(c, s);
     return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
 }
 
@@ -40,10 +40,9 @@ struct group *oldest_group(struct space *sp)
 }
 
 /* Keeps invariant 6: only a segment nothing reads or writes is free. */
-static void push_free(struct cache *c, uint32_t s)
+static void push_free(struct space *sp, uint32_t s)
 {
-    struct segment *sg = SEG(c, s);
-    struct cache_dev *cd = &c->devs[sg->dev];
+    struct segment *sg = space_seg(sp, s);
     TC_ASSERT_ALWAYS(sg->pins == 0 && sg->writes_inflight == 0);
     sg->state = SEG_FREE;
     sg->seq = 0;
@@ -51,11 +50,17 @@ static void push_free(struct cache *c, uint32_t s)
     sg->fill = 0;
     sg->live = 0;
     sg->nchunks = 0;
-    if (cd->state != CDEV_OK)
+    if (sp->dev_failed[sg->dev])
         return;             /* a failed device's space is not space */
-    struct free_stack *fs = &c->sp.stacks[sg->dev];
+    struct free_stack *fs = &sp->stacks[sg->dev];
     fs->segs[fs->n++] = s;
-    c->sp.free_segs++;
+    sp->free_segs++;
+}
+
+static void freed(struct space *sp)
+{
+    if (sp->ev.freed)
+        sp->ev.freed(sp->ev.ctx);
 }
 
 int space_init(struct cache *c)
@@ -64,11 +69,13 @@ int space_init(struct cache *c)
     c->sp.groups_cap = c->sp.nsegs + 1;
     c->sp.groups = tc_xcalloc(c->sp.groups_cap, sizeof *c->sp.groups);
     c->sp.open_group = NIL;
+    c->sp.ndevs = c->ndevs;
+    c->sp.seg_sectors = c->seg_sectors;
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct cache_dev *cd = &c->devs[d];
         c->sp.stacks[d].segs = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
         for (uint32_t i = 0; i < cd->nsegs; i++) {
-            struct segment *sg = SEG(c, cd->first_seg + i);
+            struct segment *sg = space_seg(&c->sp, cd->first_seg + i);
             sg->dev = (uint8_t)d;
             sg->group = NIL;
         }
@@ -76,12 +83,12 @@ int space_init(struct cache *c)
     return 0;
 }
 
-void space_collect_free(struct cache *c)
+void space_collect_free(struct space *sp)
 {
-    for (uint32_t s = c->sp.nsegs; s-- > 0;)
-        if (SEG(c, s)->state == SEG_FREE && SEG(c, s)->group == NIL) {
-            SEG(c, s)->state = SEG_CLOSED;    /* push_free sets FREE and counts it */
-            push_free(c, s);
+    for (uint32_t s = sp->nsegs; s-- > 0;)
+        if (sp->segs[s].state == SEG_FREE && sp->segs[s].group == NIL) {
+            sp->segs[s].state = SEG_CLOSED;    /* push_free sets FREE and counts it */
+            push_free(sp, s);
         }
 }
 
@@ -94,7 +101,6 @@ void space_fini(struct cache *c)
     /* c->sp.segs is NULL when an attach failed before space_init(). */
     for (uint32_t s = 0; c->sp.segs && s < c->sp.nsegs; s++) {
         free(c->sp.segs[s].chunks);
-        free(c->sp.segs[s].image);
     }
     free(c->sp.segs);
     free(c->sp.groups);
@@ -118,33 +124,34 @@ void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
     sp->segs[s].seq = g->seq;
 }
 
-bool space_open_group(struct cache *c)
+bool space_open_group(struct space *sp, uint64_t *next_seq)
 {
     uint32_t picked[TC_MAX_DEVICES];
     unsigned n = 0;
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        if (c->devs[d].state != CDEV_OK)
+    TC_ASSERT(sp->open_group == NIL);
+    for (unsigned d = 0; d < sp->ndevs; d++) {
+        if (sp->dev_failed[d])
             continue;
-        struct free_stack *fs = &c->sp.stacks[d];
+        struct free_stack *fs = &sp->stacks[d];
         if (fs->n == 0)
             continue;
         picked[n++] = fs->segs[--fs->n];
-        c->sp.free_segs--;
+        sp->free_segs--;
     }
     if (n == 0)
         return false;
-    uint32_t slot = space_push_group(&c->sp, c->next_seq++);
-    struct group *g = &c->sp.groups[slot];
+    uint32_t slot = space_push_group(sp, (*next_seq)++);
+    struct group *g = &sp->groups[slot];
     g->open = true;
     for (unsigned i = 0; i < n; i++) {
-        struct segment *sg = SEG(c, picked[i]);
+        struct segment *sg = space_seg(sp, picked[i]);
         sg->state = SEG_OPEN;
         sg->fill = 0;
         sg->live = 0;
         sg->nchunks = 0;
-        space_group_add_seg(&c->sp, slot, picked[i]);
+        space_group_add_seg(sp, slot, picked[i]);
     }
-    c->sp.open_group = slot;
+    sp->open_group = slot;
     return true;
 }
 
@@ -158,6 +165,7 @@ void space_close_group(struct space *sp)
 
 void space_drop_free(struct space *sp, unsigned dev)
 {
+    sp->dev_failed[dev] = true;
     sp->free_segs -= sp->stacks[dev].n;
     sp->stacks[dev].n = 0;
 }
@@ -170,13 +178,13 @@ void space_free_group(struct cache *c)
     TC_ASSERT_ALWAYS(c->sp.ngroups > 0 && !g->open);
     for (unsigned i = 0; i < g->nsegs; i++) {
         uint32_t s = g->segs[i];
-        struct segment *sg = SEG(c, s);
+        struct segment *sg = space_seg(&c->sp, s);
         verify_forget(c->verify, s);
         sg->group = NIL;
         if (sg->pins > 0 || sg->writes_inflight > 0)
             sg->state = SEG_RETIRED_PINNED;
         else
-            push_free(c, s);
+            push_free(&c->sp, s);
     }
     c->sp.group_tail = (c->sp.group_tail + 1) % c->sp.groups_cap;
     c->sp.ngroups--;
@@ -203,17 +211,17 @@ bool space_has_free(const struct space *sp, unsigned ndevs)
 }
 
 /* Keeps invariant 10. */
-void seg_add_live(struct cache *c, uint32_t seg, int delta)
+void seg_add_live(struct space *sp, uint32_t seg, int delta)
 {
     if (seg == NIL)
         return;
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = space_seg(sp, seg);
     int64_t live = (int64_t)sg->live + delta;
     TC_ASSERT_ALWAYS(live >= 0);
     /* Not while replaying: chunk_decode() does not refuse entries that
      * share data sectors (no writer makes them), so a log crafted so
      * could count more; that is input, not the engine's state. */
-    TC_ASSERT(live <= (int64_t)c->seg_sectors || c->replaying);
+    TC_ASSERT(live <= (int64_t)sp->seg_sectors || sp->replaying);
     sg->live = (uint32_t)live;
 }
 
@@ -226,22 +234,22 @@ void seg_pin(struct space *sp, uint32_t seg)
     sg->pins++;
 }
 
-void seg_unpin(struct cache *c, uint32_t seg)
+void seg_unpin(struct space *sp, uint32_t seg)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = space_seg(sp, seg);
     TC_ASSERT_ALWAYS(sg->pins > 0);
     if (--sg->pins == 0 && sg->state == SEG_RETIRED_PINNED && sg->writes_inflight == 0) {
-        push_free(c, seg);
-        cleaner_space_freed(c);
+        push_free(sp, seg);
+        freed(sp);
     }
 }
 
-void space_write_done(struct cache *c, uint32_t seg)
+void space_write_done(struct space *sp, uint32_t seg)
 {
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = space_seg(sp, seg);
     if (sg->pins == 0 && sg->writes_inflight == 0 && sg->state == SEG_RETIRED_PINNED) {
-        push_free(c, seg);
-        cleaner_space_freed(c);
+        push_free(sp, seg);
+        freed(sp);
     }
 }
 
@@ -251,7 +259,7 @@ void space_write_done(struct cache *c, uint32_t seg)
 static void crcs_dropped(void *arg, uint32_t s)
 {
     struct cache *c = arg;
-    struct segment *sg = SEG(c, s);
+    struct segment *sg = space_seg(&c->sp, s);
     for (uint32_t i = 0; i < sg->nchunks; i++)
         sg->chunks[i].crcs_loaded = 0;
 }
@@ -305,7 +313,7 @@ void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf)
 {
     verify_store(c->verify, seg, chunk_start, h, hdr_buf);
-    struct segment *sg = SEG(c, seg);
+    struct segment *sg = space_seg(&c->sp, seg);
     for (uint32_t i = 0; i < sg->nchunks; i++)
         if (sg->chunks[i].start == chunk_start)
             sg->chunks[i].crcs_loaded = 1;

@@ -24,6 +24,14 @@
  * the pins of reads in flight.  reserve_segs free segments are kept for
  * the cleaner: appends that are not the cleaner's stop there.
  *
+ * What Space needs from above it, it signals through an event registered
+ * at attach (struct space_events): "freed" when a retired segment became
+ * free after the fact (its last read or chunk write ended), so the
+ * cleaner can wake appends waiting for room.  It never calls the cleaner.
+ * It keeps what it must know of the rest: the number of devices, which of
+ * them failed (space_drop_free()), the segment size, and whether recovery
+ * is replaying the log (live counts are then input: invariant 10).
+ *
  * Invariants (numbered as in cache.h):
  *
  * Invariant 4: entries only point into segments of live groups.
@@ -44,6 +52,7 @@
 #include <stdint.h>
 
 #include "format/ondisk.h"
+#include "util/assert.h"
 
 enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };
 
@@ -66,7 +75,6 @@ struct segment {
     uint32_t live;              /* data sectors that index entries point to */
     uint32_t pins;              /* reads in flight */
     uint32_t writes_inflight;   /* chunk writes in flight */
-    uint8_t *image;             /* RAM image while open or writing */
     struct chunk_ref *chunks;
     uint32_t nchunks, chunks_cap;
 };
@@ -87,6 +95,13 @@ struct free_stack {
     uint32_t n;
 };
 
+/* Registered at attach; ctx is given back. */
+struct space_events {
+    /* A retired segment became free (seg_unpin(), space_write_done()). */
+    void (*freed)(void *ctx);
+    void *ctx;
+};
+
 struct space {
     struct segment *segs;
     uint32_t nsegs, free_segs;
@@ -95,7 +110,24 @@ struct space {
     uint32_t groups_cap, group_tail, ngroups;
     uint32_t open_group;            /* ring slot, or NIL */
     struct free_stack stacks[TC_MAX_DEVICES];   /* by device */
+    unsigned ndevs;
+    bool dev_failed[TC_MAX_DEVICES];    /* space_drop_free(): no space there */
+    uint32_t seg_sectors;
+    bool replaying;                 /* recovery applies the log (invariant 10) */
+    struct space_events ev;
 };
+
+/* Segment s, and the index of its device in cache->devs. */
+static inline struct segment *space_seg(struct space *sp, uint32_t s)
+{
+    TC_ASSERT(s < sp->nsegs);
+    return &sp->segs[s];
+}
+static inline unsigned space_seg_dev(const struct space *sp, uint32_t s)
+{
+    TC_ASSERT(s < sp->nsegs);
+    return sp->segs[s].dev;
+}
 
 /* The group at a ring slot, the oldest (NULL: none), and its slot. */
 struct group *group_at(struct space *sp, uint32_t slot);
@@ -103,12 +135,19 @@ struct group *oldest_group(struct space *sp);
 uint32_t group_slot_of_oldest(const struct space *sp);
 /* The open group (if any) takes no more appends. */
 void space_close_group(struct space *sp);
+/* Open a new group from free segments, numbered *next_seq (which then
+ * goes up by one); false if none is free. */
+bool space_open_group(struct space *sp, uint64_t *next_seq);
+/* After recovery: every segment outside a live group goes on a free stack,
+ * highest numbers first so that allocation proceeds from low to high. */
+void space_collect_free(struct space *sp);
 /* Recovery rebuilds the ring: add a group as the newest, then its segments. */
 uint32_t space_push_group(struct space *sp, uint64_t seq);
 void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s);
 
 /* Device dev failed: its free segments are no longer space (the stack is
- * emptied; push_free() leaves a failed device's segments off it). */
+ * emptied; push_free() leaves a failed device's segments off it, and no
+ * group takes one of them again). */
 void space_drop_free(struct space *sp, unsigned dev);
 
 /* The free-space test: the cleaner works below the low water mark (and
@@ -118,9 +157,16 @@ uint32_t space_high_water(const struct space *sp, unsigned ndevs);
 /* True while the cache has room without reclaiming (policies admit freely). */
 bool space_has_free(const struct space *sp, unsigned ndevs);
 
-/* A read pins a segment of a live group (invariant 6); seg_unpin() is
- * cache.h's (the last unpin of a retired segment frees it). */
+/* A read pins a segment of a live group (invariant 6); the last unpin of
+ * a retired segment frees it (the freed event). */
 void seg_pin(struct space *sp, uint32_t seg);
+void seg_unpin(struct space *sp, uint32_t seg);
+/* The last chunk write of a segment ended (a retired one may become free:
+ * the freed event). */
+void space_write_done(struct space *sp, uint32_t seg);
+/* Fragments keeping delta more (or fewer) data sectors in seg (NIL:
+ * nothing) -- invariant 10. */
+void seg_add_live(struct space *sp, uint32_t seg, int delta);
 
 /* The chunk holding (seg, off), for reading its header (NULL: none). */
 const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off);

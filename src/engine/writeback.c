@@ -529,7 +529,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
                             .target = tc_loc(head.seg, head.off), .valid = b->dirty,
                             .use_reserve = true };
-        log_append(c, &a, NULL, NULL, NULL, NULL, NULL);
+        log_append(c, &a, NULL);
         map_mark_clean(c, id, &b->dirty);
         cache_trace(c, b->oblock, "written back and cleaned %llx", (unsigned long long)b->dirty.w[0]);
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
@@ -1014,8 +1014,8 @@ static void commit_origin_flushed(struct tc_dev_io *dio, int err)
     wb->committing = false;
     if (err == 0 && origin_window_flushed(c, wb->commit_mark))
         err = -EIO;     /* not durable: the stable mark stays (originwin.c) */
-    if (err == 0 && wb->commit_candidate > c->wt_stable_seq)
-        c->wt_stable_seq = wb->commit_candidate;
+    if (err == 0)
+        log_wt_stable(&c->lg, wb->commit_candidate);
     log_seal_all(c, true);
     log_commit(c);
     free_if_done(c);    /* stopped while the flush ran? */
@@ -1039,7 +1039,7 @@ static void tick(struct tc_timer *t)
     origin_window_check(c);
     if ((now - wb->last_commit >= COMMIT_NS || origin_window_full(c)) && !wb->committing) {
         wb->last_commit = now;
-        if ((c->wt_stable_seq < wt_stable_candidate(c) || origin_window_pending(c)) &&
+        if ((c->lg.wt_stable_seq < wt_stable_candidate(c) || origin_window_pending(c)) &&
             c->vol->origin->can_flush) {
             /* Write-through versions: flush the origin, then record them
              * as stable, so a crash re-checks only the last seconds.  The
@@ -1054,7 +1054,7 @@ static void tick(struct tc_timer *t)
             wb->commit_dio.op = TC_DEV_FLUSH;
             wb->commit_dio.cb = commit_origin_flushed;
             dev_submit(c->vol->origin, &wb->commit_dio);
-        } else if (c->chunks_issued > c->flushed_upto || !log_idle(c)) {
+        } else if (c->lg.chunks_issued > c->lg.flushed_upto || !log_idle(&c->lg)) {
             log_commit(c);
         }
     }

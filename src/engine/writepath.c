@@ -88,8 +88,7 @@ struct wpiece {
     bool merging;
     bool owt;                       /* the block had a write-through version (CE_WT) */
     struct tc_mask ovalid, odirty;  /* the block before this write */
-    uint64_t wt_seq;                /* sequence of a write-through entry */
-    struct wpiece *wt_prev, *wt_next;
+    struct log_wt wt;               /* a write-through entry's origin write in flight */
     struct tc_join join;            /* parallel write-through: its two parts */
     struct log_waiter tw;           /* the tombstone after a failed origin write */
     int origin_err;                 /* ... and the error answered once it is durable */
@@ -140,48 +139,21 @@ static const uint8_t *zero_block(void)
     return z;
 }
 
-/* Write-through entries whose origin write is in flight (c->wt_inflight):
- * a FLUSH may only declare stable what is older than the oldest of them. */
-static void wt_track(struct wpiece *p, uint64_t seq)
-{
-    struct cache *c = p->w->c;
-    p->wt_seq = seq;
-    p->wt_prev = NULL;
-    p->wt_next = c->wt_inflight;
-    if (c->wt_inflight)
-        c->wt_inflight->wt_prev = p;
-    c->wt_inflight = p;
-}
-
-static void wt_untrack(struct wpiece *p)
-{
-    if (p->wt_seq == 0)
-        return;
-    if (p->wt_prev)
-        p->wt_prev->wt_next = p->wt_next;
-    else
-        p->w->c->wt_inflight = p->wt_next;
-    if (p->wt_next)
-        p->wt_next->wt_prev = p->wt_prev;
-    p->wt_seq = 0;
-}
-
 /*
  * The highest write-through stable mark that may be recorded once the
  * origin has been flushed: below every version whose origin write is in
  * flight, and below every version recovery made dirty that writeback has
- * not yet put on the origin.  The latter are not in wt_inflight, and the
- * log records them as clean write-through versions: only the stable mark
+ * not yet put on the origin.  The former are tracked by the log
+ * (log_wt_track(): a FLUSH may only declare stable what is older than the
+ * oldest of them); the latter are not, and the log records them as clean
+ * write-through versions: only the stable mark
  * staying below them keeps the next recovery marking them dirty again.
  * A mark recorded past them, then a crash before their writeback, would
  * make them clean while the origin may still hold older data.
  */
 uint64_t wt_stable_candidate(struct cache *c)
 {
-    uint64_t min = c->next_seq;
-    for (struct wpiece *p = c->wt_inflight; p; p = p->wt_next)
-        if (p->wt_seq < min)
-            min = p->wt_seq;
+    uint64_t min = log_wt_oldest(&c->lg);
     if (c->map.wt_recovered && c->map.wt_recovered_min < min)
         min = c->map.wt_recovered_min;
     return min - 1;
@@ -248,7 +220,7 @@ static void piece_done(struct wpiece *p, int err)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
-    wt_untrack(p);
+    log_wt_untrack(&p->w->c->lg, &p->wt);
     if (err == 0 && p->mode != W_DISCARD) {
         struct tc_mask m;
         mask_range(&m, p->s0, p->s1);
@@ -299,7 +271,7 @@ static void piece_done(struct wpiece *p, int err)
  * origin as several writes.
  *
  * Each piece keeps its own bookkeeping: its block lock, its write-through
- * tracking (wt_inflight) and its origin-write registration (owrite, taken
+ * tracking (log_wt_track()) and its origin-write registration (owrite, taken
  * when it becomes ready, as before) last until the run's write completes,
  * and the completion (error handling included) runs for each piece.
  */
@@ -340,7 +312,7 @@ static void tombstone_append(struct wpiece *p)
                         .use_reserve = true, .urgent = true };
     p->tw.fn = failure_durable;
     p->tw.need_flush = true;
-    if (log_append(c, &a, NULL, NULL, NULL, NULL, &p->tw) == -ENOSPC) {
+    if (log_append(c, &a, &p->tw).err == -ENOSPC) {
         p->tw.fn = tombstone_room;
         cleaner_wait_space(c, &p->tw);
     }
@@ -566,7 +538,7 @@ static void append_version(struct wpiece *p)
          * contents are unspecified anyway). */
         p->lw.need_flush = p->mode == W_AROUND;
         w->log_waits++;
-        int rc = log_append(c, &a, NULL, NULL, NULL, NULL, &p->lw);
+        int rc = log_append(c, &a, &p->lw).err;
         if (rc == -ENOSPC) {
             w->log_waits--;
             p->lw.fn = space_ready;
@@ -623,8 +595,6 @@ static void append_version(struct wpiece *p)
         .data = data,
         .mirror = !mask_empty(&dirty_new) && c->vol->cfg.dirty_copies > 1,
     };
-    uint32_t seg, mseg;
-    uint16_t off, moff;
     struct log_waiter *lw = NULL;
     bool parallel = false;
     if (p->mode == W_THROUGH) {
@@ -646,10 +616,10 @@ static void append_version(struct wpiece *p)
     bool log_wait = lw != NULL && !parallel;
     if (log_wait)
         w->log_waits++;
-    int rc = log_append(c, &a, &seg, &off, &mseg, &moff, lw);
+    struct log_loc at = log_append(c, &a, lw);
     if (merged)
         bufpool_put(merged, (size_t)n * TC_SECTOR);
-    if (rc == -ENOSPC) {
+    if (at.err == -ENOSPC) {
         if (log_wait)
             w->log_waits--;
         p->join = (struct tc_join){ 0 };    /* neither part started */
@@ -664,9 +634,9 @@ static void append_version(struct wpiece *p)
         return;
     }
     if (p->mode == W_THROUGH)
-        wt_track(p, c->next_seq - 1);
-    map_add_fragment(c, p->oblock, &stored, &dirty_new, seg, off, mseg,
-                       moff, (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
+        log_wt_track(&c->lg, &p->wt, at.seq);
+    map_add_fragment(c, p->oblock, &stored, &dirty_new, at.seg, at.off, at.mseg,
+                       at.moff, (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
@@ -951,8 +921,8 @@ static void flush_origin_done(struct tc_dev_io *dio, int err)
         f->e->err = err;
     else if (origin_window_flushed(f->c, f->mark))
         ;   /* writes it was to cover may be lost: no new stable mark (EIO follows) */
-    else if (f->candidate > f->c->wt_stable_seq)
-        f->c->wt_stable_seq = f->candidate;     /* carried by the next chunk header */
+    else
+        log_wt_stable(&f->c->lg, f->candidate);     /* carried by the next chunk header */
     f->lw.fn = flush_synced;
     log_sync(f->c, &f->lw);
 }

@@ -262,8 +262,8 @@ static void check_recovered(struct cache *c)
         CHECK(g->nsegs >= 1 && g->nsegs <= c->ndevs, "group %llu has %u segments",
               (unsigned long long)g->seq, g->nsegs);
         CHECK(i == 0 || g->seq > prev_seq, "groups out of order");
-        CHECK(g->seq < c->next_seq, "group %llu, next sequence %llu",
-              (unsigned long long)g->seq, (unsigned long long)c->next_seq);
+        CHECK(g->seq < c->lg.next_seq, "group %llu, next sequence %llu",
+              (unsigned long long)g->seq, (unsigned long long)c->lg.next_seq);
         prev_seq = g->seq;
         for (unsigned k = 0; k < g->nsegs; k++) {
             uint32_t s = g->segs[k];
@@ -271,18 +271,18 @@ static void check_recovered(struct cache *c)
                   s, c->sp.nsegs);
             CHECK(!in_group[s], "segment %u in two groups", s);
             in_group[s] = 1;
-            struct segment *sg = SEG(c, s);
+            struct segment *sg = space_seg(&c->sp, s);
             CHECK(sg->group == slot && sg->seq == g->seq && sg->state == SEG_CLOSED,
                   "segment %u: group %u state %u", s, sg->group, sg->state);
             for (unsigned k2 = 0; k2 < k; k2++)
-                CHECK(SEG(c, g->segs[k2])->dev != sg->dev,
+                CHECK(space_seg(&c->sp, g->segs[k2])->dev != sg->dev,
                       "group %llu holds two segments of device %u", (unsigned long long)g->seq,
                       sg->dev);
         }
     }
     uint32_t free_segs = 0;
     for (uint32_t s = 0; s < c->sp.nsegs; s++) {
-        struct segment *sg = SEG(c, s);
+        struct segment *sg = space_seg(&c->sp, s);
         CHECK(sg->fill <= c->seg_sectors, "segment %u filled to %u of %u", s, sg->fill,
               c->seg_sectors);
         for (uint32_t k = 0; k < sg->nchunks; k++) {
@@ -302,7 +302,7 @@ static void check_recovered(struct cache *c)
     for (unsigned d = 0; d < c->ndevs; d++) {
         for (uint32_t i = 0; i < c->sp.stacks[d].n; i++) {
             uint32_t s = c->sp.stacks[d].segs[i];
-            CHECK(s < c->sp.nsegs && SEG(c, s)->dev == d && in_group[s] == 0,
+            CHECK(s < c->sp.nsegs && space_seg(&c->sp, s)->dev == d && in_group[s] == 0,
                   "device %u: free list holds segment %u", d, s);
             in_group[s] = 2;
         }

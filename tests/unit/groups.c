@@ -1,8 +1,9 @@
 /*
  * The group ring and the free segments (engine/space.c), on a struct
  * cache built by hand: devices with segment counts only, no device I/O,
- * no index, no log.  (space.c takes the whole struct cache; it needs of
- * it only the devices, the segments, the ring and the verify cache.)
+ * no index, no log, no events registered.  (space_init() and
+ * space_free_group() take the whole struct cache: the devices and the
+ * verify cache; the rest takes struct space.)
  *
  * Checked: a group takes one free segment of every usable device, lowest
  * numbers first, so groups narrow as devices run out and opening fails
@@ -55,7 +56,7 @@ static struct cache *make_bare_cache(void)
 static struct cache *make_cache(void)
 {
     struct cache *c = make_bare_cache();
-    space_collect_free(c);
+    space_collect_free(&c->sp);
     return c;
 }
 
@@ -84,8 +85,8 @@ static unsigned audit(struct cache *c)
         for (unsigned i = 0; i < g->nsegs; i++) {
             uint32_t s = g->segs[i];
             where[s]++;
-            if (SEG(c, s)->group != slot || SEG(c, s)->seq != g->seq ||
-                SEG(c, s)->state == SEG_FREE)
+            if (space_seg(&c->sp, s)->group != slot || space_seg(&c->sp, s)->seq != g->seq ||
+                space_seg(&c->sp, s)->state == SEG_FREE)
                 bad++;
         }
     }
@@ -95,7 +96,7 @@ static unsigned audit(struct cache *c)
         for (uint32_t i = 0; i < fs->n; i++) {
             uint32_t s = fs->segs[i];
             where[s]++;
-            if (SEG(c, s)->state != SEG_FREE || SEG(c, s)->dev != d || SEG(c, s)->group != NIL)
+            if (space_seg(&c->sp, s)->state != SEG_FREE || space_seg(&c->sp, s)->dev != d || space_seg(&c->sp, s)->group != NIL)
                 bad++;
         }
         nfree += fs->n;
@@ -103,8 +104,8 @@ static unsigned audit(struct cache *c)
     if (nfree != c->sp.free_segs)
         bad++;
     for (uint32_t s = 0; s < NSEGS; s++) {
-        bool elsewhere = SEG(c, s)->group == NIL && SEG(c, s)->state != SEG_FREE;
-        bool failed = c->devs[SEG(c, s)->dev].state != CDEV_OK && SEG(c, s)->group == NIL;
+        bool elsewhere = space_seg(&c->sp, s)->group == NIL && space_seg(&c->sp, s)->state != SEG_FREE;
+        bool failed = c->devs[space_seg(&c->sp, s)->dev].state != CDEV_OK && space_seg(&c->sp, s)->group == NIL;
         if (where[s] != 1 && !(where[s] == 0 && (elsewhere || failed)))
             bad++;
     }
@@ -133,16 +134,16 @@ static void check_fill_and_free(void)
     static const uint32_t wn[5] = { 3, 3, 3, 2, 1 };
     for (int k = 0; k < 5; k++) {
         space_close_group(&c->sp);
-        CHECK(space_open_group(c));
+        CHECK(space_open_group(&c->sp, &c->lg.next_seq));
         struct group *g = group_at(&c->sp, c->sp.open_group);
         CHECK(group_is(g, wn[k], want[k]));
         CHECK(g->seq == (uint64_t)k && g->open);
         for (unsigned i = 0; i < g->nsegs; i++)
-            CHECK(SEG(c, g->segs[i])->state == SEG_OPEN);
+            CHECK(space_seg(&c->sp, g->segs[i])->state == SEG_OPEN);
         CHECK(audit(c) == 0);
     }
     space_close_group(&c->sp);
-    CHECK(c->sp.free_segs == 0 && !space_open_group(c) && c->sp.ngroups == 5 && c->next_seq == 5);
+    CHECK(c->sp.free_segs == 0 && !space_open_group(&c->sp, &c->lg.next_seq) && c->sp.ngroups == 5 && c->lg.next_seq == 5);
     CHECK(c->sp.open_group == NIL && audit(c) == 0);
 
     printf("the oldest group is freed first; its segments are reused\n");
@@ -150,7 +151,7 @@ static void check_fill_and_free(void)
     space_free_group(c);
     CHECK(c->sp.ngroups == 4 && oldest_group(&c->sp)->seq == 1 && c->sp.free_segs == 3);
     CHECK(audit(c) == 0);
-    CHECK(space_open_group(c));
+    CHECK(space_open_group(&c->sp, &c->lg.next_seq));
     CHECK(group_is(group_at(&c->sp, c->sp.open_group), 3, want[0]) &&
           group_at(&c->sp, c->sp.open_group)->seq == 5);
     space_close_group(&c->sp);
@@ -161,22 +162,22 @@ static void check_fill_and_free(void)
     seg_pin(&c->sp, 6);
     seg_pin(&c->sp, 6);
     space_free_group(c);
-    CHECK(c->sp.free_segs == 2 && SEG(c, 6)->state != SEG_FREE && SEG(c, 6)->group == NIL);
+    CHECK(c->sp.free_segs == 2 && space_seg(&c->sp, 6)->state != SEG_FREE && space_seg(&c->sp, 6)->group == NIL);
     CHECK(audit(c) == 0);
-    seg_unpin(c, 6);
-    CHECK(c->sp.free_segs == 2 && SEG(c, 6)->state != SEG_FREE);
-    seg_unpin(c, 6);
-    CHECK(c->sp.free_segs == 3 && SEG(c, 6)->state == SEG_FREE);
+    seg_unpin(&c->sp, 6);
+    CHECK(c->sp.free_segs == 2 && space_seg(&c->sp, 6)->state != SEG_FREE);
+    seg_unpin(&c->sp, 6);
+    CHECK(c->sp.free_segs == 3 && space_seg(&c->sp, 6)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     /* A segment with a chunk write in flight: freed by space_write_done. */
     struct group *g2 = oldest_group(&c->sp);         /* seq 2: 2, 7, 10 */
     CHECK(g2->seq == 2);
-    SEG(c, 7)->writes_inflight = 1;
+    space_seg(&c->sp, 7)->writes_inflight = 1;
     space_free_group(c);
-    CHECK(c->sp.free_segs == 5 && SEG(c, 7)->state != SEG_FREE);
-    SEG(c, 7)->writes_inflight = 0;
-    space_write_done(c, 7);
-    CHECK(c->sp.free_segs == 6 && SEG(c, 7)->state == SEG_FREE);
+    CHECK(c->sp.free_segs == 5 && space_seg(&c->sp, 7)->state != SEG_FREE);
+    space_seg(&c->sp, 7)->writes_inflight = 0;
+    space_write_done(&c->sp, 7);
+    CHECK(c->sp.free_segs == 6 && space_seg(&c->sp, 7)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     free_cache(c);
 }
@@ -189,7 +190,7 @@ static void check_wrap(void)
     unsigned bad = 0;
     for (int step = 0; step < 2000; step++) {
         space_close_group(&c->sp);
-        if (space_open_group(c)) {
+        if (space_open_group(&c->sp, &c->lg.next_seq)) {
             opened++;
             if (group_at(&c->sp, c->sp.open_group)->seq != opened - 1)
                 bad++;
@@ -212,32 +213,32 @@ static void check_wrap(void)
         space_free_group(c);
     }
     CHECK(c->sp.free_segs == NSEGS && audit(c) == 0);
-    CHECK(space_open_group(c));
+    CHECK(space_open_group(&c->sp, &c->lg.next_seq));
     struct group *g = group_at(&c->sp, c->sp.open_group);
     CHECK(g->nsegs == 3);
     uint32_t dev1_seg = g->segs[1];
-    CHECK(SEG(c, dev1_seg)->dev == 1);
+    CHECK(space_seg(&c->sp, dev1_seg)->dev == 1);
     /* What failure.c does when a device fails: its free stack goes. */
     c->devs[1].state = CDEV_FAILING;
     space_drop_free(&c->sp, 1);
     space_close_group(&c->sp);
     space_free_group(c);
-    CHECK(SEG(c, dev1_seg)->state == SEG_FREE);
+    CHECK(space_seg(&c->sp, dev1_seg)->state == SEG_FREE);
     CHECK(c->sp.free_segs == NSEGS - dev_segs[1] && audit(c) == 0);
     /* Devices 0 and 2 have 9 segments: four groups of two, one of one. */
     for (int k = 0; k < 5; k++) {
         space_close_group(&c->sp);
-        if (!space_open_group(c)) {
+        if (!space_open_group(&c->sp, &c->lg.next_seq)) {
             CHECK(!"a group could be opened");
             break;
         }
         g = group_at(&c->sp, c->sp.open_group);
         CHECK(g->nsegs == (k < 4 ? 2 : 1));
         for (unsigned i = 0; i < g->nsegs; i++)
-            CHECK(SEG(c, g->segs[i])->dev != 1);
+            CHECK(space_seg(&c->sp, g->segs[i])->dev != 1);
     }
     space_close_group(&c->sp);
-    CHECK(!space_open_group(c) && c->sp.free_segs == 0 && audit(c) == 0);
+    CHECK(!space_open_group(&c->sp, &c->lg.next_seq) && c->sp.free_segs == 0 && audit(c) == 0);
     free_cache(c);
 }
 
@@ -251,18 +252,18 @@ static void check_push(void)
     space_group_add_seg(&c->sp, a, 6);
     uint32_t b = space_push_group(&c->sp, 11);
     space_group_add_seg(&c->sp, b, 9);
-    SEG(c, 2)->state = SEG(c, 6)->state = SEG(c, 9)->state = SEG_CLOSED;
-    space_collect_free(c);
-    c->next_seq = 12;
+    space_seg(&c->sp, 2)->state = space_seg(&c->sp, 6)->state = space_seg(&c->sp, 9)->state = SEG_CLOSED;
+    space_collect_free(&c->sp);
+    c->lg.next_seq = 12;
     CHECK(c->sp.ngroups == 2 && oldest_group(&c->sp)->seq == 10 && c->sp.free_segs == NSEGS - 3);
     CHECK(audit(c) == 0);
-    CHECK(space_open_group(c));
+    CHECK(space_open_group(&c->sp, &c->lg.next_seq));
     CHECK(group_at(&c->sp, c->sp.open_group)->seq == 12);
     static const uint32_t want[] = { 0, 5, 8 };  /* lowest free of each device */
     CHECK(group_is(group_at(&c->sp, c->sp.open_group), 3, want));
     CHECK(audit(c) == 0);
     space_free_group(c);
-    CHECK(oldest_group(&c->sp)->seq == 11 && SEG(c, 2)->state == SEG_FREE);
+    CHECK(oldest_group(&c->sp)->seq == 11 && space_seg(&c->sp, 2)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     free_cache(c);
 }

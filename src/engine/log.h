@@ -1,0 +1,229 @@
+/*
+ * Log: the writer of the cache's log (log.c).
+ *
+ * The log owns everything between an append and its durability: the heads
+ * (the chunk being built in each device's open segment), the RAM images of
+ * segments being written, the chunks in flight, the sequence numbers, the
+ * flush counters, the waiters, the seal timer, the write-through stable
+ * mark and the write-through versions whose origin writes are in flight.
+ * Space (space.h) owns the segments themselves; the log asks it for a new
+ * group and tells it when a segment's last chunk write ends.
+ *
+ *   device 0 head ──► segment 3 image: [hdr|data][hdr|data][hdr|data..  ]
+ *                                       written   in flight  ^ current chunk
+ *   device 1 head ──► segment 40 image: [hdr|data][hdr|da..              ]
+ *
+ *   chunks in flight (inflight_head .. inflight_tail), by chunk_seq:
+ *       41 (seg 3) ─► 42 (seg 40) ─► 43 (seg 3)
+ *   chunks_written_upto = 40: every chunk <= 40 is written; none > 43 issued
+ *
+ *   a waiter: on its head (chunk not sealed) ─► written_waiters (sealed,
+ *             target = its chunk_seq) ─► flush_waiters (written, needs a
+ *             flush) ─► woken
+ *
+ * What the log needs from above it, it signals through events registered
+ * at attach (struct log_events): "needs space" when an append found no
+ * room (or a new group took free segments: the cleaner looks at the free
+ * count), and "device error" when a chunk write or a device flush failed.
+ * It never calls the cleaner or the failure code itself.
+ *
+ * Invariants (numbered as in cache.h):
+ *
+ * Invariant 11: flushed_upto <= chunks_written_upto <= chunks_issued, and
+ * none of them goes back.
+ *
+ * Invariant 12: a log waiter waits on the head of the chunk it needs
+ * until that chunk is sealed; then on written_waiters, for an issued chunk
+ * (target <= chunks_issued); if it needs a flush, then on flush_waiters,
+ * for a written one (target <= chunks_written_upto).
+ *
+ * Invariant 19: the chunks in flight are listed in ascending chunk_seq; a
+ * segment's writes_inflight counts its chunks among them, and a segment
+ * has an image while it is open or has a chunk write in flight.
+ *
+ * Invariant 20: a head's current chunk fits its segment (chunk_start +
+ * hdr_sectors + data_fill <= seg_sectors).
+ *
+ * Invariant 21: wt_stable_seq never goes back, and every write-through
+ * version whose origin write is in flight (tracked: log_wt_track()) has a
+ * higher sequence: the stable mark never covers a version the origin may
+ * lack.
+ */
+#ifndef TC_ENGINE_LOG_H
+#define TC_ENGINE_LOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/mask.h"
+#include "format/ondisk.h"
+#include "io/dev.h"
+#include "io/reactor.h"
+#include "util/assert.h"
+#include "util/join.h"
+
+struct cache;
+struct log;
+struct tc_json;
+
+/* What a caller waits for after an append or a sync. */
+struct log_waiter {
+    void (*fn)(struct log_waiter *w, int err);
+    struct log_waiter *next;
+    uint64_t target;            /* chunk sequence to be written (and flushed) */
+    bool need_flush;
+};
+
+/* The chunk being built in one open segment. */
+struct head {
+    uint32_t seg;               /* NIL when the device has no open segment */
+    uint32_t chunk_start;       /* sector of the current chunk's header */
+    uint16_t hdr_sectors;       /* reserved for the current chunk's header */
+    uint16_t next_hdr_sectors;  /* what the next chunk reserves */
+    uint32_t data_fill;         /* data sectors appended to the current chunk */
+    struct tc_entry *entries;
+    uint32_t nentries, entries_cap;
+    bool urgent;                /* someone waits: write it now */
+    struct log_waiter *waiters; /* waiting for the current chunk */
+    uint32_t *crcs;             /* the current chunk's data CRCs */
+    uint32_t crcs_cap;
+};
+
+struct chunk_write {
+    struct tc_dev_io dio;
+    struct cache *cache;
+    uint32_t seg;
+    uint64_t chunk_seq;
+    struct chunk_write *prev, *next;    /* in flight, ordered by chunk_seq */
+};
+
+/* A write-through version whose origin write is in flight (invariant 21):
+ * embedded in the writer's state, linked while tracked (seq != 0). */
+struct log_wt {
+    struct log_wt *prev, *next;
+    uint64_t seq;
+};
+
+/* Track a write-through version whose origin write is in flight (seq:
+ * its entry's sequence), until log_wt_untrack() (which ignores one not
+ * tracked). */
+void log_wt_track(struct log *lg, struct log_wt *t, uint64_t seq);
+void log_wt_untrack(struct log *lg, struct log_wt *t);
+/* The lowest sequence tracked, or next_seq if none. */
+uint64_t log_wt_oldest(const struct log *lg);
+/* An origin flush made everything up to seq durable on the origin:
+ * raise the stable mark (never lowers it). */
+void log_wt_stable(struct log *lg, uint64_t seq);
+
+/* Registered at attach; ctx is given back to each. */
+struct log_events {
+    /* An append found no room, or a new group took free segments. */
+    void (*needs_space)(void *ctx);
+    /* A chunk write (write) or a device flush of device d failed. */
+    void (*device_error)(void *ctx, unsigned d, int err, bool write);
+    void *ctx;
+};
+
+/* Segment images are reused, not freed: a fresh 4 MiB mapping costs a
+ * thousand page faults on first touch. */
+#define LOG_IMAGE_POOL 8
+
+struct log {
+    struct head heads[TC_MAX_DEVICES];
+    unsigned next_dev;              /* round robin among open segments */
+
+    /* RAM images by segment (NULL: none), and the pool of spare ones. */
+    uint8_t **images;
+    uint32_t nsegs;
+    uint8_t *pool[LOG_IMAGE_POOL];
+    unsigned npool;
+
+    uint64_t next_seq;              /* sequence numbers of groups, chunks, entries */
+    uint64_t tail_seq;              /* oldest live group */
+    uint64_t wt_stable_seq;         /* write-through versions up to it are on the origin */
+    uint64_t chunks_issued;         /* chunk_seq of the last chunk written */
+    uint64_t chunks_written_upto;   /* every chunk up to this one is written */
+    uint64_t flushed_upto;          /* ... and flushed */
+    bool clean_stop;                /* sealing the chunks of a clean stop */
+    struct chunk_write *inflight_head, *inflight_tail;
+    struct log_waiter *written_waiters, *flush_waiters;
+    bool flushing;
+    struct tc_join flushes;         /* the devices' flushes of the running cache flush */
+    uint64_t flush_target;
+    struct tc_dev_io flush_dios[TC_MAX_DEVICES];
+    int error;                      /* first cache write error, reported to syncs */
+    struct tc_timer seal_timer;
+    uint64_t seal_delay_ns;
+    uint32_t chunk_target_sectors;  /* seal a chunk at this size */
+    struct tc_task seal_task;       /* seals urgent chunks after this pass */
+    bool seal_pending;
+    struct log_waiter commit;       /* the commit interval's sync */
+    bool commit_pending;
+    struct log_wt *wt_inflight;     /* invariant 21 */
+    struct log_events ev;
+    bool trace;                     /* TIERCACHE_TRACE_BLOCK=all: log the log's steps */
+};
+
+struct append {
+    uint64_t oblock;
+    uint8_t type;               /* TC_ENTRY_* */
+    uint8_t flags;              /* TC_ENTRY_WT, TC_ENTRY_MIRROR */
+    struct tc_mask valid, dirty;
+    uint64_t target;            /* CLEAN */
+    const void *data;           /* DATA: popcount(valid) sectors, packed */
+    bool mirror;                /* write a second copy on another device */
+    bool use_reserve;           /* the cleaner may use the reserved space */
+    bool urgent;                /* write the chunk now (someone waits on it) */
+};
+/* Where log_append() put an entry. */
+struct log_loc {
+    int err;                    /* 0, or -ENOSPC: nothing was appended */
+    uint32_t seg;               /* the data's location (of an entry without
+                                   data: where it would have gone) */
+    uint16_t off;
+    uint32_t mseg;              /* the mirror copy's (NIL: none) */
+    uint16_t moff;
+    uint64_t seq;               /* the entry's sequence number */
+};
+/* Appends an entry: copies the data into an open segment's image and
+ * records the entry in its chunk.  Returns its location (err 0), or err
+ * -ENOSPC if no space is free right now.  When w is given, w->fn runs
+ * once the chunk holding the entry is written (and flushed if
+ * w->need_flush). */
+struct log_loc log_append(struct cache *c, const struct append *a, struct log_waiter *w);
+/* Everything appended so far: written, and the devices flushed. */
+void log_sync(struct cache *c, struct log_waiter *w);
+/* A cache device failed: close its head, re-target waiters. */
+void log_device_failed(struct cache *c, unsigned d);
+void log_status_json(const struct log *lg, struct tc_json *j);
+/* The commit interval: seal and flush what was appended, nobody waiting. */
+void log_commit(struct cache *c);
+/* Write every partly filled chunk now (e.g. to persist a new tail). */
+void log_seal_all(struct cache *c, bool force_header);
+/* Seal every head's chunk and close the open group (the cleaner retires
+ * it next).  Unlike a full segment's close, this releases no image and
+ * counts no segment written: a chunk write in flight releases its own. */
+void log_close_group(struct cache *c);
+int log_init(struct cache *c);
+/* Recovery read the log back: the next sequence number, the newest chunk
+ * (written and flushed: it was read from the device), the tail and the
+ * write-through stable mark the newest chunk recorded. */
+void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,
+                   uint64_t wt_stable_seq);
+void log_fini(struct cache *c);
+/* Nothing appended waits to be written, no chunk write or flush runs. */
+bool log_idle(const struct log *lg);
+/* The RAM image of segment seg (NULL: none), laid out as on disk. */
+static inline const uint8_t *log_image(const struct log *lg, uint32_t seg)
+{
+    TC_ASSERT(seg < lg->nsegs);
+    return lg->images[seg];
+}
+/* Read sectors of a segment that still has its RAM image. */
+bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off, uint32_t nsectors,
+                    void *buf);
+/* Whether log_read_image() would find the segment's image (data-free
+ * reads, which copy nothing). */
+bool log_has_image(const struct log *lg, uint32_t seg);
+
+#endif
