@@ -18,11 +18,25 @@ void mask_range(struct tc_mask *m, unsigned s0, unsigned s1)
     }
 }
 
+/* Bits set in a word.  __builtin_popcountll() is a call into the
+ * compiler's library unless the build targets a CPU with POPCNT (not
+ * every x86_64 has it); this is a dozen inline instructions everywhere,
+ * and a zero word (most words of most masks) costs a test. */
+static inline unsigned popcount64(uint64_t x)
+{
+    if (x == 0)
+        return 0;
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
 unsigned mask_count(const struct tc_mask *m)
 {
     unsigned n = 0;
     for (int i = 0; i < TC_MASK_WORDS; i++)
-        n += (unsigned)__builtin_popcountll(m->w[i]);
+        n += popcount64(m->w[i]);
     return n;
 }
 
@@ -66,9 +80,9 @@ unsigned mask_rank(const struct tc_mask *m, unsigned s)
 {
     unsigned n = 0, w = s / 64;
     for (unsigned i = 0; i < w; i++)
-        n += (unsigned)__builtin_popcountll(m->w[i]);
+        n += popcount64(m->w[i]);
     if (s % 64)
-        n += (unsigned)__builtin_popcountll(m->w[w] & ((1ull << (s % 64)) - 1));
+        n += popcount64(m->w[w] & ((1ull << (s % 64)) - 1));
     return n;
 }
 

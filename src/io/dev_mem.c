@@ -48,18 +48,22 @@
 /*
  * One memory device's contents: an open-addressing hash table (linear
  * probing, deletion by backward shift, no tombstones) from page number to
- * a 4 KiB page, holding only pages that are not all zero.  A page keeps
- * how much of it comes before its trailing zeroes (after its 4096 bytes),
- * and only that much is copied in and out: a chunk header fills a few
- * hundred bytes of its sector.  A bitmap of the pages held answers most
- * look-ups (pages never written, or written with zeroes) without the
- * table.
+ * a 4 KiB page, holding only pages that are not all zero.  A slot keeps
+ * how much of its page comes before the page's trailing zeroes, and only
+ * that much is copied in and out: a chunk header fills a few hundred
+ * bytes of its sector.  A bitmap of the pages held answers most look-ups
+ * (pages never written, or written with zeroes) without the table.
  */
+struct mem_slot {
+    uint64_t key;               /* page number, EMPTY for a free slot */
+    uint32_t used;              /* bytes of the page before its trailing zeroes */
+    uint8_t *page;
+};
+
 struct mem_store {
     char *name;
     uint64_t size;
-    uint64_t *keys;             /* page numbers, EMPTY for a free slot */
-    uint8_t **pages;
+    struct mem_slot *slots;
     size_t cap;                 /* a power of two */
     size_t count;
     uint64_t *held;             /* a bit per page: in the table */
@@ -95,7 +99,7 @@ static size_t slot_of(const struct mem_store *s, uint64_t page)
 static size_t find(const struct mem_store *s, uint64_t page)
 {
     size_t i = slot_of(s, page);
-    while (s->keys[i] != EMPTY && s->keys[i] != page)
+    while (s->slots[i].key != EMPTY && s->slots[i].key != page)
         i = (i + 1) & (s->cap - 1);
     return i;
 }
@@ -103,27 +107,20 @@ static size_t find(const struct mem_store *s, uint64_t page)
 static void table_alloc(struct mem_store *s, size_t cap)
 {
     s->cap = cap;
-    s->keys = tc_xmalloc(cap * sizeof *s->keys);
-    s->pages = tc_xcalloc(cap, sizeof *s->pages);
+    s->slots = tc_xcalloc(cap, sizeof *s->slots);
     for (size_t i = 0; i < cap; i++)
-        s->keys[i] = EMPTY;
+        s->slots[i].key = EMPTY;
 }
 
 static void grow(struct mem_store *s)
 {
-    uint64_t *keys = s->keys;
-    uint8_t **pages = s->pages;
+    struct mem_slot *slots = s->slots;
     size_t cap = s->cap;
     table_alloc(s, cap * 2);
-    for (size_t i = 0; i < cap; i++) {
-        if (keys[i] == EMPTY)
-            continue;
-        size_t j = find(s, keys[i]);
-        s->keys[j] = keys[i];
-        s->pages[j] = pages[i];
-    }
-    free(keys);
-    free(pages);
+    for (size_t i = 0; i < cap; i++)
+        if (slots[i].key != EMPTY)
+            s->slots[find(s, slots[i].key)] = slots[i];
+    free(slots);
 }
 
 static bool held(const struct mem_store *s, uint64_t page)
@@ -138,24 +135,23 @@ static void drop(struct mem_store *s, uint64_t page)
     size_t i = find(s, page);
     s->held[page / 64] &= ~(1ull << (page % 64));
     if (s->nspare < SPARE_PAGES)
-        s->spare[s->nspare++] = s->pages[i];
+        s->spare[s->nspare++] = s->slots[i].page;
     else
-        free(s->pages[i]);
+        free(s->slots[i].page);
     s->count--;
     /* Backward shift: move later entries of the cluster into the hole
      * unless their home slot lies cyclically in (hole, entry]. */
     size_t hole = i;
-    for (size_t j = (i + 1) & (s->cap - 1); s->keys[j] != EMPTY; j = (j + 1) & (s->cap - 1)) {
-        size_t home = slot_of(s, s->keys[j]);
+    for (size_t j = (i + 1) & (s->cap - 1); s->slots[j].key != EMPTY;
+         j = (j + 1) & (s->cap - 1)) {
+        size_t home = slot_of(s, s->slots[j].key);
         bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
         if (stays)
             continue;
-        s->keys[hole] = s->keys[j];
-        s->pages[hole] = s->pages[j];
+        s->slots[hole] = s->slots[j];
         hole = j;
     }
-    s->keys[hole] = EMPTY;
-    s->pages[hole] = NULL;
+    s->slots[hole] = (struct mem_slot){ .key = EMPTY };
 }
 
 /* The bytes of a page before its trailing zeroes, in 64-byte lines. */
@@ -169,8 +165,6 @@ static uint32_t used_bytes(const uint8_t *p)
     return 0;
 }
 
-static uint32_t *used_of(uint8_t *pg) { return (uint32_t *)(pg + PAGE); }
-
 static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
 {
     uint32_t used = used_bytes(src);
@@ -179,26 +173,26 @@ static void store_page(struct mem_store *s, uint64_t page, const uint8_t *src)
         return;
     }
     size_t i = find(s, page);
-    if (s->keys[i] == EMPTY) {
+    if (s->slots[i].key == EMPTY) {
         if (2 * (s->count + 1) > s->cap) {
             grow(s);
             i = find(s, page);
         }
-        s->keys[i] = page;
+        s->slots[i].key = page;
         s->held[page / 64] |= 1ull << (page % 64);
-        s->pages[i] = s->nspare ? s->spare[--s->nspare] : tc_xmalloc(PAGE + sizeof(uint32_t));
+        s->slots[i].page = s->nspare ? s->spare[--s->nspare] : tc_xmalloc(PAGE);
         s->count++;
     }
-    memcpy(s->pages[i], src, used);
-    *used_of(s->pages[i]) = used;
+    memcpy(s->slots[i].page, src, used);
+    s->slots[i].used = used;
 }
 
 static void load_page(const struct mem_store *s, uint64_t page, uint8_t *dst)
 {
     if (held(s, page)) {
-        size_t i = find(s, page);
-        uint32_t used = *used_of(s->pages[i]);
-        memcpy(dst, s->pages[i], used);
+        const struct mem_slot *sl = &s->slots[find(s, page)];
+        uint32_t used = sl->used;
+        memcpy(dst, sl->page, used);
         memset(dst + used, 0, PAGE - used);
         return;
     }
@@ -208,12 +202,11 @@ static void load_page(const struct mem_store *s, uint64_t page, uint8_t *dst)
 static void store_free(struct mem_store *s)
 {
     for (size_t i = 0; i < s->cap; i++)
-        free(s->pages[i]);
+        free(s->slots[i].page);
     for (unsigned i = 0; i < s->nspare; i++)
         free(s->spare[i]);
     free(s->held);
-    free(s->keys);
-    free(s->pages);
+    free(s->slots);
     free(s->name);
     free(s);
 }
@@ -331,8 +324,9 @@ static void mem_submit(struct tc_dev *dev, struct tc_dev_io *dio)
                     drop(s, p);
             } else {
                 for (size_t i = 0; i < s->cap;) {
-                    if (s->keys[i] != EMPTY && s->keys[i] >= first && s->keys[i] < end)
-                        drop(s, s->keys[i]);    /* may shift another entry into i */
+                    uint64_t k = s->slots[i].key;
+                    if (k != EMPTY && k >= first && k < end)
+                        drop(s, k);             /* may shift another entry into i */
                     else
                         i++;
                 }

@@ -67,6 +67,10 @@ struct tc_trace_reader {
     double first_seconds;
     char *buf;
     size_t cap;
+    /* binary: records read ahead, a large fread at a time rather than one
+     * per record (rec[rpos, rlen) not yet taken) */
+    uint8_t *rec;
+    size_t rpos, rlen;
     /* csv: column of each field, -1 if absent */
     int col_time, col_id, col_offset, col_size, col_op;
     bool header_read;
@@ -188,6 +192,7 @@ void trace_reader_close(struct tc_trace_reader *r)
     if (r->own)
         fclose(r->in);
     free(r->buf);
+    free(r->rec);
     free(r->name);
     free(r);
 }
@@ -199,14 +204,25 @@ uint64_t trace_reader_volume_size(const struct tc_trace_reader *r) { return r->v
 /* ---- binary formats ---- */
 
 /* 1: a whole record; 0: the end (a part record is counted as trailing). */
+#define READ_AHEAD (64 * 1024)
+
 static int read_record(struct tc_trace_reader *r, uint8_t *rec, size_t len)
 {
-    /* One reader per stream: no stdio locking per record. */
-    size_t got = fread_unlocked(rec, 1, len, r->in);
-    if (got < len) {
-        r->trailing = got;
-        return 0;
+    if (r->rlen - r->rpos < len) {
+        if (r->rec == NULL)
+            r->rec = tc_xmalloc(READ_AHEAD);
+        memmove(r->rec, r->rec + r->rpos, r->rlen - r->rpos);
+        r->rlen -= r->rpos;
+        r->rpos = 0;
+        /* One reader per stream: no stdio locking. */
+        r->rlen += fread_unlocked(r->rec + r->rlen, 1, READ_AHEAD - r->rlen, r->in);
+        if (r->rlen < len) {
+            r->trailing = r->rlen;
+            return 0;
+        }
     }
+    memcpy(rec, r->rec + r->rpos, len);
+    r->rpos += len;
     r->offset += len;
     return 1;
 }

@@ -160,6 +160,68 @@ static uint32_t crc_any(uint32_t crc, const void *data, size_t len)
     return ~crc_sw(crc, data, len);
 }
 
+/*
+ * Zeroes.  The raw register r carried over n zero bytes is r * x^(8n)
+ * modulo the polynomial (bit-reflected: the top bit is x^0), a product of
+ * two 32-bit polynomials.  x^(8n) is the product of a power for n's
+ * whole 4 KiB pages and one for its 64-byte lines (tables built once from
+ * the register x^0 carried over zeroes); the bytes past the last line are
+ * checksummed as they are.
+ */
+#define ZLINE 64u
+#define ZPAGES 64u                  /* whole pages up to 256 KiB by table */
+
+static uint32_t zpow_line[ZERO_SECTOR / ZLINE];    /* x^(8 * 64 i) */
+static uint32_t zpow_page[ZPAGES];                  /* x^(8 * 4096 i) */
+static pthread_once_t zpow_once = PTHREAD_ONCE_INIT;
+
+static uint32_t gf_mul(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (int i = 0; i < 32; i++) {
+        p ^= b & (0u - (a >> 31));
+        a <<= 1;
+        b = (b >> 1) ^ (0x82F63B78u & (0u - (b & 1)));
+    }
+    return p;
+}
+
+static uint32_t crc_raw(uint32_t raw, const void *data, size_t len)
+{
+    return ~crc_any(~raw, data, len);
+}
+
+static void build_zpow(void)
+{
+    static const unsigned char zeros[ZLINE];
+    uint32_t r = 0x80000000u;                       /* x^0 */
+    for (unsigned i = 0; i < ZERO_SECTOR / ZLINE; i++) {
+        zpow_line[i] = r;
+        r = crc_raw(r, zeros, ZLINE);
+    }
+    uint32_t page = r;                              /* x^(8 * 4096) */
+    zpow_page[0] = 0x80000000u;
+    for (unsigned i = 1; i < ZPAGES; i++)
+        zpow_page[i] = gf_mul(zpow_page[i - 1], page);
+}
+
+uint32_t tc_crc32c_zeros(uint32_t crc, size_t n)
+{
+    static const unsigned char zeros[ZERO_SECTOR];
+    uint32_t raw = ~crc;
+    while (n >= ZPAGES * ZERO_SECTOR) {             /* (not met by chunk headers) */
+        raw = crc_raw(raw, zeros, ZERO_SECTOR);
+        n -= ZERO_SECTOR;
+    }
+    pthread_once(&zpow_once, build_zpow);
+    size_t pages = n / ZERO_SECTOR, lines = n % ZERO_SECTOR / ZLINE;
+    if (pages)
+        raw = gf_mul(zpow_page[pages], raw);
+    if (lines)
+        raw = gf_mul(zpow_line[lines], raw);
+    return ~crc_raw(raw, zeros, n % ZLINE);
+}
+
 uint32_t tc_crc32c_skipping(const void *buf, size_t len, size_t crc_off)
 {
     static const uint8_t zero[4];

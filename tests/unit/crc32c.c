@@ -4,7 +4,8 @@
  * joined, and where the tail after them is checksummed alone), at every
  * alignment of the buffer in a word, from several starting CRCs, and
  * continued over pieces cut at every point.  Also the published check
- * value and the CRC of a sector of zeroes the fast path returns.
+ * value and the CRC of a sector of zeroes the fast path returns, and
+ * tc_crc32c_zeros() against checksumming the zeroes.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -67,5 +68,23 @@ int main(void)
         if (tc_crc32c(tc_crc32c(0, buf, cut), buf + cut, MAXLEN - cut) != whole)
             bad++;
     CHECK(bad == 0);
+
+    /* Zeroes without reading them: every length up to past two pages, and
+     * lengths past the tables (whole pages up to 256 KiB). */
+    static uint8_t zeros[300000];
+    bad = 0;
+    for (unsigned start = 0; start < 3; start++) {
+        uint32_t init = start == 0 ? 0 : start == 1 ? 0xDEADBEEFu : reference(0, buf, 77);
+        uint32_t want = init;                       /* reference(init, zeros, n) */
+        for (size_t n = 0; n <= MAXLEN; n++, want = reference(want, zeros, 1))
+            if (tc_crc32c_zeros(init, n) != want)
+                bad++;
+    }
+    for (size_t n = 64 * 4096 - 4096; n <= sizeof zeros; n += 4096 - 64 + 3)
+        if (tc_crc32c_zeros(0x12345678u, n) != tc_crc32c(0x12345678u, zeros, n))
+            bad++;
+    CHECK(bad == 0);
+    CHECK(tc_crc32c_zeros(tc_crc32c(0, buf, 300), 4096 - 300) ==
+          reference(reference(0, buf, 300), zeros, 4096 - 300));
     return check_exit("crc32c");
 }
