@@ -6,10 +6,6 @@
  *      check it; for every entry that is still its block's current version:
  *          clean and hot  -> append it again at the head (reinsertion)
  *          clean and cold -> leave it; it goes with the group
- *          clean, a write-through version the stable mark has not passed
- *                         -> appended again, as a hot one: the origin
- *                            may not hold it durably, and a FLUSH in
- *                            writeback mode counted on the log for it
  *          dirty          -> set aside
  *   2. writeback: the dirty blocks set aside go to the origin (ascending,
  *      merged, flushed); then each is decided like a clean one -- its data
@@ -271,8 +267,7 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
                      uint8_t entry_flags)
 {
     unsigned n = mask_count(cur);
-    if (mask_empty(dirty) && !(entry_flags & TC_ENTRY_WT) &&
-        !budget_allow(&c->budget, (uint64_t)n * TC_SECTOR))
+    if (mask_empty(dirty) && !budget_allow(&c->budget, (uint64_t)n * TC_SECTOR))
         return false;       /* over the write budget: clean data is dropped */
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -377,19 +372,9 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         }
         if (!intact)
             c->st.checksum_errors++;
-        /* A write-through version above the stable mark is the one record
-         * recovery has of data the origin may still lose (a FLUSH in
-         * writeback mode relied on it): kept, whatever the policy says,
-         * until an origin flush has moved the mark past it. */
-        bool unstable = wt_seq > c->lg.wt_stable_seq;
-        if (intact && (unstable || policy_keep(c->policy, e.oblock, &CE(&c->map.idx, id)->hint)) &&
+        if (intact && policy_keep(c->policy, e.oblock, &CE(&c->map.idx, id)->hint) &&
             reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq))) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
-            continue;
-        }
-        if (intact && unstable) {
-            /* No room to copy it: the group stays for now. */
-            k->keep_group = true;
             continue;
         }
         add_drop(k, e.oblock, seg, off);

@@ -546,6 +546,8 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     if (d1 < 0)
         return loc;
     uint64_t seq = c->lg.next_seq++;
+    if (a->flags & TC_ENTRY_WT)
+        c->lg.wt_newest_seq = seq;      /* a FLUSH in writeback mode flushes the origin */
     loc.err = 0;
     loc.seq = seq;
     loc.off = append_to(c, (unsigned)d1, a, seq, nsectors, false);

@@ -141,6 +141,7 @@ struct log {
     uint64_t next_seq;              /* sequence numbers of groups, chunks, entries */
     uint64_t tail_seq;              /* oldest live group */
     uint64_t wt_stable_seq;         /* write-through versions up to it are on the origin */
+    uint64_t wt_newest_seq;         /* the newest write-through entry appended (0: none) */
     uint64_t chunks_issued;         /* chunk_seq of the last chunk written */
     uint64_t chunks_written_upto;   /* every chunk up to this one is written */
     uint64_t flushed_upto;          /* ... and flushed */

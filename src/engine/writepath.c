@@ -938,8 +938,13 @@ void cache_flush(struct ereq *e)
      * the writes the cache took (writeback flushes the origin itself),
      * but not for those that went around it -- a long sequential write,
      * a write over the write budget, write-zeroes: while the origin
-     * window holds any, the origin is flushed as well. */
-    if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_uncached(c)) &&
+     * window holds any, the origin is flushed as well.  Nor for the
+     * write-through versions the stable mark has not passed (written
+     * before a switch to writeback, or copied by the cleaner since): the
+     * cleaner drops a clean version it finds unread, so the log does not
+     * keep them; the origin flush makes them durable where they are. */
+    bool wt_unstable = c->lg.wt_newest_seq > c->lg.wt_stable_seq;
+    if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_uncached(c) || wt_unstable) &&
         e->vol->origin->can_flush) {
         f->candidate = wt_stable_candidate(c);
         f->mark = origin_window_mark(c);
