@@ -299,7 +299,7 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
     unsigned allowed = 0;
     bool ranged = true, writes = false;
     switch (req->op) {
-    case TC_OP_READ: break;
+    case TC_OP_READ: allowed = TC_REQ_POOL_BUF; break;    /* the server's reads: pool buffers */
     case TC_OP_WRITE: allowed = TC_REQ_FUA; writes = true; break;
     case TC_OP_FLUSH: ranged = false; break;
     case TC_OP_TRIM: allowed = TC_REQ_FUA; writes = true; break;
@@ -631,6 +631,8 @@ static bool req_matches(const struct mreq *q, const struct submission *s, bool s
         f |= TC_REQ_FAST_ZERO;
     if (q->flags & NBD_CMD_FLAG_REQ_ONE)
         f |= TC_REQ_REQ_ONE;
+    if (q->type == NBD_CMD_READ)
+        f |= TC_REQ_POOL_BUF;       /* the server's own flag: its buffers are the pool's */
     if (f != s->flags)
         return false;
     if (s->op == TC_OP_FLUSH)
