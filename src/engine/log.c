@@ -713,17 +713,21 @@ void log_sync(struct cache *c, struct log_waiter *w)
     maybe_flush(c);
 }
 
-/* The log's durability now (status): chunks sealed and issued, written in
- * order, flushed; a cache flush running; syncs waiting for a write or for
- * a flush. */
+/* The log's durability now (status): entries appended to chunks not yet
+ * sealed; chunks sealed and issued, written in order, flushed; a cache
+ * flush running; syncs waiting for a write or for a flush. */
 void log_status_json(const struct log *lg, struct tc_json *j)
 {
     unsigned written = 0, flush = 0;
+    uint64_t open_entries = 0;
     for (struct log_waiter *w = lg->written_waiters; w; w = w->next)
         written++;
     for (struct log_waiter *w = lg->flush_waiters; w; w = w->next)
         flush++;
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++)   /* closed heads hold none */
+        open_entries += lg->heads[d].nentries;
     json_begin_object(j, "log");
+    json_uint(j, "open_entries", open_entries);
     json_uint(j, "chunks_issued", lg->chunks_issued);
     json_uint(j, "chunks_written", lg->chunks_written_upto);
     json_uint(j, "chunks_flushed", lg->flushed_upto);
