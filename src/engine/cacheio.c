@@ -41,7 +41,8 @@ static void finished(struct cread *cr)
                          cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
                 cache_device_check_size(c, c->sp.segs[cr->seg].dev);
             }
-        } else if (cr->join.err != -EBADMSG) {
+        } else if (cr->join.err != 0 && cr->join.err != -EBADMSG) {
+            /* (A data-free volume reads no payload, so has nothing to check.) */
             c->st.cache_read_errors++;
             cache_device_error(c, c->sp.segs[cr->seg].dev, cr->join.err, false);
         }
@@ -151,8 +152,8 @@ struct gather {
     void (*cb)(void *arg, int err);
     void *arg;
     struct tc_join join;
-    struct cread *reads;
     unsigned nreads;
+    struct cread reads[];       /* one per run of sectors adjacent on a device */
 };
 
 static void gather_read(struct cread *cr, int err)
@@ -163,7 +164,6 @@ static void gather_read(struct cread *cr, int err)
     void (*cb)(void *, int) = g->cb;
     void *arg = g->arg;
     int e = g->join.err;
-    free(g->reads);
     free(g);
     cb(arg, e);
 }
@@ -186,19 +186,24 @@ void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *wa
 static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
                         bool mirrors, void (*cb)(void *arg, int err), void *arg)
 {
-    struct gather *g = tc_xcalloc(1, sizeof *g);
-    g->c = c;
-    g->cb = cb;
-    g->arg = arg;
-    g->reads = tc_xcalloc(c->spb, sizeof *g->reads);
-    join_get(&g->join);         /* held while issuing */
-    struct cread *cur = NULL;
+    /* The runs first, so that the gather is allocated at its size: a
+     * read of a whole block is usually one run, and every cread is a few
+     * hundred bytes. */
+    struct run {
+        uint32_t seg;
+        uint16_t off;
+        uint16_t n;
+        unsigned sector;
+    } runs[TC_MAX_BLOCK_SIZE / TC_SECTOR];
+    unsigned nruns = 0;
+    bool missing = false;
+    struct run *cur = NULL;
     for (unsigned s = 0; s < c->spb; s++) {
         if (!mask_test(want, s))
             continue;
         uint32_t fid = ce_locate(&c->map.idx, id, s);
         if (fid == NIL) {
-            join_error(&g->join, -ENODATA);
+            missing = true;
             cur = NULL;
             continue;
         }
@@ -214,19 +219,29 @@ static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want
         /* No mirror: the copy as indexed now -- a device that failed since
          * the last try has handed its fragments' mirrors over as copies. */
         uint16_t off = (uint16_t)(foff + mask_rank(&st, s));
-        uint8_t *to = dst + (size_t)s * TC_SECTOR;
-        if (cur && cur->seg == fseg && cur->off + cur->n == off &&
-            cur->buf + (size_t)cur->n * TC_SECTOR == to) {
+        if (cur && cur->seg == fseg && cur->off + cur->n == off && cur->sector + cur->n == s) {
             cur->n++;
             continue;
         }
-        cur = &g->reads[g->nreads++];
-        cur->seg = fseg;
-        cur->off = off;
-        cur->n = 1;
-        cur->buf = to;
-        cur->cb = gather_read;
-        cur->priv = g;
+        cur = &runs[nruns++];
+        *cur = (struct run){ .seg = fseg, .off = off, .n = 1, .sector = s };
+    }
+    struct gather *g = tc_xcalloc(1, sizeof *g + nruns * sizeof g->reads[0]);
+    g->c = c;
+    g->cb = cb;
+    g->arg = arg;
+    g->nreads = nruns;
+    join_get(&g->join);         /* held while issuing */
+    if (missing)
+        join_error(&g->join, -ENODATA);
+    for (unsigned i = 0; i < nruns; i++) {
+        struct cread *cr = &g->reads[i];
+        cr->seg = runs[i].seg;
+        cr->off = runs[i].off;
+        cr->n = runs[i].n;
+        cr->buf = dst + (size_t)runs[i].sector * TC_SECTOR;
+        cr->cb = gather_read;
+        cr->priv = g;
     }
     unsigned n = g->nreads;
     join_get_n(&g->join, n);
