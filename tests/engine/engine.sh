@@ -20,7 +20,7 @@ snap() {
   local name=$1 var=$2 k v
   local keys=(read_hits read_misses origin_read_bytes cache_write_bytes promotions not_admitted
               bypassed_sequential_bytes blocks_cached dirty_bytes groups_retired demotions
-              checksum_errors lost_dirty_bytes)
+              checksum_errors lost_dirty_bytes fills_dropped)
   local vals
   mapfile -t vals < <(stats "$name" "${keys[@]}")
   for k in "${!keys[@]}"; do
