@@ -13,8 +13,9 @@
  *
  *   policy    admission                       reinsertion by the cleaner
  *   default   all while space is free; then   blocks read within a window
- *             only blocks seen recently        of reads (adaptive);
- *             (long history of hashes)         written, never read: out
+ *             only blocks seen recently        of reads: the longest if read
+ *             (long history of hashes)         again, adaptive if read once;
+ *                                             written, never read: out
  *   lru       all                             blocks hit since last written
  *                                             (second chance: LRU order)
  *   fifo      all                             none

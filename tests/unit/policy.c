@@ -343,6 +343,34 @@ static void test_default_reads_age_reads(void)
     fake_close(&f);
 }
 
+/* A block read again outlives blocks read once (the git benchmark's
+ * checkouts: each reads the pack again, and reads once the files the one
+ * before wrote).  24 blocks read in every round; each round also reads once
+ * the 40 blocks the round before wrote, and writes 40 new ones, more than
+ * the cache of 64 holds together.  From the third round on, the 24 all
+ * hit: the blocks read once give way to them, not the other way round. */
+static void test_default_read_again_kept(void)
+{
+    struct fake f;
+    fake_open(&f, "default", 64);
+    uint64_t misses_late = 0;
+    for (uint64_t round = 0; round < 8; round++) {
+        if (round > 0)
+            for (uint64_t b = 0; b < 40; b++)
+                read_random(&f, 1000 * round + b);          /* written last round */
+        for (uint64_t b = 0; b < 24; b++)
+            if (!read_random(&f, b) && round >= 2)
+                misses_late++;
+        for (uint64_t b = 0; b < 40; b++)
+            write_back_block(&f, 1000 * (round + 1) + b);
+    }
+    printf("blocks read again: %llu misses after the second round\n",
+           (unsigned long long)misses_late);
+    CHECK(misses_late == 0);
+    CHECK(figure(&f.policy, "kept_read_again") > 0);
+    fake_close(&f);
+}
+
 /* A stream past the cutoff over blocks never seen bypasses the cache; its
  * second pass is hot and cached, once full as before. */
 static void test_default_streams(void)
@@ -495,6 +523,7 @@ int main(void)
     test_default_written_once_first();
     test_default_streams();
     test_default_reads_age_reads();
+    test_default_read_again_kept();
     test_lru();
     test_s3fifo();
     test_fifo();
