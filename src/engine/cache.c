@@ -588,6 +588,7 @@ struct close_ctx {
     unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
     bool aborted;                   /* the origin was given up on (dev_abort) */
+    bool ra_logged;                 /* the wait for read-ahead was logged */
     int err;
     struct tc_timer wait;
     void (*done)(void *arg, int err);
@@ -701,7 +702,11 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
  * their blocks dirty), the log says so, and the wait goes on for those
  * completions.  Jobs are never freed under a request the device still
  * holds: a device without abort (a local file, whose requests the kernel
- * ends) is waited for.
+ * ends) is waited for.  So are read-ahead's own reads of the cache devices
+ * (no client request waits for them once the clients are gone or held at
+ * an attach's gate): their completions use the cache and their slots'
+ * buffers, which an attach frees right after the close, and a read error
+ * among them records a device failure in the log.
  */
 static void close_flush_origin(struct close_ctx *x);
 
@@ -731,6 +736,16 @@ static void close_quiet(struct tc_timer *t)
             tc_info("cache: stop: waiting for %u write-back jobs%s to finish (%.1f s so far)",
                     writeback_jobs_in_flight(c), cleaner_idle(c) ? "" : " and the cleaner",
                     (double)(now - x->quiet_since) / 1e9);
+        }
+        timer_arm(c->reactor, &x->quiet, 10ull * 1000 * 1000);
+        return;
+    }
+    unsigned ra = readahead_loading(c);
+    if (ra > 0) {
+        if (!x->ra_logged) {
+            x->ra_logged = true;
+            tc_info("cache: stop: waiting for %u read-ahead reads of the cache devices to end",
+                    ra);
         }
         timer_arm(c->reactor, &x->quiet, 10ull * 1000 * 1000);
         return;

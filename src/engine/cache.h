@@ -498,6 +498,9 @@ int readahead_init(struct cache *c);
 uint64_t readahead_max_window(struct cache *c);
 void readahead_set_window(struct cache *c, uint64_t window);
 void readahead_fini(struct cache *c);
+/* Slots loading: read-ahead's reads of the cache devices in flight, which
+ * the cache may not be freed under (a close waits for them). */
+unsigned readahead_loading(const struct cache *c);
 /* True if the read was taken (answered now or when its slot loads). */
 bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len);
 /* Drop read-ahead data overlapping a write, trim or write-zeroes. */

@@ -104,6 +104,15 @@ void readahead_fini(struct cache *c)
     c->ra = NULL;
 }
 
+unsigned readahead_loading(const struct cache *c)
+{
+    const struct readahead *ra = c->ra;
+    unsigned n = 0;
+    for (unsigned i = 0; ra && i < ra->nslots; i++)
+        n += ra->slot[i].state == SLOT_LOADING;
+    return n;
+}
+
 static struct ra_slot *find(struct readahead *ra, uint64_t off)
 {
     for (unsigned i = 0; i < ra->nslots; i++)

@@ -207,7 +207,7 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
                 r->p[k].fbuf = NULL;
                 r->p[k].admit = false;
             }
-            struct rrun *narrow = tc_xcalloc(1, sizeof *narrow);
+            struct rrun *narrow = tc_obj_get(sizeof *narrow);     /* run_end() puts it */
             narrow->r = r;
             narrow->origin = true;
             narrow->first = run->first;

@@ -228,9 +228,22 @@ static uint32_t nbd_errno(int err)
 static struct nbd_req *req_spare[REQ_KEEP];
 static unsigned req_nspare;
 
+/* Sanitizer builds free them (as tc_obj_put() does), so that a use of a
+ * request after its release is reported. */
+#if defined(__SANITIZE_ADDRESS__)
+#define REQ_RECYCLE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REQ_RECYCLE 0
+#endif
+#endif
+#ifndef REQ_RECYCLE
+#define REQ_RECYCLE 1
+#endif
+
 static void req_recycle(struct nbd_req *req)
 {
-    if (req_nspare < REQ_KEEP)
+    if (REQ_RECYCLE && req_nspare < REQ_KEEP)
         req_spare[req_nspare++] = req;
     else
         free(req);
