@@ -313,6 +313,21 @@ void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t 
                                                     (uint16_t)data_sectors, 0 };
 }
 
+void space_compact_chunk_tables(struct space *sp)
+{
+    for (uint32_t s = 0; s < sp->nsegs; s++) {
+        struct segment *sg = &sp->segs[s];
+        struct chunk_ref *old = sg->chunks;
+        sg->chunks = NULL;
+        sg->chunks_cap = sg->nchunks;
+        if (sg->nchunks > 0) {
+            sg->chunks = tc_xmalloc(sg->nchunks * sizeof *sg->chunks);
+            memcpy(sg->chunks, old, sg->nchunks * sizeof *sg->chunks);
+        }
+        free(old);
+    }
+}
+
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf)
 {

@@ -174,5 +174,8 @@ void seg_add_live(struct space *sp, uint32_t seg, int delta);
 const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off);
 void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
                        uint32_t data_sectors);
+/* Every chunk table reallocated to its size (none for a segment without
+ * chunks): after recovery, whose temporaries were allocated among them. */
+void space_compact_chunk_tables(struct space *sp);
 
 #endif
