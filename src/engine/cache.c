@@ -869,7 +869,15 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     for (uint32_t i = 0; i < c->sp.nsegs; i++)
         chunk_mem += (uint64_t)c->sp.segs[i].chunks_cap * sizeof(struct chunk_ref);
     uint64_t dirty_mem = ((c->nblocks_origin + 63) / 64 + 1) * sizeof(uint64_t);
-    uint64_t total_mem = index_mem + policy_mem + chunk_mem + dirty_mem;
+    /* The tables with an element per segment: the segments, the group
+     * ring, the free stacks, the log's image table and the CRC store's. */
+    uint64_t img_held, img_idle, img_table;
+    log_image_memory(&c->lg, c->segment_size, &img_held, &img_idle, &img_table);
+    uint64_t segtab_mem = (uint64_t)c->sp.nsegs * (sizeof(struct segment) + sizeof(uint32_t)) +
+                          (uint64_t)c->sp.groups_cap * (sizeof(struct group) + c->ndevs * sizeof(uint32_t)) +
+                          img_table +
+                          verify_table_memory(c->verify);
+    uint64_t total_mem = index_mem + policy_mem + chunk_mem + dirty_mem + segtab_mem;
     uint64_t dev_written = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_written += c->devs[d].dev->stats.write_bytes;
@@ -958,11 +966,20 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "policy_bytes", policy_mem);
     json_uint(j, "chunk_tables_bytes", chunk_mem);
     json_uint(j, "dirty_bitmap_bytes", dirty_mem);
+    json_uint(j, "segment_tables_bytes", segtab_mem);
     json_uint(j, "total_bytes", total_mem);
     json_uint(j, "fragment_records", c->map.idx.frecs);
-    /* Not in the figures above: a cache of checksums with a fixed budget. */
+    /* Not in the figures above, which are the state kept per block: two
+     * bounded caches.  The checksums of chunks read or written lately
+     * (up to a fixed budget; none are loaded at start), and the RAM
+     * images of the segments being written and of at most
+     * LOG_IMAGE_POOL idle spares. */
     json_uint(j, "checksum_cache_bytes", verify_memory(c->verify));
     json_uint(j, "checksum_cache_budget_bytes", VERIFY_BUDGET);
+    json_uint(j, "segment_images_bytes", img_held);
+    json_uint(j, "segment_images_idle_bytes", img_idle);
+    json_uint(j, "segment_images_idle_max_bytes",
+              (uint64_t)LOG_IMAGE_POOL * tc_round_up(c->segment_size, 4096));
     json_end_object(j);
     json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
     json_uint(j, "recovered_entries", s->recovered_entries);

@@ -130,7 +130,7 @@ static void kick_fn(struct tc_task *t)
     g->retiring = true;
     k->seq = g->seq;
     k->nsegs = g->nsegs;
-    memcpy(k->segs, g->segs, sizeof k->segs);
+    memcpy(k->segs, g->segs, g->nsegs * sizeof *g->segs);
     k->seg_i = 0;
     k->chunk_i = 0;
     k->ndrops = 0;

@@ -737,6 +737,17 @@ void log_status_json(const struct log *lg, struct tc_json *j)
     json_end_object(j);
 }
 
+void log_image_memory(const struct log *lg, uint64_t seg_size, uint64_t *held, uint64_t *idle,
+                      uint64_t *table)
+{
+    uint64_t n = 0;
+    for (uint32_t s = 0; lg->images && s < lg->nsegs; s++)
+        n += lg->images[s] != NULL;
+    *held = n * tc_round_up(seg_size, 4096);
+    *idle = (uint64_t)lg->npool * tc_round_up(seg_size, 4096);
+    *table = (uint64_t)lg->nsegs * sizeof *lg->images;
+}
+
 static void commit_done(struct log_waiter *w, int err)
 {
     struct log *lg = container_of(w, struct log, commit);

@@ -197,6 +197,12 @@ void log_sync(struct cache *c, struct log_waiter *w);
 /* A cache device failed: close its head, re-target waiters. */
 void log_device_failed(struct cache *c, unsigned d);
 void log_status_json(const struct log *lg, struct tc_json *j);
+/* Memory of the segments' RAM images, of seg_size bytes each: those held
+ * (open segments, chunk writes in flight) and the idle pool of spares (at
+ * most LOG_IMAGE_POOL); and of the table naming them (one pointer per
+ * segment). */
+void log_image_memory(const struct log *lg, uint64_t seg_size, uint64_t *held, uint64_t *idle,
+                      uint64_t *table);
 /* The commit interval: seal and flush what was appended, nobody waiting. */
 void log_commit(struct cache *c);
 /* Write every partly filled chunk now (e.g. to persist a new tail). */

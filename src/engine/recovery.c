@@ -6,8 +6,10 @@
  *     segment's current incarnation while its header checks and carries the
  *     group sequence of the first one.  The walk stops at the first chunk
  *     that fails (never written, torn, or left from an older incarnation).
- *     It keeps each good chunk's entries and checksums, so that step 4
- *     reads no header a second time.
+ *     It keeps each good chunk's entries, so that step 4 reads no header
+ *     a second time.  The checksums are not kept: the first read of a
+ *     chunk loads them (engine/verify.h), so the daemon holds none for
+ *     chunks nothing reads.
  *  2. The newest header (highest chunk sequence) gives the log tail and the
  *     write-through stable mark; the highest "flushed" mark of any header
  *     says which chunks were durable.  Segments of groups older than the
@@ -38,13 +40,13 @@
  * their damage not looked for, whether or not the device reads well again.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/cache.h"
-#include "engine/verify.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -317,7 +319,6 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
     segment_add_chunk(&c->sp, s, w->at, h.hdr_sectors, h.data_sectors);
     note_chunk_seq(rc, s, space_seg(&c->sp, s)->nchunks - 1, h.chunk_seq);
     keep_entries(rc, s, space_seg(&c->sp, s)->nchunks - 1, w->at, hdr, &h);
-    verify_remember(c, s, w->at, &h, hdr);      /* forgotten if the segment is free */
     rc->chunks++;
     if (h.chunk_seq > rc->max_chunk_seq) {
         rc->max_chunk_seq = h.chunk_seq;
@@ -700,7 +701,6 @@ static bool read_entries(struct recovery *rc, struct chunk_read *rd)
     if (chunk_decode(rd->hdr, hlen, c->set_uuid, c->spb, c->seg_sectors, &h, why,
                      sizeof why) < 0)
         return false;
-    verify_remember(c, s, cr->start, &h, rd->hdr);
     bool check = h.chunk_seq > rc->durable && h.data_sectors > 0;
     const uint8_t *data = NULL;
     if (check) {
@@ -982,7 +982,6 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             live[nlive++] = s;
         } else {
             sg->nchunks = 0;
-            verify_forget(c->verify, s);    /* remembered by its walk */
         }
     }
     for (uint32_t i = 1; i < nlive; i++) {          /* insertion sort by seq */
@@ -1008,7 +1007,6 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
                     "device; ignored", seg_cdev(c, live[i])->dev->name, live[i],
                     (unsigned long long)sg->seq);
             sg->nchunks = 0;
-            verify_forget(c->verify, live[i]);
             continue;
         }
         space_group_add_seg(&c->sp, slot, live[i]);
@@ -1054,6 +1052,12 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     free(rc.cur_seq);
     free(rc.wt_seq);
     free(rc.hdr);
+    /* The temporaries above were allocated among the chunk tables, which
+     * stay: moved now, into the space the temporaries left, and freed
+     * pages returned, so that what recovery needed does not stay resident
+     * (each stranded chunk table would keep a page of them). */
+    space_compact_chunk_tables(&c->sp);
+    malloc_trim(0);
     if (c->damage && !c->offline) {
         snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
                  "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "

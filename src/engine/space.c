@@ -68,6 +68,9 @@ int space_init(struct cache *c)
     c->sp.segs = tc_xcalloc(c->sp.nsegs, sizeof *c->sp.segs);
     c->sp.groups_cap = c->sp.nsegs + 1;
     c->sp.groups = tc_xcalloc(c->sp.groups_cap, sizeof *c->sp.groups);
+    c->sp.group_segs = tc_xcalloc((size_t)c->sp.groups_cap * c->ndevs, sizeof *c->sp.group_segs);
+    for (uint32_t i = 0; i < c->sp.groups_cap; i++)
+        c->sp.groups[i].segs = c->sp.group_segs + (size_t)i * c->ndevs;
     c->sp.open_group = NIL;
     c->sp.ndevs = c->ndevs;
     c->sp.seg_sectors = c->seg_sectors;
@@ -104,14 +107,14 @@ void space_fini(struct cache *c)
     }
     free(c->sp.segs);
     free(c->sp.groups);
+    free(c->sp.group_segs);
 }
 
 uint32_t space_push_group(struct space *sp, uint64_t seq)
 {
     uint32_t slot = (sp->group_tail + sp->ngroups) % sp->groups_cap;
     struct group *g = &sp->groups[slot];
-    memset(g, 0, sizeof *g);
-    g->seq = seq;
+    *g = (struct group){ .seq = seq, .segs = g->segs };
     sp->ngroups++;
     return slot;
 }
@@ -119,6 +122,7 @@ uint32_t space_push_group(struct space *sp, uint64_t seq)
 void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
 {
     struct group *g = &sp->groups[slot];
+    TC_ASSERT_ALWAYS(g->nsegs < sp->ndevs);
     g->segs[g->nsegs++] = s;
     sp->segs[s].group = slot;
     sp->segs[s].seq = g->seq;
@@ -307,6 +311,21 @@ void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t 
     }
     sg->chunks[sg->nchunks++] = (struct chunk_ref){ (uint16_t)start, (uint16_t)hdr_sectors,
                                                     (uint16_t)data_sectors, 0 };
+}
+
+void space_compact_chunk_tables(struct space *sp)
+{
+    for (uint32_t s = 0; s < sp->nsegs; s++) {
+        struct segment *sg = &sp->segs[s];
+        struct chunk_ref *old = sg->chunks;
+        sg->chunks = NULL;
+        sg->chunks_cap = sg->nchunks;
+        if (sg->nchunks > 0) {
+            sg->chunks = tc_xmalloc(sg->nchunks * sizeof *sg->chunks);
+            memcpy(sg->chunks, old, sg->nchunks * sizeof *sg->chunks);
+        }
+        free(old);
+    }
 }
 
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,

@@ -83,7 +83,7 @@ struct segment {
  * reclaimed as one.  Kept in a ring from oldest (tail) to newest (open). */
 struct group {
     uint64_t seq;
-    uint32_t segs[TC_MAX_DEVICES];
+    uint32_t *segs;             /* its ndevs slots in space.group_segs */
     uint8_t nsegs;
     bool open;
     bool retiring;
@@ -107,6 +107,8 @@ struct space {
     uint32_t nsegs, free_segs;
     uint32_t reserve_segs;          /* kept free for the cleaner */
     struct group *groups;           /* ring */
+    uint32_t *group_segs;           /* ndevs segment numbers per ring slot: a
+                                       group holds at most one per device */
     uint32_t groups_cap, group_tail, ngroups;
     uint32_t open_group;            /* ring slot, or NIL */
     struct free_stack stacks[TC_MAX_DEVICES];   /* by device */
@@ -172,5 +174,8 @@ void seg_add_live(struct space *sp, uint32_t seg, int delta);
 const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off);
 void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
                        uint32_t data_sectors);
+/* Every chunk table reallocated to its size (none for a segment without
+ * chunks): after recovery, whose temporaries were allocated among them. */
+void space_compact_chunk_tables(struct space *sp);
 
 #endif

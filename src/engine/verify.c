@@ -45,7 +45,12 @@ struct verify_cache *verify_new(uint32_t nsegs, uint32_t seg_sectors, unsigned s
 
 uint64_t verify_memory(const struct verify_cache *v)
 {
-    return v ? sizeof *v + (uint64_t)v->nsegs * sizeof *v->segs + v->bytes : 0;
+    return v ? v->bytes : 0;
+}
+
+uint64_t verify_table_memory(const struct verify_cache *v)
+{
+    return v ? sizeof *v + (uint64_t)v->nsegs * sizeof *v->segs : 0;
 }
 
 void verify_free(struct verify_cache *v)

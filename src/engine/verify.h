@@ -44,9 +44,11 @@ struct verify_cache *verify_new(uint32_t nsegs, uint32_t seg_sectors, unsigned s
                                 uint64_t budget, void (*dropped)(void *arg, uint32_t seg),
                                 void *arg);
 void verify_free(struct verify_cache *v);
-/* Bytes it holds (0 for none): bounded by its budget, not by the blocks
- * cached. */
+/* Bytes of CRC arrays it holds (0 for none): bounded by its budget, not by
+ * the blocks cached; and of its table (12 bytes per segment), which is
+ * sized to the cache. */
 uint64_t verify_memory(const struct verify_cache *v);
+uint64_t verify_table_memory(const struct verify_cache *v);
 /* Segment seg has CRCs in the store (of some of its chunks). */
 bool verify_has(const struct verify_cache *v, uint32_t seg);
 /* Store the CRCs a chunk header records (the chunk at chunk_start of
