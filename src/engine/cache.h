@@ -488,9 +488,6 @@ void writeback_note_write_failed(struct cache *c);
 /* Failure messages share a rate limit: true if one may be logged now. */
 bool writeback_log_allow(struct cache *c);
 
-/* recovery.c */
-int recovery_run(struct cache *c, char *err, size_t errlen);
-
 /* readahead.c: keep cached sequential streams' devices busy */
 int readahead_init(struct cache *c);
 /* The largest window the slots allow (0: read-ahead is off), and a new

@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/recovery.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 #include "util/misc.h"
