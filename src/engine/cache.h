@@ -488,20 +488,4 @@ void writeback_note_write_failed(struct cache *c);
 /* Failure messages share a rate limit: true if one may be logged now. */
 bool writeback_log_allow(struct cache *c);
 
-/* readahead.c: keep cached sequential streams' devices busy */
-int readahead_init(struct cache *c);
-/* The largest window the slots allow (0: read-ahead is off), and a new
- * window within it (0: off). */
-uint64_t readahead_max_window(struct cache *c);
-void readahead_set_window(struct cache *c, uint64_t window);
-void readahead_fini(struct cache *c);
-/* Slots loading: read-ahead's reads of the cache devices in flight, which
- * the cache may not be freed under (a close waits for them). */
-unsigned readahead_loading(const struct cache *c);
-/* True if the read was taken (answered now or when its slot loads). */
-bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len);
-/* Drop read-ahead data overlapping a write, trim or write-zeroes. */
-void readahead_invalidate(struct cache *c, uint64_t off, uint64_t len);
-void readahead_status_json(struct cache *c, struct tc_json *j);
-
 #endif
