@@ -16,6 +16,7 @@
 #include "engine/recovery.h"
 #include "engine/stream.h"
 #include "engine/verify.h"
+#include "engine/writeback.h"
 #include "io/claim.h"
 #include "policy/policy.h"
 #include "util/json.h"

@@ -46,6 +46,7 @@
 #include "engine/cache.h"
 #include "engine/readahead.h"
 #include "engine/stream.h"
+#include "engine/writeback.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/join.h"
