@@ -12,6 +12,7 @@
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/check.h"
+#include "engine/cleaner.h"
 #include "engine/readahead.h"
 #include "engine/recovery.h"
 #include "engine/stream.h"

@@ -425,20 +425,4 @@ void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
 void cache_flush(struct ereq *e);
 void cache_prefetch(struct ereq *e);    /* NBD_CMD_CACHE */
 
-/* cleaner.c */
-int cleaner_init(struct cache *c);
-void cleaner_fini(struct cache *c);
-void cleaner_kick(struct cache *c);
-void cleaner_stop(struct cache *c);
-void cleaner_resume(struct cache *c);
-/* A device failed: a reclaim in progress must look at its group again. */
-void cleaner_device_failed(struct cache *c);
-bool cleaner_idle(struct cache *c);
-/* Run w once free space allows appends again. */
-void cleaner_wait_space(struct cache *c, struct log_waiter *w);
-void cleaner_space_freed(struct cache *c);
-/* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
- * appends waiting for room). */
-void cleaner_status_json(struct cache *c, struct tc_json *j);
-
 #endif

@@ -27,6 +27,7 @@
 
 #include "engine/blocklock.h"
 #include "engine/cache.h"
+#include "engine/cleaner.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
 #include "io/bufpool.h"
