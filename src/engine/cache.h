@@ -414,15 +414,4 @@ static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return b
 void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* readpath.c, writepath.c */
-/* The newest sequence number whose write-through origin write is done:
- * after an origin flush, everything up to it is on the origin. */
-uint64_t wt_stable_candidate(struct cache *c);
-void cache_read(struct ereq *e);
-void cache_read_direct(struct ereq *e);    /* without read-ahead */
-void cache_write(struct ereq *e);
-void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
-void cache_flush(struct ereq *e);
-void cache_prefetch(struct ereq *e);    /* NBD_CMD_CACHE */
-
 #endif

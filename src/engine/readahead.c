@@ -30,6 +30,7 @@
 
 #include "engine/cache.h"
 #include "engine/readahead.h"
+#include "engine/readpath.h"
 #include "io/bufpool.h"
 #include "util/json.h"
 #include "util/misc.h"

@@ -45,6 +45,7 @@
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/readahead.h"
+#include "engine/readpath.h"
 #include "engine/stream.h"
 #include "engine/writeback.h"
 #include "io/bufpool.h"
