@@ -334,44 +334,6 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
 
-/* cacheio.c: a checked read of n sectors at (seg, off) into buf.  cb gets
- * 0, -EBADMSG (checksum mismatch: [bad_from, bad_to) failed) or the I/O
- * error.  Sectors still in an open segment's RAM image are copied and cb
- * runs before cache_read_verified() returns; otherwise from a later
- * reactor pass (the rule: util/join.h). */
-struct cread {
-    struct cache *c;
-    uint32_t seg;
-    uint16_t off;
-    uint32_t n;
-    uint8_t *buf;
-    void (*cb)(struct cread *cr, int err);
-    void *priv;
-    /* results and internals */
-    struct tc_join join;            /* the data read, and the header read */
-    uint32_t bad_from, bad_to;
-    bool from_device;
-    struct tc_dev_io dio, hdio;
-    uint8_t *hdr;
-    uint32_t *crcs;
-};
-void cache_read_verified(struct cache *c, struct cread *cr);
-/* Read the sectors `want` of entry id, wherever its fragments keep them,
- * into dst (sector s at dst + s * 4096); cb gets 0 or the first error.
- * cb runs before the call returns when no device read is needed (every
- * sector in a RAM image, or none located), as with cache_read_verified();
- * the same holds for the two forms below. */
-void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
-                  void (*cb)(void *arg, int err), void *arg);
-/* As cache_gather, but a failure is retried through the index as it is
- * then (a failed device's data moves to its mirrors) and then from the
- * mirror copies, before it is reported. */
-void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask *want,
-                         uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
-/* The same from the fragments' mirror copies (-ENODATA where none). */
-void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *want,
-                          uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
-
 /* map.c: the entry mutations every path shares (map.h) */
 /* Entry id's sectors `cleaned` are on the origin: no longer dirty, the
  * entry no longer written through (CE_WT); once no sector is dirty, its

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "util/crc32c.h"
 #include "util/join.h"
 #include "util/log.h"

@@ -36,6 +36,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/writeback.h"
 #include "io/bufpool.h"

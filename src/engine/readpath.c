@@ -44,6 +44,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/stream.h"

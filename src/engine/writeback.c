@@ -98,6 +98,7 @@
 
 #include "engine/blocklock.h"
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/writeback.h"
 #include "engine/writepath.h"
 #include "io/bufpool.h"

@@ -60,6 +60,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
