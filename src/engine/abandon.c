@@ -104,6 +104,7 @@
 #include <unistd.h>
 
 #include "engine/cache.h"
+#include "engine/failure.h"
 #include "io/claim.h"
 #include "util/json.h"
 #include "util/log.h"

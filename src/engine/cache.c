@@ -13,6 +13,7 @@
 #include "engine/cache.h"
 #include "engine/check.h"
 #include "engine/cleaner.h"
+#include "engine/failure.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/recovery.h"

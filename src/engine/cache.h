@@ -287,11 +287,6 @@ void origin_window_check(struct cache *c);
 void origin_window_dropped(struct cache *c, uint64_t oblock);
 void origin_window_free(struct cache *c);
 
-/* failure.c: a cache device that fails */
-void cache_device_error(struct cache *c, unsigned d, int err, bool write);
-void cache_device_fail(struct cache *c, unsigned d, const char *why);
-/* After a read error or checksum mismatch: a cache file that shrank fails. */
-void cache_device_check_size(struct cache *c, unsigned d);
 /* The device holding a segment is still usable. */
 static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[space_seg_dev(&c->sp, s)].state == CDEV_OK; }
 

@@ -38,6 +38,7 @@
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
+#include "engine/failure.h"
 #include "engine/writeback.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"

@@ -28,6 +28,7 @@
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/cleaner.h"
+#include "engine/failure.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
 #include "io/bufpool.h"
