@@ -14,6 +14,7 @@
 #include "engine/check.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/originwin.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/recovery.h"

@@ -53,6 +53,7 @@
 #include "engine/lost.h"
 #include "engine/map.h"
 #include "engine/mask.h"
+#include "engine/originwin.h"
 #include "engine/space.h"
 #include "format/ondisk.h"
 #include "io/dev.h"
@@ -125,11 +126,6 @@ struct cleaner;
 struct verify_cache;
 struct streams;
 
-/* originwin.c: where the origin window stood when a flush was sent. */
-struct ow_mark {
-    uint64_t ack, cuts;
-};
-
 struct cache {
     struct tc_volume *vol;
     struct tc_reactor *reactor;
@@ -156,18 +152,7 @@ struct cache {
     struct cache_stats st;
     struct budget budget;
     uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
-    /* originwin.c: origin writes acknowledged, not yet covered by a flush */
-    struct origin_window {
-        uint64_t epoch_seen;        /* the origin's epoch at the last look */
-        bool scanning;              /* origin_window_flushed() at work */
-        struct ow_rec *r;
-        uint32_t n, cap;
-        uint32_t *hash;             /* nbuckets chains of cached records */
-        uint32_t nbuckets;          /* a power of two */
-        uint64_t acks;              /* acknowledgements counted */
-        uint64_t cuts, cuts_reported;   /* flushes that found a cut, reported ones */
-        bool overflowed;
-    } owin;
+    struct origin_window owin;      /* originwin.h: acknowledged, no flush covered them yet */
     bool offline;                   /* check and dump: read only, no background work */
     bool replaying;                 /* recovery applies the log's entries (invariant 8) */
     char *damage;                   /* recovery: damaged durable summaries, one a line
@@ -258,34 +243,6 @@ void lost_written_range(struct cache *c, uint64_t off, uint64_t len);
 /* A settle (abandon.c) ended: lost_settle_end(), and the log records the
  * blocks' new lost sectors unless the cache is abandoned. */
 void lost_settle_done(struct cache *c, bool ok);
-
-/* originwin.c: origin writes acknowledged since the last origin flush
- * that covered them (see there). */
-struct ow_rec;
-/* A non-FUA origin write of [off, off + len) was acknowledged; cached:
- * it carries a write-through version the cache holds. */
-void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached);
-/* Taken when an origin flush is sent, for origin_window_flushed(). */
-struct ow_mark origin_window_mark(const struct cache *c);
-/* Something waits for an origin flush; too much does (flush now). */
-bool origin_window_pending(const struct cache *c);
-/* ... and of those, writes only the origin holds: around the cache, or a
- * write-through version whose block has left the cache since.  (A cached
- * one is durable in the cache log: recovery writes it back if the origin
- * lost it.) */
-bool origin_window_uncached(const struct cache *c);
-bool origin_window_full(const struct cache *c);
-/* An origin flush sent at mark completed without error: forget what it
- * covered; true if writes acknowledged on a lost connection were found
- * (re-dirtied or recorded lost) now or since the mark: the flush must not
- * report them durable, nor move the write-through stable mark. */
-bool origin_window_flushed(struct cache *c, struct ow_mark mark);
-/* The origin's connection epoch changed: deal with the writes acknowledged
- * in older ones at once (cheap when nothing changed). */
-void origin_window_check(struct cache *c);
-/* The block's entry (or a fragment of it) leaves the cache. */
-void origin_window_dropped(struct cache *c, uint64_t oblock);
-void origin_window_free(struct cache *c);
 
 /* The device holding a segment is still usable. */
 static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[space_seg_dev(&c->sp, s)].state == CDEV_OK; }

@@ -10,6 +10,7 @@
 
 #include "engine/cache.h"
 #include "engine/map.h"
+#include "engine/originwin.h"
 #include "engine/writeback.h"
 #include "policy/policy.h"
 #include "util/assert.h"
