@@ -105,6 +105,7 @@
 
 #include "engine/cache.h"
 #include "engine/failure.h"
+#include "engine/lostlog.h"
 #include "io/claim.h"
 #include "util/json.h"
 #include "util/log.h"

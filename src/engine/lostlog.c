@@ -11,6 +11,7 @@
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/lost.h"
+#include "engine/lostlog.h"
 #include "util/log.h"
 #include "util/misc.h"
 

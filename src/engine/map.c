@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "engine/cache.h"
+#include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"

@@ -67,6 +67,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/lostlog.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"
 #include "util/log.h"

@@ -9,6 +9,7 @@
 
 #include "engine/cache.h"
 #include "engine/engine.h"
+#include "engine/lostlog.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
 #include "util/assert.h"

@@ -62,6 +62,7 @@
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
+#include "engine/lostlog.h"
 #include "engine/originwin.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
