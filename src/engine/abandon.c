@@ -103,6 +103,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/failure.h"
 #include "engine/lostlog.h"

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/check.h"

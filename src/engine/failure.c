@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/cleaner.h"

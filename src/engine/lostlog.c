@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/lost.h"

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/recovery.h"
 #include "util/crc32c.h"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "engine/lostlog.h"
