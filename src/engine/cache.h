@@ -235,42 +235,6 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
 
-/* map.c: the entry mutations every path shares (map.h) */
-/* Entry id's sectors `cleaned` are on the origin: no longer dirty, the
- * entry no longer written through (CE_WT); once no sector is dirty, its
- * mirror copies go (clean data keeps one copy). */
-void map_mark_clean(struct cache *c, uint32_t id, const struct tc_mask *cleaned);
-/* Entry id's fragments lose their mirror copies on device dev (-1: on
- * every device); the entry settles (index_settle()) after. */
-void map_drop_mirrors(struct cache *c, uint32_t id, int dev);
-/* The origin may lack entry id's write-through version of sectors m (all
- * valid): they are dirty again, the entry CE_WT, and it holds the
- * write-through stable mark below seq until written back (invariant 18). */
-void map_wt_redirty(struct cache *c, uint32_t id, const struct tc_mask *m, uint64_t seq);
-/* Fragment fid of entry id lost its copy: its mirror copy is the copy now. */
-void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid);
-/* Fragment fid of entry id (without a mirror) has a mirror copy at
- * (mseg, moff); fid's number may change (frag_set_mirror()). */
-void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff);
-/* Dirty sectors m of the block are lost: no copy of them can be kept (the
- * caller drops or replaces what held them).  Counted (lost_dirty_bytes)
- * and recorded with lost_record(), once, where the loss happens. */
-void map_lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m);
-/* A fragment appended at (seg, off) holding the sectors `stored` becomes
- * the block's newest; `dirty` says which of them are dirty (the others are
- * clean).  With replace, it replaces every fragment (a merged version).
- * Returns the entry id. */
-uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                            const struct tc_mask *dirty, uint32_t seg, uint16_t off,
-                            uint32_t mseg, uint16_t moff, uint16_t flags, bool replace);
-/* Remove one fragment (the cleaner's drop); the block goes when none is
- * left.  Its sectors must be clean. */
-void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);
-/* Remove the block's entry from the index (space accounting, dirty bits). */
-void map_drop_block(struct cache *c, uint64_t oblock);
-/* The fragment of oblock located at (seg, off), or NIL. */
-uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
-                             uint32_t *id);
 static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
 /* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change
  * to block N is logged. */

@@ -39,6 +39,7 @@
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/map.h"
 #include "engine/writeback.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"

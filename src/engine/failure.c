@@ -30,6 +30,7 @@
 #include "engine/cache.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/map.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
 #include "io/bufpool.h"

@@ -68,6 +68,7 @@
 
 #include "engine/cache.h"
 #include "engine/lostlog.h"
+#include "engine/map.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"
 #include "util/log.h"

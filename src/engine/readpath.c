@@ -45,6 +45,7 @@
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/cacheio.h"
+#include "engine/map.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/stream.h"

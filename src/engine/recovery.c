@@ -48,6 +48,7 @@
 
 #include "engine/abandon.h"
 #include "engine/cache.h"
+#include "engine/map.h"
 #include "engine/recovery.h"
 #include "util/crc32c.h"
 #include "util/log.h"

@@ -99,6 +99,7 @@
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/cacheio.h"
+#include "engine/map.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"
 #include "engine/writepath.h"

@@ -63,6 +63,7 @@
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/lostlog.h"
+#include "engine/map.h"
 #include "engine/originwin.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
