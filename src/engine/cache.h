@@ -1,5 +1,18 @@
 /*
- * The cache: the fast tier of a volume.
+ * The cache: the fast tier of a volume, and the composition of the
+ * engine's modules (struct cache holds their state, or pointers to it).
+ * This header declares attach, close, detach and status (cache.c); each
+ * module declares the rest in its own header:
+ *
+ *   state embedded here     map.h (the index: index.c, map.c; lost.h),
+ *                           space.h, log.h, budget.h, originwin.h
+ *   behind a pointer        policy/policy.h, blocklock.h, cleaner.h,
+ *                           writeback.h, verify.h, stream.h, readahead.h
+ *   the request paths       readpath.h, writepath.h, cacheio.h
+ *   failures, their record  failure.h, abandon.h, lostlog.h
+ *   at attach               recovery.h (and check.h: check and salvage)
+ *
+ * src/LAYERS says which file may include which header.
  *
  * Data structures, from the client's block to the device sector:
  *
@@ -64,12 +77,6 @@
 struct cache;
 struct policy;
 
-/* ---- the map: the index, dirty set, lost set (map.h: invariants 7 to 9, 13) ---- */
-
-/* ---- segments and groups: space.h (invariants 4, 6 and 10) ---- */
-
-/* ---- the log writer: log.h (invariants 11, 12 and 19 to 21) ---- */
-
 /* ---- devices of the cache ---- */
 
 enum cdev_state { CDEV_OK, CDEV_FAILING, CDEV_MISSING };
@@ -119,12 +126,11 @@ struct cache_stats {
 };
 
 struct blocklocks;
-struct wpiece;
-
-struct writeback;
 struct cleaner;
-struct verify_cache;
+struct readahead;
 struct streams;
+struct verify_cache;
+struct writeback;
 
 struct cache {
     struct tc_volume *vol;
@@ -192,11 +198,8 @@ struct cache {
     struct held_ack *held_acks;     /* waiting for the failure marks */
 };
 
+/* ---- cache.c: attach, close, detach, status ---- */
 
-/* The device holding a segment is still usable. */
-static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[space_seg_dev(&c->sp, s)].state == CDEV_OK; }
-
-/* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
 /* For check and dump: attach read-only, recover, and do nothing else. */
 struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
@@ -214,15 +217,22 @@ void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
                   void *arg);
 
-/* space.c: segments and groups (space.h has what needs struct space alone) */
+static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
+/* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change
+ * to block N is logged. */
+void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- space.c: what takes the whole cache (space.h has what needs struct
+ * space alone) ---- */
+
 int space_init(struct cache *c);
 void space_fini(struct cache *c);
-/* The device holding segment s. */
+/* The device holding segment s, and whether it is still usable. */
 static inline struct cache_dev *seg_cdev(struct cache *c, uint32_t s) { return &c->devs[space_seg_dev(&c->sp, s)]; }
+static inline bool seg_usable(struct cache *c, uint32_t s) { return seg_cdev(c, s)->state == CDEV_OK; }
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
 void space_free_group(struct cache *c);     /* the oldest; its segments become free */
-
-/* log.c: log.h */
 
 /* space.c: the chunk tables of segments, and the CRCs of their chunks
  * (verify.h: the store, c->verify) */
@@ -234,11 +244,5 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 /* Remember a chunk header's CRCs (after reading or writing it). */
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-
-static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
-/* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change
- * to block N is logged. */
-void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif
