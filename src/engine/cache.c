@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/abandon.h"
+#include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/check.h"
@@ -25,6 +26,7 @@
 #include "engine/writepath.h"
 #include "io/claim.h"
 #include "policy/policy.h"
+#include "util/assert.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"

@@ -59,20 +59,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/engine.h"
 #include "engine/log.h"
-#include "engine/lost.h"
 #include "engine/map.h"
-#include "engine/mask.h"
 #include "engine/originwin.h"
 #include "engine/space.h"
 #include "format/ondisk.h"
-#include "io/dev.h"
 #include "io/reactor.h"
-#include "util/assert.h"
-#include "util/join.h"
 
 struct cache;
 struct policy;

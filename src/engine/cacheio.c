@@ -16,6 +16,7 @@
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/failure.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
 #include "util/log.h"

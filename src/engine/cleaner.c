@@ -43,6 +43,7 @@
 #include "engine/writeback.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
 #include "util/json.h"

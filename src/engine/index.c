@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "util/assert.h"
 #include "util/misc.h"
 
 static uint32_t hash(const struct index *ix, uint64_t oblock)

@@ -28,6 +28,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
 #include "util/json.h"

@@ -72,6 +72,7 @@
 #include "engine/writepath.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
+#include "util/assert.h"
 #include "util/join.h"
 #include "util/log.h"
 #include "util/misc.h"
