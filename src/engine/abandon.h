@@ -6,8 +6,8 @@
  * superblock of every device that takes one), and at the next start every
  * log entry with a sequence number below abandoned_seq is ignored.  A
  * device that fails while others go on gets a failure mark instead
- * (failed_seq).  Its state is the abandon and failure-mark fields of
- * struct cache (cache.h).
+ * (failed_seq).  Its state: struct abandon below, and the fields of
+ * struct cache that other modules read.
  *
  * A record saying sectors are no longer lost never becomes durable before
  * the write that cleared them is (an origin flush and a log sync later):
@@ -21,8 +21,25 @@
 #include <stdint.h>
 
 struct cache;
+struct held_ack;
 struct tc_json;
 struct tc_request;
+
+/* What abandon.c alone keeps (c->ab).  The fields others read -- the
+ * state file's path, abandoned_seq, abandoned, abandon_unrecorded,
+ * failed_seq -- and the state timer are struct cache's. */
+struct abandon {
+    bool state_dirty;               /* the lost set changed since the state file */
+    bool settle_busy;               /* an origin flush / log sync settling clears */
+    bool settle_failed;             /* the last one failed (warned once) */
+    bool state_closed;              /* closing: no more settles or lazy writes */
+    uint64_t state_writes, state_errors, sb_marks;
+    unsigned sb_marks_pending;
+    unsigned devfail_marks_pending; /* failure marks not yet durable: write
+                                       acknowledgements wait (volume.c) */
+    uint64_t devfail_marks;         /* superblocks given a failure mark */
+    struct held_ack *held_acks;     /* waiting for the failure marks */
+};
 
 /* At attach, before recovery: the state file (state_file, or the default
  * next to first_path) and the superblock marks; loads the lost set and

@@ -5,11 +5,11 @@
  * module declares the rest in its own header:
  *
  *   state embedded here     map.h (the index: index.c, map.c; lost.h),
- *                           space.h, log.h, budget.h, originwin.h
+ *                           space.h, log.h, budget.h, originwin.h, abandon.h
  *   behind a pointer        policy/policy.h, blocklock.h, cleaner.h,
  *                           writeback.h, verify.h, stream.h, readahead.h
  *   the request paths       readpath.h, writepath.h, cacheio.h
- *   failures, their record  failure.h, abandon.h, lostlog.h
+ *   failures, their record  failure.h, lostlog.h (and abandon.h)
  *   at attach               recovery.h (and check.h: check and salvage)
  *
  * src/LAYERS says which file may include which header.
@@ -59,6 +59,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/abandon.h"
 #include "engine/budget.h"
 #include "engine/engine.h"
 #include "engine/log.h"
@@ -175,21 +176,12 @@ struct cache {
     uint64_t abandoned_seq;         /* log entries below it are untrusted (0: none) */
     bool abandoned;                 /* every device failed in this run */
     bool abandon_unrecorded;        /* ... and no record is durable yet: writes fail */
-    bool state_dirty;               /* the lost set changed since the state file */
     struct tc_timer state_timer;    /* writes the state file; settles clears */
-    bool settle_busy;               /* an origin flush / log sync settling clears */
-    bool settle_failed;             /* the last one failed (warned once) */
-    bool state_closed;              /* closing: no more settles or lazy writes */
-    uint64_t state_writes, state_errors, sb_marks;
-    unsigned sb_marks_pending;
     /* Device failure marks (ondisk.h, TC_SB_DEV_FAILED): groups of device
      * i below failed_seq[i] are untrusted.  Loaded from every superblock
      * (the highest wins); raised when a device fails in this run. */
     uint64_t failed_seq[TC_MAX_DEVICES];
-    unsigned devfail_marks_pending; /* failure marks not yet durable: write
-                                       acknowledgements wait (volume.c) */
-    uint64_t devfail_marks;         /* superblocks given a failure mark */
-    struct held_ack *held_acks;     /* waiting for the failure marks */
+    struct abandon ab;              /* abandon.h: the rest, abandon.c's alone */
 };
 
 /* ---- cache.c: attach, close, detach, status ---- */
