@@ -139,13 +139,13 @@ struct cache {
     uint64_t nblocks_origin;
 
     struct map map;                 /* map.h: index, dirty set, lost set */
-    struct policy *policy;
-    struct blocklocks *locks;
-    struct writeback *wb;
-    struct cleaner *cleaner;
-    struct verify_cache *verify;
-    struct streams *streams;
-    struct readahead *ra;
+    struct policy *policy;          /* policy/policy.h */
+    struct blocklocks *locks;       /* blocklock.h */
+    struct writeback *wb;           /* writeback.h */
+    struct cleaner *cleaner;        /* cleaner.h */
+    struct verify_cache *verify;    /* verify.h: the CRCs of chunks read or written */
+    struct streams *streams;        /* stream.h: sequential streams */
+    struct readahead *ra;           /* readahead.h */
 
     struct space sp;                /* space.h: segments, groups, free space */
     struct log lg;                  /* log.h: heads, chunks, sequence, durability */
