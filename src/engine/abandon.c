@@ -103,7 +103,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
+#include "engine/failure.h"
+#include "engine/lostlog.h"
 #include "io/claim.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -215,12 +218,12 @@ static int state_write(struct cache *c)
     free(tmp);
     free(buf);
     if (rc) {
-        c->state_errors++;
+        c->ab.state_errors++;
         tc_error("state file %s: cannot write it: %s", c->state_path, strerror(-rc));
         return rc;
     }
-    c->state_writes++;
-    c->state_dirty = false;
+    c->ab.state_writes++;
+    c->ab.state_dirty = false;
     return 0;
 }
 
@@ -251,8 +254,8 @@ static void settle_end(struct settle *x, int err)
 {
     struct cache *c = x->c;
     free(x);
-    c->settle_busy = false;
-    c->settle_failed = err != 0;
+    c->ab.settle_busy = false;
+    c->ab.settle_failed = err != 0;
     lost_settle_done(c, err == 0);
     if (err) {
         /* Kept lost in the records; a later flush settles them. */
@@ -261,8 +264,8 @@ static void settle_end(struct settle *x, int err)
         return;
     }
     if (c->abandoned || c->abandoned_seq)
-        c->state_dirty = true;
-    if (c->state_dirty)
+        c->ab.state_dirty = true;
+    if (c->ab.state_dirty)
         state_write_now(c);
     if (lost_unsettled(&c->map.lost) && !c->state_timer.armed)
         timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
@@ -271,7 +274,7 @@ static void settle_end(struct settle *x, int err)
 static void settle_synced(struct log_waiter *lw, int err)
 {
     struct settle *x = container_of(lw, struct settle, lw);
-    if (err && !x->c->settle_failed)    /* once until one succeeds */
+    if (err && !x->c->ab.settle_failed)    /* once until one succeeds */
         tc_warn("cache: log sync failed (%s): sectors written again after they were lost stay "
                 "recorded lost until a sync succeeds", strerror(-err));
     settle_end(x, err);
@@ -281,7 +284,7 @@ static void settle_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct settle *x = container_of(dio, struct settle, dio);
     struct cache *c = x->c;
-    if (err && !c->settle_failed)       /* once until one succeeds */
+    if (err && !c->ab.settle_failed)       /* once until one succeeds */
         tc_warn("%s: flush failed (%s, offset 0): sectors written again after they were lost "
                 "stay recorded lost until a flush succeeds", c->vol->origin->name,
                 strerror(-err));
@@ -301,7 +304,7 @@ static void settle_start(struct cache *c)
 {
     struct settle *x = tc_xcalloc(1, sizeof *x);
     x->c = c;
-    c->settle_busy = true;
+    c->ab.settle_busy = true;
     lost_settle_begin(&c->map.lost);
     x->dio.op = TC_DEV_FLUSH;
     x->dio.cb = settle_origin_flushed;
@@ -314,19 +317,19 @@ static void settle_start(struct cache *c)
 static void state_timer_fn(struct tc_timer *t)
 {
     struct cache *c = container_of(t, struct cache, state_timer);
-    if (c->state_closed || c->settle_busy)
+    if (c->ab.state_closed || c->ab.settle_busy)
         return;     /* its end writes the state file */
     if (lost_unsettled(&c->map.lost)) {
         settle_start(c);
         return;
     }
-    if (c->state_dirty)
+    if (c->ab.state_dirty)
         state_write_now(c);
 }
 
 void abandon_lost_changed(struct cache *c)
 {
-    if (!c->state_closed && !c->state_timer.armed)
+    if (!c->ab.state_closed && !c->state_timer.armed)
         timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
 }
 
@@ -364,10 +367,10 @@ static void sb_mark_step(struct sb_mark *m);
  * yet, writes fail as they would now (lost.c). */
 static void devfail_marks_done(struct cache *c)
 {
-    if (--c->devfail_marks_pending)
+    if (--c->ab.devfail_marks_pending)
         return;
-    struct held_ack *h = c->held_acks, *rev = NULL;
-    c->held_acks = NULL;
+    struct held_ack *h = c->ab.held_acks, *rev = NULL;
+    c->ab.held_acks = NULL;
     while (h) {
         struct held_ack *n = h->next;
         h->next = rev;
@@ -396,7 +399,7 @@ static void sb_mark_done(struct tc_dev_io *dio, int err)
         sb_mark_step(m);
         return;
     }
-    c->sb_marks_pending--;
+    c->ab.sb_marks_pending--;
     free(m->buf);
     free(m);
     if (devfail) {
@@ -408,7 +411,7 @@ static void sb_mark_done(struct tc_dev_io *dio, int err)
                      "%llu)", c->devs[d].dev->name, strerror(-err), (unsigned long long)off);
             cache_device_error(c, d, err, true);
         } else {
-            c->devfail_marks++;
+            c->ab.devfail_marks++;
         }
         devfail_marks_done(c);
         return;
@@ -418,7 +421,7 @@ static void sb_mark_done(struct tc_dev_io *dio, int err)
                 "%s is the only record", c->devs[d].dev->name, strerror(-err),
                 (unsigned long long)off, c->state_path);
     } else {
-        c->sb_marks++;
+        c->ab.sb_marks++;
         if (c->abandon_unrecorded) {
             c->abandon_unrecorded = false;
             tc_info("%s: the abandonment of the cache is recorded in its superblock; writes "
@@ -463,9 +466,9 @@ static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
     m->devfail = devfail;
     m->buf = tc_alloc_aligned(TC_SB_SIZE);
     sb_encode(&cd->sb, m->buf);
-    c->sb_marks_pending++;
+    c->ab.sb_marks_pending++;
     if (devfail)
-        c->devfail_marks_pending++;
+        c->ab.devfail_marks_pending++;
     sb_mark_step(m);
 }
 
@@ -484,7 +487,7 @@ void abandon_record(struct cache *c)
     if (state_write(c) == 0)
         c->abandon_unrecorded = false;
     else
-        c->state_dirty = true;      /* retried by the timer */
+        c->ab.state_dirty = true;      /* retried by the timer */
     for (unsigned d = 0; d < c->ndevs; d++)
         if (!c->devs[d].dev->read_only)
             sb_mark_start(c, d, false);
@@ -547,14 +550,14 @@ bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq)
 
 bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err)
 {
-    if (c == NULL || c->devfail_marks_pending == 0 || req->op == TC_OP_READ ||
+    if (c == NULL || c->ab.devfail_marks_pending == 0 || req->op == TC_OP_READ ||
         req->op == TC_OP_BLOCK_STATUS || req->op == TC_OP_CACHE)
         return false;
     struct held_ack *h = tc_xmalloc(sizeof *h);
     h->req = req;
     h->err = err;
-    h->next = c->held_acks;
-    c->held_acks = h;
+    h->next = c->ab.held_acks;
+    c->ab.held_acks = h;
     return true;
 }
 
@@ -564,28 +567,28 @@ bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err)
  * waited for abandon_idle()). */
 void abandon_close_flushed(struct cache *c, bool ok)
 {
-    c->state_closed = true;
+    c->ab.state_closed = true;
     timer_cancel(c->reactor, &c->state_timer);
     if (!ok)
         return;
     lost_settle_begin(&c->map.lost);
     lost_settle_done(c, true);
     if (c->abandoned || c->abandoned_seq)
-        c->state_dirty = true;
+        c->ab.state_dirty = true;
 }
 
 /* At close, after the last log sync: the lost set as it is now. */
 void abandon_close(struct cache *c)
 {
-    c->state_closed = true;
+    c->ab.state_closed = true;
     timer_cancel(c->reactor, &c->state_timer);
-    if ((c->abandoned || c->abandoned_seq) && c->state_dirty)
+    if ((c->abandoned || c->abandoned_seq) && c->ab.state_dirty)
         state_write(c);
 }
 
 bool abandon_idle(struct cache *c)
 {
-    return c->sb_marks_pending == 0 && !c->settle_busy;
+    return c->ab.sb_marks_pending == 0 && !c->ab.settle_busy;
 }
 
 /* ---- at start ---- */
@@ -724,9 +727,9 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "abandoned_seq", c->abandoned_seq);
     json_bool(j, "abandon_unrecorded", c->abandon_unrecorded);
     json_string(j, "state_file", c->state_path ? c->state_path : "");
-    json_uint(j, "state_file_writes", c->state_writes);
-    json_uint(j, "state_file_errors", c->state_errors);
-    json_uint(j, "superblocks_marked", c->sb_marks);
+    json_uint(j, "state_file_writes", c->ab.state_writes);
+    json_uint(j, "state_file_errors", c->ab.state_errors);
+    json_uint(j, "superblocks_marked", c->ab.sb_marks);
     json_begin_array(j, "device_failure_marks");
     for (unsigned i = 0; i < c->ndevs; i++) {
         if (!c->failed_seq[i])
@@ -741,10 +744,10 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
         json_end_object(j);
     }
     json_end_array(j);
-    json_uint(j, "device_failure_marks_pending", c->devfail_marks_pending);
+    json_uint(j, "device_failure_marks_pending", c->ab.devfail_marks_pending);
     uint64_t held = 0;
-    for (struct held_ack *h = c->held_acks; h; h = h->next)
+    for (struct held_ack *h = c->ab.held_acks; h; h = h->next)
         held++;
     json_uint(j, "device_failure_held_acks", held);
-    json_uint(j, "device_failure_superblocks_marked", c->devfail_marks);
+    json_uint(j, "device_failure_superblocks_marked", c->ab.devfail_marks);
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "io/bufpool.h"

@@ -63,6 +63,7 @@
 #include "engine/cache.h"
 #include "io/claim.h"
 #include "engine/engine.h"
+#include "engine/writeback.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/parse.h"

@@ -1,5 +1,18 @@
 /*
- * The cache: the fast tier of a volume.
+ * The cache: the fast tier of a volume, and the composition of the
+ * engine's modules (struct cache holds their state, or pointers to it).
+ * This header declares attach, close, detach and status (cache.c); each
+ * module declares the rest in its own header:
+ *
+ *   state embedded here     map.h (the index: index.c, map.c; lost.h),
+ *                           space.h, log.h, budget.h, originwin.h, abandon.h
+ *   behind a pointer        policy/policy.h, blocklock.h, cleaner.h,
+ *                           writeback.h, verify.h, stream.h, readahead.h
+ *   the request paths       readpath.h, writepath.h, cacheio.h
+ *   failures, their record  failure.h, lostlog.h (and abandon.h)
+ *   at attach               recovery.h (and check.h: check and salvage)
+ *
+ * src/LAYERS says which file may include which header.
  *
  * Data structures, from the client's block to the device sector:
  *
@@ -46,28 +59,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/blocklock.h"
+#include "engine/abandon.h"
 #include "engine/budget.h"
 #include "engine/engine.h"
 #include "engine/log.h"
-#include "engine/lost.h"
 #include "engine/map.h"
-#include "engine/mask.h"
+#include "engine/originwin.h"
 #include "engine/space.h"
 #include "format/ondisk.h"
-#include "io/dev.h"
 #include "io/reactor.h"
-#include "util/assert.h"
-#include "util/join.h"
 
 struct cache;
 struct policy;
-
-/* ---- the map: the index, dirty set, lost set (map.h: invariants 7 to 9, 13) ---- */
-
-/* ---- segments and groups: space.h (invariants 4, 6 and 10) ---- */
-
-/* ---- the log writer: log.h (invariants 11, 12 and 19 to 21) ---- */
 
 /* ---- devices of the cache ---- */
 
@@ -118,17 +121,11 @@ struct cache_stats {
 };
 
 struct blocklocks;
-struct wpiece;
-
-struct writeback;
 struct cleaner;
-struct verify_cache;
+struct readahead;
 struct streams;
-
-/* originwin.c: where the origin window stood when a flush was sent. */
-struct ow_mark {
-    uint64_t ack, cuts;
-};
+struct verify_cache;
+struct writeback;
 
 struct cache {
     struct tc_volume *vol;
@@ -142,13 +139,13 @@ struct cache {
     uint64_t nblocks_origin;
 
     struct map map;                 /* map.h: index, dirty set, lost set */
-    struct policy *policy;
-    struct blocklocks *locks;
-    struct writeback *wb;
-    struct cleaner *cleaner;
-    struct verify_cache *verify;
-    struct streams *streams;
-    struct readahead *ra;
+    struct policy *policy;          /* policy/policy.h */
+    struct blocklocks *locks;       /* blocklock.h */
+    struct writeback *wb;           /* writeback.h */
+    struct cleaner *cleaner;        /* cleaner.h */
+    struct verify_cache *verify;    /* verify.h: the CRCs of chunks read or written */
+    struct streams *streams;        /* stream.h: sequential streams */
+    struct readahead *ra;           /* readahead.h */
 
     struct space sp;                /* space.h: segments, groups, free space */
     struct log lg;                  /* log.h: heads, chunks, sequence, durability */
@@ -156,18 +153,7 @@ struct cache {
     struct cache_stats st;
     struct budget budget;
     uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
-    /* originwin.c: origin writes acknowledged, not yet covered by a flush */
-    struct origin_window {
-        uint64_t epoch_seen;        /* the origin's epoch at the last look */
-        bool scanning;              /* origin_window_flushed() at work */
-        struct ow_rec *r;
-        uint32_t n, cap;
-        uint32_t *hash;             /* nbuckets chains of cached records */
-        uint32_t nbuckets;          /* a power of two */
-        uint64_t acks;              /* acknowledgements counted */
-        uint64_t cuts, cuts_reported;   /* flushes that found a cut, reported ones */
-        bool overflowed;
-    } owin;
+    struct origin_window owin;      /* originwin.h: acknowledged, no flush covered them yet */
     bool offline;                   /* check and dump: read only, no background work */
     bool replaying;                 /* recovery applies the log's entries (invariant 8) */
     char *damage;                   /* recovery: damaged durable summaries, one a line
@@ -190,112 +176,16 @@ struct cache {
     uint64_t abandoned_seq;         /* log entries below it are untrusted (0: none) */
     bool abandoned;                 /* every device failed in this run */
     bool abandon_unrecorded;        /* ... and no record is durable yet: writes fail */
-    bool state_dirty;               /* the lost set changed since the state file */
     struct tc_timer state_timer;    /* writes the state file; settles clears */
-    bool settle_busy;               /* an origin flush / log sync settling clears */
-    bool settle_failed;             /* the last one failed (warned once) */
-    bool state_closed;              /* closing: no more settles or lazy writes */
-    uint64_t state_writes, state_errors, sb_marks;
-    unsigned sb_marks_pending;
     /* Device failure marks (ondisk.h, TC_SB_DEV_FAILED): groups of device
      * i below failed_seq[i] are untrusted.  Loaded from every superblock
      * (the highest wins); raised when a device fails in this run. */
     uint64_t failed_seq[TC_MAX_DEVICES];
-    unsigned devfail_marks_pending; /* failure marks not yet durable: write
-                                       acknowledgements wait (volume.c) */
-    uint64_t devfail_marks;         /* superblocks given a failure mark */
-    struct held_ack *held_acks;     /* waiting for the failure marks */
+    struct abandon ab;              /* abandon.h: the rest, abandon.c's alone */
 };
 
-/* abandon.c: a cache abandoned at run time (every device failed) */
-/* At attach, before recovery: the state file (state_file, or the default
- * next to first_path) and the superblock marks; loads the lost set and
- * abandoned_seq.  -1 with a message when the cache must not be used. */
-int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
-                 size_t errlen);
-/* The last device failed: record the abandonment durably (state file now,
- * superblock marks on every device that takes them). */
-void abandon_record(struct cache *c);
-/* Device d failed in this run (others go on): record failed_seq[d] in the
- * superblocks of the devices left, asynchronously; until every one of
- * those writes has ended, client writes are not acknowledged (see
- * failure.c for why).  Called before anything is appended for the
- * failure. */
-void devfail_record(struct cache *c, unsigned d);
-/* The failure mark of the segment's device covers its group: the segment
- * was written before its device failed and is never trusted again. */
-bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq);
-/* A client request completes while failure marks are being written: true
- * if its acknowledgement (req->done) is held until they are (a write type
- * or a flush); false: acknowledge it now. */
-bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err);
-/* Lost sectors were written again: their clear is recorded once the
- * write is durable (an origin flush and a log sync later). */
-void abandon_lost_changed(struct cache *c);
-/* Closing, the origin just flushed (ok) or not: settle what can be. */
-void abandon_close_flushed(struct cache *c, bool ok);
-void abandon_close(struct cache *c);
-bool abandon_idle(struct cache *c);
-struct tc_json;
-void abandon_status_json(struct cache *c, struct tc_json *j);
-/* lostlog.c: the cache's side of the lost set (lost.h, c->map.lost) */
-/* A request on the origin path while the cache is failed or detached:
- * reads of lost sectors fail with EIO; writes clear them. */
-void lost_passthrough(struct ereq *e);
-/* 0, or -EIO once after acknowledged data was lost (for a flush). */
-int lost_flush_result(struct cache *c);
-/* Record durably (in the log) that these sectors of the block are lost now
- * (and fail the next flush).  Dirty data the cache loses goes through
- * map_lose_dirty(), which counts it too. */
-void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
-/* An origin write failed in doubt (-ETIMEDOUT): the sectors read as lost
- * until written again, without failing the next flush. */
-void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
-void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len);
-/* Written again: no longer lost (lost_clear()), and the state file told. */
-void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written);
-void lost_written_range(struct cache *c, uint64_t off, uint64_t len);
-/* A settle (abandon.c) ended: lost_settle_end(), and the log records the
- * blocks' new lost sectors unless the cache is abandoned. */
-void lost_settle_done(struct cache *c, bool ok);
+/* ---- cache.c: attach, close, detach, status ---- */
 
-/* originwin.c: origin writes acknowledged since the last origin flush
- * that covered them (see there). */
-struct ow_rec;
-/* A non-FUA origin write of [off, off + len) was acknowledged; cached:
- * it carries a write-through version the cache holds. */
-void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached);
-/* Taken when an origin flush is sent, for origin_window_flushed(). */
-struct ow_mark origin_window_mark(const struct cache *c);
-/* Something waits for an origin flush; too much does (flush now). */
-bool origin_window_pending(const struct cache *c);
-/* ... and of those, writes only the origin holds: around the cache, or a
- * write-through version whose block has left the cache since.  (A cached
- * one is durable in the cache log: recovery writes it back if the origin
- * lost it.) */
-bool origin_window_uncached(const struct cache *c);
-bool origin_window_full(const struct cache *c);
-/* An origin flush sent at mark completed without error: forget what it
- * covered; true if writes acknowledged on a lost connection were found
- * (re-dirtied or recorded lost) now or since the mark: the flush must not
- * report them durable, nor move the write-through stable mark. */
-bool origin_window_flushed(struct cache *c, struct ow_mark mark);
-/* The origin's connection epoch changed: deal with the writes acknowledged
- * in older ones at once (cheap when nothing changed). */
-void origin_window_check(struct cache *c);
-/* The block's entry (or a fragment of it) leaves the cache. */
-void origin_window_dropped(struct cache *c, uint64_t oblock);
-void origin_window_free(struct cache *c);
-
-/* failure.c: a cache device that fails */
-void cache_device_error(struct cache *c, unsigned d, int err, bool write);
-void cache_device_fail(struct cache *c, unsigned d, const char *why);
-/* After a read error or checksum mismatch: a cache file that shrank fails. */
-void cache_device_check_size(struct cache *c, unsigned d);
-/* The device holding a segment is still usable. */
-static inline bool seg_usable(struct cache *c, uint32_t s) { return c->devs[space_seg_dev(&c->sp, s)].state == CDEV_OK; }
-
-/* cache.c */
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
 /* For check and dump: attach read-only, recover, and do nothing else. */
 struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
@@ -313,15 +203,22 @@ void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
                   void *arg);
 
-/* space.c: segments and groups (space.h has what needs struct space alone) */
+static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
+/* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change
+ * to block N is logged. */
+void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- space.c: what takes the whole cache (space.h has what needs struct
+ * space alone) ---- */
+
 int space_init(struct cache *c);
 void space_fini(struct cache *c);
-/* The device holding segment s. */
+/* The device holding segment s, and whether it is still usable. */
 static inline struct cache_dev *seg_cdev(struct cache *c, uint32_t s) { return &c->devs[space_seg_dev(&c->sp, s)]; }
+static inline bool seg_usable(struct cache *c, uint32_t s) { return seg_cdev(c, s)->state == CDEV_OK; }
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
 void space_free_group(struct cache *c);     /* the oldest; its segments become free */
-
-/* log.c: log.h */
 
 /* space.c: the chunk tables of segments, and the CRCs of their chunks
  * (verify.h: the store, c->verify) */
@@ -333,178 +230,5 @@ bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint
 /* Remember a chunk header's CRCs (after reading or writing it). */
 void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
                      const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-
-/* cacheio.c: a checked read of n sectors at (seg, off) into buf.  cb gets
- * 0, -EBADMSG (checksum mismatch: [bad_from, bad_to) failed) or the I/O
- * error.  Sectors still in an open segment's RAM image are copied and cb
- * runs before cache_read_verified() returns; otherwise from a later
- * reactor pass (the rule: util/join.h). */
-struct cread {
-    struct cache *c;
-    uint32_t seg;
-    uint16_t off;
-    uint32_t n;
-    uint8_t *buf;
-    void (*cb)(struct cread *cr, int err);
-    void *priv;
-    /* results and internals */
-    struct tc_join join;            /* the data read, and the header read */
-    uint32_t bad_from, bad_to;
-    bool from_device;
-    struct tc_dev_io dio, hdio;
-    uint8_t *hdr;
-    uint32_t *crcs;
-};
-void cache_read_verified(struct cache *c, struct cread *cr);
-/* Read the sectors `want` of entry id, wherever its fragments keep them,
- * into dst (sector s at dst + s * 4096); cb gets 0 or the first error.
- * cb runs before the call returns when no device read is needed (every
- * sector in a RAM image, or none located), as with cache_read_verified();
- * the same holds for the two forms below. */
-void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
-                  void (*cb)(void *arg, int err), void *arg);
-/* As cache_gather, but a failure is retried through the index as it is
- * then (a failed device's data moves to its mirrors) and then from the
- * mirror copies, before it is reported. */
-void cache_gather_robust(struct cache *c, uint64_t oblock, const struct tc_mask *want,
-                         uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
-/* The same from the fragments' mirror copies (-ENODATA where none). */
-void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *want,
-                          uint8_t *dst, void (*cb)(void *arg, int err), void *arg);
-
-/* map.c: the entry mutations every path shares (map.h) */
-/* Entry id's sectors `cleaned` are on the origin: no longer dirty, the
- * entry no longer written through (CE_WT); once no sector is dirty, its
- * mirror copies go (clean data keeps one copy). */
-void map_mark_clean(struct cache *c, uint32_t id, const struct tc_mask *cleaned);
-/* Entry id's fragments lose their mirror copies on device dev (-1: on
- * every device); the entry settles (index_settle()) after. */
-void map_drop_mirrors(struct cache *c, uint32_t id, int dev);
-/* The origin may lack entry id's write-through version of sectors m (all
- * valid): they are dirty again, the entry CE_WT, and it holds the
- * write-through stable mark below seq until written back (invariant 18). */
-void map_wt_redirty(struct cache *c, uint32_t id, const struct tc_mask *m, uint64_t seq);
-/* Fragment fid of entry id lost its copy: its mirror copy is the copy now. */
-void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid);
-/* Fragment fid of entry id (without a mirror) has a mirror copy at
- * (mseg, moff); fid's number may change (frag_set_mirror()). */
-void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff);
-/* Dirty sectors m of the block are lost: no copy of them can be kept (the
- * caller drops or replaces what held them).  Counted (lost_dirty_bytes)
- * and recorded with lost_record(), once, where the loss happens. */
-void map_lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m);
-/* A fragment appended at (seg, off) holding the sectors `stored` becomes
- * the block's newest; `dirty` says which of them are dirty (the others are
- * clean).  With replace, it replaces every fragment (a merged version).
- * Returns the entry id. */
-uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                            const struct tc_mask *dirty, uint32_t seg, uint16_t off,
-                            uint32_t mseg, uint16_t moff, uint16_t flags, bool replace);
-/* Remove one fragment (the cleaner's drop); the block goes when none is
- * left.  Its sectors must be clean. */
-void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);
-/* Remove the block's entry from the index (space accounting, dirty bits). */
-void map_drop_block(struct cache *c, uint64_t oblock);
-/* The fragment of oblock located at (seg, off), or NIL. */
-uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
-                             uint32_t *id);
-static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
-/* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change
- * to block N is logged. */
-void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* readpath.c, writepath.c */
-/* The newest sequence number whose write-through origin write is done:
- * after an origin flush, everything up to it is on the origin. */
-uint64_t wt_stable_candidate(struct cache *c);
-void cache_read(struct ereq *e);
-void cache_read_direct(struct ereq *e);    /* without read-ahead */
-void cache_write(struct ereq *e);
-void cache_discard(struct ereq *e);     /* TRIM and WRITE_ZEROES */
-void cache_flush(struct ereq *e);
-void cache_prefetch(struct ereq *e);    /* NBD_CMD_CACHE */
-
-/* cleaner.c */
-int cleaner_init(struct cache *c);
-void cleaner_fini(struct cache *c);
-void cleaner_kick(struct cache *c);
-void cleaner_stop(struct cache *c);
-void cleaner_resume(struct cache *c);
-/* A device failed: a reclaim in progress must look at its group again. */
-void cleaner_device_failed(struct cache *c);
-bool cleaner_idle(struct cache *c);
-/* Run w once free space allows appends again. */
-void cleaner_wait_space(struct cache *c, struct log_waiter *w);
-void cleaner_space_freed(struct cache *c);
-/* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
- * appends waiting for room). */
-void cleaner_status_json(struct cache *c, struct tc_json *j);
-
-/* writeback.c */
-
-/* A client write held by the dirty throttle (writeback_throttle()). */
-struct wb_throttle_waiter {
-    struct wb_throttle_waiter *next;
-    uint64_t bytes;             /* the dirty data it may add */
-    uint64_t since;             /* monotonic ns, when it was held */
-    void (*fn)(struct wb_throttle_waiter *w);
-};
-/* May a writeback-mode client write adding up to BYTES of dirty data go
- * now?  If not, W is queued and W->fn runs when it may. */
-bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_waiter *w);
-int writeback_init(struct cache *c);
-void writeback_fini(struct cache *c);
-void writeback_kick(struct cache *c);
-/* Drain everything; progress() is called now and then. */
-void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
-                     void (*done)(void *arg, int err), void *arg);
-/* No job in flight (background, drain or the cleaner's) and no commit
- * flush of the origin: nothing of writeback will append to the log. */
-bool writeback_idle(struct cache *c);
-/* Why the last drain gave up ("" if it did not). */
-void writeback_drain_reason(struct cache *c, char *buf, size_t len);
-unsigned writeback_jobs_in_flight(struct cache *c);
-void writeback_status_json(struct cache *c, struct tc_json *j);
-/* Block writebacks the origin refused or that were cut by a lost
- * connection: the blocks stayed dirty and are written again later. */
-uint64_t writeback_retries(struct cache *c);
-/* Write back the dirty sectors of these blocks now (ascending block
- * numbers), flush the origin, then call done.  Blocks that fail stay dirty. */
-void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
-                      void (*done)(void *arg, int err), void *arg);
-/* The same for one block; w->fn runs when it is done. */
-void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
-void writeback_note_client_io(struct cache *c);
-/* Per-block failures: after this many failed write-backs in a row, a write
- * that needs its block written back first fails with EIO at once. */
-#define WB_FAILURES_EIO 3
-/* Failed write-backs in a row of this block (0: none pending). */
-unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
-/* The block turned clean: it leaves the failure table. */
-void writeback_forget(struct cache *c, uint64_t oblock);
-/* A client write failed because its block could not be written back. */
-void writeback_note_write_failed(struct cache *c);
-/* Failure messages share a rate limit: true if one may be logged now. */
-bool writeback_log_allow(struct cache *c);
-
-/* recovery.c */
-int recovery_run(struct cache *c, char *err, size_t errlen);
-
-/* readahead.c: keep cached sequential streams' devices busy */
-int readahead_init(struct cache *c);
-/* The largest window the slots allow (0: read-ahead is off), and a new
- * window within it (0: off). */
-uint64_t readahead_max_window(struct cache *c);
-void readahead_set_window(struct cache *c, uint64_t window);
-void readahead_fini(struct cache *c);
-/* Slots loading: read-ahead's reads of the cache devices in flight, which
- * the cache may not be freed under (a close waits for them). */
-unsigned readahead_loading(const struct cache *c);
-/* True if the read was taken (answered now or when its slot loads). */
-bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len);
-/* Drop read-ahead data overlapping a write, trim or write-zeroes. */
-void readahead_invalidate(struct cache *c, uint64_t off, uint64_t len);
-void readahead_status_json(struct cache *c, struct tc_json *j);
 
 #endif

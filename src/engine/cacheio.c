@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/cacheio.h"
+#include "engine/failure.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
 #include "util/log.h"

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/check.h"
 #include "util/misc.h"
 

@@ -25,8 +25,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/cache.h"
+#include "engine/cleaner.h"
+#include "engine/failure.h"
+#include "engine/map.h"
+#include "engine/writeback.h"
 #include "io/claim.h"
 #include "io/bufpool.h"
 #include "util/log.h"

@@ -7,7 +7,7 @@
  * hnext (entries) and next (fragment records).  The table has a
  * power-of-two number of buckets, at least half as many as entries, and
  * doubles with them.  A block's one fragment is usually inline in its
- * entry (engine/cache.h).
+ * entry (engine/map.h).
  *
  *   buckets[hash(oblock)] -> entry 17 -hnext-> entry 4 -hnext-> NIL
  *   entry 17: first -> fragment 90 -next-> fragment 33 -next-> NIL
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "util/assert.h"
 #include "util/misc.h"
 
 static uint32_t hash(const struct index *ix, uint64_t oblock)

@@ -28,6 +28,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
 #include "util/json.h"
@@ -175,18 +176,28 @@ static bool ensure_group(struct cache *c, bool use_reserve)
     return true;
 }
 
-static void close_head(struct cache *c, unsigned d)
+/* Head d (which has a segment) leaves its segment: closed, filled up to
+ * the current chunk.  Returns the segment.  What else a close does
+ * depends on why (close_head(), log_close_group(), log_device_failed()). */
+static uint32_t head_leave(struct cache *c, unsigned d)
 {
     struct head *h = &c->lg.heads[d];
-    if (h->seg == NIL)
-        return;
     struct segment *sg = space_seg(&c->sp, h->seg);
     sg->state = SEG_CLOSED;
     sg->fill = h->chunk_start;
-    c->st.segments_written++;
     uint32_t seg = h->seg;
     h->seg = NIL;
-    image_release(c, seg);
+    return seg;
+}
+
+/* A full segment: counted written, and its image released unless a chunk
+ * write is in flight (the last one to end releases it). */
+static void close_head(struct cache *c, unsigned d)
+{
+    if (c->lg.heads[d].seg == NIL)
+        return;
+    c->st.segments_written++;
+    image_release(c, head_leave(c, d));
 }
 
 /* ---- writing chunks ---- */
@@ -337,18 +348,20 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         close_head(c, d);
 }
 
+/* Not close_head() for each head, which would change two things:
+ * segments_written counts segments filled ("segments filled" in status),
+ * and these are not; and close_head() releases the image of a segment
+ * with no chunk write in flight (one with a write in flight is released
+ * when it ends, here as there).  Here such an image stays until the
+ * segment is opened again (head_start_segment() takes it over), so the
+ * cleaner's walk of this group, which comes next, reads those chunks from
+ * RAM (log_read_image()) rather than from the device. */
 void log_close_group(struct cache *c)
 {
     log_seal_all(c, false);
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        struct head *h = &c->lg.heads[d];
-        if (h->seg == NIL)
-            continue;
-        struct segment *sg = space_seg(&c->sp, h->seg);
-        sg->state = SEG_CLOSED;
-        sg->fill = h->chunk_start;
-        h->seg = NIL;
-    }
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->lg.heads[d].seg != NIL)
+            head_leave(c, d);
     space_close_group(&c->sp);
 }
 
@@ -773,11 +786,7 @@ void log_device_failed(struct cache *c, unsigned d)
 {
     struct head *h = &c->lg.heads[d];
     if (h->seg != NIL) {
-        struct segment *sg = space_seg(&c->sp, h->seg);
-        sg->state = SEG_CLOSED;
-        sg->fill = h->chunk_start;
-        uint32_t seg = h->seg;
-        h->seg = NIL;
+        uint32_t seg = head_leave(c, d);
         h->nentries = 0;
         h->data_fill = 0;
         image_release(c, seg);

@@ -8,9 +8,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/lost.h"
+#include "engine/lostlog.h"
 #include "util/log.h"
 #include "util/misc.h"
 

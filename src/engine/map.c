@@ -9,7 +9,10 @@
 #include <stdlib.h>
 
 #include "engine/cache.h"
+#include "engine/lostlog.h"
 #include "engine/map.h"
+#include "engine/originwin.h"
+#include "engine/writeback.h"
 #include "policy/policy.h"
 #include "util/assert.h"
 #include "util/log.h"

@@ -16,7 +16,7 @@
  *
  * The index's storage (pages of entries and fragment records, inline and
  * side masks) is index.c's; this header declares it.  The entry mutations
- * are map.c's, declared in cache.h because they need the whole cache (the
+ * are map.c's, declared at the end; they take the whole cache (the
  * segments' live counts, the policy's hint, the origin window, tracing):
  * adding and dropping fragments and blocks, marking sectors clean (and
  * dropping mirror copies then), making a write-through version dirty
@@ -63,6 +63,8 @@
 
 #include "engine/lost.h"
 #include "engine/mask.h"
+
+struct cache;
 
 #define NIL UINT32_MAX
 
@@ -275,5 +277,43 @@ static inline bool map_is_dirty(const struct map *m, uint64_t oblock)
  * nothing).  Release: the flag goes; true if it was set. */
 void map_wt_hold(struct map *m, uint32_t id, uint64_t seq);
 bool map_wt_release(struct map *m, uint32_t id);
+
+/* ---- the entry mutations every path shares (map.c) ---- */
+
+/* Entry id's sectors `cleaned` are on the origin: no longer dirty, the
+ * entry no longer written through (CE_WT); once no sector is dirty, its
+ * mirror copies go (clean data keeps one copy). */
+void map_mark_clean(struct cache *c, uint32_t id, const struct tc_mask *cleaned);
+/* Entry id's fragments lose their mirror copies on device dev (-1: on
+ * every device); the entry settles (index_settle()) after. */
+void map_drop_mirrors(struct cache *c, uint32_t id, int dev);
+/* The origin may lack entry id's write-through version of sectors m (all
+ * valid): they are dirty again, the entry CE_WT, and it holds the
+ * write-through stable mark below seq until written back (invariant 18). */
+void map_wt_redirty(struct cache *c, uint32_t id, const struct tc_mask *m, uint64_t seq);
+/* Fragment fid of entry id lost its copy: its mirror copy is the copy now. */
+void map_promote_mirror(struct cache *c, uint32_t id, uint32_t fid);
+/* Fragment fid of entry id (without a mirror) has a mirror copy at
+ * (mseg, moff); fid's number may change (frag_set_mirror()). */
+void map_add_mirror(struct cache *c, uint32_t id, uint32_t fid, uint32_t mseg, uint16_t moff);
+/* Dirty sectors m of the block are lost: no copy of them can be kept (the
+ * caller drops or replaces what held them).  Counted (lost_dirty_bytes)
+ * and recorded with lost_record(), once, where the loss happens. */
+void map_lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m);
+/* A fragment appended at (seg, off) holding the sectors `stored` becomes
+ * the block's newest; `dirty` says which of them are dirty (the others are
+ * clean).  With replace, it replaces every fragment (a merged version).
+ * Returns the entry id. */
+uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                            const struct tc_mask *dirty, uint32_t seg, uint16_t off,
+                            uint32_t mseg, uint16_t moff, uint16_t flags, bool replace);
+/* Remove one fragment (the cleaner's drop); the block goes when none is
+ * left.  Its sectors must be clean. */
+void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);
+/* Remove the block's entry from the index (space accounting, dirty bits). */
+void map_drop_block(struct cache *c, uint64_t oblock);
+/* The fragment of oblock located at (seg, off), or NIL. */
+uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
+                             uint32_t *id);
 
 #endif

@@ -67,6 +67,10 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/lostlog.h"
+#include "engine/map.h"
+#include "engine/originwin.h"
+#include "engine/writeback.h"
 #include "util/log.h"
 #include "util/misc.h"
 

@@ -29,6 +29,8 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/readahead.h"
+#include "engine/readpath.h"
 #include "io/bufpool.h"
 #include "util/json.h"
 #include "util/misc.h"

@@ -46,7 +46,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
+#include "engine/map.h"
+#include "engine/recovery.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 #include "util/misc.h"

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/check.h"
 #include "util/log.h"
 #include "util/misc.h"

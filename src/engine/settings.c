@@ -15,6 +15,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/readahead.h"
 #include "engine/stream.h"
 #include "engine/engine.h"
 #include "policy/policy.h"

@@ -7,8 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
+#include "engine/lostlog.h"
+#include "engine/writeback.h"
 #include "io/claim.h"
 #include "util/assert.h"
 #include "util/json.h"

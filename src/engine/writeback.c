@@ -98,6 +98,11 @@
 
 #include "engine/blocklock.h"
 #include "engine/cache.h"
+#include "engine/cacheio.h"
+#include "engine/map.h"
+#include "engine/originwin.h"
+#include "engine/writeback.h"
+#include "engine/writepath.h"
 #include "io/bufpool.h"
 #include "util/join.h"
 #include "util/json.h"

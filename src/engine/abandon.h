@@ -1,0 +1,74 @@
+/*
+ * A cache abandoned at run time, and the state file that records it
+ * (abandon.c).  When the last cache device fails, the volume serves the
+ * origin directly and the cache's log stops being the truth: the
+ * abandonment is recorded durably (the state file, and a mark in the
+ * superblock of every device that takes one), and at the next start every
+ * log entry with a sequence number below abandoned_seq is ignored.  A
+ * device that fails while others go on gets a failure mark instead
+ * (failed_seq).  Its state: struct abandon below, and the fields of
+ * struct cache that other modules read.
+ *
+ * A record saying sectors are no longer lost never becomes durable before
+ * the write that cleared them is (an origin flush and a log sync later):
+ * recording a clear late only fails reads longer than needed.
+ */
+#ifndef TC_ENGINE_ABANDON_H
+#define TC_ENGINE_ABANDON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cache;
+struct held_ack;
+struct tc_json;
+struct tc_request;
+
+/* What abandon.c alone keeps (c->ab).  The fields others read -- the
+ * state file's path, abandoned_seq, abandoned, abandon_unrecorded,
+ * failed_seq -- and the state timer are struct cache's. */
+struct abandon {
+    bool state_dirty;               /* the lost set changed since the state file */
+    bool settle_busy;               /* an origin flush / log sync settling clears */
+    bool settle_failed;             /* the last one failed (warned once) */
+    bool state_closed;              /* closing: no more settles or lazy writes */
+    uint64_t state_writes, state_errors, sb_marks;
+    unsigned sb_marks_pending;
+    unsigned devfail_marks_pending; /* failure marks not yet durable: write
+                                       acknowledgements wait (volume.c) */
+    uint64_t devfail_marks;         /* superblocks given a failure mark */
+    struct held_ack *held_acks;     /* waiting for the failure marks */
+};
+
+/* At attach, before recovery: the state file (state_file, or the default
+ * next to first_path) and the superblock marks; loads the lost set and
+ * abandoned_seq.  -1 with a message when the cache must not be used. */
+int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
+                 size_t errlen);
+/* The last device failed: record the abandonment durably (state file now,
+ * superblock marks on every device that takes them). */
+void abandon_record(struct cache *c);
+/* Device d failed in this run (others go on): record failed_seq[d] in the
+ * superblocks of the devices left, asynchronously; until every one of
+ * those writes has ended, client writes are not acknowledged (see
+ * failure.c for why).  Called before anything is appended for the
+ * failure. */
+void devfail_record(struct cache *c, unsigned d);
+/* The failure mark of the segment's device covers its group: the segment
+ * was written before its device failed and is never trusted again. */
+bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq);
+/* A client request completes while failure marks are being written: true
+ * if its acknowledgement (req->done) is held until they are (a write type
+ * or a flush); false: acknowledge it now. */
+bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err);
+/* Lost sectors were written again: their clear is recorded once the
+ * write is durable (an origin flush and a log sync later). */
+void abandon_lost_changed(struct cache *c);
+/* Closing, the origin just flushed (ok) or not: settle what can be. */
+void abandon_close_flushed(struct cache *c, bool ok);
+void abandon_close(struct cache *c);
+bool abandon_idle(struct cache *c);
+void abandon_status_json(struct cache *c, struct tc_json *j);
+
+#endif

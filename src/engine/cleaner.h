@@ -1,0 +1,37 @@
+/*
+ * The cleaner (cleaner.c): reclaims the oldest group of segments when free
+ * space runs low -- walk it, write back or copy its dirty data, record the
+ * new tail durably, drop what stays behind, free its segments.  It owns
+ * struct cleaner (c->cleaner) and the appends waiting for room.
+ *
+ * Blocks stay readable in the old group until the new tail is durable, so
+ * a crash at any step recovers a consistent index.  A segment holding
+ * dirty data is never reused before that data is on the origin (cache.h:
+ * invariant 5; it frees a group only when no entry points into it:
+ * invariants 4 and 10).
+ */
+#ifndef TC_ENGINE_CLEANER_H
+#define TC_ENGINE_CLEANER_H
+
+#include <stdbool.h>
+
+struct cache;
+struct log_waiter;
+struct tc_json;
+
+int cleaner_init(struct cache *c);
+void cleaner_fini(struct cache *c);
+void cleaner_kick(struct cache *c);
+void cleaner_stop(struct cache *c);
+void cleaner_resume(struct cache *c);
+/* A device failed: a reclaim in progress must look at its group again. */
+void cleaner_device_failed(struct cache *c);
+bool cleaner_idle(struct cache *c);
+/* Run w once free space allows appends again. */
+void cleaner_wait_space(struct cache *c, struct log_waiter *w);
+void cleaner_space_freed(struct cache *c);
+/* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
+ * appends waiting for room). */
+void cleaner_status_json(struct cache *c, struct tc_json *j);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * The origin window (originwin.c): origin writes acknowledged since the
+ * last origin flush that covered them.  An NBD server may lose the writes
+ * it acknowledged but was not asked to flush when its connection drops;
+ * the writes clients send to the origin are recorded here, with the
+ * connection epoch at their acknowledgement, and every origin flush that
+ * completes without error forgets what it covered.  A record cut by a
+ * lost connection makes its sectors dirty again (a write-through version
+ * the cache still holds) or lost (the rest), and fails the next client
+ * FLUSH with EIO, once.  It owns struct origin_window (c->owin).
+ */
+#ifndef TC_ENGINE_ORIGINWIN_H
+#define TC_ENGINE_ORIGINWIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cache;
+struct ow_rec;
+
+/* Where the origin window stood when a flush was sent. */
+struct ow_mark {
+    uint64_t ack, cuts;
+};
+
+/* Origin writes acknowledged, not yet covered by a flush. */
+struct origin_window {
+    uint64_t epoch_seen;        /* the origin's epoch at the last look */
+    bool scanning;              /* origin_window_flushed() at work */
+    struct ow_rec *r;
+    uint32_t n, cap;
+    uint32_t *hash;             /* nbuckets chains of cached records */
+    uint32_t nbuckets;          /* a power of two */
+    uint64_t acks;              /* acknowledgements counted */
+    uint64_t cuts, cuts_reported;   /* flushes that found a cut, reported ones */
+    bool overflowed;
+};
+
+/* A non-FUA origin write of [off, off + len) was acknowledged; cached:
+ * it carries a write-through version the cache holds. */
+void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached);
+/* Taken when an origin flush is sent, for origin_window_flushed(). */
+struct ow_mark origin_window_mark(const struct cache *c);
+/* Something waits for an origin flush; too much does (flush now). */
+bool origin_window_pending(const struct cache *c);
+/* ... and of those, writes only the origin holds: around the cache, or a
+ * write-through version whose block has left the cache since.  (A cached
+ * one is durable in the cache log: recovery writes it back if the origin
+ * lost it.) */
+bool origin_window_uncached(const struct cache *c);
+bool origin_window_full(const struct cache *c);
+/* An origin flush sent at mark completed without error: forget what it
+ * covered; true if writes acknowledged on a lost connection were found
+ * (re-dirtied or recorded lost) now or since the mark: the flush must not
+ * report them durable, nor move the write-through stable mark. */
+bool origin_window_flushed(struct cache *c, struct ow_mark mark);
+/* The origin's connection epoch changed: deal with the writes acknowledged
+ * in older ones at once (cheap when nothing changed). */
+void origin_window_check(struct cache *c);
+/* The block's entry (or a fragment of it) leaves the cache. */
+void origin_window_dropped(struct cache *c, uint64_t oblock);
+void origin_window_free(struct cache *c);
+
+#endif

@@ -1,0 +1,17 @@
+/*
+ * Reads (readpath.c): a read is cut into pieces, one per cache block it
+ * touches; a hit is read from the cache, a miss from the origin (with the
+ * dirty cached sectors of the range laid over).  Every sector read from a
+ * cache device is checked against its CRC; a sector that fails is never
+ * returned.  Admitted misses are appended to the log (a fill) only after
+ * the request completed: a miss never waits for a cache write.
+ */
+#ifndef TC_ENGINE_READPATH_H
+#define TC_ENGINE_READPATH_H
+
+struct ereq;
+
+void cache_read(struct ereq *e);
+void cache_read_direct(struct ereq *e);    /* without read-ahead */
+
+#endif

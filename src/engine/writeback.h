@@ -1,0 +1,70 @@
+/*
+ * Writeback (writeback.c): dirty data from the cache to the origin, in
+ * background passes over the dirty bitmap, in drains (tiercache flush,
+ * detach, a switch out of writeback mode), and for single blocks a write
+ * or the cleaner needs on the origin first.  It owns struct writeback
+ * (c->wb): the passes, the jobs in flight, the dirty throttle and the
+ * table of blocks whose write-back failed.
+ *
+ * The origin changes only after the cache durably records the version it
+ * gets (a cache flush before the origin writes); a block whose write (or
+ * the flush after it) fails stays dirty -- nothing is ever dropped -- and
+ * is written again later.  Every block in the failure table is dirty.
+ */
+#ifndef TC_ENGINE_WRITEBACK_H
+#define TC_ENGINE_WRITEBACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct block_waiter;
+struct cache;
+struct tc_json;
+
+/* A client write held by the dirty throttle (writeback_throttle()). */
+struct wb_throttle_waiter {
+    struct wb_throttle_waiter *next;
+    uint64_t bytes;             /* the dirty data it may add */
+    uint64_t since;             /* monotonic ns, when it was held */
+    void (*fn)(struct wb_throttle_waiter *w);
+};
+/* May a writeback-mode client write adding up to BYTES of dirty data go
+ * now?  If not, W is queued and W->fn runs when it may. */
+bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_waiter *w);
+int writeback_init(struct cache *c);
+void writeback_fini(struct cache *c);
+void writeback_kick(struct cache *c);
+/* Drain everything; progress() is called now and then. */
+void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
+                     void (*done)(void *arg, int err), void *arg);
+/* No job in flight (background, drain or the cleaner's) and no commit
+ * flush of the origin: nothing of writeback will append to the log. */
+bool writeback_idle(struct cache *c);
+/* Why the last drain gave up ("" if it did not). */
+void writeback_drain_reason(struct cache *c, char *buf, size_t len);
+unsigned writeback_jobs_in_flight(struct cache *c);
+void writeback_status_json(struct cache *c, struct tc_json *j);
+/* Block writebacks the origin refused or that were cut by a lost
+ * connection: the blocks stayed dirty and are written again later. */
+uint64_t writeback_retries(struct cache *c);
+/* Write back the dirty sectors of these blocks now (ascending block
+ * numbers), flush the origin, then call done.  Blocks that fail stay dirty. */
+void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
+                      void (*done)(void *arg, int err), void *arg);
+/* The same for one block; w->fn runs when it is done. */
+void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
+void writeback_note_client_io(struct cache *c);
+/* Per-block failures: after this many failed write-backs in a row, a write
+ * that needs its block written back first fails with EIO at once. */
+#define WB_FAILURES_EIO 3
+/* Failed write-backs in a row of this block (0: none pending). */
+unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
+/* The block turned clean: it leaves the failure table. */
+void writeback_forget(struct cache *c, uint64_t oblock);
+/* A client write failed because its block could not be written back. */
+void writeback_note_write_failed(struct cache *c);
+/* Failure messages share a rate limit: true if one may be logged now. */
+bool writeback_log_allow(struct cache *c);
+
+#endif
