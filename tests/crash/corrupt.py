@@ -16,8 +16,10 @@ summary) of a live segment, the data of a live chunk, space no live
 structure uses, or a mix -- and then asserts:
 
   - tiercache check exits 1 and names the damage whenever the flips touched
-    a superblock or a live chunk header; when it exits 0, serve must find
-    nothing wrong either (the flips hit only superseded data or free space);
+    a superblock or a live chunk header that an intact chunk records durable
+    (one no intact chunk records may be a write torn by a crash: recovery
+    then keeps those of its entries whose data checksums hold); when it
+    exits 0, serve must find nothing wrong either;
   - tiercache serve either refuses to start with a message (allowed only
     when a chunk header is damaged: the blocks it described are unknown, so
     lost dirty data could not be told apart from good data) or serves the
@@ -211,18 +213,17 @@ def layout(a, cache):
     # The stop waits for write-back in flight before its last sync, so
     # every other chunk is recorded durable, and its damage must be found.
     durable = max(h[3] for h in headers)
-    newest = []
     for lo, hi, seq, _, flags, entries in headers:
         if seq <= durable:
             continue
         if not flags & CLEAN_STOP or entries:
             sys.exit(f"layout: chunk {seq} at byte {lo} (flags {flags:#x}, {entries} entries) "
                      f"is recorded durable by no later chunk, and is not the stop's empty mark")
-        newest.append((lo, hi))
+    marks = [(lo, hi, seq, flushed) for lo, hi, seq, flushed, _, _ in headers]
     headers = [h[:2] for h in headers]
     used = [(0, 2 * SECTOR)] + [(DATA_OFFSET + s * SEGMENT, DATA_OFFSET + s * SEGMENT +
                                  f * SECTOR) for s, f in live.items()]
-    return headers, data, used, dirty, newest
+    return headers, data, used, dirty, marks
 
 
 def pick(rng, ranges):
@@ -241,7 +242,7 @@ def run_seed(a, seed, images, layouts, stats):
     rng = random.Random(seed)
     name = "dirty" if seed % 2 else "clean"
     idir, gens, mode = images[name]
-    headers, data, used, dirty, newest = layouts[name]
+    headers, data, used, dirty, marks = layouts[name]
     d = f"{a.dir}/run"
     for n in ("origin.img", "cache.img"):
         shutil.copyfile(f"{idir}/{n}", f"{d}/{n}")
@@ -267,8 +268,18 @@ def run_seed(a, seed, images, layouts, stats):
             f.write(bytes([b ^ x]))
     desc = f"seed {seed} ({name}, {', '.join(f'{k}@{p}^{x:#x}' for k, p, x in flips)})"
     kinds = {k for k, _, _ in flips}
+    # A damaged chunk header is known damage only if an intact chunk records
+    # it durable (its sequence at or below an intact header's flushed mark);
+    # otherwise it may be a write torn by a crash, whose entries recovery
+    # applies one by one where their data checksums hold.  Flips that also
+    # hit the newest marks (the clean stop's empty chunk, the sync before
+    # it) lower the mark.
+    def hit(lo, hi):
+        return any(lo <= p < hi for _, p, _ in flips)
+    durable = max((fl for lo, hi, _, fl in marks if not hit(lo, hi)), default=0)
     must_detect = any(k == "superblock" or
-                      (k == "header" and not any(lo <= p < hi for lo, hi in newest))
+                      (k == "header" and any(lo <= p < hi and seq <= durable
+                                             for lo, hi, seq, _ in marks))
                       for k, p, _ in flips)
 
     chk = subprocess.run([a.bin, "check", "--cache", f"{d}/cache.img", "--json"],
