@@ -130,6 +130,9 @@ git_run() {  # CONFIG REP
   git_umount
   [ "$target" = vol ] && stop vol
   stop origin
+  # The origin's request counts and sizes (nbdkit's stats filter, written
+  # when it stops): what the cache spared the spindle, or cost it.
+  [ -f "$WORK/origin.stats" ] && mkdir -p "$OUT/stats" && mv "$WORK/origin.stats" "$OUT/stats/git-$cfg-$rep.stats"
   rm -f "$origin" "$WORK/cache.img"
 }
 
