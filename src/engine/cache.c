@@ -336,7 +336,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     log_init(c);
     c->lg.ev = (struct log_events){ .needs_space = log_needs_space,
                                     .device_error = log_device_error, .ctx = c };
-    verify_init(c, VERIFY_BUDGET);
+    c->verify = verify_new(&c->sp, c->spb, VERIFY_BUDGET);
     c->locks = blocklocks_new();
     c->streams = streams_new(vol->cfg.sequential_cutoff);
     readahead_init(c);
@@ -812,7 +812,8 @@ void cache_free(struct cache *c)
     c->streams = NULL;
     blocklocks_free(c->locks);
     c->locks = NULL;
-    verify_fini(c);
+    verify_free(c->verify);
+    c->verify = NULL;
     log_fini(c);
     space_fini(c);
     map_fini(&c->map);

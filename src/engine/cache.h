@@ -187,15 +187,4 @@ static inline bool seg_usable(struct cache *c, uint32_t s) { return seg_cdev(c, 
 uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
 void space_free_group(struct cache *c);     /* the oldest; its segments become free */
 
-/* space.c: the chunk tables of segments, and the CRCs of their chunks
- * (verify.h: the store, c->verify) */
-/* The store for the cache's segments, holding about budget_bytes. */
-int verify_init(struct cache *c, uint64_t budget_bytes);
-void verify_fini(struct cache *c);
-/* Look up the CRCs of n sectors at (seg, off); true if all known now. */
-bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
-/* Remember a chunk header's CRCs (after reading or writing it). */
-void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
-                     const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-
 #endif

@@ -28,6 +28,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/verify.h"
 #include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
@@ -312,7 +313,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;
     chunk_encode(hbuf, &hdr, h->entries, h->crcs, c->spb);
     segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
-    verify_remember(c, h->seg, h->chunk_start, &hdr, hbuf);
+    verify_remember(c->verify, h->seg, h->chunk_start, &hdr, hbuf);
     uint32_t n = h->hdr_sectors + h->data_fill;
     if (c->lg.trace)
         tc_info("trace log: seal chunk %llu: segment %u sectors %u..%u, %u entries, group %llu, "

@@ -257,28 +257,7 @@ void space_write_done(struct space *sp, uint32_t seg)
     }
 }
 
-/* ---- chunk tables, and the CRCs of their chunks (verify.h) ---- */
-
-/* The store dropped segment s's CRCs: no chunk of it has them now. */
-static void crcs_dropped(void *arg, uint32_t s)
-{
-    struct cache *c = arg;
-    struct segment *sg = space_seg(&c->sp, s);
-    for (uint32_t i = 0; i < sg->nchunks; i++)
-        sg->chunks[i].crcs_loaded = 0;
-}
-
-int verify_init(struct cache *c, uint64_t budget)
-{
-    c->verify = verify_new(c->sp.nsegs, c->seg_sectors, c->spb, budget, crcs_dropped, c);
-    return 0;
-}
-
-void verify_fini(struct cache *c)
-{
-    verify_free(c->verify);
-    c->verify = NULL;
-}
+/* ---- chunk tables (the CRCs of their chunks: verify.c) ---- */
 
 const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off)
 {
@@ -326,26 +305,4 @@ void space_compact_chunk_tables(struct space *sp)
         }
         free(old);
     }
-}
-
-void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
-                     const struct tc_chunk_header *h, const uint8_t *hdr_buf)
-{
-    verify_store(c->verify, seg, chunk_start, h, hdr_buf);
-    struct segment *sg = space_seg(&c->sp, seg);
-    for (uint32_t i = 0; i < sg->nchunks; i++)
-        if (sg->chunks[i].start == chunk_start)
-            sg->chunks[i].crcs_loaded = 1;
-}
-
-bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs)
-{
-    if (!verify_has(c->verify, seg))
-        return false;
-    const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
-    if (cr == NULL || !cr->crcs_loaded || off + n > (uint32_t)cr->start + cr->hdr_sectors +
-                                                         cr->data_sectors)
-        return false;
-    verify_get(c->verify, seg, off, n, crcs);
-    return true;
 }

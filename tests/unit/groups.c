@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/verify.h"
 #include "util/misc.h"
 
 #include "check.h"
@@ -47,8 +48,8 @@ static struct cache *make_bare_cache(void)
     c->sp.nsegs = first;
     c->segment_size = 1u << 20;
     c->seg_sectors = 256;
-    verify_init(c, 1u << 20);
     space_init(c);
+    c->verify = verify_new(&c->sp, c->spb, 1u << 20);
     return c;
 }
 
@@ -62,7 +63,7 @@ static struct cache *make_cache(void)
 
 static void free_cache(struct cache *c)
 {
-    verify_fini(c);
+    verify_free(c->verify);
     space_fini(c);
     free(c);
 }
