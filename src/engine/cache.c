@@ -330,7 +330,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     map_init(&c->map, c->spb, cache_blocks, c->nblocks_origin);
     budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
                 vol->cfg.write_budget_minburst);
-    space_init(c);
+    space_init(&c->sp, c->sp.nsegs, c->seg_sectors, c->ndevs);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        space_add_dev(&c->sp, d, c->devs[d].first_seg, c->devs[d].nsegs);
     c->sp.ev = (struct space_events){ .freed = space_freed, .ctx = c };
     watermarks(c);
     log_init(c);
@@ -815,7 +817,7 @@ void cache_free(struct cache *c)
     verify_free(c->verify);
     c->verify = NULL;
     log_fini(c);
-    space_fini(c);
+    space_fini(&c->sp);
     map_fini(&c->map);
     if (c->policy) {
         policy_close(c->policy);

@@ -176,15 +176,16 @@ static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return b
 void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- space.c: what takes the whole cache (space.h has what needs struct
- * space alone) ---- */
+/* ---- a segment's device (space.h numbers segments across them) ---- */
 
-int space_init(struct cache *c);
-void space_fini(struct cache *c);
-/* The device holding segment s, and whether it is still usable. */
+/* The device holding segment s, whether it is still usable, and the
+ * segment's byte offset on it. */
 static inline struct cache_dev *seg_cdev(struct cache *c, uint32_t s) { return &c->devs[space_seg_dev(&c->sp, s)]; }
 static inline bool seg_usable(struct cache *c, uint32_t s) { return seg_cdev(c, s)->state == CDEV_OK; }
-uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
-void space_free_group(struct cache *c);     /* the oldest; its segments become free */
+static inline uint64_t seg_dev_offset(struct cache *c, uint32_t s)
+{
+    struct cache_dev *d = seg_cdev(c, s);
+    return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
+}
 
 #endif

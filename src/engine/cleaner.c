@@ -701,8 +701,9 @@ static void tail_synced(struct log_waiter *lw, int err)
     for (unsigned i = 0; i < g->nsegs; i++) {
         TC_ASSERT(space_seg(&c->sp, g->segs[i])->live == 0);   /* invariants 4 and 10 */
         space_seg(&c->sp, g->segs[i])->live = 0;
+        verify_forget(c->verify, g->segs[i]);
     }
-    space_free_group(c);
+    space_free_group(&c->sp);
     c->st.groups_retired++;
     k->groups++;
     k->no_room_to_copy = false;
