@@ -44,15 +44,12 @@
  * Invariant 3: every sector an entry calls valid holds data at least as
  * new as the origin's; a dirty sector is newer than the origin's.
  *
- * Invariant 4: entries only point into segments of live groups.
- *
  * Invariant 5: a group is reused only after its dirty data is on the
  * origin (or copied, still dirty, into a newer group) and a durable chunk
  * has recorded the new log tail (the group is older than c->lg.tail_seq).
  *
- * Invariant 6: nothing is read from a segment while it is being
- * rewritten: reads pin segments of live groups, and a segment with pins or
- * chunk writes in flight is not freed.
+ * Invariants 4 and 6 (entries point into live groups; nothing is read
+ * from a segment being rewritten) are space.h's.
  */
 #ifndef TC_ENGINE_CACHE_H
 #define TC_ENGINE_CACHE_H

@@ -11,7 +11,7 @@
  *                    cache paths, each completing through ereq_done()
  *
  * The engine's invariants are numbered across its headers (this one: 1-2;
- * cache.h: 3-6; map.h: 7-9, 18; space.h: 4, 6, 10; log.h: 11, 12, 19-21;
+ * cache.h: 3, 5; map.h: 7-9, 18; space.h: 4, 6, 10; log.h: 11, 12, 19-21;
  * blocklock.h: 13, 14; rangelock.h: 15, 16; verify.h: 17), cited where
  * they are kept ("keeps invariant 7") and asserted where that is cheap
  * (util/assert.h).
