@@ -630,13 +630,15 @@ static void read_start(struct ereq *e, bool sequential)
     classify_and_issue(r);
 }
 
-/* A client read: a stream may be answered by read-ahead. */
+/* A client read: a stream may be answered by read-ahead (when it is on:
+ * c->ra, readahead.h).  Every read is counted in its stream, for the
+ * sequential cutoff. */
 void cache_read(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
     uint64_t stream_len;
     bool sequential = streams_sequential(c->streams, e->off, e->len, false, &stream_len);
-    if (e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
+    if (c->ra && e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
         return;
     read_start(e, sequential);
 }
