@@ -110,21 +110,6 @@ bool log_idle(const struct log *lg)
     return true;
 }
 
-bool log_has_image(const struct log *lg, uint32_t seg)
-{
-    return lg->images[seg] != NULL;
-}
-
-bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off, uint32_t nsectors,
-                    void *buf)
-{
-    const uint8_t *image = lg->images[seg];
-    if (image == NULL)
-        return false;
-    memcpy(buf, image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
-    return true;
-}
-
 /* ---- opening and closing segments ---- */
 
 static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
