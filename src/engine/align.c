@@ -53,7 +53,7 @@ static void finish(struct areq *a)
     if (err)
         vol->stats.errors++;
     free(a);
-    if (devfail_hold_ack(vol->cache, req, err))
+    if (devfail_hold_ack(vol->cache ? &vol->cache->ab : NULL, req, err))
         return;     /* a device failure is being recorded (abandon.c) */
     req->done(req, err);
 }
