@@ -131,6 +131,8 @@ struct cache {
     bool data_free;                 /* tc_volume_config.data_free: data are zeroes, unread */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;
+    uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback
+                                       works faster once clients are idle) */
     bool degraded;
     char health[128];
     char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */

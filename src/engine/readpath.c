@@ -49,7 +49,6 @@
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/stream.h"
-#include "engine/writeback.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/join.h"
@@ -626,7 +625,7 @@ static void read_start(struct ereq *e, bool sequential)
     r->p = tc_xmalloc((size_t)(last - first + 1) * sizeof *r->p);
     r->sequential = sequential;
     r->bypass = e->vol->mode == TC_MODE_PASSTHROUGH;
-    writeback_note_client_io(c);
+    c->last_client_io_ns = tc_now_ns();
     classify_and_issue(r);
 }
 
