@@ -548,16 +548,16 @@ bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq)
     return dev < TC_MAX_DEVICES && group_seq < c->failed_seq[dev];
 }
 
-bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err)
+bool devfail_hold(struct abandon *ab, struct tc_request *req, int err)
 {
-    if (c == NULL || c->ab.devfail_marks_pending == 0 || req->op == TC_OP_READ ||
+    if (ab->devfail_marks_pending == 0 || req->op == TC_OP_READ ||
         req->op == TC_OP_BLOCK_STATUS || req->op == TC_OP_CACHE)
         return false;
     struct held_ack *h = tc_xmalloc(sizeof *h);
     h->req = req;
     h->err = err;
-    h->next = c->ab.held_acks;
-    c->ab.held_acks = h;
+    h->next = ab->held_acks;
+    ab->held_acks = h;
     return true;
 }
 

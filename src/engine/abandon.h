@@ -60,8 +60,14 @@ void devfail_record(struct cache *c, unsigned d);
 bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq);
 /* A client request completes while failure marks are being written: true
  * if its acknowledgement (req->done) is held until they are (a write type
- * or a flush); false: acknowledge it now. */
-bool devfail_hold_ack(struct cache *c, struct tc_request *req, int err);
+ * or a flush); false: acknowledge it now.  ab is the cache's (c->ab), or
+ * NULL without a cache.  With no mark pending -- always, but for the
+ * moments after a device failed -- it answers here; devfail_hold() holds. */
+bool devfail_hold(struct abandon *ab, struct tc_request *req, int err);
+static inline bool devfail_hold_ack(struct abandon *ab, struct tc_request *req, int err)
+{
+    return ab != NULL && ab->devfail_marks_pending != 0 && devfail_hold(ab, req, err);
+}
 /* Lost sectors were written again: their clear is recorded once the
  * write is durable (an origin flush and a log sync later). */
 void abandon_lost_changed(struct cache *c);

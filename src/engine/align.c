@@ -41,23 +41,6 @@ struct areq {
 
 #define NO_SECTOR UINT64_MAX
 
-bool align_needed(const struct tc_request *req)
-{
-    switch (req->op) {
-    case TC_OP_READ:
-    case TC_OP_WRITE:
-        return ((req->offset | req->length) & (TC_SECTOR - 1)) ||
-               ((uintptr_t)req->buf & (TC_SECTOR - 1));
-    case TC_OP_TRIM:
-    case TC_OP_WRITE_ZEROES:
-    case TC_OP_CACHE:
-    case TC_OP_BLOCK_STATUS:
-        return (req->offset | req->length) & (TC_SECTOR - 1);
-    default:
-        return false;
-    }
-}
-
 static void finish(struct areq *a)
 {
     struct tc_volume *vol = a->vol;
@@ -70,7 +53,7 @@ static void finish(struct areq *a)
     if (err)
         vol->stats.errors++;
     free(a);
-    if (devfail_hold_ack(vol->cache, req, err))
+    if (devfail_hold_ack(vol->cache ? &vol->cache->ab : NULL, req, err))
         return;     /* a device failure is being recorded (abandon.c) */
     req->done(req, err);
 }

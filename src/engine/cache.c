@@ -330,13 +330,15 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     map_init(&c->map, c->spb, cache_blocks, c->nblocks_origin);
     budget_init(&c->budget, vol->cfg.write_budget_rate, vol->cfg.write_budget_burst,
                 vol->cfg.write_budget_minburst);
-    space_init(c);
+    space_init(&c->sp, c->sp.nsegs, c->seg_sectors, c->ndevs);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        space_add_dev(&c->sp, d, c->devs[d].first_seg, c->devs[d].nsegs);
     c->sp.ev = (struct space_events){ .freed = space_freed, .ctx = c };
     watermarks(c);
     log_init(c);
     c->lg.ev = (struct log_events){ .needs_space = log_needs_space,
                                     .device_error = log_device_error, .ctx = c };
-    verify_init(c, VERIFY_BUDGET);
+    c->verify = verify_new(&c->sp, c->spb, VERIFY_BUDGET);
     c->locks = blocklocks_new();
     c->streams = streams_new(vol->cfg.sequential_cutoff);
     readahead_init(c);
@@ -812,9 +814,10 @@ void cache_free(struct cache *c)
     c->streams = NULL;
     blocklocks_free(c->locks);
     c->locks = NULL;
-    verify_fini(c);
+    verify_free(c->verify);
+    c->verify = NULL;
     log_fini(c);
-    space_fini(c);
+    space_fini(&c->sp);
     map_fini(&c->map);
     if (c->policy) {
         policy_close(c->policy);

@@ -5,7 +5,8 @@
  * module declares the rest in its own header:
  *
  *   state embedded here     map.h (the index: index.c, map.c; lost.h),
- *                           space.h, log.h, budget.h, originwin.h, abandon.h
+ *                           space.h, log.h, budget.h, originwin.h, abandon.h,
+ *                           stats.h (the counters)
  *   behind a pointer        policy/policy.h, blocklock.h, cleaner.h,
  *                           writeback.h, verify.h, stream.h, readahead.h
  *   the request paths       readpath.h, writepath.h, cacheio.h
@@ -43,15 +44,12 @@
  * Invariant 3: every sector an entry calls valid holds data at least as
  * new as the origin's; a dirty sector is newer than the origin's.
  *
- * Invariant 4: entries only point into segments of live groups.
- *
  * Invariant 5: a group is reused only after its dirty data is on the
  * origin (or copied, still dirty, into a newer group) and a durable chunk
  * has recorded the new log tail (the group is older than c->lg.tail_seq).
  *
- * Invariant 6: nothing is read from a segment while it is being
- * rewritten: reads pin segments of live groups, and a segment with pins or
- * chunk writes in flight is not freed.
+ * Invariants 4 and 6 (entries point into live groups; nothing is read
+ * from a segment being rewritten) are space.h's.
  */
 #ifndef TC_ENGINE_CACHE_H
 #define TC_ENGINE_CACHE_H
@@ -66,6 +64,7 @@
 #include "engine/map.h"
 #include "engine/originwin.h"
 #include "engine/space.h"
+#include "engine/stats.h"
 #include "format/ondisk.h"
 #include "io/reactor.h"
 
@@ -83,41 +82,6 @@ struct cache_dev {
     enum cdev_state state;
     bool written_since_flush;
     uint64_t bytes_admitted;
-};
-
-struct cache_stats {
-    uint64_t read_hits, read_misses, read_partial;
-    uint64_t read_hit_bytes, read_miss_bytes;
-    uint64_t write_hits, write_misses;
-    uint64_t promotions, promotion_bytes, fills_dropped;
-    uint64_t fills_block, fills_sectors;    /* promotions by kind (--fill) */
-    uint64_t demotions;             /* blocks dropped by the cleaner */
-    uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
-    uint64_t dirty_copies_by_cleaner;   /* dirty fragments it copied, not written back */
-    uint64_t bypassed_sequential;   /* bytes not cached: sequential streams */
-    uint64_t not_admitted;          /* misses the policy kept out */
-    uint64_t invalidations;
-    uint64_t segments_written;      /* segments filled */
-    uint64_t chunks_written, chunk_bytes_written;
-    uint64_t groups_retired;
-    uint64_t admitted_bytes;        /* bytes the policy let in (for write amplification) */
-    uint64_t checksum_errors;
-    uint64_t cache_read_errors, cache_write_errors;
-    uint64_t lost_dirty_bytes;
-    uint64_t in_doubt_writes;       /* origin writes failed in doubt (lost_in_doubt) */
-    uint64_t origin_cut_writes;     /* acknowledged, then the connection lost unflushed */
-    uint64_t syncs;
-    uint64_t writeback_bytes, writeback_writes, writeback_passes;
-    uint64_t recovered_entries, recovered_dirty_sectors, recovered_dirty_blocks;
-    /* How the previous run ended, from the newest chunk's TC_CHUNK_CLEAN_STOP:
-     * "clean", "unclean" (a crash, a kill, a power loss: the index was
-     * rebuilt from summaries that may end in torn writes), or "none" (a
-     * cache never written since its format). */
-    const char *last_stop;
-    uint64_t recovery_malformed;    /* entries that did not decode (damage) */
-    uint64_t recovery_damage_ignored; /* damage below abandoned_seq, not refused */
-    uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
-    uint64_t recovery_damaged;      /* durable chunk summaries found damaged */
 };
 
 struct blocklocks;
@@ -150,7 +114,7 @@ struct cache {
     struct space sp;                /* space.h: segments, groups, free space */
     struct log lg;                  /* log.h: heads, chunks, sequence, durability */
 
-    struct cache_stats st;
+    struct cache_stats st;          /* stats.h: the counters status reports */
     struct budget budget;
     uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
     struct origin_window owin;      /* originwin.h: acknowledged, no flush covered them yet */
@@ -167,6 +131,8 @@ struct cache {
     bool data_free;                 /* tc_volume_config.data_free: data are zeroes, unread */
     uint64_t recovery_ns;
     uint64_t last_flush_wall_ns;
+    uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback
+                                       works faster once clients are idle) */
     bool degraded;
     char health[128];
     char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
@@ -209,26 +175,16 @@ static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return b
 void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- space.c: what takes the whole cache (space.h has what needs struct
- * space alone) ---- */
+/* ---- a segment's device (space.h numbers segments across them) ---- */
 
-int space_init(struct cache *c);
-void space_fini(struct cache *c);
-/* The device holding segment s, and whether it is still usable. */
+/* The device holding segment s, whether it is still usable, and the
+ * segment's byte offset on it. */
 static inline struct cache_dev *seg_cdev(struct cache *c, uint32_t s) { return &c->devs[space_seg_dev(&c->sp, s)]; }
 static inline bool seg_usable(struct cache *c, uint32_t s) { return seg_cdev(c, s)->state == CDEV_OK; }
-uint64_t seg_dev_offset(struct cache *c, uint32_t s);   /* byte offset on its device */
-void space_free_group(struct cache *c);     /* the oldest; its segments become free */
-
-/* space.c: the chunk tables of segments, and the CRCs of their chunks
- * (verify.h: the store, c->verify) */
-/* The store for the cache's segments, holding about budget_bytes. */
-int verify_init(struct cache *c, uint64_t budget_bytes);
-void verify_fini(struct cache *c);
-/* Look up the CRCs of n sectors at (seg, off); true if all known now. */
-bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
-/* Remember a chunk header's CRCs (after reading or writing it). */
-void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
-                     const struct tc_chunk_header *h, const uint8_t *hdr_buf);
+static inline uint64_t seg_dev_offset(struct cache *c, uint32_t s)
+{
+    struct cache_dev *d = seg_cdev(c, s);
+    return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
+}
 
 #endif

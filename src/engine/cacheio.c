@@ -16,6 +16,7 @@
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/failure.h"
+#include "engine/verify.h"
 #include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
@@ -82,8 +83,8 @@ static void hdr_done(struct tc_dev_io *dio, int err)
         if (chunk_decode(cr->hdr, dio->len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
                          sizeof why) == 0 &&
             h.segment == cr->seg) {
-            verify_remember(c, cr->seg, h.chunk_sector, &h, cr->hdr);
-            ok = verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs);
+            verify_remember(c->verify, cr->seg, h.chunk_sector, &h, cr->hdr);
+            ok = verify_lookup(c->verify, cr->seg, cr->off, cr->n, cr->crcs);
         } else {
             tc_error("%s: chunk header in segment %u unusable: %s",
                      seg_cdev(c, cr->seg)->dev->name, cr->seg, why);
@@ -116,7 +117,7 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     seg_pin(&c->sp, cr->seg);
     cr->crcs = tc_xmalloc((size_t)cr->n * 4);
     join_get(&cr->join);        /* the data read's */
-    if (!verify_lookup(c, cr->seg, cr->off, cr->n, cr->crcs)) {
+    if (!verify_lookup(c->verify, cr->seg, cr->off, cr->n, cr->crcs)) {
         const struct chunk_ref *ref = segment_chunk_of(&c->sp, cr->seg, cr->off);
         if (ref == NULL) {
             tc_error("cache: no chunk holds sectors %u..%u of segment %u", cr->off,

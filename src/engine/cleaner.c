@@ -40,6 +40,7 @@
 #include "engine/cleaner.h"
 #include "engine/failure.h"
 #include "engine/map.h"
+#include "engine/verify.h"
 #include "engine/writeback.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
@@ -561,7 +562,7 @@ static void intact_sectors(struct cache *c, uint32_t fid, const uint8_t *buf, st
         if (!mask_test(m, s))
             continue;
         uint32_t crc;
-        if (!verify_lookup(c, f.seg, f.off + mask_rank(&st, s), 1, &crc) ||
+        if (!verify_lookup(c->verify, f.seg, f.off + mask_rank(&st, s), 1, &crc) ||
             tc_crc32c(0, buf + (size_t)s * TC_SECTOR, TC_SECTOR) != crc)
             m->w[s / 64] &= ~(1ull << (s % 64));
     }
@@ -700,8 +701,9 @@ static void tail_synced(struct log_waiter *lw, int err)
     for (unsigned i = 0; i < g->nsegs; i++) {
         TC_ASSERT(space_seg(&c->sp, g->segs[i])->live == 0);   /* invariants 4 and 10 */
         space_seg(&c->sp, g->segs[i])->live = 0;
+        verify_forget(c->verify, g->segs[i]);
     }
-    space_free_group(c);
+    space_free_group(&c->sp);
     c->st.groups_retired++;
     k->groups++;
     k->no_room_to_copy = false;

@@ -11,7 +11,7 @@
  *                    cache paths, each completing through ereq_done()
  *
  * The engine's invariants are numbered across its headers (this one: 1-2;
- * cache.h: 3-6; map.h: 7-9, 18; space.h: 4, 6, 10; log.h: 11, 12, 19-21;
+ * cache.h: 3, 5; map.h: 7-9, 18; space.h: 4, 6, 10; log.h: 11, 12, 19-21;
  * blocklock.h: 13, 14; rangelock.h: 15, 16; verify.h: 17), cited where
  * they are kept ("keeps invariant 7") and asserted where that is cheap
  * (util/assert.h).
@@ -122,9 +122,26 @@ void engine_submit_locked(struct ereq *e);
 /* Open the detach gate: the requests held there go on. */
 void volume_open_gate(struct tc_volume *vol);
 
-/* align.c: requests not aligned to 4096 (offset, length or buffer). */
+/* align.c: requests not aligned to 4096 (offset, length or buffer),
+ * which align_needed() tells from the rest (invariant 2: the engine below
+ * sees whole sectors only; a flush has no range). */
 void align_submit(struct tc_volume *vol, struct tc_request *req);
-bool align_needed(const struct tc_request *req);
+static inline bool align_needed(const struct tc_request *req)
+{
+    switch (req->op) {
+    case TC_OP_READ:
+    case TC_OP_WRITE:
+        return ((req->offset | req->length) & (TC_SECTOR - 1)) ||
+               ((uintptr_t)req->buf & (TC_SECTOR - 1));
+    case TC_OP_TRIM:
+    case TC_OP_WRITE_ZEROES:
+    case TC_OP_CACHE:
+    case TC_OP_BLOCK_STATUS:
+        return (req->offset | req->length) & (TC_SECTOR - 1);
+    default:
+        return false;
+    }
+}
 
 /* passthrough.c: straight to the origin. */
 /* blockstatus.c: the origin's allocation, with what the cache holds (or

@@ -28,6 +28,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/verify.h"
 #include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/join.h"
@@ -106,21 +107,6 @@ bool log_idle(const struct log *lg)
     for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
         if (lg->heads[d].seg != NIL && lg->heads[d].nentries > 0)
             return false;
-    return true;
-}
-
-bool log_has_image(const struct log *lg, uint32_t seg)
-{
-    return lg->images[seg] != NULL;
-}
-
-bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off, uint32_t nsectors,
-                    void *buf)
-{
-    const uint8_t *image = lg->images[seg];
-    if (image == NULL)
-        return false;
-    memcpy(buf, image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
     return true;
 }
 
@@ -312,7 +298,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;
     chunk_encode(hbuf, &hdr, h->entries, h->crcs, c->spb);
     segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
-    verify_remember(c, h->seg, h->chunk_start, &hdr, hbuf);
+    verify_remember(c->verify, h->seg, h->chunk_start, &hdr, hbuf);
     uint32_t n = h->hdr_sectors + h->data_fill;
     if (c->lg.trace)
         tc_info("trace log: seal chunk %llu: segment %u sectors %u..%u, %u entries, group %llu, "

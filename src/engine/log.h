@@ -54,6 +54,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/mask.h"
 #include "format/ondisk.h"
@@ -226,11 +227,22 @@ static inline const uint8_t *log_image(const struct log *lg, uint32_t seg)
     TC_ASSERT(seg < lg->nsegs);
     return lg->images[seg];
 }
-/* Read sectors of a segment that still has its RAM image. */
-bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off, uint32_t nsectors,
-                    void *buf);
+/* Read sectors of a segment that still has its RAM image (false: it has
+ * none, read the device). */
+static inline bool log_read_image(const struct log *lg, uint32_t seg, uint32_t off,
+                                  uint32_t nsectors, void *buf)
+{
+    const uint8_t *image = log_image(lg, seg);
+    if (image == NULL)
+        return false;
+    memcpy(buf, image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
+    return true;
+}
 /* Whether log_read_image() would find the segment's image (data-free
  * reads, which copy nothing). */
-bool log_has_image(const struct log *lg, uint32_t seg);
+static inline bool log_has_image(const struct log *lg, uint32_t seg)
+{
+    return log_image(lg, seg) != NULL;
+}
 
 #endif

@@ -57,7 +57,7 @@ static void persisted(const struct lost_entry *e, struct tc_mask *m)
     mask_or(m, &e->settling);
 }
 
-bool lost_get(const struct lost *l, uint64_t oblock, struct tc_mask *mask)
+bool lost_find(const struct lost *l, uint64_t oblock, struct tc_mask *mask)
 {
     struct lost_entry *e = find(l, oblock);
     if (e == NULL || mask_empty(&e->mask))
@@ -245,7 +245,7 @@ bool lost_clear_range(struct lost *l, uint32_t block_size, uint64_t off, uint64_
     return any;
 }
 
-bool lost_overlaps(const struct lost *l, uint32_t block_size, uint64_t off, uint64_t len)
+bool lost_scan(const struct lost *l, uint32_t block_size, uint64_t off, uint64_t len)
 {
     if (l->blocks == 0 || len == 0)
         return false;

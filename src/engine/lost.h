@@ -49,8 +49,14 @@ struct lost {
 
 /* Free the entries: the set is empty (and zeroed) again. */
 void lost_free(struct lost *l);
-/* The block's lost sectors (mask may be NULL); false if none. */
-bool lost_get(const struct lost *l, uint64_t oblock, struct tc_mask *mask);
+/* The block's lost sectors (mask may be NULL); false if none.  An empty
+ * set (blocks counts every entry), as most caches' always is, answers
+ * here; lost_find() looks the block up. */
+bool lost_find(const struct lost *l, uint64_t oblock, struct tc_mask *mask);
+static inline bool lost_get(const struct lost *l, uint64_t oblock, struct tc_mask *mask)
+{
+    return l->blocks != 0 && lost_find(l, oblock, mask);
+}
 /* The sectors the durable records must still call lost: lost now, or
  * cleared by a write not yet known durable.  False if none. */
 bool lost_get_persisted(const struct lost *l, uint64_t oblock, struct tc_mask *mask);
@@ -62,8 +68,14 @@ bool lost_clear(struct lost *l, uint64_t oblock, const struct tc_mask *written);
 /* The same for a write of bytes [off, off + len), with blocks of
  * block_size bytes.  True if any sector was lost. */
 bool lost_clear_range(struct lost *l, uint32_t block_size, uint64_t off, uint64_t len);
-/* Does bytes [off, off + len) hold a lost sector? */
-bool lost_overlaps(const struct lost *l, uint32_t block_size, uint64_t off, uint64_t len);
+/* Does bytes [off, off + len) hold a lost sector?  Likewise answered here
+ * for an empty set; lost_scan() looks. */
+bool lost_scan(const struct lost *l, uint32_t block_size, uint64_t off, uint64_t len);
+static inline bool lost_overlaps(const struct lost *l, uint32_t block_size, uint64_t off,
+                                 uint64_t len)
+{
+    return l->blocks != 0 && len != 0 && lost_scan(l, block_size, off, len);
+}
 /* Sectors lost now. */
 uint64_t lost_sectors(const struct lost *l);
 /* Cleared sectors wait for a flush to settle them. */

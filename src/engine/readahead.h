@@ -3,7 +3,9 @@
  * stream has run for a while and the data ahead of it is cached, the
  * engine reads ahead on its own, up to --readahead bytes (the window) in
  * 1 MiB slots, so that every device has work while the client catches up.
- * It owns struct readahead (c->ra).  Any write, trim or write-zeroes that
+ * It owns struct readahead (c->ra, NULL when it is off: --readahead 0,
+ * and then for good, as readahead_set_window() only resizes a window
+ * within its slots; the read path skips it then).  Any write, trim or write-zeroes that
  * touches a slot discards it, so read-ahead never returns stale data.
  */
 #ifndef TC_ENGINE_READAHEAD_H

@@ -49,7 +49,6 @@
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/stream.h"
-#include "engine/writeback.h"
 #include "io/bufpool.h"
 #include "policy/policy.h"
 #include "util/join.h"
@@ -626,17 +625,19 @@ static void read_start(struct ereq *e, bool sequential)
     r->p = tc_xmalloc((size_t)(last - first + 1) * sizeof *r->p);
     r->sequential = sequential;
     r->bypass = e->vol->mode == TC_MODE_PASSTHROUGH;
-    writeback_note_client_io(c);
+    c->last_client_io_ns = tc_now_ns();
     classify_and_issue(r);
 }
 
-/* A client read: a stream may be answered by read-ahead. */
+/* A client read: a stream may be answered by read-ahead (when it is on:
+ * c->ra, readahead.h).  Every read is counted in its stream, for the
+ * sequential cutoff. */
 void cache_read(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
     uint64_t stream_len;
     bool sequential = streams_sequential(c->streams, e->off, e->len, false, &stream_len);
-    if (e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
+    if (c->ra && e->vol->mode != TC_MODE_PASSTHROUGH && readahead_read(c, e, stream_len))
         return;
     read_start(e, sequential);
 }

@@ -15,20 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cache.h"
-#include "engine/verify.h"
+#include "engine/space.h"
 #include "util/assert.h"
 #include "util/log.h"
 #include "util/misc.h"
 
 /* A segment retired while pinned: freed by the last unpin. */
 #define SEG_RETIRED_PINNED 3
-
-uint64_t seg_dev_offset(struct cache *c, uint32_t s)
-{
-    struct cache_dev *d = seg_cdev(c, s);
-    return d->sb.data_offset + (uint64_t)(s - d->first_seg) * c->segment_size;
-}
 
 struct group *group_at(struct space *sp, uint32_t slot) { return &sp->groups[slot]; }
 
@@ -63,27 +56,31 @@ static void freed(struct space *sp)
         sp->ev.freed(sp->ev.ctx);
 }
 
-int space_init(struct cache *c)
+void space_init(struct space *sp, uint32_t nsegs, uint32_t seg_sectors, unsigned ndevs)
 {
-    c->sp.segs = tc_xcalloc(c->sp.nsegs, sizeof *c->sp.segs);
-    c->sp.groups_cap = c->sp.nsegs + 1;
-    c->sp.groups = tc_xcalloc(c->sp.groups_cap, sizeof *c->sp.groups);
-    c->sp.group_segs = tc_xcalloc((size_t)c->sp.groups_cap * c->ndevs, sizeof *c->sp.group_segs);
-    for (uint32_t i = 0; i < c->sp.groups_cap; i++)
-        c->sp.groups[i].segs = c->sp.group_segs + (size_t)i * c->ndevs;
-    c->sp.open_group = NIL;
-    c->sp.ndevs = c->ndevs;
-    c->sp.seg_sectors = c->seg_sectors;
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        struct cache_dev *cd = &c->devs[d];
-        c->sp.stacks[d].segs = tc_xmalloc(cd->nsegs * sizeof(uint32_t));
-        for (uint32_t i = 0; i < cd->nsegs; i++) {
-            struct segment *sg = space_seg(&c->sp, cd->first_seg + i);
-            sg->dev = (uint8_t)d;
-            sg->group = NIL;
-        }
+    TC_ASSERT_ALWAYS(ndevs <= TC_MAX_DEVICES);
+    sp->nsegs = nsegs;
+    sp->segs = tc_xcalloc(sp->nsegs, sizeof *sp->segs);
+    sp->groups_cap = sp->nsegs + 1;
+    sp->groups = tc_xcalloc(sp->groups_cap, sizeof *sp->groups);
+    sp->group_segs = tc_xcalloc((size_t)sp->groups_cap * ndevs, sizeof *sp->group_segs);
+    for (uint32_t i = 0; i < sp->groups_cap; i++)
+        sp->groups[i].segs = sp->group_segs + (size_t)i * ndevs;
+    sp->open_group = NIL;
+    sp->ndevs = ndevs;
+    sp->seg_sectors = seg_sectors;
+}
+
+void space_add_dev(struct space *sp, unsigned dev, uint32_t first_seg, uint32_t nsegs)
+{
+    TC_ASSERT_ALWAYS(dev < sp->ndevs && sp->stacks[dev].segs == NULL &&
+                     first_seg <= sp->nsegs && nsegs <= sp->nsegs - first_seg);
+    sp->stacks[dev].segs = tc_xmalloc(nsegs * sizeof(uint32_t));
+    for (uint32_t i = 0; i < nsegs; i++) {
+        struct segment *sg = space_seg(sp, first_seg + i);
+        sg->dev = (uint8_t)dev;
+        sg->group = NIL;
     }
-    return 0;
 }
 
 void space_collect_free(struct space *sp)
@@ -95,19 +92,22 @@ void space_collect_free(struct space *sp)
         }
 }
 
-void space_fini(struct cache *c)
+void space_fini(struct space *sp)
 {
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        free(c->sp.stacks[d].segs);
-        c->sp.stacks[d].segs = NULL;
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
+        free(sp->stacks[d].segs);
+        sp->stacks[d].segs = NULL;
     }
-    /* c->sp.segs is NULL when an attach failed before space_init(). */
-    for (uint32_t s = 0; c->sp.segs && s < c->sp.nsegs; s++) {
-        free(c->sp.segs[s].chunks);
+    /* sp->segs is NULL when an attach failed before space_init(). */
+    for (uint32_t s = 0; sp->segs && s < sp->nsegs; s++) {
+        free(sp->segs[s].chunks);
     }
-    free(c->sp.segs);
-    free(c->sp.groups);
-    free(c->sp.group_segs);
+    free(sp->segs);
+    free(sp->groups);
+    free(sp->group_segs);
+    sp->segs = NULL;
+    sp->groups = NULL;
+    sp->group_segs = NULL;
 }
 
 uint32_t space_push_group(struct space *sp, uint64_t seq)
@@ -175,23 +175,23 @@ void space_drop_free(struct space *sp, unsigned dev)
 }
 
 /* The oldest group, closed.  That it may go (invariant 5) is the
- * cleaner's to know (cleaner.c: tail_synced()). */
-void space_free_group(struct cache *c)
+ * cleaner's to know (cleaner.c: tail_synced()), and so is dropping the
+ * CRCs of its segments. */
+void space_free_group(struct space *sp)
 {
-    struct group *g = &c->sp.groups[c->sp.group_tail];
-    TC_ASSERT_ALWAYS(c->sp.ngroups > 0 && !g->open);
+    struct group *g = &sp->groups[sp->group_tail];
+    TC_ASSERT_ALWAYS(sp->ngroups > 0 && !g->open);
     for (unsigned i = 0; i < g->nsegs; i++) {
         uint32_t s = g->segs[i];
-        struct segment *sg = space_seg(&c->sp, s);
-        verify_forget(c->verify, s);
+        struct segment *sg = space_seg(sp, s);
         sg->group = NIL;
         if (sg->pins > 0 || sg->writes_inflight > 0)
             sg->state = SEG_RETIRED_PINNED;
         else
-            push_free(&c->sp, s);
+            push_free(sp, s);
     }
-    c->sp.group_tail = (c->sp.group_tail + 1) % c->sp.groups_cap;
-    c->sp.ngroups--;
+    sp->group_tail = (sp->group_tail + 1) % sp->groups_cap;
+    sp->ngroups--;
 }
 
 /* The free-space test.  The cleaner starts below the low mark and stops at
@@ -257,28 +257,7 @@ void space_write_done(struct space *sp, uint32_t seg)
     }
 }
 
-/* ---- chunk tables, and the CRCs of their chunks (verify.h) ---- */
-
-/* The store dropped segment s's CRCs: no chunk of it has them now. */
-static void crcs_dropped(void *arg, uint32_t s)
-{
-    struct cache *c = arg;
-    struct segment *sg = space_seg(&c->sp, s);
-    for (uint32_t i = 0; i < sg->nchunks; i++)
-        sg->chunks[i].crcs_loaded = 0;
-}
-
-int verify_init(struct cache *c, uint64_t budget)
-{
-    c->verify = verify_new(c->sp.nsegs, c->seg_sectors, c->spb, budget, crcs_dropped, c);
-    return 0;
-}
-
-void verify_fini(struct cache *c)
-{
-    verify_free(c->verify);
-    c->verify = NULL;
-}
+/* ---- chunk tables (the CRCs of their chunks: verify.c) ---- */
 
 const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off)
 {
@@ -326,26 +305,4 @@ void space_compact_chunk_tables(struct space *sp)
         }
         free(old);
     }
-}
-
-void verify_remember(struct cache *c, uint32_t seg, uint32_t chunk_start,
-                     const struct tc_chunk_header *h, const uint8_t *hdr_buf)
-{
-    verify_store(c->verify, seg, chunk_start, h, hdr_buf);
-    struct segment *sg = space_seg(&c->sp, seg);
-    for (uint32_t i = 0; i < sg->nchunks; i++)
-        if (sg->chunks[i].start == chunk_start)
-            sg->chunks[i].crcs_loaded = 1;
-}
-
-bool verify_lookup(struct cache *c, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs)
-{
-    if (!verify_has(c->verify, seg))
-        return false;
-    const struct chunk_ref *cr = segment_chunk_of(&c->sp, seg, off);
-    if (cr == NULL || !cr->crcs_loaded || off + n > (uint32_t)cr->start + cr->hdr_sectors +
-                                                         cr->data_sectors)
-        return false;
-    verify_get(c->verify, seg, off, n, crcs);
-    return true;
 }

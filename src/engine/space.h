@@ -54,6 +54,9 @@
 #include "format/ondisk.h"
 #include "util/assert.h"
 
+/* No segment, no group slot (as in map.h, which defines it alike). */
+#define NIL UINT32_MAX
+
 enum seg_state { SEG_FREE, SEG_OPEN, SEG_CLOSED };
 
 /* Chunk table of a segment: where each chunk starts (for the CRC lookup of
@@ -119,6 +122,15 @@ struct space {
     struct space_events ev;
 };
 
+/* Set up nsegs segments of seg_sectors sectors on ndevs devices, none in
+ * a group or free yet; then each device's run of segments, numbered
+ * [first_seg, first_seg + nsegs), before recovery rebuilds the groups and
+ * space_collect_free() the free stacks.  space_fini() frees it all (also
+ * after a failed attach, on a zeroed struct space). */
+void space_init(struct space *sp, uint32_t nsegs, uint32_t seg_sectors, unsigned ndevs);
+void space_add_dev(struct space *sp, unsigned dev, uint32_t first_seg, uint32_t nsegs);
+void space_fini(struct space *sp);
+
 /* Segment s, and the index of its device in cache->devs. */
 static inline struct segment *space_seg(struct space *sp, uint32_t s)
 {
@@ -135,6 +147,10 @@ static inline unsigned space_seg_dev(const struct space *sp, uint32_t s)
 struct group *group_at(struct space *sp, uint32_t slot);
 struct group *oldest_group(struct space *sp);
 uint32_t group_slot_of_oldest(const struct space *sp);
+/* The oldest group, closed, is retired: its segments become free (or,
+ * pinned, when their last read or chunk write ends).  The caller knows it
+ * may go (invariant 5) and drops its segments' CRCs (verify_forget()). */
+void space_free_group(struct space *sp);
 /* The open group (if any) takes no more appends. */
 void space_close_group(struct space *sp);
 /* Open a new group from free segments, numbered *next_seq (which then

@@ -1,9 +1,11 @@
 /*
- * Checksums of cached data: the CRC store (engine/verify.h).
+ * Checksums of cached data: the CRC store, and the look-up of a cached
+ * sector's CRC through its segment's chunk table (engine/verify.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/space.h"
 #include "engine/verify.h"
 #include "util/assert.h"
 #include "util/misc.h"
@@ -21,14 +23,12 @@ struct verify_cache {
     uint64_t bytes, budget;
     uint32_t nsegs, seg_sectors;
     unsigned spb;
-    void (*dropped)(void *arg, uint32_t seg);
-    void *arg;
+    struct space *sp;               /* the chunk tables, and their crcs_loaded flags */
 };
 
-struct verify_cache *verify_new(uint32_t nsegs, uint32_t seg_sectors, unsigned spb,
-                                uint64_t budget, void (*dropped)(void *arg, uint32_t seg),
-                                void *arg)
+struct verify_cache *verify_new(struct space *sp, unsigned spb, uint64_t budget)
 {
+    uint32_t nsegs = sp->nsegs;
     struct verify_cache *v = tc_xcalloc(1, sizeof *v);
     v->segs = tc_xcalloc(nsegs, sizeof *v->segs);
     for (uint32_t i = 0; i < nsegs; i++)
@@ -36,10 +36,9 @@ struct verify_cache *verify_new(uint32_t nsegs, uint32_t seg_sectors, unsigned s
     v->lru_head = v->lru_tail = NIL;
     v->budget = budget;
     v->nsegs = nsegs;
-    v->seg_sectors = seg_sectors;
+    v->seg_sectors = sp->seg_sectors;
     v->spb = spb;
-    v->dropped = dropped;
-    v->arg = arg;
+    v->sp = sp;
     return v;
 }
 
@@ -89,6 +88,7 @@ static void lru_push(struct verify_cache *v, uint32_t s)
         v->lru_tail = s;
 }
 
+/* Invariant 17: no chunk of s keeps its flag once the array is gone. */
 static void drop(struct verify_cache *v, uint32_t s)
 {
     struct vseg *x = &v->segs[s];
@@ -98,7 +98,9 @@ static void drop(struct verify_cache *v, uint32_t s)
     free(x->crcs);
     x->crcs = NULL;
     v->bytes -= (uint64_t)v->seg_sectors * 4;
-    v->dropped(v->arg, s);
+    struct segment *sg = space_seg(v->sp, s);
+    for (uint32_t i = 0; i < sg->nchunks; i++)
+        sg->chunks[i].crcs_loaded = 0;
 }
 
 void verify_forget(struct verify_cache *v, uint32_t s)
@@ -106,12 +108,7 @@ void verify_forget(struct verify_cache *v, uint32_t s)
     drop(v, s);
 }
 
-bool verify_has(const struct verify_cache *v, uint32_t seg)
-{
-    return v->segs[seg].crcs != NULL;
-}
-
-void verify_store(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
+static void store(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
                   const struct tc_chunk_header *h, const uint8_t *hdr_buf)
 {
     struct vseg *x = &v->segs[seg];
@@ -133,11 +130,34 @@ void verify_store(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
         x->crcs[first + i] = chunk_data_crc(hdr_buf, h, v->spb, i);
 }
 
-void verify_get(struct verify_cache *v, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs)
+static void get(struct verify_cache *v, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs)
 {
     struct vseg *x = &v->segs[seg];
     TC_ASSERT_ALWAYS(x->crcs != NULL && off + n <= v->seg_sectors);
     memcpy(crcs, x->crcs + off, (size_t)n * 4);
     lru_unlink(v, seg);
     lru_push(v, seg);
+}
+
+void verify_remember(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
+                     const struct tc_chunk_header *h, const uint8_t *hdr_buf)
+{
+    store(v, seg, chunk_start, h, hdr_buf);
+    struct segment *sg = space_seg(v->sp, seg);
+    for (uint32_t i = 0; i < sg->nchunks; i++)
+        if (sg->chunks[i].start == chunk_start)
+            sg->chunks[i].crcs_loaded = 1;
+}
+
+bool verify_lookup(struct verify_cache *v, uint32_t seg, uint32_t off, uint32_t n,
+                   uint32_t *crcs)
+{
+    if (v->segs[seg].crcs == NULL)
+        return false;
+    const struct chunk_ref *cr = segment_chunk_of(v->sp, seg, off);
+    if (cr == NULL || !cr->crcs_loaded || off + n > (uint32_t)cr->start + cr->hdr_sectors +
+                                                         cr->data_sectors)
+        return false;
+    get(v, seg, off, n, crcs);
+    return true;
 }

@@ -13,19 +13,19 @@
  *   segment 12:  chunks [0: hdr 1, data 255] [256: hdr 1, data 200] ...
  *   crcs[12]:    [ - | c1 c2 ... c255 | - | c257 ... ]    (LRU-managed)
  *
- * This module is the CRC store; the chunk tables belong to the segments
- * (engine/space.h: struct segment, segment_chunk_of(), and space.c,
- * which joins the two in verify_remember() and verify_lookup()).  A
- * chunk's crcs_loaded flag says its CRCs are in the store.
+ * This module is the CRC store and the look-up of a sector's CRC; the
+ * chunk tables belong to the segments (engine/space.h: struct segment,
+ * segment_chunk_of()), and this module reads them to find a sector's
+ * chunk.  A chunk's crcs_loaded flag says its CRCs are in the store; only
+ * this module sets and clears it.
  *
  * Invariant 17 (numbered with the engine's, engine/engine.h): a segment
  * has a CRC array (seg_sectors entries) exactly while it is on the LRU
  * list; bytes is the size of the arrays held and stays within the budget,
  * or is one array where one alone exceeds it (a store evicts least
  * recently used arrays until the new one fits, or none is left);
- * every array dropped -- evicted or forgotten -- is reported to the
- * owner's dropped() callback, which clears the flags of that segment's
- * chunks, so a flag never outlives the array.
+ * every array dropped -- evicted or forgotten -- clears the flags of that
+ * segment's chunks, so a flag never outlives the array.
  */
 #ifndef TC_ENGINE_VERIFY_H
 #define TC_ENGINE_VERIFY_H
@@ -35,30 +35,29 @@
 
 #include "format/ondisk.h"
 
+struct space;
 struct verify_cache;
 
-/* A store for the CRCs of nsegs segments of seg_sectors sectors (blocks
- * of spb sectors), holding at most about budget bytes of them; dropped
- * (arg, seg) runs whenever segment seg's CRCs are dropped. */
-struct verify_cache *verify_new(uint32_t nsegs, uint32_t seg_sectors, unsigned spb,
-                                uint64_t budget, void (*dropped)(void *arg, uint32_t seg),
-                                void *arg);
+/* A store for the CRCs of sp's segments (blocks of spb sectors), holding
+ * at most about budget bytes of them. */
+struct verify_cache *verify_new(struct space *sp, unsigned spb, uint64_t budget);
 void verify_free(struct verify_cache *v);
 /* Bytes of CRC arrays it holds (0 for none): bounded by its budget, not by
  * the blocks cached; and of its table (12 bytes per segment), which is
  * sized to the cache. */
 uint64_t verify_memory(const struct verify_cache *v);
 uint64_t verify_table_memory(const struct verify_cache *v);
-/* Segment seg has CRCs in the store (of some of its chunks). */
-bool verify_has(const struct verify_cache *v, uint32_t seg);
+/* The CRCs of n sectors at (seg, off): true if their chunk's CRCs are
+ * stored (the segment becomes the most recently used), false if its
+ * header must be read first (then verify_remember()). */
+bool verify_lookup(struct verify_cache *v, uint32_t seg, uint32_t off, uint32_t n,
+                   uint32_t *crcs);
 /* Store the CRCs a chunk header records (the chunk at chunk_start of
- * segment seg), evicting least recently used segments to make room. */
-void verify_store(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
-                  const struct tc_chunk_header *h, const uint8_t *hdr_buf);
-/* The CRCs of n sectors at (seg, off), which the caller knows are stored
- * (their chunk's flag); the segment becomes the most recently used. */
-void verify_get(struct verify_cache *v, uint32_t seg, uint32_t off, uint32_t n, uint32_t *crcs);
-/* Drop segment seg's CRCs (it is reused). */
+ * segment seg, after reading or writing it), evicting least recently
+ * used segments to make room. */
+void verify_remember(struct verify_cache *v, uint32_t seg, uint32_t chunk_start,
+                     const struct tc_chunk_header *h, const uint8_t *hdr_buf);
+/* Drop segment seg's CRCs (its group is retired). */
 void verify_forget(struct verify_cache *v, uint32_t seg);
 
 #endif

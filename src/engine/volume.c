@@ -196,7 +196,7 @@ static void user_complete(struct ereq *e)
         req->buf = e->buf;      /* TC_REQ_POOL_BUF: read-ahead may have swapped it */
     int err = e->err;
     ereq_free(e);
-    if (devfail_hold_ack(vol->cache, req, err))
+    if (devfail_hold_ack(vol->cache ? &vol->cache->ab : NULL, req, err))
         return;     /* a device failure is being recorded (abandon.c) */
     req->done(req, err);
 }

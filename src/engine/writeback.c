@@ -187,7 +187,6 @@ struct writeback {
     uint64_t next_ticket, turn;
     struct wb_job *waiting;     /* pass jobs waiting for their turn */
     struct tc_timer tick;
-    uint64_t last_client_io;
     uint64_t last_commit;
     uint64_t last_pass_off;     /* end of the last run written in pass_no */
     uint64_t pass_no;
@@ -970,7 +969,7 @@ static unsigned window(struct writeback *wb)
     if (c->map.dirty_blocks == 0)
         return 0;
     double ratio = dirty_ratio(c);
-    bool idle = tc_now_ns() - wb->last_client_io > IDLE_NS;
+    bool idle = tc_now_ns() - c->last_client_io_ns > IDLE_NS;
     if (ratio > c->vol->cfg.dirty_high)
         return 8;
     if (ratio > c->vol->cfg.dirty_target)
@@ -1130,12 +1129,6 @@ void writeback_kick(struct cache *c)
 {
     if (c->wb && !c->wb->stopped)
         pace(c->wb);
-}
-
-void writeback_note_client_io(struct cache *c)
-{
-    if (c->wb)
-        c->wb->last_client_io = tc_now_ns();
 }
 
 /* ---- on demand: the cleaner, and writes that must go to the origin ---- */

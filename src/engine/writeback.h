@@ -54,7 +54,6 @@ void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
                       void (*done)(void *arg, int err), void *arg);
 /* The same for one block; w->fn runs when it is done. */
 void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
-void writeback_note_client_io(struct cache *c);
 /* Per-block failures: after this many failed write-backs in a row, a write
  * that needs its block written back first fails with EIO at once. */
 #define WB_FAILURES_EIO 3

@@ -878,7 +878,7 @@ void cache_write(struct ereq *e)
     struct cache *c = e->vol->cache;
     enum wmode mode = mode_for(c, e);
     bool seq = streams_sequential(c->streams, e->off, e->len, true, NULL);
-    writeback_note_client_io(c);
+    c->last_client_io_ns = tc_now_ns();
     struct wreq *w = split(e, e->buf, mode);
     if (seq && mode == W_BACK) {
         /* A long sequential write bypasses the cache where it can: blocks
@@ -1052,7 +1052,7 @@ void cache_discard(struct ereq *e)
 {
     readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
-    writeback_note_client_io(c);
+    c->last_client_io_ns = tc_now_ns();
     bool zero = e->op == TC_OP_WRITE_ZEROES;
     bool back = zero && e->vol->mode == TC_MODE_WRITEBACK;
     struct wreq *w = split(e, NULL, back ? W_BACK : zero ? W_AROUND : W_DISCARD);

@@ -1,9 +1,8 @@
 /*
  * The group ring and the free segments (engine/space.c), on a struct
  * cache built by hand: devices with segment counts only, no device I/O,
- * no index, no log, no events registered.  (space_init() and
- * space_free_group() take the whole struct cache: the devices and the
- * verify cache; the rest takes struct space.)
+ * no index, no log, no events registered.  Space takes struct space
+ * alone; the devices' states (c->devs) are only for the checks.
  *
  * Checked: a group takes one free segment of every usable device, lowest
  * numbers first, so groups narrow as devices run out and opening fails
@@ -47,8 +46,9 @@ static struct cache *make_bare_cache(void)
     c->sp.nsegs = first;
     c->segment_size = 1u << 20;
     c->seg_sectors = 256;
-    verify_init(c, 1u << 20);
-    space_init(c);
+    space_init(&c->sp, c->sp.nsegs, c->seg_sectors, c->ndevs);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        space_add_dev(&c->sp, d, c->devs[d].first_seg, c->devs[d].nsegs);
     return c;
 }
 
@@ -62,8 +62,7 @@ static struct cache *make_cache(void)
 
 static void free_cache(struct cache *c)
 {
-    verify_fini(c);
-    space_fini(c);
+    space_fini(&c->sp);
     free(c);
 }
 
@@ -148,7 +147,7 @@ static void check_fill_and_free(void)
 
     printf("the oldest group is freed first; its segments are reused\n");
     CHECK(oldest_group(&c->sp)->seq == 0);
-    space_free_group(c);
+    space_free_group(&c->sp);
     CHECK(c->sp.ngroups == 4 && oldest_group(&c->sp)->seq == 1 && c->sp.free_segs == 3);
     CHECK(audit(c) == 0);
     CHECK(space_open_group(&c->sp, &c->lg.next_seq));
@@ -161,7 +160,7 @@ static void check_fill_and_free(void)
     CHECK(oldest_group(&c->sp)->seq == 1);           /* segments 1, 6, 9 */
     seg_pin(&c->sp, 6);
     seg_pin(&c->sp, 6);
-    space_free_group(c);
+    space_free_group(&c->sp);
     CHECK(c->sp.free_segs == 2 && space_seg(&c->sp, 6)->state != SEG_FREE && space_seg(&c->sp, 6)->group == NIL);
     CHECK(audit(c) == 0);
     seg_unpin(&c->sp, 6);
@@ -173,7 +172,7 @@ static void check_fill_and_free(void)
     struct group *g2 = oldest_group(&c->sp);         /* seq 2: 2, 7, 10 */
     CHECK(g2->seq == 2);
     space_seg(&c->sp, 7)->writes_inflight = 1;
-    space_free_group(c);
+    space_free_group(&c->sp);
     CHECK(c->sp.free_segs == 5 && space_seg(&c->sp, 7)->state != SEG_FREE);
     space_seg(&c->sp, 7)->writes_inflight = 0;
     space_write_done(&c->sp, 7);
@@ -198,7 +197,7 @@ static void check_wrap(void)
         /* Keep between 1 and 4 groups live: free when full or at random. */
         if (c->sp.free_segs == 0 || (c->sp.ngroups > 1 && step % 3 == 0)) {
             space_close_group(&c->sp);
-            space_free_group(c);
+            space_free_group(&c->sp);
         }
         if (c->sp.ngroups > c->sp.groups_cap || c->sp.group_tail >= c->sp.groups_cap)
             bad++;
@@ -210,7 +209,7 @@ static void check_wrap(void)
     printf("a failing device's segments are not handed out again\n");
     while (c->sp.ngroups > 0) {
         space_close_group(&c->sp);
-        space_free_group(c);
+        space_free_group(&c->sp);
     }
     CHECK(c->sp.free_segs == NSEGS && audit(c) == 0);
     CHECK(space_open_group(&c->sp, &c->lg.next_seq));
@@ -222,7 +221,7 @@ static void check_wrap(void)
     c->devs[1].state = CDEV_FAILING;
     space_drop_free(&c->sp, 1);
     space_close_group(&c->sp);
-    space_free_group(c);
+    space_free_group(&c->sp);
     CHECK(space_seg(&c->sp, dev1_seg)->state == SEG_FREE);
     CHECK(c->sp.free_segs == NSEGS - dev_segs[1] && audit(c) == 0);
     /* Devices 0 and 2 have 9 segments: four groups of two, one of one. */
@@ -262,7 +261,7 @@ static void check_push(void)
     static const uint32_t want[] = { 0, 5, 8 };  /* lowest free of each device */
     CHECK(group_is(group_at(&c->sp, c->sp.open_group), 3, want));
     CHECK(audit(c) == 0);
-    space_free_group(c);
+    space_free_group(&c->sp);
     CHECK(oldest_group(&c->sp)->seq == 11 && space_seg(&c->sp, 2)->state == SEG_FREE);
     CHECK(audit(c) == 0);
     free_cache(c);

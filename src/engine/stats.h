@@ -1,0 +1,48 @@
+/*
+ * The cache's counters (struct cache: c->st): what happened since attach,
+ * and what recovery found.  Each module counts its own events in them;
+ * cache_status_json() (cache.c) reports them, under the names and in the
+ * groups `tiercache status` shows (not always the field's name: read the
+ * two together).
+ */
+#ifndef TC_ENGINE_STATS_H
+#define TC_ENGINE_STATS_H
+
+#include <stdint.h>
+
+struct cache_stats {
+    uint64_t read_hits, read_misses, read_partial;
+    uint64_t read_hit_bytes, read_miss_bytes;
+    uint64_t write_hits, write_misses;
+    uint64_t promotions, promotion_bytes, fills_dropped;
+    uint64_t fills_block, fills_sectors;    /* promotions by kind (--fill) */
+    uint64_t demotions;             /* blocks dropped by the cleaner */
+    uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
+    uint64_t dirty_copies_by_cleaner;   /* dirty fragments it copied, not written back */
+    uint64_t bypassed_sequential;   /* bytes not cached: sequential streams */
+    uint64_t not_admitted;          /* misses the policy kept out */
+    uint64_t invalidations;
+    uint64_t segments_written;      /* segments filled */
+    uint64_t chunks_written, chunk_bytes_written;
+    uint64_t groups_retired;
+    uint64_t admitted_bytes;        /* bytes the policy let in (for write amplification) */
+    uint64_t checksum_errors;
+    uint64_t cache_read_errors, cache_write_errors;
+    uint64_t lost_dirty_bytes;
+    uint64_t in_doubt_writes;       /* origin writes failed in doubt (lost_in_doubt) */
+    uint64_t origin_cut_writes;     /* acknowledged, then the connection lost unflushed */
+    uint64_t syncs;
+    uint64_t writeback_bytes, writeback_writes, writeback_passes;
+    uint64_t recovered_entries, recovered_dirty_sectors, recovered_dirty_blocks;
+    /* How the previous run ended, from the newest chunk's TC_CHUNK_CLEAN_STOP:
+     * "clean", "unclean" (a crash, a kill, a power loss: the index was
+     * rebuilt from summaries that may end in torn writes), or "none" (a
+     * cache never written since its format). */
+    const char *last_stop;
+    uint64_t recovery_malformed;    /* entries that did not decode (damage) */
+    uint64_t recovery_damage_ignored; /* damage below abandoned_seq, not refused */
+    uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
+    uint64_t recovery_damaged;      /* durable chunk summaries found damaged */
+};
+
+#endif
