@@ -874,7 +874,7 @@ void claim_set_release(struct claim_set *s)
 
 /* ---- an origin that is a cache device ---- */
 
-int claim_origin_not_cache(const char *origin, char *err, size_t errlen)
+int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t errlen)
 {
     /* Read aside, not through the device: the origin's figures and the
      * requests its server sees stay the clients' alone.  An NBD origin is
@@ -904,8 +904,14 @@ int claim_origin_not_cache(const char *origin, char *err, size_t errlen)
     if (sb_decode(buf, &sb, e1, sizeof e1) == 0 ||
         sb_decode(buf + TC_SB_SIZE, &sb, e1, sizeof e1) == 0)
         tc_uuid_format(sb.set_uuid, u);
-    snprintf(err, errlen, "origin %s looks like a tiercache cache device (it holds the "
-             "superblock of cache set %s): an origin cannot be a cache device; were --cache "
-             "and --origin swapped?", origin, u[0] ? u : "(damaged)");
+    if (swapped)
+        snprintf(err, errlen, "origin %s looks like a tiercache cache device (it holds the "
+                 "superblock of cache set %s): an origin cannot be a cache device; were "
+                 "--cache and --origin swapped?", origin, u[0] ? u : "(damaged)");
+    else
+        snprintf(err, errlen, "origin %s looks like a tiercache cache device (it holds the "
+                 "superblock of cache set %s): its clients would overwrite the cache's log "
+                 "and the dirty data in it; serve it as --cache of its own origin, or with "
+                 "--read-only to export it unchanged", origin, u[0] ? u : "(damaged)");
     return -1;
 }

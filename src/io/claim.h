@@ -71,9 +71,12 @@ struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const c
                                  char *err, size_t errlen);
 void claim_set_release(struct claim_set *s);
 
-/* A swapped --cache and --origin: -1 with a message if a local origin
- * holds a tiercache superblock.  Read with a descriptor of its own (the
- * origin's figures stay the clients'); a read error is only warned about. */
-int claim_origin_not_cache(const char *origin, char *err, size_t errlen);
+/* An origin that is a cache device: -1 with a message if a local origin
+ * holds a tiercache superblock.  With cache devices (swapped: true) that
+ * means --cache and --origin were swapped; without, a cache device served
+ * as a plain disk, whose clients would overwrite its log and dirty data.
+ * Read with a descriptor of its own (the origin's figures stay the
+ * clients'); a read error is only warned about. */
+int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t errlen);
 
 #endif
