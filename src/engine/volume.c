@@ -398,6 +398,11 @@ uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)
     return vol->cache && !vol->detached ? vol->cache->map.dirty_sectors * TC_SECTOR : 0;
 }
 
+uint64_t tc_volume_lost_bytes(const struct tc_volume *vol)
+{
+    return vol->cache ? lost_sectors(&vol->cache->map.lost) * TC_SECTOR : 0;
+}
+
 /* A failed drain: say why in vol->op_error, naming the dirty data left:
  * "PREFIX: N MiB of dirty data could not be written back (WHY)SUFFIX". */
 static void op_error_set(struct tc_volume *vol, const char *prefix, const char *suffix, int err)
