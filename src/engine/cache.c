@@ -384,6 +384,12 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     /* The record of an earlier abandonment, before the log is replayed. */
     if (abandon_load(c, vol->cfg.state_file, paths[0], err, errlen) < 0)
         goto fail_cache;
+    /* The state file is this set's alone while it serves: another set given
+     * the same file would replace this one's record of lost sectors, which
+     * an abandonment writes at once (abandon.c). */
+    if (claim_set_enabled() && !offline &&
+        (c->state_claim = claim_state_lock(c->state_path, err, errlen)) == NULL)
+        goto fail_cache;
     uint64_t t0 = tc_now_ns();
     if (recovery_run(c, err, errlen) < 0)
         goto fail_cache;
@@ -862,6 +868,7 @@ void cache_free(struct cache *c)
     }
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_close(c->devs[d].dev);
+    claim_set_release(c->state_claim);
     claim_set_release(c->set_claim);
     free(c);
 }

@@ -70,6 +70,11 @@ bool claim_set_enabled(void);
 struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const char *devname,
                                  char *err, size_t errlen);
 void claim_set_release(struct claim_set *s);
+/* A serving daemon's state file (abandon.c), locked in the same directory
+ * under a name made from its resolved path: two sets given one state file
+ * would each replace the other's record of lost sectors.  NULL on conflict
+ * or error, with a message; released with claim_set_release(). */
+struct claim_set *claim_state_lock(const char *state_path, char *err, size_t errlen);
 
 /* An origin that is a cache device: -1 with a message if a local origin
  * holds a tiercache superblock.  With cache devices (swapped: true) that
