@@ -176,6 +176,9 @@ enum tc_mode tc_volume_mode(const struct tc_volume *vol);
 const char *tc_volume_op_error(const struct tc_volume *vol);
 /* Dirty data in the cache now. */
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol);
+/* Acknowledged data lost with the cache (unreadable until written again):
+ * the origin lacks its newest version, and no flush can bring it back. */
+uint64_t tc_volume_lost_bytes(const struct tc_volume *vol);
 /* The cache's block size and the bytes its segments hold (0 and 0 without
  * cache devices). */
 void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes,

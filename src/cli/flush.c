@@ -22,6 +22,8 @@ static const char flush_help[] =
 "make it durable there, showing the bytes left, the rate and the time left\n"
 "on a terminal.  The daemon keeps serving meanwhile.  Exit status 0 when no\n"
 "dirty data is left, 1 otherwise (with the reason and the dirty data left).\n"
+"Data lost with a failed cache is not dirty, but the origin lacks it: the\n"
+"summary says how much (its sectors read EIO until written again).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";
@@ -91,10 +93,21 @@ static void on_line(const char *line, void *arg)
             char w[32];
             double secs = jv_num(jv_get(j, "seconds"), 0);
             double bytes = jv_num(jv_get(j, "written_bytes"), 0);
-            snprintf(v->final, sizeof v->final, "%s written back in %.1f s (%s/s); mode %s",
-                     tc_format_size((uint64_t)bytes, w, sizeof w), secs,
-                     tc_format_size((uint64_t)(secs > 0 ? bytes / secs : 0), w + 16, 16),
-                     jv_str(jv_get(j, "mode"), "?"));
+            int n = snprintf(v->final, sizeof v->final,
+                             "%s written back in %.1f s (%s/s); mode %s",
+                             tc_format_size((uint64_t)bytes, w, sizeof w), secs,
+                             tc_format_size((uint64_t)(secs > 0 ? bytes / secs : 0), w + 16,
+                                            16),
+                             jv_str(jv_get(j, "mode"), "?"));
+            /* Lost data is not dirty, so the drain succeeded; but the
+             * origin alone is still not current, and that must be said. */
+            double lost = jv_num(jv_get(j, "lost_bytes"), 0);
+            if (lost > 0 && n > 0 && (size_t)n < sizeof v->final)
+                snprintf(v->final + n, sizeof v->final - (size_t)n,
+                         "; %s of acknowledged data was lost with the cache: the origin "
+                         "lacks its newest version, and reads of it fail with EIO until it "
+                         "is written again",
+                         tc_format_size((uint64_t)lost, w, sizeof w));
             jv_free(j);
         }
     }

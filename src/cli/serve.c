@@ -95,7 +95,9 @@ static const char serve_help[] =
 "                       cache device failed: which sectors were lost, and that\n"
 "                       the cache's log is stale); default: next to the first\n"
 "                       cache device if it is a file (PATH.tcstate), else\n"
-"                       /var/lib/tiercache/SET-UUID.tcstate\n"
+"                       /var/lib/tiercache/SET-UUID.tcstate.  Each set needs\n"
+"                       its own: a second daemon given the same file is\n"
+"                       refused\n"
 "\n"
 "Origin:\n"
 "  --origin-timeout SECONDS\n"
@@ -269,9 +271,11 @@ static void online_done(void *arg, int err)
     else if (err)
         ctl_printf(o->conn, "error: %s failed: %s\n", o->what, strerror(-err));
     else
-        ctl_printf(o->conn, "done {\"written_bytes\":%llu,\"seconds\":%.3f,\"mode\":\"%s\"}\n",
+        ctl_printf(o->conn, "done {\"written_bytes\":%llu,\"seconds\":%.3f,\"mode\":\"%s\","
+                   "\"lost_bytes\":%llu}\n",
                    (unsigned long long)o->done_bytes, secs,
-                   tc_mode_name(tc_volume_mode(o->s->vol)));
+                   tc_mode_name(tc_volume_mode(o->s->vol)),
+                   (unsigned long long)tc_volume_lost_bytes(o->s->vol));
     tc_info("%s %s in %.3f s", o->what, err ? "failed" : "done", secs);
     ctl_end(o->conn);
     free(o);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "engine/abandon.h"
 #include "engine/blocklock.h"
@@ -83,6 +85,40 @@ void cache_submit(struct ereq *e)
 }
 
 /* ---- attaching devices ---- */
+
+/*
+ * A cache file that is sparse while its file system lacks the room to
+ * fill it: format preallocates (unless --allow-sparse), but a copy or a
+ * move (cp, rsync -S, a restore) may have made it sparse again.  Once the
+ * file system is full, the first log write fails with ENOSPC, the device
+ * fails, and the dirty data only it held is lost -- flushed writes
+ * included.  Nothing can be refused here (the dirty data must be served
+ * to be written back): the operator is told, with the way out.
+ */
+static void warn_sparse(const struct cache *c)
+{
+    for (unsigned i = 0; i < c->ndevs; i++) {
+        const struct tc_dev *dev = c->devs[i].dev;
+        char path[4096];
+        struct stat st;
+        struct statvfs vfs;
+        if (dev->is_block_device || !claim_local_path(dev->name, path, sizeof path) ||
+            stat(path, &st) < 0 || !S_ISREG(st.st_mode) || statvfs(path, &vfs) < 0)
+            continue;
+        uint64_t have = (uint64_t)st.st_blocks * 512, size = (uint64_t)st.st_size;
+        uint64_t missing = have >= size ? 0 : size - have;
+        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        if (missing <= avail)
+            continue;
+        char m[32], a[32];
+        tc_warn("cache device %s: %s of the file is not allocated (it is sparse) and its file "
+                "system has only %s free: when that fills up, cache writes fail with ENOSPC "
+                "and the dirty data only this device holds is lost.  Make room, or allocate "
+                "the file (fallocate -l %llu %s)", dev->name,
+                tc_format_size(missing, m, sizeof m), tc_format_size(avail, a, sizeof a),
+                (unsigned long long)size, path);
+    }
+}
 
 static int read_superblock(struct tc_dev *dev, struct tc_superblock *sb, char *err,
                            size_t errlen)
@@ -348,6 +384,12 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     /* The record of an earlier abandonment, before the log is replayed. */
     if (abandon_load(c, vol->cfg.state_file, paths[0], err, errlen) < 0)
         goto fail_cache;
+    /* The state file is this set's alone while it serves: another set given
+     * the same file would replace this one's record of lost sectors, which
+     * an abandonment writes at once (abandon.c). */
+    if (claim_set_enabled() && !offline &&
+        (c->state_claim = claim_state_lock(c->state_path, err, errlen)) == NULL)
+        goto fail_cache;
     uint64_t t0 = tc_now_ns();
     if (recovery_run(c, err, errlen) < 0)
         goto fail_cache;
@@ -412,6 +454,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
                 (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
+    warn_sparse(c);
     if (c->map.dirty_sectors)
         writeback_kick(c);
     return 0;
@@ -825,6 +868,7 @@ void cache_free(struct cache *c)
     }
     for (unsigned d = 0; d < c->ndevs; d++)
         dev_close(c->devs[d].dev);
+    claim_set_release(c->state_claim);
     claim_set_release(c->set_claim);
     free(c);
 }

@@ -98,6 +98,7 @@ struct cache {
     struct cache_dev devs[TC_MAX_DEVICES];
     uint8_t set_uuid[16];
     struct claim_set *set_claim;    /* the set's identity, locked (io/claim.c) */
+    struct claim_set *state_claim;  /* its state file, while serving */
     uint32_t block_size, spb;       /* sectors per block */
     uint32_t segment_size, seg_sectors;
     uint64_t nblocks_origin;

@@ -40,9 +40,14 @@ static void finished(struct cread *cr)
             if (cr->bad_from != UINT32_MAX) {
                 c->st.checksum_errors++;
                 cr->join.err = -EBADMSG;
-                tc_error("%s: checksum mismatch in segment %u, sectors %u..%u: cached data "
-                         "not used", seg_cdev(c, cr->seg)->dev->name, cr->seg,
-                         cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
+                uint64_t at = seg_dev_offset(c, cr->seg) +
+                              (uint64_t)(cr->off + cr->bad_from) * TC_SECTOR;
+                tc_error("%s: checksum mismatch at bytes %llu..%llu (segment %u, sectors "
+                         "%u..%u): cached data not used", seg_cdev(c, cr->seg)->dev->name,
+                         (unsigned long long)at,
+                         (unsigned long long)(at + (uint64_t)(cr->bad_to - cr->bad_from) *
+                                                   TC_SECTOR - 1),
+                         cr->seg, cr->off + cr->bad_from, cr->off + cr->bad_to - 1);
                 cache_device_check_size(c, c->sp.segs[cr->seg].dev);
             }
         } else if (cr->join.err != 0 && cr->join.err != -EBADMSG) {
@@ -86,8 +91,9 @@ static void hdr_done(struct tc_dev_io *dio, int err)
             verify_remember(c->verify, cr->seg, h.chunk_sector, &h, cr->hdr);
             ok = verify_lookup(c->verify, cr->seg, cr->off, cr->n, cr->crcs);
         } else {
-            tc_error("%s: chunk header in segment %u unusable: %s",
-                     seg_cdev(c, cr->seg)->dev->name, cr->seg, why);
+            tc_error("%s: chunk header at byte %llu (segment %u) unusable: %s",
+                     seg_cdev(c, cr->seg)->dev->name, (unsigned long long)dio->off, cr->seg,
+                     why);
         }
     }
     if (!ok) {
@@ -120,8 +126,10 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     if (!verify_lookup(c->verify, cr->seg, cr->off, cr->n, cr->crcs)) {
         const struct chunk_ref *ref = segment_chunk_of(&c->sp, cr->seg, cr->off);
         if (ref == NULL) {
-            tc_error("cache: no chunk holds sectors %u..%u of segment %u", cr->off,
-                     cr->off + cr->n - 1, cr->seg);
+            tc_error("%s: no chunk holds sectors %u..%u of segment %u (from byte %llu)",
+                     seg_cdev(c, cr->seg)->dev->name, cr->off, cr->off + cr->n - 1, cr->seg,
+                     (unsigned long long)(seg_dev_offset(c, cr->seg) +
+                                          (uint64_t)cr->off * TC_SECTOR));
             free(cr->crcs);
             cr->crcs = NULL;
         } else {

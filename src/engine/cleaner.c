@@ -309,8 +309,11 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     if (!readable || chunk_decode(k->buf, (size_t)cr->hdr_sectors * TC_SECTOR, c->set_uuid,
                                   c->spb, c->seg_sectors, &h, why, sizeof why) < 0) {
         if (readable)
-            tc_error("cleaner: chunk at sector %u of segment %u unusable: %s", cr->start, seg,
-                     why);
+            tc_error("cleaner: %s: chunk at byte %llu (sector %u of segment %u) unusable: %s",
+                     seg_cdev(c, seg)->dev->name,
+                     (unsigned long long)(seg_dev_offset(c, seg) +
+                                          (uint64_t)cr->start * TC_SECTOR),
+                     cr->start, seg, why);
         /* Nothing can be copied from here: every fragment pointing into it
          * is set aside (dirty: writeback reports what is lost) or dropped. */
         for (uint32_t id = 0; id < c->map.idx.used; id++) {

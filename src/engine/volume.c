@@ -88,7 +88,12 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
         dev_close(origin);
         return NULL;
     }
-    if (cfg->caches && cfg->caches[0] && claim_origin_not_cache(cfg->origin, err, errlen) < 0) {
+    /* A cache device as the origin: swapped arguments with cache devices;
+     * without, its clients would overwrite the log (the dirty data of a
+     * stopped writeback cache with it).  Read-only, nothing is written. */
+    bool cached = cfg->caches && cfg->caches[0];
+    if ((cached || !cfg->read_only) &&
+        claim_origin_not_cache(cfg->origin, cached, err, errlen) < 0) {
         dev_close(origin);
         return NULL;
     }
@@ -391,6 +396,11 @@ void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)
 {
     return vol->cache && !vol->detached ? vol->cache->map.dirty_sectors * TC_SECTOR : 0;
+}
+
+uint64_t tc_volume_lost_bytes(const struct tc_volume *vol)
+{
+    return vol->cache ? lost_sectors(&vol->cache->map.lost) * TC_SECTOR : 0;
 }
 
 /* A failed drain: say why in vol->op_error, naming the dirty data left:

@@ -145,7 +145,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     origin = dev_open_as(&r, o->origin, "origin", true, err, errlen);
     if (origin == NULL)
         goto out;
-    if (claim_origin_not_cache(o->origin, err, errlen) < 0)
+    if (claim_origin_not_cache(o->origin, true, err, errlen) < 0)
         goto out;
     uint64_t origin_size = tc_round_down(origin->size, TC_SECTOR);
     if (origin_size == 0) {

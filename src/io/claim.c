@@ -61,6 +61,7 @@
 
 #include "format/ondisk.h"
 #include "io/dev.h"
+#include "util/crc32c.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -766,54 +767,58 @@ bool claim_set_enabled(void)
     return set_dir[0] != '\0';
 }
 
-struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const char *devname,
-                                 char *err, size_t errlen)
+/*
+ * Lock the file NAME.lock in the set directory, exclusive or shared; WHAT
+ * names it in messages ("cache set UUID").  NULL with a message on error,
+ * and also when another process holds it: then *busy is set and holder
+ * says who, for the caller's message.
+ */
+static struct claim_set *dir_lock(const char *name, const char *what, bool exclusive,
+                                  bool *busy, char *holder, size_t hlen, char *err,
+                                  size_t errlen)
 {
-    if (set_dir[0] == '\0')
-        return NULL;
-    char u[37];
-    tc_uuid_format(uuid, u);
+    *busy = false;
     struct claim_set *s = tc_xcalloc(1, sizeof *s);
     s->fd = -1;
-    snprintf(s->path, sizeof s->path, "%s/set-%s.lock", set_dir, u);
+    snprintf(s->path, sizeof s->path, "%s/%s.lock", set_dir, name);
     /* Whoever may write in the directory could replace the lock file with
      * one of his own and so let a second user of the set in: the rule of
      * the run directory (cli/common.c) holds here too, for format, check
      * and dump as for serve. */
     if (mkdir(set_dir, 0700) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create the directory %s for the lock of cache set %s: "
-                 "%s", set_dir, u, strerror(errno));
+        snprintf(err, errlen, "cannot create the directory %s for the lock of %s: %s", set_dir,
+                 what, strerror(errno));
         goto fail;
     }
     struct stat dst;
     if (lstat(set_dir, &dst) < 0 || !S_ISDIR(dst.st_mode) ||
         (dst.st_uid != geteuid() && dst.st_uid != 0)) {
-        snprintf(err, errlen, "%s, the directory for the lock of cache set %s, is not a "
-                 "directory of user %u or root (a symbolic link is not taken)", set_dir, u,
+        snprintf(err, errlen, "%s, the directory for the lock of %s, is not a directory of "
+                 "user %u or root (a symbolic link is not taken)", set_dir, what,
                  (unsigned)geteuid());
         goto fail;
     }
     if (dst.st_mode & 022) {
-        snprintf(err, errlen, "%s, the directory for the lock of cache set %s, has mode %04o: "
-                 "group or others may write in it; refusing to use it (chmod go-w %s)",
-                 set_dir, u, (unsigned)(dst.st_mode & 07777), set_dir);
+        snprintf(err, errlen, "%s, the directory for the lock of %s, has mode %04o: group or "
+                 "others may write in it; refusing to use it (chmod go-w %s)", set_dir, what,
+                 (unsigned)(dst.st_mode & 07777), set_dir);
         goto fail;
     }
     for (;;) {
         s->fd = open(s->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
         struct stat st, cur;
         if (s->fd < 0 || fstat(s->fd, &st) < 0) {
-            snprintf(err, errlen, "cannot open the lock of cache set %s, %s: %s", u, s->path,
+            snprintf(err, errlen, "cannot open the lock of %s, %s: %s", what, s->path,
                      strerror(errno));
             goto fail;
         }
         if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-            snprintf(err, errlen, "the lock of cache set %s, %s, is not a regular file of "
-                     "user %u", u, s->path, (unsigned)geteuid());
+            snprintf(err, errlen, "the lock of %s, %s, is not a regular file of user %u", what,
+                     s->path, (unsigned)geteuid());
             goto fail;
         }
-        char holder[512];
-        int rc = lock_file(s->fd, exclusive, holder, sizeof holder);
+        holder[0] = '\0';
+        int rc = lock_file(s->fd, exclusive, holder, hlen);
         if (rc == 1 && (stat(s->path, &cur) < 0 || cur.st_dev != st.st_dev ||
                         cur.st_ino != st.st_ino)) {
             /* Its holder was letting go and removed it: try the new one. */
@@ -826,11 +831,8 @@ struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const c
             int pid = pread(s->fd, pidbuf, sizeof pidbuf - 1, 0) > 0 ? atoi(pidbuf) : 0;
             snprintf(proc, sizeof proc, "/proc/%d", pid);
             if (holder[0] == '\0' && pid > 0 && access(proc, F_OK) == 0)
-                describe_pid(pid, holder, sizeof holder);
-            char through[700];
-            snprintf(through, sizeof through, ", through the lock of its cache set %s (%.600s)",
-                     u, s->path);
-            busy_message(err, errlen, "cache device", devname, holder, through);
+                describe_pid(pid, holder, hlen);
+            *busy = true;
             goto fail;
         }
         if (rc < 0) {
@@ -858,6 +860,57 @@ fail:
     return NULL;
 }
 
+struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const char *devname,
+                                 char *err, size_t errlen)
+{
+    if (set_dir[0] == '\0')
+        return NULL;
+    char u[37], name[48], what[64], holder[512];
+    tc_uuid_format(uuid, u);
+    snprintf(name, sizeof name, "set-%s", u);
+    snprintf(what, sizeof what, "cache set %s", u);
+    bool busy;
+    struct claim_set *s = dir_lock(name, what, exclusive, &busy, holder, sizeof holder, err,
+                                   errlen);
+    if (s == NULL && busy) {
+        char through[800];
+        snprintf(through, sizeof through, ", through the lock of its cache set %s "
+                 "(%.600s/%s.lock)", u, set_dir, name);
+        busy_message(err, errlen, "cache device", devname, holder, through);
+    }
+    return s;
+}
+
+struct claim_set *claim_state_lock(const char *state_path, char *err, size_t errlen)
+{
+    if (set_dir[0] == '\0')
+        return NULL;
+    /* The file may not exist yet: its directory, resolved, and its name. */
+    char dir[4096], canon[4096 + 256];
+    const char *slash = strrchr(state_path, '/');
+    const char *base = slash ? slash + 1 : state_path;
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == state_path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - state_path), state_path);
+    char *real = realpath(dir, NULL);
+    snprintf(canon, sizeof canon, "%s/%s", real ? real : dir, base);
+    free(real);
+    char name[48], what[4400], holder[512];
+    snprintf(name, sizeof name, "state-%08x", tc_crc32c(0, canon, strlen(canon)));
+    snprintf(what, sizeof what, "state file %s", canon);
+    bool busy;
+    struct claim_set *s = dir_lock(name, what, true, &busy, holder, sizeof holder, err, errlen);
+    if (s == NULL && busy)
+        snprintf(err, errlen, "state file %s is in use by %s (through its lock %s/%s.lock): each "
+                 "cache set needs a state file of its own (--state-file), or an abandonment of "
+                 "one set would replace the record of the other's lost sectors", state_path,
+                 holder[0] ? holder : "another process", set_dir, name);
+    return s;
+}
+
 void claim_set_release(struct claim_set *s)
 {
     if (s == NULL)
@@ -874,7 +927,7 @@ void claim_set_release(struct claim_set *s)
 
 /* ---- an origin that is a cache device ---- */
 
-int claim_origin_not_cache(const char *origin, char *err, size_t errlen)
+int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t errlen)
 {
     /* Read aside, not through the device: the origin's figures and the
      * requests its server sees stay the clients' alone.  An NBD origin is
@@ -904,8 +957,14 @@ int claim_origin_not_cache(const char *origin, char *err, size_t errlen)
     if (sb_decode(buf, &sb, e1, sizeof e1) == 0 ||
         sb_decode(buf + TC_SB_SIZE, &sb, e1, sizeof e1) == 0)
         tc_uuid_format(sb.set_uuid, u);
-    snprintf(err, errlen, "origin %s looks like a tiercache cache device (it holds the "
-             "superblock of cache set %s): an origin cannot be a cache device; were --cache "
-             "and --origin swapped?", origin, u[0] ? u : "(damaged)");
+    if (swapped)
+        snprintf(err, errlen, "origin %s looks like a tiercache cache device (it holds the "
+                 "superblock of cache set %s): an origin cannot be a cache device; were "
+                 "--cache and --origin swapped?", origin, u[0] ? u : "(damaged)");
+    else
+        snprintf(err, errlen, "origin %s looks like a tiercache cache device (it holds the "
+                 "superblock of cache set %s): its clients would overwrite the cache's log "
+                 "and the dirty data in it; serve it as --cache of its own origin, or with "
+                 "--read-only to export it unchanged", origin, u[0] ? u : "(damaged)");
     return -1;
 }

@@ -70,10 +70,18 @@ bool claim_set_enabled(void);
 struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const char *devname,
                                  char *err, size_t errlen);
 void claim_set_release(struct claim_set *s);
+/* A serving daemon's state file (abandon.c), locked in the same directory
+ * under a name made from its resolved path: two sets given one state file
+ * would each replace the other's record of lost sectors.  NULL on conflict
+ * or error, with a message; released with claim_set_release(). */
+struct claim_set *claim_state_lock(const char *state_path, char *err, size_t errlen);
 
-/* A swapped --cache and --origin: -1 with a message if a local origin
- * holds a tiercache superblock.  Read with a descriptor of its own (the
- * origin's figures stay the clients'); a read error is only warned about. */
-int claim_origin_not_cache(const char *origin, char *err, size_t errlen);
+/* An origin that is a cache device: -1 with a message if a local origin
+ * holds a tiercache superblock.  With cache devices (swapped: true) that
+ * means --cache and --origin were swapped; without, a cache device served
+ * as a plain disk, whose clients would overwrite its log and dirty data.
+ * Read with a descriptor of its own (the origin's figures stay the
+ * clients'); a read error is only warned about. */
+int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t errlen);
 
 #endif

@@ -13,7 +13,8 @@ also after a restart, until a client writes it again.  Reads of it before
 the cleaner drops it fail too, and count nothing lost: the block is still
 dirty in the cache then, and its loss is counted once, when the cleaner
 drops it (lost_dirty_bytes is one block at the end, however often it was
-read).
+read).  The daemon's error names the cache device and the byte offset of
+the damage on it.
 
 usage: lostdirty.py --bin TIERCACHE --dir DIR
 """
@@ -128,6 +129,11 @@ def main():
     # Unreadable but still dirty in the cache: reads fail, nothing is lost yet.
     d = Daemon(a, "writeback")
     victim_reads(d, "before the cleaner reached it")
+    # The error names the device and the byte offset of the damage on it.
+    p0 = DATA_OFFSET + seg * SEGMENT + at * SECTOR
+    want = f"{a.dir}/cache.img: checksum mismatch at bytes {p0}..{p0 + SECTOR - 1} "
+    if want not in open(d.log).read():
+        sys.exit(f"no '{want}' in the daemon log:\n{open(d.log).read()[-3000:]}")
     st = json.loads(subprocess.run([a.bin, "status", "--socket", d.sock, "--json"],
                                    capture_output=True, text=True, check=True).stdout)
     if st["volume"]["cache"]["lost_dirty_bytes"] != 0:
