@@ -226,10 +226,13 @@ void space_usage(const struct space *sp, struct space_usage *u)
         uint64_t hdr = 0;
         for (uint32_t k = 0; k < sg->nchunks; k++)
             hdr += sg->chunks[k].hdr_sectors;
+        /* fill counts sealed chunks only: the open chunk's data is live
+         * before it is sealed (its header is not counted yet). */
+        uint64_t used = TC_MIN(TC_MAX((uint64_t)sg->fill, sg->live + hdr), sp->seg_sectors);
         u->live += sg->live;
         u->headers += hdr;
-        u->unfilled += sp->seg_sectors - TC_MIN(sg->fill, sp->seg_sectors);
-        u->stale += sg->fill - TC_MIN(sg->fill, sg->live + hdr);
+        u->unfilled += sp->seg_sectors - used;
+        u->stale += used - TC_MIN(used, sg->live + hdr);
     }
 }
 
