@@ -63,7 +63,13 @@ static const char replay_help[] =
 "  --fill KIND          engine policies: block, sectors or auto, as serve\n"
 "  --sequential-cutoff SIZE\n"
 "                       engine policies: as serve (default: serve's)\n"
-"  --json               print the results as JSON\n"
+"  --json               print the results as JSON; for engine policies also\n"
+"                       device_use: where the cache device's bytes were from\n"
+"                       the first time the cleaner had to reclaim on (mean\n"
+"                       fractions of its size: live data, meta -- superblocks\n"
+"                       and the rest outside segments --, free segments,\n"
+"                       unfilled room of segments in use, chunk headers,\n"
+"                       stale versions)\n"
 "\n"
 "Miss-ratio curve (--mrc): LRU's read miss ratio at many cache sizes from\n"
 "one pass over the trace, by SHARDS sampling (Waldspurger et al., FAST\n"
@@ -246,6 +252,17 @@ static void json_results(const struct replay_args *a, const struct replay_result
         json_double(&j, "miss_ratio", replay_miss_ratio(r));
         json_double(&j, "byte_miss_ratio",
                     r->read_bytes ? (double)r->read_miss_bytes / (double)r->read_bytes : 0);
+        if (r->usage_samples) {
+            /* Engine policies at steady state: fractions of the device. */
+            json_begin_object(&j, "device_use");
+            json_double(&j, "live", r->use_live);
+            json_double(&j, "meta", r->use_meta);
+            json_double(&j, "free", r->use_free);
+            json_double(&j, "unfilled", r->use_unfilled);
+            json_double(&j, "headers", r->use_headers);
+            json_double(&j, "stale", r->use_stale);
+            json_end_object(&j);
+        }
         json_double(&j, "seconds", r->seconds);
         json_end_object(&j);
     }

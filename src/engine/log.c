@@ -12,6 +12,16 @@
  * fills large chunks).  This is write clustering: many small client writes
  * become one large sequential device write.
  *
+ * A chunk holding nothing but clean copies of origin data (read fills,
+ * the cleaner's clean reinsertions) waits 30 s instead, and the periodic
+ * commit leaves it alone until then: a crash that loses it loses no data
+ * (the origin has every sector of it; recovery only finds those blocks
+ * uncached), while every chunk costs a header of at least 4 KiB -- with
+ * 4 KiB blocks and a fill every few hundred ms, as much room as its data.
+ * Anything else appended to it (a write, a write-through version, a
+ * tombstone, a clean record) brings back the 100 ms, and a FLUSH, a stop
+ * or the cleaner's tail still seal it at once.
+ *
  *   segment image:  [hdr|data data data][hdr|data data][hdr|data ... ]
  *                    ^ written            ^ written      ^ current chunk
  *
@@ -37,6 +47,7 @@
 #include "util/misc.h"
 
 #define SEAL_DELAY_NS (100ull * 1000 * 1000)
+#define CLEAN_SEAL_DELAY_NS (30000ull * 1000 * 1000)
 #define CHUNK_TARGET_BYTES (1u << 20)
 
 static void seal(struct cache *c, unsigned d, bool force, bool closing);
@@ -55,11 +66,41 @@ static void device_error(struct log *lg, unsigned d, int err, bool write)
         lg->ev.device_error(lg->ev.ctx, d, err, write);
 }
 
+/* When head d's current chunk is due by the clock (UINT64_MAX: it has no
+ * entries). */
+static uint64_t seal_due(const struct cache *c, unsigned d)
+{
+    const struct head *h = &c->lg.heads[d];
+    if (h->seg == NIL || h->nentries == 0)
+        return UINT64_MAX;
+    return h->first_ns + (h->keeps ? c->lg.seal_delay_ns : c->lg.clean_seal_delay_ns);
+}
+
+/* The seal timer, at the earliest head's due time (disarmed: none). */
+static void arm_seal_timer(struct cache *c)
+{
+    uint64_t due = UINT64_MAX;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        due = TC_MIN(due, seal_due(c, d));
+    if (due == UINT64_MAX) {
+        timer_cancel(c->reactor, &c->lg.seal_timer);
+        return;
+    }
+    if (c->lg.seal_timer.armed && c->lg.seal_timer.deadline <= due)
+        return;
+    uint64_t now = tc_now_ns();
+    timer_arm(c->reactor, &c->lg.seal_timer, due > now ? due - now : 0);
+}
+
+/* Seal what is due by the clock, and wait for the rest. */
 static void seal_timer_fn(struct tc_timer *t)
 {
     struct cache *c = container_of(t, struct cache, lg.seal_timer);
+    uint64_t now = tc_now_ns();
     for (unsigned d = 0; d < c->ndevs; d++)
-        seal(c, d, false, false);
+        if (seal_due(c, d) <= now)
+            seal(c, d, false, false);
+    arm_seal_timer(c);
 }
 
 int log_init(struct cache *c)
@@ -75,6 +116,7 @@ int log_init(struct cache *c)
     }
     c->lg.seal_timer.fn = seal_timer_fn;
     c->lg.seal_delay_ns = SEAL_DELAY_NS;
+    c->lg.clean_seal_delay_ns = CLEAN_SEAL_DELAY_NS;
     c->lg.chunk_target_sectors = TC_MIN(CHUNK_TARGET_BYTES / TC_SECTOR, c->seg_sectors / 2);
     return 0;
 }
@@ -122,6 +164,7 @@ static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
     h->data_fill = 0;
     h->nentries = 0;
     h->urgent = false;
+    h->keeps = false;
     if (lg->images[seg] == NULL)
         lg->images[seg] = lg->npool ? lg->pool[--lg->npool] : tc_alloc_aligned(c->segment_size);
 }
@@ -330,6 +373,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     h->data_fill = 0;
     h->nentries = 0;
     h->urgent = false;
+    h->keeps = false;
     if (closing || h->chunk_start + h->hdr_sectors + 1 > c->seg_sectors)
         close_head(c, d);
 }
@@ -458,6 +502,8 @@ static uint16_t append_to(struct cache *c, unsigned d, const struct append *a, u
         if (h->crcs == NULL)
             abort();
     }
+    if (h->nentries == 0)
+        h->first_ns = tc_now_ns();
     struct tc_entry *e = &h->entries[h->nentries++];
     memset(e, 0, sizeof *e);
     e->oblock = a->oblock;
@@ -503,8 +549,7 @@ static void schedule_seal(struct cache *c, unsigned d, bool urgent)
         }
         return;
     }
-    if (!c->lg.seal_timer.armed)
-        timer_arm(c->reactor, &c->lg.seal_timer, c->lg.seal_delay_ns);
+    arm_seal_timer(c);
 }
 
 struct log_loc log_append(struct cache *c, const struct append *a_in, struct log_waiter *w)
@@ -555,6 +600,14 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
         loc.moff = append_to(c, (unsigned)d2, a, seq, nsectors, true);
         loc.mseg = c->lg.heads[d2].seg;
     }
+    /* Only a clean copy of origin data may wait long (above): not a
+     * write-through version (the origin may not have it yet), not dirty
+     * data, not an entry without data. */
+    bool keeps = a->type != TC_ENTRY_DATA || (a->flags & TC_ENTRY_WT) || a->mirror ||
+                 !mask_empty(&a->dirty);
+    c->lg.heads[d1].keeps |= keeps;
+    if (d2 >= 0)
+        c->lg.heads[d2].keeps |= keeps;
     c->lg.next_dev = (unsigned)d1;
 
     bool urgent = a->urgent || w != NULL;
@@ -700,16 +753,22 @@ static void maybe_flush(struct cache *c)
     }
 }
 
-void log_sync(struct cache *c, struct log_waiter *w)
+/* w waits for every chunk sealed so far, and a flush after them. */
+static void sync_sealed(struct cache *c, struct log_waiter *w)
 {
-    for (unsigned d = 0; d < c->ndevs; d++)
-        seal(c, d, false, false);
     w->target = c->lg.chunks_issued;
     w->need_flush = true;
     w->next = c->lg.written_waiters;
     c->lg.written_waiters = w;
     notify_waiters(&c->lg, 0);
     maybe_flush(c);
+}
+
+void log_sync(struct cache *c, struct log_waiter *w)
+{
+    for (unsigned d = 0; d < c->ndevs; d++)
+        seal(c, d, false, false);
+    sync_sealed(c, w);
 }
 
 /* The log's durability now (status): entries appended to chunks not yet
@@ -762,7 +821,12 @@ void log_commit(struct cache *c)
         return;
     lg->commit_pending = true;
     lg->commit.fn = commit_done;
-    log_sync(c, &lg->commit);
+    /* A chunk of clean copies is not the commit's to seal before it is
+     * due (it holds nothing a crash may not lose). */
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (lg->heads[d].keeps || seal_due(c, d) <= tc_now_ns())
+            seal(c, d, false, false);
+    sync_sealed(c, &lg->commit);
 }
 
 /* A device failed (failure.c has moved its data): close its open segment

@@ -85,6 +85,9 @@ struct head {
     struct tc_entry *entries;
     uint32_t nentries, entries_cap;
     bool urgent;                /* someone waits: write it now */
+    bool keeps;                 /* the current chunk holds an entry other than a
+                                   clean copy of origin data (log_append()) */
+    uint64_t first_ns;          /* the current chunk's first append */
     struct log_waiter *waiters; /* waiting for the current chunk */
     uint32_t *crcs;             /* the current chunk's data CRCs */
     uint32_t crcs_cap;
@@ -156,6 +159,7 @@ struct log {
     int error;                      /* first cache write error, reported to syncs */
     struct tc_timer seal_timer;
     uint64_t seal_delay_ns;
+    uint64_t clean_seal_delay_ns;   /* chunks of clean copies only */
     uint32_t chunk_target_sectors;  /* seal a chunk at this size */
     struct tc_task seal_task;       /* seals urgent chunks after this pass */
     bool seal_pending;

@@ -214,6 +214,28 @@ bool space_has_free(const struct space *sp, unsigned ndevs)
     return sp->free_segs > space_low_water(sp, ndevs);
 }
 
+void space_usage(const struct space *sp, struct space_usage *u)
+{
+    *u = (struct space_usage){ 0 };
+    for (uint32_t i = 0; i < sp->nsegs; i++) {
+        const struct segment *sg = &sp->segs[i];
+        if (sg->state == SEG_FREE) {
+            u->free += sp->seg_sectors;
+            continue;
+        }
+        uint64_t hdr = 0;
+        for (uint32_t k = 0; k < sg->nchunks; k++)
+            hdr += sg->chunks[k].hdr_sectors;
+        /* fill counts sealed chunks only: the open chunk's data is live
+         * before it is sealed (its header is not counted yet). */
+        uint64_t used = TC_MIN(TC_MAX((uint64_t)sg->fill, sg->live + hdr), sp->seg_sectors);
+        u->live += sg->live;
+        u->headers += hdr;
+        u->unfilled += sp->seg_sectors - used;
+        u->stale += used - TC_MIN(used, sg->live + hdr);
+    }
+}
+
 /* Keeps invariant 10. */
 void seg_add_live(struct space *sp, uint32_t seg, int delta)
 {

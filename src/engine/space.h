@@ -175,6 +175,16 @@ uint32_t space_high_water(const struct space *sp, unsigned ndevs);
 /* True while the cache has room without reclaiming (policies admit freely). */
 bool space_has_free(const struct space *sp, unsigned ndevs);
 
+/* Where the segments' sectors are (invariant 10 keeps live exact): live
+ * data, free segments, the unwritten rest of segments in use (the open
+ * group's, and of groups closed before they were full), and
+ * what written segments hold besides live data -- chunk headers and stale
+ * versions (data no entry points to any more). */
+struct space_usage {
+    uint64_t live, free, unfilled, headers, stale;
+};
+void space_usage(const struct space *sp, struct space_usage *u);
+
 /* A read pins a segment of a live group (invariant 6); the last unpin of
  * a retired segment frees it (the freed event). */
 void seg_pin(struct space *sp, uint32_t seg);

@@ -69,6 +69,7 @@ struct rep {
     bool origin_made, cache_made;
     struct tc_volume *vol;
     uint64_t size;                  /* the volume's */
+    uint64_t dev_bytes;             /* the cache device's */
     uint64_t t0, now;               /* virtual clock: its base and its value */
     uint8_t *wbuf, *rbuf;           /* zeroes for writes; room for reads */
     size_t buflen;
@@ -211,6 +212,7 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
     }
     if (dev_mem_create(p->cache + 4, cache_bytes, false, err, errlen) < 0)
         return -1;
+    p->dev_bytes = cache_bytes;
     p->cache_made = true;
 
     const char *caches[2] = { p->cache, NULL };
@@ -245,6 +247,22 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
         vc.fill = (enum tc_fill)cfg->fill;
     p->vol = tc_volume_open(&p->r, &vc, err, errlen);
     return p->vol ? 0 : -1;
+}
+
+/* Where the device's bytes are now, added to the sums in out. */
+static void sample_usage(struct cache *c, uint64_t dev_bytes, struct replay_result *out)
+{
+    struct space_usage u;
+    space_usage(&c->sp, &u);
+    double d = (double)dev_bytes / TC_SECTOR;
+    uint64_t segs = (uint64_t)c->sp.nsegs * c->seg_sectors;
+    out->usage_samples++;
+    out->use_live += (double)u.live / d;
+    out->use_meta += ((double)dev_bytes / TC_SECTOR - (double)segs) / d;
+    out->use_free += (double)u.free / d;
+    out->use_unfilled += (double)u.unfilled / d;
+    out->use_headers += (double)u.headers / d;
+    out->use_stale += (double)u.stale / d;
 }
 
 /* Submit one request and wait for it. */
@@ -385,7 +403,13 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
     struct cache_stats *st = &p->vol->cache->st;
     struct tc_trace_req q;
     int n;
+    bool steady = false;
+    uint64_t nreq = 0;
     while ((n = trace_reader_next(rd, &q, err, errlen)) == 1) {
+        /* Every 16th request: a sample walks every segment's chunks. */
+        steady = steady || !space_has_free(&p->vol->cache->sp, p->vol->cache->ndevs);
+        if (steady && !t->sample && nreq++ % 16 == 0)
+            sample_usage(p->vol->cache, p->dev_bytes, out);
         out->trace_reads += q.op == TC_OP_READ;
         if (t->sample && q.op != TC_OP_FLUSH && q.op < TC_OP_BLOCK_STATUS) {
             if (run_sampled(p, t->sample, &q, out, err, errlen) < 0)
@@ -411,6 +435,15 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
         out->read_misses = st->read_misses;
         out->wreads = (double)out->reads;
         out->wread_misses = (double)out->read_misses;
+    }
+    if (out->usage_samples) {
+        double ns = (double)out->usage_samples;
+        out->use_live /= ns;
+        out->use_meta /= ns;
+        out->use_free /= ns;
+        out->use_unfilled /= ns;
+        out->use_headers /= ns;
+        out->use_stale /= ns;
     }
     out->read_hit_bytes = st->read_hit_bytes;
     out->read_miss_bytes = st->read_miss_bytes;

@@ -42,6 +42,14 @@ struct replay_result {
      * equal to reads and read_misses. */
     double wreads, wread_misses;
     uint64_t trace_reads;           /* read requests of the whole trace, kept or not */
+    /* Engine policies: where the cache device's bytes were, as fractions
+     * of its size, averaged over the requests from the first time the
+     * cleaner had to reclaim on (steady state; usage_samples 0: never):
+     * live data, superblocks and the rest outside segments (meta), free
+     * segments, unwritten room of segments in use, chunk headers, stale
+     * versions (space.h, struct space_usage). */
+    uint64_t usage_samples;
+    double use_live, use_meta, use_free, use_unfilled, use_headers, use_stale;
     double seconds;                 /* wall time of the simulation */
 };
 
