@@ -4,12 +4,14 @@
  * the read, write and discard paths, orderly close, and the figures.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "engine/abandon.h"
 #include "engine/blocklock.h"
@@ -87,35 +89,54 @@ void cache_submit(struct ereq *e)
 /* ---- attaching devices ---- */
 
 /*
- * A cache file that is sparse while its file system lacks the room to
- * fill it: format preallocates (unless --allow-sparse), but a copy or a
- * move (cp, rsync -S, a restore) may have made it sparse again.  Once the
- * file system is full, the first log write fails with ENOSPC, the device
- * fails, and the dirty data only it held is lost -- flushed writes
- * included.  Nothing can be refused here (the dirty data must be served
- * to be written back): the operator is told, with the way out.
+ * A cache file that is sparse: format preallocates (unless --allow-sparse),
+ * but a copy or a move (cp, rsync -S, a restore) may have made it sparse
+ * again.  Once its file system is full, the first log write into a hole
+ * fails with ENOSPC and the device fails.  So serve allocates the holes
+ * (fallocate() without changing the size or the data) before the first
+ * write; where that fails (no room, a file system without fallocate) the
+ * operator is told, with the room missing and the way out.  Serving is not
+ * refused: the dirty data the file holds must be served to be written
+ * back.  (A file system that copies on write can still run out of room
+ * later; nothing here can prevent that.)
  */
-static void warn_sparse(const struct cache *c)
+static void allocate_sparse(const struct cache *c)
 {
     for (unsigned i = 0; i < c->ndevs; i++) {
         const struct tc_dev *dev = c->devs[i].dev;
         char path[4096];
         struct stat st;
-        struct statvfs vfs;
         if (dev->is_block_device || !claim_local_path(dev->name, path, sizeof path) ||
-            stat(path, &st) < 0 || !S_ISREG(st.st_mode) || statvfs(path, &vfs) < 0)
+            stat(path, &st) < 0 || !S_ISREG(st.st_mode))
             continue;
         uint64_t have = (uint64_t)st.st_blocks * 512, size = (uint64_t)st.st_size;
-        uint64_t missing = have >= size ? 0 : size - have;
-        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-        if (missing <= avail)
+        if (have >= size)
             continue;
         char m[32], a[32];
-        tc_warn("cache device %s: %s of the file is not allocated (it is sparse) and its file "
-                "system has only %s free: when that fills up, cache writes fail with ENOSPC "
-                "and the dirty data only this device holds is lost.  Make room, or allocate "
-                "the file (fallocate -l %llu %s)", dev->name,
-                tc_format_size(missing, m, sizeof m), tc_format_size(avail, a, sizeof a),
+        uint64_t missing = size - have;
+        int err = 0;
+        if (c->vol->read_only) {
+            err = EROFS;
+        } else {
+            int fd = open(path, O_RDWR | O_CLOEXEC);
+            if (fd < 0 || fallocate(fd, 0, 0, (off_t)size) < 0)
+                err = errno;
+            if (fd >= 0)
+                close(fd);
+        }
+        if (err == 0) {
+            tc_info("cache device %s: allocated the %s of the file that was not (it was "
+                    "sparse), so that cache writes cannot fail for want of room",
+                    dev->name, tc_format_size(missing, m, sizeof m));
+            continue;
+        }
+        struct statvfs vfs;
+        uint64_t avail = statvfs(path, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize : 0;
+        tc_warn("cache device %s: %s of the file is not allocated (it is sparse) and could not "
+                "be (%s); its file system has %s free: when that fills up, cache writes fail "
+                "with ENOSPC and the device fails.  Make room, and allocate the file "
+                "(fallocate -l %llu %s)", dev->name, tc_format_size(missing, m, sizeof m),
+                strerror(err), tc_format_size(avail, a, sizeof a),
                 (unsigned long long)size, path);
     }
 }
@@ -454,7 +475,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
                 (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
-    warn_sparse(c);
+    allocate_sparse(c);
     if (c->map.dirty_sectors)
         writeback_kick(c);
     return 0;
