@@ -51,7 +51,9 @@ static const char check_help[] =
 "Exit status: 0 clean, 1 problems found (each listed), 2 could not run.\n"
 "Entries of chunks that never fully reached the device before a crash were\n"
 "never flushed; recovery ignores them, and they are reported, not counted\n"
-"as problems.\n";
+"as problems.  After a clean stop the superblocks record how far the log\n"
+"was durable and how many chunks it holds: then any chunk summary that\n"
+"fails, or a log that does not match the record, is damage.\n";
 
 static const char dump_help[] =
 "Usage: tiercache dump --cache DEV[,DEV...] [--blocks]\n"
@@ -249,6 +251,11 @@ int cmd_check(int argc, char **argv)
         json_uint(&j, "groups", res.groups);
         json_uint(&j, "segments", res.segments);
         json_uint(&j, "segments_free", res.segments_free);
+        json_bool(&j, "clean_stop_recorded", res.stop_recorded);
+        if (res.stop_recorded) {
+            json_uint(&j, "clean_stop_chunk", res.stop_chunk_seq);
+            json_uint(&j, "clean_stop_chunks", res.stop_chunks);
+        }
         json_begin_array(&j, "problems");
         for (unsigned i = 0; i < res.nproblems; i++)
             json_string(&j, NULL, res.problems[i]);
@@ -262,6 +269,10 @@ int cmd_check(int argc, char **argv)
                (unsigned long long)res.blocks, (unsigned long long)res.fragments,
                tc_format_size(res.dirty_bytes, a, sizeof a),
                tc_format_size(res.data_checked_bytes, b, sizeof b));
+        if (res.stop_recorded)
+            printf("clean stop recorded in the superblock: the log durable up to chunk %llu, "
+                   "%llu chunks in live groups\n", (unsigned long long)res.stop_chunk_seq,
+                   (unsigned long long)res.stop_chunks);
         if (res.unflushed_entries)
             printf("%llu entries of unflushed chunks ignored (written just before a crash; "
                    "never acknowledged as durable)\n", (unsigned long long)res.unflushed_entries);
@@ -326,6 +337,13 @@ int cmd_dump(int argc, char **argv)
     if (c->abandoned_seq)
         printf("cache: abandoned at run time at log sequence %llu: entries below it are "
                "ignored\n", (unsigned long long)c->abandoned_seq);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].sb.flags & TC_SB_CLEAN_STOP)
+            printf("device %u: clean stop recorded: newest chunk %llu, tail seq %llu, %llu "
+                   "chunks in live groups\n", d,
+                   (unsigned long long)c->devs[d].sb.stop_chunk_seq,
+                   (unsigned long long)c->devs[d].sb.stop_tail_seq,
+                   (unsigned long long)c->devs[d].sb.stop_chunks);
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
            (unsigned long long)c->lg.tail_seq, (unsigned long long)c->lg.next_seq, c->sp.ngroups,

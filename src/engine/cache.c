@@ -279,6 +279,48 @@ static bool record_origin(struct cache *c, const struct tc_dev *origin)
     return ok;
 }
 
+/*
+ * The clean-stop record (TC_SB_CLEAN_STOP, ondisk.h) is true only until
+ * the log changes: cleared from every copy of every device before
+ * anything is appended (this runs at start, before any request, the
+ * cleaner or write-back), so that a crash from now on is never taken for
+ * a clean stop: a stale record would call the crash's torn tail damage,
+ * and count a log that has moved on.  Copy A of
+ * every device is written and flushed before copy B, as elsewhere; a start
+ * that cannot clear a copy fails (the log is still as recorded, so the
+ * record stays true until a start succeeds).
+ */
+static int clear_stop_record(struct cache *c, char *err, size_t errlen)
+{
+    bool any = false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        any |= (c->devs[d].sb.flags & TC_SB_CLEAN_STOP) != 0;
+    if (!any)
+        return 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct tc_superblock *sb = &c->devs[d].sb;
+        sb->flags &= ~TC_SB_CLEAN_STOP;
+        sb->stop_chunk_seq = sb->stop_tail_seq = sb->stop_chunks = 0;
+    }
+    uint8_t *buf = tc_alloc_aligned(TC_SB_SIZE);
+    int e = 0;
+    for (unsigned copy = 0; copy < TC_SB_COPIES && e == 0; copy++) {
+        for (unsigned d = 0; d < c->ndevs && e == 0; d++) {
+            sb_encode(&c->devs[d].sb, buf);
+            e = dev_sync_io(c->devs[d].dev, TC_DEV_WRITE, buf, (uint64_t)copy * TC_SB_SIZE,
+                            TC_SB_SIZE, 0);
+            if (e == 0)
+                e = dev_sync_io(c->devs[d].dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
+            if (e)
+                snprintf(err, errlen, "%s: clearing the clean-stop record in superblock copy %c "
+                         "failed: %s; the cache cannot be written before it is cleared",
+                         c->devs[d].dev->name, 'A' + copy, strerror(-e));
+        }
+    }
+    free(buf);
+    return e ? -1 : 0;
+}
+
 /* Space's event (space.h): a retired segment became free, the cleaner
  * may let appends waiting for room go on. */
 static void space_freed(void *ctx)
@@ -453,6 +495,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
                  (unsigned long long)vol->size, hint);
         goto fail_cache;
     }
+    if (clear_stop_record(c, err, errlen) < 0)
+        goto fail_cache;
     if (!same_id || idm == DEV_ID_LEGACY) {
         char was[TC_ORIGIN_ID_LEN];
         snprintf(was, sizeof was, "%s", sb->origin_id);
@@ -658,6 +702,11 @@ struct close_ctx {
     struct cache *c;
     struct log_waiter w;
     struct tc_dev_io dio;
+    struct tc_dev_io sb_dio[TC_MAX_DEVICES];  /* the clean-stop record, per device */
+    uint8_t *sb_buf[TC_MAX_DEVICES];
+    uint8_t sb_step[TC_MAX_DEVICES];        /* 0 write A, 1 flush, 2 write B, 3 flush */
+    unsigned sb_pending;
+    bool stop_sealed;               /* the stop's own chunks were written, flagged clean */
     struct tc_timer quiet;          /* waiting for writeback and the cleaner */
     uint64_t quiet_since, quiet_logged;
     uint64_t candidate;
@@ -711,6 +760,112 @@ static void close_wait_fn(struct tc_timer *t)
     close_end(container_of(t, struct close_ctx, wait));
 }
 
+/*
+ * The clean-stop record (TC_SB_CLEAN_STOP, ondisk.h): after the stop's
+ * last log sync, every device's superblocks say how far the log was
+ * durable and how many chunks its live groups hold, so that the next
+ * start can tell damage to the newest chunk headers from a torn tail.
+ * Written only when it is exactly true: the stop's own chunks (flagged
+ * TC_CHUNK_CLEAN_STOP, the newest) were written, every chunk issued is
+ * flushed, every device is in service (a failed one's segments and the
+ * superblock marks of a failure are recovery's business, not this
+ * count's), and the cache is neither abandoned nor failed.  Otherwise the superblocks keep
+ * no record, and the next start trusts the chunk headers' own marks, as
+ * after a crash.  A device whose record cannot be written is only
+ * warned about: the record adds trust, its absence loses nothing.
+ */
+static bool stop_record_wanted(struct cache *c)
+{
+    if (c->offline || c->vol->cache_failed || c->abandoned ||
+        c->lg.flushed_upto != c->lg.chunks_issued || !abandon_idle(c))
+        return false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].state != CDEV_OK || c->devs[d].dev->read_only)
+            return false;
+    return true;
+}
+
+/* The chunks recovery will find in live groups: those of every segment in
+ * use whose group is at or after the tail the newest chunk records (the
+ * stop's own chunks, the newest, recorded lg.tail_seq, which nothing moved
+ * since: the cleaner is stopped).  Groups are reclaimed oldest first, so
+ * a free segment's group is below the tail; a reused one's older chunks
+ * are of another group, where recovery's walk stops. */
+static uint64_t live_chunks(struct cache *c)
+{
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
+        const struct segment *sg = space_seg(&c->sp, s);
+        if (sg->state != SEG_FREE && sg->seq >= c->lg.tail_seq && sg->seq > 0)
+            n += sg->nchunks;
+    }
+    return n;
+}
+
+static void close_finish(struct close_ctx *x, int err);
+
+static void stop_record_step(struct close_ctx *x, unsigned d);
+
+static void stop_record_done(struct tc_dev_io *dio, int err)
+{
+    struct close_ctx *x = dio->priv;
+    unsigned d = (unsigned)(dio - x->sb_dio);
+    if (err) {
+        tc_warn("%s: recording the clean stop in the superblock failed: %s; the next start "
+                "trusts the log's own marks", x->c->devs[d].dev->name, strerror(-err));
+    } else if (++x->sb_step[d] < 4) {
+        stop_record_step(x, d);
+        return;
+    }
+    free(x->sb_buf[d]);
+    x->sb_buf[d] = NULL;
+    if (--x->sb_pending == 0)
+        close_finish(x, 0);
+}
+
+static void stop_record_step(struct close_ctx *x, unsigned d)
+{
+    struct tc_dev_io *dio = &x->sb_dio[d];
+    memset(dio, 0, sizeof *dio);
+    dio->cb = stop_record_done;
+    dio->priv = x;
+    if (x->sb_step[d] % 2) {
+        dio->op = TC_DEV_FLUSH;
+    } else {
+        dio->op = TC_DEV_WRITE;
+        dio->buf = x->sb_buf[d];
+        dio->off = x->sb_step[d] == 0 ? 0 : TC_SB_SIZE;
+        dio->len = TC_SB_SIZE;
+    }
+    dev_submit(x->c->devs[d].dev, dio);
+}
+
+/* Every device's copy A, flushed, then its copy B, flushed; devices side
+ * by side.  The in-memory superblocks keep the record (so that any later
+ * rewrite in this process carries it, as it stays true until the devices
+ * are opened again). */
+static void stop_record_write(struct close_ctx *x)
+{
+    struct cache *c = x->c;
+    uint64_t chunks = live_chunks(c);
+    tc_info("cache: clean stop recorded in the superblock%s: log durable up to chunk %llu, "
+            "%llu chunks in live groups", c->ndevs == 1 ? "" : "s",
+            (unsigned long long)c->lg.chunks_issued, (unsigned long long)chunks);
+    x->sb_pending = c->ndevs;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct tc_superblock *sb = &c->devs[d].sb;
+        sb->flags |= TC_SB_CLEAN_STOP;
+        sb->stop_chunk_seq = c->lg.chunks_issued;
+        sb->stop_tail_seq = c->lg.tail_seq;
+        sb->stop_chunks = chunks;
+        x->sb_buf[d] = tc_alloc_aligned(TC_SB_SIZE);
+        sb_encode(sb, x->sb_buf[d]);
+        x->sb_step[d] = 0;
+    }
+    for (unsigned d = 0; d < c->ndevs; d++)
+        stop_record_step(x, d);
+}
+
 static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
@@ -731,12 +886,24 @@ static void closed_synced(struct log_waiter *w, int err)
          * It carries the clean-stop flag only if nothing is left unflushed
          * before it (see TC_CHUNK_CLEAN_STOP). */
         x->marked = true;
+        uint64_t before = c->lg.chunks_issued;
         c->lg.clean_stop = c->lg.flushed_upto == c->lg.chunks_issued;
         log_seal_all(c, true);
+        x->stop_sealed = c->lg.clean_stop && c->lg.chunks_issued > before;
         c->lg.clean_stop = false;
         log_sync(c, &x->w);
         return;
     }
+    if (err == 0 && x->stop_sealed && stop_record_wanted(c)) {
+        stop_record_write(x);       /* then close_finish() */
+        return;
+    }
+    close_finish(x, err);
+}
+
+static void close_finish(struct close_ctx *x, int err)
+{
+    struct cache *c = x->c;
     if (err)
         tc_error("cache: final sync failed: %s", strerror(-err));
     else if (TC_DEBUG_ASSERTS_ON)

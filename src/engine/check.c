@@ -72,6 +72,30 @@ static void check_superblocks(struct cache *c, struct check_result *r)
             problem(r, "%s: the two superblock copies differ", dev->name);
     }
     free(buf);
+    /* The clean-stop record (ondisk.h): one stop writes the same one on
+     * every device (a device without it is a stop that ended while
+     * writing them: as true); recovery compared it with the log, and its
+     * damage findings follow with the log's.  Records that differ were
+     * not written by one stop, and recovery used neither. */
+    const struct tc_superblock *rec = NULL;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        const struct tc_superblock *sb = &c->devs[d].sb;
+        if (!(sb->flags & TC_SB_CLEAN_STOP))
+            continue;
+        if (rec && (rec->stop_chunk_seq != sb->stop_chunk_seq ||
+                    rec->stop_tail_seq != sb->stop_tail_seq || rec->stop_chunks != sb->stop_chunks))
+            problem(r, "%s: its clean-stop record (newest chunk %llu, %llu chunks) differs from "
+                    "that of %s (newest chunk %llu, %llu chunks)", c->devs[d].dev->name,
+                    (unsigned long long)sb->stop_chunk_seq, (unsigned long long)sb->stop_chunks,
+                    c->devs[0].dev->name, (unsigned long long)rec->stop_chunk_seq,
+                    (unsigned long long)rec->stop_chunks);
+        if (rec == NULL) {
+            rec = sb;
+            r->stop_recorded = true;
+            r->stop_chunk_seq = sb->stop_chunk_seq;
+            r->stop_chunks = sb->stop_chunks;
+        }
+    }
 }
 
 /* ---- data ---- */

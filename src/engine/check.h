@@ -15,6 +15,8 @@ struct check_result {
     uint64_t damaged_clean_sectors, lost_dirty_sectors;
     uint64_t unflushed_entries;     /* ignored by recovery: never flushed, normal after a crash */
     uint64_t groups, segments, segments_free;
+    bool stop_recorded;             /* the superblocks hold a clean-stop record ... */
+    uint64_t stop_chunk_seq, stop_chunks;   /* ... of this log (recovery compared them) */
 };
 
 /* salvage.c: write the dirty data a damaged cache still holds intact and

@@ -34,6 +34,13 @@
  * reason damage found in a group below abandoned_seq does not refuse the
  * start: it is reported (and counted), and nothing it hid mattered.
  *
+ * After a clean stop recorded in the superblocks (TC_SB_CLEAN_STOP) the
+ * record, not the chunk headers, says how far the log was durable: step
+ * 2's durable mark is at least its newest chunk, every live chunk that
+ * fails to check is damage (find_damage()), and the log found must match
+ * what it counts (verify_stop_record()).  Damaged headers could otherwise
+ * take with them the very marks that told them from a torn tail.
+ *
  * Likewise a device that failed at run time while others went on has a
  * failure mark (failed_seq, in the superblocks of the others): its
  * segments of groups below the mark are free, their entries ignored and
@@ -72,6 +79,8 @@ struct recovery {
     uint64_t max_seq, max_chunk_seq, tail_seq, wt_stable, durable;
     bool clean_stop;                /* the newest chunk was written by a clean stop */
     uint64_t clean_from;            /* ... and every chunk up to this was durable then */
+    bool stop_record;               /* the superblocks' clean-stop record is in rec */
+    struct tc_superblock rec;
     uint64_t *cur_seq;              /* per index entry: seq of its newest fragment */
     uint64_t *wt_seq;               /* per index entry: newest write-through seq */
     uint32_t cur_cap;
@@ -524,6 +533,11 @@ static void walk_all(struct recovery *rc)
 static bool stopped_clean(const struct recovery *rc, uint64_t seq, uint64_t claimed_group,
                           uint64_t claimed_chunk)
 {
+    /* The superblocks' record was written after the stop's last sync:
+     * its own chunks were durable too, and it holds whatever headers are
+     * damaged (those that carried the clean-stop flag included). */
+    if (rc->stop_record)
+        return seq != 0 || claimed_group <= rc->max_seq;
     if (!rc->clean_stop)
         return false;
     if (claimed_chunk > rc->clean_from && claimed_chunk <= rc->clean_from + rc->c->ndevs)
@@ -935,6 +949,73 @@ static void apply(struct recovery *rc)
     }
 }
 
+/*
+ * The clean-stop record (TC_SB_CLEAN_STOP in ondisk.h): written into the
+ * superblocks after the stop's last sync, cleared by the next start before
+ * anything is appended.  Every device's superblocks get the same record;
+ * a stop that died while writing them left it in some copies only, which
+ * is as true.  Records that disagree are not the work of one stop: none
+ * is used (the chunk headers' own marks decide, as without a record).
+ */
+static bool load_stop_record(struct recovery *rc)
+{
+    struct cache *c = rc->c;
+    const struct tc_superblock *found = NULL;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        const struct tc_superblock *sb = &c->devs[d].sb;
+        if (!(sb->flags & TC_SB_CLEAN_STOP))
+            continue;
+        if (found && (found->stop_chunk_seq != sb->stop_chunk_seq ||
+                      found->stop_tail_seq != sb->stop_tail_seq ||
+                      found->stop_chunks != sb->stop_chunks)) {
+            tc_warn("the clean-stop records of %s and %s differ; neither is used",
+                    c->devs[0].dev->name, c->devs[d].dev->name);
+            return false;
+        }
+        found = sb;
+    }
+    if (found == NULL)
+        return false;
+    rc->rec = *found;
+    return true;
+}
+
+/*
+ * After a recorded clean stop nothing was in flight, so the log must be
+ * exactly what the record counts: the newest chunk, the tail it records,
+ * and every chunk of the live groups.  Anything less is damage to chunk
+ * summaries that were durable -- whatever recovery could not see of it
+ * (a damaged header that no longer looks like this log's, the newest
+ * chunks with the clean-stop flag and the flushed marks) -- and the blocks
+ * they described are unknown: serve refuses, check lists it.
+ */
+static void verify_stop_record(struct recovery *rc, const uint32_t *live, uint32_t nlive)
+{
+    struct cache *c = rc->c;
+    uint64_t chunks = 0;
+    for (uint32_t i = 0; i < nlive; i++)
+        chunks += space_seg(&c->sp, live[i])->nchunks;
+    if (rc->max_chunk_seq == rc->rec.stop_chunk_seq && rc->tail_seq == rc->rec.stop_tail_seq &&
+        chunks == rc->rec.stop_chunks)
+        return;
+    /* Where the missing chunks were is unknown (that is why the walks
+     * missed them): any group.  But when the walks found damage, the
+     * difference is mostly that damage, whose groups are known: the bound
+     * salvage works by (damage_group_max) stays theirs, as without the
+     * record, rather than leaving salvage nothing to write back. */
+    if (c->st.recovery_damaged == 0)
+        damage_group(rc, 0);
+    else
+        rc->damage_group = UINT64_MAX;      /* reported: never "below the abandonment" */
+    add_damage(rc, "the log does not match the clean stop recorded in the superblock (newest "
+               "chunk %llu, tail %llu, %llu chunks in live groups): found newest chunk %llu, "
+               "tail %llu, %llu chunks; chunk summaries that were durable are damaged, and the "
+               "blocks they described are unknown", (unsigned long long)rc->rec.stop_chunk_seq,
+               (unsigned long long)rc->rec.stop_tail_seq, (unsigned long long)rc->rec.stop_chunks,
+               (unsigned long long)rc->max_chunk_seq, (unsigned long long)rc->tail_seq,
+               (unsigned long long)chunks);
+}
+
 static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
 {
     struct group *g = group_at(&c->sp, slot);
@@ -957,6 +1038,11 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     rc.cseq_cap = tc_xcalloc(c->sp.nsegs, sizeof *rc.cseq_cap);
     rc.found = tc_xcalloc(c->sp.nsegs, sizeof *rc.found);
     walk_all(&rc);
+    /* A clean stop recorded in the superblocks: every chunk up to its
+     * newest was durable, whatever the headers that said so still say. */
+    rc.stop_record = load_stop_record(&rc);
+    if (rc.stop_record)
+        rc.durable = TC_MAX(rc.durable, rc.rec.stop_chunk_seq);
     /* A walk resumed past damage can find the newest chunks, which move
      * the durable mark and the tail: segments judged torn before that are
      * judged again, until nothing moves. */
@@ -1015,6 +1101,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         space_group_add_seg(&c->sp, slot, live[i]);
         sg->state = SEG_CLOSED;
     }
+    if (rc.stop_record)
+        verify_stop_record(&rc, live, nlive);
     read_live_entries(&rc, live, nlive);
     space_collect_free(&c->sp);
     c->replaying = c->sp.replaying = true;
@@ -1031,7 +1119,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     c->st.recovered_entries = c->map.idx.count;
     c->st.recovered_dirty_sectors = c->map.dirty_sectors;
     c->st.recovered_dirty_blocks = c->map.dirty_blocks;
-    c->st.last_stop = rc.max_chunk_seq == 0 ? "none" : rc.clean_stop ? "clean" : "unclean";
+    c->st.last_stop = rc.max_chunk_seq == 0 && !rc.stop_record ? "none"
+                      : rc.clean_stop || rc.stop_record ? "clean" : "unclean";
     if (c->st.recovery_unflushed)
         tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
                 "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);

@@ -6,9 +6,9 @@
  * here (superblock.c, chunk.c, statefile.c), and `tiercache check` audits
  * it.  Integers are little-endian.  Every structure carries a CRC-32C.  A
  * change of layout takes a new version number (the superblock's versions
- * 2 and 3 below add the abandonment and device-failure marks to version
- * 1); a version this build does not know is refused with a message, never
- * misread.
+ * 2, 3 and 4 below add the abandonment and device-failure marks and the
+ * clean-stop record to version 1); a version this build does not know is
+ * refused with a message, never misread.
  *
  * A cache device:
  *
@@ -72,8 +72,10 @@
 /* ---- superblock: 4096 bytes, written twice at format ---- */
 
 /*
- * A superblock is rewritten after format only to mark the cache abandoned
- * (see "state file" below): flags gets TC_SB_ABANDONED, abandoned_seq the
+ * A superblock is rewritten after format to record the origin's identity
+ * (origin_id below), the marks of versions 2 and 3 and the clean-stop
+ * record of version 4.  It marks the cache abandoned (see "state file"
+ * below) so: flags gets TC_SB_ABANDONED, abandoned_seq the
  * log sequence from which on the log is trusted again, and the version
  * field TC_SB_VERSION_ABANDONED, so that a build that does not know the
  * mark refuses the device instead of trusting its log.  Copy A is written
@@ -100,6 +102,37 @@
  */
 #define TC_SB_VERSION_DEVFAIL    3u
 #define TC_SB_DEV_FAILED         (1u << 1)
+
+/*
+ * Version 4 adds the clean-stop record (TC_SB_CLEAN_STOP), the one record
+ * of how far the log was durable that does not live in the chunk headers
+ * it vouches for.  A clean stop writes it into every device's superblocks
+ * (copy A, flush, copy B, flush) after its last log sync, so every chunk
+ * it counts is durable:
+ *
+ *   stop_chunk_seq   the newest chunk written (0: none ever was); every
+ *                    chunk up to it is durable
+ *   stop_tail_seq    the log tail the newest chunk records
+ *   stop_chunks      the number of chunks in the segments of live groups
+ *                    (groups at or after the tail)
+ *
+ * At the next start nothing was in flight, so recovery must find exactly
+ * that log: a live chunk that fails to check is damage, never a torn
+ * write, whatever the damaged headers (the clean-stop flag's, the flushed
+ * marks) say -- else the newest versions they held would silently give way
+ * to older ones.  Fewer chunks, another newest chunk or another tail are
+ * damage too.  The start clears the record in every copy (a version 1, 2
+ * or 3 superblock again, by the marks it carries) before anything is
+ * appended to the log, so a later crash is never taken for a clean stop;
+ * a start that cannot clear it fails.  A version 4 superblock may carry
+ * the marks of versions 2 and 3 as well.  Builds that know only versions
+ * 1 to 3 refuse it ("format version 4 is not supported"): started, they
+ * would append to the log without clearing the record.  Version 1 to 3
+ * superblocks start as before (no record: recovery trusts the chunk
+ * headers' own marks).  The checksum covers the record.
+ */
+#define TC_SB_VERSION_STOP       4u
+#define TC_SB_CLEAN_STOP         (1u << 2)
 
 struct tc_superblock {
     uint32_t version;
@@ -132,9 +165,13 @@ struct tc_superblock {
     uint8_t dev_uuids[TC_MAX_DEVICES][16];  /* uuid of every device */
     uint64_t abandoned_seq;         /* TC_SB_ABANDONED: log entries below it are
                                        untrusted (versions 2 and 3; 0 in version 1) */
-    uint64_t failed_seq[TC_MAX_DEVICES];    /* TC_SB_DEV_FAILED (version 3): groups of
-                                       device i below failed_seq[i] are untrusted
+    uint64_t failed_seq[TC_MAX_DEVICES];    /* TC_SB_DEV_FAILED (versions 3 and 4): groups
+                                       of device i below failed_seq[i] are untrusted
                                        (0: never failed; 0 beyond dev_count) */
+    /* TC_SB_CLEAN_STOP (version 4; 0 otherwise): the clean-stop record. */
+    uint64_t stop_chunk_seq;        /* newest chunk at the stop; all up to it durable */
+    uint64_t stop_tail_seq;         /* the log tail it records */
+    uint64_t stop_chunks;           /* chunks in the segments of live groups */
 };
 
 /* Byte offsets inside the 4096-byte superblock. */
@@ -146,7 +183,8 @@ enum {
     SB_OFF_FLAGS = 92, SB_OFF_ORIGIN_SIZE = 96, SB_OFF_FORMAT_TIME = 104,
     SB_OFF_ORIGIN_ID = 112, SB_OFF_ORIGIN_PATH = 240, SB_OFF_DEV_SEGMENTS = 496,
     SB_OFF_DEV_UUIDS = 560, SB_OFF_ABANDONED_SEQ = 816, SB_OFF_FAILED_SEQ = 824,
-    SB_OFF_END = 952,
+    SB_OFF_STOP_CHUNK_SEQ = 952, SB_OFF_STOP_TAIL_SEQ = 960, SB_OFF_STOP_CHUNKS = 968,
+    SB_OFF_END = 976,
 };
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);

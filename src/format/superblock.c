@@ -16,7 +16,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     le64_put(buf + SB_OFF_MAGIC, TC_SB_MAGIC);
     bool abandoned = sb->flags & TC_SB_ABANDONED;
     bool devfail = sb->flags & TC_SB_DEV_FAILED;
-    le32_put(buf + SB_OFF_VERSION, devfail ? TC_SB_VERSION_DEVFAIL
+    bool stop = sb->flags & TC_SB_CLEAN_STOP;
+    le32_put(buf + SB_OFF_VERSION, stop ? TC_SB_VERSION_STOP
+                                   : devfail ? TC_SB_VERSION_DEVFAIL
                                    : abandoned ? TC_SB_VERSION_ABANDONED : TC_FORMAT_VERSION);
     memcpy(buf + SB_OFF_SET_UUID, sb->set_uuid, 16);
     memcpy(buf + SB_OFF_DEV_UUID, sb->dev_uuid, 16);
@@ -44,6 +46,11 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     if (devfail)
         for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
             le64_put(buf + SB_OFF_FAILED_SEQ + 8 * i, sb->failed_seq[i]);
+    if (stop) {
+        le64_put(buf + SB_OFF_STOP_CHUNK_SEQ, sb->stop_chunk_seq);
+        le64_put(buf + SB_OFF_STOP_TAIL_SEQ, sb->stop_tail_seq);
+        le64_put(buf + SB_OFF_STOP_CHUNKS, sb->stop_chunks);
+    }
     le32_put(buf + SB_OFF_CRC, tc_crc32c(0, buf, TC_SB_SIZE));
 }
 
@@ -55,9 +62,9 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     }
     uint32_t version = le32_get(buf + SB_OFF_VERSION);
     if (version != TC_FORMAT_VERSION && version != TC_SB_VERSION_ABANDONED &&
-        version != TC_SB_VERSION_DEVFAIL) {
+        version != TC_SB_VERSION_DEVFAIL && version != TC_SB_VERSION_STOP) {
         snprintf(err, errlen, "format version %u is not supported (this build reads versions "
-                 "%u to %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_DEVFAIL);
+                 "%u to %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_STOP);
         return -1;
     }
     uint8_t tmp[TC_SB_SIZE];
@@ -93,7 +100,10 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     if (version >= TC_SB_VERSION_ABANDONED && (sb->flags & TC_SB_ABANDONED))
         sb->abandoned_seq = le64_get(buf + SB_OFF_ABANDONED_SEQ);
     bool marks_ok = true, any_mark = false;
-    if (version == TC_SB_VERSION_DEVFAIL) {
+    /* Version 4 may carry the marks of version 3 (and of version 2). */
+    bool devfail_ok = version == TC_SB_VERSION_DEVFAIL ||
+                      (version == TC_SB_VERSION_STOP && (sb->flags & TC_SB_DEV_FAILED));
+    if (devfail_ok) {
         for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
             sb->failed_seq[i] = le64_get(buf + SB_OFF_FAILED_SEQ + 8 * i);
             any_mark |= sb->failed_seq[i] != 0;
@@ -101,6 +111,12 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
                 (sb->failed_seq[i] && i >= sb->dev_count))
                 marks_ok = false;
         }
+    }
+
+    if (version == TC_SB_VERSION_STOP && (sb->flags & TC_SB_CLEAN_STOP)) {
+        sb->stop_chunk_seq = le64_get(buf + SB_OFF_STOP_CHUNK_SEQ);
+        sb->stop_tail_seq = le64_get(buf + SB_OFF_STOP_TAIL_SEQ);
+        sb->stop_chunks = le64_get(buf + SB_OFF_STOP_CHUNKS);
     }
 
     /* The geometry must make sense before anything relies on it. */
@@ -125,16 +141,23 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     else if (sb->origin_size == 0 || sb->origin_size % 4096)
         bad = "origin size";
     else if ((version == TC_SB_VERSION_ABANDONED) != !!(sb->flags & TC_SB_ABANDONED) &&
-             version != TC_SB_VERSION_DEVFAIL)
+             version != TC_SB_VERSION_DEVFAIL && version != TC_SB_VERSION_STOP)
         bad = "abandoned mark";
     else if ((sb->flags & TC_SB_ABANDONED) &&
              (sb->abandoned_seq == 0 || sb->abandoned_seq >= TC_SEQ_LIMIT))
         bad = "abandoned mark";
     /* Version 3 exactly when the flag is set, with at least one mark, and
      * none for a device the set does not have. */
-    else if ((version == TC_SB_VERSION_DEVFAIL) != !!(sb->flags & TC_SB_DEV_FAILED) ||
-             (version == TC_SB_VERSION_DEVFAIL && (!any_mark || !marks_ok)))
+    else if (((version == TC_SB_VERSION_DEVFAIL) != !!(sb->flags & TC_SB_DEV_FAILED) &&
+              version != TC_SB_VERSION_STOP) ||
+             (devfail_ok && (!any_mark || !marks_ok)))
         bad = "device failure marks";
+    /* Version 4 exactly when the record is there; a chunk count needs a
+     * newest chunk, and every sequence is below the limit. */
+    else if ((version == TC_SB_VERSION_STOP) != !!(sb->flags & TC_SB_CLEAN_STOP) ||
+             sb->stop_chunk_seq >= TC_SEQ_LIMIT || sb->stop_tail_seq >= TC_SEQ_LIMIT ||
+             sb->stop_chunks > sb->stop_chunk_seq)
+        bad = "clean-stop record";
     if (bad == NULL) {
         uint64_t total = 0, first = 0;
         for (unsigned i = 0; i < sb->dev_count; i++) {

@@ -16,10 +16,11 @@ summary) of a live segment, the data of a live chunk, space no live
 structure uses, or a mix -- and then asserts:
 
   - tiercache check exits 1 and names the damage whenever the flips touched
-    a superblock or a live chunk header that an intact chunk records durable
-    (one no intact chunk records may be a write torn by a crash: recovery
-    then keeps those of its entries whose data checksums hold); when it
-    exits 0, serve must find nothing wrong either;
+    a superblock or a live chunk header: both images were stopped cleanly,
+    so their superblocks hold the clean-stop record, which says every live
+    chunk was durable whatever damaged headers say (without it a header no
+    intact chunk records durable could be a write torn by a crash); when
+    check exits 0, serve must find nothing wrong either;
   - tiercache serve either refuses to start with a message (allowed only
     when a chunk header is damaged: the blocks it described are unknown, so
     lost dirty data could not be told apart from good data) or serves the
@@ -162,10 +163,12 @@ def prepare(a):
         shutil.copyfile(f"{d}/{n}", f"{images['dirty'][0]}/{n}")
 
     for name, (idir, _, _) in images.items():
-        chk = subprocess.run([a.bin, "check", "--cache", f"{idir}/cache.img"],
+        chk = subprocess.run([a.bin, "check", "--cache", f"{idir}/cache.img", "--json"],
                              capture_output=True, text=True)
         if chk.returncode != 0:
             sys.exit(f"pristine {name} image is not clean:\n{chk.stdout}{chk.stderr}")
+        if not json.loads(chk.stdout).get("clean_stop_recorded"):
+            sys.exit(f"pristine {name} image: no clean-stop record in its superblocks")
     return images
 
 
@@ -207,11 +210,10 @@ def layout(a, cache):
                 data.append((p + hs * SECTOR, p + (hs + ds) * SECTOR))
             at += hs + ds
     # The newest chunk is the empty one a clean stop writes last, to record
-    # the others as flushed.  Nothing records it in turn: damaged, it looks
-    # like a chunk torn by a crash and is ignored (losing nothing: it holds
-    # no entries, and without its marks recovery is only more careful).
-    # The stop waits for write-back in flight before its last sync, so
-    # every other chunk is recorded durable, and its damage must be found.
+    # the others as flushed; the superblocks' clean-stop record, written
+    # after the stop's last sync, records it in turn.  The stop waits for
+    # write-back in flight before that sync, so every other chunk is
+    # recorded durable by the log too.
     durable = max(h[3] for h in headers)
     for lo, hi, seq, _, flags, entries in headers:
         if seq <= durable:
@@ -268,18 +270,14 @@ def run_seed(a, seed, images, layouts, stats):
             f.write(bytes([b ^ x]))
     desc = f"seed {seed} ({name}, {', '.join(f'{k}@{p}^{x:#x}' for k, p, x in flips)})"
     kinds = {k for k, _, _ in flips}
-    # A damaged chunk header is known damage only if an intact chunk records
-    # it durable (its sequence at or below an intact header's flushed mark);
-    # otherwise it may be a write torn by a crash, whose entries recovery
-    # applies one by one where their data checksums hold.  Flips that also
-    # hit the newest marks (the clean stop's empty chunk, the sync before
-    # it) lower the mark.
-    def hit(lo, hi):
-        return any(lo <= p < hi for _, p, _ in flips)
-    durable = max((fl for lo, hi, _, fl in marks if not hit(lo, hi)), default=0)
+    # Every live chunk header is known durable: the superblocks' clean-stop
+    # record says so, even when the flips also hit the headers that record
+    # it in the log (the clean stop's empty chunk, the sync before it),
+    # which after a crash would leave a damaged header indistinguishable
+    # from a torn write.  Flips to one superblock copy leave the other's
+    # record; flips to both make the device unusable (below).
     must_detect = any(k == "superblock" or
-                      (k == "header" and any(lo <= p < hi and seq <= durable
-                                             for lo, hi, seq, _ in marks))
+                      (k == "header" and any(lo <= p < hi for lo, hi, _, _ in marks))
                       for k, p, _ in flips)
 
     chk = subprocess.run([a.bin, "check", "--cache", f"{d}/cache.img", "--json"],

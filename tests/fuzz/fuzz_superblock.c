@@ -41,20 +41,26 @@ static void normalize(struct tc_superblock *sb)
 static void check_valid(const struct tc_superblock *sb)
 {
     /* Version 2 is version 1 with the abandonment mark, version 3 the one
-     * with device failure marks, and maybe the abandonment mark (ondisk.h). */
+     * with device failure marks, and maybe the abandonment mark; version 4
+     * the one with the clean-stop record, and maybe either mark (ondisk.h). */
+    bool v4 = sb->version == TC_SB_VERSION_STOP;
     CHECK(sb->version == TC_FORMAT_VERSION || sb->version == TC_SB_VERSION_ABANDONED ||
-          sb->version == TC_SB_VERSION_DEVFAIL);
-    CHECK(sb->version == TC_SB_VERSION_DEVFAIL ||
+          sb->version == TC_SB_VERSION_DEVFAIL || v4);
+    CHECK(sb->version == TC_SB_VERSION_DEVFAIL || v4 ||
           (sb->version == TC_SB_VERSION_ABANDONED) == !!(sb->flags & TC_SB_ABANDONED));
     CHECK(sb->version != TC_FORMAT_VERSION || !(sb->flags & TC_SB_ABANDONED));
-    CHECK((sb->version == TC_SB_VERSION_DEVFAIL) == !!(sb->flags & TC_SB_DEV_FAILED));
+    CHECK(v4 || (sb->version == TC_SB_VERSION_DEVFAIL) == !!(sb->flags & TC_SB_DEV_FAILED));
+    CHECK(v4 == !!(sb->flags & TC_SB_CLEAN_STOP));
     bool any_mark = false;
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
         CHECK(sb->failed_seq[i] < TC_SEQ_LIMIT);
         CHECK(sb->failed_seq[i] == 0 || i < sb->dev_count);
         any_mark |= sb->failed_seq[i] != 0;
     }
-    CHECK(any_mark == (sb->version == TC_SB_VERSION_DEVFAIL));
+    CHECK(any_mark == !!(sb->flags & TC_SB_DEV_FAILED));
+    CHECK(v4 || (sb->stop_chunk_seq == 0 && sb->stop_tail_seq == 0 && sb->stop_chunks == 0));
+    CHECK(sb->stop_chunk_seq < TC_SEQ_LIMIT && sb->stop_tail_seq < TC_SEQ_LIMIT);
+    CHECK(sb->stop_chunks <= sb->stop_chunk_seq);
     CHECK(!(sb->flags & TC_SB_ABANDONED) ||
           (sb->abandoned_seq > 0 && sb->abandoned_seq < TC_SEQ_LIMIT));
     CHECK(sb->block_size >= TC_MIN_BLOCK_SIZE && sb->block_size <= TC_MAX_BLOCK_SIZE);
