@@ -79,6 +79,10 @@
 
 enum wmode { W_BACK, W_THROUGH, W_AROUND, W_DISCARD };
 
+/* What a piece not yet ready waits for, outside a cache write (counted
+ * when another piece of its request goes to the origin without it). */
+enum pwait { PW_NONE, PW_LOCK, PW_WRITEBACK, PW_ROOM, PW_MERGE };
+
 struct wreq;
 
 struct wpiece {
@@ -104,6 +108,8 @@ struct wpiece {
     int origin_err;                 /* ... and the error answered once it is durable */
     bool ready;                     /* may go to the origin: waits for issue_ready() */
     bool issued;                    /* its origin write is submitted */
+    bool ended;                     /* piece_done() ran */
+    uint8_t wait;                   /* enum pwait */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
 };
 
@@ -133,6 +139,7 @@ struct wreq {
 };
 
 static void piece_step(struct wpiece *p);
+static void piece_waits(struct wpiece *p, enum pwait why);
 static uint64_t piece_origin_off(const struct wpiece *p);
 static uint64_t piece_len(const struct wpiece *p);
 static void piece_done(struct wpiece *p, int err);
@@ -230,6 +237,8 @@ static void piece_done(struct wpiece *p, int err)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
+    p->ended = true;
+    p->wait = PW_NONE;
     log_wt_untrack(&p->w->c->lg, &p->wt);
     if (err == 0 && p->mode != W_DISCARD) {
         struct tc_mask m;
@@ -408,6 +417,27 @@ static bool pieces_adjacent(const struct wpiece *a, const struct wpiece *b)
            a->src + piece_len(a) == b->src;
 }
 
+/* One origin write of w's is going out: count it, and, when another
+ * piece of w still waits, what that piece waits for. */
+static void count_origin_write(struct wreq *w)
+{
+    struct cache_stats *st = &w->c->st;
+    st->wo_writes++;
+    for (unsigned k = 0; k < w->np; k++) {
+        const struct wpiece *q = &w->p[k];
+        if (q->ready || q->ended)
+            continue;
+        switch (q->wait) {
+        case PW_LOCK: st->wo_split_lock++; break;
+        case PW_WRITEBACK: st->wo_split_writeback++; break;
+        case PW_ROOM: st->wo_split_room++; break;
+        case PW_MERGE: st->wo_split_merge++; break;
+        default: continue;
+        }
+        return;
+    }
+}
+
 /* Submit one origin write for each maximal run of ready pieces. */
 static void issue_ready(struct wreq *w)
 {
@@ -430,6 +460,7 @@ static void issue_ready(struct wreq *w)
             len += piece_len(&w->p[k]);
         }
         head->run_n = j - i;
+        count_origin_write(w);
         memset(&head->dio, 0, sizeof head->dio);
         head->dio.op = TC_DEV_WRITE;
         head->dio.off = piece_origin_off(head);
@@ -446,6 +477,12 @@ static void issue_ready(struct wreq *w)
 static void issue_task(struct tc_task *t)
 {
     issue_ready(container_of(t, struct wreq, issue_task));
+}
+
+/* p waits for why (it is not ready, and no cache write of its is due). */
+static void piece_waits(struct wpiece *p, enum pwait why)
+{
+    p->wait = (uint8_t)why;
 }
 
 /* The piece may go to the origin now. */
@@ -523,6 +560,7 @@ static void appended_written(struct log_waiter *lw, int err)
 static void space_ready(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
+    p->wait = PW_NONE;
     piece_step(p);
 }
 
@@ -552,6 +590,7 @@ static void append_version(struct wpiece *p)
         if (rc == -ENOSPC) {
             w->log_waits--;
             p->lw.fn = space_ready;
+            piece_waits(p, PW_ROOM);
             cleaner_wait_space(c, &p->lw);
             return;
         }
@@ -640,6 +679,7 @@ static void append_version(struct wpiece *p)
             return;
         }
         p->lw.fn = space_ready;
+        piece_waits(p, PW_ROOM);
         cleaner_wait_space(c, &p->lw);
         return;
     }
@@ -660,6 +700,7 @@ static void merge_read(void *arg, int err)
 {
     struct wpiece *p = arg;
     struct cache *c = p->w->c;
+    p->wait = PW_NONE;
     if (err) {
         /* The other sectors are unreadable: the new version holds only
          * what this write covers.  Dirty ones among them are lost, and
@@ -685,6 +726,7 @@ static void merge_read(void *arg, int err)
 static void wb_cleared(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
+    p->wait = PW_NONE;
     /* Failures are counted per block by writeback (a failed attempt backs
      * the block off, so looking again never spins); -ECANCELED: shutting
      * down, no attempt will come. */
@@ -740,6 +782,7 @@ static void piece_step(struct wpiece *p)
             return;
         }
         p->bw.fn = wb_cleared;
+        piece_waits(p, PW_WRITEBACK);
         writeback_block(c, p->oblock, &p->bw);
         return;
     }
@@ -753,8 +796,10 @@ static void piece_step(struct wpiece *p)
          * (the block has no dirty data, so nothing is held back). */
         p->mode = W_AROUND;
         p->bw.fn = wb_cleared;
-        if (!block_wait_wb(c->locks, p->oblock, &p->bw))
+        if (!block_wait_wb(c->locks, p->oblock, &p->bw)) {
+            piece_waits(p, PW_WRITEBACK);
             return;
+        }
     }
     if (p->mode == W_AROUND || id == NIL || CE(&c->map.idx, id)->nfrags < MAX_FRAGS) {
         append_version(p);
@@ -769,6 +814,7 @@ static void piece_step(struct wpiece *p)
         p->old_size = (size_t)c->spb * TC_SECTOR;
         p->old = bufpool_get(p->old_size);
     }
+    piece_waits(p, PW_MERGE);
     cache_gather_robust(c, p->oblock, &need, p->old, merge_read, p);
 }
 
@@ -776,11 +822,14 @@ static void lock_granted(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
     p->locked = true;
+    p->wait = PW_NONE;
     /* A write going to the origin waits for writeback of the block. */
     if (p->mode != W_BACK) {
         p->bw.fn = wb_cleared;
-        if (!block_wait_wb(p->w->c->locks, p->oblock, &p->bw))
+        if (!block_wait_wb(p->w->c->locks, p->oblock, &p->bw)) {
+            piece_waits(p, PW_WRITEBACK);
             return;
+        }
     }
     piece_step(p);
 }
@@ -819,6 +868,8 @@ static void piece_start(struct wpiece *p)
     p->bw.fn = lock_granted;
     if (block_lock(c->locks, p->oblock, &p->bw))
         lock_granted(&p->bw);
+    else
+        piece_waits(p, PW_LOCK);
 }
 
 static enum wmode mode_for(struct cache *c, const struct ereq *e)
