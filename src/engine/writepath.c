@@ -134,12 +134,14 @@ struct wreq {
      * issue_ready()); holding while run_pieces() starts them. */
     bool holding;
     unsigned log_waits;             /* pieces waiting for their cache write first */
+    bool held;                      /* hold_for_locks() held ready pieces (counted once) */
     struct tc_task issue_task;
     struct wb_throttle_waiter throttle;
 };
 
 static void piece_step(struct wpiece *p);
 static void piece_waits(struct wpiece *p, enum pwait why);
+static void reconsider_held(struct wpiece *p);
 static uint64_t piece_origin_off(const struct wpiece *p);
 static uint64_t piece_len(const struct wpiece *p);
 static void piece_done(struct wpiece *p, int err);
@@ -237,8 +239,11 @@ static void piece_done(struct wpiece *p, int err)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
+    bool held_back = !p->issued;
     p->ended = true;
     p->wait = PW_NONE;
+    if (held_back)
+        reconsider_held(p);     /* ended without an origin write */
     log_wt_untrack(&p->w->c->lg, &p->wt);
     if (err == 0 && p->mode != W_DISCARD) {
         struct tc_mask m;
@@ -283,11 +288,47 @@ static void piece_done(struct wpiece *p, int err)
  *    of the reactor pass that made the piece ready (pieces made ready by
  *    the same completions go out together).
  *
- * A ready piece never waits for one that waits for anything else (a block
- * lock, a writeback, room in the cache, a read to merge): that could wait
- * on a lock the ready piece holds itself, or on an origin request.  So a
- * request whose pieces take such different routes may still reach the
- * origin as several writes.
+ *  - while every piece not yet ready waits for a block lock that it gets
+ *    next (first in the lock's queue) from a holder whose origin write is
+ *    already submitted, the ready pieces wait too (see below);
+ *  - otherwise a ready piece never waits for one that waits for anything
+ *    else (a block lock further back, a writeback, room in the cache, a
+ *    read to merge): that could wait on a lock the ready piece holds
+ *    itself, or on an origin request, or on a chain of both.  So a request
+ *    whose pieces take such different routes may still reach the origin
+ *    as several writes.
+ *
+ * The lock wait is the common one: a filesystem writes 128 KiB at 4 KiB
+ * alignment, several requests at a time, and consecutive ones share the
+ * 64 KiB block at their boundary; the earlier one holds its piece's lock
+ * until its origin write ends, so the later one's first piece waits.
+ * Without the rule the rest of the later request would go at once and
+ * its first piece alone after: two origin requests (two seeks) instead
+ * of one.  Holding is safe and bounded:
+ *
+ *  - data: the held pieces' blocks are not the waiting piece's; on the
+ *    origin writes of different blocks are independent, and each held
+ *    piece keeps its own lock, write-through tracking and owrite
+ *    registration until its write ends, as if it were in flight (a FLUSH
+ *    meanwhile neither covers nor waits for them: their request has not
+ *    been answered);
+ *  - liveness: the holder's origin write is submitted, so it ends on its
+ *    own (the origin answers, or the connection is fenced and the write
+ *    fails in doubt); what its piece does after that -- a tombstone (from
+ *    the reserve; room comes from the cleaner, which takes no block
+ *    lock), a log sync -- never needs a block lock or a request's held
+ *    pieces.  Then the lock passes to the waiting piece, next in its
+ *    queue (no one overtakes a lock waiter); from there on the piece
+ *    either becomes ready, or ends, or waits for something else, and each
+ *    of those reconsiders the held pieces (piece_waits(), piece_done(),
+ *    origin_write()).  A holder that is itself held does not count: a
+ *    request waits behind one submitted origin write at most, never
+ *    behind a chain of held requests, and no cycle of held requests can
+ *    form (each waits on a submitted write, which waits on no one);
+ *  - speed: the request is answered when its slowest piece's write ends,
+ *    which comes after the holder's write either way; on a fast origin
+ *    with many sequential writes in flight, a request behind a held one
+ *    goes as before, so the writes do not queue up behind each other.
  *
  * Each piece keeps its own bookkeeping: its block lock, its write-through
  * tracking (log_wt_track()) and its origin-write registration (owrite, taken
@@ -438,12 +479,41 @@ static void count_origin_write(struct wreq *w)
     }
 }
 
+/* The ready pieces wait for the pieces waiting for block locks (see
+ * "origin writes" above): true while every piece of w not yet ready is
+ * first in its lock's queue behind a holder whose origin write is
+ * submitted, and some piece is ready to hold. */
+static bool hold_for_locks(struct wreq *w)
+{
+    struct cache *c = w->c;
+    bool behind = false, ready = false;
+    for (unsigned k = 0; k < w->np; k++) {
+        struct wpiece *q = &w->p[k];
+        if (q->ready || q->ended) {
+            ready |= q->ready && !q->issued;
+            continue;
+        }
+        if (q->wait != PW_LOCK || !block_next_after_origin(c->locks, q->oblock, &q->bw))
+            return false;
+        behind = true;
+    }
+    if (!behind || !ready)
+        return false;
+    if (!w->held) {
+        w->held = true;
+        c->st.wo_held_lock++;
+    }
+    return true;
+}
+
 /* Submit one origin write for each maximal run of ready pieces. */
 static void issue_ready(struct wreq *w)
 {
     struct cache *c = w->c;
     if (w->log_waits > 0)
         return;     /* the last cache write to finish issues them */
+    if (hold_for_locks(w))
+        return;     /* the waiting piece's lock, or its next wait, issues them */
     for (unsigned i = 0; i < w->np;) {
         struct wpiece *head = &w->p[i];
         if (!head->ready || head->issued) {
@@ -458,6 +528,10 @@ static void issue_ready(struct wreq *w)
         for (unsigned k = i; k < j; k++) {
             w->p[k].issued = true;
             len += piece_len(&w->p[k]);
+            /* A later write of the block waits for the lock behind a
+             * write under way (hold_for_locks()). */
+            if (w->p[k].locked)
+                block_holder_on_origin(c->locks, w->p[k].oblock);
         }
         head->run_n = j - i;
         count_origin_write(w);
@@ -479,10 +553,28 @@ static void issue_task(struct tc_task *t)
     issue_ready(container_of(t, struct wreq, issue_task));
 }
 
+/* The pieces held for p may have to go now (hold_for_locks()).  A ready
+ * piece not yet issued keeps the request alive until the task runs. */
+static void reconsider_held(struct wpiece *p)
+{
+    struct wreq *w = p->w;
+    if (w->holding)
+        return;     /* run_pieces() issues them */
+    for (unsigned k = 0; k < w->np; k++) {
+        if (w->p[k].ready && !w->p[k].issued) {
+            w->issue_task.fn = issue_task;
+            reactor_defer(w->c->reactor, &w->issue_task);
+            return;
+        }
+    }
+}
+
 /* p waits for why (it is not ready, and no cache write of its is due). */
 static void piece_waits(struct wpiece *p, enum pwait why)
 {
     p->wait = (uint8_t)why;
+    if (why != PW_LOCK)
+        reconsider_held(p);
 }
 
 /* The piece may go to the origin now. */
