@@ -1049,6 +1049,8 @@ struct flush_req {
     struct ereq *e;
     struct cache *c;
     uint64_t candidate;
+    uint64_t start_ns;              /* when the origin flush was submitted */
+    bool stable;                    /* ... it succeeded and set the stable mark */
     struct ow_mark mark;            /* origin_window_mark() at the origin flush */
     struct tc_dev_io dio;
     struct log_waiter lw;
@@ -1063,6 +1065,10 @@ static void flush_synced(struct log_waiter *lw, int err)
         e->err = lost_flush_result(f->c);
     if (e->err == 0)
         f->c->last_flush_wall_ns = tc_wall_ns();
+    /* The origin flush, the stable mark and the log sync: what the
+     * periodic commit does (writeback.c), for everything done before. */
+    if (e->err == 0 && f->stable)
+        writeback_committed(f->c, f->start_ns);
     free(f);
     e->complete(e);
 }
@@ -1074,8 +1080,10 @@ static void flush_origin_done(struct tc_dev_io *dio, int err)
         f->e->err = err;
     else if (origin_window_flushed(f->c, f->mark))
         ;   /* writes it was to cover may be lost: no new stable mark (EIO follows) */
-    else
+    else {
         log_wt_stable(&f->c->lg, f->candidate);     /* carried by the next chunk header */
+        f->stable = true;
+    }
     f->lw.fn = flush_synced;
     log_sync(f->c, &f->lw);
 }
@@ -1100,6 +1108,7 @@ void cache_flush(struct ereq *e)
     if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_uncached(c) || wt_unstable) &&
         e->vol->origin->can_flush) {
         f->candidate = wt_stable_candidate(c);
+        f->start_ns = tc_now_ns();
         f->mark = origin_window_mark(c);
         f->dio.op = TC_DEV_FLUSH;
         f->dio.cb = flush_origin_done;
