@@ -17,6 +17,7 @@ struct bl {
     unsigned refs;
     uint64_t gen;
     bool locked;
+    bool holder_on_origin;          /* block_holder_on_origin(), until the lock passes */
     struct block_waiter *lock_head, **lock_tail;
     unsigned wb;
     struct block_waiter *wb_waiters;
@@ -121,6 +122,7 @@ void block_unlock(struct blocklocks *b, uint64_t oblock)
     struct bl *r = find(b, oblock);
     TC_ASSERT_ALWAYS(r != NULL && r->locked && r->refs > 0);
     r->refs--;
+    r->holder_on_origin = false;
     struct block_waiter *w = r->lock_head;
     if (w) {
         r->lock_head = w->next;
@@ -131,6 +133,20 @@ void block_unlock(struct blocklocks *b, uint64_t oblock)
     }
     r->locked = false;
     put(b, r);
+}
+
+void block_holder_on_origin(struct blocklocks *b, uint64_t oblock)
+{
+    struct bl *r = find(b, oblock);
+    TC_ASSERT_ALWAYS(r != NULL && r->locked);
+    r->holder_on_origin = true;
+}
+
+bool block_next_after_origin(struct blocklocks *b, uint64_t oblock,
+                             const struct block_waiter *w)
+{
+    struct bl *r = find(b, oblock);
+    return r && r->locked && r->holder_on_origin && r->lock_head == w;
 }
 
 bool block_is_locked(struct blocklocks *b, uint64_t oblock)

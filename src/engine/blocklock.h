@@ -53,6 +53,14 @@ void blocklocks_free(struct blocklocks *b);
 bool block_lock(struct blocklocks *b, uint64_t oblock, struct block_waiter *w);
 void block_unlock(struct blocklocks *b, uint64_t oblock);
 bool block_is_locked(struct blocklocks *b, uint64_t oblock);
+/* The lock's holder has submitted its origin write (writepath.c); it
+ * holds the lock only until that write ends.  Forgotten when the lock
+ * passes on. */
+void block_holder_on_origin(struct blocklocks *b, uint64_t oblock);
+/* w waits for the lock and is the next to get it, from a holder whose
+ * origin write is submitted. */
+bool block_next_after_origin(struct blocklocks *b, uint64_t oblock,
+                             const struct block_waiter *w);
 /* The block's generation: changes with every write, trim or invalidation,
  * so a fill of data read earlier can tell that it went stale. */
 uint64_t block_gen(struct blocklocks *b, uint64_t oblock);

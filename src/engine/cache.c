@@ -1163,6 +1163,14 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "dirty_copied", s->dirty_copies_by_cleaner);
     json_uint(j, "invalidations", s->invalidations);
     json_uint(j, "bypassed_sequential_bytes", s->bypassed_sequential);
+    json_begin_object(j, "write_origin");
+    json_uint(j, "writes", s->wo_writes);
+    json_uint(j, "split_lock", s->wo_split_lock);
+    json_uint(j, "split_writeback", s->wo_split_writeback);
+    json_uint(j, "split_room", s->wo_split_room);
+    json_uint(j, "split_merge_read", s->wo_split_merge);
+    json_uint(j, "held_for_lock", s->wo_held_lock);
+    json_end_object(j);
     json_uint(j, "segments_written", s->segments_written);
     json_uint(j, "chunks_written", s->chunks_written);
     json_uint(j, "cache_write_bytes", dev_written);

@@ -22,6 +22,14 @@ struct cache_stats {
     uint64_t bypassed_sequential;   /* bytes not cached: sequential streams */
     uint64_t not_admitted;          /* misses the policy kept out */
     uint64_t invalidations;
+    /* Client writes' origin writes (writepath.c, "origin writes"): how
+     * many, and how many of them went while another piece of the same
+     * request still waited -- by what it waited for -- so that the
+     * request reached the origin in more than one write; and the requests
+     * whose ready pieces were held back for a piece waiting on a block
+     * lock behind an origin write already under way. */
+    uint64_t wo_writes, wo_split_lock, wo_split_writeback, wo_split_room, wo_split_merge;
+    uint64_t wo_held_lock;
     uint64_t segments_written;      /* segments filled */
     uint64_t chunks_written, chunk_bytes_written;
     uint64_t groups_retired;

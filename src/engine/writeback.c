@@ -1011,6 +1011,12 @@ static void free_if_done(struct cache *c)
     c->wb = NULL;
 }
 
+void writeback_committed(struct cache *c, uint64_t since_ns)
+{
+    if (c->wb && since_ns > c->wb->last_commit)
+        c->wb->last_commit = since_ns;
+}
+
 static void commit_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct writeback *wb = container_of(dio, struct writeback, commit_dio);

@@ -35,6 +35,10 @@ bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_wait
 int writeback_init(struct cache *c);
 void writeback_fini(struct cache *c);
 void writeback_kick(struct cache *c);
+/* A client FLUSH flushed the origin and the cache, recording the stable
+ * mark, for everything done before since_ns: the periodic commit's work
+ * up to then is done (the next one is due COMMIT_NS after it). */
+void writeback_committed(struct cache *c, uint64_t since_ns);
 /* Drain everything; progress() is called now and then. */
 void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg);

@@ -79,6 +79,10 @@
 
 enum wmode { W_BACK, W_THROUGH, W_AROUND, W_DISCARD };
 
+/* What a piece not yet ready waits for, outside a cache write (counted
+ * when another piece of its request goes to the origin without it). */
+enum pwait { PW_NONE, PW_LOCK, PW_WRITEBACK, PW_ROOM, PW_MERGE };
+
 struct wreq;
 
 struct wpiece {
@@ -104,6 +108,8 @@ struct wpiece {
     int origin_err;                 /* ... and the error answered once it is durable */
     bool ready;                     /* may go to the origin: waits for issue_ready() */
     bool issued;                    /* its origin write is submitted */
+    bool ended;                     /* piece_done() ran */
+    uint8_t wait;                   /* enum pwait */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
 };
 
@@ -128,11 +134,14 @@ struct wreq {
      * issue_ready()); holding while run_pieces() starts them. */
     bool holding;
     unsigned log_waits;             /* pieces waiting for their cache write first */
+    bool held;                      /* hold_for_locks() held ready pieces (counted once) */
     struct tc_task issue_task;
     struct wb_throttle_waiter throttle;
 };
 
 static void piece_step(struct wpiece *p);
+static void piece_waits(struct wpiece *p, enum pwait why);
+static void reconsider_held(struct wpiece *p);
 static uint64_t piece_origin_off(const struct wpiece *p);
 static uint64_t piece_len(const struct wpiece *p);
 static void piece_done(struct wpiece *p, int err);
@@ -230,6 +239,11 @@ static void piece_done(struct wpiece *p, int err)
 {
     struct wreq *w = p->w;
     struct cache *c = w->c;
+    bool held_back = !p->issued;
+    p->ended = true;
+    p->wait = PW_NONE;
+    if (held_back)
+        reconsider_held(p);     /* ended without an origin write */
     log_wt_untrack(&p->w->c->lg, &p->wt);
     if (err == 0 && p->mode != W_DISCARD) {
         struct tc_mask m;
@@ -274,11 +288,47 @@ static void piece_done(struct wpiece *p, int err)
  *    of the reactor pass that made the piece ready (pieces made ready by
  *    the same completions go out together).
  *
- * A ready piece never waits for one that waits for anything else (a block
- * lock, a writeback, room in the cache, a read to merge): that could wait
- * on a lock the ready piece holds itself, or on an origin request.  So a
- * request whose pieces take such different routes may still reach the
- * origin as several writes.
+ *  - while every piece not yet ready waits for a block lock that it gets
+ *    next (first in the lock's queue) from a holder whose origin write is
+ *    already submitted, the ready pieces wait too (see below);
+ *  - otherwise a ready piece never waits for one that waits for anything
+ *    else (a block lock further back, a writeback, room in the cache, a
+ *    read to merge): that could wait on a lock the ready piece holds
+ *    itself, or on an origin request, or on a chain of both.  So a request
+ *    whose pieces take such different routes may still reach the origin
+ *    as several writes.
+ *
+ * The lock wait is the common one: a filesystem writes 128 KiB at 4 KiB
+ * alignment, several requests at a time, and consecutive ones share the
+ * 64 KiB block at their boundary; the earlier one holds its piece's lock
+ * until its origin write ends, so the later one's first piece waits.
+ * Without the rule the rest of the later request would go at once and
+ * its first piece alone after: two origin requests (two seeks) instead
+ * of one.  Holding is safe and bounded:
+ *
+ *  - data: the held pieces' blocks are not the waiting piece's; on the
+ *    origin writes of different blocks are independent, and each held
+ *    piece keeps its own lock, write-through tracking and owrite
+ *    registration until its write ends, as if it were in flight (a FLUSH
+ *    meanwhile neither covers nor waits for them: their request has not
+ *    been answered);
+ *  - liveness: the holder's origin write is submitted, so it ends on its
+ *    own (the origin answers, or the connection is fenced and the write
+ *    fails in doubt); what its piece does after that -- a tombstone (from
+ *    the reserve; room comes from the cleaner, which takes no block
+ *    lock), a log sync -- never needs a block lock or a request's held
+ *    pieces.  Then the lock passes to the waiting piece, next in its
+ *    queue (no one overtakes a lock waiter); from there on the piece
+ *    either becomes ready, or ends, or waits for something else, and each
+ *    of those reconsiders the held pieces (piece_waits(), piece_done(),
+ *    origin_write()).  A holder that is itself held does not count: a
+ *    request waits behind one submitted origin write at most, never
+ *    behind a chain of held requests, and no cycle of held requests can
+ *    form (each waits on a submitted write, which waits on no one);
+ *  - speed: the request is answered when its slowest piece's write ends,
+ *    which comes after the holder's write either way; on a fast origin
+ *    with many sequential writes in flight, a request behind a held one
+ *    goes as before, so the writes do not queue up behind each other.
  *
  * Each piece keeps its own bookkeeping: its block lock, its write-through
  * tracking (log_wt_track()) and its origin-write registration (owrite, taken
@@ -408,12 +458,62 @@ static bool pieces_adjacent(const struct wpiece *a, const struct wpiece *b)
            a->src + piece_len(a) == b->src;
 }
 
+/* One origin write of w's is going out: count it, and, when another
+ * piece of w still waits, what that piece waits for. */
+static void count_origin_write(struct wreq *w)
+{
+    struct cache_stats *st = &w->c->st;
+    st->wo_writes++;
+    for (unsigned k = 0; k < w->np; k++) {
+        const struct wpiece *q = &w->p[k];
+        if (q->ready || q->ended)
+            continue;
+        switch (q->wait) {
+        case PW_LOCK: st->wo_split_lock++; break;
+        case PW_WRITEBACK: st->wo_split_writeback++; break;
+        case PW_ROOM: st->wo_split_room++; break;
+        case PW_MERGE: st->wo_split_merge++; break;
+        default: continue;
+        }
+        return;
+    }
+}
+
+/* The ready pieces wait for the pieces waiting for block locks (see
+ * "origin writes" above): true while every piece of w not yet ready is
+ * first in its lock's queue behind a holder whose origin write is
+ * submitted, and some piece is ready to hold. */
+static bool hold_for_locks(struct wreq *w)
+{
+    struct cache *c = w->c;
+    bool behind = false, ready = false;
+    for (unsigned k = 0; k < w->np; k++) {
+        struct wpiece *q = &w->p[k];
+        if (q->ready || q->ended) {
+            ready |= q->ready && !q->issued;
+            continue;
+        }
+        if (q->wait != PW_LOCK || !block_next_after_origin(c->locks, q->oblock, &q->bw))
+            return false;
+        behind = true;
+    }
+    if (!behind || !ready)
+        return false;
+    if (!w->held) {
+        w->held = true;
+        c->st.wo_held_lock++;
+    }
+    return true;
+}
+
 /* Submit one origin write for each maximal run of ready pieces. */
 static void issue_ready(struct wreq *w)
 {
     struct cache *c = w->c;
     if (w->log_waits > 0)
         return;     /* the last cache write to finish issues them */
+    if (hold_for_locks(w))
+        return;     /* the waiting piece's lock, or its next wait, issues them */
     for (unsigned i = 0; i < w->np;) {
         struct wpiece *head = &w->p[i];
         if (!head->ready || head->issued) {
@@ -428,8 +528,13 @@ static void issue_ready(struct wreq *w)
         for (unsigned k = i; k < j; k++) {
             w->p[k].issued = true;
             len += piece_len(&w->p[k]);
+            /* A later write of the block waits for the lock behind a
+             * write under way (hold_for_locks()). */
+            if (w->p[k].locked)
+                block_holder_on_origin(c->locks, w->p[k].oblock);
         }
         head->run_n = j - i;
+        count_origin_write(w);
         memset(&head->dio, 0, sizeof head->dio);
         head->dio.op = TC_DEV_WRITE;
         head->dio.off = piece_origin_off(head);
@@ -446,6 +551,30 @@ static void issue_ready(struct wreq *w)
 static void issue_task(struct tc_task *t)
 {
     issue_ready(container_of(t, struct wreq, issue_task));
+}
+
+/* The pieces held for p may have to go now (hold_for_locks()).  A ready
+ * piece not yet issued keeps the request alive until the task runs. */
+static void reconsider_held(struct wpiece *p)
+{
+    struct wreq *w = p->w;
+    if (w->holding)
+        return;     /* run_pieces() issues them */
+    for (unsigned k = 0; k < w->np; k++) {
+        if (w->p[k].ready && !w->p[k].issued) {
+            w->issue_task.fn = issue_task;
+            reactor_defer(w->c->reactor, &w->issue_task);
+            return;
+        }
+    }
+}
+
+/* p waits for why (it is not ready, and no cache write of its is due). */
+static void piece_waits(struct wpiece *p, enum pwait why)
+{
+    p->wait = (uint8_t)why;
+    if (why != PW_LOCK)
+        reconsider_held(p);
 }
 
 /* The piece may go to the origin now. */
@@ -523,6 +652,7 @@ static void appended_written(struct log_waiter *lw, int err)
 static void space_ready(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
+    p->wait = PW_NONE;
     piece_step(p);
 }
 
@@ -552,6 +682,7 @@ static void append_version(struct wpiece *p)
         if (rc == -ENOSPC) {
             w->log_waits--;
             p->lw.fn = space_ready;
+            piece_waits(p, PW_ROOM);
             cleaner_wait_space(c, &p->lw);
             return;
         }
@@ -640,6 +771,7 @@ static void append_version(struct wpiece *p)
             return;
         }
         p->lw.fn = space_ready;
+        piece_waits(p, PW_ROOM);
         cleaner_wait_space(c, &p->lw);
         return;
     }
@@ -660,6 +792,7 @@ static void merge_read(void *arg, int err)
 {
     struct wpiece *p = arg;
     struct cache *c = p->w->c;
+    p->wait = PW_NONE;
     if (err) {
         /* The other sectors are unreadable: the new version holds only
          * what this write covers.  Dirty ones among them are lost, and
@@ -685,6 +818,7 @@ static void merge_read(void *arg, int err)
 static void wb_cleared(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
+    p->wait = PW_NONE;
     /* Failures are counted per block by writeback (a failed attempt backs
      * the block off, so looking again never spins); -ECANCELED: shutting
      * down, no attempt will come. */
@@ -740,6 +874,7 @@ static void piece_step(struct wpiece *p)
             return;
         }
         p->bw.fn = wb_cleared;
+        piece_waits(p, PW_WRITEBACK);
         writeback_block(c, p->oblock, &p->bw);
         return;
     }
@@ -753,8 +888,10 @@ static void piece_step(struct wpiece *p)
          * (the block has no dirty data, so nothing is held back). */
         p->mode = W_AROUND;
         p->bw.fn = wb_cleared;
-        if (!block_wait_wb(c->locks, p->oblock, &p->bw))
+        if (!block_wait_wb(c->locks, p->oblock, &p->bw)) {
+            piece_waits(p, PW_WRITEBACK);
             return;
+        }
     }
     if (p->mode == W_AROUND || id == NIL || CE(&c->map.idx, id)->nfrags < MAX_FRAGS) {
         append_version(p);
@@ -769,6 +906,7 @@ static void piece_step(struct wpiece *p)
         p->old_size = (size_t)c->spb * TC_SECTOR;
         p->old = bufpool_get(p->old_size);
     }
+    piece_waits(p, PW_MERGE);
     cache_gather_robust(c, p->oblock, &need, p->old, merge_read, p);
 }
 
@@ -776,11 +914,14 @@ static void lock_granted(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
     p->locked = true;
+    p->wait = PW_NONE;
     /* A write going to the origin waits for writeback of the block. */
     if (p->mode != W_BACK) {
         p->bw.fn = wb_cleared;
-        if (!block_wait_wb(p->w->c->locks, p->oblock, &p->bw))
+        if (!block_wait_wb(p->w->c->locks, p->oblock, &p->bw)) {
+            piece_waits(p, PW_WRITEBACK);
             return;
+        }
     }
     piece_step(p);
 }
@@ -819,6 +960,8 @@ static void piece_start(struct wpiece *p)
     p->bw.fn = lock_granted;
     if (block_lock(c->locks, p->oblock, &p->bw))
         lock_granted(&p->bw);
+    else
+        piece_waits(p, PW_LOCK);
 }
 
 static enum wmode mode_for(struct cache *c, const struct ereq *e)
@@ -906,6 +1049,8 @@ struct flush_req {
     struct ereq *e;
     struct cache *c;
     uint64_t candidate;
+    uint64_t start_ns;              /* when the origin flush was submitted */
+    bool stable;                    /* ... it succeeded and set the stable mark */
     struct ow_mark mark;            /* origin_window_mark() at the origin flush */
     struct tc_dev_io dio;
     struct log_waiter lw;
@@ -920,6 +1065,10 @@ static void flush_synced(struct log_waiter *lw, int err)
         e->err = lost_flush_result(f->c);
     if (e->err == 0)
         f->c->last_flush_wall_ns = tc_wall_ns();
+    /* The origin flush, the stable mark and the log sync: what the
+     * periodic commit does (writeback.c), for everything done before. */
+    if (e->err == 0 && f->stable)
+        writeback_committed(f->c, f->start_ns);
     free(f);
     e->complete(e);
 }
@@ -931,8 +1080,10 @@ static void flush_origin_done(struct tc_dev_io *dio, int err)
         f->e->err = err;
     else if (origin_window_flushed(f->c, f->mark))
         ;   /* writes it was to cover may be lost: no new stable mark (EIO follows) */
-    else
+    else {
         log_wt_stable(&f->c->lg, f->candidate);     /* carried by the next chunk header */
+        f->stable = true;
+    }
     f->lw.fn = flush_synced;
     log_sync(f->c, &f->lw);
 }
@@ -957,6 +1108,7 @@ void cache_flush(struct ereq *e)
     if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_uncached(c) || wt_unstable) &&
         e->vol->origin->can_flush) {
         f->candidate = wt_stable_candidate(c);
+        f->start_ns = tc_now_ns();
         f->mark = origin_window_mark(c);
         f->dio.op = TC_DEV_FLUSH;
         f->dio.cb = flush_origin_done;
