@@ -134,36 +134,6 @@ struct victim {
     uint16_t off;
 };
 
-/* Every fragment on device d, a block's adjacent, in index order (the
- * caller frees the array).  drop_mirrors: first forget the mirror copies
- * on d of every block (the copies elsewhere stay). */
-static struct victim *collect_victims(struct cache *c, unsigned d, bool drop_mirrors, size_t *np)
-{
-    size_t n = 0, cap = 256;
-    struct victim *vs = tc_xmalloc(cap * sizeof *vs);
-    for (uint32_t id = 0; id < c->map.idx.used; id++) {
-        uint64_t oblock = CE(&c->map.idx, id)->oblock;
-        if (oblock == UINT64_MAX)
-            continue;
-        if (drop_mirrors)
-            map_drop_mirrors(c, id, (int)d);
-        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
-            struct cfrag fr = frag_view(&c->map.idx, f);
-            if (space_seg(&c->sp, fr.seg)->dev != d)
-                continue;
-            if (n == cap) {
-                cap *= 2;
-                vs = realloc(vs, cap * sizeof *vs);
-                if (vs == NULL)
-                    abort();
-            }
-            vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
-        }
-    }
-    *np = n;
-    return vs;
-}
-
 /* Dirty sectors of fragment fid, still in its segment's RAM image: append
  * them on another device.  Returns false if that was not possible. */
 static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid,
@@ -304,8 +274,25 @@ static void finish_failure(struct cache *c, unsigned d)
     struct cache_dev *cd = &c->devs[d];
     /* Every fragment on the device (all clean now: nothing is appended to
      * it, and the dirty ones kept were written back or lost). */
-    size_t n;
-    struct victim *vs = collect_victims(c, d, false, &n);
+    size_t n = 0, cap = 256;
+    struct victim *vs = tc_xmalloc(cap * sizeof *vs);
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        uint64_t oblock = CE(&c->map.idx, id)->oblock;
+        if (oblock == UINT64_MAX)
+            continue;
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
+            struct cfrag fr = frag_view(&c->map.idx, f);
+            if (space_seg(&c->sp, fr.seg)->dev != d)
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                vs = realloc(vs, cap * sizeof *vs);
+                if (vs == NULL)
+                    abort();
+            }
+            vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         uint32_t id;
         uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
@@ -493,8 +480,26 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     devfail_record(c, d);
 
     /* Every fragment (and mirror copy) on the device. */
-    size_t n;
-    struct victim *vs = collect_victims(c, d, true, &n);
+    size_t n = 0, cap = 256;
+    struct victim *vs = tc_xmalloc(cap * sizeof *vs);
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        uint64_t oblock = CE(&c->map.idx, id)->oblock;
+        if (oblock == UINT64_MAX)
+            continue;
+        map_drop_mirrors(c, id, (int)d);    /* the mirrors are gone; the copies stay */
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
+            struct cfrag fr = frag_view(&c->map.idx, f);
+            if (space_seg(&c->sp, fr.seg)->dev != d)
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                vs = realloc(vs, cap * sizeof *vs);
+                if (vs == NULL)
+                    abort();
+            }
+            vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
+        }
+    }
     uint64_t dropped = 0, saved = 0, kept = 0, kept_bytes = 0;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);
     cd->drain = tc_xmalloc((n ? n : 1) * sizeof *cd->drain);
