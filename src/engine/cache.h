@@ -73,29 +73,13 @@ struct policy;
 
 /* ---- devices of the cache ---- */
 
-/* CDEV_DRAINING: failed (nothing is appended to it, its log is not
- * trusted at the next start), but dirty data only it holds is still read
- * from it to be written back (failure.c); CDEV_FAILING once none is left. */
-enum cdev_state { CDEV_OK, CDEV_DRAINING, CDEV_FAILING, CDEV_MISSING };
-
-/* A dirty fragment kept on a draining device (failure.c). */
-struct drain_item {
-    uint64_t oblock;
-    uint32_t seg;
-    uint16_t off;
-};
+enum cdev_state { CDEV_OK, CDEV_FAILING, CDEV_MISSING };
 
 struct cache_dev {
     struct tc_dev *dev;
     struct tc_superblock sb;
     uint32_t first_seg, nsegs;
     enum cdev_state state;
-    /* While draining: the dirty fragments still to be written back, the
-     * dirty bytes they held at the last check, and why the device failed. */
-    struct drain_item *drain;
-    size_t ndrain;
-    uint64_t drain_left_bytes;
-    char fail_why[160];
     bool written_since_flush;
     uint64_t bytes_admitted;
 };
@@ -151,10 +135,7 @@ struct cache {
     uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback
                                        works faster once clients are idle) */
     bool degraded;
-    char health[192];
-    unsigned draining;              /* devices in CDEV_DRAINING (failure.c) */
-    uint64_t drained_bytes;         /* dirty bytes written back from draining devices */
-    struct drain_wait *drain_waiters;   /* flushes waiting for the drains to end */
+    char health[128];
     char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
 
     /* abandon.c: the durable record of a cache abandoned at run time. */

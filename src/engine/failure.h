@@ -3,17 +3,14 @@
  * it has vanished, or after a run of read errors.  The volume keeps
  * serving, degraded: clean data on the device is dropped, dirty data with
  * a mirror keeps the mirror, dirty data still in RAM is appended again on
- * another device, and dirty data with no copy is drained: written back
- * from the failed device, which usually still reads; only sectors that
- * cannot be read back are lost (recorded, and reads of exactly those
- * sectors fail with EIO until written again).
+ * another device, and dirty data with no copy is lost (recorded, and
+ * reads of exactly those sectors fail with EIO until written again).
  * When no device is left the cache is abandoned for good (abandon.h).
  */
 #ifndef TC_ENGINE_FAILURE_H
 #define TC_ENGINE_FAILURE_H
 
 #include <stdbool.h>
-#include <stdint.h>
 
 struct cache;
 
@@ -21,20 +18,5 @@ void cache_device_error(struct cache *c, unsigned d, int err, bool write);
 void cache_device_fail(struct cache *c, unsigned d, const char *why);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
-/* Drains (failure.c): a drained device that has no dirty data left is
- * finished; flushes held are let go.  Called by writeback after its jobs
- * and on its tick. */
-void cache_drain_check(struct cache *c);
-/* A FLUSH while a device drains: held (true) until the drains end, then
- * resume(e) is called -- or e completes with EIO if they cannot end. */
-struct ereq;
-struct tc_mask;
-bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e));
-
-/* The dirty sectors of index entry id served from a draining device: in
- * the lost set until written back, yet readable (lostlog.h). */
-void cache_drain_mask(struct cache *c, uint32_t id, struct tc_mask *m);
-/* Whether [off, off + len) holds lost sectors, drained ones aside. */
-bool cache_lost_overlaps(struct cache *c, uint64_t off, uint64_t len);
 
 #endif

@@ -12,11 +12,6 @@
  * of a clear, the log records of a settle, the EIO of a flush, the
  * requests that reach the origin directly -- is in lostlog.c.
  *
- * A failed device's dirty data still being drained (failure.c) is in the
- * set too, so that the durable records hold it lost until it is written
- * back; while it drains, reads take it from the device (cache_drain_mask(),
- * cache_lost_overlaps()) and its writeback clears it.
- *
  * Every path checks it: the cache's read path, and lost_passthrough() for
  * the requests that reach the origin directly once the cache has failed
  * or is detached -- there a read of a lost sector fails with EIO exactly

@@ -24,14 +24,6 @@ int lost_flush_result(struct cache *c);
  * (and fail the next flush).  Dirty data the cache loses goes through
  * map_lose_dirty(), which counts it too. */
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
-/* Dirty data kept on a draining device (failure.c): recorded lost in the
- * durable records (the log's LOST records, the state file), so that a
- * restart before it is written back -- which distrusts that device's
- * log -- fails its reads instead of returning the origin's older data.
- * Not a loss yet (no flush reports it, lost_dirty_bytes does not count
- * it): reads take the drained version while it is in the index, and its
- * writeback clears it (lost_written()). */
-void lost_record_pending(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
 /* An origin write failed in doubt (-ETIMEDOUT): the sectors read as lost
  * until written again, without failing the next flush. */
 void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask);

@@ -62,7 +62,6 @@
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
-#include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/originwin.h"
@@ -249,13 +248,6 @@ static void piece_done(struct wpiece *p, int err)
     if (err == 0 && p->mode != W_DISCARD) {
         struct tc_mask m;
         mask_range(&m, p->s0, p->s1);
-        if (p->merging && c->draining) {
-            /* The old dirty sectors merged into the new version may be
-             * drained ones, recorded lost until written back (lostlog.h):
-             * they have left the draining device for this version, which
-             * the log makes durable before a clear is (abandon.c). */
-            mask_or(&m, &p->odirty);
-        }
         lost_written(c, p->oblock, &m);
     }
     if (p->old) {
@@ -1099,11 +1091,6 @@ static void flush_origin_done(struct tc_dev_io *dio, int err)
 void cache_flush(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
-    /* Dirty data on a failed device, draining: its only durable record
-     * is a log the next start distrusts, so the flush waits until it is
-     * on the origin (failure.c). */
-    if (cache_drain_hold(c, e, cache_flush))
-        return;
     struct flush_req *f = tc_xcalloc(1, sizeof *f);
     f->e = e;
     f->c = c;
