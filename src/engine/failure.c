@@ -172,6 +172,32 @@ static void forget_block(struct cache *c, uint64_t oblock)
     log_append(c, &a, NULL);
 }
 
+/*
+ * NOT YET RIGHT (tests/engine/devfail-restart.test, devfail-two.test fail):
+ * a dropped fragment F on the failed device may shadow an older fragment G
+ * on a survivor (G stores sectors X that F stored again).  Dropping F takes
+ * X out of the valid mask (map_drop_fragment()), but G still stores them:
+ * invariant 7 is broken, and
+ *   - the next map_add_fragment() on the block (a client write, or
+ *     rehome_from_image() below in this same failure) recomputes valid as
+ *     the union of the fragments' stored sectors: X is valid again, served
+ *     from G -- an older version, at run time;
+ *   - the cleaner copies G's current sectors (frag_current(): X among
+ *     them) when it keeps G (reinsert(), copy of dirty data): a new
+ *     version holding X, in memory and in the log;
+ *   - at the next start the survivor's log brings G back (F's record is on
+ *     the distrusted device, and forget_block() appends no tombstone while
+ *     the block has dirty data): X valid again, and dirty as G's record
+ *     says, so writeback writes the older version over the origin (a CLEAN
+ *     record names F's location, which recovery never sees as the head).
+ * What is needed: for such a block, the survivors' log must durably state
+ * its current contents -- a tombstone, then one version holding exactly
+ * its valid sectors (read from the surviving fragments, with its dirty
+ * mask and WT flag), added with replace -- before any FLUSH is acknowledged
+ * after the failure, with the block locked against writes, writeback and
+ * the cleaner until then.  The data is mostly not in RAM, so that is an
+ * asynchronous read (cache_gather()) this function cannot do in place.
+ */
 static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
                             uint64_t *dropped, uint64_t *saved, uint64_t *lost)
 {
