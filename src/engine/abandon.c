@@ -108,6 +108,7 @@
 #include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "io/claim.h"
+#include "util/assert.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -543,6 +544,17 @@ void devfail_record(struct cache *c, unsigned d)
             sb_mark_start(c, i, true);
 }
 
+void devfail_hold_more(struct cache *c)
+{
+    c->ab.devfail_marks_pending++;
+}
+
+void devfail_hold_done(struct cache *c)
+{
+    TC_ASSERT_ALWAYS(c->ab.devfail_marks_pending > 0);
+    devfail_marks_done(c);
+}
+
 bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq)
 {
     return dev < TC_MAX_DEVICES && group_seq < c->failed_seq[dev];
@@ -588,7 +600,8 @@ void abandon_close(struct cache *c)
 
 bool abandon_idle(struct cache *c)
 {
-    return c->ab.sb_marks_pending == 0 && !c->ab.settle_busy;
+    return c->ab.sb_marks_pending == 0 && c->ab.devfail_marks_pending == 0 &&
+           !c->ab.settle_busy;
 }
 
 /* ---- at start ---- */

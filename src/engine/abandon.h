@@ -35,7 +35,8 @@ struct abandon {
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
-    unsigned devfail_marks_pending; /* failure marks not yet durable: write
+    unsigned devfail_marks_pending; /* failure marks (and failure.c's block
+                                       rewrites) not yet durable: write
                                        acknowledgements wait (volume.c) */
     uint64_t devfail_marks;         /* superblocks given a failure mark */
     struct held_ack *held_acks;     /* waiting for the failure marks */
@@ -55,6 +56,11 @@ void abandon_record(struct cache *c);
  * failure.c for why).  Called before anything is appended for the
  * failure. */
 void devfail_record(struct cache *c, unsigned d);
+/* More the failure must make durable before writes are acknowledged
+ * (failure.c: the blocks it rewrites): held as the marks are, until the
+ * matching devfail_hold_done(). */
+void devfail_hold_more(struct cache *c);
+void devfail_hold_done(struct cache *c);
 /* The failure mark of the segment's device covers its group: the segment
  * was written before its device failed and is never trusted again. */
 bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq);

@@ -13,6 +13,10 @@
  *                                of exactly those sectors fail with EIO
  *                                until they are written again
  *
+ * A block that keeps data on the other devices after a fragment of it was
+ * dropped is rewritten there as one version, after a tombstone, so that
+ * no older version in their logs can come back (struct rewrite).
+ *
  * New appends go to the surviving devices; when none is left the volume
  * serves the origin directly, the cache is abandoned for good (abandon.c:
  * its log is never trusted again) and reads of lost sectors still fail
@@ -28,6 +32,7 @@
 #include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
 #include "engine/map.h"
@@ -213,6 +218,219 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     (*lost)++;
 }
 
+/*
+ * A dropped fragment F on the failed device may shadow an older fragment G
+ * on a survivor: G stores sectors X that F stored again.  Dropping F takes
+ * X out of the block's valid mask, but G still stores them, and G's record
+ * is in the survivors' log, where F's (on the distrusted device) does not
+ * outweigh it: at the next start G's version of X would be valid again --
+ * an older version, and dirty as G's record says, so written back over the
+ * origin's newer data.  The same holds for an older version that F
+ * superseded whole: the index no longer has it, but the survivors' log may
+ * still hold it.  (forget_block()'s tombstone would drop the dirty data
+ * the block keeps elsewhere too, so it is not appended for such a block.)
+ *
+ * So every block that keeps data after a fragment of it was dropped is
+ * rewritten: under its lock (no write changes it meanwhile) its valid
+ * sectors are read from the surviving fragments, then a tombstone and one
+ * version holding exactly those sectors, with the block's dirty mask and
+ * write-through flag, are appended; the version replaces every fragment in
+ * the index.  Recovery replays by sequence: the tombstone drops G and
+ * everything older, the version brings back exactly the block's contents.
+ * Writes are not acknowledged until that version is durable
+ * (devfail_hold_more(): as for the failure marks), so no FLUSH is
+ * acknowledged while a restart could still bring G's version of X back.
+ *
+ * NOT YET SAFE: the tombstone and the version may go into different chunks
+ * (on different devices), and recovery keeps each unflushed chunk whose
+ * data checks.  A crash after the tombstone's chunk is written and before
+ * the version's is would drop the block's dirty data at the next start,
+ * without a LOST record.  The two must be one chunk (a log_append() of the
+ * pair into one head), or the version written durably first in a form
+ * recovery does not let an older tombstone drop.
+ *
+ * Until then the index has sectors an older fragment stores outside the
+ * valid mask (invariant 7 relaxed for the block): frag_current() and
+ * map_add_fragment() take only valid sectors as current, so neither reads,
+ * the cleaner, writeback nor a later fragment can make X valid again.
+ * (Fills do not install into a locked block.)  If the read fails, the
+ * block's dirty sectors are lost (recorded, EIO) and the block goes, with
+ * a tombstone.  With no room in the log (the version is appended without
+ * the cleaner's reserve: there may be many such blocks), the block waits,
+ * locked, for the cleaner to free some, as a client write would.
+ */
+struct rewrite {
+    struct cache *c;
+    uint64_t oblock;
+    struct block_waiter bw;
+    struct log_waiter lw;
+    struct tc_mask want;
+    uint8_t *buf;               /* by sector */
+    bool tombstoned;            /* the tombstone is appended */
+};
+
+static void rewrite_end(struct rewrite *r)
+{
+    struct cache *c = r->c;
+    bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
+    free(r);
+    devfail_hold_done(c);
+}
+
+static void rewrite_durable(struct log_waiter *lw, int err)
+{
+    struct rewrite *r = container_of(lw, struct rewrite, lw);
+    (void)err;      /* a log write that fails fails its device (failure.c) */
+    rewrite_end(r);
+}
+
+static int tombstone(struct cache *c, uint64_t oblock)
+{
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
+                        .urgent = true };
+    return log_append(c, &a, NULL).err;
+}
+
+static void rewrite_locked(struct block_waiter *bw);
+
+/* No room in the log now (the whole block is appended again, without the
+ * cleaner's reserve): the block stays locked and as it is until the
+ * cleaner has freed some, then it is read again. */
+static void rewrite_space(struct log_waiter *lw, int err)
+{
+    struct rewrite *r = container_of(lw, struct rewrite, lw);
+    if (err) {
+        /* Shutting down: the block stays as it is in the log. */
+        tc_error("cache: origin block %llu could not be rewritten after a device failure (%s): "
+                 "after a restart older data of it may come back",
+                 (unsigned long long)r->oblock, strerror(-err));
+        block_unlock(r->c->locks, r->oblock);
+        rewrite_end(r);
+        return;
+    }
+    rewrite_locked(&r->bw);
+}
+
+static void rewrite_wait_space(struct rewrite *r)
+{
+    r->lw.fn = rewrite_space;
+    r->lw.need_flush = false;
+    cleaner_wait_space(r->c, &r->lw);
+}
+
+static void rewrite_read(void *arg, int err)
+{
+    struct rewrite *r = arg;
+    struct cache *c = r->c;
+    uint32_t id = index_lookup(&c->map.idx, r->oblock);
+    struct tc_mask v, d;
+    if (c->vol->cache_failed) {
+        /* Every device failed meanwhile: that failure dealt with the
+         * block, and the log is never trusted again. */
+        block_unlock(c->locks, r->oblock);
+        rewrite_end(r);
+        return;
+    }
+    if (id != NIL)
+        ce_get_masks(&c->map.idx, id, &v, &d);
+    if (id != NIL && !err && !mask_covers(&r->want, &v)) {
+        /* A fill (clean data from the origin, which takes no lock) added
+         * sectors meanwhile: read again.  Fills are finite. */
+        rewrite_locked(&r->bw);
+        return;
+    }
+    if (id == NIL || err) {
+        /* Unreadable: the dirty sectors are lost, the clean ones come from
+         * the origin. */
+        if (id != NIL) {
+            if (!mask_empty(&d)) {
+                uint64_t base = r->oblock * c->block_size;
+                tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) could not "
+                         "be rewritten after a device failure (%s) and is lost; reads of its "
+                         "%u lost sectors fail with EIO until rewritten",
+                         (unsigned long long)r->oblock, (unsigned long long)base,
+                         (unsigned long long)(base + c->block_size - 1),
+                         strerror(-err), mask_count(&d));
+                map_lose_dirty(c, r->oblock, &d);
+            }
+            map_drop_block(c, r->oblock);
+            block_gen_bump(c->locks, r->oblock);
+        }
+        if (!r->tombstoned && tombstone(c, r->oblock) < 0)
+            tc_error("cache: no room in the log for the tombstone of origin block %llu: "
+                     "after a restart older data of it may come back",
+                     (unsigned long long)r->oblock);
+        block_unlock(c->locks, r->oblock);
+        r->lw.fn = rewrite_durable;
+        r->lw.need_flush = true;
+        log_sync(c, &r->lw);
+        return;
+    }
+    if (!r->tombstoned) {
+        if (tombstone(c, r->oblock) < 0) {
+            rewrite_wait_space(r);
+            return;
+        }
+        r->tombstoned = true;
+    }
+    unsigned n = mask_count(&v);
+    uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
+    unsigned k = 0;
+    for (unsigned s = 0; s < c->spb; s++)
+        if (mask_test(&v, s))
+            memcpy(data + (size_t)k++ * TC_SECTOR, r->buf + (size_t)s * TC_SECTOR, TC_SECTOR);
+    bool wt = CE(&c->map.idx, id)->flags & CE_WT;
+    struct append a = { .oblock = r->oblock, .type = TC_ENTRY_DATA, .valid = v, .dirty = d,
+                        .data = data, .urgent = true,
+                        .flags = wt ? TC_ENTRY_WT : 0,
+                        .mirror = !mask_empty(&d) && c->vol->cfg.dirty_copies > 1 };
+    r->lw.fn = rewrite_durable;
+    r->lw.need_flush = true;
+    struct log_loc at = log_append(c, &a, &r->lw);
+    if (at.err < 0 && a.mirror) {
+        a.mirror = false;       /* one device left: one copy */
+        at = log_append(c, &a, &r->lw);
+    }
+    bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (at.err < 0) {
+        rewrite_wait_space(r);
+        return;
+    }
+    map_add_fragment(c, r->oblock, &v, &d, at.seg, at.off, at.mseg, at.moff,
+                     wt ? CE_WT : 0, true);
+    cache_trace(c, r->oblock, "device failure: rewritten as one version");
+    block_unlock(c->locks, r->oblock);
+}
+
+static void rewrite_locked(struct block_waiter *bw)
+{
+    struct rewrite *r = container_of(bw, struct rewrite, bw);
+    struct cache *c = r->c;
+    uint32_t id = index_lookup(&c->map.idx, r->oblock);
+    if (id == NIL) {
+        /* Dropped meanwhile; whatever dropped it from the index, a
+         * tombstone makes sure the survivors' log agrees. */
+        rewrite_read(r, 0);
+        return;
+    }
+    ce_get_masks(&c->map.idx, id, &r->want, NULL);
+    /* Robust: a read that fails because another device failed meanwhile
+     * is retried through the index as it is then. */
+    cache_gather_robust(c, r->oblock, &r->want, r->buf, rewrite_read, r);
+}
+
+static void rewrite_block(struct cache *c, uint64_t oblock)
+{
+    struct rewrite *r = tc_xcalloc(1, sizeof *r);
+    r->c = c;
+    r->oblock = oblock;
+    r->buf = bufpool_get((size_t)c->spb * TC_SECTOR);
+    r->bw.fn = rewrite_locked;
+    devfail_hold_more(c);
+    if (block_lock(c->locks, oblock, &r->bw))
+        rewrite_locked(&r->bw);
+}
+
 void cache_device_fail(struct cache *c, unsigned d, const char *why)
 {
     struct cache_dev *cd = &c->devs[d];
@@ -264,6 +482,21 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     for (size_t i = 0; i < n; i++)
         if (gone[i] && (i == 0 || !gone[i - 1] || vs[i - 1].oblock != vs[i].oblock))
             forget_block(c, vs[i].oblock);    /* a block's victims are adjacent */
+    /* What forget_block() kept (dirty data elsewhere) is rewritten (see
+     * struct rewrite) -- every such block, not only those whose index
+     * still has an older fragment under the dropped one: an older version
+     * the dropped fragment superseded in the index may still be in the
+     * survivors' log.  Not when the cache is abandoned (no survivor: the
+     * log is never trusted again). */
+    bool survivors = false;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        survivors |= c->devs[i].state == CDEV_OK;
+    for (size_t i = 0; survivors && i < n; i++) {
+        if (!gone[i] || (i > 0 && gone[i - 1] && vs[i - 1].oblock == vs[i].oblock))
+            continue;
+        if (index_lookup(&c->map.idx, vs[i].oblock) != NIL)
+            rewrite_block(c, vs[i].oblock);
+    }
     free(gone);
     free(vs);
     cleaner_device_failed(c);

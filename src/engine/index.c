@@ -346,13 +346,19 @@ void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m)
 
 void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_mask *m)
 {
-    struct tc_mask newer, s;
+    struct tc_mask newer, s, v;
     mask_clear(&newer);
     for (uint32_t f = ce_head(ix, id); f != NIL; f = frag_next(ix, f)) {
         frag_stored(ix, f, &s);
         if (f == fid) {
+            /* Among the valid sectors: the same under invariant 7; while a
+             * failed device's block awaits its rewrite (failure.c), the
+             * sectors an older fragment stores under a dropped newer one
+             * are not the block's and never current. */
+            ce_get_masks(ix, id, &v, NULL);
             *m = s;
             mask_andnot(m, &newer);
+            mask_and(m, &v);
             return;
         }
         mask_or(&newer, &s);

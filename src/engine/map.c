@@ -182,6 +182,7 @@ uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask
         frag_stored(ix, g, &st);
         struct tc_mask cur = st;
         mask_andnot(&cur, &newer);
+        mask_and(&cur, &ov);    /* see frag_current(): a no-op under invariant 7 */
         if (replace || mask_empty(&cur)) {
             frag_unaccount(c, g);
             frag_free(ix, g);

@@ -36,7 +36,11 @@
  *
  * Invariant 7: an entry's valid sectors are the union of the sectors its
  * fragments store, and its dirty sectors are among its valid ones; a new
- * fragment's dirty sectors are among those it stores.
+ * fragment's dirty sectors are among those it stores.  One exception: a
+ * block whose fragment on a failed cache device was dropped while an
+ * older fragment stores the same sectors, until failure.c rewrites it as
+ * one version (under its lock); meanwhile frag_current() and
+ * map_add_fragment() count only valid sectors as current.
  *
  * Invariant 8: adding a fragment never makes a chain longer than
  * MAX_FRAGS, nor longer than it was, except while recovery replays the log
