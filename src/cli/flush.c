@@ -45,12 +45,15 @@ static const char mode_help[] =
 "Usage: tiercache mode [--socket PATH] [MODE]\n"
 "\n"
 "Without MODE, print the daemon's current mode (with \"(cache detached)\"\n"
-"after a detach).  With MODE, switch the daemon to MODE: writethrough, writeback, writearound or\n"
+"after a detach, \"(cache abandoned)\" after the cache failed).  With MODE, switch the daemon to MODE: writethrough, writeback, writearound or\n"
 "passthrough.  New requests follow the new mode at once; leaving writeback,\n"
 "the dirty data is then written back (with progress, as tiercache flush),\n"
 "and the command returns when none is left.  If it cannot all be written\n"
 "back, the switch is abandoned: the previous mode stays, and the exit\n"
-"status is 1 with the reason and the dirty data left.\n"
+"status is 1 with the reason and the dirty data left.  A cache that failed\n"
+"and was abandoned (every cache device failed: the daemon serves the origin\n"
+"alone, whatever the mode, until a restart) switches nothing: every MODE is\n"
+"refused, exit status 1, saying so.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";
@@ -123,8 +126,10 @@ static int print_mode(const char *sock)
     if (root == NULL)
         tc_die(1, "mode: %s", err);
     const struct jv *det = jv_path(root, "volume.detached");
+    const struct jv *ab = jv_path(root, "volume.cache.abandoned");
     printf("%s%s\n", jv_str(jv_path(root, "volume.mode"), "?"),
-           det && det->boolean ? " (cache detached)" : "");
+           det && det->boolean ? " (cache detached)" : ab && ab->boolean ? " (cache abandoned)"
+                                                                      : "");
     jv_free(root);
     return 0;
 }
