@@ -180,7 +180,8 @@ nbdcache() {
   wait_up "$name"
 }
 # tcformat CACHE[,CACHE] UPSTREAM SIZE [format options]: fresh cache files
-# of SIZE each for the origin served by UPSTREAM
+# of SIZE each for the origin served by UPSTREAM (a block device is
+# reformatted, discarding what an earlier run left in it, dirty data too)
 tcformat() {
   local caches=$1 up=$2 size=$3 c; shift 3
   for c in ${caches//,/ }; do
@@ -189,7 +190,8 @@ tcformat() {
       *) rm -f "$c"; truncate -s "$size" "$c" ;;
     esac
   done
-  "$TC" format --force --cache "$caches" --origin "$(uri "$up")" "$@" >>"$WORK/format.log" 2>&1 ||
+  "$TC" format --force --discard-dirty --cache "$caches" --origin "$(uri "$up")" "$@" \
+    >>"$WORK/format.log" 2>&1 ||
     { tail -n 5 "$WORK/format.log" >&2; die "tiercache format failed"; }
 }
 # tcserve NAME ORIGIN [serve options]: ORIGIN is a file or an NBD server name

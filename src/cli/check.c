@@ -149,7 +149,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
             printf("salvage: dirty data held only by the damaged chunks cannot be named: it is "
                    "lost too\n");
         if (rc == 0)
-            printf("salvage: done; the cache can be reformatted ('tiercache format --force')\n");
+            printf("salvage: done; the cache can be reformatted ('tiercache format --force "
+                   "--discard-dirty')\n");
     }
     int status = rc ? 2 : res.sectors_lost ? 1 : 0;
     if (rc)

@@ -29,6 +29,11 @@ struct jv *cli_status_fetch(const char *ctl_path, char *err, size_t errlen);
 /* status --brief: the heading and the one line of that daemon's volume. */
 int cli_brief_one(const char *ctl_path);
 
+/* format --force over old cache sets (format_dirty.c): 0 when no device
+ * holds a set with dirty data or lost sectors, or one whose log cannot be
+ * read; else -1 with the refusal, and the way out, in err.  Reads only. */
+int cli_format_dirty_check(const char *const *caches, char *err, size_t errlen);
+
 /* Split "a,b,c" into a NULL-terminated array (the string is modified). */
 const char **cli_split_list(char *s, unsigned max, unsigned *count);
 int cmd_swap_prefetch(int argc, char **argv);

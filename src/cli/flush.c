@@ -20,13 +20,18 @@ static const char flush_help[] =
 "\n"
 "Write every dirty block of a running daemon's cache back to the origin and\n"
 "make it durable there, showing the bytes left, the rate and the time left\n"
-"on a terminal.  The daemon keeps serving meanwhile.  Exit status 0 when no\n"
-"dirty data is left, 1 otherwise (with the reason and the dirty data left).\n"
+"on a terminal.  The daemon keeps serving meanwhile.\n"
 "Data lost with a failed cache is not dirty, but the origin lacks it: the\n"
 "summary says how much (its sectors read EIO until written again).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
-"  --help, -h      this text\n";
+"  --help, -h      this text\n"
+"\n"
+"Exit status: 0 no dirty data is left and the origin holds every\n"
+"acknowledged write; 1 dirty data is left (with the reason and how much), or\n"
+"the daemon could not be asked; 2 bad usage; 3 no dirty data is left, but\n"
+"acknowledged data was lost with a failed cache (how much is said): the\n"
+"origin lacks its newest version, so it must not be used alone as current.\n";
 
 static const char detach_help[] =
 "Usage: tiercache detach [--socket PATH]\n"
@@ -39,18 +44,27 @@ static const char detach_help[] =
 "stays attached in its mode, and the exit status is 1 with the reason.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
-"  --help, -h      this text\n";
+"  --help, -h      this text\n"
+"\n"
+"Exit status: 0 detached, the origin holds every acknowledged write; 1 not\n"
+"detached (the reason is said), or the daemon could not be asked; 2 bad\n"
+"usage; 3 detached, but acknowledged data was lost with a failed cache (how\n"
+"much is said; its sectors read EIO until written again): the origin lacks\n"
+"its newest version.\n";
 
 static const char mode_help[] =
 "Usage: tiercache mode [--socket PATH] [MODE]\n"
 "\n"
 "Without MODE, print the daemon's current mode (with \"(cache detached)\"\n"
-"after a detach).  With MODE, switch the daemon to MODE: writethrough, writeback, writearound or\n"
+"after a detach, \"(cache abandoned)\" after the cache failed).  With MODE, switch the daemon to MODE: writethrough, writeback, writearound or\n"
 "passthrough.  New requests follow the new mode at once; leaving writeback,\n"
 "the dirty data is then written back (with progress, as tiercache flush),\n"
 "and the command returns when none is left.  If it cannot all be written\n"
 "back, the switch is abandoned: the previous mode stays, and the exit\n"
-"status is 1 with the reason and the dirty data left.\n"
+"status is 1 with the reason and the dirty data left.  A cache that failed\n"
+"and was abandoned (every cache device failed: the daemon serves the origin\n"
+"alone, whatever the mode, until a restart) switches nothing: every MODE is\n"
+"refused, exit status 1, saying so.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";
@@ -60,7 +74,13 @@ struct view {
     bool shown;
     double last_left, last_secs;
     char final[512];
+    uint64_t lost;                  /* "done": acknowledged bytes the origin lacks */
 };
+
+/* flush and detach: done, but acknowledged data was lost with the cache.
+ * Distinct from 1 (dirty data left) so that a script that flushes and then
+ * uses the origin alone stops: the origin is not current. */
+#define EXIT_LOST 3
 
 static void on_line(const char *line, void *arg)
 {
@@ -102,6 +122,7 @@ static void on_line(const char *line, void *arg)
             /* Lost data is not dirty, so the drain succeeded; but the
              * origin alone is still not current, and that must be said. */
             double lost = jv_num(jv_get(j, "lost_bytes"), 0);
+            v->lost = lost > 0 ? (uint64_t)lost : 0;
             if (lost > 0 && n > 0 && (size_t)n < sizeof v->final)
                 snprintf(v->final + n, sizeof v->final - (size_t)n,
                          "; %s of acknowledged data was lost with the cache: the origin "
@@ -123,8 +144,10 @@ static int print_mode(const char *sock)
     if (root == NULL)
         tc_die(1, "mode: %s", err);
     const struct jv *det = jv_path(root, "volume.detached");
+    const struct jv *ab = jv_path(root, "volume.cache.abandoned");
     printf("%s%s\n", jv_str(jv_path(root, "volume.mode"), "?"),
-           det && det->boolean ? " (cache detached)" : "");
+           det && det->boolean ? " (cache detached)" : ab && ab->boolean ? " (cache abandoned)"
+                                                                      : "");
     jv_free(root);
     return 0;
 }
@@ -159,6 +182,15 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
     if (v.final[0] == '\0')
         tc_die(1, "%s: the daemon ended the operation without a result", cmd);
     printf("%s: %s\n", cmd, v.final);
+    /* A mode change does not promise a current origin; flush and detach
+     * do, and must not exit 0 when it is not. */
+    if (v.lost && strcmp(cmd, "mode") != 0) {
+        char l[32];
+        fprintf(stderr, "tiercache: %s: %s of acknowledged data was lost with the cache: the "
+                "origin is not current (exit status %d)\n", cmd,
+                tc_format_size(v.lost, l, sizeof l), EXIT_LOST);
+        return EXIT_LOST;
+    }
     return 0;
 }
 

@@ -34,7 +34,17 @@ static const char format_help[] =
 "  --force               format even if a device holds a tiercache cache or a\n"
 "                        file system (its contents are lost); never a device\n"
 "                        in use (claimed by a daemon, mounted), and never for\n"
-"                        an origin that holds a tiercache superblock\n"
+"                        an origin that holds a tiercache superblock.  An old\n"
+"                        cache set is read first (as check reads it, writing\n"
+"                        nothing): if it holds dirty data (acknowledged\n"
+"                        writes its origin lacks) or lost sectors, it is\n"
+"                        refused, naming the devices and how much; serve it\n"
+"                        with its origin and run 'tiercache flush' first.  A\n"
+"                        set whose log cannot be read (damaged, another\n"
+"                        format version, devices of the set not given) is\n"
+"                        refused too\n"
+"  --discard-dirty       with --force: format over an old cache set without\n"
+"                        reading it, discarding its dirty data knowingly\n"
 "  --allow-sparse        leave a sparse cache file sparse, even when its file\n"
 "                        system lacks the room to fill it (without it such a\n"
 "                        file is refused): a full file system then fails the\n"
@@ -63,13 +73,15 @@ int cmd_format(int argc, char **argv)
         { "segment-size", required_argument, NULL, 's' },
         { "force", no_argument, NULL, 'F' },
         { "allow-sparse", no_argument, NULL, 'S' },
+        { "discard-dirty", no_argument, NULL, 'D' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     struct tc_format_opts o = { .block_size = TC_DEFAULT_BLOCK_SIZE,
                                 .segment_size = 0 /* chosen by the devices' size */ };
     char *caches = NULL;
-    char err[1024];
+    bool discard_dirty = false;
+    char err[2048];
     uint64_t v;
     int opt;
     optind = 1;
@@ -93,6 +105,7 @@ int cmd_format(int argc, char **argv)
             break;
         case 'F': o.force = true; break;
         case 'S': o.allow_sparse = true; break;
+        case 'D': discard_dirty = true; break;
         case 'h': cli_print(format_help); return 0;
         default: fprintf(stderr, "Try 'tiercache format --help'.\n"); return 2;
         }
@@ -106,6 +119,22 @@ int cmd_format(int argc, char **argv)
     o.caches = list;
     struct tc_format_result res;
     claim_set_dir(cli_run_dir());
+    if (discard_dirty && !o.force) {
+        free(list);
+        tc_die(2, "format: --discard-dirty goes with --force");
+    }
+    /* Format's own checks first (a set in use is refused, naming its
+     * daemon); then the old sets' dirty data, read before anything is
+     * written (format_dirty.c). */
+    if (o.force && !discard_dirty) {
+        o.check_only = true;
+        if (tc_format(&o, &res, err, sizeof err) < 0 ||
+            cli_format_dirty_check(o.caches, err, sizeof err) < 0) {
+            free(list);
+            tc_die(1, "format: %s", err);
+        }
+        o.check_only = false;
+    }
     if (tc_format(&o, &res, err, sizeof err) < 0) {
         free(list);
         tc_die(1, "format: %s", err);

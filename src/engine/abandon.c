@@ -640,8 +640,9 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
                      "but its state file %s, which lists the sectors whose data was lost then, "
                      "is missing: serving would return older data for them.  Restore the state "
                      "file (or name it with --state-file), or reformat the cache with "
-                     "'tiercache format --force' (the lost sectors then read as whatever the "
-                     "origin holds)", sb_dev, (unsigned long long)sb_seq, c->state_path);
+                     "'tiercache format --force --discard-dirty' (the lost sectors then read "
+                     "as whatever the origin holds)", sb_dev, (unsigned long long)sb_seq,
+                     c->state_path);
             return -1;
         }
         return 0;
@@ -672,8 +673,8 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
     if (state_decode(buf, len, &s, why, sizeof why) < 0) {
         snprintf(err, errlen, "state file %s is unusable (%s): it records the sectors lost when "
                  "the cache was abandoned, and without it the cache cannot be trusted.  Restore "
-                 "it, or reformat the cache with 'tiercache format --force'", c->state_path,
-                 why);
+                 "it, or reformat the cache with 'tiercache format --force --discard-dirty'",
+                 c->state_path, why);
         goto out;
     }
     if (memcmp(s.set_uuid, c->set_uuid, 16) != 0) {
@@ -683,8 +684,8 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
         if (sb_seq) {
             snprintf(err, errlen, "state file %s belongs to cache set %s, not to this one (%s), "
                      "which was abandoned at run time: restore its own state file, or "
-                     "reformat the cache with 'tiercache format --force'", c->state_path, u1,
-                     u2);
+                     "reformat the cache with 'tiercache format --force --discard-dirty'",
+                     c->state_path, u1, u2);
             goto out;
         }
         /* A leftover of an earlier set on the same file: not ours. */
@@ -702,7 +703,7 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
         snprintf(err, errlen, "%s records an abandonment at log sequence %llu, but the state "
                  "file %s only one at %llu: it is an older copy, and the sectors lost later "
                  "are not in it.  Restore the current state file, or reformat the cache with "
-                 "'tiercache format --force'", sb_dev, (unsigned long long)sb_seq,
+                 "'tiercache format --force --discard-dirty'", sb_dev, (unsigned long long)sb_seq,
                  c->state_path, (unsigned long long)s.abandoned_seq);
         goto out;
     }

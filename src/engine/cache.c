@@ -477,7 +477,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
                      "The cache holds dirty data for its origin (%s), which would be lost: "
                      "serve it with its own origin and run 'tiercache flush' (or 'detach')%s; "
                      "to discard the dirty data instead, reformat the cache with 'tiercache "
-                     "format --force'.", dirty,
+                     "format --force --discard-dirty'.", dirty,
                      same_size ? ", or pass --adopt-origin if this origin is an exact copy of "
                                  "that one" : "");
         } else {

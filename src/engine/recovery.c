@@ -1156,8 +1156,9 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
                  "current or which dirty data is lost; refusing to serve from it rather than "
                  "return stale data.  'tiercache check' lists the damage; 'tiercache check "
                  "--salvage --origin ORIGIN' writes the dirty data that is intact and newest "
-                 "back to the origin, after which 'tiercache format --force' makes the cache "
-                 "usable again.  First: %.*s", (unsigned long long)c->st.recovery_damaged,
+                 "back to the origin, after which 'tiercache format --force --discard-dirty' "
+                 "makes the cache usable again.  First: %.*s",
+                 (unsigned long long)c->st.recovery_damaged,
                  c->st.recovery_damaged == 1 ? "y" : "ies",
                  (int)strcspn(c->damage, "\n"), c->damage);
         return -1;

@@ -658,6 +658,18 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
         done(arg, -EBUSY);      /* the cache is being emptied */
         return;
     }
+    if (vol->cache_failed || vol->cache->abandoned) {
+        /* Every request goes to the origin alone (lost_passthrough), in
+         * any mode, until a restart: a switch would change nothing but
+         * the mode shown, so it is refused, passthrough too. */
+        snprintf(vol->op_error, sizeof vol->op_error, "mode %s refused: the cache failed and was "
+                 "abandoned (every cache device failed), so the daemon serves the origin alone "
+                 "whatever the mode, and nothing was switched (the mode stays %s).  See "
+                 "volume.health in 'tiercache status'; restart the daemon with healthy cache "
+                 "devices to use the cache again", tc_mode_name(mode), tc_mode_name(vol->mode));
+        done(arg, -EIO);
+        return;
+    }
     vol->op_error[0] = '\0';
     enum tc_mode old = vol->mode;
     /* Dirty data left from writeback (or recovered after a crash) goes to

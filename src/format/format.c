@@ -261,6 +261,10 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
         goto out;
     }
 
+    if (o->check_only) {
+        rc = 0;
+        goto out;
+    }
     /* All checks passed: allocate the cache files, then write. */
     memset(res, 0, sizeof *res);
     for (unsigned i = 0; i < n; i++) {

@@ -16,6 +16,7 @@ struct tc_format_opts {
     uint32_t segment_size;          /* 0: chosen by tc_format_segment_size() */
     bool force;
     bool allow_sparse;              /* leave sparse cache files sparse */
+    bool check_only;                /* run every check (claims too), write nothing */
 };
 
 struct tc_format_result {
@@ -36,7 +37,10 @@ struct tc_format_result {
 uint32_t tc_format_segment_size(uint64_t usable, uint32_t block_size);
 
 /* Checks everything first and writes nothing unless all checks pass.
- * Returns 0, or -1 with a message naming the bad value in err. */
+ * Returns 0, or -1 with a message naming the bad value in err.  With
+ * check_only, returns after the checks (res untouched): the devices are
+ * released again, so the caller may look at their old contents before
+ * the real run. */
 int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char *err,
               size_t errlen);
 
