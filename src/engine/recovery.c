@@ -977,9 +977,7 @@ static bool load_stop_record(struct recovery *rc)
         const struct tc_superblock *sb = &c->devs[d].sb;
         if (!(sb->flags & TC_SB_CLEAN_STOP))
             continue;
-        if (found && (found->stop_chunk_seq != sb->stop_chunk_seq ||
-                      found->stop_tail_seq != sb->stop_tail_seq ||
-                      found->stop_chunks != sb->stop_chunks)) {
+        if (found && !sb_stop_record_equal(found, sb)) {
             tc_warn("the clean-stop records of %s and %s differ; neither is used",
                     c->devs[0].dev->name, c->devs[d].dev->name);
             return false;
