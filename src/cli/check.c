@@ -19,9 +19,10 @@
 #include "util/parse.h"
 
 static const char check_help[] =
-"Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--json] [--progress]\n"
-"       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN [--json]\n"
-"                       [--progress]\n"
+"Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--state-file PATH]\n"
+"                       [--json] [--progress]\n"
+"       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN\n"
+"                       [--state-file PATH] [--json] [--progress]\n"
 "\n"
 "Audit a cache set offline: both superblock copies, every chunk summary\n"
 "and checksum the log holds, the checksum of every cached sector, the\n"
@@ -42,6 +43,15 @@ static const char check_help[] =
 "                        older version could overwrite newer data): it is\n"
 "                        listed as lost.  Exit status 0 when nothing was\n"
 "                        lost, 1 when some was (listed), 2 could not run.\n"
+"                        After the cache was abandoned at run time, only\n"
+"                        versions written after a restart are written back;\n"
+"                        the sectors lost then are listed as lost.  The\n"
+"                        state file used is named in the result.\n"
+"  --state-file PATH     the record of an abandoned cache, if serve was given\n"
+"                        --state-file (default: as serve's).  Without it the\n"
+"                        log from before the abandonment would be trusted,\n"
+"                        and --salvage could write its older versions over\n"
+"                        the origin's newer data\n"
 "  --json                print the result as one JSON object\n"
 "  --progress            show progress on stderr (reading the log, then the\n"
 "                        data checked or written back) also when stderr is\n"
@@ -56,7 +66,7 @@ static const char check_help[] =
 "fails, or a log that does not match the record, is damage.\n";
 
 static const char dump_help[] =
-"Usage: tiercache dump --cache DEV[,DEV...] [--blocks]\n"
+"Usage: tiercache dump --cache DEV[,DEV...] [--blocks] [--state-file PATH]\n"
 "\n"
 "Print a cache set's layout for debugging: the superblock, the groups of\n"
 "the log from oldest to newest, every segment in use (state, sequence,\n"
@@ -65,10 +75,13 @@ static const char dump_help[] =
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
 "  --blocks              also list every cached block\n"
+"  --state-file PATH     the record of an abandoned cache, if serve was given\n"
+"                        --state-file (default: as serve's)\n"
 "  --help, -h            this text\n";
 
-static struct cache *open_set(char *list, const char *origin, const char **err_prefix,
-                              struct tc_reactor *r, const char ***paths_out)
+static struct cache *open_set(char *list, const char *origin, const char *state_file,
+                              const char **err_prefix, struct tc_reactor *r,
+                              const char ***paths_out)
 {
     unsigned n;
     const char **paths = cli_split_list(list, 32, &n);
@@ -83,6 +96,7 @@ static struct cache *open_set(char *list, const char *origin, const char **err_p
         tc_die(2, "io_uring: %m");
     struct tc_volume_config cfg;
     tc_volume_config_defaults(&cfg);
+    cfg.state_file = state_file;
     struct cache *c = cache_open_offline(r, paths, &cfg, err, sizeof err);
     if (c == NULL)
         tc_die(2, "%s: %s", *err_prefix, err);
@@ -124,10 +138,13 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         if (rc)
             json_string(&j, "error", err);
         json_uint(&j, "damaged_places", res.damaged);
+        json_uint(&j, "damaged_places_before_abandonment", res.damaged_before_abandon);
         json_uint(&j, "dirty_bytes", res.dirty_sectors * TC_SECTOR);
         json_uint(&j, "blocks_written", res.blocks_written);
         json_uint(&j, "bytes_written", res.bytes_written);
         json_uint(&j, "lost_bytes", res.sectors_lost * TC_SECTOR);
+        json_uint(&j, "abandoned_seq", res.abandoned_seq);
+        json_string(&j, "state_file", res.state_file ? res.state_file : "");
         json_begin_array(&j, "lost");
         for (unsigned i = 0; i < res.nlost; i++)
             json_string(&j, NULL, res.lost[i]);
@@ -138,6 +155,15 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
     } else {
         for (unsigned i = 0; i < res.nlost; i++)
             printf("lost: %s\n", res.lost[i]);
+        if (res.abandoned_seq)
+            printf("salvage: the cache was abandoned at run time (state file %s): its log "
+                   "below sequence %llu is not trusted and nothing of it was written back; "
+                   "the sectors lost then and not written again since are listed as lost\n",
+                   res.state_file, (unsigned long long)res.abandoned_seq);
+        else
+            printf("salvage: no abandonment recorded (state file %s): if the cache was "
+                   "abandoned at run time with another state file, name it with "
+                   "--state-file before salvaging\n", res.state_file ? res.state_file : "none");
         printf("salvage: %llu damaged place%s in the log; of %s dirty, %s in %llu blocks written "
                "back to %s, %llu sectors (%s) lost\n", (unsigned long long)res.damaged,
                res.damaged == 1 ? "" : "s", tc_format_size(res.dirty_sectors * TC_SECTOR, a, sizeof a),
@@ -145,7 +171,11 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                (unsigned long long)res.blocks_written, origin,
                (unsigned long long)res.sectors_lost,
                tc_format_size(res.sectors_lost * TC_SECTOR, l, sizeof l));
-        if (res.damaged)
+        if (res.damaged_before_abandon)
+            printf("salvage: of those damaged places, %llu from before the cache was "
+                   "abandoned: nothing there is trusted or written back anyway\n",
+                   (unsigned long long)res.damaged_before_abandon);
+        if (res.damaged > res.damaged_before_abandon)
             printf("salvage: dirty data held only by the damaged chunks cannot be named: it is "
                    "lost too\n");
         if (rc == 0)
@@ -169,11 +199,12 @@ int cmd_check(int argc, char **argv)
         { "salvage", no_argument, NULL, 's' },
         { "json", no_argument, NULL, 'j' },
         { "progress", no_argument, NULL, 'p' },
+        { "state-file", required_argument, NULL, 'f' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
-    const char *origin = NULL;
+    const char *origin = NULL, *state_file = NULL;
     bool json = false, salvage_mode = false, force_progress = false;
     int opt;
     optind = 1;
@@ -184,6 +215,7 @@ int cmd_check(int argc, char **argv)
         case 's': salvage_mode = true; break;
         case 'j': json = true; break;
         case 'p': force_progress = true; break;
+        case 'f': state_file = optarg; break;
         case 'h': cli_print(check_help); return 0;
         default: fprintf(stderr, "Try 'tiercache check --help'.\n"); return 2;
         }
@@ -204,7 +236,7 @@ int cmd_check(int argc, char **argv)
     uint64_t t0 = tc_now_ns();
     if (progress)
         fprintf(stderr, "reading the cache log and rebuilding the index...\n");
-    struct cache *c = open_set(caches, origin, &prefix, &r, &paths);
+    struct cache *c = open_set(caches, origin, state_file, &prefix, &r, &paths);
     if (progress)
         fprintf(stderr, "cache log read in %.1f s\n", (double)(tc_now_ns() - t0) / 1e9);
     if (salvage_mode) {
@@ -299,10 +331,12 @@ int cmd_dump(int argc, char **argv)
     static const struct option opts[] = {
         { "cache", required_argument, NULL, 'c' },
         { "blocks", no_argument, NULL, 'b' },
+        { "state-file", required_argument, NULL, 'f' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
+    const char *state_file = NULL;
     bool blocks = false;
     int opt;
     optind = 1;
@@ -310,6 +344,7 @@ int cmd_dump(int argc, char **argv)
         switch (opt) {
         case 'c': caches = optarg; break;
         case 'b': blocks = true; break;
+        case 'f': state_file = optarg; break;
         case 'h': cli_print(dump_help); return 0;
         default: fprintf(stderr, "Try 'tiercache dump --help'.\n"); return 2;
         }
@@ -320,7 +355,7 @@ int cmd_dump(int argc, char **argv)
     struct tc_reactor r;
     const char *prefix = "dump";
     const char **paths;
-    struct cache *c = open_set(caches, NULL, &prefix, &r, &paths);
+    struct cache *c = open_set(caches, NULL, state_file, &prefix, &r, &paths);
     const struct tc_superblock *sb = &c->devs[0].sb;
     char uuid[37], sz[32];
     tc_uuid_format(sb->set_uuid, uuid);

@@ -82,8 +82,7 @@ static void check_superblocks(struct cache *c, struct check_result *r)
         const struct tc_superblock *sb = &c->devs[d].sb;
         if (!(sb->flags & TC_SB_CLEAN_STOP))
             continue;
-        if (rec && (rec->stop_chunk_seq != sb->stop_chunk_seq ||
-                    rec->stop_tail_seq != sb->stop_tail_seq || rec->stop_chunks != sb->stop_chunks))
+        if (rec && !sb_stop_record_equal(rec, sb))
             problem(r, "%s: its clean-stop record (newest chunk %llu, %llu chunks) differs from "
                     "that of %s (newest chunk %llu, %llu chunks)", c->devs[d].dev->name,
                     (unsigned long long)sb->stop_chunk_seq, (unsigned long long)sb->stop_chunks,

@@ -28,7 +28,12 @@ struct salvage_result {
     char **lost;                    /* their origin ranges and why, one a line */
     unsigned nlost;
     uint64_t damaged;               /* damaged places in the log */
+    uint64_t damaged_before_abandon;    /* ... of them in groups below abandoned_seq,
+                                           which held nothing recovery applies */
     uint64_t damage_group_max;      /* newest damaged group (UINT64_MAX: unknown) */
+    uint64_t abandoned_seq;         /* the cache was abandoned: versions below it are
+                                       never written back (0: no abandonment recorded) */
+    const char *state_file;         /* where the record of an abandonment was looked for */
 };
 struct tc_dev;
 /* 0, or -1 with err set when the origin could not be written (the rest is

@@ -89,6 +89,12 @@ struct recovery {
     uint32_t *stop;                 /* per segment: where its walk failed, or ~0 */
     uint64_t *last_chunk;           /* per segment: chunk sequence of its last good chunk */
     uint64_t damage_group;          /* the group of the damage being reported (~0: unknown) */
+    /* Chunks that damage findings stand for: each damaged summary
+     * find_damage() reports is at least one chunk the walks could not
+     * count.  A failed read of the log hides an unknown number of them
+     * (damage_uncounted).  verify_stop_record() weighs the two. */
+    uint64_t damaged_chunks;
+    bool damage_uncounted;
     struct walk *walks;             /* per segment: its walk (step 1) */
     uint64_t **cseq;                /* per segment: the chunk sequence of each chunk found */
     uint32_t *cseq_cap;
@@ -150,6 +156,7 @@ static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uin
 {
     if (group && devfail_untrusted(rc->c, space_seg(&rc->c->sp, s)->dev, group))
         return;     /* written before its device failed: ignored anyway */
+    rc->damage_uncounted = true;
     damage_group(rc, group);
     add_damage(rc, "%s: segment %u: reading %zu bytes of the log at offset %llu failed: %s; "
                "the chunks there are unknown", dev->name, s, len, (unsigned long long)off,
@@ -164,18 +171,22 @@ static void add_damage(struct recovery *rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (!c->offline && rc->damage_group < c->abandoned_seq) {
+    if (rc->damage_group < c->abandoned_seq) {
         /* Damage confined to a group written before the cache was
          * abandoned: every entry of such a group has a lower sequence
          * (groups and entries share one counter, and nothing is appended
          * after an abandonment or before a restart's first new group,
          * which starts at abandoned_seq), so step 4 ignores all of it
          * anyway -- nothing it held can be served or written back.  An
-         * unknown group (~0) is never below.  check still lists it. */
-        tc_warn("%s; ignored: written before the cache was abandoned (log sequence %llu), "
-                "so nothing there is trusted anyway", line, (unsigned long long)c->abandoned_seq);
+         * unknown group (~0) is never below.  check still lists it (and
+         * salvage says that it hid nothing). */
         c->st.recovery_damage_ignored++;
-        return;
+        if (!c->offline) {
+            tc_warn("%s; ignored: written before the cache was abandoned (log sequence %llu), "
+                    "so nothing there is trusted anyway", line,
+                    (unsigned long long)c->abandoned_seq);
+            return;
+        }
     }
     tc_error("%s", line);
     c->st.recovery_damaged++;
@@ -636,6 +647,7 @@ static void find_damage(struct recovery *rc, uint32_t s)
     /* The group: the segment's, or the one its damaged first summary
      * claims if a good chunk further on confirms it; else unknown. */
     damage_group(rc, seq ? seq : found != UINT32_MAX ? group : 0);
+    rc->damaged_chunks++;               /* the chunk whose summary this is, at least */
     if (found != UINT32_MAX)
         add_damage(rc, "%s: segment %u (group %llu): the chunk summary at sector %u is damaged; "
                    "the blocks it described (sectors %u..%u) are unknown", dev->name, s,
@@ -965,9 +977,7 @@ static bool load_stop_record(struct recovery *rc)
         const struct tc_superblock *sb = &c->devs[d].sb;
         if (!(sb->flags & TC_SB_CLEAN_STOP))
             continue;
-        if (found && (found->stop_chunk_seq != sb->stop_chunk_seq ||
-                      found->stop_tail_seq != sb->stop_tail_seq ||
-                      found->stop_chunks != sb->stop_chunks)) {
+        if (found && !sb_stop_record_equal(found, sb)) {
             tc_warn("the clean-stop records of %s and %s differ; neither is used",
                     c->devs[0].dev->name, c->devs[d].dev->name);
             return false;
@@ -988,6 +998,19 @@ static bool load_stop_record(struct recovery *rc)
  * (a damaged header that no longer looks like this log's, the newest
  * chunks with the clean-stop flag and the flushed marks) -- and the blocks
  * they described are unknown: serve refuses, check lists it.
+ *
+ * Unless the damage already found accounts for every missing chunk: each
+ * damaged summary find_damage() reported stands for at least one chunk
+ * (of its segment's group, which it reported), so when the newest chunk
+ * and the tail match and the chunks found plus those findings make the
+ * record's count exactly, no chunk is missing anywhere else.  Then the
+ * damage is what was reported, with its groups: damage confined to groups
+ * below an abandonment does not refuse the start, and salvage keeps the
+ * bound of the groups found damaged (salvage.c).  Any other difference --
+ * more chunks missing than findings, a failed read of the log (which hides
+ * an unknown number), another newest chunk or tail -- may be chunks of any
+ * group the walks never saw: the damage group is unknown, and salvage
+ * writes back nothing that damage could have made older.
  */
 static void verify_stop_record(struct recovery *rc, const uint32_t *live, uint32_t nlive)
 {
@@ -995,18 +1018,14 @@ static void verify_stop_record(struct recovery *rc, const uint32_t *live, uint32
     uint64_t chunks = 0;
     for (uint32_t i = 0; i < nlive; i++)
         chunks += space_seg(&c->sp, live[i])->nchunks;
-    if (rc->max_chunk_seq == rc->rec.stop_chunk_seq && rc->tail_seq == rc->rec.stop_tail_seq &&
-        chunks == rc->rec.stop_chunks)
+    bool ends = rc->max_chunk_seq == rc->rec.stop_chunk_seq &&
+                rc->tail_seq == rc->rec.stop_tail_seq;
+    if (ends && chunks == rc->rec.stop_chunks)
         return;
-    /* Where the missing chunks were is unknown (that is why the walks
-     * missed them): any group.  But when the walks found damage, the
-     * difference is mostly that damage, whose groups are known: the bound
-     * salvage works by (damage_group_max) stays theirs, as without the
-     * record, rather than leaving salvage nothing to write back. */
-    if (c->st.recovery_damaged == 0)
-        damage_group(rc, 0);
-    else
-        rc->damage_group = UINT64_MAX;      /* reported: never "below the abandonment" */
+    if (ends && !rc->damage_uncounted && rc->damaged_chunks > 0 &&
+        chunks + rc->damaged_chunks == rc->rec.stop_chunks)
+        return;             /* every missing chunk is a damaged one already reported */
+    damage_group(rc, 0);
     add_damage(rc, "the log does not match the clean stop recorded in the superblock (newest "
                "chunk %llu, tail %llu, %llu chunks in live groups): found newest chunk %llu, "
                "tail %llu, %llu chunks; chunk summaries that were durable are damaged, and the "

@@ -23,6 +23,25 @@
  * is reported lost too, never replaced by an older version.  Dirty data
  * only the damaged chunks held cannot be named at all: the summary says
  * so.  Nothing in the cache is changed; the origin is flushed at the end.
+ *
+ * After an abandonment (abandon.c) the same rule holds for the versions
+ * recovery applied: those from abandoned_seq on, written after a restart.
+ * Damage in a group below abandoned_seq held only entries below it, which
+ * recovery ignores anyway, so it bounds nothing (its group is below every
+ * fragment's).  The versions below abandoned_seq are never written back,
+ * although the log may still hold them intact (a device readable again):
+ * none is provably the newest.  The origin received writes past the cache
+ * since, and the record of which sectors they covered lags them (a clear
+ * of the lost set is recorded only after the write is durable, so a crash
+ * leaves the state file calling a sector lost that the origin has newer);
+ * and the newest acknowledged version of a lost sector may never have
+ * reached the log (the write that failed the device).  The lost set --
+ * the state file's, with the LOST records since -- names the sectors whose
+ * newest version the origin may lack: reported lost, as sectors lost with
+ * a failed device are.  Without the abandonment's record (the state file
+ * not found, no superblock mark) recovery would replay the whole log as
+ * trusted and salvage would write its stale versions back: check names the
+ * state file it used, and takes --state-file as serve does.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -111,8 +130,10 @@ struct lost_report {
 static void report_lost_set(void *arg, uint64_t oblock, const struct tc_mask *m)
 {
     struct lost_report *x = arg;
-    lost_mask(x->r, x->c, oblock, m, "lost with a failed cache device (the lost set): no "
-              "version the cache holds is the newest");
+    lost_mask(x->r, x->c, oblock, m, "lost with the cache (the lost set: its newest "
+              "acknowledged version was lost when a cache device failed or the cache was "
+              "abandoned, and no later write of it is known durable): no version in the log "
+              "is provably the newest");
 }
 
 int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result *r,
@@ -120,7 +141,10 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
 {
     memset(r, 0, sizeof *r);
     r->damaged = c->st.recovery_damaged;
+    r->damaged_before_abandon = c->st.recovery_damage_ignored;
     r->damage_group_max = c->damage_group_max;
+    r->abandoned_seq = c->abandoned_seq;
+    r->state_file = c->state_path;
     uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
     uint64_t total = c->map.dirty_blocks, done = 0;
     int ret = 0;

@@ -48,7 +48,8 @@ struct cache_stats {
      * cache never written since its format). */
     const char *last_stop;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
-    uint64_t recovery_damage_ignored; /* damage below abandoned_seq, not refused */
+    uint64_t recovery_damage_ignored; /* damage below abandoned_seq: serve ignores
+                                         it; offline it is in recovery_damaged too */
     uint64_t recovery_unflushed;    /* entries of unflushed chunks whose data failed */
     uint64_t recovery_damaged;      /* durable chunk summaries found damaged */
 };

@@ -194,6 +194,12 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);
 int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err, size_t errlen);
 /* True if the buffer starts with the superblock magic (valid or not). */
 bool sb_has_magic(const uint8_t *buf);
+/* True if both superblocks carry the same clean-stop record: the same
+ * newest chunk, tail and chunk count (stop_* above).  Only the record's
+ * fields are compared, not its flag: the caller knows both have one.  One
+ * stop writes the same record on every device, so records that differ
+ * were not written by one stop. */
+bool sb_stop_record_equal(const struct tc_superblock *a, const struct tc_superblock *b);
 
 /* ---- state file: the durable record of an abandoned cache ---- */
 

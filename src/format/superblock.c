@@ -175,3 +175,9 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     }
     return 0;
 }
+
+bool sb_stop_record_equal(const struct tc_superblock *a, const struct tc_superblock *b)
+{
+    return a->stop_chunk_seq == b->stop_chunk_seq && a->stop_tail_seq == b->stop_tail_seq &&
+           a->stop_chunks == b->stop_chunks;
+}
