@@ -135,6 +135,8 @@ struct cache {
     uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback
                                        works faster once clients are idle) */
     bool degraded;
+    unsigned rewrites_unappended;   /* failure.c: rewrites begun, not yet appended */
+    uint64_t rewrites_appended;     /* ... appended (tombstone and version) */
     char health[128];
     char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
 

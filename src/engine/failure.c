@@ -241,13 +241,12 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
  * (devfail_hold_more(): as for the failure marks), so no FLUSH is
  * acknowledged while a restart could still bring G's version of X back.
  *
- * NOT YET SAFE: the tombstone and the version may go into different chunks
- * (on different devices), and recovery keeps each unflushed chunk whose
- * data checks.  A crash after the tombstone's chunk is written and before
- * the version's is would drop the block's dirty data at the next start,
- * without a LOST record.  The two must be one chunk (a log_append() of the
- * pair into one head), or the version written durably first in a form
- * recovery does not let an older tombstone drop.
+ * The tombstone and the version are one append (log_append()'s replace):
+ * they go into the same chunk (each copy's chunk, when the version is
+ * mirrored), and the tombstone is linked to the version (ondisk.h), so
+ * recovery applies both or neither -- never the tombstone alone, which
+ * would drop the block's dirty data without a LOST record, nor the
+ * version alone, which would let G's version of X come back.
  *
  * Until then the index has sectors an older fragment stores outside the
  * valid mask (invariant 7 relaxed for the block): frag_current() and
@@ -266,12 +265,14 @@ struct rewrite {
     struct log_waiter lw;
     struct tc_mask want;
     uint8_t *buf;               /* by sector */
-    bool tombstoned;            /* the tombstone is appended */
+    bool appended;              /* the version is appended (status counts) */
 };
 
 static void rewrite_end(struct rewrite *r)
 {
     struct cache *c = r->c;
+    if (!r->appended)
+        c->rewrites_unappended--;
     bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
     free(r);
     devfail_hold_done(c);
@@ -356,7 +357,7 @@ static void rewrite_read(void *arg, int err)
             map_drop_block(c, r->oblock);
             block_gen_bump(c->locks, r->oblock);
         }
-        if (!r->tombstoned && tombstone(c, r->oblock) < 0)
+        if (tombstone(c, r->oblock) < 0)
             tc_error("cache: no room in the log for the tombstone of origin block %llu: "
                      "after a restart older data of it may come back",
                      (unsigned long long)r->oblock);
@@ -366,13 +367,6 @@ static void rewrite_read(void *arg, int err)
         log_sync(c, &r->lw);
         return;
     }
-    if (!r->tombstoned) {
-        if (tombstone(c, r->oblock) < 0) {
-            rewrite_wait_space(r);
-            return;
-        }
-        r->tombstoned = true;
-    }
     unsigned n = mask_count(&v);
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -380,8 +374,9 @@ static void rewrite_read(void *arg, int err)
         if (mask_test(&v, s))
             memcpy(data + (size_t)k++ * TC_SECTOR, r->buf + (size_t)s * TC_SECTOR, TC_SECTOR);
     bool wt = CE(&c->map.idx, id)->flags & CE_WT;
+    /* One append: the tombstone and the version, in one chunk (replace). */
     struct append a = { .oblock = r->oblock, .type = TC_ENTRY_DATA, .valid = v, .dirty = d,
-                        .data = data, .urgent = true,
+                        .data = data, .urgent = true, .replace = true,
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = !mask_empty(&d) && c->vol->cfg.dirty_copies > 1 };
     r->lw.fn = rewrite_durable;
@@ -396,6 +391,9 @@ static void rewrite_read(void *arg, int err)
         rewrite_wait_space(r);
         return;
     }
+    r->appended = true;
+    c->rewrites_unappended--;
+    c->rewrites_appended++;
     map_add_fragment(c, r->oblock, &v, &d, at.seg, at.off, at.mseg, at.moff,
                      wt ? CE_WT : 0, true);
     cache_trace(c, r->oblock, "device failure: rewritten as one version");
@@ -427,6 +425,7 @@ static void rewrite_block(struct cache *c, uint64_t oblock)
     r->buf = bufpool_get((size_t)c->spb * TC_SECTOR);
     r->bw.fn = rewrite_locked;
     devfail_hold_more(c);
+    c->rewrites_unappended++;
     if (block_lock(c->locks, oblock, &r->bw))
         rewrite_locked(&r->bw);
 }
