@@ -1010,6 +1010,12 @@ static void close_flush_origin(struct close_ctx *x)
         close_origin_flushed(&x->dio, 0);
 }
 
+void cache_stopping(struct cache *c)
+{
+    c->stopping = true;
+    rewrites_stop_waiting(c);
+}
+
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
 {
     struct close_ctx *x = tc_xcalloc(1, sizeof *x);
@@ -1020,6 +1026,7 @@ void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
     x->wait.fn = close_wait_fn;
     writeback_fini(c);
     cleaner_stop(c);
+    cache_stopping(c);      /* no room comes from a stopped cleaner */
     x->quiet.fn = close_quiet;
     x->quiet_since = x->quiet_logged = tc_now_ns();
     close_quiet(&x->quiet);

@@ -256,7 +256,15 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
  * block's dirty sectors are lost (recorded, EIO) and the block goes, with
  * a tombstone.  With no room in the log (the version is appended without
  * the cleaner's reserve: there may be many such blocks), the block waits,
- * locked, for the cleaner to free some, as a client write would.
+ * locked, for the cleaner to free some, as a client write would.  That
+ * wait ends too when the last device fails (rewrites_stop_waiting(): that
+ * failure recorded what only the devices held as lost, and the log is
+ * never trusted again) and when a stop begins (cache_stopping(): a stop
+ * cannot wait for a cleaner that may never free room -- it holds the
+ * clients' last answers, and then stops the cleaner -- so the rewrite
+ * takes the cleaner's reserve, and without room even there the block's
+ * dirty sectors are lost, recorded, as if unreadable): nothing waits for
+ * ever.
  */
 struct rewrite {
     struct cache *c;
@@ -265,6 +273,7 @@ struct rewrite {
     struct log_waiter lw;
     struct tc_mask want;
     uint8_t *buf;               /* by sector */
+    struct rewrite *prev, *next;    /* on c->rewrites_waiting: waiting for room */
     bool appended;              /* the version is appended (status counts) */
 };
 
@@ -294,29 +303,50 @@ static int tombstone(struct cache *c, uint64_t oblock)
 
 static void rewrite_locked(struct block_waiter *bw);
 
+static void waiting_unlink(struct rewrite *r)
+{
+    struct cache *c = r->c;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->rewrites_waiting = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
 /* No room in the log now (the whole block is appended again, without the
  * cleaner's reserve): the block stays locked and as it is until the
- * cleaner has freed some, then it is read again. */
+ * cleaner has freed some, or rewrites_stop_waiting(); then it is read
+ * again. */
 static void rewrite_space(struct log_waiter *lw, int err)
 {
     struct rewrite *r = container_of(lw, struct rewrite, lw);
-    if (err) {
-        /* Shutting down: the block stays as it is in the log. */
-        tc_error("cache: origin block %llu could not be rewritten after a device failure (%s): "
-                 "after a restart older data of it may come back",
-                 (unsigned long long)r->oblock, strerror(-err));
-        block_unlock(r->c->locks, r->oblock);
-        rewrite_end(r);
-        return;
-    }
+    (void)err;
+    waiting_unlink(r);
     rewrite_locked(&r->bw);
 }
 
 static void rewrite_wait_space(struct rewrite *r)
 {
+    struct cache *c = r->c;
     r->lw.fn = rewrite_space;
     r->lw.need_flush = false;
-    cleaner_wait_space(r->c, &r->lw);
+    r->prev = NULL;
+    r->next = c->rewrites_waiting;
+    if (r->next)
+        r->next->prev = r;
+    c->rewrites_waiting = r;
+    cleaner_wait_space(c, &r->lw);
+}
+
+void rewrites_stop_waiting(struct cache *c)
+{
+    while (c->rewrites_waiting) {
+        struct rewrite *r = c->rewrites_waiting;
+        cleaner_cancel_wait(c, &r->lw);
+        rewrite_space(&r->lw, 0);       /* unlinks it */
+    }
 }
 
 static void rewrite_read(void *arg, int err)
@@ -341,8 +371,9 @@ static void rewrite_read(void *arg, int err)
         return;
     }
     if (id == NIL || err) {
-        /* Unreadable: the dirty sectors are lost, the clean ones come from
-         * the origin. */
+lose:
+        /* Unreadable (or no room at a stop): the dirty sectors are lost,
+         * the clean ones come from the origin. */
         if (id != NIL) {
             if (!mask_empty(&d)) {
                 uint64_t base = r->oblock * c->block_size;
@@ -374,9 +405,11 @@ static void rewrite_read(void *arg, int err)
         if (mask_test(&v, s))
             memcpy(data + (size_t)k++ * TC_SECTOR, r->buf + (size_t)s * TC_SECTOR, TC_SECTOR);
     bool wt = CE(&c->map.idx, id)->flags & CE_WT;
-    /* One append: the tombstone and the version, in one chunk (replace). */
+    /* One append: the tombstone and the version, in one chunk (replace).
+     * A stop takes the cleaner's reserve: it cannot wait for the cleaner. */
     struct append a = { .oblock = r->oblock, .type = TC_ENTRY_DATA, .valid = v, .dirty = d,
                         .data = data, .urgent = true, .replace = true,
+                        .use_reserve = c->stopping,
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = !mask_empty(&d) && c->vol->cfg.dirty_copies > 1 };
     r->lw.fn = rewrite_durable;
@@ -387,6 +420,12 @@ static void rewrite_read(void *arg, int err)
         at = log_append(c, &a, &r->lw);
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (at.err < 0 && c->stopping) {
+        /* Stopping, and no room even in the reserve: waiting for the
+         * cleaner could hold the stop for ever. */
+        err = at.err;
+        goto lose;
+    }
     if (at.err < 0) {
         rewrite_wait_space(r);
         return;
@@ -516,6 +555,9 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
          * only the origin, and the log must never be trusted again. */
         abandon_record(c);
         c->vol->cache_failed = true;
+        /* Rewrites waiting for room would wait for ever: none comes.
+         * Each ends (rewrite_read()): this failure dealt with its block. */
+        rewrites_stop_waiting(c);
     }
     writeback_kick(c);
     cleaner_kick(c);
