@@ -80,6 +80,13 @@ struct tc_volume *tc_volume_open(struct tc_reactor *reactor, const struct tc_vol
  * everything durable (flush, clean-shutdown snapshot) and calls done once
  * the volume can be freed with tc_volume_free(). */
 void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg);
+/* A stop began (the clients' last requests are answered, then the volume
+ * is closed): what would wait for room in the cache until the cleaner
+ * frees some stops waiting -- a stop cannot wait for a cleaner that may
+ * never free any (the rewrites after a cache device failure take the
+ * cleaner's reserve, or lose their dirty sectors, recorded, without room
+ * there). */
+void tc_volume_stopping(struct tc_volume *vol);
 void tc_volume_free(struct tc_volume *vol);
 
 /* Size exported to clients, in bytes (a multiple of 4096). */

@@ -444,6 +444,8 @@ static void begin_shutdown(struct serve *s, const char *why)
         return;
     s->stopping = true;
     tc_info("%s: shutting down", why);
+    if (s->vol)
+        tc_volume_stopping(s->vol);
     if (s->have_nbd)
         nbd_server_stop(&s->nbd, nbd_stopped);
     else

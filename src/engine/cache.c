@@ -1010,6 +1010,12 @@ static void close_flush_origin(struct close_ctx *x)
         close_origin_flushed(&x->dio, 0);
 }
 
+void cache_stopping(struct cache *c)
+{
+    c->stopping = true;
+    rewrites_stop_waiting(c);
+}
+
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
 {
     struct close_ctx *x = tc_xcalloc(1, sizeof *x);
@@ -1020,6 +1026,7 @@ void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg)
     x->wait.fn = close_wait_fn;
     writeback_fini(c);
     cleaner_stop(c);
+    cache_stopping(c);      /* no room comes from a stopped cleaner */
     x->quiet.fn = close_quiet;
     x->quiet_since = x->quiet_logged = tc_now_ns();
     close_quiet(&x->quiet);
@@ -1202,6 +1209,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->map.lost));
     json_uint(j, "lost_bytes", lost_sectors(&c->map.lost) * TC_SECTOR);
     abandon_status_json(c, j);
+    json_uint(j, "device_failure_rewrites_pending", c->rewrites_unappended);
+    json_uint(j, "device_failure_rewrites", c->rewrites_appended);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
     /* Per block the cache can hold, and per block cached now: the index

@@ -87,6 +87,7 @@ struct cache_dev {
 struct blocklocks;
 struct cleaner;
 struct readahead;
+struct rewrite;
 struct streams;
 struct verify_cache;
 struct writeback;
@@ -135,6 +136,10 @@ struct cache {
     uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback
                                        works faster once clients are idle) */
     bool degraded;
+    struct rewrite *rewrites_waiting;   /* failure.c: rewrites waiting for room */
+    unsigned rewrites_unappended;   /* failure.c: rewrites begun, not yet appended */
+    uint64_t rewrites_appended;     /* ... appended (tombstone and version) */
+    bool stopping;                  /* cache_stopping(): nothing waits for room */
     char health[128];
     char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
 
@@ -159,6 +164,9 @@ struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
                                  struct tc_volume_config *cfg, char *err, size_t errlen);
 void cache_close_offline(struct cache *c);
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
+/* A stop began (tc_volume_stopping(), or cache_close()): nothing waits
+ * for room any more (failure.c's rewrites; failure.h). */
+void cache_stopping(struct cache *c);
 void cache_free(struct cache *c);
 void cache_status_json(struct cache *c, struct tc_json *j);
 /* Switch policy at run time (policy.h: policy_switch): 0, or -EINVAL with

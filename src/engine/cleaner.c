@@ -204,6 +204,18 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
     cleaner_kick(c);
 }
 
+bool cleaner_cancel_wait(struct cache *c, struct log_waiter *w)
+{
+    struct cleaner *k = c->cleaner;
+    for (struct log_waiter **pp = &k->space_waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            w->next = NULL;
+            return true;
+        }
+    return false;
+}
+
 void cleaner_space_freed(struct cache *c)
 {
     struct cleaner *k = c->cleaner;

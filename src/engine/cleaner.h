@@ -29,6 +29,9 @@ void cleaner_device_failed(struct cache *c);
 bool cleaner_idle(struct cache *c);
 /* Run w once free space allows appends again. */
 void cleaner_wait_space(struct cache *c, struct log_waiter *w);
+/* Take w out of the waiters for room (false: it was not waiting); its fn
+ * does not run. */
+bool cleaner_cancel_wait(struct cache *c, struct log_waiter *w);
 void cleaner_space_freed(struct cache *c);
 /* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
  * appends waiting for room). */

@@ -241,13 +241,12 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
  * (devfail_hold_more(): as for the failure marks), so no FLUSH is
  * acknowledged while a restart could still bring G's version of X back.
  *
- * NOT YET SAFE: the tombstone and the version may go into different chunks
- * (on different devices), and recovery keeps each unflushed chunk whose
- * data checks.  A crash after the tombstone's chunk is written and before
- * the version's is would drop the block's dirty data at the next start,
- * without a LOST record.  The two must be one chunk (a log_append() of the
- * pair into one head), or the version written durably first in a form
- * recovery does not let an older tombstone drop.
+ * The tombstone and the version are one append (log_append()'s replace):
+ * they go into the same chunk (each copy's chunk, when the version is
+ * mirrored), and the tombstone is linked to the version (ondisk.h), so
+ * recovery applies both or neither -- never the tombstone alone, which
+ * would drop the block's dirty data without a LOST record, nor the
+ * version alone, which would let G's version of X come back.
  *
  * Until then the index has sectors an older fragment stores outside the
  * valid mask (invariant 7 relaxed for the block): frag_current() and
@@ -257,7 +256,15 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
  * block's dirty sectors are lost (recorded, EIO) and the block goes, with
  * a tombstone.  With no room in the log (the version is appended without
  * the cleaner's reserve: there may be many such blocks), the block waits,
- * locked, for the cleaner to free some, as a client write would.
+ * locked, for the cleaner to free some, as a client write would.  That
+ * wait ends too when the last device fails (rewrites_stop_waiting(): that
+ * failure recorded what only the devices held as lost, and the log is
+ * never trusted again) and when a stop begins (cache_stopping(): a stop
+ * cannot wait for a cleaner that may never free room -- it holds the
+ * clients' last answers, and then stops the cleaner -- so the rewrite
+ * takes the cleaner's reserve, and without room even there the block's
+ * dirty sectors are lost, recorded, as if unreadable): nothing waits for
+ * ever.
  */
 struct rewrite {
     struct cache *c;
@@ -266,12 +273,15 @@ struct rewrite {
     struct log_waiter lw;
     struct tc_mask want;
     uint8_t *buf;               /* by sector */
-    bool tombstoned;            /* the tombstone is appended */
+    struct rewrite *prev, *next;    /* on c->rewrites_waiting: waiting for room */
+    bool appended;              /* the version is appended (status counts) */
 };
 
 static void rewrite_end(struct rewrite *r)
 {
     struct cache *c = r->c;
+    if (!r->appended)
+        c->rewrites_unappended--;
     bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
     free(r);
     devfail_hold_done(c);
@@ -293,29 +303,50 @@ static int tombstone(struct cache *c, uint64_t oblock)
 
 static void rewrite_locked(struct block_waiter *bw);
 
+static void waiting_unlink(struct rewrite *r)
+{
+    struct cache *c = r->c;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->rewrites_waiting = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
 /* No room in the log now (the whole block is appended again, without the
  * cleaner's reserve): the block stays locked and as it is until the
- * cleaner has freed some, then it is read again. */
+ * cleaner has freed some, or rewrites_stop_waiting(); then it is read
+ * again. */
 static void rewrite_space(struct log_waiter *lw, int err)
 {
     struct rewrite *r = container_of(lw, struct rewrite, lw);
-    if (err) {
-        /* Shutting down: the block stays as it is in the log. */
-        tc_error("cache: origin block %llu could not be rewritten after a device failure (%s): "
-                 "after a restart older data of it may come back",
-                 (unsigned long long)r->oblock, strerror(-err));
-        block_unlock(r->c->locks, r->oblock);
-        rewrite_end(r);
-        return;
-    }
+    (void)err;
+    waiting_unlink(r);
     rewrite_locked(&r->bw);
 }
 
 static void rewrite_wait_space(struct rewrite *r)
 {
+    struct cache *c = r->c;
     r->lw.fn = rewrite_space;
     r->lw.need_flush = false;
-    cleaner_wait_space(r->c, &r->lw);
+    r->prev = NULL;
+    r->next = c->rewrites_waiting;
+    if (r->next)
+        r->next->prev = r;
+    c->rewrites_waiting = r;
+    cleaner_wait_space(c, &r->lw);
+}
+
+void rewrites_stop_waiting(struct cache *c)
+{
+    while (c->rewrites_waiting) {
+        struct rewrite *r = c->rewrites_waiting;
+        cleaner_cancel_wait(c, &r->lw);
+        rewrite_space(&r->lw, 0);       /* unlinks it */
+    }
 }
 
 static void rewrite_read(void *arg, int err)
@@ -340,8 +371,9 @@ static void rewrite_read(void *arg, int err)
         return;
     }
     if (id == NIL || err) {
-        /* Unreadable: the dirty sectors are lost, the clean ones come from
-         * the origin. */
+lose:
+        /* Unreadable (or no room at a stop): the dirty sectors are lost,
+         * the clean ones come from the origin. */
         if (id != NIL) {
             if (!mask_empty(&d)) {
                 uint64_t base = r->oblock * c->block_size;
@@ -356,7 +388,7 @@ static void rewrite_read(void *arg, int err)
             map_drop_block(c, r->oblock);
             block_gen_bump(c->locks, r->oblock);
         }
-        if (!r->tombstoned && tombstone(c, r->oblock) < 0)
+        if (tombstone(c, r->oblock) < 0)
             tc_error("cache: no room in the log for the tombstone of origin block %llu: "
                      "after a restart older data of it may come back",
                      (unsigned long long)r->oblock);
@@ -366,13 +398,6 @@ static void rewrite_read(void *arg, int err)
         log_sync(c, &r->lw);
         return;
     }
-    if (!r->tombstoned) {
-        if (tombstone(c, r->oblock) < 0) {
-            rewrite_wait_space(r);
-            return;
-        }
-        r->tombstoned = true;
-    }
     unsigned n = mask_count(&v);
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -380,8 +405,11 @@ static void rewrite_read(void *arg, int err)
         if (mask_test(&v, s))
             memcpy(data + (size_t)k++ * TC_SECTOR, r->buf + (size_t)s * TC_SECTOR, TC_SECTOR);
     bool wt = CE(&c->map.idx, id)->flags & CE_WT;
+    /* One append: the tombstone and the version, in one chunk (replace).
+     * A stop takes the cleaner's reserve: it cannot wait for the cleaner. */
     struct append a = { .oblock = r->oblock, .type = TC_ENTRY_DATA, .valid = v, .dirty = d,
-                        .data = data, .urgent = true,
+                        .data = data, .urgent = true, .replace = true,
+                        .use_reserve = c->stopping,
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = !mask_empty(&d) && c->vol->cfg.dirty_copies > 1 };
     r->lw.fn = rewrite_durable;
@@ -392,10 +420,19 @@ static void rewrite_read(void *arg, int err)
         at = log_append(c, &a, &r->lw);
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (at.err < 0 && c->stopping) {
+        /* Stopping, and no room even in the reserve: waiting for the
+         * cleaner could hold the stop for ever. */
+        err = at.err;
+        goto lose;
+    }
     if (at.err < 0) {
         rewrite_wait_space(r);
         return;
     }
+    r->appended = true;
+    c->rewrites_unappended--;
+    c->rewrites_appended++;
     map_add_fragment(c, r->oblock, &v, &d, at.seg, at.off, at.mseg, at.moff,
                      wt ? CE_WT : 0, true);
     cache_trace(c, r->oblock, "device failure: rewritten as one version");
@@ -427,6 +464,7 @@ static void rewrite_block(struct cache *c, uint64_t oblock)
     r->buf = bufpool_get((size_t)c->spb * TC_SECTOR);
     r->bw.fn = rewrite_locked;
     devfail_hold_more(c);
+    c->rewrites_unappended++;
     if (block_lock(c->locks, oblock, &r->bw))
         rewrite_locked(&r->bw);
 }
@@ -517,6 +555,9 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
          * only the origin, and the log must never be trusted again. */
         abandon_record(c);
         c->vol->cache_failed = true;
+        /* Rewrites waiting for room would wait for ever: none comes.
+         * Each ends (rewrite_read()): this failure dealt with its block. */
+        rewrites_stop_waiting(c);
     }
     writeback_kick(c);
     cleaner_kick(c);

@@ -416,13 +416,18 @@ void log_seal_all(struct cache *c, bool force_header)
 
 /* ---- appends ---- */
 
-static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need_seal)
+/* Whether head d can take nent entries (an append: one; a replacing
+ * version: its tombstone and itself) and nsectors data sectors, in its
+ * current chunk or, after sealing it (*need_seal), in the next one --
+ * never split between the two. */
+static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, unsigned nent,
+                      bool *need_seal)
 {
     struct head *h = &c->lg.heads[d];
     *need_seal = false;
     if (h->seg == NIL || c->devs[d].state != CDEV_OK)
         return false;
-    size_t hdr_bytes = tc_chunk_header_bytes(c->spb, h->nentries + 1, h->data_fill + nsectors);
+    size_t hdr_bytes = tc_chunk_header_bytes(c->spb, h->nentries + nent, h->data_fill + nsectors);
     bool hdr_ok = hdr_bytes <= (size_t)h->hdr_sectors * TC_SECTOR;
     bool space_ok = h->chunk_start + h->hdr_sectors + h->data_fill + nsectors <= c->seg_sectors;
     if (hdr_ok && space_ok)
@@ -438,7 +443,7 @@ static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need
      * (possibly one sector larger: seal may grow it) and a data sector:
      * promise room only on the same terms, even for an entry without data
      * (a clean record or tombstone), or append_to() finds no head. */
-    if (tc_chunk_header_bytes(c->spb, 1, nsectors) <= (size_t)next_hdr * TC_SECTOR &&
+    if (tc_chunk_header_bytes(c->spb, nent, nsectors) <= (size_t)next_hdr * TC_SECTOR &&
         next_start + next_hdr + 1 + TC_MAX(nsectors, 1u) <= c->seg_sectors) {
         *need_seal = true;
         return true;
@@ -450,18 +455,18 @@ static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, bool *need
  * device until its chunk is sealed, so a sequential stream is laid out in
  * runs of up to a chunk on each device in turn; the next chunk goes to the
  * open head with the least fill, which keeps devices evenly used. */
-static int pick_head(struct cache *c, uint32_t nsectors, int exclude)
+static int pick_head(struct cache *c, uint32_t nsectors, unsigned nent, int exclude)
 {
     unsigned cur = c->lg.next_dev % c->ndevs;
     bool ns;
-    if ((int)cur != exclude && c->lg.heads[cur].data_fill > 0 && head_fits(c, cur, nsectors, &ns) &&
-        !ns)
+    if ((int)cur != exclude && c->lg.heads[cur].data_fill > 0 &&
+        head_fits(c, cur, nsectors, nent, &ns) && !ns)
         return (int)cur;
     int best = -1;
     uint32_t best_fill = UINT32_MAX;
     for (unsigned i = 0; i < c->ndevs; i++) {
         unsigned d = (c->lg.next_dev + i) % c->ndevs;
-        if ((int)d == exclude || !head_fits(c, d, nsectors, &ns))
+        if ((int)d == exclude || !head_fits(c, d, nsectors, nent, &ns))
             continue;
         struct head *h = &c->lg.heads[d];
         uint32_t fill = h->chunk_start + h->hdr_sectors + h->data_fill;
@@ -473,39 +478,57 @@ static int pick_head(struct cache *c, uint32_t nsectors, int exclude)
     return best;
 }
 
-/* Returns the sector where the data went, in the head's segment (which
- * the seal before it may have changed to none: the caller reads h->seg
- * after). */
-static uint16_t append_to(struct cache *c, unsigned d, const struct append *a, uint64_t seq,
-                          unsigned nsectors, bool mirror_copy)
+/* A new entry in head h's current chunk (room checked by the caller). */
+static struct tc_entry *add_entry(struct head *h)
 {
-    struct head *h = &c->lg.heads[d];
-    bool need_seal;
-    head_fits(c, d, nsectors, &need_seal);
-    if (need_seal) {
-        seal(c, d, false, false);
-        if (h->seg == NIL)
-            abort();        /* head_fits promised room in this segment */
-        if (tc_chunk_header_bytes(c->spb, 1, nsectors) > (size_t)h->hdr_sectors * TC_SECTOR)
-            h->hdr_sectors++;
-    }
-    uint8_t *image = c->lg.images[h->seg];
     if (h->nentries == h->entries_cap) {
         h->entries_cap = h->entries_cap ? h->entries_cap * 2 : 64;
         h->entries = realloc(h->entries, h->entries_cap * sizeof *h->entries);
         if (h->entries == NULL)
             abort();
     }
+    if (h->nentries == 0)
+        h->first_ns = tc_now_ns();
+    struct tc_entry *e = &h->entries[h->nentries++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
+
+/* Returns the sector where the data went, in the head's segment (which
+ * the seal before it may have changed to none: the caller reads h->seg
+ * after).  A replacing version (a->replace) goes after its tombstone
+ * (sequence tseq, target seq: the link recovery checks), in the same
+ * chunk: head_fits() was asked for room for both. */
+static uint16_t append_to(struct cache *c, unsigned d, const struct append *a, uint64_t tseq,
+                          uint64_t seq, unsigned nsectors, bool mirror_copy)
+{
+    struct head *h = &c->lg.heads[d];
+    unsigned nent = a->replace ? 2 : 1;
+    bool need_seal;
+    head_fits(c, d, nsectors, nent, &need_seal);
+    if (need_seal) {
+        seal(c, d, false, false);
+        if (h->seg == NIL)
+            abort();        /* head_fits promised room in this segment */
+        if (tc_chunk_header_bytes(c->spb, nent, nsectors) > (size_t)h->hdr_sectors * TC_SECTOR)
+            h->hdr_sectors++;
+    }
+    uint8_t *image = c->lg.images[h->seg];
     if (h->data_fill + nsectors > h->crcs_cap) {
         h->crcs_cap = TC_MAX(c->seg_sectors, h->data_fill + nsectors);
         h->crcs = realloc(h->crcs, h->crcs_cap * sizeof *h->crcs);
         if (h->crcs == NULL)
             abort();
     }
-    if (h->nentries == 0)
-        h->first_ns = tc_now_ns();
-    struct tc_entry *e = &h->entries[h->nentries++];
-    memset(e, 0, sizeof *e);
+    if (a->replace) {
+        struct tc_entry *t = add_entry(h);
+        t->oblock = a->oblock;
+        t->seq = tseq;
+        t->type = TC_ENTRY_TOMBSTONE;
+        t->data_sector = h->data_fill;
+        t->target = seq;
+    }
+    struct tc_entry *e = add_entry(h);
     e->oblock = a->oblock;
     e->seq = seq;
     e->type = a->type;
@@ -569,13 +592,15 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
         }
     }
     unsigned nsectors = a->type == TC_ENTRY_DATA ? mask_count(&a->valid) : 0;
+    TC_ASSERT_ALWAYS(!a->replace || a->type == TC_ENTRY_DATA);
+    unsigned nent = a->replace ? 2 : 1;
     int d1 = -1, d2 = -1;
     for (int attempt = 0; attempt < 3; attempt++) {
         if (!ensure_group(c, a->use_reserve))
             return loc;
-        d1 = pick_head(c, nsectors, -1);
+        d1 = pick_head(c, nsectors, nent, -1);
         if (d1 >= 0 && a->mirror) {
-            d2 = pick_head(c, nsectors, d1);
+            d2 = pick_head(c, nsectors, nent, d1);
             if (d2 < 0)
                 d1 = -1;
         }
@@ -589,15 +614,18 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     }
     if (d1 < 0)
         return loc;
+    /* The tombstone of a replacing version (one sequence for both copies'
+     * chunks, as the version's copies share one), just below it. */
+    uint64_t tseq = a->replace ? c->lg.next_seq++ : 0;
     uint64_t seq = c->lg.next_seq++;
     if (a->flags & TC_ENTRY_WT)
         c->lg.wt_newest_seq = seq;      /* a FLUSH in writeback mode flushes the origin */
     loc.err = 0;
     loc.seq = seq;
-    loc.off = append_to(c, (unsigned)d1, a, seq, nsectors, false);
+    loc.off = append_to(c, (unsigned)d1, a, tseq, seq, nsectors, false);
     loc.seg = c->lg.heads[d1].seg;
     if (d2 >= 0) {
-        loc.moff = append_to(c, (unsigned)d2, a, seq, nsectors, true);
+        loc.moff = append_to(c, (unsigned)d2, a, tseq, seq, nsectors, true);
         loc.mseg = c->lg.heads[d2].seg;
     }
     /* Only a clean copy of origin data may wait long (above): not a

@@ -180,6 +180,10 @@ struct append {
     bool mirror;                /* write a second copy on another device */
     bool use_reserve;           /* the cleaner may use the reserved space */
     bool urgent;                /* write the chunk now (someone waits on it) */
+    bool replace;               /* DATA: the block's whole contents; a tombstone of
+                                   the block goes just before it, in the same chunk
+                                   as each copy, linked to it (ondisk.h): recovery
+                                   applies the pair or neither (failure.c) */
 };
 /* Where log_append() put an entry. */
 struct log_loc {
@@ -191,7 +195,8 @@ struct log_loc {
     uint16_t moff;
     uint64_t seq;               /* the entry's sequence number */
 };
-/* Appends an entry: copies the data into an open segment's image and
+/* Appends an entry (with a->replace: a tombstone and the entry, in one
+ * chunk of each copy): copies the data into an open segment's image and
  * records the entry in its chunk.  Returns its location (err 0), or err
  * -ENOSPC if no space is free right now.  When w is given, w->fn runs
  * once the chunk holding the entry is written (and flushed if

@@ -902,6 +902,24 @@ static void apply_clean(struct recovery *rc, const struct rec *r)
         rc->wt_seq[id] = 0;
 }
 
+/* Whether the version a linked tombstone (recs[i], target: the version's
+ * sequence, TC_ENTRY_TOMBSTONE in ondisk.h) goes with is there, its data
+ * whole (one copy is enough).  They share a chunk, so this is only false
+ * when that chunk's data was torn: then the pair is ignored, as if never
+ * written -- the tombstone alone would drop the block's dirty data the
+ * version holds.  The version's sequence is above the tombstone's: it
+ * follows in sorted order (after the tombstone's other copy, if any). */
+static bool linked_version(const struct recovery *rc, size_t i)
+{
+    const struct rec *t = &rc->recs[i];
+    for (size_t j = i + 1; j < rc->nrecs && rc->recs[j].seq <= t->target; j++) {
+        const struct rec *v = &rc->recs[j];
+        if (v->seq == t->target && v->type == TC_ENTRY_DATA && v->oblock == t->oblock && !v->bad)
+            return true;
+    }
+    return false;
+}
+
 static void apply(struct recovery *rc)
 {
     struct cache *c = rc->c;
@@ -941,6 +959,8 @@ static void apply(struct recovery *rc)
             if (r->flags & TC_ENTRY_WT)
                 rc->wt_seq[id] = r->seq;
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
+            if (r->target && !linked_version(rc, i))
+                continue;       /* its version was torn: neither happened */
             map_drop_block(c, r->oblock);
         } else if (r->type == TC_ENTRY_LOST) {
             lost_set(&c->map.lost, r->oblock, &r->valid);

@@ -315,6 +315,12 @@ static void cache_closed(void *arg, int err)
     dev_submit(vol->origin, &vol->close_dio);
 }
 
+void tc_volume_stopping(struct tc_volume *vol)
+{
+    if (vol->cache)
+        cache_stopping(vol->cache);
+}
+
 void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg)
 {
     vol->closing = true;

@@ -271,6 +271,21 @@ enum tc_entry_type {
                                        (valid mask; empty: none any more) */
 };
 
+/*
+ * A linked tombstone (target != 0) goes with one DATA version of the same
+ * block, whose sequence its target holds: the block's whole contents,
+ * written as one version after a cache device failed (so that no older
+ * version of it in the log can come back).  The tombstone's sequence is
+ * just below the version's, and every chunk holding a copy of the version
+ * holds the tombstone too, before it: a crash keeps both or neither.
+ * Recovery applies the tombstone only if that version is there with its
+ * data whole (a chunk written after the durable mark may be torn): the
+ * tombstone alone would drop the dirty data the version holds.  A reader
+ * that does not know the link applies it anyway, as every tombstone, and
+ * differs only after such a torn write.  Tombstones were always written
+ * with target 0 (no version change).
+ */
+
 /* A write-through version, or a version that stores clean sectors of one
  * the origin may not hold durably yet (the cleaner's copy, a merge of the
  * block's fragments): until the newest chunk header's wt_stable_seq reaches
@@ -316,7 +331,9 @@ struct tc_entry {
     uint8_t type;                   /* enum tc_entry_type */
     uint8_t flags;                  /* TC_ENTRY_* */
     uint32_t data_sector;           /* DATA: offset of its data in the chunk's data */
-    uint64_t target;                /* CLEAN: tc_loc() of the DATA version cleaned */
+    uint64_t target;                /* CLEAN: tc_loc() of the DATA version cleaned;
+                                       TOMBSTONE: 0, or the sequence of the version
+                                       it is linked to (below) */
     struct tc_mask valid;           /* DATA: sectors present, packed in order;
                                        CLEAN: sectors now clean */
     struct tc_mask dirty;           /* DATA: sectors newer than the origin */
