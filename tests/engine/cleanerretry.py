@@ -19,7 +19,14 @@ origin takes writes again and 'tiercache flush' ran.  (Before the fix the
 cleaner recorded the victim's dirty data as lost and dropped it, the
 device still in service: reads of it failed with EIO.)
 
-usage: cleanerretry.py --bin TIERCACHE --dir DIR
+Two places where the read fails (--where):
+  chunk     every read touching the victim's data: the cleaner's walk of
+            the group (one read of each chunk, header and data) fails;
+  fragment  only reads of at most one block (testdev eio_maxlen): the
+            walk reads the chunk fine, the read of the victim's dirty
+            fragment that the cleaner copies (or writes back) fails.
+
+usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment
 """
 import argparse
 import atexit
@@ -113,6 +120,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
+    ap.add_argument("--where", choices=("chunk", "fragment"), required=True)
     a = ap.parse_args()
     nblocks = (ORIGIN_MIB << 20) // BLOCK
     with open(f"{a.dir}/origin.img", "wb") as f:
@@ -143,7 +151,8 @@ def main():
     boom = f"{a.dir}/boom"            # while it exists, the victim's cached data is unreadable
     refuse = f"{a.dir}/refuse"        # while it exists, the origin refuses writes
     open(refuse, "w").close()
-    d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read&eio_range={at}+{BLOCK}",
+    small = f"&eio_maxlen={BLOCK}" if a.where == "fragment" else ""
+    d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read&eio_range={at}+{BLOCK}{small}",
                f"testdev:{origin}?eio_when={refuse}&eio_ops=write")
     dirty = d.status()["dirty_bytes"]
     if dirty != len(DIRTY) * BLOCK:
@@ -203,8 +212,14 @@ def main():
             f.seek(b * BLOCK)
             if f.read(BLOCK) != block_data(b, 2):
                 sys.exit(f"block {b} on the origin is not generation 2 after the flush")
-    print(f"transient cache read errors: the cleaner gave up {st['cleaner']['read_retries']} "
-          "attempt(s), lost nothing, reclaimed the group once readable")
+    # The attempts given up were for the read this run fails.
+    log = open(d.log).read()
+    chunk_msgs = len(re.findall(r"cleaner: .* chunk at byte \d+ \(segment \d+\) unreadable", log))
+    if (chunk_msgs > 0) != (a.where == "chunk"):
+        sys.exit(f"{a.where}: {chunk_msgs} messages of the cleaner's walk failing:\n{log[-3000:]}")
+    print(f"transient cache read errors ({a.where}): the cleaner gave up "
+          f"{st['cleaner']['read_retries']} attempt(s), lost nothing, reclaimed the group once "
+          "readable")
 
 
 if __name__ == "__main__":
