@@ -29,20 +29,25 @@
  * crash at any step recovers a consistent index.  A segment holding dirty
  * data is never reused before that data is on the origin.
  *
- * Read errors.  A read of the group that fails with an I/O error on a
+ * Read errors.  A read of dirty data that fails with an I/O error on a
  * device still in service (failure.c fails a device only after a run of
- * read errors) may well succeed a moment later, and the dirty data it
- * holds exists nowhere else: the group is kept, whole, and the cleaner
- * walks it again after a back-off (50 ms, doubling, at most 5 s; status:
- * read_retries, read_retry_delay_ms).  Dirty data is dropped as lost only
- * when it is proven damaged -- read, and not matching its checksums -- or
- * when its device is declared failed, whose handling (failure.c) moves or
- * records it first.  While the group is kept nothing can be reclaimed (the
- * log goes in order: the tail only moves forward), so appends that need
- * room wait (cleaner_wait_space()): they are neither failed nor dropped,
- * until the data reads again, a client write or writeback makes it
- * unnecessary, or its device fails.  Attempts given up are logged (the
- * first ten, then one in a hundred).
+ * read errors) may well succeed a moment later, and the data exists
+ * nowhere else: the group is kept, whole, and the cleaner walks it again
+ * after a back-off (50 ms, doubling, at most 5 s; status: read_retries,
+ * read_retry_delay_ms).  A chunk of the group holding dirty data that the
+ * walk cannot read gives the attempt up at once, the first few times (one
+ * failed read per attempt: a device that fails every read for a moment
+ * must not see a burst of them, failure.c counts errors in a row); after
+ * that its dirty fragments are read on their own, so that a bad sector
+ * among the chunk's clean data holds nothing up.  Dirty data is dropped
+ * as lost only when it is proven damaged -- read, and not matching its
+ * checksums -- or when its device is declared failed, whose handling
+ * (failure.c) moves or records it first.  While the group is kept
+ * nothing can be reclaimed (the log goes in order: the tail only moves
+ * forward), so appends that need room wait (cleaner_wait_space()): they
+ * are neither failed nor dropped, until the data reads again, a client
+ * write or writeback makes it unnecessary, or its device fails.  Attempts
+ * given up are logged (the first ten, then one in a hundred) and counted.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -96,11 +101,13 @@ struct cleaner {
                                      * service: retry with a back-off */
     struct tc_timer retry;          /* then: try again after a while */
     uint64_t read_retry_ns;         /* the back-off after the last unreadable
-                                     * attempt (0: the last one was not) */
+                                     * attempt (0: none since a group was
+                                     * reclaimed) */
     bool backing_off;               /* until the retry timer fires: no attempt,
                                      * whoever kicks (appends waiting for room
                                      * kick at every try) */
     uint64_t read_retries;          /* attempts given up for an unreadable read */
+    unsigned reads_failed_in_row;   /* such attempts since a group was reclaimed */
     struct tc_task kick;
     struct log_waiter *space_waiters;
     /* the group being reclaimed */
@@ -338,7 +345,9 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
                                           (uint64_t)cr->start * TC_SECTOR),
                      cr->start, seg, why);
         /* Nothing can be copied from here: every fragment pointing into it
-         * is set aside (dirty: writeback reports what is lost) or dropped. */
+         * is set aside (dirty: read again on its own, and kept -- the group
+         * with it -- if that fails too without proof of damage; see
+         * later_read()) or dropped (clean: the origin has it). */
         for (uint32_t id = 0; id < c->map.idx.used; id++) {
             struct centry *e = CE(&c->map.idx, id);
             if (e->oblock == UINT64_MAX)
@@ -414,8 +423,6 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     }
 }
 
-static void give_up_for_now(struct cleaner *k);
-
 /* Is the next attempt given up for a read error logged?  The first ten
  * are, then one in a hundred: a device that keeps failing the same read
  * every 5 s must not fill the log. */
@@ -425,27 +432,54 @@ static bool retry_logged(const struct cleaner *k)
     return n <= 10 || n % 100 == 0;
 }
 
+/* Does a current dirty sector of some block lie in the chunk? */
+static bool chunk_has_dirty(struct cache *c, uint32_t seg, const struct chunk_ref *cr)
+{
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        if (CE(&c->map.idx, id)->oblock == UINT64_MAX)
+            continue;
+        for (uint32_t g = ce_head(&c->map.idx, id); g != NIL; g = frag_next(&c->map.idx, g)) {
+            struct cfrag f = frag_view(&c->map.idx, g);
+            if (f.seg != seg || f.off < cr->start ||
+                f.off >= cr->start + cr->hdr_sectors + cr->data_sectors)
+                continue;
+            struct tc_mask cur, v, d;
+            frag_current(&c->map.idx, id, g, &cur);
+            ce_get_masks(&c->map.idx, id, &v, &d);
+            mask_and(&d, &cur);
+            if (!mask_empty(&d))
+                return true;
+        }
+    }
+    return false;
+}
+
+static void give_up_for_now(struct cleaner *k);
+
+/* Attempts given up at once for a chunk that cannot be read (see the top
+ * of this file); then its dirty fragments are read on their own. */
+#define CHUNK_READ_TRIES 5
+
 static void chunk_read(struct tc_dev_io *dio, int err)
 {
     struct cleaner *k = container_of(dio, struct cleaner, dio);
     struct cache *c = k->c;
     uint32_t seg = k->segs[k->seg_i];
+    const struct chunk_ref *cr = &space_seg(&c->sp, seg)->chunks[k->chunk_i];
     seg_unpin(&c->sp, seg);
     if (err)
         cache_device_error(c, space_seg(&c->sp, seg)->dev, err, false);
-    if (err && seg_usable(c, seg)) {
-        /* Not readable now, on a device still in service: the chunk's
-         * dirty data (and LOST records) exist nowhere else, and may read
-         * fine later.  Keep the group as it is and walk it again after a
-         * back-off; nothing of it is dropped.  (A device declared failed
-         * by this error had its fragments moved or recorded lost by
-         * failure.c already: then the chunk is skipped below.) */
+    if (err && seg_usable(c, seg) && k->reads_failed_in_row < CHUNK_READ_TRIES &&
+        chunk_has_dirty(c, seg, cr)) {
+        /* Dirty data that may read fine in a moment, on a device still in
+         * service: nothing of the group goes now.  (A device this error
+         * failed had its fragments moved or recorded lost by failure.c:
+         * then the chunk is dealt with below.) */
         if (retry_logged(k))
-            tc_error("cleaner: %s: chunk at byte %llu (segment %u) unreadable: %s",
-                     seg_cdev(c, seg)->dev->name,
+            tc_error("cleaner: %s: chunk at byte %llu (segment %u), holding dirty data, "
+                     "unreadable: %s", seg_cdev(c, seg)->dev->name,
                      (unsigned long long)(seg_dev_offset(c, seg) +
-                                          (uint64_t)space_seg(&c->sp, seg)->chunks[k->chunk_i]
-                                              .start * TC_SECTOR),
+                                          (uint64_t)cr->start * TC_SECTOR),
                      seg, strerror(-err));
         k->unreadable = true;
         give_up_for_now(k);
@@ -587,6 +621,7 @@ static void give_up_for_now(struct cleaner *k)
                      (unsigned long long)k->seq, (unsigned long long)(delay / 1000000),
                      (unsigned long long)k->read_retries + 1);
         k->read_retries++;
+        k->reads_failed_in_row++;
     }
     k->keep_group = false;
     k->unreadable = false;
@@ -809,6 +844,7 @@ static void tail_synced(struct log_waiter *lw, int err)
     k->groups++;
     k->no_room_to_copy = false;
     k->read_retry_ns = 0;
+    k->reads_failed_in_row = 0;
     k->running = false;
     cleaner_space_freed(c);
     cleaner_kick(c);
