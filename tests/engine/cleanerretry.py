@@ -19,14 +19,20 @@ origin takes writes again and 'tiercache flush' ran.  (Before the fix the
 cleaner recorded the victim's dirty data as lost and dropped it, the
 device still in service: reads of it failed with EIO.)
 
-Two places where the read fails (--where):
+What fails (--where):
   chunk     every read touching the victim's data: the cleaner's walk of
             the group (one read of each chunk, header and data) fails;
   fragment  only reads of at most one block (testdev eio_maxlen): the
             walk reads the chunk fine, the read of the victim's dirty
-            fragment that the cleaner copies (or writes back) fails.
+            fragment that the cleaner copies (or writes back) fails;
+  device    every read of the cache device, for a moment: the cleaner
+            must not turn it into a run of errors that fails the device
+            (8 in a row, failure.c) -- its attempts fail one read each.
+            (Before the fix the reads of the group's dirty fragments,
+            each tried three times at once, failed the device, and its
+            dirty data was lost with it.)
 
-usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment
+usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment|device
 """
 import argparse
 import atexit
@@ -120,7 +126,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--where", choices=("chunk", "fragment"), required=True)
+    ap.add_argument("--where", choices=("chunk", "fragment", "device"), required=True)
     a = ap.parse_args()
     nblocks = (ORIGIN_MIB << 20) // BLOCK
     with open(f"{a.dir}/origin.img", "wb") as f:
@@ -151,8 +157,10 @@ def main():
     boom = f"{a.dir}/boom"            # while it exists, the victim's cached data is unreadable
     refuse = f"{a.dir}/refuse"        # while it exists, the origin refuses writes
     open(refuse, "w").close()
-    small = f"&eio_maxlen={BLOCK}" if a.where == "fragment" else ""
-    d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read&eio_range={at}+{BLOCK}{small}",
+    where = {"chunk": f"&eio_range={at}+{BLOCK}",
+             "fragment": f"&eio_range={at}+{BLOCK}&eio_maxlen={BLOCK}",
+             "device": ""}[a.where]
+    d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read{where}",
                f"testdev:{origin}?eio_when={refuse}&eio_ops=write")
     dirty = d.status()["dirty_bytes"]
     if dirty != len(DIRTY) * BLOCK:
@@ -214,9 +222,10 @@ def main():
                 sys.exit(f"block {b} on the origin is not generation 2 after the flush")
     # The attempts given up were for the read this run fails.
     log = open(d.log).read()
-    chunk_msgs = len(re.findall(r"cleaner: .* chunk at byte \d+ \(segment \d+\) unreadable", log))
-    if (chunk_msgs > 0) != (a.where == "chunk"):
-        sys.exit(f"{a.where}: {chunk_msgs} messages of the cleaner's walk failing:\n{log[-3000:]}")
+    walk_fails = [n for n in re.findall(r"read of (\d+) bytes at offset \d+ failed", log)
+                  if int(n) > BLOCK]
+    if bool(walk_fails) != (a.where != "fragment"):
+        sys.exit(f"{a.where}: {len(walk_fails)} reads of whole chunks failed:\n{log[-3000:]}")
     print(f"transient cache read errors ({a.where}): the cleaner gave up "
           f"{st['cleaner']['read_retries']} attempt(s), lost nothing, reclaimed the group once "
           "readable")
