@@ -26,6 +26,7 @@
  *   eio_maxlen=N    only requests of at most N bytes fail (with eio_range:
  *                   a small read of bad sectors fails, a larger one around
  *                   them succeeds -- to reach a path that reads small).
+ *   eio_minlen=N    only requests of at least N bytes fail (the reverse).
  *   hold_when=FILE  while FILE exists, requests (of the kinds hold_ops=LIST
  *                   names, as eio_ops does; default all) are held, not
  *                   sent: a device that stops answering at a moment the
@@ -63,6 +64,7 @@ struct dev_test {
     long long eio_after;
     uint64_t eio_from, eio_to;  /* eio_range: [from, to); to 0: everywhere */
     uint64_t eio_maxlen;        /* 0: any length */
+    uint64_t eio_minlen;
     long long ops;
     unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
     char *hold_when;
@@ -155,7 +157,7 @@ static bool failing(struct dev_test *d, const struct tc_dev_io *dio)
     if (d->eio_to && (op == TC_DEV_FLUSH || dio->off >= d->eio_to ||
                       dio->off + dio->len <= d->eio_from))
         return false;
-    if (d->eio_maxlen && dio->len > d->eio_maxlen)
+    if ((d->eio_maxlen && dio->len > d->eio_maxlen) || dio->len < d->eio_minlen)
         return false;
     if (d->eio_after >= 0 && d->ops > d->eio_after)
         return true;
@@ -349,6 +351,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             d->eio_to = from + len;
         } else if (strncmp(o, "eio_maxlen=", 11) == 0) {
             d->eio_maxlen = strtoull(o + 11, NULL, 0);
+        } else if (strncmp(o, "eio_minlen=", 11) == 0) {
+            d->eio_minlen = strtoull(o + 11, NULL, 0);
         } else if (strncmp(o, "hold_when=", 10) == 0) {
             free(d->hold_when);
             d->hold_when = tc_xstrdup(o + 10);
@@ -372,7 +376,7 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
-                     "eio_after=, eio_range=, eio_maxlen=, eio_ops=, hold_when=, hold_ops=)", o);
+                     "eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, hold_when=, hold_ops=)", o);
             goto fail;
         }
     }
