@@ -100,7 +100,11 @@ static void hdr_done(struct tc_dev_io *dio, int err)
         free(cr->crcs);
         cr->crcs = NULL;
     }
-    if (join_put(&cr->join, 0))
+    /* A header that could not be read is an I/O error, not damage: the
+     * data are unchecked (-EBADMSG) only when the header read fine and is
+     * unusable.  Callers tell the two apart -- the cleaner drops dirty data
+     * as lost only on proven damage (cleaner.c, later_read()). */
+    if (join_put(&cr->join, err))
         finished(cr);
 }
 
@@ -171,6 +175,12 @@ struct gather {
 static void gather_read(struct cread *cr, int err)
 {
     struct gather *g = cr->priv;
+    /* An I/O error outweighs a checksum mismatch of another run: the
+     * caller learns that some sectors were not read at all, not that the
+     * block is proven damaged (-EBADMSG: every run that failed read and
+     * did not match). */
+    if (err && err != -EBADMSG && g->join.err == -EBADMSG)
+        g->join.err = err;
     if (!join_put(&g->join, err))
         return;
     void (*cb)(void *, int) = g->cb;

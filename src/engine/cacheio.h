@@ -41,7 +41,10 @@ struct cread {
 };
 void cache_read_verified(struct cache *c, struct cread *cr);
 /* Read the sectors `want` of entry id, wherever its fragments keep them,
- * into dst (sector s at dst + s * 4096); cb gets 0 or the first error.
+ * into dst (sector s at dst + s * 4096); cb gets 0 or the first error,
+ * except that an I/O error outweighs -EBADMSG: -EBADMSG means every read
+ * that failed completed and did not check (damage, not a device that may
+ * read fine again).
  * cb runs before the call returns when no device read is needed (every
  * sector in a RAM image, or none located), as with cache_read_verified();
  * the same holds for the two forms below. */

@@ -28,6 +28,26 @@
  * Blocks stay readable in the old group until step 3 is durable, so a
  * crash at any step recovers a consistent index.  A segment holding dirty
  * data is never reused before that data is on the origin.
+ *
+ * Read errors.  A read of dirty data that fails with an I/O error on a
+ * device still in service (failure.c fails a device only after a run of
+ * read errors) may well succeed a moment later, and the data exists
+ * nowhere else: the group is kept, whole, and the cleaner walks it again
+ * after a back-off (50 ms, doubling, at most 5 s; status: read_retries,
+ * read_retry_delay_ms).  A chunk of the group holding dirty data that the
+ * walk cannot read gives the attempt up at once, the first few times (one
+ * failed read per attempt: a device that fails every read for a moment
+ * must not see a burst of them, failure.c counts errors in a row); after
+ * that its dirty fragments are read on their own, so that a bad sector
+ * among the chunk's clean data holds nothing up.  Dirty data is dropped
+ * as lost only when it is proven damaged -- read, and not matching its
+ * checksums -- or when its device is declared failed, whose handling
+ * (failure.c) moves or records it first.  While the group is kept
+ * nothing can be reclaimed (the log goes in order: the tail only moves
+ * forward), so appends that need room wait (cleaner_wait_space()): they
+ * are neither failed nor dropped, until the data reads again, a client
+ * write or writeback makes it unnecessary, or its device fails.  Attempts
+ * given up are logged (the first ten, then one in a hundred) and counted.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -77,7 +97,17 @@ struct cleaner {
     bool keep_group;                /* dirty data could not be moved: retire later */
     bool no_room_to_copy;           /* ...because copies found no room: write back
                                      * next time (until a group is reclaimed) */
+    bool unreadable;                /* ...because a read failed on a device in
+                                     * service: retry with a back-off */
     struct tc_timer retry;          /* then: try again after a while */
+    uint64_t read_retry_ns;         /* the back-off after the last unreadable
+                                     * attempt (0: none since a group was
+                                     * reclaimed) */
+    bool backing_off;               /* until the retry timer fires: no attempt,
+                                     * whoever kicks (appends waiting for room
+                                     * kick at every try) */
+    uint64_t read_retries;          /* attempts given up for an unreadable read */
+    unsigned reads_failed_in_row;   /* such attempts since a group was reclaimed */
     struct tc_task kick;
     struct log_waiter *space_waiters;
     /* the group being reclaimed */
@@ -107,7 +137,7 @@ static void kick_fn(struct tc_task *t)
 {
     struct cleaner *k = container_of(t, struct cleaner, kick);
     struct cache *c = k->c;
-    if (k->running || k->stopping)
+    if (k->running || k->stopping || k->backing_off)
         return;
     if (c->sp.free_segs < space_low_water(&c->sp, c->ndevs))
         k->active = true;
@@ -327,7 +357,9 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
                                           (uint64_t)cr->start * TC_SECTOR),
                      cr->start, seg, why);
         /* Nothing can be copied from here: every fragment pointing into it
-         * is set aside (dirty: writeback reports what is lost) or dropped. */
+         * is set aside (dirty: read again on its own, and kept -- the group
+         * with it -- if that fails too without proof of damage; see
+         * later_read()) or dropped (clean: the origin has it). */
         for (uint32_t id = 0; id < c->map.idx.used; id++) {
             struct centry *e = CE(&c->map.idx, id);
             if (e->oblock == UINT64_MAX)
@@ -403,14 +435,68 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     }
 }
 
+/* Is the next attempt given up for a read error logged?  The first ten
+ * are, then one in a hundred: a device that keeps failing the same read
+ * every 5 s must not fill the log. */
+static bool retry_logged(const struct cleaner *k)
+{
+    uint64_t n = k->read_retries + 1;
+    return n <= 10 || n % 100 == 0;
+}
+
+/* Does a current dirty sector of some block lie in the chunk? */
+static bool chunk_has_dirty(struct cache *c, uint32_t seg, const struct chunk_ref *cr)
+{
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        if (CE(&c->map.idx, id)->oblock == UINT64_MAX)
+            continue;
+        for (uint32_t g = ce_head(&c->map.idx, id); g != NIL; g = frag_next(&c->map.idx, g)) {
+            struct cfrag f = frag_view(&c->map.idx, g);
+            if (f.seg != seg || f.off < cr->start ||
+                f.off >= cr->start + cr->hdr_sectors + cr->data_sectors)
+                continue;
+            struct tc_mask cur, v, d;
+            frag_current(&c->map.idx, id, g, &cur);
+            ce_get_masks(&c->map.idx, id, &v, &d);
+            mask_and(&d, &cur);
+            if (!mask_empty(&d))
+                return true;
+        }
+    }
+    return false;
+}
+
+static void give_up_for_now(struct cleaner *k);
+
+/* Attempts given up at once for a chunk that cannot be read (see the top
+ * of this file); then its dirty fragments are read on their own. */
+#define CHUNK_READ_TRIES 5
+
 static void chunk_read(struct tc_dev_io *dio, int err)
 {
     struct cleaner *k = container_of(dio, struct cleaner, dio);
     struct cache *c = k->c;
     uint32_t seg = k->segs[k->seg_i];
+    const struct chunk_ref *cr = &space_seg(&c->sp, seg)->chunks[k->chunk_i];
     seg_unpin(&c->sp, seg);
     if (err)
         cache_device_error(c, space_seg(&c->sp, seg)->dev, err, false);
+    if (err && seg_usable(c, seg) && k->reads_failed_in_row < CHUNK_READ_TRIES &&
+        chunk_has_dirty(c, seg, cr)) {
+        /* Dirty data that may read fine in a moment, on a device still in
+         * service: nothing of the group goes now.  (A device this error
+         * failed had its fragments moved or recorded lost by failure.c:
+         * then the chunk is dealt with below.) */
+        if (retry_logged(k))
+            tc_error("cleaner: %s: chunk at byte %llu (segment %u), holding dirty data, "
+                     "unreadable: %s", seg_cdev(c, seg)->dev->name,
+                     (unsigned long long)(seg_dev_offset(c, seg) +
+                                          (uint64_t)cr->start * TC_SECTOR),
+                     seg, strerror(-err));
+        k->unreadable = true;
+        give_up_for_now(k);
+        return;
+    }
     process_chunk(k, &space_seg(&c->sp, seg)->chunks[k->chunk_i], err == 0);
     k->chunk_i++;
     walk(k);
@@ -518,7 +604,53 @@ static void walk(struct cleaner *k)
 static void retry_fn(struct tc_timer *t)
 {
     struct cleaner *k = container_of(t, struct cleaner, retry);
+    k->backing_off = false;
     cleaner_kick(k->c);
+}
+
+#define RETRY_NS (50ull * 1000 * 1000)
+#define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
+
+/* The group stays, with everything in it, and the cleaner tries again
+ * after a while: once writeback has had time to work (no room to copy),
+ * or after a back-off that doubles with each attempt in a row given up
+ * for a read error (unreadable) -- enough for a transient error to pass,
+ * few enough reads for a device failing for good to reach failure.c's
+ * run of errors soon. */
+static void give_up_for_now(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    uint64_t delay = RETRY_NS;
+    bool unreadable = k->unreadable;
+    if (unreadable) {
+        k->read_retry_ns = k->read_retry_ns ? TC_MIN(k->read_retry_ns * 2, READ_RETRY_MAX_NS)
+                                            : RETRY_NS;
+        delay = k->read_retry_ns;
+        if (retry_logged(k))
+            tc_error("cleaner: group %llu kept: some of its dirty data could not be read on a "
+                     "device in service; trying again in %llu ms (attempt %llu given up; "
+                     "appends needing room wait meanwhile)",
+                     (unsigned long long)k->seq, (unsigned long long)(delay / 1000000),
+                     (unsigned long long)k->read_retries + 1);
+        k->read_retries++;
+        k->reads_failed_in_row++;
+    }
+    k->keep_group = false;
+    k->unreadable = false;
+    k->ndrops = 0;
+    k->nlaters = 0;
+    group_at(&c->sp, k->slot)->retiring = false;
+    k->running = false;
+    writeback_kick(c);
+    k->retry.fn = retry_fn;
+    if (unreadable) {
+        /* The back-off holds whoever kicks: a read that failed again at
+         * once would only add to the device's run of errors. */
+        timer_cancel(c->reactor, &k->retry);
+        k->backing_off = true;
+    }
+    if (!k->retry.armed)
+        timer_arm(c->reactor, &k->retry, delay);
 }
 
 static void later_done(struct cleaner *k)
@@ -528,17 +660,8 @@ static void later_done(struct cleaner *k)
     struct cache *c = k->c;
     if (k->keep_group) {
         /* Dirty data of this group could be neither written back nor
-         * copied (no room): the group stays, with everything in it, and
-         * the cleaner tries again once writeback has had time to work. */
-        k->keep_group = false;
-        k->ndrops = 0;
-        k->nlaters = 0;
-        group_at(&c->sp, k->slot)->retiring = false;
-        k->running = false;
-        writeback_kick(c);
-        k->retry.fn = retry_fn;
-        if (!k->retry.armed)
-            timer_arm(c->reactor, &k->retry, 50ull * 1000 * 1000);
+         * copied (no room, or unreadable now). */
+        give_up_for_now(k);
         return;
     }
     if (k->restart) {
@@ -599,6 +722,14 @@ static void later_read(void *arg, int err)
         /* What is current of it now was read (a newer write may have
          * superseded some of it meanwhile; the rest is unchanged). */
         bool read_all = mask_covers(&l->cur, &cur);
+        if (err && err != -EBADMSG && !mask_empty(&d) && seg_usable(c, l->seg)) {
+            /* Not read (an I/O error, not proven damage) on a device still
+             * in service: it may read fine later, and nothing else holds
+             * it.  The group stays; the cleaner tries again. */
+            k->keep_group = true;
+            k->unreadable = true;
+            goto done;
+        }
         if (err && read_all && !mask_empty(&d)) {
             /* Some sectors failed: keep those that still match their
              * checksums, so that only the damaged ones are lost. */
@@ -627,7 +758,9 @@ static void later_read(void *arg, int err)
             k->keep_group = true;
             k->no_room_to_copy = true;
         } else {
-            /* Dirty and neither written back nor copied: its data is lost.
+            /* Dirty, proven damaged (read, not matching its checksums) or
+             * on a device no longer in service, and neither written back
+             * nor copied: its data is lost.
              * Recorded as lost, so that reads of those sectors fail with
              * EIO rather than return the origin's older data once the
              * fragment is dropped. */
@@ -722,6 +855,8 @@ static void tail_synced(struct log_waiter *lw, int err)
     c->st.groups_retired++;
     k->groups++;
     k->no_room_to_copy = false;
+    k->read_retry_ns = 0;
+    k->reads_failed_in_row = 0;
     k->running = false;
     cleaner_space_freed(c);
     cleaner_kick(c);
@@ -732,6 +867,8 @@ void cleaner_device_failed(struct cache *c)
     struct cleaner *k = c->cleaner;
     if (k && k->running)
         k->restart = true;
+    if (k)
+        k->backing_off = false;     /* the failure dealt with what was unreadable */
 }
 
 void cleaner_status_json(struct cache *c, struct tc_json *j)
@@ -748,5 +885,7 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_bool(j, "retry_armed", k->retry.armed);
     json_uint(j, "appends_waiting_for_room", waiters);
     json_uint(j, "groups_retired", k->groups);
+    json_uint(j, "read_retries", k->read_retries);
+    json_uint(j, "read_retry_delay_ms", k->read_retry_ns / 1000000);
     json_end_object(j);
 }

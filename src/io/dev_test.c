@@ -21,6 +21,12 @@
  *                   read, write -- which includes zero and trim --, flush;
  *                   default all): an origin whose writes fail while its
  *                   flushes succeed, or the reverse.
+ *   eio_range=OFF+LEN  only requests that touch bytes OFF..OFF+LEN-1 fail
+ *                   (the others succeed meanwhile): a few bad sectors.
+ *   eio_maxlen=N    only requests of at most N bytes fail (with eio_range:
+ *                   a small read of bad sectors fails, a larger one around
+ *                   them succeeds -- to reach a path that reads small).
+ *   eio_minlen=N    only requests of at least N bytes fail (the reverse).
  *   hold_when=FILE  while FILE exists, requests (of the kinds hold_ops=LIST
  *                   names, as eio_ops does; default all) are held, not
  *                   sent: a device that stops answering at a moment the
@@ -56,6 +62,9 @@ struct dev_test {
     char *eio_when;
     bool eio_once;
     long long eio_after;
+    uint64_t eio_from, eio_to;  /* eio_range: [from, to); to 0: everywhere */
+    uint64_t eio_maxlen;        /* 0: any length */
+    uint64_t eio_minlen;
     long long ops;
     unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
     char *hold_when;
@@ -139,10 +148,16 @@ static void inner_done(struct tc_dev_io *dio, int err)
     dev_complete(outer, err);
 }
 
-static bool failing(struct dev_test *d, int op)
+static bool failing(struct dev_test *d, const struct tc_dev_io *dio)
 {
+    int op = dio->op;
     d->ops++;
     if (!(d->eio_ops & op_kind(op)))
+        return false;
+    if (d->eio_to && (op == TC_DEV_FLUSH || dio->off >= d->eio_to ||
+                      dio->off + dio->len <= d->eio_from))
+        return false;
+    if ((d->eio_maxlen && dio->len > d->eio_maxlen) || dio->len < d->eio_minlen)
         return false;
     if (d->eio_after >= 0 && d->ops > d->eio_after)
         return true;
@@ -223,7 +238,7 @@ static void test_issue(struct dev_test *d, struct tc_dev_io *dio)
         dev_complete(dio, -EIO);
         return;
     }
-    if (failing(d, dio->op)) {
+    if (failing(d, dio)) {
         dev_complete(dio, -EIO);
         return;
     }
@@ -322,6 +337,22 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             d->eio_once = true;
         } else if (strncmp(o, "eio_after=", 10) == 0) {
             d->eio_after = atoll(o + 10);
+        } else if (strncmp(o, "eio_range=", 10) == 0) {
+            char *end;
+            unsigned long long from = strtoull(o + 10, &end, 0), len = 0;
+            if (*end == '+')
+                len = strtoull(end + 1, &end, 0);
+            if (*end != '\0' || len == 0) {
+                snprintf(err, errlen, "testdev: eio_range=%s: want OFFSET+LENGTH in bytes",
+                         o + 10);
+                goto fail;
+            }
+            d->eio_from = from;
+            d->eio_to = from + len;
+        } else if (strncmp(o, "eio_maxlen=", 11) == 0) {
+            d->eio_maxlen = strtoull(o + 11, NULL, 0);
+        } else if (strncmp(o, "eio_minlen=", 11) == 0) {
+            d->eio_minlen = strtoull(o + 11, NULL, 0);
         } else if (strncmp(o, "hold_when=", 10) == 0) {
             free(d->hold_when);
             d->hold_when = tc_xstrdup(o + 10);
@@ -345,7 +376,7 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
-                     "eio_after=, eio_ops=, hold_when=, hold_ops=)", o);
+                     "eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, hold_when=, hold_ops=)", o);
             goto fail;
         }
     }

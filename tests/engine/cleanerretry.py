@@ -1,0 +1,256 @@
+#!/usr/bin/python3
+"""Transient read errors of the cache device while the cleaner reclaims a
+group holding dirty data lose nothing.
+
+Eight blocks are written in writeback mode (generation 2 over the
+origin's generation 1) into the first group of the log, and the daemon
+stops.  It serves again with the origin refusing writes (so the eight
+stay dirty: writeback cannot clean them) and with reads of one of them,
+the victim, failing on the cache device (testdev eio_when + eio_range:
+the sectors of its data only; every other request succeeds, so the
+device is not failed, as with a few sectors that read fine again a
+moment later).  Reads of the rest of the volume fill the cache (the fifo
+policy admits every read miss) until the cleaner reaches the first group
+and gives up an attempt (status: cleaner.read_retries).  Then the errors
+stop: the cleaner must reclaim the group, nothing may be counted lost,
+the device must still be in service, and every sector of the eight
+blocks must read generation 2 -- also on the origin file itself once the
+origin takes writes again and 'tiercache flush' ran.  (Before the fix the
+cleaner recorded the victim's dirty data as lost and dropped it, the
+device still in service: reads of it failed with EIO.)
+
+What fails (--where):
+  chunk     every read touching the victim's data: the cleaner's walk of
+            the group (one read of each chunk, header and data) fails;
+  fragment  only reads of at most one block (testdev eio_maxlen): the
+            walk reads the chunk fine, the read of the victim's dirty
+            fragment that the cleaner copies (or writes back) fails;
+  device    every read of the cache device, for a moment: the cleaner
+            must not turn it into a run of errors that fails the device
+            (8 in a row, failure.c) -- its attempts fail one read each.
+            (Before the fix the reads of the group's dirty fragments,
+            each tried three times at once, failed the device, and its
+            dirty data was lost with it.)
+  walk      only reads larger than a block (testdev eio_minlen), for good:
+            the walk's read of the chunk never succeeds, the victim's own
+            fragment reads fine (a lasting bad sector elsewhere in the
+            chunk).  After its first few attempts the cleaner must read
+            the chunk's dirty fragments on their own and reclaim the group
+            while the errors go on.
+
+usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment|device|walk
+"""
+import argparse
+import atexit
+import json
+import os
+import random
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import nbd
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tclib import connect_when_up  # noqa: E402
+
+SECTOR = 4096
+BLOCK = 64 << 10
+ORIGIN_MIB = 48
+CACHE_MIB = 10
+MAGIC = b"TCCLRTR1"
+DIRTY = range(0, 8)             # the blocks written in writeback mode
+VICTIM = 3                      # the one whose cached data cannot be read for a while
+SEGMENT = 1 << 20
+DATA_OFFSET = 1 << 20           # where segment 0 starts on the cache device
+
+
+def pattern(off, gen):
+    head = MAGIC + struct.pack("<QQ", off, gen)
+    return head + bytes((off + gen + i) & 0xFF for i in range(SECTOR - len(head)))
+
+
+def gen_of(off, data):
+    if data[:8] != MAGIC:
+        return None
+    o, g = struct.unpack("<QQ", data[8:24])
+    return g if o == off and data == pattern(off, g) else None
+
+
+def block_data(b, gen):
+    return b"".join(pattern(b * BLOCK + i * SECTOR, gen) for i in range(BLOCK // SECTOR))
+
+
+class Daemon:
+    def __init__(self, a, cache, origin):
+        self.a = a
+        self.sock = f"{a.dir}/s.sock"
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.log = f"{a.dir}/daemon.log"
+        with open(self.log, "a") as lf:
+            self.proc = subprocess.Popen([a.bin, "serve", "--origin", origin,
+                                          "--cache", cache, "--mode", "writeback",
+                                          "--sequential-cutoff", "0", "--policy", "fifo",
+                                          "--socket", self.sock, "--foreground"],
+                                         stdout=lf, stderr=subprocess.STDOUT)
+        atexit.register(lambda p=self.proc: p.poll() is None and p.kill())
+        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
+        if self.h is None:
+            sys.exit(f"daemon exited at start:\n{open(self.log).read()[-3000:]}")
+
+    def status(self):
+        out = subprocess.run([self.a.bin, "status", "--socket", self.sock, "--json"],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)["volume"]["cache"]
+
+    def stop(self):
+        self.h.shutdown()
+        del self.h
+        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.wait() != 0:
+            sys.exit(f"daemon exit status {self.proc.returncode} after SIGTERM")
+
+
+def check_dirty_blocks(d, what):
+    for b in DIRTY:
+        for i in range(BLOCK // SECTOR):
+            off = b * BLOCK + i * SECTOR
+            try:
+                g = gen_of(off, d.h.pread(SECTOR, off))
+            except nbd.Error as e:
+                sys.exit(f"{what}: sector {off // SECTOR} (block {b}) fails: {e}\n"
+                         f"{open(d.log).read()[-3000:]}")
+            if g != 2:
+                sys.exit(f"{what}: sector {off // SECTOR} (block {b}) reads generation {g}, "
+                         "expected 2")
+
+
+def wait_retired(d, more):
+    """Poll until the cleaner reclaimed a group; reads of the blocks `more`
+    meanwhile keep the cache filling."""
+    for i in range(6000):
+        st = d.status()
+        if st["cleaner"]["groups_retired"] >= 1:
+            return st
+        if i < len(more):
+            d.h.pread(BLOCK, more[i] * BLOCK)
+        else:
+            time.sleep(0.02)
+    sys.exit(f"no group reclaimed; status:\n{json.dumps(st)}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--where", choices=("chunk", "fragment", "device", "walk"), required=True)
+    a = ap.parse_args()
+    nblocks = (ORIGIN_MIB << 20) // BLOCK
+    with open(f"{a.dir}/origin.img", "wb") as f:
+        for b in range(nblocks):
+            f.write(block_data(b, 1))
+    with open(f"{a.dir}/cache.img", "wb") as f:
+        f.truncate(CACHE_MIB << 20)
+    subprocess.run([a.bin, "format", "--cache", f"{a.dir}/cache.img", "--origin",
+                    f"{a.dir}/origin.img", "--segment-size", "1M", "--block-size",
+                    str(BLOCK)], check=True, stdout=subprocess.DEVNULL)
+    origin = f"{a.dir}/origin.img"
+    cache = f"{a.dir}/cache.img"
+
+    # The dirty blocks, written, flushed and stopped at once (writeback
+    # waits for a second of client idleness before it starts).
+    d = Daemon(a, cache, origin)
+    for b in DIRTY:
+        d.h.pwrite(block_data(b, 2), b * BLOCK)
+    d.h.flush()
+    d.stop()
+    dump = subprocess.run([a.bin, "dump", "--cache", cache, "--blocks"],
+                          capture_output=True, text=True, check=True).stdout
+    m = re.search(rf"^block {VICTIM} valid #+ dirty (#+) \| (\d+):(\d+) x16$", dump, re.M)
+    if m is None or len(m.group(1)) != BLOCK // SECTOR:
+        sys.exit(f"block {VICTIM} is not one dirty fragment after the stop:\n{dump}")
+    at = DATA_OFFSET + int(m.group(2)) * SEGMENT + int(m.group(3)) * SECTOR
+
+    boom = f"{a.dir}/boom"            # while it exists, the victim's cached data is unreadable
+    refuse = f"{a.dir}/refuse"        # while it exists, the origin refuses writes
+    open(refuse, "w").close()
+    where = {"chunk": f"&eio_range={at}+{BLOCK}",
+             "fragment": f"&eio_range={at}+{BLOCK}&eio_maxlen={BLOCK}",
+             "device": "",
+             "walk": f"&eio_range={at}+{BLOCK}&eio_minlen={BLOCK + 1}"}[a.where]
+    d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read{where}",
+               f"testdev:{origin}?eio_when={refuse}&eio_ops=write")
+    dirty = d.status()["dirty_bytes"]
+    if dirty != len(DIRTY) * BLOCK:
+        sys.exit(f"dirty_bytes {dirty} after the restart, expected {len(DIRTY) * BLOCK}")
+
+    # Reads of blocks not cached yet (each once) fill the cache until the
+    # cleaner reaches the first group and gives up an attempt.
+    open(boom, "w").close()
+    rng = random.Random(11)
+    others = [b for b in range(nblocks) if b not in DIRTY]
+    rng.shuffle(others)
+    gave_up = False
+    for n, b in enumerate(others):
+        if d.h.pread(BLOCK, b * BLOCK) != block_data(b, 1):
+            sys.exit(f"block {b} reads wrong data")
+        if n % 4 != 3:
+            continue
+        st = d.status()
+        if st.get("cleaner", {}).get("read_retries", 0) >= 1 and a.where != "walk":
+            gave_up = True
+            break
+        if st["lost_dirty_bytes"] or st.get("abandoned") or st["cleaner"]["groups_retired"]:
+            break           # without the fix: dealt with (lost) while unreadable
+    if a.where == "walk":
+        # The errors go on: the cleaner must get past them on its own.
+        st = wait_retired(d, others[n + 1:])
+        if st["cleaner"].get("read_retries", 0) < 5:
+            sys.exit(f"walk: {st['cleaner'].get('read_retries')} attempts given up before the "
+                     "group was reclaimed, expected the 5 that read whole chunks")
+        gave_up = True
+    os.unlink(boom)
+    st = d.status()
+    print(f"the errors stop: read_retries {st['cleaner'].get('read_retries')}, groups retired "
+          f"{st['cleaner']['groups_retired']}, lost_dirty_bytes {st['lost_dirty_bytes']}, "
+          f"devices {[dev['state'] for dev in st['devices']]}")
+    if not gave_up and not st["lost_dirty_bytes"] and not st["cleaner"]["groups_retired"]:
+        sys.exit(f"the cleaner never reached the first group; status:\n{json.dumps(st)}")
+
+    # The errors are over: the cleaner reclaims the group.
+    st = wait_retired(d, others[n + 1:])
+    if st["lost_dirty_bytes"] != 0:
+        sys.exit(f"lost_dirty_bytes {st['lost_dirty_bytes']} after transient read errors, "
+                 f"expected 0\n{open(d.log).read()[-3000:]}")
+    check_dirty_blocks(d, "after the errors stopped")
+    st = d.status()
+    if st["lost_dirty_bytes"] != 0 or st.get("abandoned"):
+        sys.exit(f"lost {st['lost_dirty_bytes']} bytes, abandoned {st.get('abandoned')}")
+    for dev in st["devices"]:
+        if dev["state"] != "ok":
+            sys.exit(f"cache device {dev['path']} is {dev['state']} after transient errors")
+    # The data reaches the origin intact.
+    os.unlink(refuse)
+    subprocess.run([a.bin, "flush", "--socket", d.sock], check=True, stdout=subprocess.DEVNULL)
+    d.stop()
+    with open(origin, "rb") as f:
+        for b in DIRTY:
+            f.seek(b * BLOCK)
+            if f.read(BLOCK) != block_data(b, 2):
+                sys.exit(f"block {b} on the origin is not generation 2 after the flush")
+    # The attempts given up were for the read this run fails.
+    log = open(d.log).read()
+    walk_fails = [n for n in re.findall(r"read of (\d+) bytes at offset \d+ failed", log)
+                  if int(n) > BLOCK]
+    if bool(walk_fails) != (a.where != "fragment"):
+        sys.exit(f"{a.where}: {len(walk_fails)} reads of whole chunks failed:\n{log[-3000:]}")
+    print(f"transient cache read errors ({a.where}): the cleaner gave up "
+          f"{st['cleaner']['read_retries']} attempt(s), lost nothing, reclaimed the group")
+
+
+if __name__ == "__main__":
+    main()
