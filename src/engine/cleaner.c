@@ -63,6 +63,7 @@
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/verify.h"
 #include "engine/writeback.h"
@@ -360,11 +361,6 @@ static void carry_lost(struct cleaner *k, uint64_t oblock, const struct tc_mask 
         k->keep_group = true;
 }
 
-static void carry_lost_fn(void *arg, uint64_t oblock, const struct tc_mask *m)
-{
-    carry_lost(arg, oblock, m);
-}
-
 /* A chunk of the group that cannot be used (unreadable, or its header
  * damaged) may have held LOST records, and nothing says which: the
  * in-memory set, authoritative, is recorded again whole -- every block it
@@ -376,7 +372,8 @@ static void carry_all_lost(struct cleaner *k)
     if (k->lost_carried_all)
         return;
     k->lost_carried_all = true;
-    lost_foreach(&c->map.lost, carry_lost_fn, k);
+    if (!lost_record_again(c))
+        k->keep_group = true;
 }
 
 static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool readable)
