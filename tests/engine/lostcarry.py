@@ -1,23 +1,31 @@
 #!/usr/bin/python3
-"""A LOST record outlives its group even when the cleaner cannot read the
-chunk that holds it.
+"""A LOST record outlives the chunk that holds it when the cache cannot
+read that chunk, or loses the device it is on.
 
 A block (the victim) is written in writeback mode and the daemon stops,
 leaving it dirty; its data in the cache is then damaged (every sector's
 checksum fails).  The daemon serves again and reads of the rest of the
 volume fill the cache until the cleaner drops the victim as lost: a LOST
 record in the log says so, and the daemon stops cleanly.  The newest chunk
-holding that record is found in the cache image (chunk headers parsed
-here).  The daemon serves again with reads of exactly that chunk failing
-(testdev eio_range; the chunk holds no dirty data, so the cleaner's walk
-does not wait for it) and fills the cache again until the cleaner has
-reclaimed the group holding it.  After a restart every sector of the
-victim must still fail with EIO -- never read the origin's older data
-(before the fix the cleaner carried LOST records forward only from the
-chunks it read: the record went with the group, and the restart forgot
-the loss).
+holding that record is found in the cache images (chunk headers parsed
+here).  Then (--case):
 
-usage: lostcarry.py --bin TIERCACHE --dir DIR
+  chunk   one cache device.  The daemon serves again with reads of exactly
+          that chunk failing (testdev eio_range; the chunk holds no dirty
+          data, so the cleaner's walk does not wait for it) and fills the
+          cache again until the cleaner has reclaimed the group holding it.
+          (Before the fix the cleaner carried LOST records forward only
+          from the chunks it read: the record went with the group.)
+  device  two cache devices.  The daemon serves again and the device
+          holding the chunk fails (every request on it fails with EIO
+          until the daemon declares it failed); the other serves on.
+          (Before the fix the lost set was recorded only where it had
+          been: the record went with the device.)
+
+After a restart every sector of the victim must still fail with EIO --
+never read the origin's older data.
+
+usage: lostcarry.py --bin TIERCACHE --dir DIR --case chunk|device
 """
 import argparse
 import json
@@ -40,8 +48,8 @@ BLOCK = 64 << 10
 SPB = BLOCK // SECTOR
 SEGMENT = 1 << 20
 DATA_OFFSET = 1 << 20           # where segment 0 starts on the cache device
-ORIGIN_MIB = 24
 CACHE_MIB = 10
+SEGS_PER_DEV = (CACHE_MIB << 20) // SEGMENT - 1     # the first MiB: superblocks
 MAGIC = b"TCLSTCR1"
 VICTIM = 5
 
@@ -110,22 +118,23 @@ def victim_reads(d, what):
                  f"{d.logtext()[-3000:]}")
 
 
-def lost_chunk(path):
-    """(byte offset, length, chunk_seq) of the newest chunk on the device
+def lost_chunk(paths):
+    """(device index, byte offset, length, chunk_seq) of the newest chunk
     holding a LOST record of the victim, or None."""
     best = None
-    img = open(path, "rb").read()
-    for p in range(DATA_OFFSET, len(img), SECTOR):
-        if struct.unpack_from("<Q", img, p)[0] != CHUNK_MAGIC:
-            continue
-        chunk_seq, = struct.unpack_from("<Q", img, p + 40)
-        hdr, _, data, n = struct.unpack_from("<HHII", img, p + 72)
-        for i in range(n):
-            e = p + 128 + i * ENTRY_SIZE
-            oblock, = struct.unpack_from("<Q", img, e)
-            if img[e + 16] == ENTRY_LOST and oblock == VICTIM and \
-                    (best is None or chunk_seq > best[2]):
-                best = (p, (hdr + data) * SECTOR, chunk_seq)
+    for dev, path in enumerate(paths):
+        img = open(path, "rb").read()
+        for p in range(DATA_OFFSET, len(img), SECTOR):
+            if struct.unpack_from("<Q", img, p)[0] != CHUNK_MAGIC:
+                continue
+            chunk_seq, = struct.unpack_from("<Q", img, p + 40)
+            hdr, _, data, n = struct.unpack_from("<HHII", img, p + 72)
+            for i in range(n):
+                e = p + 128 + i * ENTRY_SIZE
+                oblock, = struct.unpack_from("<Q", img, e)
+                if img[e + 16] == ENTRY_LOST and oblock == VICTIM and \
+                        (best is None or chunk_seq > best[3]):
+                    best = (dev, p, (hdr + data) * SECTOR, chunk_seq)
     return best
 
 
@@ -145,14 +154,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
+    ap.add_argument("--case", choices=("chunk", "device"), required=True)
     a = ap.parse_args()
-    nblocks = (ORIGIN_MIB << 20) // BLOCK
-    cache = f"{a.dir}/cache.img"
+    ndevs = 1 if a.case == "chunk" else 2
+    nblocks = (24 * ndevs << 20) // BLOCK     # the origin: more than the cache
+    imgs = [f"{a.dir}/cache{i}.img" for i in range(ndevs)]
+    cache = ",".join(imgs)
     with open(f"{a.dir}/origin.img", "wb") as f:
         for s in range(nblocks * SPB):
             f.write(pattern(s * SECTOR, 1))
-    with open(cache, "wb") as f:
-        f.truncate(CACHE_MIB << 20)
+    for img in imgs:
+        with open(img, "wb") as f:
+            f.truncate(CACHE_MIB << 20)
     subprocess.run([a.bin, "format", "--cache", cache, "--origin", f"{a.dir}/origin.img",
                     "--segment-size", str(SEGMENT), "--block-size", str(BLOCK)],
                    check=True, stdout=subprocess.DEVNULL)
@@ -170,9 +183,9 @@ def main():
     if m is None or len(m.group(1)) != SPB:
         sys.exit(f"block {VICTIM} is not one dirty fragment after the stop:\n{dump}")
     seg, at = int(m.group(2)), int(m.group(3))
-    with open(cache, "r+b") as f:
+    with open(imgs[seg // SEGS_PER_DEV], "r+b") as f:
         for i in range(SPB):
-            p = DATA_OFFSET + seg * SEGMENT + (at + i) * SECTOR + 100
+            p = DATA_OFFSET + seg % SEGS_PER_DEV * SEGMENT + (at + i) * SECTOR + 100
             f.seek(p)
             b = f.read(1)[0]
             f.seek(p)
@@ -186,37 +199,62 @@ def main():
          "the victim dropped as lost")
     victim_reads(d, "after the cleaner dropped it")
     d.stop()
-    found = lost_chunk(cache)
+    found = lost_chunk(imgs)
     if found is None:
-        sys.exit("no LOST record of the victim in the cache image")
-    lat, llen, lseq = found
-    print(f"LOST record of block {VICTIM}: chunk {lseq} at byte {lat}, {llen} bytes")
+        sys.exit("no LOST record of the victim in the cache images")
+    dev, lat, llen, lseq = found
+    print(f"LOST record of block {VICTIM}: chunk {lseq} on device {dev} at byte {lat}, "
+          f"{llen} bytes")
 
-    # Reads of that chunk fail while the cleaner reclaims its group.
     boom = f"{a.dir}/boom"
-    d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read&eio_range={lat}+{llen}")
-    victim_reads(d, "after a clean restart")
-    open(boom, "w").close()
-    failed = re.compile(rf"read of \d+ bytes at offset {lat} failed")
-    fill(d, others, rng, lambda: failed.search(d.logtext()) is not None,
-         "the cleaner's read of the chunk holding the LOST record failing")
-    os.unlink(boom)
-    # The group reclaimed: the walk that failed was that of the group
-    # being reclaimed, so two more reclaims are certainly past it.
-    r = d.status()["cleaner"]["groups_retired"]
-    fill(d, others, rng, lambda: d.status()["cleaner"]["groups_retired"] >= r + 2,
-         "the group holding the LOST record reclaimed")
-    st = d.status()
-    if any(dev["state"] != "ok" for dev in st["devices"]) or st.get("abandoned"):
-        sys.exit(f"the cache device failed:\n{json.dumps(st)}")
-    victim_reads(d, "after the group holding the LOST record was reclaimed")
+    if a.case == "chunk":
+        # Reads of that chunk fail while the cleaner reclaims its group.
+        d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read&eio_range={lat}+{llen}")
+        victim_reads(d, "after a clean restart")
+        open(boom, "w").close()
+        failed = re.compile(rf"read of \d+ bytes at offset {lat} failed")
+        fill(d, others, rng, lambda: failed.search(d.logtext()) is not None,
+             "the cleaner's read of the chunk holding the LOST record failing")
+        os.unlink(boom)
+        # The group reclaimed: the walk that failed was that of the group
+        # being reclaimed, so two more reclaims are certainly past it.
+        r = d.status()["cleaner"]["groups_retired"]
+        fill(d, others, rng, lambda: d.status()["cleaner"]["groups_retired"] >= r + 2,
+             "the group holding the LOST record reclaimed")
+        st = d.status()
+        if any(x["state"] != "ok" for x in st["devices"]) or st.get("abandoned"):
+            sys.exit(f"the cache device failed:\n{json.dumps(st)}")
+        what = "the group holding the LOST record reclaimed while that chunk could not be read"
+    else:
+        # The device holding that chunk fails; the other serves on.
+        specs = list(imgs)
+        specs[dev] = f"testdev:{imgs[dev]}?eio_when={boom}"
+        d = Daemon(a, ",".join(specs))
+        victim_reads(d, "after a clean restart")
+        open(boom, "w").close()
+        for i in range(2000):
+            st = d.status()
+            if st["devices"][dev]["state"] != "ok":
+                break
+            b = others[i % len(others)]
+            try:
+                d.h.pwrite(pattern(b * BLOCK, 1) * SPB, b * BLOCK)
+                d.h.flush()
+            except nbd.Error:
+                pass
+        else:
+            sys.exit(f"device {dev} never failed:\n{json.dumps(st)}")
+        os.unlink(boom)
+        if st.get("abandoned") or st["devices"][1 - dev]["state"] != "ok":
+            sys.exit(f"the other device failed too:\n{json.dumps(st)}")
+        what = "the device holding the LOST record failed"
+    victim_reads(d, f"after {what}")
     d.stop()
 
     d = Daemon(a, cache)
-    victim_reads(d, "after a restart, the group holding the LOST record reclaimed while "
-                 "that chunk could not be read")
+    victim_reads(d, f"after a restart, {what}")
     d.stop()
-    print("the LOST record outlived its group, though the cleaner could not read its chunk")
+    print(f"the LOST record outlived its chunk: {what}")
 
 
 if __name__ == "__main__":
