@@ -20,6 +20,7 @@
 #include "engine/check.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/lostlog.h"
 #include "engine/originwin.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
@@ -586,14 +587,6 @@ static void drain_progress(void *arg, uint64_t left, uint64_t done_bytes)
         x->progress(x->arg, left, done_bytes);
 }
 
-static void lost_reappend(void *arg, uint64_t oblock, const struct tc_mask *m)
-{
-    struct cache *c = arg;
-    struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
-                        .use_reserve = true };
-    log_append(c, &a, NULL);
-}
-
 static void drain_synced(struct log_waiter *w, int err);
 
 static void detach_cleaner_check(struct tc_timer *t)
@@ -649,7 +642,7 @@ static void drain_synced(struct log_waiter *w, int err)
         c->lg.tail_seq = c->lg.next_seq;
         /* The lost set outlives the emptied log: its records go again
          * into the group that stays live. */
-        lost_foreach(&c->map.lost, lost_reappend, c);
+        lost_record_again(c);
         log_seal_all(c, true);
         log_sync(c, &x->w);
         return;

@@ -7,6 +7,10 @@
  *          clean and hot  -> append it again at the head (reinsertion)
  *          clean and cold -> leave it; it goes with the group
  *          dirty          -> set aside
+ *          LOST record    -> appended again while the lost set still holds
+ *                            the block (the set in memory is authoritative:
+ *                            a chunk that cannot be used, whose records are
+ *                            unknown, has the whole set appended again)
  *   2. writeback: the dirty blocks set aside go to the origin (ascending,
  *      merged, flushed); then each is decided like a clean one -- its data
  *      read again if it is kept.  A block whose writeback fails is kept
@@ -59,6 +63,7 @@
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/verify.h"
 #include "engine/writeback.h"
@@ -126,6 +131,8 @@ struct cleaner {
     struct tc_join join;            /* the reads of the blocks kept (copied) */
     struct log_waiter lw;
     bool tail_syncing;              /* waiting for the sync of the new tail */
+    bool lost_carried_all;          /* this pass recorded the whole lost set
+                                     * again (an unusable chunk) */
     uint64_t groups, relocated, dropped, written_back;
     uint64_t kept_bytes;            /* copied from the group being reclaimed */
 };
@@ -173,6 +180,7 @@ static void kick_fn(struct tc_task *t)
     k->ndrops = 0;
     k->nlaters = 0;
     k->kept_bytes = 0;
+    k->lost_carried_all = false;
     walk(k);
 }
 
@@ -342,6 +350,32 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
 
 /* ---- 1. walk ---- */
 
+/* A LOST record appended again, ahead of the new tail that lets its group
+ * go (the tail's sync covers it).  One that finds no room keeps the group
+ * for now: the loss must never be forgotten with it. */
+static void carry_lost(struct cleaner *k, uint64_t oblock, const struct tc_mask *m)
+{
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
+                        .use_reserve = true };
+    if (log_append(k->c, &a, NULL).err < 0)
+        k->keep_group = true;
+}
+
+/* A chunk of the group that cannot be used (unreadable, or its header
+ * damaged) may have held LOST records, and nothing says which: the
+ * in-memory set, authoritative, is recorded again whole -- every block it
+ * must still call lost -- once per pass.  The set is small (it exists
+ * only after a failure) and the path rare. */
+static void carry_all_lost(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    if (k->lost_carried_all)
+        return;
+    k->lost_carried_all = true;
+    if (!lost_record_again(c))
+        k->keep_group = true;
+}
+
 static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool readable)
 {
     struct cache *c = k->c;
@@ -356,6 +390,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
                      (unsigned long long)(seg_dev_offset(c, seg) +
                                           (uint64_t)cr->start * TC_SECTOR),
                      cr->start, seg, why);
+        carry_all_lost(k);
         /* Nothing can be copied from here: every fragment pointing into it
          * is set aside (dirty: read again on its own, and kept -- the group
          * with it -- if that fails too without proof of damage; see
@@ -390,11 +425,8 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             /* Still lost (or cleared by a write not yet durable): the
              * record must outlive its group. */
             struct tc_mask m;
-            if (lost_get_persisted(&c->map.lost, e.oblock, &m)) {
-                struct append a = { .oblock = e.oblock, .type = TC_ENTRY_LOST, .valid = m,
-                                    .use_reserve = true };
-                log_append(c, &a, NULL);
-            }
+            if (lost_get_persisted(&c->map.lost, e.oblock, &m))
+                carry_lost(k, e.oblock, &m);
             continue;
         }
         if (e.type != TC_ENTRY_DATA)

@@ -12,6 +12,8 @@
  *   dirty data with no copy      lost: recorded (LOST records), and reads
  *                                of exactly those sectors fail with EIO
  *                                until they are written again
+ *   LOST records on the device   the whole lost set (in memory) recorded
+ *                                again on the other devices
  *
  * A block that keeps data on the other devices after a fragment of it was
  * dropped is rewritten there as one version, after a tombstone, so that
@@ -35,6 +37,7 @@
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
@@ -535,6 +538,14 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         if (index_lookup(&c->map.idx, vs[i].oblock) != NIL)
             rewrite_block(c, vs[i].oblock);
     }
+    /* The LOST records on the failed device -- durable there, or in a
+     * chunk whose write failed -- went with it, and a restart would read
+     * the origin's older data in place of the sectors they named.  The set
+     * in memory says what they said: recorded again on the survivors.
+     * (No survivor: the state file holds the set, abandon.c.) */
+    if (survivors && !lost_record_again(c))
+        tc_error("cache device %s failed: the lost set could not be recorded again (no room); "
+                 "a restart may not know all the lost sectors", cd->dev->name);
     free(gone);
     free(vs);
     cleaner_device_failed(c);

@@ -36,6 +36,27 @@ void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
     c->lost_events++;
 }
 
+struct again {
+    struct cache *c;
+    bool ok;
+};
+
+static void record_again(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct again *x = arg;
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
+                        .use_reserve = true };
+    if (log_append(x->c, &a, NULL).err < 0)
+        x->ok = false;
+}
+
+bool lost_record_again(struct cache *c)
+{
+    struct again x = { c, true };
+    lost_foreach(&c->map.lost, record_again, &x);
+    return x.ok;
+}
+
 /* A write the origin may or may not have taken, and may still take later
  * (dev_nbd.c: a fenced connection): the client was told it failed, so no
  * flush reports it again, but until a client writes the sectors again

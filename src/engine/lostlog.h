@@ -24,6 +24,12 @@ int lost_flush_result(struct cache *c);
  * (and fail the next flush).  Dirty data the cache loses goes through
  * map_lose_dirty(), which counts it too. */
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
+/* Record the whole lost set in the log again -- every block the durable
+ * records must still call lost (lost_get_persisted()) -- when the records
+ * that said so may be gone with their chunk (unreadable, on a failed
+ * device, or in groups a detach ends).  The set in memory is
+ * authoritative.  False if some record found no room. */
+bool lost_record_again(struct cache *c);
 /* An origin write failed in doubt (-ETIMEDOUT): the sectors read as lost
  * until written again, without failing the next flush. */
 void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
