@@ -512,46 +512,84 @@ void abandon_record(struct cache *c)
  * whatever happens to the blocks later: the survivors' superblocks say
  * "device d failed at sequence S" (S: the log's next sequence number now,
  * before anything is appended for the failure), and recovery ignores d's
- * groups below S.  Nothing is lost by that: every version still needed
- * that was on d was re-homed, mirrored or recorded lost (LOST records,
- * sequence >= S) by failure.c in this same turn of the reactor.
+ * groups below S.  Nothing is lost by that once every version still
+ * needed that was on d is in the survivors' log: re-homed, mirrored or
+ * recorded lost (LOST records, sequence >= S) by failure.c in this same
+ * turn of the reactor, with the tombstones and rewritten blocks that keep
+ * older versions on the survivors from coming back.
  *
- * The order: a write can make d's entries stale only once it is
- * acknowledged (before that, the last acknowledged data of its sectors is
- * what d may hold).  So from now until every survivor's mark has ended,
- * client writes, trims, write-zeroes and flushes are completed but not
- * acknowledged: devfail_hold_ack() keeps them, devfail_marks_done()
- * releases them.  A survivor whose mark write fails is failed in turn
- * (its own marks or the abandonment follow, before the release).  Reads
- * are never held.  A clean stop waits for the marks (abandon_idle()).
+ * So the mark is written only after those appends are durable: failure.c
+ * holds (devfail_hold_more()) until a log sync after its appends has
+ * ended, and each rewrite until its version is durable; the last hold to
+ * end writes the marks (devfail_marks_write()).  Written first, a power
+ * loss could keep the mark without them: d's log, still readable and
+ * holding the newest data, ignored, and nothing in its place.  Until the
+ * mark is written a restart replays d's log (if it is readable) with the
+ * survivors': the entries appended for the failure are newer than d's and
+ * say the same (a copy, a block rewritten whole) or less (a LOST record:
+ * EIO, a tombstone: the origin's data, where the block had no dirty data
+ * left), so any prefix of them is safe.  With several failures pending
+ * (a survivor failing meanwhile), the marks wait for all of them: a
+ * failure's sync that a later one interrupted (its device's syncs fail)
+ * leaves the later failure's appends, and its hold, to cover what moved.
+ *
+ * The order for clients: a write can make d's entries stale only once it
+ * is acknowledged (before that, the last acknowledged data of its sectors
+ * is what d may hold).  So from the failure until every hold and every
+ * survivor's mark has ended, client writes, trims, write-zeroes and
+ * flushes are completed but not acknowledged: devfail_hold_ack() keeps
+ * them, devfail_marks_done() releases them.  A survivor whose mark write
+ * fails is failed in turn (its own marks or the abandonment follow,
+ * before the release).  Reads are never held.  A clean stop waits for the
+ * holds and the marks (abandon_idle()); rewrites waiting for room end at
+ * a stop (failure.c), so that wait ends.  When the last device fails the
+ * abandonment's mark covers every device, pending marks or not.
  */
-void devfail_record(struct cache *c, unsigned d)
+bool devfail_record(struct cache *c, unsigned d)
 {
     if (c->offline || d >= TC_MAX_DEVICES)
-        return;
+        return false;
     bool survivors = false;
     for (unsigned i = 0; i < c->ndevs; i++)
         survivors |= i != d && c->devs[i].state == CDEV_OK;
     if (!survivors)
-        return;     /* the abandonment follows, and its mark covers every device */
+        return false;   /* the abandonment follows, and its mark covers every device */
     uint64_t s = TC_MAX(c->lg.next_seq, c->failed_seq[d] + 1);
     c->failed_seq[d] = s;
+    c->ab.devfail_unmarked = true;
     tc_warn("cache device %s: entries it holds below log sequence %llu will never be trusted "
-            "again; recording this in the superblocks of the devices left",
-            c->devs[d].dev->name, (unsigned long long)s);
+            "again; recording this in the superblocks of the devices left once what moved "
+            "from it is durable", c->devs[d].dev->name, (unsigned long long)s);
+    return true;
+}
+
+/* Every hold ended: the marks recorded meanwhile into the superblock of
+ * every device left (each write carries every mark known). */
+static void devfail_marks_write(struct cache *c)
+{
+    if (!c->ab.devfail_unmarked)
+        return;
+    c->ab.devfail_unmarked = false;
+    if (c->offline || c->abandoned)
+        return;         /* the abandonment's mark covers every device */
     for (unsigned i = 0; i < c->ndevs; i++)
-        if (i != d && c->devs[i].state == CDEV_OK && !c->devs[i].dev->read_only)
+        if (c->devs[i].state == CDEV_OK && !c->devs[i].dev->read_only)
             sb_mark_start(c, i, true);
 }
 
 void devfail_hold_more(struct cache *c)
 {
+    c->ab.devfail_unsynced++;
     c->ab.devfail_marks_pending++;
 }
 
 void devfail_hold_done(struct cache *c)
 {
-    TC_ASSERT_ALWAYS(c->ab.devfail_marks_pending > 0);
+    TC_ASSERT_ALWAYS(c->ab.devfail_unsynced > 0 && c->ab.devfail_marks_pending > 0);
+    /* The marks start (and hold) before this hold ends: the held
+     * acknowledgements wait for them. */
+    if (--c->ab.devfail_unsynced == 0)
+        devfail_marks_write(c);
     devfail_marks_done(c);
 }
 

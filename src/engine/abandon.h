@@ -35,9 +35,14 @@ struct abandon {
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
-    unsigned devfail_marks_pending; /* failure marks (and failure.c's block
-                                       rewrites) not yet durable: write
-                                       acknowledgements wait (volume.c) */
+    unsigned devfail_marks_pending; /* failure marks, and what must be durable
+                                       before them (devfail_hold_more()), not
+                                       yet durable: write acknowledgements
+                                       wait (volume.c) */
+    unsigned devfail_unsynced;      /* of those, the holds before the marks
+                                       (failure.c's appends and rewrites) */
+    bool devfail_unmarked;          /* failed_seq has a mark the survivors'
+                                       superblocks do not have yet */
     uint64_t devfail_marks;         /* superblocks given a failure mark */
     struct held_ack *held_acks;     /* waiting for the failure marks */
 };
@@ -50,15 +55,19 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
 /* The last device failed: record the abandonment durably (state file now,
  * superblock marks on every device that takes them). */
 void abandon_record(struct cache *c);
-/* Device d failed in this run (others go on): record failed_seq[d] in the
- * superblocks of the devices left, asynchronously; until every one of
- * those writes has ended, client writes are not acknowledged (see
- * failure.c for why).  Called before anything is appended for the
- * failure. */
-void devfail_record(struct cache *c, unsigned d);
-/* More the failure must make durable before writes are acknowledged
- * (failure.c: the blocks it rewrites): held as the marks are, until the
- * matching devfail_hold_done(). */
+/* Device d failed in this run (others go on): sets failed_seq[d] (the
+ * log's next sequence) and returns true; false when no device is left
+ * (the abandonment follows).  Called before anything is appended for the
+ * failure.  The mark reaches the superblocks of the devices left only
+ * once every hold taken with devfail_hold_more() has ended -- the caller
+ * takes one at once, ended when what it appends for the failure is
+ * durable -- and until those writes have ended too, client writes are
+ * not acknowledged (see abandon.c for why). */
+bool devfail_record(struct cache *c, unsigned d);
+/* What a failure must make durable before its mark is written (failure.c:
+ * its appends, the blocks it rewrites): held, and acknowledgements with
+ * it, until the matching devfail_hold_done(); the last one ended writes
+ * the marks recorded meanwhile. */
 void devfail_hold_more(struct cache *c);
 void devfail_hold_done(struct cache *c);
 /* The failure mark of the segment's device covers its group: the segment

@@ -242,7 +242,9 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
  * everything older, the version brings back exactly the block's contents.
  * Writes are not acknowledged until that version is durable
  * (devfail_hold_more(): as for the failure marks), so no FLUSH is
- * acknowledged while a restart could still bring G's version of X back.
+ * acknowledged while a restart could still bring G's version of X back;
+ * and the failure mark waits for it too (abandon.c): until the mark is
+ * written a restart still trusts F, on the failed device, over G.
  *
  * The tombstone and the version are one append (log_append()'s replace):
  * they go into the same chunk (each copy's chunk, when the version is
@@ -472,6 +474,26 @@ static void rewrite_block(struct cache *c, uint64_t oblock)
         rewrite_locked(&r->bw);
 }
 
+/* The sync after a failure's appends (cache_device_fail()): its hold on
+ * the failure mark ends when they are durable.  A sync fails when a
+ * device's cache flush fails: that device is failed (if it was not
+ * already), and a survivor's failure holds the marks in turn until what
+ * it moved is durable (or, the last device, abandons the cache). */
+struct failure_sync {
+    struct cache *c;
+    struct log_waiter lw;
+};
+
+static void failure_synced(struct log_waiter *lw, int err)
+{
+    struct failure_sync *x = container_of(lw, struct failure_sync, lw);
+    struct cache *c = x->c;
+    if (err)
+        tc_warn("cache: the log sync after a device failure failed (%s)", strerror(-err));
+    free(x);
+    devfail_hold_done(c);
+}
+
 void cache_device_fail(struct cache *c, unsigned d, const char *why)
 {
     struct cache_dev *cd = &c->devs[d];
@@ -486,8 +508,14 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     /* First, before anything is appended for the failure (its sequence
      * numbers must be at or above the mark) and before any write that
      * could make the device's entries stale is acknowledged: the mark
-     * that keeps its log out at the next start (abandon.c). */
-    devfail_record(c, d);
+     * that keeps its log out at the next start (abandon.c).  It reaches
+     * the survivors' superblocks only once what is appended here is
+     * durable (the hold, ended by failure_synced()) and every rewrite's
+     * version is (their own holds): written before, a power loss could
+     * keep the mark and lose what replaces the device's log. */
+    bool marking = devfail_record(c, d);
+    if (marking)
+        devfail_hold_more(c);
 
     /* Every fragment (and mirror copy) on the device. */
     size_t n = 0, cap = 256;
@@ -549,6 +577,15 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     free(gone);
     free(vs);
     cleaner_device_failed(c);
+    if (marking) {
+        /* Everything appended above (re-homed copies, LOST records,
+         * tombstones; each rewrite holds apart until its version is
+         * durable). */
+        struct failure_sync *x = tc_xcalloc(1, sizeof *x);
+        x->c = c;
+        x->lw.fn = failure_synced;
+        log_sync(c, &x->lw);
+    }
     tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
              "devices, %llu lost", cd->dev->name, (unsigned long long)dropped,
              (unsigned long long)saved, (unsigned long long)lost);

@@ -27,7 +27,23 @@ static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
     lost_get_persisted(&c->map.lost, oblock, &m);
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
-    log_append(c, &a, NULL);
+    if (log_append(c, &a, NULL).err >= 0 || c->abandoned || c->offline)
+        return;
+    bool in_service = false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        in_service |= c->devs[d].state == CDEV_OK;
+    if (in_service) {
+        /* No room even in the cleaner's reserve (at a stop, with the
+         * cleaner stopped, say): reads fail with EIO until the restart,
+         * but the log does not say so, and after it the sectors may read
+         * older data.  Said, not hidden.  (With no device in service the
+         * abandonment follows, and its state file records the lost set.) */
+        uint64_t base = oblock * c->block_size;
+        tc_error("cache: no room in the log to record %u lost sectors of origin block %llu "
+                 "(bytes %llu..%llu): after a restart they may read older data instead of "
+                 "failing", mask_count(mask), (unsigned long long)oblock,
+                 (unsigned long long)base, (unsigned long long)(base + c->block_size - 1));
+    }
 }
 
 void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
