@@ -1265,6 +1265,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         json_double(j, "average_write_bytes",
                     ds->writes ? (double)ds->write_bytes / (double)ds->writes : 0);
         json_uint(j, "errors", ds->read_errors + ds->write_errors + ds->other_errors);
+        json_uint(j, "inflight", ds->inflight);
         json_uint(j, "max_io", cd->dev->max_io);
         json_end_object(j);
     }
