@@ -3,7 +3,12 @@
  *
  * A device is failed on its first write error (the log cannot keep its
  * promises on it), when it has vanished (ENODEV, ENXIO), or after a run of
- * read errors.  The volume keeps serving, degraded:
+ * read errors -- counted by episode (io/dev.h, error_episodes): reads in
+ * flight together that fail together (a batch of writeback's, a gather's
+ * runs, a moment's hiccup) count once, so one transient burst does not
+ * fail a device and lose the dirty data only it holds, while a device
+ * that fails again what is asked of it after each error is failed after
+ * READ_ERRORS_TO_FAIL of them.  The volume keeps serving, degraded:
  *
  *   clean data on the device     dropped: reads go to the origin
  *   dirty data with a mirror     the mirror becomes the copy
@@ -97,9 +102,9 @@ void cache_device_error(struct cache *c, unsigned d, int err, bool write)
     if (write || vanished) {
         snprintf(why, sizeof why, "%s error: %s", write ? "write" : "device", strerror(-err));
         cache_device_fail(c, d, why);
-    } else if (cd->dev->consecutive_errors >= READ_ERRORS_TO_FAIL) {
-        snprintf(why, sizeof why, "%u read errors in a row (last: %s)",
-                 cd->dev->consecutive_errors, strerror(-err));
+    } else if (cd->dev->error_episodes >= READ_ERRORS_TO_FAIL) {
+        snprintf(why, sizeof why, "read errors in %u episodes in a row (%u errors; last: %s)",
+                 cd->dev->error_episodes, cd->dev->consecutive_errors, strerror(-err));
         cache_device_fail(c, d, why);
     }
 }
