@@ -1195,6 +1195,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "dirty_bytes", c->map.dirty_sectors * TC_SECTOR);
     json_uint(j, "checksum_errors", s->checksum_errors);
     json_uint(j, "cache_read_errors", s->cache_read_errors);
+    json_uint(j, "merge_read_failures", s->merge_read_failures);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
     json_uint(j, "in_doubt_writes", s->in_doubt_writes);
