@@ -1205,6 +1205,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     abandon_status_json(c, j);
     json_uint(j, "device_failure_rewrites_pending", c->rewrites_unappended);
     json_uint(j, "device_failure_rewrites", c->rewrites_appended);
+    json_uint(j, "device_failure_rewrite_read_retries", c->rewrite_read_retries);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
     /* Per block the cache can hold, and per block cached now: the index
