@@ -1195,6 +1195,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "dirty_bytes", c->map.dirty_sectors * TC_SECTOR);
     json_uint(j, "checksum_errors", s->checksum_errors);
     json_uint(j, "cache_read_errors", s->cache_read_errors);
+    json_uint(j, "merge_read_failures", s->merge_read_failures);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
     json_uint(j, "in_doubt_writes", s->in_doubt_writes);
@@ -1204,6 +1205,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     abandon_status_json(c, j);
     json_uint(j, "device_failure_rewrites_pending", c->rewrites_unappended);
     json_uint(j, "device_failure_rewrites", c->rewrites_appended);
+    json_uint(j, "device_failure_rewrite_read_retries", c->rewrite_read_retries);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
     /* Per block the cache can hold, and per block cached now: the index
@@ -1265,6 +1267,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         json_double(j, "average_write_bytes",
                     ds->writes ? (double)ds->write_bytes / (double)ds->writes : 0);
         json_uint(j, "errors", ds->read_errors + ds->write_errors + ds->other_errors);
+        json_uint(j, "inflight", ds->inflight);
         json_uint(j, "max_io", cd->dev->max_io);
         json_end_object(j);
     }

@@ -139,6 +139,7 @@ struct cache {
     struct rewrite *rewrites_waiting;   /* failure.c: rewrites waiting for room */
     unsigned rewrites_unappended;   /* failure.c: rewrites begun, not yet appended */
     uint64_t rewrites_appended;     /* ... appended (tombstone and version) */
+    uint64_t rewrite_read_retries;  /* ... reads of theirs that failed and are tried again */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
     char health[128];
     char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */

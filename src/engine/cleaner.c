@@ -41,7 +41,7 @@
  * read_retry_delay_ms).  A chunk of the group holding dirty data that the
  * walk cannot read gives the attempt up at once, the first few times (one
  * failed read per attempt: a device that fails every read for a moment
- * must not see a burst of them, failure.c counts errors in a row); after
+ * must not see a run of them, failure.c counts error episodes in a row); after
  * that its dirty fragments are read on their own, so that a bad sector
  * among the chunk's clean data holds nothing up.  Dirty data is dropped
  * as lost only when it is proven damaged -- read, and not matching its

@@ -3,7 +3,12 @@
  *
  * A device is failed on its first write error (the log cannot keep its
  * promises on it), when it has vanished (ENODEV, ENXIO), or after a run of
- * read errors.  The volume keeps serving, degraded:
+ * read errors -- counted by episode (io/dev.h, error_episodes): reads in
+ * flight together that fail together (a batch of writeback's, a gather's
+ * runs, a moment's hiccup) count once, so one transient burst does not
+ * fail a device and lose the dirty data only it holds, while a device
+ * that fails again what is asked of it after each error is failed after
+ * READ_ERRORS_TO_FAIL of them.  The volume keeps serving, degraded:
  *
  *   clean data on the device     dropped: reads go to the origin
  *   dirty data with a mirror     the mirror becomes the copy
@@ -97,9 +102,9 @@ void cache_device_error(struct cache *c, unsigned d, int err, bool write)
     if (write || vanished) {
         snprintf(why, sizeof why, "%s error: %s", write ? "write" : "device", strerror(-err));
         cache_device_fail(c, d, why);
-    } else if (cd->dev->consecutive_errors >= READ_ERRORS_TO_FAIL) {
-        snprintf(why, sizeof why, "%u read errors in a row (last: %s)",
-                 cd->dev->consecutive_errors, strerror(-err));
+    } else if (cd->dev->error_episodes >= READ_ERRORS_TO_FAIL) {
+        snprintf(why, sizeof why, "read errors in %u episodes in a row (%u errors; last: %s)",
+                 cd->dev->error_episodes, cd->dev->consecutive_errors, strerror(-err));
         cache_device_fail(c, d, why);
     }
 }
@@ -257,9 +262,19 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
  * valid mask (invariant 7 relaxed for the block): frag_current() and
  * map_add_fragment() take only valid sectors as current, so neither reads,
  * the cleaner, writeback nor a later fragment can make X valid again.
- * (Fills do not install into a locked block.)  If the read fails, the
- * block's dirty sectors are lost (recorded, EIO) and the block goes, with
- * a tombstone.  With no room in the log (the version is appended without
+ * (Fills do not install into a locked block.)  If the read fails with
+ * an I/O error, the survivor holding the data is still in service (a
+ * failure would have dropped the fragment from the index) and will most
+ * likely read it a moment later: the block stays locked and as it is,
+ * and is read again after a back-off (REWRITE_RETRY_NS, doubling, at most
+ * REWRITE_RETRY_MAX_NS), through the index as it is then -- so a survivor
+ * that failed meanwhile has its part dealt with by its own failure.
+ * Dirty sectors are lost (recorded, EIO) and the block goes, with a
+ * tombstone, only when the data is proven damaged (read, and not
+ * matching its checksums: -EBADMSG), or after REWRITE_READ_TRIES attempts
+ * (a lasting bad sector on a device whose other reads succeed is never
+ * failed: the rewrite holds the acknowledgement of every write,
+ * devfail_hold_more(), so it cannot wait for ever), or at a stop.  With no room in the log (the version is appended without
  * the cleaner's reserve: there may be many such blocks), the block waits,
  * locked, for the cleaner to free some, as a client write would.  That
  * wait ends too when the last device fails (rewrites_stop_waiting(): that
@@ -278,9 +293,17 @@ struct rewrite {
     struct log_waiter lw;
     struct tc_mask want;
     uint8_t *buf;               /* by sector */
-    struct rewrite *prev, *next;    /* on c->rewrites_waiting: waiting for room */
+    struct rewrite *prev, *next;    /* on c->rewrites_waiting: waiting for room, or
+                                     * for the retry timer (retrying) */
+    struct tc_timer retry;
+    bool retrying;              /* read failed: waiting for the retry timer */
+    unsigned read_tries;        /* attempts whose read failed with an I/O error */
     bool appended;              /* the version is appended (status counts) */
 };
+
+#define REWRITE_READ_TRIES 8
+#define REWRITE_RETRY_NS (50ull * 1000 * 1000)
+#define REWRITE_RETRY_MAX_NS (2000ull * 1000 * 1000)
 
 static void rewrite_end(struct rewrite *r)
 {
@@ -332,23 +355,63 @@ static void rewrite_space(struct log_waiter *lw, int err)
     rewrite_locked(&r->bw);
 }
 
-static void rewrite_wait_space(struct rewrite *r)
+static void waiting_link(struct rewrite *r)
 {
     struct cache *c = r->c;
-    r->lw.fn = rewrite_space;
-    r->lw.need_flush = false;
     r->prev = NULL;
     r->next = c->rewrites_waiting;
     if (r->next)
         r->next->prev = r;
     c->rewrites_waiting = r;
+}
+
+static void rewrite_wait_space(struct rewrite *r)
+{
+    struct cache *c = r->c;
+    r->lw.fn = rewrite_space;
+    r->lw.need_flush = false;
+    waiting_link(r);
     cleaner_wait_space(c, &r->lw);
+}
+
+/* The back-off after a read error is over (or cut short): read again. */
+static void rewrite_retry(struct tc_timer *t)
+{
+    struct rewrite *r = container_of(t, struct rewrite, retry);
+    r->retrying = false;
+    waiting_unlink(r);
+    rewrite_locked(&r->bw);
+}
+
+static void rewrite_wait_retry(struct rewrite *r, int err)
+{
+    struct cache *c = r->c;
+    uint64_t delay = REWRITE_RETRY_NS << TC_MIN(r->read_tries, 10u);
+    if (delay > REWRITE_RETRY_MAX_NS)
+        delay = REWRITE_RETRY_MAX_NS;
+    r->read_tries++;
+    c->rewrite_read_retries++;
+    tc_error("cache: origin block %llu could not be read to be rewritten after a device "
+             "failure (%s, attempt %u of %u); trying again in %llu ms",
+             (unsigned long long)r->oblock, strerror(-err), r->read_tries, REWRITE_READ_TRIES,
+             (unsigned long long)(delay / 1000000));
+    r->retrying = true;
+    r->retry.fn = rewrite_retry;
+    waiting_link(r);
+    timer_arm(c->reactor, &r->retry, delay);
 }
 
 void rewrites_stop_waiting(struct cache *c)
 {
     while (c->rewrites_waiting) {
         struct rewrite *r = c->rewrites_waiting;
+        if (r->retrying) {
+            /* One more read, now: at a stop it is the last (rewrite_read()),
+             * after the last device failed it is not even made. */
+            timer_cancel(c->reactor, &r->retry);
+            rewrite_retry(&r->retry);   /* unlinks it */
+            continue;
+        }
         cleaner_cancel_wait(c, &r->lw);
         rewrite_space(&r->lw, 0);       /* unlinks it */
     }
@@ -373,6 +436,13 @@ static void rewrite_read(void *arg, int err)
         /* A fill (clean data from the origin, which takes no lock) added
          * sectors meanwhile: read again.  Fills are finite. */
         rewrite_locked(&r->bw);
+        return;
+    }
+    if (id != NIL && err && err != -EBADMSG && !c->stopping &&
+        r->read_tries + 1 < REWRITE_READ_TRIES) {
+        /* Not proven damaged, and the device holding it is in service:
+         * keep the block as it is, and read it again in a while. */
+        rewrite_wait_retry(r, err);
         return;
     }
     if (id == NIL || err) {
@@ -457,8 +527,13 @@ static void rewrite_locked(struct block_waiter *bw)
     }
     ce_get_masks(&c->map.idx, id, &r->want, NULL);
     /* Robust: a read that fails because another device failed meanwhile
-     * is retried through the index as it is then. */
-    cache_gather_robust(c, r->oblock, &r->want, r->buf, rewrite_read, r);
+     * is retried through the index as it is then.  After a back-off, one
+     * read through the index as it is now: each attempt adds one error
+     * episode only to a device that keeps failing (io/dev.h). */
+    if (r->read_tries == 0)
+        cache_gather_robust(c, r->oblock, &r->want, r->buf, rewrite_read, r);
+    else
+        cache_gather(c, id, &r->want, r->buf, rewrite_read, r);
 }
 
 static void rewrite_block(struct cache *c, uint64_t oblock)

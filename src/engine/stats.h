@@ -36,6 +36,7 @@ struct cache_stats {
     uint64_t admitted_bytes;        /* bytes the policy let in (for write amplification) */
     uint64_t checksum_errors;
     uint64_t cache_read_errors, cache_write_errors;
+    uint64_t merge_read_failures;   /* client writes failed: dirty sectors to merge unreadable */
     uint64_t lost_dirty_bytes;
     uint64_t in_doubt_writes;       /* origin writes failed in doubt (lost_in_doubt) */
     uint64_t origin_cut_writes;     /* acknowledged, then the connection lost unflushed */

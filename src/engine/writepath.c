@@ -794,13 +794,38 @@ static void merge_read(void *arg, int err)
     struct cache *c = p->w->c;
     p->wait = PW_NONE;
     if (err) {
-        /* The other sectors are unreadable: the new version holds only
-         * what this write covers.  Dirty ones among them are lost, and
-         * recorded so: reads of them fail with EIO, never return the
-         * origin's older data. */
+        /* The other sectors could not be read (a device that failed
+         * meanwhile has had its part dealt with: look at the index as it
+         * is now).  Dirty ones among them are acknowledged data that
+         * exists nowhere else.  Unless proven damaged (read, and not
+         * matching their checksums: -EBADMSG), they are most likely
+         * readable a moment later, on a device still in service: this
+         * write fails with EIO and the block stays as it was -- a cache
+         * may fail a request, never lose acknowledged data.  (A write of
+         * the whole block needs no merge, so always goes on.)  Proven
+         * damaged, they are lost, and recorded so: reads of them fail
+         * with EIO, never return the origin's older data; the new
+         * version holds only what this write covers.  Clean ones come
+         * from the origin again. */
+        uint32_t id = index_lookup(&c->map.idx, p->oblock);
+        mask_clear(&p->ovalid);
+        mask_clear(&p->odirty);
+        if (id != NIL)
+            ce_get_masks(&c->map.idx, id, &p->ovalid, &p->odirty);
         struct tc_mask wmask, lost = p->odirty;
         mask_range(&wmask, p->s0, p->s1);
         mask_andnot(&lost, &wmask);
+        if (!mask_empty(&lost) && err != -EBADMSG) {
+            uint64_t off = p->oblock * c->block_size;
+            c->st.merge_read_failures++;
+            tc_error("cache: a write into origin bytes %llu..%llu fails with EIO: %u dirty "
+                     "sectors of the block it would be merged with could not be read (%s); "
+                     "they are kept",
+                     (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
+                     mask_count(&lost), strerror(-err));
+            piece_done(p, -EIO);
+            return;
+        }
         if (!mask_empty(&lost)) {
             uint64_t off = p->oblock * c->block_size;
             tc_error("cache: dirty sectors of origin bytes %llu..%llu are unreadable and "

@@ -170,6 +170,10 @@ static void finish(struct tc_dev_io *dio, int err)
     if (err && !(dio->op == TC_DEV_ZERO && (dio->flags & TC_DEV_FAST_ZERO) &&
                  (err == -ENOTSUP || err == -EOPNOTSUPP))) {
         dev->consecutive_errors++;
+        if (dio->seq > dev->episode_mark) {
+            dev->error_episodes++;
+            dev->episode_mark = dev->submitted;
+        }
         /* Log the first errors of a burst in full, then one line in 1000. */
         if (dev->consecutive_errors <= 10 || dev->consecutive_errors % 1000 == 0)
             tc_error("%s: %s of %llu bytes at offset %llu failed: %s%s", dev->name,
@@ -178,6 +182,7 @@ static void finish(struct tc_dev_io *dio, int err)
                      dev->consecutive_errors == 10 ? " (further errors logged 1 in 1000)" : "");
     } else if (err == 0) {
         dev->consecutive_errors = 0;
+        dev->error_episodes = 0;
     }
     dio->cb(dio, err);
 }

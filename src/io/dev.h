@@ -60,6 +60,7 @@ struct tc_dev_io {
     struct tc_dev_io *next;         /* device private: lists of finished requests */
     int status;                     /* device private: result waiting to be reported */
     uint64_t start_ns;              /* when submitted (for latency figures) */
+    uint64_t seq;                   /* dev->submitted when it was submitted */
     struct tc_extent *extents;      /* BLOCK_STATUS: room for max_extents */
     unsigned max_extents, nr_extents;
     void (*cb)(struct tc_dev_io *dio, int err);
@@ -151,8 +152,18 @@ struct tc_dev {
      * holds it is this device's too (see dev_identity_matches()). */
     char legacy_identity[128];
     struct tc_dev_stats stats;
-    /* A failing device: set by the owner; the device keeps working. */
+    /* Errors since the last success (for messages). */
     unsigned consecutive_errors;
+    /* Error episodes since the last success: an error counts only if its
+     * request was submitted after the last counted error was seen
+     * (episode_mark: the requests submitted by then).  Requests in flight
+     * together that fail together -- a batch, a moment's hiccup -- count
+     * once; a device that fails again what is asked of it after an error
+     * counts again each time.  The owner fails a device on this count
+     * (engine/failure.c). */
+    unsigned error_episodes;
+    uint64_t submitted;             /* requests ever submitted */
+    uint64_t episode_mark;
     enum tc_dev_state state;
     unsigned connections;           /* remote: connections ready now */
     uint64_t hold_timeout_ns;       /* remote: see enum tc_dev_state (set by the owner) */
@@ -231,6 +242,7 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
               dev->logical_block == 0 || ((dio->off | dio->len) % dev->logical_block) == 0);
     dio->dev = dev;
     dio->done_bytes = 0;
+    dio->seq = ++dev->submitted;
     dev->stats.inflight++;
     dev->submitting++;
     dev->ops->submit(dev, dio);

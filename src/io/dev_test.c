@@ -33,6 +33,10 @@
  *                   test chooses.  Once FILE is gone (looked at every
  *                   10 ms) they go on in the order they came, and fail if
  *                   an eio_ option says so then.
+ *   eio_held        with hold_when: once FILE is gone, the held requests
+ *                   all fail with EIO, at once, and later ones go on (a
+ *                   device that stopped answering for a moment and failed
+ *                   everything it held: one burst of errors).
  *
  * The extra work (reading old contents, writing the undo file) is done
  * with blocking calls: this layer is for tests, never for production.
@@ -68,6 +72,7 @@ struct dev_test {
     long long ops;
     unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
     char *hold_when;
+    bool eio_held;              /* the held requests fail when released */
     unsigned hold_ops;          /* EIO_* bits: the requests that may be held */
     struct tc_dev_io *held, **held_tail;
     struct tc_timer hold_timer;
@@ -212,7 +217,10 @@ static void hold_timer_fn(struct tc_timer *t)
     }
     for (struct tc_dev_io *dio = take_held(d), *next; dio; dio = next) {
         next = dio->next;
-        test_issue(d, dio);
+        if (d->eio_held)
+            dev_complete(dio, -EIO);
+        else
+            test_issue(d, dio);
     }
 }
 
@@ -335,6 +343,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             d->eio_when = tc_xstrdup(o + 9);
         } else if (strcmp(o, "eio_once") == 0) {
             d->eio_once = true;
+        } else if (strcmp(o, "eio_held") == 0) {
+            d->eio_held = true;
         } else if (strncmp(o, "eio_after=", 10) == 0) {
             d->eio_after = atoll(o + 10);
         } else if (strncmp(o, "eio_range=", 10) == 0) {
@@ -376,7 +386,7 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
-                     "eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, hold_when=, hold_ops=)", o);
+                     "eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, hold_when=, hold_ops=, eio_held)", o);
             goto fail;
         }
     }
