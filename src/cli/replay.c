@@ -63,8 +63,11 @@ static const char replay_help[] =
 "  --fill KIND          engine policies: block, sectors or auto, as serve\n"
 "  --sequential-cutoff SIZE\n"
 "                       engine policies: as serve (default: serve's)\n"
-"  --json               print the results as JSON; for engine policies also\n"
-"                       device_use: where the cache device's bytes were from\n"
+"  --json               print the results as JSON, with the simulation's\n"
+"                       cpu_seconds (the process's CPU time, which other\n"
+"                       load does not stretch as it does seconds) and\n"
+"                       requests_per_second (requests / cpu_seconds); for\n"
+"                       engine policies also device_use: where the cache device's bytes were from\n"
 "                       the first time the cleaner had to reclaim on (mean\n"
 "                       fractions of its size: live data, meta -- superblocks\n"
 "                       and the rest outside segments --, free segments,\n"
@@ -268,6 +271,8 @@ static void json_results(const struct replay_args *a, const struct replay_result
             json_end_object(&j);
         }
         json_double(&j, "seconds", r->seconds);
+        json_double(&j, "cpu_seconds", r->cpu_seconds);
+        json_uint(&j, "requests_per_second", (uint64_t)llround(replay_rate(r)));
         json_end_object(&j);
     }
     json_end_array(&j);

@@ -112,9 +112,14 @@ static void *bounce_at(struct areq *a, uint64_t off)
 
 /* ---- read ---- */
 
+/* A data-free volume (tc_volume_config.data_free) holds no data: neither
+ * the client's buffer nor the bounce buffer carries any, so nothing is
+ * copied between them. */
+static bool copies(const struct areq *a) { return !a->vol->cfg.data_free; }
+
 static void read_copied(struct areq *a)
 {
-    if (a->join.err == 0)
+    if (a->join.err == 0 && copies(a))
         memcpy(a->req->buf, bounce_at(a, a->req->offset), a->req->length);
     finish(a);
 }
@@ -134,7 +139,8 @@ static void ends_read(struct areq *a)
     a->next = merged_written;
     join_get(&a->join);     /* hold: the sub-requests may finish at once */
     if (req->op == TC_OP_WRITE) {
-        memcpy(bounce_at(a, req->offset), req->buf, req->length);
+        if (copies(a))
+            memcpy(bounce_at(a, req->offset), req->buf, req->length);
         sub(a, TC_OP_WRITE, fua, a->a0, a->a1 - a->a0, a->bounce);
     } else {
         /* Zero the partial ends in the bounce buffer and write them; the

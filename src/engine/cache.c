@@ -41,10 +41,8 @@
 
 /* ---- tracing ---- */
 
-void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
+void cache_trace_log(struct cache *c, uint64_t oblock, const char *fmt, ...)
 {
-    if (oblock != c->trace_block && c->trace_block != UINT64_MAX - 1)
-        return;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);

@@ -181,9 +181,19 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 
 static inline uint64_t cache_block_of(struct cache *c, uint64_t byte) { return byte / c->block_size; }
 /* Debugging: with TIERCACHE_TRACE_BLOCK=N in the environment, every change
- * to block N is logged. */
-void cache_trace(struct cache *c, uint64_t oblock, const char *fmt, ...)
+ * to block N is logged.  cache_trace() tests the block inline and calls
+ * cache_trace_log() only for the traced one: the map calls it on every
+ * change of every block, and a call with variable arguments costs more
+ * than the test.  (Its arguments have no side effects.) */
+void cache_trace_log(struct cache *c, uint64_t oblock, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+#define cache_trace(c, oblock, ...)                                                    \
+    do {                                                                               \
+        struct cache *ct_c_ = (c);                                                     \
+        uint64_t ct_ob_ = (oblock);                                                    \
+        if (ct_ob_ == ct_c_->trace_block || ct_c_->trace_block == UINT64_MAX - 1)      \
+            cache_trace_log(ct_c_, ct_ob_, __VA_ARGS__);                               \
+    } while (0)
 
 /* ---- a segment's device (space.h numbers segments across them) ---- */
 

@@ -1,8 +1,6 @@
 /*
  * Operations on sector masks (engine/mask.h).
  */
-#include <string.h>
-
 #include "engine/mask.h"
 #include "util/misc.h"
 
@@ -16,64 +14,6 @@ void mask_range(struct tc_mask *m, unsigned s0, unsigned s1)
         m->w[w] |= bits;
         s += n;
     }
-}
-
-/* Bits set in a word.  __builtin_popcountll() is a call into the
- * compiler's library unless the build targets a CPU with POPCNT (not
- * every x86_64 has it); this is a dozen inline instructions everywhere,
- * and a zero word (most words of most masks) costs a test. */
-static inline unsigned popcount64(uint64_t x)
-{
-    if (x == 0)
-        return 0;
-    x -= (x >> 1) & 0x5555555555555555ull;
-    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-    return (unsigned)((x * 0x0101010101010101ull) >> 56);
-}
-
-unsigned mask_count(const struct tc_mask *m)
-{
-    unsigned n = 0;
-    for (int i = 0; i < TC_MASK_WORDS; i++)
-        n += popcount64(m->w[i]);
-    return n;
-}
-
-bool mask_empty(const struct tc_mask *m)
-{
-    return (m->w[0] | m->w[1] | m->w[2] | m->w[3]) == 0;
-}
-
-bool mask_covers(const struct tc_mask *m, const struct tc_mask *sub)
-{
-    for (int i = 0; i < TC_MASK_WORDS; i++)
-        if (sub->w[i] & ~m->w[i])
-            return false;
-    return true;
-}
-
-void mask_or(struct tc_mask *d, const struct tc_mask *a)
-{
-    for (int i = 0; i < TC_MASK_WORDS; i++)
-        d->w[i] |= a->w[i];
-}
-
-void mask_and(struct tc_mask *d, const struct tc_mask *a)
-{
-    for (int i = 0; i < TC_MASK_WORDS; i++)
-        d->w[i] &= a->w[i];
-}
-
-void mask_andnot(struct tc_mask *d, const struct tc_mask *a)
-{
-    for (int i = 0; i < TC_MASK_WORDS; i++)
-        d->w[i] &= ~a->w[i];
-}
-
-bool mask_equal(const struct tc_mask *a, const struct tc_mask *b)
-{
-    return memcmp(a, b, sizeof *a) == 0;
 }
 
 unsigned mask_rank(const struct tc_mask *m, unsigned s)

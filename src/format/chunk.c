@@ -150,11 +150,14 @@ static bool mask_within(const struct tc_mask *m, unsigned spb)
     return true;
 }
 
+/* __builtin_popcountll() is a library call without POPCNT in the target:
+ * zero words, most of a mask below 256 sectors, skip it. */
 static unsigned mask_count(const struct tc_mask *m)
 {
     unsigned n = 0;
     for (unsigned w = 0; w < TC_MASK_WORDS; w++)
-        n += (unsigned)__builtin_popcountll(m->w[w]);
+        if (m->w[w])
+            n += (unsigned)__builtin_popcountll(m->w[w]);
     return n;
 }
 

@@ -384,7 +384,7 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
                  (unsigned long long)cfg->block_bytes);
         return -1;
     }
-    uint64_t t_start = tc_now_ns();
+    uint64_t t_start = tc_now_ns(), cpu_start = replay_cpu_ns();
     struct rep *p = tc_xcalloc(1, sizeof *p);
     struct tc_trace_reader *rd = NULL;
     int rc = -1;
@@ -462,5 +462,6 @@ out:
     teardown(p);
     free(p);
     out->seconds = (double)(tc_now_ns() - t_start) / 1e9;
+    out->cpu_seconds = (double)(replay_cpu_ns() - cpu_start) / 1e9;
     return rc;
 }

@@ -189,7 +189,7 @@ int replay_reference(const struct replay_trace *t, const char *name, uint64_t ca
                  (unsigned long long)cache_bytes, (unsigned long long)block_bytes);
         return -1;
     }
-    uint64_t t0 = tc_now_ns();
+    uint64_t t0 = tc_now_ns(), cpu0 = replay_cpu_ns();
     uint32_t *nu = NULL;
     if (ops == &ref_opt_ops && next_uses(t, block_bytes, &nu, err, errlen) < 0)
         return -1;
@@ -279,5 +279,6 @@ int replay_reference(const struct replay_trace *t, const char *name, uint64_t ca
     ops->destroy(s);
     free(nu);
     out->seconds = (double)(tc_now_ns() - t0) / 1e9;
+    out->cpu_seconds = (double)(replay_cpu_ns() - cpu0) / 1e9;
     return rc < 0 ? -1 : 0;
 }

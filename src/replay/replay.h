@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "trace/trace.h"
 
@@ -51,7 +52,24 @@ struct replay_result {
     uint64_t usage_samples;
     double use_live, use_meta, use_free, use_unfilled, use_headers, use_stale;
     double seconds;                 /* wall time of the simulation */
+    double cpu_seconds;             /* CPU time (user and system) of the
+                                       process during it: unlike the wall
+                                       time, not stretched by other load */
 };
+
+/* The process's CPU time so far, for cpu_seconds. */
+static inline uint64_t replay_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Requests per second of CPU time (0 when none was measured). */
+static inline double replay_rate(const struct replay_result *r)
+{
+    return r->cpu_seconds > 0 ? (double)r->requests / r->cpu_seconds : 0;
+}
 
 static inline double replay_miss_ratio(const struct replay_result *r)
 {
