@@ -335,15 +335,18 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
                                         : packed + (size_t)mask_rank(packed_from, s) * TC_SECTOR;
         memcpy(data + (size_t)k++ * TC_SECTOR, from, TC_SECTOR);
     }
+    /* A split copy takes the place of one fragment with two: only while
+     * the chain has room for one more. */
+    uint32_t id = index_lookup(&c->map.idx, oblock);
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .flags = entry_flags,
                         .valid = *cur, .dirty = *dirty, .data = data, .use_reserve = true,
-                        .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1 };
+                        .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1,
+                        .may_split = id != NIL && CE(&c->map.idx, id)->nfrags < MAX_FRAGS };
     struct log_loc at = log_append(c, &a, NULL);
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
         return false;
-    map_add_fragment(c, oblock, cur, dirty, at.seg, at.off, at.mseg,
-                       at.moff, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
+    map_add_appended(c, oblock, cur, dirty, &at, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
     c->st.reinsertions++;
     return true;
 }

@@ -575,6 +575,89 @@ static void schedule_seal(struct cache *c, unsigned d, bool urgent)
     arm_seal_timer(c);
 }
 
+/* Whether a new group could be opened once the open one is closed, with a
+ * segment that takes nsectors of data (split_first()'s promise). */
+static bool next_group_fits(struct cache *c, bool use_reserve, unsigned nsectors)
+{
+    if (!use_reserve && c->sp.free_segs <= c->sp.reserve_segs)
+        return false;
+    if (nsectors + TC_MAX_HDR_SECTORS + 1 > c->seg_sectors)
+        return false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (!c->sp.dev_failed[d] && c->sp.stacks[d].n > 0 && c->devs[d].state == CDEV_OK)
+            return true;
+    return false;
+}
+
+/* No open head takes all nsectors of a's data: if one takes some, and the
+ * rest is sure to find room (in another open head, or in a new group),
+ * append the first sectors there as an entry of their own, and make *rest
+ * the append of the others.  Records the first part in loc; false (and
+ * nothing appended) when there is nothing to split or no room for it. */
+static bool split_first(struct cache *c, const struct append *a, unsigned nsectors,
+                        struct append *rest, struct log_loc *loc)
+{
+    /* Not a replacing version: its tombstone and it are one chunk. */
+    if (!a->may_split || a->mirror || a->replace || a->type != TC_ENTRY_DATA || nsectors < 2)
+        return false;
+    int best = -1;
+    unsigned best_k = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        bool ns;
+        for (unsigned k = nsectors - 1; k > best_k; k--)
+            if (head_fits(c, d, k, 1, &ns)) {
+                best = (int)d;
+                best_k = k;
+                break;
+            }
+    }
+    if (best < 0)
+        return false;
+    /* The rest goes to another open head, or to the next group: a head
+     * left with no room for it is closed before the next is opened. */
+    bool other = false;
+    for (unsigned d = 0; d < c->ndevs && !other; d++) {
+        bool ns;
+        other = (int)d != best && head_fits(c, d, nsectors - best_k, 1, &ns);
+    }
+    if (!other && !next_group_fits(c, a->use_reserve, nsectors - best_k))
+        return false;
+
+    struct append first = *a;
+    *rest = *a;
+    mask_clear(&first.valid);
+    unsigned k = 0;
+    for (unsigned s = 0; s < c->spb && k < best_k; s++)
+        if (mask_test(&a->valid, s)) {
+            mask_set(&first.valid, s);
+            k++;
+        }
+    first.dirty = a->dirty;
+    mask_and(&first.dirty, &first.valid);
+    mask_andnot(&rest->valid, &first.valid);
+    mask_andnot(&rest->dirty, &first.valid);
+    rest->data = a->data ? (const uint8_t *)a->data + (size_t)best_k * TC_SECTOR : NULL;
+
+    uint64_t seq = c->lg.next_seq++;
+    if (a->flags & TC_ENTRY_WT)
+        c->lg.wt_newest_seq = seq;
+    loc->off = append_to(c, (unsigned)best, &first, 0, seq, best_k, false);
+    loc->seg = c->lg.heads[best].seg;
+    loc->seq = seq;
+    loc->part1 = first.valid;
+    loc->split = true;
+    bool keeps = (a->flags & TC_ENTRY_WT) || !mask_empty(&a->dirty);
+    c->lg.heads[best].keeps |= keeps;
+    /* Sealed now, before the rest's chunk: a waiter on the rest's chunk
+     * number then covers this one too. */
+    seal(c, (unsigned)best, false, false);
+    c->st.split_appends++;
+    if (c->lg.trace)
+        tc_info("trace log: block %llu split: %u sectors at %u:%u, %u after",
+                (unsigned long long)a->oblock, best_k, loc->seg, loc->off, nsectors - best_k);
+    return true;
+}
+
 struct log_loc log_append(struct cache *c, const struct append *a_in, struct log_waiter *w)
 {
     struct log_loc loc = { .err = -ENOSPC, .seg = NIL, .mseg = NIL };
@@ -594,15 +677,28 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     unsigned nsectors = a->type == TC_ENTRY_DATA ? mask_count(&a->valid) : 0;
     TC_ASSERT_ALWAYS(!a->replace || a->type == TC_ENTRY_DATA);
     unsigned nent = a->replace ? 2 : 1;
+    struct append rest;
     int d1 = -1, d2 = -1;
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (!ensure_group(c, a->use_reserve))
+        if (!ensure_group(c, a->use_reserve)) {
+            /* split_first() promised room, and nothing in between can take
+             * it: no completion runs inside log_append() (dev_complete()
+             * defers those of dev_submit()).  A first part the index never
+             * learnt of could come back at recovery. */
+            TC_ASSERT_ALWAYS(!loc.split);
             return loc;
+        }
         d1 = pick_head(c, nsectors, nent, -1);
         if (d1 >= 0 && a->mirror) {
             d2 = pick_head(c, nsectors, nent, d1);
             if (d2 < 0)
                 d1 = -1;
+        }
+        /* Not in the last attempt: the rest may need the next group. */
+        if (d1 < 0 && !loc.split && attempt < 2 && split_first(c, a, nsectors, &rest, &loc)) {
+            a = &rest;
+            nsectors = mask_count(&a->valid);
+            d1 = pick_head(c, nsectors, nent, -1);
         }
         if (d1 >= 0)
             break;
@@ -612,8 +708,10 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
             close_head(c, d);
         }
     }
-    if (d1 < 0)
+    if (d1 < 0) {
+        TC_ASSERT_ALWAYS(!loc.split);
         return loc;
+    }
     /* The tombstone of a replacing version (one sequence for both copies'
      * chunks, as the version's copies share one), just below it. */
     uint64_t tseq = a->replace ? c->lg.next_seq++ : 0;
@@ -621,9 +719,16 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     if (a->flags & TC_ENTRY_WT)
         c->lg.wt_newest_seq = seq;      /* a FLUSH in writeback mode flushes the origin */
     loc.err = 0;
-    loc.seq = seq;
-    loc.off = append_to(c, (unsigned)d1, a, tseq, seq, nsectors, false);
-    loc.seg = c->lg.heads[d1].seg;
+    uint16_t off = append_to(c, (unsigned)d1, a, tseq, seq, nsectors, false);
+    if (loc.split) {
+        loc.seq2 = seq;
+        loc.off2 = off;
+        loc.seg2 = c->lg.heads[d1].seg;
+    } else {
+        loc.seq = seq;
+        loc.off = off;
+        loc.seg = c->lg.heads[d1].seg;
+    }
     if (d2 >= 0) {
         loc.moff = append_to(c, (unsigned)d2, a, tseq, seq, nsectors, true);
         loc.mseg = c->lg.heads[d2].seg;

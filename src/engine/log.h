@@ -184,6 +184,8 @@ struct append {
                                    the block goes just before it, in the same chunk
                                    as each copy, linked to it (ondisk.h): recovery
                                    applies the pair or neither (failure.c) */
+    bool may_split;             /* DATA without a mirror or replace: the caller takes a
+                                   split (log_loc.split) */
 };
 /* Where log_append() put an entry. */
 struct log_loc {
@@ -194,13 +196,36 @@ struct log_loc {
     uint32_t mseg;              /* the mirror copy's (NIL: none) */
     uint16_t moff;
     uint64_t seq;               /* the entry's sequence number */
+    /* A split (only when the append said may_split): the data went as two
+     * entries, the first valid sectors `part1` at (seg, off) with sequence
+     * seq, the rest at (seg2, off2) with seq2 = seq + 1 -- each a DATA
+     * entry of its own, with the flags of the append and the dirty
+     * sectors among those it holds. */
+    bool split;
+    uint32_t seg2;
+    uint16_t off2;
+    uint64_t seq2;
+    struct tc_mask part1;
 };
 /* Appends an entry (with a->replace: a tombstone and the entry, in one
  * chunk of each copy): copies the data into an open segment's image and
  * records the entry in its chunk.  Returns its location (err 0), or err
  * -ENOSPC if no space is free right now.  When w is given, w->fn runs
  * once the chunk holding the entry is written (and flushed if
- * w->need_flush). */
+ * w->need_flush) -- both chunks of a split.
+ *
+ * A DATA append with may_split that fits no open segment whole, while one
+ * has room for some of its sectors, is split rather than leaving that room
+ * empty: its first sectors fill the segment's tail, the rest goes to the
+ * next segment (a new group when needed).  It splits only when the rest
+ * is sure to find room, so that a split is all appended or not at all:
+ * the caller indexes both parts (map_add_appended()), and never an entry
+ * the index does not know.  The parts are two versions of disjoint
+ * sectors, applied in sequence order by recovery as at run time; a crash
+ * may keep one without the other, as it may keep one block of a
+ * multi-block write without the next, which is never acknowledged data
+ * (a sync covers both chunks; write-through orders the origin write after
+ * both, see writepath.c). */
 struct log_loc log_append(struct cache *c, const struct append *a, struct log_waiter *w);
 /* Everything appended so far: written, and the devices flushed. */
 void log_sync(struct cache *c, struct log_waiter *w);

@@ -138,9 +138,55 @@ __attribute__((unused)) static inline bool in_block(const struct cache *c,
 /* Keeps invariants 4, 7 and 8 (asserted here: the new fragment's dirty
  * sectors among those it stores, its place inside a segment of a live
  * group, and the block's masks and chain length after it). */
+static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
+                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace,
+                             bool account, const struct tc_mask *was_dirty);
+
 uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
+{
+    return add_fragment(c, oblock, stored, dirty, seg, off, mseg, moff, flags, replace, true,
+                        NULL);
+}
+
+/* The two parts of a split are added as the appends made them (the first
+ * one older), so that the block's chain is what recovery rebuilds from
+ * them: the newest fragment is the second part, which a clean record of
+ * the version names.  The dirty set follows once, from before the first to
+ * after the second: a first part of clean sectors alone never makes the
+ * block clean in between (which would release its writeback state and the
+ * write-through hold). */
+uint32_t map_add_appended(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                          const struct tc_mask *dirty, const struct log_loc *at, uint16_t flags,
+                          bool replace)
+{
+    if (!at->split)
+        return map_add_fragment(c, oblock, stored, dirty, at->seg, at->off, at->mseg, at->moff,
+                                flags, replace);
+    TC_ASSERT(at->mseg == NIL && mask_covers(stored, &at->part1));
+    struct tc_mask s1 = at->part1, d1 = *dirty, s2 = *stored, d2 = *dirty, od;
+    mask_and(&d1, &s1);
+    mask_andnot(&s2, &s1);
+    mask_andnot(&d2, &s1);
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id == NIL)
+        mask_clear(&od);
+    else
+        ce_get_masks(&c->map.idx, id, NULL, &od);
+    add_fragment(c, oblock, &s1, &d1, at->seg, at->off, NIL, 0, flags, replace, false, NULL);
+    return add_fragment(c, oblock, &s2, &d2, at->seg2, at->off2, NIL, 0,
+                        (uint16_t)(flags & ~CE_ADD_WRITTEN), false, true, &od);
+}
+
+/* account false: the dirty set is left as it was (the entry's dirty mask
+ * changes all the same); a later add with was_dirty (the mask the set
+ * last followed) brings it in step. */
+static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
+                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace,
+                             bool account, const struct tc_mask *was_dirty)
 {
     struct index *ix = &c->map.idx;
     struct tc_mask ov, od;
@@ -205,7 +251,8 @@ uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask
                           (!replace && (e->flags & CE_WT) ? CE_WT : 0));
     ce_set_masks(ix, id, &nv, &nd);
     index_settle(ix, id);
-    map_set_dirty(c, oblock, &od, &nd);
+    if (account)
+        map_set_dirty(c, oblock, was_dirty ? was_dirty : &od, &nd);
     if (fresh)
         policy_inserted(c->policy, oblock, &CE(ix, id)->hint, !(flags & CE_ADD_WRITTEN));
     cache_trace(c, oblock, "add fragment %u:%u stored %llx dirty %llx%s%s", seg, off,

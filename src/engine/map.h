@@ -311,6 +311,14 @@ void map_lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m);
 uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace);
+/* What log_append() stored (at): one fragment, or the two parts of a
+ * split, as map_add_fragment() adds them (with replace, the first part
+ * replaces every fragment; the second is added beside it).  Returns the
+ * entry id. */
+struct log_loc;
+uint32_t map_add_appended(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
+                          const struct tc_mask *dirty, const struct log_loc *at, uint16_t flags,
+                          bool replace);
 /* Remove one fragment (the cleaner's drop); the block goes when none is
  * left.  Its sectors must be clean. */
 void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);

@@ -414,11 +414,13 @@ static void fill(struct rreq *r, struct rpiece *p)
                    TC_SECTOR);
     struct tc_mask clean;
     mask_clear(&clean);
+    /* A split adds two fragments: only while the chain has room for both. */
+    unsigned nfrags = id == NIL ? 0 : CE(&c->map.idx, id)->nfrags;
     struct append a = { .oblock = p->oblock, .type = TC_ENTRY_DATA, .valid = stored,
-                        .dirty = clean, .data = data };
+                        .dirty = clean, .data = data, .may_split = nfrags + 2 <= MAX_FRAGS };
     struct log_loc at = log_append(c, &a, NULL);
     if (at.err == 0) {
-        map_add_fragment(c, p->oblock, &stored, &clean, at.seg, at.off, NIL, 0, 0, false);
+        map_add_appended(c, p->oblock, &stored, &clean, &at, 0, false);
         c->st.promotions++;
         c->st.promotion_bytes += (uint64_t)n * TC_SECTOR;
         c->st.admitted_bytes += (uint64_t)n * TC_SECTOR;

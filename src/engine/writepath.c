@@ -23,7 +23,9 @@
  * crash the cache never holds an older version than the origin: either
  * the new version is in the log (and recovery treats it as dirty until a
  * FLUSH recorded that the origin has it), or the origin write never
- * started.
+ * started.  A version the log stored in two parts (log_append()'s split)
+ * is waited for as a whole: the waiter's chunk is the second part's, and
+ * the first part's chunk was sealed before it.
  *
  * A write whose origin request failed in doubt (-ETIMEDOUT: sent on an
  * origin connection that stopped answering and was fenced, see dev_nbd.c)
@@ -736,6 +738,10 @@ static void append_version(struct wpiece *p)
         .data = data,
         .mirror = !mask_empty(&dirty_new) && c->vol->cfg.dirty_copies > 1,
     };
+    /* A split adds two fragments (a merge's first part replaces the
+     * chain): only while the chain has room for both. */
+    uint32_t id = index_lookup(&c->map.idx, p->oblock);
+    a.may_split = p->merging || id == NIL || CE(&c->map.idx, id)->nfrags + 2 <= MAX_FRAGS;
     struct log_waiter *lw = NULL;
     bool parallel = false;
     if (p->mode == W_THROUGH) {
@@ -777,8 +783,8 @@ static void append_version(struct wpiece *p)
     }
     if (p->mode == W_THROUGH)
         log_wt_track(&c->lg, &p->wt, at.seq);
-    map_add_fragment(c, p->oblock, &stored, &dirty_new, at.seg, at.off, at.mseg,
-                       at.moff, (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
+    map_add_appended(c, p->oblock, &stored, &dirty_new, &at, (wt ? CE_WT : 0) | CE_ADD_WRITTEN,
+                     p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
