@@ -317,11 +317,13 @@ static uint8_t copy_flags(struct cache *c, uint64_t wt_seq)
  * (or packed, with packed_from set to the fragment's stored mask).  The
  * copy becomes the block's newest fragment; the old one empties and goes.
  * entry_flags: TC_ENTRY_WT when the copy holds sectors of a write-through
- * version the origin may not hold durably yet (see copy_flags()). */
+ * version the origin may not hold durably yet (see copy_flags()).
+ * partial: the copy leaves some of the old fragment's sectors (the damaged
+ * ones) behind, so the old fragment stays until it is dropped. */
 static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur,
                      const struct tc_mask *dirty, const uint8_t *by_sector,
                      const uint8_t *packed, const struct tc_mask *packed_from,
-                     uint8_t entry_flags)
+                     uint8_t entry_flags, bool partial)
 {
     unsigned n = mask_count(cur);
     if (mask_empty(dirty) && !budget_allow(&c->budget, (uint64_t)n * TC_SECTOR))
@@ -336,12 +338,14 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
         memcpy(data + (size_t)k++ * TC_SECTOR, from, TC_SECTOR);
     }
     /* A split copy takes the place of one fragment with two: only while
-     * the chain has room for one more. */
+     * the chain has room for one more (two more for a partial copy, which
+     * replaces nothing yet). */
     uint32_t id = index_lookup(&c->map.idx, oblock);
+    unsigned added = partial ? 2 : 1;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .flags = entry_flags,
                         .valid = *cur, .dirty = *dirty, .data = data, .use_reserve = true,
                         .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1,
-                        .may_split = id != NIL && CE(&c->map.idx, id)->nfrags < MAX_FRAGS };
+                        .may_split = id != NIL && CE(&c->map.idx, id)->nfrags + added <= MAX_FRAGS };
     struct log_loc at = log_append(c, &a, NULL);
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
@@ -462,7 +466,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         if (!intact)
             c->st.checksum_errors++;
         if (intact && policy_keep(c->policy, e.oblock, &CE(&c->map.idx, id)->hint) &&
-            reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq))) {
+            reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq), false)) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
             continue;
         }
@@ -772,7 +776,7 @@ static void later_read(void *arg, int err)
             good_dirty = d;
             mask_and(&good_dirty, &good);
             if (!mask_empty(&good) && reinsert(c, l->oblock, &good, &good_dirty, l->buf, NULL,
-                                               NULL, copy_flags(c, l->wt_seq))) {
+                                               NULL, copy_flags(c, l->wt_seq), true)) {
                 mask_andnot(&d, &good);
                 /* The copy superseded those sectors: what is left of it. */
                 fid = map_find_fragment(c, l->oblock, l->seg, l->off, &id);
@@ -782,7 +786,7 @@ static void later_read(void *arg, int err)
             }
         }
         if (err == 0 && read_all && !mask_empty(&cur) &&
-            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL, copy_flags(c, l->wt_seq))) {
+            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL, copy_flags(c, l->wt_seq), false)) {
             /* kept */
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);
