@@ -198,10 +198,10 @@ struct log_loc {
     uint64_t seq;               /* the entry's sequence number */
     /* A split (only when the append said may_split): the data went as two
      * entries, the first valid sectors `part1` at (seg, off) with sequence
-     * seq, the rest at (seg2, off2) with seq2 > seq (seq + 1, or more when the rest opened a new group,
-     * which takes a sequence number of its own) -- each a DATA
-     * entry of its own, with the flags of the append and the dirty
-     * sectors among those it holds. */
+     * seq, the rest at (seg2, off2) with seq2 > seq (seq + 1, or more
+     * when the rest opened a new group, which takes a sequence number of
+     * its own) -- each a DATA entry of its own, with the flags of the
+     * append and the dirty sectors among those it holds. */
     bool split;
     uint32_t seg2;
     uint16_t off2;
