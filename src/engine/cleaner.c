@@ -383,6 +383,48 @@ static void carry_all_lost(struct cleaner *k)
         k->keep_group = true;
 }
 
+/* Calls visit for every fragment stored in the chunk, with the block's
+ * current dirty sectors in it, until visit returns true (then returns
+ * true).  A scan of the whole index: only for chunks that cannot be read,
+ * whose headers would otherwise name their fragments. */
+static bool each_fragment_in_chunk(struct cache *c, uint32_t seg, const struct chunk_ref *cr,
+                                   bool (*visit)(void *arg, const struct centry *e, uint16_t off,
+                                                 const struct tc_mask *dirty),
+                                   void *arg)
+{
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        const struct centry *e = CE(&c->map.idx, id);
+        if (e->oblock == UINT64_MAX)
+            continue;
+        for (uint32_t g = ce_head(&c->map.idx, id); g != NIL; g = frag_next(&c->map.idx, g)) {
+            struct cfrag f = frag_view(&c->map.idx, g);
+            if (f.seg != seg || f.off < cr->start ||
+                f.off >= cr->start + cr->hdr_sectors + cr->data_sectors)
+                continue;
+            struct tc_mask cur, v, d;
+            frag_current(&c->map.idx, id, g, &cur);
+            ce_get_masks(&c->map.idx, id, &v, &d);
+            mask_and(&d, &cur);
+            if (visit(arg, e, f.off, &d))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* A fragment of a chunk that cannot be used: dropped if clean (the origin
+ * has it), else read again on its own (later_read()). */
+static bool set_aside(void *arg, const struct centry *e, uint16_t off, const struct tc_mask *dirty)
+{
+    struct cleaner *k = arg;
+    uint32_t seg = k->segs[k->seg_i];
+    if (mask_empty(dirty))
+        add_drop(k, e->oblock, seg, off);
+    else        /* its entry unknown: write-through if the block may be */
+        add_later(k, e->oblock, seg, off, (e->flags & CE_WT) ? UINT64_MAX : 0);
+    return false;
+}
+
 static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool readable)
 {
     struct cache *c = k->c;
@@ -402,26 +444,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
          * is set aside (dirty: read again on its own, and kept -- the group
          * with it -- if that fails too without proof of damage; see
          * later_read()) or dropped (clean: the origin has it). */
-        for (uint32_t id = 0; id < c->map.idx.used; id++) {
-            struct centry *e = CE(&c->map.idx, id);
-            if (e->oblock == UINT64_MAX)
-                continue;
-            for (uint32_t g = ce_head(&c->map.idx, id); g != NIL; g = frag_next(&c->map.idx, g)) {
-                struct cfrag f = frag_view(&c->map.idx, g);
-                if (f.seg != seg || f.off < cr->start ||
-                    f.off >= cr->start + cr->hdr_sectors + cr->data_sectors)
-                    continue;
-                struct tc_mask cur, v, d;
-                frag_current(&c->map.idx, id, g, &cur);
-                ce_get_masks(&c->map.idx, id, &v, &d);
-                mask_and(&d, &cur);
-                if (mask_empty(&d))
-                    add_drop(k, e->oblock, seg, f.off);
-                else        /* its entry unknown: write-through if the block may be */
-                    add_later(k, e->oblock, seg, f.off,
-                              (e->flags & CE_WT) ? UINT64_MAX : 0);
-            }
-        }
+        each_fragment_in_chunk(c, seg, cr, set_aside, k);
         return;
     }
     for (uint32_t i = 0; i < h.nr_entries; i++) {
@@ -483,26 +506,16 @@ static bool retry_logged(const struct cleaner *k)
     return n <= 10 || n % 100 == 0;
 }
 
+static bool is_dirty(void *arg, const struct centry *e, uint16_t off, const struct tc_mask *dirty)
+{
+    (void)arg, (void)e, (void)off;
+    return !mask_empty(dirty);
+}
+
 /* Does a current dirty sector of some block lie in the chunk? */
 static bool chunk_has_dirty(struct cache *c, uint32_t seg, const struct chunk_ref *cr)
 {
-    for (uint32_t id = 0; id < c->map.idx.used; id++) {
-        if (CE(&c->map.idx, id)->oblock == UINT64_MAX)
-            continue;
-        for (uint32_t g = ce_head(&c->map.idx, id); g != NIL; g = frag_next(&c->map.idx, g)) {
-            struct cfrag f = frag_view(&c->map.idx, g);
-            if (f.seg != seg || f.off < cr->start ||
-                f.off >= cr->start + cr->hdr_sectors + cr->data_sectors)
-                continue;
-            struct tc_mask cur, v, d;
-            frag_current(&c->map.idx, id, g, &cur);
-            ce_get_masks(&c->map.idx, id, &v, &d);
-            mask_and(&d, &cur);
-            if (!mask_empty(&d))
-                return true;
-        }
-    }
-    return false;
+    return each_fragment_in_chunk(c, seg, cr, is_dirty, NULL);
 }
 
 static void give_up_for_now(struct cleaner *k);
