@@ -120,6 +120,21 @@ for k in sys.argv[1].split("."):
 print(v if not isinstance(v,bool) else str(v).lower())' "$path"
 }
 
+# wait_drained NAME: until no failed cache device of the server still
+# drains dirty data (status: drain_left_bytes 0, health not "draining";
+# engine/failure.c).  Polled; fails after 30 s.
+wait_drained() {
+  local name=$1 end=$((${EPOCHREALTIME//[!0-9]/} + 30000000))
+  while [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do
+    if [ "$(status_value "$name" volume.cache.drain_left_bytes)" = 0 ] &&
+       [[ "$(status_value "$name" volume.health)" != draining* ]]; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  fail "server $name: the drain did not end ($(status_value "$name" volume.health))"
+}
+
 # make_file PATH SIZE [random]: a sparse or random file
 make_file() {
   if [ "${3:-}" = random ]; then

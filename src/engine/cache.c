@@ -1028,6 +1028,10 @@ void cache_free(struct cache *c)
     if (c == NULL)
         return;
     cleaner_fini(c);
+    for (unsigned i = 0; i < c->ndevs; i++) {
+        free(c->devs[i].drain);
+        c->devs[i].drain = NULL;
+    }
     /* The first call stops writeback (a cache that never ran, such as one
      * whose attach failed, was not stopped by cache_close), the second
      * frees it. */
@@ -1092,7 +1096,8 @@ int cache_switch_policy(struct cache *c, const char *name, char *err, size_t err
 
 static const char *cdev_state_name(enum cdev_state s)
 {
-    return s == CDEV_OK ? "ok" : s == CDEV_FAILING ? "failing" : "missing";
+    return s == CDEV_OK ? "ok" : s == CDEV_DRAINING ? "draining" : s == CDEV_FAILING ? "failing"
+                                                                                 : "missing";
 }
 
 void cache_status_json(struct cache *c, struct tc_json *j)
@@ -1197,6 +1202,11 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "merge_read_failures", s->merge_read_failures);
     json_uint(j, "cache_write_errors", s->cache_write_errors);
     json_uint(j, "lost_dirty_bytes", s->lost_dirty_bytes);
+    uint64_t left = 0;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        left += c->devs[i].state == CDEV_DRAINING ? c->devs[i].drain_left_bytes : 0;
+    json_uint(j, "drain_left_bytes", left);
+    json_uint(j, "drained_bytes", c->drained_bytes);
     json_uint(j, "in_doubt_writes", s->in_doubt_writes);
     json_uint(j, "origin_cut_writes", s->origin_cut_writes);
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->map.lost));

@@ -73,13 +73,31 @@ struct policy;
 
 /* ---- devices of the cache ---- */
 
-enum cdev_state { CDEV_OK, CDEV_FAILING, CDEV_MISSING };
+/* CDEV_DRAINING: the last device in service, failed (nothing is appended
+ * to it, the cache is abandoned), but dirty data only it holds is still
+ * read from it to be written back (failure.c); CDEV_FAILING once none is
+ * left, and at once for a device that fails while others are in service.
+ * At most one device is ever draining. */
+enum cdev_state { CDEV_OK, CDEV_DRAINING, CDEV_FAILING, CDEV_MISSING };
+
+/* A dirty fragment kept on a draining device (failure.c). */
+struct drain_item {
+    uint64_t oblock;
+    uint32_t seg;
+    uint16_t off;
+};
 
 struct cache_dev {
     struct tc_dev *dev;
     struct tc_superblock sb;
     uint32_t first_seg, nsegs;
     enum cdev_state state;
+    /* While draining: the dirty fragments still to be written back, the
+     * dirty bytes they held at the last check, and why the device failed. */
+    struct drain_item *drain;
+    size_t ndrain;
+    uint64_t drain_left_bytes;
+    char fail_why[160];
     bool written_since_flush;
     uint64_t bytes_admitted;
 };
@@ -141,7 +159,10 @@ struct cache {
     uint64_t rewrites_appended;     /* ... appended (tombstone and version) */
     uint64_t rewrite_read_retries;  /* ... reads of theirs that failed and are tried again */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
-    char health[128];
+    char health[192];
+    unsigned draining;              /* devices in CDEV_DRAINING (failure.c) */
+    uint64_t drained_bytes;         /* dirty bytes written back from draining devices */
+    struct drain_wait *drain_waiters;   /* flushes waiting for the drains to end */
     char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
 
     /* abandon.c: the durable record of a cache abandoned at run time. */

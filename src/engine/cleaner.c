@@ -146,6 +146,12 @@ static void kick_fn(struct tc_task *t)
     struct cache *c = k->c;
     if (k->running || k->stopping || k->backing_off)
         return;
+    /* A device draining (failure.c) holds dirty data in segments of old
+     * groups that no walk reads (its log is distrusted, its data is not
+     * copied) and that must not be freed before it is written back:
+     * nothing is retired until the drain ends (its end kicks again). */
+    if (c->draining)
+        return;
     if (c->sp.free_segs < space_low_water(&c->sp, c->ndevs))
         k->active = true;
     else if (c->sp.free_segs >= space_high_water(&c->sp, c->ndevs))
@@ -881,6 +887,22 @@ static void tail_synced(struct log_waiter *lw, int err)
         if (!k->retry.armed)
             timer_arm(c->reactor, &k->retry, 50ull * 1000 * 1000);
         return;
+    }
+    struct group *gr = group_at(&c->sp, k->slot);
+    for (unsigned i = 0; i < gr->nsegs; i++) {
+        struct segment *sg = space_seg(&c->sp, gr->segs[i]);
+        if (c->devs[sg->dev].state == CDEV_DRAINING && sg->live > 0) {
+            /* A device began draining during the walk (kick_fn()): its
+             * dirty data here stays until written back.  The group is
+             * kept; the drain's end kicks the cleaner again.  (The tail
+             * written past it only drops entries of the group from a
+             * restart's log: clean ones, or ones copied or written back
+             * -- and the draining device's own, which a restart distrusts
+             * anyway.) */
+            gr->retiring = false;
+            k->running = false;
+            return;
+        }
     }
     for (size_t i = 0; i < k->ndrops; i++) {
         struct drop *d = &k->drops[i];

@@ -16,7 +16,9 @@
  *                                written) appended again on another device
  *   dirty data with no copy      lost: recorded (LOST records), and reads
  *                                of exactly those sectors fail with EIO
- *                                until they are written again
+ *                                until they are written again -- unless
+ *                                the device was the last in service: then
+ *                                it is drained (below)
  *   LOST records on the device   the whole lost set (in memory) recorded
  *                                again on the other devices
  *
@@ -24,11 +26,58 @@
  * dropped is rewritten there as one version, after a tombstone, so that
  * no older version in their logs can come back (struct rewrite).
  *
- * New appends go to the surviving devices; when none is left the volume
- * serves the origin directly, the cache is abandoned for good (abandon.c:
- * its log is never trusted again) and reads of lost sectors still fail
- * (lost_passthrough()).  Health in status says which device failed and
- * why.
+ * The drain (the last device in service only).  A failed device usually
+ * still reads: the write that failed it may have found its file system
+ * full, or one bad spot.  When it is the last device in service, the
+ * dirty data only it holds is not given up but written back to the
+ * origin while the daemon runs: the device is CDEV_DRAINING.  Nothing is
+ * appended to it (its free segments are dropped, its head closed), the
+ * cache is abandoned at once as before (abandon.c: its log is never
+ * trusted again), but its dirty fragments stay in the index and are read
+ * from it -- or from the segment's RAM image, which a draining device
+ * keeps (log.c), so the data of a chunk whose write failed, and of the
+ * open chunk, drains too.  Writeback treats the drain as urgent
+ * (writeback.c: window()), and when it cannot read such a block it reads
+ * sector by sector and records as lost exactly the sectors that fail (an
+ * I/O error, a checksum mismatch).  When no dirty data is left on the
+ * device (cache_drain_check(), on writeback's tick), the failure is
+ * finished as before: the remaining (clean) fragments are dropped, the
+ * images go, the device is CDEV_FAILING.
+ *
+ * Why only the last device: with devices left in service, a drained
+ * block's older versions may stay in their logs, which the next start
+ * trusts; once the drained version's record of loss was cleared, a
+ * restart or a later partial write could bring an older version back.
+ * With no device left no log is trusted again, so the origin is the only
+ * copy that counts, and the records of loss are the state file's.
+ * A device failing while others are in service loses its only-copy dirty
+ * data at once, as it always did (and the rewrites below keep the
+ * survivors' logs from bringing older versions back).
+ *
+ * Durability.  The data kept to drain is recorded lost first
+ * (lost_record_pending(); the abandonment's state file holds the lost
+ * set, written before any request goes on), so a crash or stop before it
+ * is written back reads EIO after the restart, never the origin's older
+ * data.  A block written back is cleared from the set only after the
+ * origin flush of its writeback job, and the clear reaches the state file
+ * only after another origin flush (abandon.c: the settle).
+ *
+ * Requests.  The volume serves the origin at once (c->vol->cache_failed),
+ * and lost_passthrough() makes any request touching a block still dirty
+ * on the draining device wait for that block's writeback first
+ * (lostlog.c): a read then reads the drained data from the origin (or
+ * EIO for the sectors the drain could not read), a write reaches the
+ * origin after the drained version (so the drain never writes older data
+ * over it), and a partial write keeps the block's other dirty sectors.
+ *
+ * A FLUSH while a drain runs waits for the drain to end (then flushes the
+ * origin and reports any loss as ever), or fails with EIO once writeback
+ * cannot progress (stopped, failing, the origin away): the dirty data on
+ * the draining device was acknowledged, and its only durable record is a
+ * log no start will trust, so no FLUSH may claim that the writes before
+ * it are durable until the drain has put them on the origin.  A FLUSH
+ * whose log sync the failure cut short goes the same way (writepath.c:
+ * flush_synced()) instead of failing at once.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -47,6 +96,8 @@
 #include "engine/writeback.h"
 #include "io/claim.h"
 #include "io/bufpool.h"
+#include "util/assert.h"
+#include "util/parse.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -185,13 +236,16 @@ static void forget_block(struct cache *c, uint64_t oblock)
     log_append(c, &a, NULL);
 }
 
-static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
-                            uint64_t *dropped, uint64_t *saved, uint64_t *lost)
+/* Returns -1 gone already, 0 dropped (clean), 1 kept on another device,
+ * 2 kept here to be drained (drain: d was the last device in service),
+ * 3 lost (dropped). */
+static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, bool drain,
+                           uint64_t *bytes)
 {
     uint32_t id;
     uint32_t fid = map_find_fragment(c, v->oblock, v->seg, v->off, &id);
     if (fid == NIL)
-        return;
+        return -1;
     struct tc_mask cur, valid, dirty;
     frag_current(&c->map.idx, id, fid, &cur);
     ce_get_masks(&c->map.idx, id, &valid, &dirty);
@@ -200,30 +254,305 @@ static void handle_fragment(struct cache *c, unsigned d, const struct victim *v,
     if (mask_empty(&dirty)) {
         map_drop_fragment(c, v->oblock, fid);
         block_gen_bump(c->locks, v->oblock);
-        (*dropped)++;
-        return;
+        return 0;
     }
     if (f.mseg != NIL && seg_usable(c, f.mseg)) {
         /* The mirror becomes the copy. */
         map_promote_mirror(c, id, fid);
         cache_trace(c, v->oblock, "device %u failed: mirror %u:%u is the copy now", d, f.mseg,
                     f.moff);
-        (*saved)++;
+        return 1;
+    }
+    if (rehome_from_image(c, v->oblock, id, fid, &cur, &dirty))
+        return 1;
+    if (!drain) {
+        uint64_t base = v->oblock * c->block_size;
+        tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) was only on the "
+                 "failed device and is lost; reads of its %u lost sectors fail with EIO until "
+                 "rewritten", (unsigned long long)v->oblock, (unsigned long long)base,
+                 (unsigned long long)(base + c->block_size - 1), mask_count(&dirty));
+        map_lose_dirty(c, v->oblock, &dirty);
+        map_drop_fragment(c, v->oblock, fid);
+        block_gen_bump(c->locks, v->oblock);
+        return 3;
+    }
+    /* Kept: the drain writes it back (see the top of this file).  Until
+     * then the durable records say lost (lostlog.h). */
+    lost_record_pending(c, v->oblock, &dirty);
+    cache_trace(c, v->oblock, "device %u failed: dirty fragment %u:%u kept to be drained", d,
+                v->seg, v->off);
+    *bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+    return 2;
+}
+
+static bool any_ok(struct cache *c)
+{
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (c->devs[i].state == CDEV_OK)
+            return true;
+    return false;
+}
+
+bool cache_none_in_service(struct cache *c)
+{
+    return c->ndevs > 0 && !any_ok(c);
+}
+
+static void set_health(struct cache *c)
+{
+    uint64_t left = 0;
+    const char *name = NULL, *why = "";
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (c->devs[i].state == CDEV_DRAINING) {
+            left += c->devs[i].drain_left_bytes;
+            name = c->devs[i].dev->name;
+            why = c->devs[i].fail_why;
+        }
+    if (name) {
+        char sz[32];
+        snprintf(c->health, sizeof c->health,
+                 "draining: %s of dirty data left on failed device %s (%s)%s",
+                 tc_format_size(left, sz, sizeof sz), name, why,
+                 c->vol->cache_failed ? "; serving the origin directly" : "");
+    }
+}
+
+/* The drain of device d ended (or it had nothing to drain): drop what is
+ * left of it, as a failure always did. */
+static void finish_failure(struct cache *c, unsigned d)
+{
+    struct cache_dev *cd = &c->devs[d];
+    /* Every fragment on the device (all clean now: nothing is appended to
+     * it, and the dirty ones kept were written back or lost). */
+    size_t n = 0, cap = 256;
+    struct victim *vs = tc_xmalloc(cap * sizeof *vs);
+    for (uint32_t id = 0; id < c->map.idx.used; id++) {
+        uint64_t oblock = CE(&c->map.idx, id)->oblock;
+        if (oblock == UINT64_MAX)
+            continue;
+        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
+            struct cfrag fr = frag_view(&c->map.idx, f);
+            if (space_seg(&c->sp, fr.seg)->dev != d)
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                vs = realloc(vs, cap * sizeof *vs);
+                if (vs == NULL)
+                    abort();
+            }
+            vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id;
+        uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
+        if (fid == NIL)
+            continue;
+        struct tc_mask cur, valid, dirty;
+        frag_current(&c->map.idx, id, fid, &cur);
+        ce_get_masks(&c->map.idx, id, &valid, &dirty);
+        mask_and(&dirty, &cur);
+        TC_ASSERT(mask_empty(&dirty));
+        if (!mask_empty(&dirty)) {      /* cannot be; never dropped silently */
+            map_lose_dirty(c, vs[i].oblock, &dirty);
+            if (c->abandoned)
+                abandon_lost_changed(c);
+        }
+        map_drop_fragment(c, vs[i].oblock, fid);
+        block_gen_bump(c->locks, vs[i].oblock);
+    }
+    if (cd->state == CDEV_DRAINING) {
+        c->draining--;
+        cd->state = CDEV_FAILING;
+    }
+    free(cd->drain);
+    cd->drain = NULL;
+    cd->ndrain = 0;
+    cd->drain_left_bytes = 0;
+    log_release_images(c, d);
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || vs[i - 1].oblock != vs[i].oblock)
+            forget_block(c, vs[i].oblock);    /* a block's victims are adjacent */
+    free(vs);
+    if (any_ok(c))
+        snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
+                 cd->dev->name, cd->fail_why);
+    else
+        snprintf(c->health, sizeof c->health,
+                 "failed: every cache device failed (last %s: %s); serving the origin directly",
+                 cd->dev->name, cd->fail_why);
+    set_health(c);      /* another device still draining says so */
+    cleaner_device_failed(c);
+    cleaner_kick(c);
+}
+
+void cache_drain_mask(struct cache *c, uint32_t id, struct tc_mask *m)
+{
+    struct tc_mask v, d;
+    mask_clear(m);
+    if (c->draining == 0 || id == NIL)
+        return;
+    ce_get_masks(&c->map.idx, id, &v, &d);
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(&d, s))
+            continue;
+        uint32_t f = ce_locate(&c->map.idx, id, s);
+        if (f != NIL && seg_cdev(c, frag_seg(&c->map.idx, f))->state == CDEV_DRAINING)
+            mask_set(m, s);
+    }
+}
+
+bool cache_lost_overlaps(struct cache *c, uint64_t off, uint64_t len)
+{
+    if (!lost_overlaps(&c->map.lost, c->block_size, off, len))
+        return false;
+    if (c->draining == 0)
+        return true;
+    uint64_t end = off + len, ob;
+    struct tc_mask m;
+    while (mask_next_block(&off, end, c->block_size, &ob, &m)) {
+        struct tc_mask lost, drain;
+        if (!lost_get(&c->map.lost, ob, &lost))
+            continue;
+        mask_and(&lost, &m);
+        cache_drain_mask(c, index_lookup(&c->map.idx, ob), &drain);
+        mask_andnot(&lost, &drain);
+        if (!mask_empty(&lost))
+            return true;
+    }
+    return false;
+}
+
+struct drain_wait {
+    struct ereq *e;
+    void (*resume)(struct ereq *e);
+    struct drain_wait *next;
+};
+
+bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e))
+{
+    if (c->draining == 0)
+        return false;
+    struct drain_wait *w = tc_xcalloc(1, sizeof *w);
+    w->e = e;
+    w->resume = resume;
+    w->next = c->drain_waiters;
+    c->drain_waiters = w;
+    return true;
+}
+
+static void release_waiters(struct cache *c, int err)
+{
+    struct drain_wait *list = c->drain_waiters;
+    c->drain_waiters = NULL;
+    while (list) {
+        struct drain_wait *w = list;
+        list = w->next;
+        struct ereq *e = w->e;
+        void (*resume)(struct ereq *) = w->resume;
+        free(w);
+        if (err) {
+            e->err = err;
+            e->complete(e);
+        } else {
+            resume(e);
+        }
+    }
+}
+
+/* A write made durable (FUA) while the last device failed: after the
+ * drain, an origin flush; EIO if any of its sectors is lost. */
+struct fua_tail {
+    struct tc_dev_io dio;
+    struct ereq *e;
+};
+
+static void fua_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct fua_tail *t = container_of(dio, struct fua_tail, dio);
+    struct ereq *e = t->e;
+    struct cache *c = e->vol->cache;
+    free(t);
+    if (err == 0 && lost_overlaps(&c->map.lost, c->block_size, e->off, e->len))
+        err = -EIO;     /* the drain could not read some of it back */
+    e->err = err;
+    e->complete(e);
+}
+
+static void fua_drained(struct ereq *e)
+{
+    struct fua_tail *t = tc_xcalloc(1, sizeof *t);
+    t->e = e;
+    t->dio.op = TC_DEV_FLUSH;
+    t->dio.cb = fua_origin_flushed;
+    if (!e->vol->origin->can_flush) {
+        fua_origin_flushed(&t->dio, 0);
         return;
     }
-    if (rehome_from_image(c, v->oblock, id, fid, &cur, &dirty)) {
-        (*saved)++;
+    dev_submit(e->vol->origin, &t->dio);
+}
+
+bool cache_durable_after_failure(struct cache *c, struct ereq *e)
+{
+    if (!cache_none_in_service(c))
+        return false;
+    e->err = 0;
+    if (e->op == TC_OP_FLUSH) {
+        if (!cache_drain_hold(c, e, lost_passthrough))
+            lost_passthrough(e);
+    } else if (!cache_drain_hold(c, e, fua_drained)) {
+        fua_drained(e);
+    }
+    return true;
+}
+
+void cache_drain_check(struct cache *c)
+{
+    if (c->draining == 0) {
+        if (c->drain_waiters)
+            release_waiters(c, 0);
         return;
     }
-    uint64_t base = v->oblock * c->block_size;
-    tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) was only on the failed "
-             "device and is lost; reads of its %u lost sectors fail with EIO until rewritten",
-             (unsigned long long)v->oblock, (unsigned long long)base,
-             (unsigned long long)(base + c->block_size - 1), mask_count(&dirty));
-    map_lose_dirty(c, v->oblock, &dirty);
-    map_drop_fragment(c, v->oblock, fid);
-    block_gen_bump(c->locks, v->oblock);
-    (*lost)++;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        if (cd->state != CDEV_DRAINING)
+            continue;
+        uint64_t left = 0;
+        size_t k = 0;
+        for (size_t i = 0; i < cd->ndrain; i++) {
+            struct drain_item *it = &cd->drain[i];
+            uint32_t id;
+            uint32_t fid = map_find_fragment(c, it->oblock, it->seg, it->off, &id);
+            if (fid == NIL)
+                continue;       /* superseded */
+            struct tc_mask cur, valid, dirty;
+            frag_current(&c->map.idx, id, fid, &cur);
+            ce_get_masks(&c->map.idx, id, &valid, &dirty);
+            mask_and(&dirty, &cur);
+            if (mask_empty(&dirty))
+                continue;       /* written back, lost, or superseded */
+            left += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+            cd->drain[k++] = *it;
+        }
+        cd->ndrain = k;
+        cd->drain_left_bytes = left;
+        if (k == 0) {
+            tc_info("cache device %s: drained; %s", cd->dev->name,
+                    c->st.lost_dirty_bytes ? "some dirty data could not be read back and is "
+                                             "lost (status: lost_dirty_bytes)"
+                                           : "no dirty data was lost");
+            finish_failure(c, d);
+        }
+    }
+    set_health(c);
+    if (c->draining == 0) {
+        release_waiters(c, 0);
+    } else if (c->drain_waiters && writeback_stuck(c)) {
+        tc_error("flush fails with EIO: dirty data is still on a failed cache device and "
+                 "cannot be written back now (writeback stopped or failing, or the origin "
+                 "away)");
+        release_waiters(c, -EIO);
+    }
 }
 
 /*
@@ -574,7 +903,21 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     struct cache_dev *cd = &c->devs[d];
     if (cd->state != CDEV_OK)
         return;
-    cd->state = CDEV_FAILING;
+    /* The last device in service drains (see the top of this file);
+     * another fails as ever.  At most one device ever drains: none is in
+     * service after it. */
+    bool drain = true;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (i != d && c->devs[i].state == CDEV_OK)
+            drain = false;
+    if (drain) {
+        /* Draining from here on: images kept (log.c), nothing appended. */
+        cd->state = CDEV_DRAINING;
+        c->draining++;
+    } else {
+        cd->state = CDEV_FAILING;
+    }
+    snprintf(cd->fail_why, sizeof cd->fail_why, "%s", why);
     space_drop_free(&c->sp, d);
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
@@ -613,16 +956,27 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
             vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
         }
     }
-    uint64_t dropped = 0, saved = 0, lost = 0;
+    uint64_t dropped = 0, saved = 0, kept = 0, kept_bytes = 0, lost = 0;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);
+    cd->drain = tc_xmalloc((n ? n : 1) * sizeof *cd->drain);
+    cd->ndrain = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t before = dropped + lost;
-        handle_fragment(c, d, &vs[i], &dropped, &saved, &lost);
-        gone[i] = dropped + lost > before;
+        int r = handle_fragment(c, d, &vs[i], drain, &kept_bytes);
+        gone[i] = r == 0 || r == 3;
+        dropped += r == 0;
+        saved += r == 1;
+        lost += r == 3;
+        if (r == 2) {
+            kept++;
+            cd->drain[cd->ndrain++] = (struct drain_item){ vs[i].oblock, vs[i].seg, vs[i].off };
+        }
     }
+    cd->drain_left_bytes = kept_bytes;
     log_device_failed(c, d);
     /* After log_device_failed(): the syncs waiting on the device fail
-     * once, as they did, instead of waiting for these records too. */
+     * once, as they did, instead of waiting for these records too.  A
+     * block with a fragment kept for the drain keeps its dirty data, so
+     * forget_block() leaves it (its tombstone comes when the drain ends). */
     for (size_t i = 0; i < n; i++)
         if (gone[i] && (i == 0 || !gone[i - 1] || vs[i - 1].oblock != vs[i].oblock))
             forget_block(c, vs[i].oblock);    /* a block's victims are adjacent */
@@ -661,19 +1015,25 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         x->lw.fn = failure_synced;
         log_sync(c, &x->lw);
     }
-    tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
-             "devices, %llu lost", cd->dev->name, (unsigned long long)dropped,
-             (unsigned long long)saved, (unsigned long long)lost);
+    char sz[32];
+    if (drain)
+        tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
+                 "devices, %llu (%s of dirty data) to be drained: written back to the origin "
+                 "from it", cd->dev->name, (unsigned long long)dropped,
+                 (unsigned long long)saved, (unsigned long long)kept,
+                 tc_format_size(kept_bytes, sz, sizeof sz));
+    else
+        tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
+                 "devices, %llu lost", cd->dev->name, (unsigned long long)dropped,
+                 (unsigned long long)saved, (unsigned long long)lost);
 
-    bool any = false;
-    for (unsigned i = 0; i < c->ndevs; i++)
-        if (c->devs[i].state == CDEV_OK)
-            any = true;
-    if (!any) {
+    if (!any_ok(c)) {
         snprintf(c->health, sizeof c->health,
                  "failed: every cache device failed (last %s: %s); serving the origin directly",
                  cd->dev->name, why);
-        tc_error("every cache device has failed: serving the origin directly");
+        tc_error("every cache device has failed: serving the origin directly%s",
+                 c->draining ? " (requests touching dirty data still on a failed device wait "
+                               "for its writeback)" : "");
         /* Recorded before any request goes on: from now on writes reach
          * only the origin, and the log must never be trusted again. */
         abandon_record(c);
@@ -682,6 +1042,13 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
          * Each ends (rewrite_read()): this failure dealt with its block. */
         rewrites_stop_waiting(c);
     }
+    if (drain && kept == 0)
+        finish_failure(c, d);
+    else if (!drain) {
+        free(cd->drain);
+        cd->drain = NULL;
+    }
+    set_health(c);
     writeback_kick(c);
     cleaner_kick(c);
 }

@@ -4,13 +4,17 @@
  * serving, degraded: clean data on the device is dropped, dirty data with
  * a mirror keeps the mirror, dirty data still in RAM is appended again on
  * another device, and dirty data with no copy is lost (recorded, and
- * reads of exactly those sectors fail with EIO until written again).
- * When no device is left the cache is abandoned for good (abandon.h).
+ * reads of exactly those sectors fail with EIO until written again) --
+ * unless the device was the last in service: then that data is drained,
+ * written back from the failed device, which usually still reads, and only
+ * sectors that cannot be read back are lost.  When no device is left the
+ * cache is abandoned for good (abandon.h).
  */
 #ifndef TC_ENGINE_FAILURE_H
 #define TC_ENGINE_FAILURE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct cache;
 
@@ -24,5 +28,31 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why);
 void rewrites_stop_waiting(struct cache *c);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
+/* Drains (failure.c): a drained device that has no dirty data left is
+ * finished; flushes held are let go.  Called by writeback after its jobs
+ * and on its tick. */
+void cache_drain_check(struct cache *c);
+/* A FLUSH while a device drains: held (true) until the drains end, then
+ * resume(e) is called -- or e completes with EIO if they cannot end. */
+struct ereq;
+struct tc_mask;
+bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e));
+
+/* Whether no cache device is in service (every one failed, or the last
+ * one is failing now). */
+bool cache_none_in_service(struct cache *c);
+
+/* A FLUSH, or a FUA write, whose log sync ended (well or not) when no
+ * device is in service: the log it was made durable in is distrusted, so
+ * e is answered only once the drain has put the data on the origin and an
+ * origin flush made it durable (or with EIO if some was lost), and true
+ * is returned; false: a device is in service, e is the caller's. */
+bool cache_durable_after_failure(struct cache *c, struct ereq *e);
+
+/* The dirty sectors of index entry id served from a draining device: in
+ * the lost set until written back, yet readable (lostlog.h). */
+void cache_drain_mask(struct cache *c, uint32_t id, struct tc_mask *m);
+/* Whether [off, off + len) holds lost sectors, drained ones aside. */
+bool cache_lost_overlaps(struct cache *c, uint64_t off, uint64_t len);
 
 #endif

@@ -169,11 +169,16 @@ static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
         lg->images[seg] = lg->npool ? lg->pool[--lg->npool] : tc_alloc_aligned(c->segment_size);
 }
 
+/* A draining device's images stay: the dirty data of a chunk whose write
+ * failed, or of the open chunk never sealed, exists only there, and it is
+ * read from there to be written back (failure.c); log_release_images()
+ * when the drain ends. */
 static void image_release(struct cache *c, uint32_t seg)
 {
     struct segment *sg = space_seg(&c->sp, seg);
     struct log *lg = &c->lg;
-    if (lg->images[seg] && sg->state != SEG_OPEN && sg->writes_inflight == 0) {
+    if (lg->images[seg] && sg->state != SEG_OPEN && sg->writes_inflight == 0 &&
+        c->devs[sg->dev].state != CDEV_DRAINING) {
         if (lg->npool < LOG_IMAGE_POOL)
             lg->pool[lg->npool++] = lg->images[seg];
         else
@@ -1000,6 +1005,12 @@ void log_device_failed(struct cache *c, unsigned d)
     }
     notify_waiters(&c->lg, 0);
     maybe_flush(c);
+}
+
+void log_release_images(struct cache *c, unsigned d)
+{
+    for (uint32_t s = c->devs[d].first_seg; s < c->devs[d].first_seg + c->devs[d].nsegs; s++)
+        image_release(c, s);
 }
 
 void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,

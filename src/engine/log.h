@@ -232,6 +232,8 @@ struct log_loc log_append(struct cache *c, const struct append *a, struct log_wa
 void log_sync(struct cache *c, struct log_waiter *w);
 /* A cache device failed: close its head, re-target waiters. */
 void log_device_failed(struct cache *c, unsigned d);
+/* The drain of device d ended: the RAM images of its segments go. */
+void log_release_images(struct cache *c, unsigned d);
 void log_status_json(const struct log *lg, struct tc_json *j);
 /* Memory of the segments' RAM images, of seg_size bytes each: those held
  * (open segments, chunk writes in flight) and the idle pool of spares (at

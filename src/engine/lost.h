@@ -12,6 +12,13 @@
  * of a clear, the log records of a settle, the EIO of a flush, the
  * requests that reach the origin directly -- is in lostlog.c.
  *
+ * The dirty data of the last device in service, failed and still being
+ * drained (failure.c), is in the set too, so that the state file holds it
+ * lost until it is written back; while it drains, requests wait for its
+ * writeback (lost_passthrough()), reads in flight at the failure take it
+ * from the device (cache_drain_mask(), cache_lost_overlaps()), and its
+ * writeback clears it (after the writeback's origin flush).
+ *
  * Every path checks it: the cache's read path, and lost_passthrough() for
  * the requests that reach the origin directly once the cache has failed
  * or is detached -- there a read of a lost sector fails with EIO exactly

@@ -11,6 +11,8 @@
 #include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/cache.h"
+#include "engine/failure.h"
+#include "engine/writeback.h"
 #include "engine/lost.h"
 #include "engine/lostlog.h"
 #include "util/log.h"
@@ -71,6 +73,11 @@ bool lost_record_again(struct cache *c)
     struct again x = { c, true };
     lost_foreach(&c->map.lost, record_again, &x);
     return x.ok;
+}
+
+void lost_record_pending(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
+{
+    record(c, oblock, mask);
 }
 
 /* A write the origin may or may not have taken, and may still take later
@@ -194,6 +201,59 @@ static void writeback_waited(struct block_waiter *bw)
     lost_passthrough(e);
 }
 
+/*
+ * A device draining (failure.c) with none left to take appends: a request
+ * touching a block still dirty there waits for that block's writeback,
+ * then goes on (to the origin, which then holds the block's newest
+ * data; or, for sectors the drain could not read back, to the lost set's
+ * EIO).  A write must: it would go to the origin beside the dirty version
+ * the writeback is to write later.  A read too, which is simpler than
+ * serving it from the failed device: the origin lacks the dirty data.  A
+ * writeback that fails (the origin refuses it) fails the request: the
+ * block stays dirty, and the next request asks again.
+ */
+struct drain_blk_wait {
+    struct block_waiter w;
+    struct ereq *e;
+    uint64_t oblock;
+};
+
+static void drained_block(struct block_waiter *bw)
+{
+    struct drain_blk_wait *x = container_of(bw, struct drain_blk_wait, w);
+    struct ereq *e = x->e;
+    uint64_t b = x->oblock;
+    int err = bw->err;
+    free(x);
+    /* A writeback that failed only because the block's dirty sectors
+     * were all lost (unreadable) leaves it clean: go on then. */
+    if (err && map_is_dirty(&e->vol->cache->map, b)) {
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
+    lost_passthrough(e);
+}
+
+static bool wait_for_drain(struct cache *c, struct ereq *e)
+{
+    if (c->draining == 0 || c->map.dirty_blocks == 0 || c->wb == NULL || e->len == 0)
+        return false;
+    uint64_t b0 = e->off / c->block_size;
+    uint64_t b1 = (e->off + e->len + c->block_size - 1) / c->block_size;
+    for (uint64_t b = b0; b < b1; b++) {
+        if (!map_is_dirty(&c->map, b))
+            continue;
+        struct drain_blk_wait *x = tc_xcalloc(1, sizeof *x);
+        x->w.fn = drained_block;
+        x->e = e;
+        x->oblock = b;
+        writeback_block(c, b, &x->w);
+        return true;
+    }
+    return false;
+}
+
 static bool wait_for_writebacks(struct cache *c, struct ereq *e)
 {
     uint64_t b0 = e->off / c->block_size;
@@ -217,6 +277,11 @@ void lost_passthrough(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
     bool write = e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES || e->op == TC_OP_TRIM;
+    /* First: a drained block's sectors are in the lost set until written
+     * back (failure.c), and are not lost unless the drain fails to read
+     * them. */
+    if ((write || e->op == TC_OP_READ) && wait_for_drain(c, e))
+        return;
     if (e->op == TC_OP_READ && lost_overlaps(&c->map.lost, c->block_size, e->off, e->len)) {
         /* Its newest version was lost with the cache: never the origin's
          * older one in its place. */
@@ -237,6 +302,8 @@ void lost_passthrough(struct ereq *e)
     }
     if (write && wait_for_writebacks(c, e))
         return;
+    if (e->op == TC_OP_FLUSH && cache_drain_hold(c, e, lost_passthrough))
+        return;     /* until the drained data is on the origin (failure.c) */
     if (e->op == TC_OP_FLUSH) {
         e->lost_next = e->complete;
         e->complete = passthrough_flushed;

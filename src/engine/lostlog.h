@@ -30,6 +30,15 @@ void lost_record(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
  * device, or in groups a detach ends).  The set in memory is
  * authoritative.  False if some record found no room. */
 bool lost_record_again(struct cache *c);
+/* Dirty data kept on a draining device (failure.c: the last in service):
+ * recorded lost in the durable records (the state file of the abandonment
+ * that follows at once), so that a restart before it is written back --
+ * which distrusts that device's log -- fails its reads instead of
+ * returning the origin's older data.
+ * Not a loss yet (no flush reports it, lost_dirty_bytes does not count
+ * it): reads take the drained version while it is in the index, and its
+ * writeback clears it (lost_written()). */
+void lost_record_pending(struct cache *c, uint64_t oblock, const struct tc_mask *mask);
 /* An origin write failed in doubt (-ETIMEDOUT): the sectors read as lost
  * until written again, without failing the next flush. */
 void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask);

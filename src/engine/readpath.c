@@ -44,6 +44,7 @@
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/failure.h"
 #include "engine/cacheio.h"
 #include "engine/map.h"
 #include "engine/readahead.h"
@@ -299,6 +300,12 @@ static void classify_and_issue(struct rreq *r)
         mask_range(&want, p->s0, p->s1);
         if (lost_get(&c->map.lost, p->oblock, &lost)) {
             mask_and(&lost, &want);
+            if (!mask_empty(&lost) && c->draining) {
+                /* Recorded lost only until the drain writes it back. */
+                struct tc_mask drain;
+                cache_drain_mask(c, index_lookup(&c->map.idx, p->oblock), &drain);
+                mask_andnot(&lost, &drain);
+            }
             if (!mask_empty(&lost)) {
                 /* Dirty data lost with a failed device: never the origin's
                  * older data in its place. */
@@ -464,7 +471,7 @@ static void finish(struct rreq *r)
     }
     /* A device failed while the read ran, losing dirty data it needed:
      * what was gathered meanwhile may be the origin's older copy. */
-    if (r->join.err == 0 && lost_overlaps(&c->map.lost, c->block_size, e->off, e->len))
+    if (r->join.err == 0 && cache_lost_overlaps(c, e->off, e->len))
         join_error(&r->join, -EIO);
     if (r->join.err == 0)
         for (unsigned i = 0; i < r->np; i++)

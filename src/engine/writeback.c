@@ -99,6 +99,8 @@
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/cacheio.h"
+#include "engine/failure.h"
+#include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"
@@ -148,6 +150,10 @@ struct wb_block {
     uint8_t *data;              /* the block's cached sectors, by sector */
     size_t size;
     bool ok, failed;
+    /* A block being drained whose read failed: read again sector by
+     * sector (probe_s the next), good and bad the outcome. */
+    unsigned probe_s;
+    struct tc_mask good, bad;
 };
 
 struct wb_run {
@@ -534,7 +540,19 @@ static void job_flushed(struct tc_dev_io *dio, int err)
                             .target = tc_loc(head.seg, head.off), .valid = b->dirty,
                             .use_reserve = true };
         log_append(c, &a, NULL);
+        if (c->draining) {
+            struct tc_mask dm;
+            cache_drain_mask(c, id, &dm);
+            mask_and(&dm, &b->dirty);
+            c->drained_bytes += (uint64_t)mask_count(&dm) * TC_SECTOR;
+        }
         map_mark_clean(c, id, &b->dirty);
+        if (c->draining) {
+            /* Drained (failure.c): on the origin durably now, no longer
+             * recorded lost (lostlog.h).  Sectors written back are the
+             * newest version, so no loss of them can stand. */
+            lost_written(c, b->oblock, &b->dirty);
+        }
         cache_trace(c, b->oblock, "written back and cleaned %llx", (unsigned long long)b->dirty.w[0]);
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
         wb->bytes += bytes;
@@ -727,7 +745,96 @@ static void job_synced(struct log_waiter *lw, int err)
 static void reads_done(struct wb_job *j)
 {
     j->sync_w.fn = job_synced;
+    if (j->wb->c->abandoned) {
+        /* The log is never trusted again (abandon.c): no recovery can
+         * bring an older version back, so there is nothing to wait for --
+         * and nothing left to flush (a drain, failure.c). */
+        job_synced(&j->sync_w, 0);
+        return;
+    }
     log_sync(j->wb->c, &j->sync_w);
+}
+
+/* Whether block b has dirty sectors on a draining device (failure.c). */
+static bool block_draining(struct cache *c, uint64_t oblock, const struct tc_mask *dirty)
+{
+    if (c->draining == 0)
+        return false;
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id == NIL)
+        return false;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(dirty, s))
+            continue;
+        uint32_t f = ce_locate(&c->map.idx, id, s);
+        if (f != NIL && seg_cdev(c, frag_seg(&c->map.idx, f))->state == CDEV_DRAINING)
+            return true;
+    }
+    return false;
+}
+
+static void block_read(void *arg, int err);
+
+/* A drained block that could not be read whole: each of its cached
+ * sectors alone.  Dirty sectors that fail are lost now -- the only copy
+ * cannot be read back, or does not match its checksum -- and the rest is
+ * written back.  Lost sectors are taken out of the dirty set (marked
+ * clean: the lost set makes every read of them fail with EIO, before any
+ * copy is looked at, until a client writes them again), so no pass tries
+ * them again. */
+static void probe_next(struct wb_block *b);
+
+static void probe_read(void *arg, int err)
+{
+    struct wb_block *b = arg;
+    if (err)
+        mask_set(&b->bad, b->probe_s);
+    else
+        mask_set(&b->good, b->probe_s);
+    b->probe_s++;
+    probe_next(b);
+}
+
+static void probe_next(struct wb_block *b)
+{
+    struct wb_job *j = b->job;
+    struct cache *c = j->wb->c;
+    while (b->probe_s < c->spb && !mask_test(&b->valid, b->probe_s))
+        b->probe_s++;
+    if (b->probe_s < c->spb) {
+        struct tc_mask one;
+        mask_clear(&one);
+        mask_set(&one, b->probe_s);
+        cache_gather_robust(c, b->oblock, &one, b->data, probe_read, b);
+        return;
+    }
+    /* Lost: only dirty sectors whose copy is on the draining device.  A
+     * sector unreadable on a device still in service stays dirty, as it
+     * would without a drain (that device's errors are its own affair). */
+    struct tc_mask lost = b->bad, dm;
+    uint32_t id = index_lookup(&c->map.idx, b->oblock);
+    cache_drain_mask(c, id, &dm);
+    mask_and(&lost, &b->dirty);
+    mask_and(&lost, &dm);
+    if (!mask_empty(&lost) && id != NIL && block_gen(c->locks, b->oblock) == b->gen) {
+        uint64_t base = b->oblock * c->block_size;
+        tc_error("cache: %u dirty sectors of origin block %llu (bytes %llu..%llu) cannot be "
+                 "read back from the failed cache device and are lost; reads of them fail "
+                 "with EIO until rewritten", mask_count(&lost), (unsigned long long)b->oblock,
+                 (unsigned long long)base, (unsigned long long)(base + c->block_size - 1));
+        map_lose_dirty(c, b->oblock, &lost);
+        if (c->abandoned)
+            abandon_lost_changed(c);
+        map_mark_clean(c, id, &lost);
+    }
+    /* What was read is written back as ever; a block rewritten meanwhile
+     * (its generation moved) is left for a later job. */
+    mask_and(&b->valid, &b->good);
+    mask_and(&b->dirty, &b->good);
+    if (!mask_empty(&b->dirty) && block_gen(c->locks, b->oblock) == b->gen)
+        b->ok = true;
+    if (join_put(&j->join, 0))
+        reads_done(j);
 }
 
 static void block_read(void *arg, int err)
@@ -735,6 +842,13 @@ static void block_read(void *arg, int err)
     struct wb_block *b = arg;
     struct wb_job *j = b->job;
     struct cache *c = j->wb->c;
+    if (err && err != -ENODATA && !c->data_free && block_draining(c, b->oblock, &b->dirty)) {
+        b->probe_s = 0;
+        mask_clear(&b->good);
+        mask_clear(&b->bad);
+        probe_next(b);
+        return;
+    }
     if (err) {
         uint64_t off = b->oblock * c->block_size;
         if (log_allow(j->wb))
@@ -964,7 +1078,9 @@ static unsigned window(struct writeback *wb)
         return 0;
     if (wb->retry_at && tc_now_ns() < wb->retry_at)
         return 0;
-    if (wb->draining)
+    /* A drain (tiercache flush, detach), or dirty data on a failed device
+     * (failure.c): as fast as the origin takes it. */
+    if (wb->draining || c->draining)
         return 8;
     if (c->map.dirty_blocks == 0)
         return 0;
@@ -1073,6 +1189,8 @@ static void tick(struct tc_timer *t)
     if (wb->log_suppressed)
         log_refill(wb);
     pace(wb);
+    if (c->draining || c->drain_waiters)
+        cache_drain_check(c);
     if (!wb->stopped)
         timer_arm(c->reactor, &wb->tick, TICK_NS);
 }
@@ -1111,6 +1229,9 @@ void writeback_fini(struct cache *c)
         throttle_check(wb);
         /* Writes waiting for a block's next attempt: none will come. */
         fail_run_due(wb);
+        /* Flushes waiting for a drain (failure.c): it cannot end now. */
+        if (c->drain_waiters)
+            cache_drain_check(c);
         return;
     }
     free_if_done(c);
@@ -1129,6 +1250,13 @@ bool writeback_idle(struct cache *c)
 unsigned writeback_jobs_in_flight(struct cache *c)
 {
     return c->wb ? c->wb->all_jobs : 0;
+}
+
+bool writeback_stuck(struct cache *c)
+{
+    struct writeback *wb = c->wb;
+    return wb == NULL || wb->stopped || c->vol->origin->state != TC_DEV_ONLINE ||
+           wb->fail_streak > 0 || wb->nfail > 0;
 }
 
 void writeback_kick(struct cache *c)

@@ -34,6 +34,9 @@ struct wb_throttle_waiter {
 bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_waiter *w);
 int writeback_init(struct cache *c);
 void writeback_fini(struct cache *c);
+/* No writeback can be expected soon: stopped, the origin away, or its
+ * last writes failed. */
+bool writeback_stuck(struct cache *c);
 void writeback_kick(struct cache *c);
 /* A client FLUSH flushed the origin and the cache, recording the stable
  * mark, for everything done before since_ns: the periodic commit's work

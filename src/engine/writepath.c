@@ -64,6 +64,7 @@
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/cleaner.h"
+#include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/originwin.h"
@@ -197,6 +198,17 @@ static void end_synced(struct log_waiter *lw, int err)
 {
     struct wreq *w = container_of(lw, struct wreq, sync_w);
     join_error(&w->join, err);
+    if (w->join.err == 0 && cache_none_in_service(w->c)) {
+        /* A FUA write whose log sync the last device's failure ended: as
+         * for a flush (flush_synced()), durable only once drained to the
+         * origin and flushed there. */
+        struct ereq *e = w->e;
+        readahead_invalidate(e->vol->cache, e->off, e->len);
+        free(w->p);
+        free(w);
+        cache_durable_after_failure(e->vol->cache, e);
+        return;
+    }
     request_end(w);
 }
 
@@ -250,6 +262,13 @@ static void piece_done(struct wpiece *p, int err)
     if (err == 0 && p->mode != W_DISCARD) {
         struct tc_mask m;
         mask_range(&m, p->s0, p->s1);
+        if (p->merging && c->draining) {
+            /* The old dirty sectors merged into the new version may be
+             * drained ones, recorded lost until written back (lostlog.h):
+             * they have left the draining device for this version, which
+             * the log makes durable before a clear is (abandon.c). */
+            mask_or(&m, &p->odirty);
+        }
         lost_written(c, p->oblock, &m);
     }
     if (p->old) {
@@ -1091,6 +1110,18 @@ static void flush_synced(struct log_waiter *lw, int err)
 {
     struct flush_req *f = container_of(lw, struct flush_req, lw);
     struct ereq *e = f->e;
+    struct cache *c = f->c;
+    if (e->err == 0 && cache_none_in_service(c)) {
+        /* The last device failed while the sync ran -- the sync may even
+         * have ended well, with no device left to write: the writes this
+         * flush covers were in a log no start will trust again, and are
+         * now drained to the origin or recorded lost (failure.c).  The
+         * flush is answered after the drain and an origin flush, with EIO
+         * if anything was lost -- never on the strength of that log. */
+        free(f);
+        cache_durable_after_failure(c, e);
+        return;
+    }
     err_keep_first(&e->err, err);
     if (e->err == 0)
         e->err = lost_flush_result(f->c);
@@ -1122,6 +1153,11 @@ static void flush_origin_done(struct tc_dev_io *dio, int err)
 void cache_flush(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
+    /* Dirty data on a failed device, draining: its only durable record
+     * is a log the next start distrusts, so the flush waits until it is
+     * on the origin (failure.c). */
+    if (cache_drain_hold(c, e, cache_flush))
+        return;
     struct flush_req *f = tc_xcalloc(1, sizeof *f);
     f->e = e;
     f->c = c;

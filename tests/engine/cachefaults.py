@@ -5,7 +5,7 @@ exactly which version it got.
 
     cachefaults.py write SOCK MODEL --sectors N --ops K --seed S
         random writes of 1..16 sectors over sectors [0, N), a flush every
-        --flush-every writes and at the end; the model keeps, per sector,
+        --flush-every writes and at the end (not with --no-flush); the model keeps, per sector,
         the versions a read may return (the newest acknowledged one, and
         the new one of a write that failed, whose contents NBD leaves
         unspecified).  A failed flush is reported once and retried.
@@ -108,7 +108,8 @@ def cmd_write(a):
             stats["write_errors"] += 1
         if a.flush_every and (i + 1) % a.flush_every == 0:
             flush(h, stats)
-    flush(h, stats)
+    if not a.no_flush:
+        flush(h, stats)
     save(a.model, m)
     print("write:", json.dumps(stats))
 
@@ -200,6 +201,7 @@ def main():
     w.add_argument("--ops", type=int, required=True)
     w.add_argument("--seed", type=int, default=1)
     w.add_argument("--flush-every", type=int, default=50)
+    w.add_argument("--no-flush", action="store_true")
     v = sub.add_parser("verify")
     v.add_argument("sock"); v.add_argument("model")
     v.add_argument("--sectors", type=int, required=True)
