@@ -383,6 +383,13 @@ static void devfail_marks_done(struct cache *c)
         int err = rev->err;
         if (err == 0 && c->abandon_unrecorded && rev->req->op != TC_OP_READ)
             err = -EIO;
+        /* A failure's records missing, its mark not written: a restart
+         * replays the failed device's log, and a write held meanwhile may
+         * leave nothing in the log (written around it, say) that would
+         * outweigh its entries there.  Never acknowledged, then. */
+        if (err == 0 && c->ab.devfail_incomplete && !c->abandoned &&
+            rev->req->op != TC_OP_READ)
+            err = -EIO;
         rev->req->done(rev->req, err);
         free(rev);
         rev = n;
@@ -523,7 +530,13 @@ void abandon_record(struct cache *c)
  * ended, and each rewrite until its version is durable; the last hold to
  * end writes the marks (devfail_marks_write()).  Written first, a power
  * loss could keep the mark without them: d's log, still readable and
- * holding the newest data, ignored, and nothing in its place.  Until the
+ * holding the newest data, ignored, and nothing in its place.  Appends
+ * that find no room in the log (not even in the cleaner's reserve) wait
+ * for it, holding (failure.c); a stop cannot wait for a cleaner: then the
+ * failure is incomplete (devfail_incomplete()) and no mark is written at
+ * all -- the log as it is, the failed device's included, is then the
+ * truth at the next start, and the writes held for the marks fail (EIO):
+ * nothing acknowledged after the failure depends on the missing records.  Until the
  * mark is written a restart replays d's log (if it is readable) with the
  * survivors': the entries appended for the failure are newer than d's and
  * say the same (a copy, a block rewritten whole) or less (a LOST record:
@@ -572,6 +585,12 @@ static void devfail_marks_write(struct cache *c)
     c->ab.devfail_unmarked = false;
     if (c->offline || c->abandoned)
         return;         /* the abandonment's mark covers every device */
+    if (c->ab.devfail_incomplete) {
+        tc_error("cache: the device failure is not recorded in the superblocks: what it must "
+                 "append before could not all be appended; a restart replays the failed "
+                 "device's log, if it is readable, with the others'");
+        return;
+    }
     for (unsigned i = 0; i < c->ndevs; i++)
         if (c->devs[i].state == CDEV_OK && !c->devs[i].dev->read_only)
             sb_mark_start(c, i, true);
@@ -591,6 +610,14 @@ void devfail_hold_done(struct cache *c)
     if (--c->ab.devfail_unsynced == 0)
         devfail_marks_write(c);
     devfail_marks_done(c);
+}
+
+void devfail_incomplete(struct cache *c, const char *why)
+{
+    if (!c->ab.devfail_incomplete)
+        tc_error("cache: %s: the device failure will not be recorded in the superblocks, and "
+                 "writes answered after it fail with EIO", why);
+    c->ab.devfail_incomplete = true;
 }
 
 bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq)
@@ -797,6 +824,7 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     }
     json_end_array(j);
     json_uint(j, "device_failure_marks_pending", c->ab.devfail_marks_pending);
+    json_bool(j, "device_failure_incomplete", c->ab.devfail_incomplete);
     uint64_t held = 0;
     for (struct held_ack *h = c->ab.held_acks; h; h = h->next)
         held++;
