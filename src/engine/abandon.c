@@ -344,14 +344,25 @@ void abandon_lost_changed(struct cache *c)
  * known: the superblock is the device's own, with the abandonment (if
  * any) and the failure marks of this cache.  Copy A is written and flushed
  * before copy B (ondisk.h).
+ *
+ * One write per device at a time: two writes of the same copy in flight
+ * together may complete in either order, and an older one landing last
+ * would take back a mark the newer one carried (a second device failure,
+ * the abandonment after a failure).  So a write asked for while another
+ * is in flight on the device waits in c->ab.sb_queue until that one has
+ * ended (written, or failed), and takes its contents only when it starts:
+ * the device's superblock with every mark known then -- the last write
+ * to end carries the newest.
  */
 struct sb_mark {
     struct cache *c;
     unsigned d;
     bool devfail;               /* a device failure mark, else the abandonment */
+    bool started;               /* in flight; else waiting behind another of d */
     unsigned step;              /* 0 write A, 1 flush, 2 write B, 3 flush */
     uint8_t *buf;
     struct tc_dev_io dio;
+    struct sb_mark *next;       /* c->ab.sb_queue */
 };
 
 struct held_ack {
@@ -361,6 +372,7 @@ struct held_ack {
 };
 
 static void sb_mark_step(struct sb_mark *m);
+static void sb_mark_next(struct sb_mark *m);
 
 /* The failure marks are all written (or failed): the acknowledgements
  * held meanwhile go out, in the order they were held.  If the last
@@ -408,6 +420,7 @@ static void sb_mark_done(struct tc_dev_io *dio, int err)
         return;
     }
     c->ab.sb_marks_pending--;
+    sb_mark_next(m);
     free(m->buf);
     free(m);
     if (devfail) {
@@ -453,10 +466,11 @@ static void sb_mark_step(struct sb_mark *m)
     dev_submit(m->c->devs[m->d].dev, &m->dio);
 }
 
-/* Rewrite device d's superblock with every mark known now. */
-static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
+/* Write m: device d's superblock with every mark known now. */
+static void sb_mark_begin(struct sb_mark *m)
 {
-    struct cache_dev *cd = &c->devs[d];
+    struct cache *c = m->c;
+    struct cache_dev *cd = &c->devs[m->d];
     if (c->abandoned) {
         cd->sb.flags |= TC_SB_ABANDONED;
         cd->sb.abandoned_seq = c->abandoned_seq;
@@ -468,16 +482,47 @@ static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
     }
     if (any)
         cd->sb.flags |= TC_SB_DEV_FAILED;
+    sb_encode(&cd->sb, m->buf);
+    m->started = true;
+    sb_mark_step(m);
+}
+
+/* m has ended: off the queue, and the next write waiting for its device
+ * starts. */
+static void sb_mark_next(struct sb_mark *m)
+{
+    struct cache *c = m->c;
+    struct sb_mark **pp = &c->ab.sb_queue;
+    while (*pp != m)
+        pp = &(*pp)->next;
+    *pp = m->next;
+    for (struct sb_mark *n = c->ab.sb_queue; n; n = n->next)
+        if (n->d == m->d) {
+            TC_ASSERT_ALWAYS(!n->started);
+            sb_mark_begin(n);
+            return;
+        }
+}
+
+/* Rewrite device d's superblock with every mark known -- now, or when the
+ * write in flight on it has ended. */
+static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
+{
     struct sb_mark *m = tc_xcalloc(1, sizeof *m);
     m->c = c;
     m->d = d;
     m->devfail = devfail;
     m->buf = tc_alloc_aligned(TC_SB_SIZE);
-    sb_encode(&cd->sb, m->buf);
     c->ab.sb_marks_pending++;
     if (devfail)
         c->ab.devfail_marks_pending++;
-    sb_mark_step(m);
+    bool busy = false;
+    struct sb_mark **pp = &c->ab.sb_queue;
+    for (; *pp; pp = &(*pp)->next)
+        busy |= (*pp)->d == d;
+    *pp = m;
+    if (!busy)
+        sb_mark_begin(m);
 }
 
 void abandon_record(struct cache *c)
@@ -809,6 +854,10 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "state_file_writes", c->ab.state_writes);
     json_uint(j, "state_file_errors", c->ab.state_errors);
     json_uint(j, "superblocks_marked", c->ab.sb_marks);
+    uint64_t queued = 0;
+    for (struct sb_mark *m = c->ab.sb_queue; m; m = m->next)
+        queued += !m->started;
+    json_uint(j, "superblock_writes_waiting", queued);
     json_begin_array(j, "device_failure_marks");
     for (unsigned i = 0; i < c->ndevs; i++) {
         if (!c->failed_seq[i])

@@ -22,6 +22,7 @@
 
 struct cache;
 struct held_ack;
+struct sb_mark;
 struct tc_json;
 struct tc_request;
 
@@ -35,6 +36,8 @@ struct abandon {
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
+    struct sb_mark *sb_queue;       /* superblock writes, in the order asked for:
+                                       one in flight per device (abandon.c) */
     unsigned devfail_marks_pending; /* failure marks, and what must be durable
                                        before them (devfail_hold_more()), not
                                        yet durable: write acknowledgements
