@@ -1,8 +1,11 @@
 /* tiercache format: create a cache set (see src/format/format.c). */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "format/format.h"
@@ -10,6 +13,27 @@
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/parse.h"
+
+/*
+ * For tests only: with TIERCACHE_TEST_FORMAT_PAUSE=FILE in the
+ * environment, format stops after its checks, before it writes anything:
+ * it creates FILE.paused and waits while FILE exists.  A test can then
+ * try other commands on the devices at exactly that moment.
+ */
+static void test_pause(void)
+{
+    const char *f = getenv("TIERCACHE_TEST_FORMAT_PAUSE");
+    if (f == NULL || *f == '\0')
+        return;
+    char paused[4200];
+    snprintf(paused, sizeof paused, "%s.paused", f);
+    int fd = open(paused, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+    struct timespec ts = { .tv_sec = 0, .tv_nsec = 10 * 1000 * 1000 };
+    while (access(f, F_OK) == 0)
+        nanosleep(&ts, NULL);
+}
 
 static const char format_help[] =
 "Usage: tiercache format --cache DEV[,DEV...] --origin ORIGIN [OPTIONS]\n"
@@ -135,6 +159,7 @@ int cmd_format(int argc, char **argv)
         }
         o.check_only = false;
     }
+    test_pause();
     if (tc_format(&o, &res, err, sizeof err) < 0) {
         free(list);
         tc_die(1, "format: %s", err);
