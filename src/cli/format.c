@@ -150,17 +150,27 @@ int cmd_format(int argc, char **argv)
     /* Format's own checks first (a set in use is refused, naming its
      * daemon); then the old sets' dirty data, read before anything is
      * written (format_dirty.c). */
+    struct claim_set *held[TC_MAX_DEVICES];
+    unsigned nheld = 0;
     if (o.force && !discard_dirty) {
         o.check_only = true;
-        if (tc_format(&o, &res, err, sizeof err) < 0 ||
-            cli_format_dirty_check(o.caches, err, sizeof err) < 0) {
+        int rc = tc_format(&o, &res, err, sizeof err);
+        if (rc == 0)
+            rc = cli_format_dirty_check(o.caches, held, &nheld, err, sizeof err);
+        if (rc < 0) {
+            for (unsigned i = 0; i < nheld; i++)
+                claim_set_release(held[i]);
             free(list);
             tc_die(1, "format: %s", err);
         }
         o.check_only = false;
     }
     test_pause();
-    if (tc_format(&o, &res, err, sizeof err) < 0) {
+    int rc = tc_format(&o, &res, err, sizeof err);
+    /* The old sets' locks, held since the look at their logs. */
+    for (unsigned i = 0; i < nheld; i++)
+        claim_set_release(held[i]);
+    if (rc < 0) {
         free(list);
         tc_die(1, "format: %s", err);
     }
