@@ -31,8 +31,13 @@ int cli_brief_one(const char *ctl_path);
 
 /* format --force over old cache sets (format_dirty.c): 0 when no device
  * holds a set with dirty data or lost sectors, or one whose log cannot be
- * read; else -1 with the refusal, and the way out, in err.  Reads only. */
-int cli_format_dirty_check(const char *const *caches, char *err, size_t errlen);
+ * read; else -1 with the refusal, and the way out, in err.  Reads only.
+ * Each old set found stays locked (claim_set_hold()) until the caller
+ * releases what it put in held[] (at most TC_MAX_DEVICES, *nheld of them),
+ * also when it fails: no daemon may serve it before the format is done. */
+struct claim_set;
+int cli_format_dirty_check(const char *const *caches, struct claim_set **held,
+                           unsigned *nheld, char *err, size_t errlen);
 
 /* Split "a,b,c" into a NULL-terminated array (the string is modified). */
 const char **cli_split_list(char *s, unsigned max, unsigned *count);

@@ -1,8 +1,11 @@
 /* tiercache format: create a cache set (see src/format/format.c). */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "format/format.h"
@@ -10,6 +13,27 @@
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/parse.h"
+
+/*
+ * For tests only: with TIERCACHE_TEST_FORMAT_PAUSE=FILE in the
+ * environment, format stops after its checks, before it writes anything:
+ * it creates FILE.paused and waits while FILE exists.  A test can then
+ * try other commands on the devices at exactly that moment.
+ */
+static void test_pause(void)
+{
+    const char *f = getenv("TIERCACHE_TEST_FORMAT_PAUSE");
+    if (f == NULL || *f == '\0')
+        return;
+    char paused[4200];
+    snprintf(paused, sizeof paused, "%s.paused", f);
+    int fd = open(paused, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+    struct timespec ts = { .tv_sec = 0, .tv_nsec = 10 * 1000 * 1000 };
+    while (access(f, F_OK) == 0)
+        nanosleep(&ts, NULL);
+}
 
 static const char format_help[] =
 "Usage: tiercache format --cache DEV[,DEV...] --origin ORIGIN [OPTIONS]\n"
@@ -129,16 +153,27 @@ int cmd_format(int argc, char **argv)
     /* Format's own checks first (a set in use is refused, naming its
      * daemon); then the old sets' dirty data, read before anything is
      * written (format_dirty.c). */
+    struct claim_set *held[TC_MAX_DEVICES];
+    unsigned nheld = 0;
     if (o.force && !discard_dirty) {
         o.check_only = true;
-        if (tc_format(&o, &res, err, sizeof err) < 0 ||
-            cli_format_dirty_check(o.caches, err, sizeof err) < 0) {
+        int rc = tc_format(&o, &res, err, sizeof err);
+        if (rc == 0)
+            rc = cli_format_dirty_check(o.caches, held, &nheld, err, sizeof err);
+        if (rc < 0) {
+            for (unsigned i = 0; i < nheld; i++)
+                claim_set_release(held[i]);
             free(list);
             tc_die(1, "format: %s", err);
         }
         o.check_only = false;
     }
-    if (tc_format(&o, &res, err, sizeof err) < 0) {
+    test_pause();
+    int rc = tc_format(&o, &res, err, sizeof err);
+    /* The old sets' locks, held since the look at their logs. */
+    for (unsigned i = 0; i < nheld; i++)
+        claim_set_release(held[i]);
+    if (rc < 0) {
         free(list);
         tc_die(1, "format: %s", err);
     }

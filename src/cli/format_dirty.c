@@ -32,6 +32,7 @@
 #include "engine/cache.h"
 #include "engine/lost.h"
 #include "format/ondisk.h"
+#include "io/claim.h"
 #include "io/dev.h"
 #include "io/reactor.h"
 #include "util/log.h"
@@ -144,8 +145,10 @@ static int inspect(struct tc_reactor *r, struct old_set *s, char *err, size_t er
     return rc;
 }
 
-int cli_format_dirty_check(const char *const *caches, char *err, size_t errlen)
+int cli_format_dirty_check(const char *const *caches, struct claim_set **held,
+                           unsigned *nheld, char *err, size_t errlen)
 {
+    *nheld = 0;
     struct tc_reactor r;
     if (reactor_init(&r, 256) < 0) {
         snprintf(err, errlen, "io_uring: %s", strerror(errno));
@@ -181,6 +184,17 @@ int cli_format_dirty_check(const char *const *caches, char *err, size_t errlen)
             memset(s, 0, sizeof *s);
             memcpy(s->uuid, sb.set_uuid, 16);
             s->dev_count = sb.dev_count;
+            /* Locked from this look through the format's writes: a daemon
+             * starting on the set in between would serve a log that the
+             * format destroys (its locks of the set share this one). */
+            if (claim_set_enabled()) {
+                held[*nheld] = claim_set_hold(sb.set_uuid, caches[i], err, errlen);
+                if (held[*nheld] == NULL) {
+                    rc = -1;
+                    break;
+                }
+                (*nheld)++;
+            }
         }
         if (s->n < TC_MAX_DEVICES)
             s->paths[s->n++] = caches[i];

@@ -344,14 +344,25 @@ void abandon_lost_changed(struct cache *c)
  * known: the superblock is the device's own, with the abandonment (if
  * any) and the failure marks of this cache.  Copy A is written and flushed
  * before copy B (ondisk.h).
+ *
+ * One write per device at a time: two writes of the same copy in flight
+ * together may complete in either order, and an older one landing last
+ * would take back a mark the newer one carried (a second device failure,
+ * the abandonment after a failure).  So a write asked for while another
+ * is in flight on the device waits in c->ab.sb_queue until that one has
+ * ended (written, or failed), and takes its contents only when it starts:
+ * the device's superblock with every mark known then -- the last write
+ * to end carries the newest.
  */
 struct sb_mark {
     struct cache *c;
     unsigned d;
     bool devfail;               /* a device failure mark, else the abandonment */
+    bool started;               /* in flight; else waiting behind another of d */
     unsigned step;              /* 0 write A, 1 flush, 2 write B, 3 flush */
     uint8_t *buf;
     struct tc_dev_io dio;
+    struct sb_mark *next;       /* c->ab.sb_queue */
 };
 
 struct held_ack {
@@ -361,6 +372,7 @@ struct held_ack {
 };
 
 static void sb_mark_step(struct sb_mark *m);
+static void sb_mark_next(struct sb_mark *m);
 
 /* The failure marks are all written (or failed): the acknowledgements
  * held meanwhile go out, in the order they were held.  If the last
@@ -383,6 +395,13 @@ static void devfail_marks_done(struct cache *c)
         int err = rev->err;
         if (err == 0 && c->abandon_unrecorded && rev->req->op != TC_OP_READ)
             err = -EIO;
+        /* A failure's records missing, its mark not written: a restart
+         * replays the failed device's log, and a write held meanwhile may
+         * leave nothing in the log (written around it, say) that would
+         * outweigh its entries there.  Never acknowledged, then. */
+        if (err == 0 && c->ab.devfail_incomplete && !c->abandoned &&
+            rev->req->op != TC_OP_READ)
+            err = -EIO;
         rev->req->done(rev->req, err);
         free(rev);
         rev = n;
@@ -401,6 +420,7 @@ static void sb_mark_done(struct tc_dev_io *dio, int err)
         return;
     }
     c->ab.sb_marks_pending--;
+    sb_mark_next(m);
     free(m->buf);
     free(m);
     if (devfail) {
@@ -446,10 +466,11 @@ static void sb_mark_step(struct sb_mark *m)
     dev_submit(m->c->devs[m->d].dev, &m->dio);
 }
 
-/* Rewrite device d's superblock with every mark known now. */
-static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
+/* Write m: device d's superblock with every mark known now. */
+static void sb_mark_begin(struct sb_mark *m)
 {
-    struct cache_dev *cd = &c->devs[d];
+    struct cache *c = m->c;
+    struct cache_dev *cd = &c->devs[m->d];
     if (c->abandoned) {
         cd->sb.flags |= TC_SB_ABANDONED;
         cd->sb.abandoned_seq = c->abandoned_seq;
@@ -461,16 +482,47 @@ static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
     }
     if (any)
         cd->sb.flags |= TC_SB_DEV_FAILED;
+    sb_encode(&cd->sb, m->buf);
+    m->started = true;
+    sb_mark_step(m);
+}
+
+/* m has ended: off the queue, and the next write waiting for its device
+ * starts. */
+static void sb_mark_next(struct sb_mark *m)
+{
+    struct cache *c = m->c;
+    struct sb_mark **pp = &c->ab.sb_queue;
+    while (*pp != m)
+        pp = &(*pp)->next;
+    *pp = m->next;
+    for (struct sb_mark *n = c->ab.sb_queue; n; n = n->next)
+        if (n->d == m->d) {
+            TC_ASSERT_ALWAYS(!n->started);
+            sb_mark_begin(n);
+            return;
+        }
+}
+
+/* Rewrite device d's superblock with every mark known -- now, or when the
+ * write in flight on it has ended. */
+static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
+{
     struct sb_mark *m = tc_xcalloc(1, sizeof *m);
     m->c = c;
     m->d = d;
     m->devfail = devfail;
     m->buf = tc_alloc_aligned(TC_SB_SIZE);
-    sb_encode(&cd->sb, m->buf);
     c->ab.sb_marks_pending++;
     if (devfail)
         c->ab.devfail_marks_pending++;
-    sb_mark_step(m);
+    bool busy = false;
+    struct sb_mark **pp = &c->ab.sb_queue;
+    for (; *pp; pp = &(*pp)->next)
+        busy |= (*pp)->d == d;
+    *pp = m;
+    if (!busy)
+        sb_mark_begin(m);
 }
 
 void abandon_record(struct cache *c)
@@ -523,7 +575,13 @@ void abandon_record(struct cache *c)
  * ended, and each rewrite until its version is durable; the last hold to
  * end writes the marks (devfail_marks_write()).  Written first, a power
  * loss could keep the mark without them: d's log, still readable and
- * holding the newest data, ignored, and nothing in its place.  Until the
+ * holding the newest data, ignored, and nothing in its place.  Appends
+ * that find no room in the log (not even in the cleaner's reserve) wait
+ * for it, holding (failure.c); a stop cannot wait for a cleaner: then the
+ * failure is incomplete (devfail_incomplete()) and no mark is written at
+ * all -- the log as it is, the failed device's included, is then the
+ * truth at the next start, and the writes held for the marks fail (EIO):
+ * nothing acknowledged after the failure depends on the missing records.  Until the
  * mark is written a restart replays d's log (if it is readable) with the
  * survivors': the entries appended for the failure are newer than d's and
  * say the same (a copy, a block rewritten whole) or less (a LOST record:
@@ -572,6 +630,12 @@ static void devfail_marks_write(struct cache *c)
     c->ab.devfail_unmarked = false;
     if (c->offline || c->abandoned)
         return;         /* the abandonment's mark covers every device */
+    if (c->ab.devfail_incomplete) {
+        tc_error("cache: the device failure is not recorded in the superblocks: what it must "
+                 "append before could not all be appended; a restart replays the failed "
+                 "device's log, if it is readable, with the others'");
+        return;
+    }
     for (unsigned i = 0; i < c->ndevs; i++)
         if (c->devs[i].state == CDEV_OK && !c->devs[i].dev->read_only)
             sb_mark_start(c, i, true);
@@ -591,6 +655,14 @@ void devfail_hold_done(struct cache *c)
     if (--c->ab.devfail_unsynced == 0)
         devfail_marks_write(c);
     devfail_marks_done(c);
+}
+
+void devfail_incomplete(struct cache *c, const char *why)
+{
+    if (!c->ab.devfail_incomplete)
+        tc_error("cache: %s: the device failure will not be recorded in the superblocks, and "
+                 "writes answered after it fail with EIO", why);
+    c->ab.devfail_incomplete = true;
 }
 
 bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq)
@@ -782,6 +854,10 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "state_file_writes", c->ab.state_writes);
     json_uint(j, "state_file_errors", c->ab.state_errors);
     json_uint(j, "superblocks_marked", c->ab.sb_marks);
+    uint64_t queued = 0;
+    for (struct sb_mark *m = c->ab.sb_queue; m; m = m->next)
+        queued += !m->started;
+    json_uint(j, "superblock_writes_waiting", queued);
     json_begin_array(j, "device_failure_marks");
     for (unsigned i = 0; i < c->ndevs; i++) {
         if (!c->failed_seq[i])
@@ -797,6 +873,7 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     }
     json_end_array(j);
     json_uint(j, "device_failure_marks_pending", c->ab.devfail_marks_pending);
+    json_bool(j, "device_failure_incomplete", c->ab.devfail_incomplete);
     uint64_t held = 0;
     for (struct held_ack *h = c->ab.held_acks; h; h = h->next)
         held++;

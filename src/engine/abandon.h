@@ -22,6 +22,7 @@
 
 struct cache;
 struct held_ack;
+struct sb_mark;
 struct tc_json;
 struct tc_request;
 
@@ -35,6 +36,8 @@ struct abandon {
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
     unsigned sb_marks_pending;
+    struct sb_mark *sb_queue;       /* superblock writes, in the order asked for:
+                                       one in flight per device (abandon.c) */
     unsigned devfail_marks_pending; /* failure marks, and what must be durable
                                        before them (devfail_hold_more()), not
                                        yet durable: write acknowledgements
@@ -43,6 +46,9 @@ struct abandon {
                                        (failure.c's appends and rewrites) */
     bool devfail_unmarked;          /* failed_seq has a mark the survivors'
                                        superblocks do not have yet */
+    bool devfail_incomplete;        /* a failure's records could not all be
+                                       appended (a stop, no room): no mark is
+                                       written, held writes fail (EIO) */
     uint64_t devfail_marks;         /* superblocks given a failure mark */
     struct held_ack *held_acks;     /* waiting for the failure marks */
 };
@@ -70,6 +76,12 @@ bool devfail_record(struct cache *c, unsigned d);
  * the marks recorded meanwhile. */
 void devfail_hold_more(struct cache *c);
 void devfail_hold_done(struct cache *c);
+/* A failure's records (tombstones, LOST records) cannot all be appended
+ * and cannot wait for room (a stop): the marks pending and later are not
+ * written -- a restart replays the failed device's log, whose versions
+ * are newer than what the missing records would have dropped -- and the
+ * writes held for them fail with EIO instead of being acknowledged. */
+void devfail_incomplete(struct cache *c, const char *why);
 /* The failure mark of the segment's device covers its group: the segment
  * was written before its device failed and is never trusted again. */
 bool devfail_untrusted(const struct cache *c, unsigned dev, uint64_t group_seq);

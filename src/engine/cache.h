@@ -137,6 +137,9 @@ struct cache {
     struct cache_stats st;          /* stats.h: the counters status reports */
     struct budget budget;
     uint64_t lost_events, lost_events_reported;     /* losses, and those a flush reported */
+    uint64_t lost_unrecorded;       /* LOST records that found no room in the log, with
+                                       a device in service (lostlog.c): a device failure
+                                       waits for room to record the set again (failure.c) */
     struct origin_window owin;      /* originwin.h: acknowledged, no flush covered them yet */
     bool offline;                   /* check and dump: read only, no background work */
     bool replaying;                 /* recovery applies the log's entries (invariant 8) */

@@ -263,14 +263,29 @@ bool cleaner_cancel_wait(struct cache *c, struct log_waiter *w)
 void cleaner_space_freed(struct cache *c)
 {
     struct cleaner *k = c->cleaner;
-    if (k == NULL || c->sp.free_segs <= c->sp.reserve_segs)
+    if (k == NULL || c->sp.free_segs == 0)
         return;
-    struct log_waiter *list = k->space_waiters;
+    /* Appends that take the reserve (a device failure's tombstones and
+     * LOST records) can go on with any free segment: a survivor no larger
+     * than the reserve never has more free, and they would wait for ever. */
+    bool all = c->sp.free_segs > c->sp.reserve_segs;
+    struct log_waiter *list = k->space_waiters, *keep = NULL;
     k->space_waiters = NULL;
     while (list) {
         struct log_waiter *w = list;
         list = w->next;
-        w->fn(w, 0);
+        if (all || w->reserve) {
+            w->fn(w, 0);
+        } else {
+            w->next = keep;
+            keep = w;
+        }
+    }
+    while (keep) {      /* after those woken: they may wait again */
+        struct log_waiter *w = keep;
+        keep = w->next;
+        w->next = k->space_waiters;
+        k->space_waiters = w;
     }
 }
 

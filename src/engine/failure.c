@@ -220,8 +220,20 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
  * tombstone would drop that too at the next start); its later writes all
  * leave a record while it stays cached.  A block with several fragments
  * on the device gets one tombstone: the first drops it from the index.
+ *
+ * The tombstone takes the cleaner's reserve; with no room even there it
+ * cannot be given up: the failure mark would make a restart ignore the
+ * device's newer entries of the block, and the survivors' older ones come
+ * back.  The block is then rewritten (struct rewrite), which -- the block
+ * no longer in the index -- appends only the tombstone: it holds the
+ * block's lock (no write of it can put a version in the log before the
+ * tombstone, which would drop that version at the next start) and the
+ * failure's mark and write acknowledgements, and waits for room.
  */
-static void forget_block(struct cache *c, uint64_t oblock)
+static void rewrite_block(struct cache *c, uint64_t oblock);
+static int tombstone(struct cache *c, uint64_t oblock);
+
+static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
 {
     uint32_t id = index_lookup(&c->map.idx, oblock);
     if (id != NIL) {
@@ -231,9 +243,8 @@ static void forget_block(struct cache *c, uint64_t oblock)
             return;
         map_drop_block(c, oblock);
     }
-    struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
-                        .urgent = true };
-    log_append(c, &a, NULL);
+    if (tombstone(c, oblock) < 0 && survivors)
+        rewrite_block(c, oblock);
 }
 
 /* Returns -1 gone already, 0 dropped (clean), 1 kept on another device,
@@ -372,7 +383,7 @@ static void finish_failure(struct cache *c, unsigned d)
     log_release_images(c, d);
     for (size_t i = 0; i < n; i++)
         if (i == 0 || vs[i - 1].oblock != vs[i].oblock)
-            forget_block(c, vs[i].oblock);    /* a block's victims are adjacent */
+            forget_block(c, vs[i].oblock, any_ok(c));    /* a block's victims are adjacent */
     free(vs);
     if (any_ok(c))
         snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
@@ -628,6 +639,7 @@ struct rewrite {
     bool retrying;              /* read failed: waiting for the retry timer */
     unsigned read_tries;        /* attempts whose read failed with an I/O error */
     bool appended;              /* the version is appended (status counts) */
+    bool relost;                /* no block: the lost set recorded again (relost_try()) */
 };
 
 #define REWRITE_READ_TRIES 8
@@ -637,9 +649,10 @@ struct rewrite {
 static void rewrite_end(struct rewrite *r)
 {
     struct cache *c = r->c;
-    if (!r->appended)
+    if (!r->appended && !r->relost)
         c->rewrites_unappended--;
-    bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
+    if (r->buf)
+        bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
     free(r);
     devfail_hold_done(c);
 }
@@ -659,6 +672,7 @@ static int tombstone(struct cache *c, uint64_t oblock)
 }
 
 static void rewrite_locked(struct block_waiter *bw);
+static void relost_start(struct cache *c);
 
 static void waiting_unlink(struct rewrite *r)
 {
@@ -694,11 +708,14 @@ static void waiting_link(struct rewrite *r)
     c->rewrites_waiting = r;
 }
 
-static void rewrite_wait_space(struct rewrite *r)
+/* reserve: what waits takes the cleaner's reserve (a tombstone alone, the
+ * lost set), so any free segment will do. */
+static void rewrite_wait_space(struct rewrite *r, bool reserve)
 {
     struct cache *c = r->c;
     r->lw.fn = rewrite_space;
     r->lw.need_flush = false;
+    r->lw.reserve = reserve;
     waiting_link(r);
     cleaner_wait_space(c, &r->lw);
 }
@@ -787,15 +804,28 @@ lose:
                          (unsigned long long)r->oblock, (unsigned long long)base,
                          (unsigned long long)(base + c->block_size - 1),
                          strerror(-err), mask_count(&d));
+                uint64_t unrecorded = c->lost_unrecorded;
                 map_lose_dirty(c, r->oblock, &d);
+                if (c->lost_unrecorded != unrecorded)
+                    relost_start(c);    /* its LOST record found no room */
             }
             map_drop_block(c, r->oblock);
             block_gen_bump(c->locks, r->oblock);
         }
-        if (tombstone(c, r->oblock) < 0)
-            tc_error("cache: no room in the log for the tombstone of origin block %llu: "
-                     "after a restart older data of it may come back",
+        if (tombstone(c, r->oblock) < 0) {
+            if (!c->stopping) {
+                /* No room even in the cleaner's reserve: the block, out
+                 * of the index now, waits locked (no version of it can
+                 * reach the log before its tombstone) and holding the
+                 * mark; the next attempt appends only the tombstone. */
+                rewrite_wait_space(r, true);
+                return;
+            }
+            char why[96];
+            snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
                      (unsigned long long)r->oblock);
+            devfail_incomplete(c, why);
+        }
         block_unlock(c->locks, r->oblock);
         r->lw.fn = rewrite_durable;
         r->lw.need_flush = true;
@@ -831,7 +861,7 @@ lose:
         goto lose;
     }
     if (at.err < 0) {
-        rewrite_wait_space(r);
+        rewrite_wait_space(r, false);
         return;
     }
     r->appended = true;
@@ -843,10 +873,61 @@ lose:
     block_unlock(c->locks, r->oblock);
 }
 
+/*
+ * The lost set recorded again after a failure's LOST records found no
+ * room (lostlog.c counts them, c->lost_unrecorded).  The failure mark
+ * must wait for them: it makes a restart ignore the failed device's log,
+ * and without the records the sectors whose only copy was there would
+ * read the origin's older data, not EIO.  Like a rewrite (no block, no
+ * lock) it holds the marks and the write acknowledgements, waits for the
+ * cleaner to free room and is ended by rewrites_stop_waiting(): when the
+ * last device has failed (the state file records the set) or at a stop,
+ * where with no room even then the failure is incomplete (no mark).
+ */
+static void relost_try(struct rewrite *r)
+{
+    struct cache *c = r->c;
+    if (c->vol->cache_failed) {
+        rewrite_end(r);
+        return;
+    }
+    if (lost_record_again(c)) {
+        r->lw.fn = rewrite_durable;
+        r->lw.need_flush = true;
+        log_sync(c, &r->lw);
+        return;
+    }
+    if (!c->stopping) {
+        rewrite_wait_space(r, true);
+        return;
+    }
+    devfail_incomplete(c, "no room in the log to record the lost set again");
+    rewrite_end(r);
+}
+
+static void relost_start(struct cache *c)
+{
+    for (struct rewrite *w = c->rewrites_waiting; w; w = w->next)
+        if (w->relost)
+            return;     /* it records the whole set, this loss included */
+    struct rewrite *r = tc_xcalloc(1, sizeof *r);
+    r->c = c;
+    r->relost = true;
+    r->oblock = UINT64_MAX;
+    devfail_hold_more(c);
+    tc_error("cache: the lost set waits for room in the log to be recorded again; the device "
+             "failure is recorded, and writes answered, only once it is");
+    relost_try(r);
+}
+
 static void rewrite_locked(struct block_waiter *bw)
 {
     struct rewrite *r = container_of(bw, struct rewrite, bw);
     struct cache *c = r->c;
+    if (r->relost) {
+        relost_try(r);
+        return;
+    }
     uint32_t id = index_lookup(&c->map.idx, r->oblock);
     if (id == NIL) {
         /* Dropped meanwhile; whatever dropped it from the index, a
@@ -957,6 +1038,10 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         }
     }
     uint64_t dropped = 0, saved = 0, kept = 0, kept_bytes = 0, lost = 0;
+    uint64_t unrecorded = c->lost_unrecorded;
+    bool survivors = false;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        survivors |= c->devs[i].state == CDEV_OK;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);
     cd->drain = tc_xmalloc((n ? n : 1) * sizeof *cd->drain);
     cd->ndrain = 0;
@@ -979,16 +1064,13 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
      * forget_block() leaves it (its tombstone comes when the drain ends). */
     for (size_t i = 0; i < n; i++)
         if (gone[i] && (i == 0 || !gone[i - 1] || vs[i - 1].oblock != vs[i].oblock))
-            forget_block(c, vs[i].oblock);    /* a block's victims are adjacent */
+            forget_block(c, vs[i].oblock, survivors);   /* a block's victims are adjacent */
     /* What forget_block() kept (dirty data elsewhere) is rewritten (see
      * struct rewrite) -- every such block, not only those whose index
      * still has an older fragment under the dropped one: an older version
      * the dropped fragment superseded in the index may still be in the
      * survivors' log.  Not when the cache is abandoned (no survivor: the
      * log is never trusted again). */
-    bool survivors = false;
-    for (unsigned i = 0; i < c->ndevs; i++)
-        survivors |= c->devs[i].state == CDEV_OK;
     for (size_t i = 0; survivors && i < n; i++) {
         if (!gone[i] || (i > 0 && gone[i - 1] && vs[i - 1].oblock == vs[i].oblock))
             continue;
@@ -999,10 +1081,12 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
      * chunk whose write failed -- went with it, and a restart would read
      * the origin's older data in place of the sectors they named.  The set
      * in memory says what they said: recorded again on the survivors.
-     * (No survivor: the state file holds the set, abandon.c.) */
-    if (survivors && !lost_record_again(c))
-        tc_error("cache device %s failed: the lost set could not be recorded again (no room); "
-                 "a restart may not know all the lost sectors", cd->dev->name);
+     * (No survivor: the state file holds the set, abandon.c.)  Records
+     * that found no room -- these, or those of the sectors lost above --
+     * are appended again once there is room, the mark waiting for them
+     * (relost_start()). */
+    if (survivors && (!lost_record_again(c) || c->lost_unrecorded != unrecorded))
+        relost_start(c);
     free(gone);
     free(vs);
     cleaner_device_failed(c);

@@ -73,6 +73,9 @@ struct log_waiter {
     struct log_waiter *next;
     uint64_t target;            /* chunk sequence to be written (and flushed) */
     bool need_flush;
+    bool reserve;               /* waiting for room (cleaner_wait_space()) for an
+                                   append that takes the cleaner's reserve: woken
+                                   as soon as any segment is free */
 };
 
 /* The chunk being built in one open segment. */

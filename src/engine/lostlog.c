@@ -35,11 +35,14 @@ static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
     for (unsigned d = 0; d < c->ndevs; d++)
         in_service |= c->devs[d].state == CDEV_OK;
     if (in_service) {
+        c->lost_unrecorded++;
         /* No room even in the cleaner's reserve (at a stop, with the
          * cleaner stopped, say): reads fail with EIO until the restart,
          * but the log does not say so, and after it the sectors may read
          * older data.  Said, not hidden.  (With no device in service the
-         * abandonment follows, and its state file records the lost set.) */
+         * abandonment follows, and its state file records the lost set.)
+         * A device failure does not write its mark until the set is
+         * recorded again (failure.c): lost_unrecorded tells it. */
         uint64_t base = oblock * c->block_size;
         tc_error("cache: no room in the log to record %u lost sectors of origin block %llu "
                  "(bytes %llu..%llu): after a restart they may read older data instead of "

@@ -755,7 +755,15 @@ static char set_dir[4096];
 struct claim_set {
     int fd;
     char path[4200];
+    /* A set lock held for the whole command (claim_set_hold()): later
+     * locks of the set in this process share it, counted in refs. */
+    bool held;
+    uint8_t uuid[16];
+    unsigned refs;              /* references beyond the first */
+    struct claim_set *next;     /* held_sets */
 };
+
+static struct claim_set *held_sets;
 
 void claim_set_dir(const char *dir)
 {
@@ -865,6 +873,11 @@ struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const c
 {
     if (set_dir[0] == '\0')
         return NULL;
+    for (struct claim_set *h = held_sets; h; h = h->next)
+        if (memcmp(h->uuid, uuid, 16) == 0) {
+            h->refs++;      /* held exclusively: covers any lock of it */
+            return h;
+        }
     char u[37], name[48], what[64], holder[512];
     tc_uuid_format(uuid, u);
     snprintf(name, sizeof name, "set-%s", u);
@@ -877,6 +890,20 @@ struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const c
         snprintf(through, sizeof through, ", through the lock of its cache set %s "
                  "(%.600s/%s.lock)", u, set_dir, name);
         busy_message(err, errlen, "cache device", devname, holder, through);
+    }
+    if (s)
+        memcpy(s->uuid, uuid, 16);
+    return s;
+}
+
+struct claim_set *claim_set_hold(const uint8_t uuid[16], const char *devname, char *err,
+                                 size_t errlen)
+{
+    struct claim_set *s = claim_set_lock(uuid, true, devname, err, errlen);
+    if (s && !s->held) {
+        s->held = true;
+        s->next = held_sets;
+        held_sets = s;
     }
     return s;
 }
@@ -915,6 +942,16 @@ void claim_set_release(struct claim_set *s)
 {
     if (s == NULL)
         return;
+    if (s->refs) {
+        s->refs--;
+        return;
+    }
+    if (s->held) {
+        struct claim_set **pp = &held_sets;
+        while (*pp != s)
+            pp = &(*pp)->next;
+        *pp = s->next;
+    }
     /* Remove the file only when no one else holds it (a shared holder
      * turns its lock into a write lock first), so that a new holder never
      * locks a fresh file while another still holds the old one. */

@@ -70,6 +70,13 @@ bool claim_set_enabled(void);
 struct claim_set *claim_set_lock(const uint8_t uuid[16], bool exclusive, const char *devname,
                                  char *err, size_t errlen);
 void claim_set_release(struct claim_set *s);
+/* The set locked exclusively until the matching claim_set_release(), and
+ * every claim_set_lock() of it in this process meanwhile given this lock
+ * (each released in turn): format --force holds the old sets from its look
+ * at their logs through its writes, so that no daemon starts serving one
+ * in between. */
+struct claim_set *claim_set_hold(const uint8_t uuid[16], const char *devname, char *err,
+                                 size_t errlen);
 /* A serving daemon's state file (abandon.c), locked in the same directory
  * under a name made from its resolved path: two sets given one state file
  * would each replace the other's record of lost sectors.  NULL on conflict

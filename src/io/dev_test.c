@@ -33,6 +33,12 @@
  *                   test chooses.  Once FILE is gone (looked at every
  *                   10 ms) they go on in the order they came, and fail if
  *                   an eio_ option says so then.
+ *   hold_range=OFF+LEN  with hold_when: only requests that touch bytes
+ *                   OFF..OFF+LEN-1 are held (no flush); the others go on
+ *                   meanwhile, overtaking them.
+ *   hold_once       with hold_when: only the first request that would be
+ *                   held is; later ones go on meanwhile (two writes of the
+ *                   same place completing in the reverse order).
  *   eio_held        with hold_when: once FILE is gone, the held requests
  *                   all fail with EIO, at once, and later ones go on (a
  *                   device that stopped answering for a moment and failed
@@ -74,6 +80,8 @@ struct dev_test {
     char *hold_when;
     bool eio_held;              /* the held requests fail when released */
     unsigned hold_ops;          /* EIO_* bits: the requests that may be held */
+    uint64_t hold_from, hold_to;    /* hold_range: [from, to); to 0: everywhere */
+    bool hold_once, held_one;
     struct tc_dev_io *held, **held_tail;
     struct tc_timer hold_timer;
     bool aborted;               /* dev_abort(): every request fails */
@@ -224,11 +232,27 @@ static void hold_timer_fn(struct tc_timer *t)
     }
 }
 
+static bool holding(struct dev_test *d, const struct tc_dev_io *dio)
+{
+    if (!d->hold_when || d->aborted || !(d->hold_ops & op_kind(dio->op)))
+        return false;
+    if (d->hold_to && (dio->op == TC_DEV_FLUSH || dio->off >= d->hold_to ||
+                       dio->off + dio->len <= d->hold_from))
+        return false;
+    if (d->hold_once) {
+        if (d->held_one || access(d->hold_when, F_OK) != 0)
+            return false;
+        d->held_one = true;
+        return true;
+    }
+    /* Once one is held, the later ones wait behind it (their order kept). */
+    return d->held != NULL || access(d->hold_when, F_OK) == 0;
+}
+
 static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     struct dev_test *d = container_of(dev, struct dev_test, dev);
-    if (d->hold_when && !d->aborted && (d->hold_ops & op_kind(dio->op)) &&
-        (d->held != NULL || access(d->hold_when, F_OK) == 0)) {
+    if (holding(d, dio)) {
         dio->next = NULL;
         *d->held_tail = dio;
         d->held_tail = &dio->next;
@@ -359,6 +383,20 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
             d->eio_from = from;
             d->eio_to = from + len;
+        } else if (strncmp(o, "hold_range=", 11) == 0) {
+            char *end;
+            unsigned long long from = strtoull(o + 11, &end, 0), len = 0;
+            if (*end == '+')
+                len = strtoull(end + 1, &end, 0);
+            if (*end != '\0' || len == 0) {
+                snprintf(err, errlen, "testdev: hold_range=%s: want OFFSET+LENGTH in bytes",
+                         o + 11);
+                goto fail;
+            }
+            d->hold_from = from;
+            d->hold_to = from + len;
+        } else if (strcmp(o, "hold_once") == 0) {
+            d->hold_once = true;
         } else if (strncmp(o, "eio_maxlen=", 11) == 0) {
             d->eio_maxlen = strtoull(o + 11, NULL, 0);
         } else if (strncmp(o, "eio_minlen=", 11) == 0) {
@@ -386,7 +424,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
-                     "eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, hold_when=, hold_ops=, eio_held)", o);
+                     "eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, hold_when=, hold_ops=, "
+                     "hold_range=, hold_once, eio_held)", o);
             goto fail;
         }
     }

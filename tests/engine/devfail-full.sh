@@ -1,0 +1,85 @@
+# Shared by engine/devfail-full*.test; source it after tests/lib.sh.
+# Two cache devices, a2 small (4 segments), the origin refusing writes (the
+# data stays dirty, nothing can be written back): devfail_full_setup
+# PASSES BLOCKS writes BLOCKS whole blocks PASSES times, each its own
+# chunk -- chunks alternate devices while both have room, so with several
+# passes the survivor holds older versions of blocks whose newest is on
+# a1 -- until a2 has no free segment left, then fails a1 (its writes
+# held, then failed).  Nothing the
+# failure appends (tombstones, LOST records, copies) fits on a2 then, not
+# even in the cleaner's reserve.  A write acknowledged just before runs
+# its FLUSH in the background (PID in $writer).
+CF="$PY $TC_SRC/tests/engine/cachefaults.py"
+OSPEC="testdev:$TC_TMP/origin.img?eio_when=$TC_TMP/ohold&eio_ops=write"
+A1="testdev:$TC_TMP/a1.img?hold_when=$TC_TMP/hold1&hold_ops=write&eio_held"
+wait_for() {  # wait_for DESCRIPTION COMMAND...: until COMMAND succeeds (60 s at most)
+  local what=$1 end=$((${EPOCHREALTIME//[!0-9]/} + 60000000))
+  shift
+  until "$@"; do
+    [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ] || fail "waited 60 s for $what"
+    sleep 0.05
+  done
+}
+devfail_full_setup() {  # devfail_full_setup PASSES BLOCKS: the model's writes
+  local passes=$1
+  NB=$2 N=$(($2 * 16))
+  rm -f model.json ohold hold1
+  make_file origin.img 16M; make_file a1.img 16M; make_file a2.img 5M   # a2: 4 segments
+  "$TIERCACHE" format --cache a1.img,a2.img --origin origin.img --segment-size 1M >/dev/null
+  touch ohold
+  start_server s --origin "$OSPEC" --cache "$A1,a2.img" --mode writeback --sequential-cutoff 0
+
+  # Every write of a whole block is its own chunk, and chunks alternate
+  # devices while both have room: with an odd number of blocks a block's
+  # versions alternate too, until a2 is full and every write goes to a1.
+  note "$passes passes over $NB whole blocks (dirty): a2 has no free segment left"
+  a2_full() { [ "$(status_value s volume.cache.devices.1.segments_free)" = 0 ]; }
+  $PY - "$SOCK_s" model.json "$NB" "$passes" <<'PY' || fail "writing the blocks"
+import json, struct, sys
+import nbd
+sock, path, nb, passes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+m = {"gen": 0, "ok": {}, "eio": []}
+h = nbd.NBD()
+h.connect_unix(sock)
+for p in range(passes):
+    for b in range(nb):
+        m["gen"] += 1
+        g = m["gen"]
+        s0 = b * 16
+        h.pwrite(b"".join(struct.pack("<QQ", s, g) * 256 for s in range(s0, s0 + 16)), s0 * 4096)
+        h.flush()
+        for s in range(s0, s0 + 16):
+            m["ok"][str(s)] = [g]
+h.shutdown()
+json.dump(m, open(path, "w"))
+PY
+  $CF verify "$SOCK_s" model.json --sectors $N --expect-no-eio
+  a2_full || fail "a2 still has room: the test needs it full"
+
+  note "a1's writes are held, then fail: nothing the failure appends fits on a2"
+  touch hold1
+  # A write beyond the model, taken into a1's open chunk (a2 is full) and
+  # acknowledged; its FLUSH waits for the chunk, held with a1's other
+  # writes.  Released, they fail, and so does a1.  (Writes that came after
+  # the failure would wait for room.)
+  $PY - "$SOCK_s" $((N * 4096 + 1048576)) <<'PY' >writer.log 2>&1 &
+import sys
+import nbd
+h = nbd.NBD()
+h.connect_unix(sys.argv[1])
+h.pwrite(b"\x5a" * 65536, int(sys.argv[2]))
+print("acknowledged", flush=True)
+try:
+    h.flush()
+except nbd.Error as e:
+    print("flush failed:", e)
+PY
+  writer=$!
+  on_exit "kill -9 $writer"
+  acked() { grep -q acknowledged writer.log; }
+  wait_for "the write beyond the model to be acknowledged" acked
+  rm hold1
+  failed() { [ "$(status_value s volume.cache.devices.0.state)" != ok ]; }
+  wait_for "a1 to fail" failed
+  $CF verify "$SOCK_s" model.json --sectors $N
+}
