@@ -48,8 +48,14 @@ What fails (--where):
             write goes on; the other seven blocks keep their data.
             (Before the fix the cleaner retried every 5 s for ever, the
             group never went, and the write waited for ever.)
+  stop      as lasting, and the daemon is stopped (SIGTERM) while the
+            write waits for room: the stop must end -- it waits for the
+            write, so the data is given up as in lasting --, and after a
+            restart the victim's sectors still read EIO (the loss is
+            recorded in the log), the rest their data.  (Before the fix
+            the stop waited for ever.)
 
-usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment|device|walk|lasting
+usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment|device|walk|lasting|stop
 """
 import argparse
 import atexit
@@ -166,11 +172,12 @@ def wait_retired(d, more, max_retries=None):
 LASTING_MAX_RETRIES = 16
 
 
-def lasting(d, more, origin, refuse, boom):
-    """The victim's data never reads again: lost, recorded, the rest kept."""
-    # The cache is full (the reads filled it) and the first group held:
-    # client writes of more than a segment need the room and wait for it
-    # -- the cleaner gives the unreadable data up only for someone waiting.
+def start_waiting_writer(d):
+    """Once the cleaner holds the unreadable group (the cache is full: the
+    reads filled it), client writes of more than a segment need the room
+    and wait for it -- the cleaner gives the unreadable data up only for
+    someone waiting.  Returns the thread, the blocks it writes, and the
+    list of those acknowledged."""
     for _ in range(6000):
         if d.status()["cleaner"].get("read_retries", 0) >= 1:
             break
@@ -182,12 +189,81 @@ def lasting(d, more, origin, refuse, boom):
 
     def writer():
         h = connect_when_up(f"nbd+unix:///?socket={d.sock}", d.proc)
-        for wb in written:
-            h.pwrite(block_data(wb, 3), wb * BLOCK)
-            wrote.append(wb)
-        h.shutdown()
+        try:
+            for wb in written:
+                h.pwrite(block_data(wb, 3), wb * BLOCK)
+                wrote.append(wb)
+            h.shutdown()
+        except nbd.Error:
+            pass            # the daemon stopping ('stop'): the rest are not acknowledged
     t = threading.Thread(target=writer, daemon=True)
     t.start()
+    return t, written, wrote
+
+
+def stop_while_held(a, d, cache, origin, refuse):
+    """A stop while a client write waits for the room the held group would
+    free: it must end (the write completes first), and after a restart
+    the victim's sectors still read EIO, everything else its data."""
+    t, written, wrote = start_waiting_writer(d)
+    for _ in range(6000):
+        if d.status()["cleaner"]["appends_waiting_for_room"] >= 1:
+            break
+        time.sleep(0.02)
+    else:
+        sys.exit("no append waits for room")
+    d.proc.send_signal(signal.SIGTERM)
+    while d.proc.poll() is None:
+        try:
+            st = d.status()
+        except (subprocess.CalledProcessError, json.JSONDecodeError, KeyError):
+            time.sleep(0.02)
+            continue
+        if st["cleaner"].get("read_retries", 0) > LASTING_MAX_RETRIES:
+            sys.exit(f"the stop waits for ever: {st['cleaner']['read_retries']} attempts given "
+                     f"up, the group still held; status:\n{json.dumps(st)}")
+        time.sleep(0.02)
+    if d.proc.returncode != 0:
+        sys.exit(f"daemon exit status {d.proc.returncode} after SIGTERM")
+    t.join()
+    print(f"stopped while a write waited for room: {len(wrote)} of {len(written)} writes "
+          "acknowledged")
+    if not wrote:
+        sys.exit("the write waiting for room was never acknowledged")
+    os.unlink(refuse)
+    d = Daemon(a, cache, origin)
+    st = d.status()
+    if st["lost_sectors_unreadable"] != BLOCK // SECTOR:
+        sys.exit(f"after the restart {st['lost_sectors_unreadable']} lost sectors, expected "
+                 f"{BLOCK // SECTOR} (the victim's)")
+    check_after_loss(d, wrote)
+    d.stop()
+    print("stop while the group was held: ended, the loss recorded across the restart")
+
+
+def check_after_loss(d, written):
+    for b in DIRTY:
+        for i in range(BLOCK // SECTOR):
+            off = b * BLOCK + i * SECTOR
+            try:
+                g = gen_of(off, d.h.pread(SECTOR, off))
+            except nbd.Error:
+                g = "EIO"
+            want = "EIO" if b == VICTIM else 2
+            if g != want:
+                sys.exit(f"sector {off // SECTOR} (block {b}) reads {g}, expected {want}")
+    for wb in written:
+        got = d.h.pread(BLOCK, wb * BLOCK)
+        if got != block_data(wb, 3):
+            gens = [gen_of(wb * BLOCK + i * SECTOR, got[i * SECTOR:(i + 1) * SECTOR])
+                    for i in range(BLOCK // SECTOR)]
+            sys.exit(f"block {wb}, written while the group was held, reads back generations "
+                     f"{gens}, expected 3")
+
+
+def lasting(d, more, origin, refuse, boom):
+    """The victim's data never reads again: lost, recorded, the rest kept."""
+    t, written, wrote = start_waiting_writer(d)
     st = wait_retired(d, more, LASTING_MAX_RETRIES)
     t.join()
     if len(wrote) != len(written):
@@ -207,23 +283,7 @@ def lasting(d, more, origin, refuse, boom):
     for dev in st["devices"]:
         if dev["state"] != "ok":
             sys.exit(f"cache device {dev['path']} is {dev['state']}")
-    for b in DIRTY:
-        for i in range(BLOCK // SECTOR):
-            off = b * BLOCK + i * SECTOR
-            try:
-                g = gen_of(off, d.h.pread(SECTOR, off))
-            except nbd.Error:
-                g = "EIO"
-            want = "EIO" if b == VICTIM else 2
-            if g != want:
-                sys.exit(f"sector {off // SECTOR} (block {b}) reads {g}, expected {want}")
-    for wb in written:
-        got = d.h.pread(BLOCK, wb * BLOCK)
-        if got != block_data(wb, 3):
-            gens = [gen_of(wb * BLOCK + i * SECTOR, got[i * SECTOR:(i + 1) * SECTOR])
-                    for i in range(BLOCK // SECTOR)]
-            sys.exit(f"block {wb}, written while the group was held, reads back generations "
-                     f"{gens}, expected 3")
+    check_after_loss(d, written)
     os.unlink(refuse)
     rc = subprocess.run([d.a.bin, "flush", "--socket", d.sock], stdout=subprocess.DEVNULL).returncode
     if rc != 3:
@@ -246,7 +306,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--where", choices=("chunk", "fragment", "device", "walk", "lasting"),
+    ap.add_argument("--where", choices=("chunk", "fragment", "device", "walk", "lasting",
+                                        "stop"),
                     required=True)
     a = ap.parse_args()
     nblocks = (ORIGIN_MIB << 20) // BLOCK
@@ -282,7 +343,8 @@ def main():
              "fragment": f"&eio_range={at}+{BLOCK}&eio_maxlen={BLOCK}",
              "device": "",
              "walk": f"&eio_range={at}+{BLOCK}&eio_minlen={BLOCK + 1}",
-             "lasting": f"&eio_range={at}+{BLOCK}"}[a.where]
+             "lasting": f"&eio_range={at}+{BLOCK}",
+             "stop": f"&eio_range={at}+{BLOCK}"}[a.where]
     d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read{where}",
                f"testdev:{origin}?eio_when={refuse}&eio_ops=write")
     dirty = d.status()["dirty_bytes"]
@@ -316,6 +378,9 @@ def main():
         gave_up = True
     if a.where == "lasting":
         lasting(d, others[n + 1:], origin, refuse, boom)
+        return
+    if a.where == "stop":
+        stop_while_held(a, d, cache, origin, refuse)
         return
     os.unlink(boom)
     st = d.status()
