@@ -45,13 +45,17 @@
  * that its dirty fragments are read on their own, so that a bad sector
  * among the chunk's clean data holds nothing up.  Dirty data is dropped
  * as lost only when it is proven damaged -- read, and not matching its
- * checksums -- or when its device is declared failed, whose handling
- * (failure.c) moves or records it first.  While the group is kept
- * nothing can be reclaimed (the log goes in order: the tail only moves
- * forward), so appends that need room wait (cleaner_wait_space()): they
- * are neither failed nor dropped, until the data reads again, a client
- * write or writeback makes it unnecessary, or its device fails.  Attempts
- * given up are logged (the first ten, then one in a hundred) and counted.
+ * checksums --, when its device is declared failed, whose handling
+ * (failure.c) moves or records it first, or when it stayed unreadable
+ * for READ_TRIES attempts in a row while appends wait for room (a lasting
+ * bad sector on a device whose other reads succeed is never failed, and
+ * would hold the log for ever: read_tries_spent()).  While the group is
+ * kept nothing can be reclaimed (the log goes in order: the tail only
+ * moves forward), so appends that need room wait (cleaner_wait_space()):
+ * they are neither failed nor dropped, until the data reads again, a
+ * client write or writeback makes it unnecessary, its device fails, or
+ * the attempts are spent.  Attempts given up are logged (the first ten,
+ * then one in a hundred) and counted.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -112,7 +116,8 @@ struct cleaner {
                                      * whoever kicks (appends waiting for room
                                      * kick at every try) */
     uint64_t read_retries;          /* attempts given up for an unreadable read */
-    unsigned reads_failed_in_row;   /* such attempts since a group was reclaimed */
+    unsigned reads_failed_in_row;   /* such attempts in a row (since a group was
+                                     * reclaimed or an attempt read everything) */
     struct tc_task kick;
     struct log_waiter *space_waiters;
     /* the group being reclaimed */
@@ -544,6 +549,24 @@ static void give_up_for_now(struct cleaner *k);
 /* Attempts given up at once for a chunk that cannot be read (see the top
  * of this file); then its dirty fragments are read on their own. */
 #define CHUNK_READ_TRIES 5
+/* Attempts in a row that may end unreadable before the data that cannot
+ * be read is given up as lost -- only while appends wait for the room
+ * (see the top of this file).  With the back-off, some 16 s of errors. */
+#define READ_TRIES 10
+
+/* Is this attempt the last that may keep a group for dirty data it cannot
+ * read?  A lasting bad sector on a device whose other reads succeed never
+ * fails the device (failure.c: a success ends a run of error episodes),
+ * nor lets writeback take the data out: kept for good, the group would
+ * hold every append needing room for ever.  So once READ_TRIES attempts
+ * in a row met read errors, and someone waits for the room, the
+ * unreadable dirty sectors are recorded lost (reads of them fail with
+ * EIO, the next flush reports the loss) and the group goes.  Nobody
+ * waiting: nothing is lost, the attempts go on at the back-off's pace. */
+static bool read_tries_spent(const struct cleaner *k)
+{
+    return k->reads_failed_in_row + 1 >= READ_TRIES && k->space_waiters != NULL;
+}
 
 static void chunk_read(struct tc_dev_io *dio, int err)
 {
@@ -707,6 +730,12 @@ static void give_up_for_now(struct cleaner *k)
                      (unsigned long long)k->read_retries + 1);
         k->read_retries++;
         k->reads_failed_in_row++;
+    } else {
+        /* Given up for want of room (or of a record's): no read of the
+         * group's dirty data failed on a device in service this time, so
+         * the errors before were transient -- the run that gives such
+         * data up (read_tries_spent()) starts over. */
+        k->reads_failed_in_row = 0;
     }
     k->keep_group = false;
     k->unreadable = false;
@@ -795,7 +824,8 @@ static void later_read(void *arg, int err)
         /* What is current of it now was read (a newer write may have
          * superseded some of it meanwhile; the rest is unchanged). */
         bool read_all = mask_covers(&l->cur, &cur);
-        if (err && err != -EBADMSG && !mask_empty(&d) && seg_usable(c, l->seg)) {
+        if (err && err != -EBADMSG && !mask_empty(&d) && seg_usable(c, l->seg) &&
+            !read_tries_spent(k)) {
             /* Not read (an I/O error, not proven damage) on a device still
              * in service: it may read fine later, and nothing else holds
              * it.  The group stays; the cleaner tries again. */
@@ -831,9 +861,11 @@ static void later_read(void *arg, int err)
             k->keep_group = true;
             k->no_room_to_copy = true;
         } else {
-            /* Dirty, proven damaged (read, not matching its checksums) or
-             * on a device no longer in service, and neither written back
-             * nor copied: its data is lost.
+            /* Dirty, proven damaged (read, not matching its checksums), on
+             * a device no longer in service, or unreadable for as many
+             * attempts as read_tries_spent() allows while appends wait for
+             * the room, and neither written back nor copied: its data is
+             * lost.
              * Recorded as lost, so that reads of those sectors fail with
              * EIO rather than return the origin's older data once the
              * fragment is dropped. */

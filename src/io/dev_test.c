@@ -16,6 +16,12 @@
  *   eio_once        with eio_when: only one request fails, and the layer
  *                   removes FILE as it fails it (a transient error of
  *                   exactly one request).
+ *   eio_count=N     with eio_when: N requests fail -- counting only those
+ *                   the other eio_ options select --, and the layer
+ *                   removes FILE as it fails the last (eio_once is
+ *                   eio_count=1): a transient error of exactly N reads of
+ *                   some sectors, say, whatever the timing.  FILE made
+ *                   again once the layer removed it: N more.
  *   eio_after=N     every request after the first N fails with EIO.
  *   eio_ops=LIST    only these kinds of request fail (comma-separated:
  *                   read, write -- which includes zero and trim --, flush;
@@ -70,7 +76,8 @@ struct dev_test {
     int undo_fd;
     char *undo_path;            /* undo=: replaced whole at each flush */
     char *eio_when;
-    bool eio_once;
+    long long eio_count;        /* eio_once, eio_count=: failures per FILE (0: no limit) */
+    long long eio_left;         /* ...of which left before FILE is removed */
     long long eio_after;
     uint64_t eio_from, eio_to;  /* eio_range: [from, to); to 0: everywhere */
     uint64_t eio_maxlen;        /* 0: any length */
@@ -175,8 +182,13 @@ static bool failing(struct dev_test *d, const struct tc_dev_io *dio)
     if (d->eio_after >= 0 && d->ops > d->eio_after)
         return true;
     if (d->eio_when && access(d->eio_when, F_OK) == 0) {
-        if (d->eio_once && unlink(d->eio_when) < 0)
+        if (d->eio_count == 0)
+            return true;
+        if (d->eio_left == 0)
+            d->eio_left = d->eio_count;     /* FILE made (again) */
+        if (d->eio_left == 1 && unlink(d->eio_when) < 0)
             return false;       /* someone else's failure took it */
+        d->eio_left--;
         return true;
     }
     return false;
@@ -366,7 +378,14 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
         } else if (strncmp(o, "eio_when=", 9) == 0) {
             d->eio_when = tc_xstrdup(o + 9);
         } else if (strcmp(o, "eio_once") == 0) {
-            d->eio_once = true;
+            d->eio_count = 1;
+        } else if (strncmp(o, "eio_count=", 10) == 0) {
+            char *end;
+            d->eio_count = strtoll(o + 10, &end, 0);
+            if (*end != '\0' || d->eio_count <= 0) {
+                snprintf(err, errlen, "testdev: eio_count=%s: want a count above 0", o + 10);
+                goto fail;
+            }
         } else if (strcmp(o, "eio_held") == 0) {
             d->eio_held = true;
         } else if (strncmp(o, "eio_after=", 10) == 0) {
@@ -424,8 +443,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
-                     "eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, hold_when=, hold_ops=, "
-                     "hold_range=, hold_once, eio_held)", o);
+                     "eio_count=, eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, "
+                     "hold_when=, hold_ops=, hold_range=, hold_once, eio_held)", o);
             goto fail;
         }
     }

@@ -37,8 +37,25 @@ What fails (--where):
             chunk).  After its first few attempts the cleaner must read
             the chunk's dirty fragments on their own and reclaim the group
             while the errors go on.
+  lasting   every read touching the victim's data, for good (a lasting
+            bad sector inside dirty data; every other read succeeds, so
+            the device is never failed): the cleaner may not hold the
+            group -- and with it every append needing room -- for ever.
+            With the cache full, a client write waits for room: after a
+            bounded number of attempts the cleaner records the victim's
+            dirty sectors lost (reads of them fail with EIO, the next
+            flush reports the loss: exit 3), reclaims the group, and the
+            write goes on; the other seven blocks keep their data.
+            (Before the fix the cleaner retried every 5 s for ever, the
+            group never went, and the write waited for ever.)
+  stop      as lasting, and the daemon is stopped (SIGTERM) while the
+            write waits for room: the stop must end -- it waits for the
+            write, so the data is given up as in lasting --, and after a
+            restart the victim's sectors still read EIO (the loss is
+            recorded in the log), the rest their data.  (Before the fix
+            the stop waited for ever.)
 
-usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment|device|walk
+usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment|device|walk|lasting|stop
 """
 import argparse
 import atexit
@@ -50,6 +67,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import nbd
@@ -129,13 +147,18 @@ def check_dirty_blocks(d, what):
                          "expected 2")
 
 
-def wait_retired(d, more):
+def wait_retired(d, more, max_retries=None):
     """Poll until the cleaner reclaimed a group; reads of the blocks `more`
-    meanwhile keep the cache filling."""
+    meanwhile keep the cache filling.  max_retries: give up once the
+    cleaner gave up more attempts than that without reclaiming one."""
     for i in range(6000):
         st = d.status()
         if st["cleaner"]["groups_retired"] >= 1:
             return st
+        if max_retries is not None and st["cleaner"].get("read_retries", 0) > max_retries:
+            sys.exit(f"{st['cleaner']['read_retries']} attempts given up and no group "
+                     f"reclaimed: the cleaner holds the group for ever; status:\n"
+                     f"{json.dumps(st)}")
         if i < len(more):
             d.h.pread(BLOCK, more[i] * BLOCK)
         else:
@@ -143,11 +166,149 @@ def wait_retired(d, more):
     sys.exit(f"no group reclaimed; status:\n{json.dumps(st)}")
 
 
+# Attempts the cleaner may give up on one unreadable group before it must
+# have recorded the data lost and reclaimed the group (the engine's bound,
+# with a margin; the test fails once it is passed without a reclamation).
+LASTING_MAX_RETRIES = 16
+
+
+def start_waiting_writer(d):
+    """Once the cleaner holds the unreadable group (the cache is full: the
+    reads filled it), client writes of more than a segment need the room
+    and wait for it -- the cleaner gives the unreadable data up only for
+    someone waiting.  Returns the thread, the blocks it writes, and the
+    list of those acknowledged."""
+    for _ in range(6000):
+        if d.status()["cleaner"].get("read_retries", 0) >= 1:
+            break
+        time.sleep(0.02)
+    else:
+        sys.exit("the cleaner never gave up an attempt on the unreadable group")
+    written = range(max(DIRTY) + 1, max(DIRTY) + 1 + 24)     # 1.5 segments
+    wrote = []
+
+    def writer():
+        h = connect_when_up(f"nbd+unix:///?socket={d.sock}", d.proc)
+        try:
+            for wb in written:
+                h.pwrite(block_data(wb, 3), wb * BLOCK)
+                wrote.append(wb)
+            h.shutdown()
+        except nbd.Error:
+            pass            # the daemon stopping ('stop'): the rest are not acknowledged
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    return t, written, wrote
+
+
+def stop_while_held(a, d, cache, origin, refuse):
+    """A stop while a client write waits for the room the held group would
+    free: it must end (the write completes first), and after a restart
+    the victim's sectors still read EIO, everything else its data."""
+    t, written, wrote = start_waiting_writer(d)
+    for _ in range(6000):
+        if d.status()["cleaner"]["appends_waiting_for_room"] >= 1:
+            break
+        time.sleep(0.02)
+    else:
+        sys.exit("no append waits for room")
+    d.proc.send_signal(signal.SIGTERM)
+    while d.proc.poll() is None:
+        try:
+            st = d.status()
+        except (subprocess.CalledProcessError, json.JSONDecodeError, KeyError):
+            time.sleep(0.02)
+            continue
+        if st["cleaner"].get("read_retries", 0) > LASTING_MAX_RETRIES:
+            sys.exit(f"the stop waits for ever: {st['cleaner']['read_retries']} attempts given "
+                     f"up, the group still held; status:\n{json.dumps(st)}")
+        time.sleep(0.02)
+    if d.proc.returncode != 0:
+        sys.exit(f"daemon exit status {d.proc.returncode} after SIGTERM")
+    t.join()
+    print(f"stopped while a write waited for room: {len(wrote)} of {len(written)} writes "
+          "acknowledged")
+    if not wrote:
+        sys.exit("the write waiting for room was never acknowledged")
+    os.unlink(refuse)
+    d = Daemon(a, cache, origin)
+    st = d.status()
+    if st["lost_sectors_unreadable"] != BLOCK // SECTOR:
+        sys.exit(f"after the restart {st['lost_sectors_unreadable']} lost sectors, expected "
+                 f"{BLOCK // SECTOR} (the victim's)")
+    check_after_loss(d, wrote)
+    d.stop()
+    print("stop while the group was held: ended, the loss recorded across the restart")
+
+
+def check_after_loss(d, written):
+    for b in DIRTY:
+        for i in range(BLOCK // SECTOR):
+            off = b * BLOCK + i * SECTOR
+            try:
+                g = gen_of(off, d.h.pread(SECTOR, off))
+            except nbd.Error:
+                g = "EIO"
+            want = "EIO" if b == VICTIM else 2
+            if g != want:
+                sys.exit(f"sector {off // SECTOR} (block {b}) reads {g}, expected {want}")
+    for wb in written:
+        got = d.h.pread(BLOCK, wb * BLOCK)
+        if got != block_data(wb, 3):
+            gens = [gen_of(wb * BLOCK + i * SECTOR, got[i * SECTOR:(i + 1) * SECTOR])
+                    for i in range(BLOCK // SECTOR)]
+            sys.exit(f"block {wb}, written while the group was held, reads back generations "
+                     f"{gens}, expected 3")
+
+
+def lasting(d, more, origin, refuse, boom):
+    """The victim's data never reads again: lost, recorded, the rest kept."""
+    t, written, wrote = start_waiting_writer(d)
+    st = wait_retired(d, more, LASTING_MAX_RETRIES)
+    t.join()
+    if len(wrote) != len(written):
+        sys.exit(f"only {len(wrote)} of the {len(written)} writes completed")
+    # The bad sector is written over when its segment is used again, and
+    # reads again (the test device fails the range for as long as boom
+    # exists, whatever it holds by now).
+    os.unlink(boom)
+    print(f"lasting errors: read_retries {st['cleaner'].get('read_retries')}, groups retired "
+          f"{st['cleaner']['groups_retired']}, lost_dirty_bytes {st['lost_dirty_bytes']}, "
+          f"devices {[dev['state'] for dev in st['devices']]}")
+    if st["cleaner"].get("read_retries", 0) < 5:
+        sys.exit(f"only {st['cleaner'].get('read_retries')} attempts given up before the "
+                 "victim's data was recorded lost, expected at least 5")
+    if st["lost_dirty_bytes"] != BLOCK:
+        sys.exit(f"lost_dirty_bytes {st['lost_dirty_bytes']}, expected {BLOCK} (the victim)")
+    for dev in st["devices"]:
+        if dev["state"] != "ok":
+            sys.exit(f"cache device {dev['path']} is {dev['state']}")
+    check_after_loss(d, written)
+    os.unlink(refuse)
+    rc = subprocess.run([d.a.bin, "flush", "--socket", d.sock], stdout=subprocess.DEVNULL).returncode
+    if rc != 3:
+        sys.exit(f"flush exit status {rc} after dirty data was lost, expected 3")
+    d.stop()
+    with open(origin, "rb") as f:
+        for b in DIRTY:
+            f.seek(b * BLOCK)
+            if b != VICTIM and f.read(BLOCK) != block_data(b, 2):
+                sys.exit(f"block {b} on the origin is not generation 2 after the flush")
+        for wb in written:
+            f.seek(wb * BLOCK)
+            if f.read(BLOCK) != block_data(wb, 3):
+                sys.exit(f"block {wb} on the origin is not generation 3 after the flush")
+    print("lasting cache read errors: the victim's dirty data recorded lost after "
+          f"{st['cleaner']['read_retries']} attempts, the group reclaimed, the rest kept")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--where", choices=("chunk", "fragment", "device", "walk"), required=True)
+    ap.add_argument("--where", choices=("chunk", "fragment", "device", "walk", "lasting",
+                                        "stop"),
+                    required=True)
     a = ap.parse_args()
     nblocks = (ORIGIN_MIB << 20) // BLOCK
     with open(f"{a.dir}/origin.img", "wb") as f:
@@ -181,7 +342,9 @@ def main():
     where = {"chunk": f"&eio_range={at}+{BLOCK}",
              "fragment": f"&eio_range={at}+{BLOCK}&eio_maxlen={BLOCK}",
              "device": "",
-             "walk": f"&eio_range={at}+{BLOCK}&eio_minlen={BLOCK + 1}"}[a.where]
+             "walk": f"&eio_range={at}+{BLOCK}&eio_minlen={BLOCK + 1}",
+             "lasting": f"&eio_range={at}+{BLOCK}",
+             "stop": f"&eio_range={at}+{BLOCK}"}[a.where]
     d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read{where}",
                f"testdev:{origin}?eio_when={refuse}&eio_ops=write")
     dirty = d.status()["dirty_bytes"]
@@ -213,6 +376,12 @@ def main():
             sys.exit(f"walk: {st['cleaner'].get('read_retries')} attempts given up before the "
                      "group was reclaimed, expected the 5 that read whole chunks")
         gave_up = True
+    if a.where == "lasting":
+        lasting(d, others[n + 1:], origin, refuse, boom)
+        return
+    if a.where == "stop":
+        stop_while_held(a, d, cache, origin, refuse)
+        return
     os.unlink(boom)
     st = d.status()
     print(f"the errors stop: read_retries {st['cleaner'].get('read_retries')}, groups retired "
