@@ -342,6 +342,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         .written_ns = tc_wall_ns(),
         .flushed_seq = c->lg.flushed_upto,
     };
+    c->lg.marked_upto = TC_MAX(c->lg.marked_upto, hdr.flushed_seq);
     memcpy(hdr.set_uuid, c->set_uuid, 16);
     uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;
     chunk_encode(hbuf, &hdr, h->entries, h->crcs, c->spb);
@@ -802,6 +803,7 @@ static void flush_finish(struct log *lg)
     TC_ASSERT(lg->flush_target >= lg->flushed_upto && lg->flush_target <= lg->chunks_written_upto);
     lg->flushing = false;
     lg->flushed_upto = lg->flush_target;
+    lg->flushed_ns = tc_now_ns();
     if (lg->trace)
         tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)lg->flushed_upto);
     int e = lg->error;
@@ -927,6 +929,8 @@ void log_status_json(const struct log *lg, struct tc_json *j)
     json_uint(j, "chunks_issued", lg->chunks_issued);
     json_uint(j, "chunks_written", lg->chunks_written_upto);
     json_uint(j, "chunks_flushed", lg->flushed_upto);
+    json_uint(j, "flushed_marked", lg->marked_upto);
+    json_uint(j, "flush_marks", lg->flush_marks);
     json_bool(j, "flushing", lg->flushing);
     json_uint(j, "waiting_for_writes", written);
     json_uint(j, "waiting_for_flush", flush);
@@ -965,6 +969,49 @@ void log_commit(struct cache *c)
         if (lg->heads[d].keeps || seal_due(c, d) <= tc_now_ns())
             seal(c, d, false, false);
     sync_sealed(c, &lg->commit);
+}
+
+/*
+ * The flushed mark.  A chunk's header cannot say that the chunk itself
+ * was flushed: only a later header's flushed_seq does.  Recovery takes a
+ * chunk no later header covers for one a crash may have torn, and ignores
+ * it if it fails its checks -- right for a torn write, which nobody was
+ * told is durable, and wrong for a chunk whose FLUSH was acknowledged and
+ * whose header was damaged afterwards: the block's older version would be
+ * served.  Under load the next chunk carries the mark; this writes one
+ * header for the last chunks of a burst, once the log has been quiet for
+ * delay_ns since the flush (so that a steady stream of FLUSHes costs no
+ * extra write).  It seals a head's pending entries if it has any, else a
+ * header with no entries in an open segment; none is opened for it while
+ * the free segments are down to the reserve.
+ *
+ * The header itself is not flushed: the mark matters only after a crash
+ * followed by damage to the chunk it covers, and a crash that loses the
+ * mark leaves what is there today.  What remains open is a crash in the
+ * delay_ns after an acknowledged FLUSH, and damage to that chunk's header
+ * afterwards.
+ */
+void log_mark_flushed(struct cache *c, uint64_t now_ns, uint64_t delay_ns)
+{
+    struct log *lg = &c->lg;
+    if (c->data_free || lg->flushed_upto <= lg->marked_upto || now_ns - lg->flushed_ns < delay_ns ||
+        lg->inflight_head || lg->flushing || lg->written_waiters || lg->flush_waiters)
+        return;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (lg->heads[d].seg != NIL && lg->heads[d].nentries > 0) {
+            seal(c, d, false, false);
+            lg->flush_marks++;
+            arm_seal_timer(c);
+            return;
+        }
+    if (!ensure_group(c, false))
+        return;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (lg->heads[d].seg != NIL) {
+            seal(c, d, true, false);
+            lg->flush_marks++;
+            return;
+        }
 }
 
 /* A device failed (failure.c has moved its data): close its open segment
@@ -1021,6 +1068,7 @@ void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint6
                      lg->flush_waiters == NULL && lg->wt_inflight == NULL);
     lg->next_seq = next_seq;
     lg->chunks_issued = lg->chunks_written_upto = lg->flushed_upto = last_chunk;  /* invariant 11 */
+    lg->marked_upto = last_chunk;   /* read back whole: no mark is owed for it */
     lg->tail_seq = tail_seq;
     lg->wt_stable_seq = wt_stable_seq;
 }

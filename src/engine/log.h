@@ -152,6 +152,9 @@ struct log {
     uint64_t chunks_issued;         /* chunk_seq of the last chunk written */
     uint64_t chunks_written_upto;   /* every chunk up to this one is written */
     uint64_t flushed_upto;          /* ... and flushed */
+    uint64_t marked_upto;           /* the highest flushed mark a sealed header carries */
+    uint64_t flushed_ns;            /* when the last cache flush ended */
+    uint64_t flush_marks;           /* headers sealed only to carry the flushed mark */
     bool clean_stop;                /* sealing the chunks of a clean stop */
     struct chunk_write *inflight_head, *inflight_tail;
     struct log_waiter *written_waiters, *flush_waiters;
@@ -246,6 +249,10 @@ void log_image_memory(const struct log *lg, uint64_t seg_size, uint64_t *held, u
                       uint64_t *table);
 /* The commit interval: seal and flush what was appended, nobody waiting. */
 void log_commit(struct cache *c);
+/* Once the log has been idle for delay_ns since a cache flush whose
+ * chunks no header yet records as flushed, write one header that does
+ * (log.c, "the flushed mark"). */
+void log_mark_flushed(struct cache *c, uint64_t now_ns, uint64_t delay_ns);
 /* Write every partly filled chunk now (e.g. to persist a new tail). */
 void log_seal_all(struct cache *c, bool force_header);
 /* Seal every head's chunk and close the open group (the cleaner retires

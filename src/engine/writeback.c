@@ -116,6 +116,10 @@
 #define TICK_NS (100ull * 1000 * 1000)
 #define IDLE_NS (1000ull * 1000 * 1000)
 #define COMMIT_NS (2000ull * 1000 * 1000)
+/* Quiet time after a cache flush before a header is written only to
+ * record it (log_mark_flushed()): a FLUSH stream faster than this pays
+ * nothing, as each chunk's header records the flush before it. */
+#define MARK_DELAY_NS (1000ull * 1000 * 1000)
 #define RETRY_FIRST_NS (100ull * 1000 * 1000)
 #define RETRY_MAX_NS (5000ull * 1000 * 1000)
 /* A drain (flush, detach) gives up after this many failed jobs in a row. */
@@ -1184,6 +1188,8 @@ static void tick(struct tc_timer *t)
             log_commit(c);
         }
     }
+    if (!c->stopping && !c->abandoned && !c->vol->cache_failed)
+        log_mark_flushed(c, now, MARK_DELAY_NS);
     if (wb->fail_waiting)
         fail_run_due(wb);
     if (wb->log_suppressed)
