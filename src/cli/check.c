@@ -398,11 +398,11 @@ int cmd_dump(int argc, char **argv)
     if (blocks) {
         for (uint32_t id = 0; id < c->map.idx.used; id++) {
             struct centry *e = CE(&c->map.idx, id);
-            if (e->oblock == UINT64_MAX)
+            if (ce_is_free(e))
                 continue;
             struct tc_mask v, dm;
             ce_get_masks(&c->map.idx, id, &v, &dm);
-            printf("block %llu valid ", (unsigned long long)e->oblock);
+            printf("block %llu valid ", (unsigned long long)ce_oblock(e));
             print_mask(&v, c->spb);
             printf(" dirty ");
             print_mask(&dm, c->spb);

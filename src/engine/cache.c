@@ -400,6 +400,14 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         free(c);
         goto fail;
     }
+    /* The index keeps origin block numbers in 48 bits (engine/map.h). */
+    uint64_t osize = vol->size ? vol->size : sbs[0].origin_size;
+    if (sbs[0].block_size && osize / sbs[0].block_size >= IX_FREE - 1) {
+        snprintf(err, errlen, "origin of %llu bytes: more than %llu blocks of %u bytes",
+                 (unsigned long long)osize, (unsigned long long)(IX_FREE - 2), sbs[0].block_size);
+        free(c);
+        goto fail;
+    }
     memcpy(c->set_uuid, sbs[0].set_uuid, 16);
     /* The set's identity too, before the log is read: exclusive for serve,
      * shared for check and dump (io/claim.c). */
@@ -1229,7 +1237,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "entries_bytes", im.entries);
     json_uint(j, "fragment_records_bytes", im.fragments);
     json_uint(j, "hash_buckets_bytes", im.buckets);
-    json_uint(j, "side_masks_bytes", im.masks);
+    json_uint(j, "masks_bytes", im.masks);
     json_uint(j, "policy_bytes", policy_mem);
     json_uint(j, "chunk_tables_bytes", chunk_mem);
     json_uint(j, "dirty_bitmap_bytes", dirty_mem);

@@ -176,7 +176,7 @@ static void check_data(struct cache *c, struct check_result *r, bool progress)
     }
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
-        if (e->oblock == UINT64_MAX)
+        if (ce_is_free(e))
             continue;
         for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             struct data_read *d = NULL;
@@ -188,7 +188,7 @@ static void check_data(struct cache *c, struct check_result *r, bool progress)
                     reactor_poll(c->reactor, 100000000ull);
             }
             d->busy = true;
-            d->oblock = e->oblock;
+            d->oblock = ce_oblock(e);
             frag_stored(&c->map.idx, f, &d->stored);
             frag_current(&c->map.idx, id, f, &d->cur);
             ce_get_masks(&c->map.idx, id, NULL, &d->dirty);
@@ -238,7 +238,7 @@ static void check_index(struct cache *c, struct check_result *r)
     uint64_t *live = tc_xcalloc(c->sp.nsegs, sizeof *live);
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
-        if (e->oblock == UINT64_MAX)
+        if (ce_is_free(e))
             continue;
         r->blocks++;
         struct tc_mask v, d, uni;
@@ -260,7 +260,7 @@ static void check_index(struct cache *c, struct check_result *r)
                     continue;
                 if (seg >= c->sp.nsegs) {
                     problem(r, "index: block %llu points to segment %u of %u",
-                            (unsigned long long)e->oblock, seg, c->sp.nsegs);
+                            (unsigned long long)ce_oblock(e), seg, c->sp.nsegs);
                     continue;
                 }
                 live[seg] += n;
@@ -269,7 +269,7 @@ static void check_index(struct cache *c, struct check_result *r)
                     off + n > (uint32_t)cr->start + cr->hdr_sectors + cr->data_sectors ||
                     off + n > space_seg(&c->sp, seg)->fill)
                     problem(r, "index: block %llu: %u sectors at segment %u sector %u are not "
-                            "inside one written chunk", (unsigned long long)e->oblock, n, seg,
+                            "inside one written chunk", (unsigned long long)ce_oblock(e), n, seg,
                             off);
                 if (nspans == cap) {
                     cap *= 2;
@@ -277,31 +277,31 @@ static void check_index(struct cache *c, struct check_result *r)
                     if (spans == NULL)
                         abort();
                 }
-                spans[nspans++] = (struct span){ seg, off, off + n, e->oblock };
+                spans[nspans++] = (struct span){ seg, off, off + n, ce_oblock(e) };
             }
         }
         if (nf != e->nfrags)
             problem(r, "index: block %llu counts %u fragments but has %u",
-                    (unsigned long long)e->oblock, e->nfrags, nf);
+                    (unsigned long long)ce_oblock(e), e->nfrags, nf);
         if (!mask_equal(&uni, &v))
             problem(r, "index: block %llu: valid sectors differ from its fragments'",
-                    (unsigned long long)e->oblock);
+                    (unsigned long long)ce_oblock(e));
         if (!mask_covers(&v, &d))
             problem(r, "index: block %llu has dirty sectors that are not valid",
-                    (unsigned long long)e->oblock);
+                    (unsigned long long)ce_oblock(e));
         unsigned nd = mask_count(&d);
         dirty_sectors += nd;
         if (nd)
             dirty_blocks++;
-        bool bit = c->map.dirty_bits[e->oblock / 64] & (1ull << (e->oblock % 64));
+        bool bit = c->map.dirty_bits[ce_oblock(e) / 64] & (1ull << (ce_oblock(e) % 64));
         if (bit != (nd > 0))
-            problem(r, "accounting: dirty bit of block %llu is %s", (unsigned long long)e->oblock,
+            problem(r, "accounting: dirty bit of block %llu is %s", (unsigned long long)ce_oblock(e),
                     bit ? "set for a clean block" : "clear for a dirty block");
         if (e->flags & CE_WT_RECOVERED) {
             wt_recovered++;
             if (nd == 0)
                 problem(r, "accounting: clean block %llu holds the write-through stable mark",
-                        (unsigned long long)e->oblock);
+                        (unsigned long long)ce_oblock(e));
         }
     }
     if (nspans > 1)

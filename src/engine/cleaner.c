@@ -420,7 +420,7 @@ static bool each_fragment_in_chunk(struct cache *c, uint32_t seg, const struct c
 {
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         const struct centry *e = CE(&c->map.idx, id);
-        if (e->oblock == UINT64_MAX)
+        if (ce_is_free(e))
             continue;
         for (uint32_t g = ce_head(&c->map.idx, id); g != NIL; g = frag_next(&c->map.idx, g)) {
             struct cfrag f = frag_view(&c->map.idx, g);
@@ -445,9 +445,9 @@ static bool set_aside(void *arg, const struct centry *e, uint16_t off, const str
     struct cleaner *k = arg;
     uint32_t seg = k->segs[k->seg_i];
     if (mask_empty(dirty))
-        add_drop(k, e->oblock, seg, off);
+        add_drop(k, ce_oblock(e), seg, off);
     else        /* its entry unknown: write-through if the block may be */
-        add_later(k, e->oblock, seg, off, (e->flags & CE_WT) ? UINT64_MAX : 0);
+        add_later(k, ce_oblock(e), seg, off, (e->flags & CE_WT) ? UINT64_MAX : 0);
     return false;
 }
 

@@ -12,6 +12,11 @@
  *   buckets[hash(oblock)] -> entry 17 -hnext-> entry 4 -hnext-> NIL
  *   entry 17: first -> fragment 90 -next-> fragment 33 -next-> NIL
  *   entry 4:  inline fragment (seg 12, off 80), number 4 | FID_INLINE
+ *
+ * Each entry's valid and dirty masks are in the mask pages, beside the
+ * entry pages and with the same numbering: entry id's are the 2 * mbytes
+ * bytes at id * 2 * mbytes of page id / IX_PAGE (valid, then dirty; byte i
+ * holds sectors 8i to 8i + 7).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,8 @@
 #include "engine/cache.h"
 #include "util/assert.h"
 #include "util/misc.h"
+
+_Static_assert(sizeof(struct centry) == 20, "an entry is 20 bytes (engine/map.h)");
 
 static uint32_t hash(const struct index *ix, uint64_t oblock)
 {
@@ -33,9 +40,9 @@ static void rehash(struct index *ix, uint32_t nbuckets)
     ix->bucket_mask = nbuckets - 1;
     for (uint32_t i = 0; i < ix->used; i++) {
         struct centry *e = CE(ix, i);
-        if (e->oblock == UINT64_MAX)
+        if (ce_is_free(e))
             continue;           /* a free slot */
-        uint32_t h = hash(ix, e->oblock);
+        uint32_t h = hash(ix, ce_oblock(e));
         e->hnext = ix->buckets[h];
         ix->buckets[h] = i;
     }
@@ -78,6 +85,7 @@ int index_init(struct index *ix, unsigned spb, uint64_t expected)
     (void)expected;
     memset(ix, 0, sizeof *ix);
     ix->spb = spb;
+    ix->mbytes = spb >= 8 ? spb / 8 : 1;
     ix->free_head = NIL;
     ix->ffree = NIL;
     rehash(ix, 16);
@@ -89,7 +97,7 @@ void index_fini(struct index *ix)
     uint32_t np = ix->cap >> IX_PAGE_SHIFT, nf = ix->fcap >> IX_PAGE_SHIFT;
     free_pages((void **)ix->pages, np);
     free_pages((void **)ix->fpages, nf);
-    free_pages((void **)ix->ext, ix->ext ? np : 0);
+    free_pages((void **)ix->mpages, ix->mpages ? np : 0);
     free_pages((void **)ix->fext, ix->fext ? nf : 0);
     free(ix->buckets);
     memset(ix, 0, sizeof *ix);
@@ -98,14 +106,30 @@ void index_fini(struct index *ix)
 uint32_t index_lookup(const struct index *ix, uint64_t oblock)
 {
     for (uint32_t i = ix->buckets[hash(ix, oblock)]; i != NIL; i = CE(ix, i)->hnext)
-        if (CE(ix, i)->oblock == oblock)
+        if (ce_oblock(CE(ix, i)) == oblock)
             return i;
     return NIL;
 }
 
-static struct tc_mask *ext_of(const struct index *ix, uint32_t id)
+/* Entry id's masks: valid (mbytes bytes), then dirty. */
+static uint8_t *masks_of(const struct index *ix, uint32_t id)
 {
-    return ix->ext[id >> IX_PAGE_SHIFT][id & (IX_PAGE - 1)];
+    return ix->mpages[id >> IX_PAGE_SHIFT] + (size_t)(id & (IX_PAGE - 1)) * 2 * ix->mbytes;
+}
+
+static void mask_load(const uint8_t *p, unsigned n, struct tc_mask *m)
+{
+    mask_clear(m);
+    for (unsigned i = 0; i < n; i++)
+        m->w[i / 8] |= (uint64_t)p[i] << (8 * (i % 8));
+}
+
+/* Bits at or above the block's sectors are 0 (mask.h), so n bytes hold
+ * the whole mask. */
+static void mask_store(uint8_t *p, unsigned n, const struct tc_mask *m)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (uint8_t)(m->w[i / 8] >> (8 * (i % 8)));
 }
 
 static struct tc_mask *fext_of(const struct index *ix, uint32_t fid)
@@ -127,21 +151,19 @@ uint32_t index_insert(struct index *ix, uint64_t oblock)
                 abort();
             uint32_t np = ix->cap >> IX_PAGE_SHIFT, tcap = ix->npages_cap;
             add_page((void ***)&ix->pages, &ix->npages_cap, np, sizeof(struct centry));
-            if (ix->spb > 32)
-                add_page((void ***)&ix->ext, &tcap, np, sizeof **ix->ext);
+            add_page((void ***)&ix->mpages, &tcap, np, 2 * ix->mbytes);
             ix->cap += IX_PAGE;
         }
         id = ix->used++;
     }
     struct centry *e = CE(ix, id);
     memset(e, 0, sizeof *e);
-    e->oblock = oblock;
+    ce_set_oblock(e, oblock);
     e->first = NIL;
     uint32_t h = hash(ix, oblock);
     e->hnext = ix->buckets[h];
     ix->buckets[h] = id;
-    if (ix->ext)
-        memset(ext_of(ix, id), 0, 2 * sizeof(struct tc_mask));
+    memset(masks_of(ix, id), 0, 2 * ix->mbytes);
     ix->count++;
     return id;
 }
@@ -153,11 +175,11 @@ void index_remove(struct index *ix, uint32_t id)
         next = frag_next(ix, f);
         frag_free(ix, f);
     }
-    uint32_t *pp = &ix->buckets[hash(ix, e->oblock)];
+    uint32_t *pp = &ix->buckets[hash(ix, ce_oblock(e))];
     while (*pp != id)
         pp = &CE(ix, *pp)->hnext;
     *pp = e->hnext;
-    e->oblock = UINT64_MAX;
+    ce_set_oblock(e, IX_FREE);
     e->first = NIL;
     e->inl = 0;
     e->hnext = ix->free_head;
@@ -214,20 +236,24 @@ static void get_inline(uint32_t v, struct tc_mask *m)
 
 void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty)
 {
-    if (ix->ext) {
-        if (valid)
-            *valid = ext_of(ix, id)[0];
-        if (dirty)
-            *dirty = ext_of(ix, id)[1];
-        return;
-    }
+    const uint8_t *p = masks_of(ix, id);
     if (valid)
-        get_inline(CE(ix, id)->valid, valid);
+        mask_load(p, ix->mbytes, valid);
     if (dirty)
-        get_inline(CE(ix, id)->dirty, dirty);
+        mask_load(p + ix->mbytes, ix->mbytes, dirty);
 }
 
-/* Inline masks stay meaningful as "any bit set" tests for large blocks. */
+bool ce_any_dirty(const struct index *ix, uint32_t id)
+{
+    const uint8_t *p = masks_of(ix, id) + ix->mbytes;
+    for (unsigned i = 0; i < ix->mbytes; i++)
+        if (p[i])
+            return true;
+    return false;
+}
+
+/* Marks a fragment record's stored mask as not empty, for blocks whose
+ * masks are in fext (its inline field is unused then but for this). */
 static uint32_t any_bits(const struct tc_mask *m)
 {
     return mask_empty(m) ? 0 : 1;
@@ -288,15 +314,9 @@ void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid,
         if (!mask_equal(&v, valid))
             index_spill(ix, id);
     }
-    if (ix->ext) {
-        ext_of(ix, id)[0] = *valid;
-        ext_of(ix, id)[1] = *dirty;
-        CE(ix, id)->valid = any_bits(valid);
-        CE(ix, id)->dirty = any_bits(dirty);
-        return;
-    }
-    CE(ix, id)->valid = (uint32_t)valid->w[0];
-    CE(ix, id)->dirty = (uint32_t)dirty->w[0];
+    uint8_t *p = masks_of(ix, id);
+    mask_store(p, ix->mbytes, valid);
+    mask_store(p + ix->mbytes, ix->mbytes, dirty);
 }
 
 void frag_set_loc(struct index *ix, uint32_t fid, uint32_t seg, uint16_t off)
@@ -388,9 +408,7 @@ void index_memory_parts(const struct index *ix, struct index_memory *m)
     m->entries = (uint64_t)ix->cap * sizeof(struct centry) + ix->npages_cap * sizeof(void *);
     m->fragments = (uint64_t)ix->fcap * sizeof(struct cfrag) + ix->nfpages_cap * sizeof(void *);
     m->buckets = ((uint64_t)ix->bucket_mask + 1) * sizeof *ix->buckets;
-    m->masks = 0;
-    if (ix->ext)
-        m->masks += (uint64_t)ix->cap * sizeof **ix->ext + ix->npages_cap * sizeof(void *);
+    m->masks = (uint64_t)ix->cap * 2 * ix->mbytes + ix->npages_cap * sizeof(void *);
     if (ix->fext)
         m->masks += (uint64_t)ix->fcap * sizeof **ix->fext + ix->nfpages_cap * sizeof(void *);
 }

@@ -66,7 +66,7 @@ bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old
 void map_wt_hold(struct map *m, uint32_t id, uint64_t seq)
 {
     struct centry *e = CE(&m->idx, id);
-    TC_ASSERT(e->dirty != 0);      /* invariant 18 (any dirty sector sets it) */
+    TC_ASSERT(ce_any_dirty(&m->idx, id));      /* invariant 18 */
     if (e->flags & CE_WT_RECOVERED)
         return;
     e->flags |= CE_WT_RECOVERED;
@@ -81,7 +81,7 @@ bool map_wt_release(struct map *m, uint32_t id)
     if (!(e->flags & CE_WT_RECOVERED))
         return false;
     TC_ASSERT_ALWAYS(m->wt_recovered > 0);
-    e->flags &= (uint16_t)~CE_WT_RECOVERED;
+    e->flags &= (uint8_t)~CE_WT_RECOVERED;
     if (--m->wt_recovered == 0)
         m->wt_recovered_min = UINT64_MAX;
     return true;
@@ -361,8 +361,8 @@ void map_mark_clean(struct cache *c, uint32_t id, const struct tc_mask *cleaned)
     nd = d;
     mask_andnot(&nd, cleaned);
     ce_set_masks(ix, id, &v, &nd);
-    map_set_dirty(c, CE(ix, id)->oblock, &d, &nd);
-    CE(ix, id)->flags &= (uint16_t)~CE_WT;
+    map_set_dirty(c, ce_oblock(CE(ix, id)), &d, &nd);
+    CE(ix, id)->flags &= (uint8_t)~CE_WT;
     if (mask_empty(&nd))
         map_drop_mirrors(c, id, -1);    /* clean data keeps one copy */
 }
@@ -375,7 +375,7 @@ void map_wt_redirty(struct cache *c, uint32_t id, const struct tc_mask *m, uint6
     nd = d;
     mask_or(&nd, m);
     ce_set_masks(ix, id, &v, &nd);
-    map_set_dirty(c, CE(ix, id)->oblock, &d, &nd);
+    map_set_dirty(c, ce_oblock(CE(ix, id)), &d, &nd);
     CE(ix, id)->flags |= CE_WT;
     if (!mask_empty(&nd))
         map_wt_hold(&c->map, id, seq);

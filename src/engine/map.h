@@ -100,31 +100,56 @@ struct cache;
  *
  * Memory: the usual block has one fragment without a mirror copy; that
  * fragment is kept inline in the entry (its location, its stored sectors
- * being the block's valid ones): 32 bytes per block, plus 2 to 4 bytes of
- * hash bucket.  A block with several fragments, or a mirror copy, keeps
- * its fragments as 20-byte records in a second table.  Masks are stored
- * inline for blocks of up to 32 sectors (128 KiB); larger blocks keep them
- * in side tables.  Both tables grow by pages as blocks are cached (no
- * memory is set aside for blocks the cache does not hold yet, and at most
- * one page is slack).  Entries and fragments are named by number, never
- * by pointer across an asynchronous step.  An entry keeps its number while
- * cached; a fragment's number changes when the block moves between the
- * inline and the record form (map_add_fragment(), map_drop_fragment(),
+ * being the block's valid ones).  An entry is 20 bytes: the origin block
+ * number in 48 bits (origins of fewer than IX_FREE blocks: 1 EiB at 4 KiB
+ * blocks, far more than the dirty bitmap's bit per origin block lets a
+ * machine hold), 32-bit numbers instead of pointers, one byte each for the
+ * flags, the policy's hint, the fragment count and the inline mark.  Its
+ * valid and dirty masks are in a side table of 2 x max(1, spb / 8) bytes
+ * per entry (4 bytes at the default 64 KiB blocks), so the entry does not
+ * pay for the largest block size: 24 bytes per block at 64 KiB, plus 2
+ * to 4 bytes of hash bucket.  A block with several fragments, or a mirror
+ * copy, keeps its fragments as 20-byte records in a second table (their
+ * stored masks inline up to 32 sectors, in a side table above).  The
+ * tables grow by pages as blocks are cached (no memory is set aside for
+ * blocks the cache does not hold yet, and at most one page is slack).
+ * Entries and fragments are named by number, never by pointer across an
+ * asynchronous step.  An entry keeps its number while cached; a
+ * fragment's number changes when the block moves between the inline and
+ * the record form (map_add_fragment(), map_drop_fragment(),
  * ce_set_masks(), frag_set_mirror(), index_settle()), so fragments are
  * found again by location (map_find_fragment()) after such a step.
  */
 struct centry {
-    uint64_t oblock;
     uint32_t hnext;             /* hash chain */
-    uint32_t valid, dirty;      /* inline masks (blocks of <= 32 sectors) */
     uint32_t first;             /* inline: the fragment's segment; else the
                                    newest fragment record (or NIL) */
     uint16_t off;               /* inline: the fragment's sector in it */
-    uint16_t flags;             /* CE_* */
     uint8_t hint;               /* the policy's byte (policy/policy.h): 0 when made */
     uint8_t nfrags;
+    uint32_t ob_lo;             /* the origin block: ce_oblock() */
+    uint16_t ob_hi;
+    uint8_t flags;              /* CE_WT, CE_WT_RECOVERED */
     uint8_t inl;                /* the one fragment is inline */
-} __attribute__((packed, aligned(4)));     /* 32 bytes */
+};                              /* 20 bytes, no padding */
+
+/* The origin block number of a free entry slot; origins have fewer blocks
+ * (cache_open() refuses larger ones). */
+#define IX_FREE ((1ull << 48) - 1)
+
+static inline uint64_t ce_oblock(const struct centry *e)
+{
+    return (uint64_t)e->ob_hi << 32 | e->ob_lo;
+}
+static inline bool ce_is_free(const struct centry *e)
+{
+    return ce_oblock(e) == IX_FREE;
+}
+static inline void ce_set_oblock(struct centry *e, uint64_t oblock)
+{
+    e->ob_lo = (uint32_t)oblock;
+    e->ob_hi = (uint16_t)(oblock >> 32);
+}
 
 /* A fragment record, for blocks of several fragments or a mirror copy. */
 struct cfrag {
@@ -151,9 +176,12 @@ struct index {
     uint32_t bucket_mask;
     uint64_t count, nfrags;     /* entries; fragments (inline ones too) */
     uint64_t frecs;             /* fragment records in use */
-    struct tc_mask (**ext)[2];  /* pages: valid, dirty of blocks > 32 sectors */
-    struct tc_mask **fext;      /* pages: stored of fragment records of such blocks */
+    uint8_t **mpages;           /* pages (as pages): each entry's valid and
+                                   dirty masks, mbytes bytes each */
+    struct tc_mask **fext;      /* pages: stored of fragment records of
+                                   blocks > 32 sectors */
     unsigned spb;
+    unsigned mbytes;            /* bytes of one stored mask: max(1, spb / 8) */
 };
 
 /* Memory of the index by part, in bytes (allocated, slack included). */
@@ -161,7 +189,8 @@ struct index_memory {
     uint64_t entries;           /* entry pages and their table */
     uint64_t fragments;         /* fragment record pages and their table */
     uint64_t buckets;           /* the hash table */
-    uint64_t masks;             /* side masks of blocks > 32 sectors */
+    uint64_t masks;             /* the entries' masks, and the fragment
+                                   records' of blocks > 32 sectors */
 };
 
 int index_init(struct index *ix, unsigned spb, uint64_t expected);
@@ -240,6 +269,8 @@ void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m);
 void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_mask *m);
 /* The fragment serving sector s of entry id, or NIL. */
 uint32_t ce_locate(const struct index *ix, uint32_t id, unsigned s);
+/* Entry id has a dirty sector. */
+bool ce_any_dirty(const struct index *ix, uint32_t id);
 uint64_t index_memory(const struct index *ix);
 void index_memory_parts(const struct index *ix, struct index_memory *m);
 /* Every entry's policy hint to 0: at a switch of policy. */

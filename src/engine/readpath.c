@@ -563,7 +563,7 @@ static bool salvage(struct rreq *r, struct rpiece *p)
         p->ovbuf = NULL;
     }
     uint32_t id = index_lookup(&c->map.idx, p->oblock);
-    if (id != NIL && CE(&c->map.idx, id)->dirty == 0 && !block_is_locked(c->locks, p->oblock)) {
+    if (id != NIL && !ce_any_dirty(&c->map.idx, id) && !block_is_locked(c->locks, p->oblock)) {
         map_drop_block(c, p->oblock);
         block_gen_bump(c->locks, p->oblock);
         c->st.invalidations++;

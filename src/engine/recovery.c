@@ -971,12 +971,12 @@ static void apply(struct recovery *rc)
     /* Write-through versions the origin may lack become dirty. */
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
-        if (e->oblock == UINT64_MAX || id >= rc->cur_cap || rc->wt_seq[id] <= rc->wt_stable)
+        if (ce_is_free(e) || id >= rc->cur_cap || rc->wt_seq[id] <= rc->wt_stable)
             continue;
         struct tc_mask v;
         ce_get_masks(&c->map.idx, id, &v, NULL);
         map_wt_redirty(c, id, &v, rc->wt_seq[id]);
-        cache_trace(c, e->oblock, "recovery: write-through seq %llu > stable %llu: dirty",
+        cache_trace(c, ce_oblock(e), "recovery: write-through seq %llu > stable %llu: dirty",
                     (unsigned long long)rc->wt_seq[id], (unsigned long long)rc->wt_stable);
     }
 }

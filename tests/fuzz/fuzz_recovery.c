@@ -314,26 +314,26 @@ static void check_recovered(struct cache *c)
     uint64_t dirty_sectors = 0, dirty_blocks = 0, count = 0;
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
-        if (e->oblock == UINT64_MAX)
+        if (ce_is_free(e))
             continue;
         count++;
-        CHECK(e->oblock < c->nblocks_origin, "block %llu of %llu",
-              (unsigned long long)e->oblock, (unsigned long long)c->nblocks_origin);
-        CHECK(index_lookup(&c->map.idx, e->oblock) == id, "block %llu not found by lookup",
-              (unsigned long long)e->oblock);
+        CHECK(ce_oblock(e) < c->nblocks_origin, "block %llu of %llu",
+              (unsigned long long)ce_oblock(e), (unsigned long long)c->nblocks_origin);
+        CHECK(index_lookup(&c->map.idx, ce_oblock(e)) == id, "block %llu not found by lookup",
+              (unsigned long long)ce_oblock(e));
         struct tc_mask v, dm;
         ce_get_masks(&c->map.idx, id, &v, &dm);
         for (unsigned s = c->spb; s < 64 * TC_MASK_WORDS; s++)
             CHECK(!mask_test(&v, s), "block %llu: sector %u of %u valid",
-                  (unsigned long long)e->oblock, s, c->spb);
+                  (unsigned long long)ce_oblock(e), s, c->spb);
         CHECK(mask_covers(&v, &dm), "block %llu: dirty sectors not valid",
-              (unsigned long long)e->oblock);
+              (unsigned long long)ce_oblock(e));
         unsigned nd = mask_count(&dm);
         dirty_sectors += nd;
         dirty_blocks += nd > 0;
-        bool bit = (c->map.dirty_bits[e->oblock / 64] >> (e->oblock % 64)) & 1;
+        bool bit = (c->map.dirty_bits[ce_oblock(e) / 64] >> (ce_oblock(e) % 64)) & 1;
         CHECK(bit == (nd > 0), "block %llu: dirty bit %d, %u dirty sectors",
-              (unsigned long long)e->oblock, bit, nd);
+              (unsigned long long)ce_oblock(e), bit, nd);
         /* A writer never makes more than MAX_FRAGS fragments, but a log
          * can hold more versions of a block, each with sectors of its own,
          * and recovery keeps them all (the next write merges them).  What
@@ -344,7 +344,7 @@ static void check_recovered(struct cache *c)
         unsigned nf = 0;
         for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             CHECK(++nf <= c->spb, "block %llu: more fragments than sectors",
-                  (unsigned long long)e->oblock);
+                  (unsigned long long)ce_oblock(e));
             struct cfrag fr = frag_view(&c->map.idx, f);
             struct tc_mask st, cur;
             frag_stored(&c->map.idx, f, &st);
@@ -352,7 +352,7 @@ static void check_recovered(struct cache *c)
             unsigned n = popcount(&st);
             CHECK(n >= 1 && n <= c->spb && !mask_empty(&cur),
                   "block %llu: a fragment of %u sectors, %u of them current",
-                  (unsigned long long)e->oblock, n, popcount(&cur));
+                  (unsigned long long)ce_oblock(e), n, popcount(&cur));
             for (int copy = 0; copy < 2; copy++) {
                 uint32_t seg = copy ? fr.mseg : fr.seg;
                 uint32_t off = copy ? fr.moff : fr.off;
@@ -360,13 +360,13 @@ static void check_recovered(struct cache *c)
                     continue;
                 CHECK(seg < c->sp.nsegs && in_group[seg] == 1,
                       "block %llu: a fragment in segment %u, which is not live",
-                      (unsigned long long)e->oblock, seg);
+                      (unsigned long long)ce_oblock(e), seg);
                 CHECK(off + n <= c->seg_sectors, "block %llu: %u sectors at %u:%u",
-                      (unsigned long long)e->oblock, n, seg, off);
+                      (unsigned long long)ce_oblock(e), n, seg, off);
             }
         }
         CHECK(nf % 256 == e->nfrags && nf >= 1, "block %llu: %u fragments, counted %u",
-              (unsigned long long)e->oblock, nf, e->nfrags);
+              (unsigned long long)ce_oblock(e), nf, e->nfrags);
     }
     CHECK(count == c->map.idx.count, "%llu blocks in the index, counted %llu",
           (unsigned long long)count, (unsigned long long)c->map.idx.count);
