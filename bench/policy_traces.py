@@ -10,6 +10,10 @@ serve --trace, src/trace/trace.h).  4 KiB requests unless said.
   writeonce   issue 18's git checkout: a 9.5K-block pack written once then
               read again after each of 5 floods of 20K blocks written once
               and never read, with small zipf metadata reads throughout
+  mixed       issue 17's write-heavy unaligned load: zipf(0.9) over 64K
+              blocks, 35 % writes, offsets at any 512-byte boundary and
+              lengths of 512 bytes to 32 KiB (most requests cover partial
+              4 KiB sectors)
 
 SCALE small makes 200K requests per trace, default 1M.
 """
@@ -31,12 +35,16 @@ def crc32c(data):
 
 
 def write(path, reqs):
+    """reqs: (op, block, nblocks), or (op, block, nblocks, byte offset
+    added, byte length) for requests not in whole blocks."""
     h = bytearray(b"TCTRACE\n" + struct.pack("<IIIIQQII", 1, 64, 24, 0, 0, 0, 0, 0) + bytes(16))
     struct.pack_into("<I", h, 44, crc32c(bytes(h)))
     rec = struct.Struct("<QQIBBH")
     buf = bytearray(rec.size * len(reqs))
-    for i, (op, block, nblocks) in enumerate(reqs):
-        rec.pack_into(buf, i * rec.size, i * 100000, block * BS, nblocks * BS, op, 0, 0)
+    for i, r in enumerate(reqs):
+        op, block, nblocks = r[:3]
+        off, length = (r[3], r[4]) if len(r) > 3 else (0, nblocks * BS)
+        rec.pack_into(buf, i * rec.size, i * 100000, block * BS + off, length, op, 0, 0)
     tmp = path + ".partial"
     with open(tmp, "wb") as f:
         f.write(bytes(h))
@@ -94,12 +102,18 @@ def writeonce(rnd, n):
     return out[:n]
 
 
+def mixed(rnd, n):
+    blocks = Zipf(rnd, 65536, 0.9).take(n)
+    return [(1 if rnd.random() < 0.35 else 0, b, 1, 512 * rnd.randrange(8),
+             512 * rnd.randint(1, 64)) for b in blocks]
+
+
 def main():
     d, scale = sys.argv[1], sys.argv[2]
     n = 200000 if scale == "small" else 1000000
     os.makedirs(d, exist_ok=True)
     for name, gen in (("zipf", zipf), ("hotscan", hotscan), ("loop", loop),
-                      ("writeonce", writeonce)):
+                      ("writeonce", writeonce), ("mixed", mixed)):
         path = os.path.join(d, f"{name}-{n}.trace")
         if not os.path.exists(path):
             write(path, gen(random.Random(name), n))

@@ -9,7 +9,8 @@
 #   ref-sieve ref-opt
 #
 # Traces: the synthetic ones of bench/policy_traces.py (zipf, hot set with
-# scans, loop, issue 18's write-once flood over a re-read pack), and every
+# scans, loop, issue 18's write-once flood over a re-read pack, issue 17's
+# mixed load: 35 % writes, unaligned), and every
 # *.trace in state/bench/traces: put public block traces there, converted
 # with tiercache trace-convert (libCacheSim's samples, MSR Cambridge...),
 # or traces captured with serve --trace; none can be downloaded here.

@@ -345,8 +345,10 @@ static uint8_t copy_flags(struct cache *c, uint64_t wt_seq)
  * entry_flags: TC_ENTRY_WT when the copy holds sectors of a write-through
  * version the origin may not hold durably yet (see copy_flags()).
  * partial: the copy leaves some of the old fragment's sectors (the damaged
- * ones) behind, so the old fragment stays until it is dropped. */
-static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur,
+ * ones) behind, so the old fragment stays until it is dropped.  id: the
+ * block's entry, which the caller found holding the old fragment (nothing
+ * between that and this call changes the index). */
+static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct tc_mask *cur,
                      const struct tc_mask *dirty, const uint8_t *by_sector,
                      const uint8_t *packed, const struct tc_mask *packed_from,
                      uint8_t entry_flags, bool partial)
@@ -366,12 +368,12 @@ static bool reinsert(struct cache *c, uint64_t oblock, const struct tc_mask *cur
     /* A split copy takes the place of one fragment with two: only while
      * the chain has room for one more (two more for a partial copy, which
      * replaces nothing yet). */
-    uint32_t id = index_lookup(&c->map.idx, oblock);
+    TC_ASSERT(id != NIL && id == index_lookup(&c->map.idx, oblock));
     unsigned added = partial ? 2 : 1;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .flags = entry_flags,
                         .valid = *cur, .dirty = *dirty, .data = data, .use_reserve = true,
                         .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1,
-                        .may_split = id != NIL && CE(&c->map.idx, id)->nfrags + added <= MAX_FRAGS };
+                        .may_split = CE(&c->map.idx, id)->nfrags + added <= MAX_FRAGS };
     struct log_loc at = log_append(c, &a, NULL);
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
@@ -515,7 +517,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         if (!intact)
             c->st.checksum_errors++;
         if (intact && policy_keep(c->policy, e.oblock, &CE(&c->map.idx, id)->hint) &&
-            reinsert(c, e.oblock, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq), false)) {
+            reinsert(c, e.oblock, id, &cur, &d, NULL, data, &st, copy_flags(c, wt_seq), false)) {
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
             continue;
         }
@@ -839,8 +841,8 @@ static void later_read(void *arg, int err)
             intact_sectors(c, fid, l->buf, &good);
             good_dirty = d;
             mask_and(&good_dirty, &good);
-            if (!mask_empty(&good) && reinsert(c, l->oblock, &good, &good_dirty, l->buf, NULL,
-                                               NULL, copy_flags(c, l->wt_seq), true)) {
+            if (!mask_empty(&good) && reinsert(c, l->oblock, id, &good, &good_dirty, l->buf,
+                                               NULL, NULL, copy_flags(c, l->wt_seq), true)) {
                 mask_andnot(&d, &good);
                 /* The copy superseded those sectors: what is left of it. */
                 fid = map_find_fragment(c, l->oblock, l->seg, l->off, &id);
@@ -850,7 +852,7 @@ static void later_read(void *arg, int err)
             }
         }
         if (err == 0 && read_all && !mask_empty(&cur) &&
-            reinsert(c, l->oblock, &cur, &d, l->buf, NULL, NULL, copy_flags(c, l->wt_seq), false)) {
+            reinsert(c, l->oblock, id, &cur, &d, l->buf, NULL, NULL, copy_flags(c, l->wt_seq), false)) {
             /* kept */
         } else if (mask_empty(&d)) {
             add_drop(k, l->oblock, l->seg, l->off);

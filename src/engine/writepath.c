@@ -189,8 +189,7 @@ static void request_end(struct wreq *w)
     /* Read-ahead slots loaded while the write ran may hold the old data. */
     readahead_invalidate(e->vol->cache, e->off, e->len);
     e->err = w->join.err;
-    free(w->p);
-    free(w);
+    free(w);                        /* and its pieces (split()) */
     e->complete(e);
 }
 
@@ -1026,11 +1025,14 @@ static enum wmode mode_for(struct cache *c, const struct ereq *e)
 static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
 {
     struct cache *c = e->vol->cache;
-    struct wreq *w = tc_xcalloc(1, sizeof *w);
+    uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;
+    /* One allocation for the request and its pieces, which live exactly
+     * as long (request_end() frees both). */
+    size_t head = tc_round_up(sizeof(struct wreq), _Alignof(struct wpiece));
+    struct wreq *w = tc_xcalloc(1, head + (last - first + 1) * sizeof(struct wpiece));
     w->e = e;
     w->c = c;
-    uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;
-    w->p = tc_xcalloc(last - first + 1, sizeof *w->p);
+    w->p = (struct wpiece *)((char *)w + head);
     uint64_t off = e->off, end = e->off + e->len;
     unsigned i = 0;
     while (off < end) {

@@ -382,7 +382,8 @@ static inline size_t tc_chunk_header_bytes(unsigned spb, uint32_t n, uint32_t d)
 }
 
 /* Encode hdr and its entries and data CRCs into buf (hdr_sectors * 4096
- * bytes, zeroed first), computing the header checksum last. */
+ * bytes, every one written: what no field fills is zeroed), computing the
+ * header checksum last. */
 void chunk_encode(uint8_t *buf, const struct tc_chunk_header *hdr, const struct tc_entry *entries,
                   const uint32_t *data_crcs, unsigned spb);
 /* Decode and check a header read from disk.  Returns 0 and fills hdr;

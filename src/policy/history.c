@@ -26,6 +26,7 @@
 struct history {
     uint64_t *bits[2];
     uint64_t nbits;             /* per filter */
+    uint64_t nbits_recip;       /* tc_mod_recip(nbits): a probe costs no division */
     uint64_t words;
     uint64_t half;              /* arrivals a filter takes before rotation */
     uint64_t count;             /* arrivals in the current filter */
@@ -40,6 +41,7 @@ struct history *history_create(uint64_t capacity)
     h->nbits = h->half * BITS_PER_ENTRY;
     h->words = (h->nbits + 63) / 64;
     h->nbits = h->words * 64;
+    h->nbits_recip = tc_mod_recip(h->nbits);
     h->bits[0] = tc_xcalloc(h->words, sizeof(uint64_t));
     h->bits[1] = tc_xcalloc(h->words, sizeof(uint64_t));
     return h;
@@ -58,7 +60,7 @@ static bool in_filter(const struct history *h, const uint64_t *bits, uint64_t ob
 {
     uint64_t a = tc_mix64(oblock), b = tc_mix64(a) | 1;
     for (unsigned i = 0; i < PROBES; i++) {
-        uint64_t bit = (a + i * b) % h->nbits;
+        uint64_t bit = tc_mod_fast(a + i * b, h->nbits, h->nbits_recip);
         if (!((bits[bit / 64] >> (bit % 64)) & 1))
             return false;
     }
@@ -77,7 +79,7 @@ void history_add(struct history *h, uint64_t oblock)
         return;
     uint64_t a = tc_mix64(oblock), b = tc_mix64(a) | 1;
     for (unsigned i = 0; i < PROBES; i++) {
-        uint64_t bit = (a + i * b) % h->nbits;
+        uint64_t bit = tc_mod_fast(a + i * b, h->nbits, h->nbits_recip);
         bits[bit / 64] |= 1ull << (bit % 64);
     }
     if (++h->count >= h->half) {

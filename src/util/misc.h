@@ -32,6 +32,23 @@ static inline uint64_t tc_mix64(uint64_t x)
     return x;
 }
 
+/* x % d without a division, for a divisor used many times (a filter's
+ * size): recip = tc_mod_recip(d), made once.  Exact for every x and
+ * d >= 1: recip = floor((2^64 - 1) / d) >= 2^64 / d - 1, so the quotient
+ * estimate floor(x * recip / 2^64) lies in (x/d - 1, x/d], at most one
+ * below floor(x / d), and one subtraction corrects the remainder. */
+static inline uint64_t tc_mod_recip(uint64_t d)
+{
+    return UINT64_MAX / d;
+}
+
+static inline uint64_t tc_mod_fast(uint64_t x, uint64_t d, uint64_t recip)
+{
+    uint64_t q = (uint64_t)(((unsigned __int128)x * recip) >> 64);
+    uint64_t r = x - q * d;
+    return r >= d ? r - d : r;
+}
+
 static inline uint64_t tc_now_ns(void)
 {
     if (tc_virtual_now_ns)
