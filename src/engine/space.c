@@ -198,7 +198,15 @@ void space_free_group(struct space *sp)
  * the high one.  Free segments are room nothing is cached in: above the reserve, one group of
  * working room (appends go on while the cleaner reclaims the oldest) plus
  * 1/64 of the cache, so a small cache (64 segments) keeps 3 segments free
- * and a large one about 1.6 %. */
+ * and a large one about 1.6 %.
+ *
+ * The high mark adds 1/64 of the cache again: a large cache reclaims in
+ * batches.  Below 64 segments that is nothing, and the cleaner reclaims
+ * one group each time the appends take the working room: a batch of one
+ * more group kept a segment of a 64 MiB cache (1.6 % of it) empty half of
+ * the time, and free space holds no cached data.  The working room is the
+ * same either way (the low mark), so appends still go on while the
+ * cleaner reclaims. */
 uint32_t space_low_water(const struct space *sp, unsigned ndevs)
 {
     return sp->reserve_segs + ndevs + sp->nsegs / 64;
@@ -206,7 +214,8 @@ uint32_t space_low_water(const struct space *sp, unsigned ndevs)
 
 uint32_t space_high_water(const struct space *sp, unsigned ndevs)
 {
-    return space_low_water(sp, ndevs) + TC_MAX(ndevs, sp->nsegs / 64);
+    (void)ndevs;
+    return space_low_water(sp, ndevs) + sp->nsegs / 64;
 }
 
 bool space_has_free(const struct space *sp, unsigned ndevs)

@@ -14,8 +14,8 @@
  * holds rate times as many (rounded, at least one).  The engine's cache
  * is a formatted device whose room for data is less than its size by
  * fixed parts -- superblocks, the segments the cleaner keeps free
- * (cleaner.c: its reserve, one group of working room, 1/64 of the cache
- * and half its stopping margin on average), the open group -- that do not
+ * (space.c: its reserve, one group of working room, 1/64 of the cache
+ * and half its stopping margin, 1/64 more, on average), the open group -- that do not
  * shrink with the sample: the miniature device is the smallest whose room
  * is rate times the full device's.  Either has a least cache (one block;
  * a device of 8 segments, tc_format); for sizes whose scaled cache would
@@ -41,7 +41,7 @@ static double engine_room(uint64_t bytes, uint32_t block)
     uint64_t usable = bytes - TC_DATA_OFFSET;
     uint32_t seg = tc_format_segment_size(usable, block);
     uint64_t n = usable / seg;
-    double kept = 2 + 1 + (double)(n / 64) + (double)TC_MAX((uint64_t)1, n / 64) / 2 + 0.5;
+    double kept = 2 + 1 + (double)(n / 64) + (double)(n / 64) / 2 + 0.5;
     return (double)n > kept ? ((double)n - kept) * seg : 0;
 }
 
