@@ -338,8 +338,8 @@ static void finish_failure(struct cache *c, unsigned d)
     size_t n = 0, cap = 256;
     struct victim *vs = tc_xmalloc(cap * sizeof *vs);
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
-        uint64_t oblock = CE(&c->map.idx, id)->oblock;
-        if (oblock == UINT64_MAX)
+        uint64_t oblock = ce_oblock(CE(&c->map.idx, id));
+        if (oblock == IX_FREE)
             continue;
         for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             struct cfrag fr = frag_view(&c->map.idx, f);
