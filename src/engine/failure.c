@@ -328,19 +328,20 @@ static void set_health(struct cache *c)
     }
 }
 
-/* The drain of device d ended (or it had nothing to drain): drop what is
- * left of it, as a failure always did. */
-static void finish_failure(struct cache *c, unsigned d)
+/* Every fragment on device d, a block's adjacent, in index order (*np of
+ * them; the caller frees the array).  drop_mirrors: at the failure, the
+ * block's mirror copies on d go too (the copies elsewhere stay). */
+static struct victim *device_fragments(struct cache *c, unsigned d, bool drop_mirrors,
+                                       size_t *np)
 {
-    struct cache_dev *cd = &c->devs[d];
-    /* Every fragment on the device (all clean now: nothing is appended to
-     * it, and the dirty ones kept were written back or lost). */
     size_t n = 0, cap = 256;
     struct victim *vs = tc_xmalloc(cap * sizeof *vs);
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         uint64_t oblock = ce_oblock(CE(&c->map.idx, id));
         if (oblock == IX_FREE)
             continue;
+        if (drop_mirrors)
+            map_drop_mirrors(c, id, (int)d);    /* the mirrors are gone; the copies stay */
         for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
             struct cfrag fr = frag_view(&c->map.idx, f);
             if (space_seg(&c->sp, fr.seg)->dev != d)
@@ -354,6 +355,19 @@ static void finish_failure(struct cache *c, unsigned d)
             vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
         }
     }
+    *np = n;
+    return vs;
+}
+
+/* The drain of device d ended (or it had nothing to drain): drop what is
+ * left of it, as a failure always did. */
+static void finish_failure(struct cache *c, unsigned d)
+{
+    struct cache_dev *cd = &c->devs[d];
+    /* Every fragment on the device (all clean now: nothing is appended to
+     * it, and the dirty ones kept were written back or lost). */
+    size_t n;
+    struct victim *vs = device_fragments(c, d, false, &n);
     for (size_t i = 0; i < n; i++) {
         uint32_t id;
         uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
@@ -1017,26 +1031,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         devfail_hold_more(c);
 
     /* Every fragment (and mirror copy) on the device. */
-    size_t n = 0, cap = 256;
-    struct victim *vs = tc_xmalloc(cap * sizeof *vs);
-    for (uint32_t id = 0; id < c->map.idx.used; id++) {
-        uint64_t oblock = ce_oblock(CE(&c->map.idx, id));
-        if (oblock == IX_FREE)
-            continue;
-        map_drop_mirrors(c, id, (int)d);    /* the mirrors are gone; the copies stay */
-        for (uint32_t f = ce_head(&c->map.idx, id); f != NIL; f = frag_next(&c->map.idx, f)) {
-            struct cfrag fr = frag_view(&c->map.idx, f);
-            if (space_seg(&c->sp, fr.seg)->dev != d)
-                continue;
-            if (n == cap) {
-                cap *= 2;
-                vs = realloc(vs, cap * sizeof *vs);
-                if (vs == NULL)
-                    abort();
-            }
-            vs[n++] = (struct victim){ oblock, fr.seg, fr.off };
-        }
-    }
+    size_t n;
+    struct victim *vs = device_fragments(c, d, true, &n);
     uint64_t dropped = 0, saved = 0, kept = 0, kept_bytes = 0, lost = 0;
     uint64_t unrecorded = c->lost_unrecorded;
     bool survivors = false;
