@@ -203,8 +203,7 @@ static void end_synced(struct log_waiter *lw, int err)
          * origin and flushed there. */
         struct ereq *e = w->e;
         readahead_invalidate(e->vol->cache, e->off, e->len);
-        free(w->p);
-        free(w);
+        free(w);                    /* and its pieces (split()) */
         cache_durable_after_failure(e->vol->cache, e);
         return;
     }
