@@ -343,6 +343,8 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         .flushed_seq = c->lg.flushed_upto,
     };
     c->lg.marked_upto = TC_MAX(c->lg.marked_upto, hdr.flushed_seq);
+    if (h->nentries > 0)
+        c->lg.entries_chunk = hdr.chunk_seq;
     memcpy(hdr.set_uuid, c->set_uuid, 16);
     uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;
     chunk_encode(hbuf, &hdr, h->entries, h->crcs, c->spb);
@@ -994,7 +996,11 @@ void log_commit(struct cache *c)
 void log_mark_flushed(struct cache *c, uint64_t now_ns, uint64_t delay_ns)
 {
     struct log *lg = &c->lg;
-    if (c->data_free || lg->flushed_upto <= lg->marked_upto || now_ns - lg->flushed_ns < delay_ns ||
+    /* Owed only for a chunk with entries: a header written only to carry
+     * the mark needs none of its own once flushed, so an idle log ends
+     * with one such header, not one per commit interval. */
+    bool owed = lg->entries_chunk <= lg->flushed_upto && lg->marked_upto < lg->entries_chunk;
+    if (c->data_free || !owed || now_ns - lg->flushed_ns < delay_ns ||
         lg->inflight_head || lg->flushing || lg->written_waiters || lg->flush_waiters)
         return;
     for (unsigned d = 0; d < c->ndevs; d++)

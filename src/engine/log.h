@@ -153,6 +153,7 @@ struct log {
     uint64_t chunks_written_upto;   /* every chunk up to this one is written */
     uint64_t flushed_upto;          /* ... and flushed */
     uint64_t marked_upto;           /* the highest flushed mark a sealed header carries */
+    uint64_t entries_chunk;         /* the newest chunk sealed with entries */
     uint64_t flushed_ns;            /* when the last cache flush ended */
     uint64_t flush_marks;           /* headers sealed only to carry the flushed mark */
     bool clean_stop;                /* sealing the chunks of a clean stop */
