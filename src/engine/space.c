@@ -233,6 +233,12 @@ void space_usage(const struct space *sp, struct space_usage *u)
             continue;
         }
         uint64_t hdr = sg->hdr_sectors;
+        if (TC_DEBUG_ASSERTS_ON) {
+            uint64_t sum = 0;
+            for (uint32_t k = 0; k < sg->nchunks; k++)
+                sum += sg->chunks[k].hdr_sectors;
+            TC_ASSERT(sum == hdr);
+        }
         /* fill counts sealed chunks only: the open chunk's data is live
          * before it is sealed (its header is not counted yet). */
         uint64_t used = TC_MIN(TC_MAX((uint64_t)sg->fill, sg->live + hdr), sp->seg_sectors);
