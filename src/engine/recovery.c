@@ -1109,7 +1109,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             !devfail_untrusted(c, sg->dev, sg->seq)) {
             live[nlive++] = s;
         } else {
-            sg->nchunks = 0;
+            segment_clear_chunks(sg);
         }
     }
     for (uint32_t i = 1; i < nlive; i++) {          /* insertion sort by seq */
@@ -1134,7 +1134,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
                     "device; ignored", seg_cdev(c, live[i])->dev->name, live[i],
                     (unsigned long long)sg->seq);
-            sg->nchunks = 0;
+            segment_clear_chunks(sg);
             continue;
         }
         space_group_add_seg(&c->sp, slot, live[i]);

@@ -42,7 +42,7 @@ static void push_free(struct space *sp, uint32_t s)
     sg->group = NIL;
     sg->fill = 0;
     sg->live = 0;
-    sg->nchunks = 0;
+    segment_clear_chunks(sg);
     if (sp->dev_failed[sg->dev])
         return;             /* a failed device's space is not space */
     struct free_stack *fs = &sp->stacks[sg->dev];
@@ -152,7 +152,7 @@ bool space_open_group(struct space *sp, uint64_t *next_seq)
         sg->state = SEG_OPEN;
         sg->fill = 0;
         sg->live = 0;
-        sg->nchunks = 0;
+        segment_clear_chunks(sg);
         space_group_add_seg(sp, slot, picked[i]);
     }
     sp->open_group = slot;
@@ -232,9 +232,13 @@ void space_usage(const struct space *sp, struct space_usage *u)
             u->free += sp->seg_sectors;
             continue;
         }
-        uint64_t hdr = 0;
-        for (uint32_t k = 0; k < sg->nchunks; k++)
-            hdr += sg->chunks[k].hdr_sectors;
+        uint64_t hdr = sg->hdr_sectors;
+        if (TC_DEBUG_ASSERTS_ON) {
+            uint64_t sum = 0;
+            for (uint32_t k = 0; k < sg->nchunks; k++)
+                sum += sg->chunks[k].hdr_sectors;
+            TC_ASSERT(sum == hdr);
+        }
         /* fill counts sealed chunks only: the open chunk's data is live
          * before it is sealed (its header is not counted yet). */
         uint64_t used = TC_MIN(TC_MAX((uint64_t)sg->fill, sg->live + hdr), sp->seg_sectors);
@@ -321,6 +325,13 @@ void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t 
     }
     sg->chunks[sg->nchunks++] = (struct chunk_ref){ (uint16_t)start, (uint16_t)hdr_sectors,
                                                     (uint16_t)data_sectors, 0 };
+    sg->hdr_sectors = (uint16_t)(sg->hdr_sectors + hdr_sectors);
+}
+
+void segment_clear_chunks(struct segment *sg)
+{
+    sg->nchunks = 0;
+    sg->hdr_sectors = 0;
 }
 
 void space_compact_chunk_tables(struct space *sp)

@@ -71,7 +71,8 @@ struct chunk_ref {
 struct segment {
     uint8_t state;
     uint8_t dev;                /* index in cache->devs */
-    uint16_t unused;
+    uint16_t hdr_sectors;       /* its chunks' header sectors, summed (a chunk
+                                 * starts below 2^16: struct chunk_ref) */
     uint32_t group;             /* slot in the group ring while not free */
     uint64_t seq;               /* the group's sequence number */
     uint32_t fill;              /* sectors used by chunks (written or in flight) */
@@ -200,6 +201,8 @@ void seg_add_live(struct space *sp, uint32_t seg, int delta);
 const struct chunk_ref *segment_chunk_of(const struct space *sp, uint32_t seg, uint32_t off);
 void segment_add_chunk(struct space *sp, uint32_t seg, uint32_t start, uint32_t hdr_sectors,
                        uint32_t data_sectors);
+/* The segment holds no chunk (it is free, or about to be filled again). */
+void segment_clear_chunks(struct segment *sg);
 /* Every chunk table reallocated to its size (none for a segment without
  * chunks): after recovery, whose temporaries were allocated among them. */
 void space_compact_chunk_tables(struct space *sp);
