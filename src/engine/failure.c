@@ -726,6 +726,7 @@ struct rewrite {
     unsigned sectors_left;
     struct tc_mask bad;
     bool bad_io;
+    struct tc_mask given_up;    /* sectors of a failed device lost already */
 };
 
 #define REWRITE_READ_TRIES 8
@@ -1036,8 +1037,11 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
         rewrite_end(r);
         return;
     }
-    if (id != NIL)
+    if (id != NIL) {
         ce_get_masks(&c->map.idx, id, &v, &d);
+        mask_andnot(&v, &r->given_up);
+        mask_andnot(&d, &r->given_up);
+    }
     if (id != NIL && !err && !mask_covers(&r->want, &v)) {
         /* A fill (clean data from the origin, which takes no lock) added
          * sectors meanwhile: read again.  Fills are finite. */
@@ -1078,6 +1082,10 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
                 if (c->lost_unrecorded != unrecorded)
                     relost_start(c);
             }
+            /* Still in the index until the version replaces them: a later
+             * attempt (after waiting for room) neither reads nor loses
+             * them again. */
+            mask_or(&r->given_up, &gone);
             mask_andnot(&v, &gone);
             mask_andnot(&d, &gone);
             if (mask_empty(&v))
@@ -1094,7 +1102,8 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
         rewrite_wait_retry(r, err);
         return;
     }
-    if (id == NIL || err) {
+    if (id == NIL || err || mask_empty(&v)) {
+        /* (v empty: every sector left was given up already.) */
         rewrite_lose(r, id, &d, err);
         return;
     }
@@ -1164,6 +1173,7 @@ static void rewrite_locked(struct block_waiter *bw)
         return;
     }
     ce_get_masks(&c->map.idx, id, &r->want, NULL);
+    mask_andnot(&r->want, &r->given_up);
     /* Robust: a read that fails because another device failed meanwhile
      * is retried through the index as it is then.  After a back-off, one
      * read through the index as it is now: each attempt adds one error
