@@ -161,6 +161,12 @@ struct cache {
     unsigned rewrites_unappended;   /* failure.c: rewrites begun, not yet appended */
     uint64_t rewrites_appended;     /* ... appended (tombstone and version) */
     uint64_t rewrite_read_retries;  /* ... reads of theirs that failed and are tried again */
+    unsigned rescues_pending;       /* failure.c: blocks whose only-copy dirty data on a
+                                       failed device is still to be read back and appended
+                                       on a survivor (the cleaner keeps their groups) */
+    uint32_t rescue_epoch;          /* ... raised when the pending rescues give up */
+    uint64_t rescued_bytes;         /* dirty bytes read back from failed devices, appended */
+    uint64_t rescue_lost_bytes;     /* ... that could not be read back: lost */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
     char health[192];
     unsigned draining;              /* devices in CDEV_DRAINING (failure.c) */

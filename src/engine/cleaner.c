@@ -757,6 +757,34 @@ static void give_up_for_now(struct cleaner *k)
         timer_arm(c->reactor, &k->retry, delay);
 }
 
+/* Whether the group holds dirty data of a failed device that is being
+ * rescued (failure.c: read back from it and appended elsewhere).  Its
+ * fragments are not walked (the device is out of service), and a tail
+ * written past the group would drop their entries from a restart's log
+ * before the rescued versions are durable -- while the failure is not yet
+ * marked, a restart trusts that device's log and finds the data there.
+ * So the group stays, and the rescues' end kicks the cleaner again --
+ * unless appends wait for room (perhaps the rescues' own): then the
+ * rescues give up (their data is recorded lost, as it was before there
+ * were rescues) rather than wait for ever. */
+static bool rescue_holds(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    if (c->rescues_pending == 0)
+        return false;
+    struct group *gr = group_at(&c->sp, k->slot);
+    for (unsigned i = 0; i < gr->nsegs; i++) {
+        struct segment *sg = space_seg(&c->sp, gr->segs[i]);
+        if (c->devs[sg->dev].state != CDEV_FAILING || sg->live == 0)
+            continue;
+        if (k->space_waiters == NULL)
+            return true;
+        cache_rescue_give_up(c, "the cleaner needs their groups for room in the log");
+        return false;
+    }
+    return false;
+}
+
 static void later_done(struct cleaner *k)
 {
     if (!join_put(&k->join, 0))
@@ -778,6 +806,10 @@ static void later_done(struct cleaner *k)
         k->ndrops = 0;
         k->nlaters = 0;
         walk(k);
+        return;
+    }
+    if (rescue_holds(k)) {
+        give_up_for_now(k);
         return;
     }
     /* 3. Record the new tail durably.  The tail only ever moves forward:

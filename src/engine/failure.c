@@ -14,11 +14,14 @@
  *   dirty data with a mirror     the mirror becomes the copy
  *   dirty data still in RAM      (a chunk not yet, or not successfully,
  *                                written) appended again on another device
- *   dirty data with no copy      lost: recorded (LOST records), and reads
+ *   dirty data with no copy      rescued: read back from the failed
+ *                                device and appended on a survivor
+ *                                (below); sectors that cannot be read are
+ *                                lost: recorded (LOST records), and reads
  *                                of exactly those sectors fail with EIO
- *                                until they are written again -- unless
- *                                the device was the last in service: then
- *                                it is drained (below)
+ *                                until they are written again -- or, when
+ *                                the device was the last in service,
+ *                                drained to the origin (below)
  *   LOST records on the device   the whole lost set (in memory) recorded
  *                                again on the other devices
  *
@@ -50,9 +53,38 @@
  * restart or a later partial write could bring an older version back.
  * With no device left no log is trusted again, so the origin is the only
  * copy that counts, and the records of loss are the state file's.
- * A device failing while others are in service loses its only-copy dirty
- * data at once, as it always did (and the rewrites below keep the
- * survivors' logs from bringing older versions back).
+ *
+ * The rescue (a device failing while others are in service).  Its
+ * only-copy dirty fragments (no mirror, no RAM image) stay in the index,
+ * on the failed device -- those of segments whose every chunk was
+ * written (handle_fragment()); one whose image could not be appended
+ * elsewhere for want of room is lost at once, as ever -- and each such
+ * block is rewritten (struct
+ * rewrite, below): under the block's lock its valid sectors are read --
+ * those on the failed device from there, checked as every cache read --
+ * and one version is appended on a survivor after a tombstone, as for
+ * any block a failure touched.  If the read fails, each sector is read on
+ * its own, and exactly the failed device's sectors that cannot be read
+ * (an I/O error, a checksum mismatch) are lost (map_lose_dirty()); the
+ * version holds the rest.  Meanwhile:
+ *   - reads of the block are served from the failed device (its data is
+ *     the newest; a sector that does not read fails with EIO, never the
+ *     origin's older data); writes and writeback take the block's lock,
+ *     so a write arriving during the rescue lands after the rescued
+ *     version, and one already under way is read back with the block;
+ *   - the failure mark and the acknowledgement of writes wait for every
+ *     rescued version to be durable (the rewrites' holds): a crash or
+ *     stop before that leaves no mark, and the restart trusts the failed
+ *     device's log, which still holds the data (the rescue does not
+ *     record it lost first, as the drain does: a restart finds it);
+ *   - the cleaner keeps a group holding such a fragment (the walk skips
+ *     the failed device, and a tail past the group would drop the
+ *     fragment's entry from a restart's log) -- unless appends wait for
+ *     room, perhaps the rescues' own: then every pending rescue gives up
+ *     (cache_rescue_give_up()), its data recorded lost as a failure did
+ *     before rescues, rather than wait for ever; so does a rescue when the
+ *     last device fails (no survivor to append on).
+ * status counts rescued_bytes and rescue_lost_bytes.
  *
  * Durability.  The data kept to drain is recorded lost first
  * (lost_record_pending(); the abandonment's state file holds the lost
@@ -230,7 +262,7 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
  * tombstone, which would drop that version at the next start) and the
  * failure's mark and write acknowledgements, and waits for room.
  */
-static void rewrite_block(struct cache *c, uint64_t oblock);
+static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue);
 static int tombstone(struct cache *c, uint64_t oblock);
 
 static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
@@ -244,12 +276,31 @@ static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
         map_drop_block(c, oblock);
     }
     if (tombstone(c, oblock) < 0 && survivors)
-        rewrite_block(c, oblock);
+        rewrite_block(c, oblock, false);
+}
+
+/* Dirty sectors `dirty` of fragment fid, whose only copy was on a failed
+ * device, given up: recorded lost (reads of them fail with EIO until
+ * rewritten), and the fragment dropped. */
+static void lose_fragment(struct cache *c, uint64_t oblock, uint32_t fid,
+                          const struct tc_mask *dirty)
+{
+    if (!mask_empty(dirty)) {
+        uint64_t base = oblock * c->block_size;
+        tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) was only on a "
+                 "failed device and is lost; reads of its %u lost sectors fail with EIO until "
+                 "rewritten", (unsigned long long)oblock, (unsigned long long)base,
+                 (unsigned long long)(base + c->block_size - 1), mask_count(dirty));
+        map_lose_dirty(c, oblock, dirty);
+    }
+    map_drop_fragment(c, oblock, fid);
+    block_gen_bump(c->locks, oblock);
 }
 
 /* Returns -1 gone already, 0 dropped (clean), 1 kept on another device,
  * 2 kept here to be drained (drain: d was the last device in service),
- * 3 lost (dropped). */
+ * 3 lost (dropped), 4 kept here to be rescued (another device is in
+ * service). */
 static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, bool drain,
                            uint64_t *bytes)
 {
@@ -276,15 +327,24 @@ static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, 
     }
     if (rehome_from_image(c, v->oblock, id, fid, &cur, &dirty))
         return 1;
+    if (!drain && log_image(&c->lg, f.seg) == NULL) {
+        /* Kept: read back from the device and appended on a survivor by
+         * the block's rewrite (the rescue; see the top of this file).
+         * Only from a segment without an image: every chunk of it was
+         * written, without error (this device's first write error fails
+         * it, and an image goes only once no write of the segment is in
+         * flight and it is not open), so what the device reads there is
+         * this fragment's data or fails its checksums.  A chunk still in
+         * flight may never reach the device, and an older chunk at the
+         * same place could pass the checks. */
+        cache_trace(c, v->oblock, "device %u failed: dirty fragment %u:%u kept to be rescued",
+                    d, v->seg, v->off);
+        *bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+        return 4;
+    }
     if (!drain) {
-        uint64_t base = v->oblock * c->block_size;
-        tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) was only on the "
-                 "failed device and is lost; reads of its %u lost sectors fail with EIO until "
-                 "rewritten", (unsigned long long)v->oblock, (unsigned long long)base,
-                 (unsigned long long)(base + c->block_size - 1), mask_count(&dirty));
-        map_lose_dirty(c, v->oblock, &dirty);
-        map_drop_fragment(c, v->oblock, fid);
-        block_gen_bump(c->locks, v->oblock);
+        /* In RAM, and no room to append it elsewhere now. */
+        lose_fragment(c, v->oblock, fid, &dirty);
         return 3;
     }
     /* Kept: the drain writes it back (see the top of this file).  Until
@@ -616,10 +676,13 @@ void cache_drain_check(struct cache *c)
  * valid mask (invariant 7 relaxed for the block): frag_current() and
  * map_add_fragment() take only valid sectors as current, so neither reads,
  * the cleaner, writeback nor a later fragment can make X valid again.
- * (Fills do not install into a locked block.)  If the read fails with
- * an I/O error, the survivor holding the data is still in service (a
- * failure would have dropped the fragment from the index) and will most
- * likely read it a moment later: the block stays locked and as it is,
+ * (Fills do not install into a locked block.)  If the read fails and
+ * some of the sectors are on a failed device (a rescue), each sector is
+ * read on its own: the failed device's that fail are lost, and only
+ * they.  If a sector of a survivor fails with an I/O error, that device
+ * is still in service (a failure would have dropped or rescued the
+ * fragment) and will most likely read it a moment later: the block
+ * stays locked and as it is,
  * and is read again after a back-off (REWRITE_RETRY_NS, doubling, at most
  * REWRITE_RETRY_MAX_NS), through the index as it is then -- so a survivor
  * that failed meanwhile has its part dealt with by its own failure.
@@ -654,6 +717,16 @@ struct rewrite {
     unsigned read_tries;        /* attempts whose read failed with an I/O error */
     bool appended;              /* the version is appended (status counts) */
     bool relost;                /* no block: the lost set recorded again (relost_try()) */
+    /* A rescue (dirty data only a failed device held, read back from it):
+     * counted in c->rescues_pending while rescue_epoch is current. */
+    bool rescue;
+    uint32_t rescue_epoch;
+    /* read_by_sector(): reads left, the sectors that failed, and whether
+     * any of them with an I/O error (not a checksum mismatch). */
+    unsigned sectors_left;
+    struct tc_mask bad;
+    bool bad_io;
+    struct tc_mask given_up;    /* sectors of a failed device lost already */
 };
 
 #define REWRITE_READ_TRIES 8
@@ -665,6 +738,8 @@ static void rewrite_end(struct rewrite *r)
     struct cache *c = r->c;
     if (!r->appended && !r->relost)
         c->rewrites_unappended--;
+    if (r->rescue && r->rescue_epoch == c->rescue_epoch && --c->rescues_pending == 0)
+        cleaner_kick(c);        /* it may keep a group for the rescues (cleaner.c) */
     if (r->buf)
         bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
     free(r);
@@ -777,89 +852,87 @@ void rewrites_stop_waiting(struct cache *c)
     }
 }
 
-static void rewrite_read(void *arg, int err)
+/* The sectors of `in` whose current copy lies on a device out of service:
+ * the only-copy dirty data (and clean data) a failure kept to rescue. */
+static void off_service(struct cache *c, uint32_t id, const struct tc_mask *in,
+                        struct tc_mask *out)
 {
-    struct rewrite *r = arg;
+    mask_clear(out);
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(in, s))
+            continue;
+        uint32_t f = ce_locate(&c->map.idx, id, s);
+        if (f != NIL && seg_cdev(c, frag_seg(&c->map.idx, f))->state != CDEV_OK)
+            mask_set(out, s);
+    }
+}
+
+static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask *bad);
+
+/* Unreadable (or no room at a stop): the dirty sectors d are lost, the
+ * clean ones come from the origin; the block goes, after a tombstone. */
+static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d, int err)
+{
     struct cache *c = r->c;
-    uint32_t id = index_lookup(&c->map.idx, r->oblock);
-    struct tc_mask v, d;
-    if (c->vol->cache_failed) {
-        /* Every device failed meanwhile: that failure dealt with the
-         * block, and the log is never trusted again. */
-        block_unlock(c->locks, r->oblock);
-        rewrite_end(r);
-        return;
-    }
-    if (id != NIL)
-        ce_get_masks(&c->map.idx, id, &v, &d);
-    if (id != NIL && !err && !mask_covers(&r->want, &v)) {
-        /* A fill (clean data from the origin, which takes no lock) added
-         * sectors meanwhile: read again.  Fills are finite. */
-        rewrite_locked(&r->bw);
-        return;
-    }
-    if (id != NIL && err && err != -EBADMSG && !c->stopping &&
-        r->read_tries + 1 < REWRITE_READ_TRIES) {
-        /* Not proven damaged, and the device holding it is in service:
-         * keep the block as it is, and read it again in a while. */
-        rewrite_wait_retry(r, err);
-        return;
-    }
-    if (id == NIL || err) {
-lose:
-        /* Unreadable (or no room at a stop): the dirty sectors are lost,
-         * the clean ones come from the origin. */
-        if (id != NIL) {
-            if (!mask_empty(&d)) {
-                uint64_t base = r->oblock * c->block_size;
-                tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) could not "
-                         "be rewritten after a device failure (%s) and is lost; reads of its "
-                         "%u lost sectors fail with EIO until rewritten",
-                         (unsigned long long)r->oblock, (unsigned long long)base,
-                         (unsigned long long)(base + c->block_size - 1),
-                         strerror(-err), mask_count(&d));
-                uint64_t unrecorded = c->lost_unrecorded;
-                map_lose_dirty(c, r->oblock, &d);
-                if (c->lost_unrecorded != unrecorded)
-                    relost_start(c);    /* its LOST record found no room */
-            }
-            map_drop_block(c, r->oblock);
-            block_gen_bump(c->locks, r->oblock);
+    if (id != NIL) {
+        if (!mask_empty(d)) {
+            uint64_t base = r->oblock * c->block_size;
+            tc_error("cache: dirty data of origin block %llu (bytes %llu..%llu) could not "
+                     "be rewritten after a device failure (%s) and is lost; reads of its "
+                     "%u lost sectors fail with EIO until rewritten",
+                     (unsigned long long)r->oblock, (unsigned long long)base,
+                     (unsigned long long)(base + c->block_size - 1),
+                     strerror(-err), mask_count(d));
+            struct tc_mask fm;
+            off_service(c, id, d, &fm);
+            c->rescue_lost_bytes += (uint64_t)mask_count(&fm) * TC_SECTOR;
+            uint64_t unrecorded = c->lost_unrecorded;
+            map_lose_dirty(c, r->oblock, d);
+            if (c->lost_unrecorded != unrecorded)
+                relost_start(c);    /* its LOST record found no room */
         }
-        if (tombstone(c, r->oblock) < 0) {
-            if (!c->stopping) {
-                /* No room even in the cleaner's reserve: the block, out
-                 * of the index now, waits locked (no version of it can
-                 * reach the log before its tombstone) and holding the
-                 * mark; the next attempt appends only the tombstone. */
-                rewrite_wait_space(r, true);
-                return;
-            }
-            char why[96];
-            snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
-                     (unsigned long long)r->oblock);
-            devfail_incomplete(c, why);
-        }
-        block_unlock(c->locks, r->oblock);
-        r->lw.fn = rewrite_durable;
-        r->lw.need_flush = true;
-        log_sync(c, &r->lw);
-        return;
+        map_drop_block(c, r->oblock);
+        block_gen_bump(c->locks, r->oblock);
     }
-    unsigned n = mask_count(&v);
+    if (tombstone(c, r->oblock) < 0) {
+        if (!c->stopping) {
+            /* No room even in the cleaner's reserve: the block, out
+             * of the index now, waits locked (no version of it can
+             * reach the log before its tombstone) and holding the
+             * mark; the next attempt appends only the tombstone. */
+            rewrite_wait_space(r, true);
+            return;
+        }
+        char why[96];
+        snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
+                 (unsigned long long)r->oblock);
+        devfail_incomplete(c, why);
+    }
+    block_unlock(c->locks, r->oblock);
+    r->lw.fn = rewrite_durable;
+    r->lw.need_flush = true;
+    log_sync(c, &r->lw);
+}
+
+/* The tombstone and the block's version v (dirty d), read into r->buf. */
+static void rewrite_append(struct rewrite *r, uint32_t id, const struct tc_mask *v,
+                           const struct tc_mask *d)
+{
+    struct cache *c = r->c;
+    unsigned n = mask_count(v);
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
     for (unsigned s = 0; s < c->spb; s++)
-        if (mask_test(&v, s))
+        if (mask_test(v, s))
             memcpy(data + (size_t)k++ * TC_SECTOR, r->buf + (size_t)s * TC_SECTOR, TC_SECTOR);
     bool wt = CE(&c->map.idx, id)->flags & CE_WT;
     /* One append: the tombstone and the version, in one chunk (replace).
      * A stop takes the cleaner's reserve: it cannot wait for the cleaner. */
-    struct append a = { .oblock = r->oblock, .type = TC_ENTRY_DATA, .valid = v, .dirty = d,
+    struct append a = { .oblock = r->oblock, .type = TC_ENTRY_DATA, .valid = *v, .dirty = *d,
                         .data = data, .urgent = true, .replace = true,
                         .use_reserve = c->stopping,
                         .flags = wt ? TC_ENTRY_WT : 0,
-                        .mirror = !mask_empty(&d) && c->vol->cfg.dirty_copies > 1 };
+                        .mirror = !mask_empty(d) && c->vol->cfg.dirty_copies > 1 };
     r->lw.fn = rewrite_durable;
     r->lw.need_flush = true;
     struct log_loc at = log_append(c, &a, &r->lw);
@@ -871,20 +944,170 @@ lose:
     if (at.err < 0 && c->stopping) {
         /* Stopping, and no room even in the reserve: waiting for the
          * cleaner could hold the stop for ever. */
-        err = at.err;
-        goto lose;
+        rewrite_lose(r, id, d, at.err);
+        return;
     }
     if (at.err < 0) {
         rewrite_wait_space(r, false);
         return;
     }
+    struct tc_mask fm;
+    off_service(c, id, d, &fm);
+    if (!mask_empty(&fm)) {
+        c->rescued_bytes += (uint64_t)mask_count(&fm) * TC_SECTOR;
+        cache_trace(c, r->oblock, "device failure: %u dirty sectors rescued from a failed device",
+                    mask_count(&fm));
+    }
     r->appended = true;
     c->rewrites_unappended--;
     c->rewrites_appended++;
-    map_add_fragment(c, r->oblock, &v, &d, at.seg, at.off, at.mseg, at.moff,
+    map_add_fragment(c, r->oblock, v, d, at.seg, at.off, at.mseg, at.moff,
                      wt ? CE_WT : 0, true);
     cache_trace(c, r->oblock, "device failure: rewritten as one version");
     block_unlock(c->locks, r->oblock);
+}
+
+/* The rescue's read of a block failed, and some of its sectors are on a
+ * failed device: each sector is read on its own, so that only the ones
+ * that cannot be read (an I/O error, a checksum mismatch) are lost. */
+struct sector_read {
+    struct rewrite *r;
+    unsigned s;
+};
+
+static void sector_read_done(struct rewrite *r)
+{
+    if (--r->sectors_left > 0)
+        return;
+    int err = mask_empty(&r->bad) ? 0 : r->bad_io ? -EIO : -EBADMSG;
+    rewrite_after_read(r, err, &r->bad);
+}
+
+static void sector_read(void *arg, int err)
+{
+    struct sector_read *x = arg;
+    struct rewrite *r = x->r;
+    if (err) {
+        mask_set(&r->bad, x->s);
+        r->bad_io |= err != -EBADMSG;
+    }
+    free(x);
+    sector_read_done(r);
+}
+
+static void read_by_sector(struct rewrite *r, uint32_t id)
+{
+    struct cache *c = r->c;
+    mask_clear(&r->bad);
+    r->bad_io = false;
+    r->sectors_left = 1;        /* held while issuing */
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(&r->want, s))
+            continue;
+        struct tc_mask one;
+        mask_clear(&one);
+        mask_set(&one, s);
+        struct sector_read *x = tc_xcalloc(1, sizeof *x);
+        x->r = r;
+        x->s = s;
+        r->sectors_left++;
+        cache_gather(c, id, &one, r->buf, sector_read, x);
+    }
+    sector_read_done(r);
+}
+
+static void rewrite_read(void *arg, int err)
+{
+    rewrite_after_read(arg, err, NULL);
+}
+
+/* bad: after a read sector by sector (read_by_sector()), the sectors that
+ * failed; NULL after a read of the whole block. */
+static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask *bad)
+{
+    struct cache *c = r->c;
+    uint32_t id = index_lookup(&c->map.idx, r->oblock);
+    struct tc_mask v, d;
+    mask_clear(&v);
+    mask_clear(&d);
+    if (c->vol->cache_failed) {
+        /* Every device failed meanwhile: that failure dealt with the
+         * block, and the log is never trusted again. */
+        block_unlock(c->locks, r->oblock);
+        rewrite_end(r);
+        return;
+    }
+    if (id != NIL) {
+        ce_get_masks(&c->map.idx, id, &v, &d);
+        mask_andnot(&v, &r->given_up);
+        mask_andnot(&d, &r->given_up);
+    }
+    if (id != NIL && !err && !mask_covers(&r->want, &v)) {
+        /* A fill (clean data from the origin, which takes no lock) added
+         * sectors meanwhile: read again.  Fills are finite. */
+        rewrite_locked(&r->bw);
+        return;
+    }
+    if (id != NIL && err && bad == NULL) {
+        struct tc_mask fm;
+        off_service(c, id, &r->want, &fm);
+        if (!mask_empty(&fm)) {
+            read_by_sector(r, id);
+            return;
+        }
+    }
+    if (id != NIL && err && bad != NULL) {
+        /* Sectors on a failed device that cannot be read are lost now,
+         * and only they: the rest of the block is rescued.  A sector of
+         * a device in service that failed is dealt with as ever (read
+         * again later: nothing is lost before that). */
+        struct tc_mask gone, here = *bad;
+        off_service(c, id, bad, &gone);
+        mask_and(&gone, &v);
+        mask_andnot(&here, &gone);
+        mask_and(&here, &v);
+        if (mask_empty(&here)) {
+            struct tc_mask ld = gone;
+            mask_and(&ld, &d);
+            if (!mask_empty(&ld)) {
+                uint64_t base = r->oblock * c->block_size;
+                tc_error("cache: %u dirty sectors of origin block %llu (bytes %llu..%llu) "
+                         "could not be read back from the failed device (%s) and are lost; "
+                         "reads of them fail with EIO until rewritten", mask_count(&ld),
+                         (unsigned long long)r->oblock, (unsigned long long)base,
+                         (unsigned long long)(base + c->block_size - 1), strerror(-err));
+                c->rescue_lost_bytes += (uint64_t)mask_count(&ld) * TC_SECTOR;
+                uint64_t unrecorded = c->lost_unrecorded;
+                map_lose_dirty(c, r->oblock, &ld);
+                if (c->lost_unrecorded != unrecorded)
+                    relost_start(c);
+            }
+            /* Still in the index until the version replaces them: a later
+             * attempt (after waiting for room) neither reads nor loses
+             * them again. */
+            mask_or(&r->given_up, &gone);
+            mask_andnot(&v, &gone);
+            mask_andnot(&d, &gone);
+            if (mask_empty(&v))
+                rewrite_lose(r, id, &d, err);
+            else
+                rewrite_append(r, id, &v, &d);
+            return;
+        }
+    }
+    if (id != NIL && err && err != -EBADMSG && !c->stopping &&
+        r->read_tries + 1 < REWRITE_READ_TRIES) {
+        /* Not proven damaged, and the device holding it is in service:
+         * keep the block as it is, and read it again in a while. */
+        rewrite_wait_retry(r, err);
+        return;
+    }
+    if (id == NIL || err || mask_empty(&v)) {
+        /* (v empty: every sector left was given up already.) */
+        rewrite_lose(r, id, &d, err);
+        return;
+    }
+    rewrite_append(r, id, &v, &d);
 }
 
 /*
@@ -950,6 +1173,7 @@ static void rewrite_locked(struct block_waiter *bw)
         return;
     }
     ce_get_masks(&c->map.idx, id, &r->want, NULL);
+    mask_andnot(&r->want, &r->given_up);
     /* Robust: a read that fails because another device failed meanwhile
      * is retried through the index as it is then.  After a back-off, one
      * read through the index as it is now: each attempt adds one error
@@ -960,11 +1184,16 @@ static void rewrite_locked(struct block_waiter *bw)
         cache_gather(c, id, &r->want, r->buf, rewrite_read, r);
 }
 
-static void rewrite_block(struct cache *c, uint64_t oblock)
+static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue)
 {
     struct rewrite *r = tc_xcalloc(1, sizeof *r);
     r->c = c;
     r->oblock = oblock;
+    if (rescue) {
+        r->rescue = true;
+        r->rescue_epoch = c->rescue_epoch;
+        c->rescues_pending++;
+    }
     r->buf = bufpool_get((size_t)c->spb * TC_SECTOR);
     r->bw.fn = rewrite_locked;
     devfail_hold_more(c);
@@ -993,6 +1222,50 @@ static void failure_synced(struct log_waiter *lw, int err)
     devfail_hold_done(c);
 }
 
+void cache_rescue_give_up(struct cache *c, const char *why)
+{
+    if (c->rescues_pending == 0)
+        return;
+    tc_error("cache: the rescue of %u blocks from failed devices is given up (%s): their dirty "
+             "data still there is lost", c->rescues_pending, why);
+    c->rescues_pending = 0;
+    c->rescue_epoch++;      /* the rewrites go on, as rewrites of what is left */
+    uint64_t unrecorded = c->lost_unrecorded;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state != CDEV_FAILING)
+            continue;
+        size_t n;
+        struct victim *vs = device_fragments(c, d, false, &n);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t id;
+            uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
+            if (fid == NIL)
+                continue;
+            struct tc_mask cur, valid, dirty;
+            frag_current(&c->map.idx, id, fid, &cur);
+            ce_get_masks(&c->map.idx, id, &valid, &dirty);
+            mask_and(&dirty, &cur);
+            c->rescue_lost_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+            lose_fragment(c, vs[i].oblock, fid, &dirty);
+        }
+        free(vs);
+    }
+    if (any_ok(c) && c->lost_unrecorded != unrecorded)
+        relost_start(c);
+    /* The rewrites waiting for room to append a rescued version try
+     * again now: what is left of their blocks may be less, or nothing
+     * (then a tombstone alone, which takes the cleaner's reserve). */
+    struct rewrite *w = c->rewrites_waiting;
+    while (w) {
+        struct rewrite *next = w->next;
+        if (!w->retrying && !w->relost && !w->lw.reserve) {
+            cleaner_cancel_wait(c, &w->lw);
+            rewrite_space(&w->lw, 0);   /* unlinks it */
+        }
+        w = next;
+    }
+}
+
 void cache_device_fail(struct cache *c, unsigned d, const char *why)
 {
     struct cache_dev *cd = &c->devs[d];
@@ -1006,9 +1279,12 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         if (i != d && c->devs[i].state == CDEV_OK)
             drain = false;
     if (drain) {
-        /* Draining from here on: images kept (log.c), nothing appended. */
+        /* Draining from here on: images kept (log.c), nothing appended.
+         * Rescues from devices failed before have no survivor left to
+         * append on: their data is lost, as before there were rescues. */
         cd->state = CDEV_DRAINING;
         c->draining++;
+        cache_rescue_give_up(c, "no cache device is left in service");
     } else {
         cd->state = CDEV_FAILING;
     }
@@ -1039,20 +1315,23 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     for (unsigned i = 0; i < c->ndevs; i++)
         survivors |= c->devs[i].state == CDEV_OK;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);
+    bool *rescue = tc_xcalloc(n ? n : 1, sizeof *rescue);
     cd->drain = tc_xmalloc((n ? n : 1) * sizeof *cd->drain);
     cd->ndrain = 0;
     for (size_t i = 0; i < n; i++) {
         int r = handle_fragment(c, d, &vs[i], drain, &kept_bytes);
         gone[i] = r == 0 || r == 3;
+        rescue[i] = r == 4;
         dropped += r == 0;
         saved += r == 1;
         lost += r == 3;
+        kept += r == 4;
         if (r == 2) {
             kept++;
             cd->drain[cd->ndrain++] = (struct drain_item){ vs[i].oblock, vs[i].seg, vs[i].off };
         }
     }
-    cd->drain_left_bytes = kept_bytes;
+    cd->drain_left_bytes = drain ? kept_bytes : 0;
     log_device_failed(c, d);
     /* After log_device_failed(): the syncs waiting on the device fail
      * once, as they did, instead of waiting for these records too.  A
@@ -1065,13 +1344,18 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
      * struct rewrite) -- every such block, not only those whose index
      * still has an older fragment under the dropped one: an older version
      * the dropped fragment superseded in the index may still be in the
-     * survivors' log.  Not when the cache is abandoned (no survivor: the
-     * log is never trusted again). */
-    for (size_t i = 0; survivors && i < n; i++) {
-        if (!gone[i] || (i > 0 && gone[i - 1] && vs[i - 1].oblock == vs[i].oblock))
-            continue;
-        if (index_lookup(&c->map.idx, vs[i].oblock) != NIL)
-            rewrite_block(c, vs[i].oblock);
+     * survivors' log.  So is every block with dirty data kept on the
+     * device to be rescued: its rewrite reads it back from there.  Not
+     * when the cache is abandoned (no survivor: the log is never trusted
+     * again).  Once per block (a block's victims are adjacent). */
+    for (size_t i = 0, j; survivors && i < n; i = j) {
+        bool any_gone = false, any_rescue = false;
+        for (j = i; j < n && vs[j].oblock == vs[i].oblock; j++) {
+            any_gone |= gone[j];
+            any_rescue |= rescue[j];
+        }
+        if ((any_gone || any_rescue) && index_lookup(&c->map.idx, vs[i].oblock) != NIL)
+            rewrite_block(c, vs[i].oblock, any_rescue);
     }
     /* The LOST records on the failed device -- durable there, or in a
      * chunk whose write failed -- went with it, and a restart would read
@@ -1084,6 +1368,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     if (survivors && (!lost_record_again(c) || c->lost_unrecorded != unrecorded))
         relost_start(c);
     free(gone);
+    free(rescue);
     free(vs);
     cleaner_device_failed(c);
     if (marking) {
@@ -1104,8 +1389,11 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
                  tc_format_size(kept_bytes, sz, sizeof sz));
     else
         tc_error("cache device %s: %llu clean fragments dropped, %llu dirty ones kept on other "
-                 "devices, %llu lost", cd->dev->name, (unsigned long long)dropped,
-                 (unsigned long long)saved, (unsigned long long)lost);
+                 "devices, %llu (%s of dirty data) to be rescued: read back from it and "
+                 "appended on the others, %llu lost", cd->dev->name,
+                 (unsigned long long)dropped, (unsigned long long)saved,
+                 (unsigned long long)kept, tc_format_size(kept_bytes, sz, sizeof sz),
+                 (unsigned long long)lost);
 
     if (!any_ok(c)) {
         snprintf(c->health, sizeof c->health,

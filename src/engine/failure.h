@@ -3,11 +3,12 @@
  * it has vanished, or after a run of read errors.  The volume keeps
  * serving, degraded: clean data on the device is dropped, dirty data with
  * a mirror keeps the mirror, dirty data still in RAM is appended again on
- * another device, and dirty data with no copy is lost (recorded, and
- * reads of exactly those sectors fail with EIO until written again) --
- * unless the device was the last in service: then that data is drained,
- * written back from the failed device, which usually still reads, and only
- * sectors that cannot be read back are lost.  When no device is left the
+ * another device, and dirty data with no copy is rescued: read back from
+ * the failed device, which usually still reads, and appended on another
+ * -- or, when the device was the last in service, drained: written back
+ * from it to the origin.  Only sectors that cannot be read back are lost
+ * (recorded, and reads of exactly those sectors fail with EIO until
+ * written again).  When no device is left the
  * cache is abandoned for good (abandon.h).
  */
 #ifndef TC_ENGINE_FAILURE_H
@@ -26,6 +27,12 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why);
  * stop begins (c->stopping: they take the cleaner's reserve, or lose
  * their dirty sectors, recorded, without room there). */
 void rewrites_stop_waiting(struct cache *c);
+/* The rescues still pending (dirty data only a failed device held, being
+ * read back from it to be appended on a survivor) give up: that data is
+ * recorded lost, as before rescues, and the failed devices hold no
+ * fragment any more.  When the last device fails, and when the cleaner
+ * must retire a group holding such data while appends wait for room. */
+void cache_rescue_give_up(struct cache *c, const char *why);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
 /* Drains (failure.c): a drained device that has no dirty data left is
