@@ -194,6 +194,11 @@ void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes
 /* Dirty data in the cache now (0 without a cache): bytes and blocks. */
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);
 
+/* Whether dirty data is still on a failed cache device, being written back
+ * to the origin from it (the last device in service failed: the drain).
+ * Its log is never trusted again, so what a stop leaves there is lost. */
+bool tc_volume_draining(const struct tc_volume *vol);
+
 /* Change a setting while serving: key is a serve option without "--"
  * (dirty-target, dirty-high, sequential-cutoff, readahead, write-budget,
  * origin-timeout), value as that option takes it.  0, or -1 with a message

@@ -91,6 +91,8 @@ static const char serve_help[] =
 "                       origin (progress in the log) before stopping; without\n"
 "                       it a clean stop leaves dirty data in the cache (the\n"
 "                       log says how much), written back after the next start\n"
+"                       -- except dirty data still on a failed cache device\n"
+"                       (status: draining), which every stop writes back\n"
 "  --state-file PATH    where the record of an abandoned cache is kept (every\n"
 "                       cache device failed: which sectors were lost, and that\n"
 "                       the cache's log is stale); default: next to the first\n"
@@ -379,7 +381,12 @@ static void volume_closed(void *arg, int err)
     tc_volume_dirty(s->vol, &bytes, &blocks);
     char sz[32];
     tc_format_size(bytes, sz, sizeof sz);
-    if (blocks)
+    if (blocks && tc_volume_draining(s->vol))
+        tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back from "
+                 "the failed cache device and is lost: its sectors read EIO after the next "
+                 "start until rewritten", err ? "with errors" : "cleanly", sz,
+                 (unsigned long long)blocks);
+    else if (blocks)
         tc_warn("stopped %s; %s of dirty data (%llu blocks) stays in the cache and is "
                 "written back after the next start (the origin alone is not current)",
                 err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
@@ -424,10 +431,17 @@ static void stop_flushed(void *arg, int err)
 static void nbd_stopped(struct nbd_server *srv)
 {
     struct serve *s = container_of(srv, struct serve, nbd);
-    if (s->flush_on_stop) {
+    /* Dirty data still draining from a failed cache device is written
+     * back as with --flush-on-stop: left there, it would be lost (no
+     * start trusts that device's log again). */
+    bool draining = s->vol && tc_volume_draining(s->vol);
+    if (s->flush_on_stop || draining) {
         uint64_t bytes, blocks;
         tc_volume_dirty(s->vol, &bytes, &blocks);
         char sz[32];
+        if (draining)
+            tc_info("dirty data is still draining from the failed cache device: written back "
+                    "before the stop, as with --flush-on-stop");
         tc_info("all clients finished; flush on stop: writing back %s of dirty data (%llu "
                 "blocks)", tc_format_size(bytes, sz, sizeof sz), (unsigned long long)blocks);
         s->flush_start_ns = s->flush_logged_ns = tc_now_ns();

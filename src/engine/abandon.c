@@ -93,6 +93,12 @@
  * issued before their write completed.  A clean stop settles everything
  * once its own origin flush succeeded, before its last log sync and the
  * last state file write.
+ *
+ * Late, but not later than a FLUSH: a FLUSH answered while the cache is
+ * abandoned waits for a settle that covers every clear made before it
+ * (abandon_settle_wait(); lostlog.c) -- the drain's written-back data
+ * (failure.c), sectors written again --, or a crash right after its
+ * answer would make the data it declared durable read EIO.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -229,18 +235,20 @@ static int state_write(struct cache *c)
 }
 
 /* The state file now, retried by the timer until it works. */
-static void state_write_now(struct cache *c)
+static int state_write_now(struct cache *c)
 {
-    if (state_write(c) < 0) {
+    int rc = state_write(c);
+    if (rc < 0) {
         if (!c->state_timer.armed)
             timer_arm(c->reactor, &c->state_timer, STATE_RETRY_NS);
-        return;
+        return rc;
     }
     if (c->abandon_unrecorded) {
         c->abandon_unrecorded = false;
         tc_info("state file %s: the abandonment of the cache is recorded now; writes go on",
                 c->state_path);
     }
+    return 0;
 }
 
 /* ---- settling clears (see "Clearing lost sectors" at the top) ---- */
@@ -251,6 +259,29 @@ struct settle {
     struct log_waiter lw;
 };
 
+/* A FLUSH waiting for the clears made before it to reach the state file
+ * (abandon_settle_wait()): on c->ab.settle_next until a settle begins,
+ * then on c->ab.settle_cur until that settle has ended. */
+struct settle_waiter {
+    void (*fn)(void *arg, int err);
+    void *arg;
+    struct settle_waiter *next;
+};
+
+static void settle_start(struct cache *c);
+
+static void settle_waiters_run(struct settle_waiter *list, int err)
+{
+    while (list) {
+        struct settle_waiter *w = list;
+        list = w->next;
+        void (*fn)(void *, int) = w->fn;
+        void *arg = w->arg;
+        free(w);
+        fn(arg, err);
+    }
+}
+
 static void settle_end(struct settle *x, int err)
 {
     struct cache *c = x->c;
@@ -258,18 +289,31 @@ static void settle_end(struct settle *x, int err)
     c->ab.settle_busy = false;
     c->ab.settle_failed = err != 0;
     lost_settle_done(c, err == 0);
+    struct settle_waiter *done = c->ab.settle_cur;
+    c->ab.settle_cur = NULL;
     if (err) {
         /* Kept lost in the records; a later flush settles them. */
         if (!c->state_timer.armed)
             timer_arm(c->reactor, &c->state_timer, STATE_RETRY_NS);
-        return;
+    } else {
+        if (c->abandoned || c->abandoned_seq)
+            c->ab.state_dirty = true;
+        if (c->ab.state_dirty)
+            err = state_write_now(c);
+        if (lost_unsettled(&c->map.lost) && !c->state_timer.armed)
+            timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
     }
-    if (c->abandoned || c->abandoned_seq)
-        c->ab.state_dirty = true;
-    if (c->ab.state_dirty)
-        state_write_now(c);
-    if (lost_unsettled(&c->map.lost) && !c->state_timer.armed)
-        timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
+    settle_waiters_run(done, err);
+    if (c->ab.settle_next && !c->ab.settle_busy) {
+        if (!c->ab.state_closed) {
+            settle_start(c);
+        } else {
+            /* Closing (no client is left to wait): not known recorded. */
+            struct settle_waiter *next = c->ab.settle_next;
+            c->ab.settle_next = NULL;
+            settle_waiters_run(next, -EIO);
+        }
+    }
 }
 
 static void settle_synced(struct log_waiter *lw, int err)
@@ -306,6 +350,8 @@ static void settle_start(struct cache *c)
     struct settle *x = tc_xcalloc(1, sizeof *x);
     x->c = c;
     c->ab.settle_busy = true;
+    c->ab.settle_cur = c->ab.settle_next;
+    c->ab.settle_next = NULL;
     lost_settle_begin(&c->map.lost);
     x->dio.op = TC_DEV_FLUSH;
     x->dio.cb = settle_origin_flushed;
@@ -326,6 +372,24 @@ static void state_timer_fn(struct tc_timer *t)
     }
     if (c->ab.state_dirty)
         state_write_now(c);
+}
+
+void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg)
+{
+    if (!c->abandoned || c->ab.state_closed ||
+        (!c->ab.settle_busy && !lost_unsettled(&c->map.lost) && !c->ab.state_dirty)) {
+        fn(arg, 0);
+        return;
+    }
+    /* The running settle's flush may have been issued before the writes
+     * of some clears made since completed: the next one covers them. */
+    struct settle_waiter *w = tc_xcalloc(1, sizeof *w);
+    w->fn = fn;
+    w->arg = arg;
+    w->next = c->ab.settle_next;
+    c->ab.settle_next = w;
+    if (!c->ab.settle_busy)
+        settle_start(c);
 }
 
 void abandon_lost_changed(struct cache *c)

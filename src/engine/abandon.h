@@ -22,6 +22,7 @@
 
 struct cache;
 struct held_ack;
+struct settle_waiter;
 struct sb_mark;
 struct tc_json;
 struct tc_request;
@@ -51,6 +52,9 @@ struct abandon {
                                        written, held writes fail (EIO) */
     uint64_t devfail_marks;         /* superblocks given a failure mark */
     struct held_ack *held_acks;     /* waiting for the failure marks */
+    struct settle_waiter *settle_next;  /* abandon_settle_wait(): for the next
+                                           settle (clears made before it) */
+    struct settle_waiter *settle_cur;   /* ... for the one running */
 };
 
 /* At attach, before recovery: the state file (state_file, or the default
@@ -98,6 +102,13 @@ static inline bool devfail_hold_ack(struct abandon *ab, struct tc_request *req, 
 /* Lost sectors were written again: their clear is recorded once the
  * write is durable (an origin flush and a log sync later). */
 void abandon_lost_changed(struct cache *c);
+/* A FLUSH answered after the cache was abandoned (lostlog.c): fn runs once
+ * every clear made so far is in the state file (err: a settle's origin
+ * flush or the state file write failed), at once if there is none.  A
+ * FLUSH must not be acknowledged while a crash would still make the data
+ * it covers read EIO: the drain's (failure.c), or a rewrite of lost
+ * sectors. */
+void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg);
 /* Closing, the origin just flushed (ok) or not: settle what can be. */
 void abandon_close_flushed(struct cache *c, bool ok);
 void abandon_close(struct cache *c);

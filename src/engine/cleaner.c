@@ -294,6 +294,21 @@ void cleaner_space_freed(struct cache *c)
     }
 }
 
+void cleaner_wake_all(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL)
+        return;
+    struct log_waiter *list = k->space_waiters;
+    k->space_waiters = NULL;
+    while (list) {
+        struct log_waiter *w = list;
+        list = w->next;
+        w->next = NULL;
+        w->fn(w, 0);
+    }
+}
+
 /* ---- helpers ---- */
 
 static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off)

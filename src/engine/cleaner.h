@@ -33,6 +33,10 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w);
  * does not run. */
 bool cleaner_cancel_wait(struct cache *c, struct log_waiter *w);
 void cleaner_space_freed(struct cache *c);
+/* No device takes appends any more (the last one failed): every append
+ * waiting for room goes on now, to find none and do without (writepath.c),
+ * instead of waiting for room no cleaner can free. */
+void cleaner_wake_all(struct cache *c);
 /* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
  * appends waiting for room). */
 void cleaner_status_json(struct cache *c, struct tc_json *j);

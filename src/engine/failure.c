@@ -1419,4 +1419,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     set_health(c);
     writeback_kick(c);
     cleaner_kick(c);
+    /* Client writes waiting for room (writepath.c) would wait for ever
+     * with no device left: they go on, around the cache. */
+    if (c->vol->cache_failed)
+        cleaner_wake_all(c);
 }

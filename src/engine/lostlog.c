@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/abandon.h"
 #include "engine/blocklock.h"
@@ -166,10 +167,31 @@ int lost_flush_result(struct cache *c)
     return -EIO;
 }
 
+static void flush_settled(void *arg, int err)
+{
+    struct ereq *e = arg;
+    if (err) {
+        tc_error("flush fails with EIO: the origin has the data, but the state file could not "
+                 "record that sectors recorded lost are not any more (%s)", strerror(-err));
+        e->err = -EIO;
+    }
+    e->complete = e->lost_next;
+    e->complete(e);
+}
+
 static void passthrough_flushed(struct ereq *e)
 {
+    struct cache *c = e->vol->cache;
     if (e->err == 0)
-        e->err = lost_flush_result(e->vol->cache);
+        e->err = lost_flush_result(c);
+    if (e->err == 0 && c->abandoned) {
+        /* Sectors recorded lost that this flush made durable on the origin
+         * (drained, failure.c, or written again) are still lost in the
+         * state file: until it says otherwise, a crash makes them read
+         * EIO.  The flush is answered once it does (abandon.c). */
+        abandon_settle_wait(c, flush_settled, e);
+        return;
+    }
     e->complete = e->lost_next;
     e->complete(e);
 }

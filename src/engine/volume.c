@@ -775,6 +775,11 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
         cache_status_json(vol->cache, j);
 }
 
+bool tc_volume_draining(const struct tc_volume *vol)
+{
+    return vol->cache && !vol->detached && vol->cache->draining > 0;
+}
+
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks)
 {
     const struct cache *c = vol->cache;

@@ -686,6 +686,13 @@ static void append_version(struct wpiece *p)
 
     if (p->mode == W_AROUND || p->mode == W_DISCARD) {
         if (mask_empty(&p->ovalid)) {
+            if (p->mode == W_AROUND && c->vol->cache_failed && c->abandon_unrecorded) {
+                /* Under way when the last device failed: refused as
+                 * lost_passthrough() refuses writes until the abandonment
+                 * is recorded (the stale log could undo it). */
+                piece_done(p, -EIO);
+                return;
+            }
             origin_write(p);
             return;
         }
@@ -698,6 +705,19 @@ static void append_version(struct wpiece *p)
         p->lw.need_flush = p->mode == W_AROUND;
         w->log_waits++;
         int rc = log_append(c, &a, &p->lw).err;
+        if (rc == -ENOSPC && c->vol->cache_failed) {
+            /* No device left (failure.c): no room will ever come, and
+             * the log is never trusted again (abandon.c), so the block
+             * needs no tombstone.  It has no dirty data (piece_step()). */
+            w->log_waits--;
+            map_drop_block(c, p->oblock);
+            if (c->abandon_unrecorded) {
+                piece_done(p, -EIO);    /* as appended_written() */
+                return;
+            }
+            origin_write(p);
+            return;
+        }
         if (rc == -ENOSPC) {
             w->log_waits--;
             p->lw.fn = space_ready;
@@ -787,6 +807,21 @@ static void append_version(struct wpiece *p)
         if (log_wait)
             w->log_waits--;
         p->join = (struct tc_join){ 0 };    /* neither part started */
+        if (c->vol->cache_failed) {
+            /* The last device failed while this write was under way: no
+             * room will ever come.  It goes around the cache, as writes
+             * arriving now do (lost_passthrough()): after the block's
+             * dirty data, still draining, is on the origin, and after any
+             * write-back of it in flight (piece_step(), lock_granted()). */
+            p->mode = W_AROUND;
+            p->bw.fn = wb_cleared;
+            if (!block_wait_wb(c->locks, p->oblock, &p->bw)) {
+                piece_waits(p, PW_WRITEBACK);
+                return;
+            }
+            piece_step(p);
+            return;
+        }
         if (p->mode == W_THROUGH && mask_empty(&p->odirty)) {
             /* No room for the new version: invalidate and write through. */
             p->mode = W_AROUND;
