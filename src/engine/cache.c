@@ -340,9 +340,17 @@ static void log_device_error(void *ctx, unsigned d, int err, bool write)
     cache_device_error(ctx, d, err, write);
 }
 
+/* The cleaner's reserve: free segments only appends that take it (the
+ * cleaner's copies, tombstones, LOST records) may use.  For tests only,
+ * TIERCACHE_TEST_RESERVE_SEGS=N sets it (0: none), so that such appends
+ * can be made to find no room at all, as they do once the reserve is used
+ * up. */
 static void watermarks(struct cache *c)
 {
     c->sp.reserve_segs = 2 * c->ndevs;
+    const char *t = getenv("TIERCACHE_TEST_RESERVE_SEGS");
+    if (t && *t)
+        c->sp.reserve_segs = (uint32_t)strtoul(t, NULL, 10);
 }
 
 static int cache_attach(struct tc_volume *vol, const char *const *paths, bool offline,
