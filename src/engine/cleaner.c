@@ -126,6 +126,9 @@ struct cleaner {
                                      * reclaimed or an attempt read everything) */
     struct tc_task kick;
     struct log_waiter *space_waiters;
+    int fail_err;                   /* cleaner_fail_waiters(): waiters get this */
+    bool fail_queued;               /* ... from fail_task, deferred */
+    struct tc_task fail_task;
     /* the group being reclaimed */
     uint32_t slot;
     uint64_t seq;
@@ -166,6 +169,7 @@ struct cleaner {
 
 static void walk(struct cleaner *k);
 static void decide_laters(void *arg, int err);
+static void fail_fn(struct tc_task *t);
 
 static void kick_fn(struct tc_task *t)
 {
@@ -226,6 +230,7 @@ int cleaner_init(struct cache *c)
     struct cleaner *k = tc_xcalloc(1, sizeof *k);
     k->c = c;
     k->kick.fn = kick_fn;
+    k->fail_task.fn = fail_fn;
     c->cleaner = k;
     return 0;
 }
@@ -277,7 +282,47 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
     struct cleaner *k = c->cleaner;
     w->next = k->space_waiters;
     k->space_waiters = w;
+    if (k->fail_err) {
+        if (!k->fail_queued) {
+            k->fail_queued = true;
+            reactor_defer(c->reactor, &k->fail_task);
+        }
+        return;
+    }
     cleaner_kick(c);
+}
+
+/* Each waiter is called with the error (it may wait again: it is called
+ * again, from the next task). */
+static void fail_fn(struct tc_task *t)
+{
+    struct cleaner *k = container_of(t, struct cleaner, fail_task);
+    k->fail_queued = false;
+    struct log_waiter *list = k->space_waiters;
+    k->space_waiters = NULL;
+    while (list) {
+        struct log_waiter *w = list;
+        list = w->next;
+        w->next = NULL;
+        w->fn(w, k->fail_err);
+    }
+}
+
+struct log_waiter *cleaner_waiters(struct cache *c)
+{
+    return c->cleaner ? c->cleaner->space_waiters : NULL;
+}
+
+void cleaner_fail_waiters(struct cache *c, int err)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || k->fail_err)
+        return;
+    k->fail_err = err;
+    if (k->space_waiters && !k->fail_queued) {
+        k->fail_queued = true;
+        reactor_defer(c->reactor, &k->fail_task);
+    }
 }
 
 bool cleaner_cancel_wait(struct cache *c, struct log_waiter *w)
