@@ -192,8 +192,10 @@ static const char serve_help[] =
 "SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
 "finishes the requests in flight, flushes the origin, logs how much dirty\n"
 "data stays in the cache, and exits 0 (1 if the origin or cache could not\n"
-"be flushed; an origin that answers nothing for twice --origin-timeout plus\n"
-"5 s is given up on).  SIGHUP and SIGUSR1 reopen the log file.\n"
+"be flushed, or if client writes still waiting for room in the cache 20 s\n"
+"after the stop began were failed with EIO; an origin that answers nothing\n"
+"for twice --origin-timeout plus 5 s is given up on).  SIGHUP and SIGUSR1\n"
+"reopen the log file.\n"
 "\n"
 "Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
 "nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";

@@ -340,9 +340,17 @@ static void log_device_error(void *ctx, unsigned d, int err, bool write)
     cache_device_error(ctx, d, err, write);
 }
 
+/* The cleaner's reserve: free segments only appends that take it (the
+ * cleaner's copies, tombstones, LOST records) may use.  For tests only,
+ * TIERCACHE_TEST_RESERVE_SEGS=N sets it (0: none), so that such appends
+ * can be made to find no room at all, as they do once the reserve is used
+ * up. */
 static void watermarks(struct cache *c)
 {
     c->sp.reserve_segs = 2 * c->ndevs;
+    const char *t = getenv("TIERCACHE_TEST_RESERVE_SEGS");
+    if (t && *t)
+        c->sp.reserve_segs = (uint32_t)strtoul(t, NULL, 10);
 }
 
 static int cache_attach(struct tc_volume *vol, const char *const *paths, bool offline,
@@ -905,6 +913,12 @@ static void close_finish(struct close_ctx *x, int err)
     struct cache *c = x->c;
     if (err)
         tc_error("cache: final sync failed: %s", strerror(-err));
+    if (c->stop_room_failed_writes) {
+        tc_error("cache: stopped with %llu client writes failed (EIO) for want of room in "
+                 "the log", (unsigned long long)c->stop_room_failed_writes);
+        if (err == 0)
+            err = -EIO;
+    }
     else if (TC_DEBUG_ASSERTS_ON)
         audit_at_close(c);
     x->err = err;
@@ -1009,8 +1023,41 @@ static void close_flush_origin(struct close_ctx *x)
         close_origin_flushed(&x->dio, 0);
 }
 
+/*
+ * A stop waits for the requests in flight (the NBD server's grace, then
+ * it disconnects, but still waits for the engine to return each request),
+ * and a client write waiting for room in the log returns only once the
+ * cleaner frees some -- which it may never do: every segment holds dirty
+ * data the origin refuses, or a group is held by data it cannot read.  So
+ * STOP_ROOM_WAIT_NS after the stop began, every append still waiting for
+ * room, and every later one, gets an error (cleaner_fail_waiters()): a
+ * client write fails with EIO -- nothing of it was appended or sent to the
+ * origin, its sectors keep their last acknowledged data -- and the close
+ * reports the volume stopped with errors (exit status 1).  Long enough
+ * for the cleaner to give up data it cannot read (READ_TRIES attempts,
+ * some 16 s, cleaner.c), which lets such a write go on.
+ */
+#define STOP_ROOM_WAIT_NS (20ull * 1000 * 1000 * 1000)
+
+static void stop_room_over(struct tc_timer *t)
+{
+    struct cache *c = container_of(t, struct cache, stop_room);
+    unsigned n = 0;
+    for (struct log_waiter *w = cleaner_waiters(c); w; w = w->next)
+        n++;
+    if (n)
+        tc_error("cache: stop: %u appends waited %llu s for room in the log that the cleaner "
+                 "cannot free; the client writes among them fail with EIO", n,
+                 (unsigned long long)(STOP_ROOM_WAIT_NS / 1000000000ull));
+    cleaner_fail_waiters(c, -EIO);
+}
+
 void cache_stopping(struct cache *c)
 {
+    if (!c->stopping && c->reactor && c->cleaner) {
+        c->stop_room.fn = stop_room_over;
+        timer_arm(c->reactor, &c->stop_room, STOP_ROOM_WAIT_NS);
+    }
     c->stopping = true;
     rewrites_stop_waiting(c);
 }
@@ -1045,8 +1092,10 @@ void cache_free(struct cache *c)
      * frees it. */
     writeback_fini(c);
     writeback_fini(c);
-    if (c->reactor)
+    if (c->reactor) {
         timer_cancel(c->reactor, &c->state_timer);
+        timer_cancel(c->reactor, &c->stop_room);
+    }
     origin_window_free(c);
     free(c->state_path);
     free(c->damage);

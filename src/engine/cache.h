@@ -168,6 +168,9 @@ struct cache {
     uint64_t rescued_bytes;         /* dirty bytes read back from failed devices, appended */
     uint64_t rescue_lost_bytes;     /* ... that could not be read back: lost */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
+    struct tc_timer stop_room;      /* ... then, STOP_ROOM_WAIT_NS later, client
+                                       writes waiting for room fail (cache.c) */
+    uint64_t stop_room_failed_writes;   /* client write pieces failed so */
     char health[192];
     unsigned draining;              /* devices in CDEV_DRAINING (failure.c) */
     uint64_t drained_bytes;         /* dirty bytes written back from draining devices */
@@ -196,7 +199,8 @@ struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
 void cache_close_offline(struct cache *c);
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
 /* A stop began (tc_volume_stopping(), or cache_close()): nothing waits
- * for room any more (failure.c's rewrites; failure.h). */
+ * for room any more (failure.c's rewrites; failure.h), and client writes
+ * that still wait for it a while later fail (cache.c). */
 void cache_stopping(struct cache *c);
 void cache_free(struct cache *c);
 void cache_status_json(struct cache *c, struct tc_json *j);

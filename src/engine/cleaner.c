@@ -98,6 +98,12 @@ struct later {
     uint64_t wt_seq;            /* its entry's sequence if write-through (~0: maybe), or 0 */
 };
 
+struct carried {
+    uint64_t oblock;
+    struct tc_mask m;
+    size_t order;           /* when added: the later wins (sort_carried()) */
+};
+
 struct cleaner {
     struct cache *c;
     bool running, stopping;
@@ -120,6 +126,9 @@ struct cleaner {
                                      * reclaimed or an attempt read everything) */
     struct tc_task kick;
     struct log_waiter *space_waiters;
+    int fail_err;                   /* cleaner_fail_waiters(): waiters get this */
+    bool fail_queued;               /* ... from fail_task, deferred */
+    struct tc_task fail_task;
     /* the group being reclaimed */
     uint32_t slot;
     uint64_t seq;
@@ -138,12 +147,29 @@ struct cleaner {
     bool tail_syncing;              /* waiting for the sync of the new tail */
     bool lost_carried_all;          /* this pass recorded the whole lost set
                                      * again (an unusable chunk) */
+    /* The LOST records carried forward from the group being reclaimed
+     * (carried_seq) by the attempts given up on it: per block, the mask
+     * appended.  A kept group is walked again at each retry, and its
+     * LOST records would be appended again each time, out of the
+     * reserve -- with a lasting bad sector, until the cleaner's own tail
+     * record found no room.  A record carried already is not appended
+     * again while the lost set's persisted mask of the block is the
+     * same: the copy is in a newer group, which the log retires only
+     * after this one.  Sorted by block (with the last entry winning)
+     * when an attempt is given up; an attempt looks only there, and
+     * adds at the end.  Forgotten when another group is walked or a
+     * device fails (the copies may have been on it). */
+    struct carried *carried;
+    size_t ncarried, nsorted, carried_cap;
+    uint64_t carried_seq;           /* the group they come from (0: none) */
+    uint64_t lost_carried;          /* LOST records appended again (status) */
     uint64_t groups, relocated, dropped, written_back;
     uint64_t kept_bytes;            /* copied from the group being reclaimed */
 };
 
 static void walk(struct cleaner *k);
 static void decide_laters(void *arg, int err);
+static void fail_fn(struct tc_task *t);
 
 static void kick_fn(struct tc_task *t)
 {
@@ -192,6 +218,10 @@ static void kick_fn(struct tc_task *t)
     k->nlaters = 0;
     k->kept_bytes = 0;
     k->lost_carried_all = false;
+    if (k->carried_seq != k->seq) {
+        k->ncarried = k->nsorted = 0;
+        k->carried_seq = k->seq;
+    }
     walk(k);
 }
 
@@ -200,6 +230,7 @@ int cleaner_init(struct cache *c)
     struct cleaner *k = tc_xcalloc(1, sizeof *k);
     k->c = c;
     k->kick.fn = kick_fn;
+    k->fail_task.fn = fail_fn;
     c->cleaner = k;
     return 0;
 }
@@ -214,6 +245,7 @@ void cleaner_fini(struct cache *c)
     free(k->drops);
     free(k->laters);
     free(k->dirty_blocks);
+    free(k->carried);
     free(k);
     c->cleaner = NULL;
 }
@@ -250,7 +282,47 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
     struct cleaner *k = c->cleaner;
     w->next = k->space_waiters;
     k->space_waiters = w;
+    if (k->fail_err) {
+        if (!k->fail_queued) {
+            k->fail_queued = true;
+            reactor_defer(c->reactor, &k->fail_task);
+        }
+        return;
+    }
     cleaner_kick(c);
+}
+
+/* Each waiter is called with the error (it may wait again: it is called
+ * again, from the next task). */
+static void fail_fn(struct tc_task *t)
+{
+    struct cleaner *k = container_of(t, struct cleaner, fail_task);
+    k->fail_queued = false;
+    struct log_waiter *list = k->space_waiters;
+    k->space_waiters = NULL;
+    while (list) {
+        struct log_waiter *w = list;
+        list = w->next;
+        w->next = NULL;
+        w->fn(w, k->fail_err);
+    }
+}
+
+struct log_waiter *cleaner_waiters(struct cache *c)
+{
+    return c->cleaner ? c->cleaner->space_waiters : NULL;
+}
+
+void cleaner_fail_waiters(struct cache *c, int err)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || k->fail_err)
+        return;
+    k->fail_err = err;
+    if (k->space_waiters && !k->fail_queued) {
+        k->fail_queued = true;
+        reactor_defer(c->reactor, &k->fail_task);
+    }
 }
 
 bool cleaner_cancel_wait(struct cache *c, struct log_waiter *w)
@@ -400,30 +472,92 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
 
 /* ---- 1. walk ---- */
 
+static int carried_cmp(const void *a, const void *b)
+{
+    const struct carried *x = a, *y = b;
+    if (x->oblock != y->oblock)
+        return x->oblock < y->oblock ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* An attempt was given up: what it carried joins the sorted part, one
+ * entry per block (the last carried). */
+static void sort_carried(struct cleaner *k)
+{
+    if (k->ncarried == k->nsorted)
+        return;
+    for (size_t i = 0; i < k->ncarried; i++)
+        k->carried[i].order = i;
+    qsort(k->carried, k->ncarried, sizeof *k->carried, carried_cmp);
+    size_t n = 0;
+    for (size_t i = 0; i < k->ncarried; i++) {
+        if (i + 1 < k->ncarried && k->carried[i + 1].oblock == k->carried[i].oblock)
+            continue;
+        k->carried[n++] = k->carried[i];
+    }
+    k->ncarried = k->nsorted = n;
+}
+
+static struct carried *find_carried(struct cleaner *k, uint64_t oblock)
+{
+    size_t lo = 0, hi = k->nsorted;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (k->carried[mid].oblock < oblock)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < k->nsorted && k->carried[lo].oblock == oblock ? &k->carried[lo] : NULL;
+}
+
 /* A LOST record appended again, ahead of the new tail that lets its group
- * go (the tail's sync covers it).  One that finds no room keeps the group
- * for now: the loss must never be forgotten with it. */
+ * go (the tail's sync covers it), unless an earlier attempt on the group
+ * carried the same already.  One that finds no room keeps the group for
+ * now: the loss must never be forgotten with it. */
 static void carry_lost(struct cleaner *k, uint64_t oblock, const struct tc_mask *m)
 {
+    struct carried *f = find_carried(k, oblock);
+    if (f && mask_equal(&f->m, m))
+        return;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
                         .use_reserve = true };
-    if (log_append(k->c, &a, NULL).err < 0)
+    if (log_append(k->c, &a, NULL).err < 0) {
         k->keep_group = true;
+        return;
+    }
+    k->lost_carried++;
+    if (f) {
+        f->m = *m;
+        return;
+    }
+    if (k->ncarried == k->carried_cap) {
+        k->carried_cap = k->carried_cap ? k->carried_cap * 2 : 64;
+        k->carried = realloc(k->carried, k->carried_cap * sizeof *k->carried);
+        if (k->carried == NULL)
+            abort();
+    }
+    k->carried[k->ncarried++] = (struct carried){ .oblock = oblock, .m = *m };
+}
+
+static void carry_one(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    carry_lost(arg, oblock, m);
 }
 
 /* A chunk of the group that cannot be used (unreadable, or its header
  * damaged) may have held LOST records, and nothing says which: the
  * in-memory set, authoritative, is recorded again whole -- every block it
- * must still call lost -- once per pass.  The set is small (it exists
- * only after a failure) and the path rare. */
+ * must still call lost (what an earlier attempt on the group carried
+ * aside) -- once per pass.  The set is small (it exists only after a
+ * failure) and the path rare. */
 static void carry_all_lost(struct cleaner *k)
 {
     struct cache *c = k->c;
     if (k->lost_carried_all)
         return;
     k->lost_carried_all = true;
-    if (!lost_record_again(c))
-        k->keep_group = true;
+    lost_foreach(&c->map.lost, carry_one, k);
 }
 
 /* Calls visit for every fragment stored in the chunk, with the block's
@@ -758,6 +892,7 @@ static void give_up_for_now(struct cleaner *k)
     k->unreadable = false;
     k->ndrops = 0;
     k->nlaters = 0;
+    sort_carried(k);
     group_at(&c->sp, k->slot)->retiring = false;
     k->running = false;
     writeback_kick(c);
@@ -1025,6 +1160,8 @@ static void tail_synced(struct log_waiter *lw, int err)
     c->st.groups_retired++;
     k->groups++;
     k->no_room_to_copy = false;
+    k->ncarried = k->nsorted = 0;
+    k->carried_seq = 0;
     k->read_retry_ns = 0;
     k->reads_failed_in_row = 0;
     k->running = false;
@@ -1037,8 +1174,11 @@ void cleaner_device_failed(struct cache *c)
     struct cleaner *k = c->cleaner;
     if (k && k->running)
         k->restart = true;
-    if (k)
+    if (k) {
         k->backing_off = false;     /* the failure dealt with what was unreadable */
+        k->ncarried = k->nsorted = 0;   /* the copies may have been on the device */
+        k->carried_seq = 0;
+    }
 }
 
 void cleaner_status_json(struct cache *c, struct tc_json *j)
@@ -1057,5 +1197,6 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "groups_retired", k->groups);
     json_uint(j, "read_retries", k->read_retries);
     json_uint(j, "read_retry_delay_ms", k->read_retry_ns / 1000000);
+    json_uint(j, "lost_records_carried", k->lost_carried);
     json_end_object(j);
 }

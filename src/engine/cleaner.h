@@ -27,8 +27,15 @@ void cleaner_resume(struct cache *c);
 /* A device failed: a reclaim in progress must look at its group again. */
 void cleaner_device_failed(struct cache *c);
 bool cleaner_idle(struct cache *c);
-/* Run w once free space allows appends again. */
+/* Run w once free space allows appends again (w->fn(w, 0)), or with an
+ * error once cleaner_fail_waiters() was called. */
 void cleaner_wait_space(struct cache *c, struct log_waiter *w);
+/* A stop that cannot wait any longer for room (cache.c): every append
+ * waiting for it, and every later one, is called with err instead, from a
+ * task of its own. */
+void cleaner_fail_waiters(struct cache *c, int err);
+/* The appends waiting for room (a list through their next). */
+struct log_waiter *cleaner_waiters(struct cache *c);
 /* Take w out of the waiters for room (false: it was not waiting); its fn
  * does not run. */
 bool cleaner_cancel_wait(struct cache *c, struct log_waiter *w);

@@ -1152,8 +1152,8 @@ static void relost_start(struct cache *c)
     r->relost = true;
     r->oblock = UINT64_MAX;
     devfail_hold_more(c);
-    tc_error("cache: the lost set waits for room in the log to be recorded again; the device "
-             "failure is recorded, and writes answered, only once it is");
+    tc_error("cache: the lost set waits for room in the log to be recorded again; writes are "
+             "answered (and a device failure recorded) only once it is");
     relost_try(r);
 }
 
@@ -1200,6 +1200,18 @@ static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue)
     c->rewrites_unappended++;
     if (block_lock(c->locks, oblock, &r->bw))
         rewrite_locked(&r->bw);
+}
+
+void cache_tombstone(struct cache *c, uint64_t oblock)
+{
+    if (tombstone(c, oblock) < 0 && !c->abandoned && !c->offline && !c->vol->cache_failed)
+        rewrite_block(c, oblock);
+}
+
+void cache_lost_record_again(struct cache *c)
+{
+    if (!c->abandoned && !c->offline && !c->vol->cache_failed)
+        relost_start(c);
 }
 
 /* The sync after a failure's appends (cache_device_fail()): its hold on

@@ -33,6 +33,19 @@ void rewrites_stop_waiting(struct cache *c);
  * fragment any more.  When the last device fails, and when the cleaner
  * must retire a group holding such data while appends wait for room. */
 void cache_rescue_give_up(struct cache *c, const char *why);
+/* A clean block dropped from the index whose copies in the log may be
+ * older than the origin's data (originwin.c): its tombstone, from the
+ * cleaner's reserve.  With no room even there it is not given up: the
+ * block is rewritten as after a device failure (failure.c, struct
+ * rewrite) -- locked, so that no version of it reaches the log before the
+ * tombstone, it waits for room, and write acknowledgements wait with it
+ * (devfail_hold_more()); at a stop, without room then, the writes held
+ * fail with EIO (devfail_incomplete()). */
+void cache_tombstone(struct cache *c, uint64_t oblock);
+/* LOST records found no room in the log (c->lost_unrecorded grew): the
+ * lost set is recorded again once there is room, write acknowledgements
+ * waiting for it, as after a device failure. */
+void cache_lost_record_again(struct cache *c);
 /* After a read error or checksum mismatch: a cache file that shrank fails. */
 void cache_device_check_size(struct cache *c, unsigned d);
 /* Drains (failure.c): a drained device that has no dirty data left is

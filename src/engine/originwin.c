@@ -35,8 +35,12 @@
  *    until it is written back, so a crash meanwhile makes them dirty again;
  *  - the rest cannot be written again (the cache lacks them, or holds a
  *    copy read from the origin since, maybe the older data): a clean cached
- *    copy is dropped (a tombstone follows), and the sectors go into the
- *    lost set (lost.h): reads fail with EIO until a client writes them.
+ *    copy is dropped (a tombstone follows, waiting for room if the log has
+ *    none, cache_tombstone()), and the sectors go into the lost set
+ *    (lost.h): reads fail with EIO until a client writes them.  Write
+ *    acknowledgements wait for a tombstone or LOST record that waits for
+ *    room: a write around the cache, acknowledged and flushed before the
+ *    tombstone is durable, would be undone at the next start by the copy.
  *
  * The epoch counts the loss of any of the origin's connections, so with
  * multi-conn a write acknowledged on a connection that survives is cut too
@@ -67,6 +71,7 @@
 #include <string.h>
 
 #include "engine/cache.h"
+#include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/originwin.h"
@@ -238,11 +243,13 @@ static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, ui
                 mask_andnot(&m, &v);
             } else if (!mask_empty(&held)) {
                 if (mask_empty(&d)) {
-                    /* Maybe read from the origin since: the older data. */
+                    /* Maybe read from the origin since: the older data.
+                     * Its tombstone is never given up (failure.h): at
+                     * the next start the copy in the log would come back
+                     * over what the origin received since (writes around
+                     * the cache leave nothing in the log). */
                     map_drop_block(c, ob);
-                    struct append a = { .oblock = ob, .type = TC_ENTRY_TOMBSTONE,
-                                        .use_reserve = true, .urgent = true };
-                    log_append(c, &a, NULL);
+                    cache_tombstone(c, ob);
                     c->st.invalidations++;
                 } else {
                     /* Dirty: written by a client after this write (no
@@ -264,6 +271,7 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
     uint64_t epoch = c->vol->origin->epoch;
     uint64_t redirtied = 0, lost = 0, cuts = 0;
     uint32_t k = 0;
+    uint64_t unrecorded = c->lost_unrecorded;
     w->epoch_seen = epoch;
     w->scanning = true;
     for (uint32_t i = 0; i < w->n; i++) {
@@ -276,6 +284,8 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
         }
     }
     w->scanning = false;
+    if (c->lost_unrecorded != unrecorded)
+        cache_lost_record_again(c);     /* a LOST record found no room */
     if (k != w->n) {
         w->n = k;
         if (w->hash) {

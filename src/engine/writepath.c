@@ -56,6 +56,7 @@
  * everything replaces the chain.  A small write never reads the origin.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,6 +226,13 @@ static void request_maybe_end(struct wreq *w, int err)
 {
     if (!join_put(&w->join, err))
         return;
+    if (w->after_pieces && w->join.err) {
+        /* A piece failed (its tombstone found no room at a stop): the
+         * origin range must not change without the tombstones before it,
+         * or a cached copy of what it replaces could come back. */
+        w->after_pieces = NULL;
+        owrite_end(w->c->locks, &w->ow);
+    }
     if (w->after_pieces) {
         void (*next)(struct wreq *) = w->after_pieces;
         w->after_pieces = NULL;
@@ -373,8 +381,21 @@ static void failure_durable(struct log_waiter *lw, int err)
 
 static void tombstone_room(struct log_waiter *lw, int err)
 {
-    (void)err;
-    tombstone_append(container_of(lw, struct wpiece, tw));
+    struct wpiece *p = container_of(lw, struct wpiece, tw);
+    if (err) {
+        /* A stop that could wait no longer for room: the client hears of
+         * the failure it had anyway; the log does not hold the tombstone,
+         * so a restart may serve the block's copy from before this write
+         * (said, and the writes held for a device failure's records fail
+         * too, devfail_incomplete()). */
+        char why[96];
+        snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
+                 (unsigned long long)p->oblock);
+        devfail_incomplete(p->w->c, why);
+        piece_origin_finish(p, p->origin_err);
+        return;
+    }
+    tombstone_append(p);
 }
 
 /* After a failed write-through origin write: the tombstone of the block,
@@ -672,6 +693,14 @@ static void space_ready(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
     p->wait = PW_NONE;
+    if (err) {
+        /* A stop that could wait no longer for room (cache_stopping()):
+         * nothing of the piece was appended or sent to the origin; the
+         * write fails, and its sectors keep their last acknowledged data. */
+        p->w->c->stop_room_failed_writes++;
+        piece_done(p, err);
+        return;
+    }
     piece_step(p);
 }
 

@@ -54,8 +54,18 @@ What fails (--where):
             restart the victim's sectors still read EIO (the loss is
             recorded in the log), the rest their data.  (Before the fix
             the stop waited for ever.)
+  lostcarry as lasting, and the group held also holds LOST records (of
+            blocks whose dirty data the cleaner found damaged), in chunks
+            before the victim's: each attempt given up
+            walks the group again, and must not append those records again
+            (status cleaner.lost_records_carried stays as it is between
+            attempts); the group is still reclaimed in the end, and after
+            a restart the lost sectors still read EIO.  (Before the fix
+            every attempt carried them all again, out of the cleaner's
+            reserve, until its tail record found no room.)
 
-usage: cleanerretry.py --bin TIERCACHE --dir DIR --where chunk|fragment|device|walk|lasting|stop
+usage: cleanerretry.py --bin TIERCACHE --dir DIR
+                      --where chunk|fragment|device|walk|lasting|stop|lostcarry
 """
 import argparse
 import atexit
@@ -302,12 +312,116 @@ def lasting(d, more, origin, refuse, boom):
           f"{st['cleaner']['read_retries']} attempts, the group reclaimed, the rest kept")
 
 
+LOSTB = range(100, 140)         # lostcarry: blocks whose dirty data is lost
+
+
+def make_lost_records(a, cache, origin):
+    """lostcarry: the cached data of the LOSTB blocks (dirty) is damaged;
+    reads fill the cache until the cleaner finds it damaged and records
+    it lost: LOST records, at the head of the log, in the group that then
+    takes the victim again (written whole once more, after a flush: in a
+    later chunk of that group)."""
+    dump = subprocess.run([a.bin, "dump", "--cache", cache, "--blocks"],
+                          capture_output=True, text=True, check=True).stdout
+    with open(cache, "r+b") as f:
+        for b in LOSTB:
+            m = re.search(rf"^block {b} valid #+ dirty #+((?: \| \d+:\d+ x\d+)+)$", dump, re.M)
+            if m is None:
+                sys.exit(f"block {b} is not dirty:\n{dump}")
+            for seg, at, n in re.findall(r"(\d+):(\d+) x(\d+)", m.group(1)):
+                for i in range(int(n)):
+                    p = DATA_OFFSET + int(seg) * SEGMENT + (int(at) + i) * SECTOR + 100
+                    f.seek(p)
+                    x = f.read(1)[0]
+                    f.seek(p)
+                    f.write(bytes([x ^ 0x5A]))
+    d = Daemon(a, cache, origin)
+    nblocks = (ORIGIN_MIB << 20) // BLOCK
+    others = [b for b in range(nblocks) if b not in DIRTY and b not in LOSTB]
+    random.Random(7).shuffle(others)
+    for i, b in enumerate(others):
+        d.h.pread(BLOCK, b * BLOCK)
+        if i % 8 == 7 and d.status()["lost_sectors_unreadable"] >= len(LOSTB) * (BLOCK // SECTOR):
+            break
+    lost = d.status()["lost_sectors_unreadable"]
+    if lost != len(LOSTB) * (BLOCK // SECTOR):
+        sys.exit(f"{lost} sectors lost after the cleaner found the damaged data, expected "
+                 f"{len(LOSTB) * (BLOCK // SECTOR)}")
+    try:
+        d.h.flush()
+    except nbd.Error:
+        d.h.flush()         # the first reports the loss (EIO), once
+    d.h.pwrite(block_data(VICTIM, 2), VICTIM * BLOCK)
+    d.h.flush()
+    d.stop()
+
+
+def check_lostb(d, what):
+    for b in LOSTB:
+        for i in range(BLOCK // SECTOR):
+            off = b * BLOCK + i * SECTOR
+            try:
+                g = gen_of(off, d.h.pread(SECTOR, off))
+            except nbd.Error:
+                g = "EIO"
+            want = "EIO"
+            if g != want:
+                sys.exit(f"{what}: sector {off // SECTOR} (block {b}) reads {g}, expected {want}")
+
+
+def lost_carry(a, d, more, cache, origin, refuse, boom):
+    """lostcarry: attempts given up on the group holding the victim and
+    LOST records carry those records once, not at every attempt."""
+    def retries_carried():
+        c = d.status()["cleaner"]
+        return c.get("read_retries", 0), c.get("lost_records_carried", 0)
+    # Attempts 1-5 give up at the unreadable chunk; from the 6th on the
+    # chunk counts as unusable, and the whole lost set is carried (once).
+    # Nobody waits for room yet, so the group stays past attempt 8.
+    seen = []
+    for _ in range(3000):
+        r, n = retries_carried()
+        if r >= 1 and (not seen or seen[-1][0] != r):
+            seen.append((r, n))
+        if r >= 8:
+            break
+        time.sleep(0.02)
+    else:
+        sys.exit(f"the cleaner gave up only {seen} attempts (retries, LOST records carried)")
+    print(f"attempts given up and LOST records carried: {seen}")
+    last = seen[-1][1]
+    before = [n for r, n in seen if r == seen[-1][0] - 1]
+    if last < len(LOSTB):
+        sys.exit(f"only {last} LOST records carried, expected at least {len(LOSTB)}")
+    if last > 2 * len(LOSTB) + 10 or (before and before[0] != last):
+        sys.exit(f"LOST records carried grow with the attempts given up: {seen}")
+    # The rest as in lasting: a write waits for the room, the victim is
+    # given up after a bounded number of attempts, the group goes.
+    t, written, wrote = start_waiting_writer(d)
+    st = wait_retired(d, more, LASTING_MAX_RETRIES)
+    t.join()
+    if len(wrote) != len(written):
+        sys.exit(f"only {len(wrote)} of the {len(written)} writes completed")
+    os.unlink(boom)
+    r, n = retries_carried()
+    print(f"group reclaimed after {r} attempts; {n} LOST records carried in all")
+    if n > 3 * len(LOSTB):
+        sys.exit(f"{n} LOST records carried for {len(LOSTB)} lost blocks")
+    check_lostb(d, "after the group was reclaimed")
+    d.stop()
+    os.unlink(refuse)
+    d = Daemon(a, cache, origin)
+    check_lostb(d, "after a restart")
+    d.stop()
+    print("LOST records carried once per group, and still there after a restart")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--where", choices=("chunk", "fragment", "device", "walk", "lasting",
-                                        "stop"),
+                                        "stop", "lostcarry"),
                     required=True)
     a = ap.parse_args()
     nblocks = (ORIGIN_MIB << 20) // BLOCK
@@ -324,11 +438,21 @@ def main():
 
     # The dirty blocks, written, flushed and stopped at once (writeback
     # waits for a second of client idleness before it starts).
-    d = Daemon(a, cache, origin)
+    # lostcarry: the origin refuses writes from the start (no block of
+    # LOSTB may be written back before its data is damaged below).
+    refusing = f"testdev:{origin}?eio_when={a.dir}/refuse&eio_ops=write"
+    if a.where == "lostcarry":
+        open(f"{a.dir}/refuse", "w").close()
+    d = Daemon(a, cache, refusing if a.where == "lostcarry" else origin)
     for b in DIRTY:
         d.h.pwrite(block_data(b, 2), b * BLOCK)
+    if a.where == "lostcarry":
+        for b in LOSTB:
+            d.h.pwrite(block_data(b, 2), b * BLOCK)
     d.h.flush()
     d.stop()
+    if a.where == "lostcarry":
+        make_lost_records(a, cache, refusing)
     dump = subprocess.run([a.bin, "dump", "--cache", cache, "--blocks"],
                           capture_output=True, text=True, check=True).stdout
     m = re.search(rf"^block {VICTIM} valid #+ dirty (#+) \| (\d+):(\d+) x16$", dump, re.M)
@@ -339,7 +463,8 @@ def main():
     boom = f"{a.dir}/boom"            # while it exists, the victim's cached data is unreadable
     refuse = f"{a.dir}/refuse"        # while it exists, the origin refuses writes
     open(refuse, "w").close()
-    where = {"chunk": f"&eio_range={at}+{BLOCK}",
+    where = {"lostcarry": f"&eio_range={at}+{BLOCK}",
+             "chunk": f"&eio_range={at}+{BLOCK}",
              "fragment": f"&eio_range={at}+{BLOCK}&eio_maxlen={BLOCK}",
              "device": "",
              "walk": f"&eio_range={at}+{BLOCK}&eio_minlen={BLOCK + 1}",
@@ -348,14 +473,16 @@ def main():
     d = Daemon(a, f"testdev:{cache}?eio_when={boom}&eio_ops=read{where}",
                f"testdev:{origin}?eio_when={refuse}&eio_ops=write")
     dirty = d.status()["dirty_bytes"]
-    if dirty != len(DIRTY) * BLOCK:
-        sys.exit(f"dirty_bytes {dirty} after the restart, expected {len(DIRTY) * BLOCK}")
+    want = len(DIRTY) * BLOCK
+    if dirty != want:
+        sys.exit(f"dirty_bytes {dirty} after the restart, expected {want}")
 
+    lost0 = d.status()["lost_dirty_bytes"]
     # Reads of blocks not cached yet (each once) fill the cache until the
     # cleaner reaches the first group and gives up an attempt.
     open(boom, "w").close()
     rng = random.Random(11)
-    others = [b for b in range(nblocks) if b not in DIRTY]
+    others = [b for b in range(nblocks) if b not in DIRTY and b not in LOSTB]
     rng.shuffle(others)
     gave_up = False
     for n, b in enumerate(others):
@@ -367,7 +494,8 @@ def main():
         if st.get("cleaner", {}).get("read_retries", 0) >= 1 and a.where != "walk":
             gave_up = True
             break
-        if st["lost_dirty_bytes"] or st.get("abandoned") or st["cleaner"]["groups_retired"]:
+        if st["lost_dirty_bytes"] != lost0 or st.get("abandoned") or \
+                (st["cleaner"]["groups_retired"] and a.where != "lostcarry"):
             break           # without the fix: dealt with (lost) while unreadable
     if a.where == "walk":
         # The errors go on: the cleaner must get past them on its own.
@@ -378,6 +506,9 @@ def main():
         gave_up = True
     if a.where == "lasting":
         lasting(d, others[n + 1:], origin, refuse, boom)
+        return
+    if a.where == "lostcarry":
+        lost_carry(a, d, others[n + 1:], cache, origin, refuse, boom)
         return
     if a.where == "stop":
         stop_while_held(a, d, cache, origin, refuse)

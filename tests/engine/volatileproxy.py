@@ -12,6 +12,9 @@ requests before it.  Controlled by files in DIR:
 
   holdflush  while it exists, flushes are not forwarded (they wait, and
              die with their connection if it crashes meanwhile);
+  parkflush  the same, but the requests after a flush held so on its
+             connection are forwarded meanwhile (it covers only those
+             before it when it is forwarded);
   crash      every connection is closed (the client's side at once; the
              server's once it has answered what it was sent), the undo
              records are applied to FILE newest first, held flushes are
@@ -36,7 +39,8 @@ CMD_WRITE, CMD_FLUSH, CMD_TRIM, CMD_ZEROES = 1, 3, 4, 6
 FLAG_FUA = 1
 
 lock = threading.Lock()
-undo = []           # (offset, old bytes), oldest first
+undo = []           # (sequence, offset, old bytes), oldest first
+seq = [0]           # the next undo record's sequence
 conns = []
 
 
@@ -47,7 +51,8 @@ exists, put = ctl.exists, ctl.put
 def save(off, n):
     with open(path, "rb") as f:
         f.seek(off)
-        undo.append((off, f.read(n)))
+        undo.append((seq[0], off, f.read(n)))
+        seq[0] += 1
 
 
 class Conn:
@@ -67,6 +72,21 @@ def recv_exact(s, n):
     return bytes(b)
 
 
+def park(k, hdr, mark):
+    """A flush held aside (parkflush): forwarded once parkflush is gone,
+    forgetting the undo records from before it."""
+    while exists("parkflush") and not k.dead:
+        time.sleep(0.02)
+    with lock:
+        if k.dead:
+            return
+        undo[:] = [x for x in undo if x[0] >= mark]
+        try:
+            k.u.sendall(hdr)
+        except OSError:
+            pass
+
+
 def up(k):
     c, u = k.c, k.u
     try:
@@ -83,6 +103,11 @@ def up(k):
             if magic != REQ_MAGIC:
                 raise EOFError
             data = recv_exact(c, n) if typ == CMD_WRITE else b""
+            if typ == CMD_FLUSH and exists("parkflush"):
+                with lock:
+                    mark = seq[0]
+                threading.Thread(target=park, args=(k, hdr, mark), daemon=True).start()
+                continue
             if typ == CMD_FLUSH:
                 while exists("holdflush") and not k.dead:
                     time.sleep(0.02)
@@ -142,7 +167,7 @@ def crasher():
             k.server_done.wait(60)
         with lock:
             with open(path, "r+b") as f:
-                for off, old in reversed(undo):
+                for _, off, old in reversed(undo):
                     f.seek(off)
                     f.write(old)
             n = len(undo)
