@@ -165,6 +165,13 @@ struct cleaner {
     uint64_t lost_carried;          /* LOST records appended again (status) */
     uint64_t groups, relocated, dropped, written_back;
     uint64_t kept_bytes;            /* copied from the group being reclaimed */
+    uint64_t tail_no_room;          /* tail records that found no room (the
+                                     * group went without one) */
+    uint64_t tail_room_min;         /* the least log_room() a tail record
+                                     * found, +1 (0: none yet) */
+    bool unbounded;                 /* TIERCACHE_TEST_UNBOUNDED_COPIES: no
+                                     * copy_fits() (a test shows what it
+                                     * prevents) */
 };
 
 static void walk(struct cleaner *k);
@@ -231,6 +238,8 @@ int cleaner_init(struct cache *c)
     k->c = c;
     k->kick.fn = kick_fn;
     k->fail_task.fn = fail_fn;
+    const char *unbounded = getenv("TIERCACHE_TEST_UNBOUNDED_COPIES");
+    k->unbounded = unbounded != NULL && *unbounded != '\0';
     c->cleaner = k;
     return 0;
 }
@@ -344,8 +353,10 @@ void cleaner_space_freed(struct cache *c)
         return;
     /* Appends that take the reserve (a device failure's tombstones and
      * LOST records) can go on with any free segment: a survivor no larger
-     * than the reserve never has more free, and they would wait for ever. */
-    bool all = c->sp.free_segs > c->sp.reserve_segs;
+     * than the reserve never has more free, and they would wait for ever.
+     * The others can with the reserve whole: the open group's room is
+     * theirs again once no pass holds it (log.c, ensure_group()). */
+    bool all = c->sp.free_segs >= c->sp.reserve_segs;
     struct log_waiter *list = k->space_waiters, *keep = NULL;
     k->space_waiters = NULL;
     while (list) {
@@ -426,6 +437,38 @@ static uint8_t copy_flags(struct cache *c, uint64_t wt_seq)
     return wt_seq > c->lg.wt_stable_seq ? TC_ENTRY_WT : 0;
 }
 
+/* The bound on a pass's copies.  The cleaner's copies (hot clean data
+ * appended again, dirty data copied rather than written back) take the
+ * reserve, but never its last record_room() sectors: those are kept for
+ * the appends that must always find room -- the pass's own tail record
+ * (without it the group cannot go, and nothing else frees room), the
+ * LOST records it carries forward, a device failure's tombstones and
+ * LOST records, writeback's clean records.  A copy that would leave less
+ * is not made: clean data is dropped (the origin has it), dirty data is
+ * written back before the group goes (later_read()).  So a pass always
+ * ends, whatever mix of live, dirty and lost data its group holds, and
+ * the reserve can be as small as one segment per device.
+ *
+ * record_room(), per device in service: the room a head closes unused
+ * when a copy does not fit its end (up to a block and a header), a new
+ * chunk's header, and a header for the tail; and one header's worth of
+ * records beyond that (some 600 LOST records).  log_room() is measured
+ * before each copy, so what appends took meanwhile is counted. */
+static uint64_t record_room(const struct cache *c)
+{
+    return (uint64_t)c->ndevs * (c->spb + 2 * TC_MAX_HDR_SECTORS) + TC_MAX_HDR_SECTORS;
+}
+
+static bool copy_fits(struct cache *c, uint64_t sectors)
+{
+    if (c->cleaner->unbounded)
+        return true;
+    if (log_room(c) >= sectors + record_room(c))
+        return true;
+    c->st.copies_refused++;
+    return false;
+}
+
 /* Append the sectors `cur` of a block again, from data laid out by sector
  * (or packed, with packed_from set to the fragment's stored mask).  The
  * copy becomes the block's newest fragment; the old one empties and goes.
@@ -456,10 +499,15 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
      * the chain has room for one more (two more for a partial copy, which
      * replaces nothing yet). */
     TC_ASSERT(id != NIL && id == index_lookup(&c->map.idx, oblock));
+    bool mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1;
+    if (!copy_fits(c, (uint64_t)n * (mirror ? 2 : 1))) {
+        bufpool_put(data, (size_t)n * TC_SECTOR);
+        return false;
+    }
     unsigned added = partial ? 2 : 1;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_DATA, .flags = entry_flags,
                         .valid = *cur, .dirty = *dirty, .data = data, .use_reserve = true,
-                        .mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1,
+                        .mirror = mirror,
                         .may_split = CE(&c->map.idx, id)->nfrags + added <= MAX_FRAGS };
     struct log_loc at = log_append(c, &a, NULL);
     bufpool_put(data, (size_t)n * TC_SECTOR);
@@ -968,7 +1016,21 @@ static void later_done(struct cleaner *k)
      * otherwise give back groups the detach ended. */
     uint32_t next = (k->slot + 1) % c->sp.groups_cap;
     c->lg.tail_seq = TC_MAX(c->lg.tail_seq, c->sp.ngroups > 1 ? group_at(&c->sp, next)->seq : c->lg.next_seq);
-    log_seal_all(c, true);
+    uint64_t room = log_room(c);
+    if (k->tail_room_min == 0 || room + 1 < k->tail_room_min)
+        k->tail_room_min = room + 1;
+    if (!log_seal_all(c, true)) {
+        /* No room even for a header: the new tail goes with the next
+         * chunk written, and the group goes now.  Keeping it instead
+         * would wedge the log: nothing else frees room.  copy_fits()
+         * keeps the cleaner's own copies from causing this; a device
+         * failure's records, which take the reserve unbounded, still can
+         * (multi/failure).  Counted: status cleaner.tail_no_room. */
+        if (k->tail_no_room++ < 10 || k->tail_no_room % 1000 == 0)
+            tc_error("cleaner: no room in the log for the record of its new end (group %llu "
+                     "goes; %llu times)", (unsigned long long)k->seq,
+                     (unsigned long long)k->tail_no_room);
+    }
     k->lw.fn = tail_synced;
     k->tail_syncing = true;
     log_sync(c, &k->lw);
@@ -1198,5 +1260,13 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "read_retries", k->read_retries);
     json_uint(j, "read_retry_delay_ms", k->read_retry_ns / 1000000);
     json_uint(j, "lost_records_carried", k->lost_carried);
+    json_uint(j, "copies_refused", c->st.copies_refused);
+    json_uint(j, "tail_no_room", k->tail_no_room);
+    /* The bound's promise: at least this much room (sectors) was left by
+     * every pass's copies for its tail record and what else must always
+     * be appendable. */
+    json_uint(j, "record_room", record_room(c));
+    if (k->tail_room_min > 0)
+        json_uint(j, "tail_room_min", k->tail_room_min - 1);
     json_end_object(j);
 }

@@ -190,6 +190,16 @@ static void image_release(struct cache *c, uint32_t seg)
 /* Open a new group when no head has an open segment.  false: no space. */
 static bool ensure_group(struct cache *c, bool use_reserve)
 {
+    /* Below the reserve, the cleaner (or a device failure's records)
+     * took it: the room left in the open group is theirs -- a pass's
+     * copies are bounded to leave room for its tail record and the
+     * records that must always be appendable (cleaner.c, copy_fits()),
+     * also for a pass that gives up and comes back.  Other appends wait
+     * for the group the cleaner frees. */
+    if (!use_reserve && c->sp.free_segs < c->sp.reserve_segs) {
+        needs_space(&c->lg);
+        return false;
+    }
     for (unsigned d = 0; d < c->ndevs; d++)
         if (c->lg.heads[d].seg != NIL)
             return true;
@@ -414,12 +424,26 @@ static void seal_task_fn(struct tc_task *t)
     maybe_flush(c);
 }
 
-void log_seal_all(struct cache *c, bool force_header)
+bool log_seal_all(struct cache *c, bool force_header)
 {
-    if (force_header)
-        ensure_group(c, true);
+    bool room = !force_header || ensure_group(c, true);
     for (unsigned d = 0; d < c->ndevs; d++)
         seal(c, d, force_header, false);
+    return room;
+}
+
+uint64_t log_room(const struct cache *c)
+{
+    uint64_t room = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state != CDEV_OK || c->sp.dev_failed[d])
+            continue;
+        const struct head *h = &c->lg.heads[d];
+        if (h->seg != NIL)
+            room += c->seg_sectors - (h->chunk_start + h->hdr_sectors + h->data_fill);
+        room += (uint64_t)c->sp.stacks[d].n * c->seg_sectors;
+    }
+    return room;
 }
 
 /* ---- appends ---- */

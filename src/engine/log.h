@@ -254,8 +254,16 @@ void log_commit(struct cache *c);
  * chunks no header yet records as flushed, write one header that does
  * (log.c, "the flushed mark"). */
 void log_mark_flushed(struct cache *c, uint64_t now_ns, uint64_t delay_ns);
-/* Write every partly filled chunk now (e.g. to persist a new tail). */
-void log_seal_all(struct cache *c, bool force_header);
+/* Write every partly filled chunk now (e.g. to persist a new tail).
+ * With force_header, a header is written even with nothing appended (one
+ * in each open head, or in a new group, which may take the reserve);
+ * false if there was no room for one. */
+bool log_seal_all(struct cache *c, bool force_header);
+/* Sectors the log could still append with the reserve: what the open
+ * heads have left and the free segments, on devices in service.  Not all
+ * of it takes any one append: a head whose room is too small for an
+ * append is closed with its room unused. */
+uint64_t log_room(const struct cache *c);
 /* Seal every head's chunk and close the open group (the cleaner retires
  * it next).  Unlike a full segment's close, this releases no image and
  * counts no segment written: a chunk write in flight releases its own. */

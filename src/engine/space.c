@@ -197,8 +197,8 @@ void space_free_group(struct space *sp)
 /* The free-space test.  The cleaner starts below the low mark and stops at
  * the high one.  Free segments are room nothing is cached in: above the reserve, one group of
  * working room (appends go on while the cleaner reclaims the oldest) plus
- * 1/64 of the cache, so a small cache (64 segments) keeps 3 segments free
- * and a large one about 1.6 %.
+ * 1/64 of the cache, so a small cache (64 segments, one device) keeps 3
+ * segments free, one of 63 keeps 2, and a large one about 1.6 %.
  *
  * The high mark adds 1/64 of the cache again: a large cache reclaims in
  * batches.  Below 64 segments that is nothing, and the cleaner reclaims

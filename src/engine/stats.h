@@ -20,6 +20,8 @@ struct cache_stats {
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
     uint64_t split_appends;         /* versions stored in two parts (log_append()) */
     uint64_t dirty_copies_by_cleaner;   /* dirty fragments it copied, not written back */
+    uint64_t copies_refused;        /* copies it did not make, to keep the room
+                                       for records (cleaner.c, copy_fits()) */
     uint64_t bypassed_sequential;   /* bytes not cached: sequential streams */
     uint64_t not_admitted;          /* misses the policy kept out */
     uint64_t invalidations;

@@ -1,0 +1,363 @@
+#!/usr/bin/python3
+"""The cleaner never wedges on the smallest cache format accepts, with a
+reserve of one segment per device, whatever its groups hold: every pass
+copies at most what leaves room for its tail record and the LOST records
+it carries forward (cleaner.c, copy_fits()).
+
+The cache: one device of 9 MiB, 8 segments of 1 MiB (the fewest format
+accepts for one device), writeback, policy lru (a block read since it was
+last written is kept: appended again when its group is reclaimed).
+
+  1. LOST records: victim blocks are written (dirty) and the daemon
+     stops; their data in the cache is damaged; the daemon serves again
+     and reads fill the cache until the cleaner has dropped every victim
+     as lost.  From then on each pass whose group holds a LOST record
+     must append it again (the loss must outlive the group).
+  2. The worst case for the bound: a hot set that fills the cache's
+     working room (every block read again each round, so the cleaner
+     keeps -- copies -- nearly all of each group it reclaims), spread
+     over every segment, dirty blocks among them (writes of hot blocks,
+     flushed), and the LOST records carried along.  Every request must
+     complete within a bounded time; a request that does not means a
+     wedged cleaner: the status is printed and the test fails.
+
+Checked: the cleaner retired many groups, never lacked room for a tail
+record (status cleaner.tail_no_room 0), every read returned the last
+data written, and the victims read EIO -- also after a restart.  With the
+bound removed (TIERCACHE_TEST_UNBOUNDED_COPIES=1 in the daemon's
+environment) the copies take the whole reserve and the test fails.
+
+usage: cleanerbound.py --bin TIERCACHE --dir DIR [--rounds N]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import nbd
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tclib import connect_when_up  # noqa: E402
+
+SECTOR = 4096
+BLOCK = 64 << 10
+SPB = BLOCK // SECTOR
+SEGMENT = 1 << 20
+DATA_OFFSET = 1 << 20
+CACHE_MIB = 9                   # 8 segments: the fewest for one device
+ORIGIN_BLOCKS = 256             # 16 MiB
+VICTIMS = [3, 40, 77, 120, 161, 200]
+HOT = 90                        # blocks read every round (of about 105 that fit)
+WAIT = 120                      # seconds a request may take (a loaded machine)
+MAGIC = b"TCBOUND1"
+MAX_HDR_SECTORS = 8             # TC_MAX_HDR_SECTORS: the largest chunk header
+
+
+def pattern(b, gen):
+    head = MAGIC + struct.pack("<QQ", b, gen)
+    return (head + bytes((b * 7 + gen + i) & 0xFF for i in range(SECTOR - len(head)))) * SPB
+
+
+class Daemon:
+    def __init__(self, a, env=None, cache=None):
+        self.a = a
+        self.sock = f"{a.dir}/s.sock"
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.log = f"{a.dir}/daemon.log"
+        with open(self.log, "a") as lf:
+            self.logstart = lf.tell()
+            self.proc = subprocess.Popen([a.bin, "serve", "--origin", f"{a.dir}/origin.img",
+                                          "--cache", cache or f"{a.dir}/cache.img",
+                                          "--mode", "writeback", "--policy", "lru",
+                                          "--sequential-cutoff", "0",
+                                          "--socket", self.sock, "--foreground"],
+                                         stdout=lf, stderr=subprocess.STDOUT,
+                                         env=dict(os.environ, **(env or {})))
+        DAEMONS.append(self.proc)
+        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
+        if self.h is None:
+            sys.exit(f"daemon exited at start:\n{self.logtext()[-3000:]}")
+
+    def logtext(self):
+        with open(self.log) as f:
+            f.seek(self.logstart)
+            return f.read()
+
+    def status(self):
+        out = subprocess.run([self.a.bin, "status", "--socket", self.sock, "--json"],
+                             capture_output=True, text=True, check=True, timeout=WAIT).stdout
+        return json.loads(out)["volume"]["cache"]
+
+    def wedged(self, what):
+        try:
+            st = json.dumps(self.status(), indent=1)
+        except Exception as e:          # noqa: BLE001
+            st = f"(no status: {e})"
+        self.proc.kill()
+        self.proc.wait()
+        sys.exit(f"WEDGED: {what} did not complete within {WAIT} s\nstatus:\n{st}\n"
+                 f"daemon log:\n{self.logtext()[-3000:]}")
+
+    def run(self, what, start):
+        """Issue one request (start() returns its cookie) and wait for it,
+        for WAIT seconds at most.  True if it succeeded, False on EIO."""
+        cookie = start()
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                if self.h.aio_command_completed(cookie):
+                    return True
+            except nbd.Error:
+                return False
+            if time.monotonic() > deadline:
+                self.wedged(what)
+            self.h.poll(1000)
+
+    def read(self, b):
+        buf = nbd.Buffer(BLOCK)
+        ok = self.run(f"read of block {b}", lambda: self.h.aio_pread(buf, b * BLOCK))
+        return buf.to_bytearray() if ok else None
+
+    def write(self, b, gen):
+        if not self.run(f"write of block {b}",
+                        lambda: self.h.aio_pwrite(nbd.Buffer.from_bytearray(
+                            bytearray(pattern(b, gen))), b * BLOCK)):
+            sys.exit(f"write of block {b} failed\n{self.logtext()[-3000:]}")
+
+    def flush(self):
+        if not self.run("flush", lambda: self.h.aio_flush()):
+            sys.exit(f"flush failed\n{self.logtext()[-3000:]}")
+
+    def stop(self):
+        self.h.shutdown()
+        del self.h
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            sys.exit(f"WEDGED: the daemon did not stop within {WAIT} s\n{self.logtext()[-3000:]}")
+        if rc != 0:
+            sys.exit(f"daemon exit status {rc} after SIGTERM\n{self.logtext()[-3000:]}")
+
+
+DAEMONS = []
+LOST = set()                    # blocks whose reads must fail (progress: VICTIMS)
+
+
+def kill_daemons():
+    for p in DAEMONS:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def check(d, gens, b):
+    data = d.read(b)
+    if b in LOST:
+        if data is not None:
+            sys.exit(f"victim block {b} (lost) read data instead of failing with EIO")
+        return
+    if data is None:
+        sys.exit(f"block {b} failed to read\n{d.logtext()[-3000:]}")
+    if bytes(data) != pattern(b, gens[b]):
+        got = struct.unpack_from("<QQ", data, 8) if data[:8] == MAGIC else None
+        sys.exit(f"block {b} read {got}, not generation {gens[b]}")
+
+
+def setup(a):
+    gens = {b: 1 for b in range(ORIGIN_BLOCKS)}
+    with open(f"{a.dir}/origin.img", "wb") as f:
+        for b in range(ORIGIN_BLOCKS):
+            f.write(pattern(b, 1))
+    with open(f"{a.dir}/cache.img", "wb") as f:
+        f.truncate(CACHE_MIB << 20)
+    subprocess.run([a.bin, "format", "--cache", f"{a.dir}/cache.img",
+                    "--origin", f"{a.dir}/origin.img",
+                    "--segment-size", str(SEGMENT), "--block-size", str(BLOCK)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return gens
+
+
+def wait_status(d, what, cond):
+    deadline = time.monotonic() + WAIT
+    while True:
+        st = d.status()
+        if cond(st):
+            return st
+        if time.monotonic() > deadline:
+            d.wedged(what)
+        time.sleep(0.02)
+
+
+def dip(a, env):
+    """A pass that takes the reserve, gives up, and comes back with no
+    other room: the oldest group (segment 0) full of hot data and one dirty
+    block whose chunk cannot be read for a while (testdev eio_when); while
+    the cleaner backs off, fills take the open group's room and a client
+    write waits for room.  The reads come back; the pass copies what it
+    keeps into the reserve, which must leave room for its tail record."""
+    gens = setup(a)
+    boom = f"{a.dir}/boom"
+    # The victim's data: the first chunk of segment 0 (a 64 KiB block
+    # after a header of one 4 KiB sector).
+    dev = (f"testdev:{a.dir}/cache.img?eio_when={boom}&eio_ops=read"
+           f"&eio_range={DATA_OFFSET + SECTOR}+{BLOCK}")
+    d = Daemon(a, env, dev)
+    gens[0] = 2
+    d.write(0, 2)
+    d.flush()
+    first = list(range(1, 20))
+    random.Random(1).shuffle(first)
+    for b in first:                 # misses: admitted (lru), after block 0
+        check(d, gens, b)
+    for b in [0] + first:           # hits: every one of them hot
+        check(d, gens, b)
+    d.flush()
+    st = d.status()
+    if st["blocks_cached"] < 18:
+        sys.exit(f"the first blocks were not all cached:\n{json.dumps(st)}")
+    open(boom, "w").close()
+    # Cold reads until the cleaner gave the group up for now (an unreadable
+    # chunk with dirty data), then until a write waits for room.
+    b = 40
+    while d.status()["cleaner"]["read_retries"] == 0:
+        check(d, gens, b)
+        b += 1
+        if b == ORIGIN_BLOCKS:
+            sys.exit(f"the cleaner never tried the first group:\n{json.dumps(d.status())}")
+    for _ in range(20):             # fills take the open group's room
+        check(d, gens, b)
+        b += 1
+    w = b
+    gens[w] = 3
+    cookie = d.h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(pattern(w, 3))), w * BLOCK)
+    wait_status(d, "a write waiting for room",
+                lambda st: st["cleaner"]["appends_waiting_for_room"] > 0)
+    os.unlink(boom)
+    d.run(f"write of block {w} waiting for room", lambda: cookie)
+    d.flush()
+    st = d.status()
+    k = st["cleaner"]
+    print(f"dip: {k['groups_retired']} groups retired, {k['read_retries']} attempts given up, "
+          f"{st['reinsertions']} reinsertions, {k['copies_refused']} copies refused, "
+          f"least room at a tail record {k.get('tail_room_min')} sectors "
+          f"(record room {k['record_room']}), tail records without room {k['tail_no_room']}")
+    if k["tail_no_room"] != 0:
+        sys.exit(f"tail records found no room {k['tail_no_room']} times:\n{json.dumps(st)}")
+    if k.get("tail_room_min", 0) < MAX_HDR_SECTORS:
+        sys.exit(f"a pass's copies left {k.get('tail_room_min')} sectors for its tail record "
+                 f"and the records that must always find room (fewer than a header, "
+                 f"{MAX_HDR_SECTORS}):\n{json.dumps(st)}")
+    for x in list(range(0, 20)) + [w]:
+        check(d, gens, x)
+    d.stop()
+
+
+def progress(a, env):
+    gens = setup(a)
+    LOST.update(VICTIMS)
+
+    # 1. The victims, dirty; stopped at once (writeback waits for a second
+    # of client idleness), then damaged in the cache image.
+    d = Daemon(a, env)
+    for b in VICTIMS:
+        gens[b] = 2
+        d.write(b, 2)
+    d.flush()
+    d.stop()
+    dump = subprocess.run([a.bin, "dump", "--cache", f"{a.dir}/cache.img", "--blocks"],
+                          capture_output=True, text=True, check=True).stdout
+    with open(f"{a.dir}/cache.img", "r+b") as f:
+        for b in VICTIMS:
+            m = re.search(rf"^block {b} valid #+ dirty (#+) \| (\d+):(\d+) x16$", dump, re.M)
+            if m is None or len(m.group(1)) != SPB:
+                sys.exit(f"block {b} is not one dirty fragment after the stop:\n{dump}")
+            seg, at = int(m.group(2)), int(m.group(3))
+            for i in range(SPB):
+                p = DATA_OFFSET + seg * SEGMENT + (at + i) * SECTOR + 100
+                f.seek(p)
+                x = f.read(1)[0]
+                f.seek(p)
+                f.write(bytes([x ^ 0x5A]))
+
+    rng = random.Random(18)
+    d = Daemon(a, env)
+    others = [b for b in range(ORIGIN_BLOCKS) if b not in VICTIMS]
+    for _ in range(8):
+        rng.shuffle(others)
+        for b in others:
+            check(d, gens, b)
+        if d.status()["lost_dirty_bytes"] == len(VICTIMS) * BLOCK:
+            break
+    else:
+        sys.exit(f"the victims were never dropped as lost:\n{json.dumps(d.status())}")
+    print(f"{len(VICTIMS)} victims recorded lost")
+    # The next flush reports the loss (EIO), once.
+    if d.run("flush", lambda: d.h.aio_flush()):
+        sys.exit("the flush after the loss succeeded")
+
+    # 2. The hot set, read every round, some of it rewritten (dirty).
+    hot = rng.sample(others, HOT)
+    st0 = d.status()
+    gen = 3
+    for r in range(a.rounds):
+        rng.shuffle(hot)
+        for i, b in enumerate(hot):
+            check(d, gens, b)
+            if i % 5 == 0:
+                w = rng.choice(hot)
+                gens[w] = gen
+                gen += 1
+                d.write(w, gens[w])
+            if i % 23 == 0:
+                d.flush()
+        for b in VICTIMS:
+            check(d, gens, b)
+    st = d.status()
+    k0, k = st0["cleaner"], st["cleaner"]
+    retired = k["groups_retired"] - k0["groups_retired"]
+    print(f"{a.rounds} rounds: {retired} groups retired, {st['reinsertions']} reinsertions, "
+          f"{st['dirty_copied']} dirty copies, {k['copies_refused']} copies refused, "
+          f"tail records without room {k['tail_no_room']}, segments free "
+          f"{st['segments_free']} of {st['segments']}, least room at a tail record "
+          f"{k.get('tail_room_min')} sectors (bound: {k['record_room']})")
+    if k["tail_no_room"] != 0:
+        sys.exit(f"tail records found no room {k['tail_no_room']} times:\n{json.dumps(st)}")
+    if retired < 4 * st["segments"]:
+        sys.exit(f"only {retired} groups retired in {a.rounds} rounds:\n{json.dumps(st)}")
+    if st["lost_dirty_bytes"] != len(VICTIMS) * BLOCK:
+        sys.exit(f"lost_dirty_bytes {st['lost_dirty_bytes']}, not {len(VICTIMS) * BLOCK}")
+    d.stop()
+
+    d = Daemon(a, env)
+    for b in range(ORIGIN_BLOCKS):
+        check(d, gens, b)
+    d.stop()
+    print("after a restart: every block reads its last data, the victims fail with EIO")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--case", choices=("dip", "progress"), required=True)
+    ap.add_argument("--rounds", type=int, default=30)
+    a = ap.parse_args()
+    env = {"TIERCACHE_TEST_UNBOUNDED_COPIES": "1"} \
+        if os.environ.get("TIERCACHE_TEST_UNBOUNDED_COPIES") else None
+    (dip if a.case == "dip" else progress)(a, env)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        kill_daemons()
