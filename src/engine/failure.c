@@ -1205,7 +1205,7 @@ static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue)
 void cache_tombstone(struct cache *c, uint64_t oblock)
 {
     if (tombstone(c, oblock) < 0 && !c->abandoned && !c->offline && !c->vol->cache_failed)
-        rewrite_block(c, oblock);
+        rewrite_block(c, oblock, false);
 }
 
 void cache_lost_record_again(struct cache *c)
