@@ -552,6 +552,19 @@ struct fua_tail {
     struct ereq *e;
 };
 
+static void fua_settled(void *arg, int err)
+{
+    struct ereq *e = arg;
+    if (err) {
+        tc_error("FUA write of origin bytes %llu..%llu fails with EIO: the origin has the data, "
+                 "but the state file could not record that sectors recorded lost are not any "
+                 "more (%s)", (unsigned long long)e->off,
+                 (unsigned long long)(e->off + e->len - 1), strerror(-err));
+        e->err = -EIO;
+    }
+    e->complete(e);
+}
+
 static void fua_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct fua_tail *t = container_of(dio, struct fua_tail, dio);
@@ -561,6 +574,14 @@ static void fua_origin_flushed(struct tc_dev_io *dio, int err)
     if (err == 0 && lost_overlaps(&c->map.lost, c->block_size, e->off, e->len))
         err = -EIO;     /* the drain could not read some of it back */
     e->err = err;
+    if (err == 0 && c->abandoned) {
+        /* Its drained sectors were lost in the state file until written
+         * back, and may still be: a crash would make them read EIO.  As
+         * for a FLUSH (lostlog.c), answered once the state file says not
+         * (abandon.c). */
+        abandon_settle_wait(c, fua_settled, e);
+        return;
+    }
     e->complete(e);
 }
 

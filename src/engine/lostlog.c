@@ -205,6 +205,39 @@ static void passthrough_written(struct ereq *e)
     e->complete(e);
 }
 
+static void fua_settled(void *arg, int err)
+{
+    struct ereq *e = arg;
+    if (err) {
+        tc_error("FUA write of origin bytes %llu..%llu fails with EIO: the origin has the data, "
+                 "but the state file could not record that sectors recorded lost are not any "
+                 "more (%s)", (unsigned long long)e->off,
+                 (unsigned long long)(e->off + e->len - 1), strerror(-err));
+        e->err = -EIO;
+    }
+    e->complete = e->lost_next;
+    e->complete(e);
+}
+
+/* A FUA write, write-zeroes or trim that reached the origin after the
+ * cache was abandoned (its FUA flag is gone by now: passthrough.c). */
+static void passthrough_fua_written(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    if (e->err == 0 && e->op != TC_OP_TRIM)
+        lost_written_range(c, e->off, e->len);
+    if (e->err == 0 && c->abandoned) {
+        /* As for a FLUSH (passthrough_flushed()): the sectors it wrote,
+         * lost ones written again or drained data's, may still be lost
+         * in the state file, and a crash would make the data it declared
+         * durable read EIO.  Answered once the state file says not. */
+        abandon_settle_wait(c, fua_settled, e);
+        return;
+    }
+    e->complete = e->lost_next;
+    e->complete(e);
+}
+
 /*
  * A write-back job that read its block before the cache failed may still
  * write it to the origin afterwards.  Its version is older than any write
@@ -333,7 +366,11 @@ void lost_passthrough(struct ereq *e)
         e->lost_next = e->complete;
         e->complete = passthrough_flushed;
     }
-    if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) && lost_sectors(&c->map.lost) > 0) {
+    if (write && (e->flags & TC_REQ_FUA) && c->abandoned) {
+        e->lost_next = e->complete;
+        e->complete = passthrough_fua_written;
+    } else if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) &&
+               lost_sectors(&c->map.lost) > 0) {
         e->lost_next = e->complete;
         e->complete = passthrough_written;
     }
