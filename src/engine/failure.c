@@ -526,6 +526,35 @@ bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ere
     return true;
 }
 
+static void release_waiters(struct cache *c, int err);
+
+/* A FLUSH while rescues are pending waits for them (held with the drain's
+ * waiters, and resumed when the last one ends or they are given up): a
+ * rescue may still lose acknowledged data, and a flush must report every
+ * loss of the writes it covers -- answered now, it would succeed or fail
+ * on part of the loss, and the next flush fail for the rest. */
+bool cache_rescue_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e))
+{
+    if (c->rescues_pending == 0)
+        return false;
+    struct drain_wait *w = tc_xcalloc(1, sizeof *w);
+    w->e = e;
+    w->resume = resume;
+    w->next = c->drain_waiters;
+    c->drain_waiters = w;
+    return true;
+}
+
+/* The rescues ended (or were given up): the flushes held for them go on.
+ * Not while a drain runs: its waiters (FUA writes among them, whose
+ * resume does not wait again) go when it ends, and those held for the
+ * rescues with them. */
+static void rescues_ended(struct cache *c)
+{
+    if (c->draining == 0 && c->drain_waiters)
+        release_waiters(c, 0);
+}
+
 static void release_waiters(struct cache *c, int err)
 {
     struct drain_wait *list = c->drain_waiters;
@@ -759,8 +788,10 @@ static void rewrite_end(struct rewrite *r)
     struct cache *c = r->c;
     if (!r->appended && !r->relost)
         c->rewrites_unappended--;
-    if (r->rescue && r->rescue_epoch == c->rescue_epoch && --c->rescues_pending == 0)
+    if (r->rescue && r->rescue_epoch == c->rescue_epoch && --c->rescues_pending == 0) {
         cleaner_kick(c);        /* it may keep a group for the rescues (cleaner.c) */
+        rescues_ended(c);
+    }
     if (r->buf)
         bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
     free(r);
@@ -1297,6 +1328,7 @@ void cache_rescue_give_up(struct cache *c, const char *why)
         }
         w = next;
     }
+    rescues_ended(c);
 }
 
 void cache_device_fail(struct cache *c, unsigned d, const char *why)

@@ -57,6 +57,11 @@ void cache_drain_check(struct cache *c);
 struct ereq;
 struct tc_mask;
 bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e));
+/* A FLUSH while rescues are pending (a failed device's only-copy dirty
+ * data being read back onto a survivor): held (true) until they end, then
+ * resume(e) is called, so that the flush reports all the loss they may
+ * still find, once. */
+bool cache_rescue_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e));
 
 /* Whether no cache device is in service (every one failed, or the last
  * one is failing now). */

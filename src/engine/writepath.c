@@ -1188,6 +1188,13 @@ static void flush_synced(struct log_waiter *lw, int err)
         return;
     }
     err_keep_first(&e->err, err);
+    if (e->err == 0 && cache_rescue_hold(c, e, cache_flush)) {
+        /* A device failed while the sync ran, and its only-copy dirty
+         * data is being rescued: the flush is done again once that ends,
+         * and reports what the rescues lost with the rest (failure.c). */
+        free(f);
+        return;
+    }
     if (e->err == 0)
         e->err = lost_flush_result(f->c);
     if (e->err == 0)
@@ -1221,7 +1228,7 @@ void cache_flush(struct ereq *e)
     /* Dirty data on a failed device, draining: its only durable record
      * is a log the next start distrusts, so the flush waits until it is
      * on the origin (failure.c). */
-    if (cache_drain_hold(c, e, cache_flush))
+    if (cache_drain_hold(c, e, cache_flush) || cache_rescue_hold(c, e, cache_flush))
         return;
     struct flush_req *f = tc_xcalloc(1, sizeof *f);
     f->e = e;
