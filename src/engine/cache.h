@@ -97,6 +97,11 @@ struct cache_dev {
     struct drain_item *drain;
     size_t ndrain;
     uint64_t drain_left_bytes;
+    /* Failed, with others in service: dirty fragments of its segments'
+     * RAM images that found no room to be appended elsewhere, kept in the
+     * index until their rescue (failure.c) appends them; the images stay
+     * while any is (log.c, image_release()). */
+    uint32_t image_keeps;
     char fail_why[160];
     bool written_since_flush;
     uint64_t bytes_admitted;

@@ -459,11 +459,14 @@ static uint64_t record_room(const struct cache *c)
     return (uint64_t)c->ndevs * (c->spb + 2 * TC_MAX_HDR_SECTORS) + TC_MAX_HDR_SECTORS;
 }
 
+bool cleaner_data_fits(struct cache *c, uint64_t sectors)
+{
+    return c->cleaner->unbounded || log_room(c) >= sectors + record_room(c);
+}
+
 static bool copy_fits(struct cache *c, uint64_t sectors)
 {
-    if (c->cleaner->unbounded)
-        return true;
-    if (log_room(c) >= sectors + record_room(c))
+    if (cleaner_data_fits(c, sectors))
         return true;
     c->st.copies_refused++;
     return false;

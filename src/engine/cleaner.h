@@ -14,6 +14,7 @@
 #define TC_ENGINE_CLEANER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct cache;
 struct log_waiter;
@@ -46,6 +47,10 @@ void cleaner_space_freed(struct cache *c);
 void cleaner_wake_all(struct cache *c);
 /* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
  * appends waiting for room). */
+/* Whether `sectors` of data appended with the reserve leave the room its
+ * last records need (the cleaner's tail record, LOST records, tombstones):
+ * the bound on every data-carrying append that takes the reserve. */
+bool cleaner_data_fits(struct cache *c, uint64_t sectors);
 void cleaner_status_json(struct cache *c, struct tc_json *j);
 
 #endif

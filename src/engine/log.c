@@ -172,13 +172,14 @@ static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
 /* A draining device's images stay: the dirty data of a chunk whose write
  * failed, or of the open chunk never sealed, exists only there, and it is
  * read from there to be written back (failure.c); log_release_images()
- * when the drain ends. */
+ * when the drain ends.  So do a failed device's images while rescues
+ * wait to append dirty data held only there (cache_dev.image_keeps). */
 static void image_release(struct cache *c, uint32_t seg)
 {
     struct segment *sg = space_seg(&c->sp, seg);
     struct log *lg = &c->lg;
     if (lg->images[seg] && sg->state != SEG_OPEN && sg->writes_inflight == 0 &&
-        c->devs[sg->dev].state != CDEV_DRAINING) {
+        c->devs[sg->dev].state != CDEV_DRAINING && c->devs[sg->dev].image_keeps == 0) {
         if (lg->npool < LOG_IMAGE_POOL)
             lg->pool[lg->npool++] = lg->images[seg];
         else
