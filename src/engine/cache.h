@@ -173,6 +173,11 @@ struct cache {
     uint64_t rescued_bytes;         /* dirty bytes read back from failed devices, appended */
     uint64_t rescue_lost_bytes;     /* ... that could not be read back: lost */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
+    /* Nonzero while a device failure's LOST records are appended
+     * (failure.c): lostlog.c bounds them as tombstones are
+     * (cleaner_record_fits()); the failure path records the set again
+     * once there is room (relost_start()). */
+    unsigned records_bounded;
     struct tc_timer stop_room;      /* ... then, STOP_ROOM_WAIT_NS later, client
                                        writes waiting for room fail (cache.c) */
     uint64_t stop_room_failed_writes;   /* client write pieces failed so */

@@ -51,6 +51,15 @@ void cleaner_wake_all(struct cache *c);
  * last records need (the cleaner's tail record, LOST records, tombstones):
  * the bound on every data-carrying append that takes the reserve. */
 bool cleaner_data_fits(struct cache *c, uint64_t sectors);
+/* Whether a record appended with the reserve by a device failure's path
+ * (a tombstone, a LOST record) leaves the cleaner's tail record its room;
+ * false (counted: cleaner.records_deferred): it waits for room, as it
+ * does when there is none at all. */
+bool cleaner_record_fits(struct cache *c);
+/* A device failed, others are in service: the room they have left
+ * (log_room()), before the failure's appends, noted for status
+ * (cleaner.failure_room_min). */
+void cleaner_failure_room(struct cache *c);
 void cleaner_status_json(struct cache *c, struct tc_json *j);
 
 #endif

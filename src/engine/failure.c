@@ -293,6 +293,25 @@ static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
         rewrite_block(c, oblock, false, 0, 0);
 }
 
+/* The failure path's LOST records leave the cleaner's tail record its room
+ * (cleaner_record_fits(), c->records_bounded): one that does not fit is
+ * counted in c->lost_unrecorded, and the caller, seeing that, records the
+ * set again once there is room (relost_start()). */
+static void lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m)
+{
+    c->records_bounded++;
+    map_lose_dirty(c, oblock, m);
+    c->records_bounded--;
+}
+
+static bool record_lost_again(struct cache *c)
+{
+    c->records_bounded++;
+    bool ok = lost_record_again(c);
+    c->records_bounded--;
+    return ok;
+}
+
 /* Dirty sectors `dirty` of fragment fid, whose only copy was on a failed
  * device, given up: recorded lost (reads of them fail with EIO until
  * rewritten), and the fragment dropped. */
@@ -305,7 +324,7 @@ static void lose_fragment(struct cache *c, uint64_t oblock, uint32_t fid,
                  "failed device and is lost; reads of its %u lost sectors fail with EIO until "
                  "rewritten", (unsigned long long)oblock, (unsigned long long)base,
                  (unsigned long long)(base + c->block_size - 1), mask_count(dirty));
-        map_lose_dirty(c, oblock, dirty);
+        lose_dirty(c, oblock, dirty);
     }
     map_drop_fragment(c, oblock, fid);
     block_gen_bump(c->locks, oblock);
@@ -849,8 +868,12 @@ static void rewrite_durable(struct log_waiter *lw, int err)
     rewrite_end(r);
 }
 
+/* Takes the reserve, but leaves the cleaner's tail record its room
+ * (cleaner_record_fits()): -ENOSPC, and the caller waits for room. */
 static int tombstone(struct cache *c, uint64_t oblock)
 {
+    if (!cleaner_record_fits(c))
+        return -ENOSPC;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
                         .urgent = true };
     return log_append(c, &a, NULL).err;
@@ -983,7 +1006,7 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
             off_service(c, id, d, &fm);
             c->rescue_lost_bytes += (uint64_t)mask_count(&fm) * TC_SECTOR;
             uint64_t unrecorded = c->lost_unrecorded;
-            map_lose_dirty(c, r->oblock, d);
+            lose_dirty(c, r->oblock, d);
             if (c->lost_unrecorded != unrecorded)
                 relost_start(c);    /* its LOST record found no room */
         }
@@ -1174,7 +1197,7 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
                          (unsigned long long)(base + c->block_size - 1), strerror(-err));
                 c->rescue_lost_bytes += (uint64_t)mask_count(&ld) * TC_SECTOR;
                 uint64_t unrecorded = c->lost_unrecorded;
-                map_lose_dirty(c, r->oblock, &ld);
+                lose_dirty(c, r->oblock, &ld);
                 if (c->lost_unrecorded != unrecorded)
                     relost_start(c);
             }
@@ -1224,7 +1247,7 @@ static void relost_try(struct rewrite *r)
         rewrite_end(r);
         return;
     }
-    if (lost_record_again(c)) {
+    if (record_lost_again(c)) {
         r->lw.fn = rewrite_durable;
         r->lw.need_flush = true;
         log_sync(c, &r->lw);
@@ -1402,6 +1425,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     }
     snprintf(cd->fail_why, sizeof cd->fail_why, "%s", why);
     space_drop_free(&c->sp, d);
+    if (!drain)
+        cleaner_failure_room(c);
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
              cd->dev->name, why);
@@ -1483,7 +1508,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
      * that found no room -- these, or those of the sectors lost above --
      * are appended again once there is room, the mark waiting for them
      * (relost_start()). */
-    if (survivors && (!lost_record_again(c) || c->lost_unrecorded != unrecorded))
+    if (survivors && (!record_lost_again(c) || c->lost_unrecorded != unrecorded))
         relost_start(c);
     free(gone);
     free(rescue);

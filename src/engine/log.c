@@ -210,7 +210,14 @@ static bool ensure_group(struct cache *c, bool use_reserve)
         needs_space(&c->lg);
         return false;
     }
-    if (!space_open_group(&c->sp, &c->lg.next_seq)) {
+    /* And each device in service its share of it (space_dev_reserve()),
+     * so that a device failure leaves the others room for the records
+     * that must always be appendable: an append that takes the reserve
+     * takes those last segments only when no device has more.  One that
+     * does not always finds a device with more: it is above the reserve,
+     * which has a segment per device when there are shares. */
+    if (!space_open_group_above(&c->sp, &c->lg.next_seq, space_dev_reserve(&c->sp)) &&
+        !(use_reserve && space_open_group(&c->sp, &c->lg.next_seq))) {
         needs_space(&c->lg);
         return false;
     }

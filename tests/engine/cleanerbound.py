@@ -354,9 +354,12 @@ def failure(a, env):
     fit waits for room (a rescue, reading the image) -- before, it was
     recorded lost at once (0.5 to 1.5 MiB here).
 
-    Not checked: tail_no_room.  Here the survivor has no room at the
-    failure (the reserve was all on the failed device), so the first tail
-    record after it finds none whatever the failure appends; printed."""
+    And every tail record finds room (cleaner.tail_no_room 0): each device
+    keeps its share of the reserve free (space_dev_reserve()), so the
+    survivor has a segment at the failure, and the failure's tombstones
+    and LOST records leave the tail its room (cleaner_record_fits()).
+    Before, the free segments, the reserve among them, were all on the
+    failing device: the first tail record after it found no room."""
     gens = {b: 1 for b in range(ORIGIN_BLOCKS)}
     with open(f"{a.dir}/origin.img", "wb") as f:
         for b in range(ORIGIN_BLOCKS):
@@ -385,9 +388,12 @@ def failure(a, env):
     print(f"failure: {k['groups_retired']} groups retired, lost dirty bytes "
           f"{st['lost_dirty_bytes']}, least room at a tail record {k.get('tail_room_min')} "
           f"sectors (record room {k['record_room']}), tail records without room "
-          f"{k['tail_no_room']}")
+          f"{k['tail_no_room']}, room at the failure {k.get('failure_room_min')} sectors, "
+          f"failure records deferred {k.get('records_deferred')}")
     if st["devices"][0]["state"] != "failing":
         sys.exit(f"the first device did not fail:\n{json.dumps(st)}")
+    if k["tail_no_room"] != 0:
+        sys.exit(f"tail records found no room {k['tail_no_room']} times:\n{json.dumps(st)}")
     # Nothing is lost at the failure for want of room.  (A rescue may
     # still give up, its data recorded lost, when the cleaner needs its
     # group for room: cleaner.c, rescue_holds().)
