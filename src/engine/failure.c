@@ -330,6 +330,24 @@ static void lose_fragment(struct cache *c, uint64_t oblock, uint32_t fid,
     block_gen_bump(c->locks, oblock);
 }
 
+/* Victim v's fragment as the index has it now: returns its id (NIL if it
+ * is gone), and gives its block's entry (*id), the sectors it holds
+ * current (*cur) and the dirty ones among them (*dirty).  Every walk of a
+ * failed device's fragments starts here (the failure, the end of a
+ * drain, a rescue given up). */
+static uint32_t victim_fragment(struct cache *c, const struct victim *v, uint32_t *id,
+                                struct tc_mask *cur, struct tc_mask *dirty)
+{
+    uint32_t fid = map_find_fragment(c, v->oblock, v->seg, v->off, id);
+    if (fid == NIL)
+        return NIL;
+    struct tc_mask valid;
+    frag_current(&c->map.idx, *id, fid, cur);
+    ce_get_masks(&c->map.idx, *id, &valid, dirty);
+    mask_and(dirty, cur);
+    return fid;
+}
+
 /* Returns -1 gone already, 0 dropped (clean), 1 kept on another device,
  * 2 kept here to be drained (drain: d was the last device in service),
  * 3 lost (dropped), 4 kept here to be rescued (another device is in
@@ -339,13 +357,10 @@ static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, 
                            uint64_t *bytes)
 {
     uint32_t id;
-    uint32_t fid = map_find_fragment(c, v->oblock, v->seg, v->off, &id);
+    struct tc_mask cur, dirty;
+    uint32_t fid = victim_fragment(c, v, &id, &cur, &dirty);
     if (fid == NIL)
         return -1;
-    struct tc_mask cur, valid, dirty;
-    frag_current(&c->map.idx, id, fid, &cur);
-    ce_get_masks(&c->map.idx, id, &valid, &dirty);
-    mask_and(&dirty, &cur);
     struct cfrag f = frag_view(&c->map.idx, fid);
     if (mask_empty(&dirty)) {
         map_drop_fragment(c, v->oblock, fid);
@@ -477,13 +492,10 @@ static void finish_failure(struct cache *c, unsigned d)
     struct victim *vs = device_fragments(c, d, false, &n);
     for (size_t i = 0; i < n; i++) {
         uint32_t id;
-        uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
+        struct tc_mask cur, dirty;
+        uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
         if (fid == NIL)
             continue;
-        struct tc_mask cur, valid, dirty;
-        frag_current(&c->map.idx, id, fid, &cur);
-        ce_get_masks(&c->map.idx, id, &valid, &dirty);
-        mask_and(&dirty, &cur);
         TC_ASSERT(mask_empty(&dirty));
         if (!mask_empty(&dirty)) {      /* cannot be; never dropped silently */
             map_lose_dirty(c, vs[i].oblock, &dirty);
@@ -628,19 +640,6 @@ struct fua_tail {
     struct ereq *e;
 };
 
-static void fua_settled(void *arg, int err)
-{
-    struct ereq *e = arg;
-    if (err) {
-        tc_error("FUA write of origin bytes %llu..%llu fails with EIO: the origin has the data, "
-                 "but the state file could not record that sectors recorded lost are not any "
-                 "more (%s)", (unsigned long long)e->off,
-                 (unsigned long long)(e->off + e->len - 1), strerror(-err));
-        e->err = -EIO;
-    }
-    e->complete(e);
-}
-
 static void fua_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct fua_tail *t = container_of(dio, struct fua_tail, dio);
@@ -655,7 +654,7 @@ static void fua_origin_flushed(struct tc_dev_io *dio, int err)
          * back, and may still be: a crash would make them read EIO.  As
          * for a FLUSH (lostlog.c), answered once the state file says not
          * (abandon.c). */
-        abandon_settle_wait(c, fua_settled, e);
+        lost_fua_settle_wait(c, e);
         return;
     }
     e->complete(e);
@@ -1372,13 +1371,10 @@ void cache_rescue_give_up(struct cache *c, const char *why)
         struct victim *vs = device_fragments(c, d, false, &n);
         for (size_t i = 0; i < n; i++) {
             uint32_t id;
-            uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
+            struct tc_mask cur, dirty;
+            uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
             if (fid == NIL)
                 continue;
-            struct tc_mask cur, valid, dirty;
-            frag_current(&c->map.idx, id, fid, &cur);
-            ce_get_masks(&c->map.idx, id, &valid, &dirty);
-            mask_and(&dirty, &cur);
             c->rescue_lost_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
             lose_fragment(c, vs[i].oblock, fid, &dirty);
         }

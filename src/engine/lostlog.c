@@ -225,8 +225,12 @@ static void fua_settled(void *arg, int err)
                  (unsigned long long)(e->off + e->len - 1), strerror(-err));
         e->err = -EIO;
     }
-    e->complete = e->lost_next;
     e->complete(e);
+}
+
+void lost_fua_settle_wait(struct cache *c, struct ereq *e)
+{
+    abandon_settle_wait(c, fua_settled, e);
 }
 
 /* A FUA write, write-zeroes or trim that reached the origin after the
@@ -241,7 +245,8 @@ static void passthrough_fua_written(struct ereq *e)
          * lost ones written again or drained data's, may still be lost
          * in the state file, and a crash would make the data it declared
          * durable read EIO.  Answered once the state file says not. */
-        abandon_settle_wait(c, fua_settled, e);
+        e->complete = e->lost_next;
+        lost_fua_settle_wait(c, e);
         return;
     }
     e->complete = e->lost_next;
