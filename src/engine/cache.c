@@ -346,13 +346,18 @@ static void log_device_error(void *ctx, unsigned d, int err, bool write)
  * segment per device empty for good (1.6 % of a 64 MiB cache).  For tests
  * only, TIERCACHE_TEST_RESERVE_SEGS=N sets it (0: none), so that such
  * appends can be made to find no room at all, as they do once the reserve
- * is used up. */
+ * is used up.  TIERCACHE_TEST_RESERVE_SHARED=1 gives no device its share
+ * of it (space_dev_reserve()), so that a device can be filled up while
+ * the others keep the reserve, and a failure of theirs leaves it no room
+ * (engine/devfail-full*.test). */
 static void watermarks(struct cache *c)
 {
     c->sp.reserve_segs = c->ndevs;
     const char *t = getenv("TIERCACHE_TEST_RESERVE_SEGS");
     if (t && *t)
         c->sp.reserve_segs = (uint32_t)strtoul(t, NULL, 10);
+    t = getenv("TIERCACHE_TEST_RESERVE_SHARED");
+    c->sp.reserve_shared = t && *t && strcmp(t, "0") != 0;
 }
 
 static int cache_attach(struct tc_volume *vol, const char *const *paths, bool offline,
@@ -1331,6 +1336,10 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "size", (uint64_t)cd->nsegs * c->segment_size);
         json_uint(j, "segments", cd->nsegs);
         json_uint(j, "segments_free", c->sp.stacks[d].n);
+        /* Of those, its share of the cleaner's reserve (space_dev_reserve()):
+         * groups are opened from the other devices first. */
+        json_uint(j, "segments_reserve",
+                  cd->state == CDEV_OK ? TC_MIN(c->sp.stacks[d].n, space_dev_reserve(&c->sp)) : 0);
         json_uint(j, "reads", ds->reads);
         json_uint(j, "read_bytes", ds->read_bytes);
         json_uint(j, "writes", ds->writes);

@@ -97,6 +97,11 @@ struct cache_dev {
     struct drain_item *drain;
     size_t ndrain;
     uint64_t drain_left_bytes;
+    /* Failed, with others in service: dirty fragments of its segments'
+     * RAM images that found no room to be appended elsewhere, kept in the
+     * index until their rescue (failure.c) appends them; the images stay
+     * while any is (log.c, image_release()). */
+    uint32_t image_keeps;
     char fail_why[160];
     bool written_since_flush;
     uint64_t bytes_admitted;
@@ -168,6 +173,11 @@ struct cache {
     uint64_t rescued_bytes;         /* dirty bytes read back from failed devices, appended */
     uint64_t rescue_lost_bytes;     /* ... that could not be read back: lost */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
+    /* Nonzero while a device failure's LOST records are appended
+     * (failure.c): lostlog.c bounds them as tombstones are
+     * (cleaner_record_fits()); the failure path records the set again
+     * once there is room (relost_start()). */
+    unsigned records_bounded;
     struct tc_timer stop_room;      /* ... then, STOP_ROOM_WAIT_NS later, client
                                        writes waiting for room fail (cache.c) */
     uint64_t stop_room_failed_writes;   /* client write pieces failed so */

@@ -169,6 +169,11 @@ struct cleaner {
                                      * group went without one) */
     uint64_t tail_room_min;         /* the least log_room() a tail record
                                      * found, +1 (0: none yet) */
+    uint64_t failure_room_min;      /* the least log_room() a device failure
+                                     * left the devices in service, before
+                                     * its own appends, +1 (0: none yet) */
+    uint64_t records_deferred;      /* a failure's records refused by
+                                     * cleaner_record_fits(), to wait */
     bool unbounded;                 /* TIERCACHE_TEST_UNBOUNDED_COPIES: no
                                      * copy_fits() (a test shows what it
                                      * prevents) */
@@ -459,11 +464,47 @@ static uint64_t record_room(const struct cache *c)
     return (uint64_t)c->ndevs * (c->spb + 2 * TC_MAX_HDR_SECTORS) + TC_MAX_HDR_SECTORS;
 }
 
+bool cleaner_data_fits(struct cache *c, uint64_t sectors)
+{
+    return c->cleaner->unbounded || log_room(c) >= sectors + record_room(c);
+}
+
+/* The room the cleaner's tail record needs, per device: a head closed
+ * unused when a record does not fit its end (up to a header) and a new
+ * chunk's header.  The tail's part of record_room(), without the data. */
+static uint64_t tail_room(const struct cache *c)
+{
+    return (uint64_t)c->ndevs * 2 * TC_MAX_HDR_SECTORS;
+}
+
+/* A record (no data) costs at most what tail_room() allows a device: a
+ * head closed unused and a new chunk's header.  So one appended only
+ * while this holds leaves the tail its room, however many come: a device
+ * failure's tombstones and LOST records -- one a block, each chunk with
+ * a header of its own when they wait for their syncs one by one -- took
+ * the whole reserve (cleaner-bound.test, case failure).  At a stop there
+ * is no tail record to come (the cleaner is stopped), and nothing may
+ * wait. */
+bool cleaner_record_fits(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k->unbounded || c->stopping || log_room(c) >= tail_room(c) + 2 * TC_MAX_HDR_SECTORS)
+        return true;
+    k->records_deferred++;
+    return false;
+}
+
+void cleaner_failure_room(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    uint64_t room = log_room(c);
+    if (k->failure_room_min == 0 || room + 1 < k->failure_room_min)
+        k->failure_room_min = room + 1;
+}
+
 static bool copy_fits(struct cache *c, uint64_t sectors)
 {
-    if (c->cleaner->unbounded)
-        return true;
-    if (log_room(c) >= sectors + record_room(c))
+    if (cleaner_data_fits(c, sectors))
         return true;
     c->st.copies_refused++;
     return false;
@@ -1268,5 +1309,10 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "record_room", record_room(c));
     if (k->tail_room_min > 0)
         json_uint(j, "tail_room_min", k->tail_room_min - 1);
+    /* Each device's share of the reserve is meant to leave at least a
+     * segment here, whichever device fails (space_dev_reserve()). */
+    if (k->failure_room_min > 0)
+        json_uint(j, "failure_room_min", k->failure_room_min - 1);
+    json_uint(j, "records_deferred", k->records_deferred);
     json_end_object(j);
 }

@@ -14,6 +14,7 @@
 #define TC_ENGINE_CLEANER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct cache;
 struct log_waiter;
@@ -46,6 +47,19 @@ void cleaner_space_freed(struct cache *c);
 void cleaner_wake_all(struct cache *c);
 /* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
  * appends waiting for room). */
+/* Whether `sectors` of data appended with the reserve leave the room its
+ * last records need (the cleaner's tail record, LOST records, tombstones):
+ * the bound on every data-carrying append that takes the reserve. */
+bool cleaner_data_fits(struct cache *c, uint64_t sectors);
+/* Whether a record appended with the reserve by a device failure's path
+ * (a tombstone, a LOST record) leaves the cleaner's tail record its room;
+ * false (counted: cleaner.records_deferred): it waits for room, as it
+ * does when there is none at all. */
+bool cleaner_record_fits(struct cache *c);
+/* A device failed, others are in service: the room they have left
+ * (log_room()), before the failure's appends, noted for status
+ * (cleaner.failure_room_min). */
+void cleaner_failure_room(struct cache *c);
 void cleaner_status_json(struct cache *c, struct tc_json *j);
 
 #endif

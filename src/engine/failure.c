@@ -57,8 +57,9 @@
  * The rescue (a device failing while others are in service).  Its
  * only-copy dirty fragments (no mirror, no RAM image) stay in the index,
  * on the failed device -- those of segments whose every chunk was
- * written (handle_fragment()); one whose image could not be appended
- * elsewhere for want of room is lost at once, as ever -- and each such
+ * written (handle_fragment()); and those in an image that found no room
+ * to be appended elsewhere (read from the image, kept for them) -- and
+ * each such
  * block is rewritten (struct
  * rewrite, below): under the block's lock its valid sectors are read --
  * those on the failed device from there, checked as every cache read --
@@ -199,14 +200,24 @@ struct victim {
 };
 
 /* Dirty sectors of fragment fid, still in its segment's RAM image: append
- * them on another device.  Returns false if that was not possible. */
-static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid,
-                              const struct tc_mask *cur, const struct tc_mask *dirty)
+ * them on another device.  Returns 1 if done, 0 if there is no image, -1
+ * if there is no room for them.
+ *
+ * They take the cleaner's reserve, but as the cleaner's own copies do,
+ * never the room its last records need (cleaner_data_fits()): a device
+ * failure can hold a segment of such data, and taking the whole reserve
+ * left the cleaner's tail record without room -- a group retired with its
+ * new end unrecorded, its segments replayed by a crash before the next
+ * chunk (a block dropped since and written around the cache would come
+ * back stale).  What does not fit waits for room in a rescue (the
+ * caller). */
+static int rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid,
+                             const struct tc_mask *cur, const struct tc_mask *dirty)
 {
     struct cfrag f = frag_view(&c->map.idx, fid);
     const uint8_t *image = log_image(&c->lg, f.seg);
     if (image == NULL)
-        return false;
+        return 0;
     struct tc_mask st;
     frag_stored(&c->map.idx, fid, &st);
     unsigned n = mask_count(cur);
@@ -224,17 +235,19 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
                         .dirty = *dirty, .data = data, .use_reserve = true,
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = c->vol->cfg.dirty_copies > 1 };
-    struct log_loc at = log_append(c, &a, NULL);
-    if (at.err < 0 && a.mirror) {
-        a.mirror = false;       /* one device left: one copy */
+    struct log_loc at = { .err = -ENOSPC };
+    if (cleaner_data_fits(c, (uint64_t)n * (a.mirror ? 2 : 1)))
+        at = log_append(c, &a, NULL);
+    if (at.err < 0 && a.mirror && cleaner_data_fits(c, n)) {
+        a.mirror = false;       /* one device left, or room for one copy: one copy */
         at = log_append(c, &a, NULL);
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
-        return false;
+        return -1;
     map_add_fragment(c, oblock, cur, dirty, at.seg, at.off, at.mseg,
                        at.moff, wt ? CE_WT : 0, false);
-    return true;
+    return 1;
 }
 
 /*
@@ -262,7 +275,8 @@ static bool rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uin
  * tombstone, which would drop that version at the next start) and the
  * failure's mark and write acknowledgements, and waits for room.
  */
-static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue);
+static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue, unsigned image_dev,
+                          uint32_t image_keeps);
 static int tombstone(struct cache *c, uint64_t oblock);
 
 static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
@@ -276,7 +290,26 @@ static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
         map_drop_block(c, oblock);
     }
     if (tombstone(c, oblock) < 0 && survivors)
-        rewrite_block(c, oblock, false);
+        rewrite_block(c, oblock, false, 0, 0);
+}
+
+/* The failure path's LOST records leave the cleaner's tail record its room
+ * (cleaner_record_fits(), c->records_bounded): one that does not fit is
+ * counted in c->lost_unrecorded, and the caller, seeing that, records the
+ * set again once there is room (relost_start()). */
+static void lose_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *m)
+{
+    c->records_bounded++;
+    map_lose_dirty(c, oblock, m);
+    c->records_bounded--;
+}
+
+static bool record_lost_again(struct cache *c)
+{
+    c->records_bounded++;
+    bool ok = lost_record_again(c);
+    c->records_bounded--;
+    return ok;
 }
 
 /* Dirty sectors `dirty` of fragment fid, whose only copy was on a failed
@@ -291,27 +324,43 @@ static void lose_fragment(struct cache *c, uint64_t oblock, uint32_t fid,
                  "failed device and is lost; reads of its %u lost sectors fail with EIO until "
                  "rewritten", (unsigned long long)oblock, (unsigned long long)base,
                  (unsigned long long)(base + c->block_size - 1), mask_count(dirty));
-        map_lose_dirty(c, oblock, dirty);
+        lose_dirty(c, oblock, dirty);
     }
     map_drop_fragment(c, oblock, fid);
     block_gen_bump(c->locks, oblock);
 }
 
+/* Victim v's fragment as the index has it now: returns its id (NIL if it
+ * is gone), and gives its block's entry (*id), the sectors it holds
+ * current (*cur) and the dirty ones among them (*dirty).  Every walk of a
+ * failed device's fragments starts here (the failure, the end of a
+ * drain, a rescue given up). */
+static uint32_t victim_fragment(struct cache *c, const struct victim *v, uint32_t *id,
+                                struct tc_mask *cur, struct tc_mask *dirty)
+{
+    uint32_t fid = map_find_fragment(c, v->oblock, v->seg, v->off, id);
+    if (fid == NIL)
+        return NIL;
+    struct tc_mask valid;
+    frag_current(&c->map.idx, *id, fid, cur);
+    ce_get_masks(&c->map.idx, *id, &valid, dirty);
+    mask_and(dirty, cur);
+    return fid;
+}
+
 /* Returns -1 gone already, 0 dropped (clean), 1 kept on another device,
  * 2 kept here to be drained (drain: d was the last device in service),
  * 3 lost (dropped), 4 kept here to be rescued (another device is in
- * service). */
+ * service), 5 kept in its segment's image to be rescued (no room to
+ * append it now; counted in image_keeps). */
 static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, bool drain,
                            uint64_t *bytes)
 {
     uint32_t id;
-    uint32_t fid = map_find_fragment(c, v->oblock, v->seg, v->off, &id);
+    struct tc_mask cur, dirty;
+    uint32_t fid = victim_fragment(c, v, &id, &cur, &dirty);
     if (fid == NIL)
         return -1;
-    struct tc_mask cur, valid, dirty;
-    frag_current(&c->map.idx, id, fid, &cur);
-    ce_get_masks(&c->map.idx, id, &valid, &dirty);
-    mask_and(&dirty, &cur);
     struct cfrag f = frag_view(&c->map.idx, fid);
     if (mask_empty(&dirty)) {
         map_drop_fragment(c, v->oblock, fid);
@@ -325,8 +374,21 @@ static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, 
                     f.moff);
         return 1;
     }
-    if (rehome_from_image(c, v->oblock, id, fid, &cur, &dirty))
+    int rehomed = rehome_from_image(c, v->oblock, id, fid, &cur, &dirty);
+    if (rehomed > 0)
         return 1;
+    if (rehomed < 0 && !drain) {
+        /* No room for it now: kept, and rescued as the fragments below
+         * are, but read from the image, which stays until the rescue is
+         * over (image_keeps; log.c) -- the device may never have received
+         * the chunk.  Its rewrite waits for room holding the block's lock
+         * and the failure's acknowledgements, as every rewrite does. */
+        c->devs[d].image_keeps++;
+        cache_trace(c, v->oblock, "device %u failed: dirty fragment %u:%u kept in its image "
+                    "to be rescued (no room now)", d, v->seg, v->off);
+        *bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+        return 5;
+    }
     if (!drain && log_image(&c->lg, f.seg) == NULL) {
         /* Kept: read back from the device and appended on a survivor by
          * the block's rewrite (the rescue; see the top of this file).
@@ -430,13 +492,10 @@ static void finish_failure(struct cache *c, unsigned d)
     struct victim *vs = device_fragments(c, d, false, &n);
     for (size_t i = 0; i < n; i++) {
         uint32_t id;
-        uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
+        struct tc_mask cur, dirty;
+        uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
         if (fid == NIL)
             continue;
-        struct tc_mask cur, valid, dirty;
-        frag_current(&c->map.idx, id, fid, &cur);
-        ce_get_masks(&c->map.idx, id, &valid, &dirty);
-        mask_and(&dirty, &cur);
         TC_ASSERT(mask_empty(&dirty));
         if (!mask_empty(&dirty)) {      /* cannot be; never dropped silently */
             map_lose_dirty(c, vs[i].oblock, &dirty);
@@ -581,19 +640,6 @@ struct fua_tail {
     struct ereq *e;
 };
 
-static void fua_settled(void *arg, int err)
-{
-    struct ereq *e = arg;
-    if (err) {
-        tc_error("FUA write of origin bytes %llu..%llu fails with EIO: the origin has the data, "
-                 "but the state file could not record that sectors recorded lost are not any "
-                 "more (%s)", (unsigned long long)e->off,
-                 (unsigned long long)(e->off + e->len - 1), strerror(-err));
-        e->err = -EIO;
-    }
-    e->complete(e);
-}
-
 static void fua_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct fua_tail *t = container_of(dio, struct fua_tail, dio);
@@ -608,7 +654,7 @@ static void fua_origin_flushed(struct tc_dev_io *dio, int err)
          * back, and may still be: a crash would make them read EIO.  As
          * for a FLUSH (lostlog.c), answered once the state file says not
          * (abandon.c). */
-        abandon_settle_wait(c, fua_settled, e);
+        lost_fua_settle_wait(c, e);
         return;
     }
     e->complete(e);
@@ -777,11 +823,25 @@ struct rewrite {
     struct tc_mask bad;
     bool bad_io;
     struct tc_mask given_up;    /* sectors of a failed device lost already */
+    /* Fragments of the block kept in failed device image_dev's images
+     * (handle_fragment()): its image_keeps, given back at the end. */
+    uint32_t image_keeps;
+    unsigned image_dev;
 };
 
 #define REWRITE_READ_TRIES 8
 #define REWRITE_RETRY_NS (50ull * 1000 * 1000)
 #define REWRITE_RETRY_MAX_NS (2000ull * 1000 * 1000)
+
+/* The rescues of fragments kept in device d's images are over: the
+ * images go once none is kept. */
+static void image_keeps_done(struct cache *c, unsigned d, uint32_t n)
+{
+    TC_ASSERT_ALWAYS(c->devs[d].image_keeps >= n);
+    c->devs[d].image_keeps -= n;
+    if (c->devs[d].image_keeps == 0)
+        log_release_images(c, d);
+}
 
 static void rewrite_end(struct rewrite *r)
 {
@@ -794,6 +854,8 @@ static void rewrite_end(struct rewrite *r)
     }
     if (r->buf)
         bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
+    if (r->image_keeps > 0)
+        image_keeps_done(c, r->image_dev, r->image_keeps);
     free(r);
     devfail_hold_done(c);
 }
@@ -805,8 +867,12 @@ static void rewrite_durable(struct log_waiter *lw, int err)
     rewrite_end(r);
 }
 
+/* Takes the reserve, but leaves the cleaner's tail record its room
+ * (cleaner_record_fits()): -ENOSPC, and the caller waits for room. */
 static int tombstone(struct cache *c, uint64_t oblock)
 {
+    if (!cleaner_record_fits(c))
+        return -ENOSPC;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
                         .urgent = true };
     return log_append(c, &a, NULL).err;
@@ -939,7 +1005,7 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
             off_service(c, id, d, &fm);
             c->rescue_lost_bytes += (uint64_t)mask_count(&fm) * TC_SECTOR;
             uint64_t unrecorded = c->lost_unrecorded;
-            map_lose_dirty(c, r->oblock, d);
+            lose_dirty(c, r->oblock, d);
             if (c->lost_unrecorded != unrecorded)
                 relost_start(c);    /* its LOST record found no room */
         }
@@ -1130,7 +1196,7 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
                          (unsigned long long)(base + c->block_size - 1), strerror(-err));
                 c->rescue_lost_bytes += (uint64_t)mask_count(&ld) * TC_SECTOR;
                 uint64_t unrecorded = c->lost_unrecorded;
-                map_lose_dirty(c, r->oblock, &ld);
+                lose_dirty(c, r->oblock, &ld);
                 if (c->lost_unrecorded != unrecorded)
                     relost_start(c);
             }
@@ -1180,7 +1246,7 @@ static void relost_try(struct rewrite *r)
         rewrite_end(r);
         return;
     }
-    if (lost_record_again(c)) {
+    if (record_lost_again(c)) {
         r->lw.fn = rewrite_durable;
         r->lw.need_flush = true;
         log_sync(c, &r->lw);
@@ -1236,11 +1302,14 @@ static void rewrite_locked(struct block_waiter *bw)
         cache_gather(c, id, &r->want, r->buf, rewrite_read, r);
 }
 
-static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue)
+static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue, unsigned image_dev,
+                          uint32_t image_keeps)
 {
     struct rewrite *r = tc_xcalloc(1, sizeof *r);
     r->c = c;
     r->oblock = oblock;
+    r->image_dev = image_dev;
+    r->image_keeps = image_keeps;
     if (rescue) {
         r->rescue = true;
         r->rescue_epoch = c->rescue_epoch;
@@ -1257,7 +1326,7 @@ static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue)
 void cache_tombstone(struct cache *c, uint64_t oblock)
 {
     if (tombstone(c, oblock) < 0 && !c->abandoned && !c->offline && !c->vol->cache_failed)
-        rewrite_block(c, oblock, false);
+        rewrite_block(c, oblock, false, 0, 0);
 }
 
 void cache_lost_record_again(struct cache *c)
@@ -1302,13 +1371,10 @@ void cache_rescue_give_up(struct cache *c, const char *why)
         struct victim *vs = device_fragments(c, d, false, &n);
         for (size_t i = 0; i < n; i++) {
             uint32_t id;
-            uint32_t fid = map_find_fragment(c, vs[i].oblock, vs[i].seg, vs[i].off, &id);
+            struct tc_mask cur, dirty;
+            uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
             if (fid == NIL)
                 continue;
-            struct tc_mask cur, valid, dirty;
-            frag_current(&c->map.idx, id, fid, &cur);
-            ce_get_masks(&c->map.idx, id, &valid, &dirty);
-            mask_and(&dirty, &cur);
             c->rescue_lost_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
             lose_fragment(c, vs[i].oblock, fid, &dirty);
         }
@@ -1355,6 +1421,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     }
     snprintf(cd->fail_why, sizeof cd->fail_why, "%s", why);
     space_drop_free(&c->sp, d);
+    if (!drain)
+        cleaner_failure_room(c);
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
              cd->dev->name, why);
@@ -1381,16 +1449,18 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
         survivors |= c->devs[i].state == CDEV_OK;
     bool *gone = tc_xcalloc(n ? n : 1, sizeof *gone);
     bool *rescue = tc_xcalloc(n ? n : 1, sizeof *rescue);
+    bool *in_image = tc_xcalloc(n ? n : 1, sizeof *in_image);
     cd->drain = tc_xmalloc((n ? n : 1) * sizeof *cd->drain);
     cd->ndrain = 0;
     for (size_t i = 0; i < n; i++) {
         int r = handle_fragment(c, d, &vs[i], drain, &kept_bytes);
         gone[i] = r == 0 || r == 3;
-        rescue[i] = r == 4;
+        rescue[i] = r == 4 || r == 5;
+        in_image[i] = r == 5;
         dropped += r == 0;
         saved += r == 1;
         lost += r == 3;
-        kept += r == 4;
+        kept += r == 4 || r == 5;
         if (r == 2) {
             kept++;
             cd->drain[cd->ndrain++] = (struct drain_item){ vs[i].oblock, vs[i].seg, vs[i].off };
@@ -1415,12 +1485,16 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
      * again).  Once per block (a block's victims are adjacent). */
     for (size_t i = 0, j; survivors && i < n; i = j) {
         bool any_gone = false, any_rescue = false;
+        uint32_t keeps = 0;
         for (j = i; j < n && vs[j].oblock == vs[i].oblock; j++) {
             any_gone |= gone[j];
             any_rescue |= rescue[j];
+            keeps += in_image[j];
         }
         if ((any_gone || any_rescue) && index_lookup(&c->map.idx, vs[i].oblock) != NIL)
-            rewrite_block(c, vs[i].oblock, any_rescue);
+            rewrite_block(c, vs[i].oblock, any_rescue, d, keeps);
+        else if (keeps > 0)
+            image_keeps_done(c, d, keeps);
     }
     /* The LOST records on the failed device -- durable there, or in a
      * chunk whose write failed -- went with it, and a restart would read
@@ -1430,10 +1504,11 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
      * that found no room -- these, or those of the sectors lost above --
      * are appended again once there is room, the mark waiting for them
      * (relost_start()). */
-    if (survivors && (!lost_record_again(c) || c->lost_unrecorded != unrecorded))
+    if (survivors && (!record_lost_again(c) || c->lost_unrecorded != unrecorded))
         relost_start(c);
     free(gone);
     free(rescue);
+    free(in_image);
     free(vs);
     cleaner_device_failed(c);
     if (marking) {

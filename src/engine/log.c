@@ -172,13 +172,14 @@ static void head_start_segment(struct cache *c, unsigned d, uint32_t seg)
 /* A draining device's images stay: the dirty data of a chunk whose write
  * failed, or of the open chunk never sealed, exists only there, and it is
  * read from there to be written back (failure.c); log_release_images()
- * when the drain ends. */
+ * when the drain ends.  So do a failed device's images while rescues
+ * wait to append dirty data held only there (cache_dev.image_keeps). */
 static void image_release(struct cache *c, uint32_t seg)
 {
     struct segment *sg = space_seg(&c->sp, seg);
     struct log *lg = &c->lg;
     if (lg->images[seg] && sg->state != SEG_OPEN && sg->writes_inflight == 0 &&
-        c->devs[sg->dev].state != CDEV_DRAINING) {
+        c->devs[sg->dev].state != CDEV_DRAINING && c->devs[sg->dev].image_keeps == 0) {
         if (lg->npool < LOG_IMAGE_POOL)
             lg->pool[lg->npool++] = lg->images[seg];
         else
@@ -209,7 +210,14 @@ static bool ensure_group(struct cache *c, bool use_reserve)
         needs_space(&c->lg);
         return false;
     }
-    if (!space_open_group(&c->sp, &c->lg.next_seq)) {
+    /* And each device in service its share of it (space_dev_reserve()),
+     * so that a device failure leaves the others room for the records
+     * that must always be appendable: an append that takes the reserve
+     * takes those last segments only when no device has more.  One that
+     * does not always finds a device with more: it is above the reserve,
+     * which has a segment per device when there are shares. */
+    if (!space_open_group_above(&c->sp, &c->lg.next_seq, space_dev_reserve(&c->sp)) &&
+        !(use_reserve && space_open_group(&c->sp, &c->lg.next_seq))) {
         needs_space(&c->lg);
         return false;
     }

@@ -12,6 +12,7 @@
 #include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/cache.h"
+#include "engine/cleaner.h"
 #include "engine/failure.h"
 #include "engine/writeback.h"
 #include "engine/lost.h"
@@ -30,11 +31,19 @@ static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
     lost_get_persisted(&c->map.lost, oblock, &m);
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
-    if (log_append(c, &a, NULL).err >= 0 || c->abandoned || c->offline)
+    /* A device failure's records leave the cleaner's tail record its
+     * room: one refused waits, with the failure's mark, for the set to be
+     * recorded again (failure.c, relost_start()). */
+    bool fits = !c->records_bounded || cleaner_record_fits(c);
+    if ((fits && log_append(c, &a, NULL).err >= 0) || c->abandoned || c->offline)
         return;
     bool in_service = false;
     for (unsigned d = 0; d < c->ndevs; d++)
         in_service |= c->devs[d].state == CDEV_OK;
+    if (in_service && !fits) {
+        c->lost_unrecorded++;
+        return;
+    }
     if (in_service) {
         c->lost_unrecorded++;
         /* No room even in the cleaner's reserve (at a stop, with the
@@ -68,7 +77,8 @@ static void record_again(void *arg, uint64_t oblock, const struct tc_mask *m)
     struct again *x = arg;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = *m,
                         .use_reserve = true };
-    if (log_append(x->c, &a, NULL).err < 0)
+    /* Bounded as record() is. */
+    if ((x->c->records_bounded && !cleaner_record_fits(x->c)) || log_append(x->c, &a, NULL).err < 0)
         x->ok = false;
 }
 
@@ -215,8 +225,12 @@ static void fua_settled(void *arg, int err)
                  (unsigned long long)(e->off + e->len - 1), strerror(-err));
         e->err = -EIO;
     }
-    e->complete = e->lost_next;
     e->complete(e);
+}
+
+void lost_fua_settle_wait(struct cache *c, struct ereq *e)
+{
+    abandon_settle_wait(c, fua_settled, e);
 }
 
 /* A FUA write, write-zeroes or trim that reached the origin after the
@@ -231,7 +245,8 @@ static void passthrough_fua_written(struct ereq *e)
          * lost ones written again or drained data's, may still be lost
          * in the state file, and a crash would make the data it declared
          * durable read EIO.  Answered once the state file says not. */
-        abandon_settle_wait(c, fua_settled, e);
+        e->complete = e->lost_next;
+        lost_fua_settle_wait(c, e);
         return;
     }
     e->complete = e->lost_next;

@@ -46,6 +46,10 @@ void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len);
 /* Written again: no longer lost (lost_clear()), and the state file told. */
 void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written);
 void lost_written_range(struct cache *c, uint64_t off, uint64_t len);
+/* A FUA write the origin has, after the cache was abandoned: answered
+ * (e->complete) once the state file no longer records its sectors lost
+ * (abandon_settle_wait()), with EIO, said, if it could not be told. */
+void lost_fua_settle_wait(struct cache *c, struct ereq *e);
 /* A settle (abandon.c) ended: lost_settle_end(), and the log records the
  * blocks' new lost sectors unless the cache is abandoned. */
 void lost_settle_done(struct cache *c, bool ok);

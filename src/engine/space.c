@@ -128,7 +128,17 @@ void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
     sp->segs[s].seq = g->seq;
 }
 
+uint32_t space_dev_reserve(const struct space *sp)
+{
+    return !sp->reserve_shared && sp->ndevs > 0 && sp->reserve_segs >= sp->ndevs ? 1 : 0;
+}
+
 bool space_open_group(struct space *sp, uint64_t *next_seq)
+{
+    return space_open_group_above(sp, next_seq, 0);
+}
+
+bool space_open_group_above(struct space *sp, uint64_t *next_seq, uint32_t keep)
 {
     uint32_t picked[TC_MAX_DEVICES];
     unsigned n = 0;
@@ -137,7 +147,7 @@ bool space_open_group(struct space *sp, uint64_t *next_seq)
         if (sp->dev_failed[d])
             continue;
         struct free_stack *fs = &sp->stacks[d];
-        if (fs->n == 0)
+        if (fs->n <= keep)
             continue;
         picked[n++] = fs->segs[--fs->n];
         sp->free_segs--;

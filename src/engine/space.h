@@ -110,6 +110,8 @@ struct space {
     struct segment *segs;
     uint32_t nsegs, free_segs;
     uint32_t reserve_segs;          /* kept free for the cleaner */
+    bool reserve_shared;            /* tests only: no device has a share of
+                                       it (space_dev_reserve()) */
     struct group *groups;           /* ring */
     uint32_t *group_segs;           /* ndevs segment numbers per ring slot: a
                                        group holds at most one per device */
@@ -157,6 +159,18 @@ void space_close_group(struct space *sp);
 /* Open a new group from free segments, numbered *next_seq (which then
  * goes up by one); false if none is free. */
 bool space_open_group(struct space *sp, uint64_t *next_seq);
+/* The same, taking a segment only from devices with more than `keep`
+ * free: a device's own share of the reserve stays free
+ * (space_dev_reserve()).  false if no device has more. */
+bool space_open_group_above(struct space *sp, uint64_t *next_seq, uint32_t keep);
+/* The free segments each device in service keeps as its share of the
+ * cleaner's reserve (1 when the reserve has a segment per device, else
+ * 0): groups are opened from the others first (log.c, ensure_group()),
+ * so that the reserve is not all on one device -- a device failure drops
+ * its free segments (space_drop_free()), and with them the reserve if it
+ * was all there: the survivors' last records (the cleaner's tail record,
+ * the failure's tombstones and LOST records) then found no room. */
+uint32_t space_dev_reserve(const struct space *sp);
 /* After recovery: every segment outside a live group goes on a free stack,
  * highest numbers first so that allocation proceeds from low to high. */
 void space_collect_free(struct space *sp);

@@ -27,7 +27,10 @@ devfail_full_setup() {  # devfail_full_setup PASSES BLOCKS: the model's writes
   make_file origin.img 16M; make_file a1.img 16M; make_file a2.img 5M   # a2: 4 segments
   "$TIERCACHE" format --cache a1.img,a2.img --origin origin.img --segment-size 1M >/dev/null
   touch ohold
-  start_server s --origin "$OSPEC" --cache "$A1,a2.img" --mode writeback --sequential-cutoff 0
+  # No share of the reserve kept on a2 (TIERCACHE_TEST_RESERVE_SHARED):
+  # a2 fills up, and the reserve is all on a1.
+  TIERCACHE_TEST_RESERVE_SHARED=1 start_server s --origin "$OSPEC" --cache "$A1,a2.img" \
+      --mode writeback --sequential-cutoff 0
 
   # Every write of a whole block is its own chunk, and chunks alternate
   # devices while both have room: with an odd number of blocks a block's
