@@ -210,6 +210,17 @@ static void accept_done(struct tc_io *io, int res)
     char peer[80];
     if (l->is_unix) {
         snprintf(peer, sizeof peer, "unix");
+        /* A Unix socket's default send buffer (about 200 KiB) takes a
+         * fifth of a 1 MiB reply: the send then waits for the client to
+         * read, and is retried from a poll wake-up, some four times per
+         * reply (4.8 io_uring_enter calls per 1 MiB read, 0.85 with this).
+         * The kernel doubles the figure for its bookkeeping; the buffer
+         * only holds memory while the client is behind.  SO_SNDBUFFORCE
+         * passes net.core.wmem_max where the daemon may (CAP_NET_ADMIN).
+         * TCP sizes its own buffers, better than a fixed figure. */
+        int sndbuf = 2 << 20;
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf) < 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     } else {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
