@@ -506,6 +506,7 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "buffer_memory", bufpool_in_use());
     json_uint(j, "buffer_memory_peak", srv->stats.buffer_memory_peak);
     json_uint(j, "buffer_memory_idle", bufpool_cached());
+    json_uint(j, "buffer_memory_registered", bufpool_registered_bytes());
     json_uint(j, "max_buffer_memory", srv->cfg.max_buffer_memory);
     json_uint(j, "memory_waits", srv->stats.memory_waits);
     json_uint(j, "waiting_for_memory", transmission_memory_waiting(srv));
