@@ -845,6 +845,9 @@ int cmd_serve(int argc, char **argv)
 
     if (reactor_init(&s.reactor, 1024) < 0)
         tc_die(1, "io_uring: %s (the kernel must support io_uring)", strerror(errno));
+    /* Reads into the data buffers as registered buffers (io/bufpool.h);
+     * reactor_fini() drops the registrations. */
+    bufpool_use_ring(&s.reactor.ring);
     claim_set_dir(cli_run_dir());
     s.vol = tc_volume_open(&s.reactor, &vcfg, err, sizeof err);
     if (s.vol == NULL)

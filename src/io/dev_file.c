@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "io/blockid.h"
+#include "io/bufpool.h"
 #include "io/claim.h"
 #include "tiercache.h"
 #include "util/log.h"
@@ -75,6 +76,18 @@ static void *zero_buffer(void)
 static void file_issue(struct dev_file *f, struct tc_dev_io *dio);
 static void piece_issue(struct dev_file *f, struct file_piece *p);
 
+/* A read into a registered pool buffer (io/bufpool.h) is a READ_FIXED: the
+ * kernel skips pinning its pages for each request. */
+static void file_prep_read(struct tc_reactor *r, struct io_uring_sqe *sqe, int fd, char *buf,
+                           unsigned n, uint64_t off)
+{
+    int idx = bufpool_fixed(&r->ring, buf, n);
+    if (idx >= 0)
+        io_uring_prep_read_fixed(sqe, fd, buf, n, off, idx);
+    else
+        io_uring_prep_read(sqe, fd, buf, n, off);
+}
+
 static void piece_done(struct tc_io *io, int res)
 {
     struct file_piece *p = container_of(io, struct file_piece, io);
@@ -115,7 +128,7 @@ static void piece_issue(struct dev_file *f, struct file_piece *p)
     char *buf = (char *)dio->buf + (p->off - dio->off) + p->done;
     unsigned n = (unsigned)(p->len - p->done);
     if (dio->op == TC_DEV_READ) {
-        io_uring_prep_read(sqe, f->fd, buf, n, p->off + p->done);
+        file_prep_read(f->dev.reactor, sqe, f->fd, buf, n, p->off + p->done);
     } else {
         io_uring_prep_write(sqe, f->fd, buf, n, p->off + p->done);
         if (dio->flags & TC_DEV_FUA)
@@ -218,8 +231,8 @@ static void file_issue(struct dev_file *f, struct tc_dev_io *dio)
     uint64_t rest = dio->len - dio->done_bytes;
     switch (dio->op) {
     case TC_DEV_READ:
-        io_uring_prep_read(sqe, f->fd, (char *)dio->buf + dio->done_bytes,
-                           (unsigned)TC_MIN(rest, 1u << 30), dio->off + dio->done_bytes);
+        file_prep_read(r, sqe, f->fd, (char *)dio->buf + dio->done_bytes,
+                       (unsigned)TC_MIN(rest, 1u << 30), dio->off + dio->done_bytes);
         break;
     case TC_DEV_WRITE:
         io_uring_prep_write(sqe, f->fd, (char *)dio->buf + dio->done_bytes,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/bufpool.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -33,6 +34,7 @@ int reactor_init(struct tc_reactor *r, unsigned entries)
 
 void reactor_fini(struct tc_reactor *r)
 {
+    bufpool_release_ring(&r->ring);
     io_uring_queue_exit(&r->ring);
     free(r->heap);
     r->heap = NULL;

@@ -210,6 +210,17 @@ static void accept_done(struct tc_io *io, int res)
     char peer[80];
     if (l->is_unix) {
         snprintf(peer, sizeof peer, "unix");
+        /* A Unix socket's default send buffer (about 200 KiB) takes a
+         * fifth of a 1 MiB reply: the send then waits for the client to
+         * read, and is retried from a poll wake-up, some four times per
+         * reply (4.8 io_uring_enter calls per 1 MiB read, 0.85 with this).
+         * The kernel doubles the figure for its bookkeeping; the buffer
+         * only holds memory while the client is behind.  SO_SNDBUFFORCE
+         * passes net.core.wmem_max where the daemon may (CAP_NET_ADMIN).
+         * TCP sizes its own buffers, better than a fixed figure. */
+        int sndbuf = 2 << 20;
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf) < 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     } else {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
@@ -495,6 +506,7 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "buffer_memory", bufpool_in_use());
     json_uint(j, "buffer_memory_peak", srv->stats.buffer_memory_peak);
     json_uint(j, "buffer_memory_idle", bufpool_cached());
+    json_uint(j, "buffer_memory_registered", bufpool_registered_bytes());
     json_uint(j, "max_buffer_memory", srv->cfg.max_buffer_memory);
     json_uint(j, "memory_waits", srv->stats.memory_waits);
     json_uint(j, "waiting_for_memory", transmission_memory_waiting(srv));

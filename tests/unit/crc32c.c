@@ -5,7 +5,9 @@
  * alignment of the buffer in a word, from several starting CRCs, and
  * continued over pieces cut at every point.  Also the published check
  * value and the CRC of a sector of zeroes the fast path returns, and
- * tc_crc32c_zeros() against checksumming the zeroes.
+ * tc_crc32c_zeros() against checksumming the zeroes.  Sectors of zeroes
+ * but one byte, at every offset, are not taken for zeroes by the fast
+ * path that looks for them.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -48,7 +50,21 @@ int main(void)
     static uint8_t zero[4096];
     CHECK(tc_crc32c(0, zero, sizeof zero) == reference(0, zero, sizeof zero));
 
+    /* One byte set in a sector of zeroes, at every offset (the look for
+     * zeroes tests 256 bytes at a time); checksummed as two pieces, the
+     * second from a CRC that is not 0, it does not take the fast path. */
     unsigned bad = 0;
+    for (size_t at = 0; at < sizeof zero; at++) {
+        zero[at] = (uint8_t)(1u << (at % 8));
+        if (tc_crc32c(0, zero, sizeof zero) == TC_CRC32C_ZERO_SECTOR ||
+            tc_crc32c(0, zero, sizeof zero) != tc_crc32c(tc_crc32c(0, zero, 1), zero + 1, sizeof zero - 1))
+            bad++;
+        zero[at] = 0;
+    }
+    CHECK(bad == 0);
+    CHECK(tc_crc32c(0, zero, sizeof zero) == TC_CRC32C_ZERO_SECTOR);
+
+    bad = 0;
     for (size_t len = 0; len <= MAXLEN; len++) {
         for (size_t align = 0; align < 8; align += (len % 97 == 0 ? 1 : 7)) {
             for (unsigned start = 0; start < 2; start++) {
