@@ -712,6 +712,18 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 #define CLOSE_ORIGIN_DEFAULT_NS (60ull * 1000 * 1000 * 1000)
 #define CLOSE_ORIGIN_SLACK_NS (5ull * 1000 * 1000 * 1000)
 
+/* The 5 s above twice the origin's timeout that a stop waits for its
+ * write-back jobs (close_quiet()); for tests only,
+ * TIERCACHE_TEST_STOP_ORIGIN_SLACK_MS sets it, so that a test of the stop
+ * giving up does not wait it out. */
+static uint64_t close_origin_slack_ns(void)
+{
+    const char *t = getenv("TIERCACHE_TEST_STOP_ORIGIN_SLACK_MS");
+    if (t && *t)
+        return (uint64_t)strtoull(t, NULL, 10) * 1000 * 1000;
+    return CLOSE_ORIGIN_SLACK_NS;
+}
+
 struct close_ctx {
     struct cache *c;
     struct log_waiter w;
@@ -981,7 +993,7 @@ static void close_quiet(struct tc_timer *t)
     if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c)) {
         uint64_t now = tc_now_ns();
         uint64_t limit = c->vol->origin->hold_timeout_ns;
-        limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + CLOSE_ORIGIN_SLACK_NS;
+        limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + close_origin_slack_ns();
         if (now - x->quiet_since >= limit && !x->aborted) {
             x->aborted = true;
             unsigned jobs = writeback_jobs_in_flight(c);
