@@ -18,7 +18,7 @@ Used from the shell tests as
              [--shuffle] [--check FILE]
     tiercache status --json | tclib.py status PATH...   figures, one a line
 
-The Python tests import it for connect_when_up().
+The Python tests import it for connect_when_up() and ramp().
 """
 import argparse
 import mmap
@@ -40,6 +40,19 @@ def connect(sock):
     h.set_strict_mode(0)
     h.connect_unix(sock)
     return h
+
+
+_RAMP = bytes(range(256)) * 257
+
+
+def ramp(start, n):
+    """bytes((start + i) & 0xFF for i in range(n)), the body of the test
+    patterns, cut from a precomputed cycle: the same bytes, without a
+    Python loop per byte (that loop took 5 s for a 48 MiB origin)."""
+    s = start & 0xFF
+    if n <= len(_RAMP) - s:
+        return _RAMP[s:s + n]
+    return (_RAMP[s:] + _RAMP * (n // len(_RAMP) + 1))[:n]
 
 
 # How long a test waits for a daemon it started to answer.  A restart after

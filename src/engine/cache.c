@@ -712,6 +712,18 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
 #define CLOSE_ORIGIN_DEFAULT_NS (60ull * 1000 * 1000 * 1000)
 #define CLOSE_ORIGIN_SLACK_NS (5ull * 1000 * 1000 * 1000)
 
+/* The 5 s above twice the origin's timeout that a stop waits for its
+ * write-back jobs (close_quiet()); for tests only,
+ * TIERCACHE_TEST_STOP_ORIGIN_SLACK_MS sets it, so that a test of the stop
+ * giving up does not wait it out. */
+static uint64_t close_origin_slack_ns(void)
+{
+    const char *t = getenv("TIERCACHE_TEST_STOP_ORIGIN_SLACK_MS");
+    if (t && *t)
+        return (uint64_t)strtoull(t, NULL, 10) * 1000 * 1000;
+    return CLOSE_ORIGIN_SLACK_NS;
+}
+
 struct close_ctx {
     struct cache *c;
     struct log_waiter w;
@@ -981,7 +993,7 @@ static void close_quiet(struct tc_timer *t)
     if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c)) {
         uint64_t now = tc_now_ns();
         uint64_t limit = c->vol->origin->hold_timeout_ns;
-        limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + CLOSE_ORIGIN_SLACK_NS;
+        limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + close_origin_slack_ns();
         if (now - x->quiet_since >= limit && !x->aborted) {
             x->aborted = true;
             unsigned jobs = writeback_jobs_in_flight(c);
@@ -1042,9 +1054,19 @@ static void close_flush_origin(struct close_ctx *x)
  * origin, its sectors keep their last acknowledged data -- and the close
  * reports the volume stopped with errors (exit status 1).  Long enough
  * for the cleaner to give up data it cannot read (READ_TRIES attempts,
- * some 16 s, cleaner.c), which lets such a write go on.
+ * some 16 s, cleaner.c), which lets such a write go on.  For tests only,
+ * TIERCACHE_TEST_STOP_ROOM_WAIT_MS sets it, so that a test of a wait that
+ * ends in errors does not sit through the 20 s.
  */
 #define STOP_ROOM_WAIT_NS (20ull * 1000 * 1000 * 1000)
+
+static uint64_t stop_room_wait_ns(void)
+{
+    const char *t = getenv("TIERCACHE_TEST_STOP_ROOM_WAIT_MS");
+    if (t && *t)
+        return (uint64_t)strtoull(t, NULL, 10) * 1000 * 1000;
+    return STOP_ROOM_WAIT_NS;
+}
 
 static void stop_room_over(struct tc_timer *t)
 {
@@ -1053,9 +1075,9 @@ static void stop_room_over(struct tc_timer *t)
     for (struct log_waiter *w = cleaner_waiters(c); w; w = w->next)
         n++;
     if (n)
-        tc_error("cache: stop: %u appends waited %llu s for room in the log that the cleaner "
+        tc_error("cache: stop: %u appends waited %g s for room in the log that the cleaner "
                  "cannot free; the client writes among them fail with EIO", n,
-                 (unsigned long long)(STOP_ROOM_WAIT_NS / 1000000000ull));
+                 (double)stop_room_wait_ns() / 1e9);
     cleaner_fail_waiters(c, -EIO);
 }
 
@@ -1063,7 +1085,7 @@ void cache_stopping(struct cache *c)
 {
     if (!c->stopping && c->reactor && c->cleaner) {
         c->stop_room.fn = stop_room_over;
-        timer_arm(c->reactor, &c->stop_room, STOP_ROOM_WAIT_NS);
+        timer_arm(c->reactor, &c->stop_room, stop_room_wait_ns());
     }
     c->stopping = true;
     rewrites_stop_waiting(c);

@@ -38,16 +38,19 @@
  * read errors) may well succeed a moment later, and the data exists
  * nowhere else: the group is kept, whole, and the cleaner walks it again
  * after a back-off (50 ms, doubling, at most 5 s; status: read_retries,
- * read_retry_delay_ms).  A chunk of the group holding dirty data that the
- * walk cannot read gives the attempt up at once, the first few times (one
- * failed read per attempt: a device that fails every read for a moment
- * must not see a run of them, failure.c counts error episodes in a row); after
- * that its dirty fragments are read on their own, so that a bad sector
- * among the chunk's clean data holds nothing up.  Dirty data is dropped
- * as lost only when it is proven damaged -- read, and not matching its
- * checksums --, when its device is declared failed, whose handling
- * (failure.c) moves or records it first, or when it stayed unreadable
- * for READ_TRIES attempts in a row while appends wait for room (a lasting
+ * read_retry_delay_ms; for tests only, TIERCACHE_TEST_READ_RETRY_MAX_MS
+ * sets the most, so that a test can go through the same attempts in a
+ * fraction of the 20 s they take).  A chunk of the group holding dirty
+ * data that the walk cannot read gives the attempt up at once, the first
+ * few times (one failed read per attempt: a device that fails every read
+ * for a moment must not see a run of them, failure.c counts error
+ * episodes in a row); after that its dirty fragments are read on their
+ * own, so that a bad sector among the chunk's clean data holds nothing
+ * up.  Dirty data is dropped as lost only when it is proven damaged --
+ * read, and not matching its checksums --, when its device is declared
+ * failed, whose handling (failure.c) moves or records it first, or when
+ * it stayed unreadable for READ_TRIES attempts in a row while appends
+ * wait for room (a lasting
  * bad sector on a device whose other reads succeed is never failed, and
  * would hold the log for ever: read_tries_spent()).  While the group is
  * kept nothing can be reclaimed (the log goes in order: the tail only
@@ -118,6 +121,8 @@ struct cleaner {
     uint64_t read_retry_ns;         /* the back-off after the last unreadable
                                      * attempt (0: none since a group was
                                      * reclaimed) */
+    uint64_t read_retry_max_ns;     /* its most: READ_RETRY_MAX_NS, or
+                                     * TIERCACHE_TEST_READ_RETRY_MAX_MS */
     bool backing_off;               /* until the retry timer fires: no attempt,
                                      * whoever kicks (appends waiting for room
                                      * kick at every try) */
@@ -178,6 +183,11 @@ struct cleaner {
                                      * copy_fits() (a test shows what it
                                      * prevents) */
 };
+
+/* The back-off after an attempt given up: the first, and the most it
+ * doubles to after attempts given up for read errors in a row. */
+#define RETRY_NS (50ull * 1000 * 1000)
+#define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
 
 static void walk(struct cleaner *k);
 static void decide_laters(void *arg, int err);
@@ -245,6 +255,13 @@ int cleaner_init(struct cache *c)
     k->fail_task.fn = fail_fn;
     const char *unbounded = getenv("TIERCACHE_TEST_UNBOUNDED_COPIES");
     k->unbounded = unbounded != NULL && *unbounded != '\0';
+    k->read_retry_max_ns = READ_RETRY_MAX_NS;
+    const char *retry_max = getenv("TIERCACHE_TEST_READ_RETRY_MAX_MS");
+    if (retry_max != NULL && *retry_max != '\0') {
+        /* Not below the first back-off: the doubling starts there. */
+        uint64_t ms = strtoull(retry_max, NULL, 10);
+        k->read_retry_max_ns = TC_MAX(ms * 1000 * 1000, RETRY_NS);
+    }
     c->cleaner = k;
     return 0;
 }
@@ -944,9 +961,6 @@ static void retry_fn(struct tc_timer *t)
     cleaner_kick(k->c);
 }
 
-#define RETRY_NS (50ull * 1000 * 1000)
-#define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
-
 /* The group stays, with everything in it, and the cleaner tries again
  * after a while: once writeback has had time to work (no room to copy),
  * or after a back-off that doubles with each attempt in a row given up
@@ -959,7 +973,8 @@ static void give_up_for_now(struct cleaner *k)
     uint64_t delay = RETRY_NS;
     bool unreadable = k->unreadable;
     if (unreadable) {
-        k->read_retry_ns = k->read_retry_ns ? TC_MIN(k->read_retry_ns * 2, READ_RETRY_MAX_NS)
+        k->read_retry_ns = k->read_retry_ns ? TC_MIN(k->read_retry_ns * 2,
+                                                     k->read_retry_max_ns)
                                             : RETRY_NS;
         delay = k->read_retry_ns;
         if (retry_logged(k))

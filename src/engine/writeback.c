@@ -115,6 +115,9 @@
 #define RUN_MAX_BYTES (4u << 20)
 #define TICK_NS (100ull * 1000 * 1000)
 #define IDLE_NS (1000ull * 1000 * 1000)
+/* The commit interval (tick()); for tests only, TIERCACHE_TEST_COMMIT_MS
+ * sets it (not below a tick), so that a test that waits for commits does
+ * not wait 2 s for each. */
 #define COMMIT_NS (2000ull * 1000 * 1000)
 /* Quiet time after a cache flush before a header is written only to
  * record it (log_mark_flushed()): a FLUSH stream faster than this pays
@@ -198,6 +201,7 @@ struct writeback {
     struct wb_job *waiting;     /* pass jobs waiting for their turn */
     struct tc_timer tick;
     uint64_t last_commit;
+    uint64_t commit_ns;             /* COMMIT_NS, or the test variable */
     uint64_t last_pass_off;     /* end of the last run written in pass_no */
     uint64_t pass_no;
     bool stopped;
@@ -1167,7 +1171,7 @@ static void tick(struct tc_timer *t)
      * within a few seconds even if no client asks (bounds what a power
      * failure can take, and what recovery must check). */
     origin_window_check(c);
-    if ((now - wb->last_commit >= COMMIT_NS || origin_window_full(c)) && !wb->committing) {
+    if ((now - wb->last_commit >= wb->commit_ns || origin_window_full(c)) && !wb->committing) {
         wb->last_commit = now;
         if ((c->lg.wt_stable_seq < wt_stable_candidate(c) || origin_window_pending(c)) &&
             c->vol->origin->can_flush) {
@@ -1211,6 +1215,10 @@ int writeback_init(struct cache *c)
     wb->log_last_ns = tc_now_ns();
     wb->rate_start = tc_now_ns();
     wb->last_commit = tc_now_ns();
+    wb->commit_ns = COMMIT_NS;
+    const char *commit_ms = getenv("TIERCACHE_TEST_COMMIT_MS");
+    if (commit_ms && *commit_ms)
+        wb->commit_ns = TC_MAX(strtoull(commit_ms, NULL, 10) * 1000 * 1000, TICK_NS);
     c->wb = wb;
     if (c->offline)
         wb->stopped = true;

@@ -28,7 +28,9 @@
  *
  * Reconnection never blocks the reactor: nbd_aio_connect_uri() starts it
  * and the handshake is driven by the same polls as the data.  Attempts
- * are spaced by an exponential backoff (100 ms doubling to 5 s) and go on
+ * are spaced by an exponential backoff (100 ms doubling to 5 s; for tests
+ * only, TIERCACHE_TEST_ORIGIN_BACKOFF_MAX_MS sets the most, so that a test
+ * of an origin coming back does not wait out the 5 s) and go on
  * in the background for as long as the device is open.  A server that now
  * exports a different size is refused: the cache's block numbers would no
  * longer mean the same data.
@@ -168,6 +170,7 @@ struct dev_nbd {
     struct fence_wait *fence_waits; /* writes waiting for one of them to end */
     struct tc_task fence_release;   /* sends the writes no fence holds back now */
     uint64_t backoff_ns;
+    uint64_t backoff_max_ns;        /* BACKOFF_MAX_NS, or the test variable */
     uint64_t attempts;              /* failed attempts in the current outage */
     bool stopped;
     bool aborted;                   /* dev_nbd_abort(): every request fails */
@@ -503,7 +506,7 @@ static void timeout_fired(struct tc_timer *t)
              "requests with EIO; new requests fail at once until it is back (still "
              "reconnecting every %.1f s at most)", n->dev.name,
              dev_offline_seconds(&n->dev, true), (unsigned long long)n->dev.stats.held,
-             (double)BACKOFF_MAX_NS / 1e9);
+             (double)n->backoff_max_ns / 1e9);
     release_held(n);
 }
 
@@ -533,7 +536,7 @@ static void attempt_failed(struct dev_nbd *n, const char *why)
                 (unsigned long long)n->attempts, why, (double)n->backoff_ns / 1e9);
     if (count_conns(n, C_CONNECTING) == 0) {
         uint64_t delay = n->backoff_ns;
-        n->backoff_ns = TC_MIN(n->backoff_ns * 2, BACKOFF_MAX_NS);
+        n->backoff_ns = TC_MIN(n->backoff_ns * 2, n->backoff_max_ns);
         schedule_retry(n, delay);
     }
 }
@@ -1344,6 +1347,10 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
     n->stall_timer.fn = stall_check;
     n->fence_release.fn = fence_release_task;
     n->backoff_ns = BACKOFF_FIRST_NS;
+    n->backoff_max_ns = BACKOFF_MAX_NS;
+    const char *bmax = getenv("TIERCACHE_TEST_ORIGIN_BACKOFF_MAX_MS");
+    if (bmax && *bmax)      /* not below the first: the doubling starts there */
+        n->backoff_max_ns = TC_MAX(strtoull(bmax, NULL, 10) * 1000 * 1000, BACKOFF_FIRST_NS);
 
     n->nwant = 1;
     struct nbd_conn *c0 = conn_new(n, h, C_READY);

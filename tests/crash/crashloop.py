@@ -40,13 +40,26 @@ SECTOR = 4096
 MAGIC = b"TCCRASH1"
 
 
+# The last pattern made for each sector offset: off -> (gen, bytes).  Most
+# sectors read back at the generation made before (by a writer, or by the
+# last check), and seeding a Random for each took a quarter of an
+# iteration.  Bounded by the volume's sectors; a tuple is replaced whole
+# (one store, atomic between the threads), so an entry is always a
+# generation and its own pattern.
+_made = {}
+
+
 def pattern(off, gen):
     """The 4 KiB a sector holds at generation gen (gen 0: never written)."""
     if gen == 0:
         return bytes(SECTOR)
+    m = _made.get(off)
+    if m is not None and m[0] == gen:
+        return m[1]
     head = MAGIC + struct.pack("<QQ", off, gen)
     rng = random.Random(off * 1000003 + gen)
     body = rng.randbytes(SECTOR - len(head))
+    _made[off] = (gen, head + body)
     return head + body
 
 

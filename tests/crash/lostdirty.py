@@ -31,7 +31,7 @@ import sys
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import connect_when_up  # noqa: E402
+from tclib import connect_when_up, ramp  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 64 << 10
@@ -45,7 +45,7 @@ VICTIM = 5                      # the block whose dirty data is damaged
 
 def pattern(off, gen):
     head = MAGIC + struct.pack("<QQ", off, gen)
-    return head + bytes((off + gen + i) & 0xFF for i in range(SECTOR - len(head)))
+    return head + ramp(off + gen, SECTOR - len(head))
 
 
 def gen_of(off, data):

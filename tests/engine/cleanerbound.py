@@ -43,7 +43,7 @@ import time
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import connect_when_up  # noqa: E402
+from tclib import connect_when_up, ramp  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 64 << 10
@@ -61,7 +61,7 @@ MAX_HDR_SECTORS = 8             # TC_MAX_HDR_SECTORS: the largest chunk header
 
 def pattern(b, gen):
     head = MAGIC + struct.pack("<QQ", b, gen)
-    return (head + bytes((b * 7 + gen + i) & 0xFF for i in range(SECTOR - len(head)))) * SPB
+    return (head + ramp(b * 7 + gen, SECTOR - len(head))) * SPB
 
 
 class Daemon:
