@@ -542,8 +542,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
                 (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
     allocate_sparse(c);
-    if (c->map.dirty_sectors)
-        writeback_kick(c);
+    /* Only now, the clean-stop record cleared: nothing is appended before
+     * (writeback_start()). */
+    writeback_start(c);
     return 0;
 
 fail_cache:

@@ -204,6 +204,9 @@ struct writeback {
     uint64_t commit_ns;             /* COMMIT_NS, or the test variable */
     uint64_t last_pass_off;     /* end of the last run written in pass_no */
     uint64_t pass_no;
+    /* writeback_start() ran: until then no tick and no pass (the cache is
+     * still being opened; see writeback_start()). */
+    bool started;
     bool stopped;
     /* figures */
     uint64_t bytes, writes, jobs_done, errors, out_of_order;
@@ -1222,9 +1225,29 @@ int writeback_init(struct cache *c)
     c->wb = wb;
     if (c->offline)
         wb->stopped = true;
-    else
-        timer_arm(c->reactor, &wb->tick, TICK_NS);
     return 0;
+}
+
+/*
+ * The tick (passes, the commit interval, flushed marks) starts only once
+ * the cache is open.  Opening it runs the reactor (recovery's reads, the
+ * superblock writes that clear the clean-stop record: dev_sync_io()), and
+ * a tick armed earlier would fire there: a pass writing back the dirty
+ * data recovery found, its CLEAN records appended and their chunk written
+ * while the superblocks still record the clean stop.  A crash then left a
+ * log newer than the record, which the next start refused as damaged; and
+ * the start's "recovered ... dirty" line reported what was left after that
+ * write-back, not what recovery found.
+ */
+void writeback_start(struct cache *c)
+{
+    struct writeback *wb = c->wb;
+    if (wb == NULL || wb->stopped || wb->started)
+        return;
+    wb->started = true;
+    wb->rate_start = wb->last_commit = tc_now_ns();
+    timer_arm(c->reactor, &wb->tick, TICK_NS);
+    pace(wb);
 }
 
 void writeback_fini(struct cache *c)
@@ -1275,7 +1298,7 @@ bool writeback_stuck(struct cache *c)
 
 void writeback_kick(struct cache *c)
 {
-    if (c->wb && !c->wb->stopped)
+    if (c->wb && c->wb->started && !c->wb->stopped)
         pace(c->wb);
 }
 

@@ -33,6 +33,9 @@ struct wb_throttle_waiter {
  * now?  If not, W is queued and W->fn runs when it may. */
 bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_waiter *w);
 int writeback_init(struct cache *c);
+/* The cache is open: background writeback may begin (nothing runs before,
+ * not even the tick; writeback_kick() does nothing until then). */
+void writeback_start(struct cache *c);
 void writeback_fini(struct cache *c);
 /* No writeback can be expected soon: stopped, the origin away, or its
  * last writes failed. */
