@@ -36,6 +36,26 @@
  * in it drops the fill.  If the widened read fails, the client's range is
  * read again on its own, so an origin error is reported for exactly the
  * range asked for (and nothing is filled).
+ *
+ * Pair fills (--fill pair, and auto for blocks of up to 256 KiB): when a
+ * client read miss filled its block, the other block
+ * of the block's aligned pair (oblock ^ 1) is read from the origin and
+ * filled too if it is not cached, after the client has its data, as an
+ * NBD_CMD_CACHE of that block would be (admitted whatever the policy says,
+ * counted neither as a read hit nor as a miss).  Data written together is
+ * read together: most read misses of the git benchmark are first reads of
+ * files and pack data written long before, and the block beside a missed
+ * one is read soon after.  Replay of six captured streams of that
+ * benchmark at 64 MiB: read hit ratio by request 0.847 -> 0.874.  On
+ * random reads (zipf over scattered ranks) the pair is rarely read and its
+ * fill only takes room from blocks that are, so pair fills pay for
+ * themselves or stop: a FIFO of the blocks pair-filled (pair_ghost) tells
+ * which client read hits they served, and while fewer than PAIR_USED_MIN
+ * of the last pair fills were read (the counts halve every PAIR_WINDOW
+ * fills) only one miss in PAIR_PROBE has its pair filled, so that a
+ * change of the load is noticed.  At most PAIR_INFLIGHT are in flight: a
+ * pair fill is background work and must not queue before clients on a
+ * loaded origin.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -77,6 +97,8 @@ struct rpiece {
 };
 
 struct rreq;
+static void read_start(struct ereq *e, bool sequential);
+static void pair_hit(struct cache *c, uint64_t oblock);
 
 /* One I/O: a run of cache sectors, or a run of origin bytes. */
 struct rrun {
@@ -189,7 +211,19 @@ static void read_cached(struct rreq *r, unsigned k, uint32_t id, const struct tc
 static bool fill_blocks(const struct cache *c)
 {
     switch (c->vol->cfg.fill) {
-    case TC_FILL_BLOCK: return true;
+    case TC_FILL_BLOCK:
+    case TC_FILL_PAIR: return true;
+    case TC_FILL_SECTORS: return false;
+    case TC_FILL_AUTO: break;
+    }
+    return c->block_size <= (256u << 10);
+}
+
+static bool fill_pairs(const struct cache *c)
+{
+    switch (c->vol->cfg.fill) {
+    case TC_FILL_PAIR: return true;
+    case TC_FILL_BLOCK:
     case TC_FILL_SECTORS: return false;
     case TC_FILL_AUTO: break;
     }
@@ -318,6 +352,8 @@ static void classify_and_issue(struct rreq *r)
         if (id != NIL && !r->bypass && mask_covers(&p->valid, &want)) {
             p->kind = P_HIT;
             policy_hit(c->policy, p->oblock, &CE(&c->map.idx, id)->hint);
+            if (!(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)))
+                pair_hit(c, p->oblock);
             if (in_miss) {
                 origin_run(r, miss_first, k - 1);
                 in_miss = false;
@@ -373,14 +409,15 @@ static void classify_and_issue(struct rreq *r)
 
 /* ---- completion ---- */
 
-static void fill(struct rreq *r, struct rpiece *p)
+/* Append the origin's data of an admitted miss; true if it was appended. */
+static bool fill(struct rreq *r, struct rpiece *p)
 {
     struct cache *c = r->c;
     if (!p->admit || p->bad)
-        return;
+        return false;
     if (block_gen(c->locks, p->oblock) != p->gen || block_is_locked(c->locks, p->oblock)) {
         c->st.fills_dropped++;
-        return;
+        return false;
     }
     struct tc_mask valid, dirty, stored, lost;
     uint32_t id = index_lookup(&c->map.idx, p->oblock);
@@ -388,7 +425,7 @@ static void fill(struct rreq *r, struct rpiece *p)
         ce_get_masks(&c->map.idx, id, &valid, &dirty);
         if (CE(&c->map.idx, id)->nfrags >= MAX_FRAGS) {
             c->st.fills_dropped++;
-            return;
+            return false;
         }
     } else {
         mask_clear(&valid);
@@ -405,11 +442,11 @@ static void fill(struct rreq *r, struct rpiece *p)
     if (lost_get(&c->map.lost, p->oblock, &lost))
         mask_andnot(&stored, &lost);
     if (mask_empty(&stored))
-        return;
+        return false;
     unsigned n = mask_count(&stored);
     if (!budget_allow(&c->budget, (uint64_t)n * TC_SECTOR)) {
         c->st.fills_dropped++;
-        return;
+        return false;
     }
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -439,6 +476,106 @@ static void fill(struct rreq *r, struct rpiece *p)
         c->st.fills_dropped++;
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
+    return at.err == 0;
+}
+
+/* ---- pair fills (see the top of the file) ---- */
+
+#define PAIR_WINDOW 256         /* fills over which usefulness is judged */
+#define PAIR_USED_MIN_NUM 1     /* PAIR_USED_MIN: 1 in 3 read */
+#define PAIR_USED_MIN_DEN 3
+#define PAIR_PROBE 32           /* while not paying: 1 miss in 32 */
+#define PAIR_INFLIGHT 4
+#define PAIR_PRIOR 16           /* a start as if this many fills were all read */
+#define PAIR_GHOST_MAX 1024     /* blocks remembered (16 bytes each) ... */
+#define PAIR_GHOST_SHARE 8      /* ... and at most 1/8 of the cache's */
+
+struct pair_fill {
+    struct ereq *e;
+    void *buf;
+    size_t len;
+};
+
+void pair_init(struct cache *c, uint64_t cache_blocks)
+{
+    uint64_t n = TC_MIN(cache_blocks / PAIR_GHOST_SHARE, (uint64_t)PAIR_GHOST_MAX);
+    c->pair.ghost = ghost_create(n ? n : 1);
+    /* A few scattered misses at the start (a mkfs reading its superblock
+     * copies) must not close the gate before the load shows itself. */
+    c->pair.issued = c->pair.used = PAIR_PRIOR;
+}
+
+void pair_fini(struct cache *c)
+{
+    ghost_destroy(c->pair.ghost);
+    c->pair.ghost = NULL;
+}
+
+uint64_t pair_memory(const struct cache *c)
+{
+    return c->pair.ghost ? ghost_memory(c->pair.ghost) : 0;
+}
+
+/* A client read hit oblock: a pair fill's block read counts as used. */
+static void pair_hit(struct cache *c, uint64_t oblock)
+{
+    if (c->pair.ghost && ghost_contains(c->pair.ghost, oblock)) {
+        ghost_remove(c->pair.ghost, oblock);
+        c->pair.used++;
+        c->st.pair_fills_read++;
+    }
+}
+
+static void pair_done(struct ereq *e)
+{
+    struct pair_fill *pf = e->owner;
+    struct cache *c = e->vol->cache;
+    if (c)
+        c->pair.inflight--;
+    bufpool_put(pf->buf, pf->len);
+    free(pf);
+    ereq_free(e);
+}
+
+/* A client read miss filled oblock: fill its pair too, if that pays. */
+static void pair_fill(struct cache *c, uint64_t oblock)
+{
+    struct tc_volume *vol = c->vol;
+    uint64_t pair = oblock ^ 1, off = pair * c->block_size;
+    if (c->pair.ghost == NULL || off >= vol->size || vol->closing || vol->gate ||
+        vol->fenced || vol->detached || vol->cache_failed || vol->read_only ||
+        c->pair.inflight >= PAIR_INFLIGHT || index_lookup(&c->map.idx, pair) != NIL)
+        return;
+    bool paying = c->pair.used * PAIR_USED_MIN_DEN >= c->pair.issued * PAIR_USED_MIN_NUM;
+    if (!paying && c->pair.probe++ % PAIR_PROBE != 0) {
+        c->st.pair_fills_skipped++;
+        return;
+    }
+    if (++c->pair.issued >= PAIR_WINDOW) {
+        c->pair.issued /= 2;
+        c->pair.used /= 2;
+    }
+    ghost_add(c->pair.ghost, pair);
+    c->st.pair_fills++;
+    struct pair_fill *pf = tc_xcalloc(1, sizeof *pf);
+    struct ereq *e = ereq_new(vol);
+    pf->e = e;
+    pf->len = TC_MIN((uint64_t)c->block_size, vol->size - off);
+    pf->buf = bufpool_get(pf->len);
+    e->op = TC_OP_READ;
+    e->off = off;
+    e->len = pf->len;
+    e->buf = pf->buf;
+    e->flags = EREQ_FORCE_ADMIT | EREQ_READAHEAD;
+    e->complete = pair_done;
+    e->owner = pf;
+    /* As engine_dispatch() counts a request of the cache path, so that a
+     * detach or an attach waits for it; straight to the read, not through
+     * cache_read(): it is no part of a client's stream. */
+    e->via_cache = true;
+    vol->cache_inflight++;
+    c->pair.inflight++;
+    read_start(e, false);
 }
 
 static void finish(struct rreq *r)
@@ -473,9 +610,15 @@ static void finish(struct rreq *r)
      * what was gathered meanwhile may be the origin's older copy. */
     if (r->join.err == 0 && cache_lost_overlaps(c, e->off, e->len))
         join_error(&r->join, -EIO);
+    /* Pairs of blocks this client read filled (at most two: the first and
+     * the last block's; any between have their pair in the request). */
+    uint64_t pairs[2];
+    unsigned npairs = 0;
+    bool client = !(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)) && fill_pairs(c);
     if (r->join.err == 0)
         for (unsigned i = 0; i < r->np; i++)
-            fill(r, &r->p[i]);
+            if (fill(r, &r->p[i]) && client && (i == 0 || i == r->np - 1) && npairs < 2)
+                pairs[npairs++] = r->p[i].oblock;
     for (unsigned i = 0; i < r->np; i++) {
         struct rpiece *p = &r->p[i];
         if (p->ovbuf)
@@ -502,6 +645,8 @@ static void finish(struct rreq *r)
     free(r->p);
     tc_obj_put(r, sizeof *r);
     e->complete(e);
+    for (unsigned i = 0; i < npairs; i++)
+        pair_fill(c, pairs[i]);
 }
 
 /* Dirty data of a piece whose cached copy failed: read again from the
