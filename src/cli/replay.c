@@ -60,7 +60,7 @@ static const char replay_help[] =
 "                       (default 64K, format's default)\n"
 "  --mode MODE          engine policies: wt (writethrough, default) or wb\n"
 "                       (writeback)\n"
-"  --fill KIND          engine policies: pair, block, sectors or auto, as\n"
+"  --fill KIND          engine policies: group, block, sectors or auto, as\n"
 "                       serve\n"
 "  --sequential-cutoff SIZE\n"
 "                       engine policies: as serve (default: serve's)\n"
@@ -810,10 +810,10 @@ int cmd_replay(int argc, char **argv)
                 a.fill = TC_FILL_BLOCK;
             else if (strcmp(optarg, "sectors") == 0)
                 a.fill = TC_FILL_SECTORS;
-            else if (strcmp(optarg, "pair") == 0)
-                a.fill = TC_FILL_PAIR;
+            else if (strcmp(optarg, "group") == 0)
+                a.fill = TC_FILL_GROUP;
             else
-                tc_die(2, "--fill '%s': choose pair, block, sectors or auto", optarg);
+                tc_die(2, "--fill '%s': choose group, block, sectors or auto", optarg);
             a.engine_only_set = true;
             break;
         case OPT_CUTOFF:

@@ -136,13 +136,13 @@ struct cache {
     struct verify_cache *verify;    /* verify.h: the CRCs of chunks read or written */
     struct streams *streams;        /* stream.h: sequential streams */
     struct readahead *ra;           /* readahead.h */
-    /* Pair fills (readpath.c): the blocks pair-filled lately, and how
+    /* Group fills (readpath.c): the blocks group-filled lately, and how
      * many fills were issued and read in the current window. */
     struct {
         struct ghost *ghost;
         uint64_t issued, used, probe;
         unsigned inflight;
-    } pair;
+    } group;
 
     struct space sp;                /* space.h: segments, groups, free space */
     struct log lg;                  /* log.h: heads, chunks, sequence, durability */

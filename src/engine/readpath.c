@@ -37,25 +37,25 @@
  * read again on its own, so an origin error is reported for exactly the
  * range asked for (and nothing is filled).
  *
- * Pair fills (--fill pair, and auto for blocks of up to 256 KiB): when a
- * client read miss filled its block, the other block
- * of the block's aligned pair (oblock ^ 1) is read from the origin and
- * filled too if it is not cached, after the client has its data, as an
- * NBD_CMD_CACHE of that block would be (admitted whatever the policy says,
- * counted neither as a read hit nor as a miss).  Data written together is
+ * Group fills (--fill group, and auto for blocks of up to 256 KiB): when a
+ * client read miss filled its block, the other blocks of its aligned
+ * group of GROUP_BLOCKS (oblock & ~3 to oblock | 3) that are not cached
+ * are read from the origin and filled too, after the client has its data,
+ * as an NBD_CMD_CACHE of each would be (admitted whatever the policy says,
+ * counted neither as read hits nor as misses).  Data written together is
  * read together: most read misses of the git benchmark are first reads of
- * files and pack data written long before, and the block beside a missed
- * one is read soon after.  Replay of six captured streams of that
- * benchmark at 64 MiB: read hit ratio by request 0.847 -> 0.874.  On
- * random reads (zipf over scattered ranks) the pair is rarely read and its
- * fill only takes room from blocks that are, so pair fills pay for
- * themselves or stop: a FIFO of the blocks pair-filled (pair_ghost) tells
- * which client read hits they served, and while fewer than PAIR_USED_MIN
- * of the last pair fills were read (the counts halve every PAIR_WINDOW
- * fills) only one miss in PAIR_PROBE has its pair filled, so that a
- * change of the load is noticed.  At most PAIR_INFLIGHT are in flight: a
- * pair fill is background work and must not queue before clients on a
- * loaded origin.
+ * files and pack data written long before, and the blocks beside a missed
+ * one are read soon after.  Replay of six captured streams of that
+ * benchmark at 64 MiB: read hit ratio by request 0.847 -> 0.905 (0.874
+ * with pairs of blocks).  On random reads (zipf over scattered ranks) the
+ * neighbours are rarely read and their fills only take room from blocks
+ * that are, so group fills pay for themselves or stop: a FIFO of the
+ * blocks group-filled (the ghost) tells which client read hits they
+ * served, and while fewer than GROUP_USED_MIN of the last fills were read
+ * (the counts halve every GROUP_WINDOW fills) only one miss in GROUP_PROBE
+ * has its group filled, so that a change of the load is noticed.  At most
+ * GROUP_INFLIGHT are in flight: a group fill is background work and must
+ * not queue before clients on a loaded origin.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -98,7 +98,7 @@ struct rpiece {
 
 struct rreq;
 static void read_start(struct ereq *e, bool sequential);
-static void pair_hit(struct cache *c, uint64_t oblock);
+static void group_hit(struct cache *c, uint64_t oblock);
 
 /* One I/O: a run of cache sectors, or a run of origin bytes. */
 struct rrun {
@@ -212,17 +212,17 @@ static bool fill_blocks(const struct cache *c)
 {
     switch (c->vol->cfg.fill) {
     case TC_FILL_BLOCK:
-    case TC_FILL_PAIR: return true;
+    case TC_FILL_GROUP: return true;
     case TC_FILL_SECTORS: return false;
     case TC_FILL_AUTO: break;
     }
     return c->block_size <= (256u << 10);
 }
 
-static bool fill_pairs(const struct cache *c)
+static bool fill_groups(const struct cache *c)
 {
     switch (c->vol->cfg.fill) {
-    case TC_FILL_PAIR: return true;
+    case TC_FILL_GROUP: return true;
     case TC_FILL_BLOCK:
     case TC_FILL_SECTORS: return false;
     case TC_FILL_AUTO: break;
@@ -353,7 +353,7 @@ static void classify_and_issue(struct rreq *r)
             p->kind = P_HIT;
             policy_hit(c->policy, p->oblock, &CE(&c->map.idx, id)->hint);
             if (!(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)))
-                pair_hit(c, p->oblock);
+                group_hit(c, p->oblock);
             if (in_miss) {
                 origin_run(r, miss_first, k - 1);
                 in_miss = false;
@@ -479,103 +479,120 @@ static bool fill(struct rreq *r, struct rpiece *p)
     return at.err == 0;
 }
 
-/* ---- pair fills (see the top of the file) ---- */
+/* ---- group fills (see the top of the file) ---- */
 
-#define PAIR_WINDOW 256         /* fills over which usefulness is judged */
-#define PAIR_USED_MIN_NUM 1     /* PAIR_USED_MIN: 1 in 3 read */
-#define PAIR_USED_MIN_DEN 3
-#define PAIR_PROBE 32           /* while not paying: 1 miss in 32 */
-#define PAIR_INFLIGHT 4
-#define PAIR_PRIOR 16           /* a start as if this many fills were all read */
-#define PAIR_GHOST_MAX 1024     /* blocks remembered (16 bytes each) ... */
-#define PAIR_GHOST_SHARE 8      /* ... and at most 1/8 of the cache's */
+#define GROUP_WINDOW 256         /* fills over which usefulness is judged */
+#define GROUP_USED_MIN_NUM 1     /* GROUP_USED_MIN: 1 in 3 read */
+#define GROUP_USED_MIN_DEN 3
+#define GROUP_PROBE 32           /* while not paying: 1 miss in 32 */
+#define GROUP_BLOCKS 4          /* a power of two */
+#define GROUP_INFLIGHT 8
+#define GROUP_PRIOR 16           /* a start as if this many fills were all read */
+#define GROUP_GHOST_MAX 1024     /* blocks remembered (16 bytes each) ... */
+#define GROUP_GHOST_SHARE 8      /* ... and at most 1/8 of the cache's */
 
-struct pair_fill {
+struct group_fill {
     struct ereq *e;
     void *buf;
     size_t len;
 };
 
-void pair_init(struct cache *c, uint64_t cache_blocks)
+void group_init(struct cache *c, uint64_t cache_blocks)
 {
-    uint64_t n = TC_MIN(cache_blocks / PAIR_GHOST_SHARE, (uint64_t)PAIR_GHOST_MAX);
-    c->pair.ghost = ghost_create(n ? n : 1);
+    uint64_t n = TC_MIN(cache_blocks / GROUP_GHOST_SHARE, (uint64_t)GROUP_GHOST_MAX);
+    c->group.ghost = ghost_create(n ? n : 1);
     /* A few scattered misses at the start (a mkfs reading its superblock
      * copies) must not close the gate before the load shows itself. */
-    c->pair.issued = c->pair.used = PAIR_PRIOR;
+    c->group.issued = c->group.used = GROUP_PRIOR;
 }
 
-void pair_fini(struct cache *c)
+void group_fini(struct cache *c)
 {
-    ghost_destroy(c->pair.ghost);
-    c->pair.ghost = NULL;
+    ghost_destroy(c->group.ghost);
+    c->group.ghost = NULL;
 }
 
-uint64_t pair_memory(const struct cache *c)
+uint64_t group_memory(const struct cache *c)
 {
-    return c->pair.ghost ? ghost_memory(c->pair.ghost) : 0;
+    return c->group.ghost ? ghost_memory(c->group.ghost) : 0;
 }
 
-/* A client read hit oblock: a pair fill's block read counts as used. */
-static void pair_hit(struct cache *c, uint64_t oblock)
+/* A client read hit oblock: a group fill's block read counts as used. */
+static void group_hit(struct cache *c, uint64_t oblock)
 {
-    if (c->pair.ghost && ghost_contains(c->pair.ghost, oblock)) {
-        ghost_remove(c->pair.ghost, oblock);
-        c->pair.used++;
-        c->st.pair_fills_read++;
+    if (c->group.ghost && ghost_contains(c->group.ghost, oblock)) {
+        ghost_remove(c->group.ghost, oblock);
+        c->group.used++;
+        c->st.group_fills_read++;
     }
 }
 
-static void pair_done(struct ereq *e)
+static void group_done(struct ereq *e)
 {
-    struct pair_fill *pf = e->owner;
+    struct group_fill *pf = e->owner;
     struct cache *c = e->vol->cache;
     if (c)
-        c->pair.inflight--;
+        c->group.inflight--;
     bufpool_put(pf->buf, pf->len);
     free(pf);
     ereq_free(e);
 }
 
-/* A client read miss filled oblock: fill its pair too, if that pays. */
-static void pair_fill(struct cache *c, uint64_t oblock)
+/* Fill block `blk` (not cached) for a group fill. */
+static void group_fill_one(struct cache *c, uint64_t blk)
 {
     struct tc_volume *vol = c->vol;
-    uint64_t pair = oblock ^ 1, off = pair * c->block_size;
-    if (c->pair.ghost == NULL || off >= vol->size || vol->closing || vol->gate ||
-        vol->fenced || vol->detached || vol->cache_failed || vol->read_only ||
-        c->pair.inflight >= PAIR_INFLIGHT || index_lookup(&c->map.idx, pair) != NIL)
-        return;
-    bool paying = c->pair.used * PAIR_USED_MIN_DEN >= c->pair.issued * PAIR_USED_MIN_NUM;
-    if (!paying && c->pair.probe++ % PAIR_PROBE != 0) {
-        c->st.pair_fills_skipped++;
-        return;
+    uint64_t off = blk * c->block_size;
+    if (++c->group.issued >= GROUP_WINDOW) {
+        c->group.issued /= 2;
+        c->group.used /= 2;
     }
-    if (++c->pair.issued >= PAIR_WINDOW) {
-        c->pair.issued /= 2;
-        c->pair.used /= 2;
-    }
-    ghost_add(c->pair.ghost, pair);
-    c->st.pair_fills++;
-    struct pair_fill *pf = tc_xcalloc(1, sizeof *pf);
+    ghost_add(c->group.ghost, blk);
+    c->st.group_fills++;
+    struct group_fill *gf = tc_xcalloc(1, sizeof *gf);
     struct ereq *e = ereq_new(vol);
-    pf->e = e;
-    pf->len = TC_MIN((uint64_t)c->block_size, vol->size - off);
-    pf->buf = bufpool_get(pf->len);
+    gf->e = e;
+    gf->len = TC_MIN((uint64_t)c->block_size, vol->size - off);
+    gf->buf = bufpool_get(gf->len);
     e->op = TC_OP_READ;
     e->off = off;
-    e->len = pf->len;
-    e->buf = pf->buf;
+    e->len = gf->len;
+    e->buf = gf->buf;
     e->flags = EREQ_FORCE_ADMIT | EREQ_READAHEAD;
-    e->complete = pair_done;
-    e->owner = pf;
+    e->complete = group_done;
+    e->owner = gf;
     /* As engine_dispatch() counts a request of the cache path, so that a
      * detach or an attach waits for it; straight to the read, not through
      * cache_read(): it is no part of a client's stream. */
     e->via_cache = true;
     vol->cache_inflight++;
-    c->pair.inflight++;
+    c->group.inflight++;
     read_start(e, false);
+}
+
+/* A client read miss filled oblock: fill the rest of its group, if that
+ * pays.  The gate is asked once per miss with something to fill. */
+static void group_fill(struct cache *c, uint64_t oblock)
+{
+    struct tc_volume *vol = c->vol;
+    if (c->group.ghost == NULL || vol->closing || vol->gate || vol->fenced || vol->detached ||
+        vol->cache_failed || vol->read_only)
+        return;
+    uint64_t first = oblock & ~(uint64_t)(GROUP_BLOCKS - 1), want[GROUP_BLOCKS];
+    unsigned n = 0;
+    for (uint64_t b = first; b < first + GROUP_BLOCKS; b++)
+        if (b != oblock && b * c->block_size < vol->size &&
+            index_lookup(&c->map.idx, b) == NIL)
+            want[n++] = b;
+    if (n == 0)
+        return;
+    bool paying = c->group.used * GROUP_USED_MIN_DEN >= c->group.issued * GROUP_USED_MIN_NUM;
+    if (!paying && c->group.probe++ % GROUP_PROBE != 0) {
+        c->st.group_fills_skipped += n;
+        return;
+    }
+    for (unsigned i = 0; i < n && c->group.inflight < GROUP_INFLIGHT; i++)
+        group_fill_one(c, want[i]);
 }
 
 static void finish(struct rreq *r)
@@ -610,15 +627,17 @@ static void finish(struct rreq *r)
      * what was gathered meanwhile may be the origin's older copy. */
     if (r->join.err == 0 && cache_lost_overlaps(c, e->off, e->len))
         join_error(&r->join, -EIO);
-    /* Pairs of blocks this client read filled (at most two: the first and
-     * the last block's; any between have their pair in the request). */
-    uint64_t pairs[2];
-    unsigned npairs = 0;
-    bool client = !(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)) && fill_pairs(c);
+    /* Blocks this client read filled whose groups may reach outside the
+     * request: the first and the last (any between lie in groups the
+     * request covers, or share the first's or the last's). */
+    uint64_t grp[2];
+    unsigned ngrp = 0;
+    bool client = !(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)) && fill_groups(c);
     if (r->join.err == 0)
         for (unsigned i = 0; i < r->np; i++)
-            if (fill(r, &r->p[i]) && client && (i == 0 || i == r->np - 1) && npairs < 2)
-                pairs[npairs++] = r->p[i].oblock;
+            if (fill(r, &r->p[i]) && client && (i == 0 || i == r->np - 1) &&
+                (ngrp == 0 || grp[0] / GROUP_BLOCKS != r->p[i].oblock / GROUP_BLOCKS))
+                grp[ngrp++] = r->p[i].oblock;
     for (unsigned i = 0; i < r->np; i++) {
         struct rpiece *p = &r->p[i];
         if (p->ovbuf)
@@ -645,8 +664,8 @@ static void finish(struct rreq *r)
     free(r->p);
     tc_obj_put(r, sizeof *r);
     e->complete(e);
-    for (unsigned i = 0; i < npairs; i++)
-        pair_fill(c, pairs[i]);
+    for (unsigned i = 0; i < ngrp; i++)
+        group_fill(c, grp[i]);
 }
 
 /* Dirty data of a piece whose cached copy failed: read again from the

@@ -16,11 +16,11 @@ struct ereq;
 void cache_read(struct ereq *e);
 void cache_read_direct(struct ereq *e);    /* without read-ahead */
 
-/* Pair fills (readpath.c): the state is made at attach for a cache of
+/* Group fills (readpath.c): the state is made at attach for a cache of
  * cache_blocks blocks and freed at close; its memory for status. */
 struct cache;
-void pair_init(struct cache *c, uint64_t cache_blocks);
-void pair_fini(struct cache *c);
-uint64_t pair_memory(const struct cache *c);
+void group_init(struct cache *c, uint64_t cache_blocks);
+void group_fini(struct cache *c);
+uint64_t group_memory(const struct cache *c);
 
 #endif
