@@ -60,7 +60,8 @@ static const char replay_help[] =
 "                       (default 64K, format's default)\n"
 "  --mode MODE          engine policies: wt (writethrough, default) or wb\n"
 "                       (writeback)\n"
-"  --fill KIND          engine policies: block, sectors or auto, as serve\n"
+"  --fill KIND          engine policies: group, block, sectors or auto, as\n"
+"                       serve\n"
 "  --sequential-cutoff SIZE\n"
 "                       engine policies: as serve (default: serve's)\n"
 "  --json               print the results as JSON, with the simulation's\n"
@@ -809,8 +810,10 @@ int cmd_replay(int argc, char **argv)
                 a.fill = TC_FILL_BLOCK;
             else if (strcmp(optarg, "sectors") == 0)
                 a.fill = TC_FILL_SECTORS;
+            else if (strcmp(optarg, "group") == 0)
+                a.fill = TC_FILL_GROUP;
             else
-                tc_die(2, "--fill '%s': choose block, sectors or auto", optarg);
+                tc_die(2, "--fill '%s': choose group, block, sectors or auto", optarg);
             a.engine_only_set = true;
             break;
         case OPT_CUTOFF:

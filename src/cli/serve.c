@@ -62,9 +62,12 @@ static const char serve_help[] =
 "                       before (a hot stream; see tiercache(8))\n"
 "  --fill KIND          what a read miss brings into the cache: block (the\n"
 "                       whole cache block, read from the origin in one\n"
-"                       request), sectors (only what was read) or auto\n"
-"                       (default: block for blocks of up to 256K, sectors\n"
-"                       for larger ones)\n"
+"                       request), group (the block, then the other blocks\n"
+"                       of its aligned group of 4 that are not cached,\n"
+"                       while such fills are read often enough to pay),\n"
+"                       sectors (only what was read) or auto (default:\n"
+"                       group for blocks of up to 256K, sectors for larger\n"
+"                       ones)\n"
 "  --readahead SIZE     keep up to SIZE of a cached sequential read stream\n"
 "                       loading ahead of the client, so every cache device\n"
 "                       stays busy (default 8M, at most 64M; 0 disables)\n"
@@ -593,8 +596,10 @@ int cmd_serve(int argc, char **argv)
                 vcfg.fill = TC_FILL_BLOCK;
             else if (strcmp(optarg, "sectors") == 0)
                 vcfg.fill = TC_FILL_SECTORS;
+            else if (strcmp(optarg, "group") == 0)
+                vcfg.fill = TC_FILL_GROUP;
             else
-                tc_die(2, "--fill '%s': choose block, sectors or auto", optarg);
+                tc_die(2, "--fill '%s': choose group, block, sectors or auto", optarg);
             break;
         case OPT_READAHEAD:
             if (tc_parse_size("--readahead", optarg, &vcfg.readahead, err, sizeof err) < 0)

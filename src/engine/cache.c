@@ -463,6 +463,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     c->locks = blocklocks_new();
     c->streams = streams_new(vol->cfg.sequential_cutoff);
     readahead_init(c);
+    group_init(c, cache_blocks);
     cleaner_init(c);
     writeback_init(c);
 
@@ -979,7 +980,9 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
  * their blocks dirty), the log says so, and the wait goes on for those
  * completions.  Jobs are never freed under a request the device still
  * holds: a device without abort (a local file, whose requests the kernel
- * ends) is waited for.  So are read-ahead's own reads of the cache devices
+ * ends) is waited for, and so are group fills (readpath.c: origin reads no
+ * client waits for, whose completions append to the log) with them.  So
+ * are read-ahead's own reads of the cache devices
  * (no client request waits for them once the clients are gone or held at
  * an attach's gate): their completions use the cache and their slots'
  * buffers, which an attach frees right after the close, and a read error
@@ -991,7 +994,7 @@ static void close_quiet(struct tc_timer *t)
 {
     struct close_ctx *x = container_of(t, struct close_ctx, quiet);
     struct cache *c = x->c;
-    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c)) {
+    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c) || c->group.inflight > 0) {
         uint64_t now = tc_now_ns();
         uint64_t limit = c->vol->origin->hold_timeout_ns;
         limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + close_origin_slack_ns();
@@ -1130,6 +1133,7 @@ void cache_free(struct cache *c)
     free(c->state_path);
     free(c->damage);
     readahead_fini(c);
+    group_fini(c);
     streams_free(c->streams);
     c->streams = NULL;
     blocklocks_free(c->locks);
@@ -1197,7 +1201,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     struct index_memory im;
     index_memory_parts(&c->map.idx, &im);
     uint64_t index_mem = im.entries + im.fragments + im.buckets + im.masks;
-    uint64_t policy_mem = policy_memory(c->policy);
+    uint64_t policy_mem = policy_memory(c->policy) + group_memory(c);
     /* The other memory that grows with the cache or the origin: the
      * segments' chunk tables and the dirty bitmap (one bit per origin
      * block). */
@@ -1247,6 +1251,9 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "fills_dropped", s->fills_dropped);
     json_uint(j, "fills_block", s->fills_block);
     json_uint(j, "fills_sectors", s->fills_sectors);
+    json_uint(j, "group_fills", s->group_fills);
+    json_uint(j, "group_fills_read", s->group_fills_read);
+    json_uint(j, "group_fills_skipped", s->group_fills_skipped);
     json_uint(j, "not_admitted", s->not_admitted);
     json_uint(j, "demotions", s->demotions);
     json_uint(j, "reinsertions", s->reinsertions);

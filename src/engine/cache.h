@@ -110,6 +110,7 @@ struct cache_dev {
 struct blocklocks;
 struct cleaner;
 struct readahead;
+struct ghost;
 struct rewrite;
 struct streams;
 struct verify_cache;
@@ -135,6 +136,13 @@ struct cache {
     struct verify_cache *verify;    /* verify.h: the CRCs of chunks read or written */
     struct streams *streams;        /* stream.h: sequential streams */
     struct readahead *ra;           /* readahead.h */
+    /* Group fills (readpath.c): the blocks group-filled lately, and how
+     * many fills were issued and read in the current window. */
+    struct {
+        struct ghost *ghost;
+        uint64_t issued, used, probe;
+        unsigned inflight;
+    } group;
 
     struct space sp;                /* space.h: segments, groups, free space */
     struct log lg;                  /* log.h: heads, chunks, sequence, durability */

@@ -36,6 +36,26 @@
  * in it drops the fill.  If the widened read fails, the client's range is
  * read again on its own, so an origin error is reported for exactly the
  * range asked for (and nothing is filled).
+ *
+ * Group fills (--fill group, and auto for blocks of up to 256 KiB): when a
+ * client read miss filled its block, the other blocks of its aligned
+ * group of GROUP_BLOCKS (oblock & ~3 to oblock | 3) that are not cached
+ * are read from the origin and filled too, after the client has its data,
+ * as an NBD_CMD_CACHE of each would be (admitted whatever the policy says,
+ * counted neither as read hits nor as misses).  Data written together is
+ * read together: most read misses of the git benchmark are first reads of
+ * files and pack data written long before, and the blocks beside a missed
+ * one are read soon after.  Replay of six captured streams of that
+ * benchmark at 64 MiB: read hit ratio by request 0.847 -> 0.905 (0.874
+ * with pairs of blocks).  On random reads (zipf over scattered ranks) the
+ * neighbours are rarely read and their fills only take room from blocks
+ * that are, so group fills pay for themselves or stop: a FIFO of the
+ * blocks group-filled (the ghost) tells which client read hits they
+ * served, and while fewer than GROUP_USED_MIN of the last fills were read
+ * (the counts halve every GROUP_WINDOW fills) only one miss in GROUP_PROBE
+ * has its group filled, so that a change of the load is noticed.  At most
+ * GROUP_INFLIGHT are in flight: a group fill is background work and must
+ * not queue before clients on a loaded origin.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -77,6 +97,8 @@ struct rpiece {
 };
 
 struct rreq;
+static void read_start(struct ereq *e, bool sequential);
+static void group_hit(struct cache *c, uint64_t oblock);
 
 /* One I/O: a run of cache sectors, or a run of origin bytes. */
 struct rrun {
@@ -189,7 +211,19 @@ static void read_cached(struct rreq *r, unsigned k, uint32_t id, const struct tc
 static bool fill_blocks(const struct cache *c)
 {
     switch (c->vol->cfg.fill) {
-    case TC_FILL_BLOCK: return true;
+    case TC_FILL_BLOCK:
+    case TC_FILL_GROUP: return true;
+    case TC_FILL_SECTORS: return false;
+    case TC_FILL_AUTO: break;
+    }
+    return c->block_size <= (256u << 10);
+}
+
+static bool fill_groups(const struct cache *c)
+{
+    switch (c->vol->cfg.fill) {
+    case TC_FILL_GROUP: return true;
+    case TC_FILL_BLOCK:
     case TC_FILL_SECTORS: return false;
     case TC_FILL_AUTO: break;
     }
@@ -318,6 +352,8 @@ static void classify_and_issue(struct rreq *r)
         if (id != NIL && !r->bypass && mask_covers(&p->valid, &want)) {
             p->kind = P_HIT;
             policy_hit(c->policy, p->oblock, &CE(&c->map.idx, id)->hint);
+            if (!(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)))
+                group_hit(c, p->oblock);
             if (in_miss) {
                 origin_run(r, miss_first, k - 1);
                 in_miss = false;
@@ -373,14 +409,15 @@ static void classify_and_issue(struct rreq *r)
 
 /* ---- completion ---- */
 
-static void fill(struct rreq *r, struct rpiece *p)
+/* Append the origin's data of an admitted miss; true if it was appended. */
+static bool fill(struct rreq *r, struct rpiece *p)
 {
     struct cache *c = r->c;
     if (!p->admit || p->bad)
-        return;
+        return false;
     if (block_gen(c->locks, p->oblock) != p->gen || block_is_locked(c->locks, p->oblock)) {
         c->st.fills_dropped++;
-        return;
+        return false;
     }
     struct tc_mask valid, dirty, stored, lost;
     uint32_t id = index_lookup(&c->map.idx, p->oblock);
@@ -388,7 +425,7 @@ static void fill(struct rreq *r, struct rpiece *p)
         ce_get_masks(&c->map.idx, id, &valid, &dirty);
         if (CE(&c->map.idx, id)->nfrags >= MAX_FRAGS) {
             c->st.fills_dropped++;
-            return;
+            return false;
         }
     } else {
         mask_clear(&valid);
@@ -405,11 +442,11 @@ static void fill(struct rreq *r, struct rpiece *p)
     if (lost_get(&c->map.lost, p->oblock, &lost))
         mask_andnot(&stored, &lost);
     if (mask_empty(&stored))
-        return;
+        return false;
     unsigned n = mask_count(&stored);
     if (!budget_allow(&c->budget, (uint64_t)n * TC_SECTOR)) {
         c->st.fills_dropped++;
-        return;
+        return false;
     }
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -439,6 +476,123 @@ static void fill(struct rreq *r, struct rpiece *p)
         c->st.fills_dropped++;
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
+    return at.err == 0;
+}
+
+/* ---- group fills (see the top of the file) ---- */
+
+#define GROUP_WINDOW 256         /* fills over which usefulness is judged */
+#define GROUP_USED_MIN_NUM 1     /* GROUP_USED_MIN: 1 in 3 read */
+#define GROUP_USED_MIN_DEN 3
+#define GROUP_PROBE 32           /* while not paying: 1 miss in 32 */
+#define GROUP_BLOCKS 4          /* a power of two */
+#define GROUP_INFLIGHT 8
+#define GROUP_PRIOR 16           /* a start as if this many fills were all read */
+#define GROUP_GHOST_MAX 1024     /* blocks remembered (16 bytes each) ... */
+#define GROUP_GHOST_SHARE 8      /* ... and at most 1/8 of the cache's */
+
+struct group_fill {
+    struct ereq *e;
+    void *buf;
+    size_t len;
+};
+
+void group_init(struct cache *c, uint64_t cache_blocks)
+{
+    uint64_t n = TC_MIN(cache_blocks / GROUP_GHOST_SHARE, (uint64_t)GROUP_GHOST_MAX);
+    c->group.ghost = ghost_create(n ? n : 1);
+    /* A few scattered misses at the start (a mkfs reading its superblock
+     * copies) must not close the gate before the load shows itself. */
+    c->group.issued = c->group.used = GROUP_PRIOR;
+}
+
+void group_fini(struct cache *c)
+{
+    ghost_destroy(c->group.ghost);
+    c->group.ghost = NULL;
+}
+
+uint64_t group_memory(const struct cache *c)
+{
+    return c->group.ghost ? ghost_memory(c->group.ghost) : 0;
+}
+
+/* A client read hit oblock: a group fill's block read counts as used. */
+static void group_hit(struct cache *c, uint64_t oblock)
+{
+    if (c->group.ghost && ghost_contains(c->group.ghost, oblock)) {
+        ghost_remove(c->group.ghost, oblock);
+        c->group.used++;
+        c->st.group_fills_read++;
+    }
+}
+
+static void group_done(struct ereq *e)
+{
+    struct group_fill *pf = e->owner;
+    struct cache *c = e->vol->cache;
+    if (c)
+        c->group.inflight--;
+    bufpool_put(pf->buf, pf->len);
+    free(pf);
+    ereq_free(e);
+}
+
+/* Fill block `blk` (not cached) for a group fill. */
+static void group_fill_one(struct cache *c, uint64_t blk)
+{
+    struct tc_volume *vol = c->vol;
+    uint64_t off = blk * c->block_size;
+    if (++c->group.issued >= GROUP_WINDOW) {
+        c->group.issued /= 2;
+        c->group.used /= 2;
+    }
+    ghost_add(c->group.ghost, blk);
+    c->st.group_fills++;
+    struct group_fill *gf = tc_xcalloc(1, sizeof *gf);
+    struct ereq *e = ereq_new(vol);
+    gf->e = e;
+    gf->len = TC_MIN((uint64_t)c->block_size, vol->size - off);
+    gf->buf = bufpool_get(gf->len);
+    e->op = TC_OP_READ;
+    e->off = off;
+    e->len = gf->len;
+    e->buf = gf->buf;
+    e->flags = EREQ_FORCE_ADMIT | EREQ_READAHEAD;
+    e->complete = group_done;
+    e->owner = gf;
+    /* As engine_dispatch() counts a request of the cache path, so that a
+     * detach or an attach waits for it; straight to the read, not through
+     * cache_read(): it is no part of a client's stream. */
+    e->via_cache = true;
+    vol->cache_inflight++;
+    c->group.inflight++;
+    read_start(e, false);
+}
+
+/* A client read miss filled oblock: fill the rest of its group, if that
+ * pays.  The gate is asked once per miss with something to fill. */
+static void group_fill(struct cache *c, uint64_t oblock)
+{
+    struct tc_volume *vol = c->vol;
+    if (c->group.ghost == NULL || vol->closing || vol->gate || vol->fenced || vol->detached ||
+        vol->cache_failed || vol->read_only)
+        return;
+    uint64_t first = oblock & ~(uint64_t)(GROUP_BLOCKS - 1), want[GROUP_BLOCKS];
+    unsigned n = 0;
+    for (uint64_t b = first; b < first + GROUP_BLOCKS; b++)
+        if (b != oblock && b * c->block_size < vol->size &&
+            index_lookup(&c->map.idx, b) == NIL)
+            want[n++] = b;
+    if (n == 0)
+        return;
+    bool paying = c->group.used * GROUP_USED_MIN_DEN >= c->group.issued * GROUP_USED_MIN_NUM;
+    if (!paying && c->group.probe++ % GROUP_PROBE != 0) {
+        c->st.group_fills_skipped += n;
+        return;
+    }
+    for (unsigned i = 0; i < n && c->group.inflight < GROUP_INFLIGHT; i++)
+        group_fill_one(c, want[i]);
 }
 
 static void finish(struct rreq *r)
@@ -473,9 +627,17 @@ static void finish(struct rreq *r)
      * what was gathered meanwhile may be the origin's older copy. */
     if (r->join.err == 0 && cache_lost_overlaps(c, e->off, e->len))
         join_error(&r->join, -EIO);
+    /* Blocks this client read filled whose groups may reach outside the
+     * request: the first and the last (any between lie in groups the
+     * request covers, or share the first's or the last's). */
+    uint64_t grp[2];
+    unsigned ngrp = 0;
+    bool client = !(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)) && fill_groups(c);
     if (r->join.err == 0)
         for (unsigned i = 0; i < r->np; i++)
-            fill(r, &r->p[i]);
+            if (fill(r, &r->p[i]) && client && (i == 0 || i == r->np - 1) &&
+                (ngrp == 0 || grp[0] / GROUP_BLOCKS != r->p[i].oblock / GROUP_BLOCKS))
+                grp[ngrp++] = r->p[i].oblock;
     for (unsigned i = 0; i < r->np; i++) {
         struct rpiece *p = &r->p[i];
         if (p->ovbuf)
@@ -502,6 +664,8 @@ static void finish(struct rreq *r)
     free(r->p);
     tc_obj_put(r, sizeof *r);
     e->complete(e);
+    for (unsigned i = 0; i < ngrp; i++)
+        group_fill(c, grp[i]);
 }
 
 /* Dirty data of a piece whose cached copy failed: read again from the

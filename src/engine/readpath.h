@@ -9,9 +9,18 @@
 #ifndef TC_ENGINE_READPATH_H
 #define TC_ENGINE_READPATH_H
 
+#include <stdint.h>
+
 struct ereq;
 
 void cache_read(struct ereq *e);
 void cache_read_direct(struct ereq *e);    /* without read-ahead */
+
+/* Group fills (readpath.c): the state is made at attach for a cache of
+ * cache_blocks blocks and freed at close; its memory for status. */
+struct cache;
+void group_init(struct cache *c, uint64_t cache_blocks);
+void group_fini(struct cache *c);
+uint64_t group_memory(const struct cache *c);
 
 #endif

@@ -16,6 +16,9 @@ struct cache_stats {
     uint64_t write_hits, write_misses;
     uint64_t promotions, promotion_bytes, fills_dropped;
     uint64_t fills_block, fills_sectors;    /* promotions by kind (--fill) */
+    uint64_t group_fills;            /* blocks group fills read (readpath.c) */
+    uint64_t group_fills_read;       /* ... whose block a client read then hit */
+    uint64_t group_fills_skipped;    /* ... not read: they were not paying */
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
     uint64_t split_appends;         /* versions stored in two parts (log_append()) */
