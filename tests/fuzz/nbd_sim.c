@@ -427,6 +427,8 @@ uint64_t bufpool_in_use(void)
 }
 
 uint64_t bufpool_cached(void) { return 0; }
+/* The simulated server has no ring to register buffers with. */
+uint64_t bufpool_registered_bytes(void) { return 0; }
 void bufpool_trim(void) {}
 
 /* ---- noting that the server cut the connection ---- */
