@@ -573,15 +573,21 @@ struct drain_wait {
     struct drain_wait *next;
 };
 
-bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e))
+/* Hold e on the waiters' list until the drain ends or the rescues end. */
+static void hold_waiter(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e))
 {
-    if (c->draining == 0)
-        return false;
     struct drain_wait *w = tc_xcalloc(1, sizeof *w);
     w->e = e;
     w->resume = resume;
     w->next = c->drain_waiters;
     c->drain_waiters = w;
+}
+
+bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e))
+{
+    if (c->draining == 0)
+        return false;
+    hold_waiter(c, e, resume);
     return true;
 }
 
@@ -596,11 +602,7 @@ bool cache_rescue_hold(struct cache *c, struct ereq *e, void (*resume)(struct er
 {
     if (c->rescues_pending == 0)
         return false;
-    struct drain_wait *w = tc_xcalloc(1, sizeof *w);
-    w->e = e;
-    w->resume = resume;
-    w->next = c->drain_waiters;
-    c->drain_waiters = w;
+    hold_waiter(c, e, resume);
     return true;
 }
 
