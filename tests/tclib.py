@@ -18,14 +18,19 @@ Used from the shell tests as
              [--shuffle] [--check FILE]
     tiercache status --json | tclib.py status PATH...   figures, one a line
 
-The Python tests import it for connect_when_up() and ramp().
+The Python tests import it for connect_when_up(), ramp(), the tagged
+sector patterns and the Serve base of their daemons.
 """
 import argparse
+import atexit
+import json
 import mmap
 import os
 import random
 import select
 import signal
+import struct
+import subprocess
 import sys
 import time
 
@@ -81,6 +86,63 @@ def connect_when_up(uri, proc, timeout=START_TIMEOUT):
             proc.wait()
             sys.exit(f"the daemon did not answer on {uri} within {timeout} s")
         time.sleep(0.01)
+
+
+def tagged_sector(magic, off, gen, size):
+    """size bytes (a test's sector) that name themselves: 8 bytes of magic,
+    their byte offset and generation, then a ramp from off + gen."""
+    head = magic + struct.pack("<QQ", off, gen)
+    return head + ramp(off + gen, size - len(head))
+
+
+def tagged_gen(magic, off, data):
+    """The generation of sector data written by tagged_sector() for off,
+    or None if it is anything else (another offset, damage, zeroes)."""
+    if data[:8] != magic:
+        return None
+    o, g = struct.unpack("<QQ", data[8:24])
+    return g if o == off and data == tagged_sector(magic, off, g, len(data)) else None
+
+
+class Serve:
+    """tiercache serve in the foreground on DIR/s.sock, its output appended
+    to DIR/daemon.log, with a connected handle self.h.  Killed if the test
+    ends early; stop() wants a clean exit after SIGTERM."""
+
+    def __init__(self, binary, directory, args, env=None):
+        self.bin = binary
+        self.sock = f"{directory}/s.sock"
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.log = f"{directory}/daemon.log"
+        with open(self.log, "a") as lf:
+            self.logstart = lf.tell()
+            self.proc = proc = subprocess.Popen(
+                [binary, "serve", *args, "--socket", self.sock, "--foreground"],
+                stdout=lf, stderr=subprocess.STDOUT, env=env)
+        atexit.register(lambda: proc.poll() is None and proc.kill())
+        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
+        if self.h is None:
+            sys.exit(f"daemon exited at start:\n{open(self.log).read()[-3000:]}")
+
+    def logtext(self):
+        """What the daemon logged since this start."""
+        with open(self.log) as f:
+            f.seek(self.logstart)
+            return f.read()
+
+    def status(self):
+        """Status volume.cache, as JSON."""
+        out = subprocess.run([self.bin, "status", "--socket", self.sock, "--json"],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)["volume"]["cache"]
+
+    def stop(self):
+        self.h.shutdown()
+        del self.h
+        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.wait() != 0:
+            sys.exit(f"daemon exit status {self.proc.returncode} after SIGTERM")
 
 
 class Model:
