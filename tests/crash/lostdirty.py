@@ -23,15 +23,13 @@ import json
 import os
 import random
 import re
-import signal
-import struct
 import subprocess
 import sys
 
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import connect_when_up, ramp  # noqa: E402
+from tclib import Serve, tagged_gen, tagged_sector  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 64 << 10
@@ -44,38 +42,17 @@ VICTIM = 5                      # the block whose dirty data is damaged
 
 
 def pattern(off, gen):
-    head = MAGIC + struct.pack("<QQ", off, gen)
-    return head + ramp(off + gen, SECTOR - len(head))
+    return tagged_sector(MAGIC, off, gen, SECTOR)
 
 
 def gen_of(off, data):
-    if data[:8] != MAGIC:
-        return None
-    o, g = struct.unpack("<QQ", data[8:24])
-    return g if o == off and data == pattern(off, g) else None
+    return tagged_gen(MAGIC, off, data)
 
 
-class Daemon:
+class Daemon(Serve):
     def __init__(self, a, mode):
-        self.sock = f"{a.dir}/s.sock"
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        self.log = f"{a.dir}/daemon.log"
-        with open(self.log, "a") as lf:
-            self.proc = subprocess.Popen([a.bin, "serve", "--origin", f"{a.dir}/origin.img",
-                                          "--cache", f"{a.dir}/cache.img", "--mode", mode,
-                                          "--socket", self.sock, "--foreground"],
-                                         stdout=lf, stderr=subprocess.STDOUT)
-        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
-        if self.h is None:
-            sys.exit(f"daemon exited at start:\n{open(self.log).read()[-3000:]}")
-
-    def stop(self):
-        self.h.shutdown()
-        del self.h
-        self.proc.send_signal(signal.SIGTERM)
-        if self.proc.wait() != 0:
-            sys.exit(f"daemon exit status {self.proc.returncode} after SIGTERM")
+        super().__init__(a.bin, a.dir, ["--origin", f"{a.dir}/origin.img",
+                                        "--cache", f"{a.dir}/cache.img", "--mode", mode])
 
 
 def victim_reads(d, what):

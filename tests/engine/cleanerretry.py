@@ -73,13 +73,11 @@ usage: cleanerretry.py --bin TIERCACHE --dir DIR
                       --where chunk|fragment|device|walk|lasting|stop|lostcarry
 """
 import argparse
-import atexit
 import json
 import os
 import random
 import re
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -88,7 +86,7 @@ import time
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import connect_when_up, ramp  # noqa: E402
+from tclib import Serve, connect_when_up, tagged_gen, tagged_sector  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 64 << 10
@@ -103,52 +101,25 @@ READ_RETRY_MAX_MS = 500         # the daemon's longest back-off (see above)
 
 
 def pattern(off, gen):
-    head = MAGIC + struct.pack("<QQ", off, gen)
-    return head + ramp(off + gen, SECTOR - len(head))
+    return tagged_sector(MAGIC, off, gen, SECTOR)
 
 
 def gen_of(off, data):
-    if data[:8] != MAGIC:
-        return None
-    o, g = struct.unpack("<QQ", data[8:24])
-    return g if o == off and data == pattern(off, g) else None
+    return tagged_gen(MAGIC, off, data)
 
 
 def block_data(b, gen):
     return b"".join(pattern(b * BLOCK + i * SECTOR, gen) for i in range(BLOCK // SECTOR))
 
 
-class Daemon:
+class Daemon(Serve):
     def __init__(self, a, cache, origin):
         self.a = a
-        self.sock = f"{a.dir}/s.sock"
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        self.log = f"{a.dir}/daemon.log"
-        with open(self.log, "a") as lf:
-            self.proc = subprocess.Popen([a.bin, "serve", "--origin", origin,
-                                          "--cache", cache, "--mode", "writeback",
-                                          "--sequential-cutoff", "0", "--policy", "fifo",
-                                          "--socket", self.sock, "--foreground"],
-                                         stdout=lf, stderr=subprocess.STDOUT,
-                                         env=dict(os.environ, TIERCACHE_TEST_READ_RETRY_MAX_MS=str(
-                                             READ_RETRY_MAX_MS)))
-        atexit.register(lambda p=self.proc: p.poll() is None and p.kill())
-        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
-        if self.h is None:
-            sys.exit(f"daemon exited at start:\n{open(self.log).read()[-3000:]}")
-
-    def status(self):
-        out = subprocess.run([self.a.bin, "status", "--socket", self.sock, "--json"],
-                             capture_output=True, text=True, check=True).stdout
-        return json.loads(out)["volume"]["cache"]
-
-    def stop(self):
-        self.h.shutdown()
-        del self.h
-        self.proc.send_signal(signal.SIGTERM)
-        if self.proc.wait() != 0:
-            sys.exit(f"daemon exit status {self.proc.returncode} after SIGTERM")
+        super().__init__(a.bin, a.dir, ["--origin", origin, "--cache", cache,
+                                        "--mode", "writeback", "--sequential-cutoff", "0",
+                                        "--policy", "fifo"],
+                         env=dict(os.environ, TIERCACHE_TEST_READ_RETRY_MAX_MS=str(
+                             READ_RETRY_MAX_MS)))
 
 
 def check_dirty_blocks(d, what):
