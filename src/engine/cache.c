@@ -1235,6 +1235,9 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "segment_size", c->segment_size);
     json_uint(j, "segments", c->sp.nsegs);
     json_uint(j, "segments_free", c->sp.free_segs);
+    /* The cleaner's reserve among them (devices[].segments_reserve: each
+     * device's share). */
+    json_uint(j, "segments_reserve", c->sp.reserve_segs);
     json_uint(j, "groups", c->sp.ngroups);
     json_uint(j, "blocks_cached", c->map.idx.count);
     json_uint(j, "read_hits", s->read_hits);
