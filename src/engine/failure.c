@@ -1414,11 +1414,13 @@ void cache_rescue_give_up(struct cache *c, const char *why)
  * index each failed device's fragment that is clean now -- its data is on
  * the origin durably -- and the cleaner is kicked: the group holds
  * nothing of the rescues any more.  A fragment still dirty because the
- * origin refused its block (writeback's failure table has it) is recorded
- * lost, as a rescue given up was: the cleaner cannot wait for an origin
- * that may refuse for good.  One still dirty for another reason (a
- * write-back of it was in flight and skipped, a write changed the block
- * meanwhile) waits for the next attempt, when the cleaner comes back.
+ * origin refused its block during the attempt (writeback's count of its
+ * failures went up) is recorded lost, as a rescue given up was: the
+ * cleaner cannot wait for an origin that may refuse for good.  One still
+ * dirty for another reason (a write-back of it was in flight and skipped,
+ * it is backing off after failures before the attempt, a write changed
+ * the block meanwhile) waits for the next attempt, when the cleaner comes
+ * back.
  *
  * The invariants of the rescue hold.  Nothing is dropped before the
  * origin holds it durably (writeback flushes the origin before it marks a
@@ -1437,7 +1439,8 @@ void cache_rescue_give_up(struct cache *c, const char *why)
  */
 struct rescue_wb {
     struct cache *c;
-    uint64_t *blocks;
+    uint64_t *blocks;           /* ascending */
+    unsigned *failures;         /* writeback_block_failures() of each, before */
     unsigned n;
 };
 
@@ -1447,11 +1450,26 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Drop the failed devices' fragments that are clean now; with `refused`,
- * record lost the dirty sectors of those whose block the origin refused.
- * Returns the blocks still dirty on a failed device (*np of them,
- * ascending, each once). */
-static uint64_t *rescue_settle(struct cache *c, bool refused, unsigned *np)
+/* Whether the origin refused block b during attempt x. */
+static bool rescue_refused(struct cache *c, const struct rescue_wb *x, uint64_t b)
+{
+    unsigned lo = 0, hi = x->n;
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (x->blocks[mid] < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < x->n && x->blocks[lo] == b &&
+           writeback_block_failures(c, b) > x->failures[lo];
+}
+
+/* Drop the failed devices' fragments that are clean now; after attempt x
+ * (NULL: none), record lost the dirty sectors of those whose block the
+ * origin refused in it.  Returns the blocks still dirty on a failed device
+ * (*np of them, ascending, each once). */
+static uint64_t *rescue_settle(struct cache *c, const struct rescue_wb *x, unsigned *np)
 {
     size_t cap = 16, n = 0;
     uint64_t *blocks = tc_xmalloc(cap * sizeof *blocks);
@@ -1477,7 +1495,7 @@ static uint64_t *rescue_settle(struct cache *c, bool refused, unsigned *np)
                 dropped = true;
                 continue;
             }
-            if (refused && writeback_block_failures(c, vs[i].oblock) > 0) {
+            if (x != NULL && rescue_refused(c, x, vs[i].oblock)) {
                 tc_error("cache: the origin refused dirty data of origin block %llu that only "
                          "a failed device holds and the log has no room for",
                          (unsigned long long)vs[i].oblock);
@@ -1527,13 +1545,15 @@ static void rescue_wb_done(void *arg, int err)
     struct cache *c = x->c;
     (void)err;      /* per block: writeback's failure table */
     c->rescue_wb_running = false;
+    if (!c->vol->cache_failed && c->rescues_pending > 0) {
+        /* (Else given up meanwhile: the last device failed.) */
+        unsigned n;
+        free(rescue_settle(c, x, &n));
+        cleaner_kick(c);
+    }
     free(x->blocks);
+    free(x->failures);
     free(x);
-    if (c->vol->cache_failed || c->rescues_pending == 0)
-        return;     /* given up meanwhile: the last device failed */
-    unsigned n;
-    free(rescue_settle(c, true, &n));
-    cleaner_kick(c);
 }
 
 void cache_rescue_to_origin(struct cache *c)
@@ -1541,7 +1561,7 @@ void cache_rescue_to_origin(struct cache *c)
     if (c->rescue_wb_running || c->rescues_pending == 0)
         return;
     unsigned n;
-    uint64_t *blocks = rescue_settle(c, false, &n);
+    uint64_t *blocks = rescue_settle(c, NULL, &n);
     if (n == 0) {
         free(blocks);
         cleaner_kick(c);
@@ -1560,6 +1580,9 @@ void cache_rescue_to_origin(struct cache *c)
     x->c = c;
     x->blocks = blocks;
     x->n = n;
+    x->failures = tc_xmalloc(n * sizeof *x->failures);
+    for (unsigned i = 0; i < n; i++)
+        x->failures[i] = writeback_block_failures(c, blocks[i]);
     writeback_blocks(c, blocks, n, rescue_wb_done, x);
 }
 
