@@ -1235,6 +1235,9 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "segment_size", c->segment_size);
     json_uint(j, "segments", c->sp.nsegs);
     json_uint(j, "segments_free", c->sp.free_segs);
+    /* The cleaner's reserve among them (devices[].segments_reserve: each
+     * device's share). */
+    json_uint(j, "segments_reserve", c->sp.reserve_segs);
     json_uint(j, "groups", c->sp.ngroups);
     json_uint(j, "blocks_cached", c->map.idx.count);
     json_uint(j, "read_hits", s->read_hits);
@@ -1304,6 +1307,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "rescues_pending", c->rescues_pending);
     json_uint(j, "rescued_bytes", c->rescued_bytes);
     json_uint(j, "rescue_lost_bytes", c->rescue_lost_bytes);
+    json_uint(j, "rescue_writebacks", c->rescue_writebacks);
+    json_uint(j, "rescued_to_origin_bytes", c->rescued_to_origin_bytes);
     json_uint(j, "in_doubt_writes", s->in_doubt_writes);
     json_uint(j, "origin_cut_writes", s->origin_cut_writes);
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->map.lost));

@@ -180,6 +180,10 @@ struct cache {
     uint32_t rescue_epoch;          /* ... raised when the pending rescues give up */
     uint64_t rescued_bytes;         /* dirty bytes read back from failed devices, appended */
     uint64_t rescue_lost_bytes;     /* ... that could not be read back: lost */
+    bool rescue_wb_running;         /* failure.c: the rescues' data goes to the origin */
+    uint64_t rescue_writebacks;     /* ... attempts begun (the cleaner needed their groups) */
+    uint64_t rescued_to_origin_bytes;   /* ... fragment bytes dropped from failed devices
+                                           once on the origin, not appended */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
     /* Nonzero while a device failure's LOST records are appended
      * (failure.c): lostlog.c bounds them as tombstones are

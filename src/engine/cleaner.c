@@ -1018,25 +1018,32 @@ static void give_up_for_now(struct cleaner *k)
  * before the rescued versions are durable -- while the failure is not yet
  * marked, a restart trusts that device's log and finds the data there.
  * So the group stays, and the rescues' end kicks the cleaner again --
- * unless appends wait for room (perhaps the rescues' own): then the
- * rescues give up (their data is recorded lost, as it was before there
- * were rescues) rather than wait for ever. */
-static bool rescue_holds(struct cleaner *k)
+ * unless appends wait for room (perhaps the rescues' own, which take no
+ * reserve): then the rescues' data goes to the origin instead
+ * (cache_rescue_to_origin(): written back, then dropped from the failed
+ * device; what the origin refuses is recorded lost) rather than wait for
+ * ever, and the group goes once it holds none of it. */
+static bool group_holds_rescue(struct cleaner *k)
 {
     struct cache *c = k->c;
-    if (c->rescues_pending == 0)
-        return false;
     struct group *gr = group_at(&c->sp, k->slot);
     for (unsigned i = 0; i < gr->nsegs; i++) {
         struct segment *sg = space_seg(&c->sp, gr->segs[i]);
-        if (c->devs[sg->dev].state != CDEV_FAILING || sg->live == 0)
-            continue;
-        if (k->space_waiters == NULL)
+        if (c->devs[sg->dev].state == CDEV_FAILING && sg->live > 0)
             return true;
-        cache_rescue_give_up(c, "the cleaner needs their groups for room in the log");
-        return false;
     }
     return false;
+}
+
+static bool rescue_holds(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    if (c->rescues_pending == 0 || !group_holds_rescue(k))
+        return false;
+    if (k->space_waiters == NULL)
+        return true;
+    cache_rescue_to_origin(c);      /* may drop what is on the origin already */
+    return c->rescues_pending > 0 && group_holds_rescue(k);
 }
 
 static void later_done(struct cleaner *k)

@@ -81,11 +81,14 @@
  *   - the cleaner keeps a group holding such a fragment (the walk skips
  *     the failed device, and a tail past the group would drop the
  *     fragment's entry from a restart's log) -- unless appends wait for
- *     room, perhaps the rescues' own: then every pending rescue gives up
- *     (cache_rescue_give_up()), its data recorded lost as a failure did
- *     before rescues, rather than wait for ever; so does a rescue when the
- *     last device fails (no survivor to append on).
- * status counts rescued_bytes and rescue_lost_bytes.
+ *     room, perhaps the rescues' own: then the data goes to the origin
+ *     instead (cache_rescue_to_origin(): written back, then dropped from
+ *     the failed device), and only what the origin refuses is recorded
+ *     lost, rather than wait for ever; every pending rescue gives up
+ *     (cache_rescue_give_up(), its data recorded lost) only when the last
+ *     device fails (no survivor to append on).
+ * status counts rescued_bytes, rescued_to_origin_bytes,
+ * rescue_writebacks and rescue_lost_bytes.
  *
  * Durability.  The data kept to drain is recorded lost first
  * (lost_record_pending(); the abandonment's state file holds the lost
@@ -1397,6 +1400,190 @@ void cache_rescue_give_up(struct cache *c, const char *why)
         w = next;
     }
     rescues_ended(c);
+}
+
+/*
+ * The rescues' data to the origin.  The cleaner must retire a group that
+ * still holds a failed device's data being rescued, and appends wait for
+ * room -- perhaps the rescues' own, which take no reserve: waiting longer
+ * could be for ever.  Giving the rescues up would lose flushed writes, so
+ * the data goes where writeback puts all dirty data: to the origin.  An
+ * attempt writes back (writeback_blocks(): the origin written, flushed,
+ * the blocks marked clean with a CLEAN record) every block still dirty on
+ * a failed device in service's stead; then rescue_settle() drops from the
+ * index each failed device's fragment that is clean now -- its data is on
+ * the origin durably -- and the cleaner is kicked: the group holds
+ * nothing of the rescues any more.  A fragment still dirty because the
+ * origin refused its block during the attempt (writeback's count of its
+ * failures went up) is recorded lost, as a rescue given up was: the
+ * cleaner cannot wait for an origin that may refuse for good.  One still
+ * dirty for another reason (a write-back of it was in flight and skipped,
+ * it is backing off after failures before the attempt, a write changed
+ * the block meanwhile) waits for the next attempt, when the cleaner comes
+ * back.
+ *
+ * The invariants of the rescue hold.  Nothing is dropped before the
+ * origin holds it durably (writeback flushes the origin before it marks a
+ * block clean).  The block's rewrite (struct rewrite) still runs: it
+ * reads the block through the index as it is then and appends a
+ * tombstone with what is left on the survivors (a tombstone alone when
+ * nothing is), so no older version in their logs comes back, and the
+ * failure mark still waits for it.  A restart before the mark trusts the
+ * failed device's log: it finds the data there (dirty, or clean after the
+ * CLEAN record) and the origin holds the same; once the cleaner retired
+ * the group, the data is no longer in the log at all, and every older
+ * version of the block was in that group or an older one.  Writes of the
+ * block keep the order they have with writeback (block_wait_wb), and a
+ * write that changed the block meanwhile leaves it dirty (its newer
+ * version is not on the failed device).
+ */
+struct rescue_wb {
+    struct cache *c;
+    uint64_t *blocks;           /* ascending */
+    unsigned *failures;         /* writeback_block_failures() of each, before */
+    unsigned n;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether the origin refused block b during attempt x. */
+static bool rescue_refused(struct cache *c, const struct rescue_wb *x, uint64_t b)
+{
+    unsigned lo = 0, hi = x->n;
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (x->blocks[mid] < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < x->n && x->blocks[lo] == b &&
+           writeback_block_failures(c, b) > x->failures[lo];
+}
+
+/* Drop the failed devices' fragments that are clean now; after attempt x
+ * (NULL: none), record lost the dirty sectors of those whose block the
+ * origin refused in it.  Returns the blocks still dirty on a failed device
+ * (*np of them, ascending, each once). */
+static uint64_t *rescue_settle(struct cache *c, const struct rescue_wb *x, unsigned *np)
+{
+    size_t cap = 16, n = 0;
+    uint64_t *blocks = tc_xmalloc(cap * sizeof *blocks);
+    uint64_t unrecorded = c->lost_unrecorded;
+    bool dropped = false;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state != CDEV_FAILING)
+            continue;
+        size_t nv;
+        struct victim *vs = device_fragments(c, d, false, &nv);
+        for (size_t i = 0; i < nv; i++) {
+            uint32_t id;
+            struct tc_mask cur, dirty;
+            uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
+            if (fid == NIL)
+                continue;
+            if (mask_empty(&dirty)) {
+                c->rescued_to_origin_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
+                cache_trace(c, vs[i].oblock, "rescue: fragment %u:%u on the origin, dropped",
+                            vs[i].seg, vs[i].off);
+                map_drop_fragment(c, vs[i].oblock, fid);
+                block_gen_bump(c->locks, vs[i].oblock);
+                dropped = true;
+                continue;
+            }
+            if (x != NULL && rescue_refused(c, x, vs[i].oblock)) {
+                tc_error("cache: the origin refused dirty data of origin block %llu that only "
+                         "a failed device holds and the log has no room for",
+                         (unsigned long long)vs[i].oblock);
+                c->rescue_lost_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+                lose_fragment(c, vs[i].oblock, fid, &dirty);
+                dropped = true;
+                continue;
+            }
+            if (n == cap) {
+                cap *= 2;
+                blocks = realloc(blocks, cap * sizeof *blocks);
+                if (blocks == NULL)
+                    abort();
+            }
+            blocks[n++] = vs[i].oblock;
+        }
+        free(vs);
+    }
+    if (any_ok(c) && c->lost_unrecorded != unrecorded)
+        relost_start(c);
+    if (dropped) {
+        /* The rewrites waiting for room try again: what is left of their
+         * blocks may be less, or nothing (a tombstone alone, which takes
+         * the cleaner's reserve). */
+        struct rewrite *w = c->rewrites_waiting;
+        while (w) {
+            struct rewrite *next = w->next;
+            if (!w->retrying && !w->relost && !w->lw.reserve) {
+                cleaner_cancel_wait(c, &w->lw);
+                rewrite_space(&w->lw, 0);   /* unlinks it */
+            }
+            w = next;
+        }
+    }
+    qsort(blocks, n, sizeof *blocks, cmp_u64);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || blocks[k - 1] != blocks[i])
+            blocks[k++] = blocks[i];
+    *np = (unsigned)k;
+    return blocks;
+}
+
+static void rescue_wb_done(void *arg, int err)
+{
+    struct rescue_wb *x = arg;
+    struct cache *c = x->c;
+    (void)err;      /* per block: writeback's failure table */
+    c->rescue_wb_running = false;
+    if (!c->vol->cache_failed && c->rescues_pending > 0) {
+        /* (Else given up meanwhile: the last device failed.) */
+        unsigned n;
+        free(rescue_settle(c, x, &n));
+        cleaner_kick(c);
+    }
+    free(x->blocks);
+    free(x->failures);
+    free(x);
+}
+
+void cache_rescue_to_origin(struct cache *c)
+{
+    if (c->rescue_wb_running || c->rescues_pending == 0)
+        return;
+    unsigned n;
+    uint64_t *blocks = rescue_settle(c, NULL, &n);
+    if (n == 0) {
+        free(blocks);
+        cleaner_kick(c);
+        return;
+    }
+    /* Logged the first time, then once in a hundred: while a write-back
+     * of the blocks is in flight already (skipped here), the cleaner
+     * comes back every few tens of milliseconds. */
+    if (c->rescue_writebacks % 100 == 0)
+        tc_warn("cache: no room in the log for the data of %u blocks rescued from a failed "
+                "device, and the cleaner needs the room: writing it to the origin instead "
+                "(attempt %llu)", n, (unsigned long long)c->rescue_writebacks + 1);
+    c->rescue_writebacks++;
+    c->rescue_wb_running = true;
+    struct rescue_wb *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->blocks = blocks;
+    x->n = n;
+    x->failures = tc_xmalloc(n * sizeof *x->failures);
+    for (unsigned i = 0; i < n; i++)
+        x->failures[i] = writeback_block_failures(c, blocks[i]);
+    writeback_blocks(c, blocks, n, rescue_wb_done, x);
 }
 
 void cache_device_fail(struct cache *c, unsigned d, const char *why)

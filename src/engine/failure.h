@@ -30,9 +30,14 @@ void rewrites_stop_waiting(struct cache *c);
 /* The rescues still pending (dirty data only a failed device held, being
  * read back from it to be appended on a survivor) give up: that data is
  * recorded lost, as before rescues, and the failed devices hold no
- * fragment any more.  When the last device fails, and when the cleaner
- * must retire a group holding such data while appends wait for room. */
+ * fragment any more.  When the last device fails. */
 void cache_rescue_give_up(struct cache *c, const char *why);
+/* The cleaner must retire a group holding such data while appends wait
+ * for room: the data goes to the origin instead (written back, then
+ * dropped from the failed devices); only what the origin refuses is
+ * recorded lost.  Begins an attempt unless one is under way; the cleaner
+ * is kicked when it ends. */
+void cache_rescue_to_origin(struct cache *c);
 /* A clean block dropped from the index whose copies in the log may be
  * older than the origin's data (originwin.c): its tombstone, from the
  * cleaner's reserve.  With no room even there it is not given up: the

@@ -128,9 +128,21 @@ void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
     sp->segs[s].seq = g->seq;
 }
 
+/* Shared among the devices in service, and recomputed when one fails
+ * (space_drop_free()): the failed device's share went with its free
+ * segments, and the survivors must hold the whole reserve between them --
+ * sized with the failed device counted, the survivor of two kept only
+ * half of it as its own.  The shares add up to at most the reserve, so
+ * an append above the reserve always finds a device with more than its
+ * share (log.c, ensure_group()). */
 uint32_t space_dev_reserve(const struct space *sp)
 {
-    return !sp->reserve_shared && sp->ndevs > 0 && sp->reserve_segs >= sp->ndevs ? 1 : 0;
+    unsigned in_service = 0;
+    for (unsigned d = 0; d < sp->ndevs; d++)
+        in_service += !sp->dev_failed[d];
+    if (sp->reserve_shared || in_service == 0 || sp->reserve_segs < in_service)
+        return 0;
+    return sp->reserve_segs / in_service;
 }
 
 bool space_open_group(struct space *sp, uint64_t *next_seq)

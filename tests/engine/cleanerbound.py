@@ -394,9 +394,9 @@ def failure(a, env):
         sys.exit(f"the first device did not fail:\n{json.dumps(st)}")
     if k["tail_no_room"] != 0:
         sys.exit(f"tail records found no room {k['tail_no_room']} times:\n{json.dumps(st)}")
-    # Nothing is lost at the failure for want of room.  (A rescue may
-    # still give up, its data recorded lost, when the cleaner needs its
-    # group for room: cleaner.c, rescue_holds().)
+    # Nothing is lost at the failure for want of room.  (A rescue's data
+    # may still be lost when the cleaner needs its group for room and the
+    # origin refuses it: cleaner.c, rescue_holds().)
     before_give_up = d.logtext().split("is given up")[0]
     at_failure = re.findall(r"dirty data of origin block \d+ .* was only on a failed device "
                             r"and is lost", before_give_up)
