@@ -97,6 +97,12 @@ struct cache_dev {
     struct drain_item *drain;
     size_t ndrain;
     uint64_t drain_left_bytes;
+    /* Nothing left to drain: the end is being recorded (an origin flush,
+     * then the state file without the drained sectors; failure.c,
+     * drain_end()); the device drains until that is done.  After a
+     * failed attempt, the next one waits until drain_end_retry_ns. */
+    bool drain_ending;
+    uint64_t drain_end_retry_ns;
     /* Failed, with others in service: dirty fragments of its segments'
      * RAM images that found no room to be appended elsewhere, kept in the
      * index until their rescue (failure.c) appends them; the images stay

@@ -447,8 +447,9 @@ static void set_health(struct cache *c)
     if (name) {
         char sz[32];
         snprintf(c->health, sizeof c->health,
-                 "draining: %s of dirty data left on failed device %s (%s)%s",
+                 "draining: %s of dirty data left on failed device %s (%s)%s%s",
                  tc_format_size(left, sz, sizeof sz), name, why,
+                 left == 0 ? "; recording the end in the state file" : "",
                  c->vol->cache_failed ? "; serving the origin directly" : "");
     }
 }
@@ -692,6 +693,74 @@ bool cache_durable_after_failure(struct cache *c, struct ereq *e)
     return true;
 }
 
+/*
+ * The end of a drain, durable as one step.  Each drained block left the
+ * lost set when its writeback job's origin flush completed, but only in
+ * memory: the state file, which a restart reads, still lists it lost
+ * until a settle (abandon.c) has flushed the origin again and rewritten
+ * the file -- lazily, half a second or more later.  A crash in between
+ * made drained data, safe on the origin, read EIO after the restart.  So
+ * the drain counts as finished (the device CDEV_FAILING, status no longer
+ * "draining", the FLUSHes held for it released) only once a settle issued
+ * after the last drained block was cleared has succeeded: the origin
+ * flushed, then the state file written without the drained sectors.
+ * Until then the device stays CDEV_DRAINING with nothing left to drain
+ * (drain_ending).  A settle that fails (the origin's flush, the state
+ * file) is tried again after DRAIN_END_RETRY_NS; the FLUSHes and FUA
+ * writes held for the drain fail with EIO meanwhile, as they would after
+ * the drain (their own settle would fail alike).
+ */
+#define DRAIN_END_RETRY_NS (1000ull * 1000 * 1000)
+
+struct drain_end_wait {
+    struct cache *c;
+    unsigned d;
+};
+
+static void drain_end_recorded(void *arg, int err)
+{
+    struct drain_end_wait *x = arg;
+    struct cache *c = x->c;
+    unsigned d = x->d;
+    free(x);
+    struct cache_dev *cd = &c->devs[d];
+    cd->drain_ending = false;
+    if (cd->state != CDEV_DRAINING)
+        return;
+    if (err) {
+        cd->drain_end_retry_ns = tc_now_ns() + DRAIN_END_RETRY_NS;
+        tc_error("cache device %s: drained, but the state file could not record it (%s): the "
+                 "drained sectors stay recorded lost, and flushes held for the drain fail with "
+                 "EIO; trying again", cd->dev->name, strerror(-err));
+        if (c->drain_waiters)
+            release_waiters(c, -EIO);
+        return;
+    }
+    tc_info("cache device %s: drained; %s", cd->dev->name,
+            c->st.lost_dirty_bytes ? "some dirty data could not be read back and is "
+                                     "lost (status: lost_dirty_bytes)"
+                                   : "no dirty data was lost");
+    finish_failure(c, d);
+    set_health(c);
+    if (c->draining == 0 && c->drain_waiters)
+        release_waiters(c, 0);
+}
+
+static void drain_end(struct cache *c, unsigned d)
+{
+    struct cache_dev *cd = &c->devs[d];
+    if (cd->drain_ending || tc_now_ns() < cd->drain_end_retry_ns)
+        return;
+    cd->drain_ending = true;
+    struct drain_end_wait *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->d = d;
+    /* Calls back at once when nothing is unsettled (or at a stop, whose
+     * own origin flush settles every clear before the last state file
+     * write: abandon_close_flushed()). */
+    abandon_settle_wait(c, drain_end_recorded, x);
+}
+
 void cache_drain_check(struct cache *c)
 {
     if (c->draining == 0) {
@@ -722,13 +791,8 @@ void cache_drain_check(struct cache *c)
         }
         cd->ndrain = k;
         cd->drain_left_bytes = left;
-        if (k == 0) {
-            tc_info("cache device %s: drained; %s", cd->dev->name,
-                    c->st.lost_dirty_bytes ? "some dirty data could not be read back and is "
-                                             "lost (status: lost_dirty_bytes)"
-                                           : "no dirty data was lost");
-            finish_failure(c, d);
-        }
+        if (k == 0)
+            drain_end(c, d);
     }
     set_health(c);
     if (c->draining == 0) {
