@@ -1304,6 +1304,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         left += c->devs[i].state == CDEV_DRAINING ? c->devs[i].drain_left_bytes : 0;
     json_uint(j, "drain_left_bytes", left);
     json_uint(j, "drained_bytes", c->drained_bytes);
+    json_uint(j, "drain_waiting_requests", cache_drain_waiting(c));
     json_uint(j, "rescues_pending", c->rescues_pending);
     json_uint(j, "rescued_bytes", c->rescued_bytes);
     json_uint(j, "rescue_lost_bytes", c->rescue_lost_bytes);

@@ -597,6 +597,14 @@ bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ere
 
 static void release_waiters(struct cache *c, int err);
 
+uint64_t cache_drain_waiting(const struct cache *c)
+{
+    uint64_t n = 0;
+    for (const struct drain_wait *w = c->drain_waiters; w; w = w->next)
+        n++;
+    return n;
+}
+
 /* A FLUSH while rescues are pending waits for them (held with the drain's
  * waiters, and resumed when the last one ends or they are given up): a
  * rescue may still lose acknowledged data, and a flush must report every
