@@ -108,7 +108,9 @@
  *
  * A FLUSH while a drain runs waits for the drain to end (then flushes the
  * origin and reports any loss as ever), or fails with EIO once writeback
- * cannot progress (stopped, failing, the origin away): the dirty data on
+ * gives up (writeback_given_up(): stopped, the origin offline, a block
+ * refused WB_FAILURES_EIO times in a row -- not a job that failed once
+ * and is retried after its back-off): the dirty data on
  * the draining device was acknowledged, and its only durable record is a
  * log no start will trust, so no FLUSH may claim that the writes before
  * it are durable until the drain has put them on the origin.  A FLUSH
@@ -805,10 +807,16 @@ void cache_drain_check(struct cache *c)
     set_health(c);
     if (c->draining == 0) {
         release_waiters(c, 0);
-    } else if (c->drain_waiters && writeback_stuck(c)) {
+    } else if (c->drain_waiters && writeback_given_up(c)) {
+        /* Not at a writeback job's first failure: its blocks are tried
+         * again after their back-off, and the waiters wait for that (an
+         * origin refusing a write for a moment loses nothing).  Bounded:
+         * writeback gives up on a block refused WB_FAILURES_EIO times in
+         * a row (about a second of back-off), on an origin away past its
+         * timeout, and at a stop. */
         tc_error("flush fails with EIO: dirty data is still on a failed cache device and "
-                 "cannot be written back now (writeback stopped or failing, or the origin "
-                 "away)");
+                 "cannot be written back now (the origin refused it %u times in a row, or "
+                 "is offline, or writeback stopped)", WB_FAILURES_EIO);
         release_waiters(c, -EIO);
     }
 }
