@@ -1120,6 +1120,8 @@ void cache_free(struct cache *c)
         free(c->devs[i].drain);
         c->devs[i].drain = NULL;
     }
+    free(c->tombless);
+    c->tombless = NULL;
     /* The first call stops writeback (a cache that never ran, such as one
      * whose attach failed, was not stopped by cache_close), the second
      * frees it. */

@@ -199,6 +199,12 @@ struct cache {
     struct tc_timer stop_room;      /* ... then, STOP_ROOM_WAIT_NS later, client
                                        writes waiting for room fail (cache.c) */
     uint64_t stop_room_failed_writes;   /* client write pieces failed so */
+    /* Blocks whose tombstone a stop gave up for want of room (failure.c,
+     * rewrite_lose()): the log may still hold an older copy of each, so
+     * no write of them may reach the origin any more (writepath.c,
+     * origin_write()).  Few; unsorted. */
+    uint64_t *tombless;
+    size_t ntombless, tombless_cap;
     char health[192];
     unsigned draining;              /* devices in CDEV_DRAINING (failure.c) */
     uint64_t drained_bytes;         /* dirty bytes written back from draining devices */

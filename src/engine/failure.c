@@ -1072,6 +1072,53 @@ static void off_service(struct cache *c, uint32_t id, const struct tc_mask *in,
 
 static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask *bad);
 
+/*
+ * A stop gave up the tombstone of a block dropped from the index (no room
+ * in the log even then).  The log may still hold a copy of the block that
+ * the restart serves again: one a cut left (originwin.c: the origin's
+ * server lost the write it read), or one a failure dropped.  The writes
+ * that waited for the tombstone (they wait for the block's lock, held
+ * until now) fail with EIO anyway, their acknowledgements held for it
+ * (devfail_incomplete()); but sent on to the origin, which may take them,
+ * the origin would hold data newer than that copy -- data a read before
+ * the stop may even have returned -- and the restart would serve the
+ * older copy over it.  So from now on no write of the block reaches the
+ * origin (cache_block_tombless(): writepath.c fails them with EIO), and
+ * reads of it fail until the exit (the lost set; its LOST record, like the
+ * tombstone, finds no room, and lostlog.c says what that means after a
+ * restart): the origin then never holds anything newer than what the log
+ * keeps.
+ */
+static void tombstone_given_up(struct cache *c, uint64_t oblock)
+{
+    if (cache_block_tombless(c, oblock))
+        return;
+    if (c->ntombless == c->tombless_cap) {
+        c->tombless_cap = c->tombless_cap ? 2 * c->tombless_cap : 16;
+        c->tombless = realloc(c->tombless, c->tombless_cap * sizeof *c->tombless);
+        if (c->tombless == NULL)
+            abort();
+    }
+    c->tombless[c->ntombless++] = oblock;
+    struct tc_mask all;
+    mask_range(&all, 0, c->spb);
+    lost_record(c, oblock, &all);
+    uint64_t base = oblock * c->block_size;
+    tc_error("cache: stop: no room in the log for the tombstone of origin block %llu (bytes "
+             "%llu..%llu): writes of it fail with EIO rather than reach the origin, where the "
+             "next start could serve an older copy the log keeps over them",
+             (unsigned long long)oblock, (unsigned long long)base,
+             (unsigned long long)(base + c->block_size - 1));
+}
+
+bool cache_block_tombless(const struct cache *c, uint64_t oblock)
+{
+    for (size_t i = 0; i < c->ntombless; i++)
+        if (c->tombless[i] == oblock)
+            return true;
+    return false;
+}
+
 /* Unreadable (or no room at a stop): the dirty sectors d are lost, the
  * clean ones come from the origin; the block goes, after a tombstone. */
 static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d, int err)
@@ -1110,6 +1157,7 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
         snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
                  (unsigned long long)r->oblock);
         devfail_incomplete(c, why);
+        tombstone_given_up(c, r->oblock);
     }
     block_unlock(c->locks, r->oblock);
     r->lw.fn = rewrite_durable;
