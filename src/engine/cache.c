@@ -1120,6 +1120,8 @@ void cache_free(struct cache *c)
         free(c->devs[i].drain);
         c->devs[i].drain = NULL;
     }
+    free(c->tombless);
+    c->tombless = NULL;
     /* The first call stops writeback (a cache that never ran, such as one
      * whose attach failed, was not stopped by cache_close), the second
      * frees it. */
@@ -1304,6 +1306,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         left += c->devs[i].state == CDEV_DRAINING ? c->devs[i].drain_left_bytes : 0;
     json_uint(j, "drain_left_bytes", left);
     json_uint(j, "drained_bytes", c->drained_bytes);
+    json_uint(j, "drain_waiting_requests", cache_drain_waiting(c));
     json_uint(j, "rescues_pending", c->rescues_pending);
     json_uint(j, "rescued_bytes", c->rescued_bytes);
     json_uint(j, "rescue_lost_bytes", c->rescue_lost_bytes);

@@ -97,6 +97,12 @@ struct cache_dev {
     struct drain_item *drain;
     size_t ndrain;
     uint64_t drain_left_bytes;
+    /* Nothing left to drain: the end is being recorded (an origin flush,
+     * then the state file without the drained sectors; failure.c,
+     * drain_end()); the device drains until that is done.  After a
+     * failed attempt, the next one waits until drain_end_retry_ns. */
+    bool drain_ending;
+    uint64_t drain_end_retry_ns;
     /* Failed, with others in service: dirty fragments of its segments'
      * RAM images that found no room to be appended elsewhere, kept in the
      * index until their rescue (failure.c) appends them; the images stay
@@ -193,6 +199,12 @@ struct cache {
     struct tc_timer stop_room;      /* ... then, STOP_ROOM_WAIT_NS later, client
                                        writes waiting for room fail (cache.c) */
     uint64_t stop_room_failed_writes;   /* client write pieces failed so */
+    /* Blocks whose tombstone a stop gave up for want of room (failure.c,
+     * rewrite_lose()): the log may still hold an older copy of each, so
+     * no write of them may reach the origin any more (writepath.c,
+     * origin_write()).  Few; unsorted. */
+    uint64_t *tombless;
+    size_t ntombless, tombless_cap;
     char health[192];
     unsigned draining;              /* devices in CDEV_DRAINING (failure.c) */
     uint64_t drained_bytes;         /* dirty bytes written back from draining devices */

@@ -108,7 +108,9 @@
  *
  * A FLUSH while a drain runs waits for the drain to end (then flushes the
  * origin and reports any loss as ever), or fails with EIO once writeback
- * cannot progress (stopped, failing, the origin away): the dirty data on
+ * gives up (writeback_given_up(): stopped, the origin offline, a block
+ * refused WB_FAILURES_EIO times in a row -- not a job that failed once
+ * and is retried after its back-off): the dirty data on
  * the draining device was acknowledged, and its only durable record is a
  * log no start will trust, so no FLUSH may claim that the writes before
  * it are durable until the drain has put them on the origin.  A FLUSH
@@ -447,8 +449,9 @@ static void set_health(struct cache *c)
     if (name) {
         char sz[32];
         snprintf(c->health, sizeof c->health,
-                 "draining: %s of dirty data left on failed device %s (%s)%s",
+                 "draining: %s of dirty data left on failed device %s (%s)%s%s",
                  tc_format_size(left, sz, sizeof sz), name, why,
+                 left == 0 ? "; recording the end in the state file" : "",
                  c->vol->cache_failed ? "; serving the origin directly" : "");
     }
 }
@@ -596,6 +599,14 @@ bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ere
 
 static void release_waiters(struct cache *c, int err);
 
+uint64_t cache_drain_waiting(const struct cache *c)
+{
+    uint64_t n = 0;
+    for (const struct drain_wait *w = c->drain_waiters; w; w = w->next)
+        n++;
+    return n;
+}
+
 /* A FLUSH while rescues are pending waits for them (held with the drain's
  * waiters, and resumed when the last one ends or they are given up): a
  * rescue may still lose acknowledged data, and a flush must report every
@@ -692,6 +703,74 @@ bool cache_durable_after_failure(struct cache *c, struct ereq *e)
     return true;
 }
 
+/*
+ * The end of a drain, durable as one step.  Each drained block left the
+ * lost set when its writeback job's origin flush completed, but only in
+ * memory: the state file, which a restart reads, still lists it lost
+ * until a settle (abandon.c) has flushed the origin again and rewritten
+ * the file -- lazily, half a second or more later.  A crash in between
+ * made drained data, safe on the origin, read EIO after the restart.  So
+ * the drain counts as finished (the device CDEV_FAILING, status no longer
+ * "draining", the FLUSHes held for it released) only once a settle issued
+ * after the last drained block was cleared has succeeded: the origin
+ * flushed, then the state file written without the drained sectors.
+ * Until then the device stays CDEV_DRAINING with nothing left to drain
+ * (drain_ending).  A settle that fails (the origin's flush, the state
+ * file) is tried again after DRAIN_END_RETRY_NS; the FLUSHes and FUA
+ * writes held for the drain fail with EIO meanwhile, as they would after
+ * the drain (their own settle would fail alike).
+ */
+#define DRAIN_END_RETRY_NS (1000ull * 1000 * 1000)
+
+struct drain_end_wait {
+    struct cache *c;
+    unsigned d;
+};
+
+static void drain_end_recorded(void *arg, int err)
+{
+    struct drain_end_wait *x = arg;
+    struct cache *c = x->c;
+    unsigned d = x->d;
+    free(x);
+    struct cache_dev *cd = &c->devs[d];
+    cd->drain_ending = false;
+    if (cd->state != CDEV_DRAINING)
+        return;
+    if (err) {
+        cd->drain_end_retry_ns = tc_now_ns() + DRAIN_END_RETRY_NS;
+        tc_error("cache device %s: drained, but the state file could not record it (%s): the "
+                 "drained sectors stay recorded lost, and flushes held for the drain fail with "
+                 "EIO; trying again", cd->dev->name, strerror(-err));
+        if (c->drain_waiters)
+            release_waiters(c, -EIO);
+        return;
+    }
+    tc_info("cache device %s: drained; %s", cd->dev->name,
+            c->st.lost_dirty_bytes ? "some dirty data could not be read back and is "
+                                     "lost (status: lost_dirty_bytes)"
+                                   : "no dirty data was lost");
+    finish_failure(c, d);
+    set_health(c);
+    if (c->draining == 0 && c->drain_waiters)
+        release_waiters(c, 0);
+}
+
+static void drain_end(struct cache *c, unsigned d)
+{
+    struct cache_dev *cd = &c->devs[d];
+    if (cd->drain_ending || tc_now_ns() < cd->drain_end_retry_ns)
+        return;
+    cd->drain_ending = true;
+    struct drain_end_wait *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->d = d;
+    /* Calls back at once when nothing is unsettled (or at a stop, whose
+     * own origin flush settles every clear before the last state file
+     * write: abandon_close_flushed()). */
+    abandon_settle_wait(c, drain_end_recorded, x);
+}
+
 void cache_drain_check(struct cache *c)
 {
     if (c->draining == 0) {
@@ -722,21 +801,22 @@ void cache_drain_check(struct cache *c)
         }
         cd->ndrain = k;
         cd->drain_left_bytes = left;
-        if (k == 0) {
-            tc_info("cache device %s: drained; %s", cd->dev->name,
-                    c->st.lost_dirty_bytes ? "some dirty data could not be read back and is "
-                                             "lost (status: lost_dirty_bytes)"
-                                           : "no dirty data was lost");
-            finish_failure(c, d);
-        }
+        if (k == 0)
+            drain_end(c, d);
     }
     set_health(c);
     if (c->draining == 0) {
         release_waiters(c, 0);
-    } else if (c->drain_waiters && writeback_stuck(c)) {
+    } else if (c->drain_waiters && writeback_given_up(c)) {
+        /* Not at a writeback job's first failure: its blocks are tried
+         * again after their back-off, and the waiters wait for that (an
+         * origin refusing a write for a moment loses nothing).  Bounded:
+         * writeback gives up on a block refused WB_FAILURES_EIO times in
+         * a row (about a second of back-off), on an origin away past its
+         * timeout, and at a stop. */
         tc_error("flush fails with EIO: dirty data is still on a failed cache device and "
-                 "cannot be written back now (writeback stopped or failing, or the origin "
-                 "away)");
+                 "cannot be written back now (the origin refused it %u times in a row, or "
+                 "is offline, or writeback stopped)", WB_FAILURES_EIO);
         release_waiters(c, -EIO);
     }
 }
@@ -992,6 +1072,53 @@ static void off_service(struct cache *c, uint32_t id, const struct tc_mask *in,
 
 static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask *bad);
 
+/*
+ * A stop gave up the tombstone of a block dropped from the index (no room
+ * in the log even then).  The log may still hold a copy of the block that
+ * the restart serves again: one a cut left (originwin.c: the origin's
+ * server lost the write it read), or one a failure dropped.  The writes
+ * that waited for the tombstone (they wait for the block's lock, held
+ * until now) fail with EIO anyway, their acknowledgements held for it
+ * (devfail_incomplete()); but sent on to the origin, which may take them,
+ * the origin would hold data newer than that copy -- data a read before
+ * the stop may even have returned -- and the restart would serve the
+ * older copy over it.  So from now on no write of the block reaches the
+ * origin (cache_block_tombless(): writepath.c fails them with EIO), and
+ * reads of it fail until the exit (the lost set; its LOST record, like the
+ * tombstone, finds no room, and lostlog.c says what that means after a
+ * restart): the origin then never holds anything newer than what the log
+ * keeps.
+ */
+static void tombstone_given_up(struct cache *c, uint64_t oblock)
+{
+    if (cache_block_tombless(c, oblock))
+        return;
+    if (c->ntombless == c->tombless_cap) {
+        c->tombless_cap = c->tombless_cap ? 2 * c->tombless_cap : 16;
+        c->tombless = realloc(c->tombless, c->tombless_cap * sizeof *c->tombless);
+        if (c->tombless == NULL)
+            abort();
+    }
+    c->tombless[c->ntombless++] = oblock;
+    struct tc_mask all;
+    mask_range(&all, 0, c->spb);
+    lost_record(c, oblock, &all);
+    uint64_t base = oblock * c->block_size;
+    tc_error("cache: stop: no room in the log for the tombstone of origin block %llu (bytes "
+             "%llu..%llu): writes of it fail with EIO rather than reach the origin, where the "
+             "next start could serve an older copy the log keeps over them",
+             (unsigned long long)oblock, (unsigned long long)base,
+             (unsigned long long)(base + c->block_size - 1));
+}
+
+bool cache_block_tombless(const struct cache *c, uint64_t oblock)
+{
+    for (size_t i = 0; i < c->ntombless; i++)
+        if (c->tombless[i] == oblock)
+            return true;
+    return false;
+}
+
 /* Unreadable (or no room at a stop): the dirty sectors d are lost, the
  * clean ones come from the origin; the block goes, after a tombstone. */
 static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d, int err)
@@ -1030,6 +1157,7 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
         snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
                  (unsigned long long)r->oblock);
         devfail_incomplete(c, why);
+        tombstone_given_up(c, r->oblock);
     }
     block_unlock(c->locks, r->oblock);
     r->lw.fn = rewrite_durable;

@@ -47,6 +47,9 @@ void cache_rescue_to_origin(struct cache *c);
  * (devfail_hold_more()); at a stop, without room then, the writes held
  * fail with EIO (devfail_incomplete()). */
 void cache_tombstone(struct cache *c, uint64_t oblock);
+/* Whether a stop gave up the tombstone of this block (failure.c): no
+ * write of it may reach the origin any more. */
+bool cache_block_tombless(const struct cache *c, uint64_t oblock);
 /* LOST records found no room in the log (c->lost_unrecorded grew): the
  * lost set is recorded again once there is room, write acknowledgements
  * waiting for it, as after a device failure. */
@@ -62,6 +65,9 @@ void cache_drain_check(struct cache *c);
 struct ereq;
 struct tc_mask;
 bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e));
+/* Requests held so (status: drain_waiting_requests), with those held for
+ * the rescues. */
+uint64_t cache_drain_waiting(const struct cache *c);
 /* A FLUSH while rescues are pending (a failed device's only-copy dirty
  * data being read back onto a survivor): held (true) until they end, then
  * resume(e) is called, so that the flush reports all the loss they may

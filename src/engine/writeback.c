@@ -1289,11 +1289,11 @@ unsigned writeback_jobs_in_flight(struct cache *c)
     return c->wb ? c->wb->all_jobs : 0;
 }
 
-bool writeback_stuck(struct cache *c)
+bool writeback_given_up(struct cache *c)
 {
     struct writeback *wb = c->wb;
-    return wb == NULL || wb->stopped || c->vol->origin->state != TC_DEV_ONLINE ||
-           wb->fail_streak > 0 || wb->nfail > 0;
+    return wb == NULL || wb->stopped || c->vol->origin->state == TC_DEV_OFFLINE ||
+           wb->nfail_eio > 0;
 }
 
 void writeback_kick(struct cache *c)

@@ -37,9 +37,12 @@ int writeback_init(struct cache *c);
  * not even the tick; writeback_kick() does nothing until then). */
 void writeback_start(struct cache *c);
 void writeback_fini(struct cache *c);
-/* No writeback can be expected soon: stopped, the origin away, or its
- * last writes failed. */
-bool writeback_stuck(struct cache *c);
+/* Writeback has given up on the dirty data for now, as a write that
+ * needs its block written back does (WB_FAILURES_EIO): stopped, the
+ * origin offline (away past --origin-timeout), or a dirty block refused
+ * WB_FAILURES_EIO times in a row.  A failed job alone is not: its blocks
+ * are tried again after their back-off, and may well succeed. */
+bool writeback_given_up(struct cache *c);
 void writeback_kick(struct cache *c);
 /* A client FLUSH flushed the origin and the cache, recording the stable
  * mark, for everything done before since_ns: the periodic commit's work

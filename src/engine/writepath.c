@@ -626,6 +626,13 @@ static void origin_write(struct wpiece *p)
         piece_done(p, 0);   /* the origin operation runs once for the request */
         return;
     }
+    if (cache_block_tombless(c, p->oblock)) {
+        /* Its tombstone was given up at the stop: the log may keep an
+         * older copy a restart serves, so the origin must not get newer
+         * data (failure.c, tombstone_given_up()). */
+        piece_done(p, -EIO);
+        return;
+    }
     if (p->direct)
         owrite_begin(c->locks, &p->ow, p->oblock, p->oblock + 1);
     p->ready = true;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/assert.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -126,6 +127,19 @@ void dev_complete(struct tc_dev_io *dio, int err)
     finish(dio, err);
 }
 
+/*
+ * Device completions running now (finish()), for dev_sync_io()'s check.
+ * dev_sync_io() runs the reactor until its own I/O ends: called from a
+ * completion -- the live data path, where each request is a state machine
+ * driven by them -- it would run other requests' callbacks under a caller
+ * half way through its own step (the event loop re-entered) and stall
+ * every client behind one device's answer.  Its callers (start-up and
+ * recovery, format, check, salvage, attach's gated steps) run outside any
+ * completion; the sanitizer build asserts that a new one does too.  (A
+ * caller in a timer or a deferred task of the data path is not caught.)
+ */
+static unsigned completions_running;
+
 static void finish(struct tc_dev_io *dio, int err)
 {
     struct tc_dev *dev = dio->dev;
@@ -184,7 +198,9 @@ static void finish(struct tc_dev_io *dio, int err)
         dev->consecutive_errors = 0;
         dev->error_episodes = 0;
     }
+    completions_running++;
     dio->cb(dio, err);
+    completions_running--;
 }
 
 struct sync_io {
@@ -203,6 +219,7 @@ static void sync_done(struct tc_dev_io *dio, int err)
 int dev_sync_io(struct tc_dev *dev, enum tc_dev_op op, void *buf, uint64_t off, uint64_t len,
                 unsigned flags)
 {
+    TC_ASSERT(completions_running == 0);    /* never on the data path: see finish() */
     struct sync_io s;
     memset(&s, 0, sizeof s);
     s.dio.op = op;

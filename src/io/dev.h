@@ -264,7 +264,9 @@ void dev_complete(struct tc_dev_io *dio, int err);
 const char *dev_op_name(enum tc_dev_op op);
 
 /* One I/O, waited for by running the reactor: for start-up, format and
- * check, never for the data path.  Returns 0 or -errno. */
+ * check, never for the data path (the sanitizer build asserts that it is
+ * not called from within a device completion; dev.c).  Returns 0 or
+ * -errno. */
 int dev_sync_io(struct tc_dev *dev, enum tc_dev_op op, void *buf, uint64_t off, uint64_t len,
                 unsigned flags);
 
