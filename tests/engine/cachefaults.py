@@ -19,6 +19,11 @@ exactly which version it got.
     cachefaults.py verify-file FILE MODEL
         the origin file after a flush: every sector that did not read as
         EIO holds its newest version.
+    cachefaults.py merge OUT BASE A B
+        two writers that ran at once, each from a copy of BASE (one with
+        write --gen-skip, so that their generations differ): a sector
+        either changed takes its versions, one both changed may hold the
+        last of either.
 """
 import argparse
 import json
@@ -87,6 +92,7 @@ def flush(h, stats):
 
 def cmd_write(a):
     m = load(a.model)
+    m["gen"] += a.gen_skip
     h = connect(a.sock)
     rnd = random.Random(a.seed)
     stats = {"writes": 0, "write_errors": 0, "flush_errors": 0}
@@ -192,6 +198,19 @@ def cmd_verify_file(a):
         sys.exit("verify-file: the origin lacks the newest data of %d sectors" % len(bad))
 
 
+def cmd_merge(a):
+    base, x, y = load(a.base), load(a.a), load(a.b)
+    out = {"gen": max(x["gen"], y["gen"]), "ok": dict(base["ok"]),
+           "eio": sorted(set(x["eio"]) | set(y["eio"]))}
+    for s in set(x["ok"]) | set(y["ok"]):
+        cx, cy = allowed(x, s) != allowed(base, s), allowed(y, s) != allowed(base, s)
+        if cx and cy:
+            out["ok"][s] = sorted(set(allowed(x, s)) | set(allowed(y, s)))
+        elif cx or cy:
+            out["ok"][s] = allowed(x if cx else y, s)
+    save(a.out, out)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -202,6 +221,7 @@ def main():
     w.add_argument("--seed", type=int, default=1)
     w.add_argument("--flush-every", type=int, default=50)
     w.add_argument("--no-flush", action="store_true")
+    w.add_argument("--gen-skip", type=int, default=0)
     v = sub.add_parser("verify")
     v.add_argument("sock"); v.add_argument("model")
     v.add_argument("--sectors", type=int, required=True)
@@ -213,9 +233,11 @@ def main():
     f = sub.add_parser("verify-file")
     f.add_argument("file"); f.add_argument("model")
     f.add_argument("--sectors", type=int, required=True)
+    g = sub.add_parser("merge")
+    g.add_argument("out"); g.add_argument("base"); g.add_argument("a"); g.add_argument("b")
     a = p.parse_args()
     {"write": cmd_write, "verify": cmd_verify, "rewrite": cmd_rewrite,
-     "verify-file": cmd_verify_file}[a.cmd](a)
+     "verify-file": cmd_verify_file, "merge": cmd_merge}[a.cmd](a)
 
 
 if __name__ == "__main__":
