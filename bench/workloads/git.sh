@@ -83,6 +83,9 @@ git_phase() {  # CONFIG REP PHASE COMMAND...: time COMMAND plus sync, then drop 
   s=$(elapsed "$t0")
   echo 3 >/proc/sys/vm/drop_caches
   record git phases "$cfg" "$phase" s "$rep" "$s"
+  # tiercache's counters after every phase (cumulative), so that a phase's
+  # origin requests and hits are the difference of two dumps
+  case $cfg in tiercache-*) tcdump vol "git-$cfg-$rep-$phase" ;; esac
   GIT_TOTAL=$(awk -v a="$GIT_TOTAL" -v b="$s" 'BEGIN { print a + b }')
 }
 

@@ -78,6 +78,16 @@
 
 enum { P_HIT, P_MISS };
 
+#define GROUP_WINDOW 256         /* fills over which usefulness is judged */
+#define GROUP_USED_MIN_NUM 1     /* GROUP_USED_MIN: 1 in 3 read */
+#define GROUP_USED_MIN_DEN 3
+#define GROUP_PROBE 32           /* while not paying: 1 miss in 32 */
+#define GROUP_BLOCKS 4          /* a power of two */
+#define GROUP_INFLIGHT 8
+#define GROUP_PRIOR 16           /* a start as if this many fills were all read */
+#define GROUP_GHOST_MAX 1024     /* blocks remembered (16 bytes each) ... */
+#define GROUP_GHOST_SHARE 8      /* ... and at most 1/8 of the cache's */
+
 struct rpiece {
     uint64_t oblock;
     uint16_t s0, s1;            /* sectors [s0, s1) of the block */
@@ -92,13 +102,19 @@ struct rpiece {
     uint8_t *ovbuf;             /* miss: dirty cached sectors, by sector */
     uint8_t *redo_buf;          /* dirty sectors read again after a failure, by
                                    block sector; laid over last */
+    bool merged;                /* a merged group fill (rreq.ext), no client piece */
     struct tc_mask redo_need;
     uint64_t gen;
 };
 
+/* Merged group fills: at most the other blocks of two groups. */
+#define EXT_MAX (2 * (GROUP_BLOCKS - 1))
+
 struct rreq;
 static void read_start(struct ereq *e, bool sequential);
 static void group_hit(struct cache *c, uint64_t oblock);
+static bool group_gate(struct cache *c);
+static bool group_may_fill(const struct cache *c);
 
 /* One I/O: a run of cache sectors, or a run of origin bytes. */
 struct rrun {
@@ -108,6 +124,7 @@ struct rrun {
     bool origin;
     bool widened;               /* read whole blocks into r->p[first].bounce */
     unsigned first, last;       /* pieces it serves */
+    unsigned ext0, ext1;        /* and merged group fills r->ext[ext0, ext1) */
     uint64_t want_off, want_len;    /* the client's part of the run */
 };
 
@@ -131,6 +148,16 @@ struct rreq {
     bool sequential;
     bool bypass;
     struct pending_run run;
+    /* Merged group fills: blocks of the groups of the request's first and
+     * last pieces read in the same origin request as a miss beside them
+     * (no part of the client's buffer: s0 == s1 == 0, data in fbuf, which
+     * points into the run's bounce buffer). */
+    struct rpiece ext[EXT_MAX];
+    unsigned next;
+    /* The gate's answer for a group, asked once per request and group
+     * (0: not asked, 1: fill, -1: not paying). */
+    struct { uint64_t grp; int dec; } gd[2];
+    unsigned ngd;
 };
 
 static void phase_done(struct rreq *r);
@@ -246,6 +273,10 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
                 r->p[k].fbuf = NULL;
                 r->p[k].admit = false;
             }
+            for (unsigned k = run->ext0; k < run->ext1; k++) {
+                r->ext[k].fbuf = NULL;
+                r->ext[k].admit = false;
+            }
             struct rrun *narrow = tc_obj_get(sizeof *narrow);     /* run_end() puts it */
             narrow->r = r;
             narrow->origin = true;
@@ -266,7 +297,54 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
     run_end(run);
 }
 
-static void origin_run(struct rreq *r, unsigned first, unsigned last)
+/* Block b may be read for a merged group fill: in the volume, not cached,
+ * and nothing under way there that could make the origin's data older than
+ * the block's (a write holding its lock, a write to the origin). */
+static bool ext_ok(struct cache *c, uint64_t b)
+{
+    return b * c->block_size < c->vol->size && index_lookup(&c->map.idx, b) == NIL &&
+           !block_is_locked(c->locks, b) && !owrite_overlaps(c->locks, b);
+}
+
+/* The gate's answer for group grp, asked at most once per request. */
+static bool ext_gate(struct rreq *r, uint64_t grp)
+{
+    for (unsigned i = 0; i < r->ngd; i++)
+        if (r->gd[i].grp == grp)
+            return r->gd[i].dec > 0;
+    bool open = group_gate(r->c);
+    if (r->ngd < 2) {
+        r->gd[r->ngd].grp = grp;
+        r->gd[r->ngd].dec = open ? 1 : -1;
+        r->ngd++;
+    }
+    return open;
+}
+
+/* Block b, read into the bounce buffer from wstart to wend, is filled with
+ * the request as a merged group fill.  Its generation is held from before
+ * the origin read is submitted: a write, trim or write-zeroes of b after
+ * this point changes it, and the fill is dropped. */
+static void add_ext(struct rreq *r, uint64_t b, uint8_t *bounce, uint64_t wstart, uint64_t wend)
+{
+    struct cache *c = r->c;
+    struct rpiece *x = &r->ext[r->next++];
+    memset(x, 0, sizeof *x);
+    x->oblock = b;
+    x->kind = P_MISS;
+    x->merged = true;
+    x->admit = true;
+    block_gen_hold(c->locks, b);
+    x->gen_held = true;
+    x->gen = block_gen(c->locks, b);
+    uint64_t off = b * c->block_size;
+    x->fbuf = bounce + (off - wstart);
+    x->fs1 = (uint16_t)(TC_MIN(c->block_size, wend - off) / TC_SECTOR);
+}
+
+/* Origin read of pieces [first, last], a run of misses; at_end: the run
+ * ends the request. */
+static void origin_run(struct rreq *r, unsigned first, unsigned last, bool at_end)
 {
     struct cache *c = r->c;
     struct rrun *run = tc_obj_get(sizeof *run);
@@ -283,21 +361,53 @@ static void origin_run(struct rreq *r, unsigned first, unsigned last)
     run->dio.buf = p0->buf;
     run->dio.off = start;
     run->dio.len = end - start;
+    /* Merged group fills: the blocks of the group of the request's first
+     * (last) piece that lie just below (above) the run and are not cached
+     * join its origin request, when the gate lets the group be filled.  On
+     * a disk one request of 256 KiB costs little more than one of 4 KiB,
+     * and a fill read with the miss is in the cache when the client reads
+     * the neighbours -- a background fill of a slow origin queues behind
+     * the client's requests and often lands after them.  Only the blocks
+     * contiguous with the run: the rest of the group is left to
+     * group_fill(). */
+    unsigned nd = 0, nu = 0;
+    bool client = !(r->e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT));
+    if (client && fill_groups(c) && group_may_fill(c)) {
+        uint64_t gmask = GROUP_BLOCKS - 1;
+        if (first == 0 && p0->admit)
+            while ((p0->oblock - nd) & gmask && ext_ok(c, p0->oblock - nd - 1))
+                nd++;
+        if (at_end && pl->admit)
+            while (((pl->oblock + nu) & gmask) != gmask && ext_ok(c, pl->oblock + nu + 1))
+                nu++;
+        if (nd && !ext_gate(r, p0->oblock / GROUP_BLOCKS))
+            nd = 0;
+        if (nu && !ext_gate(r, pl->oblock / GROUP_BLOCKS))
+            nu = 0;
+    }
     bool partial = (p0->admit && p0->s0 > 0) || (pl->admit && pl->s1 < c->spb);
-    if (partial && fill_blocks(c)) {
+    bool widen = partial && fill_blocks(c);
+    if (widen || nd || nu) {
         /* Whole blocks, one origin request; the client's part is copied
          * out when it returns. */
-        uint64_t wstart = p0->oblock * c->block_size;
-        uint64_t wend = TC_MIN((pl->oblock + 1) * c->block_size, c->vol->size);
+        uint64_t wstart = (p0->oblock - nd) * c->block_size;
+        uint64_t wend = TC_MIN((pl->oblock + 1 + nu) * c->block_size, c->vol->size);
         run->widened = true;
         p0->bounce_len = wend - wstart;
         p0->bounce = bufpool_get(p0->bounce_len);
-        for (unsigned k = first; k <= last; k++) {
-            struct rpiece *p = &r->p[k];
-            uint64_t b = p->oblock * c->block_size;
-            p->fbuf = p0->bounce + (b - wstart);
-            p->fs1 = (uint16_t)(TC_MIN(c->block_size, wend - b) / TC_SECTOR);
-        }
+        if (widen)
+            for (unsigned k = first; k <= last; k++) {
+                struct rpiece *p = &r->p[k];
+                uint64_t b = p->oblock * c->block_size;
+                p->fbuf = p0->bounce + (b - wstart);
+                p->fs1 = (uint16_t)(TC_MIN(c->block_size, wend - b) / TC_SECTOR);
+            }
+        run->ext0 = r->next;
+        for (uint64_t b = p0->oblock - nd; b < p0->oblock; b++)
+            add_ext(r, b, p0->bounce, wstart, wend);
+        for (uint64_t b = pl->oblock + 1; b <= pl->oblock + nu; b++)
+            add_ext(r, b, p0->bounce, wstart, wend);
+        run->ext1 = r->next;
         run->dio.buf = p0->bounce;
         run->dio.off = wstart;
         run->dio.len = wend - wstart;
@@ -355,7 +465,7 @@ static void classify_and_issue(struct rreq *r)
             if (!(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)))
                 group_hit(c, p->oblock);
             if (in_miss) {
-                origin_run(r, miss_first, k - 1);
+                origin_run(r, miss_first, k - 1, false);
                 in_miss = false;
             }
             read_cached(r, k, id, &want, p->buf);
@@ -401,7 +511,7 @@ static void classify_and_issue(struct rreq *r)
     }
     r->np = i;
     if (in_miss)
-        origin_run(r, miss_first, r->np - 1);
+        origin_run(r, miss_first, r->np - 1, true);
     flush_run(r);
     if (join_put(&r->join, 0))
         phase_done(r);
@@ -468,7 +578,9 @@ static bool fill(struct rreq *r, struct rpiece *p)
         c->st.promotions++;
         c->st.promotion_bytes += (uint64_t)n * TC_SECTOR;
         c->st.admitted_bytes += (uint64_t)n * TC_SECTOR;
-        if (p->fbuf)
+        if (p->merged)
+            ;                   /* counted in group_fills_merged when read */
+        else if (p->fbuf)
             c->st.fills_block++;
         else
             c->st.fills_sectors++;
@@ -481,15 +593,6 @@ static bool fill(struct rreq *r, struct rpiece *p)
 
 /* ---- group fills (see the top of the file) ---- */
 
-#define GROUP_WINDOW 256         /* fills over which usefulness is judged */
-#define GROUP_USED_MIN_NUM 1     /* GROUP_USED_MIN: 1 in 3 read */
-#define GROUP_USED_MIN_DEN 3
-#define GROUP_PROBE 32           /* while not paying: 1 miss in 32 */
-#define GROUP_BLOCKS 4          /* a power of two */
-#define GROUP_INFLIGHT 8
-#define GROUP_PRIOR 16           /* a start as if this many fills were all read */
-#define GROUP_GHOST_MAX 1024     /* blocks remembered (16 bytes each) ... */
-#define GROUP_GHOST_SHARE 8      /* ... and at most 1/8 of the cache's */
 
 struct group_fill {
     struct ereq *e;
@@ -538,17 +641,40 @@ static void group_done(struct ereq *e)
     ereq_free(e);
 }
 
-/* Fill block `blk` (not cached) for a group fill. */
-static void group_fill_one(struct cache *c, uint64_t blk)
+/* Block blk is read for a group fill: counted in the gate's window and
+ * remembered in the ghost, so a client read hit on it counts as used. */
+static void group_count(struct cache *c, uint64_t blk)
 {
-    struct tc_volume *vol = c->vol;
-    uint64_t off = blk * c->block_size;
     if (++c->group.issued >= GROUP_WINDOW) {
         c->group.issued /= 2;
         c->group.used /= 2;
     }
     ghost_add(c->group.ghost, blk);
     c->st.group_fills++;
+}
+
+/* Do group fills pay for themselves?  While they do not, one miss in
+ * GROUP_PROBE is let through.  Asked once per miss with something to
+ * fill. */
+static bool group_gate(struct cache *c)
+{
+    bool paying = c->group.used * GROUP_USED_MIN_DEN >= c->group.issued * GROUP_USED_MIN_NUM;
+    return paying || c->group.probe++ % GROUP_PROBE == 0;
+}
+
+static bool group_may_fill(const struct cache *c)
+{
+    const struct tc_volume *vol = c->vol;
+    return c->group.ghost != NULL && !vol->closing && !vol->gate && !vol->fenced &&
+           !vol->detached && !vol->cache_failed && !vol->read_only;
+}
+
+/* Fill block `blk` (not cached) for a group fill. */
+static void group_fill_one(struct cache *c, uint64_t blk)
+{
+    struct tc_volume *vol = c->vol;
+    uint64_t off = blk * c->block_size;
+    group_count(c, blk);
     struct group_fill *gf = tc_xcalloc(1, sizeof *gf);
     struct ereq *e = ereq_new(vol);
     gf->e = e;
@@ -571,12 +697,13 @@ static void group_fill_one(struct cache *c, uint64_t blk)
 }
 
 /* A client read miss filled oblock: fill the rest of its group, if that
- * pays.  The gate is asked once per miss with something to fill. */
-static void group_fill(struct cache *c, uint64_t oblock)
+ * pays.  The gate is asked once per miss with something to fill, unless
+ * the request asked it already for merged group fills (dec: 1 open, -1
+ * closed, 0 not asked). */
+static void group_fill(struct cache *c, uint64_t oblock, int dec)
 {
     struct tc_volume *vol = c->vol;
-    if (c->group.ghost == NULL || vol->closing || vol->gate || vol->fenced || vol->detached ||
-        vol->cache_failed || vol->read_only)
+    if (!group_may_fill(c))
         return;
     uint64_t first = oblock & ~(uint64_t)(GROUP_BLOCKS - 1), want[GROUP_BLOCKS];
     unsigned n = 0;
@@ -586,8 +713,7 @@ static void group_fill(struct cache *c, uint64_t oblock)
             want[n++] = b;
     if (n == 0)
         return;
-    bool paying = c->group.used * GROUP_USED_MIN_DEN >= c->group.issued * GROUP_USED_MIN_NUM;
-    if (!paying && c->group.probe++ % GROUP_PROBE != 0) {
+    if (dec < 0 || (dec == 0 && !group_gate(c))) {
         c->st.group_fills_skipped += n;
         return;
     }
@@ -631,6 +757,7 @@ static void finish(struct rreq *r)
      * request: the first and the last (any between lie in groups the
      * request covers, or share the first's or the last's). */
     uint64_t grp[2];
+    int dec[2] = { 0, 0 };
     unsigned ngrp = 0;
     bool client = !(e->flags & (EREQ_READAHEAD | EREQ_FORCE_ADMIT)) && fill_groups(c);
     if (r->join.err == 0)
@@ -638,6 +765,22 @@ static void finish(struct rreq *r)
             if (fill(r, &r->p[i]) && client && (i == 0 || i == r->np - 1) &&
                 (ngrp == 0 || grp[0] / GROUP_BLOCKS != r->p[i].oblock / GROUP_BLOCKS))
                 grp[ngrp++] = r->p[i].oblock;
+    for (unsigned i = 0; i < ngrp; i++)
+        for (unsigned g = 0; g < r->ngd; g++)
+            if (r->gd[g].grp == grp[i] / GROUP_BLOCKS)
+                dec[i] = r->gd[g].dec;
+    /* Merged group fills, read with the client's data (before the bounce
+     * buffers they point into are freed below). */
+    for (unsigned i = 0; i < r->next; i++) {
+        struct rpiece *x = &r->ext[i];
+        if (r->join.err == 0 && x->admit) {
+            group_count(c, x->oblock);
+            c->st.group_fills_merged++;
+            fill(r, x);
+        }
+        if (x->gen_held)
+            block_gen_release(c->locks, x->oblock);
+    }
     for (unsigned i = 0; i < r->np; i++) {
         struct rpiece *p = &r->p[i];
         if (p->ovbuf)
@@ -665,7 +808,7 @@ static void finish(struct rreq *r)
     tc_obj_put(r, sizeof *r);
     e->complete(e);
     for (unsigned i = 0; i < ngrp; i++)
-        group_fill(c, grp[i]);
+        group_fill(c, grp[i], dec[i]);
 }
 
 /* Dirty data of a piece whose cached copy failed: read again from the

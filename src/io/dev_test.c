@@ -45,6 +45,10 @@
  *   hold_once       with hold_when: only the first request that would be
  *                   held is; later ones go on meanwhile (two writes of the
  *                   same place completing in the reverse order).
+ *   hold_reply      with hold_when: the requests are done at once, only
+ *                   their completion is held until FILE is gone (a read
+ *                   whose data was read before a later write, answered
+ *                   after it); FILE.held is created when one is held.
  *   eio_held        with hold_when: once FILE is gone, the held requests
  *                   all fail with EIO, at once, and later ones go on (a
  *                   device that stopped answering for a moment and failed
@@ -89,13 +93,17 @@ struct dev_test {
     unsigned hold_ops;          /* EIO_* bits: the requests that may be held */
     uint64_t hold_from, hold_to;    /* hold_range: [from, to); to 0: everywhere */
     bool hold_once, held_one;
+    bool hold_reply;
     struct tc_dev_io *held, **held_tail;
+    struct tc_dev_io *replies;  /* hold_reply: done, result in ->status */
     struct tc_timer hold_timer;
     bool aborted;               /* dev_abort(): every request fails */
     off_t undo_dropped;         /* undo bytes forgotten so far (cut from the front) */
 };
 
 enum { EIO_READ = 1, EIO_WRITE = 2, EIO_FLUSH = 4, EIO_ALL = 7 };
+
+#define HOLD_POLL_NS (10ull * 1000 * 1000)
 
 static unsigned op_kind(int op)
 {
@@ -109,6 +117,7 @@ static unsigned op_kind(int op)
 struct test_io {
     struct tc_dev_io inner;
     struct tc_dev_io *outer;
+    bool hold_reply;            /* done now, completed once hold_when is gone */
     off_t flush_mark;           /* undo bytes ever recorded when the flush was sent */
 };
 
@@ -164,7 +173,22 @@ static void inner_done(struct tc_dev_io *dio, int err)
         if (err == 0)
             d->undo_dropped = t->flush_mark;
     }
+    bool hold = t->hold_reply;
     free(t);
+    if (hold && !d->aborted) {
+        outer->status = err;
+        outer->next = d->replies;
+        d->replies = outer;
+        /* The test's sign that the request is done, its reply held. */
+        char path[4096];
+        snprintf(path, sizeof path, "%s.held", d->hold_when);
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+        if (!d->hold_timer.armed)
+            timer_arm(d->dev.reactor, &d->hold_timer, HOLD_POLL_NS);
+        return;
+    }
     dev_complete(outer, err);
 }
 
@@ -215,9 +239,8 @@ static int save_old(struct dev_test *d, uint64_t off, uint64_t len)
     return rc;
 }
 
-static void test_issue(struct dev_test *d, struct tc_dev_io *dio);
+static void test_issue(struct dev_test *d, struct tc_dev_io *dio, bool hold_reply);
 
-#define HOLD_POLL_NS (10ull * 1000 * 1000)
 
 /* The held requests, oldest first, taken off the list. */
 static struct tc_dev_io *take_held(struct dev_test *d)
@@ -235,12 +258,17 @@ static void hold_timer_fn(struct tc_timer *t)
         timer_arm(d->dev.reactor, &d->hold_timer, HOLD_POLL_NS);
         return;
     }
+    for (struct tc_dev_io *dio = d->replies, *next; dio; dio = next) {
+        next = dio->next;
+        dev_complete(dio, dio->status);
+    }
+    d->replies = NULL;
     for (struct tc_dev_io *dio = take_held(d), *next; dio; dio = next) {
         next = dio->next;
         if (d->eio_held)
             dev_complete(dio, -EIO);
         else
-            test_issue(d, dio);
+            test_issue(d, dio, false);
     }
 }
 
@@ -264,6 +292,10 @@ static bool holding(struct dev_test *d, const struct tc_dev_io *dio)
 static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     struct dev_test *d = container_of(dev, struct dev_test, dev);
+    if (d->hold_reply) {
+        test_issue(d, dio, holding(d, dio));
+        return;
+    }
     if (holding(d, dio)) {
         dio->next = NULL;
         *d->held_tail = dio;
@@ -272,10 +304,10 @@ static void test_submit(struct tc_dev *dev, struct tc_dev_io *dio)
             timer_arm(dev->reactor, &d->hold_timer, HOLD_POLL_NS);
         return;
     }
-    test_issue(d, dio);
+    test_issue(d, dio, false);
 }
 
-static void test_issue(struct dev_test *d, struct tc_dev_io *dio)
+static void test_issue(struct dev_test *d, struct tc_dev_io *dio, bool hold_reply)
 {
     struct tc_dev *dev = &d->dev;
     if (d->aborted) {
@@ -297,6 +329,7 @@ static void test_issue(struct dev_test *d, struct tc_dev_io *dio)
     }
     struct test_io *t = tc_xcalloc(1, sizeof *t);
     t->outer = dio;
+    t->hold_reply = hold_reply;
     if (dio->op == TC_DEV_FLUSH && d->undo_fd >= 0)
         t->flush_mark = d->undo_dropped + lseek(d->undo_fd, 0, SEEK_CUR);
     t->inner.op = dio->op;
@@ -315,6 +348,11 @@ static void test_abort(struct tc_dev *dev)
     d->aborted = true;
     if (d->hold_when)
         timer_cancel(dev->reactor, &d->hold_timer);
+    for (struct tc_dev_io *dio = d->replies, *next; dio; dio = next) {
+        next = dio->next;
+        dev_complete(dio, dio->status);
+    }
+    d->replies = NULL;
     for (struct tc_dev_io *dio = take_held(d), *next; dio; dio = next) {
         next = dio->next;
         dev_complete(dio, -EIO);
@@ -416,6 +454,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             d->hold_to = from + len;
         } else if (strcmp(o, "hold_once") == 0) {
             d->hold_once = true;
+        } else if (strcmp(o, "hold_reply") == 0) {
+            d->hold_reply = true;
         } else if (strncmp(o, "eio_maxlen=", 11) == 0) {
             d->eio_maxlen = strtoull(o + 11, NULL, 0);
         } else if (strncmp(o, "eio_minlen=", 11) == 0) {
