@@ -200,6 +200,17 @@ bool origin_window_full(const struct cache *c)
     return c->owin.n >= OW_SOFT;
 }
 
+bool origin_window_overlaps(const struct cache *c, uint64_t off, uint64_t len)
+{
+    const struct origin_window *w = &c->owin;
+    if (w->n >= OW_SOFT)
+        return true;    /* the commit flushes the origin at once (tick()) */
+    for (uint32_t i = w->n; i-- > 0;)
+        if (w->r[i].off < off + len && off < w->r[i].off + w->r[i].len)
+            return true;
+    return false;
+}
+
 void origin_window_dropped(struct cache *c, uint64_t oblock)
 {
     struct origin_window *w = &c->owin;

@@ -67,6 +67,7 @@
 #include "engine/failure.h"
 #include "engine/cacheio.h"
 #include "engine/map.h"
+#include "engine/originwin.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/stream.h"
@@ -568,13 +569,23 @@ static bool fill(struct rreq *r, struct rpiece *p)
                    TC_SECTOR);
     struct tc_mask clean;
     mask_clear(&clean);
+    /* Data the origin acknowledged and has not flushed (a write around the
+     * cache, a write-through version since dropped: the origin window) is
+     * what it returns, and a crash of the origin may take it back.  The
+     * fill's copy would outlive that in the log as clean: after a restart
+     * reads returned it, then the origin's older data once it left the
+     * cache.  So such a fill is a write-through version: recovery takes it
+     * for dirty until the stable mark (an origin flush) has passed it, and
+     * writes it back. */
+    bool wt = origin_window_overlaps(c, p->oblock * c->block_size, c->block_size);
     /* A split adds two fragments: only while the chain has room for both. */
     unsigned nfrags = id == NIL ? 0 : CE(&c->map.idx, id)->nfrags;
     struct append a = { .oblock = p->oblock, .type = TC_ENTRY_DATA, .valid = stored,
-                        .dirty = clean, .data = data, .may_split = nfrags + 2 <= MAX_FRAGS };
+                        .dirty = clean, .data = data, .may_split = nfrags + 2 <= MAX_FRAGS,
+                        .flags = wt ? TC_ENTRY_WT : 0 };
     struct log_loc at = log_append(c, &a, NULL);
     if (at.err == 0) {
-        map_add_appended(c, p->oblock, &stored, &clean, &at, 0, false);
+        map_add_appended(c, p->oblock, &stored, &clean, &at, wt ? CE_WT : 0, false);
         c->st.promotions++;
         c->st.promotion_bytes += (uint64_t)n * TC_SECTOR;
         c->st.admitted_bytes += (uint64_t)n * TC_SECTOR;
