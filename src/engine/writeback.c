@@ -1340,6 +1340,15 @@ void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
                       void (*done)(void *arg, int err), void *arg)
 {
     struct writeback *wb = c->wb;
+    /* A stop frees the writeback state once its last job and commit
+     * flush end; a caller whose own I/O was in flight then (the cleaner's
+     * chunk read, a rescue) may still ask.  The blocks stay dirty, as
+     * after any failed write-back: the cleaner keeps them, the log holds
+     * them for the next start. */
+    if (wb == NULL) {
+        done(arg, -ESHUTDOWN);
+        return;
+    }
     if (wb->nfail == 0) {
         blocks_start(c, blocks, n, done, arg);
         return;
