@@ -184,6 +184,14 @@ struct history *history_create(uint64_t capacity);
 void history_destroy(struct history *h);
 bool history_contains(const struct history *h, uint64_t oblock);
 void history_add(struct history *h, uint64_t oblock);
+/* The same with the block's hashes computed once (they depend on the block
+ * only, so one key serves every history): history_has() is
+ * history_contains(); history_add_absent() is history_add() of a block
+ * history_has() just found absent, with no change to h in between. */
+struct history_key { uint64_t a, b; };
+struct history_key history_key(uint64_t oblock);
+bool history_has(const struct history *h, struct history_key k);
+void history_add_absent(struct history *h, struct history_key k);
 uint64_t history_memory(const struct history *h);
 
 #endif
