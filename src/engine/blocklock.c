@@ -174,6 +174,11 @@ void block_gen_release(struct blocklocks *b, uint64_t oblock)
     put(b, r);
 }
 
+void block_prefetch(const struct blocklocks *b, uint64_t oblock)
+{
+    __builtin_prefetch(&b->buckets[bucket(oblock)]);
+}
+
 void block_gen_bump(struct blocklocks *b, uint64_t oblock)
 {
     struct bl *r = find(b, oblock);

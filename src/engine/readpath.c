@@ -955,6 +955,12 @@ static void read_start(struct ereq *e, bool sequential)
     r->sequential = sequential;
     r->bypass = e->vol->mode == TC_MODE_PASSTHROUGH;
     c->last_client_io_ns = tc_now_ns();
+    /* Each block is looked up, and a miss asks the policy: start every
+     * block's cache misses now, to wait for them together. */
+    index_prefetch(&c->map.idx, first, last - first + 1);
+    if (!r->bypass)
+        for (uint64_t b = first; b <= last; b++)
+            policy_prefetch(c->policy, b);
     classify_and_issue(r);
 }
 

@@ -1127,6 +1127,9 @@ static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
 static void run_pieces(struct wreq *w)
 {
     join_get_n(&w->join, w->np + 1);    /* every piece, and the hold while starting them */
+    /* piece_start() looks each block up: their cache misses together. */
+    if (w->np)
+        index_prefetch(&w->c->map.idx, w->p[0].oblock, w->np);
     w->holding = true;
     for (unsigned i = 0; i < w->np; i++)
         piece_start(&w->p[i]);

@@ -232,6 +232,14 @@ static bool admit(void *s, uint64_t oblock, bool free_space)
     return false;
 }
 
+static void prefetch(void *s, uint64_t oblock)
+{
+    struct dflt *p = s;
+    struct history_key k = history_key(oblock);
+    history_prefetch(p->lapsed, k);
+    history_prefetch(p->seen, k);
+}
+
 static bool admit_write(void *s, uint64_t oblock, bool free_space)
 {
     struct dflt *p = s;
@@ -350,6 +358,7 @@ const struct policy_ops policy_default = {
     .admit = admit,
     .admit_write = admit_write,
     .stream_hot = stream_hot,
+    .prefetch = prefetch,
     .hit = hit,
     .inserted = inserted,
     .keep = keep,
