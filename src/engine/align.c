@@ -52,7 +52,7 @@ static void finish(struct areq *a)
     int err = a->join.err;
     if (err)
         vol->stats.errors++;
-    free(a);
+    tc_obj_put(a, sizeof *a);
     if (devfail_hold_ack(vol->cache ? &vol->cache->ab : NULL, req, err))
         return;     /* a device failure is being recorded (abandon.c) */
     req->done(req, err);
@@ -224,7 +224,7 @@ static void status_trimmed(struct areq *a)
 
 void align_submit(struct tc_volume *vol, struct tc_request *req)
 {
-    struct areq *a = tc_xcalloc(1, sizeof *a);
+    struct areq *a = tc_obj_get(sizeof *a);
     a->vol = vol;
     a->req = req;
     a->a0 = tc_round_down(req->offset, TC_SECTOR);

@@ -44,7 +44,7 @@ void blocklocks_free(struct blocklocks *b)
         while (b->buckets[i]) {
             struct bl *r = b->buckets[i];
             b->buckets[i] = r->next;
-            free(r);
+            tc_obj_put(r, sizeof *r);
         }
     }
     free(b);
@@ -68,7 +68,7 @@ static struct bl *get(struct blocklocks *b, uint64_t oblock)
     struct bl *r = find(b, oblock);
     if (r)
         return r;
-    r = tc_xcalloc(1, sizeof *r);
+    r = tc_obj_get(sizeof *r);        /* one or more for every request */
     r->oblock = oblock;
     r->gen = ++b->gen_counter;
     r->lock_tail = &r->lock_head;
@@ -100,7 +100,7 @@ static void put(struct blocklocks *b, struct bl *r)
     if (r->all_next)
         r->all_next->all_prev = r->all_prev;
     b->records--;
-    free(r);
+    tc_obj_put(r, sizeof *r);
 }
 
 bool block_lock(struct blocklocks *b, uint64_t oblock, struct block_waiter *w)
@@ -172,6 +172,11 @@ void block_gen_release(struct blocklocks *b, uint64_t oblock)
     TC_ASSERT_ALWAYS(r != NULL && r->refs > 0);
     r->refs--;
     put(b, r);
+}
+
+void block_prefetch(const struct blocklocks *b, uint64_t oblock)
+{
+    __builtin_prefetch(&b->buckets[bucket(oblock)]);
 }
 
 void block_gen_bump(struct blocklocks *b, uint64_t oblock)

@@ -67,6 +67,9 @@ uint64_t block_gen(struct blocklocks *b, uint64_t oblock);
 void block_gen_hold(struct blocklocks *b, uint64_t oblock);     /* keep the counter alive */
 void block_gen_release(struct blocklocks *b, uint64_t oblock);
 void block_gen_bump(struct blocklocks *b, uint64_t oblock);
+/* A hint: a look-up of oblock's record follows soon (starts loading its
+ * bucket).  Changes nothing. */
+void block_prefetch(const struct blocklocks *b, uint64_t oblock);
 /* A client write going to the origin for blocks not in the cache:
  * registered for its duration so that no fill caches older data. */
 struct owrite {

@@ -187,6 +187,10 @@ struct cleaner {
 /* The back-off after an attempt given up: the first, and the most it
  * doubles to after attempts given up for read errors in a row. */
 #define RETRY_NS (50ull * 1000 * 1000)
+/* Loops over a chunk's entries or the drops start the cache misses of the
+ * item this far ahead: far enough to overlap them, near enough that
+ * the lines are still in the cache when their turn comes. */
+#define PREFETCH_AHEAD 8
 #define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
 
 static void walk(struct cleaner *k);
@@ -732,6 +736,10 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     }
     for (uint32_t i = 0; i < h.nr_entries; i++) {
         struct tc_entry e;
+        /* Each entry is looked up in the index: start the look-up of the
+         * one PREFETCH_AHEAD further while this one is handled. */
+        if (i + PREFETCH_AHEAD < h.nr_entries)
+            index_prefetch(&c->map.idx, chunk_entry_oblock(k->buf, c->spb, i + PREFETCH_AHEAD), 1);
         if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)
             continue;
         if (e.type == TC_ENTRY_LOST) {
@@ -1262,6 +1270,13 @@ static void tail_synced(struct log_waiter *lw, int err)
     }
     for (size_t i = 0; i < k->ndrops; i++) {
         struct drop *d = &k->drops[i];
+        if (i + PREFETCH_AHEAD < k->ndrops) {
+            /* What the drop PREFETCH_AHEAD further will look at. */
+            uint64_t ob = d[PREFETCH_AHEAD].oblock;
+            index_prefetch(&c->map.idx, ob, 1);
+            block_prefetch(c->locks, ob);
+            policy_prefetch(c->policy, ob);
+        }
         uint32_t fid = map_find_fragment(c, d->oblock, d->seg, d->off, NULL);
         if (fid == NIL)
             continue;

@@ -121,6 +121,15 @@ uint32_t index_lookup(const struct index *ix, uint64_t oblock)
     return NIL;
 }
 
+void index_prefetch(const struct index *ix, uint64_t oblock, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t id = ix->buckets[hash(ix, oblock + i)];
+        if (id != NIL)
+            __builtin_prefetch(CE(ix, id));
+    }
+}
+
 /* Entry id's masks: valid (mbytes bytes), then dirty. */
 static uint8_t *masks_of(const struct index *ix, uint32_t id)
 {

@@ -298,7 +298,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     }
     image_release(c, cw->seg);
     space_write_done(&c->sp, cw->seg);
-    free(cw);
+    tc_obj_put(cw, sizeof *cw);
     notify_waiters(&c->lg, 0);
     maybe_flush(c);
 }
@@ -307,7 +307,7 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
                         uint32_t nsectors, uint64_t chunk_seq)
 {
     struct segment *sg = space_seg(&c->sp, seg);
-    struct chunk_write *cw = tc_xcalloc(1, sizeof *cw);
+    struct chunk_write *cw = tc_obj_get(sizeof *cw);
     cw->cache = c;
     cw->seg = seg;
     cw->chunk_seq = chunk_seq;

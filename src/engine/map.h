@@ -196,6 +196,11 @@ struct index_memory {
 int index_init(struct index *ix, unsigned spb, uint64_t expected);
 void index_fini(struct index *ix);
 uint32_t index_lookup(const struct index *ix, uint64_t oblock);
+/* A hint: index_lookup() of oblock .. oblock+n-1 follows soon.  Starts the
+ * loads of their buckets' first entries, so that the look-ups of a
+ * request's blocks wait for their cache misses together, not one after
+ * another.  Changes nothing. */
+void index_prefetch(const struct index *ix, uint64_t oblock, uint64_t n);
 /* A new entry for oblock (not in the index), without fragments. */
 uint32_t index_insert(struct index *ix, uint64_t oblock);
 /* Remove the entry and free its fragments (accounting is the caller's). */

@@ -144,6 +144,7 @@ struct rreq {
     struct cache *c;
     struct rpiece *p;
     unsigned np;
+    size_t psize;               /* p's bytes, for tc_obj_put() */
     struct tc_join join;        /* the reads of the current phase */
     bool retried;
     bool sequential;
@@ -815,7 +816,7 @@ static void finish(struct rreq *r)
         c->st.read_miss_bytes += e->len - hit_bytes;
     }
     e->err = r->join.err;
-    free(r->p);
+    tc_obj_put(r->p, r->psize);
     tc_obj_put(r, sizeof *r);
     e->complete(e);
     for (unsigned i = 0; i < ngrp; i++)
@@ -949,10 +950,17 @@ static void read_start(struct ereq *e, bool sequential)
     r->e = e;
     r->c = c;
     uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;
-    r->p = tc_xmalloc((size_t)(last - first + 1) * sizeof *r->p);
+    r->psize = (size_t)(last - first + 1) * sizeof *r->p;
+    r->p = tc_obj_get(r->psize);
     r->sequential = sequential;
     r->bypass = e->vol->mode == TC_MODE_PASSTHROUGH;
     c->last_client_io_ns = tc_now_ns();
+    /* Each block is looked up, and a miss asks the policy: start every
+     * block's cache misses now, to wait for them together. */
+    index_prefetch(&c->map.idx, first, last - first + 1);
+    if (!r->bypass)
+        for (uint64_t b = first; b <= last; b++)
+            policy_prefetch(c->policy, b);
     classify_and_issue(r);
 }
 

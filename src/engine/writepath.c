@@ -122,6 +122,7 @@ struct wreq {
     struct cache *c;
     struct wpiece *p;
     unsigned np;
+    size_t size;                    /* with the pieces, for tc_obj_put() */
     /* The pieces (each counted until piece_done()), then the origin
      * operation of a discard; err: the request's first error. */
     struct tc_join join;
@@ -190,7 +191,7 @@ static void request_end(struct wreq *w)
     /* Read-ahead slots loaded while the write ran may hold the old data. */
     readahead_invalidate(e->vol->cache, e->off, e->len);
     e->err = w->join.err;
-    free(w);                        /* and its pieces (split()) */
+    tc_obj_put(w, w->size);         /* and its pieces (split()) */
     e->complete(e);
 }
 
@@ -204,7 +205,7 @@ static void end_synced(struct log_waiter *lw, int err)
          * origin and flushed there. */
         struct ereq *e = w->e;
         readahead_invalidate(e->vol->cache, e->off, e->len);
-        free(w);                    /* and its pieces (split()) */
+        tc_obj_put(w, w->size);     /* and its pieces (split()) */
         cache_durable_after_failure(e->vol->cache, e);
         return;
     }
@@ -1099,7 +1100,9 @@ static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
     /* One allocation for the request and its pieces, which live exactly
      * as long (request_end() frees both). */
     size_t head = tc_round_up(sizeof(struct wreq), _Alignof(struct wpiece));
-    struct wreq *w = tc_xcalloc(1, head + (last - first + 1) * sizeof(struct wpiece));
+    size_t size = head + (last - first + 1) * sizeof(struct wpiece);
+    struct wreq *w = tc_obj_get(size);
+    w->size = size;
     w->e = e;
     w->c = c;
     w->p = (struct wpiece *)((char *)w + head);
@@ -1124,6 +1127,9 @@ static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
 static void run_pieces(struct wreq *w)
 {
     join_get_n(&w->join, w->np + 1);    /* every piece, and the hold while starting them */
+    /* piece_start() looks each block up: their cache misses together. */
+    if (w->np)
+        index_prefetch(&w->c->map.idx, w->p[0].oblock, w->np);
     w->holding = true;
     for (unsigned i = 0; i < w->np; i++)
         piece_start(&w->p[i]);

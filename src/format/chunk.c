@@ -212,6 +212,11 @@ int chunk_entry(const uint8_t *buf, const struct tc_chunk_header *h, unsigned sp
     return 0;
 }
 
+uint64_t chunk_entry_oblock(const uint8_t *buf, unsigned spb, uint32_t i)
+{
+    return le64_get(buf + CH_OFF_ENTRIES + (size_t)i * tc_entry_size(spb));
+}
+
 uint32_t chunk_data_crc(const uint8_t *buf, const struct tc_chunk_header *h, unsigned spb,
                         uint32_t i)
 {

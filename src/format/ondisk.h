@@ -396,6 +396,10 @@ int chunk_decode(const uint8_t *buf, size_t buflen, const uint8_t set_uuid[16], 
  * is malformed (unknown type, data outside the chunk, masks out of range). */
 int chunk_entry(const uint8_t *buf, const struct tc_chunk_header *hdr, unsigned spb, uint32_t i,
                 struct tc_entry *e, char *err, size_t errlen);
+/* The block number field of entry i (i < nr_entries of a header that
+ * chunk_decode() accepted), unchecked: for hints such as prefetching,
+ * never for a decision. */
+uint64_t chunk_entry_oblock(const uint8_t *buf, unsigned spb, uint32_t i);
 /* The CRC of data sector i of the chunk. */
 uint32_t chunk_data_crc(const uint8_t *buf, const struct tc_chunk_header *hdr, unsigned spb,
                         uint32_t i);

@@ -191,36 +191,53 @@ static void stamp_read(struct dflt *p, uint8_t *hint)
         clock_tick(p);
 }
 
-/* A read miss of an uncached block: what the ghosts say of the window. */
-static void adapt_window(struct dflt *p, uint64_t oblock)
+/* A read miss of an uncached block: what the ghosts say of the window.
+ * Returns 1 if the block is in the seen history, 0 if not, -1 if that was
+ * not looked at (the lapsed history had it). */
+static int adapt_window(struct dflt *p, struct history_key k)
 {
     uint64_t step = p->quantum / 4 ? p->quantum / 4 : 1;
-    if (history_contains(p->lapsed, oblock)) {
+    if (history_has(p->lapsed, k)) {
         if (p->window + step <= WINDOW_MAX * p->quantum)
             p->window += step;
         p->window_grown++;
-    } else if (history_contains(p->seen, oblock)) {
+        return -1;
+    }
+    if (history_has(p->seen, k)) {
         if (p->window >= WINDOW_MIN * p->quantum + step)
             p->window -= step;
         p->window_shrunk++;
+        return 1;
     }
+    return 0;
 }
 
 static bool admit(void *s, uint64_t oblock, bool free_space)
 {
     struct dflt *p = s;
-    adapt_window(p, oblock);
+    struct history_key k = history_key(oblock);
+    int seen = adapt_window(p, k);     /* the histories are unchanged since */
     if (free_space) {
         p->admitted_free++;
         return true;
     }
-    if (history_contains(p->seen, oblock)) {
+    if (seen < 0)
+        seen = history_has(p->seen, k);
+    if (seen) {
         p->admitted_history++;
         return true;
     }
-    history_add(p->seen, oblock);
+    history_add_absent(p->seen, k);
     p->refused_reads++;
     return false;
+}
+
+static void prefetch(void *s, uint64_t oblock)
+{
+    struct dflt *p = s;
+    struct history_key k = history_key(oblock);
+    history_prefetch(p->lapsed, k);
+    history_prefetch(p->seen, k);
 }
 
 static bool admit_write(void *s, uint64_t oblock, bool free_space)
@@ -238,11 +255,12 @@ static bool admit_write(void *s, uint64_t oblock, bool free_space)
 static bool stream_hot(void *s, uint64_t oblock)
 {
     struct dflt *p = s;
-    if (history_contains(p->seen, oblock)) {
+    struct history_key k = history_key(oblock);
+    if (history_has(p->seen, k)) {
         p->stream_hot++;
         return true;
     }
-    history_add(p->seen, oblock);
+    history_add_absent(p->seen, k);
     return false;
 }
 
@@ -258,8 +276,9 @@ static void inserted(void *s, uint64_t oblock, uint8_t *hint, bool from_miss)
      * stamped as if the first use had been a hit, or a block re-read once
      * per pass of the log would be dropped before each re-read. */
     *hint = 0;
-    bool lapsed = from_miss && history_contains(p->lapsed, oblock);
-    if (lapsed || (from_miss && history_contains(p->seen, oblock)))
+    struct history_key k = history_key(oblock);
+    bool lapsed = from_miss && history_has(p->lapsed, k);
+    if (lapsed || (from_miss && history_has(p->seen, k)))
         stamp_read(p, hint);
     /* Kept for its reads until its window ran out, and read once more. */
     if (lapsed)
@@ -339,6 +358,7 @@ const struct policy_ops policy_default = {
     .admit = admit,
     .admit_write = admit_write,
     .stream_hot = stream_hot,
+    .prefetch = prefetch,
     .hit = hit,
     .inserted = inserted,
     .keep = keep,

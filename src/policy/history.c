@@ -56,30 +56,52 @@ void history_destroy(struct history *h)
     free(h);
 }
 
-static bool in_filter(const struct history *h, const uint64_t *bits, uint64_t oblock)
+struct history_key history_key(uint64_t oblock)
 {
-    uint64_t a = tc_mix64(oblock), b = tc_mix64(a) | 1;
+    uint64_t a = tc_mix64(oblock);
+    return (struct history_key){ a, tc_mix64(a) | 1 };
+}
+
+static bool in_filter(const struct history *h, const uint64_t *bits, struct history_key k)
+{
     for (unsigned i = 0; i < PROBES; i++) {
-        uint64_t bit = tc_mod_fast(a + i * b, h->nbits, h->nbits_recip);
+        uint64_t bit = tc_mod_fast(k.a + i * k.b, h->nbits, h->nbits_recip);
         if (!((bits[bit / 64] >> (bit % 64)) & 1))
             return false;
     }
     return true;
 }
 
-bool history_contains(const struct history *h, uint64_t oblock)
+bool history_has(const struct history *h, struct history_key k)
 {
-    return in_filter(h, h->bits[h->cur], oblock) || in_filter(h, h->bits[h->cur ^ 1], oblock);
+    return in_filter(h, h->bits[h->cur], k) || in_filter(h, h->bits[h->cur ^ 1], k);
 }
 
-void history_add(struct history *h, uint64_t oblock)
+/* The first two probes of each filter: a block not in a filter fails
+ * there at the first probe three times in four (at most 2 in 5 of the
+ * bits are set), and at the second most of the remaining times. */
+void history_prefetch(const struct history *h, struct history_key k)
+{
+    for (unsigned i = 0; i < 2; i++) {
+        uint64_t bit = tc_mod_fast(k.a + i * k.b, h->nbits, h->nbits_recip);
+        __builtin_prefetch(&h->bits[0][bit / 64]);
+        __builtin_prefetch(&h->bits[1][bit / 64]);
+    }
+}
+
+bool history_contains(const struct history *h, uint64_t oblock)
+{
+    return history_has(h, history_key(oblock));
+}
+
+/* Sets k's bits in the current filter, which must not hold k already
+ * (callers check), and rotates the filters once it took half the
+ * capacity: a block counts once per filter. */
+static void set_new(struct history *h, struct history_key k)
 {
     uint64_t *bits = h->bits[h->cur];
-    if (in_filter(h, bits, oblock))
-        return;
-    uint64_t a = tc_mix64(oblock), b = tc_mix64(a) | 1;
     for (unsigned i = 0; i < PROBES; i++) {
-        uint64_t bit = tc_mod_fast(a + i * b, h->nbits, h->nbits_recip);
+        uint64_t bit = tc_mod_fast(k.a + i * k.b, h->nbits, h->nbits_recip);
         bits[bit / 64] |= 1ull << (bit % 64);
     }
     if (++h->count >= h->half) {
@@ -87,6 +109,18 @@ void history_add(struct history *h, uint64_t oblock)
         memset(h->bits[h->cur], 0, h->words * sizeof(uint64_t));
         h->count = 0;
     }
+}
+
+void history_add(struct history *h, uint64_t oblock)
+{
+    struct history_key k = history_key(oblock);
+    if (!in_filter(h, h->bits[h->cur], k))
+        set_new(h, k);
+}
+
+void history_add_absent(struct history *h, struct history_key k)
+{
+    set_new(h, k);
 }
 
 uint64_t history_memory(const struct history *h)

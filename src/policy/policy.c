@@ -64,6 +64,12 @@ bool policy_stream_hot(struct policy *p, uint64_t oblock)
     return p->ops->stream_hot ? p->ops->stream_hot(p->state, oblock) : false;
 }
 
+void policy_prefetch(struct policy *p, uint64_t oblock)
+{
+    if (p->ops->prefetch)
+        p->ops->prefetch(p->state, oblock);
+}
+
 void policy_hit(struct policy *p, uint64_t oblock, uint8_t *hint)
 {
     if (p->ops->hit)

@@ -95,6 +95,12 @@ struct policy_ops {
      * hot.  Called from the read path.  NULL: streams past the cutoff
      * always bypass. */
     bool (*stream_hot)(void *state, uint64_t oblock);
+    /* A hint that admit(), stream_hot() or evicted() of oblock may follow
+     * soon (the read path gives every block of a request first, the
+     * cleaner the blocks it drops a few ahead): start loading what they
+     * will look at.  Must change nothing a decision depends
+     * on.  NULL: nothing. */
+    void (*prefetch)(void *state, uint64_t oblock);
 
     /* A read found oblock cached: all it read (a hit), or part of it (the
      * rest is read from the origin).  Called from the read path, for
@@ -157,6 +163,7 @@ void policy_switch(struct policy *p, const struct policy_ops *ops);
 bool policy_admit(struct policy *p, uint64_t oblock, bool free_space);
 bool policy_admit_write(struct policy *p, uint64_t oblock, bool free_space);
 bool policy_stream_hot(struct policy *p, uint64_t oblock);
+void policy_prefetch(struct policy *p, uint64_t oblock);
 void policy_hit(struct policy *p, uint64_t oblock, uint8_t *hint);
 void policy_inserted(struct policy *p, uint64_t oblock, uint8_t *hint, bool from_miss);
 bool policy_keep(struct policy *p, uint64_t oblock, uint8_t *hint);
@@ -184,6 +191,16 @@ struct history *history_create(uint64_t capacity);
 void history_destroy(struct history *h);
 bool history_contains(const struct history *h, uint64_t oblock);
 void history_add(struct history *h, uint64_t oblock);
+/* The same with the block's hashes computed once (they depend on the block
+ * only, so one key serves every history): history_has() is
+ * history_contains(); history_add_absent() is history_add() of a block
+ * history_has() just found absent, with no change to h in between. */
+struct history_key { uint64_t a, b; };
+struct history_key history_key(uint64_t oblock);
+bool history_has(const struct history *h, struct history_key k);
+void history_add_absent(struct history *h, struct history_key k);
+/* Starts loading the words history_has(h, k) looks at first. */
+void history_prefetch(const struct history *h, struct history_key k);
 uint64_t history_memory(const struct history *h);
 
 #endif

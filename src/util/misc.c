@@ -74,6 +74,11 @@ void *tc_xcalloc(size_t n, size_t size)
 #define OBJ_CLASS 64
 #define OBJ_MAX 4096
 #define OBJ_KEEP 256                /* per class */
+/* Above OBJ_MAX: classes of 8 and 16 KiB (a write request of a few
+ * blocks with its pieces), fewer kept: at most 768 KiB idle in them. */
+#define OBJ_BIG_MAX 16384
+#define OBJ_BIG_KEEP 32
+#define OBJ_NCLASS (OBJ_MAX / OBJ_CLASS + 2)
 
 #if defined(__SANITIZE_ADDRESS__)
 #define OBJ_RECYCLE 0
@@ -90,20 +95,36 @@ struct obj_free {
     struct obj_free *next;
 };
 
-static _Thread_local struct obj_free *obj_list[OBJ_MAX / OBJ_CLASS];
-static _Thread_local unsigned obj_count[OBJ_MAX / OBJ_CLASS];
+static _Thread_local struct obj_free *obj_list[OBJ_NCLASS];
+static _Thread_local unsigned obj_count[OBJ_NCLASS];
+
+/* The class of size (1..OBJ_BIG_MAX), and the bytes a chunk of it has. */
+static size_t obj_class(size_t size, size_t *bytes)
+{
+    if (size <= OBJ_MAX) {
+        size_t k = (size - 1) / OBJ_CLASS;
+        *bytes = (k + 1) * OBJ_CLASS;
+        return k;
+    }
+    if (size <= 2 * OBJ_MAX) {
+        *bytes = 2 * OBJ_MAX;
+        return OBJ_MAX / OBJ_CLASS;
+    }
+    *bytes = OBJ_BIG_MAX;
+    return OBJ_MAX / OBJ_CLASS + 1;
+}
 
 void *tc_obj_get(size_t size)
 {
-    if (OBJ_RECYCLE && size > 0 && size <= OBJ_MAX) {
-        size_t k = (size - 1) / OBJ_CLASS;
+    if (OBJ_RECYCLE && size > 0 && size <= OBJ_BIG_MAX) {
+        size_t bytes, k = obj_class(size, &bytes);
         struct obj_free *o = obj_list[k];
         if (o) {
             obj_list[k] = o->next;
             obj_count[k]--;
             return memset(o, 0, size);
         }
-        return tc_xcalloc(1, (k + 1) * OBJ_CLASS);
+        return tc_xcalloc(1, bytes);
     }
     return tc_xcalloc(1, size);
 }
@@ -112,9 +133,9 @@ void tc_obj_put(void *p, size_t size)
 {
     if (p == NULL)
         return;
-    if (OBJ_RECYCLE && size > 0 && size <= OBJ_MAX) {
-        size_t k = (size - 1) / OBJ_CLASS;
-        if (obj_count[k] < OBJ_KEEP) {
+    if (OBJ_RECYCLE && size > 0 && size <= OBJ_BIG_MAX) {
+        size_t bytes, k = obj_class(size, &bytes);
+        if (obj_count[k] < (size <= OBJ_MAX ? OBJ_KEEP : OBJ_BIG_KEEP)) {
             struct obj_free *o = p;
             o->next = obj_list[k];
             obj_list[k] = o;

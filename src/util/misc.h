@@ -78,9 +78,10 @@ void *tc_alloc_aligned(size_t size);
 void *tc_xmalloc(size_t size);
 void *tc_xcalloc(size_t n, size_t size);
 char *tc_xstrdup(const char *s);
-/* Small objects made and dropped for every request (up to 4 KiB): zeroed
- * like tc_xcalloc(1, size), and kept per size (64-byte classes) for reuse
- * when put back, with the size they were got with.  glibc serves chunks
+/* Small objects made and dropped for every request (up to 16 KiB): zeroed
+ * like tc_xcalloc(1, size), and kept per size (64-byte classes up to
+ * 4 KiB, then 8 and 16 KiB) for reuse when put back, with the size they
+ * were got with.  glibc serves chunks
  * above 1 KiB from its bins, which costs more than the rest of a cached
  * read's bookkeeping.  Sanitizer builds use calloc()/free() (so a use
  * after put is still caught). */
