@@ -1488,36 +1488,11 @@ static void failure_synced(struct log_waiter *lw, int err)
     devfail_hold_done(c);
 }
 
-void cache_rescue_give_up(struct cache *c, const char *why)
+/* The rewrites waiting for room to append a rescued version try again:
+ * what is left of their blocks may be less, or nothing (then a tombstone
+ * alone, which takes the cleaner's reserve). */
+static void rewrites_retry_room(struct cache *c)
 {
-    if (c->rescues_pending == 0)
-        return;
-    tc_error("cache: the rescue of %u blocks from failed devices is given up (%s): their dirty "
-             "data still there is lost", c->rescues_pending, why);
-    c->rescues_pending = 0;
-    c->rescue_epoch++;      /* the rewrites go on, as rewrites of what is left */
-    uint64_t unrecorded = c->lost_unrecorded;
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        if (c->devs[d].state != CDEV_FAILING)
-            continue;
-        size_t n;
-        struct victim *vs = device_fragments(c, d, false, &n);
-        for (size_t i = 0; i < n; i++) {
-            uint32_t id;
-            struct tc_mask cur, dirty;
-            uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
-            if (fid == NIL)
-                continue;
-            c->rescue_lost_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
-            lose_fragment(c, vs[i].oblock, fid, &dirty);
-        }
-        free(vs);
-    }
-    if (any_ok(c) && c->lost_unrecorded != unrecorded)
-        relost_start(c);
-    /* The rewrites waiting for room to append a rescued version try
-     * again now: what is left of their blocks may be less, or nothing
-     * (then a tombstone alone, which takes the cleaner's reserve). */
     struct rewrite *w = c->rewrites_waiting;
     while (w) {
         struct rewrite *next = w->next;
@@ -1527,6 +1502,55 @@ void cache_rescue_give_up(struct cache *c, const char *why)
         }
         w = next;
     }
+}
+
+/* Calls fn for every fragment still in the index on a failed device in
+ * its rescue (state failing), with the sectors it holds current and the
+ * dirty ones among them. */
+typedef void failing_fragment_fn(struct cache *c, const struct victim *v, uint32_t fid,
+                                 const struct tc_mask *cur, const struct tc_mask *dirty,
+                                 void *arg);
+
+static void failing_fragments(struct cache *c, failing_fragment_fn *fn, void *arg)
+{
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state != CDEV_FAILING)
+            continue;
+        size_t n;
+        struct victim *vs = device_fragments(c, d, false, &n);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t id;
+            struct tc_mask cur, dirty;
+            uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
+            if (fid != NIL)
+                fn(c, &vs[i], fid, &cur, &dirty, arg);
+        }
+        free(vs);
+    }
+}
+
+static void give_up_fragment(struct cache *c, const struct victim *v, uint32_t fid,
+                             const struct tc_mask *cur, const struct tc_mask *dirty, void *arg)
+{
+    (void)cur;
+    (void)arg;
+    c->rescue_lost_bytes += (uint64_t)mask_count(dirty) * TC_SECTOR;
+    lose_fragment(c, v->oblock, fid, dirty);
+}
+
+void cache_rescue_give_up(struct cache *c, const char *why)
+{
+    if (c->rescues_pending == 0)
+        return;
+    tc_error("cache: the rescue of %u blocks from failed devices is given up (%s): their dirty "
+             "data still there is lost", c->rescues_pending, why);
+    c->rescues_pending = 0;
+    c->rescue_epoch++;      /* the rewrites go on, as rewrites of what is left */
+    uint64_t unrecorded = c->lost_unrecorded;
+    failing_fragments(c, give_up_fragment, NULL);
+    if (any_ok(c) && c->lost_unrecorded != unrecorded)
+        relost_start(c);
+    rewrites_retry_room(c);
     rescues_ended(c);
 }
 
@@ -1597,67 +1621,56 @@ static bool rescue_refused(struct cache *c, const struct rescue_wb *x, uint64_t 
  * (NULL: none), record lost the dirty sectors of those whose block the
  * origin refused in it.  Returns the blocks still dirty on a failed device
  * (*np of them, ascending, each once). */
+struct settle {
+    const struct rescue_wb *x;
+    uint64_t *blocks;
+    size_t n, cap;
+    bool dropped;
+};
+
+static void settle_fragment(struct cache *c, const struct victim *v, uint32_t fid,
+                            const struct tc_mask *cur, const struct tc_mask *dirty, void *arg)
+{
+    struct settle *st = arg;
+    if (mask_empty(dirty)) {
+        c->rescued_to_origin_bytes += (uint64_t)mask_count(cur) * TC_SECTOR;
+        cache_trace(c, v->oblock, "rescue: fragment %u:%u on the origin, dropped", v->seg,
+                    v->off);
+        map_drop_fragment(c, v->oblock, fid);
+        block_gen_bump(c->locks, v->oblock);
+        st->dropped = true;
+        return;
+    }
+    if (st->x != NULL && rescue_refused(c, st->x, v->oblock)) {
+        tc_error("cache: the origin refused dirty data of origin block %llu that only "
+                 "a failed device holds and the log has no room for",
+                 (unsigned long long)v->oblock);
+        c->rescue_lost_bytes += (uint64_t)mask_count(dirty) * TC_SECTOR;
+        lose_fragment(c, v->oblock, fid, dirty);
+        st->dropped = true;
+        return;
+    }
+    if (st->n == st->cap) {
+        st->cap *= 2;
+        st->blocks = realloc(st->blocks, st->cap * sizeof *st->blocks);
+        if (st->blocks == NULL)
+            abort();
+    }
+    st->blocks[st->n++] = v->oblock;
+}
+
 static uint64_t *rescue_settle(struct cache *c, const struct rescue_wb *x, unsigned *np)
 {
-    size_t cap = 16, n = 0;
-    uint64_t *blocks = tc_xmalloc(cap * sizeof *blocks);
+    struct settle st = { .x = x, .cap = 16 };
+    st.blocks = tc_xmalloc(st.cap * sizeof *st.blocks);
     uint64_t unrecorded = c->lost_unrecorded;
-    bool dropped = false;
-    for (unsigned d = 0; d < c->ndevs; d++) {
-        if (c->devs[d].state != CDEV_FAILING)
-            continue;
-        size_t nv;
-        struct victim *vs = device_fragments(c, d, false, &nv);
-        for (size_t i = 0; i < nv; i++) {
-            uint32_t id;
-            struct tc_mask cur, dirty;
-            uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
-            if (fid == NIL)
-                continue;
-            if (mask_empty(&dirty)) {
-                c->rescued_to_origin_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
-                cache_trace(c, vs[i].oblock, "rescue: fragment %u:%u on the origin, dropped",
-                            vs[i].seg, vs[i].off);
-                map_drop_fragment(c, vs[i].oblock, fid);
-                block_gen_bump(c->locks, vs[i].oblock);
-                dropped = true;
-                continue;
-            }
-            if (x != NULL && rescue_refused(c, x, vs[i].oblock)) {
-                tc_error("cache: the origin refused dirty data of origin block %llu that only "
-                         "a failed device holds and the log has no room for",
-                         (unsigned long long)vs[i].oblock);
-                c->rescue_lost_bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
-                lose_fragment(c, vs[i].oblock, fid, &dirty);
-                dropped = true;
-                continue;
-            }
-            if (n == cap) {
-                cap *= 2;
-                blocks = realloc(blocks, cap * sizeof *blocks);
-                if (blocks == NULL)
-                    abort();
-            }
-            blocks[n++] = vs[i].oblock;
-        }
-        free(vs);
-    }
+    failing_fragments(c, settle_fragment, &st);
     if (any_ok(c) && c->lost_unrecorded != unrecorded)
         relost_start(c);
-    if (dropped) {
-        /* The rewrites waiting for room try again: what is left of their
-         * blocks may be less, or nothing (a tombstone alone, which takes
-         * the cleaner's reserve). */
-        struct rewrite *w = c->rewrites_waiting;
-        while (w) {
-            struct rewrite *next = w->next;
-            if (!w->retrying && !w->relost && !w->lw.reserve) {
-                cleaner_cancel_wait(c, &w->lw);
-                rewrite_space(&w->lw, 0);   /* unlinks it */
-            }
-            w = next;
-        }
-    }
+    if (st.dropped)
+        rewrites_retry_room(c);
+    uint64_t *blocks = st.blocks;
+    size_t n = st.n;
     qsort(blocks, n, sizeof *blocks, cmp_u64);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
