@@ -123,6 +123,9 @@
 #define STATE_DIR "/var/lib/tiercache"
 #define STATE_LAZY_NS (500ull * 1000 * 1000)
 #define STATE_RETRY_NS (5000ull * 1000 * 1000)
+#define STOP_LOST_RETRY_NS (1000ull * 1000 * 1000)
+
+static void stop_lost_try(struct cache *c);
 
 /* The default place of the state file for the set whose first device is
  * `path` (a testdev: spec is its file). */
@@ -152,6 +155,7 @@ static void lost_count(void *arg, uint64_t oblock, const struct tc_mask *m)
 
 struct fill {
     uint8_t *buf;
+    uint32_t version;
     unsigned spb;
     uint64_t i;
 };
@@ -159,7 +163,7 @@ struct fill {
 static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
 {
     struct fill *f = arg;
-    state_entry_put(f->buf, f->spb, f->i++, oblock, m->w);
+    state_entry_put(f->buf, f->version, f->spb, f->i++, oblock, m->w);
 }
 
 static int fsync_dir(const char *path)
@@ -174,8 +178,10 @@ static int fsync_dir(const char *path)
     return rc;
 }
 
-/* Write the state file now (blocking; see the comment at the top). */
-static int state_write(struct cache *c)
+/* Write the state file now (blocking; see the comment at the top): the
+ * abandonment (if any) and, with stop_lost, the lost set as a stop leaves
+ * it (TC_STATE_STOP_LOST: at the log's next sequence number). */
+static int state_write_as(struct cache *c, bool stop_lost)
 {
     /* A new directory's own entry is made durable too (fsync_dir() of
      * STATE_DIR finds its parent), or the file could vanish with it. */
@@ -184,13 +190,20 @@ static int state_write(struct cache *c)
         fsync_dir(STATE_DIR);
     uint64_t n = 0;
     lost_foreach(&c->map.lost, lost_count, &n);
-    size_t len = tc_state_bytes(c->spb, n);
+    uint32_t version = stop_lost ? 2 : 1;
+    size_t len = tc_state_bytes(version, c->spb, n);
     uint8_t *buf = tc_xcalloc(1, len);
-    struct fill f = { buf, c->spb, 0 };
+    struct fill f = { buf, version, c->spb, 0 };
     lost_foreach(&c->map.lost, lost_put, &f);
-    struct tc_state st = { .flags = TC_STATE_ABANDONED, .spb = c->spb,
+    struct tc_state st = { .version = version, .spb = c->spb,
                            .abandoned_seq = c->abandoned_seq, .written_ns = tc_wall_ns(),
                            .count = n };
+    if (c->abandoned || c->abandoned_seq)
+        st.flags |= TC_STATE_ABANDONED;
+    if (stop_lost) {
+        st.flags |= TC_STATE_STOP_LOST;
+        st.stop_seq = TC_MAX(c->lg.next_seq, c->stop_lost_seq);
+    }
     memcpy(st.set_uuid, c->set_uuid, 16);
     state_encode(buf, &st);
     size_t tl = strlen(c->state_path) + 8;
@@ -232,6 +245,12 @@ static int state_write(struct cache *c)
     c->ab.state_writes++;
     c->ab.state_dirty = false;
     return 0;
+}
+
+static int state_write(struct cache *c)
+{
+    /* A stop's lost set not yet recorded in the log again stays. */
+    return state_write_as(c, c->ab.stop_lost_pending);
 }
 
 /* The state file now, retried by the timer until it works. */
@@ -364,7 +383,10 @@ static void settle_start(struct cache *c)
 static void state_timer_fn(struct tc_timer *t)
 {
     struct cache *c = container_of(t, struct cache, state_timer);
-    if (c->ab.state_closed || c->ab.settle_busy)
+    if (c->ab.state_closed)
+        return;
+    stop_lost_try(c);
+    if (c->ab.settle_busy)
         return;     /* its end writes the state file */
     if (lost_unsettled(&c->map.lost)) {
         settle_start(c);
@@ -763,13 +785,148 @@ void abandon_close_flushed(struct cache *c, bool ok)
         c->ab.state_dirty = true;
 }
 
-/* At close, after the last log sync: the lost set as it is now. */
-void abandon_close(struct cache *c)
+/* At close, after the last log sync: the lost set as it is now.  A log
+ * that had no room for every LOST record or tombstone this run needed (a
+ * stop with no room even in the cleaner's reserve: lostlog.c, failure.c's
+ * tombstone_given_up()) does not carry the lost set: the next start would
+ * serve the copies those records were to keep out, and a later eviction
+ * the origin's older data.  The state file carries it then
+ * (TC_STATE_STOP_LOST), and the stop fails if it cannot. */
+int abandon_close(struct cache *c)
 {
     c->ab.state_closed = true;
     timer_cancel(c->reactor, &c->state_timer);
+    bool stop_lost = !c->abandoned && !c->offline &&
+                     (c->lost_unrecorded > 0 || c->ntombless > 0 || c->ab.stop_lost_pending);
+    if (stop_lost) {
+        char sz[32];
+        tc_warn("cache: the log had no room for every record of lost sectors: the lost set "
+                "(%llu sectors, %s) goes into the state file %s",
+                (unsigned long long)lost_sectors(&c->map.lost),
+                tc_format_size(lost_sectors(&c->map.lost) * TC_SECTOR, sz, sizeof sz),
+                c->state_path);
+        if (state_write_as(c, true) < 0) {
+            tc_error("cache: no record of the lost sectors the log lacks: after a restart they "
+                     "may read older data instead of failing");
+            return -EIO;
+        }
+        return 0;
+    }
     if ((c->abandoned || c->abandoned_seq) && c->ab.state_dirty)
         state_write(c);
+    return 0;
+}
+
+/* ---- a stop's lost set (TC_STATE_STOP_LOST) ---- */
+
+void abandon_stop_lost_apply(struct cache *c)
+{
+    if (c->stop_lost_seq == 0 || c->ab.stop_lost_applied)
+        return;
+    c->ab.stop_lost_applied = true;
+    /* The set as it was at the stop replaces what the log's older records
+     * made of it. */
+    lost_free(&c->map.lost);
+    for (size_t i = 0; i < c->ab.stop_lost_n; i++) {
+        uint64_t ob = c->ab.stop_lost_ob[i];
+        const struct tc_mask *m = &c->ab.stop_lost_mask[i];
+        lost_set(&c->map.lost, ob, m);
+        uint32_t id = index_lookup(&c->map.idx, ob);
+        if (id == NIL)
+            continue;
+        /* What the tombstone that found no room would have done: a copy
+         * with no dirty data but the lost sectors' goes (its clean
+         * sectors are on the origin).  A block with other dirty data
+         * keeps it; its lost sectors read EIO. */
+        struct tc_mask d;
+        ce_get_masks(&c->map.idx, id, NULL, &d);
+        mask_andnot(&d, m);
+        if (mask_empty(&d))
+            map_drop_block(c, ob);
+    }
+    tc_warn("cache: the last stop recorded %llu lost sectors in the state file %s (the log "
+            "had no room for them): they read as EIO until rewritten",
+            (unsigned long long)lost_sectors(&c->map.lost), c->state_path);
+}
+
+static void stop_lost_free(struct cache *c)
+{
+    free(c->ab.stop_lost_ob);
+    free(c->ab.stop_lost_mask);
+    c->ab.stop_lost_ob = NULL;
+    c->ab.stop_lost_mask = NULL;
+    c->ab.stop_lost_n = 0;
+}
+
+struct stop_lost_sync {
+    struct cache *c;
+    struct log_waiter lw;
+};
+
+static void stop_lost_retry(struct cache *c)
+{
+    if (!c->state_timer.armed)
+        timer_arm(c->reactor, &c->state_timer, STOP_LOST_RETRY_NS);
+}
+
+static void stop_lost_synced(struct log_waiter *lw, int err)
+{
+    struct stop_lost_sync *x = container_of(lw, struct stop_lost_sync, lw);
+    struct cache *c = x->c;
+    free(x);
+    c->ab.stop_lost_syncing = false;
+    if (c->ab.state_closed || !c->ab.stop_lost_pending)
+        return;         /* the stop writes the state file again */
+    if (err) {
+        stop_lost_retry(c);
+        return;
+    }
+    c->ab.stop_lost_pending = false;
+    int rc;
+    if (c->abandoned || c->abandoned_seq) {
+        rc = state_write(c);
+    } else {
+        rc = unlink(c->state_path) < 0 && errno != ENOENT ? -errno : 0;
+        if (rc == 0)
+            rc = fsync_dir(c->state_path);
+    }
+    if (rc < 0) {
+        /* Still there, and still true: the set at its sequence, which
+         * later records override.  Written again at the stop. */
+        c->ab.stop_lost_pending = true;
+        tc_warn("state file %s: cannot remove the lost set the log records again (%s)",
+                c->state_path, strerror(-rc));
+        return;
+    }
+    tc_info("cache: the lost sectors the last stop recorded in the state file are in the log "
+            "again");
+}
+
+/* The lost set a stop left in the state file, recorded in the log again:
+ * the set is the same (nothing cleared it before these records, or the
+ * clear's own record follows them), and once synced the file may go.
+ * Without room now (the stop found none), after the cleaner has made
+ * some: tried again every second meanwhile. */
+static void stop_lost_try(struct cache *c)
+{
+    if (!c->ab.stop_lost_pending || c->ab.stop_lost_syncing || c->ab.state_closed ||
+        c->abandoned)
+        return;
+    if (!lost_record_again(c)) {
+        stop_lost_retry(c);
+        return;
+    }
+    c->ab.stop_lost_syncing = true;
+    struct stop_lost_sync *x = tc_xcalloc(1, sizeof *x);
+    x->c = c;
+    x->lw.fn = stop_lost_synced;
+    log_sync(c, &x->lw);
+}
+
+void abandon_started(struct cache *c)
+{
+    stop_lost_free(c);
+    stop_lost_try(c);
 }
 
 bool abandon_idle(struct cache *c)
@@ -846,9 +1003,9 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
     char why[160];
     if (state_decode(buf, len, &s, why, sizeof why) < 0) {
         snprintf(err, errlen, "state file %s is unusable (%s): it records the sectors lost when "
-                 "the cache was abandoned, and without it the cache cannot be trusted.  Restore "
-                 "it, or reformat the cache with 'tiercache format --force --discard-dirty'",
-                 c->state_path, why);
+                 "the cache was abandoned (or that a stop found no room for in the log), and "
+                 "without it the cache cannot be trusted.  Restore it, or reformat the cache "
+                 "with 'tiercache format --force --discard-dirty'", c->state_path, why);
         goto out;
     }
     if (memcmp(s.set_uuid, c->set_uuid, 16) != 0) {
@@ -881,13 +1038,32 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
                  c->state_path, (unsigned long long)s.abandoned_seq);
         goto out;
     }
-    if (s.flags & TC_STATE_ABANDONED) {
+    if (s.flags & TC_STATE_STOP_LOST) {
+        /* Applied by recovery at its sequence (abandon_stop_lost_apply()),
+         * after the abandonment below if both are recorded. */
+        if (s.flags & TC_STATE_ABANDONED)
+            c->abandoned_seq = s.abandoned_seq;
+        c->stop_lost_seq = s.stop_seq;
+        c->ab.stop_lost_pending = true;
+        c->ab.stop_lost_ob = tc_xcalloc(s.count ? s.count : 1, sizeof *c->ab.stop_lost_ob);
+        c->ab.stop_lost_mask = tc_xcalloc(s.count ? s.count : 1, sizeof *c->ab.stop_lost_mask);
+        for (uint64_t i = 0; i < s.count; i++) {
+            struct tc_mask m;
+            uint64_t ob;
+            mask_clear(&m);
+            state_entry_get(buf, s.version, s.spb, i, &ob, m.w);
+            if (ob >= c->nblocks_origin)
+                continue;
+            c->ab.stop_lost_ob[c->ab.stop_lost_n] = ob;
+            c->ab.stop_lost_mask[c->ab.stop_lost_n++] = m;
+        }
+    } else if (s.flags & TC_STATE_ABANDONED) {
         c->abandoned_seq = s.abandoned_seq;
         for (uint64_t i = 0; i < s.count; i++) {
             struct tc_mask m;
             uint64_t ob;
             mask_clear(&m);
-            state_entry_get(buf, s.spb, i, &ob, m.w);
+            state_entry_get(buf, s.version, s.spb, i, &ob, m.w);
             if (ob >= c->nblocks_origin)
                 continue;
             struct tc_mask old;
@@ -917,6 +1093,7 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "state_file", c->state_path ? c->state_path : "");
     json_uint(j, "state_file_writes", c->ab.state_writes);
     json_uint(j, "state_file_errors", c->ab.state_errors);
+    json_bool(j, "state_file_stop_lost", c->ab.stop_lost_pending);
     json_uint(j, "superblocks_marked", c->ab.sb_marks);
     uint64_t queued = 0;
     for (struct sb_mark *m = c->ab.sb_queue; m; m = m->next)

@@ -25,6 +25,7 @@ struct held_ack;
 struct settle_waiter;
 struct sb_mark;
 struct tc_json;
+struct tc_mask;
 struct tc_request;
 
 /* What abandon.c alone keeps (c->ab).  The fields others read -- the
@@ -55,6 +56,16 @@ struct abandon {
     struct settle_waiter *settle_next;  /* abandon_settle_wait(): for the next
                                            settle (clears made before it) */
     struct settle_waiter *settle_cur;   /* ... for the one running */
+    /* The lost set a stop recorded in the state file (TC_STATE_STOP_LOST;
+     * c->stop_lost_seq): loaded at start, applied by recovery at its
+     * sequence, then recorded in the log again. */
+    uint64_t *stop_lost_ob;
+    struct tc_mask *stop_lost_mask;
+    size_t stop_lost_n;
+    bool stop_lost_applied;         /* recovery applied it */
+    bool stop_lost_pending;         /* the state file still carries it: the
+                                       log has not recorded it again */
+    bool stop_lost_syncing;         /* its LOST records appended, a sync under way */
 };
 
 /* At attach, before recovery: the state file (state_file, or the default
@@ -111,7 +122,20 @@ void abandon_lost_changed(struct cache *c);
 void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg);
 /* Closing, the origin just flushed (ok) or not: settle what can be. */
 void abandon_close_flushed(struct cache *c, bool ok);
-void abandon_close(struct cache *c);
+/* At close, after the last log sync: the state file, if the cache was
+ * abandoned, or if the log lacks LOST records or tombstones it had no
+ * room for (the lost set then goes into the state file,
+ * TC_STATE_STOP_LOST).  -EIO if that record was needed and could not be
+ * written. */
+int abandon_close(struct cache *c);
+/* Recovery, before applying the first entry at or above c->stop_lost_seq
+ * (or after the last): the lost set a stop recorded replaces the lost
+ * set, and blocks holding nothing else needed are dropped. */
+void abandon_stop_lost_apply(struct cache *c);
+/* At start, the cache open: a lost set loaded from a stop's state file is
+ * recorded in the log (LOST records), and once synced the state file no
+ * longer carries it. */
+void abandon_started(struct cache *c);
 bool abandon_idle(struct cache *c);
 void abandon_status_json(struct cache *c, struct tc_json *j);
 

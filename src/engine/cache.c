@@ -544,7 +544,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
                 (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
     allocate_sparse(c);
     /* Only now, the clean-stop record cleared: nothing is appended before
-     * (writeback_start()). */
+     * (writeback_start(), abandon_started()). */
+    abandon_started(c);
     writeback_start(c);
     return 0;
 
@@ -942,8 +943,9 @@ static void close_finish(struct close_ctx *x, int err)
     }
     else if (TC_DEBUG_ASSERTS_ON)
         audit_at_close(c);
+    if (abandon_close(c) < 0 && err == 0)
+        err = -EIO;
     x->err = err;
-    abandon_close(c);
     close_end(x);
 }
 
@@ -1122,6 +1124,10 @@ void cache_free(struct cache *c)
     }
     free(c->tombless);
     c->tombless = NULL;
+    free(c->ab.stop_lost_ob);
+    free(c->ab.stop_lost_mask);
+    c->ab.stop_lost_ob = NULL;
+    c->ab.stop_lost_mask = NULL;
     /* The first call stops writeback (a cache that never ran, such as one
      * whose attach failed, was not stopped by cache_close), the second
      * frees it. */

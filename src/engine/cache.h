@@ -214,6 +214,8 @@ struct cache {
     /* abandon.c: the durable record of a cache abandoned at run time. */
     char *state_path;               /* the state file */
     uint64_t abandoned_seq;         /* log entries below it are untrusted (0: none) */
+    uint64_t stop_lost_seq;         /* the state file's lost set of a stop is the lost
+                                       set at this log sequence (0: none; abandon.c) */
     bool abandoned;                 /* every device failed in this run */
     bool abandon_unrecorded;        /* ... and no record is durable yet: writes fail */
     struct tc_timer state_timer;    /* writes the state file; settles clears */

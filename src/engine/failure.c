@@ -1085,9 +1085,9 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
  * older copy over it.  So from now on no write of the block reaches the
  * origin (cache_block_tombless(): writepath.c fails them with EIO), and
  * reads of it fail until the exit (the lost set; its LOST record, like the
- * tombstone, finds no room, and lostlog.c says what that means after a
- * restart): the origin then never holds anything newer than what the log
- * keeps.
+ * tombstone, finds no room, so the stop writes the lost set into the state
+ * file, abandon_close(), and the restart reads the block as EIO): the
+ * origin then never holds anything newer than what the log keeps.
  */
 static void tombstone_given_up(struct cache *c, uint64_t oblock)
 {

@@ -47,17 +47,18 @@ static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
     if (in_service) {
         c->lost_unrecorded++;
         /* No room even in the cleaner's reserve (at a stop, with the
-         * cleaner stopped, say): reads fail with EIO until the restart,
-         * but the log does not say so, and after it the sectors may read
-         * older data.  Said, not hidden.  (With no device in service the
-         * abandonment follows, and its state file records the lost set.)
-         * A device failure does not write its mark until the set is
-         * recorded again (failure.c): lost_unrecorded tells it. */
+         * cleaner stopped, say): reads fail with EIO, but the log does
+         * not say so; the stop then writes the lost set into the state
+         * file (abandon_close(): lost_unrecorded tells it), which the
+         * restart applies.  (With no device in service the abandonment
+         * follows, and its state file records the lost set.)  A device
+         * failure does not write its mark until the set is recorded
+         * again (failure.c): lost_unrecorded tells it too. */
         uint64_t base = oblock * c->block_size;
         tc_error("cache: no room in the log to record %u lost sectors of origin block %llu "
-                 "(bytes %llu..%llu): after a restart they may read older data instead of "
-                 "failing", mask_count(mask), (unsigned long long)oblock,
-                 (unsigned long long)base, (unsigned long long)(base + c->block_size - 1));
+                 "(bytes %llu..%llu): a clean stop records them in the state file %s",
+                 mask_count(mask), (unsigned long long)oblock, (unsigned long long)base,
+                 (unsigned long long)(base + c->block_size - 1), c->state_path);
     }
 }
 

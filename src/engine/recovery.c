@@ -26,6 +26,11 @@
  *     is, the stable mark stays below it (CE_WT_RECOVERED), since the log
  *     still records it as a clean write-through version.
  *
+ * A stop whose log had no room for every LOST record or tombstone left the
+ * lost set in the state file instead (TC_STATE_STOP_LOST, abandon.c): it
+ * replaces the lost set in step 4 before the first entry at or above its
+ * sequence, and drops the copies the missing tombstones were to drop.
+ *
  * A cache abandoned at run time (abandon.c) has every entry below its
  * abandoned_seq ignored in step 4: the origin received writes past the
  * cache since, so none of those versions can be proven newest, and their
@@ -927,6 +932,8 @@ static void apply(struct recovery *rc)
         qsort(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec);
     for (size_t i = 0; i < rc->nrecs; i++) {
         struct rec *r = &rc->recs[i];
+        if (c->stop_lost_seq && r->seq >= c->stop_lost_seq)
+            abandon_stop_lost_apply(c);     /* the lost set a stop recorded (abandon.c) */
         if (r->seq < c->abandoned_seq)
             continue;           /* written before the cache was abandoned: see abandon.c */
         cache_trace(c, r->oblock, "recovery: %s seq %llu at %u:%u valid %llx dirty %llx flags %x%s",
@@ -968,6 +975,7 @@ static void apply(struct recovery *rc)
             apply_clean(rc, r);
         }
     }
+    abandon_stop_lost_apply(c);
     /* Write-through versions the origin may lack become dirty. */
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
@@ -1151,6 +1159,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     uint64_t next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
     /* Entries written from now on must be trusted at the next start. */
     next_seq = TC_MAX(next_seq, c->abandoned_seq);
+    next_seq = TC_MAX(next_seq, c->stop_lost_seq);
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
         next_seq = TC_MAX(next_seq, c->failed_seq[i]);
     log_recovered(&c->lg, next_seq, rc.max_chunk_seq,

@@ -215,51 +215,74 @@ bool sb_stop_record_equal(const struct tc_superblock *a, const struct tc_superbl
  * file, fdatasync, rename, fsync of the directory).
  *
  *   0    magic "TCSTATE\1"        u64
- *   8    version (1)               u32
+ *   8    version (1 or 2)          u32
  *   12   CRC-32C of bytes [0, length) with this field zero   u32
  *   16   set UUID                  16 bytes
  *   32   flags (TC_STATE_*)        u32
  *   36   sectors per block         u32 (the mask size of the entries)
  *   40   abandoned_seq             u64: log entries with a lower sequence
- *                                  are untrusted
+ *                                  are untrusted (TC_STATE_ABANDONED)
  *   48   written (Unix ns)         u64
  *   56   entry count               u64
- *   64   entries: origin block u64, then its lost-sector mask in
- *        ceil(spb / 64) u64 words; length = 64 + count * entry size
+ *   64   (version 2) stop_seq      u64: TC_STATE_STOP_LOST, below
+ *   64 or 72: entries: origin block u64, then its lost-sector mask in
+ *        ceil(spb / 64) u64 words; length = header + count * entry size
  *
  * The entries are the lost set as it is now: the sectors whose newest
  * acknowledged version was lost with the cache, minus those written again
  * since (through the origin).  Reads of them fail with EIO.
+ *
+ * Version 2 adds TC_STATE_STOP_LOST: a clean stop whose log had no room
+ * for every LOST record (or tombstone) it needed records the lost set
+ * here instead, as it was when the log's next sequence number was
+ * stop_seq.  At the next start that set replaces the lost set once every
+ * log entry below stop_seq is applied (entries from stop_seq on were
+ * written after the restart and are applied after it); a block the set
+ * names whose cached copy holds no dirty data beyond its lost sectors is
+ * dropped then, as the tombstone would have dropped it.  Once LOST
+ * records in the log carry the set again (synced), the start removes the
+ * file, or rewrites it without the flag (version 1) if it records an
+ * abandonment too.  Builds that know only version 1 refuse a version 2
+ * file, instead of serving the copies it keeps out.
  */
 #define TC_STATE_MAGIC          0x0145544154534354ull   /* "TCSTATE\1" */
-#define TC_STATE_VERSION        1u
+#define TC_STATE_VERSION        2u      /* the highest version read */
 #define TC_STATE_ABANDONED      (1u << 0)
-#define TC_STATE_HDR            64u
+#define TC_STATE_STOP_LOST      (1u << 1)       /* version 2 only */
+#define TC_STATE_HDR            64u     /* version 1 */
+#define TC_STATE_HDR_V2         72u
 
 struct tc_state {
     uint8_t set_uuid[16];
+    uint32_t version;               /* 1, or 2 with TC_STATE_STOP_LOST */
     uint32_t flags;
     uint32_t spb;
     uint64_t abandoned_seq;
     uint64_t written_ns;
     uint64_t count;
+    uint64_t stop_seq;              /* TC_STATE_STOP_LOST */
 };
 
-static inline size_t tc_state_entry_size(unsigned spb) { return 8 + 8 * (size_t)((spb + 63) / 64); }
-static inline size_t tc_state_bytes(unsigned spb, uint64_t count)
+static inline size_t tc_state_hdr(uint32_t version)
 {
-    return TC_STATE_HDR + (size_t)count * tc_state_entry_size(spb);
+    return version >= 2 ? TC_STATE_HDR_V2 : TC_STATE_HDR;
+}
+static inline size_t tc_state_entry_size(unsigned spb) { return 8 + 8 * (size_t)((spb + 63) / 64); }
+static inline size_t tc_state_bytes(uint32_t version, unsigned spb, uint64_t count)
+{
+    return tc_state_hdr(version) + (size_t)count * tc_state_entry_size(spb);
 }
 /* Encode the header into buf (tc_state_bytes() long, entries already
  * written by state_entry_put()), computing the checksum last. */
 void state_encode(uint8_t *buf, const struct tc_state *st);
-void state_entry_put(uint8_t *buf, unsigned spb, uint64_t i, uint64_t oblock, const uint64_t *mask);
+void state_entry_put(uint8_t *buf, uint32_t version, unsigned spb, uint64_t i, uint64_t oblock,
+                     const uint64_t *mask);
 /* Check and decode; -1 with a reason in err when the magic, version,
  * length or checksum are wrong or an entry's mask is out of range. */
 int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err, size_t errlen);
 /* Entry i of a decoded state: the block and its mask (words). */
-void state_entry_get(const uint8_t *buf, unsigned spb, uint64_t i, uint64_t *oblock,
-                     uint64_t *mask);
+void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_t i,
+                     uint64_t *oblock, uint64_t *mask);
 
 /* ---- chunk header ---- */
 

@@ -8,23 +8,24 @@
 enum {
     ST_OFF_MAGIC = 0, ST_OFF_VERSION = 8, ST_OFF_CRC = 12, ST_OFF_SET_UUID = 16,
     ST_OFF_FLAGS = 32, ST_OFF_SPB = 36, ST_OFF_ABANDONED_SEQ = 40, ST_OFF_WRITTEN = 48,
-    ST_OFF_COUNT = 56,
+    ST_OFF_COUNT = 56, ST_OFF_STOP_SEQ = 64,
 };
 
 static unsigned words(unsigned spb) { return (spb + 63) / 64; }
 
-void state_entry_put(uint8_t *buf, unsigned spb, uint64_t i, uint64_t oblock, const uint64_t *mask)
+void state_entry_put(uint8_t *buf, uint32_t version, unsigned spb, uint64_t i, uint64_t oblock,
+                     const uint64_t *mask)
 {
-    uint8_t *p = buf + TC_STATE_HDR + i * tc_state_entry_size(spb);
+    uint8_t *p = buf + tc_state_hdr(version) + i * tc_state_entry_size(spb);
     le64_put(p, oblock);
     for (unsigned w = 0; w < words(spb); w++)
         le64_put(p + 8 + 8 * w, mask[w]);
 }
 
-void state_entry_get(const uint8_t *buf, unsigned spb, uint64_t i, uint64_t *oblock,
-                     uint64_t *mask)
+void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_t i,
+                     uint64_t *oblock, uint64_t *mask)
 {
-    const uint8_t *p = buf + TC_STATE_HDR + i * tc_state_entry_size(spb);
+    const uint8_t *p = buf + tc_state_hdr(version) + i * tc_state_entry_size(spb);
     *oblock = le64_get(p);
     for (unsigned w = 0; w < words(spb); w++)
         mask[w] = le64_get(p + 8 + 8 * w);
@@ -32,16 +33,18 @@ void state_entry_get(const uint8_t *buf, unsigned spb, uint64_t i, uint64_t *obl
 
 void state_encode(uint8_t *buf, const struct tc_state *st)
 {
-    memset(buf, 0, TC_STATE_HDR);
+    memset(buf, 0, tc_state_hdr(st->version));
     le64_put(buf + ST_OFF_MAGIC, TC_STATE_MAGIC);
-    le32_put(buf + ST_OFF_VERSION, TC_STATE_VERSION);
+    le32_put(buf + ST_OFF_VERSION, st->version);
     memcpy(buf + ST_OFF_SET_UUID, st->set_uuid, 16);
     le32_put(buf + ST_OFF_FLAGS, st->flags);
     le32_put(buf + ST_OFF_SPB, st->spb);
     le64_put(buf + ST_OFF_ABANDONED_SEQ, st->abandoned_seq);
     le64_put(buf + ST_OFF_WRITTEN, st->written_ns);
     le64_put(buf + ST_OFF_COUNT, st->count);
-    le32_put(buf + ST_OFF_CRC, tc_crc32c(0, buf, tc_state_bytes(st->spb, st->count)));
+    if (st->version >= 2)
+        le64_put(buf + ST_OFF_STOP_SEQ, st->stop_seq);
+    le32_put(buf + ST_OFF_CRC, tc_crc32c(0, buf, tc_state_bytes(st->version, st->spb, st->count)));
 }
 
 int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err, size_t errlen)
@@ -51,18 +54,36 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
         return -1;
     }
     uint32_t version = le32_get(buf + ST_OFF_VERSION);
-    if (version != TC_STATE_VERSION) {
+    if (version < 1 || version > TC_STATE_VERSION) {
         snprintf(err, errlen, "state file version %u is not supported (this build reads "
-                 "version %u)", version, TC_STATE_VERSION);
+                 "versions 1 to %u)", version, TC_STATE_VERSION);
+        return -1;
+    }
+    if (len < tc_state_hdr(version)) {
+        snprintf(err, errlen, "state file: %zu bytes do not hold a version %u header", len,
+                 version);
         return -1;
     }
     memset(st, 0, sizeof *st);
+    st->version = version;
     memcpy(st->set_uuid, buf + ST_OFF_SET_UUID, 16);
     st->flags = le32_get(buf + ST_OFF_FLAGS);
     st->spb = le32_get(buf + ST_OFF_SPB);
     st->abandoned_seq = le64_get(buf + ST_OFF_ABANDONED_SEQ);
     st->written_ns = le64_get(buf + ST_OFF_WRITTEN);
     st->count = le64_get(buf + ST_OFF_COUNT);
+    if (version >= 2)
+        st->stop_seq = le64_get(buf + ST_OFF_STOP_SEQ);
+    uint32_t known = TC_STATE_ABANDONED | (version >= 2 ? TC_STATE_STOP_LOST : 0);
+    if (st->flags & ~known) {
+        snprintf(err, errlen, "state file: unknown flags %#x in version %u", st->flags, version);
+        return -1;
+    }
+    if (st->stop_seq >= TC_SEQ_LIMIT || ((st->flags & TC_STATE_STOP_LOST) && st->stop_seq == 0)) {
+        snprintf(err, errlen, "state file: stop sequence %llu is out of range",
+                 (unsigned long long)st->stop_seq);
+        return -1;
+    }
     if (st->abandoned_seq >= TC_SEQ_LIMIT) {
         snprintf(err, errlen, "state file: abandonment sequence %llu is out of range",
                  (unsigned long long)st->abandoned_seq);
@@ -72,8 +93,8 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
         snprintf(err, errlen, "state file: bad sectors per block %u", st->spb);
         return -1;
     }
-    if (st->count > (len - TC_STATE_HDR) / tc_state_entry_size(st->spb) ||
-        tc_state_bytes(st->spb, st->count) != len) {
+    if (st->count > (len - tc_state_hdr(version)) / tc_state_entry_size(st->spb) ||
+        tc_state_bytes(version, st->spb, st->count) != len) {
         snprintf(err, errlen, "state file: %zu bytes do not hold %llu entries", len,
                  (unsigned long long)st->count);
         return -1;
@@ -85,7 +106,7 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
     }
     for (uint64_t i = 0; i < st->count; i++) {
         uint64_t ob, m[4] = { 0 };
-        state_entry_get(buf, st->spb, i, &ob, m);
+        state_entry_get(buf, version, st->spb, i, &ob, m);
         if (st->spb < 64 && (m[0] >> st->spb) != 0) {
             snprintf(err, errlen, "state file: entry %llu has sectors beyond its block",
                      (unsigned long long)i);

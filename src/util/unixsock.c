@@ -1,6 +1,8 @@
 #include "util/unixsock.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -56,14 +58,37 @@ int tc_unix_listen(const char *path, unsigned mode, int backlog, const char *wha
         }
         /* A socket file: replaced only if nobody listens on it.  Only
          * ECONNREFUSED says so; any other failure (no permission, ...) is
-         * not proof, and the file stays. */
-        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe < 0) {
-            snprintf(err, errlen, "socket: %s", strerror(errno));
-            return -1;
+         * not proof, and the file stays.  A connection that is taken and
+         * then dropped unanswered is no server either: the socket of a
+         * daemon killed a moment ago still takes connections while the
+         * kernel ends its io_uring requests (which hold its files), and
+         * drops them as it closes; asked again, it refuses.  A live
+         * server keeps the connection (or greets, as NBD does). */
+        int rc, e = 0;
+        for (unsigned tries = 0;; tries++) {
+            int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (probe < 0) {
+                snprintf(err, errlen, "socket: %s", strerror(errno));
+                return -1;
+            }
+            rc = connect(probe, (struct sockaddr *)&sa, sizeof sa);
+            e = errno;
+            bool dropped = false;
+            if (rc == 0) {
+                struct pollfd p = { .fd = probe, .events = POLLIN | POLLRDHUP };
+                char c;
+                if (poll(&p, 1, 1000) == 1)
+                    dropped = (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) ||
+                              recv(probe, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+                if (dropped && (p.revents & POLLIN) &&
+                    recv(probe, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+                    dropped = false;    /* it spoke: a server */
+            }
+            close(probe);
+            if (rc == 0 && dropped && tries < 20)
+                continue;
+            break;
         }
-        int rc = connect(probe, (struct sockaddr *)&sa, sizeof sa), e = errno;
-        close(probe);
         if (rc == 0) {
             snprintf(err, errlen, "%s %s: another server is listening on it", what, path);
             return -1;
