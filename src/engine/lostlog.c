@@ -302,6 +302,7 @@ static void drained_block(struct block_waiter *bw)
     uint64_t b = x->oblock;
     int err = bw->err;
     free(x);
+    e->vol->cache->drain_block_waiters--;
     /* A writeback that failed only because the block's dirty sectors
      * were all lost (unreadable) leaves it clean: go on then.  One the
      * origin refused is tried again after the block's back-off, and
@@ -335,6 +336,7 @@ static bool wait_for_drain(struct cache *c, struct ereq *e)
         x->w.fn = drained_block;
         x->e = e;
         x->oblock = b;
+        c->drain_block_waiters++;
         writeback_block(c, b, &x->w);
         return true;
     }
