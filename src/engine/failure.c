@@ -601,7 +601,7 @@ static void release_waiters(struct cache *c, int err);
 
 uint64_t cache_drain_waiting(const struct cache *c)
 {
-    uint64_t n = 0;
+    uint64_t n = c->drain_block_waiters;
     for (const struct drain_wait *w = c->drain_waiters; w; w = w->next)
         n++;
     return n;

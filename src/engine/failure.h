@@ -66,7 +66,8 @@ struct ereq;
 struct tc_mask;
 bool cache_drain_hold(struct cache *c, struct ereq *e, void (*resume)(struct ereq *e));
 /* Requests held so (status: drain_waiting_requests), with those held for
- * the rescues. */
+ * the rescues and the reads and writes waiting for their blocks'
+ * writeback from the draining device (lostlog.c). */
 uint64_t cache_drain_waiting(const struct cache *c);
 /* A FLUSH while rescues are pending (a failed device's only-copy dirty
  * data being read back onto a survivor): held (true) until they end, then

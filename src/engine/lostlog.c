@@ -283,8 +283,12 @@ static void writeback_waited(struct block_waiter *bw)
  * EIO).  A write must: it would go to the origin beside the dirty version
  * the writeback is to write later.  A read too, which is simpler than
  * serving it from the failed device: the origin lacks the dirty data.  A
- * writeback that fails (the origin refuses it) fails the request: the
- * block stays dirty, and the next request asks again.
+ * writeback that fails (the origin refuses it) leaves the block dirty and
+ * backing off: the request waits for its next attempt, as a FLUSH held
+ * for the drain does, and fails with EIO only once writeback gives the
+ * block up (writeback_block_given_up(): refused WB_FAILURES_EIO times in a
+ * row, the origin offline, writeback stopped) -- the block stays dirty,
+ * and the next request asks again.
  */
 struct drain_blk_wait {
     struct block_waiter w;
@@ -299,9 +303,20 @@ static void drained_block(struct block_waiter *bw)
     uint64_t b = x->oblock;
     int err = bw->err;
     free(x);
+    e->vol->cache->drain_block_waiters--;
     /* A writeback that failed only because the block's dirty sectors
-     * were all lost (unreadable) leaves it clean: go on then. */
-    if (err && map_is_dirty(&e->vol->cache->map, b)) {
+     * were all lost (unreadable) leaves it clean: go on then.  One the
+     * origin refused is tried again after the block's back-off, and
+     * lost_passthrough() waits for that attempt. */
+    struct cache *c = e->vol->cache;
+    if (err && map_is_dirty(&c->map, b) && writeback_block_given_up(c, b)) {
+        if (writeback_log_allow(c))
+            tc_error("%s of origin bytes %llu..%llu fails with EIO: its dirty data on the "
+                     "draining cache device cannot be written back (%u failed attempts in a "
+                     "row, or the origin offline, or writeback stopped)",
+                     e->op == TC_OP_READ ? "read" : "write", (unsigned long long)e->off,
+                     (unsigned long long)(e->off + e->len - 1),
+                     writeback_block_failures(c, b));
         e->err = -EIO;
         e->complete(e);
         return;
@@ -322,6 +337,7 @@ static bool wait_for_drain(struct cache *c, struct ereq *e)
         x->w.fn = drained_block;
         x->e = e;
         x->oblock = b;
+        c->drain_block_waiters++;
         writeback_block(c, b, &x->w);
         return true;
     }

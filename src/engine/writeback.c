@@ -1296,6 +1296,16 @@ bool writeback_given_up(struct cache *c)
            wb->nfail_eio > 0;
 }
 
+bool writeback_block_given_up(struct cache *c, uint64_t oblock)
+{
+    struct writeback *wb = c->wb;
+    if (wb == NULL || wb->stopped || c->vol->origin->state == TC_DEV_OFFLINE)
+        return true;
+    /* Not in the table: no back-off would pace another attempt. */
+    struct wb_fail *f = fail_find(wb, oblock);
+    return f == NULL || f->failures >= WB_FAILURES_EIO;
+}
+
 void writeback_kick(struct cache *c)
 {
     if (c->wb && c->wb->started && !c->wb->stopped)

@@ -43,6 +43,12 @@ void writeback_fini(struct cache *c);
  * WB_FAILURES_EIO times in a row.  A failed job alone is not: its blocks
  * are tried again after their back-off, and may well succeed. */
 bool writeback_given_up(struct cache *c);
+/* The same for one block whose write-back just failed, the block still
+ * dirty: stopped, the origin offline, or the block refused
+ * WB_FAILURES_EIO times in a row (or not in the failure table at all, so
+ * that no back-off paces a next attempt).  False: its next attempt comes
+ * after its back-off (writeback_block() waits for it). */
+bool writeback_block_given_up(struct cache *c, uint64_t oblock);
 void writeback_kick(struct cache *c);
 /* A client FLUSH flushed the origin and the cache, recording the stable
  * mark, for everything done before since_ns: the periodic commit's work

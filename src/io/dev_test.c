@@ -42,6 +42,10 @@
  *   hold_range=OFF+LEN  with hold_when: only requests that touch bytes
  *                   OFF..OFF+LEN-1 are held (no flush); the others go on
  *                   meanwhile, overtaking them.
+ *   hold_minlen=N   with hold_when: only requests of at least N bytes are
+ *                   held; shorter ones go on meanwhile (the cleaner's read
+ *                   of a whole chunk, header and data, and not the reads
+ *                   of single blocks beside it).
  *   hold_once       with hold_when: only the first request that would be
  *                   held is; later ones go on meanwhile (two writes of the
  *                   same place completing in the reverse order).
@@ -92,6 +96,7 @@ struct dev_test {
     bool eio_held;              /* the held requests fail when released */
     unsigned hold_ops;          /* EIO_* bits: the requests that may be held */
     uint64_t hold_from, hold_to;    /* hold_range: [from, to); to 0: everywhere */
+    uint64_t hold_minlen;           /* 0: any length */
     bool hold_once, held_one;
     bool hold_reply;
     struct tc_dev_io *held, **held_tail;
@@ -279,6 +284,8 @@ static bool holding(struct dev_test *d, const struct tc_dev_io *dio)
     if (d->hold_to && (dio->op == TC_DEV_FLUSH || dio->off >= d->hold_to ||
                        dio->off + dio->len <= d->hold_from))
         return false;
+    if (dio->len < d->hold_minlen)
+        return false;
     if (d->hold_once) {
         if (d->held_one || access(d->hold_when, F_OK) != 0)
             return false;
@@ -452,6 +459,8 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
             }
             d->hold_from = from;
             d->hold_to = from + len;
+        } else if (strncmp(o, "hold_minlen=", 12) == 0) {
+            d->hold_minlen = strtoull(o + 12, NULL, 0);
         } else if (strcmp(o, "hold_once") == 0) {
             d->hold_once = true;
         } else if (strcmp(o, "hold_reply") == 0) {
@@ -484,7 +493,7 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
                      "eio_count=, eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, "
-                     "hold_when=, hold_ops=, hold_range=, hold_once, eio_held)", o);
+                     "hold_when=, hold_ops=, hold_range=, hold_minlen=, hold_once, eio_held)", o);
             goto fail;
         }
     }
