@@ -1029,8 +1029,9 @@ static void give_up_for_now(struct cleaner *k)
  * unless appends wait for room (perhaps the rescues' own, which take no
  * reserve): then the rescues' data goes to the origin instead
  * (cache_rescue_to_origin(): written back, then dropped from the failed
- * device; what the origin refuses is recorded lost) rather than wait for
- * ever, and the group goes once it holds none of it. */
+ * device; what the origin refuses is written again after a back-off, and
+ * recorded lost once refused for good) rather than wait for ever, and the
+ * group goes once it holds none of it. */
 static bool group_holds_rescue(struct cleaner *k)
 {
     struct cache *c = k->c;
