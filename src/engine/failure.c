@@ -242,7 +242,7 @@ static int rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = c->vol->cfg.dirty_copies > 1 };
     struct log_loc at = { .err = -ENOSPC };
-    if (cleaner_data_fits(c, (uint64_t)n * (a.mirror ? 2 : 1)))
+    if (a.mirror ? cleaner_mirror_fits(c, n) : cleaner_data_fits(c, n))
         at = log_append(c, &a, NULL);
     if (at.err < 0 && a.mirror && cleaner_data_fits(c, n)) {
         a.mirror = false;       /* one device left, or room for one copy: one copy */
