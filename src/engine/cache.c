@@ -1318,6 +1318,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "rescued_bytes", c->rescued_bytes);
     json_uint(j, "rescue_lost_bytes", c->rescue_lost_bytes);
     json_uint(j, "rescue_writebacks", c->rescue_writebacks);
+    json_uint(j, "rescue_origin_refusals", c->rescue_origin_refusals);
     json_uint(j, "rescued_to_origin_bytes", c->rescued_to_origin_bytes);
     json_uint(j, "in_doubt_writes", s->in_doubt_writes);
     json_uint(j, "origin_cut_writes", s->origin_cut_writes);

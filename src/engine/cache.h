@@ -188,6 +188,8 @@ struct cache {
     uint64_t rescue_lost_bytes;     /* ... that could not be read back: lost */
     bool rescue_wb_running;         /* failure.c: the rescues' data goes to the origin */
     uint64_t rescue_writebacks;     /* ... attempts begun (the cleaner needed their groups) */
+    uint64_t rescue_origin_refusals;    /* ... fragments the origin refused, kept to be
+                                         * written again (writeback_block_given_up()) */
     uint64_t rescued_to_origin_bytes;   /* ... fragment bytes dropped from failed devices
                                            once on the origin, not appended */
     bool stopping;                  /* cache_stopping(): nothing waits for room */

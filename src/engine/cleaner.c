@@ -479,7 +479,28 @@ static uint8_t copy_flags(struct cache *c, uint64_t wt_seq)
  * when a copy does not fit its end (up to a block and a header), a new
  * chunk's header, and a header for the tail; and one header's worth of
  * records beyond that (some 600 LOST records).  log_room() is measured
- * before each copy, so what appends took meanwhile is counted. */
+ * before each copy, so what appends took meanwhile is counted.
+ *
+ * Why a sum over the devices is enough, and when it is not.  The records
+ * carry no data and may go to any device in service: the tail record
+ * needs one open head (each keeps room for a header) or one free segment
+ * anywhere (ensure_group() with the reserve opens a group on any device
+ * that has one), and so do LOST records, tombstones and CLEAN records.
+ * A copy of one block goes to one device too: an open head that takes it
+ * or, when none does, a new group after every head is closed -- the room
+ * those heads lose is at most a block and a header each, the per-device
+ * part above.  So room left anywhere serves them, whichever device holds
+ * it.  Not a mirrored copy (--dirty-copies 2): it needs room on two
+ * devices at once, and when no two open heads take it log_append()
+ * closes them all -- however much room the one that fitted had left --
+ * and opens a group that must have a segment on two devices.  Counted
+ * over the sum, room on one device passed for room the other lacked: a
+ * head too short for the second copy, both heads closed, no free segment
+ * left, and the tail record found no room (cleaner-bound.test, case
+ * mirror).  So a mirrored copy is bounded by the room its own append
+ * leaves (log_mirror_room(): all of it when two heads take it, only the
+ * free segments when it needs a new group, none when no group would give
+ * it two devices): cleaner_mirror_fits(). */
 static uint64_t record_room(const struct cache *c)
 {
     return (uint64_t)c->ndevs * (c->spb + 2 * TC_MAX_HDR_SECTORS) + TC_MAX_HDR_SECTORS;
@@ -488,6 +509,17 @@ static uint64_t record_room(const struct cache *c)
 bool cleaner_data_fits(struct cache *c, uint64_t sectors)
 {
     return c->cleaner->unbounded || log_room(c) >= sectors + record_room(c);
+}
+
+bool cleaner_mirror_fits(struct cache *c, uint64_t sectors)
+{
+    unsigned ok = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        ok += c->devs[d].state == CDEV_OK;
+    if (ok < 2)     /* log_append() makes one copy: an unmirrored append */
+        return cleaner_data_fits(c, sectors);
+    return c->cleaner->unbounded ||
+           log_mirror_room(c, (uint32_t)sectors) >= 2 * sectors + record_room(c);
 }
 
 /* The room the cleaner's tail record needs, per device: a head closed
@@ -523,9 +555,9 @@ void cleaner_failure_room(struct cache *c)
         k->failure_room_min = room + 1;
 }
 
-static bool copy_fits(struct cache *c, uint64_t sectors)
+static bool copy_fits(struct cache *c, uint64_t sectors, bool mirror)
 {
-    if (cleaner_data_fits(c, sectors))
+    if (mirror ? cleaner_mirror_fits(c, sectors) : cleaner_data_fits(c, sectors))
         return true;
     c->st.copies_refused++;
     return false;
@@ -562,7 +594,7 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
      * replaces nothing yet). */
     TC_ASSERT(id != NIL && id == index_lookup(&c->map.idx, oblock));
     bool mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1;
-    if (!copy_fits(c, (uint64_t)n * (mirror ? 2 : 1))) {
+    if (!copy_fits(c, n, mirror)) {
         bufpool_put(data, (size_t)n * TC_SECTOR);
         return false;
     }
@@ -1029,8 +1061,9 @@ static void give_up_for_now(struct cleaner *k)
  * unless appends wait for room (perhaps the rescues' own, which take no
  * reserve): then the rescues' data goes to the origin instead
  * (cache_rescue_to_origin(): written back, then dropped from the failed
- * device; what the origin refuses is recorded lost) rather than wait for
- * ever, and the group goes once it holds none of it. */
+ * device; what the origin refuses is written again after a back-off, and
+ * recorded lost once refused for good) rather than wait for ever, and the
+ * group goes once it holds none of it. */
 static bool group_holds_rescue(struct cleaner *k)
 {
     struct cache *c = k->c;

@@ -51,6 +51,10 @@ void cleaner_wake_all(struct cache *c);
  * last records need (the cleaner's tail record, LOST records, tombstones):
  * the bound on every data-carrying append that takes the reserve. */
 bool cleaner_data_fits(struct cache *c, uint64_t sectors);
+/* The same for a mirrored append of `sectors` (a copy on each of two
+ * devices): the room it leaves once placed (log_mirror_room()).  With one
+ * device in service, cleaner_data_fits() (one copy is made). */
+bool cleaner_mirror_fits(struct cache *c, uint64_t sectors);
 /* Whether a record appended with the reserve by a device failure's path
  * (a tombstone, a LOST record) leaves the cleaner's tail record its room;
  * false (counted: cleaner.records_deferred): it waits for room, as it

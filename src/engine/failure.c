@@ -83,8 +83,9 @@
  *     fragment's entry from a restart's log) -- unless appends wait for
  *     room, perhaps the rescues' own: then the data goes to the origin
  *     instead (cache_rescue_to_origin(): written back, then dropped from
- *     the failed device), and only what the origin refuses is recorded
- *     lost, rather than wait for ever; every pending rescue gives up
+ *     the failed device), and only what the origin refuses for good
+ *     (three times in a row, or offline, or at a stop) is recorded lost,
+ *     rather than wait for ever; every pending rescue gives up
  *     (cache_rescue_give_up(), its data recorded lost) only when the last
  *     device fails (no survivor to append on).
  * status counts rescued_bytes, rescued_to_origin_bytes,
@@ -241,7 +242,7 @@ static int rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint
                         .flags = wt ? TC_ENTRY_WT : 0,
                         .mirror = c->vol->cfg.dirty_copies > 1 };
     struct log_loc at = { .err = -ENOSPC };
-    if (cleaner_data_fits(c, (uint64_t)n * (a.mirror ? 2 : 1)))
+    if (a.mirror ? cleaner_mirror_fits(c, n) : cleaner_data_fits(c, n))
         at = log_append(c, &a, NULL);
     if (at.err < 0 && a.mirror && cleaner_data_fits(c, n)) {
         a.mirror = false;       /* one device left, or room for one copy: one copy */
@@ -1567,12 +1568,19 @@ void cache_rescue_give_up(struct cache *c, const char *why)
  * the origin durably -- and the cleaner is kicked: the group holds
  * nothing of the rescues any more.  A fragment still dirty because the
  * origin refused its block during the attempt (writeback's count of its
- * failures went up) is recorded lost, as a rescue given up was: the
- * cleaner cannot wait for an origin that may refuse for good.  One still
- * dirty for another reason (a write-back of it was in flight and skipped,
- * it is backing off after failures before the attempt, a write changed
- * the block meanwhile) waits for the next attempt, when the cleaner comes
- * back.
+ * failures went up) is written again after the block's back-off, by a
+ * later attempt, as writeback does and as a drain waits for: one
+ * transient origin error must not lose flushed data (status:
+ * rescue_origin_refusals).  It is recorded lost, as a rescue given up
+ * was, only once writeback gives the block up (writeback_block_given_up():
+ * refused WB_FAILURES_EIO times in a row -- some 0.3 s of back-off --,
+ * the origin offline past --origin-timeout, writeback stopped) or at a
+ * stop: the cleaner, and the appends waiting for its room, cannot wait
+ * for an origin that may refuse for good.  One still dirty for another
+ * reason (a write-back of it was in flight and skipped, it is backing off
+ * after failures before the attempt, a write changed the block
+ * meanwhile) waits for the next attempt, when the cleaner comes back (its
+ * give-up timer: every 50 ms while appends wait).
  *
  * The invariants of the rescue hold.  Nothing is dropped before the
  * origin holds it durably (writeback flushes the origin before it marks a
@@ -1641,10 +1649,21 @@ static void settle_fragment(struct cache *c, const struct victim *v, uint32_t fi
         st->dropped = true;
         return;
     }
-    if (st->x != NULL && rescue_refused(c, st->x, v->oblock)) {
+    if (st->x != NULL && rescue_refused(c, st->x, v->oblock) &&
+        !writeback_block_given_up(c, v->oblock)) {
+        /* Refused, but not for good yet: written again after the block's
+         * back-off, by the next attempt (or a background pass). */
+        c->rescue_origin_refusals++;
+        if (writeback_log_allow(c))
+            tc_warn("cache: the origin refused dirty data of origin block %llu that only a "
+                    "failed device holds (%u times in a row): writing it again after a "
+                    "back-off", (unsigned long long)v->oblock,
+                    writeback_block_failures(c, v->oblock));
+    } else if (st->x != NULL && rescue_refused(c, st->x, v->oblock)) {
         tc_error("cache: the origin refused dirty data of origin block %llu that only "
-                 "a failed device holds and the log has no room for",
-                 (unsigned long long)v->oblock);
+                 "a failed device holds and the log has no room for (%u times in a row, or "
+                 "the origin is offline, or writeback stopped): it is lost",
+                 (unsigned long long)v->oblock, writeback_block_failures(c, v->oblock));
         c->rescue_lost_bytes += (uint64_t)mask_count(dirty) * TC_SECTOR;
         lose_fragment(c, v->oblock, fid, dirty);
         st->dropped = true;

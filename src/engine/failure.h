@@ -34,8 +34,9 @@ void rewrites_stop_waiting(struct cache *c);
 void cache_rescue_give_up(struct cache *c, const char *why);
 /* The cleaner must retire a group holding such data while appends wait
  * for room: the data goes to the origin instead (written back, then
- * dropped from the failed devices); only what the origin refuses is
- * recorded lost.  Begins an attempt unless one is under way; the cleaner
+ * dropped from the failed devices); what the origin refuses is written
+ * again after writeback's back-off, and recorded lost only once writeback
+ * gives its block up (writeback_block_given_up()) or at a stop.  Begins an attempt unless one is under way; the cleaner
  * is kicked when it ends. */
 void cache_rescue_to_origin(struct cache *c);
 /* A clean block dropped from the index whose copies in the log may be

@@ -454,6 +454,35 @@ uint64_t log_room(const struct cache *c)
     return room;
 }
 
+static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, unsigned nent,
+                      bool *need_seal);
+
+uint64_t log_mirror_room(struct cache *c, uint32_t nsectors)
+{
+    unsigned fit = 0;
+    bool ns;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        fit += head_fits(c, d, nsectors, 1, &ns);
+    if (fit >= 2)
+        return log_room(c);
+    if (nsectors + TC_MAX_HDR_SECTORS + 1 > c->seg_sectors)
+        return 0;
+    /* ensure_group() with the reserve: the devices above their share of
+     * it, or, when none is, every device with a free segment. */
+    uint32_t keep = space_dev_reserve(&c->sp);
+    unsigned above = 0, any = 0;
+    uint64_t room = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state != CDEV_OK || c->sp.dev_failed[d])
+            continue;
+        uint32_t n = c->sp.stacks[d].n;
+        above += n > keep;
+        any += n > 0;
+        room += (uint64_t)n * c->seg_sectors;
+    }
+    return above >= 2 || (above == 0 && any >= 2) ? room : 0;
+}
+
 /* ---- appends ---- */
 
 /* Whether head d can take nent entries (an append: one; a replacing

@@ -264,6 +264,13 @@ bool log_seal_all(struct cache *c, bool force_header);
  * of it takes any one append: a head whose room is too small for an
  * append is closed with its room unused. */
 uint64_t log_room(const struct cache *c);
+/* The part of log_room() left to the other appends after a mirrored one
+ * of nsectors (a copy on each of two devices), taking the reserve: all of
+ * it when two open heads take the copies; only the free segments when it
+ * needs a new group (log_append() closes every head first, their room
+ * unused) and that group has a segment on two devices; 0 when it would
+ * find no two devices. */
+uint64_t log_mirror_room(struct cache *c, uint32_t nsectors);
 /* Seal every head's chunk and close the open group (the cleaner retires
  * it next).  Unlike a full segment's close, this releases no image and
  * counts no segment written: a chunk write in flight releases its own. */

@@ -202,6 +202,8 @@ struct writeback {
     struct tc_timer tick;
     uint64_t last_commit;
     uint64_t commit_ns;             /* COMMIT_NS, or the test variable */
+    bool no_passes;                 /* TIERCACHE_TEST_NO_WRITEBACK_PASSES: no
+                                     * background pass (window()) */
     uint64_t last_pass_off;     /* end of the last run written in pass_no */
     uint64_t pass_no;
     /* writeback_start() ran: until then no tick and no pass (the cache is
@@ -355,6 +357,13 @@ unsigned writeback_block_failures(struct cache *c, uint64_t oblock)
 {
     struct wb_fail *f = c->wb ? fail_find(c->wb, oblock) : NULL;
     return f ? f->failures : 0;
+}
+
+bool writeback_block_given_up(struct cache *c, uint64_t oblock)
+{
+    struct writeback *wb = c->wb;
+    return wb == NULL || wb->stopped || c->vol->origin->state == TC_DEV_OFFLINE ||
+           writeback_block_failures(c, oblock) >= WB_FAILURES_EIO;
 }
 
 void writeback_note_write_failed(struct cache *c)
@@ -1093,7 +1102,10 @@ static unsigned window(struct writeback *wb)
      * (failure.c): as fast as the origin takes it. */
     if (wb->draining || c->draining)
         return 8;
-    if (c->map.dirty_blocks == 0)
+    /* For tests only: the dirty data stays where it is unless someone
+     * needs it written back (the cleaner, a drain), so that a test knows
+     * whose origin writes it holds or fails. */
+    if (wb->no_passes || c->map.dirty_blocks == 0)
         return 0;
     double ratio = dirty_ratio(c);
     bool idle = tc_now_ns() - c->last_client_io_ns > IDLE_NS;
@@ -1222,6 +1234,8 @@ int writeback_init(struct cache *c)
     const char *commit_ms = getenv("TIERCACHE_TEST_COMMIT_MS");
     if (commit_ms && *commit_ms)
         wb->commit_ns = TC_MAX(strtoull(commit_ms, NULL, 10) * 1000 * 1000, TICK_NS);
+    const char *no_passes = getenv("TIERCACHE_TEST_NO_WRITEBACK_PASSES");
+    wb->no_passes = no_passes != NULL && *no_passes != '\0';
     c->wb = wb;
     if (c->offline)
         wb->stopped = true;

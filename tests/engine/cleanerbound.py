@@ -65,7 +65,7 @@ def pattern(b, gen):
 
 
 class Daemon:
-    def __init__(self, a, env=None, cache=None):
+    def __init__(self, a, env=None, cache=None, extra=()):
         self.a = a
         self.sock = f"{a.dir}/s.sock"
         if os.path.exists(self.sock):
@@ -76,7 +76,7 @@ class Daemon:
             self.proc = subprocess.Popen([a.bin, "serve", "--origin", f"{a.dir}/origin.img",
                                           "--cache", cache or f"{a.dir}/cache.img",
                                           "--mode", "writeback", "--policy", "lru",
-                                          "--sequential-cutoff", "0",
+                                          "--sequential-cutoff", "0", *extra,
                                           "--socket", self.sock, "--foreground"],
                                          stdout=lf, stderr=subprocess.STDOUT,
                                          env=dict(os.environ, **(env or {})))
@@ -172,14 +172,15 @@ def check(d, gens, b):
         sys.exit(f"block {b} read {got}, not generation {gens[b]}")
 
 
-def setup(a):
+def setup(a, devices=("cache.img",)):
     gens = {b: 1 for b in range(ORIGIN_BLOCKS)}
     with open(f"{a.dir}/origin.img", "wb") as f:
         for b in range(ORIGIN_BLOCKS):
             f.write(pattern(b, 1))
-    with open(f"{a.dir}/cache.img", "wb") as f:
-        f.truncate(CACHE_MIB << 20)
-    subprocess.run([a.bin, "format", "--cache", f"{a.dir}/cache.img",
+    for name in devices:
+        with open(f"{a.dir}/{name}", "wb") as f:
+            f.truncate(CACHE_MIB << 20)
+    subprocess.run([a.bin, "format", "--cache", ",".join(f"{a.dir}/{n}" for n in devices),
                     "--origin", f"{a.dir}/origin.img",
                     "--segment-size", str(SEGMENT), "--block-size", str(BLOCK)],
                    check=True, stdout=subprocess.DEVNULL)
@@ -257,6 +258,86 @@ def dip(a, env):
                  f"and the records that must always find room (fewer than a header, "
                  f"{MAX_HDR_SECTORS}):\n{json.dumps(st)}")
     for x in list(range(0, 20)) + [w]:
+        check(d, gens, x)
+    d.stop()
+
+
+def mirror(a, env):
+    """The dip with two devices and --dirty-copies 2: a mirrored copy needs
+    room on two devices at once.  The oldest group holds two dirty blocks
+    (each on both devices) and 18 hot ones; the pass comes back with only
+    the reserve (a segment on each device), copies the hot blocks -- one
+    device's head takes a chunk more than the other's --, then the dirty
+    ones, mirrored.  Summed over both devices the room left satisfied the
+    bound, but one head could not take a copy: the append closed both
+    heads, found no free segment, and left the tail record no room
+    (tail_no_room 1, every run).  A mirrored copy now counts the room of
+    each device (cleaner.c, record_room())."""
+    gens = setup(a, ("cache.img", "c2.img"))
+    boom = f"{a.dir}/boom"
+    dirty, hot = 2, 18
+    dev = (f"testdev:{a.dir}/cache.img?eio_when={boom}&eio_ops=read"
+           f"&eio_range={DATA_OFFSET + SECTOR}+{BLOCK},{a.dir}/c2.img")
+    d = Daemon(a, env, dev, ("--dirty-copies", "2"))
+    for b in range(dirty):
+        gens[b] = 2
+        d.write(b, 2)
+    d.flush()
+    first = list(range(dirty, dirty + hot))
+    random.Random(1).shuffle(first)
+    for b in first:                 # misses: admitted (lru), after the dirty blocks
+        check(d, gens, b)
+    for b in list(range(dirty)) + first:    # hits: every one of them hot
+        check(d, gens, b)
+    d.flush()
+    open(boom, "w").close()
+    # Cold reads until the cleaner gave the first group up for now, until
+    # the free segments are down to the reserve, then until the open
+    # group is full (fills never take the reserve); a write then waits.
+    b = 60
+    while d.status()["cleaner"]["read_retries"] == 0:
+        check(d, gens, b)
+        b += 1
+        if b == ORIGIN_BLOCKS:
+            sys.exit(f"the cleaner never tried the first group:\n{json.dumps(d.status())}")
+    while d.status()["segments_free"] > 2:
+        check(d, gens, b)
+        b += 1
+        if b == ORIGIN_BLOCKS:
+            sys.exit(f"the free segments never came down to the reserve:\n"
+                     f"{json.dumps(d.status())}")
+    for _ in range(40):
+        if b == ORIGIN_BLOCKS - 1:
+            break
+        check(d, gens, b)
+        b += 1
+    w = b
+    gens[w] = 3
+    cookie = d.h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(pattern(w, 3))), w * BLOCK)
+    wait_status(d, "a write waiting for room",
+                lambda st: st["cleaner"]["appends_waiting_for_room"] > 0)
+    os.unlink(boom)
+    d.run(f"write of block {w} waiting for room", lambda: cookie)
+    d.flush()
+    st = d.status()
+    k = st["cleaner"]
+    print(f"mirror: {k['groups_retired']} groups retired, {k['read_retries']} attempts given "
+          f"up, {st['dirty_copied']} dirty copies, {k['copies_refused']} copies refused, "
+          f"least room at a tail record {k.get('tail_room_min')} sectors (record room "
+          f"{k['record_room']}), tail records without room {k['tail_no_room']}")
+    if k["tail_no_room"] != 0:
+        sys.exit(f"tail records found no room {k['tail_no_room']} times:\n{json.dumps(st)}")
+    if k.get("tail_room_min", 0) < MAX_HDR_SECTORS:
+        sys.exit(f"a pass's copies left {k.get('tail_room_min')} sectors for its tail record "
+                 f"(fewer than a header, {MAX_HDR_SECTORS}):\n{json.dumps(st)}")
+    if k["copies_refused"] == 0:
+        sys.exit(f"no copy came near the bound (none refused): the case tests nothing:\n"
+                 f"{json.dumps(st)}")
+    for x in list(range(0, dirty + hot)) + [w]:
+        check(d, gens, x)
+    d.stop()
+    d = Daemon(a, env, f"{a.dir}/cache.img,{a.dir}/c2.img", ("--dirty-copies", "2"))
+    for x in list(range(0, dirty + hot)) + [w]:
         check(d, gens, x)
     d.stop()
 
@@ -422,12 +503,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--case", choices=("dip", "progress", "failure"), required=True)
+    ap.add_argument("--case", choices=("dip", "mirror", "progress", "failure"), required=True)
     ap.add_argument("--rounds", type=int, default=30)
     a = ap.parse_args()
     env = {"TIERCACHE_TEST_UNBOUNDED_COPIES": "1"} \
         if os.environ.get("TIERCACHE_TEST_UNBOUNDED_COPIES") else None
-    {"dip": dip, "progress": progress, "failure": failure}[a.case](a, env)
+    {"dip": dip, "mirror": mirror, "progress": progress, "failure": failure}[a.case](a, env)
 
 
 if __name__ == "__main__":
