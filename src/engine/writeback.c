@@ -359,13 +359,6 @@ unsigned writeback_block_failures(struct cache *c, uint64_t oblock)
     return f ? f->failures : 0;
 }
 
-bool writeback_block_given_up(struct cache *c, uint64_t oblock)
-{
-    struct writeback *wb = c->wb;
-    return wb == NULL || wb->stopped || c->vol->origin->state == TC_DEV_OFFLINE ||
-           writeback_block_failures(c, oblock) >= WB_FAILURES_EIO;
-}
-
 void writeback_note_write_failed(struct cache *c)
 {
     if (c->wb)

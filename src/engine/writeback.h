@@ -78,10 +78,6 @@ void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
 #define WB_FAILURES_EIO 3
 /* Failed write-backs in a row of this block (0: none pending). */
 unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
-/* Has writeback given up on this dirty block for now, as a write that
- * needs it written back does?  Refused WB_FAILURES_EIO times in a row,
- * the origin offline (away past --origin-timeout), or writeback stopped. */
-bool writeback_block_given_up(struct cache *c, uint64_t oblock);
 /* The block turned clean: it leaves the failure table. */
 void writeback_forget(struct cache *c, uint64_t oblock);
 /* A client write failed because its block could not be written back. */
