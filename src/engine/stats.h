@@ -21,6 +21,8 @@ struct cache_stats {
     uint64_t group_fills_skipped;    /* ... not read: they were not paying */
     uint64_t group_fills_merged;     /* group_fills read in the origin request of the
                                         client's miss beside them */
+    uint64_t fills_under_way;        /* admitted misses not filled: another read was
+                                        filling the whole block already */
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
     uint64_t split_appends;         /* versions stored in two parts (log_append()) */
