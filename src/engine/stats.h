@@ -40,6 +40,10 @@ struct cache_stats {
      * lock behind an origin write already under way. */
     uint64_t wo_writes, wo_split_lock, wo_split_writeback, wo_split_room, wo_split_merge;
     uint64_t wo_held_lock;
+    /* Pieces of client writes, trims and write-zeroes that found their
+     * block locked by another request (writepath.c), and their time
+     * waiting for it, summed. */
+    uint64_t write_lock_waits, write_lock_wait_ns;
     uint64_t segments_written;      /* segments filled */
     uint64_t chunks_written, chunk_bytes_written;
     uint64_t groups_retired;

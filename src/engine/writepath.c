@@ -115,6 +115,7 @@ struct wpiece {
     bool ended;                     /* piece_done() ran */
     uint8_t wait;                   /* enum pwait */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
+    uint64_t lock_wait_ns;          /* when it began to wait for the block's lock */
 };
 
 struct wreq {
@@ -1033,6 +1034,10 @@ static void piece_step(struct wpiece *p)
 static void lock_granted(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
+    if (p->lock_wait_ns) {
+        p->w->c->st.write_lock_wait_ns += tc_now_ns() - p->lock_wait_ns;
+        p->lock_wait_ns = 0;
+    }
     p->locked = true;
     p->wait = PW_NONE;
     /* A write going to the origin waits for writeback of the block. */
@@ -1078,10 +1083,13 @@ static void piece_start(struct wpiece *p)
         }
     }
     p->bw.fn = lock_granted;
-    if (block_lock(c->locks, p->oblock, &p->bw))
+    if (block_lock(c->locks, p->oblock, &p->bw)) {
         lock_granted(&p->bw);
-    else
-        piece_waits(p, PW_LOCK);
+        return;
+    }
+    c->st.write_lock_waits++;
+    p->lock_wait_ns = tc_now_ns();
+    piece_waits(p, PW_LOCK);
 }
 
 static enum wmode mode_for(struct cache *c, const struct ereq *e)
