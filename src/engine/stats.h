@@ -44,6 +44,9 @@ struct cache_stats {
      * block locked by another request (writepath.c), and their time
      * waiting for it, summed. */
     uint64_t write_lock_waits, write_lock_wait_ns;
+    /* ... that waited for room in the log (holding their lock), and that
+     * read their block's other sectors to merge a full chain. */
+    uint64_t write_room_waits, write_room_wait_ns, write_merge_reads;
     uint64_t segments_written;      /* segments filled */
     uint64_t chunks_written, chunk_bytes_written;
     uint64_t groups_retired;

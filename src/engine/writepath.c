@@ -116,6 +116,7 @@ struct wpiece {
     uint8_t wait;                   /* enum pwait */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
     uint64_t lock_wait_ns;          /* when it began to wait for the block's lock */
+    uint64_t room_wait_ns;          /* ... for room in the log */
 };
 
 struct wreq {
@@ -615,6 +616,11 @@ static void reconsider_held(struct wpiece *p)
 static void piece_waits(struct wpiece *p, enum pwait why)
 {
     p->wait = (uint8_t)why;
+    if (why == PW_ROOM) {
+        p->w->c->st.write_room_waits++;
+        p->room_wait_ns = tc_now_ns();
+    } else if (why == PW_MERGE)
+        p->w->c->st.write_merge_reads++;
     if (why != PW_LOCK)
         reconsider_held(p);
 }
@@ -702,6 +708,7 @@ static void space_ready(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
     p->wait = PW_NONE;
+    p->w->c->st.write_room_wait_ns += tc_now_ns() - p->room_wait_ns;
     if (err) {
         /* A stop that could wait no longer for room (cache_stopping()):
          * nothing of the piece was appended or sent to the origin; the
