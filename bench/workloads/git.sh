@@ -67,9 +67,17 @@ git_mount() {
   on_exit "losetup -d '$GIT_LOOP'"
 }
 git_umount() {
+  local i
   umount "$WORK/mnt" 2>/dev/null || true
   losetup -d "$GIT_LOOP" 2>/dev/null || true
-  fusermount3 -u "$WORK/fuse" 2>/dev/null || true
+  # The loop device lets go of the FUSE file a moment after losetup -d
+  # returns: until then the unmount fails (busy), and nbdfuse, never told
+  # to exit, would be waited for for ever.
+  for ((i = 0; i < 100; i++)); do
+    fusermount3 -u "$WORK/fuse" 2>/dev/null && break
+    sleep 0.1
+  done
+  [ "$i" -lt 100 ] || fusermount3 -u -z "$WORK/fuse" 2>/dev/null || true
   wait "${PIDS[nbdfuse]}" 2>/dev/null || true
   unset 'PIDS[nbdfuse]'
   _cleanups=()

@@ -21,6 +21,8 @@ struct bl {
     struct block_waiter *lock_head, **lock_tail;
     unsigned wb;
     struct block_waiter *wb_waiters;
+    unsigned fills;             /* block_fill_begin() not yet ended */
+    uint64_t fill_gen;          /* ... the newest's generation */
 };
 
 struct blocklocks {
@@ -172,6 +174,30 @@ void block_gen_release(struct blocklocks *b, uint64_t oblock)
     TC_ASSERT_ALWAYS(r != NULL && r->refs > 0);
     r->refs--;
     put(b, r);
+}
+
+uint64_t block_fill_begin(struct blocklocks *b, uint64_t oblock)
+{
+    struct bl *r = get(b, oblock);
+    r->refs++;
+    r->fills++;
+    r->fill_gen = r->gen;
+    return r->gen;
+}
+
+void block_fill_end(struct blocklocks *b, uint64_t oblock)
+{
+    struct bl *r = find(b, oblock);
+    TC_ASSERT_ALWAYS(r != NULL && r->fills > 0 && r->refs > 0);
+    r->fills--;
+    r->refs--;
+    put(b, r);
+}
+
+bool block_filling(struct blocklocks *b, uint64_t oblock)
+{
+    struct bl *r = find(b, oblock);
+    return r && r->fills > 0 && r->fill_gen == r->gen;
 }
 
 void block_prefetch(const struct blocklocks *b, uint64_t oblock)

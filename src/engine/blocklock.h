@@ -12,7 +12,10 @@
  *    write came in between and must not install stale data;
  *  - writeback in flight: a client write that goes to the origin directly
  *    (write-through, write-around, trim) waits until dirty data being
- *    written back is on the origin, so the older data cannot land last.
+ *    written back is on the origin, so the older data cannot land last;
+ *  - whole-block fills in flight (readpath.c): a read miss that would
+ *    fill a block another read is filling already, from data read at the
+ *    block's present generation, leaves the fill to that one.
  *
  * Writes that go to the origin for blocks that are not cached take no
  * lock: they register their range as an origin write in flight instead
@@ -23,7 +26,7 @@
  *
  * Invariant 13 (numbered with the engine's, engine/engine.h): a record's
  * refs count the lock's holder and each of its waiters, each
- * block_gen_hold() and each writeback in flight; the record is freed when
+ * block_gen_hold() and block_fill_begin(), and each writeback in flight; the record is freed when
  * they reach zero (nothing locked, waiting or written back then), and a
  * block without a record has generation 0.
  *
@@ -67,6 +70,16 @@ uint64_t block_gen(struct blocklocks *b, uint64_t oblock);
 void block_gen_hold(struct blocklocks *b, uint64_t oblock);     /* keep the counter alive */
 void block_gen_release(struct blocklocks *b, uint64_t oblock);
 void block_gen_bump(struct blocklocks *b, uint64_t oblock);
+/* A fill of the whole block is under way, from data read from now on:
+ * block_gen_hold() and a count of such fills, until block_fill_end()
+ * (which releases both).  Returns the block's generation now, the fill's
+ * to compare with block_gen() when it lands. */
+uint64_t block_fill_begin(struct blocklocks *b, uint64_t oblock);
+void block_fill_end(struct blocklocks *b, uint64_t oblock);
+/* A whole-block fill is under way whose data is not stale yet (read at the
+ * block's present generation): another fill of the block would add
+ * nothing but an origin read. */
+bool block_filling(struct blocklocks *b, uint64_t oblock);
 /* A hint: a look-up of oblock's record follows soon (starts loading its
  * bucket).  Changes nothing. */
 void block_prefetch(const struct blocklocks *b, uint64_t oblock);

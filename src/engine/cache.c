@@ -992,6 +992,31 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
  */
 static void close_flush_origin(struct close_ctx *x);
 
+/* What a stop still waits for, for its log lines: "3 write-back jobs, the
+ * cleaner and 2 group fills". */
+static void close_waits(struct cache *c, char *buf, size_t len)
+{
+    char part[5][48];
+    unsigned n = 0;
+    unsigned jobs = writeback_jobs_in_flight(c);
+    if (jobs)
+        snprintf(part[n++], sizeof part[0], "%u write-back job%s", jobs, jobs == 1 ? "" : "s");
+    else if (!writeback_idle(c))
+        snprintf(part[n++], sizeof part[0], "write-back's commit (an origin flush)");
+    if (!cleaner_idle(c))
+        snprintf(part[n++], sizeof part[0], "the cleaner");
+    if (!abandon_idle(c))
+        snprintf(part[n++], sizeof part[0], "the abandonment of a failed cache");
+    if (c->group.inflight)
+        snprintf(part[n++], sizeof part[0], "%u group fill%s (origin reads)", c->group.inflight,
+                 c->group.inflight == 1 ? "" : "s");
+    size_t at = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < n && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s",
+                               i == 0 ? "" : i + 1 == n ? " and " : ", ", part[i]);
+}
+
 static void close_quiet(struct tc_timer *t)
 {
     struct close_ctx *x = container_of(t, struct close_ctx, quiet);
@@ -1002,21 +1027,23 @@ static void close_quiet(struct tc_timer *t)
         limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + close_origin_slack_ns();
         if (now - x->quiet_since >= limit && !x->aborted) {
             x->aborted = true;
-            unsigned jobs = writeback_jobs_in_flight(c);
-            bool cleaner = !cleaner_idle(c);
-            tc_error("cache: stop: gave up after %.1f s waiting for %u write-back jobs%s (the "
-                     "origin does not answer): %s", (double)(now - x->quiet_since) / 1e9, jobs,
-                     cleaner ? " and the cleaner" : "",
-                     c->vol->origin->ops->abort
+            char waits[320];
+            close_waits(c, waits, sizeof waits);
+            tc_error("cache: stop: gave up after %.1f s waiting for %s (the origin does not "
+                     "answer): %s", (double)(now - x->quiet_since) / 1e9, waits,
+                     !c->vol->origin->ops->abort
+                         ? "this origin cannot be given up on; still waiting"
+                     : writeback_jobs_in_flight(c)
                          ? "failing its requests; their blocks stay dirty and are written "
                            "back after the next start"
-                         : "this origin cannot be given up on; still waiting");
+                         : "failing its requests");
             dev_abort(c->vol->origin);
         }
         if (now - x->quiet_logged >= 5000000000ull) {
             x->quiet_logged = now;
-            tc_info("cache: stop: waiting for %u write-back jobs%s to finish (%.1f s so far)",
-                    writeback_jobs_in_flight(c), cleaner_idle(c) ? "" : " and the cleaner",
+            char waits[320];
+            close_waits(c, waits, sizeof waits);
+            tc_info("cache: stop: waiting for %s to finish (%.1f s so far)", waits,
                     (double)(now - x->quiet_since) / 1e9);
         }
         timer_arm(c->reactor, &x->quiet, 10ull * 1000 * 1000);
@@ -1266,6 +1293,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "group_fills_read", s->group_fills_read);
     json_uint(j, "group_fills_skipped", s->group_fills_skipped);
     json_uint(j, "group_fills_merged", s->group_fills_merged);
+    json_uint(j, "fills_under_way", s->fills_under_way);
     json_uint(j, "not_admitted", s->not_admitted);
     json_uint(j, "demotions", s->demotions);
     json_uint(j, "reinsertions", s->reinsertions);
@@ -1280,6 +1308,11 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "split_merge_read", s->wo_split_merge);
     json_uint(j, "held_for_lock", s->wo_held_lock);
     json_end_object(j);
+    json_uint(j, "write_lock_waits", s->write_lock_waits);
+    json_double(j, "write_lock_wait_seconds", (double)s->write_lock_wait_ns / 1e9);
+    json_uint(j, "write_room_waits", s->write_room_waits);
+    json_double(j, "write_room_wait_seconds", (double)s->write_room_wait_ns / 1e9);
+    json_uint(j, "write_merge_reads", s->write_merge_reads);
     json_uint(j, "split_appends", s->split_appends);
     json_uint(j, "segments_written", s->segments_written);
     json_uint(j, "chunks_written", s->chunks_written);

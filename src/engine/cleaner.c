@@ -150,6 +150,8 @@ struct cleaner {
     struct tc_join join;            /* the reads of the blocks kept (copied) */
     struct log_waiter lw;
     bool tail_syncing;              /* waiting for the sync of the new tail */
+    uint64_t start_ns, tail_ns;     /* when the reclaim began, and its tail sync */
+    uint64_t reclaim_ns, tail_sync_ns;  /* summed over the groups retired */
     bool lost_carried_all;          /* this pass recorded the whole lost set
                                      * again (an unusable chunk) */
     /* The LOST records carried forward from the group being reclaimed
@@ -233,6 +235,7 @@ static void kick_fn(struct tc_task *t)
         log_close_group(c);
     }
     k->running = true;
+    k->start_ns = tc_now_ns();
     k->slot = group_slot_of_oldest(&c->sp);
     g->retiring = true;
     k->seq = g->seq;
@@ -1137,6 +1140,7 @@ static void later_done(struct cleaner *k)
     }
     k->lw.fn = tail_synced;
     k->tail_syncing = true;
+    k->tail_ns = tc_now_ns();
     log_sync(c, &k->lw);
 }
 
@@ -1332,6 +1336,9 @@ static void tail_synced(struct log_waiter *lw, int err)
     space_free_group(&c->sp);
     c->st.groups_retired++;
     k->groups++;
+    uint64_t now = tc_now_ns();
+    k->reclaim_ns += now - k->start_ns;
+    k->tail_sync_ns += now - k->tail_ns;
     k->no_room_to_copy = false;
     k->ncarried = k->nsorted = 0;
     k->carried_seq = 0;
@@ -1368,6 +1375,10 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_bool(j, "retry_armed", k->retry.armed);
     json_uint(j, "appends_waiting_for_room", waiters);
     json_uint(j, "groups_retired", k->groups);
+    /* Their reclaims' time, from the start of the walk to the group's
+     * release, and the part of it spent on the sync of the new tail. */
+    json_double(j, "reclaim_seconds", (double)k->reclaim_ns / 1e9);
+    json_double(j, "tail_sync_seconds", (double)k->tail_sync_ns / 1e9);
     json_uint(j, "read_retries", k->read_retries);
     json_uint(j, "read_retry_delay_ms", k->read_retry_ns / 1000000);
     json_uint(j, "lost_records_carried", k->lost_carried);

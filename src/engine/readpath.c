@@ -56,6 +56,17 @@
  * has its group filled, so that a change of the load is noticed.  At most
  * GROUP_INFLIGHT are in flight: a group fill is background work and must
  * not queue before clients on a loaded origin.
+ *
+ * A block is filled by one read at a time: a whole-block fill in flight
+ * (a client miss's, a merged or a separate group fill) is registered with
+ * its generation (block_fill_begin()), and while it is not stale, another
+ * read of the block neither reads it for a group fill nor fills it from
+ * its own miss (it reads only the client's range).  So reads of one group
+ * in flight at once -- a filesystem reading a directory's blocks -- read
+ * the group once, not once per read: four 4 KiB misses of one group read
+ * 1 MiB from the origin and counted 12 group fills before, 256 KiB and 3
+ * now.  A write changes the generation: a fill under way from before it
+ * no longer holds off a read after it, which fills the new data.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -94,6 +105,7 @@ struct rpiece {
     uint16_t s0, s1;            /* sectors [s0, s1) of the block */
     uint8_t kind;
     bool admit, bad, gen_held;
+    bool filling;               /* gen_held by block_fill_begin(): a whole-block fill */
     struct tc_mask valid, dirty;    /* the entry at classification */
     uint8_t *buf;               /* where the piece goes in the client's buffer */
     uint8_t *fbuf;              /* widened miss: the whole block, by sector */
@@ -300,12 +312,14 @@ static void origin_run_done(struct tc_dev_io *dio, int err)
 }
 
 /* Block b may be read for a merged group fill: in the volume, not cached,
- * and nothing under way there that could make the origin's data older than
- * the block's (a write holding its lock, a write to the origin). */
+ * not being filled by another read already, and nothing under way there
+ * that could make the origin's data older than the block's (a write
+ * holding its lock, a write to the origin). */
 static bool ext_ok(struct cache *c, uint64_t b)
 {
     return b * c->block_size < c->vol->size && index_lookup(&c->map.idx, b) == NIL &&
-           !block_is_locked(c->locks, b) && !owrite_overlaps(c->locks, b);
+           !block_filling(c->locks, b) && !block_is_locked(c->locks, b) &&
+           !owrite_overlaps(c->locks, b);
 }
 
 /* The gate's answer for group grp, asked at most once per request. */
@@ -336,9 +350,8 @@ static void add_ext(struct rreq *r, uint64_t b, uint8_t *bounce, uint64_t wstart
     x->kind = P_MISS;
     x->merged = true;
     x->admit = true;
-    block_gen_hold(c->locks, b);
-    x->gen_held = true;
-    x->gen = block_gen(c->locks, b);
+    x->gen = block_fill_begin(c->locks, b);
+    x->gen_held = x->filling = true;
     uint64_t off = b * c->block_size;
     x->fbuf = bounce + (off - wstart);
     x->fs1 = (uint16_t)(TC_MIN(c->block_size, wend - off) / TC_SECTOR);
@@ -503,10 +516,22 @@ static void classify_and_issue(struct rreq *r)
         } else if (id != NIL || (e->flags & EREQ_FORCE_ADMIT) ||
                    policy_admit(c->policy, p->oblock, free_space)) {
             /* A partly cached block is in already: it takes the rest. */
-            p->admit = true;
-            block_gen_hold(c->locks, p->oblock);
-            p->gen_held = true;
-            p->gen = block_gen(c->locks, p->oblock);
+            if (!fill_blocks(c)) {
+                p->admit = true;
+                block_gen_hold(c->locks, p->oblock);
+                p->gen_held = true;
+                p->gen = block_gen(c->locks, p->oblock);
+            } else if (block_filling(c->locks, p->oblock)) {
+                /* Another read is filling the whole block from data as
+                 * new as this one's (a group's reads in flight at once):
+                 * this one reads only its own range, and fills nothing. */
+                c->st.fills_under_way++;
+            } else {
+                /* The whole block is filled (widened, or read whole). */
+                p->admit = true;
+                p->gen = block_fill_begin(c->locks, p->oblock);
+                p->gen_held = p->filling = true;
+            }
         } else {
             c->st.not_admitted++;
         }
@@ -721,7 +746,7 @@ static void group_fill(struct cache *c, uint64_t oblock, int dec)
     unsigned n = 0;
     for (uint64_t b = first; b < first + GROUP_BLOCKS; b++)
         if (b != oblock && b * c->block_size < vol->size &&
-            index_lookup(&c->map.idx, b) == NIL)
+            index_lookup(&c->map.idx, b) == NIL && !block_filling(c->locks, b))
             want[n++] = b;
     if (n == 0)
         return;
@@ -790,14 +815,18 @@ static void finish(struct rreq *r)
             c->st.group_fills_merged++;
             fill(r, x);
         }
-        if (x->gen_held)
+        if (x->filling)
+            block_fill_end(c->locks, x->oblock);
+        else if (x->gen_held)
             block_gen_release(c->locks, x->oblock);
     }
     for (unsigned i = 0; i < r->np; i++) {
         struct rpiece *p = &r->p[i];
         if (p->ovbuf)
             bufpool_put(p->ovbuf, (size_t)(p->s1 - p->s0) * TC_SECTOR);
-        if (p->gen_held)
+        if (p->filling)
+            block_fill_end(c->locks, p->oblock);
+        else if (p->gen_held)
             block_gen_release(c->locks, p->oblock);
         if (p->bounce)
             bufpool_put(p->bounce, p->bounce_len);

@@ -21,6 +21,8 @@ struct cache_stats {
     uint64_t group_fills_skipped;    /* ... not read: they were not paying */
     uint64_t group_fills_merged;     /* group_fills read in the origin request of the
                                         client's miss beside them */
+    uint64_t fills_under_way;        /* admitted misses not filled: another read was
+                                        filling the whole block already */
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
     uint64_t split_appends;         /* versions stored in two parts (log_append()) */
@@ -38,6 +40,13 @@ struct cache_stats {
      * lock behind an origin write already under way. */
     uint64_t wo_writes, wo_split_lock, wo_split_writeback, wo_split_room, wo_split_merge;
     uint64_t wo_held_lock;
+    /* Pieces of client writes, trims and write-zeroes that found their
+     * block locked by another request (writepath.c), and their time
+     * waiting for it, summed. */
+    uint64_t write_lock_waits, write_lock_wait_ns;
+    /* ... that waited for room in the log (holding their lock), and that
+     * read their block's other sectors to merge a full chain. */
+    uint64_t write_room_waits, write_room_wait_ns, write_merge_reads;
     uint64_t segments_written;      /* segments filled */
     uint64_t chunks_written, chunk_bytes_written;
     uint64_t groups_retired;

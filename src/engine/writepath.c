@@ -115,6 +115,8 @@ struct wpiece {
     bool ended;                     /* piece_done() ran */
     uint8_t wait;                   /* enum pwait */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
+    uint64_t lock_wait_ns;          /* when it began to wait for the block's lock */
+    uint64_t room_wait_ns;          /* ... for room in the log */
 };
 
 struct wreq {
@@ -614,6 +616,11 @@ static void reconsider_held(struct wpiece *p)
 static void piece_waits(struct wpiece *p, enum pwait why)
 {
     p->wait = (uint8_t)why;
+    if (why == PW_ROOM) {
+        p->w->c->st.write_room_waits++;
+        p->room_wait_ns = tc_now_ns();
+    } else if (why == PW_MERGE)
+        p->w->c->st.write_merge_reads++;
     if (why != PW_LOCK)
         reconsider_held(p);
 }
@@ -701,6 +708,7 @@ static void space_ready(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
     p->wait = PW_NONE;
+    p->w->c->st.write_room_wait_ns += tc_now_ns() - p->room_wait_ns;
     if (err) {
         /* A stop that could wait no longer for room (cache_stopping()):
          * nothing of the piece was appended or sent to the origin; the
@@ -1033,6 +1041,10 @@ static void piece_step(struct wpiece *p)
 static void lock_granted(struct block_waiter *bw)
 {
     struct wpiece *p = container_of(bw, struct wpiece, bw);
+    if (p->lock_wait_ns) {
+        p->w->c->st.write_lock_wait_ns += tc_now_ns() - p->lock_wait_ns;
+        p->lock_wait_ns = 0;
+    }
     p->locked = true;
     p->wait = PW_NONE;
     /* A write going to the origin waits for writeback of the block. */
@@ -1078,10 +1090,13 @@ static void piece_start(struct wpiece *p)
         }
     }
     p->bw.fn = lock_granted;
-    if (block_lock(c->locks, p->oblock, &p->bw))
+    if (block_lock(c->locks, p->oblock, &p->bw)) {
         lock_granted(&p->bw);
-    else
-        piece_waits(p, PW_LOCK);
+        return;
+    }
+    c->st.write_lock_waits++;
+    p->lock_wait_ns = tc_now_ns();
+    piece_waits(p, PW_LOCK);
 }
 
 static enum wmode mode_for(struct cache *c, const struct ereq *e)
