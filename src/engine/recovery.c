@@ -1072,6 +1072,48 @@ static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
     return false;
 }
 
+/* By group sequence, then by segment number. */
+static int cmp_live(const void *a, const void *b, void *arg)
+{
+    struct space *sp = arg;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint64_t sx = space_seg(sp, x)->seq, sy = space_seg(sp, y)->seq;
+    if (sx != sy)
+        return sx < sy ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The group ring from the live segments (those of groups at or after the
+ * tail that hold chunks, in segment order), ordered by sequence then
+ * segment number, each one closed; live is reordered so.  A segment that
+ * no writer would have put in its group is left out of it: its chunks are
+ * dropped (it is free) and it stays in live with none. */
+void recovery_groups(struct cache *c, uint32_t *live, uint32_t nlive)
+{
+    if (nlive > 1)
+        qsort_r(live, nlive, sizeof *live, cmp_live, &c->sp);
+    uint64_t prev = 0;
+    uint32_t slot = NIL;
+    for (uint32_t i = 0; i < nlive; i++) {
+        struct segment *sg = space_seg(&c->sp, live[i]);
+        if (slot == NIL || sg->seq != prev)
+            slot = space_push_group(&c->sp, sg->seq);
+        prev = sg->seq;
+        if (group_has_dev(c, slot, sg->dev)) {
+            /* A group has one segment on each device (and room for no
+             * more): a second one of the same device and sequence is
+             * damage no writer makes.  Its chunks are ignored; it is free. */
+            tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
+                    "device; ignored", seg_cdev(c, live[i])->dev->name, live[i],
+                    (unsigned long long)sg->seq);
+            segment_clear_chunks(sg);
+            continue;
+        }
+        space_group_add_seg(&c->sp, slot, live[i]);
+        sg->state = SEG_CLOSED;
+    }
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     struct recovery rc;
@@ -1120,34 +1162,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             segment_clear_chunks(sg);
         }
     }
-    for (uint32_t i = 1; i < nlive; i++) {          /* insertion sort by seq */
-        uint32_t x = live[i], j = i;
-        while (j > 0 && space_seg(&c->sp, live[j - 1])->seq > space_seg(&c->sp, x)->seq) {
-            live[j] = live[j - 1];
-            j--;
-        }
-        live[j] = x;
-    }
-    uint64_t prev = 0;
-    uint32_t slot = NIL;
-    for (uint32_t i = 0; i < nlive; i++) {
-        struct segment *sg = space_seg(&c->sp, live[i]);
-        if (slot == NIL || sg->seq != prev)
-            slot = space_push_group(&c->sp, sg->seq);
-        prev = sg->seq;
-        if (group_has_dev(c, slot, sg->dev)) {
-            /* A group has one segment on each device (and room for no
-             * more): a second one of the same device and sequence is
-             * damage no writer makes.  Its chunks are ignored; it is free. */
-            tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
-                    "device; ignored", seg_cdev(c, live[i])->dev->name, live[i],
-                    (unsigned long long)sg->seq);
-            segment_clear_chunks(sg);
-            continue;
-        }
-        space_group_add_seg(&c->sp, slot, live[i]);
-        sg->state = SEG_CLOSED;
-    }
+    recovery_groups(c, live, nlive);
     if (rc.stop_record)
         verify_stop_record(&rc, live, nlive);
     read_live_entries(&rc, live, nlive);
