@@ -46,6 +46,11 @@
  * what it counts (verify_stop_record()).  Damaged headers could otherwise
  * take with them the very marks that told them from a torn tail.
  *
+ * After a clean stop whose record also names a checkpoint, none of this
+ * runs: the state is read from the checkpoint (checkpoint.c), which the
+ * stop wrote from what this rebuilt and what the log then recorded; a
+ * checkpoint that cannot be trusted is said so, and the log is walked.
+ *
  * Likewise a device that failed at run time while others went on has a
  * failure mark (failed_seq, in the superblocks of the others): its
  * segments of groups below the mark are free, their entries ignored and
@@ -60,6 +65,7 @@
 
 #include "engine/abandon.h"
 #include "engine/cache.h"
+#include "engine/checkpoint.h"
 #include "engine/map.h"
 #include "engine/recovery.h"
 #include "util/crc32c.h"
@@ -997,24 +1003,62 @@ static void apply(struct recovery *rc)
  * is as true.  Records that disagree are not the work of one stop: none
  * is used (the chunk headers' own marks decide, as without a record).
  */
-static bool load_stop_record(struct recovery *rc)
+static bool find_stop_record(struct cache *c, struct tc_superblock *rec, bool warn)
 {
-    struct cache *c = rc->c;
     const struct tc_superblock *found = NULL;
     for (unsigned d = 0; d < c->ndevs; d++) {
         const struct tc_superblock *sb = &c->devs[d].sb;
         if (!(sb->flags & TC_SB_CLEAN_STOP))
             continue;
         if (found && !sb_stop_record_equal(found, sb)) {
-            tc_warn("the clean-stop records of %s and %s differ; neither is used",
-                    c->devs[0].dev->name, c->devs[d].dev->name);
+            if (warn)
+                tc_warn("the clean-stop records of %s and %s differ; neither is used",
+                        c->devs[0].dev->name, c->devs[d].dev->name);
             return false;
         }
         found = sb;
     }
     if (found == NULL)
         return false;
-    rc->rec = *found;
+    *rec = *found;
+    return true;
+}
+
+static bool load_stop_record(struct recovery *rc)
+{
+    return find_stop_record(rc->c, &rc->rec, true);
+}
+
+/*
+ * After a clean stop whose record names a checkpoint (ondisk.h), the state
+ * is read from it instead of from the log (checkpoint.c): true if it was.
+ * Not offline: check and dump scan the log (check then compares the
+ * checkpoint with what the scan rebuilt).  A checkpoint that cannot be
+ * used is said so, and the log is scanned as after a crash.
+ */
+static bool from_checkpoint(struct cache *c)
+{
+    struct tc_superblock rec;
+    if (c->offline || !find_stop_record(c, &rec, false) || !(rec.flags & TC_SB_CHECKPOINT))
+        return false;
+    const char *force = getenv("TIERCACHE_TEST_FORCE_SCAN");
+    if (force && *force && strcmp(force, "0") != 0) {
+        tc_info("cache: the checkpoint is not used (TIERCACHE_TEST_FORCE_SCAN is set): "
+                "scanning the log");
+        return false;
+    }
+    char why[256];
+    if (ckpt_restore(c, &rec, why, sizeof why) < 0) {
+        tc_warn("cache: the checkpoint is not used (%s): scanning the log", why);
+        return false;
+    }
+    c->st.recovered_from = "checkpoint";
+    c->st.recovered_entries = c->map.idx.count;
+    c->st.recovered_dirty_sectors = c->map.dirty_sectors;
+    c->st.recovered_dirty_blocks = c->map.dirty_blocks;
+    c->st.last_stop = "clean";
+    space_compact_chunk_tables(&c->sp);
+    malloc_trim(0);
     return true;
 }
 
@@ -1116,6 +1160,9 @@ void recovery_groups(struct cache *c, uint32_t *live, uint32_t nlive)
 
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
+    if (from_checkpoint(c))
+        return 0;
+    c->st.recovered_from = "scan";
     struct recovery rc;
     memset(&rc, 0, sizeof rc);
     rc.c = c;

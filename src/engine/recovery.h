@@ -14,7 +14,8 @@
 struct cache;
 
 int recovery_run(struct cache *c, char *err, size_t errlen);
-/* The group ring rebuilt from the live segments (recovery.c). */
+/* The group ring rebuilt from the live segments (recovery.c); the
+ * checkpoint's start uses it too. */
 void recovery_groups(struct cache *c, uint32_t *live, uint32_t nlive);
 
 #endif
