@@ -27,8 +27,10 @@ static const char check_help[] =
 "Audit a cache set offline: both superblock copies, every chunk summary\n"
 "and checksum the log holds, the checksum of every cached sector, the\n"
 "consistency of the index rebuilt from the log, and the accounting of\n"
-"dirty data.  Damaged data is listed by origin range, as lost (dirty) or\n"
-"harmless (clean: the origin has it).  With --origin, also check that the\n"
+"dirty data, and the checkpoint a clean stop wrote (the same state as the\n"
+"full scan of the log, or a problem).  Damaged data is listed by origin\n"
+"range, as lost (dirty) or harmless (clean: the origin has it).  With\n"
+"--origin, also check that the\n"
 "cache was formatted for that origin.  A set a daemon is using is refused\n"
 "(exit 2), naming the daemon: its devices are claimed while it runs.\n"
 "\n"
@@ -288,6 +290,8 @@ int cmd_check(int argc, char **argv)
         if (res.stop_recorded) {
             json_uint(&j, "clean_stop_chunk", res.stop_chunk_seq);
             json_uint(&j, "clean_stop_chunks", res.stop_chunks);
+            json_bool(&j, "checkpoint", res.checkpoint);
+            json_bool(&j, "checkpoint_verified", res.checkpoint_verified);
         }
         json_begin_array(&j, "problems");
         for (unsigned i = 0; i < res.nproblems; i++)
@@ -306,6 +310,8 @@ int cmd_check(int argc, char **argv)
             printf("clean stop recorded in the superblock: the log durable up to chunk %llu, "
                    "%llu chunks in live groups\n", (unsigned long long)res.stop_chunk_seq,
                    (unsigned long long)res.stop_chunks);
+        if (res.checkpoint_verified)
+            printf("checkpoint: the same as the full scan of the log\n");
         if (res.unflushed_entries)
             printf("%llu entries of unflushed chunks ignored (written just before a crash; "
                    "never acknowledged as durable)\n", (unsigned long long)res.unflushed_entries);
@@ -380,6 +386,17 @@ int cmd_dump(int argc, char **argv)
                    (unsigned long long)c->devs[d].sb.stop_chunk_seq,
                    (unsigned long long)c->devs[d].sb.stop_tail_seq,
                    (unsigned long long)c->devs[d].sb.stop_chunks);
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        const struct tc_superblock *dsb = &c->devs[d].sb;
+        if (!(dsb->flags & TC_SB_CHECKPOINT))
+            continue;
+        printf("device %u: the record names a checkpoint of %llu bytes (CRC-32C %08x) in "
+               "segment%s", d, (unsigned long long)dsb->ckpt_len, dsb->ckpt_crc,
+               dsb->ckpt_nsegs == 1 ? "" : "s");
+        for (unsigned i = 0; i < dsb->ckpt_nsegs; i++)
+            printf(" %u", dsb->ckpt_segs[i]);
+        printf("\n");
+    }
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
            (unsigned long long)c->lg.tail_seq, (unsigned long long)c->lg.next_seq, c->sp.ngroups,

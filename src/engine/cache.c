@@ -18,6 +18,7 @@
 #include "engine/budget.h"
 #include "engine/cache.h"
 #include "engine/check.h"
+#include "engine/checkpoint.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
 #include "engine/lostlog.h"
@@ -298,8 +299,10 @@ static int clear_stop_record(struct cache *c, char *err, size_t errlen)
         return 0;
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct tc_superblock *sb = &c->devs[d].sb;
-        sb->flags &= ~TC_SB_CLEAN_STOP;
+        sb->flags &= ~(TC_SB_CLEAN_STOP | TC_SB_CHECKPOINT);
         sb->stop_chunk_seq = sb->stop_tail_seq = sb->stop_chunks = 0;
+        sb->ckpt_len = sb->ckpt_crc = sb->ckpt_nsegs = 0;
+        memset(sb->ckpt_segs, 0, sizeof sb->ckpt_segs);
     }
     uint8_t *buf = tc_alloc_aligned(TC_SB_SIZE);
     int e = 0;
@@ -476,10 +479,15 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (claim_set_enabled() && !offline &&
         (c->state_claim = claim_state_lock(c->state_path, err, errlen)) == NULL)
         goto fail_cache;
-    uint64_t t0 = tc_now_ns();
+    uint64_t t0 = tc_now_ns(), read0 = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        read0 += c->devs[d].dev->stats.read_bytes;
     if (recovery_run(c, err, errlen) < 0)
         goto fail_cache;
     c->recovery_ns = tc_now_ns() - t0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        c->st.recovery_read_bytes += c->devs[d].dev->stats.read_bytes;
+    c->st.recovery_read_bytes -= read0;
     if (offline)
         return 0;
 
@@ -533,12 +541,15 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     }
 
     char dz[32];
+    char rb[32];
     tc_info("cache: %u device%s, %u segments of %u KiB, block %u KiB; recovered %llu blocks "
-            "(%s dirty) in %.3f s",
+            "(%s dirty) in %.3f s from the %s (%s read)",
             c->ndevs, c->ndevs == 1 ? "" : "s", c->sp.nsegs, c->segment_size >> 10,
             c->block_size >> 10, (unsigned long long)c->map.idx.count,
             tc_format_size(c->map.dirty_sectors * TC_SECTOR, dz, sizeof dz),
-            (double)c->recovery_ns / 1e9);
+            (double)c->recovery_ns / 1e9,
+            strcmp(c->st.recovered_from, "checkpoint") == 0 ? "checkpoint" : "log's scan",
+            tc_format_size(c->st.recovery_read_bytes, rb, sizeof rb));
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
                 (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
@@ -736,6 +747,8 @@ struct close_ctx {
     uint8_t sb_step[TC_MAX_DEVICES];        /* 0 write A, 1 flush, 2 write B, 3 flush */
     unsigned sb_pending;
     bool stop_sealed;               /* the stop's own chunks were written, flagged clean */
+    struct ckpt_place ckpt;         /* the checkpoint the record names ... */
+    bool ckpt_ok;                   /* ... if it was written */
     struct tc_timer quiet;          /* waiting for writeback and the cleaner */
     uint64_t quiet_since, quiet_logged;
     uint64_t candidate;
@@ -878,8 +891,9 @@ static void stop_record_write(struct close_ctx *x)
     struct cache *c = x->c;
     uint64_t chunks = live_chunks(c);
     tc_info("cache: clean stop recorded in the superblock%s: log durable up to chunk %llu, "
-            "%llu chunks in live groups", c->ndevs == 1 ? "" : "s",
-            (unsigned long long)c->lg.chunks_issued, (unsigned long long)chunks);
+            "%llu chunks in live groups%s", c->ndevs == 1 ? "" : "s",
+            (unsigned long long)c->lg.chunks_issued, (unsigned long long)chunks,
+            x->ckpt_ok ? ", with its checkpoint" : "");
     x->sb_pending = c->ndevs;
     for (unsigned d = 0; d < c->ndevs; d++) {
         struct tc_superblock *sb = &c->devs[d].sb;
@@ -887,12 +901,31 @@ static void stop_record_write(struct close_ctx *x)
         sb->stop_chunk_seq = c->lg.chunks_issued;
         sb->stop_tail_seq = c->lg.tail_seq;
         sb->stop_chunks = chunks;
+        if (x->ckpt_ok) {
+            sb->flags |= TC_SB_CHECKPOINT;
+            sb->ckpt_len = x->ckpt.len;
+            sb->ckpt_crc = x->ckpt.crc;
+            sb->ckpt_nsegs = x->ckpt.nsegs;
+            memcpy(sb->ckpt_segs, x->ckpt.segs, x->ckpt.nsegs * sizeof x->ckpt.segs[0]);
+        }
         x->sb_buf[d] = tc_alloc_aligned(TC_SB_SIZE);
         sb_encode(sb, x->sb_buf[d]);
         x->sb_step[d] = 0;
     }
     for (unsigned d = 0; d < c->ndevs; d++)
         stop_record_step(x, d);
+}
+
+/* The checkpoint is written and flushed (ckpt_write()): the record names
+ * it.  Without it (no room, a write error) the record names none. */
+static void stop_ckpt_written(void *arg, int err)
+{
+    struct close_ctx *x = arg;
+    x->ckpt_ok = err == 0;
+    if (err && err != -ENOSPC)
+        tc_warn("cache: writing the checkpoint failed: %s; the next start scans the log",
+                strerror(-err));
+    stop_record_write(x);
 }
 
 static void closed_synced(struct log_waiter *w, int err)
@@ -924,6 +957,12 @@ static void closed_synced(struct log_waiter *w, int err)
         return;
     }
     if (err == 0 && x->stop_sealed && stop_record_wanted(c)) {
+        const char *why;
+        if (ckpt_wanted(c, &why)) {
+            ckpt_write(c, &x->ckpt, stop_ckpt_written, x);  /* then the record */
+            return;
+        }
+        tc_info("cache: no checkpoint at this stop: %s; the next start scans the log", why);
         stop_record_write(x);       /* then close_finish() */
         return;
     }
@@ -1400,6 +1439,8 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "recovered_dirty_bytes", s->recovered_dirty_sectors * TC_SECTOR);
     json_uint(j, "recovery_damage_ignored", s->recovery_damage_ignored);
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
+    json_string(j, "recovered_from", s->recovered_from ? s->recovered_from : "scan");
+    json_uint(j, "recovery_read_bytes", s->recovery_read_bytes);
     writeback_status_json(c, j);
     cleaner_status_json(c, j);
     log_status_json(&c->lg, j);

@@ -17,6 +17,8 @@ struct check_result {
     uint64_t groups, segments, segments_free;
     bool stop_recorded;             /* the superblocks hold a clean-stop record ... */
     uint64_t stop_chunk_seq, stop_chunks;   /* ... of this log (recovery compared them) */
+    bool checkpoint;                /* ... naming a checkpoint, */
+    bool checkpoint_verified;       /* ... the same as what the scan rebuilt */
 };
 
 /* salvage.c: write the dirty data a damaged cache still holds intact and

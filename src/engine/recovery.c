@@ -46,6 +46,11 @@
  * what it counts (verify_stop_record()).  Damaged headers could otherwise
  * take with them the very marks that told them from a torn tail.
  *
+ * After a clean stop whose record also names a checkpoint, none of this
+ * runs: the state is read from the checkpoint (checkpoint.c), which the
+ * stop wrote from what this rebuilt and what the log then recorded; a
+ * checkpoint that cannot be trusted is said so, and the log is walked.
+ *
  * Likewise a device that failed at run time while others went on has a
  * failure mark (failed_seq, in the superblocks of the others): its
  * segments of groups below the mark are free, their entries ignored and
@@ -60,6 +65,7 @@
 
 #include "engine/abandon.h"
 #include "engine/cache.h"
+#include "engine/checkpoint.h"
 #include "engine/map.h"
 #include "engine/recovery.h"
 #include "util/crc32c.h"
@@ -997,24 +1003,62 @@ static void apply(struct recovery *rc)
  * is as true.  Records that disagree are not the work of one stop: none
  * is used (the chunk headers' own marks decide, as without a record).
  */
-static bool load_stop_record(struct recovery *rc)
+static bool find_stop_record(struct cache *c, struct tc_superblock *rec, bool warn)
 {
-    struct cache *c = rc->c;
     const struct tc_superblock *found = NULL;
     for (unsigned d = 0; d < c->ndevs; d++) {
         const struct tc_superblock *sb = &c->devs[d].sb;
         if (!(sb->flags & TC_SB_CLEAN_STOP))
             continue;
         if (found && !sb_stop_record_equal(found, sb)) {
-            tc_warn("the clean-stop records of %s and %s differ; neither is used",
-                    c->devs[0].dev->name, c->devs[d].dev->name);
+            if (warn)
+                tc_warn("the clean-stop records of %s and %s differ; neither is used",
+                        c->devs[0].dev->name, c->devs[d].dev->name);
             return false;
         }
         found = sb;
     }
     if (found == NULL)
         return false;
-    rc->rec = *found;
+    *rec = *found;
+    return true;
+}
+
+static bool load_stop_record(struct recovery *rc)
+{
+    return find_stop_record(rc->c, &rc->rec, true);
+}
+
+/*
+ * After a clean stop whose record names a checkpoint (ondisk.h), the state
+ * is read from it instead of from the log (checkpoint.c): true if it was.
+ * Not offline: check and dump scan the log (check then compares the
+ * checkpoint with what the scan rebuilt).  A checkpoint that cannot be
+ * used is said so, and the log is scanned as after a crash.
+ */
+static bool from_checkpoint(struct cache *c)
+{
+    struct tc_superblock rec;
+    if (c->offline || !find_stop_record(c, &rec, false) || !(rec.flags & TC_SB_CHECKPOINT))
+        return false;
+    const char *force = getenv("TIERCACHE_TEST_FORCE_SCAN");
+    if (force && *force && strcmp(force, "0") != 0) {
+        tc_info("cache: the checkpoint is not used (TIERCACHE_TEST_FORCE_SCAN is set): "
+                "scanning the log");
+        return false;
+    }
+    char why[256];
+    if (ckpt_restore(c, &rec, why, sizeof why) < 0) {
+        tc_warn("cache: the checkpoint is not used (%s): scanning the log", why);
+        return false;
+    }
+    c->st.recovered_from = "checkpoint";
+    c->st.recovered_entries = c->map.idx.count;
+    c->st.recovered_dirty_sectors = c->map.dirty_sectors;
+    c->st.recovered_dirty_blocks = c->map.dirty_blocks;
+    c->st.last_stop = "clean";
+    space_compact_chunk_tables(&c->sp);
+    malloc_trim(0);
     return true;
 }
 
@@ -1072,8 +1116,53 @@ static bool group_has_dev(struct cache *c, uint32_t slot, unsigned dev)
     return false;
 }
 
+/* By group sequence, then by segment number. */
+static int cmp_live(const void *a, const void *b, void *arg)
+{
+    struct space *sp = arg;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint64_t sx = space_seg(sp, x)->seq, sy = space_seg(sp, y)->seq;
+    if (sx != sy)
+        return sx < sy ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The group ring from the live segments (those of groups at or after the
+ * tail that hold chunks, in segment order), ordered by sequence then
+ * segment number, each one closed; live is reordered so.  A segment that
+ * no writer would have put in its group is left out of it: its chunks are
+ * dropped (it is free) and it stays in live with none. */
+void recovery_groups(struct cache *c, uint32_t *live, uint32_t nlive)
+{
+    if (nlive > 1)
+        qsort_r(live, nlive, sizeof *live, cmp_live, &c->sp);
+    uint64_t prev = 0;
+    uint32_t slot = NIL;
+    for (uint32_t i = 0; i < nlive; i++) {
+        struct segment *sg = space_seg(&c->sp, live[i]);
+        if (slot == NIL || sg->seq != prev)
+            slot = space_push_group(&c->sp, sg->seq);
+        prev = sg->seq;
+        if (group_has_dev(c, slot, sg->dev)) {
+            /* A group has one segment on each device (and room for no
+             * more): a second one of the same device and sequence is
+             * damage no writer makes.  Its chunks are ignored; it is free. */
+            tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
+                    "device; ignored", seg_cdev(c, live[i])->dev->name, live[i],
+                    (unsigned long long)sg->seq);
+            segment_clear_chunks(sg);
+            continue;
+        }
+        space_group_add_seg(&c->sp, slot, live[i]);
+        sg->state = SEG_CLOSED;
+    }
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
+    if (from_checkpoint(c))
+        return 0;
+    c->st.recovered_from = "scan";
     struct recovery rc;
     memset(&rc, 0, sizeof rc);
     rc.c = c;
@@ -1120,34 +1209,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             segment_clear_chunks(sg);
         }
     }
-    for (uint32_t i = 1; i < nlive; i++) {          /* insertion sort by seq */
-        uint32_t x = live[i], j = i;
-        while (j > 0 && space_seg(&c->sp, live[j - 1])->seq > space_seg(&c->sp, x)->seq) {
-            live[j] = live[j - 1];
-            j--;
-        }
-        live[j] = x;
-    }
-    uint64_t prev = 0;
-    uint32_t slot = NIL;
-    for (uint32_t i = 0; i < nlive; i++) {
-        struct segment *sg = space_seg(&c->sp, live[i]);
-        if (slot == NIL || sg->seq != prev)
-            slot = space_push_group(&c->sp, sg->seq);
-        prev = sg->seq;
-        if (group_has_dev(c, slot, sg->dev)) {
-            /* A group has one segment on each device (and room for no
-             * more): a second one of the same device and sequence is
-             * damage no writer makes.  Its chunks are ignored; it is free. */
-            tc_warn("%s: segment %u claims group %llu, which already has a segment on this "
-                    "device; ignored", seg_cdev(c, live[i])->dev->name, live[i],
-                    (unsigned long long)sg->seq);
-            segment_clear_chunks(sg);
-            continue;
-        }
-        space_group_add_seg(&c->sp, slot, live[i]);
-        sg->state = SEG_CLOSED;
-    }
+    recovery_groups(c, live, nlive);
     if (rc.stop_record)
         verify_stop_record(&rc, live, nlive);
     read_live_entries(&rc, live, nlive);

@@ -9,9 +9,13 @@
 #define TC_ENGINE_RECOVERY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct cache;
 
 int recovery_run(struct cache *c, char *err, size_t errlen);
+/* The group ring rebuilt from the live segments (recovery.c); the
+ * checkpoint's start uses it too. */
+void recovery_groups(struct cache *c, uint32_t *live, uint32_t nlive);
 
 #endif

@@ -65,6 +65,11 @@ struct cache_stats {
      * rebuilt from summaries that may end in torn writes), or "none" (a
      * cache never written since its format). */
     const char *last_stop;
+    /* How the last start rebuilt the index: "checkpoint" (read from the
+     * checkpoint a clean stop wrote) or "scan" (every chunk header of the
+     * log walked); with the bytes it read from the cache devices. */
+    const char *recovered_from;
+    uint64_t recovery_read_bytes;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
     uint64_t recovery_damage_ignored; /* damage below abandoned_seq: serve ignores
                                          it; offline it is in recovery_damaged too */

@@ -134,6 +134,51 @@
 #define TC_SB_VERSION_STOP       4u
 #define TC_SB_CLEAN_STOP         (1u << 2)
 
+/*
+ * Version 5: a clean-stop record that names a checkpoint
+ * (TC_SB_CHECKPOINT, only with TC_SB_CLEAN_STOP): the state recovery
+ * would rebuild from the log, written by the stop after its last log
+ * sync, so that the next start reads it instead of walking every chunk
+ * header (see "checkpoint" below).  The record adds:
+ *
+ *   ckpt_len         bytes of the checkpoint (header and body)
+ *   ckpt_crc         CRC-32C of those bytes
+ *   ckpt_nsegs       segments holding it, in order (1 .. TC_CKPT_MAX_SEGS)
+ *   ckpt_segs[]      their global numbers; each holds segment_size bytes of
+ *                    the checkpoint from its first sector (the last one the
+ *                    rest)
+ *
+ * (256 segments of the default 4 MiB hold 1 GiB: some 19 million cached
+ * blocks of one fragment each.)
+ *
+ * The checkpoint covers the log up to stop_chunk_seq (its header says so
+ * too).  It is trusted only with the record: every device's record alike
+ * (sb_stop_record_equal() compares these fields as well), its length and
+ * checksum right, its header's set, chunk sequence, tail and chunk count
+ * those of the record.  Otherwise, or with TIERCACHE_TEST_FORCE_SCAN, the
+ * start walks the log as after a crash and says why.  The start clears
+ * the record (and with it these fields: the superblock goes back to
+ * version 1, 2 or 3) before anything is appended, so a checkpoint is
+ * never trusted once the log has moved past it -- nor after a kill,
+ * which leaves no record.
+ *
+ * Where: segments free at the stop (groups below the tail, on devices in
+ * service).  Nothing of the log is there: a scan finds no chunk of a live
+ * group in them (the header keeps the bytes where a chunk header has its
+ * segment and position at 0xff, so it is never taken for a damaged chunk
+ * of ours), and the next start hands them out again like any free
+ * segment.  A stop that finds too few free segments, or state that a
+ * scan would not rebuild exactly (write-through versions not yet recorded
+ * stable, a lost set being written or carried by the state file, a failed
+ * device), writes a version 4 record without a checkpoint.  Builds that
+ * know only versions 1 to 4
+ * refuse version 5 ("format version 5 is not supported"), as for version
+ * 4: started, they would append without clearing the record.
+ */
+#define TC_SB_VERSION_CHECKPOINT 5u
+#define TC_SB_CHECKPOINT         (1u << 3)
+#define TC_CKPT_MAX_SEGS         256u
+
 struct tc_superblock {
     uint32_t version;
     uint8_t set_uuid[16];           /* the set of devices of one cache */
@@ -172,6 +217,11 @@ struct tc_superblock {
     uint64_t stop_chunk_seq;        /* newest chunk at the stop; all up to it durable */
     uint64_t stop_tail_seq;         /* the log tail it records */
     uint64_t stop_chunks;           /* chunks in the segments of live groups */
+    /* TC_SB_CHECKPOINT (version 5; 0 otherwise): the checkpoint it names. */
+    uint64_t ckpt_len;
+    uint32_t ckpt_crc;
+    uint32_t ckpt_nsegs;
+    uint32_t ckpt_segs[TC_CKPT_MAX_SEGS];
 };
 
 /* Byte offsets inside the 4096-byte superblock. */
@@ -184,7 +234,8 @@ enum {
     SB_OFF_ORIGIN_ID = 112, SB_OFF_ORIGIN_PATH = 240, SB_OFF_DEV_SEGMENTS = 496,
     SB_OFF_DEV_UUIDS = 560, SB_OFF_ABANDONED_SEQ = 816, SB_OFF_FAILED_SEQ = 824,
     SB_OFF_STOP_CHUNK_SEQ = 952, SB_OFF_STOP_TAIL_SEQ = 960, SB_OFF_STOP_CHUNKS = 968,
-    SB_OFF_END = 976,
+    SB_OFF_CKPT_LEN = 976, SB_OFF_CKPT_CRC = 984, SB_OFF_CKPT_NSEGS = 988,
+    SB_OFF_CKPT_SEGS = 992, SB_OFF_END = 992 + 4 * TC_CKPT_MAX_SEGS,
 };
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);
@@ -195,11 +246,99 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
 /* True if the buffer starts with the superblock magic (valid or not). */
 bool sb_has_magic(const uint8_t *buf);
 /* True if both superblocks carry the same clean-stop record: the same
- * newest chunk, tail and chunk count (stop_* above).  Only the record's
+ * newest chunk, tail and chunk count (stop_* above), and the same
+ * checkpoint or none (ckpt_*).  Only the record's
  * fields are compared, not its flag: the caller knows both have one.  One
  * stop writes the same record on every device, so records that differ
  * were not written by one stop. */
 bool sb_stop_record_equal(const struct tc_superblock *a, const struct tc_superblock *b);
+
+/* ---- checkpoint: the recovered state, written by a clean stop ---- */
+
+/*
+ * A clean stop writes what recovery would rebuild from the log -- the
+ * live segments with their chunk tables, every cached block with its
+ * fragments, the lost set, the log's sequence numbers -- into free
+ * segments, and names it in the superblocks' clean-stop record (version 5
+ * above).  The next start reads it instead of walking the log: its time
+ * depends on the checkpoint's size, not on how much the log holds.
+ * Everything is in a canonical order (segments by number, blocks by origin
+ * block number), so that `tiercache check` verifies a checkpoint by
+ * encoding what its own full scan of the log rebuilt and comparing.
+ *
+ * Header, 4096 bytes:
+ *
+ *   0    magic "TCCKPT\1\0"            u64
+ *   8    version (1)                    u32
+ *   12   CRC-32C of the header with this field zero   u32
+ *   16   set UUID                       16 bytes
+ *   32   chunk_seq                      u64: the newest chunk it covers (the
+ *                                       record's stop_chunk_seq)
+ *   40   tail_seq                       u64: the log tail (stop_tail_seq)
+ *   48   next_seq                       u64: above every sequence in the log
+ *   56   wt_stable_seq                  u64: the newest chunk's stable mark;
+ *                                       every write-through version is at or
+ *                                       below it (none is dirty again)
+ *   64   0xffffffff 0xffffffff          where a chunk header has its segment
+ *                                       and position: never this one's
+ *   72   sectors per block              u32 (W = ceil(spb / 64) mask words)
+ *   76   total segments                 u32
+ *   80   segment records                u32
+ *   84   CRC-32C of the body            u32
+ *   88   chunks                         u64 (the record's stop_chunks)
+ *   96   block records                  u64
+ *   104  fragment records               u64
+ *   112  lost records                   u64
+ *   120  body length                    u64
+ *
+ * Body, from byte 4096, three runs of records:
+ *
+ *   segments of live groups that hold chunks, by segment number:
+ *     segment u32, chunks n u32, group sequence u64, fill (sectors) u32,
+ *     0 u32; then n chunk references: start, header sectors, data
+ *     sectors, 0 (u16 each)
+ *   cached blocks, by origin block number:
+ *     origin block u64, fragments f u32 (1 .. 8), 0 u32, valid mask and
+ *     dirty mask (W u64 each); then f fragments, newest first: segment u32,
+ *     sector u32, mirror segment u32 (0xffffffff: none), mirror sector u32,
+ *     stored mask (W u64)
+ *   lost set, by origin block number: origin block u64, mask (W u64)
+ *
+ * A block's fragments are re-added oldest first, each with the block's
+ * dirty sectors among those it stores, which rebuilds the chain, the
+ * dirty set and the segments' live counts as recovery's replay does.
+ */
+#define TC_CKPT_MAGIC           0x000154504B434354ull   /* "TCCKPT\1\0" */
+#define TC_CKPT_VERSION         1u
+#define TC_CKPT_HDR             4096u
+
+struct tc_ckpt {
+    uint8_t set_uuid[16];
+    uint64_t chunk_seq, tail_seq, next_seq, wt_stable_seq;
+    uint32_t spb, total_segments, nsegs, body_crc;
+    uint64_t nchunks, nblocks, nfrags, nlost, body_len;
+};
+
+enum {
+    CK_OFF_MAGIC = 0, CK_OFF_VERSION = 8, CK_OFF_CRC = 12, CK_OFF_SET_UUID = 16,
+    CK_OFF_CHUNK_SEQ = 32, CK_OFF_TAIL_SEQ = 40, CK_OFF_NEXT_SEQ = 48, CK_OFF_WT_STABLE = 56,
+    CK_OFF_NOT_CHUNK = 64, CK_OFF_SPB = 72, CK_OFF_TOTAL_SEGMENTS = 76, CK_OFF_NSEGS = 80,
+    CK_OFF_BODY_CRC = 84, CK_OFF_NCHUNKS = 88, CK_OFF_NBLOCKS = 96, CK_OFF_NFRAGS = 104,
+    CK_OFF_NLOST = 112, CK_OFF_BODY_LEN = 120,
+};
+
+static inline size_t tc_ckpt_mask_bytes(unsigned spb) { return 8 * (size_t)((spb + 63) / 64); }
+static inline size_t tc_ckpt_seg_bytes(uint32_t nchunks) { return 24 + 8 * (size_t)nchunks; }
+static inline size_t tc_ckpt_block_bytes(unsigned spb) { return 16 + 2 * tc_ckpt_mask_bytes(spb); }
+static inline size_t tc_ckpt_frag_bytes(unsigned spb) { return 16 + tc_ckpt_mask_bytes(spb); }
+static inline size_t tc_ckpt_lost_bytes(unsigned spb) { return 8 + tc_ckpt_mask_bytes(spb); }
+
+/* Encode the header into buf (TC_CKPT_HDR bytes), checksum last. */
+void ckpt_encode(uint8_t *buf, const struct tc_ckpt *ck);
+/* Check and decode a header: -1 with a reason in err when the magic,
+ * version, checksum or a field is wrong (sizes out of range, the body
+ * length not what the counts make). */
+int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen);
 
 /* ---- state file: the durable record of an abandoned cache ---- */
 

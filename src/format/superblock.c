@@ -17,7 +17,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     bool abandoned = sb->flags & TC_SB_ABANDONED;
     bool devfail = sb->flags & TC_SB_DEV_FAILED;
     bool stop = sb->flags & TC_SB_CLEAN_STOP;
-    le32_put(buf + SB_OFF_VERSION, stop ? TC_SB_VERSION_STOP
+    bool ckpt = stop && (sb->flags & TC_SB_CHECKPOINT);
+    le32_put(buf + SB_OFF_VERSION, ckpt ? TC_SB_VERSION_CHECKPOINT
+                                   : stop ? TC_SB_VERSION_STOP
                                    : devfail ? TC_SB_VERSION_DEVFAIL
                                    : abandoned ? TC_SB_VERSION_ABANDONED : TC_FORMAT_VERSION);
     memcpy(buf + SB_OFF_SET_UUID, sb->set_uuid, 16);
@@ -31,7 +33,7 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     le32_put(buf + SB_OFF_SEGMENT_COUNT, sb->segment_count);
     le32_put(buf + SB_OFF_FIRST_SEGMENT, sb->first_segment);
     le32_put(buf + SB_OFF_TOTAL_SEGMENTS, sb->total_segments);
-    le32_put(buf + SB_OFF_FLAGS, sb->flags);
+    le32_put(buf + SB_OFF_FLAGS, ckpt ? sb->flags : sb->flags & ~TC_SB_CHECKPOINT);
     le64_put(buf + SB_OFF_ORIGIN_SIZE, sb->origin_size);
     le64_put(buf + SB_OFF_FORMAT_TIME, sb->format_time);
     memcpy(buf + SB_OFF_ORIGIN_ID, sb->origin_id, strnlen(sb->origin_id, TC_ORIGIN_ID_LEN - 1));
@@ -51,6 +53,13 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
         le64_put(buf + SB_OFF_STOP_TAIL_SEQ, sb->stop_tail_seq);
         le64_put(buf + SB_OFF_STOP_CHUNKS, sb->stop_chunks);
     }
+    if (ckpt) {
+        le64_put(buf + SB_OFF_CKPT_LEN, sb->ckpt_len);
+        le32_put(buf + SB_OFF_CKPT_CRC, sb->ckpt_crc);
+        le32_put(buf + SB_OFF_CKPT_NSEGS, sb->ckpt_nsegs);
+        for (unsigned i = 0; i < sb->ckpt_nsegs && i < TC_CKPT_MAX_SEGS; i++)
+            le32_put(buf + SB_OFF_CKPT_SEGS + 4 * i, sb->ckpt_segs[i]);
+    }
     le32_put(buf + SB_OFF_CRC, tc_crc32c(0, buf, TC_SB_SIZE));
 }
 
@@ -62,9 +71,10 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     }
     uint32_t version = le32_get(buf + SB_OFF_VERSION);
     if (version != TC_FORMAT_VERSION && version != TC_SB_VERSION_ABANDONED &&
-        version != TC_SB_VERSION_DEVFAIL && version != TC_SB_VERSION_STOP) {
+        version != TC_SB_VERSION_DEVFAIL && version != TC_SB_VERSION_STOP &&
+        version != TC_SB_VERSION_CHECKPOINT) {
         snprintf(err, errlen, "format version %u is not supported (this build reads versions "
-                 "%u to %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_STOP);
+                 "%u to %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_CHECKPOINT);
         return -1;
     }
     uint8_t tmp[TC_SB_SIZE];
@@ -100,9 +110,10 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     if (version >= TC_SB_VERSION_ABANDONED && (sb->flags & TC_SB_ABANDONED))
         sb->abandoned_seq = le64_get(buf + SB_OFF_ABANDONED_SEQ);
     bool marks_ok = true, any_mark = false;
-    /* Version 4 may carry the marks of version 3 (and of version 2). */
+    /* Versions 4 and 5 may carry the marks of version 3 (and of version 2). */
+    bool stop_version = version == TC_SB_VERSION_STOP || version == TC_SB_VERSION_CHECKPOINT;
     bool devfail_ok = version == TC_SB_VERSION_DEVFAIL ||
-                      (version == TC_SB_VERSION_STOP && (sb->flags & TC_SB_DEV_FAILED));
+                      (stop_version && (sb->flags & TC_SB_DEV_FAILED));
     if (devfail_ok) {
         for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
             sb->failed_seq[i] = le64_get(buf + SB_OFF_FAILED_SEQ + 8 * i);
@@ -113,10 +124,22 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         }
     }
 
-    if (version == TC_SB_VERSION_STOP && (sb->flags & TC_SB_CLEAN_STOP)) {
+    if (stop_version && (sb->flags & TC_SB_CLEAN_STOP)) {
         sb->stop_chunk_seq = le64_get(buf + SB_OFF_STOP_CHUNK_SEQ);
         sb->stop_tail_seq = le64_get(buf + SB_OFF_STOP_TAIL_SEQ);
         sb->stop_chunks = le64_get(buf + SB_OFF_STOP_CHUNKS);
+    }
+    bool ckpt_ok = true;
+    if (version == TC_SB_VERSION_CHECKPOINT && (sb->flags & TC_SB_CHECKPOINT)) {
+        sb->ckpt_len = le64_get(buf + SB_OFF_CKPT_LEN);
+        sb->ckpt_crc = le32_get(buf + SB_OFF_CKPT_CRC);
+        sb->ckpt_nsegs = le32_get(buf + SB_OFF_CKPT_NSEGS);
+        if (sb->ckpt_nsegs == 0 || sb->ckpt_nsegs > TC_CKPT_MAX_SEGS) {
+            ckpt_ok = false;
+            sb->ckpt_nsegs = 0;
+        }
+        for (unsigned i = 0; i < sb->ckpt_nsegs; i++)
+            sb->ckpt_segs[i] = le32_get(buf + SB_OFF_CKPT_SEGS + 4 * i);
     }
 
     /* The geometry must make sense before anything relies on it. */
@@ -141,7 +164,7 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     else if (sb->origin_size == 0 || sb->origin_size % 4096)
         bad = "origin size";
     else if ((version == TC_SB_VERSION_ABANDONED) != !!(sb->flags & TC_SB_ABANDONED) &&
-             version != TC_SB_VERSION_DEVFAIL && version != TC_SB_VERSION_STOP)
+             version != TC_SB_VERSION_DEVFAIL && !stop_version)
         bad = "abandoned mark";
     else if ((sb->flags & TC_SB_ABANDONED) &&
              (sb->abandoned_seq == 0 || sb->abandoned_seq >= TC_SEQ_LIMIT))
@@ -149,15 +172,27 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     /* Version 3 exactly when the flag is set, with at least one mark, and
      * none for a device the set does not have. */
     else if (((version == TC_SB_VERSION_DEVFAIL) != !!(sb->flags & TC_SB_DEV_FAILED) &&
-              version != TC_SB_VERSION_STOP) ||
+              !stop_version) ||
              (devfail_ok && (!any_mark || !marks_ok)))
         bad = "device failure marks";
-    /* Version 4 exactly when the record is there; a chunk count needs a
-     * newest chunk, and every sequence is below the limit. */
-    else if ((version == TC_SB_VERSION_STOP) != !!(sb->flags & TC_SB_CLEAN_STOP) ||
+    /* Version 4 or 5 exactly when the record is there; a chunk count needs
+     * a newest chunk, and every sequence is below the limit. */
+    else if (stop_version != !!(sb->flags & TC_SB_CLEAN_STOP) ||
              sb->stop_chunk_seq >= TC_SEQ_LIMIT || sb->stop_tail_seq >= TC_SEQ_LIMIT ||
              sb->stop_chunks > sb->stop_chunk_seq)
         bad = "clean-stop record";
+    /* Version 5 exactly when the record names a checkpoint, which fits the
+     * segments it names, each of them one of the set's. */
+    else if ((version == TC_SB_VERSION_CHECKPOINT) != !!(sb->flags & TC_SB_CHECKPOINT) ||
+             !ckpt_ok ||
+             (version == TC_SB_VERSION_CHECKPOINT &&
+              (sb->ckpt_len < TC_CKPT_HDR ||
+               sb->ckpt_len > (uint64_t)sb->ckpt_nsegs * sb->segment_size)))
+        bad = "checkpoint record";
+    if (bad == NULL)
+        for (unsigned i = 0; i < sb->ckpt_nsegs; i++)
+            if (sb->ckpt_segs[i] >= sb->total_segments)
+                bad = "checkpoint record";
     if (bad == NULL) {
         uint64_t total = 0, first = 0;
         for (unsigned i = 0; i < sb->dev_count; i++) {
@@ -178,6 +213,13 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
 
 bool sb_stop_record_equal(const struct tc_superblock *a, const struct tc_superblock *b)
 {
-    return a->stop_chunk_seq == b->stop_chunk_seq && a->stop_tail_seq == b->stop_tail_seq &&
-           a->stop_chunks == b->stop_chunks;
+    if (a->stop_chunk_seq != b->stop_chunk_seq || a->stop_tail_seq != b->stop_tail_seq ||
+        a->stop_chunks != b->stop_chunks ||
+        (a->flags & TC_SB_CHECKPOINT) != (b->flags & TC_SB_CHECKPOINT))
+        return false;
+    if (!(a->flags & TC_SB_CHECKPOINT))
+        return true;
+    return a->ckpt_len == b->ckpt_len && a->ckpt_crc == b->ckpt_crc &&
+           a->ckpt_nsegs == b->ckpt_nsegs &&
+           memcmp(a->ckpt_segs, b->ckpt_segs, a->ckpt_nsegs * sizeof a->ckpt_segs[0]) == 0;
 }

@@ -29,6 +29,13 @@ structure uses, or a mix -- and then asserts:
     and check listed its origin range as lost;
   - the daemon stays up through all of it and exits 0 on SIGTERM.
 
+serve runs with TIERCACHE_TEST_FORCE_SCAN: what is asserted is the scan of
+the log and the damage it finds.  A start from the checkpoint the clean stop
+wrote reads no chunk summary; a damaged one then makes reads of its chunk's
+data fail (its checksums cannot be loaded) instead of refusing the cache
+(tests/crash/checkpoint*.test).  Flips in space no live structure uses may
+hit that checkpoint: check then reports it, and the scan is used anyway.
+
 usage: corrupt.py --bin TIERCACHE --dir DIR --seeds N [--first S]
 """
 import argparse
@@ -87,7 +94,8 @@ def start(a, d, mode, log):
                             # keep the dirty data: no write-back while busy
                             (["--dirty-target", "90", "--dirty-high", "95"]
                              if mode == "writeback" else []),
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, TIERCACHE_TEST_FORCE_SCAN="1"))
     return proc, connect_when_up(f"nbd+unix:///?socket={sock}", proc)
 
 

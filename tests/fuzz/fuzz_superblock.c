@@ -42,10 +42,19 @@ static void check_valid(const struct tc_superblock *sb)
 {
     /* Version 2 is version 1 with the abandonment mark, version 3 the one
      * with device failure marks, and maybe the abandonment mark; version 4
-     * the one with the clean-stop record, and maybe either mark (ondisk.h). */
-    bool v4 = sb->version == TC_SB_VERSION_STOP;
+     * the one with the clean-stop record, and maybe either mark; version 5
+     * version 4 whose record names a checkpoint (ondisk.h). */
+    bool v5 = sb->version == TC_SB_VERSION_CHECKPOINT;
+    bool v4 = sb->version == TC_SB_VERSION_STOP || v5;
     CHECK(sb->version == TC_FORMAT_VERSION || sb->version == TC_SB_VERSION_ABANDONED ||
           sb->version == TC_SB_VERSION_DEVFAIL || v4);
+    CHECK(v5 == !!(sb->flags & TC_SB_CHECKPOINT));
+    CHECK(v5 || (sb->ckpt_len == 0 && sb->ckpt_crc == 0 && sb->ckpt_nsegs == 0));
+    CHECK(!v5 || (sb->ckpt_nsegs >= 1 && sb->ckpt_nsegs <= TC_CKPT_MAX_SEGS &&
+                  sb->ckpt_len >= TC_CKPT_HDR &&
+                  sb->ckpt_len <= (uint64_t)sb->ckpt_nsegs * sb->segment_size));
+    for (unsigned i = 0; i < TC_CKPT_MAX_SEGS; i++)
+        CHECK(i < sb->ckpt_nsegs ? sb->ckpt_segs[i] < sb->total_segments : sb->ckpt_segs[i] == 0);
     CHECK(sb->version == TC_SB_VERSION_DEVFAIL || v4 ||
           (sb->version == TC_SB_VERSION_ABANDONED) == !!(sb->flags & TC_SB_ABANDONED));
     CHECK(sb->version != TC_FORMAT_VERSION || !(sb->flags & TC_SB_ABANDONED));

@@ -1,0 +1,748 @@
+/*
+ * The checkpoint: what recovery would rebuild from the log, written by a
+ * clean stop so that the next start need not walk the log (the format and
+ * where it lives: ondisk.h, "checkpoint").
+ *
+ * Written: after the stop's last log sync, when nothing is in flight and
+ * a scan of the log would rebuild exactly the state in memory
+ * (ckpt_wanted()): encoded in canonical order (encode()), written into
+ * free segments, the devices flushed; then the clean-stop record names it
+ * (cache.c).  Read: at the next start, if the record names it
+ * (recovery.c): checked whole (length, checksum, header, the record's
+ * sequence numbers and chunk count), then every record is checked against
+ * the geometry before anything changes (parse() twice: once to check, once
+ * to apply), so a checkpoint that cannot be used leaves the cache as it
+ * was for the scan.  Applied as recovery applies the log: the live
+ * segments' chunk tables and groups, then each block's fragments oldest
+ * first through map_add_fragment(), which rebuilds the dirty set and the
+ * segments' live counts, then the lost set.
+ *
+ * tiercache check encodes what its own full scan rebuilt the same way and
+ * compares (ckpt_verify()): a checkpoint is right only if it is byte for
+ * byte what the scan gives (the next sequence number aside, which the
+ * stop may have taken higher than the log shows).
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cache.h"
+#include "engine/checkpoint.h"
+#include "engine/recovery.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+_Static_assert(sizeof ((struct ckpt_place *)0)->segs / sizeof(uint32_t) == TC_CKPT_MAX_SEGS,
+               "a checkpoint's place names as many segments as a record");
+
+/* I/O is issued in pieces of at most this many bytes. */
+#define CKPT_IO (1u << 20)
+
+static unsigned mask_words(unsigned spb) { return (spb + 63) / 64; }
+
+static uint8_t *put_mask(uint8_t *p, const struct tc_mask *m, unsigned w)
+{
+    for (unsigned i = 0; i < w; i++)
+        le64_put(p + 8 * i, m->w[i]);
+    return p + 8 * w;
+}
+
+static const uint8_t *get_mask(const uint8_t *p, struct tc_mask *m, unsigned w)
+{
+    memset(m, 0, sizeof *m);
+    for (unsigned i = 0; i < w; i++)
+        m->w[i] = le64_get(p + 8 * i);
+    return p + 8 * w;
+}
+
+/* The segments a checkpoint describes: those of live groups (at or after
+ * tail) holding chunks, as recovery finds them. */
+static bool seg_recorded(struct cache *c, uint32_t s, uint64_t tail)
+{
+    const struct segment *sg = space_seg(&c->sp, s);
+    return sg->state != SEG_FREE && sg->seq >= tail && sg->seq > 0 && sg->nchunks > 0;
+}
+
+struct oid {
+    uint64_t oblock;
+    uint32_t id;
+};
+
+static int cmp_oid(const void *a, const void *b)
+{
+    const struct oid *x = a, *y = b;
+    return x->oblock < y->oblock ? -1 : x->oblock > y->oblock;
+}
+
+struct lost_list {
+    struct oid *v;                  /* id unused */
+    struct tc_mask *m;
+    size_t n, cap;
+};
+
+static void lost_collect(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct lost_list *l = arg;
+    if (mask_empty(m))
+        return;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = realloc(l->v, l->cap * sizeof *l->v);
+        l->m = realloc(l->m, l->cap * sizeof *l->m);
+        if (l->v == NULL || l->m == NULL)
+            abort();
+    }
+    l->v[l->n] = (struct oid){ .oblock = oblock, .id = (uint32_t)l->n };
+    l->m[l->n++] = *m;
+}
+
+/* The checkpoint of the cache's state now, in a buffer aligned for I/O and
+ * padded with zeros to whole sectors; *len: its length without padding. */
+static uint8_t *encode(struct cache *c, const struct tc_ckpt *head, size_t *len)
+{
+    struct index *ix = &c->map.idx;
+    unsigned spb = c->spb, w = mask_words(spb);
+    struct tc_ckpt ck = *head;
+    memcpy(ck.set_uuid, c->set_uuid, 16);
+    ck.spb = spb;
+    ck.total_segments = c->sp.nsegs;
+    ck.nsegs = 0;
+    ck.nchunks = ck.nblocks = ck.nfrags = ck.nlost = 0;
+    for (uint32_t s = 0; s < c->sp.nsegs; s++)
+        if (seg_recorded(c, s, ck.tail_seq)) {
+            ck.nsegs++;
+            ck.nchunks += space_seg(&c->sp, s)->nchunks;
+        }
+    struct oid *ids = tc_xmalloc((size_t)(ix->count ? ix->count : 1) * sizeof *ids);
+    for (uint32_t id = 0; id < ix->used; id++) {
+        const struct centry *e = CE(ix, id);
+        if (ce_is_free(e))
+            continue;
+        TC_ASSERT_ALWAYS(ck.nblocks < ix->count);
+        ids[ck.nblocks++] = (struct oid){ .oblock = ce_oblock(e), .id = id };
+        ck.nfrags += e->nfrags;
+    }
+    if (ck.nblocks > 1)
+        qsort(ids, ck.nblocks, sizeof *ids, cmp_oid);
+    struct lost_list lost = { 0 };
+    lost_foreach(&c->map.lost, lost_collect, &lost);
+    if (lost.n > 1)
+        qsort(lost.v, lost.n, sizeof *lost.v, cmp_oid);
+    ck.nlost = lost.n;
+    ck.body_len = (uint64_t)ck.nsegs * tc_ckpt_seg_bytes(0) + 8 * ck.nchunks +
+                  ck.nblocks * tc_ckpt_block_bytes(spb) + ck.nfrags * tc_ckpt_frag_bytes(spb) +
+                  ck.nlost * tc_ckpt_lost_bytes(spb);
+    *len = TC_CKPT_HDR + ck.body_len;
+    size_t cap = tc_round_up(*len, TC_SECTOR);
+    uint8_t *buf = tc_alloc_aligned(cap);
+    memset(buf + *len, 0, cap - *len);
+    uint8_t *p = buf + TC_CKPT_HDR;
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
+        if (!seg_recorded(c, s, ck.tail_seq))
+            continue;
+        const struct segment *sg = space_seg(&c->sp, s);
+        const struct chunk_ref *last = &sg->chunks[sg->nchunks - 1];
+        le32_put(p, s);
+        le32_put(p + 4, sg->nchunks);
+        le64_put(p + 8, sg->seq);
+        le32_put(p + 16, (uint32_t)last->start + last->hdr_sectors + last->data_sectors);
+        le32_put(p + 20, 0);
+        p += 24;
+        for (uint32_t k = 0; k < sg->nchunks; k++) {
+            le16_put(p, sg->chunks[k].start);
+            le16_put(p + 2, sg->chunks[k].hdr_sectors);
+            le16_put(p + 4, sg->chunks[k].data_sectors);
+            le16_put(p + 6, 0);
+            p += 8;
+        }
+    }
+    for (uint64_t i = 0; i < ck.nblocks; i++) {
+        uint32_t id = ids[i].id;
+        struct tc_mask v, d;
+        ce_get_masks(ix, id, &v, &d);
+        le64_put(p, ids[i].oblock);
+        le32_put(p + 8, CE(ix, id)->nfrags);
+        le32_put(p + 12, 0);
+        p = put_mask(p + 16, &v, w);
+        p = put_mask(p, &d, w);
+        for (uint32_t f = ce_head(ix, id); f != NIL; f = frag_next(ix, f)) {
+            struct tc_mask st;
+            frag_stored(ix, f, &st);
+            le32_put(p, frag_seg(ix, f));
+            le32_put(p + 4, frag_off(ix, f));
+            le32_put(p + 8, frag_mseg(ix, f));
+            le32_put(p + 12, frag_mseg(ix, f) == NIL ? 0 : frag_moff(ix, f));
+            p = put_mask(p + 16, &st, w);
+        }
+    }
+    for (size_t i = 0; i < lost.n; i++) {
+        le64_put(p, lost.v[i].oblock);
+        p = put_mask(p + 8, &lost.m[lost.v[i].id], w);
+    }
+    TC_ASSERT_ALWAYS(p == buf + *len);
+    free(ids);
+    free(lost.v);
+    free(lost.m);
+    ck.body_crc = tc_crc32c(0, buf + TC_CKPT_HDR, ck.body_len);
+    ckpt_encode(buf, &ck);
+    return buf;
+}
+
+/* ---- the stop: writing it ---- */
+
+bool ckpt_wanted(struct cache *c, const char **why)
+{
+    if (c->lg.wt_newest_seq > c->lg.wt_stable_seq || c->map.wt_recovered) {
+        *why = "write-through versions are not all recorded stable on the origin";
+        return false;
+    }
+    if (lost_unsettled(&c->map.lost)) {
+        *why = "the lost set is being recorded";
+        return false;
+    }
+    /* The lost set goes into the state file instead (abandon_close()):
+     * the log lacks records a scan needs, and the next start applies the
+     * file's set to what it rebuilt. */
+    if (c->lost_unrecorded > 0 || c->ntombless > 0 || c->ab.stop_lost_pending) {
+        *why = "the log lacks records of lost sectors (the state file carries them)";
+        return false;
+    }
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].state != CDEV_OK || c->sp.dev_failed[d]) {
+            *why = "a cache device is out of service";
+            return false;
+        }
+    return true;
+}
+
+struct ckpt_writer {
+    struct cache *c;
+    struct ckpt_place *pl;
+    uint8_t *buf;
+    size_t len;
+    struct tc_dev_io *dios;
+    unsigned ndios, pending;
+    bool flushing;
+    int err;
+    void (*done)(void *arg, int err);
+    void *arg;
+};
+
+static void writer_end(struct ckpt_writer *wr)
+{
+    void (*done)(void *, int) = wr->done;
+    void *arg = wr->arg;
+    int err = wr->err;
+    free(wr->buf);
+    free(wr->dios);
+    free(wr);
+    done(arg, err);
+}
+
+static void writer_io_done(struct tc_dev_io *dio, int err)
+{
+    struct ckpt_writer *wr = dio->priv;
+    if (err && wr->err == 0)
+        wr->err = err;
+    if (--wr->pending > 0)
+        return;
+    if (wr->err || wr->flushing) {
+        writer_end(wr);
+        return;
+    }
+    /* Written: flush every device that got a piece. */
+    struct cache *c = wr->c;
+    bool used[TC_MAX_DEVICES] = { false };
+    for (uint32_t i = 0; i < wr->pl->nsegs; i++)
+        used[space_seg_dev(&c->sp, wr->pl->segs[i])] = true;
+    wr->flushing = true;
+    unsigned n = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (used[d])
+            n++;
+    wr->pending = n;
+    unsigned k = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (!used[d])
+            continue;
+        struct tc_dev_io *f = &wr->dios[k++];
+        memset(f, 0, sizeof *f);
+        f->op = TC_DEV_FLUSH;
+        f->cb = writer_io_done;
+        f->priv = wr;
+        dev_submit(c->devs[d].dev, f);
+    }
+}
+
+void ckpt_write(struct cache *c, struct ckpt_place *pl, void (*done)(void *arg, int err),
+                void *arg)
+{
+    struct tc_ckpt head = {
+        .chunk_seq = c->lg.chunks_issued, .tail_seq = c->lg.tail_seq,
+        .next_seq = c->lg.next_seq, .wt_stable_seq = c->lg.wt_stable_seq,
+    };
+    struct ckpt_writer *wr = tc_xcalloc(1, sizeof *wr);
+    wr->c = c;
+    wr->pl = pl;
+    wr->done = done;
+    wr->arg = arg;
+    wr->buf = encode(c, &head, &wr->len);
+    size_t padded = tc_round_up(wr->len, TC_SECTOR);
+    uint32_t need = (uint32_t)((padded + c->segment_size - 1) / c->segment_size);
+    memset(pl, 0, sizeof *pl);
+    /* Free segments, taken round the devices (the pieces are written side
+     * by side), from the bottom of each free stack: the segments the log
+     * takes last. */
+    uint32_t taken[TC_MAX_DEVICES] = { 0 };
+    bool more = true;
+    while (pl->nsegs < need && pl->nsegs < TC_CKPT_MAX_SEGS && more) {
+        more = false;
+        for (unsigned d = 0; d < c->ndevs && pl->nsegs < need; d++) {
+            const struct free_stack *fs = &c->sp.stacks[d];
+            if (taken[d] < fs->n) {
+                pl->segs[pl->nsegs++] = fs->segs[taken[d]++];
+                more = true;
+            }
+        }
+    }
+    if (pl->nsegs < need) {
+        tc_info("cache: no checkpoint at this stop: it needs %u free segments, %u are free%s",
+                need, pl->nsegs, need > TC_CKPT_MAX_SEGS ? " (or more than a record names)" : "");
+        wr->err = -ENOSPC;
+        writer_end(wr);
+        return;
+    }
+    pl->len = wr->len;
+    pl->crc = tc_crc32c(0, wr->buf, wr->len);
+    uint64_t pieces = 0;
+    for (uint32_t i = 0; i < pl->nsegs; i++) {
+        uint64_t from = (uint64_t)i * c->segment_size;
+        uint64_t n = TC_MIN((uint64_t)c->segment_size, padded - from);
+        pieces += (n + CKPT_IO - 1) / CKPT_IO;
+    }
+    wr->ndios = (unsigned)TC_MAX(pieces, (uint64_t)c->ndevs);
+    wr->dios = tc_xcalloc(wr->ndios, sizeof *wr->dios);
+    wr->pending = (unsigned)pieces;
+    tc_info("cache: writing a checkpoint of %llu blocks (%llu bytes) into %u segment%s",
+            (unsigned long long)le64_get(wr->buf + CK_OFF_NBLOCKS), (unsigned long long)wr->len,
+            pl->nsegs, pl->nsegs == 1 ? "" : "s");
+    /* Every piece is counted in pending before the first is submitted. */
+    struct tc_dev **devs = tc_xcalloc(pieces, sizeof *devs);
+    unsigned k = 0;
+    for (uint32_t i = 0; i < pl->nsegs; i++) {
+        uint64_t from = (uint64_t)i * c->segment_size;
+        uint64_t end = TC_MIN(from + c->segment_size, (uint64_t)padded);
+        for (uint64_t at = from; at < end; at += CKPT_IO) {
+            struct tc_dev_io *dio = &wr->dios[k];
+            devs[k++] = seg_cdev(c, pl->segs[i])->dev;
+            memset(dio, 0, sizeof *dio);
+            dio->op = TC_DEV_WRITE;
+            dio->buf = wr->buf + at;
+            dio->off = seg_dev_offset(c, pl->segs[i]) + (at - from);
+            dio->len = TC_MIN((uint64_t)CKPT_IO, end - at);
+            dio->cb = writer_io_done;
+            dio->priv = wr;
+        }
+    }
+    struct tc_dev_io *dios = wr->dios;
+    for (unsigned i = 0; i < k; i++)
+        dev_submit(devs[i], &dios[i]);
+    free(devs);
+}
+
+/* ---- the start: reading it ---- */
+
+/* The checkpoint the record names, read whole and checked against it;
+ * NULL with why. */
+static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
+                             struct tc_ckpt *ck, char *why, size_t whylen)
+{
+    if (rec->ckpt_len > (uint64_t)rec->ckpt_nsegs * c->segment_size) {
+        snprintf(why, whylen, "its record names %llu bytes in %u segments",
+                 (unsigned long long)rec->ckpt_len, rec->ckpt_nsegs);
+        return NULL;
+    }
+    size_t padded = tc_round_up(rec->ckpt_len, TC_SECTOR);
+    uint8_t *buf = tc_alloc_aligned(padded);
+    for (uint32_t i = 0; i < rec->ckpt_nsegs; i++) {
+        uint32_t s = rec->ckpt_segs[i];
+        if (s >= c->sp.nsegs) {
+            snprintf(why, whylen, "its record names segment %u, beyond the set", s);
+            goto fail;
+        }
+        uint64_t from = (uint64_t)i * c->segment_size;
+        if (from >= padded)
+            break;
+        uint64_t end = TC_MIN(from + c->segment_size, (uint64_t)padded);
+        for (uint64_t at = from; at < end; at += CKPT_IO) {
+            uint64_t n = TC_MIN((uint64_t)CKPT_IO, end - at);
+            int err = dev_sync_io(seg_cdev(c, s)->dev, TC_DEV_READ, buf + at,
+                                  seg_dev_offset(c, s) + (at - from), n, 0);
+            if (err) {
+                snprintf(why, whylen, "reading it from segment %u failed: %s", s,
+                         strerror(-err));
+                goto fail;
+            }
+        }
+    }
+    if (tc_crc32c(0, buf, rec->ckpt_len) != rec->ckpt_crc) {
+        snprintf(why, whylen, "its checksum does not match the clean-stop record's");
+        goto fail;
+    }
+    if (ckpt_decode(buf, ck, why, whylen) < 0)
+        goto fail;
+    const char *bad = NULL;
+    if (memcmp(ck->set_uuid, c->set_uuid, 16) != 0)
+        bad = "it is of another cache set";
+    else if (ck->chunk_seq != rec->stop_chunk_seq || ck->tail_seq != rec->stop_tail_seq ||
+             ck->nchunks != rec->stop_chunks)
+        bad = "it covers another log than the clean-stop record";
+    else if (ck->spb != c->spb || ck->total_segments != c->sp.nsegs)
+        bad = "its geometry is not the set's";
+    else if (TC_CKPT_HDR + ck->body_len != rec->ckpt_len)
+        bad = "its length is not the record's";
+    else if (tc_crc32c(0, buf + TC_CKPT_HDR, ck->body_len) != ck->body_crc)
+        bad = "its body checksum does not match";
+    if (bad) {
+        snprintf(why, whylen, "%s", bad);
+        goto fail;
+    }
+    return buf;
+fail:
+    free(buf);
+    return NULL;
+}
+
+struct parse {
+    struct cache *c;
+    const struct tc_ckpt *ck;
+    const uint8_t *p;
+    uint8_t *live_dev;              /* per segment: its device + 1 if live, else 0 */
+    uint32_t *fill;                 /* per segment: its fill, if live */
+    uint64_t *seq;                  /* per segment: its group, if live */
+    uint32_t *live;
+    uint32_t nlive;
+};
+
+/* Every record checked (apply false), or applied (apply true; checked
+ * before).  -1 with why on the first that does not fit. */
+static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
+{
+    struct cache *c = ps->c;
+    const struct tc_ckpt *ck = ps->ck;
+    unsigned spb = c->spb, w = mask_words(spb);
+    const uint8_t *p = ps->p;
+    struct tc_mask full;
+    mask_clear(&full);
+    mask_range(&full, 0, spb);
+    uint64_t chunks = 0;
+    int64_t prev = -1;
+    ps->nlive = 0;
+    for (uint32_t i = 0; i < ck->nsegs; i++) {
+        uint32_t s = le32_get(p), n = le32_get(p + 4), fill = le32_get(p + 16);
+        uint64_t seq = le64_get(p + 8);
+        p += 24;
+        if ((int64_t)s <= prev || s >= c->sp.nsegs || n == 0 || seq == 0 ||
+            seq < ck->tail_seq || seq >= TC_SEQ_LIMIT || fill > c->seg_sectors ||
+            chunks + n > ck->nchunks) {
+            snprintf(why, whylen, "segment record %u does not fit", i);
+            return -1;
+        }
+        prev = s;
+        chunks += n;
+        uint32_t at = 0;
+        for (uint32_t k = 0; k < n; k++, p += 8) {
+            uint32_t start = le16_get(p), hs = le16_get(p + 2), ds = le16_get(p + 4);
+            if (start != at || hs == 0 || hs > TC_MAX_HDR_SECTORS ||
+                (uint64_t)start + hs + ds > c->seg_sectors) {
+                snprintf(why, whylen, "segment %u: chunk %u does not fit", s, k);
+                return -1;
+            }
+            at = start + hs + ds;
+            if (apply)
+                segment_add_chunk(&c->sp, s, start, hs, ds);
+        }
+        if (at != fill) {
+            snprintf(why, whylen, "segment %u: its fill is not its chunks' end", s);
+            return -1;
+        }
+        ps->live_dev[s] = (uint8_t)(space_seg_dev(&c->sp, s) + 1);
+        ps->fill[s] = fill;
+        ps->seq[s] = seq;
+        ps->live[ps->nlive++] = s;
+        if (apply) {
+            struct segment *sg = space_seg(&c->sp, s);
+            sg->seq = seq;
+            sg->fill = fill;
+        }
+    }
+    if (apply) {
+        recovery_groups(c, ps->live, ps->nlive);
+        space_collect_free(&c->sp);
+        c->replaying = c->sp.replaying = true;
+    }
+    /* Each block: masks in range, its fragments in live segments, inside
+     * their fill, each serving a sector (else the chain would not hold it). */
+    uint64_t frags = 0;
+    prev = -1;
+    for (uint64_t i = 0; i < ck->nblocks; i++) {
+        uint64_t ob = le64_get(p);
+        uint32_t nf = le32_get(p + 8);
+        struct tc_mask v, d, uni, seen;
+        p = get_mask(get_mask(p + 16, &v, w), &d, w);
+        if ((int64_t)ob <= prev || ob >= c->nblocks_origin || nf == 0 || nf > MAX_FRAGS ||
+            frags + nf > ck->nfrags || !mask_covers(&full, &v) || !mask_covers(&v, &d) ||
+            mask_empty(&v)) {
+            snprintf(why, whylen, "the record of block %llu does not fit",
+                     (unsigned long long)ob);
+            goto fail;
+        }
+        prev = (int64_t)ob;
+        frags += nf;
+        struct { uint32_t seg, off, mseg, moff; struct tc_mask st; } f[MAX_FRAGS];
+        mask_clear(&uni);
+        mask_clear(&seen);
+        for (uint32_t k = 0; k < nf; k++) {
+            f[k].seg = le32_get(p);
+            f[k].off = le32_get(p + 4);
+            f[k].mseg = le32_get(p + 8);
+            f[k].moff = le32_get(p + 12);
+            p = get_mask(p + 16, &f[k].st, w);
+            unsigned cnt = mask_count(&f[k].st);
+            struct tc_mask cur = f[k].st;
+            mask_andnot(&cur, &seen);   /* newest first: what it serves */
+            bool ok = f[k].seg < c->sp.nsegs && ps->live_dev[f[k].seg] &&
+                      cnt > 0 && mask_covers(&v, &f[k].st) && !mask_empty(&cur) &&
+                      (uint64_t)f[k].off + cnt <= ps->fill[f[k].seg];
+            if (ok && f[k].mseg != NIL)
+                ok = f[k].mseg < c->sp.nsegs && ps->live_dev[f[k].mseg] &&
+                     ps->live_dev[f[k].mseg] != ps->live_dev[f[k].seg] &&
+                     (uint64_t)f[k].moff + cnt <= ps->fill[f[k].mseg];
+            else if (ok)
+                ok = f[k].moff == 0;
+            if (!ok) {
+                snprintf(why, whylen, "fragment %u of block %llu does not fit", k,
+                         (unsigned long long)ob);
+                goto fail;
+            }
+            mask_or(&seen, &f[k].st);
+            mask_or(&uni, &f[k].st);
+        }
+        if (!mask_equal(&uni, &v)) {
+            snprintf(why, whylen, "the fragments of block %llu do not make its valid sectors",
+                     (unsigned long long)ob);
+            goto fail;
+        }
+        if (!apply)
+            continue;
+        uint32_t id = NIL;
+        for (uint32_t k = nf; k-- > 0;) {
+            struct tc_mask fd = d;
+            mask_and(&fd, &f[k].st);
+            id = map_add_fragment(c, ob, &f[k].st, &fd, f[k].seg, (uint16_t)f[k].off, NIL, 0, 0,
+                                  false);
+            if (f[k].mseg != NIL)
+                map_add_mirror(c, id, ce_head(&c->map.idx, id), f[k].mseg,
+                               (uint16_t)f[k].moff);
+        }
+        struct tc_mask gv, gd;
+        ce_get_masks(&c->map.idx, id, &gv, &gd);
+        TC_ASSERT_ALWAYS(mask_equal(&gv, &v) && mask_equal(&gd, &d) &&
+                         CE(&c->map.idx, id)->nfrags == nf);
+    }
+    if (frags != ck->nfrags) {
+        snprintf(why, whylen, "its fragment count is not its blocks'");
+        goto fail;
+    }
+    prev = -1;
+    for (uint64_t i = 0; i < ck->nlost; i++) {
+        uint64_t ob = le64_get(p);
+        struct tc_mask m;
+        p = get_mask(p + 8, &m, w);
+        if ((int64_t)ob <= prev || ob >= c->nblocks_origin || mask_empty(&m) ||
+            !mask_covers(&full, &m)) {
+            snprintf(why, whylen, "the lost record of block %llu does not fit",
+                     (unsigned long long)ob);
+            goto fail;
+        }
+        prev = (int64_t)ob;
+        if (apply)
+            lost_set(&c->map.lost, ob, &m);
+    }
+    if (apply)
+        c->replaying = c->sp.replaying = false;
+    return 0;
+fail:
+    TC_ASSERT_ALWAYS(!apply);       /* checked before */
+    return -1;
+}
+
+struct seqdev {
+    uint64_t seq;
+    unsigned dev;
+};
+
+static int cmp_seqdev(const void *a, const void *b)
+{
+    const struct seqdev *x = a, *y = b;
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? -1 : 1;
+    return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+/* A group has one segment on each of its devices (recovery ignores a
+ * second one: the checkpoint must not hold what the scan would not). */
+static bool one_per_device(struct cache *c, const struct parse *ps)
+{
+    const uint32_t *live = ps->live;
+    uint32_t nlive = ps->nlive;
+    struct seqdev *v = tc_xcalloc(nlive ? nlive : 1, sizeof *v);
+    for (uint32_t i = 0; i < nlive; i++)
+        v[i] = (struct seqdev){ ps->seq[live[i]], space_seg_dev(&c->sp, live[i]) };
+    if (nlive > 1)
+        qsort(v, nlive, sizeof *v, cmp_seqdev);
+    bool ok = true;
+    for (uint32_t i = 1; i < nlive && ok; i++)
+        ok = cmp_seqdev(&v[i - 1], &v[i]) != 0;
+    free(v);
+    return ok;
+}
+
+int ckpt_restore(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen)
+{
+    /* A stop's lost set in the state file (abandon.c) is applied to what a
+     * scan rebuilds; a stop that left one wrote no checkpoint. */
+    if (c->stop_lost_seq) {
+        snprintf(why, whylen, "the state file holds the lost set of a stop");
+        return -1;
+    }
+    struct tc_ckpt ck;
+    uint8_t *buf = read_checked(c, rec, &ck, why, whylen);
+    if (buf == NULL)
+        return -1;
+    struct parse ps = {
+        .c = c, .ck = &ck, .p = buf + TC_CKPT_HDR,
+        .live_dev = tc_xcalloc(c->sp.nsegs, 1),
+        .fill = tc_xcalloc(c->sp.nsegs, sizeof *ps.fill),
+        .seq = tc_xcalloc(c->sp.nsegs, sizeof *ps.seq),
+        .live = tc_xcalloc(c->sp.nsegs, sizeof *ps.live),
+    };
+    int rc = parse(&ps, false, why, whylen);
+    if (rc == 0 && !one_per_device(c, &ps)) {
+        snprintf(why, whylen, "a group has two segments on one device");
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = parse(&ps, true, why, whylen);
+    if (rc == 0) {
+        uint64_t first_live = ck.next_seq;
+        for (uint32_t i = 0; i < ps.nlive; i++)
+            first_live = TC_MIN(first_live, space_seg(&c->sp, ps.live[i])->seq);
+        uint64_t next_seq = TC_MAX(ck.next_seq, ck.chunk_seq + 1);
+        next_seq = TC_MAX(next_seq, c->abandoned_seq);
+        for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
+            next_seq = TC_MAX(next_seq, c->failed_seq[i]);
+        log_recovered(&c->lg, next_seq, ck.chunk_seq, ps.nlive ? first_live : next_seq,
+                      ck.wt_stable_seq);
+    }
+    free(ps.live_dev);
+    free(ps.fill);
+    free(ps.seq);
+    free(ps.live);
+    free(buf);
+    return rc;
+}
+
+/* ---- tiercache check: the checkpoint against a full scan ---- */
+
+/* Bytes of the block record at p (its fragments included). */
+static size_t block_bytes(const uint8_t *p, unsigned spb)
+{
+    return tc_ckpt_block_bytes(spb) + le32_get(p + 8) * tc_ckpt_frag_bytes(spb);
+}
+
+/* Where two bodies first differ, in words a user can act on. */
+static void describe_diff(const struct tc_ckpt *a, const uint8_t *pa, const uint8_t *pb,
+                          unsigned spb, char *why, size_t whylen)
+{
+    /* Segment runs are the same length when their counts are. */
+    size_t segs = (size_t)a->nsegs * tc_ckpt_seg_bytes(0) + 8 * a->nchunks;
+    if (memcmp(pa, pb, segs) != 0) {
+        for (const uint8_t *x = pa, *y = pb; x < pa + segs;) {
+            size_t n = tc_ckpt_seg_bytes(le32_get(x + 4));
+            if (memcmp(x, y, n) != 0) {
+                snprintf(why, whylen, "segment %u: the checkpoint records %u chunks of group "
+                         "%llu, the log %u chunks of group %llu in segment %u", le32_get(x),
+                         le32_get(x + 4), (unsigned long long)le64_get(x + 8), le32_get(y + 4),
+                         (unsigned long long)le64_get(y + 8), le32_get(y));
+                return;
+            }
+            x += n;
+            y += n;
+        }
+    }
+    const uint8_t *x = pa + segs, *y = pb + segs;
+    for (uint64_t i = 0; i < a->nblocks; i++) {
+        size_t nx = block_bytes(x, spb), ny = block_bytes(y, spb);
+        if (nx != ny || memcmp(x, y, nx) != 0) {
+            snprintf(why, whylen, "block %llu: the checkpoint's record (%u fragments) is not "
+                     "what the log gives (block %llu, %u fragments)",
+                     (unsigned long long)le64_get(x), le32_get(x + 8),
+                     (unsigned long long)le64_get(y), le32_get(y + 8));
+            return;
+        }
+        x += nx;
+        y += ny;
+    }
+    snprintf(why, whylen, "the lost set differs from the log's");
+}
+
+int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen)
+{
+    if (!(rec->flags & TC_SB_CHECKPOINT))
+        return 0;
+    struct tc_ckpt ck;
+    char r[200];
+    uint8_t *buf = read_checked(c, rec, &ck, r, sizeof r);
+    if (buf == NULL) {
+        snprintf(why, whylen, "the checkpoint the clean-stop record names cannot be used: %s", r);
+        return -1;
+    }
+    struct tc_ckpt head = {
+        .chunk_seq = rec->stop_chunk_seq, .tail_seq = rec->stop_tail_seq,
+        .next_seq = ck.next_seq, .wt_stable_seq = c->lg.wt_stable_seq,
+    };
+    size_t len;
+    uint8_t *mine = encode(c, &head, &len);
+    struct tc_ckpt sc;
+    int rc = 1;
+    if (ckpt_decode(mine, &sc, r, sizeof r) < 0) {
+        snprintf(why, whylen, "the scan's state does not encode: %s", r);
+        rc = -1;
+    } else if (sc.wt_stable_seq != ck.wt_stable_seq) {
+        snprintf(why, whylen, "the checkpoint does not match the log: write-through stable "
+                 "mark %llu, the log's %llu", (unsigned long long)ck.wt_stable_seq,
+                 (unsigned long long)sc.wt_stable_seq);
+        rc = -1;
+    } else if (sc.nsegs != ck.nsegs || sc.nchunks != ck.nchunks || sc.nblocks != ck.nblocks ||
+               sc.nfrags != ck.nfrags || sc.nlost != ck.nlost) {
+        snprintf(why, whylen, "the checkpoint does not match the log: %u segments, %llu "
+                 "chunks, %llu blocks, %llu fragments, %llu lost records; the log gives %u, "
+                 "%llu, %llu, %llu, %llu", ck.nsegs, (unsigned long long)ck.nchunks,
+                 (unsigned long long)ck.nblocks, (unsigned long long)ck.nfrags,
+                 (unsigned long long)ck.nlost, sc.nsegs, (unsigned long long)sc.nchunks,
+                 (unsigned long long)sc.nblocks, (unsigned long long)sc.nfrags,
+                 (unsigned long long)sc.nlost);
+        rc = -1;
+    } else if (memcmp(buf + TC_CKPT_HDR, mine + TC_CKPT_HDR, ck.body_len) != 0) {
+        describe_diff(&ck, buf + TC_CKPT_HDR, mine + TC_CKPT_HDR, c->spb, r, sizeof r);
+        snprintf(why, whylen, "the checkpoint does not match the log: %s", r);
+        rc = -1;
+    }
+    free(mine);
+    free(buf);
+    return rc;
+}
