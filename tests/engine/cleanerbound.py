@@ -198,6 +198,20 @@ def wait_status(d, what, cond):
         time.sleep(0.02)
 
 
+def write_waiting_for_room(d, gens, w, boom):
+    """Write block w (generation 3) until it waits for room, end the read
+    errors (remove boom) so that the cleaner frees room, and return the
+    status once the write and a flush are done."""
+    gens[w] = 3
+    cookie = d.h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(pattern(w, 3))), w * BLOCK)
+    wait_status(d, "a write waiting for room",
+                lambda st: st["cleaner"]["appends_waiting_for_room"] > 0)
+    os.unlink(boom)
+    d.run(f"write of block {w} waiting for room", lambda: cookie)
+    d.flush()
+    return d.status()
+
+
 def dip(a, env):
     """A pass that takes the reserve, gives up, and comes back with no
     other room: the oldest group (segment 0) full of hot data and one dirty
@@ -238,14 +252,7 @@ def dip(a, env):
         check(d, gens, b)
         b += 1
     w = b
-    gens[w] = 3
-    cookie = d.h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(pattern(w, 3))), w * BLOCK)
-    wait_status(d, "a write waiting for room",
-                lambda st: st["cleaner"]["appends_waiting_for_room"] > 0)
-    os.unlink(boom)
-    d.run(f"write of block {w} waiting for room", lambda: cookie)
-    d.flush()
-    st = d.status()
+    st = write_waiting_for_room(d, gens, w, boom)
     k = st["cleaner"]
     print(f"dip: {k['groups_retired']} groups retired, {k['read_retries']} attempts given up, "
           f"{st['reinsertions']} reinsertions, {k['copies_refused']} copies refused, "
@@ -312,14 +319,7 @@ def mirror(a, env):
         check(d, gens, b)
         b += 1
     w = b
-    gens[w] = 3
-    cookie = d.h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(pattern(w, 3))), w * BLOCK)
-    wait_status(d, "a write waiting for room",
-                lambda st: st["cleaner"]["appends_waiting_for_room"] > 0)
-    os.unlink(boom)
-    d.run(f"write of block {w} waiting for room", lambda: cookie)
-    d.flush()
-    st = d.status()
+    st = write_waiting_for_room(d, gens, w, boom)
     k = st["cleaner"]
     print(f"mirror: {k['groups_retired']} groups retired, {k['read_retries']} attempts given "
           f"up, {st['dirty_copied']} dirty copies, {k['copies_refused']} copies refused, "
