@@ -819,7 +819,8 @@ int abandon_close(struct cache *c)
 
 /* ---- a stop's lost set (TC_STATE_STOP_LOST) ---- */
 
-void abandon_stop_lost_apply(struct cache *c)
+void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uint32_t id),
+                             void *arg)
 {
     if (c->stop_lost_seq == 0 || c->ab.stop_lost_applied)
         return;
@@ -837,9 +838,17 @@ void abandon_stop_lost_apply(struct cache *c)
         /* What the tombstone that found no room would have done: a copy
          * with no dirty data but the lost sectors' goes (its clean
          * sectors are on the origin).  A block with other dirty data
-         * keeps it; its lost sectors read EIO. */
+         * keeps it; its lost sectors read EIO.  A write-through version
+         * above the stable mark is dirty data too: the origin may lack
+         * it (a cut made it dirty again, originwin.c, and the stop could
+         * not write it back), and recovery makes it dirty once this set
+         * is applied -- dropped here, its sectors would read the origin's
+         * older data. */
         struct tc_mask d;
-        ce_get_masks(&c->map.idx, id, NULL, &d);
+        if (wt_unstable && wt_unstable(arg, id))
+            ce_get_masks(&c->map.idx, id, &d, NULL);
+        else
+            ce_get_masks(&c->map.idx, id, NULL, &d);
         mask_andnot(&d, m);
         if (mask_empty(&d))
             map_drop_block(c, ob);

@@ -130,8 +130,12 @@ void abandon_close_flushed(struct cache *c, bool ok);
 int abandon_close(struct cache *c);
 /* Recovery, before applying the first entry at or above c->stop_lost_seq
  * (or after the last): the lost set a stop recorded replaces the lost
- * set, and blocks holding nothing else needed are dropped. */
-void abandon_stop_lost_apply(struct cache *c);
+ * set, and blocks holding nothing else needed are dropped.  wt_unstable
+ * (may be NULL) says whether an entry's newest write-through version is
+ * above the stable mark: the origin may lack it, so its sectors count as
+ * dirty (recovery makes them dirty after this). */
+void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uint32_t id),
+                             void *arg);
 /* At start, the cache open: a lost set loaded from a stop's state file is
  * recorded in the log (LOST records), and once synced the state file no
  * longer carries it. */

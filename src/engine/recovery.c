@@ -931,6 +931,14 @@ static bool linked_version(const struct recovery *rc, size_t i)
     return false;
 }
 
+/* For abandon_stop_lost_apply(): the entry's newest write-through
+ * version is above the stable mark (step 5 makes it dirty). */
+static bool wt_unstable(void *arg, uint32_t id)
+{
+    const struct recovery *rc = arg;
+    return id < rc->cur_cap && rc->wt_seq[id] > rc->wt_stable;
+}
+
 static void apply(struct recovery *rc)
 {
     struct cache *c = rc->c;
@@ -938,8 +946,10 @@ static void apply(struct recovery *rc)
         qsort(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec);
     for (size_t i = 0; i < rc->nrecs; i++) {
         struct rec *r = &rc->recs[i];
-        if (c->stop_lost_seq && r->seq >= c->stop_lost_seq)
-            abandon_stop_lost_apply(c);     /* the lost set a stop recorded (abandon.c) */
+        if (c->stop_lost_seq && r->seq >= c->stop_lost_seq) {
+            /* The lost set a stop recorded (abandon.c). */
+            abandon_stop_lost_apply(c, wt_unstable, rc);
+        }
         if (r->seq < c->abandoned_seq)
             continue;           /* written before the cache was abandoned: see abandon.c */
         cache_trace(c, r->oblock, "recovery: %s seq %llu at %u:%u valid %llx dirty %llx flags %x%s",
@@ -981,7 +991,7 @@ static void apply(struct recovery *rc)
             apply_clean(rc, r);
         }
     }
-    abandon_stop_lost_apply(c);
+    abandon_stop_lost_apply(c, wt_unstable, rc);
     /* Write-through versions the origin may lack become dirty. */
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);

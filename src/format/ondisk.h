@@ -377,7 +377,8 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  * stop_seq.  At the next start that set replaces the lost set once every
  * log entry below stop_seq is applied (entries from stop_seq on were
  * written after the restart and are applied after it); a block the set
- * names whose cached copy holds no dirty data beyond its lost sectors is
+ * names whose cached copy holds no dirty data beyond its lost sectors (a
+ * write-through version above the stable mark counts as dirty) is
  * dropped then, as the tombstone would have dropped it.  Once LOST
  * records in the log carry the set again (synced), the start removes the
  * file, or rewrites it without the flag (version 1) if it records an
