@@ -269,7 +269,7 @@ def dip(a, env):
     d.stop()
 
 
-def mirror(a, env):
+def mirror(a, env, clients=0):
     """The dip with two devices and --dirty-copies 2: a mirrored copy needs
     room on two devices at once.  The oldest group holds two dirty blocks
     (each on both devices) and 18 hot ones; the pass comes back with only
@@ -279,12 +279,26 @@ def mirror(a, env):
     bound, but one head could not take a copy: the append closed both
     heads, found no free segment, and left the tail record no room
     (tail_no_room 1, every run).  A mirrored copy now counts the room of
-    each device (cleaner.c, record_room())."""
+    each device (cleaner.c, record_room()).
+
+    With clients (case clientmirror): once the pass has copied into the
+    reserve (no segment free), its walk of the second device's segment is
+    held and mirrored client writes arrive.  Each must wait for room
+    (log.c, ensure_group(): below the reserve the open group's room is the
+    pass's), not be appended -- nor close the heads, whose room the pass
+    counted for its tail record, when no two of them take it."""
     gens = setup(a, ("cache.img", "c2.img"))
     boom = f"{a.dir}/boom"
     dirty, hot = 2, 18
+    hold = f"{a.dir}/hold"
+    second = f"{a.dir}/c2.img"
+    if clients:
+        # The pass's reads of single blocks in the second device's first
+        # segment (the group it reclaims): answered only once `hold` goes.
+        second = (f"testdev:{second}?hold_when={hold}&hold_ops=read&hold_reply"
+                  f"&hold_minlen={2 * BLOCK}")
     dev = (f"testdev:{a.dir}/cache.img?eio_when={boom}&eio_ops=read"
-           f"&eio_range={DATA_OFFSET + SECTOR}+{BLOCK},{a.dir}/c2.img")
+           f"&eio_range={DATA_OFFSET + SECTOR}+{BLOCK},{second}")
     d = Daemon(a, env, dev, ("--dirty-copies", "2"))
     for b in range(dirty):
         gens[b] = 2
@@ -319,9 +333,43 @@ def mirror(a, env):
         check(d, gens, b)
         b += 1
     w = b
-    st = write_waiting_for_room(d, gens, w, boom)
+    more = []
+    if not clients:
+        st = write_waiting_for_room(d, gens, w, boom)
+    else:
+        gens[w] = 3
+        cookie = d.h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(pattern(w, 3))), w * BLOCK)
+        wait_status(d, "a write waiting for room",
+                    lambda st: st["cleaner"]["appends_waiting_for_room"] > 0)
+        open(hold, "w").close()
+        os.unlink(boom)
+        # The pass has copied into the reserve (no segment free) and its
+        # walk is held: mirrored client writes arrive.  They must wait for
+        # the room the pass frees, not take what it left its tail record.
+        wait_status(d, "the pass's copies into the reserve and a read held",
+                    lambda st: st["segments_free"] == 0 and os.path.exists(hold + ".held"))
+        for i in range(clients):
+            x = dirty + hot + i         # never read: not cached
+            gens[x] = 3
+            more.append((x, d.h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(pattern(x, 3))),
+                                           x * BLOCK)))
+        # Settled: every request still in flight waits for room.
+        st = wait_status(d, "the client writes appended or waiting for room",
+                         lambda st: d.h.poll(0) is not None and
+                         st["cleaner"]["appends_waiting_for_room"] == d.h.aio_in_flight())
+        if st["cleaner"]["appends_waiting_for_room"] != 1 + clients:
+            sys.exit(f"mirrored client writes were appended while the pass held the reserve "
+                     f"(waiting for room: {st['cleaner']['appends_waiting_for_room']}, not "
+                     f"{1 + clients}):\n{json.dumps(st)}")
+        os.unlink(hold)
+        d.run(f"write of block {w} waiting for room", lambda: cookie)
+        for x, c in more:
+            d.run(f"write of block {x} waiting for room", lambda c=c: c)
+        d.flush()
+        st = d.status()
     k = st["cleaner"]
-    print(f"mirror: {k['groups_retired']} groups retired, {k['read_retries']} attempts given "
+    name = "clientmirror" if clients else "mirror"
+    print(f"{name}: {k['groups_retired']} groups retired, {k['read_retries']} attempts given "
           f"up, {st['dirty_copied']} dirty copies, {k['copies_refused']} copies refused, "
           f"least room at a tail record {k.get('tail_room_min')} sectors (record room "
           f"{k['record_room']}), tail records without room {k['tail_no_room']}")
@@ -333,11 +381,11 @@ def mirror(a, env):
     if k["copies_refused"] == 0:
         sys.exit(f"no copy came near the bound (none refused): the case tests nothing:\n"
                  f"{json.dumps(st)}")
-    for x in list(range(0, dirty + hot)) + [w]:
+    for x in list(range(0, dirty + hot)) + [w] + [x for x, _ in more]:
         check(d, gens, x)
     d.stop()
     d = Daemon(a, env, f"{a.dir}/cache.img,{a.dir}/c2.img", ("--dirty-copies", "2"))
-    for x in list(range(0, dirty + hot)) + [w]:
+    for x in list(range(0, dirty + hot)) + [w] + [x for x, _ in more]:
         check(d, gens, x)
     d.stop()
 
@@ -503,12 +551,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--case", choices=("dip", "mirror", "progress", "failure"), required=True)
+    ap.add_argument("--case", choices=("dip", "mirror", "clientmirror", "progress", "failure"),
+                    required=True)
     ap.add_argument("--rounds", type=int, default=30)
     a = ap.parse_args()
     env = {"TIERCACHE_TEST_UNBOUNDED_COPIES": "1"} \
         if os.environ.get("TIERCACHE_TEST_UNBOUNDED_COPIES") else None
-    {"dip": dip, "mirror": mirror, "progress": progress, "failure": failure}[a.case](a, env)
+    {"dip": dip, "mirror": mirror, "clientmirror": lambda a, env: mirror(a, env, 24),
+     "progress": progress, "failure": failure}[a.case](a, env)
 
 
 if __name__ == "__main__":
