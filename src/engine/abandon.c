@@ -946,6 +946,17 @@ bool abandon_idle(struct cache *c)
 
 /* ---- at start ---- */
 
+/* Entry i of a decoded state file: its block and sectors in *ob and *m;
+ * false for a block past the end of the origin, which is skipped. */
+static bool state_entry_in_volume(const struct cache *c, const uint8_t *buf,
+                                  const struct tc_state *s, uint64_t i, uint64_t *ob,
+                                  struct tc_mask *m)
+{
+    mask_clear(m);
+    state_entry_get(buf, s->version, s->spb, i, ob, m->w);
+    return *ob < c->nblocks_origin;
+}
+
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen)
 {
@@ -1056,24 +1067,20 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
         c->ab.stop_lost_pending = true;
         c->ab.stop_lost_ob = tc_xcalloc(s.count ? s.count : 1, sizeof *c->ab.stop_lost_ob);
         c->ab.stop_lost_mask = tc_xcalloc(s.count ? s.count : 1, sizeof *c->ab.stop_lost_mask);
+        struct tc_mask m;
+        uint64_t ob;
         for (uint64_t i = 0; i < s.count; i++) {
-            struct tc_mask m;
-            uint64_t ob;
-            mask_clear(&m);
-            state_entry_get(buf, s.version, s.spb, i, &ob, m.w);
-            if (ob >= c->nblocks_origin)
-                continue;
-            c->ab.stop_lost_ob[c->ab.stop_lost_n] = ob;
-            c->ab.stop_lost_mask[c->ab.stop_lost_n++] = m;
+            if (state_entry_in_volume(c, buf, &s, i, &ob, &m)) {
+                c->ab.stop_lost_ob[c->ab.stop_lost_n] = ob;
+                c->ab.stop_lost_mask[c->ab.stop_lost_n++] = m;
+            }
         }
     } else if (s.flags & TC_STATE_ABANDONED) {
         c->abandoned_seq = s.abandoned_seq;
+        struct tc_mask m;
+        uint64_t ob;
         for (uint64_t i = 0; i < s.count; i++) {
-            struct tc_mask m;
-            uint64_t ob;
-            mask_clear(&m);
-            state_entry_get(buf, s.version, s.spb, i, &ob, m.w);
-            if (ob >= c->nblocks_origin)
+            if (!state_entry_in_volume(c, buf, &s, i, &ob, &m))
                 continue;
             struct tc_mask old;
             if (lost_get(&c->map.lost, ob, &old))
