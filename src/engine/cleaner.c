@@ -181,6 +181,8 @@ struct cleaner {
                                      * its own appends, +1 (0: none yet) */
     uint64_t records_deferred;      /* a failure's records refused by
                                      * cleaner_record_fits(), to wait */
+    uint64_t claim_waits;           /* appends that left a pass's claim its
+                                     * room, to wait (cleaner_claim()) */
     bool unbounded;                 /* TIERCACHE_TEST_UNBOUNDED_COPIES: no
                                      * copy_fits() (a test shows what it
                                      * prevents) */
@@ -556,6 +558,60 @@ void cleaner_failure_room(struct cache *c)
     uint64_t room = log_room(c);
     if (k->failure_room_min == 0 || room + 1 < k->failure_room_min)
         k->failure_room_min = room + 1;
+}
+
+/* The room the cleaner claims for the copies of its pass: while a pass
+ * walks its group, the data sectors of the chunks it has yet to read (no
+ * more than their segments' live counts); while free space is below the
+ * low mark and a pass is due, the live data of the oldest group, which it
+ * will walk.  Plus record_room().  Client writes leave it that room
+ * (log.c, log_append()), or wait for room; fills do not (a fill given up
+ * loses a block read, as a copy refused does).
+ *
+ * Why.  Replay, whose devices answer at once, starts each pass when a new
+ * group opens and ends it between two requests: its copies of the hot
+ * blocks it keeps find the new group's room.  In serve a pass takes device
+ * I/O, and another is due as soon as it ends: client writes and fills
+ * went on appending meanwhile, and when a group the policy kept nearly
+ * whole was walked, its copies found only the reserve, less than it kept:
+ * hot blocks were dropped (copies_refused) for data the policy drops
+ * unread at its first visit.  On the git benchmark in writeback, 272-457
+ * copies a run were refused, none in replay.  The appends held back lose
+ * no room: the group's release gives back what the copies did not take
+ * (cleaner_space_freed() wakes them). */
+uint64_t cleaner_claim(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || k->unbounded || k->stopping || k->backing_off || c->draining || c->offline)
+        return 0;
+    uint64_t n = 0;
+    if (k->running) {
+        if (k->seg_i >= k->nsegs)
+            return 0;       /* its copies are made: it writes back, or its tail */
+        for (unsigned i = k->seg_i; i < k->nsegs; i++) {
+            uint32_t seg = k->segs[i];
+            const struct segment *sg = space_seg(&c->sp, seg);
+            if (!seg_usable(c, seg))
+                continue;
+            uint64_t rest = 0;
+            for (uint32_t ch = i == k->seg_i ? k->chunk_i : 0; ch < sg->nchunks; ch++)
+                rest += sg->chunks[ch].data_sectors;
+            n += TC_MIN(rest, (uint64_t)sg->live);
+        }
+    } else if (c->sp.free_segs < space_low_water(&c->sp, c->ndevs)) {
+        struct group *g = oldest_group(&c->sp);
+        if (g == NULL || g->open)
+            return 0;
+        for (unsigned i = 0; i < g->nsegs; i++)
+            if (seg_usable(c, g->segs[i]))
+                n += space_seg(&c->sp, g->segs[i])->live;
+    }
+    return n ? n + record_room(c) : 0;
+}
+
+void cleaner_claim_wait(struct cache *c)
+{
+    c->cleaner->claim_waits++;
 }
 
 static bool copy_fits(struct cache *c, uint64_t sectors, bool mirror)
@@ -1395,5 +1451,6 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     if (k->failure_room_min > 0)
         json_uint(j, "failure_room_min", k->failure_room_min - 1);
     json_uint(j, "records_deferred", k->records_deferred);
+    json_uint(j, "claim_waits", k->claim_waits);
     json_end_object(j);
 }

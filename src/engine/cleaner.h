@@ -64,6 +64,13 @@ bool cleaner_record_fits(struct cache *c);
  * (log_room()), before the failure's appends, noted for status
  * (cleaner.failure_room_min). */
 void cleaner_failure_room(struct cache *c);
+/* The room (sectors) a running pass may still need for its copies, with
+ * its records' (0: none is due).  A client write's append is made only
+ * if it leaves that much room (struct append's leave_claim); otherwise it
+ * waits for room as when there is none, and cleaner_claim_wait() counts
+ * it (status: cleaner.claim_waits). */
+uint64_t cleaner_claim(struct cache *c);
+void cleaner_claim_wait(struct cache *c);
 void cleaner_status_json(struct cache *c, struct tc_json *j);
 
 #endif

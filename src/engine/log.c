@@ -38,6 +38,7 @@
 
 #include "engine/budget.h"
 #include "engine/cache.h"
+#include "engine/cleaner.h"
 #include "engine/verify.h"
 #include "util/assert.h"
 #include "util/crc32c.h"
@@ -746,6 +747,19 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     unsigned nsectors = a->type == TC_ENTRY_DATA ? mask_count(&a->valid) : 0;
     TC_ASSERT_ALWAYS(!a->replace || a->type == TC_ENTRY_DATA);
     unsigned nent = a->replace ? 2 : 1;
+    /* The cleaner claims room for its copies of the hot blocks it keeps
+     * (cleaner.c, cleaner_claim()): a client write leaves it that room --
+     * it takes at most its data and a chunk header -- or waits for the
+     * group's release, as when there is no room at all.  Fills do not
+     * (readpath.c): a fill given up costs a block read, as a copy
+     * refused does, where a write waiting costs nothing cached. */
+    if (a->leave_claim && !a->use_reserve) {
+        uint64_t claim = cleaner_claim(c);
+        if (claim > 0 && log_room(c) < claim + nsectors + TC_MAX_HDR_SECTORS) {
+            cleaner_claim_wait(c);
+            return loc;
+        }
+    }
     struct append rest;
     int d1 = -1, d2 = -1;
     for (int attempt = 0; attempt < 3; attempt++) {

@@ -186,6 +186,9 @@ struct append {
     const void *data;           /* DATA: popcount(valid) sectors, packed */
     bool mirror;                /* write a second copy on another device */
     bool use_reserve;           /* the cleaner may use the reserved space */
+    bool leave_claim;           /* a client write: made only if it leaves the
+                                 * room a cleaner's pass claims for its copies
+                                 * (cleaner_claim()), else -ENOSPC */
     bool urgent;                /* write the chunk now (someone waits on it) */
     bool replace;               /* DATA: the block's whole contents; a tombstone of
                                    the block goes just before it, in the same chunk

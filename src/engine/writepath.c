@@ -819,6 +819,7 @@ static void append_version(struct wpiece *p)
         .dirty = dirty_new,
         .data = data,
         .mirror = !mask_empty(&dirty_new) && c->vol->cfg.dirty_copies > 1,
+        .leave_claim = true,
     };
     /* A split adds two fragments (a merge's first part replaces the
      * chain): only while the chain has room for both. */
