@@ -196,13 +196,20 @@ struct tc_superblock {
     uint64_t origin_size;           /* bytes of the origin at format */
     uint64_t format_time;           /* Unix seconds */
     /* Stable identity of the origin, as struct tc_dev's identity (io/dev.h)
-     * gives it: "file:MAJ:MIN:INO", "loop:MAJ:MIN:INO:OFFSET" (a loop
-     * device, by its backing file), "block:WWID:START", "block:MAJ:MIN",
-     * "nbd:URI".  Compared as a string; "block:MAJ:MIN" is also what
+     * gives it: "file:MAJ:MIN:INO:bSEC.NSEC" (a file, with its birth
+     * time), "loop:MAJ:MIN:INO:OFFSET:bSEC.NSEC" (a loop device, by its
+     * backing file), "block:WWID:START", "block:MAJ:MIN", "nbd:URI"; the
+     * ":b" birth time is left out where the file system keeps none.
+     * Compared as a string; "block:MAJ:MIN" is also what
      * builds before the loop form recorded for a loop device: it is
      * accepted for the loop device of that number and rewritten in the
      * loop form (no version change: an older build reading the loop form
      * refuses the origin as another one, and --adopt-origin lets it in).
+     * Likewise a file or loop form without the birth time (builds before
+     * it: a file deleted and made again often has the old inode number,
+     * and passed for the old origin) is accepted for the file of that
+     * inode and rewritten with it; an older build refuses the new form as
+     * another origin, and --adopt-origin lets it in.
      * Rewritten also when --adopt-origin accepts another identity. */
     char origin_id[TC_ORIGIN_ID_LEN];
     char origin_path[TC_ORIGIN_PATH_LEN];   /* as named at format, for messages */

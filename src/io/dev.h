@@ -130,10 +130,17 @@ struct tc_dev {
                                        into pieces of this size); 0: no limit */
     /* What the device is, independent of the name it was opened by, as
      * the origin's identity in a cache's superblock records it:
-     *   file:MAJ:MIN:INO          a file (its file system and inode)
-     *   loop:MAJ:MIN:INO:OFFSET   a loop device: its backing file's file
-     *                             system, inode and offset, so the loop
-     *                             may come back under another number
+     *   file:MAJ:MIN:INO:bSEC.NSEC
+     *                             a file: its file system, inode and
+     *                             birth time (the inode number of a file
+     *                             deleted and made again is often the
+     *                             same; ":b..." is left out where the file
+     *                             system keeps no birth time)
+     *   loop:MAJ:MIN:INO:OFFSET:bSEC.NSEC
+     *                             a loop device: its backing file's file
+     *                             system, inode, offset and birth time,
+     *                             so the loop may come back under another
+     *                             number
      *   block:WWID:START          a disk with a WWID or serial (START
      *                             0), or a partition without a PARTUUID
      *                             of one (its disk's WWID, START its
@@ -149,7 +156,9 @@ struct tc_dev {
     /* The identity an older build recorded for this device, when it
      * differs ("block:MAJ:MIN" of a loop device, a partition, a dm device
      * or an md array), or "": a superblock that
-     * holds it is this device's too (see dev_identity_matches()). */
+     * holds it is this device's too (see dev_identity_matches(), which
+     * also takes a file or loop identity recorded without the birth time
+     * for this one). */
     char legacy_identity[128];
     struct tc_dev_stats stats;
     /* Errors since the last success (for messages). */
