@@ -203,6 +203,10 @@ struct tc_dev *dev_open_local_as(struct tc_reactor *r, const char *path, const c
                                  bool read_only, char *err, size_t errlen);
 struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
                                 bool read_only, char *err, size_t errlen);
+/* A regular file's modification time in nanoseconds (the origin's, kept
+ * by a clean stop: engine/cache.c), into *ns; false for any other device
+ * or when fstat() fails. */
+bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns);
 struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const char *role,
                                 bool read_only, char *err, size_t errlen);
 struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,

@@ -454,6 +454,18 @@ static bool loop_identity(int fd, dev_t rdev, char *out, size_t len)
     return true;
 }
 
+bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns)
+{
+    if (d->ops != &file_ops || d->is_block_device)
+        return false;
+    const struct dev_file *f = container_of(d, const struct dev_file, dev);
+    struct stat st;
+    if (fstat(f->fd, &st) < 0)
+        return false;
+    *ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    return true;
+}
+
 struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
                                 bool read_only, char *err, size_t errlen)
 {
