@@ -559,7 +559,18 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
          * and reformatting discards dirty data, so that comes last. */
         bool same_size = sb->origin_size == vol->size;
         char hint[512];
-        if (c->map.dirty_sectors) {
+        if (same_id && !same_size) {
+            /* The origin itself, resized (grown or shrunk) since the
+             * format: a cache is not resized with it. */
+            snprintf(hint, sizeof hint,
+                     "The origin was resized since the cache was formatted; a cache set cannot "
+                     "follow a resize.  Give the origin its size of %llu bytes back and serve "
+                     "it%s, then reformat the cache for the new size ('tiercache format "
+                     "--force')", (unsigned long long)sb->origin_size,
+                     c->map.dirty_sectors ? ", running 'tiercache flush' (or 'detach') to write "
+                                            "back the cache's dirty data"
+                                          : "");
+        } else if (c->map.dirty_sectors) {
             char dirty[32];
             tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty);
             snprintf(hint, sizeof hint,
