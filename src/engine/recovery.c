@@ -1168,8 +1168,51 @@ void recovery_groups(struct cache *c, uint32_t *live, uint32_t nlive)
     }
 }
 
+/*
+ * Devices of one set whose clean-stop records name different newest chunks
+ * were stopped at different times: one stop writes the same record on
+ * every device, a stop that died while writing them left some devices
+ * without one, and every start clears them all before it appends.  So one
+ * device is an older copy of itself (restored from a backup or a snapshot,
+ * a disk image copied back): its log lacks the chunks the set wrote after,
+ * and a scan would take its older versions of their blocks as current --
+ * acknowledged, flushed writes replaced by older data, with no error.  The
+ * start is refused, naming the device with the older record.  check and
+ * dump (offline) go on, and check lists the difference as a problem.
+ */
+static int stale_device(struct cache *c, char *err, size_t errlen)
+{
+    unsigned newest = c->ndevs, oldest = c->ndevs;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        const struct tc_superblock *sb = &c->devs[d].sb;
+        if (!(sb->flags & TC_SB_CLEAN_STOP))
+            continue;
+        if (newest == c->ndevs || sb->stop_chunk_seq > c->devs[newest].sb.stop_chunk_seq)
+            newest = d;
+        if (oldest == c->ndevs || sb->stop_chunk_seq < c->devs[oldest].sb.stop_chunk_seq)
+            oldest = d;
+    }
+    if (newest == c->ndevs ||
+        c->devs[newest].sb.stop_chunk_seq == c->devs[oldest].sb.stop_chunk_seq)
+        return 0;
+    snprintf(err, errlen,
+             "%s (device %u of the set) is older than the rest of its cache set: its clean-stop "
+             "record names newest chunk %llu, %s's names %llu, and one stop writes the same "
+             "record on every device.  It is an older copy of that device (restored from a "
+             "backup or a snapshot?): its log lacks what the set wrote after, and served, the "
+             "cache would return older data than its clients were acknowledged.  Give the "
+             "device as the set last stopped it; to give the set up, 'tiercache format --force "
+             "--discard-dirty' (its dirty data is lost)",
+             c->devs[oldest].dev->name, oldest,
+             (unsigned long long)c->devs[oldest].sb.stop_chunk_seq, c->devs[newest].dev->name,
+             (unsigned long long)c->devs[newest].sb.stop_chunk_seq);
+    return -1;
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
+    if (!c->offline && stale_device(c, err, errlen) < 0)
+        return -1;
     if (from_checkpoint(c))
         return 0;
     c->st.recovered_from = "scan";

@@ -115,6 +115,18 @@
  *   stop_tail_seq    the log tail the newest chunk records
  *   stop_chunks      the number of chunks in the segments of live groups
  *                    (groups at or after the tail)
+ *   stop_origin_mtime
+ *                    a file origin's modification time at the stop, in
+ *                    nanoseconds (0: not known -- another kind of origin,
+ *                    or a record of a build before the field).  Nothing
+ *                    may write the origin while the cache is stopped: its
+ *                    clean copies would be older than the origin, and its
+ *                    dirty data would overwrite the newer writes.  A start
+ *                    that finds the file's time changed refuses it (unless
+ *                    --adopt-origin).  At byte 2016, after the checkpoint
+ *                    fields, in versions 4 and 5 alike: a build that does
+ *                    not know it ignores it (and starts as before), and
+ *                    clears it with the rest of the record.
  *
  * At the next start nothing was in flight, so recovery must find exactly
  * that log: a live chunk that fails to check is damage, never a torn
@@ -196,13 +208,20 @@ struct tc_superblock {
     uint64_t origin_size;           /* bytes of the origin at format */
     uint64_t format_time;           /* Unix seconds */
     /* Stable identity of the origin, as struct tc_dev's identity (io/dev.h)
-     * gives it: "file:MAJ:MIN:INO", "loop:MAJ:MIN:INO:OFFSET" (a loop
-     * device, by its backing file), "block:WWID:START", "block:MAJ:MIN",
-     * "nbd:URI".  Compared as a string; "block:MAJ:MIN" is also what
+     * gives it: "file:MAJ:MIN:INO:bSEC.NSEC" (a file, with its birth
+     * time), "loop:MAJ:MIN:INO:OFFSET:bSEC.NSEC" (a loop device, by its
+     * backing file), "block:WWID:START", "block:MAJ:MIN", "nbd:URI"; the
+     * ":b" birth time is left out where the file system keeps none.
+     * Compared as a string; "block:MAJ:MIN" is also what
      * builds before the loop form recorded for a loop device: it is
      * accepted for the loop device of that number and rewritten in the
      * loop form (no version change: an older build reading the loop form
      * refuses the origin as another one, and --adopt-origin lets it in).
+     * Likewise a file or loop form without the birth time (builds before
+     * it: a file deleted and made again often has the old inode number,
+     * and passed for the old origin) is accepted for the file of that
+     * inode and rewritten with it; an older build refuses the new form as
+     * another origin, and --adopt-origin lets it in.
      * Rewritten also when --adopt-origin accepts another identity. */
     char origin_id[TC_ORIGIN_ID_LEN];
     char origin_path[TC_ORIGIN_PATH_LEN];   /* as named at format, for messages */
@@ -217,6 +236,7 @@ struct tc_superblock {
     uint64_t stop_chunk_seq;        /* newest chunk at the stop; all up to it durable */
     uint64_t stop_tail_seq;         /* the log tail it records */
     uint64_t stop_chunks;           /* chunks in the segments of live groups */
+    uint64_t stop_origin_mtime;     /* a file origin's mtime at the stop, ns (0: unknown) */
     /* TC_SB_CHECKPOINT (version 5; 0 otherwise): the checkpoint it names. */
     uint64_t ckpt_len;
     uint32_t ckpt_crc;
@@ -235,7 +255,8 @@ enum {
     SB_OFF_DEV_UUIDS = 560, SB_OFF_ABANDONED_SEQ = 816, SB_OFF_FAILED_SEQ = 824,
     SB_OFF_STOP_CHUNK_SEQ = 952, SB_OFF_STOP_TAIL_SEQ = 960, SB_OFF_STOP_CHUNKS = 968,
     SB_OFF_CKPT_LEN = 976, SB_OFF_CKPT_CRC = 984, SB_OFF_CKPT_NSEGS = 988,
-    SB_OFF_CKPT_SEGS = 992, SB_OFF_END = 992 + 4 * TC_CKPT_MAX_SEGS,
+    SB_OFF_CKPT_SEGS = 992, SB_OFF_STOP_ORIGIN_MTIME = 992 + 4 * TC_CKPT_MAX_SEGS,
+    SB_OFF_END = SB_OFF_STOP_ORIGIN_MTIME + 8,
 };
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);

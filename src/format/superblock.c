@@ -52,6 +52,7 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
         le64_put(buf + SB_OFF_STOP_CHUNK_SEQ, sb->stop_chunk_seq);
         le64_put(buf + SB_OFF_STOP_TAIL_SEQ, sb->stop_tail_seq);
         le64_put(buf + SB_OFF_STOP_CHUNKS, sb->stop_chunks);
+        le64_put(buf + SB_OFF_STOP_ORIGIN_MTIME, sb->stop_origin_mtime);
     }
     if (ckpt) {
         le64_put(buf + SB_OFF_CKPT_LEN, sb->ckpt_len);
@@ -128,6 +129,7 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         sb->stop_chunk_seq = le64_get(buf + SB_OFF_STOP_CHUNK_SEQ);
         sb->stop_tail_seq = le64_get(buf + SB_OFF_STOP_TAIL_SEQ);
         sb->stop_chunks = le64_get(buf + SB_OFF_STOP_CHUNKS);
+        sb->stop_origin_mtime = le64_get(buf + SB_OFF_STOP_ORIGIN_MTIME);
     }
     bool ckpt_ok = true;
     if (version == TC_SB_VERSION_CHECKPOINT && (sb->flags & TC_SB_CHECKPOINT)) {

@@ -241,5 +241,16 @@ enum dev_id_match dev_identity_matches(const struct tc_dev *d, const char *recor
         return DEV_ID_SAME;
     if (d->legacy_identity[0] && strncmp(recorded, d->legacy_identity, recorded_len) == 0)
         return DEV_ID_LEGACY;
+    /* A file or loop identity recorded without the birth time (by a build
+     * before it was part of the identity): the same file system and inode
+     * (and offset) is taken for this file, as that build took it, and the
+     * record is rewritten with the birth time. */
+    const char *b = strstr(d->identity, ":b");
+    if (b && (strncmp(d->identity, "file:", 5) == 0 || strncmp(d->identity, "loop:", 5) == 0)) {
+        size_t n = (size_t)(b - d->identity);
+        if (n < recorded_len && strncmp(recorded, d->identity, n) == 0 &&
+            (recorded[n] == '\0'))
+            return DEV_ID_LEGACY;
+    }
     return DEV_ID_OTHER;
 }

@@ -130,10 +130,17 @@ struct tc_dev {
                                        into pieces of this size); 0: no limit */
     /* What the device is, independent of the name it was opened by, as
      * the origin's identity in a cache's superblock records it:
-     *   file:MAJ:MIN:INO          a file (its file system and inode)
-     *   loop:MAJ:MIN:INO:OFFSET   a loop device: its backing file's file
-     *                             system, inode and offset, so the loop
-     *                             may come back under another number
+     *   file:MAJ:MIN:INO:bSEC.NSEC
+     *                             a file: its file system, inode and
+     *                             birth time (the inode number of a file
+     *                             deleted and made again is often the
+     *                             same; ":b..." is left out where the file
+     *                             system keeps no birth time)
+     *   loop:MAJ:MIN:INO:OFFSET:bSEC.NSEC
+     *                             a loop device: its backing file's file
+     *                             system, inode, offset and birth time,
+     *                             so the loop may come back under another
+     *                             number
      *   block:WWID:START          a disk with a WWID or serial (START
      *                             0), or a partition without a PARTUUID
      *                             of one (its disk's WWID, START its
@@ -149,7 +156,9 @@ struct tc_dev {
     /* The identity an older build recorded for this device, when it
      * differs ("block:MAJ:MIN" of a loop device, a partition, a dm device
      * or an md array), or "": a superblock that
-     * holds it is this device's too (see dev_identity_matches()). */
+     * holds it is this device's too (see dev_identity_matches(), which
+     * also takes a file or loop identity recorded without the birth time
+     * for this one). */
     char legacy_identity[128];
     struct tc_dev_stats stats;
     /* Errors since the last success (for messages). */
@@ -194,6 +203,10 @@ struct tc_dev *dev_open_local_as(struct tc_reactor *r, const char *path, const c
                                  bool read_only, char *err, size_t errlen);
 struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
                                 bool read_only, char *err, size_t errlen);
+/* A regular file's modification time in nanoseconds (the origin's, kept
+ * by a clean stop: engine/cache.c), into *ns; false for any other device
+ * or when fstat() fails. */
+bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns);
 struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const char *role,
                                 bool read_only, char *err, size_t errlen);
 struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,

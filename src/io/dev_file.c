@@ -402,6 +402,32 @@ static const struct tc_dev_ops file_ops = { .submit = file_submit, .close = file
  * up, so after a reboot or a re-setup the same file may be /dev/loop3
  * where it was /dev/loop0.  false if rdev is not a loop device with a
  * file behind it. */
+/*
+ * A file's birth time as the suffix of its identity (":bSEC.NSEC"), or ""
+ * where the file system keeps none.  An inode number alone does not name a
+ * file for long: a file deleted and made again often gets the old number
+ * at once (ext4 hands out the freed inode), so a recreated origin -- a new
+ * volume -- would pass for the one a cache was formatted for, be served
+ * the old volume's cached data and receive its dirty data.  The birth time
+ * (nanoseconds, set by the kernel, never by a user) tells them apart.
+ * dirfd/path/flags as for statx(); the inode is checked against ino/dev
+ * when dev is not 0 (a path read from sysfs may name another file by now).
+ */
+static void birth_suffix(int dirfd, const char *path, int flags, dev_t dev, ino_t ino,
+                         char *out, size_t len)
+{
+    struct statx sx;
+    out[0] = '\0';
+    if (statx(dirfd, path, flags, STATX_INO | STATX_BTIME, &sx) < 0 ||
+        !(sx.stx_mask & STATX_BTIME))
+        return;
+    if (dev != 0 && (sx.stx_ino != (uint64_t)ino ||
+                     makedev(sx.stx_dev_major, sx.stx_dev_minor) != dev))
+        return;
+    snprintf(out, len, ":b%lld.%09u", (long long)sx.stx_btime.tv_sec,
+             (unsigned)sx.stx_btime.tv_nsec);
+}
+
 static bool loop_identity(int fd, dev_t rdev, char *out, size_t len)
 {
     char path[128];
@@ -411,8 +437,32 @@ static bool loop_identity(int fd, dev_t rdev, char *out, size_t len)
     if (access(path, F_OK) != 0 || ioctl(fd, LOOP_GET_STATUS64, &info) < 0)
         return false;
     dev_t fsdev = (dev_t)info.lo_device;
-    snprintf(out, len, "loop:%u:%u:%llu:%llu", major(fsdev), minor(fsdev),
-             (unsigned long long)info.lo_inode, (unsigned long long)info.lo_offset);
+    /* The backing file's birth time, when its path still names it (a loop
+     * over a file deleted since gives none: such an origin is then
+     * refused as another, never taken for a newer file of its number). */
+    char file[512], birth[48] = "";
+    FILE *fp = fopen(path, "re");
+    if (fp) {
+        if (fgets(file, sizeof file, fp)) {
+            file[strcspn(file, "\n")] = '\0';
+            birth_suffix(AT_FDCWD, file, 0, fsdev, (ino_t)info.lo_inode, birth, sizeof birth);
+        }
+        fclose(fp);
+    }
+    snprintf(out, len, "loop:%u:%u:%llu:%llu%s", major(fsdev), minor(fsdev),
+             (unsigned long long)info.lo_inode, (unsigned long long)info.lo_offset, birth);
+    return true;
+}
+
+bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns)
+{
+    if (d->ops != &file_ops || d->is_block_device)
+        return false;
+    const struct dev_file *f = container_of(d, const struct dev_file, dev);
+    struct stat st;
+    if (fstat(f->fd, &st) < 0)
+        return false;
+    *ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
     return true;
 }
 
@@ -487,8 +537,10 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
         /* Block devices are left out: Linux answers SEEK_DATA/SEEK_HOLE on
          * them as one data extent (fixed_size_llseek), which tells nothing. */
         d->can_block_status = true;
-        snprintf(d->identity, sizeof d->identity, "file:%u:%u:%llu", major(st.st_dev),
-                 minor(st.st_dev), (unsigned long long)st.st_ino);
+        char birth[48];
+        birth_suffix(fd, "", AT_EMPTY_PATH, 0, 0, birth, sizeof birth);
+        snprintf(d->identity, sizeof d->identity, "file:%u:%u:%llu%s", major(st.st_dev),
+                 minor(st.st_dev), (unsigned long long)st.st_ino, birth);
     } else {
         snprintf(err, errlen, "%s: not a regular file or block device", path);
         file_close(d);

@@ -124,7 +124,9 @@ def workload(h, gens, rng, nwrites, next_gen):
 def prepare(a):
     """The two pristine images and what every sector must read back as."""
     # The origin's identity is its inode: every seed restores the images
-    # into these same files, in place.
+    # into these same files, in place, with their modification times
+    # (copy2): a start refuses a file origin whose time is not the one the
+    # clean stop recorded (written while the cache was stopped).
     d = f"{a.dir}/run"
     os.makedirs(d, exist_ok=True)
     gens = [1] * NSECT
@@ -154,7 +156,7 @@ def prepare(a):
     images = {"clean": (f"{a.dir}/img-clean", list(gens), "writethrough")}
     os.makedirs(images["clean"][0], exist_ok=True)
     for n in ("origin.img", "cache.img"):
-        shutil.copyfile(f"{d}/{n}", f"{images['clean'][0]}/{n}")
+        shutil.copy2(f"{d}/{n}", f"{images['clean'][0]}/{n}")
 
     # Dirty: then writeback writes, a FLUSH, and a crash.
     proc, h = start(a, d, "writeback", log)
@@ -168,7 +170,7 @@ def prepare(a):
     images["dirty"] = (f"{a.dir}/img-dirty", list(gens), "writeback")
     os.makedirs(images["dirty"][0], exist_ok=True)
     for n in ("origin.img", "cache.img"):
-        shutil.copyfile(f"{d}/{n}", f"{images['dirty'][0]}/{n}")
+        shutil.copy2(f"{d}/{n}", f"{images['dirty'][0]}/{n}")
 
     for name, (idir, _, _) in images.items():
         chk = subprocess.run([a.bin, "check", "--cache", f"{idir}/cache.img", "--json"],
@@ -255,7 +257,7 @@ def run_seed(a, seed, images, layouts, stats):
     headers, data, used, dirty, marks = layouts[name]
     d = f"{a.dir}/run"
     for n in ("origin.img", "cache.img"):
-        shutil.copyfile(f"{idir}/{n}", f"{d}/{n}")
+        shutil.copy2(f"{idir}/{n}", f"{d}/{n}")
     kind = ["superblock", "header", "data", "data", "unused", "mixed"][(seed // 2) % 6]
     size = os.path.getsize(f"{d}/cache.img")
     flips = []
