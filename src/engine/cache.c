@@ -344,7 +344,8 @@ static void log_device_error(void *ctx, unsigned d, int err, bool write)
     cache_device_error(ctx, d, err, write);
 }
 
-/* The cleaner's reserve: one segment per device, a group.  A pass copies
+/* The cleaner's reserve: one segment per device, a group (per device in
+ * service once one failed: space_drop_free()).  A pass copies
  * at most what leaves room in it for the records that must always be
  * appendable (cleaner.c, copy_fits()), so one is enough; a second kept a
  * segment per device empty for good (1.6 % of a 64 MiB cache).  For tests

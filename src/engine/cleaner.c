@@ -183,6 +183,9 @@ struct cleaner {
                                      * cleaner_record_fits(), to wait */
     uint64_t claim_waits;           /* appends that left a pass's claim its
                                      * room, to wait (cleaner_claim()) */
+    uint64_t client_records_refused;    /* client records (tombstones, clean
+                                     * records) refused by
+                                     * cleaner_client_record_fits() */
     bool unbounded;                 /* TIERCACHE_TEST_UNBOUNDED_COPIES: no
                                      * copy_fits() (a test shows what it
                                      * prevents) */
@@ -406,6 +409,10 @@ void cleaner_space_freed(struct cache *c)
         w->next = k->space_waiters;
         k->space_waiters = w;
     }
+    /* Clean records deferred for want of room, after the appends that
+     * waited (client data first): as far as their budget allows. */
+    if (all)
+        writeback_owed_records(c);
 }
 
 void cleaner_wake_all(struct cache *c)
@@ -549,6 +556,47 @@ bool cleaner_record_fits(struct cache *c)
     if (k->unbounded || c->stopping || log_room(c) >= tail_room(c) + 2 * TC_MAX_HDR_SECTORS)
         return true;
     k->records_deferred++;
+    return false;
+}
+
+/* The client records' budget: the sectors of the reserve that
+ * tombstones and clean records may take (CLIENT_RECORD_SECTORS, 128 KiB),
+ * but never more than half of what the reserve holds beyond
+ * record_room(): the rest is the cleaner's, to copy what it keeps and
+ * write its last records. */
+#define CLIENT_RECORD_SECTORS 32u
+
+static uint64_t reserve_room(const struct cache *c)
+{
+    return (uint64_t)c->sp.reserve_segs * c->seg_sectors;
+}
+
+uint64_t cleaner_client_record_budget(const struct cache *c)
+{
+    uint64_t res = reserve_room(c), rec = record_room(c);
+    if (res <= rec)
+        return 0;
+    return TC_MIN((uint64_t)CLIENT_RECORD_SECTORS, (res - rec) / 2);
+}
+
+/* A client record (no data) costs at most a head closed unused and a new
+ * chunk's header, as a failure's record does (cleaner_record_fits()).
+ * Above the reserve it always fits: a new group leaves the reserve.
+ * Within it, it fits while the room left after it stays above the
+ * reserve less the budget -- whoever took the reserve so far: once a
+ * pass's copies have taken more than the budget, client records wait
+ * for the room the pass frees, and never take the room its copies left
+ * for its tail record (before, a TRIM storm took that too:
+ * record-bound.test). */
+bool cleaner_client_record_fits(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || k->unbounded || c->stopping || c->sp.free_segs > c->sp.reserve_segs)
+        return true;
+    uint64_t floor = reserve_room(c) - cleaner_client_record_budget(c);
+    if (log_room(c) >= floor + 2 * TC_MAX_HDR_SECTORS)
+        return true;
+    k->client_records_refused++;
     return false;
 }
 
@@ -1452,5 +1500,11 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "failure_room_min", k->failure_room_min - 1);
     json_uint(j, "records_deferred", k->records_deferred);
     json_uint(j, "claim_waits", k->claim_waits);
+    /* Tombstones and clean records bounded to the budget of the reserve
+     * (cleaner_client_record_fits()): the budget (sectors), and the
+     * records refused by it (tombstones then wait for room, clean records
+     * are deferred: writeback.clean_records_deferred). */
+    json_uint(j, "client_record_budget", cleaner_client_record_budget(c));
+    json_uint(j, "client_records_refused", k->client_records_refused);
     json_end_object(j);
 }

@@ -60,6 +60,16 @@ bool cleaner_mirror_fits(struct cache *c, uint64_t sectors);
  * false (counted: cleaner.records_deferred): it waits for room, as it
  * does when there is none at all. */
 bool cleaner_record_fits(struct cache *c);
+/* Whether a client record -- a tombstone of a client's write, trim or
+ * write-zeroes, or writeback's clean record -- may be appended with the
+ * reserve: only within a small budget of it
+ * (cleaner_client_record_budget(), sectors), so that a flood of them
+ * never takes the room the cleaner needs to move live data and record
+ * the log's end.  false (counted: cleaner.client_records_refused): a
+ * tombstone waits for room (cleaner_wait_space()) as client data does, a
+ * clean record is deferred (writeback.c).  Always true at a stop. */
+bool cleaner_client_record_fits(struct cache *c);
+uint64_t cleaner_client_record_budget(const struct cache *c);
 /* A device failed, others are in service: the room they have left
  * (log_room()), before the failure's appends, noted for status
  * (cleaner.failure_room_min). */

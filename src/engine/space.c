@@ -130,8 +130,9 @@ void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
 
 /* Shared among the devices in service, and recomputed when one fails
  * (space_drop_free()): the failed device's share went with its free
- * segments, and the survivors must hold the whole reserve between them --
- * sized with the failed device counted, the survivor of two kept only
+ * segments, and the survivors must hold the whole reserve between them
+ * (a segment each: space_drop_free() sizes it to the devices in service)
+ * -- sized with the failed device counted, the survivor of two kept only
  * half of it as its own.  The shares add up to at most the reserve, so
  * an append above the reserve always finds a device with more than its
  * share (log.c, ensure_group()). */
@@ -194,6 +195,18 @@ void space_drop_free(struct space *sp, unsigned dev)
     sp->dev_failed[dev] = true;
     sp->free_segs -= sp->stacks[dev].n;
     sp->stacks[dev].n = 0;
+    /* The reserve is a segment per device in service, a group (cache.c,
+     * watermarks()): a group no longer takes a segment of this one.  Kept
+     * at its size, the survivors held the failed device's segment too: a
+     * survivor of 4 segments kept 2 free and appends wedged after some
+     * 200 writes, one of 2 segments kept both and the cleaner retired
+     * groups in a loop (thousands a second) while every write waited
+     * (devfail-small.test). */
+    unsigned in_service = 0;
+    for (unsigned d = 0; d < sp->ndevs; d++)
+        in_service += !sp->dev_failed[d];
+    if (sp->reserve_segs > in_service)
+        sp->reserve_segs = in_service;
 }
 
 /* The oldest group, closed.  That it may go (invariant 5) is the

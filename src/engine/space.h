@@ -165,9 +165,9 @@ bool space_open_group(struct space *sp, uint64_t *next_seq);
 bool space_open_group_above(struct space *sp, uint64_t *next_seq, uint32_t keep);
 /* The free segments each device in service keeps as its share of the
  * cleaner's reserve (the reserve divided among the devices in service:
- * 1 when it has a segment per device, the whole of it on the survivor
- * of two after a failure; 0 when it has fewer segments than there are
- * devices in service): groups are opened from the others first (log.c, ensure_group()),
+ * 1, as the reserve is a segment per device in service -- after a
+ * failure too, space_drop_free() sizes it down; 0 when it has fewer
+ * segments than there are devices in service, as tests make it): groups are opened from the others first (log.c, ensure_group()),
  * so that the reserve is not all on one device -- a device failure drops
  * its free segments (space_drop_free()), and with them the reserve if it
  * was all there: the survivors' last records (the cleaner's tail record,

@@ -99,6 +99,7 @@
 #include "engine/blocklock.h"
 #include "engine/cache.h"
 #include "engine/cacheio.h"
+#include "engine/cleaner.h"
 #include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/map.h"
@@ -252,7 +253,25 @@ struct writeback {
     /* the log's rate limit */
     double log_tokens;
     uint64_t log_last_ns, log_suppressed;
+    /* clean records deferred (clean_record()), oldest first */
+    struct clean_owed *owed;
+    size_t nowed, owed_cap;
+    uint64_t clean_deferred, clean_replayed, clean_given_up;
 };
+
+/* A clean record not appended yet: the block's fragment at seg:off (its
+ * newest when written back), in the segment's group of sequence seq. */
+struct clean_owed {
+    uint64_t oblock;
+    uint64_t seq;
+    uint32_t seg;
+    uint16_t off;
+    struct tc_mask m;
+};
+
+/* The most clean records kept deferred (some 3.5 MiB); beyond it one is
+ * given up, as one finding no room at all was before deferral. */
+#define OWED_MAX 65536u
 
 static void pace(struct writeback *wb);
 static void throttle_credit(struct writeback *wb, uint64_t bytes);
@@ -523,6 +542,110 @@ static void job_account(struct wb_job *j, int err, bool cut)
                  WB_FAILURES_EIO);
 }
 
+/* ---- clean records ----
+ *
+ * A clean record tells recovery that dirty sectors of a version reached
+ * the origin.  Without it (a crash before it is durable) the sectors come
+ * back dirty and are written back again, with the version's data: a block
+ * the log still holds is cached as its newest version (recovery: newest
+ * sequence wins), and no client write reaches the origin while the log
+ * holds an older version of its block without a newer entry after it (a
+ * write-through version, or the tombstone of a write around the cache).
+ * One path drops a clean block without a tombstone: a cached copy that
+ * failed to read (readpath.c, salvage()); a later write around the cache
+ * then leaves nothing in the log, and a version recovered dirty would be
+ * written back over it.  So a record that cannot be appended now is not
+ * forgotten but deferred, and appended once there is room
+ * (writeback_owed_records()), as a tombstone when the block is no longer
+ * cached.
+ *
+ * Clean records are client records (cleaner_client_record_fits()): they
+ * take at most a small budget of the cleaner's reserve.  Beyond it they
+ * are deferred, the block marked clean now: the cleaner's own write-backs
+ * (a pass writing back the dirty data of the group it reclaims) must not
+ * wait for room only the pass can free. */
+
+static void owe(struct writeback *wb, uint64_t oblock, uint32_t seg, uint16_t off,
+                const struct tc_mask *m)
+{
+    struct cache *c = wb->c;
+    if (wb->nowed == OWED_MAX) {
+        wb->clean_given_up++;
+        return;
+    }
+    if (wb->nowed == wb->owed_cap) {
+        wb->owed_cap = wb->owed_cap ? wb->owed_cap * 2 : 64;
+        wb->owed = realloc(wb->owed, wb->owed_cap * sizeof *wb->owed);
+        if (wb->owed == NULL)
+            abort();
+    }
+    wb->owed[wb->nowed++] = (struct clean_owed){ .oblock = oblock, .seq = space_seg(&c->sp, seg)->seq,
+                                                 .seg = seg, .off = off, .m = *m };
+    wb->clean_deferred++;
+}
+
+/* The record a deferred one has become: false if none is needed any more
+ * (the version's group is gone, its sectors are dirty again, or a newer
+ * version replaced it: recovery applies a clean record only to the
+ * block's newest version, and this one's target is not that). */
+static bool owed_record(struct cache *c, const struct clean_owed *o, struct append *a)
+{
+    const struct segment *sg = space_seg(&c->sp, o->seg);
+    if (sg->group == NIL || sg->seq != o->seq)
+        return false;
+    uint32_t id = index_lookup(&c->map.idx, o->oblock);
+    if (id == NIL) {
+        /* Dropped, perhaps without a tombstone (salvage()): the version
+         * in the log must not come back dirty. */
+        *a = (struct append){ .oblock = o->oblock, .type = TC_ENTRY_TOMBSTONE,
+                              .use_reserve = true };
+        return true;
+    }
+    struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
+    if (head.seg != o->seg || head.off != o->off)
+        return false;
+    struct tc_mask v, d, m = o->m;
+    ce_get_masks(&c->map.idx, id, &v, &d);
+    mask_and(&m, &v);
+    mask_andnot(&m, &d);
+    if (mask_empty(&m))
+        return false;
+    *a = (struct append){ .oblock = o->oblock, .type = TC_ENTRY_CLEAN,
+                          .target = tc_loc(o->seg, o->off), .valid = m, .use_reserve = true };
+    return true;
+}
+
+void writeback_owed_records(struct cache *c)
+{
+    struct writeback *wb = c->wb;
+    if (wb == NULL || wb->nowed == 0)
+        return;
+    size_t i = 0;
+    for (; i < wb->nowed; i++) {
+        struct append a;
+        if (!owed_record(c, &wb->owed[i], &a))
+            continue;
+        if (!cleaner_client_record_fits(c) || log_append(c, &a, NULL).err < 0)
+            break;
+        wb->clean_replayed++;
+    }
+    memmove(wb->owed, wb->owed + i, (wb->nowed - i) * sizeof *wb->owed);
+    wb->nowed -= i;
+}
+
+/* The clean record of the sectors m of a block's fragment at seg:off,
+ * its newest: appended now, or deferred. */
+static void clean_record(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
+                         const struct tc_mask *m)
+{
+    struct writeback *wb = c->wb;
+    writeback_owed_records(c);          /* the older ones first */
+    struct append a = { .oblock = oblock, .type = TC_ENTRY_CLEAN, .target = tc_loc(seg, off),
+                        .valid = *m, .use_reserve = true };
+    if (wb->nowed > 0 || !cleaner_client_record_fits(c) || log_append(c, &a, NULL).err < 0)
+        owe(wb, oblock, seg, off, m);
+}
+
 /* The origin has the runs durably: the blocks are clean now. */
 static void job_flushed(struct tc_dev_io *dio, int err)
 {
@@ -549,10 +672,7 @@ static void job_flushed(struct tc_dev_io *dio, int err)
                         wf->failures);
         }
         struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
-        struct append a = { .oblock = b->oblock, .type = TC_ENTRY_CLEAN,
-                            .target = tc_loc(head.seg, head.off), .valid = b->dirty,
-                            .use_reserve = true };
-        log_append(c, &a, NULL);
+        clean_record(c, b->oblock, head.seg, head.off, &b->dirty);
         if (c->draining) {
             struct tc_mask dm;
             cache_drain_mask(c, id, &dm);
@@ -1139,6 +1259,7 @@ static void free_if_done(struct cache *c)
             wb->fail[h] = f->next;
             free(f);
         }
+    free(wb->owed);
     free(wb);
     c->wb = NULL;
 }
@@ -1545,6 +1666,13 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "throttled_now", wb->throttled_now);
         json_double(j, "throttle_wait_seconds", (double)wb->throttle_wait_ns / 1e9);
         json_double(j, "throttle_max_wait_seconds", (double)wb->throttle_max_wait_ns / 1e9);
+        /* Clean records beyond their budget of the cleaner's reserve
+         * (clean_record()): deferred, appended since, waiting now, given
+         * up (more than OWED_MAX waiting). */
+        json_uint(j, "clean_records_deferred", wb->clean_deferred);
+        json_uint(j, "clean_records_replayed", wb->clean_replayed);
+        json_uint(j, "clean_records_waiting", wb->nowed);
+        json_uint(j, "clean_records_given_up", wb->clean_given_up);
     }
     json_uint(j, "passes", c->st.writeback_passes);
     if (c->last_flush_wall_ns)

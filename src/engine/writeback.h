@@ -63,6 +63,10 @@ bool writeback_idle(struct cache *c);
 /* Why the last drain gave up ("" if it did not). */
 void writeback_drain_reason(struct cache *c, char *buf, size_t len);
 unsigned writeback_jobs_in_flight(struct cache *c);
+/* Append the clean records deferred for want of room (beyond their
+ * budget of the cleaner's reserve), as far as the budget allows now;
+ * called when the cleaner frees room. */
+void writeback_owed_records(struct cache *c);
 void writeback_status_json(struct cache *c, struct tc_json *j);
 /* Block writebacks the origin refused or that were cut by a lost
  * connection: the blocks stayed dirty and are written again later. */

@@ -415,7 +415,8 @@ static void tombstone_append(struct wpiece *p)
                         .use_reserve = true, .urgent = true };
     p->tw.fn = failure_durable;
     p->tw.need_flush = true;
-    if (log_append(c, &a, &p->tw).err == -ENOSPC) {
+    /* A client record: within its budget of the reserve, or it waits. */
+    if (!cleaner_client_record_fits(c) || log_append(c, &a, &p->tw).err == -ENOSPC) {
         p->tw.fn = tombstone_room;
         cleaner_wait_space(c, &p->tw);
     }
@@ -749,7 +750,13 @@ static void append_version(struct wpiece *p)
          * contents are unspecified anyway). */
         p->lw.need_flush = p->mode == W_AROUND;
         w->log_waits++;
-        int rc = log_append(c, &a, &p->lw).err;
+        /* A client record takes at most its budget of the reserve
+         * (cleaner_client_record_fits()); beyond it, it waits for room
+         * like client data.  The write waits with it: in writearound
+         * mode the origin write goes only once the tombstone is durable,
+         * so until then the block's cached copy is its current data. */
+        int rc = c->vol->cache_failed || cleaner_client_record_fits(c)
+                     ? log_append(c, &a, &p->lw).err : -ENOSPC;
         if (rc == -ENOSPC && c->vol->cache_failed) {
             /* No device left (failure.c): no room will ever come, and
              * the log is never trusted again (abandon.c), so the block

@@ -1,5 +1,6 @@
 # Shared by engine/devfail-full*.test; source it after tests/lib.sh.
-# Two cache devices, a2 small (4 segments), the origin refusing writes (the
+# Two cache devices, a2 small (4 segments; A2_MB=N sets a2 N MiB, N - 1
+# segments), the origin refusing writes (the
 # data stays dirty, nothing can be written back): devfail_full_setup
 # PASSES BLOCKS writes BLOCKS whole blocks PASSES times, each its own
 # chunk -- chunks alternate devices while both have room, so with several
@@ -24,7 +25,7 @@ devfail_full_setup() {  # devfail_full_setup PASSES BLOCKS: the model's writes
   local passes=$1
   NB=$2 N=$(($2 * 16))
   rm -f model.json ohold hold1
-  make_file origin.img 16M; make_file a1.img 16M; make_file a2.img 5M   # a2: 4 segments
+  make_file origin.img 16M; make_file a1.img 16M; make_file a2.img ${A2_MB:-5}M   # a2: 4 segments (A2_MB - 1)
   "$TIERCACHE" format --cache a1.img,a2.img --origin origin.img --segment-size 1M >/dev/null
   touch ohold
   # No share of the reserve kept on a2 (TIERCACHE_TEST_RESERVE_SHARED):
