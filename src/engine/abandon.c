@@ -244,6 +244,7 @@ static int state_write_as(struct cache *c, bool stop_lost)
     }
     c->ab.state_writes++;
     c->ab.state_dirty = false;
+    c->ab.disk_abandoned_seq = (st.flags & TC_STATE_ABANDONED) ? st.abandoned_seq : 0;
     return 0;
 }
 
@@ -812,9 +813,36 @@ int abandon_close(struct cache *c)
         }
         return 0;
     }
-    if ((c->abandoned || c->abandoned_seq) && c->ab.state_dirty)
-        state_write(c);
-    return 0;
+    if (!(c->abandoned || c->abandoned_seq) || !c->ab.state_dirty)
+        return 0;
+    int rc = state_write(c);
+    if (rc == 0 || !c->abandoned)
+        return 0;   /* restarted after an abandonment: the log's LOST records
+                       carry what the file lags behind */
+    /* Abandoned in this run: the log is not trusted, and the state file is
+     * the only record of the lost set.  What the next start reads is the
+     * copy on disk (the write goes through a temporary file: a failed one
+     * leaves it whole), or none; say which, and fail the stop. */
+    if (c->ab.disk_abandoned_seq == c->abandoned_seq)
+        tc_error("state file %s: cannot write it at the stop (%s): the copy on disk records "
+                 "the abandonment, but not every lost sector written again since: those "
+                 "read as EIO after the next start until rewritten", c->state_path,
+                 strerror(-rc));
+    else if (!c->abandon_unrecorded)
+        tc_error("state file %s: cannot write it at the stop (%s): it does not record this "
+                 "abandonment (log sequence %llu) and its %llu lost sectors; a superblock "
+                 "does, so the next start refuses the cache rather than serve older data "
+                 "for them: the lost set is known only to this process, and the way on is "
+                 "'tiercache format --force --discard-dirty' (the lost sectors then read as "
+                 "whatever the origin holds)", c->state_path, strerror(-rc),
+                 (unsigned long long)c->abandoned_seq,
+                 (unsigned long long)lost_sectors(&c->map.lost));
+    else
+        tc_error("state file %s: cannot write it at the stop (%s): the abandonment is "
+                 "recorded nowhere (no superblock took its mark either; every write since "
+                 "failed): the next start trusts the cache's log again", c->state_path,
+                 strerror(-rc));
+    return -EIO;
 }
 
 /* ---- a stop's lost set (TC_STATE_STOP_LOST) ---- */
@@ -1058,6 +1086,8 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
                  c->state_path, (unsigned long long)s.abandoned_seq);
         goto out;
     }
+    if (s.flags & TC_STATE_ABANDONED)
+        c->ab.disk_abandoned_seq = s.abandoned_seq;
     if (s.flags & TC_STATE_STOP_LOST) {
         /* Applied by recovery at its sequence (abandon_stop_lost_apply()),
          * after the abandonment below if both are recorded. */

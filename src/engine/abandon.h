@@ -37,6 +37,9 @@ struct abandon {
     bool settle_failed;             /* the last one failed (warned once) */
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
+    uint64_t disk_abandoned_seq;    /* the abandonment the state file on disk
+                                       records (0: none): what the next start
+                                       would read */
     unsigned sb_marks_pending;
     struct sb_mark *sb_queue;       /* superblock writes, in the order asked for:
                                        one in flight per device (abandon.c) */
