@@ -76,6 +76,10 @@ struct abandon {
  * abandoned_seq.  -1 with a message when the cache must not be used. */
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen);
+/* At attach, before the first write to the cache: room kept aside for the
+ * state file (preallocated spares, abandon.c), so that its rewrites need
+ * no new blocks of a file system that has filled up since. */
+void abandon_keep_room(struct cache *c);
 /* The last device failed: record the abandonment durably (state file now,
  * superblock marks on every device that takes them). */
 void abandon_record(struct cache *c);
