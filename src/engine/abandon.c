@@ -505,6 +505,15 @@ void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *
         settle_start(c);
 }
 
+void abandon_lost_grown(struct cache *c)
+{
+    /* Any time will do: the file holds every sector not known written
+     * durably (lost_foreach() gives the persisted masks), a settle's too. */
+    c->ab.state_dirty = true;
+    if (!c->ab.state_closed)
+        state_write_now(c);     /* else the stop writes it */
+}
+
 void abandon_lost_changed(struct cache *c)
 {
     if (!c->ab.state_closed && !c->state_timer.armed)

@@ -117,6 +117,9 @@ static inline bool devfail_hold_ack(struct abandon *ab, struct tc_request *req, 
 {
     return ab != NULL && ab->devfail_marks_pending != 0 && devfail_hold(ab, req, err);
 }
+/* The lost set of an abandoned cache grew (a write in doubt, say): the
+ * state file is rewritten now (blocking), or retried by the timer. */
+void abandon_lost_grown(struct cache *c);
 /* Lost sectors were written again: their clear is recorded once the
  * write is durable (an origin flush and a log sync later). */
 void abandon_lost_changed(struct cache *c);
