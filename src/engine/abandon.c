@@ -35,16 +35,20 @@
  *
  *  1. The state file (format in ondisk.h), on another file system when the
  *     cache is a block device, next to the cache file otherwise.  Written
- *     with blocking calls (a temporary file, fdatasync, rename, fsync of the
- *     directory) inside the failure handling, before any request goes on:
+ *     with blocking calls (a preallocated spare file, fdatasync, rename,
+ *     fsync of the directory: see "Room kept aside" below) inside the
+ *     failure handling, before any request goes on:
  *     so no write reaches the origin past the cache before the record is
  *     durable -- a crash right after such a write restarts with the record.
  *     This is the one place where the reactor blocks on purpose: it happens
  *     once per abandonment, and the ordering is worth a few milliseconds.
- *     Later changes of the lost set (writes clearing lost sectors) are
+ *     (So does a loss after the abandonment -- a write failed in doubt,
+ *     abandon_lost_grown() --, rare, and recorded before its answer.)
+ *     Later clears of the lost set (writes clearing lost sectors) are
  *     written lazily, and only once they are durable (below): a state
  *     file that lags only says that more sectors are lost than are, which
- *     fails reads, never returns wrong data.
+ *     fails reads, never returns wrong data.  A clean stop that cannot
+ *     write it fails (abandon_close()).
  *  2. A mark in the superblock of every device that can still be written
  *     (TC_SB_ABANDONED with abandoned_seq), written asynchronously.  It
  *     catches a state file that is later deleted or lost: a device marked
@@ -920,8 +924,8 @@ static int close_state(struct cache *c)
                        carry what the file lags behind */
     /* Abandoned in this run: the log is not trusted, and the state file is
      * the only record of the lost set.  What the next start reads is the
-     * copy on disk (the write goes through a temporary file: a failed one
-     * leaves it whole), or none; say which, and fail the stop. */
+     * copy on disk (the write goes through a spare file renamed over it: a
+     * failed one leaves it whole), or none; say which, and fail the stop. */
     if (c->ab.disk_abandoned_seq == c->abandoned_seq)
         tc_error("state file %s: cannot write it at the stop (%s): the copy on disk records "
                  "the abandonment, but not every lost sector written again since: those "
