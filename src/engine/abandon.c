@@ -35,16 +35,20 @@
  *
  *  1. The state file (format in ondisk.h), on another file system when the
  *     cache is a block device, next to the cache file otherwise.  Written
- *     with blocking calls (a temporary file, fdatasync, rename, fsync of the
- *     directory) inside the failure handling, before any request goes on:
+ *     with blocking calls (a preallocated spare file, fdatasync, rename,
+ *     fsync of the directory: see "Room kept aside" below) inside the
+ *     failure handling, before any request goes on:
  *     so no write reaches the origin past the cache before the record is
  *     durable -- a crash right after such a write restarts with the record.
  *     This is the one place where the reactor blocks on purpose: it happens
  *     once per abandonment, and the ordering is worth a few milliseconds.
- *     Later changes of the lost set (writes clearing lost sectors) are
+ *     (So does a loss after the abandonment -- a write failed in doubt,
+ *     abandon_lost_grown() --, rare, and recorded before its answer.)
+ *     Later clears of the lost set (writes clearing lost sectors) are
  *     written lazily, and only once they are durable (below): a state
  *     file that lags only says that more sectors are lost than are, which
- *     fails reads, never returns wrong data.
+ *     fails reads, never returns wrong data.  A clean stop that cannot
+ *     write it fails (abandon_close()).
  *  2. A mark in the superblock of every device that can still be written
  *     (TC_SB_ABANDONED with abandoned_seq), written asynchronously.  It
  *     catches a state file that is later deleted or lost: a device marked
@@ -178,6 +182,76 @@ static int fsync_dir(const char *path)
     return rc;
 }
 
+/*
+ * Room kept aside for the state file.  A rewrite of the state file is a
+ * new file renamed over it, and a new file needs blocks: on a full file
+ * system -- the state file beside a cache file that filled it, say -- the
+ * abandonment's record, and every FLUSH waiting for a rewrite after it,
+ * would fail until there is room.  So STATE_SPARES files PATH.spareN are
+ * kept preallocated (fallocate() with FALLOC_FL_KEEP_SIZE: blocks, no
+ * size, no data), from the start on: a write fills one, and the rename
+ * frees the state file it replaces, whose blocks (its own spare room)
+ * preallocate the next spare.  Two, so that the first write -- with no
+ * state file to free -- leaves one for the second.  A state file larger
+ * than its spare's room allocates the rest, and may fail (the error names
+ * the state file).  Their contents mean nothing: a crash leaves them, the
+ * next start uses them; a stop with no state file removes them.
+ */
+#define STATE_SPARES 2
+#define STATE_SPARE_MIN (64u * 1024)
+
+static char *spare_path(const struct cache *c, unsigned i)
+{
+    size_t l = strlen(c->state_path) + 16;
+    char *p = tc_xmalloc(l);
+    snprintf(p, l, "%s.spare%u", c->state_path, i);
+    return p;
+}
+
+/* Each spare with room for `len' bytes at least (STATE_SPARE_MIN, twice
+ * the state file when there is room for that).  Quietly: a spare that
+ * cannot be made now is tried again after the next write. */
+static void spares_keep(struct cache *c, size_t len)
+{
+    uint64_t need = TC_MAX((uint64_t)len, (uint64_t)STATE_SPARE_MIN);
+    uint64_t want = TC_MAX((uint64_t)len * 2, (uint64_t)STATE_SPARE_MIN);
+    for (unsigned i = 0; i < STATE_SPARES; i++) {
+        char *sp = spare_path(c, i);
+        int fd = open(sp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 < need &&
+            fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)want) < 0 && want > need)
+            (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)need);
+        if (fd >= 0)
+            close(fd);
+        free(sp);
+    }
+}
+
+void abandon_keep_room(struct cache *c)
+{
+    if (c->vol->read_only)
+        return;
+    if (strncmp(c->state_path, STATE_DIR "/", sizeof STATE_DIR) == 0 &&
+        mkdir(STATE_DIR, 0700) == 0)
+        fsync_dir(STATE_DIR);
+    struct stat st;
+    spares_keep(c, stat(c->state_path, &st) == 0 ? (size_t)st.st_size : 0);
+}
+
+/* No state file left at a stop: nor its room. */
+static void spares_drop(struct cache *c)
+{
+    struct stat st;
+    if (c->vol->read_only || stat(c->state_path, &st) == 0 || errno != ENOENT)
+        return;
+    for (unsigned i = 0; i < STATE_SPARES; i++) {
+        char *sp = spare_path(c, i);
+        unlink(sp);
+        free(sp);
+    }
+}
+
 /* Write the state file now (blocking; see the comment at the top): the
  * abandonment (if any) and, with stop_lost, the lost set as a stop leaves
  * it (TC_STATE_STOP_LOST: at the log's next sequence number). */
@@ -206,17 +280,30 @@ static int state_write_as(struct cache *c, bool stop_lost)
     }
     memcpy(st.set_uuid, c->set_uuid, 16);
     state_encode(buf, &st);
-    size_t tl = strlen(c->state_path) + 8;
-    char *tmp = tc_xmalloc(tl);
-    snprintf(tmp, tl, "%s.tmp", c->state_path);
+    /* Into a spare (room kept aside, below) when one has room enough, else
+     * a new one: overwriting its preallocated blocks needs none from the
+     * file system, so a full one does not fail the write -- nor the FLUSH
+     * waiting for it.  Only then renamed over the state file: a crash
+     * before leaves the old state file whole. */
+    char *tmp = NULL;
+    for (unsigned i = 0; i < STATE_SPARES && !tmp; i++) {
+        char *sp = spare_path(c, i);
+        struct stat sst;
+        if (stat(sp, &sst) == 0 && (uint64_t)sst.st_blocks * 512 >= len)
+            tmp = sp;
+        else
+            free(sp);
+    }
+    if (!tmp)
+        tmp = spare_path(c, 0);
     int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);   /* no O_TRUNC: keep its blocks */
     if (fd < 0) {
         rc = -errno;
     } else {
         size_t done = 0;
         while (done < len && rc == 0) {
-            ssize_t w = write(fd, buf + done, len - done);
+            ssize_t w = pwrite(fd, buf + done, len - done, (off_t)done);
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0)
@@ -224,6 +311,12 @@ static int state_write_as(struct cache *c, bool stop_lost)
             else
                 done += (size_t)w;
         }
+        /* A spare a failed write left longer: cut to this content (the
+         * reader wants the exact length).  Shrinking allocates nothing. */
+        struct stat sst;
+        if (rc == 0 && fstat(fd, &sst) == 0 && (uint64_t)sst.st_size > len &&
+            ftruncate(fd, (off_t)len) < 0)
+            rc = -errno;
         if (rc == 0 && fdatasync(fd) < 0)
             rc = -errno;
         if (close(fd) < 0 && rc == 0)
@@ -232,8 +325,7 @@ static int state_write_as(struct cache *c, bool stop_lost)
             rc = -errno;
         if (rc == 0)
             rc = fsync_dir(c->state_path);
-        if (rc)
-            unlink(tmp);
+        /* A failed write leaves the spare, and its blocks, for the next. */
     }
     free(tmp);
     free(buf);
@@ -244,6 +336,9 @@ static int state_write_as(struct cache *c, bool stop_lost)
     }
     c->ab.state_writes++;
     c->ab.state_dirty = false;
+    c->ab.disk_abandoned_seq = (st.flags & TC_STATE_ABANDONED) ? st.abandoned_seq : 0;
+    /* The state file just replaced freed its blocks: room for the next. */
+    spares_keep(c, len);
     return 0;
 }
 
@@ -412,6 +507,15 @@ void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *
     c->ab.settle_next = w;
     if (!c->ab.settle_busy)
         settle_start(c);
+}
+
+void abandon_lost_grown(struct cache *c)
+{
+    /* Any time will do: the file holds every sector not known written
+     * durably (lost_foreach() gives the persisted masks), a settle's too. */
+    c->ab.state_dirty = true;
+    if (!c->ab.state_closed)
+        state_write_now(c);     /* else the stop writes it */
 }
 
 void abandon_lost_changed(struct cache *c)
@@ -792,7 +896,7 @@ void abandon_close_flushed(struct cache *c, bool ok)
  * serve the copies those records were to keep out, and a later eviction
  * the origin's older data.  The state file carries it then
  * (TC_STATE_STOP_LOST), and the stop fails if it cannot. */
-int abandon_close(struct cache *c)
+static int close_state(struct cache *c)
 {
     c->ab.state_closed = true;
     timer_cancel(c->reactor, &c->state_timer);
@@ -812,9 +916,43 @@ int abandon_close(struct cache *c)
         }
         return 0;
     }
-    if ((c->abandoned || c->abandoned_seq) && c->ab.state_dirty)
-        state_write(c);
-    return 0;
+    if (!(c->abandoned || c->abandoned_seq) || !c->ab.state_dirty)
+        return 0;
+    int rc = state_write(c);
+    if (rc == 0 || !c->abandoned)
+        return 0;   /* restarted after an abandonment: the log's LOST records
+                       carry what the file lags behind */
+    /* Abandoned in this run: the log is not trusted, and the state file is
+     * the only record of the lost set.  What the next start reads is the
+     * copy on disk (the write goes through a spare file renamed over it: a
+     * failed one leaves it whole), or none; say which, and fail the stop. */
+    if (c->ab.disk_abandoned_seq == c->abandoned_seq)
+        tc_error("state file %s: cannot write it at the stop (%s): the copy on disk records "
+                 "the abandonment, but not every lost sector written again since: those "
+                 "read as EIO after the next start until rewritten", c->state_path,
+                 strerror(-rc));
+    else if (!c->abandon_unrecorded)
+        tc_error("state file %s: cannot write it at the stop (%s): it does not record this "
+                 "abandonment (log sequence %llu) and its %llu lost sectors; a superblock "
+                 "does, so the next start refuses the cache rather than serve older data "
+                 "for them: the lost set is known only to this process, and the way on is "
+                 "'tiercache format --force --discard-dirty' (the lost sectors then read as "
+                 "whatever the origin holds)", c->state_path, strerror(-rc),
+                 (unsigned long long)c->abandoned_seq,
+                 (unsigned long long)lost_sectors(&c->map.lost));
+    else
+        tc_error("state file %s: cannot write it at the stop (%s): the abandonment is "
+                 "recorded nowhere (no superblock took its mark either; every write since "
+                 "failed): the next start trusts the cache's log again", c->state_path,
+                 strerror(-rc));
+    return -EIO;
+}
+
+int abandon_close(struct cache *c)
+{
+    int rc = close_state(c);
+    spares_drop(c);
+    return rc;
 }
 
 /* ---- a stop's lost set (TC_STATE_STOP_LOST) ---- */
@@ -1058,6 +1196,8 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
                  c->state_path, (unsigned long long)s.abandoned_seq);
         goto out;
     }
+    if (s.flags & TC_STATE_ABANDONED)
+        c->ab.disk_abandoned_seq = s.abandoned_seq;
     if (s.flags & TC_STATE_STOP_LOST) {
         /* Applied by recovery at its sequence (abandon_stop_lost_apply()),
          * after the abandonment below if both are recorded. */

@@ -37,6 +37,9 @@ struct abandon {
     bool settle_failed;             /* the last one failed (warned once) */
     bool state_closed;              /* closing: no more settles or lazy writes */
     uint64_t state_writes, state_errors, sb_marks;
+    uint64_t disk_abandoned_seq;    /* the abandonment the state file on disk
+                                       records (0: none): what the next start
+                                       would read */
     unsigned sb_marks_pending;
     struct sb_mark *sb_queue;       /* superblock writes, in the order asked for:
                                        one in flight per device (abandon.c) */
@@ -73,6 +76,10 @@ struct abandon {
  * abandoned_seq.  -1 with a message when the cache must not be used. */
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen);
+/* At attach, before the first write to the cache: room kept aside for the
+ * state file (preallocated spares, abandon.c), so that its rewrites need
+ * no new blocks of a file system that has filled up since. */
+void abandon_keep_room(struct cache *c);
 /* The last device failed: record the abandonment durably (state file now,
  * superblock marks on every device that takes them). */
 void abandon_record(struct cache *c);
@@ -110,6 +117,9 @@ static inline bool devfail_hold_ack(struct abandon *ab, struct tc_request *req, 
 {
     return ab != NULL && ab->devfail_marks_pending != 0 && devfail_hold(ab, req, err);
 }
+/* The lost set of an abandoned cache grew (a write in doubt, say): the
+ * state file is rewritten now (blocking), or retried by the timer. */
+void abandon_lost_grown(struct cache *c);
 /* Lost sectors were written again: their clear is recorded once the
  * write is durable (an origin flush and a log sync later). */
 void abandon_lost_changed(struct cache *c);

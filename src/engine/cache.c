@@ -625,6 +625,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
                 (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
+    /* The state file's room first: it is small, and a full file system
+     * must not keep the abandonment from being recorded. */
+    abandon_keep_room(c);
     allocate_sparse(c);
     /* Only now, the clean-stop record cleared: nothing is appended before
      * (writeback_start(), abandon_started()). */

@@ -23,19 +23,31 @@
 /* Record durably that these sectors of the block are lost now. */
 static void record(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
 {
-    struct tc_mask m;
+    struct tc_mask m, was;
+    if (!lost_get_persisted(&c->map.lost, oblock, &was))
+        mask_clear(&was);
     if (!lost_get(&c->map.lost, oblock, &m))
         mask_clear(&m);
     mask_or(&m, mask);
     lost_set(&c->map.lost, oblock, &m);
     lost_get_persisted(&c->map.lost, oblock, &m);
+    if (c->abandoned) {
+        /* No log: the state file is the record, written before the caller
+         * goes on (a write in doubt is answered after) -- when the set
+         * grew: the drain's losses (failure.c) are in it already. */
+        struct tc_mask grew = m;
+        mask_andnot(&grew, &was);
+        if (!mask_empty(&grew))
+            abandon_lost_grown(c);
+        return;
+    }
     struct append a = { .oblock = oblock, .type = TC_ENTRY_LOST, .valid = m,
                         .use_reserve = true, .urgent = true };
     /* A device failure's records leave the cleaner's tail record its
      * room: one refused waits, with the failure's mark, for the set to be
      * recorded again (failure.c, relost_start()). */
     bool fits = !c->records_bounded || cleaner_record_fits(c);
-    if ((fits && log_append(c, &a, NULL).err >= 0) || c->abandoned || c->offline)
+    if ((fits && log_append(c, &a, NULL).err >= 0) || c->offline)
         return;
     bool in_service = false;
     for (unsigned d = 0; d < c->ndevs; d++)
@@ -207,11 +219,25 @@ static void passthrough_flushed(struct ereq *e)
     e->complete(e);
 }
 
+/* A write that reached the origin directly failed in doubt (dev_nbd.c:
+ * its connection was fenced, the origin may take it later still): as on
+ * the cache's own path (writepath.c), its sectors read as lost until a
+ * client writes them again, and the client is told EIO.  True if so. */
+static bool passthrough_in_doubt(struct cache *c, struct ereq *e)
+{
+    if (e->err != -ETIMEDOUT || e->op == TC_OP_TRIM)
+        return false;
+    lost_in_doubt_range(c, e->off, e->len);
+    e->err = -EIO;
+    return true;
+}
+
 static void passthrough_written(struct ereq *e)
 {
     struct cache *c = e->vol->cache;
     if (e->err == 0)
         lost_written_range(c, e->off, e->len);
+    passthrough_in_doubt(c, e);
     e->complete = e->lost_next;
     e->complete(e);
 }
@@ -241,6 +267,7 @@ static void passthrough_fua_written(struct ereq *e)
     struct cache *c = e->vol->cache;
     if (e->err == 0 && e->op != TC_OP_TRIM)
         lost_written_range(c, e->off, e->len);
+    passthrough_in_doubt(c, e);
     if (e->err == 0 && c->abandoned) {
         /* As for a FLUSH (passthrough_flushed()): the sectors it wrote,
          * lost ones written again or drained data's, may still be lost
@@ -402,7 +429,9 @@ void lost_passthrough(struct ereq *e)
         e->lost_next = e->complete;
         e->complete = passthrough_fua_written;
     } else if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) &&
-               lost_sectors(&c->map.lost) > 0) {
+               (lost_sectors(&c->map.lost) > 0 || c->abandoned)) {
+        /* (Abandoned: also for a failure in doubt, which the state file
+         * must record.) */
         e->lost_next = e->complete;
         e->complete = passthrough_written;
     }

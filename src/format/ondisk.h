@@ -371,8 +371,11 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  * state file records that, outside the failed devices (which may not be
  * writable): by default next to the first cache device when it is a file
  * ("PATH.tcstate"), else /var/lib/tiercache/SET-UUID.tcstate; serve
- * --state-file names another place.  It is replaced whole (a temporary
- * file, fdatasync, rename, fsync of the directory).
+ * --state-file names another place.  It is replaced whole (a spare file,
+ * fdatasync, rename, fsync of the directory).  The spares, PATH.spare0 and
+ * PATH.spare1, are preallocated (no size, no meaning) from the start on,
+ * so that a rewrite needs no new blocks of a full file system
+ * (engine/abandon.c); the format does not depend on them.
  *
  *   0    magic "TCSTATE\1"        u64
  *   8    version (1 or 2)          u32
