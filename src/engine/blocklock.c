@@ -23,6 +23,7 @@ struct bl {
     struct block_waiter *wb_waiters;
     unsigned fills;             /* block_fill_begin() not yet ended */
     uint64_t fill_gen;          /* ... the newest's generation */
+    struct block_waiter *fill_waiters;  /* block_wait_fill(): woken at any fill's end */
 };
 
 struct blocklocks {
@@ -90,7 +91,8 @@ static void put(struct blocklocks *b, struct bl *r)
 {
     if (r->refs > 0)
         return;
-    TC_ASSERT(!r->locked && r->wb == 0 && r->lock_head == NULL && r->wb_waiters == NULL);
+    TC_ASSERT(!r->locked && r->wb == 0 && r->lock_head == NULL && r->wb_waiters == NULL &&
+              r->fill_waiters == NULL);
     struct bl **pp = &b->buckets[bucket(r->oblock)];
     while (*pp != r)
         pp = &(*pp)->next;
@@ -191,7 +193,26 @@ void block_fill_end(struct blocklocks *b, uint64_t oblock)
     TC_ASSERT_ALWAYS(r != NULL && r->fills > 0 && r->refs > 0);
     r->fills--;
     r->refs--;
+    /* Every waiter goes, whichever fill ended: each looks again (another
+     * fill still under way is waited for again, if it is not stale). */
+    struct block_waiter *list = r->fill_waiters;
+    r->fill_waiters = NULL;
     put(b, r);
+    while (list) {
+        struct block_waiter *w = list;
+        list = w->next;
+        w->fn(w);
+    }
+}
+
+bool block_wait_fill(struct blocklocks *b, uint64_t oblock, struct block_waiter *w)
+{
+    struct bl *r = find(b, oblock);
+    if (r == NULL || r->fills == 0 || r->fill_gen != r->gen)
+        return true;
+    w->next = r->fill_waiters;
+    r->fill_waiters = w;
+    return false;
 }
 
 bool block_filling(struct blocklocks *b, uint64_t oblock)

@@ -15,7 +15,9 @@
  *    written back is on the origin, so the older data cannot land last;
  *  - whole-block fills in flight (readpath.c): a read miss that would
  *    fill a block another read is filling already, from data read at the
- *    block's present generation, leaves the fill to that one.
+ *    block's present generation, leaves the fill to that one; a client
+ *    read that misses the block waits for that fill's end, then looks
+ *    again (block_wait_fill()).
  *
  * Writes that go to the origin for blocks that are not cached take no
  * lock: they register their range as an origin write in flight instead
@@ -34,7 +36,8 @@
  * a block's new record never repeats a generation seen before.  Waiters
  * for the lock are woken in arrival order, one per unlock (the lock passes
  * to it); waiters for writeback all at once, when the last writeback of
- * the block ends.
+ * the block ends; waiters for a fill all at once, when any fill of the
+ * block ends (so in every path a fill ends by: data, error, drop, stop).
  */
 #ifndef TC_ENGINE_BLOCKLOCK_H
 #define TC_ENGINE_BLOCKLOCK_H
@@ -80,6 +83,12 @@ void block_fill_end(struct blocklocks *b, uint64_t oblock);
  * block's present generation): another fill of the block would add
  * nothing but an origin read. */
 bool block_filling(struct blocklocks *b, uint64_t oblock);
+/* w waits for the end of a fill block_filling() reports: false if it
+ * waits (w->fn runs at the next block_fill_end() of the block, every
+ * waiter then, whatever the fill's outcome), true if there is none.  The
+ * waiter holds no reference: the fill keeps the record alive until it
+ * ends, and its end takes every waiter off. */
+bool block_wait_fill(struct blocklocks *b, uint64_t oblock, struct block_waiter *w);
 /* A hint: a look-up of oblock's record follows soon (starts loading its
  * bucket).  Changes nothing. */
 void block_prefetch(const struct blocklocks *b, uint64_t oblock);

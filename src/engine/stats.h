@@ -23,6 +23,9 @@ struct cache_stats {
                                         client's miss beside them */
     uint64_t fills_under_way;        /* admitted misses not filled: another read was
                                         filling the whole block already */
+    uint64_t fill_waits;             /* client read misses that waited for a fill
+                                        under way of their block (readpath.c) */
+    uint64_t fill_wait_hits;         /* reads that waited and then hit */
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
     uint64_t split_appends;         /* versions stored in two parts (log_append()) */
