@@ -162,6 +162,8 @@ struct cleaner {
     size_t drops_end[BATCH_MAX];
     uint64_t batch_bytes;           /* the batch's groups' size, summed */
     uint64_t walk_room;             /* log_room() when the current group's walk began */
+    unsigned arrivals;              /* appends that came to wait for room (not the
+                                     * reserve's) during the current group's walk */
     uint64_t tail_syncs;            /* tail records synced that let groups go */
     uint64_t batch_syncs;           /* ... of them, for more than one group */
     uint64_t batch_cuts;            /* batches ended by a group that could not go */
@@ -245,6 +247,7 @@ static void begin_group(struct cleaner *k, uint32_t slot)
     }
     k->batch_bytes += (uint64_t)g->nsegs * c->segment_size;
     k->walk_room = log_room(c);
+    k->arrivals = 0;
 }
 
 static void kick_fn(struct tc_task *t)
@@ -358,6 +361,8 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
     struct cleaner *k = c->cleaner;
     w->next = k->space_waiters;
     k->space_waiters = w;
+    if (k->running && !w->reserve)
+        k->arrivals++;
     if (k->fail_err) {
         if (!k->fail_queued) {
             k->fail_queued = true;
@@ -1244,8 +1249,12 @@ static bool rescue_holds(struct cleaner *k)
  * sync let the whole batch go (retire_batch(), tail_synced()): steps 1
  * and 2 for each group, then 3 and 4 once.  A next group is taken only
  *  - while appends wait for more room than the batch gives (the bytes of
- *    their blocks, summed: a batch larger than what they need would leave
- *    segments empty once they are served, cleaner-batch.test);
+ *    their blocks, summed), or more came to wait during the last group's
+ *    walk: writers that keep coming, not all of them waiting at once (a
+ *    file system's writeback through a few requests in flight).  Not for
+ *    a lone write whose pieces all wait from the start and fit the groups
+ *    walked: a batch larger than what is wanted would leave segments
+ *    empty once the writes stop (cleaner-batch.test);
  *  - when it is closed, and not the open group (the copies go there);
  *  - when the room left is at least the tail's records' and what the
  *    last group's walk took (its copies, and appends meanwhile): the next
@@ -1266,7 +1275,7 @@ static bool batch_next(struct cleaner *k)
     for (struct log_waiter *w = k->space_waiters; w; w = w->next)
         if (!w->reserve)
             want += c->block_size;
-    if (want <= k->batch_bytes)
+    if (want <= k->batch_bytes && k->arrivals == 0)
         return false;
     uint32_t pos = (k->slot + c->sp.groups_cap - c->sp.group_tail) % c->sp.groups_cap;
     uint32_t next = (k->slot + 1) % c->sp.groups_cap;
