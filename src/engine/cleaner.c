@@ -167,6 +167,7 @@ struct cleaner {
     uint64_t tail_syncs;            /* tail records synced that let groups go */
     uint64_t batch_syncs;           /* ... of them, for more than one group */
     uint64_t batch_cuts;            /* batches ended by a group that could not go */
+    uint64_t segs_skipped;          /* segments a walk had no need to read */
     bool tail_syncing;              /* waiting for the sync of the new tail */
     uint64_t start_ns, tail_ns;     /* when the reclaim began, and its tail sync */
     uint64_t reclaim_ns, tail_sync_ns;  /* summed over the groups retired */
@@ -1092,6 +1093,19 @@ static void walk(struct cleaner *k)
             k->chunk_i = 0;
             continue;
         }
+        if (sg->live == 0 && c->map.lost.blocks == 0) {
+            /* Nothing left to read here: no fragment points into the
+             * segment (live counts the stored sectors of every fragment,
+             * mirror copies too, invariant 10), so every DATA entry of its
+             * chunks is superseded, and with the lost set empty no LOST
+             * record of them needs carrying (process_chunk() does nothing
+             * else).  Overwritten data makes such segments common in the
+             * oldest group; their read was most of a reclaim then. */
+            k->segs_skipped++;
+            k->seg_i++;
+            k->chunk_i = 0;
+            continue;
+        }
         const struct chunk_ref *cr = &sg->chunks[k->chunk_i];
         size_t len = (size_t)(cr->hdr_sectors + cr->data_sectors) * TC_SECTOR;
         if (len > k->buf_size) {
@@ -1251,10 +1265,13 @@ static bool rescue_holds(struct cleaner *k)
  *  - while appends wait for more room than the batch gives (the bytes of
  *    their blocks, summed), or more came to wait during the last group's
  *    walk: writers that keep coming, not all of them waiting at once (a
- *    file system's writeback through a few requests in flight).  Not for
- *    a lone write whose pieces all wait from the start and fit the groups
+ *    file system's writeback through a few requests in flight), or the
+ *    next group holds nothing live (group_empty(): its walk reads
+ *    nothing, and it holds no cached data to keep).  Not for a lone
+ *    write whose pieces all wait from the start and fit the groups
  *    walked: a batch larger than what is wanted would leave segments
- *    empty once the writes stop (cleaner-batch.test);
+ *    empty, that could hold data, once the writes stop
+ *    (cleaner-batch.test);
  *  - when it is closed, and not the open group (the copies go there);
  *  - when the room left is at least the tail's records' and what the
  *    last group's walk took (its copies, and appends meanwhile): the next
@@ -1265,6 +1282,19 @@ static bool rescue_holds(struct cleaner *k)
  * it would have to write back, unreadable, held by a rescue) ends the
  * batch without it: the groups before it go (batch_cut()), and it is the
  * first of the next pass, with the usual back-offs. */
+/* Does the group hold nothing a walk would read (walk(): every segment
+ * without live data, the lost set empty)?  Walking it costs nothing, and
+ * freeing it early leaves no cached data out. */
+static bool group_empty(struct cache *c, const struct group *g)
+{
+    if (c->map.lost.blocks != 0)
+        return false;
+    for (unsigned i = 0; i < g->nsegs; i++)
+        if (space_seg(&c->sp, g->segs[i])->live != 0)
+            return false;
+    return true;
+}
+
 static bool batch_next(struct cleaner *k)
 {
     struct cache *c = k->c;
@@ -1275,14 +1305,14 @@ static bool batch_next(struct cleaner *k)
     for (struct log_waiter *w = k->space_waiters; w; w = w->next)
         if (!w->reserve)
             want += c->block_size;
-    if (want <= k->batch_bytes && k->arrivals == 0)
-        return false;
     uint32_t pos = (k->slot + c->sp.groups_cap - c->sp.group_tail) % c->sp.groups_cap;
     uint32_t next = (k->slot + 1) % c->sp.groups_cap;
     if (pos + 1 >= c->sp.ngroups)
         return false;
     struct group *g = group_at(&c->sp, next);
     if (g->open)
+        return false;
+    if (want <= k->batch_bytes && k->arrivals == 0 && !group_empty(c, g))
         return false;
     uint64_t room = log_room(c);
     uint64_t took = k->walk_room > room ? k->walk_room - room : 0;
@@ -1651,6 +1681,8 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_double(j, "groups_per_tail_sync",
                 k->tail_syncs ? (double)k->groups / (double)k->tail_syncs : 0);
     json_uint(j, "batches_cut", k->batch_cuts);
+    /* Segments of reclaimed groups not read: nothing in them was live. */
+    json_uint(j, "segments_skipped", k->segs_skipped);
     json_uint(j, "read_retries", k->read_retries);
     json_uint(j, "read_retry_delay_ms", k->read_retry_ns / 1000000);
     json_uint(j, "lost_records_carried", k->lost_carried);
