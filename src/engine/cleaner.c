@@ -83,6 +83,9 @@
 #include "util/log.h"
 #include "util/misc.h"
 
+/* The most groups one tail record lets go (a batch, batch_next()). */
+#define BATCH_MAX 8
+
 struct drop {
     uint64_t oblock;
     uint32_t seg;
@@ -149,6 +152,22 @@ struct cleaner {
     uint64_t *dirty_blocks;
     struct tc_join join;            /* the reads of the blocks kept (copied) */
     struct log_waiter lw;
+    /* A batch: while appends wait for room, the groups after the oldest
+     * are walked too, and one tail record lets them all go (see
+     * batch_next()).  The batch is the groups first_slot .. slot of the
+     * ring, in order; each but the current one is decided (its copies
+     * appended, its drops listed: drops_end[i] ends group i's). */
+    uint32_t first_slot;
+    unsigned batched;               /* groups decided before the current one */
+    size_t drops_end[BATCH_MAX];
+    uint64_t batch_bytes;           /* the batch's groups' size, summed */
+    uint64_t walk_room;             /* log_room() when the current group's walk began */
+    unsigned arrivals;              /* appends that came to wait for room (not the
+                                     * reserve's) during the current group's walk */
+    uint64_t tail_syncs;            /* tail records synced that let groups go */
+    uint64_t batch_syncs;           /* ... of them, for more than one group */
+    uint64_t batch_cuts;            /* batches ended by a group that could not go */
+    uint64_t segs_skipped;          /* segments a walk had no need to read */
     bool tail_syncing;              /* waiting for the sync of the new tail */
     uint64_t start_ns, tail_ns;     /* when the reclaim began, and its tail sync */
     uint64_t reclaim_ns, tail_sync_ns;  /* summed over the groups retired */
@@ -201,8 +220,36 @@ struct cleaner {
 #define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
 
 static void walk(struct cleaner *k);
+static bool batch_next(struct cleaner *k);
+static void batch_cut(struct cleaner *k);
+static void retire_batch(struct cleaner *k);
 static void decide_laters(void *arg, int err);
 static void fail_fn(struct tc_task *t);
+
+/* The walk of the group in ring slot `slot` begins (the oldest, or the
+ * next of a batch). */
+static void begin_group(struct cleaner *k, uint32_t slot)
+{
+    struct cache *c = k->c;
+    struct group *g = group_at(&c->sp, slot);
+    k->slot = slot;
+    g->retiring = true;
+    k->seq = g->seq;
+    k->nsegs = g->nsegs;
+    memcpy(k->segs, g->segs, g->nsegs * sizeof *g->segs);
+    k->seg_i = 0;
+    k->chunk_i = 0;
+    k->nlaters = 0;
+    k->kept_bytes = 0;
+    k->lost_carried_all = false;
+    if (k->carried_seq != k->seq) {
+        k->ncarried = k->nsorted = 0;
+        k->carried_seq = k->seq;
+    }
+    k->batch_bytes += (uint64_t)g->nsegs * c->segment_size;
+    k->walk_room = log_room(c);
+    k->arrivals = 0;
+}
 
 static void kick_fn(struct tc_task *t)
 {
@@ -241,21 +288,11 @@ static void kick_fn(struct tc_task *t)
     }
     k->running = true;
     k->start_ns = tc_now_ns();
-    k->slot = group_slot_of_oldest(&c->sp);
-    g->retiring = true;
-    k->seq = g->seq;
-    k->nsegs = g->nsegs;
-    memcpy(k->segs, g->segs, g->nsegs * sizeof *g->segs);
-    k->seg_i = 0;
-    k->chunk_i = 0;
+    k->first_slot = group_slot_of_oldest(&c->sp);
+    k->batched = 0;
+    k->batch_bytes = 0;
     k->ndrops = 0;
-    k->nlaters = 0;
-    k->kept_bytes = 0;
-    k->lost_carried_all = false;
-    if (k->carried_seq != k->seq) {
-        k->ncarried = k->nsorted = 0;
-        k->carried_seq = k->seq;
-    }
+    begin_group(k, k->first_slot);
     walk(k);
 }
 
@@ -325,6 +362,8 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
     struct cleaner *k = c->cleaner;
     w->next = k->space_waiters;
     k->space_waiters = w;
+    if (k->running && !w->reserve)
+        k->arrivals++;
     if (k->fail_err) {
         if (!k->fail_queued) {
             k->fail_queued = true;
@@ -1054,6 +1093,19 @@ static void walk(struct cleaner *k)
             k->chunk_i = 0;
             continue;
         }
+        if (sg->live == 0 && c->map.lost.blocks == 0) {
+            /* Nothing left to read here: no fragment points into the
+             * segment (live counts the stored sectors of every fragment,
+             * mirror copies too, invariant 10), so every DATA entry of its
+             * chunks is superseded, and with the lost set empty no LOST
+             * record of them needs carrying (process_chunk() does nothing
+             * else).  Overwritten data makes such segments common in the
+             * oldest group; their read was most of a reclaim then. */
+            k->segs_skipped++;
+            k->seg_i++;
+            k->chunk_i = 0;
+            continue;
+        }
         const struct chunk_ref *cr = &sg->chunks[k->chunk_i];
         size_t len = (size_t)(cr->hdr_sectors + cr->data_sectors) * TC_SECTOR;
         if (len > k->buf_size) {
@@ -1089,6 +1141,11 @@ static void walk(struct cleaner *k)
         decide_laters(k, 0);
         return;
     }
+    if (k->nlaters > 0 && k->batched > 0) {
+        /* Not while the batch before it waits: the origin takes seconds. */
+        batch_cut(k);
+        return;
+    }
     if (k->nlaters > 0) {
         k->dirty_blocks = realloc(k->dirty_blocks, k->nlaters * sizeof *k->dirty_blocks);
         for (size_t i = 0; i < k->nlaters; i++)
@@ -1117,6 +1174,10 @@ static void retry_fn(struct tc_timer *t)
 static void give_up_for_now(struct cleaner *k)
 {
     struct cache *c = k->c;
+    if (k->batched > 0) {
+        batch_cut(k);
+        return;
+    }
     uint64_t delay = RETRY_NS;
     bool unreadable = k->unreadable;
     if (unreadable) {
@@ -1194,6 +1255,97 @@ static bool rescue_holds(struct cleaner *k)
     return c->rescues_pending > 0 && group_holds_rescue(k);
 }
 
+/* Batching.  Each reclaim ends with a record of the new tail and a sync
+ * of the log up to it -- about half of a reclaim's time when the groups
+ * hold little to keep, and while appends wait for room the cleaner's
+ * rate is theirs.  So while appends wait, the next group is walked too
+ * (copies appended, drops listed, nothing freed), and one record and one
+ * sync let the whole batch go (retire_batch(), tail_synced()): steps 1
+ * and 2 for each group, then 3 and 4 once.  A next group is taken only
+ *  - while appends wait for more room than the batch gives (the bytes of
+ *    their blocks, summed), or more came to wait during the last group's
+ *    walk: writers that keep coming, not all of them waiting at once (a
+ *    file system's writeback through a few requests in flight), or the
+ *    next group holds nothing live (group_empty(): its walk reads
+ *    nothing, and it holds no cached data to keep).  Not for a lone
+ *    write whose pieces all wait from the start and fit the groups
+ *    walked: a batch larger than what is wanted would leave segments
+ *    empty, that could hold data, once the writes stop
+ *    (cleaner-batch.test);
+ *  - when it is closed, and not the open group (the copies go there);
+ *  - when the room left is at least the tail's records' and what the
+ *    last group's walk took (its copies, and appends meanwhile): the next
+ *    group's copies are bounded by copy_fits() anyway, this only keeps a
+ *    walk from being wasted;
+ *  - up to BATCH_MAX groups, nothing stopping, no device draining.
+ * A group of a batch that is not the first and cannot go now (dirty data
+ * it would have to write back, unreadable, held by a rescue) ends the
+ * batch without it: the groups before it go (batch_cut()), and it is the
+ * first of the next pass, with the usual back-offs. */
+/* Does the group hold nothing a walk would read (walk(): every segment
+ * without live data, the lost set empty)?  Walking it costs nothing, and
+ * freeing it early leaves no cached data out. */
+static bool group_empty(struct cache *c, const struct group *g)
+{
+    if (c->map.lost.blocks != 0)
+        return false;
+    for (unsigned i = 0; i < g->nsegs; i++)
+        if (space_seg(&c->sp, g->segs[i])->live != 0)
+            return false;
+    return true;
+}
+
+static bool batch_next(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    if (k->space_waiters == NULL || k->stopping || k->fail_err || c->offline || c->draining ||
+        k->batched + 1 >= BATCH_MAX)
+        return false;
+    uint64_t want = 0;
+    for (struct log_waiter *w = k->space_waiters; w; w = w->next)
+        if (!w->reserve)
+            want += c->block_size;
+    uint32_t pos = (k->slot + c->sp.groups_cap - c->sp.group_tail) % c->sp.groups_cap;
+    uint32_t next = (k->slot + 1) % c->sp.groups_cap;
+    if (pos + 1 >= c->sp.ngroups)
+        return false;
+    struct group *g = group_at(&c->sp, next);
+    if (g->open)
+        return false;
+    if (want <= k->batch_bytes && k->arrivals == 0 && !group_empty(c, g))
+        return false;
+    uint64_t room = log_room(c);
+    uint64_t took = k->walk_room > room ? k->walk_room - room : 0;
+    if (room < record_room(c) + took)
+        return false;
+    k->drops_end[k->batched++] = k->ndrops;
+    begin_group(k, next);
+    walk(k);
+    return true;
+}
+
+/* The current group of a batch, not its first, cannot go now: the batch
+ * ends before it.  Its copies stay (newer versions, which supersede its
+ * fragments), its drops are forgotten, and it stays in the log. */
+static void batch_cut(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    TC_ASSERT(k->batched > 0);
+    group_at(&c->sp, k->slot)->retiring = false;
+    k->keep_group = false;
+    k->unreadable = false;
+    k->nlaters = 0;
+    k->ncarried = k->nsorted = 0;
+    k->carried_seq = 0;
+    k->batched--;
+    k->ndrops = k->drops_end[k->batched];
+    k->batch_bytes -= (uint64_t)k->nsegs * c->segment_size;
+    k->slot = (k->slot + c->sp.groups_cap - 1) % c->sp.groups_cap;
+    k->seq = group_at(&c->sp, k->slot)->seq;
+    k->batch_cuts++;
+    retire_batch(k);
+}
+
 static void later_done(struct cleaner *k)
 {
     if (!join_put(&k->join, 0))
@@ -1208,12 +1360,15 @@ static void later_done(struct cleaner *k)
     if (k->restart) {
         /* A device failed while the group was walked: its dirty data moved
          * to mirrors, some perhaps into this group after they were looked
-         * at.  Walk the group again before it may go. */
+         * at -- or into a group of the batch decided before.  Walk the
+         * batch again, from its first group, before any of it may go. */
         k->restart = false;
-        k->seg_i = 0;
-        k->chunk_i = 0;
+        for (unsigned i = 1; i <= k->batched; i++)
+            group_at(&c->sp, (k->first_slot + i) % c->sp.groups_cap)->retiring = false;
+        k->batched = 0;
+        k->batch_bytes = 0;
         k->ndrops = 0;
-        k->nlaters = 0;
+        begin_group(k, k->first_slot);
         walk(k);
         return;
     }
@@ -1221,12 +1376,29 @@ static void later_done(struct cleaner *k)
         give_up_for_now(k);
         return;
     }
-    /* 3. Record the new tail durably.  The tail only ever moves forward:
-     * a detach empties the log (tail_seq = next_seq) only once no pass
-     * runs (cache.c, drain_synced()), and a pass ending after that would
-     * otherwise give back groups the detach ended. */
+    if (batch_next(k))
+        return;
+    retire_batch(k);
+}
+
+/* 3. Record the new tail durably: past the batch's last group (k->slot),
+ * in one record and one sync for all its groups.  Every copy the batch
+ * made was appended before the record, and the sync covers them with it:
+ * a crash before the sync ends recovers the old tail, and every group of
+ * the batch still in the log, whole (nothing of them is dropped or
+ * reused before tail_synced()); a crash after recovers the copies.  The
+ * tail only ever moves forward: a detach empties the log (tail_seq =
+ * next_seq) only once no pass runs (cache.c, drain_synced()), and a pass
+ * ending after that would otherwise give back groups the detach ended. */
+static void retire_batch(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    TC_ASSERT(k->batched < BATCH_MAX);
+    k->drops_end[k->batched] = k->ndrops;
     uint32_t next = (k->slot + 1) % c->sp.groups_cap;
-    c->lg.tail_seq = TC_MAX(c->lg.tail_seq, c->sp.ngroups > 1 ? group_at(&c->sp, next)->seq : c->lg.next_seq);
+    uint32_t pos = (k->slot + c->sp.groups_cap - c->sp.group_tail) % c->sp.groups_cap;
+    c->lg.tail_seq = TC_MAX(c->lg.tail_seq, pos + 1 < c->sp.ngroups ? group_at(&c->sp, next)->seq
+                                                                      : c->lg.next_seq);
     uint64_t room = log_room(c);
     if (k->tail_room_min == 0 || room + 1 < k->tail_room_min)
         k->tail_room_min = room + 1;
@@ -1386,32 +1558,41 @@ static void tail_synced(struct log_waiter *lw, int err)
          * appends waiting for room (cleaner_wait_space()) kick no one --
          * without the timer they would wait for good. */
         tc_error("cleaner: recording the log tail failed: %s", strerror(-err));
-        group_at(&c->sp, k->slot)->retiring = false;
+        for (unsigned i = 0; i <= k->batched; i++)
+            group_at(&c->sp, (k->first_slot + i) % c->sp.groups_cap)->retiring = false;
         k->running = false;
         k->retry.fn = retry_fn;
         if (!k->retry.armed)
             timer_arm(c->reactor, &k->retry, 50ull * 1000 * 1000);
         return;
     }
-    struct group *gr = group_at(&c->sp, k->slot);
-    for (unsigned i = 0; i < gr->nsegs; i++) {
-        struct segment *sg = space_seg(&c->sp, gr->segs[i]);
-        if (c->devs[sg->dev].state == CDEV_DRAINING && sg->live > 0) {
-            /* A device began draining during the walk (kick_fn()): its
-             * dirty data here stays until written back.  The group is
-             * kept; the drain's end kicks the cleaner again.  (The tail
-             * written past it only drops entries of the group from a
-             * restart's log: clean ones, or ones copied or written back
-             * -- and the draining device's own, which a restart distrusts
-             * anyway.) */
-            gr->retiring = false;
-            k->running = false;
-            return;
+    /* A device began draining during the walk (kick_fn()): its dirty data
+     * stays until written back.  The first group of the batch holding
+     * some is kept, and those after it; the drain's end kicks the cleaner
+     * again.  (The tail written past them only drops entries of theirs
+     * from a restart's log: clean ones, or ones copied or written back --
+     * and the draining device's own, which a restart distrusts anyway.)
+     * The groups before it go. */
+    unsigned go = 0;
+    for (bool held = false; go <= k->batched && !held; go += !held) {
+        struct group *gr = group_at(&c->sp, (k->first_slot + go) % c->sp.groups_cap);
+        for (unsigned i = 0; i < gr->nsegs && !held; i++) {
+            struct segment *sg = space_seg(&c->sp, gr->segs[i]);
+            held = c->devs[sg->dev].state == CDEV_DRAINING && sg->live > 0;
         }
     }
-    for (size_t i = 0; i < k->ndrops; i++) {
+    for (unsigned i = go; i <= k->batched; i++)
+        group_at(&c->sp, (k->first_slot + i) % c->sp.groups_cap)->retiring = false;
+    if (go == 0) {
+        k->running = false;
+        return;
+    }
+    /* The drops of the groups that go (a group's are listed after those
+     * of the groups before it). */
+    size_t ndrops = k->drops_end[go - 1];
+    for (size_t i = 0; i < ndrops; i++) {
         struct drop *d = &k->drops[i];
-        if (i + PREFETCH_AHEAD < k->ndrops) {
+        if (i + PREFETCH_AHEAD < ndrops) {
             /* What the drop PREFETCH_AHEAD further will look at. */
             uint64_t ob = d[PREFETCH_AHEAD].oblock;
             index_prefetch(&c->map.idx, ob, 1);
@@ -1429,17 +1610,25 @@ static void tail_synced(struct log_waiter *lw, int err)
         }
     }
     /* Mirror copies and superseded versions may still be counted in the
-     * group's segments; nothing points there any more. */
-    struct group *g = group_at(&c->sp, k->slot);
-    TC_ASSERT(k->slot == group_slot_of_oldest(&c->sp) && g->seq < c->lg.tail_seq);   /* invariant 5 */
-    for (unsigned i = 0; i < g->nsegs; i++) {
-        TC_ASSERT(space_seg(&c->sp, g->segs[i])->live == 0);   /* invariants 4 and 10 */
-        space_seg(&c->sp, g->segs[i])->live = 0;
-        verify_forget(c->verify, g->segs[i]);
+     * groups' segments; nothing points there any more.  They go oldest
+     * first: the batch is the oldest groups of the log, in order. */
+    for (unsigned b = 0; b < go; b++) {
+        uint32_t slot = (k->first_slot + b) % c->sp.groups_cap;
+        struct group *g = group_at(&c->sp, slot);
+        TC_ASSERT(slot == group_slot_of_oldest(&c->sp) && g->seq < c->lg.tail_seq);   /* invariant 5 */
+        for (unsigned i = 0; i < g->nsegs; i++) {
+            TC_ASSERT(space_seg(&c->sp, g->segs[i])->live == 0);   /* invariants 4 and 10 */
+            space_seg(&c->sp, g->segs[i])->live = 0;
+            verify_forget(c->verify, g->segs[i]);
+        }
+        g->retiring = false;
+        space_free_group(&c->sp);
+        c->st.groups_retired++;
+        k->groups++;
     }
-    space_free_group(&c->sp);
-    c->st.groups_retired++;
-    k->groups++;
+    k->tail_syncs++;
+    if (go > 1)
+        k->batch_syncs++;
     uint64_t now = tc_now_ns();
     k->reclaim_ns += now - k->start_ns;
     k->tail_sync_ns += now - k->tail_ns;
@@ -1478,11 +1667,22 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_bool(j, "waiting_for_tail_sync", k->tail_syncing);
     json_bool(j, "retry_armed", k->retry.armed);
     json_uint(j, "appends_waiting_for_room", waiters);
+    /* The groups of the pass under way (more than one: a batch). */
+    json_uint(j, "pass_groups", k->running ? k->batched + 1 : 0);
     json_uint(j, "groups_retired", k->groups);
     /* Their reclaims' time, from the start of the walk to the group's
      * release, and the part of it spent on the sync of the new tail. */
     json_double(j, "reclaim_seconds", (double)k->reclaim_ns / 1e9);
     json_double(j, "tail_sync_seconds", (double)k->tail_sync_ns / 1e9);
+    /* Tail records synced that let groups go, those that let several go
+     * (a batch: appends waited for room), and groups per record. */
+    json_uint(j, "tail_syncs", k->tail_syncs);
+    json_uint(j, "batched_tail_syncs", k->batch_syncs);
+    json_double(j, "groups_per_tail_sync",
+                k->tail_syncs ? (double)k->groups / (double)k->tail_syncs : 0);
+    json_uint(j, "batches_cut", k->batch_cuts);
+    /* Segments of reclaimed groups not read: nothing in them was live. */
+    json_uint(j, "segments_skipped", k->segs_skipped);
     json_uint(j, "read_retries", k->read_retries);
     json_uint(j, "read_retry_delay_ms", k->read_retry_ns / 1000000);
     json_uint(j, "lost_records_carried", k->lost_carried);
