@@ -61,6 +61,8 @@ struct tc_volume_config {
     uint64_t write_budget_minburst;
     uint64_t origin_timeout_ns;     /* fail origin requests after this long offline */
     bool adopt_origin;              /* accept an origin whose identity changed */
+    bool accept_older_cache;        /* serve a cache whose log is older than its
+                                       sequence record (engine/seqrec.c) */
     bool no_warm_restart;           /* ignore a clean-shutdown snapshot */
     const char *state_file;         /* record of an abandoned cache; NULL: the default */
     /* Replay (src/replay/engine.c): every data sector is taken to be

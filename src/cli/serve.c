@@ -94,6 +94,12 @@ static const char serve_help[] =
 "                       a file origin modified since the cache's clean stop\n"
 "                       (written while no daemon served it: refused without\n"
 "                       the option), its dirty data kept over those writes\n"
+"  --accept-older-cache serve a cache whose log is older than its sequence\n"
+"                       record says it reached (a restored backup or a\n"
+"                       rolled-back snapshot of the cache device; refused\n"
+"                       without it, as is an unusable record): only right\n"
+"                       when the origin was restored to the same point\n"
+"                       with it.  The record is then replaced\n"
 "  --flush-on-stop      on SIGTERM/SIGINT, write all dirty data back to the\n"
 "                       origin (progress in the log) before stopping; without\n"
 "                       it a clean stop leaves dirty data in the cache (the\n"
@@ -107,7 +113,9 @@ static const char serve_help[] =
 "                       cache device if it is a file (PATH.tcstate), else\n"
 "                       /var/lib/tiercache/SET-UUID.tcstate.  Each set needs\n"
 "                       its own: a second daemon given the same file is\n"
-"                       refused\n"
+"                       refused.  Beside it (.tcseq for .tcstate) the\n"
+"                       sequence record: how far the log had durably\n"
+"                       reached, updated every 2 s and at a stop\n"
 "\n"
 "Origin:\n"
 "  --origin-timeout SECONDS\n"
@@ -500,7 +508,7 @@ enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
-    OPT_ADOPT_ORIGIN, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
+    OPT_ADOPT_ORIGIN, OPT_ACCEPT_OLDER_CACHE, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
     OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL, OPT_TRACE, OPT_TRACE_LIMIT,
     OPT_TRACE_ROTATE,
@@ -517,6 +525,7 @@ static const struct option serve_opts[] = {
     { "dirty-target", required_argument, NULL, OPT_DIRTY_TARGET },
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
+    { "accept-older-cache", no_argument, NULL, OPT_ACCEPT_OLDER_CACHE },
     { "flush-on-stop", no_argument, NULL, OPT_FLUSH_ON_STOP },
     { "state-file", required_argument, NULL, OPT_STATE_FILE },
     { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
@@ -625,6 +634,7 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
+        case OPT_ACCEPT_OLDER_CACHE: vcfg.accept_older_cache = true; break;
         case OPT_FLUSH_ON_STOP: flush_on_stop = true; break;
         case OPT_STATE_FILE: vcfg.state_file = optarg; break;
         case OPT_ORIGIN_TIMEOUT:

@@ -27,6 +27,7 @@
 #include "engine/readahead.h"
 #include "engine/readpath.h"
 #include "engine/recovery.h"
+#include "engine/seqrec.h"
 #include "engine/stream.h"
 #include "engine/verify.h"
 #include "engine/writeback.h"
@@ -596,6 +597,14 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
                  (unsigned long long)vol->size, hint);
         goto fail_cache;
     }
+    /* Before anything is written: an older copy of the devices is refused
+     * with its log as it was (seqrec.c).  Before the origin's modification
+     * time: an older copy's clean stop recorded an older time, and the
+     * daemon's own writes since are not "something wrote the origin" --
+     * nor is --adopt-origin the way out (the copy's dirty data would be
+     * written back over them). */
+    if (seqrec_check(c, vol->cfg.accept_older_cache, err, errlen) < 0)
+        goto fail_cache;
     if (same_id && origin_changed(c, origin, err, errlen) < 0)
         goto fail_cache;
     if (clear_stop_record(c, err, errlen) < 0)
@@ -631,6 +640,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     allocate_sparse(c);
     /* Only now, the clean-stop record cleared: nothing is appended before
      * (writeback_start(), abandon_started()). */
+    seqrec_started(c);
     abandon_started(c);
     writeback_start(c);
     return 0;
@@ -1066,6 +1076,7 @@ static void close_finish(struct close_ctx *x, int err)
         audit_at_close(c);
     if (abandon_close(c) < 0 && err == 0)
         err = -EIO;
+    seqrec_close(c);
     x->err = err;
     close_end(x);
 }
@@ -1286,6 +1297,7 @@ void cache_free(struct cache *c)
         timer_cancel(c->reactor, &c->stop_room);
     }
     origin_window_free(c);
+    seqrec_free(c);
     free(c->state_path);
     free(c->damage);
     readahead_fini(c);
@@ -1481,6 +1493,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->map.lost));
     json_uint(j, "lost_bytes", lost_sectors(&c->map.lost) * TC_SECTOR);
     abandon_status_json(c, j);
+    seqrec_status_json(c, j);
     json_uint(j, "device_failure_rewrites_pending", c->rewrites_unappended);
     json_uint(j, "device_failure_rewrites", c->rewrites_appended);
     json_uint(j, "device_failure_rewrite_read_retries", c->rewrite_read_retries);

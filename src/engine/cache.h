@@ -172,6 +172,10 @@ struct cache {
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     bool data_free;                 /* tc_volume_config.data_free: data are zeroes, unread */
     uint64_t recovery_ns;
+    /* The newest chunk recovery knows durable (a header's flushed mark,
+     * the clean stop's record); the sequence record starts from it. */
+    uint64_t recovered_durable;
+    struct seqrec *seqrec;          /* seqrec.c: the record of how far the log reached */
     uint64_t last_flush_wall_ns;
     uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback
                                        works faster once clients are idle) */

@@ -1063,6 +1063,7 @@ static bool from_checkpoint(struct cache *c)
         return false;
     }
     c->st.recovered_from = "checkpoint";
+    c->recovered_durable = c->lg.chunks_issued;     /* a clean stop's: flushed */
     c->st.recovered_entries = c->map.idx.count;
     c->st.recovered_dirty_sectors = c->map.dirty_sectors;
     c->st.recovered_dirty_blocks = c->map.dirty_blocks;
@@ -1279,6 +1280,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         next_seq = TC_MAX(next_seq, c->failed_seq[i]);
     log_recovered(&c->lg, next_seq, rc.max_chunk_seq,
                   nlive ? space_seg(&c->sp, live[0])->seq : next_seq, rc.wt_stable);
+    c->recovered_durable = TC_MIN(rc.durable, rc.max_chunk_seq);
     c->st.recovered_entries = c->map.idx.count;
     c->st.recovered_dirty_sectors = c->map.dirty_sectors;
     c->st.recovered_dirty_blocks = c->map.dirty_blocks;

@@ -104,6 +104,7 @@
 #include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/originwin.h"
+#include "engine/seqrec.h"
 #include "engine/writeback.h"
 #include "engine/writepath.h"
 #include "io/bufpool.h"
@@ -1323,6 +1324,7 @@ static void tick(struct tc_timer *t)
     }
     if (!c->stopping && !c->abandoned && !c->vol->cache_failed)
         log_mark_flushed(c, now, MARK_DELAY_NS);
+    seqrec_tick(c, now);
     if (wb->fail_waiting)
         fail_run_due(wb);
     if (wb->log_suppressed)

@@ -448,6 +448,55 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
 void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_t i,
                      uint64_t *oblock, uint64_t *mask);
 
+/* ---- sequence record: the newest log chunk the daemon saw durable ---- */
+
+/*
+ * A cache device put back from an older copy (a restored backup, a
+ * rolled-back snapshot, the wrong one of two disks) carries a log that is
+ * whole and consistent, only older: nothing on the device can tell.  So a
+ * record of how far the log had reached is kept off the cache devices,
+ * beside the state file (its name with ".tcseq" for ".tcstate", or
+ * ".tcseq" appended), and a start whose devices hold no chunk as new as
+ * the record says was durable refuses them (engine/seqrec.c).  Replaced
+ * whole (a temporary file, fdatasync, rename, fsync of the directory).
+ *
+ *   0    magic "TCSEQRC\1"        u64
+ *   8    version (1)               u32
+ *   12   CRC-32C of bytes [0, TC_SEQREC_BYTES) with this field zero  u32
+ *   16   set UUID                  16 bytes
+ *   32   device count              u32 (1..TC_MAX_DEVICES)
+ *   36   flags                     u32 (none defined: 0)
+ *   40   chunk_seq                 u64: every chunk of the set's log up to this
+ *                                  chunk sequence was written and flushed to
+ *                                  the devices when the record was written
+ *   48   written (Unix ns)         u64
+ *   56   origin size               u64 (bytes, as the superblock records it)
+ *   64   device UUIDs              TC_MAX_DEVICES x 16 bytes (unused: zero)
+ *   320  origin identity           TC_ORIGIN_ID_LEN bytes, NUL-terminated
+ *   448  end
+ */
+#define TC_SEQREC_MAGIC         0x0143525145534354ull   /* "TCSEQRC\1" */
+#define TC_SEQREC_VERSION       1u
+#define TC_SEQREC_BYTES         (64u + 16u * TC_MAX_DEVICES + TC_ORIGIN_ID_LEN)
+
+struct tc_seqrec {
+    uint8_t set_uuid[16];
+    uint32_t ndevs;
+    uint32_t flags;
+    uint64_t chunk_seq;
+    uint64_t written_ns;
+    uint64_t origin_size;
+    uint8_t dev_uuids[TC_MAX_DEVICES][16];
+    char origin_id[TC_ORIGIN_ID_LEN];
+};
+
+/* Encode into buf (TC_SEQREC_BYTES), the checksum last. */
+void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r);
+/* Check and decode; -1 with a reason in err when the length, magic,
+ * version, checksum or a field is wrong. */
+int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err,
+                  size_t errlen);
+
 /* ---- chunk header ---- */
 
 enum tc_entry_type {

@@ -57,6 +57,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tclib import connect_when_up  # noqa: E402
 
 SECTOR = 4096
+# What an image is: the origin, the cache, and the cache's sequence record
+# (beside its state file), copied together so that a run starts from a
+# consistent whole rather than from an older copy of the cache, which
+# serve refuses.
+IMAGE_FILES = ("origin.img", "cache.img", "cache.img.tcseq")
 MAGIC = b"TCCORRP1"
 CHUNK_MAGIC = 0x014B4E5548434354
 CLEAN_STOP = 1 << 1     # TC_CHUNK_CLEAN_STOP
@@ -155,7 +160,7 @@ def prepare(a):
     stop(proc, "prepare clean")
     images = {"clean": (f"{a.dir}/img-clean", list(gens), "writethrough")}
     os.makedirs(images["clean"][0], exist_ok=True)
-    for n in ("origin.img", "cache.img"):
+    for n in IMAGE_FILES:
         shutil.copy2(f"{d}/{n}", f"{images['clean'][0]}/{n}")
 
     # Dirty: then writeback writes, a FLUSH, and a crash.
@@ -169,7 +174,7 @@ def prepare(a):
     stop(proc, "prepare dirty")
     images["dirty"] = (f"{a.dir}/img-dirty", list(gens), "writeback")
     os.makedirs(images["dirty"][0], exist_ok=True)
-    for n in ("origin.img", "cache.img"):
+    for n in IMAGE_FILES:
         shutil.copy2(f"{d}/{n}", f"{images['dirty'][0]}/{n}")
 
     for name, (idir, _, _) in images.items():
@@ -256,7 +261,7 @@ def run_seed(a, seed, images, layouts, stats):
     idir, gens, mode = images[name]
     headers, data, used, dirty, marks = layouts[name]
     d = f"{a.dir}/run"
-    for n in ("origin.img", "cache.img"):
+    for n in IMAGE_FILES:
         shutil.copy2(f"{idir}/{n}", f"{d}/{n}")
     kind = ["superblock", "header", "data", "data", "unused", "mixed"][(seed // 2) % 6]
     size = os.path.getsize(f"{d}/cache.img")

@@ -1,0 +1,480 @@
+/*
+ * The sequence record: an older copy of a cache device is not served.
+ *
+ * Every start rebuilds the index from the log on the devices it is given.
+ * A device put back from an older copy -- a backup image restored alone, a
+ * snapshot rolled back, the wrong disk of two -- holds a log that checks
+ * everywhere, only older: its clean copies are older than the origin's
+ * data since then, and its dirty data would be written back over newer
+ * writes.  Nothing on the device can tell; so the highest chunk sequence
+ * known durable on the set's devices is recorded off them, beside the
+ * state file (format in ondisk.h), and at the next start:
+ *
+ *    newest chunk recovery found  <  record's chunk_seq   ->  refused
+ *
+ * unless the operator says the copy is wanted (--accept-older-cache: the
+ * origin was restored to the same point with it).  The record is written
+ *
+ *  - at start, once recovery and the checks are done: the durable mark
+ *    recovery read (a header's flushed mark or the clean stop's record),
+ *    never a chunk only read back, which a power loss may still take;
+ *  - while serving, at most every SEQREC_PERIOD_NS: the log's flushed_upto,
+ *    once a cache flush issued in this run has completed (it covers every
+ *    chunk written before it, the previous run's included).  The reactor
+ *    only hands the value to a writer thread (a trylock, never a wait:
+ *    nothing on the request path blocks on the file's fsyncs);
+ *  - at a clean stop, after the last log sync: flushed_upto.
+ *
+ * The log counts a chunk whose write failed as written (its data is
+ * appended again elsewhere) and a flush that failed on one device as done:
+ * after any cache write or flush error, a device failure or an
+ * abandonment in this run, flushed_upto no longer says what the devices
+ * hold, so the record stays where it was until the next start.
+ *
+ * So the record never names a chunk the devices may lose in a crash (the
+ * invariant in seqrec.h), and lags them by at most SEQREC_PERIOD_NS plus
+ * the commit interval that flushes unflushed writes: an older copy that
+ * differs from the devices only in chunks flushed within that window
+ * before a crash is not caught.  A copy taken while the daemon is stopped
+ * and put back after a later run is, whenever that run wrote a chunk (a
+ * clean stop writes one: its flushed mark).
+ *
+ * A missing record (the first start, a state folder lost) is logged, not
+ * an error: there is nothing to compare.  A record of another set (a
+ * format since) is logged and replaced.  An unusable record (bad checksum,
+ * a version this build does not read, unreadable) refuses the start: it
+ * exists to catch exactly the case it can no longer rule out, and a
+ * damaged record next to a restored device is what a restore of both
+ * from different times looks like; --accept-older-cache starts anyway
+ * and writes it anew.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/cache.h"
+#include "engine/seqrec.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/misc.h"
+
+#define SEQREC_PERIOD_NS (2000ull * 1000 * 1000)
+#define SEQREC_STATE_DIR "/var/lib/tiercache"
+
+struct seqrec {
+    char *path;
+    const char *at_start;           /* what the start found: status */
+    uint64_t start_ns;              /* cache flushes ended before it do not count */
+    /* The reactor's: what it handed to the writer last, and when. */
+    uint64_t posted;
+    uint64_t posted_ns;
+    /* Shared with the writer thread, under mu (held for copies only,
+     * never across the file's I/O). */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool thread_started;
+    bool thread_failed;
+    bool stop;
+    bool pending;
+    struct tc_seqrec want;
+    uint64_t written;               /* chunk_seq of the last record made durable */
+    uint64_t writes, errors;
+    bool failing;                   /* the last write failed: logged once per run of them */
+    bool frozen;                    /* a cache device error in this run: no more updates */
+};
+
+static char *record_path(const char *state_path)
+{
+    size_t n = strlen(state_path);
+    const char *tail = ".tcstate";
+    size_t t = strlen(tail);
+    char *out = tc_xmalloc(n + 8);
+    if (n > t && strcmp(state_path + n - t, tail) == 0)
+        snprintf(out, n + 8, "%.*s.tcseq", (int)(n - t), state_path);
+    else
+        snprintf(out, n + 8, "%s.tcseq", state_path);
+    return out;
+}
+
+static int fsync_dir(const char *path)
+{
+    char *copy = tc_xstrdup(path);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* Replace the record at path by r, durably: a temporary file, fdatasync,
+ * rename, fsync of the directory.  Blocking: the writer thread's, or a
+ * start's or a stop's (nothing is served then).  0 or -errno. */
+static int record_write(const char *path, const struct tc_seqrec *r)
+{
+    if (strncmp(path, SEQREC_STATE_DIR "/", sizeof SEQREC_STATE_DIR) == 0 &&
+        mkdir(SEQREC_STATE_DIR, 0700) == 0)
+        fsync_dir(SEQREC_STATE_DIR);
+    uint8_t buf[TC_SEQREC_BYTES];
+    seqrec_encode(buf, r);
+    size_t tl = strlen(path) + 8;
+    char *tmp = tc_xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp", path);
+    int rc = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = -errno;
+    } else {
+        size_t done = 0;
+        while (done < sizeof buf && rc == 0) {
+            ssize_t w = write(fd, buf + done, sizeof buf - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                rc = w < 0 ? -errno : -EIO;
+            else
+                done += (size_t)w;
+        }
+        if (rc == 0 && fdatasync(fd) < 0)
+            rc = -errno;
+        if (close(fd) < 0 && rc == 0)
+            rc = -errno;
+        if (rc == 0 && rename(tmp, path) < 0)
+            rc = -errno;
+        if (rc == 0)
+            rc = fsync_dir(path);
+        if (rc)
+            unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* The record of this set at chunk_seq. */
+static void record_fill(const struct cache *c, uint64_t chunk_seq, struct tc_seqrec *r)
+{
+    memset(r, 0, sizeof *r);
+    memcpy(r->set_uuid, c->set_uuid, 16);
+    const struct tc_superblock *sb = &c->devs[0].sb;
+    r->ndevs = c->ndevs;
+    for (unsigned i = 0; i < c->ndevs && i < TC_MAX_DEVICES; i++)
+        memcpy(r->dev_uuids[i], sb->dev_uuids[i], 16);
+    r->chunk_seq = chunk_seq;
+    r->written_ns = tc_wall_ns();
+    r->origin_size = sb->origin_size;
+    snprintf(r->origin_id, sizeof r->origin_id, "%s", sb->origin_id);
+}
+
+/* After a write (any thread): the counters, under mu; a failure logged
+ * once until a write succeeds again. */
+static void record_written(struct seqrec *sr, uint64_t chunk_seq, int rc)
+{
+    pthread_mutex_lock(&sr->mu);
+    bool was_failing = sr->failing;
+    if (rc == 0) {
+        sr->writes++;
+        sr->written = chunk_seq;
+        sr->failing = false;
+    } else {
+        sr->errors++;
+        sr->failing = true;
+    }
+    pthread_mutex_unlock(&sr->mu);
+    if (rc && !was_failing)
+        tc_error("sequence record %s: cannot write it: %s (an older copy of the cache "
+                 "device put back later is caught only up to chunk %llu)", sr->path,
+                 strerror(-rc), (unsigned long long)sr->written);
+    else if (rc == 0 && was_failing)
+        tc_info("sequence record %s: written again (chunk %llu)", sr->path,
+                (unsigned long long)chunk_seq);
+}
+
+static void *writer_main(void *arg)
+{
+    struct seqrec *sr = arg;
+    pthread_mutex_lock(&sr->mu);
+    for (;;) {
+        while (!sr->pending && !sr->stop)
+            pthread_cond_wait(&sr->cv, &sr->mu);
+        if (!sr->pending)
+            break;
+        struct tc_seqrec r = sr->want;
+        sr->pending = false;
+        pthread_mutex_unlock(&sr->mu);
+        int rc = record_write(sr->path, &r);
+        record_written(sr, r.chunk_seq, rc);
+        pthread_mutex_lock(&sr->mu);
+    }
+    pthread_mutex_unlock(&sr->mu);
+    return NULL;
+}
+
+static void writer_stop(struct seqrec *sr)
+{
+    if (!sr->thread_started)
+        return;
+    pthread_mutex_lock(&sr->mu);
+    sr->stop = true;
+    pthread_cond_signal(&sr->cv);
+    pthread_mutex_unlock(&sr->mu);
+    pthread_join(sr->thread, NULL);     /* at most one write in flight */
+    sr->thread_started = false;
+}
+
+static void format_time(uint64_t ns, char *out, size_t len)
+{
+    time_t t = (time_t)(ns / 1000000000ull);
+    struct tm tm;
+    if (ns == 0 || gmtime_r(&t, &tm) == NULL || strftime(out, len, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
+        snprintf(out, len, "an unknown time");
+}
+
+static void dev_names(const struct cache *c, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (unsigned d = 0; d < c->ndevs && at < len; d++) {
+        int n = snprintf(out + at, len - at, "%s%s", d ? "," : "", c->devs[d].dev->name);
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+}
+
+int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
+{
+    struct seqrec *sr = tc_xcalloc(1, sizeof *sr);
+    pthread_mutex_init(&sr->mu, NULL);
+    pthread_cond_init(&sr->cv, NULL);
+    sr->path = record_path(c->state_path);
+    c->seqrec = sr;
+    uint64_t found = c->lg.chunks_issued;   /* the newest chunk recovery found */
+    char devs[512];
+    dev_names(c, devs, sizeof devs);
+    /* Without every device, the newest chunk may be on the one missing:
+     * nothing to compare, and the record is left as it is. */
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].state != CDEV_OK) {
+            sr->at_start = "not checked";
+            sr->frozen = true;
+            tc_warn("sequence record %s: not checked, and not updated in this run: cache "
+                    "device %u (%s) is not in service", sr->path, d, c->devs[d].dev->name);
+            return 0;
+        }
+
+    int fd = open(sr->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        sr->at_start = "missing";
+        tc_info("sequence record %s: none (the first start of this set here, or the record "
+                "was removed): whether %s holds an older copy of its log is not checked at "
+                "this start", sr->path, devs);
+        return 0;
+    }
+    char why[192] = "";
+    struct tc_seqrec r;
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot open it: %s", strerror(errno));
+    } else {
+        uint8_t buf[TC_SEQREC_BYTES + 1];
+        size_t done = 0;
+        ssize_t n = 0;
+        while (done < sizeof buf) {
+            n = read(fd, buf + done, sizeof buf - done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            done += (size_t)n;
+        }
+        if (n < 0)
+            snprintf(why, sizeof why, "cannot read it: %s", strerror(errno));
+        else
+            seqrec_decode(buf, done, &r, why, sizeof why);
+        close(fd);
+    }
+    if (why[0]) {
+        if (!accept_older) {
+            snprintf(err, errlen, "sequence record %s is unusable (%s): it records how far the "
+                     "log of the cache on %s had durably reached, and without it an older copy "
+                     "of the cache device (a restored backup or a rolled-back snapshot) cannot "
+                     "be told from the current one.  If %s is the device this daemon last "
+                     "served, or its origin was restored to the same point with it, start with "
+                     "--accept-older-cache (the record is then written anew); otherwise "
+                     "reformat the cache with 'tiercache format --force --discard-dirty'",
+                     sr->path, why, devs, devs);
+            return -1;
+        }
+        sr->at_start = "unusable, accepted";
+        tc_warn("sequence record %s is unusable (%s): not checked (--accept-older-cache); "
+                "written anew", sr->path, why);
+        return 0;
+    }
+    if (memcmp(r.set_uuid, c->set_uuid, 16) != 0) {
+        char u1[37], u2[37];
+        tc_uuid_format(r.set_uuid, u1);
+        tc_uuid_format(c->set_uuid, u2);
+        sr->at_start = "other set";
+        tc_info("sequence record %s belongs to cache set %s, not to this one (%s; formatted "
+                "since): ignored, and replaced", sr->path, u1, u2);
+        return 0;
+    }
+    char when[64];
+    format_time(r.written_ns, when, sizeof when);
+    if (found < r.chunk_seq) {
+        if (!accept_older) {
+            snprintf(err, errlen, "%s: the cache device holds an older copy of its log than "
+                     "this daemon last saw: its newest chunk is %llu, but chunk %llu was durable "
+                     "on it (sequence record %s, written %s): a restored backup or a "
+                     "rolled-back snapshot; serving it could return older data and write "
+                     "older dirty data over the origin.  Put back the current device; or, if "
+                     "the origin was restored to the same point with it, start with "
+                     "--accept-older-cache; otherwise reformat the cache with 'tiercache "
+                     "format --force --discard-dirty' (its contents, dirty data included, are "
+                     "discarded)", devs, (unsigned long long)found,
+                     (unsigned long long)r.chunk_seq, sr->path, when);
+            return -1;
+        }
+        sr->at_start = "older, accepted";
+        tc_warn("%s: the cache device holds an older copy of its log (newest chunk %llu, "
+                "chunk %llu recorded in %s, written %s): served anyway "
+                "(--accept-older-cache); the record is replaced", devs,
+                (unsigned long long)found, (unsigned long long)r.chunk_seq, sr->path, when);
+        return 0;
+    }
+    sr->at_start = "checked";
+    sr->written = r.chunk_seq;
+    tc_info("sequence record %s: the log reaches chunk %llu, at least the %llu recorded %s",
+            sr->path, (unsigned long long)found, (unsigned long long)r.chunk_seq, when);
+    return 0;
+}
+
+void seqrec_started(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr)
+        return;
+    sr->start_ns = tc_now_ns();
+    sr->posted_ns = sr->start_ns;
+    if (sr->frozen)
+        return;
+    /* The durable mark recovery read, or the record's own when it is
+     * higher (a header's mark lags the flushes it follows); an accepted
+     * older copy starts from its own. */
+    uint64_t v = c->recovered_durable;
+    if (strcmp(sr->at_start, "checked") == 0 && sr->written > v)
+        v = sr->written;
+    sr->posted = v;
+    if (strcmp(sr->at_start, "checked") == 0 && v == sr->written)
+        return;     /* the record says so already */
+    struct tc_seqrec r;
+    record_fill(c, v, &r);
+    record_written(sr, v, record_write(sr->path, &r));
+}
+
+/* False once this run had a cache device error (see the top): logged once. */
+static bool updatable(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    if (sr->frozen)
+        return false;
+    bool bad = c->st.cache_write_errors || c->abandoned || c->vol->cache_failed;
+    for (unsigned d = 0; d < c->ndevs && !bad; d++)
+        bad = c->devs[d].state != CDEV_OK;
+    if (!bad)
+        return true;
+    sr->frozen = true;
+    tc_warn("sequence record %s: not updated in this run any more after a cache device "
+            "error (it stays at chunk %llu)", sr->path, (unsigned long long)sr->posted);
+    return false;
+}
+
+void seqrec_tick(struct cache *c, uint64_t now_ns)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr || sr->thread_failed || now_ns - sr->posted_ns < SEQREC_PERIOD_NS ||
+        !updatable(c))
+        return;
+    uint64_t v = c->lg.flushed_upto;
+    /* Only a flush of this run vouches for what it covers (a chunk read
+     * back at the start may still sit in a volatile cache). */
+    if (v <= sr->posted || c->lg.flushed_ns <= sr->start_ns)
+        return;
+    if (!sr->thread_started) {
+        int rc = pthread_create(&sr->thread, NULL, writer_main, sr);
+        if (rc) {
+            sr->thread_failed = true;
+            tc_error("sequence record %s: cannot start its writer thread: %s; it is written "
+                     "at the stop only", sr->path, strerror(rc));
+            return;
+        }
+        sr->thread_started = true;
+    }
+    /* Never waits: the writer holds mu only to copy (then next tick). */
+    if (pthread_mutex_trylock(&sr->mu) != 0)
+        return;
+    record_fill(c, v, &sr->want);
+    sr->pending = true;
+    pthread_cond_signal(&sr->cv);
+    pthread_mutex_unlock(&sr->mu);
+    sr->posted = v;
+    sr->posted_ns = now_ns;
+}
+
+void seqrec_close(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr)
+        return;
+    writer_stop(sr);
+    if (!updatable(c))
+        return;
+    uint64_t v = c->lg.flushed_upto;
+    pthread_mutex_lock(&sr->mu);
+    uint64_t written = sr->written;
+    pthread_mutex_unlock(&sr->mu);
+    if (v <= written || c->lg.flushed_ns <= sr->start_ns)
+        return;
+    struct tc_seqrec r;
+    record_fill(c, v, &r);
+    record_written(sr, v, record_write(sr->path, &r));
+}
+
+void seqrec_free(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr)
+        return;
+    writer_stop(sr);
+    pthread_mutex_destroy(&sr->mu);
+    pthread_cond_destroy(&sr->cv);
+    free(sr->path);
+    free(sr);
+    c->seqrec = NULL;
+}
+
+void seqrec_status_json(struct cache *c, struct tc_json *j)
+{
+    struct seqrec *sr = c->seqrec;
+    uint64_t written = 0, writes = 0, errors = 0;
+    if (sr) {
+        pthread_mutex_lock(&sr->mu);
+        written = sr->written;
+        writes = sr->writes;
+        errors = sr->errors;
+        pthread_mutex_unlock(&sr->mu);
+    }
+    json_string(j, "sequence_record", sr ? sr->path : "");
+    json_string(j, "sequence_record_at_start", sr && sr->at_start ? sr->at_start : "none");
+    json_uint(j, "sequence_record_chunk", written);
+    json_uint(j, "sequence_record_writes", writes);
+    json_uint(j, "sequence_record_errors", errors);
+}

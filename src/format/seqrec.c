@@ -1,0 +1,84 @@
+/* Encoding, decoding and checking of the sequence record (see ondisk.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "format/ondisk.h"
+#include "util/crc32c.h"
+
+enum {
+    SR_OFF_MAGIC = 0, SR_OFF_VERSION = 8, SR_OFF_CRC = 12, SR_OFF_SET_UUID = 16,
+    SR_OFF_NDEVS = 32, SR_OFF_FLAGS = 36, SR_OFF_CHUNK_SEQ = 40, SR_OFF_WRITTEN = 48,
+    SR_OFF_ORIGIN_SIZE = 56, SR_OFF_DEV_UUIDS = 64,
+    SR_OFF_ORIGIN_ID = 64 + 16 * TC_MAX_DEVICES,
+};
+
+void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r)
+{
+    memset(buf, 0, TC_SEQREC_BYTES);
+    le64_put(buf + SR_OFF_MAGIC, TC_SEQREC_MAGIC);
+    le32_put(buf + SR_OFF_VERSION, TC_SEQREC_VERSION);
+    memcpy(buf + SR_OFF_SET_UUID, r->set_uuid, 16);
+    le32_put(buf + SR_OFF_NDEVS, r->ndevs);
+    le32_put(buf + SR_OFF_FLAGS, r->flags);
+    le64_put(buf + SR_OFF_CHUNK_SEQ, r->chunk_seq);
+    le64_put(buf + SR_OFF_WRITTEN, r->written_ns);
+    le64_put(buf + SR_OFF_ORIGIN_SIZE, r->origin_size);
+    for (unsigned i = 0; i < r->ndevs && i < TC_MAX_DEVICES; i++)
+        memcpy(buf + SR_OFF_DEV_UUIDS + 16 * i, r->dev_uuids[i], 16);
+    /* Always NUL-terminated on disk, whatever the caller's string holds. */
+    memcpy(buf + SR_OFF_ORIGIN_ID, r->origin_id, TC_ORIGIN_ID_LEN - 1);
+    le32_put(buf + SR_OFF_CRC, tc_crc32c_skipping(buf, TC_SEQREC_BYTES, SR_OFF_CRC));
+}
+
+int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err, size_t errlen)
+{
+    if (len < 16 || le64_get(buf + SR_OFF_MAGIC) != TC_SEQREC_MAGIC) {
+        snprintf(err, errlen, "not a tiercache sequence record");
+        return -1;
+    }
+    uint32_t version = le32_get(buf + SR_OFF_VERSION);
+    if (version != TC_SEQREC_VERSION) {
+        snprintf(err, errlen, "sequence record version %u is not supported (this build reads "
+                 "version %u)", version, TC_SEQREC_VERSION);
+        return -1;
+    }
+    if (len != TC_SEQREC_BYTES) {
+        snprintf(err, errlen, "%zu bytes, but a version %u record has %u", len, version,
+                 TC_SEQREC_BYTES);
+        return -1;
+    }
+    uint32_t want = le32_get(buf + SR_OFF_CRC);
+    if (tc_crc32c_skipping(buf, len, SR_OFF_CRC) != want) {
+        snprintf(err, errlen, "checksum mismatch");
+        return -1;
+    }
+    memset(r, 0, sizeof *r);
+    memcpy(r->set_uuid, buf + SR_OFF_SET_UUID, 16);
+    r->ndevs = le32_get(buf + SR_OFF_NDEVS);
+    r->flags = le32_get(buf + SR_OFF_FLAGS);
+    r->chunk_seq = le64_get(buf + SR_OFF_CHUNK_SEQ);
+    r->written_ns = le64_get(buf + SR_OFF_WRITTEN);
+    r->origin_size = le64_get(buf + SR_OFF_ORIGIN_SIZE);
+    if (r->ndevs < 1 || r->ndevs > TC_MAX_DEVICES) {
+        snprintf(err, errlen, "device count %u is out of range (1 to %u)", r->ndevs,
+                 TC_MAX_DEVICES);
+        return -1;
+    }
+    if (r->flags) {
+        snprintf(err, errlen, "unknown flags %#x", r->flags);
+        return -1;
+    }
+    if (r->chunk_seq >= TC_SEQ_LIMIT) {
+        snprintf(err, errlen, "chunk sequence %llu is out of range",
+                 (unsigned long long)r->chunk_seq);
+        return -1;
+    }
+    for (unsigned i = 0; i < r->ndevs; i++)
+        memcpy(r->dev_uuids[i], buf + SR_OFF_DEV_UUIDS + 16 * i, 16);
+    memcpy(r->origin_id, buf + SR_OFF_ORIGIN_ID, TC_ORIGIN_ID_LEN);
+    if (r->origin_id[TC_ORIGIN_ID_LEN - 1] != '\0') {
+        snprintf(err, errlen, "the origin identity is not terminated");
+        return -1;
+    }
+    return 0;
+}
