@@ -170,18 +170,6 @@ static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
     state_entry_put(f->buf, f->version, f->spb, f->i++, oblock, m->w);
 }
 
-static int fsync_dir(const char *path)
-{
-    char *copy = tc_xstrdup(path);
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 /*
  * Room kept aside for the state file.  A rewrite of the state file is a
  * new file renamed over it, and a new file needs blocks: on a full file
@@ -234,7 +222,7 @@ void abandon_keep_room(struct cache *c)
         return;
     if (strncmp(c->state_path, STATE_DIR "/", sizeof STATE_DIR) == 0 &&
         mkdir(STATE_DIR, 0700) == 0)
-        fsync_dir(STATE_DIR);
+        tc_fsync_parent_dir(STATE_DIR);
     struct stat st;
     spares_keep(c, stat(c->state_path, &st) == 0 ? (size_t)st.st_size : 0);
 }
@@ -257,11 +245,11 @@ static void spares_drop(struct cache *c)
  * it (TC_STATE_STOP_LOST: at the log's next sequence number). */
 static int state_write_as(struct cache *c, bool stop_lost)
 {
-    /* A new directory's own entry is made durable too (fsync_dir() of
+    /* A new directory's own entry is made durable too (tc_fsync_parent_dir() of
      * STATE_DIR finds its parent), or the file could vanish with it. */
     if (strncmp(c->state_path, STATE_DIR "/", sizeof STATE_DIR) == 0 &&
         mkdir(STATE_DIR, 0700) == 0)
-        fsync_dir(STATE_DIR);
+        tc_fsync_parent_dir(STATE_DIR);
     uint64_t n = 0;
     lost_foreach(&c->map.lost, lost_count, &n);
     uint32_t version = stop_lost ? 2 : 1;
@@ -324,7 +312,7 @@ static int state_write_as(struct cache *c, bool stop_lost)
         if (rc == 0 && rename(tmp, c->state_path) < 0)
             rc = -errno;
         if (rc == 0)
-            rc = fsync_dir(c->state_path);
+            rc = tc_fsync_parent_dir(c->state_path);
         /* A failed write leaves the spare, and its blocks, for the next. */
     }
     free(tmp);
@@ -1035,7 +1023,7 @@ static void stop_lost_synced(struct log_waiter *lw, int err)
     } else {
         rc = unlink(c->state_path) < 0 && errno != ENOENT ? -errno : 0;
         if (rc == 0)
-            rc = fsync_dir(c->state_path);
+            rc = tc_fsync_parent_dir(c->state_path);
     }
     if (rc < 0) {
         /* Still there, and still true: the set at its sequence, which

@@ -104,18 +104,6 @@ static char *record_path(const char *state_path)
     return out;
 }
 
-static int fsync_dir(const char *path)
-{
-    char *copy = tc_xstrdup(path);
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 /* Replace the record at path by r, durably: a temporary file, fdatasync,
  * rename, fsync of the directory.  Blocking: the writer thread's, or a
  * start's or a stop's (nothing is served then).  0 or -errno. */
@@ -123,7 +111,7 @@ static int record_write(const char *path, const struct tc_seqrec *r)
 {
     if (strncmp(path, SEQREC_STATE_DIR "/", sizeof SEQREC_STATE_DIR) == 0 &&
         mkdir(SEQREC_STATE_DIR, 0700) == 0)
-        fsync_dir(SEQREC_STATE_DIR);
+        tc_fsync_parent_dir(SEQREC_STATE_DIR);
     uint8_t buf[TC_SEQREC_BYTES];
     seqrec_encode(buf, r);
     size_t tl = strlen(path) + 8;
@@ -151,7 +139,7 @@ static int record_write(const char *path, const struct tc_seqrec *r)
         if (rc == 0 && rename(tmp, path) < 0)
             rc = -errno;
         if (rc == 0)
-            rc = fsync_dir(path);
+            rc = tc_fsync_parent_dir(path);
         if (rc)
             unlink(tmp);
     }

@@ -3,10 +3,14 @@
 #include "util/assert.h"
 #include "util/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 _Thread_local uint64_t tc_virtual_now_ns;
 
@@ -152,4 +156,16 @@ char *tc_xstrdup(const char *s)
     if (p == NULL)
         abort();
     return p;
+}
+
+int tc_fsync_parent_dir(const char *path)
+{
+    char *copy = tc_xstrdup(path);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
 }

@@ -78,6 +78,10 @@ void *tc_alloc_aligned(size_t size);
 void *tc_xmalloc(size_t size);
 void *tc_xcalloc(size_t n, size_t size);
 char *tc_xstrdup(const char *s);
+
+/* fsync() the directory holding path, so that a file just created or
+ * renamed there is durable under its name: 0 or -errno. */
+int tc_fsync_parent_dir(const char *path);
 /* Small objects made and dropped for every request (up to 16 KiB): zeroed
  * like tc_xcalloc(1, size), and kept per size (64-byte classes up to
  * 4 KiB, then 8 and 16 KiB) for reuse when put back, with the size they
