@@ -208,6 +208,9 @@ struct cleaner {
     bool unbounded;                 /* TIERCACHE_TEST_UNBOUNDED_COPIES: no
                                      * copy_fits() (a test shows what it
                                      * prevents) */
+    bool no_copies;                 /* TIERCACHE_TEST_NO_COPIES: copy_fits()
+                                     * refuses every copy, as a full log
+                                     * would (a test of what happens then) */
 };
 
 /* The back-off after an attempt given up: the first, and the most it
@@ -304,6 +307,8 @@ int cleaner_init(struct cache *c)
     k->fail_task.fn = fail_fn;
     const char *unbounded = getenv("TIERCACHE_TEST_UNBOUNDED_COPIES");
     k->unbounded = unbounded != NULL && *unbounded != '\0';
+    const char *no_copies = getenv("TIERCACHE_TEST_NO_COPIES");
+    k->no_copies = no_copies != NULL && *no_copies != '\0';
     k->read_retry_max_ns = READ_RETRY_MAX_NS;
     const char *retry_max = getenv("TIERCACHE_TEST_READ_RETRY_MAX_MS");
     if (retry_max != NULL && *retry_max != '\0') {
@@ -703,7 +708,8 @@ void cleaner_claim_wait(struct cache *c)
 
 static bool copy_fits(struct cache *c, uint64_t sectors, bool mirror)
 {
-    if (mirror ? cleaner_mirror_fits(c, sectors) : cleaner_data_fits(c, sectors))
+    if (!c->cleaner->no_copies &&
+        (mirror ? cleaner_mirror_fits(c, sectors) : cleaner_data_fits(c, sectors)))
         return true;
     c->st.copies_refused++;
     return false;
@@ -1477,6 +1483,30 @@ static void later_read(void *arg, int err)
                 if (fid == NIL)
                     goto done;
                 frag_current(&c->map.idx, id, fid, &cur);
+            } else if (!mask_empty(&good_dirty)) {
+                /* No room to copy the intact sectors: only the damaged
+                 * dirty ones are lost (recorded, then clean, so that
+                 * writeback leaves them and reads of them fail with EIO);
+                 * the intact dirty ones stay in this fragment, and the
+                 * group with them, until writeback has written them to
+                 * the origin -- as for a copy refused after a clean read.
+                 * Dropping the fragment now would lose data that is
+                 * intact and exists nowhere else. */
+                struct tc_mask damaged = d;
+                mask_andnot(&damaged, &good);
+                if (!mask_empty(&damaged)) {
+                    uint64_t off = l->oblock * c->block_size;
+                    tc_error("cleaner: dirty data of origin bytes %llu..%llu is damaged in the "
+                             "cache; reads of its %u lost sectors fail with EIO until "
+                             "rewritten", (unsigned long long)off,
+                             (unsigned long long)(off + c->block_size - 1),
+                             mask_count(&damaged));
+                    map_lose_dirty(c, l->oblock, &damaged);
+                    map_mark_clean(c, id, &damaged);
+                }
+                k->keep_group = true;
+                k->no_room_to_copy = true;
+                goto done;
             }
         }
         if (err == 0 && read_all && !mask_empty(&cur) &&

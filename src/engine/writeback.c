@@ -163,6 +163,7 @@ struct wb_block {
      * sector (probe_s the next), good and bad the outcome. */
     unsigned probe_s;
     struct tc_mask good, bad;
+    bool dirty_only;            /* valid narrowed to dirty after a checksum mismatch */
 };
 
 struct wb_run {
@@ -981,6 +982,15 @@ static void block_read(void *arg, int err)
         mask_clear(&b->good);
         mask_clear(&b->bad);
         probe_next(b);
+        return;
+    }
+    if (err == -EBADMSG && !b->dirty_only && !mask_equal(&b->valid, &b->dirty)) {
+        /* Proven damage, perhaps of clean sectors only (the origin has
+         * them; the cleaner leaves damaged dirty ones recorded lost and
+         * clean): the dirty sectors are all writeback needs. */
+        b->dirty_only = true;
+        b->valid = b->dirty;
+        cache_gather_robust(c, b->oblock, &b->valid, b->data, block_read, b);
         return;
     }
     if (err) {
