@@ -289,16 +289,7 @@ static int state_write_as(struct cache *c, bool stop_lost)
     if (fd < 0) {
         rc = -errno;
     } else {
-        size_t done = 0;
-        while (done < len && rc == 0) {
-            ssize_t w = pwrite(fd, buf + done, len - done, (off_t)done);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                rc = w < 0 ? -errno : -EIO;
-            else
-                done += (size_t)w;
-        }
+        rc = tc_pwrite_all(fd, buf, len, 0);
         /* A spare a failed write left longer: cut to this content (the
          * reader wants the exact length).  Shrinking allocates nothing. */
         struct stat sst;

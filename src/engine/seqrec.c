@@ -122,16 +122,7 @@ static int record_write(const char *path, const struct tc_seqrec *r)
     if (fd < 0) {
         rc = -errno;
     } else {
-        size_t done = 0;
-        while (done < sizeof buf && rc == 0) {
-            ssize_t w = write(fd, buf + done, sizeof buf - done);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                rc = w < 0 ? -errno : -EIO;
-            else
-                done += (size_t)w;
-        }
+        rc = tc_pwrite_all(fd, buf, sizeof buf, 0);
         if (rc == 0 && fdatasync(fd) < 0)
             rc = -errno;
         if (close(fd) < 0 && rc == 0)

@@ -169,3 +169,18 @@ int tc_fsync_parent_dir(const char *path)
     close(fd);
     return rc;
 }
+
+int tc_pwrite_all(int fd, const void *buf, size_t len, off_t off)
+{
+    const char *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = pwrite(fd, p + done, len - done, off + (off_t)done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        done += (size_t)w;
+    }
+    return 0;
+}

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define TC_SECTOR 4096u          /* the unit of valid and dirty bits */
@@ -82,6 +83,11 @@ char *tc_xstrdup(const char *s);
 /* fsync() the directory holding path, so that a file just created or
  * renamed there is durable under its name: 0 or -errno. */
 int tc_fsync_parent_dir(const char *path);
+
+/* pwrite() all of buf at off, across short writes and EINTR: 0 or -errno
+ * (-EIO for a write that wrote nothing).  For small blocking writes of
+ * metadata files, never the data path. */
+int tc_pwrite_all(int fd, const void *buf, size_t len, off_t off);
 /* Small objects made and dropped for every request (up to 16 KiB): zeroed
  * like tc_xcalloc(1, size), and kept per size (64-byte classes up to
  * 4 KiB, then 8 and 16 KiB) for reuse when put back, with the size they
