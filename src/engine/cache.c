@@ -1420,6 +1420,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "promotions", s->promotions);
     json_uint(j, "promotion_bytes", s->promotion_bytes);
     json_uint(j, "fills_dropped", s->fills_dropped);
+    json_uint(j, "fills_dropped_room", s->fills_dropped_room);
     json_uint(j, "fills_block", s->fills_block);
     json_uint(j, "fills_sectors", s->fills_sectors);
     json_uint(j, "group_fills", s->group_fills);

@@ -649,6 +649,7 @@ static bool fill(struct rreq *r, struct rpiece *p)
             c->st.fills_sectors++;
     } else {
         c->st.fills_dropped++;
+        c->st.fills_dropped_room++;
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
     return at.err == 0;

@@ -15,6 +15,7 @@ struct cache_stats {
     uint64_t read_hit_bytes, read_miss_bytes;
     uint64_t write_hits, write_misses;
     uint64_t promotions, promotion_bytes, fills_dropped;
+    uint64_t fills_dropped_room;     /* ... of them for want of room in the log */
     uint64_t fills_block, fills_sectors;    /* promotions by kind (--fill) */
     uint64_t group_fills;            /* blocks group fills read (readpath.c) */
     uint64_t group_fills_read;       /* ... whose block a client read then hit */
