@@ -66,6 +66,19 @@
  * merged into the last record, spanning both and everything between: a
  * cut then puts more sectors than were written into the lost set -- reads
  * of them fail although the origin may hold them -- never fewer.
+ *
+ * Every fill asks whether its block meets a record (readpath.c: such a
+ * fill is a write-through version).  A scan of the records answered, up
+ * to OW_SOFT of them: half the CPU time of a write-heavy replay with a
+ * policy that fills every miss.  So the window also keeps the set of the
+ * blocks its records meet (struct origin_window's blocks), and the
+ * question for one whole block is one probe there.  The set only grows
+ * between rebuilds, as the records do (a new one, a write merged into the
+ * last, the overflow's spreading); records leave only in
+ * origin_window_flushed(), which rebuilds it.  It is given up (the scan
+ * answers, and past OW_SOFT records nothing is scanned anyway) when the
+ * records reach OW_SOFT or meet more than OW_SET_MAX blocks, until the
+ * next rebuild.  Sanitizer builds check each answer against the scan.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -76,12 +89,16 @@
 #include "engine/map.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"
+#include "util/assert.h"
 #include "util/log.h"
 #include "util/misc.h"
 
 #define OW_SOFT 4096u
 #define OW_MAX (1u << 20)
 #define OW_BUCKETS 4096u       /* chains at first; doubled past two records each */
+#define OW_SET_MAX (1u << 16)   /* blocks the set holds at most */
+#define OW_SET_FIRST 1024u      /* its slots at first; doubled when half full */
+#define OW_SET_EMPTY UINT64_MAX
 
 struct ow_rec {
     uint64_t off, len;
@@ -132,6 +149,92 @@ static void hash_add(struct cache *c, uint32_t i)
         hash_link(c, i);
 }
 
+static void set_free(struct origin_window *w)
+{
+    free(w->blocks);
+    w->blocks = NULL;
+    w->blocks_mask = 0;
+    w->nblocks = 0;
+}
+
+static void set_alloc(struct origin_window *w, uint32_t slots)
+{
+    w->blocks = tc_xmalloc((size_t)slots * sizeof *w->blocks);
+    memset(w->blocks, 0xff, (size_t)slots * sizeof *w->blocks);
+    w->blocks_mask = slots - 1;
+    w->nblocks = 0;
+}
+
+/* The slot of block b, or the empty slot where it would go. */
+static uint32_t set_slot(const struct origin_window *w, uint64_t b)
+{
+    uint32_t i = (uint32_t)tc_mix64(b) & w->blocks_mask;
+    while (w->blocks[i] != b && w->blocks[i] != OW_SET_EMPTY)
+        i = (i + 1) & w->blocks_mask;
+    return i;
+}
+
+static bool set_has(const struct origin_window *w, uint64_t b)
+{
+    return w->blocks != NULL && w->blocks[set_slot(w, b)] == b;
+}
+
+static void set_put(struct origin_window *w, uint64_t b)
+{
+    if (w->blocks == NULL) {
+        set_alloc(w, OW_SET_FIRST);
+    } else if (2 * (w->nblocks + 1) > w->blocks_mask + 1) {
+        uint64_t *old = w->blocks;
+        uint32_t nslots = w->blocks_mask + 1;
+        set_alloc(w, 2 * nslots);
+        for (uint32_t i = 0; i < nslots; i++)
+            if (old[i] != OW_SET_EMPTY) {
+                w->blocks[set_slot(w, old[i])] = old[i];
+                w->nblocks++;
+            }
+        free(old);
+    }
+    uint32_t i = set_slot(w, b);
+    if (w->blocks[i] == OW_SET_EMPTY) {
+        w->blocks[i] = b;
+        w->nblocks++;
+    }
+}
+
+/* Adds the blocks that bytes [off, off + len) meet, as the scan's test
+ * in origin_window_overlaps() meets a block's bytes: those from off's to
+ * the last byte's, and for no bytes the block off lies inside, if it
+ * does not start it. */
+static void set_add_range(struct cache *c, uint64_t off, uint64_t len)
+{
+    struct origin_window *w = &c->owin;
+    if (w->blocks_unknown)
+        return;
+    uint64_t first = off / c->block_size, last = first;
+    if (len)
+        last = (off + len - 1) / c->block_size;
+    else if (off % c->block_size == 0)
+        return;
+    if (w->n >= OW_SOFT || last - first >= OW_SET_MAX ||
+        w->nblocks + (last - first + 1) > OW_SET_MAX) {
+        w->blocks_unknown = true;
+        set_free(w);
+        return;
+    }
+    for (uint64_t b = first; b <= last; b++)
+        set_put(w, b);
+}
+
+/* The set again from the records (some have gone). */
+static void set_rebuild(struct cache *c)
+{
+    struct origin_window *w = &c->owin;
+    set_free(w);
+    w->blocks_unknown = false;
+    for (uint32_t i = 0; i < w->n && !w->blocks_unknown; i++)
+        set_add_range(c, w->r[i].off, w->r[i].len);
+}
+
 void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached)
 {
     struct origin_window *w = &c->owin;
@@ -144,6 +247,7 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
         if (!cached && !l->cached && l->epoch == epoch && l->off + l->len == off) {
             l->len += len;
             l->ack = w->acks;
+            set_add_range(c, off, len);
             return;
         }
         if (w->n >= OW_MAX) {
@@ -159,6 +263,7 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
             l->cached = false;
             l->epoch = TC_MIN(l->epoch, epoch);
             l->ack = w->acks;
+            set_add_range(c, lo, hi - lo);
             return;
         }
     }
@@ -175,6 +280,7 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
                                .hnext = NIL, .cached = cached };
     if (cached)
         hash_add(c, i);
+    set_add_range(c, off, len);
 }
 
 struct ow_mark origin_window_mark(const struct cache *c)
@@ -200,15 +306,24 @@ bool origin_window_full(const struct cache *c)
     return c->owin.n >= OW_SOFT;
 }
 
+static bool scan_overlaps(const struct origin_window *w, uint64_t off, uint64_t len)
+{
+    for (uint32_t i = w->n; i-- > 0;)
+        if (w->r[i].off < off + len && off < w->r[i].off + w->r[i].len)
+            return true;
+    return false;
+}
+
 bool origin_window_overlaps(const struct cache *c, uint64_t off, uint64_t len)
 {
     const struct origin_window *w = &c->owin;
     if (w->n >= OW_SOFT)
         return true;    /* the commit flushes the origin at once (tick()) */
-    for (uint32_t i = w->n; i-- > 0;)
-        if (w->r[i].off < off + len && off < w->r[i].off + w->r[i].len)
-            return true;
-    return false;
+    if (w->blocks_unknown || len != c->block_size || off % c->block_size != 0)
+        return scan_overlaps(w, off, len);
+    bool met = set_has(w, off / c->block_size);
+    TC_ASSERT(met == scan_overlaps(w, off, len));
+    return met;
 }
 
 void origin_window_dropped(struct cache *c, uint64_t oblock)
@@ -299,6 +414,7 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
         cache_lost_record_again(c);     /* a LOST record found no room */
     if (k != w->n) {
         w->n = k;
+        set_rebuild(c);
         if (w->hash) {
             uint32_t nb = OW_BUCKETS;       /* shrink with the window */
             while (nb < w->nbuckets && w->n > 2 * nb)
@@ -336,5 +452,6 @@ void origin_window_free(struct cache *c)
 {
     free(c->owin.r);
     free(c->owin.hash);
+    free(c->owin.blocks);
     memset(&c->owin, 0, sizeof c->owin);
 }

@@ -34,6 +34,15 @@ struct origin_window {
     uint64_t acks;              /* acknowledgements counted */
     uint64_t cuts, cuts_reported;   /* flushes that found a cut, reported ones */
     bool overflowed;
+    /* The blocks the records touch, for origin_window_overlaps() of one
+     * block (a fill) without a scan of every record: an open-addressing
+     * set of block numbers (UINT64_MAX: empty), rebuilt when records go.
+     * blocks_unknown: it no longer holds them all (too many, or a record
+     * spread by the overflow), until the next rebuild. */
+    uint64_t *blocks;
+    uint32_t blocks_mask;       /* slots - 1 (no slots: blocks NULL) */
+    uint32_t nblocks;
+    bool blocks_unknown;
 };
 
 /* A non-FUA origin write of [off, off + len) was acknowledged; cached:
@@ -51,7 +60,8 @@ bool origin_window_uncached(const struct cache *c);
 bool origin_window_full(const struct cache *c);
 /* Whether origin bytes [off, off + len) may hold a write no origin flush
  * has covered yet (true, to be safe, past OW_SOFT records: no scan of a
- * window grown that large). */
+ * window grown that large).  One whole block is answered from the set of
+ * blocks the records touch, which gives the answer of a scan. */
 bool origin_window_overlaps(const struct cache *c, uint64_t off, uint64_t len);
 /* An origin flush sent at mark completed without error: forget what it
  * covered; true if writes acknowledged on a lost connection were found
