@@ -652,11 +652,38 @@ void cleaner_failure_room(struct cache *c)
         k->failure_room_min = room + 1;
 }
 
+/* What the copies of a segment's live data cost beyond their data: the
+ * headers of the chunks they go in -- counted as one per block copied and
+ * per chunk they come from, and one more, as a copy may go in a chunk of
+ * its own when the head is sealed between the walk's reads -- and a
+ * block's room a head closes unused when a copy does not fit its end.
+ * Without it a group kept whole (a segment of hot blocks) claimed its data
+ * alone: its copies found a header or a block short at the end, and the
+ * last hot blocks were dropped (passclaim.test). */
+static uint64_t copy_overhead(const struct cache *c, uint64_t live, uint64_t nchunks)
+{
+    return (live / c->spb + nchunks + 1) * TC_MAX_HDR_SECTORS + c->spb;
+}
+
+/* The room the copies of group g's live data take (its walk not begun). */
+static uint64_t group_claim(struct cache *c, const struct group *g)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < g->nsegs; i++) {
+        const struct segment *sg = space_seg(&c->sp, g->segs[i]);
+        if (seg_usable(c, g->segs[i]) && sg->live)
+            n += sg->live + copy_overhead(c, sg->live, sg->nchunks);
+    }
+    return n;
+}
+
 /* The room the cleaner claims for the copies of its pass: while a pass
  * walks its group, the data sectors of the chunks it has yet to read (no
  * more than their segments' live counts); while free space is below the
- * low mark and a pass is due, the live data of the oldest group, which it
- * will walk.  Plus record_room().  Client writes leave it that room
+ * low mark (a pass is due), the live data of the group walked next (the
+ * oldest, or the one after the group being reclaimed), also while the
+ * pass writes back and syncs its tail.  Each with what its copies cost beyond their data
+ * (copy_overhead()).  Plus record_room().  Client writes leave it that room
  * (log.c, log_append()), or wait for room; fills do not (a fill given up
  * loses a block read, as a copy refused does).
  *
@@ -677,27 +704,36 @@ uint64_t cleaner_claim(struct cache *c)
     if (k == NULL || k->unbounded || k->stopping || k->backing_off || c->draining || c->offline)
         return 0;
     uint64_t n = 0;
+    /* The group after the one being walked, or the oldest: walked next. */
+    const struct group *next = NULL;
     if (k->running) {
-        if (k->seg_i >= k->nsegs)
-            return 0;       /* its copies are made: it writes back, or its tail */
         for (unsigned i = k->seg_i; i < k->nsegs; i++) {
             uint32_t seg = k->segs[i];
             const struct segment *sg = space_seg(&c->sp, seg);
             if (!seg_usable(c, seg))
                 continue;
-            uint64_t rest = 0;
-            for (uint32_t ch = i == k->seg_i ? k->chunk_i : 0; ch < sg->nchunks; ch++)
+            uint64_t rest = 0, nch = 0;
+            for (uint32_t ch = i == k->seg_i ? k->chunk_i : 0; ch < sg->nchunks; ch++) {
                 rest += sg->chunks[ch].data_sectors;
-            n += TC_MIN(rest, (uint64_t)sg->live);
+                nch++;
+            }
+            rest = TC_MIN(rest, (uint64_t)sg->live);
+            if (rest)
+                n += rest + copy_overhead(c, rest, nch);
         }
-    } else if (c->sp.free_segs < space_low_water(&c->sp, c->ndevs)) {
-        struct group *g = oldest_group(&c->sp);
-        if (g == NULL || g->open)
-            return 0;
-        for (unsigned i = 0; i < g->nsegs; i++)
-            if (seg_usable(c, g->segs[i]))
-                n += space_seg(&c->sp, g->segs[i])->live;
+        uint32_t pos = (k->slot + c->sp.groups_cap - c->sp.group_tail) % c->sp.groups_cap;
+        if (pos + 1 < c->sp.ngroups)
+            next = group_at(&c->sp, (k->slot + 1) % c->sp.groups_cap);
+    } else {
+        next = oldest_group(&c->sp);
     }
+    /* The next walk's claim starts before that walk, while free space is
+     * below the low mark: the appends made meanwhile -- while this pass writes
+     * back and syncs its tail, which in writeback under a write flood is
+     * most of its time -- would otherwise leave the next pass only the
+     * reserve, less than a group of hot blocks needs. */
+    if (next != NULL && !next->open && c->sp.free_segs < space_low_water(&c->sp, c->ndevs))
+        n += group_claim(c, next);
     return n ? n + record_room(c) : 0;
 }
 
