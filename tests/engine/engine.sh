@@ -18,7 +18,7 @@ stats() {
 # snap NAME VAR: the status figures of the cache, as VAR_<key>=value
 snap() {
   local name=$1 var=$2 k v
-  local keys=(read_hits read_misses origin_read_bytes cache_write_bytes promotions not_admitted
+  local keys=(read_hits read_misses origin_read_bytes cache_write_bytes promotions promotion_bytes not_admitted
               bypassed_sequential_bytes blocks_cached dirty_bytes groups_retired demotions
               checksum_errors lost_dirty_bytes fills_dropped)
   local vals
