@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "engine/cache.h"
 #include "engine/check.h"
+#include "engine/seqrec.h"
 #include "io/claim.h"
 #include "io/dev.h"
 #include "util/json.h"
@@ -22,7 +23,8 @@ static const char check_help[] =
 "Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--state-file PATH]\n"
 "                       [--json] [--progress]\n"
 "       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN\n"
-"                       [--state-file PATH] [--json] [--progress]\n"
+"                       [--state-file PATH] [--accept-older-cache] [--json]\n"
+"                       [--progress]\n"
 "\n"
 "Audit a cache set offline: both superblock copies, every chunk summary\n"
 "and checksum the log holds, the checksum of every cached sector, the\n"
@@ -48,9 +50,18 @@ static const char check_help[] =
 "                        After the cache was abandoned at run time, only\n"
 "                        versions written after a restart are written back;\n"
 "                        the sectors lost then are listed as lost.  The\n"
-"                        state file used is named in the result.\n"
+"                        state file used is named in the result.  An\n"
+"                        older copy of the cache device than its sequence\n"
+"                        record says (or an unusable record) is refused\n"
+"                        as serve refuses it, naming the device and both\n"
+"                        chunk sequences, exit 2, nothing written: its\n"
+"                        dirty data is older than the origin's\n"
+"  --accept-older-cache  with --salvage: salvage such a copy anyway (right\n"
+"                        only when the origin was restored to the same\n"
+"                        point with it); the record is not changed\n"
 "  --state-file PATH     the record of an abandoned cache, if serve was given\n"
-"                        --state-file (default: as serve's).  Without it the\n"
+"                        --state-file (default: as serve's); the sequence\n"
+"                        record is the one beside it.  Without it the\n"
 "                        log from before the abandonment would be trusted,\n"
 "                        and --salvage could write its older versions over\n"
 "                        the origin's newer data\n"
@@ -108,7 +119,7 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
 /* check --salvage: the origin must be the one the cache was formatted for
  * (its data is written there). */
 static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json,
-                   bool progress)
+                   bool progress, bool accept_older)
 {
     char err[1024];
     struct tc_dev *o = dev_open_as(r, origin, "origin", false, err, sizeof err);
@@ -126,6 +137,42 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         dev_close(o);
         cache_close_offline(c);
         return 2;
+    }
+    /* An older copy of the cache device (a restored backup) holds dirty
+     * data older than what the origin received since: refused as serve
+     * refuses it (engine/seqrec.c), before anything is written.  A damaged
+     * log may have lost its newest chunks: after a clean stop its record
+     * still names them, but after a crash the current device may look
+     * older too, which the message says. */
+    struct seqrec_look look;
+    seqrec_look(c, &look);
+    static const struct seqrec_words salvage_words = {
+        .who = "the daemon serving it",
+        .harm = "salvaging it would write its older dirty data over newer data of the origin",
+        .way_out = "salvage with --accept-older-cache",
+        .way_out_unusable = "salvage with --accept-older-cache (the record is left as it is)",
+    };
+    char refusal[2048];
+    if (seqrec_refusal(&look, &salvage_words, refusal, sizeof refusal) < 0) {
+        if (!accept_older) {
+            fprintf(stderr, "tiercache: check --salvage: %s%s: nothing written\n", refusal,
+                    c->damage ? ".  The log is damaged too: if its newest chunks are among "
+                                "the damaged places, this may be the current device, which "
+                                "--accept-older-cache salvages" : "");
+            seqrec_look_free(&look);
+            dev_close(o);
+            cache_close_offline(c);
+            return 2;
+        }
+        if (look.verdict == SEQREC_OLDER)
+            fprintf(stderr, "tiercache: check --salvage: %s: the cache device holds an older "
+                    "copy of its log (newest chunk %llu, chunk %llu recorded in %s, written "
+                    "%s): salvaged anyway (--accept-older-cache)\n", look.devs,
+                    (unsigned long long)look.found, (unsigned long long)look.recorded,
+                    look.path, look.when);
+        else
+            fprintf(stderr, "tiercache: check --salvage: sequence record %s is unusable (%s): "
+                    "not checked (--accept-older-cache)\n", look.path, look.why);
     }
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);
@@ -147,6 +194,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         json_uint(&j, "lost_bytes", res.sectors_lost * TC_SECTOR);
         json_uint(&j, "abandoned_seq", res.abandoned_seq);
         json_string(&j, "state_file", res.state_file ? res.state_file : "");
+        json_string(&j, "sequence_record", look.path);
+        json_string(&j, "sequence_record_found", seqrec_verdict_name(look.verdict));
         json_begin_array(&j, "lost");
         for (unsigned i = 0; i < res.nlost; i++)
             json_string(&j, NULL, res.lost[i]);
@@ -188,6 +237,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
     if (rc)
         fprintf(stderr, "tiercache: check --salvage: %s; what was written before stays\n", err);
     salvage_result_free(&res);
+    seqrec_look_free(&look);
     dev_close(o);
     cache_close_offline(c);
     return status;
@@ -202,12 +252,13 @@ int cmd_check(int argc, char **argv)
         { "json", no_argument, NULL, 'j' },
         { "progress", no_argument, NULL, 'p' },
         { "state-file", required_argument, NULL, 'f' },
+        { "accept-older-cache", no_argument, NULL, 'A' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
     const char *origin = NULL, *state_file = NULL;
-    bool json = false, salvage_mode = false, force_progress = false;
+    bool json = false, salvage_mode = false, force_progress = false, accept_older = false;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -218,6 +269,7 @@ int cmd_check(int argc, char **argv)
         case 'j': json = true; break;
         case 'p': force_progress = true; break;
         case 'f': state_file = optarg; break;
+        case 'A': accept_older = true; break;
         case 'h': cli_print(check_help); return 0;
         default: fprintf(stderr, "Try 'tiercache check --help'.\n"); return 2;
         }
@@ -226,6 +278,8 @@ int cmd_check(int argc, char **argv)
         tc_die(2, "check: unexpected argument '%s'", argv[optind]);
     if (caches == NULL)
         tc_die(2, "check: --cache is required (try --help)");
+    if (accept_older && !salvage_mode)
+        tc_die(2, "check: --accept-older-cache goes with --salvage");
     if (salvage_mode && origin == NULL)
         tc_die(2, "check --salvage: --origin is required (the dirty data is written there)");
     tc_log_set_level(TC_LOG_ERROR);
@@ -242,7 +296,7 @@ int cmd_check(int argc, char **argv)
     if (progress)
         fprintf(stderr, "cache log read in %.1f s\n", (double)(tc_now_ns() - t0) / 1e9);
     if (salvage_mode) {
-        int st = salvage(c, &r, origin, json, progress);
+        int st = salvage(c, &r, origin, json, progress, accept_older);
         reactor_fini(&r);
         free(paths);
         return st;
