@@ -33,7 +33,11 @@ static const char check_help[] =
 "full scan of the log, or a problem).  Damaged data is listed by origin\n"
 "range, as lost (dirty) or harmless (clean: the origin has it).  With\n"
 "--origin, also check that the\n"
-"cache was formatted for that origin.  A set a daemon is using is refused\n"
+"cache was formatted for that origin.  The set's sequence record (beside\n"
+"the state file: cache.img.tcseq) is read too: devices holding an older\n"
+"copy of the log than it says was durable (a restored backup, a rolled-back\n"
+"snapshot), or an unusable record, are a problem, as serve refuses them.\n"
+"A set a daemon is using is refused\n"
 "(exit 2), naming the daemon: its devices are claimed while it runs.\n"
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
@@ -84,12 +88,16 @@ static const char dump_help[] =
 "Print a cache set's layout for debugging: the superblock, the groups of\n"
 "the log from oldest to newest, every segment in use (state, sequence,\n"
 "fill, live sectors, chunks), and with --blocks every cached block with\n"
-"its valid and dirty sectors and its fragments.\n"
+"its valid and dirty sectors and its fragments.  The sequence record beside\n"
+"the state file is compared with the log: an older copy of the cache device\n"
+"(its log older than the record says was durable) or an unusable record is\n"
+"said in capitals (serve and check --salvage refuse it).\n"
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
 "  --blocks              also list every cached block\n"
 "  --state-file PATH     the record of an abandoned cache, if serve was given\n"
-"                        --state-file (default: as serve's)\n"
+"                        --state-file (default: as serve's); the sequence\n"
+"                        record is the one beside it\n"
 "  --help, -h            this text\n";
 
 static struct cache *open_set(char *list, const char *origin, const char *state_file,
@@ -340,6 +348,10 @@ int cmd_check(int argc, char **argv)
         json_uint(&j, "groups", res.groups);
         json_uint(&j, "segments", res.segments);
         json_uint(&j, "segments_free", res.segments_free);
+        json_string(&j, "sequence_record", res.seqrec_path);
+        json_string(&j, "sequence_record_found", res.seqrec_found);
+        json_uint(&j, "sequence_record_chunk", res.seqrec_chunk);
+        json_uint(&j, "newest_chunk", res.newest_chunk);
         json_bool(&j, "clean_stop_recorded", res.stop_recorded);
         if (res.stop_recorded) {
             json_uint(&j, "clean_stop_chunk", res.stop_chunk_seq);
@@ -366,6 +378,18 @@ int cmd_check(int argc, char **argv)
                    (unsigned long long)res.stop_chunks);
         if (res.checkpoint_verified)
             printf("checkpoint: the same as the full scan of the log\n");
+        /* An older log or an unusable record is a problem (listed below). */
+        if (strcmp(res.seqrec_found, "checked") == 0)
+            printf("sequence record %s: the log reaches chunk %llu, at least the %llu "
+                   "recorded\n", res.seqrec_path, (unsigned long long)res.newest_chunk,
+                   (unsigned long long)res.seqrec_chunk);
+        else if (strcmp(res.seqrec_found, "older") != 0 &&
+                 strcmp(res.seqrec_found, "unusable") != 0)
+            printf("sequence record %s: %s: whether the devices hold an older copy of the "
+                   "log is not checked\n", res.seqrec_path,
+                   strcmp(res.seqrec_found, "missing") == 0 ? "none"
+                   : strcmp(res.seqrec_found, "other set") == 0 ? "of another cache set"
+                   : "not all devices in service");
         if (res.unflushed_entries)
             printf("%llu entries of unflushed chunks ignored (written just before a crash; "
                    "never acknowledged as durable)\n", (unsigned long long)res.unflushed_entries);
@@ -451,6 +475,35 @@ int cmd_dump(int argc, char **argv)
             printf(" %u", dsb->ckpt_segs[i]);
         printf("\n");
     }
+    /* The sequence record (engine/seqrec.c): an older copy is a finding. */
+    struct seqrec_look look;
+    seqrec_look(c, &look);
+    switch (look.verdict) {
+    case SEQREC_CURRENT:
+        printf("sequence record %s: chunk %llu durable (written %s); the log reaches chunk "
+               "%llu\n", look.path, (unsigned long long)look.recorded, look.when,
+               (unsigned long long)look.found);
+        break;
+    case SEQREC_OLDER:
+        printf("sequence record %s: chunk %llu durable (written %s), but the log's newest "
+               "chunk is %llu: an OLDER COPY of the cache device (a restored backup or a "
+               "rolled-back snapshot); serve and check --salvage refuse it without "
+               "--accept-older-cache\n", look.path, (unsigned long long)look.recorded,
+               look.when, (unsigned long long)look.found);
+        break;
+    case SEQREC_UNUSABLE:
+        printf("sequence record %s: UNUSABLE (%s); serve and check --salvage refuse the set "
+               "without --accept-older-cache\n", look.path, look.why);
+        break;
+    case SEQREC_MISSING:
+        printf("sequence record %s: none (not checked)\n", look.path);
+        break;
+    case SEQREC_OTHER_SET:
+    case SEQREC_NOT_CHECKED:
+        printf("sequence record %s: not checked: %s\n", look.path, look.why);
+        break;
+    }
+    seqrec_look_free(&look);
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
            (unsigned long long)c->lg.tail_seq, (unsigned long long)c->lg.next_seq, c->sp.ngroups,

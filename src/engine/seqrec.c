@@ -39,6 +39,14 @@
  * and put back after a later run is, whenever that run wrote a chunk (a
  * clean stop writes one: its flushed mark).
  *
+ * The offline commands look at the record the same way (seqrec_look(),
+ * which writes nothing): check --salvage, which writes dirty data back
+ * to the origin, refuses an older copy as serve does (its own
+ * --accept-older-cache; the record is left as it is); check and dump
+ * report it.  A damaged log (which only --salvage reads on) may have lost its
+ * newest chunks, so the clean-stop record's newest chunk counts as found
+ * too: an older copy carries its older stop record.
+ *
  * A missing record (the first start, a state folder lost) is logged, not
  * an error: there is nothing to compare.  A record of another set (a
  * format since) is logged and replaced.  An unusable record (bad checksum,
