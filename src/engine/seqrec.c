@@ -43,7 +43,8 @@
  * which writes nothing): check --salvage, which writes dirty data back
  * to the origin, refuses an older copy as serve does (its own
  * --accept-older-cache; the record is left as it is); check and dump
- * report it.  A damaged log (which only --salvage reads on) may have lost its
+ * report it; format --force names it when it refuses the copy's dirty
+ * data.  A damaged log (which only --salvage reads on) may have lost its
  * newest chunks, so the clean-stop record's newest chunk counts as found
  * too: an older copy carries its older stop record.
  *
