@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "engine/cache.h"
 #include "engine/check.h"
+#include "engine/seqrec.h"
 #include "io/claim.h"
 #include "io/dev.h"
 #include "util/json.h"
@@ -22,7 +23,8 @@ static const char check_help[] =
 "Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--state-file PATH]\n"
 "                       [--json] [--progress]\n"
 "       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN\n"
-"                       [--state-file PATH] [--json] [--progress]\n"
+"                       [--state-file PATH] [--accept-older-cache] [--json]\n"
+"                       [--progress]\n"
 "\n"
 "Audit a cache set offline: both superblock copies, every chunk summary\n"
 "and checksum the log holds, the checksum of every cached sector, the\n"
@@ -31,7 +33,11 @@ static const char check_help[] =
 "full scan of the log, or a problem).  Damaged data is listed by origin\n"
 "range, as lost (dirty) or harmless (clean: the origin has it).  With\n"
 "--origin, also check that the\n"
-"cache was formatted for that origin.  A set a daemon is using is refused\n"
+"cache was formatted for that origin.  The set's sequence record (beside\n"
+"the state file: cache.img.tcseq) is read too: devices holding an older\n"
+"copy of the log than it says was durable (a restored backup, a rolled-back\n"
+"snapshot), or an unusable record, are a problem, as serve refuses them.\n"
+"A set a daemon is using is refused\n"
 "(exit 2), naming the daemon: its devices are claimed while it runs.\n"
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
@@ -48,9 +54,18 @@ static const char check_help[] =
 "                        After the cache was abandoned at run time, only\n"
 "                        versions written after a restart are written back;\n"
 "                        the sectors lost then are listed as lost.  The\n"
-"                        state file used is named in the result.\n"
+"                        state file used is named in the result.  An\n"
+"                        older copy of the cache device than its sequence\n"
+"                        record says (or an unusable record) is refused\n"
+"                        as serve refuses it, naming the device and both\n"
+"                        chunk sequences, exit 2, nothing written: its\n"
+"                        dirty data is older than the origin's\n"
+"  --accept-older-cache  with --salvage: salvage such a copy anyway (right\n"
+"                        only when the origin was restored to the same\n"
+"                        point with it); the record is not changed\n"
 "  --state-file PATH     the record of an abandoned cache, if serve was given\n"
-"                        --state-file (default: as serve's).  Without it the\n"
+"                        --state-file (default: as serve's); the sequence\n"
+"                        record is the one beside it.  Without it the\n"
 "                        log from before the abandonment would be trusted,\n"
 "                        and --salvage could write its older versions over\n"
 "                        the origin's newer data\n"
@@ -73,12 +88,16 @@ static const char dump_help[] =
 "Print a cache set's layout for debugging: the superblock, the groups of\n"
 "the log from oldest to newest, every segment in use (state, sequence,\n"
 "fill, live sectors, chunks), and with --blocks every cached block with\n"
-"its valid and dirty sectors and its fragments.\n"
+"its valid and dirty sectors and its fragments.  The sequence record beside\n"
+"the state file is compared with the log: an older copy of the cache device\n"
+"(its log older than the record says was durable) or an unusable record is\n"
+"said in capitals (serve and check --salvage refuse it).\n"
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
 "  --blocks              also list every cached block\n"
 "  --state-file PATH     the record of an abandoned cache, if serve was given\n"
-"                        --state-file (default: as serve's)\n"
+"                        --state-file (default: as serve's); the sequence\n"
+"                        record is the one beside it\n"
 "  --help, -h            this text\n";
 
 static struct cache *open_set(char *list, const char *origin, const char *state_file,
@@ -108,7 +127,7 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
 /* check --salvage: the origin must be the one the cache was formatted for
  * (its data is written there). */
 static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json,
-                   bool progress)
+                   bool progress, bool accept_older)
 {
     char err[1024];
     struct tc_dev *o = dev_open_as(r, origin, "origin", false, err, sizeof err);
@@ -126,6 +145,42 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         dev_close(o);
         cache_close_offline(c);
         return 2;
+    }
+    /* An older copy of the cache device (a restored backup) holds dirty
+     * data older than what the origin received since: refused as serve
+     * refuses it (engine/seqrec.c), before anything is written.  A damaged
+     * log may have lost its newest chunks: after a clean stop its record
+     * still names them, but after a crash the current device may look
+     * older too, which the message says. */
+    struct seqrec_look look;
+    seqrec_look(c, &look);
+    static const struct seqrec_words salvage_words = {
+        .who = "the daemon serving it",
+        .harm = "salvaging it would write its older dirty data over newer data of the origin",
+        .way_out = "salvage with --accept-older-cache",
+        .way_out_unusable = "salvage with --accept-older-cache (the record is left as it is)",
+    };
+    char refusal[2048];
+    if (seqrec_refusal(&look, &salvage_words, refusal, sizeof refusal) < 0) {
+        if (!accept_older) {
+            fprintf(stderr, "tiercache: check --salvage: %s%s: nothing written\n", refusal,
+                    c->damage ? ".  The log is damaged too: if its newest chunks are among "
+                                "the damaged places, this may be the current device, which "
+                                "--accept-older-cache salvages" : "");
+            seqrec_look_free(&look);
+            dev_close(o);
+            cache_close_offline(c);
+            return 2;
+        }
+        if (look.verdict == SEQREC_OLDER)
+            fprintf(stderr, "tiercache: check --salvage: %s: the cache device holds an older "
+                    "copy of its log (newest chunk %llu, chunk %llu recorded in %s, written "
+                    "%s): salvaged anyway (--accept-older-cache)\n", look.devs,
+                    (unsigned long long)look.found, (unsigned long long)look.recorded,
+                    look.path, look.when);
+        else
+            fprintf(stderr, "tiercache: check --salvage: sequence record %s is unusable (%s): "
+                    "not checked (--accept-older-cache)\n", look.path, look.why);
     }
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);
@@ -147,6 +202,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         json_uint(&j, "lost_bytes", res.sectors_lost * TC_SECTOR);
         json_uint(&j, "abandoned_seq", res.abandoned_seq);
         json_string(&j, "state_file", res.state_file ? res.state_file : "");
+        json_string(&j, "sequence_record", look.path);
+        json_string(&j, "sequence_record_found", seqrec_verdict_name(look.verdict));
         json_begin_array(&j, "lost");
         for (unsigned i = 0; i < res.nlost; i++)
             json_string(&j, NULL, res.lost[i]);
@@ -188,6 +245,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
     if (rc)
         fprintf(stderr, "tiercache: check --salvage: %s; what was written before stays\n", err);
     salvage_result_free(&res);
+    seqrec_look_free(&look);
     dev_close(o);
     cache_close_offline(c);
     return status;
@@ -202,12 +260,13 @@ int cmd_check(int argc, char **argv)
         { "json", no_argument, NULL, 'j' },
         { "progress", no_argument, NULL, 'p' },
         { "state-file", required_argument, NULL, 'f' },
+        { "accept-older-cache", no_argument, NULL, 'A' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
     const char *origin = NULL, *state_file = NULL;
-    bool json = false, salvage_mode = false, force_progress = false;
+    bool json = false, salvage_mode = false, force_progress = false, accept_older = false;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -218,6 +277,7 @@ int cmd_check(int argc, char **argv)
         case 'j': json = true; break;
         case 'p': force_progress = true; break;
         case 'f': state_file = optarg; break;
+        case 'A': accept_older = true; break;
         case 'h': cli_print(check_help); return 0;
         default: fprintf(stderr, "Try 'tiercache check --help'.\n"); return 2;
         }
@@ -226,6 +286,8 @@ int cmd_check(int argc, char **argv)
         tc_die(2, "check: unexpected argument '%s'", argv[optind]);
     if (caches == NULL)
         tc_die(2, "check: --cache is required (try --help)");
+    if (accept_older && !salvage_mode)
+        tc_die(2, "check: --accept-older-cache goes with --salvage");
     if (salvage_mode && origin == NULL)
         tc_die(2, "check --salvage: --origin is required (the dirty data is written there)");
     tc_log_set_level(TC_LOG_ERROR);
@@ -242,7 +304,7 @@ int cmd_check(int argc, char **argv)
     if (progress)
         fprintf(stderr, "cache log read in %.1f s\n", (double)(tc_now_ns() - t0) / 1e9);
     if (salvage_mode) {
-        int st = salvage(c, &r, origin, json, progress);
+        int st = salvage(c, &r, origin, json, progress, accept_older);
         reactor_fini(&r);
         free(paths);
         return st;
@@ -286,6 +348,10 @@ int cmd_check(int argc, char **argv)
         json_uint(&j, "groups", res.groups);
         json_uint(&j, "segments", res.segments);
         json_uint(&j, "segments_free", res.segments_free);
+        json_string(&j, "sequence_record", res.seqrec_path);
+        json_string(&j, "sequence_record_found", res.seqrec_found);
+        json_uint(&j, "sequence_record_chunk", res.seqrec_chunk);
+        json_uint(&j, "newest_chunk", res.newest_chunk);
         json_bool(&j, "clean_stop_recorded", res.stop_recorded);
         if (res.stop_recorded) {
             json_uint(&j, "clean_stop_chunk", res.stop_chunk_seq);
@@ -312,6 +378,18 @@ int cmd_check(int argc, char **argv)
                    (unsigned long long)res.stop_chunks);
         if (res.checkpoint_verified)
             printf("checkpoint: the same as the full scan of the log\n");
+        /* An older log or an unusable record is a problem (listed below). */
+        if (strcmp(res.seqrec_found, "checked") == 0)
+            printf("sequence record %s: the log reaches chunk %llu, at least the %llu "
+                   "recorded\n", res.seqrec_path, (unsigned long long)res.newest_chunk,
+                   (unsigned long long)res.seqrec_chunk);
+        else if (strcmp(res.seqrec_found, "older") != 0 &&
+                 strcmp(res.seqrec_found, "unusable") != 0)
+            printf("sequence record %s: %s: whether the devices hold an older copy of the "
+                   "log is not checked\n", res.seqrec_path,
+                   strcmp(res.seqrec_found, "missing") == 0 ? "none"
+                   : strcmp(res.seqrec_found, "other set") == 0 ? "of another cache set"
+                   : "not all devices in service");
         if (res.unflushed_entries)
             printf("%llu entries of unflushed chunks ignored (written just before a crash; "
                    "never acknowledged as durable)\n", (unsigned long long)res.unflushed_entries);
@@ -397,6 +475,35 @@ int cmd_dump(int argc, char **argv)
             printf(" %u", dsb->ckpt_segs[i]);
         printf("\n");
     }
+    /* The sequence record (engine/seqrec.c): an older copy is a finding. */
+    struct seqrec_look look;
+    seqrec_look(c, &look);
+    switch (look.verdict) {
+    case SEQREC_CURRENT:
+        printf("sequence record %s: chunk %llu durable (written %s); the log reaches chunk "
+               "%llu\n", look.path, (unsigned long long)look.recorded, look.when,
+               (unsigned long long)look.found);
+        break;
+    case SEQREC_OLDER:
+        printf("sequence record %s: chunk %llu durable (written %s), but the log's newest "
+               "chunk is %llu: an OLDER COPY of the cache device (a restored backup or a "
+               "rolled-back snapshot); serve and check --salvage refuse it without "
+               "--accept-older-cache\n", look.path, (unsigned long long)look.recorded,
+               look.when, (unsigned long long)look.found);
+        break;
+    case SEQREC_UNUSABLE:
+        printf("sequence record %s: UNUSABLE (%s); serve and check --salvage refuse the set "
+               "without --accept-older-cache\n", look.path, look.why);
+        break;
+    case SEQREC_MISSING:
+        printf("sequence record %s: none (not checked)\n", look.path);
+        break;
+    case SEQREC_OTHER_SET:
+    case SEQREC_NOT_CHECKED:
+        printf("sequence record %s: not checked: %s\n", look.path, look.why);
+        break;
+    }
+    seqrec_look_free(&look);
     printf("log: tail seq %llu, next seq %llu, %u groups, %u segments free, %llu blocks, "
            "%llu dirty sectors\n",
            (unsigned long long)c->lg.tail_seq, (unsigned long long)c->lg.next_seq, c->sp.ngroups,

@@ -18,6 +18,11 @@
  * data is unknown: that is refused too.  --discard-dirty skips all of
  * this: the operator discards the old set's data knowingly.
  *
+ * An old set whose devices are an older copy than its sequence record says
+ * (engine/seqrec.c) is refused as holding dirty data too, but saying so:
+ * serving it to flush it is refused, and its dirty data is older than the
+ * origin's, so discarding it is the way out.
+ *
  * The look happens after format's own checks, which release the devices
  * again (tc_format with check_only), and before its real run: an old set
  * in use is refused by those checks, naming the daemon.
@@ -31,6 +36,7 @@
 #include "cli/cli.h"
 #include "engine/cache.h"
 #include "engine/lost.h"
+#include "engine/seqrec.h"
 #include "format/ondisk.h"
 #include "io/claim.h"
 #include "io/dev.h"
@@ -111,7 +117,23 @@ static int inspect(struct tc_reactor *r, struct old_set *s, char *err, size_t er
     uint64_t dirty = c->map.dirty_sectors * TC_SECTOR;
     uint64_t lost = lost_sectors(&c->map.lost) * TC_SECTOR;
     char a[32], b[32];
-    if (c->damage) {
+    /* An older copy of the set's devices (its sequence record says the log
+     * reached further): its dirty data is older than what the origin
+     * received since, and serve and check --salvage refuse it, so the way
+     * out named below (serve it and flush) is closed. */
+    struct seqrec_look look;
+    seqrec_look(c, &look);
+    if (look.verdict == SEQREC_OLDER && dirty) {
+        snprintf(err, errlen, "%s holds tiercache cache set %s with %s of dirty data, but an "
+                 "older copy of its log than the daemon serving it last saw: its newest chunk "
+                 "is %llu, but chunk %llu was durable on it (sequence record %s, written %s): "
+                 "a restored backup or a rolled-back snapshot, whose dirty data is older than "
+                 "what the origin received since (serve and check --salvage refuse it).  Put "
+                 "back the current device, or " WAY_OUT, devs, uuid,
+                 tc_format_size(dirty, a, sizeof a), (unsigned long long)look.found,
+                 (unsigned long long)look.recorded, look.path, look.when);
+        rc = -1;
+    } else if (c->damage) {
         size_t n = strcspn(c->damage, "\n");
         snprintf(err, errlen, "%s holds tiercache cache set %s, whose log is damaged (%.*s): the "
                  "dirty data it holds cannot all be known.  'tiercache check --salvage' writes "
@@ -141,6 +163,7 @@ static int inspect(struct tc_reactor *r, struct old_set *s, char *err, size_t er
                              "Write those ranges again through a daemon serving the set first, ");
         rc = -1;
     }
+    seqrec_look_free(&look);
     cache_close_offline(c);
     return rc;
 }

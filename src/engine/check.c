@@ -27,6 +27,7 @@
 #include "engine/cacheio.h"
 #include "engine/check.h"
 #include "engine/checkpoint.h"
+#include "engine/seqrec.h"
 #include "util/misc.h"
 
 static void problem(struct check_result *r, const char *fmt, ...)
@@ -52,6 +53,7 @@ void check_result_free(struct check_result *r)
     for (unsigned i = 0; i < r->nproblems; i++)
         free(r->problems[i]);
     free(r->problems);
+    free(r->seqrec_path);
     memset(r, 0, sizeof *r);
 }
 
@@ -343,6 +345,30 @@ static void report_lost(void *arg, uint64_t oblock, const struct tc_mask *m)
     }
 }
 
+/* The sequence record (seqrec.c): what serve's start and check --salvage
+ * would refuse is a problem here, said in their words. */
+static void check_seqrec(struct cache *c, struct check_result *r)
+{
+    struct seqrec_look l;
+    seqrec_look(c, &l);
+    r->seqrec_path = tc_xstrdup(l.path);
+    r->seqrec_found = seqrec_verdict_name(l.verdict);
+    r->seqrec_chunk = l.recorded;
+    r->newest_chunk = l.found;
+    static const struct seqrec_words words = {
+        .who = "the daemon serving it",
+        .harm = "serve and check --salvage refuse it: its dirty data is older than what the "
+                "origin received since, and would be written back over it",
+        .way_out = "serve or salvage it with --accept-older-cache",
+        .way_out_unusable = "serve or salvage it with --accept-older-cache (serve writes the "
+                            "record anew)",
+    };
+    char why[2048];
+    if (seqrec_refusal(&l, &words, why, sizeof why) < 0)
+        problem(r, "sequence record: %s", why);
+    seqrec_look_free(&l);
+}
+
 int cache_check_index(struct cache *c, struct check_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -377,6 +403,7 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
     if (c->st.recovery_malformed)
         problem(r, "log: %llu chunk entries are malformed and were ignored",
                 (unsigned long long)c->st.recovery_malformed);
+    check_seqrec(c, r);
     struct check_state st = { .c = c, .r = r };
     lost_foreach(&c->map.lost, report_lost, &st);
     r->unflushed_entries = c->st.recovery_unflushed;

@@ -19,6 +19,12 @@ struct check_result {
     uint64_t stop_chunk_seq, stop_chunks;   /* ... of this log (recovery compared them) */
     bool checkpoint;                /* ... naming a checkpoint, */
     bool checkpoint_verified;       /* ... the same as what the scan rebuilt */
+    /* The sequence record (seqrec.h): an older copy of the devices, or an
+     * unusable record, is a problem (serve and --salvage refuse them). */
+    char *seqrec_path;
+    const char *seqrec_found;       /* seqrec_verdict_name() */
+    uint64_t seqrec_chunk;          /* the record's chunk (0: none read) */
+    uint64_t newest_chunk;          /* the devices' newest */
 };
 
 /* salvage.c: write the dirty data a damaged cache still holds intact and

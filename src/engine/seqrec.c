@@ -39,6 +39,15 @@
  * and put back after a later run is, whenever that run wrote a chunk (a
  * clean stop writes one: its flushed mark).
  *
+ * The offline commands look at the record the same way (seqrec_look(),
+ * which writes nothing): check --salvage, which writes dirty data back
+ * to the origin, refuses an older copy as serve does (its own
+ * --accept-older-cache; the record is left as it is); check and dump
+ * report it; format --force names it when it refuses the copy's dirty
+ * data.  A damaged log (which only --salvage reads on) may have lost its
+ * newest chunks, so the clean-stop record's newest chunk counts as found
+ * too: an older copy carries its older stop record.
+ *
  * A missing record (the first start, a state folder lost) is logged, not
  * an error: there is nothing to compare.  A record of another set (a
  * format since) is logged and replaced.  An unusable record (bad checksum,
@@ -229,39 +238,43 @@ static void dev_names(const struct cache *c, char *out, size_t len)
     }
 }
 
-int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
+/* The newest chunk the devices vouch for: the newest recovery found, or
+ * the clean-stop record's when it names a newer one (a damaged newest
+ * chunk; only check --salvage gets so far with a damaged log).  An older
+ * copy of a device carries its older stop record with it. */
+static uint64_t newest_on_devices(const struct cache *c)
 {
-    struct seqrec *sr = tc_xcalloc(1, sizeof *sr);
-    pthread_mutex_init(&sr->mu, NULL);
-    pthread_cond_init(&sr->cv, NULL);
-    sr->path = record_path(c->state_path);
-    c->seqrec = sr;
-    uint64_t found = c->lg.chunks_issued;   /* the newest chunk recovery found */
-    char devs[512];
-    dev_names(c, devs, sizeof devs);
+    uint64_t found = c->lg.chunks_issued;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if ((c->devs[d].sb.flags & TC_SB_CLEAN_STOP) && c->devs[d].sb.stop_chunk_seq > found)
+            found = c->devs[d].sb.stop_chunk_seq;
+    return found;
+}
+
+void seqrec_look(const struct cache *c, struct seqrec_look *l)
+{
+    memset(l, 0, sizeof *l);
+    l->path = record_path(c->state_path);
+    l->found = newest_on_devices(c);
+    snprintf(l->when, sizeof l->when, "an unknown time");
+    dev_names(c, l->devs, sizeof l->devs);
     /* Without every device, the newest chunk may be on the one missing:
-     * nothing to compare, and the record is left as it is. */
+     * nothing to compare. */
     for (unsigned d = 0; d < c->ndevs; d++)
         if (c->devs[d].state != CDEV_OK) {
-            sr->at_start = "not checked";
-            sr->frozen = true;
-            tc_warn("sequence record %s: not checked, and not updated in this run: cache "
-                    "device %u (%s) is not in service", sr->path, d, c->devs[d].dev->name);
-            return 0;
+            l->verdict = SEQREC_NOT_CHECKED;
+            snprintf(l->why, sizeof l->why, "cache device %u (%s) is not in service", d,
+                     c->devs[d].dev->name);
+            return;
         }
-
-    int fd = open(sr->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(l->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
-        sr->at_start = "missing";
-        tc_info("sequence record %s: none (the first start of this set here, or the record "
-                "was removed): whether %s holds an older copy of its log is not checked at "
-                "this start", sr->path, devs);
-        return 0;
+        l->verdict = SEQREC_MISSING;
+        return;
     }
-    char why[192] = "";
     struct tc_seqrec r;
     if (fd < 0) {
-        snprintf(why, sizeof why, "cannot open it: %s", strerror(errno));
+        snprintf(l->why, sizeof l->why, "cannot open it: %s", strerror(errno));
     } else {
         uint8_t buf[TC_SEQREC_BYTES + 1];
         size_t done = 0;
@@ -275,65 +288,140 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
             done += (size_t)n;
         }
         if (n < 0)
-            snprintf(why, sizeof why, "cannot read it: %s", strerror(errno));
+            snprintf(l->why, sizeof l->why, "cannot read it: %s", strerror(errno));
         else
-            seqrec_decode(buf, done, &r, why, sizeof why);
+            seqrec_decode(buf, done, &r, l->why, sizeof l->why);
         close(fd);
     }
-    if (why[0]) {
-        if (!accept_older) {
-            snprintf(err, errlen, "sequence record %s is unusable (%s): it records how far the "
-                     "log of the cache on %s had durably reached, and without it an older copy "
-                     "of the cache device (a restored backup or a rolled-back snapshot) cannot "
-                     "be told from the current one.  If %s is the device this daemon last "
-                     "served, or its origin was restored to the same point with it, start with "
-                     "--accept-older-cache (the record is then written anew); otherwise "
-                     "reformat the cache with 'tiercache format --force --discard-dirty'",
-                     sr->path, why, devs, devs);
-            return -1;
-        }
-        sr->at_start = "unusable, accepted";
-        tc_warn("sequence record %s is unusable (%s): not checked (--accept-older-cache); "
-                "written anew", sr->path, why);
-        return 0;
+    if (l->why[0]) {
+        l->verdict = SEQREC_UNUSABLE;
+        return;
     }
     if (memcmp(r.set_uuid, c->set_uuid, 16) != 0) {
         char u1[37], u2[37];
         tc_uuid_format(r.set_uuid, u1);
         tc_uuid_format(c->set_uuid, u2);
-        sr->at_start = "other set";
-        tc_info("sequence record %s belongs to cache set %s, not to this one (%s; formatted "
-                "since): ignored, and replaced", sr->path, u1, u2);
-        return 0;
+        l->verdict = SEQREC_OTHER_SET;
+        snprintf(l->why, sizeof l->why, "it belongs to cache set %s, not to this one (%s; "
+                 "formatted since)", u1, u2);
+        return;
     }
-    char when[64];
-    format_time(r.written_ns, when, sizeof when);
-    if (found < r.chunk_seq) {
+    l->recorded = r.chunk_seq;
+    format_time(r.written_ns, l->when, sizeof l->when);
+    l->verdict = l->found < r.chunk_seq ? SEQREC_OLDER : SEQREC_CURRENT;
+}
+
+void seqrec_look_free(struct seqrec_look *l)
+{
+    free(l->path);
+    l->path = NULL;
+}
+
+const char *seqrec_verdict_name(enum seqrec_verdict v)
+{
+    switch (v) {
+    case SEQREC_CURRENT: return "checked";
+    case SEQREC_MISSING: return "missing";
+    case SEQREC_OTHER_SET: return "other set";
+    case SEQREC_NOT_CHECKED: return "not checked";
+    case SEQREC_UNUSABLE: return "unusable";
+    case SEQREC_OLDER: return "older";
+    }
+    return "?";
+}
+
+int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, char *err,
+                   size_t errlen)
+{
+    if (l->verdict == SEQREC_UNUSABLE) {
+        snprintf(err, errlen, "sequence record %s is unusable (%s): it records how far the "
+                 "log of the cache on %s had durably reached, and without it an older copy "
+                 "of the cache device (a restored backup or a rolled-back snapshot) cannot "
+                 "be told from the current one.  If %s is the device %s last served, or its "
+                 "origin was restored to the same point with it, %s; otherwise reformat the "
+                 "cache with 'tiercache format --force --discard-dirty'", l->path, l->why,
+                 l->devs, l->devs, w->who, w->way_out_unusable);
+        return -1;
+    }
+    if (l->verdict == SEQREC_OLDER) {
+        snprintf(err, errlen, "%s: the cache device holds an older copy of its log than "
+                 "%s last saw: its newest chunk is %llu, but chunk %llu was durable on it "
+                 "(sequence record %s, written %s): a restored backup or a rolled-back "
+                 "snapshot; %s.  Put back the current device; or, if the origin was restored "
+                 "to the same point with it, %s; otherwise reformat the cache with 'tiercache "
+                 "format --force --discard-dirty' (its contents, dirty data included, are "
+                 "discarded)", l->devs, w->who, (unsigned long long)l->found,
+                 (unsigned long long)l->recorded, l->path, l->when, w->harm, w->way_out);
+        return -1;
+    }
+    return 0;
+}
+
+int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
+{
+    struct seqrec *sr = tc_xcalloc(1, sizeof *sr);
+    pthread_mutex_init(&sr->mu, NULL);
+    pthread_cond_init(&sr->cv, NULL);
+    sr->path = record_path(c->state_path);
+    c->seqrec = sr;
+    struct seqrec_look l;
+    seqrec_look(c, &l);
+    static const struct seqrec_words serve_words = {
+        .who = "this daemon",
+        .harm = "serving it could return older data and write older dirty data over the "
+                "origin",
+        .way_out = "start with --accept-older-cache",
+        .way_out_unusable = "start with --accept-older-cache (the record is then written "
+                            "anew)",
+    };
+    int rc = 0;
+    switch (l.verdict) {
+    case SEQREC_NOT_CHECKED:
+        /* ... and the record is left as it is. */
+        sr->at_start = "not checked";
+        sr->frozen = true;
+        tc_warn("sequence record %s: not checked, and not updated in this run: %s", sr->path,
+                l.why);
+        break;
+    case SEQREC_MISSING:
+        sr->at_start = "missing";
+        tc_info("sequence record %s: none (the first start of this set here, or the record "
+                "was removed): whether %s holds an older copy of its log is not checked at "
+                "this start", sr->path, l.devs);
+        break;
+    case SEQREC_UNUSABLE:
         if (!accept_older) {
-            snprintf(err, errlen, "%s: the cache device holds an older copy of its log than "
-                     "this daemon last saw: its newest chunk is %llu, but chunk %llu was durable "
-                     "on it (sequence record %s, written %s): a restored backup or a "
-                     "rolled-back snapshot; serving it could return older data and write "
-                     "older dirty data over the origin.  Put back the current device; or, if "
-                     "the origin was restored to the same point with it, start with "
-                     "--accept-older-cache; otherwise reformat the cache with 'tiercache "
-                     "format --force --discard-dirty' (its contents, dirty data included, are "
-                     "discarded)", devs, (unsigned long long)found,
-                     (unsigned long long)r.chunk_seq, sr->path, when);
-            return -1;
+            rc = seqrec_refusal(&l, &serve_words, err, errlen);
+            break;
+        }
+        sr->at_start = "unusable, accepted";
+        tc_warn("sequence record %s is unusable (%s): not checked (--accept-older-cache); "
+                "written anew", sr->path, l.why);
+        break;
+    case SEQREC_OTHER_SET:
+        sr->at_start = "other set";
+        tc_info("sequence record %s: %s: ignored, and replaced", sr->path, l.why);
+        break;
+    case SEQREC_OLDER:
+        if (!accept_older) {
+            rc = seqrec_refusal(&l, &serve_words, err, errlen);
+            break;
         }
         sr->at_start = "older, accepted";
         tc_warn("%s: the cache device holds an older copy of its log (newest chunk %llu, "
                 "chunk %llu recorded in %s, written %s): served anyway "
-                "(--accept-older-cache); the record is replaced", devs,
-                (unsigned long long)found, (unsigned long long)r.chunk_seq, sr->path, when);
-        return 0;
+                "(--accept-older-cache); the record is replaced", l.devs,
+                (unsigned long long)l.found, (unsigned long long)l.recorded, sr->path, l.when);
+        break;
+    case SEQREC_CURRENT:
+        sr->at_start = "checked";
+        sr->written = l.recorded;
+        tc_info("sequence record %s: the log reaches chunk %llu, at least the %llu recorded %s",
+                sr->path, (unsigned long long)l.found, (unsigned long long)l.recorded, l.when);
+        break;
     }
-    sr->at_start = "checked";
-    sr->written = r.chunk_seq;
-    tc_info("sequence record %s: the log reaches chunk %llu, at least the %llu recorded %s",
-            sr->path, (unsigned long long)found, (unsigned long long)r.chunk_seq, when);
-    return 0;
+    seqrec_look_free(&l);
+    return rc;
 }
 
 void seqrec_started(struct cache *c)

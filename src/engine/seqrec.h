@@ -21,6 +21,41 @@
 struct cache;
 struct tc_json;
 
+/* What the record says of a set's devices, read only: serve's start
+ * (seqrec_check) and the offline commands (check, its --salvage, dump)
+ * look the same way. */
+enum seqrec_verdict {
+    SEQREC_CURRENT,         /* the log reaches at least the record's chunk */
+    SEQREC_MISSING,         /* no record: nothing to compare */
+    SEQREC_OTHER_SET,       /* a record of another set (formatted since): why */
+    SEQREC_NOT_CHECKED,     /* a device not in service: why */
+    SEQREC_UNUSABLE,        /* damaged, unreadable, another version: why */
+    SEQREC_OLDER,           /* the devices hold an older copy of the log */
+};
+struct seqrec_look {
+    enum seqrec_verdict verdict;
+    char *path;             /* the record's file (owned) */
+    uint64_t found;         /* the newest chunk on the devices */
+    uint64_t recorded;      /* the record's chunk (CURRENT, OLDER) */
+    char when[64];          /* ... and when it was written */
+    char why[192];
+    char devs[512];         /* the devices' names, for messages */
+};
+void seqrec_look(const struct cache *c, struct seqrec_look *l);
+void seqrec_look_free(struct seqrec_look *l);
+/* "checked", "missing", "other set", "not checked", "unusable", "older". */
+const char *seqrec_verdict_name(enum seqrec_verdict v);
+/* The words of a refusal that differ by command: whose view the record
+ * is ("this daemon"), what going on would do, and the way out with the
+ * option (for an older log, and for an unusable record). */
+struct seqrec_words {
+    const char *who, *harm, *way_out, *way_out_unusable;
+};
+/* -1 with serve's refusal, in the command's words, in err for an older
+ * log and an unusable record; 0 otherwise. */
+int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, char *err,
+                   size_t errlen);
+
 /* At start, after recovery and the origin check, before anything is
  * written: reads the record beside the state file and compares it with
  * the newest chunk recovery found.  -1 with the reason in err when the
