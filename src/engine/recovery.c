@@ -1040,6 +1040,23 @@ static bool load_stop_record(struct recovery *rc)
 }
 
 /*
+ * A clean-stop record on some devices of the set only: a stop that died
+ * while writing them (the others were cleared by the start before it), or
+ * a device put back as its copy from an earlier clean stop after the set
+ * ran again (that run's start cleared the record on every device it was
+ * given).  The checkpoint is not taken from it then: in the second case
+ * it is the older stop's, and would name the older versions as current.
+ * The log is scanned, and past_stop_record() tells the two apart.
+ */
+static bool stop_record_partial(const struct cache *c)
+{
+    unsigned with = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        with += (c->devs[d].sb.flags & TC_SB_CLEAN_STOP) != 0;
+    return with > 0 && with < c->ndevs;
+}
+
+/*
  * After a clean stop whose record names a checkpoint (ondisk.h), the state
  * is read from it instead of from the log (checkpoint.c): true if it was.
  * Not offline: check and dump scan the log (check then compares the
@@ -1051,6 +1068,11 @@ static bool from_checkpoint(struct cache *c)
     struct tc_superblock rec;
     if (c->offline || !find_stop_record(c, &rec, false) || !(rec.flags & TC_SB_CHECKPOINT))
         return false;
+    if (stop_record_partial(c)) {
+        tc_info("cache: the clean-stop record is on some of the set's devices only: the "
+                "checkpoint is not used, scanning the log");
+        return false;
+    }
     const char *force = getenv("TIERCACHE_TEST_FORCE_SCAN");
     if (force && *force && strcmp(force, "0") != 0) {
         tc_info("cache: the checkpoint is not used (TIERCACHE_TEST_FORCE_SCAN is set): "
@@ -1210,6 +1232,36 @@ static int stale_device(struct cache *c, char *err, size_t errlen)
     return -1;
 }
 
+/*
+ * A stop writes its record after its last sync, and the next start clears
+ * it on every device before it appends: a log that reaches past the
+ * record's newest chunk was written by a run after that stop, and the
+ * devices still carrying the record are older copies of themselves (the
+ * case stale_device() cannot see: the others carry none).  The first of
+ * them is named in err; -1.
+ */
+static int past_stop_record(const struct recovery *rc, char *err, size_t errlen)
+{
+    const struct cache *c = rc->c;
+    if (c->offline || !rc->stop_record || !stop_record_partial(c) ||
+        rc->max_chunk_seq <= rc->rec.stop_chunk_seq)
+        return 0;
+    unsigned old = 0;
+    while (old < c->ndevs && !(c->devs[old].sb.flags & TC_SB_CLEAN_STOP))
+        old++;
+    snprintf(err, errlen,
+             "%s (device %u of the set) is older than the rest of its cache set: its clean-stop "
+             "record names newest chunk %llu, but the set's log reaches chunk %llu, written "
+             "after that stop (the next start clears the record on every device).  It is an "
+             "older copy of that device (restored from a backup or a snapshot?): its log lacks "
+             "what the set wrote after, and served, the cache would return older data than its "
+             "clients were acknowledged.  Give the device as the set last used it; to give the "
+             "set up, 'tiercache format --force --discard-dirty' (its dirty data is lost)",
+             c->devs[old].dev->name, old, (unsigned long long)rc->rec.stop_chunk_seq,
+             (unsigned long long)rc->max_chunk_seq);
+    return -1;
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     if (!c->offline && stale_device(c, err, errlen) < 0)
@@ -1243,6 +1295,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         for (uint32_t s = 0; s < c->sp.nsegs; s++)
             find_damage(&rc, s);
     } while (rc.durable != seen_durable || rc.max_chunk_seq != seen_newest);
+    int older_copy = past_stop_record(&rc, err, errlen);
 
     if (c->trace_block == UINT64_MAX - 1)
         tc_info("trace recovery: newest chunk %llu: tail %llu, durable up to %llu",
@@ -1315,6 +1368,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
      * (each stranded chunk table would keep a page of them). */
     space_compact_chunk_tables(&c->sp);
     malloc_trim(0);
+    if (older_copy < 0)
+        return -1;
     if (c->damage && !c->offline) {
         snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
                  "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "
