@@ -195,6 +195,14 @@ static uint8_t *encode(struct cache *c, const struct tc_ckpt *head, size_t *len)
 
 bool ckpt_wanted(struct cache *c, const char **why)
 {
+    /* A detach emptied the log (cache.c), but the index in memory still
+     * holds what the cache held before: encoded, it would name blocks the
+     * log no longer has (check calls that a problem, the next start does
+     * not use it).  The log is empty, its scan is quick. */
+    if (c->vol->detached) {
+        *why = "the cache is detached (its log is empty)";
+        return false;
+    }
     if (c->lg.wt_newest_seq > c->lg.wt_stable_seq || c->map.wt_recovered) {
         *why = "write-through versions are not all recorded stable on the origin";
         return false;
