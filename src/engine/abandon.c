@@ -117,6 +117,7 @@
 #include "engine/cache.h"
 #include "engine/failure.h"
 #include "engine/lostlog.h"
+#include "engine/seqrec.h"
 #include "io/claim.h"
 #include "util/assert.h"
 #include "util/json.h"
@@ -316,6 +317,10 @@ static int state_write_as(struct cache *c, bool stop_lost)
     c->ab.state_writes++;
     c->ab.state_dirty = false;
     c->ab.disk_abandoned_seq = (st.flags & TC_STATE_ABANDONED) ? st.abandoned_seq : 0;
+    /* The log from before the abandonment is untrusted from now on: the
+     * sequence record need not vouch for it (seqrec.c). */
+    if (c->abandoned)
+        seqrec_abandoned(c);
     /* The state file just replaced freed its blocks: room for the next. */
     spares_keep(c, len);
     return 0;

@@ -23,7 +23,9 @@
  *    chunk written before it, the previous run's included).  The reactor
  *    only hands the value to a writer thread (a trylock, never a wait:
  *    nothing on the request path blocks on the file's fsyncs);
- *  - at a clean stop, after the last log sync: flushed_upto.
+ *  - at a clean stop, after the last log sync: flushed_upto;
+ *  - once an abandonment is recorded in the state file: chunk 0
+ *    (seqrec_abandoned(): the log from before it is untrusted anyway).
  *
  * The log counts a chunk whose write failed as written (its data is
  * appended again elsewhere) and a flush that failed on one device as done:
@@ -98,6 +100,7 @@ struct seqrec {
     uint64_t writes, errors;
     bool failing;                   /* the last write failed: logged once per run of them */
     bool frozen;                    /* a cache device error in this run: no more updates */
+    bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
 };
 
 static char *record_path(const char *state_path)
@@ -494,6 +497,29 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     pthread_mutex_unlock(&sr->mu);
     sr->posted = v;
     sr->posted_ns = now_ns;
+}
+
+/*
+ * The abandonment is recorded in the state file (abandon.c): every log
+ * entry from before it is untrusted at the next start, so the chunks the
+ * record vouched for can bring nothing back, and a device that comes back
+ * shorter or older than they say (a truncated file, a loop device set up
+ * again) must not be refused for them.  The record goes back to chunk 0
+ * (it vouches again for chunks written after the restart, from the next
+ * start on).  Blocking, as the state file's write it follows; the writer
+ * thread is stopped first, so that no older post lands after it.  Only
+ * once: the record is frozen from the abandonment on.
+ */
+void seqrec_abandoned(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr || sr->abandoned)
+        return;
+    sr->abandoned = sr->frozen = true;
+    writer_stop(sr);
+    struct tc_seqrec r;
+    record_fill(c, 0, &r);
+    record_written(sr, 0, record_write(sr->path, &r));
 }
 
 void seqrec_close(struct cache *c)

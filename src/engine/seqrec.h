@@ -69,6 +69,9 @@ void seqrec_started(struct cache *c);
  * the log's flushed mark to the writer thread if it moved (never blocks:
  * a trylock, else the next tick). */
 void seqrec_tick(struct cache *c, uint64_t now_ns);
+/* The abandonment is recorded in the state file: the record goes back to
+ * chunk 0, once (blocking). */
+void seqrec_abandoned(struct cache *c);
 /* A clean close, after its last log sync: the writer thread ends, and the
  * final mark is recorded (blocking). */
 void seqrec_close(struct cache *c);
