@@ -620,18 +620,25 @@ static void gated_drain(struct tc_volume *vol, bool mode_change, enum tc_mode ol
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
                       void (*done)(void *arg, int err), void *arg)
 {
+    /* Every refusal says its own reason: the control socket prints
+     * op_error with any error, and an earlier command's would be wrong. */
+    vol->op_error[0] = '\0';
     if (vol->attaching) {
+        snprintf(vol->op_error, sizeof vol->op_error, "an attach is under way; try again when "
+                 "it ends");
         done(arg, -EBUSY);
         return;
     }
     if (vol->cache == NULL || vol->detached) {
+        snprintf(vol->op_error, sizeof vol->op_error, "%s",
+                 vol->cache ? "the cache is detached already ('tiercache attach' brings it back)"
+                            : "the daemon serves without a cache (it was started without --cache)");
         done(arg, vol->cache ? -EALREADY : -ENODEV);
         return;
     }
     if (vol->detaching || vol->flushing_dirty) {
-        if (vol->flushing_dirty)
-            snprintf(vol->op_error, sizeof vol->op_error, "a flush of the dirty data is under "
-                     "way; try again when it ends");
+        snprintf(vol->op_error, sizeof vol->op_error, "%s is under way; try again when it ends",
+                 vol->flushing_dirty ? "a flush of the dirty data" : "a mode change or detach");
         done(arg, -EBUSY);
         return;
     }
@@ -646,12 +653,15 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
 void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn progress,
                         void (*done)(void *arg, int err), void *arg)
 {
+    /* Every refusal says its own reason (as tc_volume_detach()). */
+    vol->op_error[0] = '\0';
     if (vol->attaching) {
+        snprintf(vol->op_error, sizeof vol->op_error, "an attach is under way; try again when "
+                 "it ends");
         done(arg, -EBUSY);      /* the cache is being opened again */
         return;
     }
     if (vol->cache == NULL || vol->detached) {
-        vol->op_error[0] = '\0';
         if (mode != TC_MODE_PASSTHROUGH)
             snprintf(vol->op_error, sizeof vol->op_error, "mode %s needs a cache, and %s",
                      tc_mode_name(mode), vol->cache ? "the cache is detached: 'tiercache "
@@ -661,6 +671,8 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
         return;
     }
     if (vol->detaching) {
+        snprintf(vol->op_error, sizeof vol->op_error, "a mode change or detach is under way; "
+                 "try again when it ends");
         done(arg, -EBUSY);      /* the cache is being emptied */
         return;
     }
