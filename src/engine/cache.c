@@ -1427,6 +1427,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "group_fills_read", s->group_fills_read);
     json_uint(j, "group_fills_skipped", s->group_fills_skipped);
     json_uint(j, "group_fills_merged", s->group_fills_merged);
+    json_uint(j, "group_fills_ahead", s->group_fills_ahead);
     json_uint(j, "fills_under_way", s->fills_under_way);
     json_uint(j, "fill_waits", s->fill_waits);
     json_uint(j, "fill_wait_hits", s->fill_wait_hits);

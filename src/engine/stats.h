@@ -22,6 +22,8 @@ struct cache_stats {
     uint64_t group_fills_skipped;    /* ... not read: they were not paying */
     uint64_t group_fills_merged;     /* group_fills read in the origin request of the
                                         client's miss beside them */
+    uint64_t group_fills_ahead;      /* ... of them, above the miss's group: a forward
+                                        run's fill ahead */
     uint64_t fills_under_way;        /* admitted misses not filled: another read was
                                         filling the whole block already */
     uint64_t fill_waits;             /* client read misses that waited for a fill

@@ -70,7 +70,11 @@
  * 0.789 / 0.746 at 68 MiB, 0.764 / 0.678 to 0.801 / 0.766 at 72 MiB.  The
  * misses left are mostly the first read of the pack after the clone wrote
  * it and more than two caches' worth of files after it, and files one
- * checkout wrote and the next reads once.
+ * checkout wrote and the next reads once.  No admission or eviction rule
+ * keeps that pack (it is written unread like the files after it); the
+ * fills do: group fills, and the fill ahead of a forward run
+ * (engine/readpath.c, where its replay figures are: mean read hit ratio
+ * by bytes at 64 MiB 0.933 -> 0.951 on ten streams).
  *
  * Sequential streams past the cutoff (stream.c) bypass the cache only while
  * they are cold: their blocks go to the history, and a stream over blocks
