@@ -1406,6 +1406,10 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     /* The cleaner's reserve among them (devices[].segments_reserve: each
      * device's share). */
     json_uint(j, "segments_reserve", c->sp.reserve_segs);
+    /* The free-space marks: the cleaner starts below the low one and stops
+     * at the high one (space_low_water(): of the devices in service). */
+    json_uint(j, "segments_low_water", space_low_water(&c->sp));
+    json_uint(j, "segments_high_water", space_high_water(&c->sp));
     json_uint(j, "groups", c->sp.ngroups);
     json_uint(j, "blocks_cached", c->map.idx.count);
     json_uint(j, "read_hits", s->read_hits);

@@ -515,7 +515,7 @@ static void classify_and_issue(struct rreq *r)
 {
     struct cache *c = r->c;
     struct ereq *e = r->e;
-    bool free_space = space_has_free(&c->sp, c->ndevs);
+    bool free_space = space_has_free(&c->sp);
     uint64_t off = e->off, end = e->off + e->len;
     unsigned i = 0, miss_first = 0;
     bool in_miss = false;

@@ -76,6 +76,7 @@ void space_add_dev(struct space *sp, unsigned dev, uint32_t first_seg, uint32_t 
     TC_ASSERT_ALWAYS(dev < sp->ndevs && sp->stacks[dev].segs == NULL &&
                      first_seg <= sp->nsegs && nsegs <= sp->nsegs - first_seg);
     sp->stacks[dev].segs = tc_xmalloc(nsegs * sizeof(uint32_t));
+    sp->dev_nsegs[dev] = nsegs;
     for (uint32_t i = 0; i < nsegs; i++) {
         struct segment *sg = space_seg(sp, first_seg + i);
         sg->dev = (uint8_t)dev;
@@ -128,6 +129,23 @@ void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
     sp->segs[s].seq = g->seq;
 }
 
+unsigned space_devs_in_service(const struct space *sp)
+{
+    unsigned n = 0;
+    for (unsigned d = 0; d < sp->ndevs; d++)
+        n += !sp->dev_failed[d];
+    return n;
+}
+
+uint32_t space_segs_in_service(const struct space *sp)
+{
+    uint32_t n = 0;
+    for (unsigned d = 0; d < sp->ndevs; d++)
+        if (!sp->dev_failed[d])
+            n += sp->dev_nsegs[d];
+    return n;
+}
+
 /* Shared among the devices in service, and recomputed when one fails
  * (space_drop_free()): the failed device's share went with its free
  * segments, and the survivors must hold the whole reserve between them
@@ -138,9 +156,7 @@ void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s)
  * share (log.c, ensure_group()). */
 uint32_t space_dev_reserve(const struct space *sp)
 {
-    unsigned in_service = 0;
-    for (unsigned d = 0; d < sp->ndevs; d++)
-        in_service += !sp->dev_failed[d];
+    unsigned in_service = space_devs_in_service(sp);
     if (sp->reserve_shared || in_service == 0 || sp->reserve_segs < in_service)
         return 0;
     return sp->reserve_segs / in_service;
@@ -202,9 +218,7 @@ void space_drop_free(struct space *sp, unsigned dev)
      * 200 writes, one of 2 segments kept both and the cleaner retired
      * groups in a loop (thousands a second) while every write waited
      * (devfail-small.test). */
-    unsigned in_service = 0;
-    for (unsigned d = 0; d < sp->ndevs; d++)
-        in_service += !sp->dev_failed[d];
+    unsigned in_service = space_devs_in_service(sp);
     if (sp->reserve_segs > in_service)
         sp->reserve_segs = in_service;
 }
@@ -241,21 +255,30 @@ void space_free_group(struct space *sp)
  * more group kept a segment of a 64 MiB cache (1.6 % of it) empty half of
  * the time, and free space holds no cached data.  The working room is the
  * same either way (the low mark), so appends still go on while the
- * cleaner reclaims. */
-uint32_t space_low_water(const struct space *sp, unsigned ndevs)
+ * cleaner reclaims.
+ *
+ * The group and the cache are those of the devices in service: a group
+ * takes no segment of a failed device, and none of its segments is ever
+ * free again (space_drop_free()).  Counted with a failed device, the
+ * marks asked the survivors for room they do not have: a survivor of 7
+ * segments beside a failed one of 1023 was to keep 19 free (1 + 2 + 16)
+ * and at most 6 ever are, so the cleaner stayed active for good and, the
+ * volume idle, retired group after group -- dropping what it held, and
+ * copying the blocks the policy kept, some 100 groups a second until
+ * those lapsed too (multi/devfail-marks.test). */
+uint32_t space_low_water(const struct space *sp)
 {
-    return sp->reserve_segs + ndevs + sp->nsegs / 64;
+    return sp->reserve_segs + space_devs_in_service(sp) + space_segs_in_service(sp) / 64;
 }
 
-uint32_t space_high_water(const struct space *sp, unsigned ndevs)
+uint32_t space_high_water(const struct space *sp)
 {
-    (void)ndevs;
-    return space_low_water(sp, ndevs) + sp->nsegs / 64;
+    return space_low_water(sp) + space_segs_in_service(sp) / 64;
 }
 
-bool space_has_free(const struct space *sp, unsigned ndevs)
+bool space_has_free(const struct space *sp)
 {
-    return sp->free_segs > space_low_water(sp, ndevs);
+    return sp->free_segs > space_low_water(sp);
 }
 
 void space_usage(const struct space *sp, struct space_usage *u)

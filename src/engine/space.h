@@ -120,6 +120,7 @@ struct space {
     struct free_stack stacks[TC_MAX_DEVICES];   /* by device */
     unsigned ndevs;
     bool dev_failed[TC_MAX_DEVICES];    /* space_drop_free(): no space there */
+    uint32_t dev_nsegs[TC_MAX_DEVICES]; /* each device's segments (space_add_dev()) */
     uint32_t seg_sectors;
     bool replaying;                 /* recovery applies the log (invariant 10) */
     struct space_events ev;
@@ -185,12 +186,19 @@ void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s);
  * group takes one of them again). */
 void space_drop_free(struct space *sp, unsigned dev);
 
+/* The devices not failed (space_drop_free()), and their segments: the
+ * space there is.  A failed device's segments are never free again, so
+ * what is sized by the cache's space (the free-space marks below, the
+ * cleaner's record room) counts these only. */
+unsigned space_devs_in_service(const struct space *sp);
+uint32_t space_segs_in_service(const struct space *sp);
+
 /* The free-space test: the cleaner works below the low water mark (and
- * until the high one); ndevs is the number of cache devices. */
-uint32_t space_low_water(const struct space *sp, unsigned ndevs);
-uint32_t space_high_water(const struct space *sp, unsigned ndevs);
+ * until the high one).  Both count the devices in service only. */
+uint32_t space_low_water(const struct space *sp);
+uint32_t space_high_water(const struct space *sp);
 /* True while the cache has room without reclaiming (policies admit freely). */
-bool space_has_free(const struct space *sp, unsigned ndevs);
+bool space_has_free(const struct space *sp);
 
 /* Where the segments' sectors are (invariant 10 keeps live exact): live
  * data, free segments, the unwritten rest of segments in use (the open

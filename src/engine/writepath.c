@@ -1074,7 +1074,7 @@ static void piece_start(struct wpiece *p)
     if (!cached && p->mode != W_BACK) {
         bool admit = false;
         if (p->mode == W_THROUGH && !w->e->vol->read_only) {
-            bool free_space = space_has_free(&c->sp, c->ndevs);
+            bool free_space = space_has_free(&c->sp);
             admit = policy_admit_write(c->policy, p->oblock, free_space) &&
                     budget_allow(&c->budget, (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
         }

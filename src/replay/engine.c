@@ -407,7 +407,7 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
     uint64_t nreq = 0;
     while ((n = trace_reader_next(rd, &q, err, errlen)) == 1) {
         /* Every 16th request: a sample walks every segment's chunks. */
-        steady = steady || !space_has_free(&p->vol->cache->sp, p->vol->cache->ndevs);
+        steady = steady || !space_has_free(&p->vol->cache->sp);
         if (steady && !t->sample && nreq++ % 16 == 0)
             sample_usage(p->vol->cache, p->dev_bytes, out);
         out->trace_reads += q.op == TC_OP_READ;
