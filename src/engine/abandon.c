@@ -201,9 +201,11 @@ static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
  * side of room.)  Growing blocks the reactor for two
  * fallocate() calls, each time the counts have doubled.  A state file
  * larger than its spare's room (the room could not be kept: the file
- * system was full already) allocates the rest, and may fail: the error
- * names the state file, and a warning named it when the room could not be
- * kept.
+ * system was full already) allocates the rest -- from the other spare,
+ * given up for it, when the file system has none --, and may fail: the
+ * error names the state file, and a warning named it when the room could
+ * not be kept.  (Then the next write has no spare: it needs new blocks
+ * until the file system has room again.)
  */
 #define STATE_SPARES 2
 #define STATE_SPARE_MIN (64u * 1024)
@@ -306,6 +308,24 @@ void abandon_keep_room(struct cache *c)
     (void)spares_keep(c, stat(c->state_path, &st) == 0 ? (size_t)st.st_size : 0);
 }
 
+/* The file system has no blocks for the state file beyond the spare
+ * `keep': the other spares go, their blocks for it.  True if one did. */
+static bool spares_give_up(struct cache *c, const char *keep)
+{
+    bool freed = false;
+    for (unsigned i = 0; i < STATE_SPARES; i++) {
+        char *sp = spare_path(c, i);
+        struct stat st;
+        if (strcmp(sp, keep) != 0 && stat(sp, &st) == 0 && st.st_blocks > 0 && unlink(sp) == 0)
+            freed = true;
+        free(sp);
+    }
+    if (freed)
+        tc_warn("state file %s: the file system has no room for it beyond the spare %s: the "
+                "other spare's room goes to it", c->state_path, keep);
+    return freed;
+}
+
 /* No state file left at a stop: nor its room. */
 static void spares_drop(struct cache *c)
 {
@@ -351,24 +371,36 @@ static int state_write_as(struct cache *c, bool stop_lost)
      * a new one: overwriting its preallocated blocks needs none from the
      * file system, so a full one does not fail the write -- nor the FLUSH
      * waiting for it.  Only then renamed over the state file: a crash
-     * before leaves the old state file whole. */
+     * before leaves the old state file whole.  None with room enough (it
+     * could not be kept: the file system was full before the dirty blocks
+     * came): the largest, and the blocks of the others for the rest when
+     * the file system has none. */
     char *tmp = NULL;
+    unsigned largest = 0;
+    uint64_t largest_room = 0;
     for (unsigned i = 0; i < STATE_SPARES && !tmp; i++) {
         char *sp = spare_path(c, i);
         struct stat sst;
-        if (stat(sp, &sst) == 0 && (uint64_t)sst.st_blocks * 512 >= len)
+        uint64_t room = stat(sp, &sst) == 0 ? (uint64_t)sst.st_blocks * 512 : 0;
+        if (room > largest_room) {
+            largest = i;
+            largest_room = room;
+        }
+        if (room >= len)
             tmp = sp;
         else
             free(sp);
     }
     if (!tmp)
-        tmp = spare_path(c, 0);
+        tmp = spare_path(c, largest);
     int rc = 0;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);   /* no O_TRUNC: keep its blocks */
     if (fd < 0) {
         rc = -errno;
     } else {
         rc = tc_pwrite_all(fd, buf, len, 0);
+        if ((rc == -ENOSPC || rc == -EDQUOT) && spares_give_up(c, tmp))
+            rc = tc_pwrite_all(fd, buf, len, 0);
         /* A spare a failed write left longer: cut to this content (the
          * reader wants the exact length).  Shrinking allocates nothing. */
         struct stat sst;
