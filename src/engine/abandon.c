@@ -339,6 +339,17 @@ static void spares_drop(struct cache *c)
     }
 }
 
+/* TIERCACHE_TEST_STATE_RENAME_DELAY_MS, for tests only: the spare written
+ * and synced, that long before it is renamed over the state file (the
+ * reactor blocked), so that a test can kill the daemon in the middle of
+ * a rewrite, when it sees the spare with a length. */
+static void test_rename_delay(void)
+{
+    const char *t = getenv("TIERCACHE_TEST_STATE_RENAME_DELAY_MS");
+    if (t && *t)
+        usleep((useconds_t)(strtoul(t, NULL, 10) * 1000));
+}
+
 /* Write the state file now (blocking; see the comment at the top): the
  * abandonment (if any) and, with stop_lost, the lost set as a stop leaves
  * it (TC_STATE_STOP_LOST: at the log's next sequence number). */
@@ -411,6 +422,8 @@ static int state_write_as(struct cache *c, bool stop_lost)
             rc = -errno;
         if (close(fd) < 0 && rc == 0)
             rc = -errno;
+        if (rc == 0)
+            test_rename_delay();
         if (rc == 0 && rename(tmp, c->state_path) < 0)
             rc = -errno;
         if (rc == 0)
