@@ -181,10 +181,32 @@ static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
  * size, no data), from the start on: a write fills one, and the rename
  * frees the state file it replaces, whose blocks (its own spare room)
  * preallocate the next spare.  Two, so that the first write -- with no
- * state file to free -- leaves one for the second.  A state file larger
- * than its spare's room allocates the rest, and may fail (the error names
- * the state file).  Their contents mean nothing: a crash leaves them, the
- * next start uses them; a stop with no state file removes them.
+ * state file to free -- leaves one for the second.  Their contents mean
+ * nothing: a crash leaves them, the next start uses them; a stop with no
+ * state file removes them.
+ *
+ * Their size: the state file the lost set could need, not the one on
+ * disk.  The state file has an entry per block of the lost set, and an
+ * abandonment puts every dirty block into it at once: a cache with many
+ * dirty blocks writes, at the moment its last device fails, a state file
+ * far larger than the last one (none, usually).  So the spares are kept
+ * large enough for an entry per dirty or lost block (state_room_need()),
+ * at least STATE_SPARE_MIN, and grow -- to twice that, so that growing is
+ * rare -- while the file system has room, as blocks turn dirty
+ * (abandon_room_check(), from the map's dirty accounting): when the file
+ * system has filled up by the time the cache fails, the room is there
+ * already.  (The lost set grows by itself only by writes in doubt: rare,
+ * counted at the next block turning dirty, and a state file written keeps
+ * room for twice itself.  A block drained from a failed device is dirty
+ * and lost at once until written back: counted twice, which errs on the
+ * side of room.)  Growing blocks the reactor for two
+ * fallocate() calls, each time the counts have doubled.  A state file
+ * larger than its spare's room (the room could not be kept: the file
+ * system was full already) allocates the rest -- from the other spare,
+ * given up for it, when the file system has none --, and may fail: the
+ * error names the state file, and a warning named it when the room could
+ * not be kept.  (Then the next write has no spare: it needs new blocks
+ * until the file system has room again.)
  */
 #define STATE_SPARES 2
 #define STATE_SPARE_MIN (64u * 1024)
@@ -197,23 +219,81 @@ static char *spare_path(const struct cache *c, unsigned i)
     return p;
 }
 
-/* Each spare with room for `len' bytes at least (STATE_SPARE_MIN, twice
- * the state file when there is room for that).  Quietly: a spare that
- * cannot be made now is tried again after the next write. */
-static void spares_keep(struct cache *c, size_t len)
+/* The largest state file the lost set could need now: an entry for every
+ * dirty block (an abandonment makes each lost) and every lost one. */
+static uint64_t state_room_need(const struct cache *c)
 {
-    uint64_t need = TC_MAX((uint64_t)len, (uint64_t)STATE_SPARE_MIN);
-    uint64_t want = TC_MAX((uint64_t)len * 2, (uint64_t)STATE_SPARE_MIN);
+    return tc_state_bytes(TC_STATE_VERSION, c->spb, c->map.dirty_blocks + c->map.lost.blocks);
+}
+
+/* Each spare with room for `len' bytes and what state_room_need() says,
+ * STATE_SPARE_MIN at least, twice that when there is room for it (but
+ * STATE_SPARE_MIN for a small state file).  Quietly: a spare that cannot be
+ * made now is tried again after the next write (a full file system, the
+ * spare just renamed over the state file: the one freed makes room for
+ * it).  Sets c->ab.room_blocks from the largest spare's room, and returns
+ * the first error of a spare left short (0: none). */
+static int spares_keep(struct cache *c, size_t len)
+{
+    uint64_t raw = TC_MAX((uint64_t)len, state_room_need(c));
+    uint64_t need = TC_MAX(raw, (uint64_t)STATE_SPARE_MIN);
+    uint64_t want = TC_MAX(2 * raw, (uint64_t)STATE_SPARE_MIN), room = 0;
+    int rc = 0;
     for (unsigned i = 0; i < STATE_SPARES; i++) {
         char *sp = spare_path(c, i);
         int fd = open(sp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 < need &&
-            fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)want) < 0 && want > need)
-            (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)need);
+        uint64_t has = 0;
+        if (fd >= 0 && fstat(fd, &st) == 0) {
+            has = (uint64_t)st.st_blocks * 512;
+            if (has < need) {
+                if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)want) == 0)
+                    has = want;
+                else if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)need) == 0)
+                    has = need;
+                else if (rc == 0)
+                    rc = -errno;
+            }
+        } else if (rc == 0) {
+            rc = -errno;
+        }
         if (fd >= 0)
             close(fd);
         free(sp);
+        room = TC_MAX(room, has);
+    }
+    size_t hdr = tc_state_hdr(TC_STATE_VERSION);
+    c->ab.room_blocks = room > hdr ? (room - hdr) / tc_state_entry_size(c->spb) : 0;
+    return room >= need ? 0 : rc ? rc : -ENOSPC;
+}
+
+void abandon_room_grow(struct cache *c)
+{
+    /* Abandoned: no block turns dirty any more; each state file write
+     * keeps room for twice itself. */
+    uint64_t now = tc_now_ns();
+    if (c->vol->read_only || c->abandoned || now < c->ab.room_retry_ns)
+        return;
+    int rc = spares_keep(c, 0);
+    if (rc == 0) {
+        if (c->ab.room_warned)
+            tc_info("state file %s: room for it kept aside again (%llu blocks of lost set)",
+                    c->state_path, (unsigned long long)c->ab.room_blocks);
+        c->ab.room_warned = false;
+        return;
+    }
+    /* Not again at every dirty block: a while later, or after the next
+     * write of the state file (which frees blocks). */
+    c->ab.room_retry_ns = now + STATE_RETRY_NS;
+    if (!c->ab.room_warned) {
+        char sz[32];
+        tc_warn("state file %s: cannot keep %s aside for it (%s): should the cache fail now, "
+                "the record of its %llu dirty and lost blocks may not be written until "
+                "there is room", c->state_path,
+                tc_format_size(TC_MAX(state_room_need(c), (uint64_t)STATE_SPARE_MIN), sz,
+                               sizeof sz), strerror(-rc),
+                (unsigned long long)(c->map.dirty_blocks + c->map.lost.blocks));
+        c->ab.room_warned = true;
     }
 }
 
@@ -225,7 +305,26 @@ void abandon_keep_room(struct cache *c)
         mkdir(STATE_DIR, 0700) == 0)
         tc_fsync_parent_dir(STATE_DIR);
     struct stat st;
-    spares_keep(c, stat(c->state_path, &st) == 0 ? (size_t)st.st_size : 0);
+    c->ab.room_watch = true;
+    (void)spares_keep(c, stat(c->state_path, &st) == 0 ? (size_t)st.st_size : 0);
+}
+
+/* The file system has no blocks for the state file beyond the spare
+ * `keep': the other spares go, their blocks for it.  True if one did. */
+static bool spares_give_up(struct cache *c, const char *keep)
+{
+    bool freed = false;
+    for (unsigned i = 0; i < STATE_SPARES; i++) {
+        char *sp = spare_path(c, i);
+        struct stat st;
+        if (strcmp(sp, keep) != 0 && stat(sp, &st) == 0 && st.st_blocks > 0 && unlink(sp) == 0)
+            freed = true;
+        free(sp);
+    }
+    if (freed)
+        tc_warn("state file %s: the file system has no room for it beyond the spare %s: the "
+                "other spare's room goes to it", c->state_path, keep);
+    return freed;
 }
 
 /* No state file left at a stop: nor its room. */
@@ -239,6 +338,17 @@ static void spares_drop(struct cache *c)
         unlink(sp);
         free(sp);
     }
+}
+
+/* TIERCACHE_TEST_STATE_RENAME_DELAY_MS, for tests only: the spare written
+ * and synced, that long before it is renamed over the state file (the
+ * reactor blocked), so that a test can kill the daemon in the middle of
+ * a rewrite, when it sees the spare with a length. */
+static void test_rename_delay(void)
+{
+    const char *t = getenv("TIERCACHE_TEST_STATE_RENAME_DELAY_MS");
+    if (t && *t)
+        usleep((useconds_t)(strtoul(t, NULL, 10) * 1000));
 }
 
 /* Write the state file now (blocking; see the comment at the top): the
@@ -273,24 +383,36 @@ static int state_write_as(struct cache *c, bool stop_lost)
      * a new one: overwriting its preallocated blocks needs none from the
      * file system, so a full one does not fail the write -- nor the FLUSH
      * waiting for it.  Only then renamed over the state file: a crash
-     * before leaves the old state file whole. */
+     * before leaves the old state file whole.  None with room enough (it
+     * could not be kept: the file system was full before the dirty blocks
+     * came): the largest, and the blocks of the others for the rest when
+     * the file system has none. */
     char *tmp = NULL;
+    unsigned largest = 0;
+    uint64_t largest_room = 0;
     for (unsigned i = 0; i < STATE_SPARES && !tmp; i++) {
         char *sp = spare_path(c, i);
         struct stat sst;
-        if (stat(sp, &sst) == 0 && (uint64_t)sst.st_blocks * 512 >= len)
+        uint64_t room = stat(sp, &sst) == 0 ? (uint64_t)sst.st_blocks * 512 : 0;
+        if (room > largest_room) {
+            largest = i;
+            largest_room = room;
+        }
+        if (room >= len)
             tmp = sp;
         else
             free(sp);
     }
     if (!tmp)
-        tmp = spare_path(c, 0);
+        tmp = spare_path(c, largest);
     int rc = 0;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);   /* no O_TRUNC: keep its blocks */
     if (fd < 0) {
         rc = -errno;
     } else {
         rc = tc_pwrite_all(fd, buf, len, 0);
+        if ((rc == -ENOSPC || rc == -EDQUOT) && spares_give_up(c, tmp))
+            rc = tc_pwrite_all(fd, buf, len, 0);
         /* A spare a failed write left longer: cut to this content (the
          * reader wants the exact length).  Shrinking allocates nothing. */
         struct stat sst;
@@ -301,6 +423,8 @@ static int state_write_as(struct cache *c, bool stop_lost)
             rc = -errno;
         if (close(fd) < 0 && rc == 0)
             rc = -errno;
+        if (rc == 0)
+            test_rename_delay();
         if (rc == 0 && rename(tmp, c->state_path) < 0)
             rc = -errno;
         if (rc == 0)
@@ -322,7 +446,8 @@ static int state_write_as(struct cache *c, bool stop_lost)
     if (c->abandoned)
         seqrec_abandoned(c);
     /* The state file just replaced freed its blocks: room for the next. */
-    spares_keep(c, len);
+    (void)spares_keep(c, len);
+    c->ab.room_retry_ns = 0;
     return 0;
 }
 
@@ -935,6 +1060,7 @@ static int close_state(struct cache *c)
 int abandon_close(struct cache *c)
 {
     int rc = close_state(c);
+    c->ab.room_watch = false;
     spares_drop(c);
     return rc;
 }

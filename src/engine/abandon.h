@@ -69,6 +69,13 @@ struct abandon {
     bool stop_lost_pending;         /* the state file still carries it: the
                                        log has not recorded it again */
     bool stop_lost_syncing;         /* its LOST records appended, a sync under way */
+    /* The room kept aside for the state file (abandon.c): the blocks of
+     * the lost set the largest spare can record; more dirty and lost
+     * blocks than that make it grow (abandon_room_check()). */
+    bool room_watch;                /* from abandon_keep_room() on */
+    bool room_warned;               /* short of room: said once */
+    uint64_t room_blocks;
+    uint64_t room_retry_ns;         /* short of room: not tried again before */
 };
 
 /* At attach, before recovery: the state file (state_file, or the default
@@ -80,6 +87,16 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
  * state file (preallocated spares, abandon.c), so that its rewrites need
  * no new blocks of a file system that has filled up since. */
 void abandon_keep_room(struct cache *c);
+/* The lost set could now hold `blocks' blocks (the dirty blocks and the
+ * lost ones: at an abandonment every dirty block joins it): the room kept
+ * aside grows ahead of the state file when it is short.  Called when a
+ * block may have turned dirty; a compare unless the room must grow. */
+void abandon_room_grow(struct cache *c);
+static inline void abandon_room_check(struct cache *c, struct abandon *ab, uint64_t blocks)
+{
+    if (ab->room_watch && blocks > ab->room_blocks)
+        abandon_room_grow(c);
+}
 /* The last device failed: record the abandonment durably (state file now,
  * superblock marks on every device that takes them). */
 void abandon_record(struct cache *c);

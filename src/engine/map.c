@@ -111,8 +111,9 @@ static void wt_recovered_release(struct cache *c, uint64_t oblock)
 }
 
 /* The block's dirty sectors were old_dirty and are new_dirty now (either
- * may be NULL: none): the totals follow, and a block turning clean leaves
- * writeback's failure table and the recovered write-through set. */
+ * may be NULL: none): the totals follow, a block turning clean leaves
+ * writeback's failure table and the recovered write-through set, and a
+ * block turning dirty may need more room kept for the state file. */
 static void map_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask *old_dirty,
                           const struct tc_mask *new_dirty)
 {
@@ -120,7 +121,11 @@ static void map_set_dirty(struct cache *c, uint64_t oblock, const struct tc_mask
         writeback_forget(c, oblock);
         if (c->map.wt_recovered)
             wt_recovered_release(c, oblock);
+        return;
     }
+    /* One more dirty block, maybe: one more entry the state file would
+     * need if the cache failed now (abandon.c keeps room for it). */
+    abandon_room_check(c, &c->ab, c->map.dirty_blocks + c->map.lost.blocks);
 }
 
 /* ---- fragments and blocks ---- */
