@@ -179,9 +179,9 @@ static void rmw_locked(struct areq *a)
     a->next = ends_read;
     join_get(&a->join);     /* hold */
     if (a->head != NO_SECTOR)
-        sub(a, TC_OP_READ, 0, a->head, TC_SECTOR, bounce_at(a, a->head));
+        sub(a, TC_OP_READ, EREQ_SUB_READ, a->head, TC_SECTOR, bounce_at(a, a->head));
     if (a->tail != NO_SECTOR)
-        sub(a, TC_OP_READ, 0, a->tail, TC_SECTOR, bounce_at(a, a->tail));
+        sub(a, TC_OP_READ, EREQ_SUB_READ, a->tail, TC_SECTOR, bounce_at(a, a->tail));
     if (join_put(&a->join, 0))
         a->next(a);
 }

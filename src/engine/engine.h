@@ -40,6 +40,13 @@
  * (NBD_CMD_CACHE asks for exactly that). */
 #define EREQ_FORCE_ADMIT (1u << 31)
 #define EREQ_READAHEAD (1u << 30)     /* the engine's own read-ahead: not a client read */
+/* A read made for a client request that is not a read: the head and tail
+ * sectors a write's read-modify-write merges (align.c), the read of an
+ * NBD_CMD_CACHE (cache_prefetch()).  It runs as a client read (the same
+ * admission, fills and streams) but is not counted as one: read_hits and
+ * read_misses (and their bytes) count client read requests, each once,
+ * so that hits + misses is the number of reads the clients sent. */
+#define EREQ_SUB_READ (1u << 29)
 
 /* One aligned request inside the engine. */
 struct ereq {

@@ -168,6 +168,16 @@ static bool copy_out(struct readahead *ra, struct ereq *e, bool *loading)
     return true;
 }
 
+/* A read answered from the slots is a read hit, unless it is a sub-read
+ * (engine.h, EREQ_SUB_READ): its request is no client read. */
+static void count_hit(struct cache *c, const struct ereq *e)
+{
+    if (e->flags & EREQ_SUB_READ)
+        return;
+    c->st.read_hits++;
+    c->st.read_hit_bytes += e->len;
+}
+
 static void slot_loaded(struct ereq *rq)
 {
     struct ra_slot *s = container_of(rq, struct ra_slot, rq);
@@ -192,8 +202,7 @@ static void slot_loaded(struct ereq *rq)
         bool loading;
         if (copy_out(ra, e, &loading)) {
             ra->hits++;
-            ra->c->st.read_hits++;
-            ra->c->st.read_hit_bytes += e->len;
+            count_hit(ra->c, e);
             e->err = 0;
             e->complete(e);
         } else if (loading) {
@@ -283,8 +292,7 @@ bool readahead_read(struct cache *c, struct ereq *e, uint64_t stream_len)
     bool served = false, loading = false;
     if (copy_out(ra, e, &loading)) {
         ra->hits++;
-        c->st.read_hits++;
-        c->st.read_hit_bytes += e->len;
+        count_hit(c, e);
         served = true;
     }
     if (stream_len >= RA_MIN_STREAM)

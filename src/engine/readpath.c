@@ -909,8 +909,9 @@ static void finish(struct rreq *r)
         if (p->bounce)
             bufpool_put(p->bounce, p->bounce_len);
     }
-    if (e->flags & EREQ_READAHEAD) {
-        /* counted when a client read is answered from it */
+    if (e->flags & (EREQ_READAHEAD | EREQ_SUB_READ)) {
+        /* read-ahead: counted when a client read is answered from it;
+         * a sub-read: its request is no read (engine.h) */
     } else if (hits == r->np) {
         c->st.read_hits++;
         if (r->fill_waits)
@@ -920,7 +921,7 @@ static void finish(struct rreq *r)
         if (hits)
             c->st.read_partial++;
     }
-    if (!(e->flags & EREQ_READAHEAD)) {
+    if (!(e->flags & (EREQ_READAHEAD | EREQ_SUB_READ))) {
         c->st.read_hit_bytes += hit_bytes;
         c->st.read_miss_bytes += e->len - hit_bytes;
     }

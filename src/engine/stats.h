@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 struct cache_stats {
-    uint64_t read_hits, read_misses, read_partial;
+    uint64_t read_hits, read_misses, read_partial;  /* client read requests, each once
+                                                       (engine.h, EREQ_SUB_READ) */
     uint64_t read_hit_bytes, read_miss_bytes;
     uint64_t write_hits, write_misses;
     uint64_t promotions, promotion_bytes, fills_dropped;

@@ -1444,7 +1444,7 @@ void cache_prefetch(struct ereq *e)
     pf->inner.op = TC_OP_READ;
     pf->inner.buf = pf->buf;
     pf->inner.complete = prefetch_done;
-    pf->inner.flags |= EREQ_FORCE_ADMIT;
+    pf->inner.flags |= EREQ_FORCE_ADMIT | EREQ_SUB_READ;
     e->vol->inflight++;
     cache_read(&pf->inner);
 }
