@@ -132,10 +132,9 @@ class Serve:
             return f.read()
 
     def status(self):
-        """Status volume.cache, as JSON."""
-        out = subprocess.run([self.bin, "status", "--socket", self.sock, "--json"],
-                             capture_output=True, text=True, check=True).stdout
-        return json.loads(out)["volume"]["cache"]
+        """Status volume.cache, as JSON (from the control socket: see
+        ctl_status())."""
+        return ctl_status(self.sock)["volume"]["cache"]
 
     def stop(self):
         self.h.shutdown()
