@@ -132,10 +132,9 @@ class Serve:
             return f.read()
 
     def status(self):
-        """Status volume.cache, as JSON."""
-        out = subprocess.run([self.bin, "status", "--socket", self.sock, "--json"],
-                             capture_output=True, text=True, check=True).stdout
-        return json.loads(out)["volume"]["cache"]
+        """Status volume.cache, as JSON (from the control socket: see
+        ctl_status())."""
+        return ctl_status(self.sock)["volume"]["cache"]
 
     def stop(self):
         self.h.shutdown()
@@ -559,3 +558,158 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+# ---- The daemons of the cleaner's bound tests (cleanerbound.py,
+# recordbound.py): a small cache over an origin file of tagged blocks,
+# requests each waited for with a bound (a request that never completes is
+# a wedged cleaner: the status is printed and the test ends). ----
+
+BOUND_WAIT = 120                # seconds a request may take (a loaded machine)
+
+
+def ctl_status(sock, timeout=BOUND_WAIT):
+    """The status JSON of the daemon serving on sock (x.sock: its control
+    socket is x.ctl, src/ctl/ctl.h), read from the control socket as
+    'tiercache status --json' does -- without a process per call, which
+    under the sanitizer build took a tenth of a second or more each, and
+    these tests poll the status between requests."""
+    import socket
+    path = sock[:-len(".sock")] + ".ctl" if sock.endswith(".sock") else sock + ".ctl"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(b"status\n")
+        parts = []
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            parts.append(b)
+    text = b"".join(parts).decode()
+    if text.startswith("error: "):
+        raise RuntimeError(f"status: {text.strip()}")
+    return json.loads(text)
+
+
+def block_pattern(magic, b, gen, block, sector=4096):
+    """Block b's data of generation gen: each sector 8 bytes of magic, b
+    and gen, then a ramp."""
+    head = magic + struct.pack("<QQ", b, gen)
+    return (head + ramp(b * 7 + gen, sector - len(head))) * (block // sector)
+
+
+def make_bound_set(binary, directory, pattern, nblocks, block, devices, segment=1 << 20):
+    """origin.img of nblocks blocks, pattern(b, 1) each, and a cache set of
+    the devices ((name, MiB), ...) in directory, formatted; returns the
+    generations {block: 1}."""
+    with open(f"{directory}/origin.img", "wb") as f:
+        for b in range(nblocks):
+            f.write(pattern(b, 1))
+    for name, mib in devices:
+        with open(f"{directory}/{name}", "wb") as f:
+            f.truncate(mib << 20)
+    subprocess.run([binary, "format", "--cache",
+                    ",".join(f"{directory}/{name}" for name, _ in devices),
+                    "--origin", f"{directory}/origin.img",
+                    "--segment-size", str(segment), "--block-size", str(block)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return {b: 1 for b in range(nblocks)}
+
+
+BOUND_DAEMONS = []              # killed at exit if still running
+
+
+def kill_bound_daemons():
+    for p in BOUND_DAEMONS:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+atexit.register(kill_bound_daemons)
+
+
+class BoundDaemon:
+    """tiercache serve in the foreground over DIR/origin.img and the cache
+    given, policy lru, no sequential cutoff, on DIR/s.sock, its output
+    appended to DIR/daemon.log; self.h a connected handle."""
+
+    def __init__(self, binary, directory, cache, mode="writeback", extra=(), env=None):
+        self.bin = binary
+        self.sock = f"{directory}/s.sock"
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.log = f"{directory}/daemon.log"
+        with open(self.log, "a") as lf:
+            self.logstart = lf.tell()
+            self.proc = subprocess.Popen([binary, "serve", "--origin", f"{directory}/origin.img",
+                                          "--cache", cache, "--mode", mode, "--policy", "lru",
+                                          "--sequential-cutoff", "0", *extra,
+                                          "--socket", self.sock, "--foreground"],
+                                         stdout=lf, stderr=subprocess.STDOUT,
+                                         env=dict(os.environ, **(env or {})))
+        BOUND_DAEMONS.append(self.proc)
+        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
+        if self.h is None:
+            sys.exit(f"daemon exited at start:\n{self.logtext()[-3000:]}")
+
+    def logtext(self):
+        with open(self.log) as f:
+            f.seek(self.logstart)
+            return f.read()
+
+    def status(self):
+        """Status volume.cache."""
+        return ctl_status(self.sock)["volume"]["cache"]
+
+    def wedged(self, what):
+        try:
+            st = json.dumps(self.status(), indent=1)
+        except Exception as e:          # noqa: BLE001
+            st = f"(no status: {e})"
+        self.proc.kill()
+        self.proc.wait()
+        sys.exit(f"WEDGED: {what} did not complete within {BOUND_WAIT} s\nstatus:\n{st}\n"
+                 f"daemon log:\n{self.logtext()[-3000:]}")
+
+    def wait_request(self, what, cookie):
+        """Wait for the request (its cookie) for BOUND_WAIT seconds at
+        most: True if it succeeded, False if it failed."""
+        deadline = time.monotonic() + BOUND_WAIT
+        while True:
+            try:
+                if self.h.aio_command_completed(cookie):
+                    return True
+            except nbd.Error:
+                return False
+            if time.monotonic() > deadline:
+                self.wedged(what)
+            self.h.poll(1000)
+
+    def wait_status(self, what, cond):
+        """The status once cond(status) holds, polled; wedged after
+        BOUND_WAIT seconds."""
+        deadline = time.monotonic() + BOUND_WAIT
+        while True:
+            st = self.status()
+            if cond(st):
+                return st
+            if time.monotonic() > deadline:
+                self.wedged(what)
+            time.sleep(0.02)
+
+    def stop(self):
+        """SIGTERM after the handle's disconnect; a clean exit within
+        BOUND_WAIT seconds, or the test ends."""
+        self.h.shutdown()
+        del self.h
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(BOUND_WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            sys.exit(f"WEDGED: the daemon did not stop within {BOUND_WAIT} s\n"
+                     f"{self.logtext()[-3000:]}")
+        if rc != 0:
+            sys.exit(f"daemon exit status {rc} after SIGTERM\n{self.logtext()[-3000:]}")

@@ -226,7 +226,7 @@ def stop_while_held(a, d, cache, origin, refuse):
     while d.proc.poll() is None:
         try:
             st = d.status()
-        except (subprocess.CalledProcessError, json.JSONDecodeError, KeyError):
+        except (OSError, RuntimeError, json.JSONDecodeError, KeyError):    # stopping
             time.sleep(0.02)
             continue
         if st["cleaner"].get("read_retries", 0) > bound:

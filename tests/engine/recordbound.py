@@ -43,7 +43,6 @@ usage: recordbound.py --bin TIERCACHE --dir DIR --case trim|around|clean
 import argparse
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -52,68 +51,27 @@ import time
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import connect_when_up, ramp  # noqa: E402
+from tclib import BOUND_WAIT, BoundDaemon, block_pattern, make_bound_set  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 16 << 10
-SPB = BLOCK // SECTOR
 SEGMENT = 1 << 20
 DATA_OFFSET = 1 << 20
 CACHE_MIB = 9                   # 8 segments: the fewest for one device
 ORIGIN_BLOCKS = 1024            # 16 MiB
-WAIT = 120                      # seconds a request may take (a loaded machine)
+WAIT = BOUND_WAIT               # seconds a request may take (a loaded machine)
 MAGIC = b"TCRECBD1"
 DIRTY0, NDIRTY = 700, 40        # the clean case's dirty blocks,
 DIRTY_AFTER = 300               # written after this many reads
 
 
 def pattern(b, gen):
-    head = MAGIC + struct.pack("<QQ", b, gen)
-    return (head + ramp(b * 7 + gen, SECTOR - len(head))) * SPB
+    return block_pattern(MAGIC, b, gen, BLOCK)
 
 
-DAEMONS = []
-
-
-class Daemon:
+class Daemon(BoundDaemon):
     def __init__(self, a, mode, cache, env=None):
-        self.a = a
-        self.sock = f"{a.dir}/s.sock"
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        self.log = f"{a.dir}/daemon.log"
-        with open(self.log, "a") as lf:
-            self.logstart = lf.tell()
-            self.proc = subprocess.Popen([a.bin, "serve", "--origin", f"{a.dir}/origin.img",
-                                          "--cache", cache, "--mode", mode, "--policy", "lru",
-                                          "--sequential-cutoff", "0",
-                                          "--socket", self.sock, "--foreground"],
-                                         stdout=lf, stderr=subprocess.STDOUT,
-                                         env=dict(os.environ, **(env or {})))
-        DAEMONS.append(self.proc)
-        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
-        if self.h is None:
-            sys.exit(f"daemon exited at start:\n{self.logtext()[-3000:]}")
-
-    def logtext(self):
-        with open(self.log) as f:
-            f.seek(self.logstart)
-            return f.read()
-
-    def status(self):
-        out = subprocess.run([self.a.bin, "status", "--socket", self.sock, "--json"],
-                             capture_output=True, text=True, check=True, timeout=WAIT).stdout
-        return json.loads(out)["volume"]["cache"]
-
-    def wedged(self, what):
-        try:
-            st = json.dumps(self.status(), indent=1)
-        except Exception as e:          # noqa: BLE001
-            st = f"(no status: {e})"
-        self.proc.kill()
-        self.proc.wait()
-        sys.exit(f"WEDGED: {what} did not complete within {WAIT} s\nstatus:\n{st}\n"
-                 f"daemon log:\n{self.logtext()[-3000:]}")
+        super().__init__(a.bin, a.dir, cache, mode=mode, env=env)
 
     def done(self, cookie):
         """True once the request completed (an error fails the test)."""
@@ -123,11 +81,8 @@ class Daemon:
             sys.exit(f"a request failed: {e}\n{self.logtext()[-3000:]}")
 
     def wait(self, what, cookie):
-        deadline = time.monotonic() + WAIT
-        while not self.done(cookie):
-            if time.monotonic() > deadline:
-                self.wedged(what)
-            self.h.poll(1000)
+        if not self.wait_request(what, cookie):
+            sys.exit(f"{what} failed\n{self.logtext()[-3000:]}")
 
     def done_or_waiting(self, what, cookie):
         """Wait until the request completes (True) or some append waits
@@ -155,25 +110,6 @@ class Daemon:
     def flush(self):
         self.wait("flush", self.h.aio_flush())
 
-    def stop(self):
-        self.h.shutdown()
-        del self.h
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(WAIT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            sys.exit(f"WEDGED: the daemon did not stop within {WAIT} s\n{self.logtext()[-3000:]}")
-        if rc != 0:
-            sys.exit(f"daemon exit status {rc} after SIGTERM\n{self.logtext()[-3000:]}")
-
-
-def kill_daemons():
-    for p in DAEMONS:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-
 
 def check(d, gens, trimmed, b):
     data = d.read(b)
@@ -187,16 +123,8 @@ def check(d, gens, trimmed, b):
 
 
 def run(a):
-    gens = {b: 1 for b in range(ORIGIN_BLOCKS)}
-    with open(f"{a.dir}/origin.img", "wb") as f:
-        for b in range(ORIGIN_BLOCKS):
-            f.write(pattern(b, 1))
-    with open(f"{a.dir}/cache.img", "wb") as f:
-        f.truncate(CACHE_MIB << 20)
-    subprocess.run([a.bin, "format", "--cache", f"{a.dir}/cache.img",
-                    "--origin", f"{a.dir}/origin.img",
-                    "--segment-size", str(SEGMENT), "--block-size", str(BLOCK)],
-                   check=True, stdout=subprocess.DEVNULL)
+    gens = make_bound_set(a.bin, a.dir, pattern, ORIGIN_BLOCKS, BLOCK, [("cache.img", CACHE_MIB)],
+                          SEGMENT)
     hold = f"{a.dir}/hold"
     env = {"TIERCACHE_TEST_NO_WRITEBACK_PASSES": "1"}
     # The cleaner's read of segment 0's first chunk (block 0 after a
@@ -347,7 +275,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        kill_daemons()
+    main()
