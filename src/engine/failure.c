@@ -66,8 +66,10 @@
  * and one version is appended on a survivor after a tombstone, as for
  * any block a failure touched.  If the read fails, each sector is read on
  * its own, and exactly the failed device's sectors that cannot be read
- * (an I/O error, a checksum mismatch) are lost (map_lose_dirty()); the
- * version holds the rest.  Meanwhile:
+ * (an I/O error, a checksum mismatch) are lost (map_lose_dirty()) and
+ * clean from then on (writeback of the block's other dirty sectors -- on
+ * a survivor, perhaps in a group the cleaner must free for the version's
+ * room -- never reads them); the version holds the rest.  Meanwhile:
  *   - reads of the block are served from the failed device (its data is
  *     the newest; a sector that does not read fails with EIO, never the
  *     origin's older data); writes and writeback take the block's lock,
@@ -1333,6 +1335,15 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
                 lose_dirty(c, r->oblock, &ld);
                 if (c->lost_unrecorded != unrecorded)
                     relost_start(c);
+                /* Recorded lost, they are clean now (reads of them fail
+                 * with EIO): while the version waits for room, writeback
+                 * writes the block's other dirty sectors -- those on the
+                 * survivors, in groups the cleaner must free to make that
+                 * room -- without reading these.  Left dirty, every
+                 * writeback of the block failed on them, the cleaner kept
+                 * its group for good, and the room never came: appends
+                 * and rescues waited for ever (engine/devfail-reads). */
+                map_mark_clean(c, id, &ld);
             }
             /* Still in the index until the version replaces them: a later
              * attempt (after waiting for room) neither reads nor loses
