@@ -136,6 +136,7 @@
 #include "engine/map.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
+#include "policy/policy.h"
 #include "io/bufpool.h"
 #include "util/assert.h"
 #include "util/parse.h"
@@ -1757,6 +1758,16 @@ void cache_rescue_to_origin(struct cache *c)
     writeback_blocks(c, blocks, n, rescue_wb_done, x);
 }
 
+/* The blocks the devices in service hold when full. */
+static uint64_t blocks_in_service(const struct cache *c)
+{
+    uint64_t segs = 0;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (c->devs[i].state == CDEV_OK)
+            segs += c->sp.dev_nsegs[i];
+    return segs * c->seg_sectors / c->spb;
+}
+
 void cache_device_fail(struct cache *c, unsigned d, const char *why)
 {
     struct cache_dev *cd = &c->devs[d];
@@ -1781,8 +1792,12 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     }
     snprintf(cd->fail_why, sizeof cd->fail_why, "%s", why);
     space_drop_free(&c->sp, d);
-    if (!drain)
+    if (!drain) {
         cleaner_failure_room(c);
+        /* The policy's sizing (its read window, default.c) follows the
+         * devices in service, as the cleaner's marks do. */
+        policy_resize(c->policy, blocks_in_service(c));
+    }
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
              cd->dev->name, why);
