@@ -19,7 +19,8 @@ Used from the shell tests as
     tiercache status --json | tclib.py status PATH...   figures, one a line
 
 The Python tests import it for connect_when_up(), ramp(), the tagged
-sector patterns and the Serve base of their daemons.
+sector patterns, the Serve base of their daemons and DevFail, a
+two-device cache one of whose devices the test fails.
 """
 import argparse
 import atexit
@@ -142,6 +143,94 @@ class Serve:
         self.proc.send_signal(signal.SIGTERM)
         if self.proc.wait() != 0:
             sys.exit(f"daemon exit status {self.proc.returncode} after SIGTERM")
+
+
+def make_file(path, size):
+    """A sparse file of size bytes at path (made anew)."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def block_pattern(b, gen, block=64 << 10):
+    """The data of block b at generation gen: names both, then a ramp."""
+    return (b.to_bytes(8, "little") + gen.to_bytes(8, "little") + ramp(b + gen, 4080)) * (block // 4096)
+
+
+class DevFail(Serve):
+    """A device failure of a two-device cache: DIR/origin.img of origin
+    bytes, cache devices DIR/a.img (a bytes, made to fail: testdev while
+    DIR/boom exists, eio_ops as given) and DIR/b.img (b bytes, the
+    survivor), formatted with 1 MiB segments and served in writeback with
+    no sequential cutoff (every write cached).  fail() makes a fail;
+    wait_for() polls status; aio_wait() waits for a request, naming what
+    was waited for, and the cache's state if it does not complete within
+    WAIT seconds (a wedge, not a slow machine: the waits are generous)."""
+
+    WAIT = 120
+
+    def __init__(self, binary, directory, origin, a, b, eio_ops="write", args=(), env=None):
+        d = directory
+        make_file(f"{d}/origin.img", origin)
+        make_file(f"{d}/a.img", a)
+        make_file(f"{d}/b.img", b)
+        subprocess.run([binary, "format", "--cache", f"{d}/a.img,{d}/b.img", "--origin",
+                        f"{d}/origin.img", "--segment-size", "1M"], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.boom = f"{d}/boom"
+        ops = f"&eio_ops={eio_ops}" if eio_ops else ""
+        super().__init__(binary, d, ["--origin", f"{d}/origin.img", "--cache",
+                                     f"testdev:{d}/a.img?eio_when={self.boom}{ops},{d}/b.img",
+                                     "--mode", "writeback", "--sequential-cutoff", "0", *args],
+                         env=env)
+
+    def status(self):
+        out = subprocess.run([self.bin, "status", "--socket", self.sock, "--json"],
+                             capture_output=True, text=True, check=True,
+                             timeout=self.WAIT).stdout
+        return json.loads(out)["volume"]["cache"]
+
+    def fail(self):
+        open(self.boom, "w").close()
+
+    def wait_for(self, what, cond):
+        """The status once cond(status) holds; the test ends after WAIT s."""
+        deadline = time.monotonic() + self.WAIT
+        while True:
+            st = self.status()
+            if cond(st):
+                return st
+            if time.monotonic() > deadline:
+                sys.exit(f"{what}: not within {self.WAIT} s\n{json.dumps(st)}")
+            time.sleep(0.05)
+
+    def wait_failed(self, dev=0):
+        return self.wait_for(f"device {dev}'s failure",
+                             lambda s: s["devices"][dev]["state"] != "ok")
+
+    def wedged(self, what):
+        st = self.status()
+        k = st["cleaner"]
+        sys.exit(f"WEDGED: {what} did not complete within {self.WAIT} s: "
+                 f"{k['appends_waiting_for_room']} appends waiting for room, segments free "
+                 f"{[x['segments_free'] for x in st['devices']]}, reserve "
+                 f"{st['segments_reserve']}, groups retired {k['groups_retired']}, "
+                 f"copies refused {k.get('copies_refused')}\n{json.dumps(st)}")
+
+    def aio_wait(self, what, cookie, may_fail=False):
+        """Wait for the request cookie of self.h: True if it succeeded,
+        False if it failed and may_fail (else the test ends)."""
+        deadline = time.monotonic() + self.WAIT
+        while True:
+            try:
+                if self.h.aio_command_completed(cookie):
+                    return True
+            except nbd.Error as e:
+                if may_fail:
+                    return False
+                sys.exit(f"{what} failed: {e}")
+            if time.monotonic() > deadline:
+                self.wedged(what)
+            self.h.poll(100)
 
 
 class Model:

@@ -1353,7 +1353,7 @@ int cache_switch_policy(struct cache *c, const char *name, char *err, size_t err
 
 /* ---- figures ---- */
 
-static const char *cdev_state_name(enum cdev_state s)
+const char *cdev_state_name(enum cdev_state s)
 {
     return s == CDEV_OK ? "ok" : s == CDEV_DRAINING ? "draining" : s == CDEV_FAILING ? "failing"
                                                                                  : "missing";

@@ -79,6 +79,8 @@ struct policy;
  * left, and at once for a device that fails while others are in service.
  * At most one device is ever draining. */
 enum cdev_state { CDEV_OK, CDEV_DRAINING, CDEV_FAILING, CDEV_MISSING };
+/* "ok", "draining", "failing", "missing": for status and messages. */
+const char *cdev_state_name(enum cdev_state s);
 
 /* A dirty fragment kept on a draining device (failure.c). */
 struct drain_item {

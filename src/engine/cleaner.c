@@ -61,6 +61,7 @@
  * then one in a hundred) and counted.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,6 +194,8 @@ struct cleaner {
     uint64_t kept_bytes;            /* copied from the group being reclaimed */
     uint64_t tail_no_room;          /* tail records that found no room (the
                                      * group went without one) */
+    unsigned tail_no_room_failed;   /* devices out of service when that was
+                                     * last reported (tail_no_room_report()) */
     uint64_t tail_room_min;         /* the least log_room() a tail record
                                      * found, +1 (0: none yet) */
     uint64_t failure_room_min;      /* the least log_room() a device failure
@@ -1436,6 +1439,43 @@ static void later_done(struct cleaner *k)
     retire_batch(k);
 }
 
+/* A tail record that found no room, told the log.  While devices are out
+ * of service it is a device failure's doing (its records took the room,
+ * or no device is left to take any): reported once per failure, naming
+ * the device and its state -- a failure's rescues retire group after
+ * group, and each such retirement logged the same error (ten at once in
+ * engine/devfail-reads, then one in a thousand for as long as it went
+ * on).  Otherwise the first ten, then one in a thousand. */
+static void tail_no_room_report(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    unsigned failed = 0;
+    char which[256] = "";
+    size_t n = 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state == CDEV_OK)
+            continue;
+        failed++;
+        if (n < sizeof which)
+            n += (size_t)snprintf(which + n, sizeof which - n, "%s%s (%s)", n ? ", " : "",
+                                  c->devs[d].dev->name, cdev_state_name(c->devs[d].state));
+    }
+    if (failed > 0) {
+        if (failed == k->tail_no_room_failed)
+            return;
+        k->tail_no_room_failed = failed;
+        tc_error("cleaner: no room in the log for the record of its new end, %u of %u cache "
+                 "devices in service (out of service: %s): groups go without it, their new "
+                 "end is recorded with the next chunk written; reported once for this failure "
+                 "(status: cleaner.tail_no_room)", c->ndevs - failed, c->ndevs, which);
+        return;
+    }
+    if (k->tail_no_room <= 10 || k->tail_no_room % 1000 == 0)
+        tc_error("cleaner: no room in the log for the record of its new end (group %llu "
+                 "goes; %llu times)", (unsigned long long)k->seq,
+                 (unsigned long long)k->tail_no_room);
+}
+
 /* 3. Record the new tail durably: past the batch's last group (k->slot),
  * in one record and one sync for all its groups.  Every copy the batch
  * made was appended before the record, and the sync covers them with it:
@@ -1464,10 +1504,8 @@ static void retire_batch(struct cleaner *k)
          * keeps the cleaner's own copies from causing this; a device
          * failure's records, which take the reserve unbounded, still can
          * (multi/failure).  Counted: status cleaner.tail_no_room. */
-        if (k->tail_no_room++ < 10 || k->tail_no_room % 1000 == 0)
-            tc_error("cleaner: no room in the log for the record of its new end (group %llu "
-                     "goes; %llu times)", (unsigned long long)k->seq,
-                     (unsigned long long)k->tail_no_room);
+        k->tail_no_room++;
+        tail_no_room_report(k);
     }
     k->lw.fn = tail_synced;
     k->tail_syncing = true;

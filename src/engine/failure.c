@@ -66,8 +66,10 @@
  * and one version is appended on a survivor after a tombstone, as for
  * any block a failure touched.  If the read fails, each sector is read on
  * its own, and exactly the failed device's sectors that cannot be read
- * (an I/O error, a checksum mismatch) are lost (map_lose_dirty()); the
- * version holds the rest.  Meanwhile:
+ * (an I/O error, a checksum mismatch) are lost (map_lose_dirty()) and
+ * clean from then on (writeback of the block's other dirty sectors -- on
+ * a survivor, perhaps in a group the cleaner must free for the version's
+ * room -- never reads them); the version holds the rest.  Meanwhile:
  *   - reads of the block are served from the failed device (its data is
  *     the newest; a sector that does not read fails with EIO, never the
  *     origin's older data); writes and writeback take the block's lock,
@@ -134,6 +136,7 @@
 #include "engine/map.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
+#include "policy/policy.h"
 #include "io/bufpool.h"
 #include "util/assert.h"
 #include "util/parse.h"
@@ -1333,6 +1336,15 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
                 lose_dirty(c, r->oblock, &ld);
                 if (c->lost_unrecorded != unrecorded)
                     relost_start(c);
+                /* Recorded lost, they are clean now (reads of them fail
+                 * with EIO): while the version waits for room, writeback
+                 * writes the block's other dirty sectors -- those on the
+                 * survivors, in groups the cleaner must free to make that
+                 * room -- without reading these.  Left dirty, every
+                 * writeback of the block failed on them, the cleaner kept
+                 * its group for good, and the room never came: appends
+                 * and rescues waited for ever (engine/devfail-reads). */
+                map_mark_clean(c, id, &ld);
             }
             /* Still in the index until the version replaces them: a later
              * attempt (after waiting for room) neither reads nor loses
@@ -1746,6 +1758,16 @@ void cache_rescue_to_origin(struct cache *c)
     writeback_blocks(c, blocks, n, rescue_wb_done, x);
 }
 
+/* The blocks the devices in service hold when full. */
+static uint64_t blocks_in_service(const struct cache *c)
+{
+    uint64_t segs = 0;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (c->devs[i].state == CDEV_OK)
+            segs += c->sp.dev_nsegs[i];
+    return segs * c->seg_sectors / c->spb;
+}
+
 void cache_device_fail(struct cache *c, unsigned d, const char *why)
 {
     struct cache_dev *cd = &c->devs[d];
@@ -1770,8 +1792,12 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     }
     snprintf(cd->fail_why, sizeof cd->fail_why, "%s", why);
     space_drop_free(&c->sp, d);
-    if (!drain)
+    if (!drain) {
         cleaner_failure_room(c);
+        /* The policy's sizing (its read window, default.c) follows the
+         * devices in service, as the cleaner's marks do. */
+        policy_resize(c->policy, blocks_in_service(c));
+    }
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
              cd->dev->name, why);

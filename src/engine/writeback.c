@@ -984,10 +984,11 @@ static void block_read(void *arg, int err)
         probe_next(b);
         return;
     }
-    if (err == -EBADMSG && !b->dirty_only && !mask_equal(&b->valid, &b->dirty)) {
-        /* Proven damage, perhaps of clean sectors only (the origin has
-         * them; the cleaner leaves damaged dirty ones recorded lost and
-         * clean): the dirty sectors are all writeback needs. */
+    if (err && err != -ENODATA && !b->dirty_only && !mask_equal(&b->valid, &b->dirty)) {
+        /* Proven damage, or a read error, perhaps of clean sectors only
+         * (the origin has them; the cleaner and a device failure's
+         * rescue leave damaged or unreadable dirty ones recorded lost
+         * and clean): the dirty sectors are all writeback needs. */
         b->dirty_only = true;
         b->valid = b->dirty;
         cache_gather_robust(c, b->oblock, &b->valid, b->data, block_read, b);

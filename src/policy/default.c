@@ -149,15 +149,41 @@ struct dflt {
     uint64_t stream_hot;
 };
 
+static uint64_t quantum_of(uint64_t cache_blocks)
+{
+    return cache_blocks / QUANTA_PER_CACHE ? cache_blocks / QUANTA_PER_CACHE : 1;
+}
+
 static void *create(const struct policy_params *params)
 {
     struct dflt *p = tc_xcalloc(1, sizeof *p);
     p->seen = history_create(HISTORY_FACTOR * params->cache_blocks + 64);
     p->lapsed = history_create(params->cache_blocks + 64);
     p->cache_blocks = params->cache_blocks;
-    p->quantum = params->cache_blocks / QUANTA_PER_CACHE ? params->cache_blocks / QUANTA_PER_CACHE : 1;
+    p->quantum = quantum_of(params->cache_blocks);
     p->window = WINDOW_START * p->quantum;
     return p;
+}
+
+/* A device left service: the quantum, the window and the pass follow the
+ * blocks the cache holds now.  Sized by the whole cache, a survivor of a
+ * quarter of it was given windows of up to 22 quanta of the old size --
+ * five times its capacity: every block read once was kept to the end of
+ * the pass, and "read again" meant read within several passes.  The
+ * clock is moved to the same quantum in the new units, so every block's
+ * stamp keeps its age in quanta, and the window keeps its length in
+ * quanta (what the ghosts taught it).  The histories keep their size
+ * (they only remember more than they need). */
+static void resize(void *s, const struct policy_params *params)
+{
+    struct dflt *p = s;
+    uint64_t q = quantum_of(params->cache_blocks);
+    p->clock = p->clock / p->quantum * q;
+    p->pass_start_clock = p->pass_start_clock / p->quantum * q;
+    uint64_t w = p->window * q / p->quantum;
+    p->window = TC_MAX(TC_MIN(w, (uint64_t)WINDOW_MAX * q), (uint64_t)WINDOW_MIN * q);
+    p->quantum = q;
+    p->cache_blocks = params->cache_blocks;
 }
 
 static void destroy(void *s)
@@ -347,6 +373,7 @@ static void status(const void *s, struct tc_json *j)
     json_uint(j, "evicted_lapsed", p->evicted_lapsed);
     json_uint(j, "kept_in_window", p->kept);
     json_uint(j, "kept_read_again", p->kept_reread);
+    json_uint(j, "cache_blocks", p->cache_blocks);
     json_uint(j, "read_clock", p->clock);
     json_uint(j, "window_reads", p->window);
     json_uint(j, "window_grown", p->window_grown);
@@ -367,6 +394,7 @@ const struct policy_ops policy_default = {
     .inserted = inserted,
     .keep = keep,
     .evicted = evicted,
+    .resize = resize,
     .memory = memory,
     .status = status,
 };

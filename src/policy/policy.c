@@ -47,6 +47,15 @@ void policy_switch(struct policy *p, const struct policy_ops *ops)
     policy_open(p, ops, &params);
 }
 
+void policy_resize(struct policy *p, uint64_t cache_blocks)
+{
+    if (cache_blocks == 0 || cache_blocks == p->params.cache_blocks)
+        return;
+    p->params.cache_blocks = cache_blocks;
+    if (p->ops && p->ops->resize)
+        p->ops->resize(p->state, &p->params);
+}
+
 bool policy_admit(struct policy *p, uint64_t oblock, bool free_space)
 {
     return p->ops->admit ? p->ops->admit(p->state, oblock, free_space) : true;

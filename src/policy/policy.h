@@ -127,6 +127,13 @@ struct policy_ops {
      * or overwritten by clients.  NULL: nothing is recorded. */
     void (*evicted)(void *state, uint64_t oblock);
 
+    /* The cache holds params->cache_blocks blocks when full from now on:
+     * a device left service (engine/failure.c), and what is sized by the
+     * capacity follows the devices still in service.  What the policy
+     * remembers stays.  NULL: nothing is sized by the capacity (or it
+     * stays as create() made it). */
+    void (*resize)(void *state, const struct policy_params *params);
+
     /* Bytes of memory the state takes, for status.  NULL: 0. */
     uint64_t (*memory)(const void *state);
     /* The policy's own figures, into the status object.  NULL: none. */
@@ -159,6 +166,11 @@ void policy_close(struct policy *p);
  * every hint to 0 before the next call into p (the old policy's bits mean
  * nothing to the new one); cache_switch_policy() does both. */
 void policy_switch(struct policy *p, const struct policy_ops *ops);
+
+/* The cache holds cache_blocks blocks when full from now on (a device
+ * left service): p's params follow (a later switch makes the new policy
+ * for that size), and the policy resizes what it derives from them. */
+void policy_resize(struct policy *p, uint64_t cache_blocks);
 
 bool policy_admit(struct policy *p, uint64_t oblock, bool free_space);
 bool policy_admit_write(struct policy *p, uint64_t oblock, bool free_space);

@@ -20,28 +20,20 @@ lost: the failed device's reads still work, what it held is rescued).
 usage: devfailmarks.py --bin TIERCACHE --dir DIR
 """
 import argparse
-import json
 import os
-import signal
-import subprocess
 import sys
 import time
 
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import connect_when_up, ramp  # noqa: E402
+from tclib import DevFail, block_pattern as pattern  # noqa: E402
 
 BLOCK = 64 << 10
 ORIGIN_BLOCKS = 512
 HOT = 16                # blocks read again: 1 MiB, a segment of the survivor
 POLLS = 40              # status polls of the idle volume
 RETIRED_BOUND = 4       # groups its cleaner may retire meanwhile (before: hundreds)
-WAIT = 120              # seconds a wait may take (a loaded machine)
-
-
-def pattern(b, gen):
-    return (b.to_bytes(8, "little") + gen.to_bytes(8, "little") + ramp(b + gen, 4080)) * 16
 
 
 def main():
@@ -49,133 +41,95 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
     a = ap.parse_args()
-    d = a.dir
-    for name, size in (("origin.img", ORIGIN_BLOCKS * BLOCK), ("a.img", 1 << 30),
-                       ("b.img", 8 << 20)):
-        with open(f"{d}/{name}", "wb") as f:
-            f.truncate(size)
-    subprocess.run([a.bin, "format", "--cache", f"{d}/a.img,{d}/b.img", "--origin",
-                    f"{d}/origin.img", "--segment-size", "1M"], check=True,
-                   stdout=subprocess.DEVNULL)
-    boom = f"{d}/boom"
-    sock = f"{d}/s.sock"
-    log = open(f"{d}/daemon.log", "w")
-    p = subprocess.Popen([a.bin, "serve", "--origin", f"{d}/origin.img", "--cache",
-                          f"testdev:{d}/a.img?eio_when={boom}&eio_ops=write,{d}/b.img",
-                          "--mode", "writeback", "--sequential-cutoff", "0",
-                          "--socket", sock, "--foreground"], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        h = connect_when_up(f"nbd+unix:///?socket={sock}", p)
-        if h is None:
-            sys.exit("daemon exited at start")
+    s = DevFail(a.bin, a.dir, ORIGIN_BLOCKS * BLOCK, 1 << 30, 8 << 20)
+    h = s.h
+    status, wait_for = s.status, s.wait_for
 
-        def status():
-            out = subprocess.run([a.bin, "status", "--socket", sock, "--json"],
-                                 capture_output=True, text=True, check=True, timeout=WAIT).stdout
-            return json.loads(out)["volume"]["cache"]
+    gens = {}
+    maybe = {}          # block -> the generation of a write that failed
+    gen = 0
 
-        def wait_for(what, cond):
-            deadline = time.monotonic() + WAIT
-            while True:
-                st = status()
-                if cond(st):
-                    return st
-                if time.monotonic() > deadline:
-                    sys.exit(f"{what}: not within {WAIT} s\n{json.dumps(st)}")
-                time.sleep(0.05)
-
-        gens = {}
-        maybe = {}          # block -> the generation of a write that failed
-        gen = 0
-
-        def write(b):
-            nonlocal gen
-            gen += 1
-            try:
-                h.pwrite(pattern(b, gen), b * BLOCK)
-                gens[b] = gen
-                maybe.pop(b, None)
-            except nbd.Error:
-                maybe[b] = gen
-
-        def read_hot(times):
-            for _ in range(times):
-                for b in range(HOT):
-                    h.pread(BLOCK, b * BLOCK)
-
-        for b in range(ORIGIN_BLOCKS):
-            write(b)
-        h.flush()
-        read_hot(3)
-        open(boom, "w").close()
-        for i in range(20):
-            write((i * 13) % ORIGIN_BLOCKS)
+    def write(b):
+        nonlocal gen
+        gen += 1
         try:
-            h.flush()
-        except nbd.Error as e:
-            print(f"the flush after the failure: {e}")
-        wait_for("the first device's failure", lambda s: s["devices"][0]["state"] != "ok")
-        # The failure dealt with: what it held rescued, its records synced.
-        wait_for("the failure's rescues", lambda s: s["rescues_pending"] == 0 and
-                 s["cleaner"]["appends_waiting_for_room"] == 0)
-        # The blocks read again, after the failure: cached on the survivor
-        # (their fills land after the replies: wait for them).
-        read_hot(2)
-        wait_for("the hot blocks' fills", lambda s: s["fills_under_way"] == 0)
-        read_hot(1)
-        # Idle: a fixed number of polls, the groups retired meanwhile.
-        st0 = status()
-        for _ in range(POLLS):
-            st = status()
-            time.sleep(0.05)
-        retired = st["cleaner"]["groups_retired"] - st0["cleaner"]["groups_retired"]
-        print(f"idle over {POLLS} status polls: {retired} groups retired "
-              f"({st0['cleaner']['groups_retired']} since the start), survivor "
-              f"{st['devices'][1]['segments_free']} segments free")
-        if retired > RETIRED_BOUND:
-            sys.exit(f"the idle volume's cleaner retired {retired} groups over {POLLS} polls "
-                     f"(bound {RETIRED_BOUND}): marks {st.get('segments_low_water')}/"
-                     f"{st.get('segments_high_water')}, {st['segments_free']} segments free")
-        hits0 = status()["read_hits"]
-        read_hot(1)
-        hits = status()["read_hits"] - hits0
-        print(f"the hot blocks read again: {hits} of {HOT} hits")
-        if hits < HOT * 3 // 4:
-            sys.exit(f"only {hits} of the {HOT} blocks read again were still cached")
+            h.pwrite(pattern(b, gen), b * BLOCK)
+            gens[b] = gen
+            maybe.pop(b, None)
+        except nbd.Error:
+            maybe[b] = gen
+
+    def read_hot(times):
+        for _ in range(times):
+            for b in range(HOT):
+                h.pread(BLOCK, b * BLOCK)
+
+    for b in range(ORIGIN_BLOCKS):
+        write(b)
+    h.flush()
+    read_hot(3)
+    s.fail()
+    for i in range(20):
+        write((i * 13) % ORIGIN_BLOCKS)
+    try:
+        h.flush()
+    except nbd.Error as e:
+        print(f"the flush after the failure: {e}")
+    wait_for("the first device's failure", lambda s: s["devices"][0]["state"] != "ok")
+    # The failure dealt with: what it held rescued, its records synced.
+    wait_for("the failure's rescues", lambda s: s["rescues_pending"] == 0 and
+             s["cleaner"]["appends_waiting_for_room"] == 0)
+    # The blocks read again, after the failure: cached on the survivor
+    # (their fills land after the replies: wait for them).
+    read_hot(2)
+    wait_for("the hot blocks' fills", lambda s: s["fills_under_way"] == 0)
+    read_hot(1)
+    # Idle: a fixed number of polls, the groups retired meanwhile.
+    st0 = status()
+    for _ in range(POLLS):
         st = status()
-        surv = st["devices"][1]
-        want_low = st["segments_reserve"] + 1 + surv["segments"] // 64
-        print(f"marks {st['segments_low_water']}/{st['segments_high_water']} "
-              f"(the survivor's: {want_low}), reserve {st['segments_reserve']}, survivor "
-              f"{surv['segments']} segments, {surv['segments_free']} free, record room "
-              f"{st['cleaner']['record_room']} sectors")
-        if st["segments_low_water"] != want_low:
-            sys.exit(f"the low mark is {st['segments_low_water']}, not the survivor's {want_low}")
-        if st["cleaner"]["record_room"] * 512 > st["segments_reserve"] * st["segment_size"]:
-            sys.exit(f"the reserve ({st['segments_reserve']} segments) does not hold the "
-                     f"cleaner's record room ({st['cleaner']['record_room']} sectors)")
-        # No acknowledged data lost: every block reads its last data (or,
-        # written when the write failed, that data or the one before).
-        lost = st["lost_dirty_bytes"]
-        if lost != 0:
-            sys.exit(f"{lost} dirty bytes lost (the failed device's reads work)")
-        for b in range(ORIGIN_BLOCKS):
-            try:
-                got = h.pread(BLOCK, b * BLOCK)
-            except nbd.Error as e:
-                sys.exit(f"read of block {b}: {e}")
-            ok = [pattern(b, gens[b])] + ([pattern(b, maybe[b])] if b in maybe else [])
-            if got not in ok:
-                sys.exit(f"block {b} read other data than its last ({gens.get(b)})")
-        h.shutdown()
-        p.send_signal(signal.SIGTERM)
-        if p.wait(WAIT) != 0:
-            sys.exit(f"daemon exit status {p.returncode} after SIGTERM")
-        print(f"every block reads its last data ({len(maybe)} writes failed in the failure)")
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        time.sleep(0.05)
+    retired = st["cleaner"]["groups_retired"] - st0["cleaner"]["groups_retired"]
+    print(f"idle over {POLLS} status polls: {retired} groups retired "
+          f"({st0['cleaner']['groups_retired']} since the start), survivor "
+          f"{st['devices'][1]['segments_free']} segments free")
+    if retired > RETIRED_BOUND:
+        sys.exit(f"the idle volume's cleaner retired {retired} groups over {POLLS} polls "
+                 f"(bound {RETIRED_BOUND}): marks {st.get('segments_low_water')}/"
+                 f"{st.get('segments_high_water')}, {st['segments_free']} segments free")
+    hits0 = status()["read_hits"]
+    read_hot(1)
+    hits = status()["read_hits"] - hits0
+    print(f"the hot blocks read again: {hits} of {HOT} hits")
+    if hits < HOT * 3 // 4:
+        sys.exit(f"only {hits} of the {HOT} blocks read again were still cached")
+    st = status()
+    surv = st["devices"][1]
+    want_low = st["segments_reserve"] + 1 + surv["segments"] // 64
+    print(f"marks {st['segments_low_water']}/{st['segments_high_water']} "
+          f"(the survivor's: {want_low}), reserve {st['segments_reserve']}, survivor "
+          f"{surv['segments']} segments, {surv['segments_free']} free, record room "
+          f"{st['cleaner']['record_room']} sectors")
+    if st["segments_low_water"] != want_low:
+        sys.exit(f"the low mark is {st['segments_low_water']}, not the survivor's {want_low}")
+    if st["cleaner"]["record_room"] * 512 > st["segments_reserve"] * st["segment_size"]:
+        sys.exit(f"the reserve ({st['segments_reserve']} segments) does not hold the "
+                 f"cleaner's record room ({st['cleaner']['record_room']} sectors)")
+    # No acknowledged data lost: every block reads its last data (or,
+    # written when the write failed, that data or the one before).
+    lost = st["lost_dirty_bytes"]
+    if lost != 0:
+        sys.exit(f"{lost} dirty bytes lost (the failed device's reads work)")
+    for b in range(ORIGIN_BLOCKS):
+        try:
+            got = h.pread(BLOCK, b * BLOCK)
+        except nbd.Error as e:
+            sys.exit(f"read of block {b}: {e}")
+        ok = [pattern(b, gens[b])] + ([pattern(b, maybe[b])] if b in maybe else [])
+        if got not in ok:
+            sys.exit(f"block {b} read other data than its last ({gens.get(b)})")
+    s.stop()
+    print(f"every block reads its last data ({len(maybe)} writes failed in the failure)")
 
 
 if __name__ == "__main__":
