@@ -37,7 +37,21 @@
  * invariant in seqrec.h), and lags them by at most SEQREC_PERIOD_NS plus
  * the commit interval that flushes unflushed writes: an older copy that
  * differs from the devices only in chunks flushed within that window
- * before a crash is not caught.  A copy taken while the daemon is stopped
+ * before a crash is not caught.  Exactly: a start refuses a copy whose
+ * newest chunk is below the chunk of the last record made durable before
+ * the crash; a chunk is in the record once its flush has completed, the
+ * tick after it has posted it (at most SEQREC_PERIOD_NS after the last
+ * post) and the writer's file write, rename and syncs are done.
+ *
+ * Why not closer: a copy taken at instant T, with no record written after
+ * T, is what a crash at T would have left -- the same log, the same
+ * record -- and must be served as that.  So the record must be written
+ * after the flush of every write the copy could lack, and before the
+ * FLUSH is acknowledged (a crash may follow the reply at once).  A record
+ * naming a bound ahead of the log (chunks it must not yet pass) does not
+ * help: the log stopped by the crash short of it looks just like a copy.
+ * Hence a synced write of this file per FLUSH request, on the request
+ * path: not done (the price of a second file-system sync per FLUSH).  A copy taken while the daemon is stopped
  * and put back after a later run is, whenever that run wrote a chunk (a
  * clean stop writes one: its flushed mark).
  *
@@ -101,6 +115,7 @@ struct seqrec {
     bool failing;                   /* the last write failed: logged once per run of them */
     bool frozen;                    /* a cache device error in this run: no more updates */
     bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
+    const char *test_hold;          /* TIERCACHE_TEST_SEQREC_HOLD (seqrec_tick()) */
 };
 
 static char *record_path(const char *state_path)
@@ -439,6 +454,7 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
     pthread_mutex_init(&sr->mu, NULL);
     pthread_cond_init(&sr->cv, NULL);
     sr->path = record_path(c->state_path);
+    sr->test_hold = getenv("TIERCACHE_TEST_SEQREC_HOLD");
     c->seqrec = sr;
     struct seqrec_look l;
     seqrec_look(c, &l);
@@ -547,6 +563,11 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     struct seqrec *sr = c->seqrec;
     if (!sr || sr->thread_failed || now_ns - sr->posted_ns < SEQREC_PERIOD_NS ||
         !updatable(c))
+        return;
+    /* TIERCACHE_TEST_SEQREC_HOLD=FILE, for tests only: no record posted
+     * while FILE exists, so that a test can make chunks durable that the
+     * record does not name yet (the lag, at a moment of its choosing). */
+    if (sr->test_hold && *sr->test_hold && access(sr->test_hold, F_OK) == 0)
         return;
     uint64_t v = c->lg.flushed_upto;
     /* Only a flush of this run vouches for what it covers (a chunk read
