@@ -41,7 +41,7 @@
  * newest chunk is below the chunk of the last record made durable before
  * the crash; a chunk is in the record once its flush has completed, the
  * tick after it has posted it (at most SEQREC_PERIOD_NS after the last
- * post) and the writer's file write, rename and syncs are done.
+ * post) and the writer's file write, exchange and syncs are done.
  *
  * Why not closer: a copy taken at instant T, with no record written after
  * T, is what a crash at T would have left -- the same log, the same
@@ -51,9 +51,11 @@
  * naming a bound ahead of the log (chunks it must not yet pass) does not
  * help: the log stopped by the crash short of it looks just like a copy.
  * Hence a synced write of this file per FLUSH request, on the request
- * path: not done (the price of a second file-system sync per FLUSH).  A copy taken while the daemon is stopped
- * and put back after a later run is, whenever that run wrote a chunk (a
- * clean stop writes one: its flushed mark).
+ * path: not done (the price of a second file-system sync per FLUSH).
+ *
+ * A copy taken while the daemon is stopped and put back after a later run
+ * is caught, whenever that run wrote a chunk (a clean stop writes one:
+ * its flushed mark).
  *
  * The offline commands look at the record the same way (seqrec_look(),
  * which writes nothing): check --salvage, which writes dirty data back
@@ -134,17 +136,16 @@ static char *record_path(const char *state_path)
 /*
  * Room for the record, kept aside.  A record written as a new file renamed
  * over the old one needs a new block, and on a full file system -- the
- * record beside a cache file that filled it, say -- that write fails, the
- * record stays behind the log, and a later start may see an older copy of
- * the device as current, or (a record that names chunks the log then lost
- * in the same crash never exists: see the invariant) nothing worse; but
- * the point of the record is lost while the file system stays full.  So a
- * second file, PATH.spare, of the record's fixed size, is kept beside it:
- * a write overwrites the spare in place (its blocks are allocated already:
- * nothing needed from the file system), syncs it, and exchanges it with
- * the record (renameat2(RENAME_EXCHANGE): atomic, a crash leaves the old
- * record or the new one, each whole); the old record becomes the spare,
- * blocks and all.  No write after the first ever allocates.  The spare's
+ * record beside a cache file whose file system another file filled, say
+ * -- that write fails: the record stays behind the log while the file
+ * system stays full, and a start after a crash takes an older copy of
+ * the device put back for current.  So a second file, PATH.spare, of the
+ * record's fixed size, is kept beside it: a write overwrites the spare in
+ * place (its blocks are allocated already: nothing needed from the file
+ * system), syncs it, and exchanges it with the record
+ * (renameat2(RENAME_EXCHANGE): atomic, a crash leaves the old record or
+ * the new one, each whole); the old record becomes the spare, blocks and
+ * all.  No write after the first ever allocates.  The spare's
  * contents mean nothing (the record before, usually); nothing reads it.
  *
  * The first write (no record yet) renames the spare into place and makes
