@@ -23,8 +23,8 @@ static const char check_help[] =
 "Usage: tiercache check --cache DEV[,DEV...] [--origin ORIGIN] [--state-file PATH]\n"
 "                       [--json] [--progress]\n"
 "       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN\n"
-"                       [--state-file PATH] [--accept-older-cache] [--json]\n"
-"                       [--progress]\n"
+"                       [--state-file PATH] [--accept-older-cache]\n"
+"                       [--adopt-origin] [--json] [--progress]\n"
 "\n"
 "Audit a cache set offline: both superblock copies, every chunk summary\n"
 "and checksum the log holds, the checksum of every cached sector, the\n"
@@ -59,10 +59,18 @@ static const char check_help[] =
 "                        record says (or an unusable record) is refused\n"
 "                        as serve refuses it, naming the device and both\n"
 "                        chunk sequences, exit 2, nothing written: its\n"
-"                        dirty data is older than the origin's\n"
+"                        dirty data is older than the origin's.  So is\n"
+"                        another origin (its identity, as serve's) and a\n"
+"                        file origin modified since the cache's clean stop\n"
 "  --accept-older-cache  with --salvage: salvage such a copy anyway (right\n"
 "                        only when the origin was restored to the same\n"
 "                        point with it); the record is not changed\n"
+"  --adopt-origin        with --salvage: salvage to an origin of another\n"
+"                        identity (an exact copy of the cache's; its size\n"
+"                        must match), or to a file origin modified since\n"
+"                        the clean stop (the cache's dirty data then goes\n"
+"                        over those writes), as serve --adopt-origin; the\n"
+"                        cache is not changed\n"
 "  --state-file PATH     the record of an abandoned cache, if serve was given\n"
 "                        --state-file (default: as serve's); the sequence\n"
 "                        record is the one beside it.  Without it the\n"
@@ -125,9 +133,14 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
 }
 
 /* check --salvage: the origin must be the one the cache was formatted for
- * (its data is written there). */
+ * (its data is written there), as serve's start checks it: its size, its
+ * identity (another, a copy: --adopt-origin, as serve's), and for a file
+ * its modification time since the clean stop (written while no daemon
+ * served it: --adopt-origin too, the cache's dirty data then wins).
+ * Unlike serve, salvage records nothing: an adopted identity is not
+ * written to the superblock. */
 static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json,
-                   bool progress, bool accept_older)
+                   bool progress, bool accept_older, bool adopt)
 {
     char err[1024];
     struct tc_dev *o = dev_open_as(r, origin, "origin", false, err, sizeof err);
@@ -136,16 +149,24 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         tc_die(2, "check --salvage: %s", err);
     }
     const struct tc_superblock *sb = &c->devs[0].sb;
-    if (tc_round_down(o->size, TC_SECTOR) != sb->origin_size ||
-        dev_identity_matches(o, sb->origin_id, TC_ORIGIN_ID_LEN - 1) == DEV_ID_OTHER) {
-        fprintf(stderr, "tiercache: check --salvage: the cache was formatted for origin '%s' "
-                "(%s, %llu bytes), not for '%s' (%s, %llu bytes): nothing written\n",
-                sb->origin_path, sb->origin_id, (unsigned long long)sb->origin_size, origin,
-                o->identity, (unsigned long long)tc_round_down(o->size, TC_SECTOR));
+    uint64_t osize = tc_round_down(o->size, TC_SECTOR);
+    bool same_id = dev_identity_matches(o, sb->origin_id, TC_ORIGIN_ID_LEN - 1) != DEV_ID_OTHER;
+    if (osize != sb->origin_size || (!same_id && !adopt)) {
+        fprintf(stderr, "tiercache: check --salvage: the cache on %s was formatted for origin "
+                "'%s' (%s, %llu bytes), not for '%s' (%s, %llu bytes)%s: nothing written\n",
+                c->devs[0].dev->name, sb->origin_path, sb->origin_id,
+                (unsigned long long)sb->origin_size, origin, o->identity,
+                (unsigned long long)osize,
+                osize == sb->origin_size ? "; if this origin is an exact copy of that one, "
+                                           "salvage with --adopt-origin" : "");
         dev_close(o);
         cache_close_offline(c);
         return 2;
     }
+    if (!same_id)
+        fprintf(stderr, "tiercache: check --salvage: the cache was formatted for origin '%s' "
+                "(%s), this is '%s' (%s): salvaged to it as a copy of it (--adopt-origin; "
+                "nothing recorded)\n", sb->origin_path, sb->origin_id, origin, o->identity);
     /* An older copy of the cache device (a restored backup) holds dirty
      * data older than what the origin received since: refused as serve
      * refuses it (engine/seqrec.c), before anything is written.  A damaged
@@ -181,6 +202,21 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         else
             fprintf(stderr, "tiercache: check --salvage: sequence record %s is unusable (%s): "
                     "not checked (--accept-older-cache)\n", look.path, look.why);
+    }
+    /* After the older copy: its clean stop recorded an older time, and
+     * the daemon's writes since are not what the time check is for
+     * (--accept-older-cache goes with --adopt-origin then, as for serve). */
+    if (same_id && cache_origin_changed(c, o, false, err, sizeof err) < 0) {
+        if (!adopt) {
+            fprintf(stderr, "tiercache: check --salvage: %s: nothing written\n", err);
+            seqrec_look_free(&look);
+            dev_close(o);
+            cache_close_offline(c);
+            return 2;
+        }
+        fprintf(stderr, "tiercache: check --salvage: origin %s was modified after the "
+                "cache's clean stop: salvaged anyway, the cache's dirty data over those "
+                "writes (--adopt-origin)\n", origin);
     }
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);
@@ -261,12 +297,14 @@ int cmd_check(int argc, char **argv)
         { "progress", no_argument, NULL, 'p' },
         { "state-file", required_argument, NULL, 'f' },
         { "accept-older-cache", no_argument, NULL, 'A' },
+        { "adopt-origin", no_argument, NULL, 'O' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
     const char *origin = NULL, *state_file = NULL;
     bool json = false, salvage_mode = false, force_progress = false, accept_older = false;
+    bool adopt = false;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -278,6 +316,7 @@ int cmd_check(int argc, char **argv)
         case 'p': force_progress = true; break;
         case 'f': state_file = optarg; break;
         case 'A': accept_older = true; break;
+        case 'O': adopt = true; break;
         case 'h': cli_print(check_help); return 0;
         default: fprintf(stderr, "Try 'tiercache check --help'.\n"); return 2;
         }
@@ -288,6 +327,8 @@ int cmd_check(int argc, char **argv)
         tc_die(2, "check: --cache is required (try --help)");
     if (accept_older && !salvage_mode)
         tc_die(2, "check: --accept-older-cache goes with --salvage");
+    if (adopt && !salvage_mode)
+        tc_die(2, "check: --adopt-origin goes with --salvage");
     if (salvage_mode && origin == NULL)
         tc_die(2, "check --salvage: --origin is required (the dirty data is written there)");
     tc_log_set_level(TC_LOG_ERROR);
@@ -304,7 +345,7 @@ int cmd_check(int argc, char **argv)
     if (progress)
         fprintf(stderr, "cache log read in %.1f s\n", (double)(tc_now_ns() - t0) / 1e9);
     if (salvage_mode) {
-        int st = salvage(c, &r, origin, json, progress, accept_older);
+        int st = salvage(c, &r, origin, json, progress, accept_older, adopt);
         reactor_fini(&r);
         free(paths);
         return st;

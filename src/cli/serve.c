@@ -118,6 +118,7 @@ static const char serve_help[] =
 "                       refused.  Beside it (.tcseq for .tcstate) the\n"
 "                       sequence record: how far the log had durably\n"
 "                       reached, updated every 2 s and at a stop\n"
+"                       (through its spare, .tcseq.spare)\n"
 "\n"
 "Origin:\n"
 "  --origin-timeout SECONDS\n"

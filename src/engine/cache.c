@@ -388,8 +388,10 @@ static const char *format_ns(uint64_t ns, char *out, size_t len)
  * refuses, unless --adopt-origin says the origin is the cache's as it is
  * (its time only set, say).  Nothing is known after a crash (no record),
  * for an origin that is not a file, or for a record of an older build.
+ * check --salvage asks the same before it writes the dirty data there.
  */
-static int origin_changed(struct cache *c, struct tc_dev *origin, char *err, size_t errlen)
+int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
+                         size_t errlen)
 {
     const struct tc_superblock *sb = &c->devs[0].sb;
     uint64_t now;
@@ -399,7 +401,7 @@ static int origin_changed(struct cache *c, struct tc_dev *origin, char *err, siz
     char then_s[64], now_s[64];
     format_ns(sb->stop_origin_mtime, then_s, sizeof then_s);
     format_ns(now, now_s, sizeof now_s);
-    if (c->vol->cfg.adopt_origin) {
+    if (adopt) {
         tc_warn("origin %s was modified after the cache's clean stop (at %s, now %s): "
                 "accepted as the cache's (--adopt-origin)", origin->name, then_s, now_s);
         return 0;
@@ -605,7 +607,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
      * written back over them). */
     if (seqrec_check(c, vol->cfg.accept_older_cache, err, errlen) < 0)
         goto fail_cache;
-    if (same_id && origin_changed(c, origin, err, errlen) < 0)
+    if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;
     if (clear_stop_record(c, err, errlen) < 0)
         goto fail_cache;

@@ -37,9 +37,25 @@
  * invariant in seqrec.h), and lags them by at most SEQREC_PERIOD_NS plus
  * the commit interval that flushes unflushed writes: an older copy that
  * differs from the devices only in chunks flushed within that window
- * before a crash is not caught.  A copy taken while the daemon is stopped
- * and put back after a later run is, whenever that run wrote a chunk (a
- * clean stop writes one: its flushed mark).
+ * before a crash is not caught.  Exactly: a start refuses a copy whose
+ * newest chunk is below the chunk of the last record made durable before
+ * the crash; a chunk is in the record once its flush has completed, the
+ * tick after it has posted it (at most SEQREC_PERIOD_NS after the last
+ * post) and the writer's file write, exchange and syncs are done.
+ *
+ * Why not closer: a copy taken at instant T, with no record written after
+ * T, is what a crash at T would have left -- the same log, the same
+ * record -- and must be served as that.  So the record must be written
+ * after the flush of every write the copy could lack, and before the
+ * FLUSH is acknowledged (a crash may follow the reply at once).  A record
+ * naming a bound ahead of the log (chunks it must not yet pass) does not
+ * help: the log stopped by the crash short of it looks just like a copy.
+ * Hence a synced write of this file per FLUSH request, on the request
+ * path: not done (the price of a second file-system sync per FLUSH).
+ *
+ * A copy taken while the daemon is stopped and put back after a later run
+ * is caught, whenever that run wrote a chunk (a clean stop writes one:
+ * its flushed mark).
  *
  * The offline commands look at the record the same way (seqrec_look(),
  * which writes nothing): check --salvage, which writes dirty data back
@@ -101,6 +117,7 @@ struct seqrec {
     bool failing;                   /* the last write failed: logged once per run of them */
     bool frozen;                    /* a cache device error in this run: no more updates */
     bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
+    const char *test_hold;          /* TIERCACHE_TEST_SEQREC_HOLD (seqrec_tick()) */
 };
 
 static char *record_path(const char *state_path)
@@ -116,9 +133,83 @@ static char *record_path(const char *state_path)
     return out;
 }
 
-/* Replace the record at path by r, durably: a temporary file, fdatasync,
- * rename, fsync of the directory.  Blocking: the writer thread's, or a
- * start's or a stop's (nothing is served then).  0 or -errno. */
+/*
+ * Room for the record, kept aside.  A record written as a new file renamed
+ * over the old one needs a new block, and on a full file system -- the
+ * record beside a cache file whose file system another file filled, say
+ * -- that write fails: the record stays behind the log while the file
+ * system stays full, and a start after a crash takes an older copy of
+ * the device put back for current.  So a second file, PATH.spare, of the
+ * record's fixed size, is kept beside it: a write overwrites the spare in
+ * place (its blocks are allocated already: nothing needed from the file
+ * system), syncs it, and exchanges it with the record
+ * (renameat2(RENAME_EXCHANGE): atomic, a crash leaves the old record or
+ * the new one, each whole); the old record becomes the spare, blocks and
+ * all.  No write after the first ever allocates.  The spare's
+ * contents mean nothing (the record before, usually); nothing reads it.
+ *
+ * The first write (no record yet) renames the spare into place and makes
+ * a new spare; so does a file system that cannot exchange (EINVAL): there,
+ * as for the state file, the record freed by the rename makes room for
+ * the next spare, which can be lost to another writer when the file
+ * system is full (the error then names the record, and the next write
+ * retries).
+ */
+static char *spare_path(const char *path)
+{
+    size_t l = strlen(path) + 8;
+    char *p = tc_xmalloc(l);
+    snprintf(p, l, "%s.spare", path);
+    return p;
+}
+
+/* buf, the record's bytes, in place into the file at p (created if
+ * missing, cut to the record's size if longer), and synced.  0 or -errno. */
+static int fill_in_place(const char *p, const uint8_t *buf)
+{
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);   /* no O_TRUNC: keep its blocks */
+    if (fd < 0)
+        return -errno;
+    int rc = tc_pwrite_all(fd, buf, TC_SEQREC_BYTES, 0);
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) == 0 && st.st_size > (off_t)TC_SEQREC_BYTES &&
+        ftruncate(fd, TC_SEQREC_BYTES) < 0)
+        rc = -errno;
+    if (rc == 0 && fdatasync(fd) < 0)
+        rc = -errno;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    return rc;
+}
+
+/* TIERCACHE_TEST_SEQREC_EXCHANGE_DELAY_MS, for tests only: the spare
+ * written and synced, that long before it is exchanged with the record,
+ * so that a test can kill the daemon in the middle of a write. */
+static void test_exchange_delay(void)
+{
+    const char *t = getenv("TIERCACHE_TEST_SEQREC_EXCHANGE_DELAY_MS");
+    if (t && *t)
+        usleep((useconds_t)(strtoul(t, NULL, 10) * 1000));
+}
+
+/* A start makes the spare when there is none (a record of an older
+ * build, a spare removed), while the file system has room, so that the
+ * writes while serving need none.  Quietly: a write retries. */
+static void spare_keep(const char *path)
+{
+    char *spare = spare_path(path);
+    struct stat st;
+    if (stat(spare, &st) < 0 || (uint64_t)st.st_blocks * 512 < TC_SEQREC_BYTES) {
+        uint8_t zero[TC_SEQREC_BYTES] = { 0 };
+        if (fill_in_place(spare, zero) == 0)
+            (void)tc_fsync_parent_dir(spare);
+    }
+    free(spare);
+}
+
+/* Replace the record at path by r, durably, through its spare (above).
+ * Blocking: the writer thread's, or a start's or a stop's (nothing is
+ * served then).  0 or -errno. */
 static int record_write(const char *path, const struct tc_seqrec *r)
 {
     if (strncmp(path, SEQREC_STATE_DIR "/", sizeof SEQREC_STATE_DIR) == 0 &&
@@ -126,27 +217,25 @@ static int record_write(const char *path, const struct tc_seqrec *r)
         tc_fsync_parent_dir(SEQREC_STATE_DIR);
     uint8_t buf[TC_SEQREC_BYTES];
     seqrec_encode(buf, r);
-    size_t tl = strlen(path) + 8;
-    char *tmp = tc_xmalloc(tl);
-    snprintf(tmp, tl, "%s.tmp", path);
-    int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        rc = -errno;
-    } else {
-        rc = tc_pwrite_all(fd, buf, sizeof buf, 0);
-        if (rc == 0 && fdatasync(fd) < 0)
+    char *spare = spare_path(path);
+    int rc = fill_in_place(spare, buf);
+    if (rc == 0)
+        test_exchange_delay();
+    bool renamed = false;
+    if (rc == 0 && renameat2(AT_FDCWD, spare, AT_FDCWD, path, RENAME_EXCHANGE) < 0) {
+        if (errno != ENOENT && errno != EINVAL && errno != ENOSYS)
             rc = -errno;
-        if (close(fd) < 0 && rc == 0)
+        else if (rename(spare, path) < 0)
             rc = -errno;
-        if (rc == 0 && rename(tmp, path) < 0)
-            rc = -errno;
-        if (rc == 0)
-            rc = tc_fsync_parent_dir(path);
-        if (rc)
-            unlink(tmp);
+        else
+            renamed = true;
     }
-    free(tmp);
+    if (rc == 0)
+        rc = tc_fsync_parent_dir(path);
+    /* Renamed: a new spare, now (quietly: the next write retries). */
+    if (rc == 0 && renamed && fill_in_place(spare, buf) == 0)
+        (void)tc_fsync_parent_dir(spare);
+    free(spare);
     return rc;
 }
 
@@ -366,6 +455,7 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
     pthread_mutex_init(&sr->mu, NULL);
     pthread_cond_init(&sr->cv, NULL);
     sr->path = record_path(c->state_path);
+    sr->test_hold = getenv("TIERCACHE_TEST_SEQREC_HOLD");
     c->seqrec = sr;
     struct seqrec_look l;
     seqrec_look(c, &l);
@@ -443,8 +533,10 @@ void seqrec_started(struct cache *c)
     if (strcmp(sr->at_start, "checked") == 0 && sr->written > v)
         v = sr->written;
     sr->posted = v;
-    if (strcmp(sr->at_start, "checked") == 0 && v == sr->written)
+    if (strcmp(sr->at_start, "checked") == 0 && v == sr->written) {
+        spare_keep(sr->path);
         return;     /* the record says so already */
+    }
     struct tc_seqrec r;
     record_fill(c, v, &r);
     record_written(sr, v, record_write(sr->path, &r));
@@ -472,6 +564,11 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     struct seqrec *sr = c->seqrec;
     if (!sr || sr->thread_failed || now_ns - sr->posted_ns < SEQREC_PERIOD_NS ||
         !updatable(c))
+        return;
+    /* TIERCACHE_TEST_SEQREC_HOLD=FILE, for tests only: no record posted
+     * while FILE exists, so that a test can make chunks durable that the
+     * record does not name yet (the lag, at a moment of its choosing). */
+    if (sr->test_hold && *sr->test_hold && access(sr->test_hold, F_OK) == 0)
         return;
     uint64_t v = c->lg.flushed_upto;
     /* Only a flush of this run vouches for what it covers (a chunk read

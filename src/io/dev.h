@@ -150,7 +150,10 @@ struct tc_dev {
      *                             when it has no UUID)
      *   md:UUID                   an md array
      *   block:MAJ:MIN             any other: its device number
-     *   nbd:URI                   an NBD export
+     *   nbd[;n=CRC][;d=CRC]:URI   an NBD export: its URI, and the
+ *                             CRC-32C of its canonical name (when not
+ *                             the one asked for) and of its description,
+ *                             when the server gives them (dev_nbd.c)
      * (io/blockid.c for block devices.) */
     char identity[128];
     /* The identity an older build recorded for this device, when it

@@ -76,6 +76,7 @@
 #include <sys/socket.h>
 
 #include "tiercache.h"
+#include "util/crc32c.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -1286,12 +1287,53 @@ static struct nbd_handle *connect_one(const char *uri, char *err, size_t errlen)
         return NULL;
     }
     nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
+    /* The export's canonical name and description, for its identity. */
+    nbd_set_full_info(h, true);
     if (nbd_connect_uri(h, uri) < 0) {
         snprintf(err, errlen, "%s: cannot connect: %s", uri, nbd_get_error());
         nbd_close(h);
         return NULL;
     }
     return h;
+}
+
+/*
+ * An NBD export's identity: its URI, and what the server says of the
+ * export -- its description, and its canonical name when it is not the
+ * name asked for (the default export "" named) -- as CRC-32Cs (the
+ * identity has 127 bytes; a URI is long enough already), before the URI
+ * so that a long one cannot cut them off:
+ *
+ *   nbd[;n=CRC][;d=CRC]:URI
+ *
+ * Another export behind the same URI (the server set up again with
+ * another file, the default export changed) is then another origin when
+ * the server names or describes them differently.  The size is compared
+ * apart (the superblock's origin_size).  An export that says nothing of
+ * itself is "nbd:URI", as before; an identity recorded in that form is
+ * taken for an export that now says more (legacy_identity), and recorded
+ * again.  Not detected: another export with the same URI, name and
+ * description (a server handing out a restored or replaced file under
+ * the same words), nor a change of its data.
+ */
+static void nbd_identity(struct nbd_handle *h, const char *uri, struct tc_dev *d)
+{
+    char fields[40] = "";
+    size_t at = 0;
+    char *asked = nbd_get_export_name(h);
+    char *name = nbd_get_canonical_export_name(h);
+    char *desc = nbd_get_export_description(h);
+    if (name && (!asked || strcmp(name, asked) != 0))
+        at += (size_t)snprintf(fields + at, sizeof fields - at, ";n=%08x",
+                               tc_crc32c(0, name, strlen(name)));
+    if (desc)
+        snprintf(fields + at, sizeof fields - at, ";d=%08x", tc_crc32c(0, desc, strlen(desc)));
+    snprintf(d->identity, sizeof d->identity, "nbd%s:%s", fields, uri);
+    if (fields[0])
+        snprintf(d->legacy_identity, sizeof d->legacy_identity, "nbd:%s", uri);
+    free(asked);
+    free(name);
+    free(desc);
 }
 
 struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_only, char *err,
@@ -1338,7 +1380,7 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
     n->max_request = maxbs > 0 ? (uint64_t)maxbs : 32u << 20;
     if (n->max_request > 32u << 20)
         n->max_request = 32u << 20;
-    snprintf(d->identity, sizeof d->identity, "nbd:%s", uri);
+    nbd_identity(h, uri, d);
     n->drain.fn = drain_finished;
     n->held_tail = &n->held_head;
     n->release.fn = release_task;
