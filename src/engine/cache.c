@@ -780,14 +780,18 @@ static void drain_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct drain_ctx *x = container_of(dio, struct drain_ctx, dio);
     struct cache *c = x->c;
-    if (err == 0 && origin_window_flushed(c, x->mark))
-        err = -EIO;     /* writes it was to cover may be lost (originwin.c) */
-    if (err == 0) {
-        log_wt_stable(&c->lg, x->candidate);    /* carried by the next chunk header */
-    } else {
+    if (err) {
         snprintf(c->drain_failure, sizeof c->drain_failure, "the origin's flush failed (%s)",
                  strerror(-err));
         x->err = err;
+    } else if (origin_window_flushed(c, x->mark)) {
+        /* Writes it was to cover may be lost with an origin connection
+         * (originwin.c): what the cache still holds is dirty again. */
+        snprintf(c->drain_failure, sizeof c->drain_failure, "origin writes were acknowledged "
+                 "on a connection lost before this flush (see the log)");
+        x->err = -EIO;
+    } else {
+        log_wt_stable(&c->lg, x->candidate);    /* carried by the next chunk header */
     }
     x->w.fn = drain_synced;
     log_sync(c, &x->w);
