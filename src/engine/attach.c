@@ -29,6 +29,15 @@
  *     set -- all checked before anything changes;
  *  2. closes the gate (new requests wait, as during a detach) and waits for
  *     the requests still using the detached cache;
+ *  2a. flushes the origin, and fails if that fails (the set stays
+ *     detached, unchanged): the writes made while detached went to the
+ *     origin alone, and the attached cache has no record of them -- in
+ *     writeback mode a client FLUSH syncs the log only when nothing it
+ *     knows of needs the origin flushed (writepath.c, cache_flush()).
+ *     The close below flushes the origin too, but a stop has no use for
+ *     its failure beyond a message; without this step an attach went on
+ *     after it, and the next FLUSH succeeded with those writes still
+ *     unflushed on the origin, lost to its power failure;
  *  3. closes the cache as a stop does (final syncs, the clean-stop mark)
  *     and frees it, releasing its claims;
  *  4. opens the set again exactly as a start does: claims, superblocks,
@@ -73,6 +82,7 @@ struct attach_op {
     char **paths;                   /* NULL-terminated, owned */
     char **old_paths;               /* the detached devices' names, owned */
     enum tc_mode mode;
+    struct tc_dev_io dio;           /* step 2a: the origin flush */
     int close_err;
     void (*done)(void *arg, int err);
     void *arg;
@@ -328,6 +338,22 @@ static void attach_reopen(struct tc_task *t)
     attach_finish(op, -EIO);
 }
 
+/* Step 2a done: on to the close, or the attach fails, changing nothing. */
+static void attach_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct attach_op *op = container_of(dio, struct attach_op, dio);
+    struct tc_volume *vol = op->vol;
+    if (err) {
+        snprintf(vol->op_error, sizeof vol->op_error, "attach failed: the origin's flush "
+                 "failed (%s), so the writes made while detached may not be durable there; "
+                 "the cache stays detached", strerror(-err));
+        tc_error("%s", vol->op_error);
+        attach_finish(op, err);
+        return;
+    }
+    cache_close(vol->cache, attach_closed, op);
+}
+
 static void attach_quiet(struct tc_task *t)
 {
     struct tc_volume *vol = container_of(t, struct tc_volume, gate_task);
@@ -335,7 +361,14 @@ static void attach_quiet(struct tc_task *t)
         return;
     struct attach_op *op = vol->gate_op;
     vol->gate_op = NULL;
-    cache_close(vol->cache, attach_closed, op);
+    if (!vol->origin->can_flush || vol->read_only) {
+        cache_close(vol->cache, attach_closed, op);
+        return;
+    }
+    memset(&op->dio, 0, sizeof op->dio);
+    op->dio.op = TC_DEV_FLUSH;
+    op->dio.cb = attach_origin_flushed;
+    dev_submit(vol->origin, &op->dio);
 }
 
 void tc_volume_attach(struct tc_volume *vol, const char *const *paths, const enum tc_mode *mode,

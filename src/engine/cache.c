@@ -696,6 +696,9 @@ struct drain_ctx {
     bool emptied;                   /* detach: every group ended, once */
     struct tc_timer cleaner_gone;   /* detach: waiting for a cleaner pass to end */
     struct log_waiter w;
+    struct tc_dev_io dio;           /* the origin flush after the drain */
+    struct ow_mark mark;            /* origin_window_mark() at that flush */
+    uint64_t candidate;             /* ... and the stable mark it may set */
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
     void *arg;
@@ -775,12 +778,56 @@ static void drain_synced(struct log_waiter *w, int err)
     done(arg, err);
 }
 
+static void drain_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct drain_ctx *x = container_of(dio, struct drain_ctx, dio);
+    struct cache *c = x->c;
+    if (err) {
+        snprintf(c->drain_failure, sizeof c->drain_failure, "the origin's flush failed (%s)",
+                 strerror(-err));
+        x->err = err;
+    } else if (origin_window_flushed(c, x->mark)) {
+        /* Writes it was to cover may be lost with an origin connection
+         * (originwin.c): what the cache still holds is dirty again. */
+        snprintf(c->drain_failure, sizeof c->drain_failure, "origin writes were acknowledged "
+                 "on a connection lost before this flush (see the log)");
+        x->err = -EIO;
+    } else {
+        log_wt_stable(&c->lg, x->candidate);    /* carried by the next chunk header */
+    }
+    x->w.fn = drain_synced;
+    log_sync(c, &x->w);
+}
+
+/*
+ * The dirty data is written back: now the origin is flushed, once, before
+ * the drain is reported done.  Writeback flushes the origin after its own
+ * writes, but the origin also holds acknowledged writes no flush covered
+ * yet -- write-through versions, writes around the cache (write-around,
+ * passthrough, sequential bypass, write-zeroes) -- and with nothing dirty
+ * no job ran at all.  tiercache flush and detach promise, at exit 0, that
+ * the origin holds every acknowledged write durably (a detach then also
+ * empties the log, the other durable record of the write-through
+ * versions); without this flush a power loss of the origin right after
+ * either lost them.  As for a client FLUSH (cache_flush()), writes the
+ * origin window finds acknowledged on a connection lost since fail it.
+ */
 static void drained(void *arg, int err)
 {
     struct drain_ctx *x = arg;
+    struct cache *c = x->c;
     x->err = err;
+    if (err == 0 && c->vol->origin->can_flush && !c->vol->read_only) {
+        x->candidate = wt_stable_candidate(c);
+        x->mark = origin_window_mark(c);
+        memset(&x->dio, 0, sizeof x->dio);
+        x->dio.op = TC_DEV_FLUSH;
+        x->dio.cb = drain_origin_flushed;
+        dev_submit(c->vol->origin, &x->dio);
+        return;
+    }
     x->w.fn = drain_synced;
-    log_sync(x->c, &x->w);
+    log_sync(c, &x->w);
 }
 
 void cache_flush_dirty(struct cache *c, tc_progress_fn progress,

@@ -218,7 +218,9 @@ struct cache {
     uint64_t drained_bytes;         /* dirty bytes written back from draining devices */
     struct drain_wait *drain_waiters;   /* flushes waiting for the drains to end */
     uint64_t drain_block_waiters;   /* reads, writes waiting for a block's drain (lostlog.c) */
-    char drain_failure[96];         /* why the last drain's log sync failed ("": it did not) */
+    char drain_failure[96];         /* why the last drain failed with nothing left
+                                     * dirty: its origin flush or its log sync
+                                     * ("": it did not) */
 
     /* abandon.c: the durable record of a cache abandoned at run time. */
     char *state_path;               /* the state file */

@@ -418,7 +418,8 @@ static void op_error_set(struct tc_volume *vol, const char *prefix, const char *
     if (vol->cache && !vol->detached)
         writeback_drain_reason(vol->cache, why, sizeof why);
     if (vol->cache && vol->cache->drain_failure[0]) {
-        /* Everything was written back; the log could not record it. */
+        /* Everything was written back; the origin could not flush it, or
+         * the log could not record it. */
         snprintf(vol->op_error, sizeof vol->op_error, "%s: %s%s", prefix,
                  vol->cache->drain_failure, suffix);
         tc_error("%s", vol->op_error);
