@@ -17,14 +17,12 @@
 #           sequential reads at QD8, fio over NBD (tiercache) against fio
 #           reading the cache file's data directly (direct: io_uring,
 #           O_DIRECT if the file system takes it), with the daemon's CPU
-#           time (utime + stime) per request served
+#           time (status cpu_user_seconds + cpu_system_seconds) per
+#           request served
 #
 # Origin and cache files are sparse (format --allow-sparse) and removed at
 # the end; the cache files hold the data read (zeros: the origin is a hole).
 
-sc_cpu_ticks() {  # PID: utime + stime in clock ticks
-  sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
-}
 sc_rss_mib() {  # PID: VmRSS in MiB
   awk '/^VmRSS:/ { printf "%.2f", $2 / 1024 }' "/proc/$1/status"
 }
@@ -186,8 +184,7 @@ PY
     direct=0 how="buffered (the file system refused O_DIRECT)"
   fi
   local common=(--runtime="$rt" --time_based --ramp_time=1 --norandommap --randrepeat=0)
-  local test cfg j c0 c1 r0 r1 m0 m1 hz; hz=$(getconf CLK_TCK)
-  pid=$(pid_of tiercache)
+  local test cfg j u0 u1 s0 s1 r0 r1 m0 m1
   for rep in $(seq 1 "$REPS"); do
     for test in randread seqread; do
       local io=(--rw=randread --bs=4k --iodepth=32)
@@ -200,13 +197,14 @@ PY
             --filename="$cache" --offset="$off" --size="$len" --ioengine=io_uring --direct="$direct" \
             "${io[@]}" "${common[@]}" >/dev/null 2>"$j.err" || { cat "$j.err" >&2; die "fio on the cache file failed"; }
         else
-          read -r r0 m0 < <(tcstatus tiercache volume.requests.read volume.cache.read_misses | paste -sd' ')
-          c0=$(sc_cpu_ticks "$pid")
+          read -r r0 m0 u0 s0 < <(tcstatus tiercache volume.requests.read volume.cache.read_misses \
+            cpu_user_seconds cpu_system_seconds | paste -sd' ')
           fio_nbd "$j" tiercache "${io[@]}" "${common[@]}"
-          c1=$(sc_cpu_ticks "$pid")
-          read -r r1 m1 < <(tcstatus tiercache volume.requests.read volume.cache.read_misses | paste -sd' ')
+          read -r r1 m1 u1 s1 < <(tcstatus tiercache volume.requests.read volume.cache.read_misses \
+            cpu_user_seconds cpu_system_seconds | paste -sd' ')
           record scale "$test" tiercache cpu_per_request us "$rep" \
-            "$(awk -v c=$((c1 - c0)) -v hz="$hz" -v n=$((r1 - r0)) 'BEGIN { printf "%.2f", c / hz * 1e6 / n }')"
+            "$(awk -v u0="$u0" -v s0="$s0" -v u1="$u1" -v s1="$s1" -v n=$((r1 - r0)) \
+                 'BEGIN { printf "%.2f", (u1 + s1 - u0 - s0) * 1e6 / n }')"
           record scale "$test" tiercache misses count "$rep" $((m1 - m0))
         fi
         if [ "$test" = randread ]; then
@@ -229,12 +227,14 @@ PY
   ratio scale "VmRSS per cached block (fitted slope; bytes)" fit-memory/rss/per_block 1 "<=64"
   ratio scale "randread IOPS: tiercache ÷ direct" randread/tiercache/iops randread/direct/iops ">=0.6"
   ratio scale "seqread MB/s: tiercache ÷ direct" seqread/tiercache/bandwidth seqread/direct/bandwidth ">=0.8"
+  ratio scale "daemon CPU per cached 4 KiB read at QD32 (us)" randread/tiercache/cpu_per_request 1 "-"
+  ratio scale "daemon CPU per cached 1 MiB read at QD8 (us)" seqread/tiercache/cpu_per_request 1 "-"
   plot scale start start "start to the first answer (s)"
   plot scale memory rss "VmRSS after a clean start (MiB)"
   plot scale randread iops "cached 4 KiB random read, QD32 (IOPS)"
   plot scale seqread bandwidth "cached 1 MiB sequential read, QD8 (MB/s)"
   note scale "Caches of $(echo "$sizes" | sed 's/ /, /g') cached data in 64 KiB blocks, cache files 1.25 times that, origin and cache sparse files on local disk, filled by one sequential read of the volume through NBD (--sequential-cutoff 0; the data are zeros: the origin is a hole).  start: from the daemon's start to the answer of its first 4 KiB read (a client connecting every 2 ms), page caches dropped before; clean follows SIGTERM, kill9 follows kill -9; recovery is status recovery_seconds; rss is VmRSS just after the first answer."
   note scale "Model: start time and VmRSS are fitted as a + b × cached blocks by least squares over the sizes measured, per repetition; at_16GiB and at_1TiB are the line at 262,144 and 16,777,216 cached blocks (per_GiB is b × 16,384 blocks, at_0 is a).  index is status index_memory_bytes fitted the same way."
-  note scale "Reads on the $largest cache: fio nbd engine, one connection, ${rt} s per run after 1 s of ramp; direct: fio on the cache file where it holds data ($(hsize "$len") from offset $off, of which $holes % are holes at the ends of segments, read without the disk), io_uring, $how, the page cache dropped before.  cpu_per_request: the daemon's utime + stime (/proc/PID/stat) over the fio run, ramp included, divided by the read requests it served then (status volume.requests.read); misses: reads that went to the origin."
+  note scale "Reads on the $largest cache: fio nbd engine, one connection, ${rt} s per run after 1 s of ramp; direct: fio on the cache file where it holds data ($(hsize "$len") from offset $off, of which $holes % are holes at the ends of segments, read without the disk), io_uring, $how, the page cache dropped before.  cpu_per_request: the daemon's CPU time (status cpu_user_seconds + cpu_system_seconds, getrusage) over the fio run, ramp included, divided by the read requests it served then (status volume.requests.read); misses: reads that went to the origin."
   wl_end
 }

@@ -22,7 +22,9 @@ static const char status_help[] =
 "Print the figures of a running daemon: mode, health, cache use, hits and\n"
 "misses, promotions, dirty data, bytes read and written per device, errors,\n"
 "and the NBD server's connections and requests, with units (sizes in\n"
-"KiB/MiB/GiB, rates per second, durations).\n"
+"KiB/MiB/GiB, rates per second, durations), and the daemon's CPU time\n"
+"(user and system, all threads, since it started: sampled around a load,\n"
+"the CPU cost of each request).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl);\n"
 "                  default RUNDIR/tiercache.ctl\n"
@@ -233,6 +235,10 @@ int cmd_status(int argc, char **argv)
         tc_die(1, "%s", err);
     printf("tiercache %s, pid %.0f\n", jv_str(jv_get(root, "version"), "?"),
            jv_num(jv_get(root, "pid"), 0));
+    if (jv_get(root, "cpu_user_seconds"))
+        printf("cpu time: user %.3f s, system %.3f s\n",
+               jv_num(jv_get(root, "cpu_user_seconds"), 0),
+               jv_num(jv_get(root, "cpu_system_seconds"), 0));
     for (const struct jv *m = root->child; m; m = m->next) {
         if (m->type != JV_OBJECT)
             continue;

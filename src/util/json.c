@@ -146,6 +146,12 @@ void json_double(struct tc_json *j, const char *k, double v)
         putf(j, "%.6g", v);
 }
 
+void json_micros_as_seconds(struct tc_json *j, const char *k, uint64_t us)
+{
+    key(j, k);
+    putf(j, "%llu.%06llu", (unsigned long long)(us / 1000000), (unsigned long long)(us % 1000000));
+}
+
 void json_bool(struct tc_json *j, const char *k, bool v)
 {
     key(j, k);

@@ -27,6 +27,9 @@ void json_string(struct tc_json *j, const char *key, const char *value);
 void json_uint(struct tc_json *j, const char *key, uint64_t value);
 void json_int(struct tc_json *j, const char *key, int64_t value);
 void json_double(struct tc_json *j, const char *key, double value);
+/* A count of microseconds as seconds with all six decimals (json_double
+ * keeps six significant digits: too few for a long-running counter). */
+void json_micros_as_seconds(struct tc_json *j, const char *key, uint64_t us);
 void json_bool(struct tc_json *j, const char *key, bool value);
 void json_null(struct tc_json *j, const char *key);
 
