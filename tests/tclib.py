@@ -719,7 +719,7 @@ def kill_bound_daemons():
 atexit.register(kill_bound_daemons)
 
 
-class BoundDaemon:
+class BoundDaemon(Serve):
     """tiercache serve in the foreground over DIR/origin.img and the cache
     given, policy lru, no sequential cutoff, on DIR/s.sock, its output
     appended to DIR/daemon.log; self.h a connected handle."""
@@ -742,15 +742,6 @@ class BoundDaemon:
         self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
         if self.h is None:
             sys.exit(f"daemon exited at start:\n{self.logtext()[-3000:]}")
-
-    def logtext(self):
-        with open(self.log) as f:
-            f.seek(self.logstart)
-            return f.read()
-
-    def status(self):
-        """Status volume.cache."""
-        return ctl_status(self.sock)["volume"]["cache"]
 
     def wedged(self, what):
         try:
