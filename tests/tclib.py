@@ -681,7 +681,7 @@ def ctl_status(sock, timeout=BOUND_WAIT):
     return json.loads(text)
 
 
-def block_pattern(magic, b, gen, block, sector=4096):
+def magic_block_pattern(magic, b, gen, block, sector=4096):
     """Block b's data of generation gen: each sector 8 bytes of magic, b
     and gen, then a ramp."""
     head = magic + struct.pack("<QQ", b, gen)

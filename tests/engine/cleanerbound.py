@@ -42,7 +42,7 @@ import sys
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import BoundDaemon, block_pattern, make_bound_set  # noqa: E402
+from tclib import BoundDaemon, magic_block_pattern, make_bound_set  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 64 << 10
@@ -58,7 +58,7 @@ MAX_HDR_SECTORS = 8             # TC_MAX_HDR_SECTORS: the largest chunk header
 
 
 def pattern(b, gen):
-    return block_pattern(MAGIC, b, gen, BLOCK)
+    return magic_block_pattern(MAGIC, b, gen, BLOCK)
 
 
 class Daemon(BoundDaemon):

@@ -51,7 +51,7 @@ import time
 import nbd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tclib import BOUND_WAIT, BoundDaemon, block_pattern, make_bound_set  # noqa: E402
+from tclib import BOUND_WAIT, BoundDaemon, magic_block_pattern, make_bound_set  # noqa: E402
 
 SECTOR = 4096
 BLOCK = 16 << 10
@@ -66,7 +66,7 @@ DIRTY_AFTER = 300               # written after this many reads
 
 
 def pattern(b, gen):
-    return block_pattern(MAGIC, b, gen, BLOCK)
+    return magic_block_pattern(MAGIC, b, gen, BLOCK)
 
 
 class Daemon(BoundDaemon):
