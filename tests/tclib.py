@@ -725,23 +725,11 @@ class BoundDaemon(Serve):
     appended to DIR/daemon.log; self.h a connected handle."""
 
     def __init__(self, binary, directory, cache, mode="writeback", extra=(), env=None):
-        self.bin = binary
-        self.sock = f"{directory}/s.sock"
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        self.log = f"{directory}/daemon.log"
-        with open(self.log, "a") as lf:
-            self.logstart = lf.tell()
-            self.proc = subprocess.Popen([binary, "serve", "--origin", f"{directory}/origin.img",
-                                          "--cache", cache, "--mode", mode, "--policy", "lru",
-                                          "--sequential-cutoff", "0", *extra,
-                                          "--socket", self.sock, "--foreground"],
-                                         stdout=lf, stderr=subprocess.STDOUT,
-                                         env=dict(os.environ, **(env or {})))
+        super().__init__(binary, directory,
+                         ["--origin", f"{directory}/origin.img", "--cache", cache, "--mode", mode,
+                          "--policy", "lru", "--sequential-cutoff", "0", *extra],
+                         env=dict(os.environ, **(env or {})))
         BOUND_DAEMONS.append(self.proc)
-        self.h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc)
-        if self.h is None:
-            sys.exit(f"daemon exited at start:\n{self.logtext()[-3000:]}")
 
     def wedged(self, what):
         try:
