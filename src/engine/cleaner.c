@@ -970,22 +970,10 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         each_fragment_in_chunk(c, seg, cr, set_aside, k);
         return;
     }
-    /* Each entry is looked up in the index, which misses the cache twice
-     * on a large index: the block's bucket, then the entry it names.  Both
-     * are started ahead, in two stages: the bucket of the entry
-     * 2 * PREFETCH_AHEAD further, and the entry of the one PREFETCH_AHEAD
-     * further, whose bucket is in by then (its look-up was a tenth of a
-     * write-heavy replay on a 256 MiB cache).  The first entries of the
-     * chunk are started before the walk. */
-    for (uint32_t i = 0; i < TC_MIN(h.nr_entries, 2 * PREFETCH_AHEAD); i++)
-        index_prefetch_bucket(&c->map.idx, chunk_entry_oblock(k->buf, c->spb, i));
-    for (uint32_t i = 0; i < TC_MIN(h.nr_entries, PREFETCH_AHEAD); i++)
-        index_prefetch(&c->map.idx, chunk_entry_oblock(k->buf, c->spb, i), 1);
     for (uint32_t i = 0; i < h.nr_entries; i++) {
         struct tc_entry e;
-        if (i + 2 * PREFETCH_AHEAD < h.nr_entries)
-            index_prefetch_bucket(&c->map.idx,
-                                  chunk_entry_oblock(k->buf, c->spb, i + 2 * PREFETCH_AHEAD));
+        /* Each entry is looked up in the index: start the look-up of the
+         * one PREFETCH_AHEAD further while this one is handled. */
         if (i + PREFETCH_AHEAD < h.nr_entries)
             index_prefetch(&c->map.idx, chunk_entry_oblock(k->buf, c->spb, i + PREFETCH_AHEAD), 1);
         if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)

@@ -201,10 +201,6 @@ uint32_t index_lookup(const struct index *ix, uint64_t oblock);
  * request's blocks wait for their cache misses together, not one after
  * another.  Changes nothing. */
 void index_prefetch(const struct index *ix, uint64_t oblock, uint64_t n);
-/* The stage before index_prefetch(): starts the load of oblock's bucket
- * only, without waiting for it, so that an index_prefetch() of oblock a
- * little later finds it in the cache and starts the entry's load at once. */
-void index_prefetch_bucket(const struct index *ix, uint64_t oblock);
 /* A new entry for oblock (not in the index), without fragments. */
 uint32_t index_insert(struct index *ix, uint64_t oblock);
 /* Remove the entry and free its fragments (accounting is the caller's). */
