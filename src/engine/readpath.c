@@ -129,7 +129,6 @@
  * cache failed, the origin was fenced) it goes where a new request would.
  */
 #include <errno.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -228,7 +227,12 @@ struct rreq {
     bool sequential;
     bool bypass;
     struct pending_run run;
-    unsigned next;              /* merged group fills in ext[] */
+    /* Merged group fills: blocks of the groups of the request's first and
+     * last pieces read in the same origin request as a miss beside them
+     * (no part of the client's buffer: s0 == s1 == 0, data in fbuf, which
+     * points into the run's bounce buffer). */
+    struct rpiece ext[EXT_MAX];
+    unsigned next;
     /* The gate's answer for a group, asked once per request and group
      * (0: not asked, 1: fill, -1: not paying). */
     struct { uint64_t grp; int dec; } gd[2];
@@ -237,13 +241,6 @@ struct rreq {
     struct block_waiter fill_w;
     struct tc_task fill_task;
     unsigned fill_waits;
-    /* Merged group fills: blocks of the groups of the request's first and
-     * last pieces read in the same origin request as a miss beside them
-     * (no part of the client's buffer: s0 == s1 == 0, data in fbuf, which
-     * points into the run's bounce buffer).  Last, and not zeroed with the
-     * rest (2 KiB, most requests use none): add_ext() fills each one it
-     * takes, and nothing reads one at or past next. */
-    struct rpiece ext[EXT_MAX];
 };
 
 static void phase_done(struct rreq *r);
@@ -1122,7 +1119,7 @@ static void fill_waited(struct block_waiter *w)
 static void read_start(struct ereq *e, bool sequential)
 {
     struct cache *c = e->vol->cache;
-    struct rreq *r = tc_obj_get_head(sizeof *r, offsetof(struct rreq, ext));
+    struct rreq *r = tc_obj_get(sizeof *r);
     r->e = e;
     r->c = c;
     uint64_t first = e->off / c->block_size, last = (e->off + e->len - 1) / c->block_size;

@@ -120,18 +120,13 @@ static size_t obj_class(size_t size, size_t *bytes)
 
 void *tc_obj_get(size_t size)
 {
-    return tc_obj_get_head(size, size);
-}
-
-void *tc_obj_get_head(size_t size, size_t head)
-{
     if (OBJ_RECYCLE && size > 0 && size <= OBJ_BIG_MAX) {
         size_t bytes, k = obj_class(size, &bytes);
         struct obj_free *o = obj_list[k];
         if (o) {
             obj_list[k] = o->next;
             obj_count[k]--;
-            return memset(o, 0, TC_MIN(head, size));
+            return memset(o, 0, size);
         }
         return tc_xcalloc(1, bytes);
     }

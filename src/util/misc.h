@@ -96,9 +96,6 @@ int tc_pwrite_all(int fd, const void *buf, size_t len, off_t off);
  * read's bookkeeping.  Sanitizer builds use calloc()/free() (so a use
  * after put is still caught). */
 void *tc_obj_get(size_t size);
-/* tc_obj_get(), zeroed in its first head bytes only: the rest holds
- * anything (for an object with a large array its user fills before use). */
-void *tc_obj_get_head(size_t size, size_t head);
 void tc_obj_put(void *p, size_t size);
 
 #endif
