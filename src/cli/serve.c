@@ -29,6 +29,7 @@
 #include "policy/policy.h"
 #include "tiercache.h"
 #include "trace/trace.h"
+#include "util/crc32c.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -261,6 +262,7 @@ static void status_cmd(struct ctl_conn *c, const char *args, void *arg)
         json_micros_as_seconds(&j, "cpu_user_seconds", timeval_micros(ru.ru_utime));
         json_micros_as_seconds(&j, "cpu_system_seconds", timeval_micros(ru.ru_stime));
     }
+    json_string(&j, "crc32c_implementation", tc_crc32c_implementation());
     json_begin_object(&j, "volume");
     tc_volume_status_json(s->vol, &j);
     json_end_object(&j);
@@ -920,6 +922,10 @@ int cmd_serve(int argc, char **argv)
     }
     cli_signals_arm(&s.sig, &s.reactor, signal_stop);
 
+    const char *crc_wanted = getenv("TIERCACHE_CRC32C");
+    if (crc_wanted && *crc_wanted && strcmp(crc_wanted, tc_crc32c_implementation()) != 0)
+        tc_warn("TIERCACHE_CRC32C=%s: no such CRC-32C implementation on this CPU", crc_wanted);
+    tc_info("checksums: CRC-32C by %s", tc_crc32c_implementation());
     tc_info("serving %s (control socket %s)", vcfg.origin, control ? control : "none");
     cli_daemon_ready(ready_fd);
 

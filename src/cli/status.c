@@ -24,7 +24,7 @@ static const char status_help[] =
 "and the NBD server's connections and requests, with units (sizes in\n"
 "KiB/MiB/GiB, rates per second, durations), and the daemon's CPU time\n"
 "(user and system, all threads, since it started: sampled around a load,\n"
-"the CPU cost of each request).\n"
+"the CPU cost of each request) and the CRC-32C implementation it uses.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl);\n"
 "                  default RUNDIR/tiercache.ctl\n"
@@ -239,6 +239,8 @@ int cmd_status(int argc, char **argv)
         printf("cpu time: user %.3f s, system %.3f s\n",
                jv_num(jv_get(root, "cpu_user_seconds"), 0),
                jv_num(jv_get(root, "cpu_system_seconds"), 0));
+    if (jv_get(root, "crc32c_implementation"))
+        printf("crc32c: %s\n", jv_str(jv_get(root, "crc32c_implementation"), "?"));
     for (const struct jv *m = root->child; m; m = m->next) {
         if (m->type != JV_OBJECT)
             continue;

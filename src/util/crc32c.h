@@ -1,6 +1,9 @@
 /*
  * CRC-32C (Castagnoli), the checksum of every on-disk structure and of
- * cached data.  Uses the SSE 4.2 instruction when the CPU has it.
+ * cached data.  On x86-64 by the fastest means the CPU has: carry-less
+ * multiply folding of 512-bit registers (VPCLMULQDQ) for long buffers,
+ * the SSE 4.2 instruction for short ones and on CPUs without AVX-512;
+ * tables elsewhere.
  */
 #ifndef TC_UTIL_CRC32C_H
 #define TC_UTIL_CRC32C_H
@@ -25,5 +28,19 @@ uint32_t tc_crc32c_zeros(uint32_t crc, size_t n);
  * at crc_off: computed with those bytes read as zero, so the writer (which
  * zeroes them first) and the reader (which finds them filled) agree. */
 uint32_t tc_crc32c_skipping(const void *buf, size_t len, size_t crc_off);
+
+/* The implementation in use: "portable" (tables), "pclmulqdq" (128-bit
+ * folding), "sse4.2" or "vpclmulqdq" (512-bit folding).  Chosen before main(): the fastest the CPU has, or the
+ * one the environment variable TIERCACHE_CRC32C names if the CPU has it. */
+const char *tc_crc32c_implementation(void);
+
+/* The implementations by index, slowest first, NULL past the last one
+ * (those the CPU lacks included). */
+const char *tc_crc32c_implementation_at(size_t i);
+
+/* Use the implementation named: 0, or -1 if there is none of that name
+ * or the CPU lacks it (the one in use stays).  Not while other threads
+ * checksum: for tests, and for start-up. */
+int tc_crc32c_use(const char *name);
 
 #endif

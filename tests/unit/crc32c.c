@@ -1,19 +1,25 @@
 /*
- * CRC-32C (util/crc32c.c) against a reference computed bit by bit: every
- * length from 0 to past two groups of three lanes (where the lanes are
- * joined, and where the tail after them is checksummed alone), at every
- * alignment of the buffer in a word, from several starting CRCs, and
- * continued over pieces cut at every point.  Also the published check
+ * CRC-32C (util/crc32c.c) against a reference computed bit by bit, for
+ * every implementation the CPU has (portable, SSE 4.2, the foldings),
+ * each forced in turn: every length from 0 to past two groups of three
+ * lanes (where the lanes are joined, and where the tail after them is
+ * checksummed alone; for the foldings, every count of registers, blocks
+ * and tail bytes), at every alignment of the buffer in a word and at a
+ * random one, from several starting CRCs, and continued over pieces cut
+ * at every point; buffers of a few MiB.  Also the published check
  * value and the CRC of a sector of zeroes the fast path returns, and
  * tc_crc32c_zeros() against checksumming the zeroes.  Sectors of zeroes
  * but one byte, at every offset, are not taken for zeroes by the fast
- * path that looks for them.
+ * path that looks for them.  The folding constants are derived again
+ * from their definition.
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/crc32c.h"
+#include "util/crc32c_fold.h"
 
 #include "check.h"
 
@@ -38,12 +44,16 @@ static uint8_t next_byte(void)
 }
 
 #define MAXLEN 8400u       /* more than two groups of three 1360-byte lanes */
+#define ALIGNS 64u
 
-int main(void)
+static uint8_t buf[MAXLEN + ALIGNS];
+static uint32_t expected[MAXLEN + 1][2];   /* reference(init, buf + align_of[len], len) */
+static size_t align_of[MAXLEN + 1];
+
+#define BIG (3u << 20)
+
+static void check_implementation(const uint8_t *big, const uint32_t *big_want)
 {
-    static uint8_t buf[MAXLEN + 16];
-    for (size_t i = 0; i < sizeof buf; i++)
-        buf[i] = next_byte();
 
     CHECK(tc_crc32c(0, "123456789", 9) == 0xE3069283u);
 
@@ -66,14 +76,23 @@ int main(void)
 
     bad = 0;
     for (size_t len = 0; len <= MAXLEN; len++) {
-        for (size_t align = 0; align < 8; align += (len % 97 == 0 ? 1 : 7)) {
-            for (unsigned start = 0; start < 2; start++) {
-                uint32_t init = start ? 0xDEADBEEFu : 0;
-                if (tc_crc32c(init, buf + align, len) != reference(init, buf + align, len))
-                    bad++;
-            }
+        for (unsigned start = 0; start < 2; start++) {
+            uint32_t init = start ? 0xDEADBEEFu : 0;
+            if (tc_crc32c(init, buf + align_of[len], len) != expected[len][start])
+                bad++;
         }
+        if (len % 97 == 0)
+            for (size_t align = 0; align < 8; align++)
+                if (tc_crc32c(0, buf + align, len) != reference(0, buf + align, len))
+                    bad++;
     }
+    CHECK(bad == 0);
+
+    /* Buffers of a few MiB, whole and from odd offsets. */
+    bad = 0;
+    for (unsigned i = 0; i < 3; i++)
+        if (tc_crc32c(0x9E3779B9u, big + i * 7, BIG - i * 4099) != big_want[i])
+            bad++;
     CHECK(bad == 0);
 
     /* Continued over two pieces, cut at every point of a buffer that spans
@@ -102,5 +121,61 @@ int main(void)
     CHECK(bad == 0);
     CHECK(tc_crc32c_zeros(tc_crc32c(0, buf, 300), 4096 - 300) ==
           reference(reference(0, buf, 300), zeros, 4096 - 300));
+}
+
+int main(void)
+{
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = next_byte();
+    for (size_t len = 0; len <= MAXLEN; len++) {
+        align_of[len] = next_byte() % ALIGNS;
+        expected[len][0] = reference(0, buf + align_of[len], len);
+        expected[len][1] = reference(0xDEADBEEFu, buf + align_of[len], len);
+    }
+    uint8_t *big = malloc(BIG + 64);
+    CHECK(big != NULL);
+    if (big == NULL)
+        return check_exit("crc32c");
+    for (size_t i = 0; i < BIG + 64; i++)
+        big[i] = next_byte();
+    uint32_t big_want[3];
+    for (unsigned i = 0; i < 3; i++)
+        big_want[i] = reference(0x9E3779B9u, big + i * 7, BIG - i * 4099);
+
+#if defined(__x86_64__)
+    /* x^(d+31) and x^(d-33) mod P, reflected: x^0 multiplied by x. */
+    for (unsigned i = 0; i < 4; i++) {
+        const struct tc_crc32c_fold_constant *k = &tc_crc32c_fold_constants[i];
+        uint32_t r = 0x80000000u, first = 0, second = 0;
+        for (unsigned n = 0; n <= k->distance + 31; n++) {
+            if (n == k->distance - 33)
+                second = r;
+            if (n == k->distance + 31)
+                first = r;
+            r = (r >> 1) ^ (0x82F63B78u & (0u - (r & 1)));
+        }
+        CHECK(k->first == first);
+        CHECK(k->second == second);
+    }
+#endif
+
+    const char *chosen = tc_crc32c_implementation();
+    printf("chosen at start: %s\n", chosen);
+    unsigned tested = 0;
+    for (size_t i = 0; tc_crc32c_implementation_at(i); i++) {
+        const char *name = tc_crc32c_implementation_at(i);
+        if (tc_crc32c_use(name) != 0) {
+            printf("%s: not on this CPU\n", name);
+            continue;
+        }
+        CHECK(strcmp(tc_crc32c_implementation(), name) == 0);
+        int before = check_failures;
+        check_implementation(big, big_want);
+        printf("%s: %s\n", name, check_failures == before ? "agrees" : "FAILS");
+        tested++;
+    }
+    CHECK(tested >= 1);
+    CHECK(tc_crc32c_use("no such thing") == -1);
+    free(big);
     return check_exit("crc32c");
 }
