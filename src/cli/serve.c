@@ -215,8 +215,10 @@ static const char serve_help[] =
 "data stays in the cache, and exits 0 (1 if the origin or cache could not\n"
 "be flushed, or if client writes still waiting for room in the cache 20 s\n"
 "after the stop began were failed with EIO; an origin that answers nothing\n"
-"for twice --origin-timeout plus 5 s is given up on).  SIGHUP and SIGUSR1\n"
-"reopen the log file.\n"
+"for twice --origin-timeout plus 5 s is given up on).  A stop whose origin\n"
+"flush failed is not recorded as clean: the next start, as after a crash,\n"
+"flushes the origin at its first flush.  SIGHUP and SIGUSR1 reopen the log\n"
+"file.\n"
 "\n"
 "Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
 "nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";

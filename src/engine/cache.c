@@ -425,6 +425,29 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
     return -1;
 }
 
+/*
+ * Whether the origin may hold writes the run before acknowledged that no
+ * origin flush covered (originwin.c, "The run before"): yes unless
+ *
+ *  - that run stopped cleanly (the newest chunk, or the superblocks' record,
+ *    says so): a clean stop flushes the origin after the last request and
+ *    is recorded as clean only if that flush succeeded (close_origin_flushed());
+ *  - or no run came before: nothing in the log and no sequence record of
+ *    this set (seqrec.c), which every start writes before it serves.  A
+ *    run that wrote only around the cache leaves no chunk, but its record.
+ *
+ * A record removed by hand after such a run is taken for a first start.
+ */
+static bool origin_unflushed_at_start(struct cache *c)
+{
+    const char *stop = c->st.last_stop ? c->st.last_stop : "none";
+    if (strcmp(stop, "clean") == 0)
+        return false;
+    if (strcmp(stop, "none") == 0 && seqrec_first_start(c))
+        return false;
+    return true;
+}
+
 static int cache_attach(struct tc_volume *vol, const char *const *paths, bool offline,
                         char *err, size_t errlen)
 {
@@ -636,6 +659,13 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
                 (unsigned long long)c->map.idx.count, (unsigned long long)c->map.dirty_blocks, dz);
+    /* Not a flush now: a start must not wait on an origin that holds its
+     * flushes (or is down); the first flush that reaches the daemon does
+     * it (originwin.c). */
+    origin_window_started(c, origin_unflushed_at_start(c));
+    if (c->owin.before_start)
+        tc_info("cache: the run before did not stop cleanly: the origin may hold writes it "
+                "acknowledged without a flush; the first flush flushes the origin");
     /* The state file's room first: it is small, and a full file system
      * must not keep the abandonment from being recorded. */
     abandon_keep_room(c);
@@ -889,6 +919,7 @@ struct close_ctx {
     struct ow_mark mark;            /* origin_window_mark() at the flush */
     unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
+    bool origin_unflushed;          /* the stop's origin flush failed: not a clean stop */
     bool aborted;                   /* the origin was given up on (dev_abort) */
     bool ra_logged;                 /* the wait for read-ahead was logged */
     int err;
@@ -942,7 +973,8 @@ static void close_wait_fn(struct tc_timer *t)
  * durable and how many chunks its live groups hold, so that the next
  * start can tell damage to the newest chunk headers from a torn tail.
  * Written only when it is exactly true: the stop's own chunks (flagged
- * TC_CHUNK_CLEAN_STOP, the newest) were written, every chunk issued is
+ * TC_CHUNK_CLEAN_STOP, the newest: only after the stop's origin flush
+ * succeeded) were written, every chunk issued is
  * flushed, every device is in service (a failed one's segments and the
  * superblock marks of a failure are recovery's business, not this
  * count's), and the cache is neither abandoned nor failed.  Otherwise the superblocks keep
@@ -1087,10 +1119,11 @@ static void closed_synced(struct log_waiter *w, int err)
          * damaged one among them is reported as damage, not taken for a
          * write torn by a crash (whose entries it would silently ignore).
          * It carries the clean-stop flag only if nothing is left unflushed
-         * before it (see TC_CHUNK_CLEAN_STOP). */
+         * before it (see TC_CHUNK_CLEAN_STOP), on the origin either (the
+         * stop's origin flush succeeded: close_origin_flushed()). */
         x->marked = true;
         uint64_t before = c->lg.chunks_issued;
-        c->lg.clean_stop = c->lg.flushed_upto == c->lg.chunks_issued;
+        c->lg.clean_stop = c->lg.flushed_upto == c->lg.chunks_issued && !x->origin_unflushed;
         log_seal_all(c, true);
         x->stop_sealed = c->lg.clean_stop && c->lg.chunks_issued > before;
         c->lg.clean_stop = false;
@@ -1140,6 +1173,16 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
         err = -EIO;     /* not durable: keep the stable mark */
     if (err == 0)
         log_wt_stable(&c->lg, x->candidate);
+    /* The origin may keep writes of this run unflushed: the stop is not
+     * recorded as clean, so the next start treats the origin as after a
+     * crash (origin_unflushed_at_start()) and its first flush flushes it.
+     * Recorded clean, nothing would: the writes that went around the
+     * cache are on the origin alone. */
+    if (err) {
+        x->origin_unflushed = true;
+        tc_warn("cache: stop: the origin's flush failed (%s): the stop is not recorded as "
+                "clean; the next start flushes the origin at its first flush", strerror(-err));
+    }
     abandon_close_flushed(c, err == 0);
     log_seal_all(c, true);
     log_sync(c, &x->w);

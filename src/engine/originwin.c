@@ -58,6 +58,24 @@
  * mark carries the count of cuts) moves the write-through stable mark: it
  * was computed before the re-dirtied versions held it back.
  *
+ * The run before.  A daemon killed (or stopped while the origin failed
+ * its last flush) may have left writes it acknowledged on the origin with
+ * no flush after them; the window of that run is gone with it.  Those the
+ * cache holds are durable in its log (recovery makes write-through
+ * versions above the stable mark dirty), the others -- writes around the
+ * cache -- are on the origin alone, and a client FLUSH of the next run
+ * must cover them too: an NBD FLUSH covers every write acknowledged
+ * before it, whichever daemon acknowledged it.  So the start sets
+ * before_start unless the run before stopped cleanly, its last origin
+ * flush done, or no run came before (cache.c, origin_unflushed_at_start()):
+ * while set, the window counts as pending and as holding writes the cache
+ * lacks, so the first flush that reaches the daemon -- a client FLUSH in
+ * any mode, tiercache flush or detach, the periodic commit -- flushes the
+ * origin, and any origin flush that completes clears it.  The start
+ * itself does not flush the origin: it would wait on an origin that holds
+ * its flushes (or a remote one that is down), and a start must not hang;
+ * a FLUSH may wait, as it would for writes of its own run.
+ *
  * Bounds.  The window empties at every good flush, and the periodic commit
  * flushes the origin every few seconds while it holds anything (at once,
  * from the next tick, past OW_SOFT records), so it holds the writes of
@@ -285,16 +303,23 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
 
 struct ow_mark origin_window_mark(const struct cache *c)
 {
-    return (struct ow_mark){ .ack = c->owin.acks, .cuts = c->owin.cuts };
+    return (struct ow_mark){ .ack = c->owin.acks, .cuts = c->owin.cuts, .sent = true };
+}
+
+void origin_window_started(struct cache *c, bool unflushed)
+{
+    c->owin.before_start = unflushed && c->vol->origin->can_flush && !c->vol->read_only;
 }
 
 bool origin_window_pending(const struct cache *c)
 {
-    return c->owin.n > 0;
+    return c->owin.n > 0 || c->owin.before_start;
 }
 
 bool origin_window_uncached(const struct cache *c)
 {
+    if (c->owin.before_start)
+        return true;
     for (uint32_t i = c->owin.n; i-- > 0;)      /* the newest first: usually found at once */
         if (!c->owin.r[i].cached || c->owin.r[i].dropped)
             return true;
@@ -399,6 +424,9 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
     uint32_t k = 0;
     uint64_t unrecorded = c->lost_unrecorded;
     w->epoch_seen = epoch;
+    /* Any origin flush completed covers what the run before left. */
+    if (mark.sent)
+        w->before_start = false;
     w->scanning = true;
     for (uint32_t i = 0; i < w->n; i++) {
         struct ow_rec *r = &w->r[i];
@@ -445,7 +473,7 @@ void origin_window_check(struct cache *c)
         return;
     w->epoch_seen = c->vol->origin->epoch;
     if (w->n > 0)
-        origin_window_flushed(c, (struct ow_mark){ .ack = 0, .cuts = w->cuts });
+        origin_window_flushed(c, (struct ow_mark){ .ack = 0, .cuts = w->cuts, .sent = false });
 }
 
 void origin_window_free(struct cache *c)

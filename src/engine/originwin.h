@@ -18,9 +18,11 @@
 struct cache;
 struct ow_rec;
 
-/* Where the origin window stood when a flush was sent. */
+/* Where the origin window stood when a flush was sent (sent: an origin
+ * flush was, and not origin_window_check()'s look). */
 struct ow_mark {
     uint64_t ack, cuts;
+    bool sent;
 };
 
 /* Origin writes acknowledged, not yet covered by a flush. */
@@ -34,6 +36,11 @@ struct origin_window {
     uint64_t acks;              /* acknowledgements counted */
     uint64_t cuts, cuts_reported;   /* flushes that found a cut, reported ones */
     bool overflowed;
+    /* The origin may hold writes an earlier run acknowledged that no
+     * origin flush covered (origin_window_started()): no record says
+     * where, so until an origin flush completes, one is pending, and of
+     * writes only the origin holds. */
+    bool before_start;
     /* The blocks the records touch, for origin_window_overlaps() of one
      * block (a fill) without a scan of every record: an open-addressing
      * set of block numbers (UINT64_MAX: empty), rebuilt when records go.
@@ -45,15 +52,21 @@ struct origin_window {
     bool blocks_unknown;
 };
 
+/* At start, before anything is served: unflushed, the run before may
+ * have ended with writes acknowledged on the origin that no origin flush
+ * covered (see origin_window_pending(), origin_window_uncached()). */
+void origin_window_started(struct cache *c, bool unflushed);
 /* A non-FUA origin write of [off, off + len) was acknowledged; cached:
  * it carries a write-through version the cache holds. */
 void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached);
 /* Taken when an origin flush is sent, for origin_window_flushed(). */
 struct ow_mark origin_window_mark(const struct cache *c);
-/* Something waits for an origin flush; too much does (flush now). */
+/* Something waits for an origin flush (also: the run before may have left
+ * writes unflushed); too much does (flush now). */
 bool origin_window_pending(const struct cache *c);
 /* ... and of those, writes only the origin holds: around the cache, or a
- * write-through version whose block has left the cache since.  (A cached
+ * write-through version whose block has left the cache since, or any
+ * write of the run before that it may have left unflushed.  (A cached
  * one is durable in the cache log: recovery writes it back if the origin
  * lost it.) */
 bool origin_window_uncached(const struct cache *c);

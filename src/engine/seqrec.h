@@ -62,6 +62,9 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
  * devices hold an older log than the record (or the record is unusable),
  * unless accept_older: then a warning, and the record is replaced. */
 int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen);
+/* After seqrec_check(): it found no record of this set (none, or another
+ * set's): the first start of the set here -- or the record was removed. */
+bool seqrec_first_start(const struct cache *c);
 /* The start went through: the recovered durable mark is recorded
  * (blocking: nothing is served yet). */
 void seqrec_started(struct cache *c);

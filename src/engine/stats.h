@@ -68,8 +68,9 @@ struct cache_stats {
     uint64_t writeback_bytes, writeback_writes, writeback_passes;
     uint64_t recovered_entries, recovered_dirty_sectors, recovered_dirty_blocks;
     /* How the previous run ended, from the newest chunk's TC_CHUNK_CLEAN_STOP:
-     * "clean", "unclean" (a crash, a kill, a power loss: the index was
-     * rebuilt from summaries that may end in torn writes), or "none" (a
+     * "clean", "unclean" (a crash, a kill, a power loss, or a stop whose
+     * origin flush failed: the index was rebuilt from summaries that may
+     * end in torn writes), or "none" (a
      * cache never written since its format). */
     const char *last_stop;
     /* How the last start rebuilt the index: "checkpoint" (read from the

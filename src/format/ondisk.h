@@ -536,7 +536,10 @@ enum tc_entry_type {
  * durable (its flushed_seq says up to where).  When the newest chunk of the
  * log carries it, no write was in flight at the stop: a header of a live
  * segment that fails to check, other than one of the stop's own chunks,
- * cannot be a torn write and is damage.  Readers that do not know the flag
+ * cannot be a torn write and is damage.  A stop whose origin flush failed
+ * does not write it (nor the superblocks' record): the next start then
+ * takes the origin to hold writes no flush covered, and flushes it at its
+ * first flush (engine/originwin.c).  Readers that do not know the flag
  * lose nothing by ignoring it. */
 #define TC_CHUNK_CLEAN_STOP (1u << 1)
 

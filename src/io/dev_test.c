@@ -11,6 +11,12 @@
  *                   device exactly as a power failure would have left it if
  *                   it kept nothing that was not flushed: the worst case a
  *                   volatile write cache allows.
+ *   undo_append=FILE  as undo=, but the records FILE already holds are
+ *                   kept: those of an earlier daemon on the same device,
+ *                   killed before a flush covered them.  A restart of the
+ *                   daemon does not flush the device, so a power failure
+ *                   after it still takes them, until a flush of the new
+ *                   daemon completes.
  *   eio_when=FILE   while FILE exists, every request fails with EIO (a
  *                   device dying at a moment the test chooses).
  *   eio_once        with eio_when: only one request fails, and the layer
@@ -411,13 +417,25 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
     if (d->inner == NULL)
         goto fail;
     for (char *o = opts ? strtok(opts, "&") : NULL; o; o = strtok(NULL, "&")) {
-        if (strncmp(o, "undo=", 5) == 0) {
+        if (strncmp(o, "undo=", 5) == 0 || strncmp(o, "undo_append=", 12) == 0) {
+            bool append = o[4] == '_';
+            const char *path = strchr(o, '=') + 1;
             free(d->undo_path);
-            d->undo_path = tc_xstrdup(o + 5);
-            d->undo_fd = open(o + 5, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            d->undo_path = tc_xstrdup(path);
+            if (d->undo_fd >= 0)
+                close(d->undo_fd);
+            if (d->raw_fd >= 0)
+                close(d->raw_fd);
+            d->undo_fd = open(path, O_RDWR | O_CREAT | (append ? 0 : O_TRUNC) | O_CLOEXEC, 0600);
             d->raw_fd = open(copy, O_RDONLY | O_CLOEXEC);
+            /* Appended after the records kept: the first flush's mark
+             * covers them too (flush_mark counts from the file's start). */
+            if (d->undo_fd >= 0 && append && lseek(d->undo_fd, 0, SEEK_END) < 0) {
+                close(d->undo_fd);
+                d->undo_fd = -1;
+            }
             if (d->undo_fd < 0 || d->raw_fd < 0) {
-                snprintf(err, errlen, "testdev: %s: %s", o + 5, strerror(errno));
+                snprintf(err, errlen, "testdev: %s: %s", path, strerror(errno));
                 goto fail;
             }
         } else if (strncmp(o, "eio_when=", 9) == 0) {
@@ -491,9 +509,10 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
                 k += n + (k[n] == ',');
             }
         } else {
-            snprintf(err, errlen, "testdev: unknown option '%s' (undo=, eio_when=, eio_once, "
-                     "eio_count=, eio_after=, eio_range=, eio_maxlen=, eio_minlen=, eio_ops=, "
-                     "hold_when=, hold_ops=, hold_range=, hold_minlen=, hold_once, eio_held)", o);
+            snprintf(err, errlen, "testdev: unknown option '%s' (undo=, undo_append=, "
+                     "eio_when=, eio_once, eio_count=, eio_after=, eio_range=, eio_maxlen=, "
+                     "eio_minlen=, eio_ops=, hold_when=, hold_ops=, hold_range=, hold_minlen=, "
+                     "hold_once, eio_held)", o);
             goto fail;
         }
     }
