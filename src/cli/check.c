@@ -36,7 +36,8 @@ static const char check_help[] =
 "cache was formatted for that origin.  The set's sequence record (beside\n"
 "the state file: cache.img.tcseq) is read too: devices holding an older\n"
 "copy of the log than it says was durable (a restored backup, a rolled-back\n"
-"snapshot), or an unusable record, are a problem, as serve refuses them.\n"
+"snapshot), on the set or on one device (named), or an unusable record,\n"
+"are a problem, as serve refuses them.\n"
 "A set a daemon is using is refused\n"
 "(exit 2), naming the daemon: its devices are claimed while it runs.\n"
 "\n"
@@ -98,7 +99,8 @@ static const char dump_help[] =
 "fill, live sectors, chunks), and with --blocks every cached block with\n"
 "its valid and dirty sectors and its fragments.  The sequence record beside\n"
 "the state file is compared with the log: an older copy of the cache device\n"
-"(its log older than the record says was durable) or an unusable record is\n"
+"(its log older than the record says was durable, on the set or on one\n"
+"device) or an unusable record is\n"
 "said in capitals (serve and check --salvage refuse it).\n"
 "\n"
 "  --cache DEV[,DEV...]  the devices of the set\n"
@@ -194,9 +196,10 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
             return 2;
         }
         if (look.verdict == SEQREC_OLDER)
-            fprintf(stderr, "tiercache: check --salvage: %s: the cache device holds an older "
+            fprintf(stderr, "tiercache: check --salvage: %s: %s holds an older "
                     "copy of its log (newest chunk %llu, chunk %llu recorded in %s, written "
                     "%s): salvaged anyway (--accept-older-cache)\n", look.devs,
+                    look.older_dev >= 0 ? "the device" : "the cache device",
                     (unsigned long long)look.found, (unsigned long long)look.recorded,
                     look.path, look.when);
         else
@@ -393,6 +396,7 @@ int cmd_check(int argc, char **argv)
         json_string(&j, "sequence_record_found", res.seqrec_found);
         json_uint(&j, "sequence_record_chunk", res.seqrec_chunk);
         json_uint(&j, "newest_chunk", res.newest_chunk);
+        json_int(&j, "sequence_record_device", res.seqrec_device);
         json_bool(&j, "clean_stop_recorded", res.stop_recorded);
         if (res.stop_recorded) {
             json_uint(&j, "clean_stop_chunk", res.stop_chunk_seq);
@@ -526,11 +530,18 @@ int cmd_dump(int argc, char **argv)
                (unsigned long long)look.found);
         break;
     case SEQREC_OLDER:
-        printf("sequence record %s: chunk %llu durable (written %s), but the log's newest "
-               "chunk is %llu: an OLDER COPY of the cache device (a restored backup or a "
-               "rolled-back snapshot); serve and check --salvage refuse it without "
-               "--accept-older-cache\n", look.path, (unsigned long long)look.recorded,
-               look.when, (unsigned long long)look.found);
+        if (look.older_dev >= 0)
+            printf("sequence record %s: chunk %llu durable on %s (written %s), but its newest "
+                   "chunk is %llu: an OLDER COPY of that device (a restored backup or a "
+                   "rolled-back snapshot); serve and check --salvage refuse it without "
+                   "--accept-older-cache\n", look.path, (unsigned long long)look.recorded,
+                   look.devs, look.when, (unsigned long long)look.found);
+        else
+            printf("sequence record %s: chunk %llu durable (written %s), but the log's newest "
+                   "chunk is %llu: an OLDER COPY of the cache device (a restored backup or a "
+                   "rolled-back snapshot); serve and check --salvage refuse it without "
+                   "--accept-older-cache\n", look.path, (unsigned long long)look.recorded,
+                   look.when, (unsigned long long)look.found);
         break;
     case SEQREC_UNUSABLE:
         printf("sequence record %s: UNUSABLE (%s); serve and check --salvage refuse the set "

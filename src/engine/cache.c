@@ -567,8 +567,13 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     uint64_t t0 = tc_now_ns(), read0 = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
         read0 += c->devs[d].dev->stats.read_bytes;
-    if (recovery_run(c, err, errlen) < 0)
+    if (recovery_run(c, err, errlen) < 0) {
+        /* An older copy of one device makes the scan find less than a
+         * clean stop recorded: said as what it is (seqrec.c). */
+        if (!offline && !vol->cfg.accept_older_cache && c->newest_chunks_known)
+            seqrec_explain_refusal(c, err, errlen);
         goto fail_cache;
+    }
     c->recovery_ns = tc_now_ns() - t0;
     for (unsigned d = 0; d < c->ndevs; d++)
         c->st.recovery_read_bytes += c->devs[d].dev->stats.read_bytes;

@@ -113,6 +113,10 @@ struct cache_dev {
     char fail_why[160];
     bool written_since_flush;
     uint64_t bytes_admitted;
+    /* The newest chunk the scan at start found on it, whose header checks
+     * (0: none, or the state came from a checkpoint): what the sequence
+     * record's entry for the device is compared with (seqrec.c). */
+    uint64_t newest_chunk;
 };
 
 struct blocklocks;
@@ -177,6 +181,7 @@ struct cache {
     /* The newest chunk recovery knows durable (a header's flushed mark,
      * the clean stop's record); the sequence record starts from it. */
     uint64_t recovered_durable;
+    bool newest_chunks_known;       /* the scan set devs[].newest_chunk (recovery.c) */
     struct seqrec *seqrec;          /* seqrec.c: the record of how far the log reached */
     uint64_t last_flush_wall_ns;
     uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback

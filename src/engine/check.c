@@ -355,6 +355,7 @@ static void check_seqrec(struct cache *c, struct check_result *r)
     r->seqrec_found = seqrec_verdict_name(l.verdict);
     r->seqrec_chunk = l.recorded;
     r->newest_chunk = l.found;
+    r->seqrec_device = l.older_dev;
     static const struct seqrec_words words = {
         .who = "the daemon serving it",
         .harm = "serve and check --salvage refuse it: its dirty data is older than what the "
@@ -372,6 +373,7 @@ static void check_seqrec(struct cache *c, struct check_result *r)
 int cache_check_index(struct cache *c, struct check_result *r)
 {
     memset(r, 0, sizeof *r);
+    r->seqrec_device = -1;
     check_index(c, r);
     return (int)r->nproblems;
 }
@@ -379,6 +381,7 @@ int cache_check_index(struct cache *c, struct check_result *r)
 int cache_check(struct cache *c, struct check_result *r, bool progress)
 {
     memset(r, 0, sizeof *r);
+    r->seqrec_device = -1;
     check_superblocks(c, r);
     check_index(c, r);
     check_data(c, r, progress);

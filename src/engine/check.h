@@ -25,6 +25,9 @@ struct check_result {
     const char *seqrec_found;       /* seqrec_verdict_name() */
     uint64_t seqrec_chunk;          /* the record's chunk (0: none read) */
     uint64_t newest_chunk;          /* the devices' newest */
+    /* "older" for one device of the set, by its own entry: that device
+     * (the two chunks above are then its own and its entry's); else -1. */
+    int seqrec_device;
 };
 
 /* salvage.c: write the dirty data a damaged cache still holds intact and

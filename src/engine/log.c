@@ -264,6 +264,14 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
     struct cache *c = cw->cache;
     struct segment *sg = space_seg(&c->sp, cw->seg);
     uint64_t was_written = c->lg.chunks_written_upto;
+    /* A device's chunk counts as written once every chunk before it is:
+     * until then, it rides on the chunk in flight before it. */
+    if (!err)
+        cw->written_after[sg->dev] = TC_MAX(cw->written_after[sg->dev], cw->chunk_seq);
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        uint64_t *to = cw->prev ? &cw->prev->written_after[d] : &c->lg.dev_written[d];
+        *to = TC_MAX(*to, cw->written_after[d]);
+    }
     if (cw->prev)
         cw->prev->next = cw->next;
     else
@@ -881,6 +889,8 @@ static void flush_finish(struct log *lg)
     lg->flushing = false;
     lg->flushed_upto = lg->flush_target;
     lg->flushed_ns = tc_now_ns();
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
+        lg->dev_flushed[d] = TC_MAX(lg->dev_flushed[d], lg->dev_flush_target[d]);
     if (lg->trace)
         tc_info("trace log: flush done: flushed up to %llu", (unsigned long long)lg->flushed_upto);
     int e = lg->error;
@@ -945,6 +955,12 @@ static void maybe_flush(struct cache *c)
             return;     /* a chunk write ends first, and calls again */
         c->lg.flushing = true;
         c->lg.flush_target = c->lg.chunks_written_upto;
+        /* A device's chunk written before its flush is issued is durable
+         * once the flush ends. */
+        for (unsigned d = 0; d < c->ndevs; d++) {
+            TC_ASSERT(c->lg.dev_written[d] <= c->lg.flush_target);
+            c->lg.dev_flush_target[d] = c->lg.dev_written[d];
+        }
         if (c->lg.trace)
             tc_info("trace log: flush starts: target %llu", (unsigned long long)c->lg.flush_target);
         join_get(&c->lg.flushes);      /* held until all are issued */

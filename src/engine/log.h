@@ -102,6 +102,9 @@ struct chunk_write {
     uint32_t seg;
     uint64_t chunk_seq;
     struct chunk_write *prev, *next;    /* in flight, ordered by chunk_seq */
+    /* By device: the newest chunk written there after this one, whose
+     * write ended first; it counts (dev_written) once this one ends. */
+    uint64_t written_after[TC_MAX_DEVICES];
 };
 
 /* A write-through version whose origin write is in flight (invariant 21):
@@ -155,6 +158,16 @@ struct log {
     uint64_t marked_upto;           /* the highest flushed mark a sealed header carries */
     uint64_t entries_chunk;         /* the newest chunk sealed with entries */
     uint64_t flushed_ns;            /* when the last cache flush ended */
+    /* By device: the newest chunk written to it without error, once
+     * every chunk before it is written (a walk of its segment at the next
+     * start reaches it: none before it can be torn); at the start of a
+     * cache flush, that chunk; and once that flush ended, the chunk it
+     * made durable there (0: none known).  Never above
+     * chunks_written_upto, flush_target and flushed_upto respectively.
+     * The sequence record keeps the last (seqrec.c). */
+    uint64_t dev_written[TC_MAX_DEVICES];
+    uint64_t dev_flush_target[TC_MAX_DEVICES];
+    uint64_t dev_flushed[TC_MAX_DEVICES];
     uint64_t flush_marks;           /* headers sealed only to carry the flushed mark */
     bool clean_stop;                /* sealing the chunks of a clean stop */
     struct chunk_write *inflight_head, *inflight_tail;

@@ -1262,6 +1262,31 @@ static int past_stop_record(const struct recovery *rc, char *err, size_t errlen)
     return -1;
 }
 
+/*
+ * Each device's newest chunk, for the sequence record (seqrec.c): the
+ * newest whose header checks, in any segment (a free one's chunks are
+ * still what the device holds), and the newest up to the durable mark,
+ * from which the log's count of each device's durable chunk starts.
+ */
+static void devices_newest(struct recovery *rc)
+{
+    struct cache *c = rc->c;
+    uint64_t durable = TC_MIN(rc->durable, rc->max_chunk_seq);
+    c->newest_chunks_known = true;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        c->devs[d].newest_chunk = 0;
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
+        const struct segment *sg = space_seg(&c->sp, s);
+        for (uint32_t k = 0; k < sg->nchunks; k++) {
+            uint64_t q = rc->cseq[s][k];
+            c->devs[sg->dev].newest_chunk = TC_MAX(c->devs[sg->dev].newest_chunk, q);
+            if (q <= durable)
+                c->lg.dev_written[sg->dev] = c->lg.dev_flushed[sg->dev] =
+                    TC_MAX(c->lg.dev_flushed[sg->dev], q);
+        }
+    }
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     if (!c->offline && stale_device(c, err, errlen) < 0)
@@ -1296,6 +1321,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
             find_damage(&rc, s);
     } while (rc.durable != seen_durable || rc.max_chunk_seq != seen_newest);
     int older_copy = past_stop_record(&rc, err, errlen);
+    devices_newest(&rc);
 
     if (c->trace_block == UINT64_MAX - 1)
         tc_info("trace recovery: newest chunk %llu: tail %llu, durable up to %llu",

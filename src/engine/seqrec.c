@@ -8,12 +8,30 @@
  * data since then, and its dirty data would be written back over newer
  * writes.  Nothing on the device can tell; so the highest chunk sequence
  * known durable on the set's devices is recorded off them, beside the
- * state file (format in ondisk.h), and at the next start:
+ * state file (format in ondisk.h), and with it, for each device, the
+ * newest chunk known durable on that device; at the next start:
  *
- *    newest chunk recovery found  <  record's chunk_seq   ->  refused
+ *    newest chunk recovery found  <  record's chunk_seq       ->  refused
+ *    newest chunk found on device d  <  record's entry for d   ->  refused
  *
  * unless the operator says the copy is wanted (--accept-older-cache: the
- * origin was restored to the same point with it).  The record is written
+ * origin was restored to the same point with it).  The second line is
+ * for a set of several devices: the set's newest chunk is on one of
+ * them, and an older copy of another, put back beside current ones, does
+ * not change it -- yet the blocks whose newest versions were on that
+ * device would read back older.  A device's entry is the log's
+ * dev_flushed (log.h): its newest chunk written, with every chunk before
+ * it, before a cache flush that has ended, so a walk of its segment at
+ * the next start reaches it (a device is matched to its entry by UUID).
+ * A device's newest found is the scan's, or its clean-stop record's
+ * newest chunk when it carries one (a start from the checkpoint scans
+ * nothing; the record is on every device then).  After a scan refused
+ * the start (a clean stop's record on the current devices counts chunks
+ * the older copy lacks: "damage"), the older device is named instead
+ * (seqrec_explain_refusal()).  A record of version 1 has no entries: it
+ * is read, compared as a whole, and written anew at the start, with the
+ * entries the scan found (none after a start from the checkpoint: those
+ * come with the flushes of the run).  The record is written
  *
  *  - at start, once recovery and the checks are done: the durable mark
  *    recovery read (a header's flushed mark or the clean stop's record),
@@ -41,7 +59,23 @@
  * newest chunk is below the chunk of the last record made durable before
  * the crash; a chunk is in the record once its flush has completed, the
  * tick after it has posted it (at most SEQREC_PERIOD_NS after the last
- * post) and the writer's file write, exchange and syncs are done.
+ * post) and the writer's file write, exchange and syncs are done.  The
+ * same holds for each device alone: a start refuses a device whose newest
+ * chunk is below that record's entry for it, and a chunk written to the
+ * device is in its entry under the same conditions, once every chunk
+ * before it is written too (an earlier chunk still in flight on another
+ * device holds it back until it ends).
+ *
+ * A device with a failure mark (it failed at run time, others went on;
+ * abandon.c) is held to the set's chunk only while it carries the mark:
+ * its chunks from before the failure are untrusted, may be damaged or
+ * gone, and its entry is from before the failure.
+ *
+ * One start may be refused wrongly, and --accept-older-cache starts it:
+ * a power loss while a device's first chunk is written into the segment
+ * that held the device's newest recorded chunk -- freed by the cleaner,
+ * the device having received no chunk in any newer group -- can tear
+ * the segment's first header, and the walk then finds nothing there.
  *
  * Why not closer: a copy taken at instant T, with no record written after
  * T, is what a crash at T would have left -- the same log, the same
@@ -117,6 +151,7 @@ struct seqrec {
     bool failing;                   /* the last write failed: logged once per run of them */
     bool frozen;                    /* a cache device error in this run: no more updates */
     bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
+    bool upgrade;                   /* the record read is of version 1: written anew */
     const char *test_hold;          /* TIERCACHE_TEST_SEQREC_HOLD (seqrec_tick()) */
 };
 
@@ -249,6 +284,11 @@ static void record_fill(const struct cache *c, uint64_t chunk_seq, struct tc_seq
     for (unsigned i = 0; i < c->ndevs && i < TC_MAX_DEVICES; i++)
         memcpy(r->dev_uuids[i], sb->dev_uuids[i], 16);
     r->chunk_seq = chunk_seq;
+    /* Each device's: the newest chunk a flush made durable on it, capped
+     * at the set's (the abandonment's 0 takes them all back). */
+    for (unsigned i = 0; i < c->ndevs && i < TC_MAX_DEVICES; i++)
+        r->dev_chunk[i] = TC_MIN(c->lg.dev_flushed[i], chunk_seq);
+    r->version = TC_SEQREC_VERSION;
     r->written_ns = tc_wall_ns();
     r->origin_size = sb->origin_size;
     snprintf(r->origin_id, sizeof r->origin_id, "%s", sb->origin_id);
@@ -343,9 +383,25 @@ static uint64_t newest_on_devices(const struct cache *c)
     return found;
 }
 
+/* The same for device d alone: the newest chunk the scan found on it, or
+ * its clean-stop record's.  A stop writes its record on every device
+ * after its last sync, so a device that carries it holds what that stop
+ * left, the chunks up to its newest (and a start from the checkpoint,
+ * which scans nothing, has the record on every device, all the same:
+ * recovery.c refuses them otherwise). */
+static uint64_t newest_on_device(const struct cache *c, unsigned d)
+{
+    uint64_t found = c->devs[d].newest_chunk;
+    const struct tc_superblock *sb = &c->devs[d].sb;
+    if ((sb->flags & TC_SB_CLEAN_STOP) && sb->stop_chunk_seq > found)
+        found = sb->stop_chunk_seq;
+    return found;
+}
+
 void seqrec_look(const struct cache *c, struct seqrec_look *l)
 {
     memset(l, 0, sizeof *l);
+    l->older_dev = -1;
     l->path = record_path(c->state_path);
     l->found = newest_on_devices(c);
     snprintf(l->when, sizeof l->when, "an unknown time");
@@ -399,7 +455,34 @@ void seqrec_look(const struct cache *c, struct seqrec_look *l)
         return;
     }
     l->recorded = r.chunk_seq;
+    l->version = r.version;
     format_time(r.written_ns, l->when, sizeof l->when);
+    /* The entries by device UUID: a set's devices keep their order, but
+     * the record says whose entry is whose. */
+    for (unsigned d = 0; d < c->ndevs; d++)
+        for (unsigned i = 0; i < r.ndevs; i++)
+            if (memcmp(r.dev_uuids[i], c->devs[d].sb.dev_uuid, 16) == 0)
+                l->dev_recorded[d] = r.dev_chunk[i];
+    /* The set's newest chunk may be on any one device: an older copy of
+     * another, beside it, is seen by its own entry only.  Looked at
+     * first: an older device is named, whichever device the set's newest
+     * chunk was on.  (A lone device's newest chunk is the set's, and its
+     * entry never above the set's: the set's comparison says it all.)
+     * A device that failed at run time and was taken back has its chunks
+     * from before the failure untrusted (its failure mark, abandon.c):
+     * they may be damaged or gone, and its entry, from before the
+     * failure (the record is not updated after it), is not compared. */
+    for (unsigned d = 0; d < c->ndevs && c->ndevs > 1; d++) {
+        uint64_t found = newest_on_device(c, d);
+        if (found >= l->dev_recorded[d] || c->failed_seq[d] != 0)
+            continue;
+        l->verdict = SEQREC_OLDER;
+        l->older_dev = (int)d;
+        l->found = found;
+        l->recorded = l->dev_recorded[d];
+        snprintf(l->devs, sizeof l->devs, "%s (device %u of the set)", c->devs[d].dev->name, d);
+        return;
+    }
     l->verdict = l->found < r.chunk_seq ? SEQREC_OLDER : SEQREC_CURRENT;
 }
 
@@ -435,6 +518,18 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
                  l->devs, l->devs, w->who, w->way_out_unusable);
         return -1;
     }
+    if (l->verdict == SEQREC_OLDER && l->older_dev >= 0) {
+        snprintf(err, errlen, "%s holds an older copy of its log than %s last saw: its newest "
+                 "chunk is %llu, but chunk %llu was durable on it (sequence record %s, "
+                 "written %s, which keeps each device's newest durable chunk): a restored "
+                 "backup or a rolled-back snapshot of that device; %s.  Put back the current "
+                 "device; or, if the origin was restored to the same point with it, %s; "
+                 "otherwise reformat the cache with 'tiercache format --force --discard-dirty' "
+                 "(its contents, dirty data included, are discarded)", l->devs, w->who,
+                 (unsigned long long)l->found, (unsigned long long)l->recorded, l->path, l->when,
+                 w->harm, w->way_out);
+        return -1;
+    }
     if (l->verdict == SEQREC_OLDER) {
         snprintf(err, errlen, "%s: the cache device holds an older copy of its log than "
                  "%s last saw: its newest chunk is %llu, but chunk %llu was durable on it "
@@ -449,6 +544,14 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
     return 0;
 }
 
+/* serve's words (seqrec_refusal()). */
+static const struct seqrec_words serve_words = {
+    .who = "this daemon",
+    .harm = "serving it could return older data and write older dirty data over the origin",
+    .way_out = "start with --accept-older-cache",
+    .way_out_unusable = "start with --accept-older-cache (the record is then written anew)",
+};
+
 int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
 {
     struct seqrec *sr = tc_xcalloc(1, sizeof *sr);
@@ -459,14 +562,6 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
     c->seqrec = sr;
     struct seqrec_look l;
     seqrec_look(c, &l);
-    static const struct seqrec_words serve_words = {
-        .who = "this daemon",
-        .harm = "serving it could return older data and write older dirty data over the "
-                "origin",
-        .way_out = "start with --accept-older-cache",
-        .way_out_unusable = "start with --accept-older-cache (the record is then written "
-                            "anew)",
-    };
     int rc = 0;
     switch (l.verdict) {
     case SEQREC_NOT_CHECKED:
@@ -501,16 +596,29 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
             break;
         }
         sr->at_start = "older, accepted";
-        tc_warn("%s: the cache device holds an older copy of its log (newest chunk %llu, "
+        tc_warn("%s: %s holds an older copy of its log (newest chunk %llu, "
                 "chunk %llu recorded in %s, written %s): served anyway "
                 "(--accept-older-cache); the record is replaced", l.devs,
+                l.older_dev >= 0 ? "the device" : "the cache device",
                 (unsigned long long)l.found, (unsigned long long)l.recorded, sr->path, l.when);
         break;
     case SEQREC_CURRENT:
         sr->at_start = "checked";
         sr->written = l.recorded;
-        tc_info("sequence record %s: the log reaches chunk %llu, at least the %llu recorded %s",
-                sr->path, (unsigned long long)l.found, (unsigned long long)l.recorded, l.when);
+        /* What the record vouched for on each device is still there (it
+         * was checked): the log counts from it, so that a start from a
+         * checkpoint (which scans nothing) keeps each device's entry. */
+        for (unsigned d = 0; d < c->ndevs; d++) {
+            uint64_t v = TC_MIN(l.dev_recorded[d], c->lg.chunks_written_upto);
+            if (v > c->lg.dev_flushed[d])
+                c->lg.dev_flushed[d] = c->lg.dev_written[d] = v;
+        }
+        sr->upgrade = l.version < TC_SEQREC_VERSION;
+        tc_info("sequence record %s: the log reaches chunk %llu, at least the %llu recorded %s%s",
+                sr->path, (unsigned long long)l.found, (unsigned long long)l.recorded, l.when,
+                sr->upgrade ? " (a version 1 record, without each device's chunk: written "
+                              "anew in version 2)"
+                : c->ndevs > 1 ? "; each device reaches the chunk recorded for it" : "");
         break;
     }
     seqrec_look_free(&l);
@@ -522,6 +630,34 @@ bool seqrec_first_start(const struct cache *c)
     const struct seqrec *sr = c->seqrec;
     return sr && sr->at_start &&
            (strcmp(sr->at_start, "missing") == 0 || strcmp(sr->at_start, "other set") == 0);
+}
+
+void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen)
+{
+    struct seqrec_look l;
+    seqrec_look(c, &l);
+    if (l.verdict == SEQREC_OLDER) {
+        size_t n = strlen(err) + 1;
+        char *was = tc_xmalloc(n);
+        memcpy(was, err, n);
+        /* --accept-older-cache does not pass the scan's refusal: what can
+         * be kept is salvaged. */
+        static const struct seqrec_words words = {
+            .who = "this daemon",
+            .harm = "serving it could return older data and write older dirty data over the "
+                    "origin",
+            .way_out = "salvage its dirty data with 'tiercache check --salvage --origin ORIGIN "
+                       "--accept-older-cache' (the start is refused by the scan too, below)",
+            .way_out_unusable = "",
+        };
+        seqrec_refusal(&l, &words, err, errlen);
+        size_t at = strlen(err);
+        if (at + 1 < errlen)
+            snprintf(err + at, errlen - at, ".  The scan of the log found, as such a "
+                     "copy leaves it: %s", was);
+        free(was);
+    }
+    seqrec_look_free(&l);
 }
 
 void seqrec_started(struct cache *c)
@@ -540,7 +676,7 @@ void seqrec_started(struct cache *c)
     if (strcmp(sr->at_start, "checked") == 0 && sr->written > v)
         v = sr->written;
     sr->posted = v;
-    if (strcmp(sr->at_start, "checked") == 0 && v == sr->written) {
+    if (strcmp(sr->at_start, "checked") == 0 && v == sr->written && !sr->upgrade) {
         spare_keep(sr->path);
         return;     /* the record says so already */
     }

@@ -7,9 +7,11 @@
  *
  * Invariant: the record's chunk_seq never exceeds a chunk sequence that was
  * written and flushed to the set's devices (the log's flushed_upto after a
- * flush issued in this run, or a durable mark recovery read), so a crash
- * at any instant leaves the devices at least as new as the record: only an
- * older copy of them is below it.
+ * flush issued in this run, or a durable mark recovery read), and its
+ * entry for each device never exceeds a chunk that was written and
+ * flushed to that device, so a crash at any instant leaves the devices,
+ * each of them, at least as new as the record: only an older copy of one
+ * of them is below it.
  */
 #ifndef TC_ENGINE_SEQREC_H
 #define TC_ENGINE_SEQREC_H
@@ -17,6 +19,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "format/ondisk.h"
 
 struct cache;
 struct tc_json;
@@ -35,11 +39,19 @@ enum seqrec_verdict {
 struct seqrec_look {
     enum seqrec_verdict verdict;
     char *path;             /* the record's file (owned) */
-    uint64_t found;         /* the newest chunk on the devices */
-    uint64_t recorded;      /* the record's chunk (CURRENT, OLDER) */
+    /* The newest chunk on the devices, and the record's chunk (CURRENT,
+     * OLDER); for an OLDER device (older_dev >= 0), that device's newest
+     * chunk and the record's entry for it. */
+    uint64_t found;
+    uint64_t recorded;
+    int older_dev;          /* OLDER: the set's device found older, or -1: the set */
+    uint32_t version;       /* the record's format version (CURRENT, OLDER) */
+    /* The record's entry for each device of the set, by the set's index
+     * (0: none, or not known) (CURRENT, OLDER). */
+    uint64_t dev_recorded[TC_MAX_DEVICES];
     char when[64];          /* ... and when it was written */
     char why[192];
-    char devs[512];         /* the devices' names, for messages */
+    char devs[512];         /* the devices' names (an OLDER device's only), for messages */
 };
 void seqrec_look(const struct cache *c, struct seqrec_look *l);
 void seqrec_look_free(struct seqrec_look *l);
@@ -58,13 +70,19 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
 
 /* At start, after recovery and the origin check, before anything is
  * written: reads the record beside the state file and compares it with
- * the newest chunk recovery found.  -1 with the reason in err when the
- * devices hold an older log than the record (or the record is unusable),
- * unless accept_older: then a warning, and the record is replaced. */
+ * the newest chunk recovery found, on the set and on each device.  -1
+ * with the reason in err when the devices (or one of them) hold an older
+ * log than the record (or the record is unusable), unless accept_older:
+ * then a warning, and the record is replaced. */
 int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen);
 /* After seqrec_check(): it found no record of this set (none, or another
  * set's): the first start of the set here -- or the record was removed. */
 bool seqrec_first_start(const struct cache *c);
+/* Recovery refused the start (err): when the record finds one of the
+ * devices older than it says, that is the likelier cause (its missing
+ * chunks look like damage to the scan), and err is replaced by the
+ * older-copy refusal, which says what recovery found too. */
+void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen);
 /* The start went through: the recovered durable mark is recorded
  * (blocking: nothing is served yet). */
 void seqrec_started(struct cache *c);

@@ -461,8 +461,8 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  * whole (a temporary file, fdatasync, rename, fsync of the directory).
  *
  *   0    magic "TCSEQRC\1"        u64
- *   8    version (1)               u32
- *   12   CRC-32C of bytes [0, TC_SEQREC_BYTES) with this field zero  u32
+ *   8    version (1 or 2)          u32
+ *   12   CRC-32C of bytes [0, length) with this field zero   u32
  *   16   set UUID                  16 bytes
  *   32   device count              u32 (1..TC_MAX_DEVICES)
  *   36   flags                     u32 (none defined: 0)
@@ -471,16 +471,31 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  *                                  the devices when the record was written
  *   48   written (Unix ns)         u64
  *   56   origin size               u64 (bytes, as the superblock records it)
- *   64   device UUIDs              TC_MAX_DEVICES x 16 bytes (unused: zero)
+ *   64   device UUIDs              TC_MAX_DEVICES x 16 bytes: the set's devices
+ *                                  in its order (unused slots: zero)
  *   320  origin identity           TC_ORIGIN_ID_LEN bytes, NUL-terminated
- *   448  end
+ *   448  (version 2) device chunks TC_MAX_DEVICES x u64, by the slots of the
+ *                                  device UUIDs: device i held a chunk of
+ *                                  sequence at least dev_chunk[i], written and
+ *                                  flushed to it, when the record was written
+ *                                  (0: not known); never above chunk_seq
+ *   448 (version 1) or 576 (version 2): end
+ *
+ * Version 2 adds the device chunks.  chunk_seq alone is the set's newest
+ * chunk, which any one device may hold: with several devices, an older
+ * copy of one of them (the others current) still shows it, and is caught
+ * only by its own entry.  A version 1 record is read as one whose device
+ * chunks are all unknown, and the next write makes it version 2; a build
+ * that knows only version 1 refuses a version 2 record as unusable.
  */
 #define TC_SEQREC_MAGIC         0x0143525145534354ull   /* "TCSEQRC\1" */
-#define TC_SEQREC_VERSION       1u
-#define TC_SEQREC_BYTES         (64u + 16u * TC_MAX_DEVICES + TC_ORIGIN_ID_LEN)
+#define TC_SEQREC_VERSION       2u      /* the version written; 1 is read too */
+#define TC_SEQREC_BYTES_V1      (64u + 16u * TC_MAX_DEVICES + TC_ORIGIN_ID_LEN)
+#define TC_SEQREC_BYTES         (TC_SEQREC_BYTES_V1 + 8u * TC_MAX_DEVICES)
 
 struct tc_seqrec {
     uint8_t set_uuid[16];
+    uint32_t version;               /* decoded: the file's (encoded: always 2) */
     uint32_t ndevs;
     uint32_t flags;
     uint64_t chunk_seq;
@@ -488,12 +503,13 @@ struct tc_seqrec {
     uint64_t origin_size;
     uint8_t dev_uuids[TC_MAX_DEVICES][16];
     char origin_id[TC_ORIGIN_ID_LEN];
+    uint64_t dev_chunk[TC_MAX_DEVICES];     /* version 2 (0: not known) */
 };
 
-/* Encode into buf (TC_SEQREC_BYTES), the checksum last. */
+/* Encode into buf (TC_SEQREC_BYTES, version 2), the checksum last. */
 void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r);
-/* Check and decode; -1 with a reason in err when the length, magic,
- * version, checksum or a field is wrong. */
+/* Check and decode version 1 or 2; -1 with a reason in err when the
+ * length, magic, version, checksum or a field is wrong. */
 int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err,
                   size_t errlen);
 

@@ -10,6 +10,7 @@ enum {
     SR_OFF_NDEVS = 32, SR_OFF_FLAGS = 36, SR_OFF_CHUNK_SEQ = 40, SR_OFF_WRITTEN = 48,
     SR_OFF_ORIGIN_SIZE = 56, SR_OFF_DEV_UUIDS = 64,
     SR_OFF_ORIGIN_ID = 64 + 16 * TC_MAX_DEVICES,
+    SR_OFF_DEV_CHUNKS = TC_SEQREC_BYTES_V1,     /* version 2 */
 };
 
 void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r)
@@ -27,6 +28,8 @@ void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r)
         memcpy(buf + SR_OFF_DEV_UUIDS + 16 * i, r->dev_uuids[i], 16);
     /* Always NUL-terminated on disk, whatever the caller's string holds. */
     memcpy(buf + SR_OFF_ORIGIN_ID, r->origin_id, TC_ORIGIN_ID_LEN - 1);
+    for (unsigned i = 0; i < r->ndevs && i < TC_MAX_DEVICES; i++)
+        le64_put(buf + SR_OFF_DEV_CHUNKS + 8 * i, r->dev_chunk[i]);
     le32_put(buf + SR_OFF_CRC, tc_crc32c_skipping(buf, TC_SEQREC_BYTES, SR_OFF_CRC));
 }
 
@@ -37,14 +40,15 @@ int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err
         return -1;
     }
     uint32_t version = le32_get(buf + SR_OFF_VERSION);
-    if (version != TC_SEQREC_VERSION) {
+    if (version != 1 && version != 2) {
         snprintf(err, errlen, "sequence record version %u is not supported (this build reads "
-                 "version %u)", version, TC_SEQREC_VERSION);
+                 "versions 1 and 2)", version);
         return -1;
     }
-    if (len != TC_SEQREC_BYTES) {
-        snprintf(err, errlen, "%zu bytes, but a version %u record has %u", len, version,
-                 TC_SEQREC_BYTES);
+    size_t want_len = version == 1 ? TC_SEQREC_BYTES_V1 : TC_SEQREC_BYTES;
+    if (len != want_len) {
+        snprintf(err, errlen, "%zu bytes, but a version %u record has %zu", len, version,
+                 want_len);
         return -1;
     }
     uint32_t want = le32_get(buf + SR_OFF_CRC);
@@ -53,6 +57,7 @@ int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err
         return -1;
     }
     memset(r, 0, sizeof *r);
+    r->version = version;
     memcpy(r->set_uuid, buf + SR_OFF_SET_UUID, 16);
     r->ndevs = le32_get(buf + SR_OFF_NDEVS);
     r->flags = le32_get(buf + SR_OFF_FLAGS);
@@ -79,6 +84,16 @@ int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err
     if (r->origin_id[TC_ORIGIN_ID_LEN - 1] != '\0') {
         snprintf(err, errlen, "the origin identity is not terminated");
         return -1;
+    }
+    /* Version 1 knows no device chunks: all 0, "not known". */
+    for (unsigned i = 0; version >= 2 && i < TC_MAX_DEVICES; i++) {
+        uint64_t v = le64_get(buf + SR_OFF_DEV_CHUNKS + 8 * i);
+        if (i >= r->ndevs ? v != 0 : v > r->chunk_seq) {
+            snprintf(err, errlen, "device %u's chunk %llu is out of range (%s)", i,
+                     (unsigned long long)v, i >= r->ndevs ? "no such device" : "above the set's");
+            return -1;
+        }
+        r->dev_chunk[i] = v;
     }
     return 0;
 }
