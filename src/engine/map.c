@@ -193,6 +193,60 @@ uint32_t map_add_appended(struct cache *c, uint64_t oblock, const struct tc_mask
                         (uint16_t)(flags & ~CE_ADD_WRITTEN), false, true, &od);
 }
 
+/* Fragment (seg, off, mseg, moff) storing `stored` becomes entry id's
+ * newest, as a record (the entry has no inline fragment): older fragments
+ * lose the sectors it stores, and the empty go (all with replace).  ov:
+ * the entry's valid sectors before; nv, nd: its valid and dirty sectors
+ * after (nd: the dirty ones before, less `stored`, plus the new dirty
+ * ones, as the caller computed them), which the entry takes. */
+static void add_to_chain(struct cache *c, uint32_t id, const struct tc_mask *stored,
+                         uint32_t seg, uint16_t off, uint32_t mseg, uint16_t moff, bool replace,
+                         const struct tc_mask *ov, struct tc_mask *nv, struct tc_mask *nd)
+{
+    struct index *ix = &c->map.idx;
+    uint32_t fid = frag_alloc(ix);
+    struct cfrag *f = FR(ix, fid);
+    f->seg = seg;
+    f->off = off;
+    f->mseg = mseg;
+    f->moff = moff;
+    frag_set_stored(ix, fid, stored);
+    seg_add_live(&c->sp, seg, (int)mask_count(stored));
+    seg_add_live(&c->sp, mseg, (int)mask_count(stored));
+
+    struct centry *e = CE(ix, id);
+    struct tc_mask newer = *stored, st;
+    *nv = *stored;
+    uint32_t *link = &FR(ix, fid)->next;
+    *link = NIL;
+    unsigned n = 1;
+    for (uint32_t g = e->first, next; g != NIL; g = next) {
+        next = FR(ix, g)->next;
+        frag_stored(ix, g, &st);
+        struct tc_mask cur = st;
+        mask_andnot(&cur, &newer);
+        mask_and(&cur, ov);     /* see frag_current(): a no-op under invariant 7 */
+        if (replace || mask_empty(&cur)) {
+            frag_unaccount(c, g);
+            frag_free(ix, g);
+            continue;
+        }
+        mask_or(nv, &cur);
+        mask_or(&newer, &st);
+        *link = g;
+        link = &FR(ix, g)->next;
+        *link = NIL;
+        n++;
+    }
+    if (replace)
+        mask_and(nd, nv);
+    e = CE(ix, id);
+    e->first = fid;
+    e->nfrags = (uint8_t)n;
+    ce_set_masks(ix, id, nv, nd);
+    index_settle(ix, id);
+}
+
 /* account false: the dirty set is left as it was (the entry's dirty mask
  * changes all the same); a later add with was_dirty (the mask the set
  * last followed) brings it in step. */
@@ -216,54 +270,33 @@ static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_m
         mask_clear(&od);
     } else {
         ce_get_masks(ix, id, &ov, &od);
-        index_spill(ix, id);            /* an inline fragment becomes a record */
     }
-    uint32_t fid = frag_alloc(ix);
-    struct cfrag *f = FR(ix, fid);
-    f->seg = seg;
-    f->off = off;
-    f->mseg = mseg;
-    f->moff = moff;
-    frag_set_stored(ix, fid, stored);
-    seg_add_live(&c->sp, seg, (int)mask_count(stored));
-    seg_add_live(&c->sp, mseg, (int)mask_count(stored));
-
-    /* Older fragments lose the sectors this one stores; the empty go. */
-    struct centry *e = CE(ix, id);
-    struct tc_mask newer = *stored, st, nv = *stored, nd = od;
+    struct tc_mask nv, nd = od;
     mask_andnot(&nd, stored);
     mask_or(&nd, dirty);
-    uint32_t *link = &FR(ix, fid)->next;
-    *link = NIL;
-    unsigned n = 1;
-    for (uint32_t g = e->first, next; g != NIL; g = next) {
-        next = FR(ix, g)->next;
-        frag_stored(ix, g, &st);
-        struct tc_mask cur = st;
-        mask_andnot(&cur, &newer);
-        mask_and(&cur, &ov);    /* see frag_current(): a no-op under invariant 7 */
-        if (replace || mask_empty(&cur)) {
-            frag_unaccount(c, g);
-            frag_free(ix, g);
-            continue;
-        }
-        mask_or(&nv, &cur);
-        mask_or(&newer, &st);
-        *link = g;
-        link = &FR(ix, g)->next;
-        *link = NIL;
-        n++;
+    struct centry *e = CE(ix, id);
+    if (mseg == NIL && (fresh || (e->inl && (replace || mask_covers(stored, &ov))))) {
+        /* The new fragment is all the block has after it (nothing cached,
+         * or the one inline fragment superseded), without a mirror copy:
+         * it goes inline at once -- what the chain below and
+         * index_settle() would leave, without a record made and freed. */
+        nv = *stored;
+        if (replace)
+            mask_and(&nd, &nv);
+        seg_add_live(&c->sp, seg, (int)mask_count(stored));
+        if (!fresh)
+            seg_add_live(&c->sp, e->first, -(int)mask_count(&ov));
+        index_set_inline(ix, id, seg, off, &nv, &nd);
+    } else {
+        if (!fresh)
+            index_spill(ix, id);        /* an inline fragment becomes a record */
+        add_to_chain(c, id, stored, seg, off, mseg, moff, replace, &ov, &nv, &nd);
+        TC_ASSERT(CE(ix, id)->nfrags <= MAX_FRAGS || CE(ix, id)->nfrags <= old_nfrags ||
+                  c->replaying);
     }
-    if (replace)
-        mask_and(&nd, &nv);
-    TC_ASSERT(n <= MAX_FRAGS || n <= old_nfrags || c->replaying);
     e = CE(ix, id);
-    e->first = fid;
-    e->nfrags = (uint8_t)n;
     e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT) |
                           (!replace && (e->flags & CE_WT) ? CE_WT : 0));
-    ce_set_masks(ix, id, &nv, &nd);
-    index_settle(ix, id);
     if (account)
         map_set_dirty(c, oblock, was_dirty ? was_dirty : &od, &nd);
     if (fresh)

@@ -260,6 +260,12 @@ void index_spill(struct index *ix, uint32_t id);
 /* Entry id keeps its one fragment inline again if it can: after a change
  * that may have left a single fragment without a mirror. */
 void index_settle(struct index *ix, uint32_t id);
+/* Entry id's one fragment, inline, is (seg, off) now, storing `valid`, of
+ * which `dirty` are dirty: the entry has no fragment, or its one inline
+ * fragment, before.  (What adding a record, dropping the old fragment and
+ * index_settle() would leave, without the record.) */
+void index_set_inline(struct index *ix, uint32_t id, uint32_t seg, uint16_t off,
+                      const struct tc_mask *valid, const struct tc_mask *dirty);
 void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty);
 /* Set the masks; a new valid mask moves an inline fragment to a record. */
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid, const struct tc_mask *dirty);
