@@ -151,17 +151,18 @@ __attribute__((unused)) static inline bool in_block(const struct cache *c,
 /* Keeps invariants 4, 7 and 8 (asserted here: the new fragment's dirty
  * sectors among those it stores, its place inside a segment of a live
  * group, and the block's masks and chain length after it). */
-static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
-                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace,
-                             bool account, const struct tc_mask *was_dirty);
+static uint32_t add_fragment(struct cache *c, uint64_t oblock, uint32_t id,
+                             const struct tc_mask *stored, const struct tc_mask *dirty,
+                             uint32_t seg, uint16_t off, uint32_t mseg, uint16_t moff,
+                             uint16_t flags, bool replace, bool account,
+                             const struct tc_mask *was_dirty);
 
 uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
 {
-    return add_fragment(c, oblock, stored, dirty, seg, off, mseg, moff, flags, replace, true,
-                        NULL);
+    return add_fragment(c, oblock, NIL, stored, dirty, seg, off, mseg, moff, flags, replace,
+                        true, NULL);
 }
 
 /* The two parts of a split are added as the appends made them (the first
@@ -170,26 +171,28 @@ uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask
  * the version names.  The dirty set follows once, from before the first to
  * after the second: a first part of clean sectors alone never makes the
  * block clean in between (which would release its writeback state and the
- * write-through hold). */
-uint32_t map_add_appended(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                          const struct tc_mask *dirty, const struct log_loc *at, uint16_t flags,
-                          bool replace)
+ * write-through hold).  The second part's add is given the entry the
+ * first one returned. */
+uint32_t map_add_appended(struct cache *c, uint64_t oblock, uint32_t id,
+                          const struct tc_mask *stored, const struct tc_mask *dirty,
+                          const struct log_loc *at, uint16_t flags, bool replace)
 {
     if (!at->split)
-        return map_add_fragment(c, oblock, stored, dirty, at->seg, at->off, at->mseg, at->moff,
-                                flags, replace);
+        return add_fragment(c, oblock, id, stored, dirty, at->seg, at->off, at->mseg, at->moff,
+                            flags, replace, true, NULL);
     TC_ASSERT(at->mseg == NIL && mask_covers(stored, &at->part1));
     struct tc_mask s1 = at->part1, d1 = *dirty, s2 = *stored, d2 = *dirty, od;
     mask_and(&d1, &s1);
     mask_andnot(&s2, &s1);
     mask_andnot(&d2, &s1);
-    uint32_t id = index_lookup(&c->map.idx, oblock);
+    id = index_lookup_hint(&c->map.idx, oblock, id);
     if (id == NIL)
         mask_clear(&od);
     else
         ce_get_masks(&c->map.idx, id, NULL, &od);
-    add_fragment(c, oblock, &s1, &d1, at->seg, at->off, NIL, 0, flags, replace, false, NULL);
-    return add_fragment(c, oblock, &s2, &d2, at->seg2, at->off2, NIL, 0,
+    id = add_fragment(c, oblock, id, &s1, &d1, at->seg, at->off, NIL, 0, flags, replace, false,
+                      NULL);
+    return add_fragment(c, oblock, id, &s2, &d2, at->seg2, at->off2, NIL, 0,
                         (uint16_t)(flags & ~CE_ADD_WRITTEN), false, true, &od);
 }
 
@@ -247,13 +250,15 @@ static void add_to_chain(struct cache *c, uint32_t id, const struct tc_mask *sto
     index_settle(ix, id);
 }
 
-/* account false: the dirty set is left as it was (the entry's dirty mask
- * changes all the same); a later add with was_dirty (the mask the set
- * last followed) brings it in step. */
-static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
-                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace,
-                             bool account, const struct tc_mask *was_dirty)
+/* id: the block's entry if the caller has it at hand (NIL: looked up;
+ * index_lookup_hint()).  account false: the dirty set is left as it was
+ * (the entry's dirty mask changes all the same); a later add with
+ * was_dirty (the mask the set last followed) brings it in step. */
+static uint32_t add_fragment(struct cache *c, uint64_t oblock, uint32_t id,
+                             const struct tc_mask *stored, const struct tc_mask *dirty,
+                             uint32_t seg, uint16_t off, uint32_t mseg, uint16_t moff,
+                             uint16_t flags, bool replace, bool account,
+                             const struct tc_mask *was_dirty)
 {
     struct index *ix = &c->map.idx;
     struct tc_mask ov, od;
@@ -261,7 +266,7 @@ static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_m
     TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
     TC_ASSERT(space_seg(&c->sp, seg)->group != NIL);
     TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && space_seg(&c->sp, mseg)->group != NIL));
-    uint32_t id = index_lookup(ix, oblock);
+    id = index_lookup_hint(ix, oblock, id);
     bool fresh = id == NIL;
     unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
     if (fresh) {
@@ -323,10 +328,15 @@ uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint1
 
 void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
 {
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id != NIL)
+        map_drop_found(c, oblock, id, fid);
+}
+
+bool map_drop_found(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid)
+{
     struct index *ix = &c->map.idx;
-    uint32_t id = index_lookup(ix, oblock);
-    if (id == NIL)
-        return;
+    TC_ASSERT(id != NIL && id == index_lookup(ix, oblock));
     origin_window_dropped(c, oblock);
     struct tc_mask cur, v, d;
     frag_current(ix, id, fid, &cur);
@@ -335,18 +345,18 @@ void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     if (e->inl) {
         /* The one fragment, inline: the block goes. */
         if (fid != (id | FID_INLINE))
-            return;
+            return false;
         cache_trace(c, oblock, "drop fragment %u:%u", e->first, e->off);
         frag_unaccount(c, fid);
         map_set_dirty(c, oblock, &d, NULL);
         index_remove(ix, id);
-        return;
+        return true;
     }
     uint32_t *link = &e->first;
     while (*link != NIL && *link != fid)
         link = &FR(ix, *link)->next;
     if (*link == NIL)
-        return;
+        return false;
     cache_trace(c, oblock, "drop fragment %u:%u", FR(ix, fid)->seg, FR(ix, fid)->off);
     *link = FR(ix, fid)->next;
     frag_unaccount(c, fid);
@@ -355,7 +365,7 @@ void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     if (e->first == NIL) {
         map_set_dirty(c, oblock, &d, NULL);
         index_remove(ix, id);
-        return;
+        return true;
     }
     struct tc_mask nd = d;
     mask_andnot(&v, &cur);
@@ -363,6 +373,7 @@ void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     ce_set_masks(ix, id, &v, &nd);
     index_settle(ix, id);
     map_set_dirty(c, oblock, &d, &nd);
+    return false;
 }
 
 void map_drop_block(struct cache *c, uint64_t oblock)
