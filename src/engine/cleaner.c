@@ -811,7 +811,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
         return false;
-    map_add_appended(c, oblock, cur, dirty, &at, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0, false);
+    map_add_appended(c, oblock, id, cur, dirty, &at, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0,
+                     false);
     c->st.reinsertions++;
     return true;
 }
@@ -1716,12 +1717,12 @@ static void tail_synced(struct log_waiter *lw, int err)
             block_prefetch(c->locks, ob);
             policy_prefetch(c->policy, ob);
         }
-        uint32_t fid = map_find_fragment(c, d->oblock, d->seg, d->off, NULL);
+        uint32_t id, fid = map_find_fragment(c, d->oblock, d->seg, d->off, &id);
         if (fid == NIL)
             continue;
-        map_drop_fragment(c, d->oblock, fid);
+        bool gone = map_drop_found(c, d->oblock, id, fid);
         block_gen_bump(c->locks, d->oblock);
-        if (index_lookup(&c->map.idx, d->oblock) == NIL) {
+        if (gone) {
             policy_evicted(c->policy, d->oblock);
             c->st.demotions++;
         }

@@ -322,6 +322,25 @@ void index_settle(struct index *ix, uint32_t id)
     e->inl = 1;
 }
 
+/* Keeps invariant 7: dirty sectors are valid ones.  The fragment counts
+ * follow: an entry without fragments gains one. */
+void index_set_inline(struct index *ix, uint32_t id, uint32_t seg, uint16_t off,
+                      const struct tc_mask *valid, const struct tc_mask *dirty)
+{
+    struct centry *e = CE(ix, id);
+    TC_ASSERT(e->inl ? e->nfrags == 1 : (e->first == NIL && e->nfrags == 0));
+    TC_ASSERT(mask_covers(valid, dirty) && !mask_empty(valid));
+    if (!e->inl)
+        ix->nfrags++;
+    e->first = seg;
+    e->off = off;
+    e->inl = 1;
+    e->nfrags = 1;
+    uint8_t *p = masks_of(ix, id);
+    mask_store(p, ix->mbytes, valid);
+    mask_store(p + ix->mbytes, ix->mbytes, dirty);
+}
+
 /* Keeps invariant 7: dirty sectors are valid ones. */
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid,
                   const struct tc_mask *dirty)

@@ -151,17 +151,18 @@ __attribute__((unused)) static inline bool in_block(const struct cache *c,
 /* Keeps invariants 4, 7 and 8 (asserted here: the new fragment's dirty
  * sectors among those it stores, its place inside a segment of a live
  * group, and the block's masks and chain length after it). */
-static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
-                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace,
-                             bool account, const struct tc_mask *was_dirty);
+static uint32_t add_fragment(struct cache *c, uint64_t oblock, uint32_t id,
+                             const struct tc_mask *stored, const struct tc_mask *dirty,
+                             uint32_t seg, uint16_t off, uint32_t mseg, uint16_t moff,
+                             uint16_t flags, bool replace, bool account,
+                             const struct tc_mask *was_dirty);
 
 uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace)
 {
-    return add_fragment(c, oblock, stored, dirty, seg, off, mseg, moff, flags, replace, true,
-                        NULL);
+    return add_fragment(c, oblock, NIL, stored, dirty, seg, off, mseg, moff, flags, replace,
+                        true, NULL);
 }
 
 /* The two parts of a split are added as the appends made them (the first
@@ -170,54 +171,42 @@ uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask
  * the version names.  The dirty set follows once, from before the first to
  * after the second: a first part of clean sectors alone never makes the
  * block clean in between (which would release its writeback state and the
- * write-through hold). */
-uint32_t map_add_appended(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                          const struct tc_mask *dirty, const struct log_loc *at, uint16_t flags,
-                          bool replace)
+ * write-through hold).  The second part's add is given the entry the
+ * first one returned. */
+uint32_t map_add_appended(struct cache *c, uint64_t oblock, uint32_t id,
+                          const struct tc_mask *stored, const struct tc_mask *dirty,
+                          const struct log_loc *at, uint16_t flags, bool replace)
 {
     if (!at->split)
-        return map_add_fragment(c, oblock, stored, dirty, at->seg, at->off, at->mseg, at->moff,
-                                flags, replace);
+        return add_fragment(c, oblock, id, stored, dirty, at->seg, at->off, at->mseg, at->moff,
+                            flags, replace, true, NULL);
     TC_ASSERT(at->mseg == NIL && mask_covers(stored, &at->part1));
     struct tc_mask s1 = at->part1, d1 = *dirty, s2 = *stored, d2 = *dirty, od;
     mask_and(&d1, &s1);
     mask_andnot(&s2, &s1);
     mask_andnot(&d2, &s1);
-    uint32_t id = index_lookup(&c->map.idx, oblock);
+    id = index_lookup_hint(&c->map.idx, oblock, id);
     if (id == NIL)
         mask_clear(&od);
     else
         ce_get_masks(&c->map.idx, id, NULL, &od);
-    add_fragment(c, oblock, &s1, &d1, at->seg, at->off, NIL, 0, flags, replace, false, NULL);
-    return add_fragment(c, oblock, &s2, &d2, at->seg2, at->off2, NIL, 0,
+    id = add_fragment(c, oblock, id, &s1, &d1, at->seg, at->off, NIL, 0, flags, replace, false,
+                      NULL);
+    return add_fragment(c, oblock, id, &s2, &d2, at->seg2, at->off2, NIL, 0,
                         (uint16_t)(flags & ~CE_ADD_WRITTEN), false, true, &od);
 }
 
-/* account false: the dirty set is left as it was (the entry's dirty mask
- * changes all the same); a later add with was_dirty (the mask the set
- * last followed) brings it in step. */
-static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                             const struct tc_mask *dirty, uint32_t seg, uint16_t off,
-                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace,
-                             bool account, const struct tc_mask *was_dirty)
+/* Fragment (seg, off, mseg, moff) storing `stored` becomes entry id's
+ * newest, as a record (the entry has no inline fragment): older fragments
+ * lose the sectors it stores, and the empty go (all with replace).  ov:
+ * the entry's valid sectors before; nv, nd: its valid and dirty sectors
+ * after (nd: the dirty ones before, less `stored`, plus the new dirty
+ * ones, as the caller computed them), which the entry takes. */
+static void add_to_chain(struct cache *c, uint32_t id, const struct tc_mask *stored,
+                         uint32_t seg, uint16_t off, uint32_t mseg, uint16_t moff, bool replace,
+                         const struct tc_mask *ov, struct tc_mask *nv, struct tc_mask *nd)
 {
     struct index *ix = &c->map.idx;
-    struct tc_mask ov, od;
-    TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
-    TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
-    TC_ASSERT(space_seg(&c->sp, seg)->group != NIL);
-    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && space_seg(&c->sp, mseg)->group != NIL));
-    uint32_t id = index_lookup(ix, oblock);
-    bool fresh = id == NIL;
-    unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
-    if (fresh) {
-        id = index_insert(ix, oblock);
-        mask_clear(&ov);
-        mask_clear(&od);
-    } else {
-        ce_get_masks(ix, id, &ov, &od);
-        index_spill(ix, id);            /* an inline fragment becomes a record */
-    }
     uint32_t fid = frag_alloc(ix);
     struct cfrag *f = FR(ix, fid);
     f->seg = seg;
@@ -228,11 +217,9 @@ static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_m
     seg_add_live(&c->sp, seg, (int)mask_count(stored));
     seg_add_live(&c->sp, mseg, (int)mask_count(stored));
 
-    /* Older fragments lose the sectors this one stores; the empty go. */
     struct centry *e = CE(ix, id);
-    struct tc_mask newer = *stored, st, nv = *stored, nd = od;
-    mask_andnot(&nd, stored);
-    mask_or(&nd, dirty);
+    struct tc_mask newer = *stored, st;
+    *nv = *stored;
     uint32_t *link = &FR(ix, fid)->next;
     *link = NIL;
     unsigned n = 1;
@@ -241,13 +228,13 @@ static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_m
         frag_stored(ix, g, &st);
         struct tc_mask cur = st;
         mask_andnot(&cur, &newer);
-        mask_and(&cur, &ov);    /* see frag_current(): a no-op under invariant 7 */
+        mask_and(&cur, ov);     /* see frag_current(): a no-op under invariant 7 */
         if (replace || mask_empty(&cur)) {
             frag_unaccount(c, g);
             frag_free(ix, g);
             continue;
         }
-        mask_or(&nv, &cur);
+        mask_or(nv, &cur);
         mask_or(&newer, &st);
         *link = g;
         link = &FR(ix, g)->next;
@@ -255,15 +242,66 @@ static uint32_t add_fragment(struct cache *c, uint64_t oblock, const struct tc_m
         n++;
     }
     if (replace)
-        mask_and(&nd, &nv);
-    TC_ASSERT(n <= MAX_FRAGS || n <= old_nfrags || c->replaying);
+        mask_and(nd, nv);
     e = CE(ix, id);
     e->first = fid;
     e->nfrags = (uint8_t)n;
+    ce_set_masks(ix, id, nv, nd);
+    index_settle(ix, id);
+}
+
+/* id: the block's entry if the caller has it at hand (NIL: looked up;
+ * index_lookup_hint()).  account false: the dirty set is left as it was
+ * (the entry's dirty mask changes all the same); a later add with
+ * was_dirty (the mask the set last followed) brings it in step. */
+static uint32_t add_fragment(struct cache *c, uint64_t oblock, uint32_t id,
+                             const struct tc_mask *stored, const struct tc_mask *dirty,
+                             uint32_t seg, uint16_t off, uint32_t mseg, uint16_t moff,
+                             uint16_t flags, bool replace, bool account,
+                             const struct tc_mask *was_dirty)
+{
+    struct index *ix = &c->map.idx;
+    struct tc_mask ov, od;
+    TC_ASSERT(!mask_empty(stored) && mask_covers(stored, dirty) && in_block(c, stored));
+    TC_ASSERT_ALWAYS(seg < c->sp.nsegs && off + mask_count(stored) <= c->seg_sectors);
+    TC_ASSERT(space_seg(&c->sp, seg)->group != NIL);
+    TC_ASSERT(mseg == NIL || (mseg < c->sp.nsegs && mseg != seg && space_seg(&c->sp, mseg)->group != NIL));
+    id = index_lookup_hint(ix, oblock, id);
+    bool fresh = id == NIL;
+    unsigned old_nfrags = fresh ? 0 : CE(ix, id)->nfrags;
+    if (fresh) {
+        id = index_insert(ix, oblock);
+        mask_clear(&ov);
+        mask_clear(&od);
+    } else {
+        ce_get_masks(ix, id, &ov, &od);
+    }
+    struct tc_mask nv, nd = od;
+    mask_andnot(&nd, stored);
+    mask_or(&nd, dirty);
+    struct centry *e = CE(ix, id);
+    if (mseg == NIL && (fresh || (e->inl && (replace || mask_covers(stored, &ov))))) {
+        /* The new fragment is all the block has after it (nothing cached,
+         * or the one inline fragment superseded), without a mirror copy:
+         * it goes inline at once -- what the chain below and
+         * index_settle() would leave, without a record made and freed. */
+        nv = *stored;
+        if (replace)
+            mask_and(&nd, &nv);
+        seg_add_live(&c->sp, seg, (int)mask_count(stored));
+        if (!fresh)
+            seg_add_live(&c->sp, e->first, -(int)mask_count(&ov));
+        index_set_inline(ix, id, seg, off, &nv, &nd);
+    } else {
+        if (!fresh)
+            index_spill(ix, id);        /* an inline fragment becomes a record */
+        add_to_chain(c, id, stored, seg, off, mseg, moff, replace, &ov, &nv, &nd);
+        TC_ASSERT(CE(ix, id)->nfrags <= MAX_FRAGS || CE(ix, id)->nfrags <= old_nfrags ||
+                  c->replaying);
+    }
+    e = CE(ix, id);
     e->flags = (uint16_t)((e->flags & ~CE_WT) | (flags & CE_WT) |
                           (!replace && (e->flags & CE_WT) ? CE_WT : 0));
-    ce_set_masks(ix, id, &nv, &nd);
-    index_settle(ix, id);
     if (account)
         map_set_dirty(c, oblock, was_dirty ? was_dirty : &od, &nd);
     if (fresh)
@@ -290,10 +328,15 @@ uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint1
 
 void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
 {
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id != NIL)
+        map_drop_found(c, oblock, id, fid);
+}
+
+bool map_drop_found(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid)
+{
     struct index *ix = &c->map.idx;
-    uint32_t id = index_lookup(ix, oblock);
-    if (id == NIL)
-        return;
+    TC_ASSERT(id != NIL && id == index_lookup(ix, oblock));
     origin_window_dropped(c, oblock);
     struct tc_mask cur, v, d;
     frag_current(ix, id, fid, &cur);
@@ -302,18 +345,18 @@ void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     if (e->inl) {
         /* The one fragment, inline: the block goes. */
         if (fid != (id | FID_INLINE))
-            return;
+            return false;
         cache_trace(c, oblock, "drop fragment %u:%u", e->first, e->off);
         frag_unaccount(c, fid);
         map_set_dirty(c, oblock, &d, NULL);
         index_remove(ix, id);
-        return;
+        return true;
     }
     uint32_t *link = &e->first;
     while (*link != NIL && *link != fid)
         link = &FR(ix, *link)->next;
     if (*link == NIL)
-        return;
+        return false;
     cache_trace(c, oblock, "drop fragment %u:%u", FR(ix, fid)->seg, FR(ix, fid)->off);
     *link = FR(ix, fid)->next;
     frag_unaccount(c, fid);
@@ -322,7 +365,7 @@ void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     if (e->first == NIL) {
         map_set_dirty(c, oblock, &d, NULL);
         index_remove(ix, id);
-        return;
+        return true;
     }
     struct tc_mask nd = d;
     mask_andnot(&v, &cur);
@@ -330,6 +373,7 @@ void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid)
     ce_set_masks(ix, id, &v, &nd);
     index_settle(ix, id);
     map_set_dirty(c, oblock, &d, &nd);
+    return false;
 }
 
 void map_drop_block(struct cache *c, uint64_t oblock)

@@ -209,6 +209,16 @@ static inline struct centry *CE(const struct index *ix, uint32_t id)
 {
     return &ix->pages[id >> IX_PAGE_SHIFT][id & (IX_PAGE - 1)];
 }
+/* index_lookup(), given an entry number the caller had for the block
+ * (NIL, or one it may have left since): that entry if it still holds the
+ * block (an origin block has at most one entry; a free slot holds
+ * IX_FREE, no block), without the hash table's look-up. */
+static inline uint32_t index_lookup_hint(const struct index *ix, uint64_t oblock, uint32_t hint)
+{
+    if (hint < ix->used && ce_oblock(CE(ix, hint)) == oblock)
+        return hint;
+    return index_lookup(ix, oblock);
+}
 /* A fragment record (not an inline fragment). */
 static inline struct cfrag *FR(const struct index *ix, uint32_t fid)
 {
@@ -260,6 +270,12 @@ void index_spill(struct index *ix, uint32_t id);
 /* Entry id keeps its one fragment inline again if it can: after a change
  * that may have left a single fragment without a mirror. */
 void index_settle(struct index *ix, uint32_t id);
+/* Entry id's one fragment, inline, is (seg, off) now, storing `valid`, of
+ * which `dirty` are dirty: the entry has no fragment, or its one inline
+ * fragment, before.  (What adding a record, dropping the old fragment and
+ * index_settle() would leave, without the record.) */
+void index_set_inline(struct index *ix, uint32_t id, uint32_t seg, uint16_t off,
+                      const struct tc_mask *valid, const struct tc_mask *dirty);
 void ce_get_masks(const struct index *ix, uint32_t id, struct tc_mask *valid, struct tc_mask *dirty);
 /* Set the masks; a new valid mask moves an inline fragment to a record. */
 void ce_set_masks(struct index *ix, uint32_t id, const struct tc_mask *valid, const struct tc_mask *dirty);
@@ -349,15 +365,19 @@ uint32_t map_add_fragment(struct cache *c, uint64_t oblock, const struct tc_mask
                             uint32_t mseg, uint16_t moff, uint16_t flags, bool replace);
 /* What log_append() stored (at): one fragment, or the two parts of a
  * split, as map_add_fragment() adds them (with replace, the first part
- * replaces every fragment; the second is added beside it).  Returns the
- * entry id. */
+ * replaces every fragment; the second is added beside it).  id: the
+ * block's entry if the caller has it at hand, else NIL (a hint, checked:
+ * index_lookup_hint()).  Returns the entry id. */
 struct log_loc;
-uint32_t map_add_appended(struct cache *c, uint64_t oblock, const struct tc_mask *stored,
-                          const struct tc_mask *dirty, const struct log_loc *at, uint16_t flags,
-                          bool replace);
+uint32_t map_add_appended(struct cache *c, uint64_t oblock, uint32_t id,
+                          const struct tc_mask *stored, const struct tc_mask *dirty,
+                          const struct log_loc *at, uint16_t flags, bool replace);
 /* Remove one fragment (the cleaner's drop); the block goes when none is
  * left.  Its sectors must be clean. */
 void map_drop_fragment(struct cache *c, uint64_t oblock, uint32_t fid);
+/* The same, of the block's entry id (found just before, holding fid);
+ * true if the block left the map. */
+bool map_drop_found(struct cache *c, uint64_t oblock, uint32_t id, uint32_t fid);
 /* Remove the block's entry from the index (space accounting, dirty bits). */
 void map_drop_block(struct cache *c, uint64_t oblock);
 /* The fragment of oblock located at (seg, off), or NIL. */

@@ -687,7 +687,7 @@ static bool fill(struct rreq *r, struct rpiece *p)
                         .flags = wt ? TC_ENTRY_WT : 0 };
     struct log_loc at = log_append(c, &a, NULL);
     if (at.err == 0) {
-        map_add_appended(c, p->oblock, &stored, &clean, &at, wt ? CE_WT : 0, false);
+        map_add_appended(c, p->oblock, id, &stored, &clean, &at, wt ? CE_WT : 0, false);
         c->st.promotions++;
         c->st.promotion_bytes += (uint64_t)n * TC_SECTOR;
         c->st.admitted_bytes += (uint64_t)n * TC_SECTOR;

@@ -888,8 +888,8 @@ static void append_version(struct wpiece *p)
     }
     if (p->mode == W_THROUGH)
         log_wt_track(&c->lg, &p->wt, at.seq);
-    map_add_appended(c, p->oblock, &stored, &dirty_new, &at, (wt ? CE_WT : 0) | CE_ADD_WRITTEN,
-                     p->merging);
+    map_add_appended(c, p->oblock, id, &stored, &dirty_new, &at,
+                     (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
     if (p->mode == W_BACK) {
         writeback_kick(c);
