@@ -1516,6 +1516,10 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "segments_high_water", space_high_water(&c->sp));
     json_uint(j, "groups", c->sp.ngroups);
     json_uint(j, "blocks_cached", c->map.idx.count);
+    /* What the sizes of the policy, the ghost of group fills and the
+     * index follow: the blocks the devices in service hold (size's after
+     * a device failure, less the failed devices'). */
+    json_uint(j, "blocks_in_service", cache_blocks_in_service(c));
     json_uint(j, "read_hits", s->read_hits);
     json_uint(j, "read_misses", s->read_misses);
     json_uint(j, "read_partial_hits", s->read_partial);
@@ -1536,6 +1540,9 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "group_fills_skipped", s->group_fills_skipped);
     json_uint(j, "group_fills_merged", s->group_fills_merged);
     json_uint(j, "group_fills_ahead", s->group_fills_ahead);
+    /* The fills the ghost of group fills remembers (a share of the
+     * blocks in service). */
+    json_uint(j, "group_fill_ghost_blocks", group_ghost_capacity(c));
     json_uint(j, "fills_under_way", s->fills_under_way);
     json_uint(j, "fill_waits", s->fill_waits);
     json_uint(j, "fill_wait_hits", s->fill_wait_hits);
@@ -1610,10 +1617,11 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "device_failure_rewrite_read_retries", c->rewrite_read_retries);
     json_uint(j, "index_memory_bytes", index_mem);
     json_uint(j, "policy_memory_bytes", policy_mem);
-    /* Per block the cache can hold, and per block cached now: the index
-     * grows with the blocks cached, the policy's history and the chunk
-     * tables are sized to the cache, the dirty bitmap to the origin. */
-    uint64_t cap_blocks = (uint64_t)c->sp.nsegs * c->seg_sectors / c->spb;
+    /* Per block the cache can hold (the devices in service), and per
+     * block cached now: the index grows with the blocks cached, the
+     * policy's history and the chunk tables are sized to the cache, the
+     * dirty bitmap to the origin. */
+    uint64_t cap_blocks = cache_blocks_in_service(c);
     json_double(j, "memory_per_block_bytes",
                 cap_blocks ? (double)total_mem / (double)cap_blocks : 0);
     json_double(j, "memory_per_cached_block_bytes",

@@ -134,6 +134,7 @@
 #include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/map.h"
+#include "engine/readpath.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
 #include "policy/policy.h"
@@ -1758,14 +1759,34 @@ void cache_rescue_to_origin(struct cache *c)
     writeback_blocks(c, blocks, n, rescue_wb_done, x);
 }
 
-/* The blocks the devices in service hold when full. */
-static uint64_t blocks_in_service(const struct cache *c)
+uint64_t cache_blocks_in_service(const struct cache *c)
 {
     uint64_t segs = 0;
     for (unsigned i = 0; i < c->ndevs; i++)
         if (c->devs[i].state == CDEV_OK)
             segs += c->sp.dev_nsegs[i];
     return segs * c->seg_sectors / c->spb;
+}
+
+/*
+ * A device left service, others remain: what is sized by the cache's
+ * capacity follows the devices in service, as the cleaner's marks do
+ * (space.c) -- the policy (its read window, default.c; s3fifo's ghost),
+ * the ghost of group fills (readpath.c) and the index's hash table
+ * (index.c).  Sized by the whole cache, each was made for blocks the
+ * survivors can never hold.  After the failure's drops, so that the
+ * index is fitted to the entries left.  A start (a restart, an attach)
+ * sizes everything for the devices it opens, all in service: the failed
+ * device, back, counts again.
+ */
+static void follow_service(struct cache *c)
+{
+    uint64_t blocks = cache_blocks_in_service(c);
+    if (blocks == 0)
+        return;
+    policy_resize(c->policy, blocks);
+    group_resize(c, blocks);
+    index_fit(&c->map.idx, blocks);
 }
 
 void cache_device_fail(struct cache *c, unsigned d, const char *why)
@@ -1792,12 +1813,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     }
     snprintf(cd->fail_why, sizeof cd->fail_why, "%s", why);
     space_drop_free(&c->sp, d);
-    if (!drain) {
+    if (!drain)
         cleaner_failure_room(c);
-        /* The policy's sizing (its read window, default.c) follows the
-         * devices in service, as the cleaner's marks do. */
-        policy_resize(c->policy, blocks_in_service(c));
-    }
     c->degraded = true;
     snprintf(c->health, sizeof c->health, "degraded: cache device %s failed (%s)",
              cd->dev->name, why);
@@ -1885,6 +1902,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     free(rescue);
     free(in_image);
     free(vs);
+    if (!drain)
+        follow_service(c);
     cleaner_device_failed(c);
     if (marking) {
         /* Everything appended above (re-homed copies, LOST records,

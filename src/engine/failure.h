@@ -21,6 +21,10 @@ struct cache;
 
 void cache_device_error(struct cache *c, unsigned d, int err, bool write);
 void cache_device_fail(struct cache *c, unsigned d, const char *why);
+/* The blocks the devices in service hold when full: what the policy, the
+ * ghost of group fills and the index are sized for (after a failure,
+ * without the failed devices'). */
+uint64_t cache_blocks_in_service(const struct cache *c);
 /* The blocks waiting for room in the log to be rewritten after a device
  * failure (failure.c) stop waiting and try again now: when the last
  * device has failed (that failure dealt with them: they end) or when a

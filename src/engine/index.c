@@ -6,8 +6,9 @@
  * so both tables can grow (by pages); free slots are chained through
  * hnext (entries) and next (fragment records).  The table has a
  * power-of-two number of buckets, at least half as many as entries, and
- * doubles with them.  A block's one fragment is usually inline in its
- * entry (engine/map.h).
+ * doubles with them (after a device failure it also halves as they go,
+ * index_fit()).  A block's one fragment is usually inline in its entry
+ * (engine/map.h).
  *
  *   buckets[hash(oblock)] -> entry 17 -hnext-> entry 4 -hnext-> NIL
  *   entry 17: first -> fragment 90 -next-> fragment 33 -next-> NIL
@@ -100,6 +101,40 @@ int index_init(struct index *ix, unsigned spb, uint64_t expected)
     ix->ffree = NIL;
     rehash(ix, 16);
     return 0;
+}
+
+/*
+ * The cache holds at most `blocks` blocks from now on (a device failed):
+ * the hash table, doubled as entries came, shrinks towards what that
+ * many entries need (the growth rule's size: at most two entries per
+ * bucket, 16 buckets at least) -- at once as far as the entries cached
+ * now allow, and further as they go (index_remove(), the failed device's
+ * rescued blocks leaving it).  It is halved only while it has at least
+ * two buckets per entry, so that it has one per entry after the halving
+ * and must double its entries to grow again: removals and insertions
+ * around one size never rehash each time.  Left at the whole cache's
+ * size, a survivor of a quarter of it kept four times the buckets it
+ * could ever use.  Entry and fragment pages stay: entries and records
+ * are known by their numbers (inline fragment numbers, the records'
+ * chains), and freeing a page would mean moving every live one in it;
+ * the free slots are reused first.
+ */
+static void shrink(struct index *ix)
+{
+    uint32_t n = ix->bucket_mask + 1;
+    while (n > ix->fit_buckets && ix->count <= n / 2)
+        n /= 2;
+    if (n < ix->bucket_mask + 1)
+        rehash(ix, n);
+}
+
+void index_fit(struct index *ix, uint64_t blocks)
+{
+    uint32_t n = 16;
+    while ((uint64_t)n * 2 < blocks && n < (1u << 29))
+        n *= 2;
+    ix->fit_buckets = n;
+    shrink(ix);
 }
 
 void index_fini(struct index *ix)
@@ -204,6 +239,8 @@ void index_remove(struct index *ix, uint32_t id)
     e->hnext = ix->free_head;
     ix->free_head = id;
     ix->count--;
+    if (ix->fit_buckets && ix->bucket_mask + 1 > ix->fit_buckets)
+        shrink(ix);
 }
 
 uint32_t frag_alloc(struct index *ix)

@@ -174,6 +174,9 @@ struct index {
     uint32_t fcap, fused, ffree, nfpages_cap;
     uint32_t *buckets;
     uint32_t bucket_mask;
+    uint32_t fit_buckets;       /* index_fit()'s size the table shrinks
+                                   towards as entries go (0: none, it only
+                                   grows) */
     uint64_t count, nfrags;     /* entries; fragments (inline ones too) */
     uint64_t frecs;             /* fragment records in use */
     uint8_t **mpages;           /* pages (as pages): each entry's valid and
@@ -194,6 +197,10 @@ struct index_memory {
 };
 
 int index_init(struct index *ix, unsigned spb, uint64_t expected);
+/* The cache holds at most blocks blocks from now on (a device failed):
+ * the hash table shrinks to fit them, as far as the entries allow now and
+ * further as they are removed. */
+void index_fit(struct index *ix, uint64_t blocks);
 void index_fini(struct index *ix);
 uint32_t index_lookup(const struct index *ix, uint64_t oblock);
 /* A hint: index_lookup() of oblock .. oblock+n-1 follows soon.  Starts the

@@ -714,13 +714,39 @@ struct group_fill {
     size_t len;
 };
 
-void group_init(struct cache *c, uint64_t cache_blocks)
+static uint64_t group_ghost_blocks(uint64_t cache_blocks)
 {
     uint64_t n = TC_MIN(cache_blocks / GROUP_GHOST_SHARE, (uint64_t)GROUP_GHOST_MAX);
-    c->group.ghost = ghost_create(n ? n : 1);
+    return n ? n : 1;
+}
+
+void group_init(struct cache *c, uint64_t cache_blocks)
+{
+    c->group.ghost = ghost_create(group_ghost_blocks(cache_blocks));
     /* A few scattered misses at the start (a mkfs reading its superblock
      * copies) must not close the gate before the load shows itself. */
     c->group.issued = c->group.used = GROUP_PRIOR;
+}
+
+/*
+ * The cache holds cache_blocks blocks from now on (a device failed,
+ * failure.c): the ghost is a share of those.  Sized by the whole cache, a
+ * survivor's ghost remembered fills long since dropped from it unread --
+ * a block cached again later by a miss of its own, then hit, still
+ * counted as a group fill that was read -- and the gate could keep group
+ * fills going on a load whose fills were not read while cached.  The
+ * newest fills remembered stay (ghost_resize()), and the gate's counts
+ * are left as they are: they are the load's.
+ */
+void group_resize(struct cache *c, uint64_t cache_blocks)
+{
+    if (c->group.ghost)
+        ghost_resize(c->group.ghost, group_ghost_blocks(cache_blocks));
+}
+
+uint64_t group_ghost_capacity(const struct cache *c)
+{
+    return c->group.ghost ? ghost_capacity(c->group.ghost) : 0;
 }
 
 void group_fini(struct cache *c)

@@ -20,6 +20,11 @@ void cache_read_direct(struct ereq *e);    /* without read-ahead */
  * cache_blocks blocks and freed at close; its memory for status. */
 struct cache;
 void group_init(struct cache *c, uint64_t cache_blocks);
+/* The cache holds cache_blocks blocks from now on: the ghost of group
+ * fills follows (a device failed). */
+void group_resize(struct cache *c, uint64_t cache_blocks);
+/* The fills the ghost remembers at most (status). */
+uint64_t group_ghost_capacity(const struct cache *c);
 void group_fini(struct cache *c);
 uint64_t group_memory(const struct cache *c);
 

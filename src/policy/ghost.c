@@ -142,6 +142,52 @@ void ghost_remove(struct ghost *g, uint64_t oblock)
         s->count |= GONE;
 }
 
+/*
+ * The ghost remembers capacity fingerprints from now on (the cache it is
+ * sized for shrank or grew: a device failed, engine/failure.c).  The
+ * newest of those it holds are kept, in their order, and so is what each
+ * says: a fingerprint removed (GONE) stays removed, one contained stays
+ * contained.  Rebuilt into new tables: both are sized by the capacity.
+ */
+void ghost_resize(struct ghost *g, uint64_t capacity)
+{
+    capacity = capacity ? capacity : 1;
+    if (capacity == g->cap)
+        return;
+    struct ghost *n = ghost_create(capacity);
+    uint64_t keep = TC_MIN(g->len, n->cap);
+    /* The oldest fingerprint kept is keep places behind the head. */
+    uint64_t i = (g->head + g->cap - keep) % g->cap;
+    for (uint64_t k = 0; k < keep; k++, i = (i + 1) % g->cap) {
+        uint32_t fp = g->ring[i];
+        n->ring[n->head] = fp;
+        n->head = (n->head + 1) % n->cap;
+        n->len++;
+        bool found;
+        struct slot *s = lookup(n, fp, &found);
+        if (!found)
+            *s = (struct slot){ .fp = fp, .count = 0 };
+        s->count++;
+    }
+    for (uint64_t t = 0; t < g->table_size; t++) {
+        if (g->table[t].fp == 0 || !(g->table[t].count & GONE))
+            continue;
+        bool found;
+        struct slot *s = lookup(n, g->table[t].fp, &found);
+        if (found)
+            s->count |= GONE;
+    }
+    free(g->ring);
+    free(g->table);
+    *g = *n;
+    free(n);
+}
+
+uint64_t ghost_capacity(const struct ghost *g)
+{
+    return g->cap;
+}
+
 uint64_t ghost_memory(const struct ghost *g)
 {
     return g->cap * sizeof *g->ring + g->table_size * sizeof *g->table;

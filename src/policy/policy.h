@@ -193,6 +193,9 @@ void ghost_destroy(struct ghost *g);
 bool ghost_contains(const struct ghost *g, uint64_t oblock);
 void ghost_add(struct ghost *g, uint64_t oblock);
 void ghost_remove(struct ghost *g, uint64_t oblock);
+/* Remember capacity blocks from now on, the newest kept (ghost.c). */
+void ghost_resize(struct ghost *g, uint64_t capacity);
+uint64_t ghost_capacity(const struct ghost *g);
 uint64_t ghost_memory(const struct ghost *g);
 
 /* The default policy's history of recently seen blocks: two rotating Bloom

@@ -11,11 +11,16 @@
  * The paper's small queue is 10% of the cache; in one log a probation
  * block lives for one pass of the whole log, so this keeps the quick
  * demotion of one-hit wonders only in spirit: they never earn a second
- * write.  The ghost remembers as many blocks as the cache holds.
+ * write.  The ghost remembers half as many blocks as the cache holds (and
+ * 64 more); after a device failure, half as many as the devices in
+ * service hold (resize()): sized by the whole cache, a small survivor's
+ * ghost remembered blocks dropped several of its passes ago, and admitted
+ * them straight to main as if they were recent.
  */
 #include <stdlib.h>
 
 #include "policy/policy.h"
+#include "util/json.h"
 #include "util/misc.h"
 
 /* The block's hint, the byte the index keeps for the policy:
@@ -26,14 +31,29 @@
 
 struct s3 {
     struct ghost *ghost;
+    uint64_t cache_blocks;      /* the blocks it is sized for */
     uint64_t from_ghost;        /* admitted straight to main */
 };
+
+static uint64_t ghost_blocks(uint64_t cache_blocks)
+{
+    return cache_blocks / 2 + 64;
+}
 
 static void *create(const struct policy_params *params)
 {
     struct s3 *p = tc_xcalloc(1, sizeof *p);
-    p->ghost = ghost_create(params->cache_blocks / 2 + 64);
+    p->ghost = ghost_create(ghost_blocks(params->cache_blocks));
+    p->cache_blocks = params->cache_blocks;
     return p;
+}
+
+/* The newest of the blocks remembered stay (ghost_resize()). */
+static void resize(void *s, const struct policy_params *params)
+{
+    struct s3 *p = s;
+    ghost_resize(p->ghost, ghost_blocks(params->cache_blocks));
+    p->cache_blocks = params->cache_blocks;
 }
 
 static void destroy(void *s)
@@ -91,6 +111,14 @@ static uint64_t memory(const void *s)
     return sizeof *p + ghost_memory(p->ghost);
 }
 
+static void status(const void *s, struct tc_json *j)
+{
+    const struct s3 *p = s;
+    json_uint(j, "cache_blocks", p->cache_blocks);
+    json_uint(j, "ghost_blocks", ghost_capacity(p->ghost));
+    json_uint(j, "admitted_from_ghost", p->from_ghost);
+}
+
 const struct policy_ops policy_s3fifo = {
     .name = "s3fifo",
     .summary = "probation for new blocks, ghost history, frequency in main",
@@ -100,5 +128,7 @@ const struct policy_ops policy_s3fifo = {
     .hit = hit,
     .inserted = inserted,
     .keep = keep,
+    .resize = resize,
     .memory = memory,
+    .status = status,
 };

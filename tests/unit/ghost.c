@@ -7,7 +7,10 @@
  * and its old copies expiring later do not disturb anything, including
  * the block added again after the removal (the s3fifo pattern: dropped,
  * readmitted from the ghost, dropped again); capacity 0 means 1; a long
- * random run against a model of that definition.
+ * random run against a model of that definition; and resizing (a device
+ * of the cache failed): the newest additions the new capacity holds stay,
+ * each as it was (in, or removed), checked by a random run that resizes
+ * now and then against the same model with a moving horizon.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -168,10 +171,76 @@ static void check_random(void)
     ghost_destroy(g);
 }
 
+/* The model with resizes: a block is in when its last addition is at or
+ * after the horizon -- the oldest addition the ring still holds, which
+ * moves up as additions push the oldest out and when a resize to a
+ * smaller capacity keeps only the newest -- and it was not removed
+ * since. */
+static void check_resize(void)
+{
+    enum { SPACE = 900, STEPS = 300000 };
+    static const uint64_t caps[] = { 300, 40, 1, 500, 120, 0, 700, 300 };
+    printf("resizing: %d steps over %d blocks, capacity changed every %d steps\n", STEPS, SPACE,
+           STEPS / (int)(sizeof caps / sizeof caps[0]));
+    uint64_t cap = caps[0];
+    struct ghost *g = ghost_create(cap);
+    uint64_t *last_add = calloc(SPACE, sizeof *last_add);   /* addition number, from 1 */
+    bool *removed = calloc(SPACE, sizeof *removed);
+    if (last_add == NULL || removed == NULL)
+        abort();
+    uint64_t adds = 0, horizon = 1;
+    unsigned bad = 0, resizes = 0;
+    for (int step = 0; step < STEPS; step++) {
+        if (step > 0 && step % (STEPS / (int)(sizeof caps / sizeof caps[0])) == 0) {
+            cap = caps[++resizes];
+            ghost_resize(g, cap);
+            uint64_t held = cap ? cap : 1;
+            if (adds >= held && adds - held + 1 > horizon)
+                horizon = adds - held + 1;
+            CHECK(ghost_capacity(g) == held);
+            uint64_t missing = 0;
+            for (uint64_t b = 0; b < SPACE; b++)
+                missing += (last_add[b] && last_add[b] >= horizon && !removed[b]) !=
+                           ghost_contains(g, b);
+            CHECK(missing == 0);
+        }
+        uint64_t b = next_rand() % SPACE;
+        switch (next_rand() % 4) {
+        case 0:
+        case 1: {
+            ghost_add(g, b);
+            adds++;
+            last_add[b] = adds;
+            removed[b] = false;
+            uint64_t held = cap ? cap : 1;
+            if (adds >= held && adds - held + 1 > horizon)
+                horizon = adds - held + 1;
+            break;
+        }
+        case 2:
+            if (ghost_contains(g, b))
+                ghost_remove(g, b);
+            removed[b] = true;
+            break;
+        default:
+            if (ghost_contains(g, b) != (last_add[b] && last_add[b] >= horizon && !removed[b]))
+                bad++;
+        }
+    }
+    if (bad)
+        fprintf(stderr, "%u answers differ from the model after resizes\n", bad);
+    CHECK(bad == 0);
+    CHECK(ghost_memory(g) < ghost_capacity(g) * 64 + 1024);
+    free(last_add);
+    free(removed);
+    ghost_destroy(g);
+}
+
 int main(void)
 {
     check_window();
     check_duplicates_and_remove();
     check_random();
+    check_resize();
     return check_exit("ghost");
 }
