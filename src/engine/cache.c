@@ -1217,10 +1217,7 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
  * (no client request waits for them once the clients are gone or held at
  * an attach's gate): their completions use the cache and their slots'
  * buffers, which an attach frees right after the close, and a read error
- * among them records a device failure in the log.  And so are requests
- * answered before they ended (write-through writes whose cache writes are
- * under way, writepath.c: answer_early()): their pieces hold block locks
- * and end in the log's completions.
+ * among them records a device failure in the log.
  */
 static void close_flush_origin(struct close_ctx *x);
 
@@ -1228,11 +1225,8 @@ static void close_flush_origin(struct close_ctx *x);
  * cleaner and 2 group fills". */
 static void close_waits(struct cache *c, char *buf, size_t len)
 {
-    char part[6][48];
+    char part[5][48];
     unsigned n = 0;
-    if (c->vol->cache_inflight)
-        snprintf(part[n++], sizeof part[0], "%u answered request%s", c->vol->cache_inflight,
-                 c->vol->cache_inflight == 1 ? "" : "s");
     unsigned jobs = writeback_jobs_in_flight(c);
     if (jobs)
         snprintf(part[n++], sizeof part[0], "%u write-back job%s", jobs, jobs == 1 ? "" : "s");
@@ -1256,8 +1250,7 @@ static void close_quiet(struct tc_timer *t)
 {
     struct close_ctx *x = container_of(t, struct close_ctx, quiet);
     struct cache *c = x->c;
-    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c) || c->group.inflight > 0 ||
-        c->vol->cache_inflight > 0) {
+    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c) || c->group.inflight > 0) {
         uint64_t now = tc_now_ns();
         uint64_t limit = c->vol->origin->hold_timeout_ns;
         limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + close_origin_slack_ns();
@@ -1565,7 +1558,6 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "write_room_waits", s->write_room_waits);
     json_double(j, "write_room_wait_seconds", (double)s->write_room_wait_ns / 1e9);
     json_uint(j, "write_merge_reads", s->write_merge_reads);
-    json_uint(j, "write_through_answered_early", s->wt_answered_early);
     json_uint(j, "split_appends", s->split_appends);
     json_uint(j, "segments_written", s->segments_written);
     json_uint(j, "chunks_written", s->chunks_written);

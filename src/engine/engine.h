@@ -60,10 +60,6 @@ struct ereq {
     int err;                        /* first error, 0 or -errno */
     unsigned pending;               /* sub-operations in flight */
     void (*complete)(struct ereq *e);   /* called once, with e->err */
-    /* Answers the client now, with success, while the request goes on
-     * (ereq_answer_early()); NULL once answered, and for requests no
-     * client waits on directly (align.c's parts, the engine's own). */
-    void (*answer)(struct ereq *e);
     void (*after_unlock)(struct ereq *e);   /* engine_submit_locked() */
     void *owner;                    /* the caller's context */
     struct rl_entry lock;           /* shared range lock of write types */
@@ -126,12 +122,6 @@ struct tc_volume {
 /* volume.c */
 struct ereq *ereq_new(struct tc_volume *vol);
 void ereq_free(struct ereq *e);
-/* The client may hear now that e succeeded: what is left of e cannot
- * change its result, and nothing of the client's (its buffer) is used
- * again.  e keeps its locks and its place among the requests in flight
- * until e->complete, which then answers no one.  False (nothing done)
- * when e has no client of its own to answer. */
-bool ereq_answer_early(struct ereq *e);
 /* Run an aligned request through the volume's path; e->complete is called. */
 void engine_dispatch(struct ereq *e);
 /* The same, holding the shared range lock a write-type request needs. */

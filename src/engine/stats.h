@@ -54,9 +54,6 @@ struct cache_stats {
     /* ... that waited for room in the log (holding their lock), and that
      * read their block's other sectors to merge a full chain. */
     uint64_t write_room_waits, write_room_wait_ns, write_merge_reads;
-    /* Write-through writes answered once the origin had them, their
-     * cache writes still under way (writepath.c, answer_early()). */
-    uint64_t wt_answered_early;
     uint64_t segments_written;      /* segments filled */
     uint64_t chunks_written, chunk_bytes_written;
     uint64_t groups_retired;

@@ -184,8 +184,7 @@ static bool is_write_type(enum tc_op op)
     return op == TC_OP_WRITE || op == TC_OP_TRIM || op == TC_OP_WRITE_ZEROES;
 }
 
-/* The request's figures, counted when its client is answered. */
-static void count_answer(struct ereq *e)
+static void user_complete(struct ereq *e)
 {
     struct tc_volume *vol = e->vol;
     struct tc_request *req = e->owner;
@@ -200,47 +199,11 @@ static void count_answer(struct ereq *e)
         req->nr_extents = e->nr_extents;
     if (req->op == TC_OP_READ)
         req->buf = e->buf;      /* TC_REQ_POOL_BUF: read-ahead may have swapped it */
-}
-
-static void user_complete(struct ereq *e)
-{
-    struct tc_volume *vol = e->vol;
-    struct tc_request *req = e->owner;
-    if (req == NULL) {
-        ereq_free(e);           /* answered early (ereq_answer_early()) */
-        return;
-    }
-    count_answer(e);
     int err = e->err;
     ereq_free(e);
     if (devfail_hold_ack(vol->cache ? &vol->cache->ab : NULL, req, err))
         return;     /* a device failure is being recorded (abandon.c) */
     req->done(req, err);
-}
-
-/* user_complete()'s answer, before the request ends: the request stays
- * counted in flight (a detach's gate and a close wait for it) and keeps
- * its range lock; the client's tc_request is let go of (owner NULL). */
-static void user_answer(struct ereq *e)
-{
-    struct tc_volume *vol = e->vol;
-    struct tc_request *req = e->owner;
-    TC_ASSERT(e->err == 0);
-    count_answer(e);
-    e->owner = NULL;
-    if (devfail_hold_ack(vol->cache ? &vol->cache->ab : NULL, req, 0))
-        return;     /* a device failure is being recorded (abandon.c) */
-    req->done(req, 0);
-}
-
-bool ereq_answer_early(struct ereq *e)
-{
-    void (*answer)(struct ereq *) = e->answer;
-    if (answer == NULL)
-        return false;
-    e->answer = NULL;
-    answer(e);
-    return true;
 }
 
 static void locked_complete(struct ereq *e)
@@ -313,7 +276,6 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
     e->extents = req->extents;
     e->max_extents = req->max_extents;
     e->complete = user_complete;
-    e->answer = user_answer;
     e->owner = req;
     engine_submit_locked(e);
 }

@@ -113,8 +113,6 @@ struct wpiece {
     bool ready;                     /* may go to the origin: waits for issue_ready() */
     bool issued;                    /* its origin write is submitted */
     bool ended;                     /* piece_done() ran */
-    bool cache_tail;                /* parallel write-through: the origin took it,
-                                       its cache write is still under way */
     uint8_t wait;                   /* enum pwait */
     unsigned run_n;                 /* heading a run: pieces its dio covers */
     uint64_t lock_wait_ns;          /* when it began to wait for the block's lock */
@@ -144,8 +142,6 @@ struct wreq {
     bool holding;
     unsigned log_waits;             /* pieces waiting for their cache write first */
     bool held;                      /* hold_for_locks() held ready pieces (counted once) */
-    bool answered;                  /* the client was answered before the end (answer_early()) */
-    unsigned cache_tails;           /* pieces that became cache_tail */
     struct tc_task issue_task;
     struct wb_throttle_waiter throttle;
 };
@@ -158,7 +154,6 @@ static uint64_t piece_len(const struct wpiece *p);
 static void piece_done(struct wpiece *p, int err);
 static void join_part(struct wpiece *p, int err);
 static void wb_cleared(struct block_waiter *bw);
-static void answer_early(struct wreq *w);
 
 static const uint8_t *zero_block(void)
 {
@@ -232,11 +227,8 @@ static void end_origin_flushed(struct tc_dev_io *dio, int err)
 /* One piece, the hold, or the origin operation ended with err. */
 static void request_maybe_end(struct wreq *w, int err)
 {
-    if (!join_put(&w->join, err)) {
-        if (w->cache_tails)
-            answer_early(w);    /* the last piece to wait for ended otherwise */
+    if (!join_put(&w->join, err))
         return;
-    }
     if (w->after_pieces && w->join.err) {
         /* A piece failed (its tombstone found no room at a stop): the
          * origin range must not change without the tombstones before it,
@@ -375,19 +367,10 @@ static void piece_done(struct wpiece *p, int err)
  */
 static void piece_origin_finish(struct wpiece *p, int err)
 {
-    if (p->join.pending == 0) {
+    if (p->join.pending)
+        join_part(p, err);
+    else
         piece_done(p, err);
-        return;
-    }
-    /* Parallel write-through: with its cache write still under way the
-     * piece (and its request) lives on after join_part(). */
-    bool tail = p->join.pending > 1;
-    join_part(p, err);
-    if (tail && err == 0) {
-        p->cache_tail = true;
-        p->w->cache_tails++;
-        answer_early(p->w);
-    }
 }
 
 static void tombstone_append(struct wpiece *p);
@@ -703,52 +686,6 @@ static void parallel_cached(struct log_waiter *lw, int err)
     if (err)
         cache_append_failed(p);
     join_part(p, 0);
-}
-
-/*
- * The client is answered once the origin has every piece, without
- * waiting for the cache writes of the parallel ones (on a fast origin the
- * cache write is the slower of the two: a write-through write took as long
- * as the cache device's write, not the origin's).  What is left of the
- * request cannot change its answer -- a failed cache write only drops the
- * new version (parallel_cached()), the origin has it -- and uses nothing
- * of the client's: the data was copied into the log at the append.  Until
- * the pieces end they keep their block locks (a later write of the block
- * waits, as before), their write-through tracking (a FLUSH meanwhile
- * declares nothing of theirs stable; its log sync waits for their chunks,
- * sealed before it) and the request its range lock and its place among
- * the requests in flight (a detach or a close waits for it).  A read
- * meanwhile finds the new version in the index and reads it as any not
- * yet written chunk (from the segment image).  A crash leaves the same
- * states as an answer after both writes: neither was flushed.
- *
- * Only the plain case: no FUA (the answer then waits for the log sync),
- * no trim or write-zeroes, no piece failed, no device failing or draining
- * (the lost set's clears follow its own order there).
- */
-static void answer_early(struct wreq *w)
-{
-    struct cache *c = w->c;
-    if (w->answered || w->join.err || w->sync_at_end || w->origin_flush_at_end ||
-        w->after_pieces || w->holding || w->e->answer == NULL || c->draining ||
-        c->vol->cache_failed)
-        return;
-    for (unsigned k = 0; k < w->np; k++)
-        if (!w->p[k].ended && !w->p[k].cache_tail)
-            return;
-    /* What request_end() and piece_done() do for the answer. */
-    readahead_invalidate(c, w->e->off, w->e->len);
-    for (unsigned k = 0; k < w->np; k++) {
-        struct wpiece *q = &w->p[k];
-        if (q->ended)
-            continue;
-        struct tc_mask m;
-        mask_range(&m, q->s0, q->s1);
-        lost_written(c, q->oblock, &m);
-    }
-    w->answered = true;
-    c->st.wt_answered_early++;
-    ereq_answer_early(w->e);
 }
 
 static void appended_written(struct log_waiter *lw, int err)
