@@ -35,7 +35,7 @@ LIBS      := -luring -lnbd -lgnutls -lpthread -lm
 HARNESSES := nbd_handshake nbd_transmission superblock chunk recovery trace
 
 # What each harness links, besides its own tests/fuzz/fuzz_NAME.c.
-UTIL := src/util/crc32c.c src/util/log.c src/util/misc.c src/util/json.c
+UTIL := src/util/crc32c.c src/util/crc32c_fold.c src/util/log.c src/util/misc.c src/util/json.c
 # The NBD harnesses run the real connection, handshake and transmission
 # code over a simulated reactor and engine (tests/fuzz/nbd_sim.c), so they
 # link neither the io_uring reactor nor the engine.  tls.c is linked
