@@ -13,7 +13,11 @@ devices in service (the survivor's 48, status blocks_in_service):
     grown with the 200-odd blocks cached, it stayed at 128 buckets for a
     survivor that holds 48; now at most 64 (it halves while it has two
     buckets per entry, down to the 32 that 48 blocks need);
-  - memory_per_block_bytes: per block in service.
+  - memory_per_block_bytes: per block in service;
+  - writeback's dirty ratio (writeback.dirty_ratio, what its pace and the
+    throttle go by): the dirty bytes' share of the survivor's room.
+    Writeback passes are off (TIERCACHE_TEST_NO_WRITEBACK_PASSES), so
+    the dirty data stays until the cleaner needs its room.
 Every block reads the data of its last acknowledged write, after the
 failure (its reads miss and fill the survivor, group fills among them)
 and after a restart, which puts the failed device (readable again) back
@@ -44,7 +48,9 @@ def figures(st):
             "group_fill_ghost_blocks": st.get("group_fill_ghost_blocks"),
             "hash_buckets": st["memory"]["hash_buckets_bytes"] // 4,
             "blocks_cached": st["blocks_cached"],
-            "memory_per_block_bytes": round(st["memory_per_block_bytes"], 1)}
+            "memory_per_block_bytes": round(st["memory_per_block_bytes"], 1),
+            "dirty_bytes": st["dirty_bytes"],
+            "dirty_ratio": st["writeback"]["dirty_ratio"]}
 
 
 def check_sized(what, f, blocks, policy, errors):
@@ -56,6 +62,10 @@ def check_sized(what, f, blocks, policy, errors):
     for k, v in want.items():
         if f[k] != v:
             errors.append(f"{what}: {k} is {f[k]}, not {v} (sized for {blocks} blocks)")
+    share = f["dirty_bytes"] / (blocks * BLOCK)
+    if abs(f["dirty_ratio"] - share) > 1e-4 * max(share, 1e-3):
+        errors.append(f"{what}: dirty ratio {f['dirty_ratio']}, not the {f['dirty_bytes']} dirty "
+                      f"bytes' share of {blocks} blocks ({share:.6g})")
 
 
 def verify(h, gens, what):
@@ -81,7 +91,8 @@ def main():
     ap.add_argument("--policy", default="default")
     a = ap.parse_args()
     s = DevFail(a.bin, a.dir, ORIGIN_BLOCKS * BLOCK, 12 << 20, 4 << 20,
-                args=["--policy", a.policy])
+                args=["--policy", a.policy],
+                env=dict(os.environ, TIERCACHE_TEST_NO_WRITEBACK_PASSES="1"))
     h = s.h
     gens = {}
     for b in range(ORIGIN_BLOCKS):
@@ -114,9 +125,20 @@ def main():
             print(f"write of block {b} in the failure: {e}")
             gens[b] = (1, 2)
     s.wait_failed(0)
-    st = s.wait_for("the failure's rescues", lambda x: x["rescues_pending"] == 0)
-    after = figures(st)
-    print(f"after:   {after}")
+    s.wait_for("the failure's rescues", lambda x: x["rescues_pending"] == 0)
+    # Dirty data on the survivor, for its ratio: a write, then the figures,
+    # until they show some (the cleaner of so small a survivor may have
+    # it written back at once to free room).
+    for b in range(8, 40):
+        h.pwrite(block_pattern(b, 2), b * BLOCK)
+        gens[b] = (2,)
+        st = s.status()
+        after = figures(st)
+        if after["dirty_bytes"]:
+            break
+    print(f"after:   {after} (blocks 8-{b} written again)")
+    if after["dirty_bytes"] == 0:
+        errors.append("after the failure: no dirty data (the test wants some, to see its ratio)")
     verify(h, gens, "after the failure")
     st = s.status()
     read = figures(st)
