@@ -81,6 +81,9 @@ $(BUILD)/bench/%: bench/%.c
 
 # A micro-benchmark of the checksum's code itself.
 $(BUILD)/bench/crc32c_speed: $(BUILD)/src/util/crc32c.o $(BUILD)/src/util/crc32c_fold.o
+# What a start after a crash reads: the whole log against the segments'
+# first headers (src/engine/survey.h).
+$(BUILD)/bench/survey_speed: $(LIB_OBJS)
 
 # The main job on a built-in default: a 1 GiB origin file and a 256 MiB cache
 # file under ./state, served on ./state/tiercache.sock until Ctrl-C.

@@ -10,6 +10,11 @@
 #           dropped before every start
 #   memory  status index_memory_bytes and memory_per_cached_block_bytes,
 #           and VmRSS, after the clean start
+#   survey  after each kill -9, before the start: bench/survey_speed on the
+#           cache file -- the offline scan of the log (what that start
+#           runs) against reading only the first chunk header of every
+#           segment (src/engine/survey.h, the first step of a start from a
+#           periodic checkpoint: src/engine/checkpoint.c), and its reads
 #   fit     start time and VmRSS against the number of cached blocks, a
 #           least-squares line per repetition, extrapolated to 1 TiB
 #   randread, seqread
@@ -57,6 +62,8 @@ sc_kill9() {
   wait "$pid" 2>/dev/null || true
   unset "PIDS[$1]"
 }
+# sc_kv KEY LINE: the value of KEY=value in LINE
+sc_kv() { printf '%s\n' "$2" | tr ' ' '\n' | awk -F= -v k="$1" '$1 == k { print $2 }'; }
 # sc_fit X_Y_PAIRS X...: least squares y = a + b x over "x y" lines on
 # standard input; prints "a b" then a + b X for every X given
 sc_fit() {
@@ -72,6 +79,7 @@ sc_fit() {
 wl_scale() {
   local sizes rt
   if [ "$SCALE" = small ]; then sizes="256M 1G" rt=2; else sizes="1G 4G 16G" rt=5; fi
+  sizes=${SCALE_SIZES:-$sizes}
   local bsz=65536 tib=$((1 << 40)) gib=$((1 << 30)) largest=${sizes##* }
   local tib_blocks=$((tib / bsz)) g16_blocks=$((16 * gib / bsz))
   wl_begin scale
@@ -104,7 +112,16 @@ wl_scale() {
     for rep in $(seq 1 "$REPS"); do
       # a clean stop came before; the kill -9 start follows a kill -9
       for kind in clean kill9; do
-        [ "$kind" = clean ] || sc_kill9 tiercache
+        if [ "$kind" = kill9 ]; then
+          sc_kill9 tiercache
+          local sv
+          sv=$("$ROOT/$BUILD/bench/survey_speed" "$cache" 3) || die "scale: bench/survey_speed failed"
+          say "  $size: after kill -9: $sv"
+          record scale survey "$size" scan_offline s "$rep" "$(sc_kv scan_s "$sv")"
+          record scale survey "$size" first_headers s "$rep" "$(sc_kv survey_s "$sv")"
+          record scale survey "$size" first_header_reads count "$rep" "$(sc_kv survey_reads "$sv")"
+          record scale survey "$size" live_chunks count "$rep" "$(sc_kv live_chunks "$sv")"
+        fi
         sc_start tiercache "$origin" "$cache"
         s=$SC_START
         pid=$(pid_of tiercache)
@@ -234,6 +251,7 @@ PY
   plot scale randread iops "cached 4 KiB random read, QD32 (IOPS)"
   plot scale seqread bandwidth "cached 1 MiB sequential read, QD8 (MB/s)"
   note scale "Caches of $(echo "$sizes" | sed 's/ /, /g') cached data in 64 KiB blocks, cache files 1.25 times that, origin and cache sparse files on local disk, filled by one sequential read of the volume through NBD (--sequential-cutoff 0; the data are zeros: the origin is a hole).  start: from the daemon's start to the answer of its first 4 KiB read (a client connecting every 2 ms), page caches dropped before; clean follows SIGTERM, kill9 follows kill -9; recovery is status recovery_seconds; rss is VmRSS just after the first answer."
+  note scale "survey: after each kill -9, bench/survey_speed on the cache file: scan_offline is the offline open of the set (recovery's walk of every chunk header of the log and the replay of the live entries, as the start after kill -9 runs them); first_headers the median of 3 reads of the first chunk header of every segment (one read each, 64 in flight), the first step of a start from a periodic checkpoint, which is not built (src/engine/checkpoint.c); first_header_reads its reads; live_chunks the chunks the scan found in live groups."
   note scale "Model: start time and VmRSS are fitted as a + b × cached blocks by least squares over the sizes measured, per repetition; at_16GiB and at_1TiB are the line at 262,144 and 16,777,216 cached blocks (per_GiB is b × 16,384 blocks, at_0 is a).  index is status index_memory_bytes fitted the same way."
   note scale "Reads on the $largest cache: fio nbd engine, one connection, ${rt} s per run after 1 s of ramp; direct: fio on the cache file where it holds data ($(hsize "$len") from offset $off, of which $holes % are holes at the ends of segments, read without the disk), io_uring, $how, the page cache dropped before.  cpu_per_request: the daemon's CPU time (status cpu_user_seconds + cpu_system_seconds, getrusage) over the fio run, ramp included, divided by the read requests it served then (status volume.requests.read); misses: reads that went to the origin."
   wl_end

@@ -30,7 +30,9 @@ static const char check_help[] =
 "and checksum the log holds, the checksum of every cached sector, the\n"
 "consistency of the index rebuilt from the log, and the accounting of\n"
 "dirty data, and the checkpoint a clean stop wrote (the same state as the\n"
-"full scan of the log, or a problem).  Damaged data is listed by origin\n"
+"full scan of the log, or a problem).  The first chunk header of every\n"
+"segment, read alone, must name the group the full scan found there.\n"
+"Damaged data is listed by origin\n"
 "range, as lost (dirty) or harmless (clean: the origin has it).  With\n"
 "--origin, also check that the\n"
 "cache was formatted for that origin.  The set's sequence record (beside\n"
@@ -392,6 +394,9 @@ int cmd_check(int argc, char **argv)
         json_uint(&j, "groups", res.groups);
         json_uint(&j, "segments", res.segments);
         json_uint(&j, "segments_free", res.segments_free);
+        json_uint(&j, "survey_reads", res.survey_reads);
+        json_uint(&j, "survey_first_headers", res.survey_first_headers);
+        json_uint(&j, "survey_live_matched", res.survey_live_matched);
         json_string(&j, "sequence_record", res.seqrec_path);
         json_string(&j, "sequence_record_found", res.seqrec_found);
         json_uint(&j, "sequence_record_chunk", res.seqrec_chunk);

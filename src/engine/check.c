@@ -28,6 +28,7 @@
 #include "engine/check.h"
 #include "engine/checkpoint.h"
 #include "engine/seqrec.h"
+#include "engine/survey.h"
 #include "util/misc.h"
 
 static void problem(struct check_result *r, const char *fmt, ...)
@@ -378,6 +379,43 @@ int cache_check_index(struct cache *c, struct check_result *r)
     return (int)r->nproblems;
 }
 
+/*
+ * The survey (survey.h) against the scan: a start that reads one header
+ * per segment must see the same incarnation of every segment as the walk
+ * of all chunks saw.  A live segment whose chunks start at sector 0 has
+ * that first header, of its group; a segment the scan left free holds no
+ * first chunk of a live group (except one of a device that failed before
+ * it was written, which is not trusted; a second segment of a group on
+ * one device, which no writer makes, is reported so).  Not compared:
+ * segments whose start cannot be read, and, once the scan found damage,
+ * the free ones (the tail it found may be wrong; the damage is reported).
+ */
+static void check_survey(struct cache *c, struct check_result *r)
+{
+    struct seg_first *first = tc_xcalloc(c->sp.nsegs ? c->sp.nsegs : 1, sizeof *first);
+    r->survey_reads = survey_segments(c, first);
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
+        const struct segment *sg = space_seg(&c->sp, s);
+        const struct seg_first *f = &first[s];
+        if (f->what == SURVEY_UNREADABLE)
+            continue;
+        bool live = sg->state != SEG_FREE && sg->nchunks > 0;
+        r->survey_first_headers += f->what == SURVEY_CHUNK;
+        if (live && sg->chunks[0].start == 0 && f->what == SURVEY_CHUNK &&
+            f->group_seq == sg->seq)
+            r->survey_live_matched++;
+        else if (live && sg->chunks[0].start == 0)
+            problem(r, "segment %u: the scan found group %llu from its first sector, its first "
+                    "header alone says %s", s, (unsigned long long)sg->seq,
+                    f->what == SURVEY_CHUNK ? "another group" : "no chunk");
+        else if (!live && f->what == SURVEY_CHUNK && f->group_seq >= c->lg.tail_seq &&
+                 !devfail_untrusted(c, sg->dev, f->group_seq) && !c->damage)
+            problem(r, "segment %u: its first header is of live group %llu, but the scan left "
+                    "it free", s, (unsigned long long)f->group_seq);
+    }
+    free(first);
+}
+
 int cache_check(struct cache *c, struct check_result *r, bool progress)
 {
     memset(r, 0, sizeof *r);
@@ -385,6 +423,7 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
     check_superblocks(c, r);
     check_index(c, r);
     check_data(c, r, progress);
+    check_survey(c, r);
     /* A checkpoint the clean-stop record names must be what the full
      * scan above rebuilt (checkpoint.c). */
     for (unsigned d = 0; d < c->ndevs; d++) {

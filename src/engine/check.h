@@ -15,6 +15,10 @@ struct check_result {
     uint64_t damaged_clean_sectors, lost_dirty_sectors;
     uint64_t unflushed_entries;     /* ignored by recovery: never flushed, normal after a crash */
     uint64_t groups, segments, segments_free;
+    /* The survey (survey.h) compared with the scan: its reads, the
+     * segments whose first header checks, and the live segments whose
+     * first header names the group the scan found. */
+    uint64_t survey_reads, survey_first_headers, survey_live_matched;
     bool stop_recorded;             /* the superblocks hold a clean-stop record ... */
     uint64_t stop_chunk_seq, stop_chunks;   /* ... of this log (recovery compared them) */
     bool checkpoint;                /* ... naming a checkpoint, */

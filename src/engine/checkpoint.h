@@ -2,7 +2,9 @@
  * The checkpoint (checkpoint.c; the format: ondisk.h): the state recovery
  * rebuilds from the log, written by a clean stop into free segments and
  * named by the superblocks' clean-stop record, so that the next start
- * reads it instead of walking every chunk header.
+ * reads it instead of walking every chunk header.  Checkpoints written
+ * while the daemon runs, for a start after a crash, are designed (what
+ * must hold, how each failure falls back) but not built: checkpoint.c.
  */
 #ifndef TC_ENGINE_CHECKPOINT_H
 #define TC_ENGINE_CHECKPOINT_H
