@@ -87,10 +87,15 @@
 /* The most groups one tail record lets go (a batch, batch_next()). */
 #define BATCH_MAX 8
 
+/* A fragment to drop once the tail is durable.  id: the block's entry
+ * when the walk found it (NIL: not known), a hint the drop checks
+ * (index_lookup_hint()): the entry may have gone and its slot been
+ * reused meanwhile, but a slot holding the block is its entry. */
 struct drop {
     uint64_t oblock;
     uint32_t seg;
     uint16_t off;
+    uint32_t id;
 };
 
 /* A fragment with dirty sectors, set aside; copied if it is kept. */
@@ -479,7 +484,7 @@ void cleaner_wake_all(struct cache *c)
 
 /* ---- helpers ---- */
 
-static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off)
+static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t id, uint32_t seg, uint16_t off)
 {
     if (k->ndrops == k->drops_cap) {
         k->drops_cap = k->drops_cap ? k->drops_cap * 2 : 256;
@@ -487,7 +492,7 @@ static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t 
         if (k->drops == NULL)
             abort();
     }
-    k->drops[k->ndrops++] = (struct drop){ oblock, seg, off };
+    k->drops[k->ndrops++] = (struct drop){ oblock, seg, off, id };
 }
 
 static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off,
@@ -943,7 +948,7 @@ static bool set_aside(void *arg, const struct centry *e, uint16_t off, const str
     struct cleaner *k = arg;
     uint32_t seg = k->segs[k->seg_i];
     if (mask_empty(dirty))
-        add_drop(k, ce_oblock(e), seg, off);
+        add_drop(k, ce_oblock(e), NIL, seg, off);
     else        /* its entry unknown: write-through if the block may be */
         add_later(k, ce_oblock(e), seg, off, (e->flags & CE_WT) ? UINT64_MAX : 0);
     return false;
@@ -1021,7 +1026,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
             continue;
         }
-        add_drop(k, e.oblock, seg, off);
+        add_drop(k, e.oblock, id, seg, off);
     }
 }
 
@@ -1601,7 +1606,7 @@ static void later_read(void *arg, int err)
             reinsert(c, l->oblock, id, &cur, &d, l->buf, NULL, NULL, copy_flags(c, l->wt_seq), false)) {
             /* kept */
         } else if (mask_empty(&d)) {
-            add_drop(k, l->oblock, l->seg, l->off);
+            add_drop(k, l->oblock, id, l->seg, l->off);
         } else if (err == 0) {
             /* Read fine but no room to copy it: keep the group for now,
              * and write its dirty data back before the next attempt (a
@@ -1623,7 +1628,7 @@ static void later_read(void *arg, int err)
                      (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
                      mask_count(&d));
             map_lose_dirty(c, l->oblock, &d);
-            add_drop(k, l->oblock, l->seg, l->off);
+            add_drop(k, l->oblock, id, l->seg, l->off);
         }
     }
 done:
@@ -1650,7 +1655,7 @@ static void decide_laters(void *arg, int err)
         bool keep = !mask_empty(&l->d) ||
                     policy_keep(c->policy, l->oblock, &CE(&c->map.idx, id)->hint);
         if (!keep) {
-            add_drop(k, l->oblock, l->seg, l->off);
+            add_drop(k, l->oblock, id, l->seg, l->off);
             continue;
         }
         /* Kept (hot, or still dirty because writeback failed): copy it. */
@@ -1713,11 +1718,11 @@ static void tail_synced(struct log_waiter *lw, int err)
         if (i + PREFETCH_AHEAD < ndrops) {
             /* What the drop PREFETCH_AHEAD further will look at. */
             uint64_t ob = d[PREFETCH_AHEAD].oblock;
-            index_prefetch(&c->map.idx, ob, 1);
+            index_prefetch_hint(&c->map.idx, ob, d[PREFETCH_AHEAD].id);
             block_prefetch(c->locks, ob);
             policy_prefetch(c->policy, ob);
         }
-        uint32_t id, fid = map_find_fragment(c, d->oblock, d->seg, d->off, &id);
+        uint32_t id, fid = map_find_fragment_hint(c, d->oblock, d->id, d->seg, d->off, &id);
         if (fid == NIL)
             continue;
         bool gone = map_drop_found(c, d->oblock, id, fid);

@@ -315,7 +315,13 @@ static uint32_t add_fragment(struct cache *c, uint64_t oblock, uint32_t id,
 uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
                              uint32_t *idp)
 {
-    uint32_t id = index_lookup(&c->map.idx, oblock);
+    return map_find_fragment_hint(c, oblock, NIL, seg, off, idp);
+}
+
+uint32_t map_find_fragment_hint(struct cache *c, uint64_t oblock, uint32_t hint, uint32_t seg,
+                                uint16_t off, uint32_t *idp)
+{
+    uint32_t id = index_lookup_hint(&c->map.idx, oblock, hint);
     if (idp)
         *idp = id;
     if (id == NIL)
