@@ -789,7 +789,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
     unsigned n = mask_count(cur);
     if (mask_empty(dirty) && !budget_allow(&c->budget, (uint64_t)n * TC_SECTOR))
         return false;       /* over the write budget: clean data is dropped */
-    uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
+    /* Data-free: the log takes the data for zeroes and never reads it. */
+    uint8_t *data = c->data_free ? NULL : bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
     for (unsigned s = 0; !c->data_free && s < c->spb; s++) {
         if (!mask_test(cur, s))
@@ -804,7 +805,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
     TC_ASSERT(id != NIL && id == index_lookup(&c->map.idx, oblock));
     bool mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1;
     if (!copy_fits(c, n, mirror)) {
-        bufpool_put(data, (size_t)n * TC_SECTOR);
+        if (data)
+            bufpool_put(data, (size_t)n * TC_SECTOR);
         return false;
     }
     unsigned added = partial ? 2 : 1;
@@ -813,7 +815,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
                         .mirror = mirror,
                         .may_split = CE(&c->map.idx, id)->nfrags + added <= MAX_FRAGS };
     struct log_loc at = log_append(c, &a, NULL);
-    bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (data)
+        bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
         return false;
     map_add_appended(c, oblock, id, cur, dirty, &at, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0,
@@ -1000,9 +1003,16 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         if (fid == NIL)
             continue;       /* superseded, or the mirror copy of a fragment */
         struct tc_mask cur, st, v, d;
-        frag_current(&c->map.idx, id, fid, &cur);
-        frag_stored(&c->map.idx, fid, &st);
         ce_get_masks(&c->map.idx, id, &v, &d);
+        if (fid == (id | FID_INLINE)) {
+            /* The block's one fragment, inline: it stores the valid
+             * sectors, all current (what frag_current() and frag_stored()
+             * would read again). */
+            cur = st = v;
+        } else {
+            frag_current(&c->map.idx, id, fid, &cur);
+            frag_stored(&c->map.idx, fid, &st);
+        }
         mask_and(&d, &cur);
         uint64_t wt_seq = (e.flags & TC_ENTRY_WT) ? e.seq : 0;
         if (!mask_empty(&d)) {
