@@ -87,10 +87,15 @@
 /* The most groups one tail record lets go (a batch, batch_next()). */
 #define BATCH_MAX 8
 
+/* A fragment to drop once the tail is durable.  id: the block's entry
+ * when the walk found it (NIL: not known), a hint the drop checks
+ * (index_lookup_hint()): the entry may have gone and its slot been
+ * reused meanwhile, but a slot holding the block is its entry. */
 struct drop {
     uint64_t oblock;
     uint32_t seg;
     uint16_t off;
+    uint32_t id;
 };
 
 /* A fragment with dirty sectors, set aside; copied if it is kept. */
@@ -479,7 +484,7 @@ void cleaner_wake_all(struct cache *c)
 
 /* ---- helpers ---- */
 
-static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off)
+static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t id, uint32_t seg, uint16_t off)
 {
     if (k->ndrops == k->drops_cap) {
         k->drops_cap = k->drops_cap ? k->drops_cap * 2 : 256;
@@ -487,7 +492,7 @@ static void add_drop(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t 
         if (k->drops == NULL)
             abort();
     }
-    k->drops[k->ndrops++] = (struct drop){ oblock, seg, off };
+    k->drops[k->ndrops++] = (struct drop){ oblock, seg, off, id };
 }
 
 static void add_later(struct cleaner *k, uint64_t oblock, uint32_t seg, uint16_t off,
@@ -784,7 +789,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
     unsigned n = mask_count(cur);
     if (mask_empty(dirty) && !budget_allow(&c->budget, (uint64_t)n * TC_SECTOR))
         return false;       /* over the write budget: clean data is dropped */
-    uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
+    /* Data-free: the log takes the data for zeroes and never reads it. */
+    uint8_t *data = c->data_free ? NULL : bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
     for (unsigned s = 0; !c->data_free && s < c->spb; s++) {
         if (!mask_test(cur, s))
@@ -799,7 +805,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
     TC_ASSERT(id != NIL && id == index_lookup(&c->map.idx, oblock));
     bool mirror = !mask_empty(dirty) && c->vol->cfg.dirty_copies > 1;
     if (!copy_fits(c, n, mirror)) {
-        bufpool_put(data, (size_t)n * TC_SECTOR);
+        if (data)
+            bufpool_put(data, (size_t)n * TC_SECTOR);
         return false;
     }
     unsigned added = partial ? 2 : 1;
@@ -808,7 +815,8 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
                         .mirror = mirror,
                         .may_split = CE(&c->map.idx, id)->nfrags + added <= MAX_FRAGS };
     struct log_loc at = log_append(c, &a, NULL);
-    bufpool_put(data, (size_t)n * TC_SECTOR);
+    if (data)
+        bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
         return false;
     map_add_appended(c, oblock, id, cur, dirty, &at, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0,
@@ -943,7 +951,7 @@ static bool set_aside(void *arg, const struct centry *e, uint16_t off, const str
     struct cleaner *k = arg;
     uint32_t seg = k->segs[k->seg_i];
     if (mask_empty(dirty))
-        add_drop(k, ce_oblock(e), seg, off);
+        add_drop(k, ce_oblock(e), NIL, seg, off);
     else        /* its entry unknown: write-through if the block may be */
         add_later(k, ce_oblock(e), seg, off, (e->flags & CE_WT) ? UINT64_MAX : 0);
     return false;
@@ -995,9 +1003,16 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
         if (fid == NIL)
             continue;       /* superseded, or the mirror copy of a fragment */
         struct tc_mask cur, st, v, d;
-        frag_current(&c->map.idx, id, fid, &cur);
-        frag_stored(&c->map.idx, fid, &st);
         ce_get_masks(&c->map.idx, id, &v, &d);
+        if (fid == (id | FID_INLINE)) {
+            /* The block's one fragment, inline: it stores the valid
+             * sectors, all current (what frag_current() and frag_stored()
+             * would read again). */
+            cur = st = v;
+        } else {
+            frag_current(&c->map.idx, id, fid, &cur);
+            frag_stored(&c->map.idx, fid, &st);
+        }
         mask_and(&d, &cur);
         uint64_t wt_seq = (e.flags & TC_ENTRY_WT) ? e.seq : 0;
         if (!mask_empty(&d)) {
@@ -1021,7 +1036,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             k->kept_bytes += (uint64_t)mask_count(&cur) * TC_SECTOR;
             continue;
         }
-        add_drop(k, e.oblock, seg, off);
+        add_drop(k, e.oblock, id, seg, off);
     }
 }
 
@@ -1601,7 +1616,7 @@ static void later_read(void *arg, int err)
             reinsert(c, l->oblock, id, &cur, &d, l->buf, NULL, NULL, copy_flags(c, l->wt_seq), false)) {
             /* kept */
         } else if (mask_empty(&d)) {
-            add_drop(k, l->oblock, l->seg, l->off);
+            add_drop(k, l->oblock, id, l->seg, l->off);
         } else if (err == 0) {
             /* Read fine but no room to copy it: keep the group for now,
              * and write its dirty data back before the next attempt (a
@@ -1623,7 +1638,7 @@ static void later_read(void *arg, int err)
                      (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
                      mask_count(&d));
             map_lose_dirty(c, l->oblock, &d);
-            add_drop(k, l->oblock, l->seg, l->off);
+            add_drop(k, l->oblock, id, l->seg, l->off);
         }
     }
 done:
@@ -1650,7 +1665,7 @@ static void decide_laters(void *arg, int err)
         bool keep = !mask_empty(&l->d) ||
                     policy_keep(c->policy, l->oblock, &CE(&c->map.idx, id)->hint);
         if (!keep) {
-            add_drop(k, l->oblock, l->seg, l->off);
+            add_drop(k, l->oblock, id, l->seg, l->off);
             continue;
         }
         /* Kept (hot, or still dirty because writeback failed): copy it. */
@@ -1713,11 +1728,11 @@ static void tail_synced(struct log_waiter *lw, int err)
         if (i + PREFETCH_AHEAD < ndrops) {
             /* What the drop PREFETCH_AHEAD further will look at. */
             uint64_t ob = d[PREFETCH_AHEAD].oblock;
-            index_prefetch(&c->map.idx, ob, 1);
+            index_prefetch_hint(&c->map.idx, ob, d[PREFETCH_AHEAD].id);
             block_prefetch(c->locks, ob);
             policy_prefetch(c->policy, ob);
         }
-        uint32_t id, fid = map_find_fragment(c, d->oblock, d->seg, d->off, &id);
+        uint32_t id, fid = map_find_fragment_hint(c, d->oblock, d->id, d->seg, d->off, &id);
         if (fid == NIL)
             continue;
         bool gone = map_drop_found(c, d->oblock, id, fid);

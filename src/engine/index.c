@@ -442,6 +442,12 @@ void frag_set_stored(struct index *ix, uint32_t fid, const struct tc_mask *m)
 void frag_current(const struct index *ix, uint32_t id, uint32_t fid, struct tc_mask *m)
 {
     struct tc_mask newer, s, v;
+    if (fid == (id | FID_INLINE) && CE(ix, id)->inl) {
+        /* The usual block: its one fragment, inline, stores the valid
+         * sectors (what the walk below finds, with one mask read). */
+        ce_get_masks(ix, id, m, NULL);
+        return;
+    }
     mask_clear(&newer);
     for (uint32_t f = ce_head(ix, id); f != NIL; f = frag_next(ix, f)) {
         frag_stored(ix, f, &s);

@@ -42,11 +42,9 @@ void map_fini(struct map *m)
 bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old_dirty,
                        const struct tc_mask *new_dirty)
 {
-    unsigned o = old_dirty ? mask_count(old_dirty) : 0;
-    unsigned n = new_dirty ? mask_count(new_dirty) : 0;
     TC_ASSERT_ALWAYS(oblock < m->nblocks);
     uint64_t word = oblock / 64, bit = 1ull << (oblock % 64);
-    if (o == 0 && n == 0) {
+    if ((!old_dirty || mask_empty(old_dirty)) && (!new_dirty || mask_empty(new_dirty))) {
         /* Clean before and after (most calls in write-through): by
          * invariant 9 the bit is clear already, and the bitmap -- one bit
          * per origin block, a cache miss on a large origin -- is left
@@ -54,6 +52,8 @@ bool map_dirty_account(struct map *m, uint64_t oblock, const struct tc_mask *old
         TC_ASSERT(!(m->dirty_bits[word] & bit));
         return false;
     }
+    unsigned o = old_dirty ? mask_count(old_dirty) : 0;
+    unsigned n = new_dirty ? mask_count(new_dirty) : 0;
     TC_ASSERT(m->dirty_sectors + n >= o);
     m->dirty_sectors += n;
     m->dirty_sectors -= o;
@@ -315,7 +315,13 @@ static uint32_t add_fragment(struct cache *c, uint64_t oblock, uint32_t id,
 uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
                              uint32_t *idp)
 {
-    uint32_t id = index_lookup(&c->map.idx, oblock);
+    return map_find_fragment_hint(c, oblock, NIL, seg, off, idp);
+}
+
+uint32_t map_find_fragment_hint(struct cache *c, uint64_t oblock, uint32_t hint, uint32_t seg,
+                                uint16_t off, uint32_t *idp)
+{
+    uint32_t id = index_lookup_hint(&c->map.idx, oblock, hint);
     if (idp)
         *idp = id;
     if (id == NIL)

@@ -226,6 +226,17 @@ static inline uint32_t index_lookup_hint(const struct index *ix, uint64_t oblock
         return hint;
     return index_lookup(ix, oblock);
 }
+/* index_prefetch() of one block, given an entry number the caller had
+ * for it (as index_lookup_hint() takes it): that entry's line is loaded
+ * when it may still hold the block, else the block's bucket's first
+ * entry.  Changes nothing. */
+static inline void index_prefetch_hint(const struct index *ix, uint64_t oblock, uint32_t hint)
+{
+    if (hint < ix->used)
+        __builtin_prefetch(CE(ix, hint));
+    else
+        index_prefetch(ix, oblock, 1);
+}
 /* A fragment record (not an inline fragment). */
 static inline struct cfrag *FR(const struct index *ix, uint32_t fid)
 {
@@ -390,5 +401,9 @@ void map_drop_block(struct cache *c, uint64_t oblock);
 /* The fragment of oblock located at (seg, off), or NIL. */
 uint32_t map_find_fragment(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,
                              uint32_t *id);
+/* The same, given an entry number the caller had for the block (NIL, or
+ * one it may have left since: index_lookup_hint()). */
+uint32_t map_find_fragment_hint(struct cache *c, uint64_t oblock, uint32_t hint, uint32_t seg,
+                                uint16_t off, uint32_t *id);
 
 #endif

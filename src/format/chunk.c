@@ -140,30 +140,14 @@ int chunk_decode(const uint8_t *buf, size_t buflen, const uint8_t set_uuid[16], 
     return 0;
 }
 
-static bool mask_within(const struct tc_mask *m, unsigned spb)
-{
-    for (unsigned w = 0; w < TC_MASK_WORDS; w++) {
-        uint64_t allowed;
-        if (spb >= 64 * (w + 1))
-            allowed = ~0ull;
-        else if (spb <= 64 * w)
-            allowed = 0;
-        else
-            allowed = (1ull << (spb - 64 * w)) - 1;
-        if (m->w[w] & ~allowed)
-            return false;
-    }
-    return true;
-}
-
 /* __builtin_popcountll() is a library call without POPCNT in the target:
  * zero words, most of a mask below 256 sectors, skip it. */
-static unsigned mask_count(const struct tc_mask *m)
+static unsigned count_words(const uint64_t *w, unsigned words)
 {
     unsigned n = 0;
-    for (unsigned w = 0; w < TC_MASK_WORDS; w++)
-        if (m->w[w])
-            n += (unsigned)__builtin_popcountll(m->w[w]);
+    for (unsigned i = 0; i < words; i++)
+        if (w[i])
+            n += (unsigned)__builtin_popcountll(w[i]);
     return n;
 }
 
@@ -180,9 +164,11 @@ int chunk_entry(const uint8_t *buf, const struct tc_chunk_header *h, unsigned sp
     e->flags = p[17];
     e->data_sector = le32_get(p + 20);
     e->target = le64_get(p + 24);
+    uint64_t outside = 0;       /* dirty sectors not valid */
     for (unsigned w = 0; w < words; w++) {
         e->valid.w[w] = le64_get(p + 32 + 8 * w);
         e->dirty.w[w] = le64_get(p + 32 + 8 * words + 8 * w);
+        outside |= e->dirty.w[w] & ~e->valid.w[w];
     }
     if (e->seq >= TC_SEQ_LIMIT) {
         snprintf(err, errlen, "entry %u has sequence %llu, out of range", i,
@@ -193,17 +179,18 @@ int chunk_entry(const uint8_t *buf, const struct tc_chunk_header *h, unsigned sp
         snprintf(err, errlen, "entry %u has unknown type %u", i, e->type);
         return -1;
     }
-    if (!mask_within(&e->valid, spb) || !mask_within(&e->dirty, spb)) {
+    /* Sectors at or past the block's end: only the last word decoded can
+     * hold them (the words before it are all inside the block, those
+     * after it are not decoded and stay 0). */
+    unsigned last = words ? words - 1 : 0;
+    uint64_t allowed = spb % 64 ? (1ull << (spb % 64)) - 1 : ~0ull;
+    if ((e->valid.w[last] | e->dirty.w[last]) & ~allowed) {
         snprintf(err, errlen, "entry %u has sector masks beyond the block", i);
         return -1;
     }
     if (e->type == TC_ENTRY_DATA) {
-        unsigned n = mask_count(&e->valid);
-        bool dirty_outside = false;
-        for (unsigned w = 0; w < TC_MASK_WORDS; w++)
-            if (e->dirty.w[w] & ~e->valid.w[w])
-                dirty_outside = true;
-        if (n == 0 || dirty_outside || (uint64_t)e->data_sector + n > h->data_sectors) {
+        unsigned n = count_words(e->valid.w, words);
+        if (n == 0 || outside || (uint64_t)e->data_sector + n > h->data_sectors) {
             snprintf(err, errlen, "entry %u: data (%u sectors at %u) outside the chunk or "
                      "dirty sectors not valid", i, n, e->data_sector);
             return -1;
