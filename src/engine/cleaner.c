@@ -172,6 +172,13 @@ struct cleaner {
     bool tail_syncing;              /* waiting for the sync of the new tail */
     uint64_t start_ns, tail_ns;     /* when the reclaim began, and its tail sync */
     uint64_t reclaim_ns, tail_sync_ns;  /* summed over the groups retired */
+    uint64_t wb_start_ns;           /* when the current group's dirty data went to
+                                     * the origin (0: it did not) */
+    uint64_t wb_groups, wb_ns;      /* groups that waited for that, and how long */
+    uint64_t walk_start_ns;         /* when the current group's walk began (0: done) */
+    uint64_t walk_ns;               /* the walks' time, summed (status) */
+    uint64_t walk_read_bytes;       /* chunks the walks read from the devices */
+    uint64_t walk_image_bytes;      /* ... and found in memory (log_read_image()) */
     bool lost_carried_all;          /* this pass recorded the whole lost set
                                      * again (an unusable chunk) */
     /* The LOST records carried forward from the group being reclaimed
@@ -255,6 +262,7 @@ static void begin_group(struct cleaner *k, uint32_t slot)
     k->batch_bytes += (uint64_t)g->nsegs * c->segment_size;
     k->walk_room = log_room(c);
     k->arrivals = 0;
+    k->walk_start_ns = tc_now_ns();
 }
 
 static void kick_fn(struct tc_task *t)
@@ -1175,11 +1183,13 @@ static void walk(struct cleaner *k)
         /* Data-free: the header alone is read; the data are zeroes. */
         uint32_t want = c->data_free ? cr->hdr_sectors : cr->hdr_sectors + cr->data_sectors;
         if (log_read_image(&c->lg, seg, cr->start, want, k->buf)) {
+            k->walk_image_bytes += (uint64_t)want * TC_SECTOR;
             process_chunk(k, cr, true);
             k->chunk_i++;
             continue;
         }
         seg_pin(&c->sp, seg);
+        k->walk_read_bytes += len;
         memset(&k->dio, 0, sizeof k->dio);
         k->dio.op = TC_DEV_READ;
         k->dio.buf = k->buf;
@@ -1192,6 +1202,10 @@ static void walk(struct cleaner *k)
         }
         dev_submit(seg_cdev(c, seg)->dev, &k->dio);
         return;
+    }
+    if (k->walk_start_ns) {
+        k->walk_ns += tc_now_ns() - k->walk_start_ns;
+        k->walk_start_ns = 0;
     }
     /* 2. The dirty blocks set aside are copied when that frees enough,
      * or go to the origin, in ascending order. */
@@ -1209,6 +1223,7 @@ static void walk(struct cleaner *k)
         k->dirty_blocks = realloc(k->dirty_blocks, k->nlaters * sizeof *k->dirty_blocks);
         for (size_t i = 0; i < k->nlaters; i++)
             k->dirty_blocks[i] = k->laters[i].oblock;
+        k->wb_start_ns = tc_now_ns();
         writeback_blocks(c, k->dirty_blocks, (unsigned)k->nlaters, decide_laters, k);
         return;
     }
@@ -1638,6 +1653,11 @@ static void decide_laters(void *arg, int err)
     struct cache *c = k->c;
     (void)err;
     TC_ASSERT(k->join.pending == 0);
+    if (k->wb_start_ns) {
+        k->wb_groups++;
+        k->wb_ns += tc_now_ns() - k->wb_start_ns;
+        k->wb_start_ns = 0;
+    }
     join_get(&k->join);         /* held while issuing */
     for (size_t i = 0; i < k->nlaters; i++) {
         struct later *l = &k->laters[i];
@@ -1792,6 +1812,15 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
      * release, and the part of it spent on the sync of the new tail. */
     json_double(j, "reclaim_seconds", (double)k->reclaim_ns / 1e9);
     json_double(j, "tail_sync_seconds", (double)k->tail_sync_ns / 1e9);
+    /* Groups whose dirty data the pass wrote back before they could go,
+     * and the time it waited for the origin. */
+    json_uint(j, "writeback_groups", k->wb_groups);
+    json_double(j, "writeback_seconds", (double)k->wb_ns / 1e9);
+    /* The walks' time (their reads, and deciding each entry), the chunk
+     * bytes they read from the devices, and those found in memory. */
+    json_double(j, "walk_seconds", (double)k->walk_ns / 1e9);
+    json_uint(j, "walk_read_bytes", k->walk_read_bytes);
+    json_uint(j, "walk_image_bytes", k->walk_image_bytes);
     /* Tail records synced that let groups go, those that let several go
      * (a batch: appends waited for room), and groups per record. */
     json_uint(j, "tail_syncs", k->tail_syncs);
