@@ -68,7 +68,14 @@ git_mount() {
 }
 git_umount() {
   local i
-  umount "$WORK/mnt" 2>/dev/null || true
+  # The unmount can fail for a moment (busy) just after a phase: tried
+  # once, the file system stayed mounted, losetup -d and fusermount3 -u
+  # failed behind it, and the wait for nbdfuse below never ended.
+  for ((i = 0; i < 100; i++)); do
+    mountpoint -q "$WORK/mnt" || break
+    umount "$WORK/mnt" 2>/dev/null && break
+    sleep 0.1
+  done
   losetup -d "$GIT_LOOP" 2>/dev/null || true
   # The loop device lets go of the FUSE file a moment after losetup -d
   # returns: until then the unmount fails (busy), and nbdfuse, never told

@@ -98,6 +98,17 @@ struct drop {
     uint32_t id;
 };
 
+/* One segment of the group read ahead (see "reading ahead" below). */
+struct ahead_seg {
+    struct cleaner *k;
+    uint32_t seg;
+    uint32_t sectors;           /* read: from the segment's start to its last chunk's end */
+    uint8_t *buf;
+    size_t size;
+    bool inflight, ok;
+    struct tc_dev_io dio;
+};
+
 /* A fragment with dirty sectors, set aside; copied if it is kept. */
 struct later {
     struct cleaner *k;
@@ -177,6 +188,22 @@ struct cleaner {
     bool tail_syncing;              /* waiting for the sync of the new tail */
     uint64_t start_ns, tail_ns;     /* when the reclaim began, and its tail sync */
     uint64_t reclaim_ns, tail_sync_ns;  /* summed over the groups retired */
+    uint64_t wb_start_ns;           /* when the current group's dirty data went to
+                                     * the origin (0: it did not) */
+    uint64_t wb_groups, wb_ns;      /* groups that waited for that, and how long */
+    uint64_t walk_start_ns;         /* when the current group's walk began (0: done) */
+    uint64_t walk_ns;               /* the walks' time, summed (status) */
+    uint64_t walk_read_bytes;       /* chunks the walks read from the devices */
+    uint64_t walk_image_bytes;      /* ... and found in memory (log_read_image()) */
+    /* The group read ahead: its sequence (valid while ahead_n > 0), its
+     * segments, how many of their reads are in flight, and the one the
+     * walk waits for (ahead_waiting). */
+    uint64_t ahead_seq;
+    unsigned ahead_n, ahead_inflight, ahead_wait;
+    bool ahead_waiting;
+    struct ahead_seg ahead[TC_MAX_DEVICES];
+    uint64_t ahead_groups, ahead_bytes, ahead_used_bytes;
+    bool no_ahead;                  /* TIERCACHE_TEST_NO_READ_AHEAD */
     bool lost_carried_all;          /* this pass recorded the whole lost set
                                      * again (an unusable chunk) */
     /* The LOST records carried forward from the group being reclaimed
@@ -231,6 +258,8 @@ struct cleaner {
 #define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
 
 static void walk(struct cleaner *k);
+static void ahead_start(struct cleaner *k, uint32_t slot);
+static void ahead_release(struct cleaner *k);
 static bool batch_next(struct cleaner *k);
 static void batch_cut(struct cleaner *k);
 static void retire_batch(struct cleaner *k);
@@ -260,6 +289,8 @@ static void begin_group(struct cleaner *k, uint32_t slot)
     k->batch_bytes += (uint64_t)g->nsegs * c->segment_size;
     k->walk_room = log_room(c);
     k->arrivals = 0;
+    k->walk_start_ns = tc_now_ns();
+    ahead_start(k, slot);
 }
 
 static void kick_fn(struct tc_task *t)
@@ -317,6 +348,8 @@ int cleaner_init(struct cache *c)
     k->unbounded = unbounded != NULL && *unbounded != '\0';
     const char *no_copies = getenv("TIERCACHE_TEST_NO_COPIES");
     k->no_copies = no_copies != NULL && *no_copies != '\0';
+    const char *no_ahead = getenv("TIERCACHE_TEST_NO_READ_AHEAD");
+    k->no_ahead = no_ahead != NULL && *no_ahead != '\0';
     k->read_retry_max_ns = READ_RETRY_MAX_NS;
     const char *retry_max = getenv("TIERCACHE_TEST_READ_RETRY_MAX_MS");
     if (retry_max != NULL && *retry_max != '\0') {
@@ -334,6 +367,8 @@ void cleaner_fini(struct cache *c)
     if (k == NULL)
         return;
     timer_cancel(c->reactor, &k->retry);
+    if (k->ahead_inflight == 0)     /* else the stop left it in flight: leaked, not freed under it */
+        ahead_release(k);
     bufpool_put(k->buf, k->buf_size);
     free(k->drops);
     free(k->laters);
@@ -367,7 +402,7 @@ void cleaner_kick(struct cache *c)
 
 bool cleaner_idle(struct cache *c)
 {
-    return c->cleaner == NULL || !c->cleaner->running;
+    return c->cleaner == NULL || (!c->cleaner->running && c->cleaner->ahead_inflight == 0);
 }
 
 void cleaner_wait_space(struct cache *c, struct log_waiter *w)
@@ -1155,6 +1190,140 @@ static bool copy_dirty(struct cleaner *k)
     return k->kept_bytes + dirty <= group / 16 * 15;
 }
 
+/* ---- reading ahead ----
+ *
+ * A reclaim is a walk (the group's chunks read, one after the other, and
+ * decided), then the sync of the new tail; appends waiting for room wait
+ * for both, and under a write flood they wait for nearly every reclaim
+ * (the cleaner's claim holds them while it runs).  The walk's reads
+ * need not wait: a closed group does not change on the device until it
+ * is retired (its segments take no more chunks, and none is reused
+ * before the tail passes it), so they can be made earlier, all at once.
+ * When a walk begins, each segment of the group is read whole (from its
+ * start to its last chunk's end) in one request, and while a tail sync
+ * runs with appends waiting for room, or with a pass due, the next group
+ * is read the same way: the walk that comes next finds its chunks in
+ * memory.  Nothing is decided from those reads until the walk reaches
+ * each chunk, as from its own read (the index and the checksums are
+ * looked at then).  A read that fails is forgotten, and the walk reads
+ * the chunk itself (its errors are handled there, as ever).  Not for:
+ * segments with a chunk write in flight or an image in memory (the walk
+ * takes those from the image), segments with nothing live (the walk
+ * skips them), groups of more than AHEAD_MAX_BYTES, data-free caches
+ * (replay: the walk reads headers only).  For tests and comparisons
+ * only, TIERCACHE_TEST_NO_READ_AHEAD turns it off.
+ *
+ * Measured on the git benchmark in writeback (64 MiB cache, 1 MiB
+ * segments, three runs each way alternated on a loaded machine): the
+ * walks went from 1.8-2.2 s a run to 0.16-0.18 s, the reclaims from
+ * 5.0-6.3 s to 3.6-4.7 s (the tail syncs took part of what the walks
+ * gave: the reads ahead share the device with them), the wall time
+ * writes waited for room from 3.6-4.0 s to 2.8-3.5 s, and each run's
+ * total was 4-23 % shorter than the run without beside it. */
+#define AHEAD_MAX_BYTES (16u << 20)
+
+static void ahead_release(struct cleaner *k)
+{
+    TC_ASSERT(k->ahead_inflight == 0);
+    for (unsigned i = 0; i < k->ahead_n; i++)
+        bufpool_put(k->ahead[i].buf, k->ahead[i].size);
+    k->ahead_n = 0;
+}
+
+static void ahead_read(struct tc_dev_io *dio, int err)
+{
+    struct ahead_seg *a = container_of(dio, struct ahead_seg, dio);
+    struct cleaner *k = a->k;
+    seg_unpin(&k->c->sp, a->seg);
+    a->inflight = false;
+    a->ok = err == 0;
+    k->ahead_inflight--;
+    if (k->ahead_waiting && a == &k->ahead[k->ahead_wait]) {
+        k->ahead_waiting = false;
+        walk(k);
+    }
+}
+
+/* Read the group in ring slot `slot` ahead, unless it is read already or
+ * another read ahead is in flight. */
+static void ahead_start(struct cleaner *k, uint32_t slot)
+{
+    struct cache *c = k->c;
+    if (c->data_free || k->ahead_inflight > 0 || k->stopping || k->no_ahead)
+        return;
+    const struct group *g = group_at(&c->sp, slot);
+    if (g->open || (k->ahead_n > 0 && k->ahead_seq == g->seq))
+        return;
+    uint32_t sectors[TC_MAX_DEVICES];
+    uint64_t total = 0;
+    for (unsigned i = 0; i < g->nsegs; i++) {
+        uint32_t seg = g->segs[i];
+        const struct segment *sg = space_seg(&c->sp, seg);
+        sectors[i] = 0;
+        if (!seg_usable(c, seg) || sg->nchunks == 0 || sg->writes_inflight > 0 ||
+            c->lg.images[seg] != NULL || (sg->live == 0 && c->map.lost.blocks == 0))
+            continue;
+        const struct chunk_ref *last = &sg->chunks[sg->nchunks - 1];
+        sectors[i] = (uint32_t)last->start + last->hdr_sectors + last->data_sectors;
+        total += (uint64_t)sectors[i] * TC_SECTOR;
+    }
+    if (total == 0 || total > AHEAD_MAX_BYTES)
+        return;
+    ahead_release(k);
+    k->ahead_seq = g->seq;
+    k->ahead_groups++;
+    for (unsigned i = 0; i < g->nsegs; i++) {
+        if (sectors[i] == 0)
+            continue;
+        struct ahead_seg *a = &k->ahead[k->ahead_n++];
+        uint32_t seg = g->segs[i];
+        a->k = k;
+        a->seg = seg;
+        a->sectors = sectors[i];
+        a->size = (size_t)sectors[i] * TC_SECTOR;
+        a->buf = bufpool_get(a->size);
+        a->inflight = true;
+        a->ok = false;
+        k->ahead_inflight++;
+        k->ahead_bytes += a->size;
+        seg_pin(&c->sp, seg);
+        memset(&a->dio, 0, sizeof a->dio);
+        a->dio.op = TC_DEV_READ;
+        a->dio.buf = a->buf;
+        a->dio.off = seg_dev_offset(c, seg);
+        a->dio.len = a->size;
+        a->dio.cb = ahead_read;
+        dev_submit(seg_cdev(c, seg)->dev, &a->dio);
+    }
+}
+
+/* The chunk cr of segment seg of the group being walked, `sectors` of it
+ * from its start, from the read ahead into k->buf: 1 if there, 0 if not
+ * (the walk reads it), -1 if its read is in flight (the walk goes on when
+ * it ends). */
+static int ahead_take(struct cleaner *k, uint32_t seg, const struct chunk_ref *cr,
+                      uint32_t sectors)
+{
+    if (k->ahead_n == 0 || k->ahead_seq != k->seq)
+        return 0;
+    for (unsigned i = 0; i < k->ahead_n; i++) {
+        struct ahead_seg *a = &k->ahead[i];
+        if (a->seg != seg)
+            continue;
+        if (a->inflight) {
+            k->ahead_waiting = true;
+            k->ahead_wait = i;
+            return -1;
+        }
+        if (!a->ok || (uint32_t)cr->start + sectors > a->sectors)
+            return 0;
+        memcpy(k->buf, a->buf + (size_t)cr->start * TC_SECTOR, (size_t)sectors * TC_SECTOR);
+        k->ahead_used_bytes += (uint64_t)sectors * TC_SECTOR;
+        return 1;
+    }
+    return 0;
+}
+
 static void walk(struct cleaner *k)
 {
     struct cache *c = k->c;
@@ -1190,11 +1359,21 @@ static void walk(struct cleaner *k)
         /* Data-free: the header alone is read; the data are zeroes. */
         uint32_t want = c->data_free ? cr->hdr_sectors : cr->hdr_sectors + cr->data_sectors;
         if (log_read_image(&c->lg, seg, cr->start, want, k->buf)) {
+            k->walk_image_bytes += (uint64_t)want * TC_SECTOR;
+            process_chunk(k, cr, true);
+            k->chunk_i++;
+            continue;
+        }
+        int ahead = ahead_take(k, seg, cr, want);
+        if (ahead < 0)
+            return;         /* ahead_read() walks on */
+        if (ahead > 0) {
             process_chunk(k, cr, true);
             k->chunk_i++;
             continue;
         }
         seg_pin(&c->sp, seg);
+        k->walk_read_bytes += len;
         memset(&k->dio, 0, sizeof k->dio);
         k->dio.op = TC_DEV_READ;
         k->dio.buf = k->buf;
@@ -1207,6 +1386,10 @@ static void walk(struct cleaner *k)
         }
         dev_submit(seg_cdev(c, seg)->dev, &k->dio);
         return;
+    }
+    if (k->walk_start_ns) {
+        k->walk_ns += tc_now_ns() - k->walk_start_ns;
+        k->walk_start_ns = 0;
     }
     /* 2. The dirty blocks set aside are copied when that frees enough,
      * or go to the origin, in ascending order. */
@@ -1224,6 +1407,7 @@ static void walk(struct cleaner *k)
         k->dirty_blocks = realloc(k->dirty_blocks, k->nlaters * sizeof *k->dirty_blocks);
         for (size_t i = 0; i < k->nlaters; i++)
             k->dirty_blocks[i] = k->laters[i].oblock;
+        k->wb_start_ns = tc_now_ns();
         writeback_blocks(c, k->dirty_blocks, (unsigned)k->nlaters, decide_laters, k);
         return;
     }
@@ -1527,6 +1711,11 @@ static void retire_batch(struct cleaner *k)
     k->tail_syncing = true;
     k->tail_ns = tc_now_ns();
     log_sync(c, &k->lw);
+    /* The next group's walk is likely to follow this sync: read it
+     * meanwhile (after the sync's writes, which go first; not if the
+     * sync ended at once). */
+    if (k->tail_syncing && pos + 1 < c->sp.ngroups && (k->space_waiters != NULL || k->active))
+        ahead_start(k, next);
 }
 
 /* The sectors of `m` (of fragment fid) whose data in buf (laid out by
@@ -1653,6 +1842,11 @@ static void decide_laters(void *arg, int err)
     struct cache *c = k->c;
     (void)err;
     TC_ASSERT(k->join.pending == 0);
+    if (k->wb_start_ns) {
+        k->wb_groups++;
+        k->wb_ns += tc_now_ns() - k->wb_start_ns;
+        k->wb_start_ns = 0;
+    }
     join_get(&k->join);         /* held while issuing */
     for (size_t i = 0; i < k->nlaters; i++) {
         struct later *l = &k->laters[i];
@@ -1759,6 +1953,9 @@ static void tail_synced(struct log_waiter *lw, int err)
         c->st.groups_retired++;
         k->groups++;
     }
+    /* What was read ahead of a group that went is of no use any more. */
+    if (k->ahead_n > 0 && k->ahead_inflight == 0 && k->ahead_seq < c->lg.tail_seq)
+        ahead_release(k);
     k->tail_syncs++;
     if (go > 1)
         k->batch_syncs++;
@@ -1807,6 +2004,20 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
      * release, and the part of it spent on the sync of the new tail. */
     json_double(j, "reclaim_seconds", (double)k->reclaim_ns / 1e9);
     json_double(j, "tail_sync_seconds", (double)k->tail_sync_ns / 1e9);
+    /* Groups whose dirty data the pass wrote back before they could go,
+     * and the time it waited for the origin. */
+    json_uint(j, "writeback_groups", k->wb_groups);
+    json_double(j, "writeback_seconds", (double)k->wb_ns / 1e9);
+    /* The walks' time (their reads, and deciding each entry), the chunk
+     * bytes they read from the devices, and those found in memory. */
+    json_double(j, "walk_seconds", (double)k->walk_ns / 1e9);
+    json_uint(j, "walk_read_bytes", k->walk_read_bytes);
+    json_uint(j, "walk_image_bytes", k->walk_image_bytes);
+    /* Groups read ahead (reading ahead, above), the bytes read so, and
+     * those the walks used. */
+    json_uint(j, "groups_read_ahead", k->ahead_groups);
+    json_uint(j, "read_ahead_bytes", k->ahead_bytes);
+    json_uint(j, "read_ahead_used_bytes", k->ahead_used_bytes);
     /* Tail records synced that let groups go, those that let several go
      * (a batch: appends waited for room), and groups per record. */
     json_uint(j, "tail_syncs", k->tail_syncs);

@@ -54,6 +54,10 @@ struct cache_stats {
     /* ... that waited for room in the log (holding their lock), and that
      * read their block's other sectors to merge a full chain. */
     uint64_t write_room_waits, write_room_wait_ns, write_merge_reads;
+    /* The wall time during which at least one piece waited for room (the
+     * sum above counts every piece of a request, and requests in flight
+     * together, each). */
+    uint64_t room_waiting_now, room_stall_since, room_stall_ns;
     uint64_t segments_written;      /* segments filled */
     uint64_t chunks_written, chunk_bytes_written;
     uint64_t groups_retired;

@@ -618,8 +618,11 @@ static void piece_waits(struct wpiece *p, enum pwait why)
 {
     p->wait = (uint8_t)why;
     if (why == PW_ROOM) {
-        p->w->c->st.write_room_waits++;
+        struct cache_stats *st = &p->w->c->st;
+        st->write_room_waits++;
         p->room_wait_ns = tc_now_ns();
+        if (st->room_waiting_now++ == 0)
+            st->room_stall_since = p->room_wait_ns;
     } else if (why == PW_MERGE)
         p->w->c->st.write_merge_reads++;
     if (why != PW_LOCK)
@@ -709,7 +712,11 @@ static void space_ready(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
     p->wait = PW_NONE;
-    p->w->c->st.write_room_wait_ns += tc_now_ns() - p->room_wait_ns;
+    struct cache_stats *st = &p->w->c->st;
+    uint64_t now = tc_now_ns();
+    st->write_room_wait_ns += now - p->room_wait_ns;
+    if (--st->room_waiting_now == 0)
+        st->room_stall_ns += now - st->room_stall_since;
     if (err) {
         /* A stop that could wait no longer for room (cache_stopping()):
          * nothing of the piece was appended or sent to the origin; the
