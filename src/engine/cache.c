@@ -426,26 +426,25 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
 }
 
 /*
- * Whether the origin may hold writes the run before acknowledged that no
- * origin flush covered (originwin.c, "The run before"): yes unless
+ * Whether the origin may hold writes acknowledged before this start that
+ * no origin flush covered (originwin.c, "The run before"): yes unless the
+ * run before stopped cleanly (the newest chunk, or the superblocks'
+ * record, says so): a clean stop flushes the origin after the last
+ * request and is recorded as clean only if that flush succeeded
+ * (close_origin_flushed()).
  *
- *  - that run stopped cleanly (the newest chunk, or the superblocks' record,
- *    says so): a clean stop flushes the origin after the last request and
- *    is recorded as clean only if that flush succeeded (close_origin_flushed());
- *  - or no run came before: nothing in the log and no sequence record of
- *    this set (seqrec.c), which every start writes before it serves.  A
- *    run that wrote only around the cache leaves no chunk, but its record.
- *
- * A record removed by hand after such a run is taken for a first start.
+ * Anything else cannot prove it, so it counts as unflushed: a crash, a
+ * kill, a stop whose origin flush failed, and also a cache with no run
+ * behind it -- freshly formatted, or its sequence record gone.  A format
+ * (--force after a kill -9 of the daemon that served the origin, or a new
+ * cache for it) wipes the record of that daemon's run, not the writes it
+ * left on the origin unflushed; a first start took them for nothing and
+ * its first FLUSH, in writeback mode, did not flush the origin.  The cost
+ * is one origin flush at the first flush of a cache's first run.
  */
-static bool origin_unflushed_at_start(struct cache *c)
+static bool origin_unflushed_at_start(const struct cache *c)
 {
-    const char *stop = c->st.last_stop ? c->st.last_stop : "none";
-    if (strcmp(stop, "clean") == 0)
-        return false;
-    if (strcmp(stop, "none") == 0 && seqrec_first_start(c))
-        return false;
-    return true;
+    return !c->st.last_stop || strcmp(c->st.last_stop, "clean") != 0;
 }
 
 static int cache_attach(struct tc_volume *vol, const char *const *paths, bool offline,
@@ -669,8 +668,11 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
      * it (originwin.c). */
     origin_window_started(c, origin_unflushed_at_start(c));
     if (c->owin.before_start)
-        tc_info("cache: the run before did not stop cleanly: the origin may hold writes it "
-                "acknowledged without a flush; the first flush flushes the origin");
+        tc_info("cache: %s: the origin may hold writes acknowledged without a flush; the "
+                "first flush flushes the origin",
+                c->st.last_stop && strcmp(c->st.last_stop, "none") != 0
+                    ? "the run before did not stop cleanly"
+                    : "no clean stop of this cache recorded (a first start)");
     /* The state file's room first: it is small, and a full file system
      * must not keep the abandonment from being recorded. */
     abandon_keep_room(c);

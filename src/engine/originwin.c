@@ -67,7 +67,9 @@
  * must cover them too: an NBD FLUSH covers every write acknowledged
  * before it, whichever daemon acknowledged it.  So the start sets
  * before_start unless the run before stopped cleanly, its last origin
- * flush done, or no run came before (cache.c, origin_unflushed_at_start()):
+ * flush done (cache.c, origin_unflushed_at_start(): a first start, after a
+ * format, counts as unflushed too -- a format wipes the record of a run
+ * killed before it, not that run's writes on the origin):
  * while set, the window counts as pending and as holding writes the cache
  * lacks, so the first flush that reaches the daemon -- a client FLUSH in
  * any mode, tiercache flush or detach, the periodic commit -- flushes the

@@ -625,13 +625,6 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
     return rc;
 }
 
-bool seqrec_first_start(const struct cache *c)
-{
-    const struct seqrec *sr = c->seqrec;
-    return sr && sr->at_start &&
-           (strcmp(sr->at_start, "missing") == 0 || strcmp(sr->at_start, "other set") == 0);
-}
-
 void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen)
 {
     struct seqrec_look l;

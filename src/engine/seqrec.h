@@ -75,9 +75,6 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
  * log than the record (or the record is unusable), unless accept_older:
  * then a warning, and the record is replaced. */
 int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen);
-/* After seqrec_check(): it found no record of this set (none, or another
- * set's): the first start of the set here -- or the record was removed. */
-bool seqrec_first_start(const struct cache *c);
 /* Recovery refused the start (err): when the record finds one of the
  * devices older than it says, that is the likelier cause (its missing
  * chunks look like damage to the scan), and err is replaced by the
