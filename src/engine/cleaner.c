@@ -367,7 +367,12 @@ void cleaner_fini(struct cache *c)
     if (k == NULL)
         return;
     timer_cancel(c->reactor, &k->retry);
-    if (k->ahead_inflight == 0)     /* else the stop left it in flight: leaked, not freed under it */
+    /* A close, a detach and an attach wait for the read-ahead's reads
+     * (cleaner_idle()), so none is in flight here unless the cache is
+     * freed without a close.  Then its buffers are left, not freed under
+     * the read; its completion would still find k freed, a risk the
+     * walk's own read shares. */
+    if (k->ahead_inflight == 0)
         ahead_release(k);
     bufpool_put(k->buf, k->buf_size);
     free(k->drops);
