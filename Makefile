@@ -90,10 +90,11 @@ $(BUILD)/bench/survey_speed: $(LIB_OBJS)
 run: all
 	@scripts/run-default.sh
 
-# The whole suite: the normal build, then the sanitizer build.
+# The whole suite: the normal build, then the sanitizer build, each on every
+# core.
 test: test-deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory SANITIZE=1 all
+	@$(MAKE) --no-print-directory -j$(shell nproc) all
+	@$(MAKE) --no-print-directory -j$(shell nproc) SANITIZE=1 all
 	@tests/run
 
 # Long crash-consistency run (issue: writeback never loses a flushed write).
