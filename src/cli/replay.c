@@ -73,7 +73,10 @@ static const char replay_help[] =
 "                       fractions of its size: live data, meta -- superblocks\n"
 "                       and the rest outside segments --, free segments,\n"
 "                       unfilled room of segments in use, chunk headers,\n"
-"                       stale versions)\n"
+"                       stale versions), cleaner (its copies: blocks and\n"
+"                       bytes appended again; the bytes its walks read;\n"
+"                       its tail records synced) and device_write_bytes\n"
+"                       (all bytes written to the cache device)\n"
 "\n"
 "Miss-ratio curve (--mrc): LRU's read miss ratio at many cache sizes from\n"
 "one pass over the trace, by SHARDS sampling (Waldspurger et al., FAST\n"
@@ -260,6 +263,16 @@ static void json_results(const struct replay_args *a, const struct replay_result
         uint64_t counted = r->read_hit_bytes + r->read_miss_bytes;
         json_double(&j, "byte_miss_ratio",
                     counted ? (double)r->read_miss_bytes / (double)counted : 0);
+        if (strncmp(r->policy, "ref-", 4) != 0) {
+            /* Engine policies: what the cleaner cost the cache device. */
+            json_begin_object(&j, "cleaner");
+            json_uint(&j, "copies", r->copies);
+            json_uint(&j, "copied_bytes", r->copied_bytes);
+            json_uint(&j, "read_bytes", r->cleaner_read_bytes);
+            json_uint(&j, "tail_syncs", r->tail_syncs);
+            json_end_object(&j);
+            json_uint(&j, "device_write_bytes", r->device_write_bytes);
+        }
         if (r->usage_samples) {
             /* Engine policies at steady state: fractions of the device. */
             json_begin_object(&j, "device_use");

@@ -1544,6 +1544,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "not_admitted", s->not_admitted);
     json_uint(j, "demotions", s->demotions);
     json_uint(j, "reinsertions", s->reinsertions);
+    json_uint(j, "reinserted_bytes", s->reinserted_bytes);
     json_uint(j, "dirty_copied", s->dirty_copies_by_cleaner);
     json_uint(j, "invalidations", s->invalidations);
     json_uint(j, "bypassed_sequential_bytes", s->bypassed_sequential);

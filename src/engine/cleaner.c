@@ -862,6 +862,7 @@ static bool reinsert(struct cache *c, uint64_t oblock, uint32_t id, const struct
     map_add_appended(c, oblock, id, cur, dirty, &at, (entry_flags & TC_ENTRY_WT) ? CE_WT : 0,
                      false);
     c->st.reinsertions++;
+    c->st.reinserted_bytes += (uint64_t)n * TC_SECTOR;
     return true;
 }
 
@@ -1987,6 +1988,13 @@ void cleaner_device_failed(struct cache *c)
         k->ncarried = k->nsorted = 0;   /* the copies may have been on the device */
         k->carried_seq = 0;
     }
+}
+
+void cleaner_costs(const struct cache *c, uint64_t *walk_read_bytes, uint64_t *tail_syncs)
+{
+    const struct cleaner *k = c->cleaner;
+    *walk_read_bytes = k ? k->walk_read_bytes : 0;
+    *tail_syncs = k ? k->tail_syncs : 0;
 }
 
 void cleaner_status_json(struct cache *c, struct tc_json *j)

@@ -82,5 +82,8 @@ void cleaner_failure_room(struct cache *c);
 uint64_t cleaner_claim(struct cache *c);
 void cleaner_claim_wait(struct cache *c);
 void cleaner_status_json(struct cache *c, struct tc_json *j);
+/* What the cleaner's reclaims cost the devices so far (replay's figures):
+ * chunk bytes its walks read from them, and tail records synced. */
+void cleaner_costs(const struct cache *c, uint64_t *walk_read_bytes, uint64_t *tail_syncs);
 
 #endif

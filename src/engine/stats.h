@@ -32,6 +32,7 @@ struct cache_stats {
     uint64_t fill_wait_hits;         /* reads that waited and then hit */
     uint64_t demotions;             /* blocks dropped by the cleaner */
     uint64_t reinsertions;          /* hot blocks appended again by the cleaner */
+    uint64_t reinserted_bytes;      /* ... their bytes (dirty copies too) */
     uint64_t split_appends;         /* versions stored in two parts (log_append()) */
     uint64_t dirty_copies_by_cleaner;   /* dirty fragments it copied, not written back */
     uint64_t copies_refused;        /* copies it did not make, to keep the room

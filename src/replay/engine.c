@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "engine/cache.h"
+#include "engine/cleaner.h"
 #include "engine/engine.h"
 #include "format/format.h"
 #include "io/dev.h"
@@ -449,6 +450,10 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
     out->read_miss_bytes = st->read_miss_bytes;
     out->promotions = st->promotions;
     out->evictions = st->demotions;
+    out->copies = st->reinsertions;
+    out->copied_bytes = st->reinserted_bytes;
+    out->device_write_bytes = st->chunk_bytes_written;
+    cleaner_costs(p->vol->cache, &out->cleaner_read_bytes, &out->tail_syncs);
     if (p->clipped || p->skipped || p->failed || p->unknown)
         tc_info("replay %s: %llu requests past the volume's end (%llu bytes) clipped, %llu "
                 "skipped; %llu failed; %llu of unknown kinds", t->path,

@@ -38,6 +38,13 @@ struct replay_result {
     uint64_t writes, write_hits;    /* a write hit: some of it was cached */
     uint64_t promotions;            /* blocks (or sectors' blocks) admitted */
     uint64_t evictions;             /* blocks dropped for room */
+    /* Engine policies: what the cleaner's reclaims cost the cache device
+     * -- blocks it copied (appended again) and their bytes, the chunk
+     * bytes its walks read, its tail records synced -- and the bytes
+     * written to the device in all (client data, fills, copies,
+     * headers). */
+    uint64_t copies, copied_bytes, cleaner_read_bytes, tail_syncs;
+    uint64_t device_write_bytes;
     /* Reads and read misses by request, each weighted by 1 / the chance
      * that the sample kept it (struct replay_sample); without a sample,
      * equal to reads and read_misses. */
