@@ -532,11 +532,15 @@ static bool head_fits(struct cache *c, unsigned d, uint32_t nsectors, unsigned n
 /* The head to append to.  The stripe unit is the chunk: appends stay on one
  * device until its chunk is sealed, so a sequential stream is laid out in
  * runs of up to a chunk on each device in turn; the next chunk goes to the
- * open head with the least fill, which keeps devices evenly used. */
-static int pick_head(struct cache *c, uint32_t nsectors, unsigned nent, int exclude)
+ * open head with the least fill, which keeps devices evenly used.
+ * *need_seal: head_fits()'s answer for the head picked, which append_to()
+ * is given rather than asking again (every append asked twice). */
+static int pick_head(struct cache *c, uint32_t nsectors, unsigned nent, int exclude,
+                     bool *need_seal)
 {
     unsigned cur = c->lg.next_dev % c->ndevs;
     bool ns;
+    *need_seal = false;
     if ((int)cur != exclude && c->lg.heads[cur].data_fill > 0 &&
         head_fits(c, cur, nsectors, nent, &ns) && !ns)
         return (int)cur;
@@ -551,9 +555,19 @@ static int pick_head(struct cache *c, uint32_t nsectors, unsigned nent, int excl
         if (fill < best_fill) {
             best_fill = fill;
             best = (int)d;
+            *need_seal = ns;
         }
     }
     return best;
+}
+
+/* Does head d take the append with need_seal as head_fits() says?  For
+ * the debug build's check that an answer handed on still holds. */
+static bool fits_as(struct cache *c, unsigned d, uint32_t nsectors, unsigned nent,
+                    bool need_seal)
+{
+    bool ns;
+    return head_fits(c, d, nsectors, nent, &ns) && ns == need_seal;
 }
 
 /* A new entry in head h's current chunk (room checked by the caller). */
@@ -576,14 +590,15 @@ static struct tc_entry *add_entry(struct head *h)
  * the seal before it may have changed to none: the caller reads h->seg
  * after).  A replacing version (a->replace) goes after its tombstone
  * (sequence tseq, target seq: the link recovery checks), in the same
- * chunk: head_fits() was asked for room for both. */
+ * chunk: head_fits() was asked for room for both, and need_seal is its
+ * answer (nothing in between changed the head: no completion runs inside
+ * log_append(), see there). */
 static uint16_t append_to(struct cache *c, unsigned d, const struct append *a, uint64_t tseq,
-                          uint64_t seq, unsigned nsectors, bool mirror_copy)
+                          uint64_t seq, unsigned nsectors, bool mirror_copy, bool need_seal)
 {
     struct head *h = &c->lg.heads[d];
     unsigned nent = a->replace ? 2 : 1;
-    bool need_seal;
-    head_fits(c, d, nsectors, nent, &need_seal);
+    TC_ASSERT(fits_as(c, d, nsectors, nent, need_seal));
     if (need_seal) {
         seal(c, d, false, false);
         if (h->seg == NIL)
@@ -680,12 +695,14 @@ static bool split_first(struct cache *c, const struct append *a, unsigned nsecto
         return false;
     int best = -1;
     unsigned best_k = 0;
+    bool best_ns = false;
     for (unsigned d = 0; d < c->ndevs; d++) {
         bool ns;
         for (unsigned k = nsectors - 1; k > best_k; k--)
             if (head_fits(c, d, k, 1, &ns)) {
                 best = (int)d;
                 best_k = k;
+                best_ns = ns;
                 break;
             }
     }
@@ -719,7 +736,7 @@ static bool split_first(struct cache *c, const struct append *a, unsigned nsecto
     uint64_t seq = c->lg.next_seq++;
     if (a->flags & TC_ENTRY_WT)
         c->lg.wt_newest_seq = seq;
-    loc->off = append_to(c, (unsigned)best, &first, 0, seq, best_k, false);
+    loc->off = append_to(c, (unsigned)best, &first, 0, seq, best_k, false, best_ns);
     loc->seg = c->lg.heads[best].seg;
     loc->seq = seq;
     loc->part1 = first.valid;
@@ -770,6 +787,7 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     }
     struct append rest;
     int d1 = -1, d2 = -1;
+    bool ns1 = false, ns2 = false;      /* pick_head()'s need_seal of d1, d2 */
     for (int attempt = 0; attempt < 3; attempt++) {
         if (!ensure_group(c, a->use_reserve)) {
             /* split_first() promised room, and nothing in between can take
@@ -779,9 +797,9 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
             TC_ASSERT_ALWAYS(!loc.split);
             return loc;
         }
-        d1 = pick_head(c, nsectors, nent, -1);
+        d1 = pick_head(c, nsectors, nent, -1, &ns1);
         if (d1 >= 0 && a->mirror) {
-            d2 = pick_head(c, nsectors, nent, d1);
+            d2 = pick_head(c, nsectors, nent, d1, &ns2);
             if (d2 < 0)
                 d1 = -1;
         }
@@ -789,7 +807,7 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
         if (d1 < 0 && !loc.split && attempt < 2 && split_first(c, a, nsectors, &rest, &loc)) {
             a = &rest;
             nsectors = mask_count(&a->valid);
-            d1 = pick_head(c, nsectors, nent, -1);
+            d1 = pick_head(c, nsectors, nent, -1, &ns1);
         }
         if (d1 >= 0)
             break;
@@ -810,7 +828,7 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     if (a->flags & TC_ENTRY_WT)
         c->lg.wt_newest_seq = seq;      /* a FLUSH in writeback mode flushes the origin */
     loc.err = 0;
-    uint16_t off = append_to(c, (unsigned)d1, a, tseq, seq, nsectors, false);
+    uint16_t off = append_to(c, (unsigned)d1, a, tseq, seq, nsectors, false, ns1);
     if (loc.split) {
         loc.seq2 = seq;
         loc.off2 = off;
@@ -821,7 +839,7 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
         loc.seg = c->lg.heads[d1].seg;
     }
     if (d2 >= 0) {
-        loc.moff = append_to(c, (unsigned)d2, a, tseq, seq, nsectors, true);
+        loc.moff = append_to(c, (unsigned)d2, a, tseq, seq, nsectors, true, ns2);
         loc.mseg = c->lg.heads[d2].seg;
     }
     /* Only a clean copy of origin data may wait long (above): not a

@@ -99,7 +99,6 @@ struct wpiece {
     struct block_waiter bw;
     struct log_waiter lw;
     struct tc_dev_io dio;
-    struct cread cr;
     struct owrite ow;
     uint8_t *old;                   /* merging: the other sectors, by sector */
     size_t old_size;
