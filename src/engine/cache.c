@@ -332,6 +332,13 @@ static void space_freed(void *ctx)
     cleaner_space_freed(ctx);
 }
 
+/* Space's other event: only segments the sequence record holds back are
+ * free (space.h, invariant 22). */
+static void space_unguard(void *ctx)
+{
+    seqrec_unguard(ctx);
+}
+
 /* The log's events (log.h): an append found no room, or a new group took
  * free segments -- the cleaner looks at the free count; a chunk write or
  * a device flush failed -- the device fails (failure.c). */
@@ -541,7 +548,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     space_init(&c->sp, c->sp.nsegs, c->seg_sectors, c->ndevs);
     for (unsigned d = 0; d < c->ndevs; d++)
         space_add_dev(&c->sp, d, c->devs[d].first_seg, c->devs[d].nsegs);
-    c->sp.ev = (struct space_events){ .freed = space_freed, .ctx = c };
+    c->sp.ev = (struct space_events){ .freed = space_freed, .unguard = space_unguard, .ctx = c };
     watermarks(c);
     log_init(c);
     c->lg.ev = (struct log_events){ .needs_space = log_needs_space,

@@ -436,6 +436,10 @@ void ckpt_write(struct cache *c, struct ckpt_place *pl, void (*done)(void *arg, 
         more = false;
         for (unsigned d = 0; d < c->ndevs && pl->nsegs < need; d++) {
             const struct free_stack *fs = &c->sp.stacks[d];
+            /* Not one that holds the chunk the sequence record names for
+             * its device (space.h, invariant 22). */
+            while (taken[d] < fs->n && space_seg_held_back(&c->sp, fs->segs[taken[d]]))
+                taken[d]++;
             if (taken[d] < fs->n) {
                 pl->segs[pl->nsegs++] = fs->segs[taken[d]++];
                 more = true;
@@ -781,6 +785,9 @@ int ckpt_restore(struct cache *c, const struct tc_superblock *rec, char *why, si
             next_seq = TC_MAX(next_seq, c->failed_seq[i]);
         log_recovered(&c->lg, next_seq, ck.chunk_seq, ps.nlive ? first_live : next_seq,
                       ck.wt_stable_seq);
+        /* The checkpoint names no chunk sequence per segment: bounds
+         * (invariant 22). */
+        space_bound_chunks(&c->sp, ck.chunk_seq);
     }
     free(ps.live_dev);
     free(ps.fill);

@@ -370,6 +370,10 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         .flushed_seq = c->lg.flushed_upto,
     };
     c->lg.marked_upto = TC_MAX(c->lg.marked_upto, hdr.flushed_seq);
+    /* Which chunks the segment holds (space.h, invariant 22). */
+    if (sg->first_chunk == 0)
+        sg->first_chunk = hdr.chunk_seq;
+    sg->top_chunk = hdr.chunk_seq;
     if (h->nentries > 0)
         c->lg.entries_chunk = hdr.chunk_seq;
     memcpy(hdr.set_uuid, c->set_uuid, 16);

@@ -1266,7 +1266,9 @@ static int past_stop_record(const struct recovery *rc, char *err, size_t errlen)
  * Each device's newest chunk, for the sequence record (seqrec.c): the
  * newest whose header checks, in any segment (a free one's chunks are
  * still what the device holds), and the newest up to the durable mark,
- * from which the log's count of each device's durable chunk starts.
+ * from which the log's count of each device's durable chunk starts.  And
+ * each segment's first and newest chunk, which the allocator keeps the
+ * record's chunks by (space.h, invariant 22).
  */
 static void devices_newest(struct recovery *rc)
 {
@@ -1276,9 +1278,13 @@ static void devices_newest(struct recovery *rc)
     for (unsigned d = 0; d < c->ndevs; d++)
         c->devs[d].newest_chunk = 0;
     for (uint32_t s = 0; s < c->sp.nsegs; s++) {
-        const struct segment *sg = space_seg(&c->sp, s);
+        struct segment *sg = space_seg(&c->sp, s);
+        sg->first_chunk = sg->top_chunk = 0;
         for (uint32_t k = 0; k < sg->nchunks; k++) {
             uint64_t q = rc->cseq[s][k];
+            if (sg->first_chunk == 0 || q < sg->first_chunk)
+                sg->first_chunk = q;
+            sg->top_chunk = TC_MAX(sg->top_chunk, q);
             c->devs[sg->dev].newest_chunk = TC_MAX(c->devs[sg->dev].newest_chunk, q);
             if (q <= durable)
                 c->lg.dev_written[sg->dev] = c->lg.dev_flushed[sg->dev] =

@@ -71,11 +71,26 @@
  * its chunks from before the failure are untrusted, may be damaged or
  * gone, and its entry is from before the failure.
  *
- * One start may be refused wrongly, and --accept-older-cache starts it:
- * a power loss while a device's first chunk is written into the segment
- * that held the device's newest recorded chunk -- freed by the cleaner,
- * the device having received no chunk in any newer group -- can tear
- * the segment's first header, and the walk then finds nothing there.
+ * A device's entry must stay where the walk finds it, or a start refuses
+ * the current device: the segment holding the device's recorded chunk,
+ * freed by the cleaner (the device having received no chunk in a newer
+ * group, or none flushed yet) and opened again, is written from its
+ * first sector, and a power loss that tears that first chunk, or keeps
+ * a later one but not it, leaves nothing of the old chunks to walk --
+ * exactly what an older copy looks like.  So (space.h, invariant 22) the
+ * allocator does not open a free segment that may hold a chunk a record
+ * possibly on file names for its device (the one on file and the one in
+ * the writer's hands, at most one at a time: guard_apply()) while
+ * another is free, and a record drops the entry of a device whose chunk
+ * is no longer in a live segment (record_fill(): a chunk of a retired
+ * group holds nothing the log needs, and a copy of the device holds the
+ * same live groups), at the next periodic write even without a new flush
+ * -- or at once, blocking, when no device has another free segment
+ * (seqrec_unguard()).  Where the chunks are: the log notes each
+ * segment's first and newest as it seals them, a scan finds them, and a
+ * start from the checkpoint (which names none) bounds them from the
+ * groups' chunk counts (space_bound_chunks()); the record's format is
+ * unchanged (an entry of 0 was "not known" already).
  *
  * Why not closer: a copy taken at instant T, with no record written after
  * T, is what a crash at T would have left -- the same log, the same
@@ -153,6 +168,23 @@ struct seqrec {
     bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
     bool upgrade;                   /* the record read is of version 1: written anew */
     const char *test_hold;          /* TIERCACHE_TEST_SEQREC_HOLD (seqrec_tick()) */
+    /* The writer's progress (under mu): writing a record now, and the
+     * post of the last one it finished, and whether that write succeeded. */
+    bool busy;
+    uint64_t want_gen, done_gen;
+    bool done_ok;
+    /* The reactor's view of the file, for the allocator (space.h,
+     * invariant 22): the chunk and the entries of the record on file, and
+     * those of the record handed to the writer and not yet known written
+     * (sent: one at a time), which may be on file too. */
+    uint64_t file_chunk;
+    uint64_t file_dev[TC_MAX_DEVICES];
+    uint64_t sent_dev[TC_MAX_DEVICES];
+    bool sent;
+    uint64_t post_gen;
+    uint64_t looked_freed;          /* the space's groups_freed when the tick last
+                                       looked for entries to drop (a walk of the
+                                       segments: not again until a group is freed) */
 };
 
 static char *record_path(const char *state_path)
@@ -285,9 +317,17 @@ static void record_fill(const struct cache *c, uint64_t chunk_seq, struct tc_seq
         memcpy(r->dev_uuids[i], sb->dev_uuids[i], 16);
     r->chunk_seq = chunk_seq;
     /* Each device's: the newest chunk a flush made durable on it, capped
-     * at the set's (the abandonment's 0 takes them all back). */
-    for (unsigned i = 0; i < c->ndevs && i < TC_MAX_DEVICES; i++)
+     * at the set's (the abandonment's 0 takes them all back) -- while a
+     * segment of a live group holds it.  One whose segment was freed
+     * names nothing the log needs: the device's chunks from then on are
+     * newer than any it holds durably (groups retire oldest first), and a
+     * copy of it holds the same live groups.  Kept, it would hold that
+     * segment back from the allocator (space.h, invariant 22). */
+    for (unsigned i = 0; i < c->ndevs && i < TC_MAX_DEVICES; i++) {
         r->dev_chunk[i] = TC_MIN(c->lg.dev_flushed[i], chunk_seq);
+        if (r->dev_chunk[i] && !space_chunk_live(&c->sp, i, r->dev_chunk[i]))
+            r->dev_chunk[i] = 0;
+    }
     r->version = TC_SEQREC_VERSION;
     r->written_ns = tc_wall_ns();
     r->origin_size = sb->origin_size;
@@ -328,11 +368,16 @@ static void *writer_main(void *arg)
         if (!sr->pending)
             break;
         struct tc_seqrec r = sr->want;
+        uint64_t gen = sr->want_gen;
         sr->pending = false;
+        sr->busy = true;
         pthread_mutex_unlock(&sr->mu);
         int rc = record_write(sr->path, &r);
         record_written(sr, r.chunk_seq, rc);
         pthread_mutex_lock(&sr->mu);
+        sr->busy = false;
+        sr->done_gen = gen;
+        sr->done_ok = rc == 0;
     }
     pthread_mutex_unlock(&sr->mu);
     return NULL;
@@ -348,6 +393,66 @@ static void writer_stop(struct seqrec *sr)
     pthread_mutex_unlock(&sr->mu);
     pthread_join(sr->thread, NULL);     /* at most one write in flight */
     sr->thread_started = false;
+}
+
+/* Invariant 22 (space.h): each device's entries in the records that may
+ * be on file, to the allocator.  A single device's entry is never
+ * compared (seqrec_look()): nothing to keep. */
+static void guard_apply(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        c->sp.guard[d][0] = c->ndevs > 1 ? sr->file_dev[d] : 0;
+        c->sp.guard[d][1] = c->ndevs > 1 && sr->sent ? sr->sent_dev[d] : 0;
+    }
+}
+
+/* A record r is on file now (written by this thread: a start, a stop, an
+ * abandonment, seqrec_unguard()). */
+static void file_is(struct cache *c, const struct tc_seqrec *r)
+{
+    struct seqrec *sr = c->seqrec;
+    sr->file_chunk = r->chunk_seq;
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
+        sr->file_dev[d] = r->dev_chunk[d];
+    guard_apply(c);
+}
+
+/* The reactor learns whether the writer wrote what it was sent (never
+ * waits: a trylock, else the next tick). */
+static void sent_settle(struct cache *c, bool locked)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr->sent || (!locked && pthread_mutex_trylock(&sr->mu) != 0))
+        return;
+    if (!sr->pending && !sr->busy && sr->done_gen == sr->post_gen) {
+        sr->sent = false;
+        if (sr->done_ok) {
+            sr->file_chunk = sr->want.chunk_seq;
+            for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
+                sr->file_dev[d] = sr->sent_dev[d];
+        }
+        guard_apply(c);
+    }
+    if (!locked)
+        pthread_mutex_unlock(&sr->mu);
+}
+
+/* The record on file with the entries whose chunks are no longer in a
+ * live segment dropped (record_fill()); false if it has none such. */
+static bool file_lowered(const struct cache *c, struct tc_seqrec *r)
+{
+    const struct seqrec *sr = c->seqrec;
+    if (c->ndevs == 1)
+        return false;       /* its entry holds nothing back (guard_apply()) */
+    record_fill(c, sr->file_chunk, r);
+    bool lower = false;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        uint64_t x = sr->file_dev[d];
+        r->dev_chunk[d] = x && space_chunk_live(&c->sp, d, x) ? x : 0;
+        lower |= r->dev_chunk[d] != x;
+    }
+    return lower;
 }
 
 static void format_time(uint64_t ns, char *out, size_t len)
@@ -596,6 +701,9 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
             break;
         }
         sr->at_start = "older, accepted";
+        sr->file_chunk = l.found;
+        memcpy(sr->file_dev, l.dev_recorded, sizeof sr->file_dev);
+        guard_apply(c);
         tc_warn("%s: %s holds an older copy of its log (newest chunk %llu, "
                 "chunk %llu recorded in %s, written %s): served anyway "
                 "(--accept-older-cache); the record is replaced", l.devs,
@@ -605,6 +713,9 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
     case SEQREC_CURRENT:
         sr->at_start = "checked";
         sr->written = l.recorded;
+        sr->file_chunk = l.recorded;
+        memcpy(sr->file_dev, l.dev_recorded, sizeof sr->file_dev);
+        guard_apply(c);
         /* What the record vouched for on each device is still there (it
          * was checked): the log counts from it, so that a start from a
          * checkpoint (which scans nothing) keeps each device's entry. */
@@ -669,13 +780,17 @@ void seqrec_started(struct cache *c)
     if (strcmp(sr->at_start, "checked") == 0 && sr->written > v)
         v = sr->written;
     sr->posted = v;
-    if (strcmp(sr->at_start, "checked") == 0 && v == sr->written && !sr->upgrade) {
+    struct tc_seqrec r;
+    record_fill(c, v, &r);
+    if (strcmp(sr->at_start, "checked") == 0 && v == sr->written && !sr->upgrade &&
+        memcmp(r.dev_chunk, sr->file_dev, sizeof r.dev_chunk) == 0) {
         spare_keep(sr->path);
         return;     /* the record says so already */
     }
-    struct tc_seqrec r;
-    record_fill(c, v, &r);
-    record_written(sr, v, record_write(sr->path, &r));
+    int rc = record_write(sr->path, &r);
+    record_written(sr, v, rc);
+    if (rc == 0)
+        file_is(c, &r);
 }
 
 /* False once this run had a cache device error (see the top): logged once. */
@@ -698,19 +813,35 @@ static bool updatable(struct cache *c)
 void seqrec_tick(struct cache *c, uint64_t now_ns)
 {
     struct seqrec *sr = c->seqrec;
-    if (!sr || sr->thread_failed || now_ns - sr->posted_ns < SEQREC_PERIOD_NS ||
-        !updatable(c))
+    if (!sr || sr->thread_failed)
+        return;
+    sent_settle(c, false);
+    if (now_ns - sr->posted_ns < SEQREC_PERIOD_NS || !updatable(c))
         return;
     /* TIERCACHE_TEST_SEQREC_HOLD=FILE, for tests only: no record posted
      * while FILE exists, so that a test can make chunks durable that the
      * record does not name yet (the lag, at a moment of its choosing). */
     if (sr->test_hold && *sr->test_hold && access(sr->test_hold, F_OK) == 0)
         return;
-    uint64_t v = c->lg.flushed_upto;
-    /* Only a flush of this run vouches for what it covers (a chunk read
-     * back at the start may still sit in a volatile cache). */
-    if (v <= sr->posted || c->lg.flushed_ns <= sr->start_ns)
+    /* One record in the writer's hands at a time: the allocator keeps
+     * what it and the one on file name (guard_apply()). */
+    if (sr->sent)
         return;
+    uint64_t v = c->lg.flushed_upto;
+    struct tc_seqrec r;
+    /* Only a flush of this run vouches for what it covers (a chunk read
+     * back at the start may still sit in a volatile cache).  Without one,
+     * the record on file is written again only to drop an entry whose
+     * segment was freed, which the allocator holds back until then. */
+    if (v > sr->posted && c->lg.flushed_ns > sr->start_ns) {
+        record_fill(c, v, &r);
+    } else {
+        if (sr->looked_freed == c->sp.groups_freed)
+            return;
+        sr->looked_freed = c->sp.groups_freed;
+        if (!file_lowered(c, &r))
+            return;
+    }
     if (!sr->thread_started) {
         int rc = pthread_create(&sr->thread, NULL, writer_main, sr);
         if (rc) {
@@ -724,12 +855,52 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     /* Never waits: the writer holds mu only to copy (then next tick). */
     if (pthread_mutex_trylock(&sr->mu) != 0)
         return;
-    record_fill(c, v, &sr->want);
+    sr->want = r;
+    sr->want_gen = ++sr->post_gen;
     sr->pending = true;
     pthread_cond_signal(&sr->cv);
     pthread_mutex_unlock(&sr->mu);
-    sr->posted = v;
+    memcpy(sr->sent_dev, r.dev_chunk, sizeof sr->sent_dev);
+    sr->sent = true;
+    guard_apply(c);
+    sr->posted = TC_MAX(sr->posted, r.chunk_seq);
     sr->posted_ns = now_ns;
+}
+
+/*
+ * No device has a free segment but ones the record's entries hold back
+ * (space.h, invariant 22; the space's unguard event): the record on file
+ * is written again at once without the entries whose chunks are no
+ * longer in a live segment, blocking (as rare as every device's newest
+ * recorded chunk being in a retired group while nothing else is free;
+ * nothing but the writer's own write, joined first, can be in flight).
+ * It only ever drops entries, so it is written after a cache device error
+ * too, when nothing else is.  If the write fails, the allocator takes a
+ * held-back segment all the same and says so.
+ */
+void seqrec_unguard(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr) {
+        memset(c->sp.guard, 0, sizeof c->sp.guard);
+        return;
+    }
+    writer_stop(sr);
+    sr->stop = false;           /* the next post starts it again */
+    sent_settle(c, true);       /* the writer is gone: nothing left unsettled */
+    sr->sent = false;
+    struct tc_seqrec r;
+    if (!file_lowered(c, &r)) {
+        guard_apply(c);
+        return;
+    }
+    int rc = record_write(sr->path, &r);
+    record_written(sr, r.chunk_seq, rc);
+    if (rc == 0) {
+        file_is(c, &r);
+        tc_info("sequence record %s: written again at once without the entries of devices "
+                "whose recorded chunk's segment was freed: no other segment is free", sr->path);
+    }
 }
 
 /*
@@ -750,9 +921,14 @@ void seqrec_abandoned(struct cache *c)
         return;
     sr->abandoned = sr->frozen = true;
     writer_stop(sr);
+    sent_settle(c, true);
+    sr->sent = false;
     struct tc_seqrec r;
     record_fill(c, 0, &r);
-    record_written(sr, 0, record_write(sr->path, &r));
+    int rc = record_write(sr->path, &r);
+    record_written(sr, 0, rc);
+    if (rc == 0)
+        file_is(c, &r);
 }
 
 void seqrec_close(struct cache *c)
@@ -761,6 +937,7 @@ void seqrec_close(struct cache *c)
     if (!sr)
         return;
     writer_stop(sr);
+    sent_settle(c, true);
     if (!updatable(c))
         return;
     uint64_t v = c->lg.flushed_upto;
@@ -771,7 +948,10 @@ void seqrec_close(struct cache *c)
         return;
     struct tc_seqrec r;
     record_fill(c, v, &r);
-    record_written(sr, v, record_write(sr->path, &r));
+    int rc = record_write(sr->path, &r);
+    record_written(sr, v, rc);
+    if (rc == 0)
+        file_is(c, &r);
 }
 
 void seqrec_free(struct cache *c)
@@ -803,4 +983,9 @@ void seqrec_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "sequence_record_chunk", written);
     json_uint(j, "sequence_record_writes", writes);
     json_uint(j, "sequence_record_errors", errors);
+    /* Invariant 22 (space.h): a device left out of a group because its
+     * free segments hold the chunk the record names for it; a segment
+     * opened all the same, the record not rewritten. */
+    json_uint(j, "sequence_record_held_devices", c->sp.guard_skips);
+    json_uint(j, "sequence_record_held_forced", c->sp.guard_forced);
 }

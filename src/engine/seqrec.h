@@ -87,6 +87,11 @@ void seqrec_started(struct cache *c);
  * the log's flushed mark to the writer thread if it moved (never blocks:
  * a trylock, else the next tick). */
 void seqrec_tick(struct cache *c, uint64_t now_ns);
+/* The space's unguard event (space.h, invariant 22): no device has a free
+ * segment but ones the record's entries hold back; the record is written
+ * again at once without the entries whose chunks' segments were freed
+ * (blocking), and the space's guard[] lowered if it could be. */
+void seqrec_unguard(struct cache *c);
 /* The abandonment is recorded in the state file: the record goes back to
  * chunk 0, once (blocking). */
 void seqrec_abandoned(struct cache *c);

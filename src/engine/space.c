@@ -77,6 +77,7 @@ void space_add_dev(struct space *sp, unsigned dev, uint32_t first_seg, uint32_t 
                      first_seg <= sp->nsegs && nsegs <= sp->nsegs - first_seg);
     sp->stacks[dev].segs = tc_xmalloc(nsegs * sizeof(uint32_t));
     sp->dev_nsegs[dev] = nsegs;
+    sp->dev_first[dev] = first_seg;
     for (uint32_t i = 0; i < nsegs; i++) {
         struct segment *sg = space_seg(sp, first_seg + i);
         sg->dev = (uint8_t)dev;
@@ -167,22 +168,98 @@ bool space_open_group(struct space *sp, uint64_t *next_seq)
     return space_open_group_above(sp, next_seq, 0);
 }
 
+/* Invariant 22: segment s of device d may hold a chunk the sequence
+ * record names for d. */
+static bool held_back(const struct space *sp, unsigned d, uint32_t s)
+{
+    const struct segment *sg = &sp->segs[s];
+    for (unsigned k = 0; k < 2; k++) {
+        uint64_t g = sp->guard[d][k];
+        if (g != 0 && g <= sg->top_chunk && (sg->chunks_bounded || sg->first_chunk <= g))
+            return true;
+    }
+    return false;
+}
+
+bool space_seg_held_back(const struct space *sp, uint32_t s)
+{
+    return held_back(sp, space_seg_dev(sp, s), s);
+}
+
+/* The slot in device d's free stack of the segment to take: the topmost
+ * not held back, or -1 when all are. */
+static int pick_free(const struct space *sp, unsigned d)
+{
+    const struct free_stack *fs = &sp->stacks[d];
+    for (uint32_t i = fs->n; i-- > 0;)
+        if (!held_back(sp, d, fs->segs[i]))
+            return (int)i;
+    return -1;
+}
+
+/* Each device's slot in its free stack to take (-1: none) into at[];
+ * returns how many give one, and in *held how many hold back all they
+ * have. */
+static unsigned pick_all(const struct space *sp, uint32_t keep, int *at, unsigned *held)
+{
+    unsigned n = 0;
+    *held = 0;
+    for (unsigned d = 0; d < sp->ndevs; d++) {
+        at[d] = -1;
+        if (sp->dev_failed[d] || sp->stacks[d].n <= keep)
+            continue;
+        at[d] = pick_free(sp, d);
+        if (at[d] < 0)
+            (*held)++;
+        else
+            n++;
+    }
+    return n;
+}
+
 bool space_open_group_above(struct space *sp, uint64_t *next_seq, uint32_t keep)
 {
     uint32_t picked[TC_MAX_DEVICES];
-    unsigned n = 0;
+    int at[TC_MAX_DEVICES];
+    unsigned held;
     TC_ASSERT(sp->open_group == NIL);
-    for (unsigned d = 0; d < sp->ndevs; d++) {
-        if (sp->dev_failed[d])
-            continue;
-        struct free_stack *fs = &sp->stacks[d];
-        if (fs->n <= keep)
-            continue;
-        picked[n++] = fs->segs[--fs->n];
-        sp->free_segs--;
+    unsigned n = pick_all(sp, keep, at, &held);
+    /* Every device that could give a segment holds back all it has: the
+     * record is rewritten without the entries that hold them; if it
+     * cannot be, the top of each stack is taken all the same. */
+    if (n == 0 && held > 0 && sp->ev.unguard) {
+        sp->ev.unguard(sp->ev.ctx);
+        n = pick_all(sp, keep, at, &held);
+    }
+    if (n == 0 && held > 0) {
+        for (unsigned d = 0; d < sp->ndevs; d++) {
+            if (sp->dev_failed[d] || sp->stacks[d].n <= keep)
+                continue;
+            at[d] = (int)sp->stacks[d].n - 1;
+            sp->guard_forced++;
+            n++;
+            tc_warn("cache: segment %u is opened again although the sequence record may "
+                    "still name a chunk in it (the record could not be rewritten): a power "
+                    "loss now may make the next start take its device for an older copy",
+                    sp->stacks[d].segs[at[d]]);
+        }
+    } else {
+        sp->guard_skips += held;
     }
     if (n == 0)
         return false;
+    n = 0;
+    for (unsigned d = 0; d < sp->ndevs; d++) {
+        if (at[d] < 0)
+            continue;
+        struct free_stack *fs = &sp->stacks[d];
+        uint32_t i = (uint32_t)at[d];
+        picked[n++] = fs->segs[i];
+        /* Taken from within the stack: the rest keep their order. */
+        memmove(&fs->segs[i], &fs->segs[i + 1], (fs->n - 1 - i) * sizeof *fs->segs);
+        fs->n--;
+        sp->free_segs--;
+    }
     uint32_t slot = space_push_group(sp, (*next_seq)++);
     struct group *g = &sp->groups[slot];
     g->open = true;
@@ -191,11 +268,48 @@ bool space_open_group_above(struct space *sp, uint64_t *next_seq, uint32_t keep)
         sg->state = SEG_OPEN;
         sg->fill = 0;
         sg->live = 0;
+        sg->first_chunk = sg->top_chunk = 0;    /* its old chunks are written over */
+        sg->chunks_bounded = false;
         segment_clear_chunks(sg);
         space_group_add_seg(sp, slot, picked[i]);
     }
     sp->open_group = slot;
     return true;
+}
+
+bool space_chunk_live(const struct space *sp, unsigned dev, uint64_t chunk)
+{
+    for (uint32_t s = sp->dev_first[dev]; s < sp->dev_first[dev] + sp->dev_nsegs[dev]; s++) {
+        const struct segment *sg = &sp->segs[s];
+        if (sg->group != NIL && sg->first_chunk != 0 &&
+            sg->first_chunk <= chunk && chunk <= sg->top_chunk)
+            return true;
+    }
+    return false;
+}
+
+void space_bound_chunks(struct space *sp, uint64_t newest)
+{
+    uint64_t hi = newest;
+    for (uint32_t k = sp->ngroups; k-- > 0;) {
+        const struct group *g = &sp->groups[(sp->group_tail + k) % sp->groups_cap];
+        uint64_t n = 0;
+        for (unsigned i = 0; i < g->nsegs; i++)
+            n += sp->segs[g->segs[i]].nchunks;
+        for (unsigned i = 0; i < g->nsegs; i++) {
+            struct segment *sg = &sp->segs[g->segs[i]];
+            sg->top_chunk = sg->nchunks ? hi : 0;
+            sg->first_chunk = sg->nchunks && hi >= n ? TC_MAX(hi - n + 1, 1) : 0;
+            sg->chunks_bounded = true;
+        }
+        hi = hi >= n ? hi - n : 0;
+    }
+    for (uint32_t s = 0; s < sp->nsegs; s++)
+        if (sp->segs[s].group == NIL) {
+            sp->segs[s].top_chunk = hi;
+            sp->segs[s].first_chunk = 0;
+            sp->segs[s].chunks_bounded = true;
+        }
 }
 
 void space_close_group(struct space *sp)
@@ -241,6 +355,7 @@ void space_free_group(struct space *sp)
     }
     sp->group_tail = (sp->group_tail + 1) % sp->groups_cap;
     sp->ngroups--;
+    sp->groups_freed++;
 }
 
 /* The free-space test.  The cleaner starts below the low mark and stops at

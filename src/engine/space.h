@@ -44,6 +44,28 @@
  * fragments (and their mirror copies) keep in it: never negative, never
  * above seg_sectors (as the engine writes the log), and 0 once the cleaner
  * has dropped what pointed into its group.
+ *
+ * Invariant 22 (the sequence record's chunks stay on their devices): a
+ * free segment of device d that may hold a chunk in guard[d] -- between
+ * its first_chunk and top_chunk, or at most its top_chunk when those are
+ * bounds -- is not opened again while a record that may be on file names
+ * that chunk for d (seqrec.c), unless the record was first rewritten
+ * without it (the unguard event).  The record says each device held a
+ * chunk at least that new, and a start after a crash refuses a device
+ * whose walk finds none: a segment opened again is written from its
+ * first sector, and a power loss that keeps a later chunk write into it
+ * but not the first (or tears the first) leaves nothing of its old
+ * chunks to walk -- the current device refused as an older copy of
+ * itself.  Nothing on the device tells the two apart, so the chunk the
+ * record names must stay where the walk finds it.  It is cheap: only the
+ * segment holding the device's recorded chunk is held back (two while a
+ * new record is written; after a start from the checkpoint, any that may
+ * hold it by the bounds), a device with no other free segment sits out
+ * the groups opened meanwhile, and the record drops an entry whose
+ * chunk's segment was freed (a chunk of a retired group holds nothing
+ * the log needs) at its next write, a couple of seconds later.  Only when
+ * no device has another free segment is the record rewritten at once,
+ * before the group opens (space_open_group_above()).
  */
 #ifndef TC_ENGINE_SPACE_H
 #define TC_ENGINE_SPACE_H
@@ -79,6 +101,14 @@ struct segment {
     uint32_t live;              /* data sectors that index entries point to */
     uint32_t pins;              /* reads in flight */
     uint32_t writes_inflight;   /* chunk writes in flight */
+    /* The chunk sequences of its device's chunks in it: the first and the
+     * newest sealed into its current incarnation, or into its last one
+     * while it is free (the device holds them until it is written again);
+     * 0 for none.  After a start from the checkpoint, which names no
+     * chunk sequence, bounds (space_bound_chunks()): top_chunk never below
+     * the newest chunk there (invariant 22). */
+    uint64_t first_chunk, top_chunk;
+    bool chunks_bounded;        /* they are bounds: top_chunk or below */
     struct chunk_ref *chunks;
     uint32_t nchunks, chunks_cap;
 };
@@ -103,6 +133,11 @@ struct free_stack {
 struct space_events {
     /* A retired segment became free (seg_unpin(), space_write_done()). */
     void (*freed)(void *ctx);
+    /* No device has a free segment but ones the sequence record's entries
+     * hold back (invariant 22): rewrite the record without the entries
+     * whose chunks are not in a live segment, and lower guard[] (blocking;
+     * it may fail, and then guard[] stays). */
+    void (*unguard)(void *ctx);
     void *ctx;
 };
 
@@ -121,8 +156,18 @@ struct space {
     unsigned ndevs;
     bool dev_failed[TC_MAX_DEVICES];    /* space_drop_free(): no space there */
     uint32_t dev_nsegs[TC_MAX_DEVICES]; /* each device's segments (space_add_dev()) */
+    uint32_t dev_first[TC_MAX_DEVICES]; /* ... numbered from this one */
+    uint64_t groups_freed;          /* space_free_group() calls, ever */
     uint32_t seg_sectors;
     bool replaying;                 /* recovery applies the log (invariant 10) */
+    /* Invariant 22: by device, the chunks the sequence records that may be
+     * on file name for it (the one on file, the one being written; 0:
+     * none); set by seqrec.c. */
+    uint64_t guard[TC_MAX_DEVICES][2];
+    uint64_t guard_skips;           /* a device left out of a group: all its free
+                                       segments held back (invariant 22) */
+    uint64_t guard_forced;          /* a held-back segment opened all the same: the
+                                       record could not be rewritten */
     struct space_events ev;
 };
 
@@ -158,7 +203,10 @@ void space_free_group(struct space *sp);
 /* The open group (if any) takes no more appends. */
 void space_close_group(struct space *sp);
 /* Open a new group from free segments, numbered *next_seq (which then
- * goes up by one); false if none is free. */
+ * goes up by one); false if none is free.  A device's segment is the top
+ * of its free stack that invariant 22 does not hold back; a device with
+ * only such segments sits this group out, unless no device has another:
+ * then the unguard event first, and the top of the stack. */
 bool space_open_group(struct space *sp, uint64_t *next_seq);
 /* The same, taking a segment only from devices with more than `keep`
  * free: a device's own share of the reserve stays free
@@ -177,6 +225,21 @@ uint32_t space_dev_reserve(const struct space *sp);
 /* After recovery: every segment outside a live group goes on a free stack,
  * highest numbers first so that allocation proceeds from low to high. */
 void space_collect_free(struct space *sp);
+/* Free segment s may hold the chunk the sequence record names for its
+ * device (invariant 22): not to be written (the checkpoint's writer
+ * leaves it too). */
+bool space_seg_held_back(const struct space *sp, uint32_t s);
+/* Whether device dev holds chunk `chunk` in a segment of a live group
+ * (first_chunk .. top_chunk of one of them; a walk of the device's
+ * segments). */
+bool space_chunk_live(const struct space *sp, unsigned dev, uint64_t chunk);
+/* After a start from the checkpoint: the segments' chunk sequences
+ * bounded from the live groups' chunk counts, newest first down from
+ * `newest`, the log's newest chunk (a group's chunks are numbered
+ * together, after every older group's: chunks that never reached a
+ * device leave gaps, which only raise the bounds); a free segment's
+ * chunks are below the oldest group's. */
+void space_bound_chunks(struct space *sp, uint64_t newest);
 /* Recovery rebuilds the ring: add a group as the newest, then its segments. */
 uint32_t space_push_group(struct space *sp, uint64_t seq);
 void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s);

@@ -478,7 +478,8 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  *                                  device UUIDs: device i held a chunk of
  *                                  sequence at least dev_chunk[i], written and
  *                                  flushed to it, when the record was written
- *                                  (0: not known); never above chunk_seq
+ *                                  (0: not known, or that chunk's segment
+ *                                  was freed since); never above chunk_seq
  *   448 (version 1) or 576 (version 2): end
  *
  * Version 2 adds the device chunks.  chunk_seq alone is the set's newest
