@@ -138,9 +138,10 @@ void originrec_refusal(const struct originrec *r, const char *origin, const char
                  origin, r->path, what);
         return;
     }
-    snprintf(err, errlen, "origin %s was last served with cache set %s (devices %s), which was "
-             "not stopped with every write back on the origin (record %s): the cache may hold "
-             "acknowledged writes the origin lacks, and %s would return older data for them.  "
+    snprintf(err, errlen, "origin %s was last served with cache set %s (devices %s), which is "
+             "in use or was not stopped with every write back on the origin (record %s): it "
+             "may hold acknowledged writes the origin lacks, and %s would return older data "
+             "for them.  "
              "Serve it with that cache ('--cache %s'), run 'tiercache flush' and stop it; or "
              "format those devices again ('tiercache format --force', which refuses their "
              "dirty data without --discard-dirty); if that cache is gone for good, remove the "
