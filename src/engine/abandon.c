@@ -1205,11 +1205,52 @@ static bool state_entry_in_volume(const struct cache *c, const uint8_t *buf,
     return *ob < c->nblocks_origin;
 }
 
+/* The state file, or its sequence record (.tcseq), is at state_path. */
+static bool state_files_exist(const char *state_path)
+{
+    size_t n = strlen(state_path);
+    char seq[4200];
+    if (n > 8 && strcmp(state_path + n - 8, ".tcstate") == 0)
+        snprintf(seq, sizeof seq, "%.*s.tcseq", (int)(n - 8), state_path);
+    else
+        snprintf(seq, sizeof seq, "%s.tcseq", state_path);
+    return access(state_path, F_OK) == 0 || access(seq, F_OK) == 0;
+}
+
+/* The default state file is beside the set's device 0, whatever order
+ * the devices are given in: beside the device given first, a start with
+ * the devices in another order found neither the state file (a stop's
+ * lost set) nor the sequence record, and served an older copy of the set
+ * unchecked.  Files found only beside the device given first (kept there
+ * by an older version, given in another order) are refused, named. */
+static char *set_state_path(const struct cache *c, const char *first_given, char *err,
+                            size_t errlen)
+{
+    const char *dev0 = c->devs[0].dev->name;
+    char *path = default_state_path(dev0, c->set_uuid);
+    if (first_given == NULL || strcmp(first_given, dev0) == 0 || state_files_exist(path))
+        return path;
+    char *given = default_state_path(first_given, c->set_uuid);
+    if (strcmp(given, path) != 0 && state_files_exist(given)) {
+        snprintf(err, errlen, "state file: the set's state file and sequence record are kept "
+                 "beside its device 0 (%s: %s and .tcseq), but there are none there, and "
+                 "there are beside %s, the device given first (%s): move them beside device 0, "
+                 "or give --state-file %s", dev0, path, first_given, given, given);
+        free(given);
+        free(path);
+        return NULL;
+    }
+    free(given);
+    return path;
+}
+
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen)
 {
     c->state_path = state_file ? tc_xstrdup(state_file)
-                               : default_state_path(first_path, c->set_uuid);
+                               : set_state_path(c, first_path, err, errlen);
+    if (c->state_path == NULL)
+        return -1;
     c->state_timer.fn = state_timer_fn;
     uint64_t sb_seq = 0;
     const char *sb_dev = NULL;

@@ -79,7 +79,8 @@ struct abandon {
 };
 
 /* At attach, before recovery: the state file (state_file, or the default
- * next to first_path) and the superblock marks; loads the lost set and
+ * next to the set's device 0; first_path, the device given first, where
+ * an older version kept it) and the superblock marks; loads the lost set and
  * abandoned_seq.  -1 with a message when the cache must not be used. */
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen);

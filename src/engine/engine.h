@@ -94,6 +94,9 @@ struct tc_volume {
     void *close_arg;
     struct tc_dev_io close_dio;
     struct cache *cache;            /* NULL: no cache devices */
+    /* The origin's record names this cache set (io/originrec.c): removed
+     * at a clean stop that leaves the origin holding every write. */
+    bool origin_recorded;
     bool detached;                  /* the cache is emptied and unused */
     bool cache_failed;              /* every cache device failed: origin only */
     /* Detach gate: while closed, new requests wait here until the cache

@@ -13,6 +13,7 @@
 #include "engine/lostlog.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
+#include "io/originrec.h"
 #include "util/assert.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -48,6 +49,41 @@ void tc_volume_config_defaults(struct tc_volume_config *cfg)
     cfg->dirty_high = 0.50;
     cfg->dirty_copies = 1;
     cfg->origin_timeout_ns = 60ull * 1000000000ull;
+}
+
+/* Does the origin keep records of its cache set (io/originrec.c)?  Not
+ * a memory origin, nor a data-free volume (replay): they live and die
+ * with the process. */
+static bool origin_records(const struct tc_volume_config *cfg)
+{
+    return !cfg->data_free && !dev_is_mem(cfg->origin);
+}
+
+/* An origin whose record names a cache set other than the one given (or
+ * any, without one) is refused before anything is opened or changed:
+ * that set may hold acknowledged writes the origin lacks. */
+static int origin_record_check(const struct tc_volume_config *cfg, const struct tc_dev *origin,
+                               char *err, size_t errlen)
+{
+    struct originrec rec;
+    if (originrec_read(origin->identity, &rec, err, errlen) < 0)
+        return -1;
+    if (!rec.found)
+        return 0;
+    bool cached = cfg->caches && cfg->caches[0];
+    if (cached) {
+        uint8_t uuid[16];
+        char set[37];
+        if (!claim_device_set(cfg->caches[0], uuid))
+            return 0;           /* no set there: cache_open() says why */
+        tc_uuid_format(uuid, set);
+        if (rec.readable && strcmp(set, rec.set) == 0)
+            return 0;
+    }
+    originrec_refusal(&rec, cfg->origin, cached ? "serving it with another cache set"
+                                                : "serving it without that cache",
+                      err, errlen);
+    return -1;
 }
 
 struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_config *cfg,
@@ -97,6 +133,10 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
         dev_close(origin);
         return NULL;
     }
+    if (origin_records(cfg) && origin_record_check(cfg, origin, err, errlen) < 0) {
+        dev_close(origin);
+        return NULL;
+    }
     origin->hold_timeout_ns = cfg->origin_timeout_ns;
     struct tc_volume *vol = tc_xcalloc(1, sizeof *vol);
     vol->reactor = r;
@@ -111,6 +151,16 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
             dev_close(origin);
             free(vol);
             return NULL;
+        }
+        if (origin_records(cfg)) {
+            /* Before any request: a kill from now on leaves the record. */
+            int e = originrec_write(origin->identity, cfg->origin, vol->cache->set_uuid,
+                                    cfg->caches);
+            if (e)
+                tc_warn("origin %s: cannot write its record of the cache set (%s): serving "
+                        "the origin without this cache, while it holds writes the origin "
+                        "lacks, will not be refused", cfg->origin, strerror(-e));
+            vol->origin_recorded = e == 0;
         }
     }
     char sz[32];
@@ -286,6 +336,17 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
  * origin's polls and reconnect timers) stops, so the reactor can end. */
 static void close_finish(struct tc_volume *vol, int err)
 {
+    /* The origin holds every acknowledged write: its record of the cache
+     * set goes (io/originrec.c).  Not after a failed close or flush, nor
+     * with dirty data or lost sectors left. */
+    if (vol->origin_recorded && vol->cache && err == 0 && tc_volume_dirty_bytes(vol) == 0 &&
+        tc_volume_lost_bytes(vol) == 0) {
+        int e = originrec_remove(vol->origin->identity, vol->cache->set_uuid);
+        if (e)
+            tc_warn("origin %s: cannot remove its record of the cache set (%s): serving it "
+                    "without this cache stays refused until it is removed", vol->origin->name,
+                    strerror(-e));
+    }
     dev_quiesce(vol->origin);
     vol->close_done(vol->close_arg, err);
 }

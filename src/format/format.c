@@ -32,6 +32,7 @@
 #include "format/format.h"
 #include "io/claim.h"
 #include "io/dev.h"
+#include "io/originrec.h"
 #include "io/reactor.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -261,6 +262,27 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
         goto out;
     }
 
+    /* The origin's record names the cache set it was last served with
+     * (io/originrec.c): one not among these devices may hold writes the
+     * origin lacks, and a cache formatted here would serve the origin's
+     * older data in their place.  One among them is replaced (its dirty
+     * data was refused above unless --discard-dirty): its record goes. */
+    struct originrec rec = { .found = false };
+    uint8_t recorded[16];
+    bool replaces_recorded = false;
+    if (!dev_is_mem(o->origin) && originrec_read(origin->identity, &rec, err, errlen) < 0)
+        goto out;
+    for (unsigned i = 0; rec.found && rec.readable && !replaces_recorded && i < n; i++) {
+        char u[37];
+        if (!claim_device_set(o->caches[i], recorded))
+            continue;
+        tc_uuid_format(recorded, u);
+        replaces_recorded = strcmp(u, rec.set) == 0;
+    }
+    if (rec.found && !replaces_recorded) {
+        originrec_refusal(&rec, o->origin, "a cache formatted for it now", err, errlen);
+        goto out;
+    }
     if (o->check_only) {
         rc = 0;
         goto out;
@@ -326,6 +348,10 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
             goto out;
         }
     }
+    /* The set the record named is gone: so is its record. */
+    if (replaces_recorded && originrec_remove(origin->identity, recorded) < 0)
+        tc_warn("%s: cannot remove its record of the cache set formatted over (%s): serving "
+                "it with the new set stays refused until it is removed", o->origin, rec.path);
     memcpy(res->set_uuid, sb.set_uuid, 16);
     res->devices = n;
     res->segments = total;

@@ -369,7 +369,7 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  * origin, so the cache log no longer holds the newest version of what
  * they wrote, and the dirty data that was only in the cache is lost.  The
  * state file records that, outside the failed devices (which may not be
- * writable): by default next to the first cache device when it is a file
+ * writable): by default next to the set's device 0 when it is a file
  * ("PATH.tcstate"), else /var/lib/tiercache/SET-UUID.tcstate; serve
  * --state-file names another place.  It is replaced whole (a spare file,
  * fdatasync, rename, fsync of the directory).  The spares, PATH.spare0 and

@@ -1005,3 +1005,25 @@ int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t e
                  "--read-only to export it unchanged", origin, u[0] ? u : "(damaged)");
     return -1;
 }
+
+bool claim_device_set(const char *name, uint8_t uuid[16])
+{
+    char path[4096];
+    if (!claim_local_path(name, path, sizeof path))
+        return false;
+    uint8_t buf[2 * TC_SB_SIZE];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    ssize_t n = -1;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
+        n = pread(fd, buf, sizeof buf, 0);
+    if (fd >= 0)
+        close(fd);
+    struct tc_superblock sb;
+    char e1[160];
+    if (n < (ssize_t)sizeof buf || (sb_decode(buf, &sb, e1, sizeof e1) != 0 &&
+                                    sb_decode(buf + TC_SB_SIZE, &sb, e1, sizeof e1) != 0))
+        return false;
+    memcpy(uuid, sb.set_uuid, 16);
+    return true;
+}

@@ -91,4 +91,8 @@ struct claim_set *claim_state_lock(const char *state_path, char *err, size_t err
  * clients'); a read error is only warned about. */
 int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t errlen);
 
+/* The set UUID the superblock of a local cache device names, read with a
+ * descriptor of its own; false when none decodes or it cannot be read. */
+bool claim_device_set(const char *path, uint8_t uuid[16]);
+
 #endif

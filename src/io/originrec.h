@@ -1,0 +1,43 @@
+/* The origin's record of the cache set it was last served with: an origin
+ * whose cache may hold writes it lacks is not served without that cache
+ * (originrec.c). */
+#ifndef TC_IO_ORIGINREC_H
+#define TC_IO_ORIGINREC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where the records are kept: $TIERCACHE_ORIGIN_RECORDS, else this. */
+#define ORIGINREC_DIR "/var/lib/tiercache"
+
+struct originrec {
+    char path[4096];                /* the record's file */
+    bool found;
+    bool readable;                  /* found, and every field parsed */
+    char set[37];                   /* the set's UUID, as tc_uuid_format() writes it */
+    char origin[512];               /* the origin as it was named then */
+    char devices[2048];             /* the set's devices, comma-separated */
+};
+
+/* The record of the origin whose identity (struct tc_dev's) is given.
+ * 0, with r->found false when there is none; -1 with a message when the
+ * directory or the file cannot be read (r->path names it). */
+int originrec_read(const char *identity, struct originrec *r, char *err, size_t errlen);
+
+/* The message refusing to use the origin without the set r names, for
+ * WHAT ("serving it without that cache", ...). */
+void originrec_refusal(const struct originrec *r, const char *origin, const char *what,
+                       char *err, size_t errlen);
+
+/* Record that the origin is served with set_uuid on devices (names as
+ * given; made absolute): written to a file beside it, synced, renamed
+ * over it, the directory synced.  0, or -errno. */
+int originrec_write(const char *identity, const char *origin, const uint8_t set_uuid[16],
+                    const char *const *devices);
+
+/* Remove the record if it names set_uuid (durably): the origin holds
+ * every acknowledged write of that set.  0, or -errno. */
+int originrec_remove(const char *identity, const uint8_t set_uuid[16]);
+
+#endif
