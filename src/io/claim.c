@@ -964,6 +964,36 @@ void claim_set_release(struct claim_set *s)
 
 /* ---- an origin that is a cache device ---- */
 
+/* The first 8 KiB of a local file or block device (where a cache device
+ * keeps its two superblock copies), read aside: the bytes read, or -1 with
+ * errno set (anything but a file or a block device: EINVAL). */
+static ssize_t read_superblocks(const char *path, uint8_t buf[2 * TC_SB_SIZE])
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0) {
+        if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+            n = pread(fd, buf, 2 * TC_SB_SIZE, 0);
+        else
+            errno = EINVAL;
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n;
+}
+
+/* Either superblock copy of buf, decoded into sb: false if neither checks. */
+static bool decode_either(const uint8_t *buf, struct tc_superblock *sb)
+{
+    char err[160];
+    return sb_decode(buf, sb, err, sizeof err) == 0 ||
+           sb_decode(buf + TC_SB_SIZE, sb, err, sizeof err) == 0;
+}
+
 int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t errlen)
 {
     /* Read aside, not through the device: the origin's figures and the
@@ -973,14 +1003,8 @@ int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t e
     if (!claim_local_path(origin, path, sizeof path))
         return 0;
     uint8_t buf[2 * TC_SB_SIZE];
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    ssize_t n = -1;
-    if (fd >= 0 && fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
-        n = pread(fd, buf, sizeof buf, 0);
+    ssize_t n = read_superblocks(path, buf);
     int e = errno;
-    if (fd >= 0)
-        close(fd);
     if (n < 0) {
         /* Not fatal: an origin's read errors fail the requests that meet them. */
         tc_warn("origin %s: cannot read its first 8 KiB to tell it is not a cache device: %s",
@@ -990,9 +1014,8 @@ int claim_origin_not_cache(const char *origin, bool swapped, char *err, size_t e
     if ((size_t)n < sizeof buf || !(sb_has_magic(buf) || sb_has_magic(buf + TC_SB_SIZE)))
         return 0;
     struct tc_superblock sb;
-    char e1[160], u[37] = "";
-    if (sb_decode(buf, &sb, e1, sizeof e1) == 0 ||
-        sb_decode(buf + TC_SB_SIZE, &sb, e1, sizeof e1) == 0)
+    char u[37] = "";
+    if (decode_either(buf, &sb))
         tc_uuid_format(sb.set_uuid, u);
     if (swapped)
         snprintf(err, errlen, "origin %s looks like a tiercache cache device (it holds the "
@@ -1012,17 +1035,8 @@ bool claim_device_set(const char *name, uint8_t uuid[16])
     if (!claim_local_path(name, path, sizeof path))
         return false;
     uint8_t buf[2 * TC_SB_SIZE];
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    ssize_t n = -1;
-    if (fd >= 0 && fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
-        n = pread(fd, buf, sizeof buf, 0);
-    if (fd >= 0)
-        close(fd);
     struct tc_superblock sb;
-    char e1[160];
-    if (n < (ssize_t)sizeof buf || (sb_decode(buf, &sb, e1, sizeof e1) != 0 &&
-                                    sb_decode(buf + TC_SB_SIZE, &sb, e1, sizeof e1) != 0))
+    if (read_superblocks(path, buf) < (ssize_t)sizeof buf || !decode_either(buf, &sb))
         return false;
     memcpy(uuid, sb.set_uuid, 16);
     return true;
