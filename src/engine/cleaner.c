@@ -2031,6 +2031,8 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "groups_read_ahead", k->ahead_groups);
     json_uint(j, "read_ahead_bytes", k->ahead_bytes);
     json_uint(j, "read_ahead_used_bytes", k->ahead_used_bytes);
+    /* Reads ahead not yet answered by their device (at most one group's). */
+    json_uint(j, "read_ahead_in_flight", k->ahead_inflight);
     /* Tail records synced that let groups go, those that let several go
      * (a batch: appends waited for room), and groups per record. */
     json_uint(j, "tail_syncs", k->tail_syncs);
