@@ -30,14 +30,8 @@ static void finished(struct cread *cr)
         if (cr->join.err == 0 && cr->crcs == NULL)
             cr->join.err = -EBADMSG;
         if (cr->join.err == 0 && !c->data_free) {
-            for (uint32_t i = 0; i < cr->n; i++) {
-                if (tc_crc32c(0, cr->buf + (size_t)i * TC_SECTOR, TC_SECTOR) != cr->crcs[i]) {
-                    if (cr->bad_from == UINT32_MAX)
-                        cr->bad_from = i;
-                    cr->bad_to = i + 1;
-                }
-            }
-            if (cr->bad_from != UINT32_MAX) {
+            _Static_assert(TC_SECTOR == 4096, "tc_crc32c_check_sectors() checks 4 KiB sectors");
+            if (tc_crc32c_check_sectors(cr->buf, cr->n, cr->crcs, &cr->bad_from, &cr->bad_to)) {
                 c->st.checksum_errors++;
                 cr->join.err = -EBADMSG;
                 uint64_t at = seg_dev_offset(c, cr->seg) +

@@ -11,7 +11,8 @@
  * tc_crc32c_zeros() against checksumming the zeroes.  Sectors of zeroes
  * but one byte, at every offset, are not taken for zeroes by the fast
  * path that looks for them.  The folding constants are derived again
- * from their definition.
+ * from their definition.  tc_crc32c_check_sectors() finds every damaged
+ * sector of a run, and reports the first and last.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -121,6 +122,42 @@ static void check_implementation(const uint8_t *big, const uint32_t *big_want)
     CHECK(bad == 0);
     CHECK(tc_crc32c_zeros(tc_crc32c(0, buf, 300), 4096 - 300) ==
           reference(reference(0, buf, 300), zeros, 4096 - 300));
+
+    /* Sectors checked in a run: every sector's own CRC agrees; a sector
+     * damaged (a byte flipped at its start, middle or end, or a sector of
+     * zeroes that should not be) is found, alone and in company, and the
+     * first and one past the last are reported; none found leaves the
+     * bounds as they were. */
+    enum { NSEC = 9 };
+    static uint8_t run[NSEC * 4096];
+    memcpy(run, big, sizeof run);
+    uint32_t want[NSEC], from = 77, to = 78;
+    for (unsigned i = 0; i < NSEC; i++)
+        want[i] = reference(0, run + (size_t)i * 4096, 4096);
+    CHECK(tc_crc32c_check_sectors(run, NSEC, want, &from, &to) == 0);
+    CHECK(from == 77 && to == 78);
+    CHECK(tc_crc32c_check_sectors(run, 0, want, &from, &to) == 0);
+    static const size_t at[] = { 0, 2048, 4095 };
+    for (unsigned a = 0; a < 3; a++) {
+        for (unsigned i = 0; i < NSEC; i++) {
+            run[(size_t)i * 4096 + at[a]] ^= 0x40;
+            CHECK(tc_crc32c_check_sectors(run, NSEC, want, &from, &to) == 1);
+            CHECK(from == i && to == i + 1);
+            run[(size_t)i * 4096 + at[a]] ^= 0x40;
+        }
+    }
+    run[1 * 4096 + 5] ^= 1;
+    run[6 * 4096 + 4000] ^= 1;
+    CHECK(tc_crc32c_check_sectors(run, NSEC, want, &from, &to) == 2);
+    CHECK(from == 1 && to == 7);
+    CHECK(tc_crc32c_check_sectors(run + 4096, 3, want + 1, &from, &to) == 1);
+    CHECK(from == 0 && to == 1);
+    run[1 * 4096 + 5] ^= 1;
+    run[6 * 4096 + 4000] ^= 1;
+    static uint8_t zero_sectors[2 * 4096];
+    uint32_t zwant[2] = { TC_CRC32C_ZERO_SECTOR, want[3] };
+    CHECK(tc_crc32c_check_sectors(zero_sectors, 2, zwant, &from, &to) == 1);
+    CHECK(from == 1 && to == 2);
 }
 
 int main(void)
