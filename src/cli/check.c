@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "engine/cache.h"
 #include "engine/check.h"
+#include "engine/originstop.h"
 #include "engine/seqrec.h"
 #include "io/claim.h"
 #include "io/dev.h"
@@ -63,15 +64,16 @@ static const char check_help[] =
 "                        as serve refuses it, naming the device and both\n"
 "                        chunk sequences, exit 2, nothing written: its\n"
 "                        dirty data is older than the origin's.  So is\n"
-"                        another origin (its identity, as serve's) and a\n"
-"                        file origin modified since the cache's clean stop\n"
+"                        another origin (its identity, as serve's) and an\n"
+"                        origin modified since the cache's clean stop (a\n"
+"                        file's time, a block device's write count)\n"
 "  --accept-older-cache  with --salvage: salvage such a copy anyway (right\n"
 "                        only when the origin was restored to the same\n"
 "                        point with it); the record is not changed\n"
 "  --adopt-origin        with --salvage: salvage to an origin of another\n"
 "                        identity (an exact copy of the cache's; its size\n"
-"                        must match), or to a file origin modified since\n"
-"                        the clean stop (the cache's dirty data then goes\n"
+"                        must match), or to an origin modified since the\n"
+"                        clean stop (the cache's dirty data then goes\n"
 "                        over those writes), as serve --adopt-origin; the\n"
 "                        cache is not changed\n"
 "  --state-file PATH     the record of an abandoned cache, if serve was given\n"
@@ -138,9 +140,10 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
 
 /* check --salvage: the origin must be the one the cache was formatted for
  * (its data is written there), as serve's start checks it: its size, its
- * identity (another, a copy: --adopt-origin, as serve's), and for a file
- * its modification time since the clean stop (written while no daemon
- * served it: --adopt-origin too, the cache's dirty data then wins).
+ * identity (another, a copy: --adopt-origin, as serve's), and a file's
+ * modification time or a block device's write count since the clean stop
+ * (written while no daemon served it: --adopt-origin too, the cache's
+ * dirty data then wins; engine/originstop.c).
  * Unlike serve, salvage records nothing: an adopted identity is not
  * written to the superblock. */
 static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json,

@@ -23,6 +23,7 @@
 #include "engine/cleaner.h"
 #include "engine/failure.h"
 #include "engine/lostlog.h"
+#include "engine/originstop.h"
 #include "engine/originwin.h"
 #include "engine/readahead.h"
 #include "engine/readpath.h"
@@ -371,65 +372,6 @@ static void watermarks(struct cache *c)
         c->sp.reserve_segs = (uint32_t)strtoul(t, NULL, 10);
     t = getenv("TIERCACHE_TEST_RESERVE_SHARED");
     c->sp.reserve_shared = t && *t && strcmp(t, "0") != 0;
-}
-
-/* A time in nanoseconds as "YYYY-MM-DD HH:MM:SS.NNNNNNNNN UTC". */
-static const char *format_ns(uint64_t ns, char *out, size_t len)
-{
-    time_t t = (time_t)(ns / 1000000000ull);
-    struct tm tm;
-    char day[32] = "?";
-    if (gmtime_r(&t, &tm))
-        strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
-    snprintf(out, len, "%s.%09llu UTC", day, (unsigned long long)(ns % 1000000000ull));
-    return out;
-}
-
-/*
- * A file origin written while no daemon served the cache (mounted or
- * copied into directly, a second program): the cache's clean copies of
- * those blocks are older than the origin, and would be served as current;
- * its dirty data would overwrite the newer writes.  The clean stop
- * recorded the file's modification time after the daemon's last origin
- * write (stop_origin_mtime, ondisk.h); a start that finds another time
- * refuses, unless --adopt-origin says the origin is the cache's as it is
- * (its time only set, say).  Nothing is known after a crash (no record),
- * for an origin that is not a file, or for a record of an older build.
- * check --salvage asks the same before it writes the dirty data there.
- */
-int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
-                         size_t errlen)
-{
-    const struct tc_superblock *sb = &c->devs[0].sb;
-    uint64_t now;
-    if (!(sb->flags & TC_SB_CLEAN_STOP) || sb->stop_origin_mtime == 0 ||
-        !dev_file_mtime(origin, &now) || now == sb->stop_origin_mtime)
-        return 0;
-    char then_s[64], now_s[64];
-    format_ns(sb->stop_origin_mtime, then_s, sizeof then_s);
-    format_ns(now, now_s, sizeof now_s);
-    if (adopt) {
-        tc_warn("origin %s was modified after the cache's clean stop (at %s, now %s): "
-                "accepted as the cache's (--adopt-origin)", origin->name, then_s, now_s);
-        return 0;
-    }
-    char dirty[32], dpart[96] = "";
-    if (c->map.dirty_sectors)
-        snprintf(dpart, sizeof dpart, ", and the cache's dirty data (%s) would overwrite those "
-                 "writes", tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty));
-    snprintf(err, errlen,
-             "origin %s was modified after the cache on %s stopped cleanly (its modification "
-             "time was %s at the stop, it is %s): something wrote it while no daemon served it, "
-             "so the cache's copies of its blocks may be older than the origin%s.  If the "
-             "origin's data was not changed (only its time), pass --adopt-origin; %s",
-             origin->name, c->devs[0].dev->name, then_s, now_s, dpart,
-             c->map.dirty_sectors
-                 ? "to keep the cache's dirty data over the origin's writes, pass "
-                   "--adopt-origin too; to keep the origin as it is, discard the cache with "
-                   "'tiercache format --force --discard-dirty' (dirty data of the cache lost)"
-                 : "else reformat the cache with 'tiercache format --force' (it holds no "
-                   "dirty data: nothing is lost)");
-    return -1;
 }
 
 /*
@@ -1071,11 +1013,11 @@ static void stop_record_write(struct close_ctx *x)
     struct cache *c = x->c;
     uint64_t chunks = live_chunks(c);
     /* Every origin write of this daemon has completed (the close waited
-     * for them): from now on a change of a file origin's time is someone
-     * else's write (origin_changed()). */
-    uint64_t origin_mtime = 0;
-    if (!dev_file_mtime(c->vol->origin, &origin_mtime))
-        origin_mtime = 0;
+     * for them): from now on a change of a file origin's time, or of a
+     * block device's write count, is someone else's write
+     * (cache_origin_changed()). */
+    struct tc_superblock at_stop;
+    cache_origin_at_stop(c, &at_stop);
     tc_info("cache: clean stop recorded in the superblock%s: log durable up to chunk %llu, "
             "%llu chunks in live groups%s", c->ndevs == 1 ? "" : "s",
             (unsigned long long)c->lg.chunks_issued, (unsigned long long)chunks,
@@ -1087,7 +1029,10 @@ static void stop_record_write(struct close_ctx *x)
         sb->stop_chunk_seq = c->lg.chunks_issued;
         sb->stop_tail_seq = c->lg.tail_seq;
         sb->stop_chunks = chunks;
-        sb->stop_origin_mtime = origin_mtime;
+        sb->stop_origin_mtime = at_stop.stop_origin_mtime;
+        sb->stop_origin_written = at_stop.stop_origin_written;
+        sb->stop_origin_diskseq = at_stop.stop_origin_diskseq;
+        memcpy(sb->stop_origin_boot_id, at_stop.stop_origin_boot_id, 16);
         if (x->ckpt_ok) {
             sb->flags |= TC_SB_CHECKPOINT;
             sb->ckpt_len = x->ckpt.len;

@@ -246,12 +246,6 @@ struct cache {
 
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen);
 /* For check and dump: attach read-only, recover, and do nothing else. */
-/* A file origin modified since the clean stop the superblock records
- * (written while no daemon served it): -1 with the refusal, naming the
- * origin, the device and both times, in err -- unless adopt (then a
- * warning) --, else 0.  Serve's start, and check --salvage. */
-int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
-                         size_t errlen);
 struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
                                  struct tc_volume_config *cfg, char *err, size_t errlen);
 void cache_close_offline(struct cache *c);

@@ -59,31 +59,31 @@ static bool origin_records(const struct tc_volume_config *cfg)
     return !cfg->data_free && !dev_is_mem(cfg->origin);
 }
 
-/* An origin whose record names a cache set other than the one given (or
- * any, without one) is refused before anything is opened or changed:
- * that set may hold acknowledged writes the origin lacks. */
+/* An origin whose record names a cache set other than the one given, set
+ * (or any, without one), is refused before anything is opened or
+ * changed: that set may hold acknowledged writes the origin lacks; so is
+ * one whose records cannot be read.  *had_set: a record of set was there
+ * already. */
 static int origin_record_check(const struct tc_volume_config *cfg, const struct tc_dev *origin,
-                               char *err, size_t errlen)
+                               const uint8_t *set, bool *had_set, char *err, size_t errlen)
 {
     struct originrec rec;
-    if (originrec_read(origin->identity, &rec, err, errlen) < 0)
+    *had_set = false;
+    if (originrec_read(origin->identity, set, &rec, err, errlen) < 0)
         return -1;
-    if (!rec.found)
-        return 0;
-    bool cached = cfg->caches && cfg->caches[0];
-    if (cached) {
-        uint8_t uuid[16];
-        char set[37];
-        if (!claim_device_set(cfg->caches[0], uuid))
-            return 0;           /* no set there: cache_open() says why */
-        tc_uuid_format(uuid, set);
-        if (rec.readable && strcmp(set, rec.set) == 0)
-            return 0;
+    if (rec.found) {
+        originrec_refusal(&rec, cfg->origin, set ? "serving it with another cache set"
+                                                 : "serving it without that cache",
+                          err, errlen);
+        return -1;
     }
-    originrec_refusal(&rec, cfg->origin, cached ? "serving it with another cache set"
-                                                : "serving it without that cache",
-                      err, errlen);
-    return -1;
+    if (set) {
+        /* Every record found names set (the read above passed them). */
+        if (originrec_read(origin->identity, NULL, &rec, err, errlen) < 0)
+            return -1;
+        *had_set = rec.found;
+    }
+    return 0;
 }
 
 struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_config *cfg,
@@ -133,7 +133,23 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
         dev_close(origin);
         return NULL;
     }
-    if (origin_records(cfg) && origin_record_check(cfg, origin, err, errlen) < 0) {
+    /* The set on the cache devices, as the record names it (none there:
+     * cache_open() says why, and the origin is not checked). */
+    uint8_t set[16];
+    bool have_set = cached && claim_device_set(cfg->caches[0], set);
+    bool records = origin_records(cfg) && (have_set || !cached);
+    bool had_set = false;
+    if (records && origin_record_check(cfg, origin, have_set ? set : NULL, &had_set, err,
+                                       errlen) < 0) {
+        dev_close(origin);
+        return NULL;
+    }
+    /* The record of the set, before the cache is opened (which changes it:
+     * its start clears the clean-stop record) and anything served: a kill
+     * from now on leaves it.  Not written, the start is refused -- that
+     * cache's writes would go unguarded (io/originrec.c). */
+    if (records && have_set &&
+        originrec_write(origin->identity, cfg->origin, set, cfg->caches, err, errlen) < 0) {
         dev_close(origin);
         return NULL;
     }
@@ -148,19 +164,24 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     vol->opened_ns = tc_now_ns();
     if (cfg->caches && cfg->caches[0]) {
         if (cache_open(vol, cfg->caches, err, errlen) < 0) {
+            /* Nothing of that set was served: a record only this start
+             * wrote goes again. */
+            if (records && have_set && !had_set)
+                originrec_remove(origin->identity, set);
             dev_close(origin);
             free(vol);
             return NULL;
         }
-        if (origin_records(cfg)) {
-            /* Before any request: a kill from now on leaves the record. */
-            int e = originrec_write(origin->identity, cfg->origin, vol->cache->set_uuid,
-                                    cfg->caches);
-            if (e)
-                tc_warn("origin %s: cannot write its record of the cache set (%s): serving "
-                        "the origin without this cache, while it holds writes the origin "
-                        "lacks, will not be refused", cfg->origin, strerror(-e));
-            vol->origin_recorded = e == 0;
+        vol->origin_recorded = records;
+        if (records && memcmp(set, vol->cache->set_uuid, 16) != 0) {
+            /* Formatted again between the look and the open: the set
+             * opened is recorded (the other's record stays). */
+            char why[1024];
+            vol->origin_recorded = originrec_write(origin->identity, cfg->origin,
+                                                   vol->cache->set_uuid, cfg->caches, why,
+                                                   sizeof why) == 0;
+            if (!vol->origin_recorded)
+                tc_warn("%s", why);
         }
     }
     char sz[32];

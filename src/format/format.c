@@ -270,7 +270,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     struct originrec rec = { .found = false };
     uint8_t recorded[16];
     bool replaces_recorded = false;
-    if (!dev_is_mem(o->origin) && originrec_read(origin->identity, &rec, err, errlen) < 0)
+    if (!dev_is_mem(o->origin) && originrec_read(origin->identity, NULL, &rec, err, errlen) < 0)
         goto out;
     for (unsigned i = 0; rec.found && rec.readable && !replaces_recorded && i < n; i++) {
         char u[37];

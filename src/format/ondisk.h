@@ -127,6 +127,19 @@
  *                    fields, in versions 4 and 5 alike: a build that does
  *                    not know it ignores it (and starts as before), and
  *                    clears it with the rest of the record.
+ *   stop_origin_written, stop_origin_diskseq, stop_origin_boot_id
+ *                    the same for a block-device origin: the sectors the
+ *                    kernel counted written to it or discarded, the
+ *                    device's sequence number and the machine's boot ID
+ *                    at the stop (io/writecount.c; boot ID all zero: no
+ *                    count -- another kind of origin, a kernel that keeps
+ *                    none, a build before the fields).  A start of the
+ *                    same boot and device that counts more refuses the
+ *                    origin as written while stopped; another boot or
+ *                    another instance of the device cannot be compared
+ *                    (warned about).  At bytes 2024, 2032 and 2040 (16
+ *                    bytes), in versions 4 and 5 alike, ignored and
+ *                    cleared by builds before them, as stop_origin_mtime.
  *
  * At the next start nothing was in flight, so recovery must find exactly
  * that log: a live chunk that fails to check is damage, never a torn
@@ -237,6 +250,9 @@ struct tc_superblock {
     uint64_t stop_tail_seq;         /* the log tail it records */
     uint64_t stop_chunks;           /* chunks in the segments of live groups */
     uint64_t stop_origin_mtime;     /* a file origin's mtime at the stop, ns (0: unknown) */
+    uint64_t stop_origin_written;   /* a block origin's sectors written + discarded */
+    uint64_t stop_origin_diskseq;   /* ... its sequence number (0: unknown) */
+    uint8_t stop_origin_boot_id[16];/* ... in this boot (all zero: no count) */
     /* TC_SB_CHECKPOINT (version 5; 0 otherwise): the checkpoint it names. */
     uint64_t ckpt_len;
     uint32_t ckpt_crc;
@@ -256,7 +272,10 @@ enum {
     SB_OFF_STOP_CHUNK_SEQ = 952, SB_OFF_STOP_TAIL_SEQ = 960, SB_OFF_STOP_CHUNKS = 968,
     SB_OFF_CKPT_LEN = 976, SB_OFF_CKPT_CRC = 984, SB_OFF_CKPT_NSEGS = 988,
     SB_OFF_CKPT_SEGS = 992, SB_OFF_STOP_ORIGIN_MTIME = 992 + 4 * TC_CKPT_MAX_SEGS,
-    SB_OFF_END = SB_OFF_STOP_ORIGIN_MTIME + 8,
+    SB_OFF_STOP_ORIGIN_WRITTEN = SB_OFF_STOP_ORIGIN_MTIME + 8,
+    SB_OFF_STOP_ORIGIN_DISKSEQ = SB_OFF_STOP_ORIGIN_WRITTEN + 8,
+    SB_OFF_STOP_ORIGIN_BOOT_ID = SB_OFF_STOP_ORIGIN_DISKSEQ + 8,
+    SB_OFF_END = SB_OFF_STOP_ORIGIN_BOOT_ID + 16,
 };
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);

@@ -53,6 +53,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
         le64_put(buf + SB_OFF_STOP_TAIL_SEQ, sb->stop_tail_seq);
         le64_put(buf + SB_OFF_STOP_CHUNKS, sb->stop_chunks);
         le64_put(buf + SB_OFF_STOP_ORIGIN_MTIME, sb->stop_origin_mtime);
+        le64_put(buf + SB_OFF_STOP_ORIGIN_WRITTEN, sb->stop_origin_written);
+        le64_put(buf + SB_OFF_STOP_ORIGIN_DISKSEQ, sb->stop_origin_diskseq);
+        memcpy(buf + SB_OFF_STOP_ORIGIN_BOOT_ID, sb->stop_origin_boot_id, 16);
     }
     if (ckpt) {
         le64_put(buf + SB_OFF_CKPT_LEN, sb->ckpt_len);
@@ -130,6 +133,9 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         sb->stop_tail_seq = le64_get(buf + SB_OFF_STOP_TAIL_SEQ);
         sb->stop_chunks = le64_get(buf + SB_OFF_STOP_CHUNKS);
         sb->stop_origin_mtime = le64_get(buf + SB_OFF_STOP_ORIGIN_MTIME);
+        sb->stop_origin_written = le64_get(buf + SB_OFF_STOP_ORIGIN_WRITTEN);
+        sb->stop_origin_diskseq = le64_get(buf + SB_OFF_STOP_ORIGIN_DISKSEQ);
+        memcpy(sb->stop_origin_boot_id, buf + SB_OFF_STOP_ORIGIN_BOOT_ID, 16);
     }
     bool ckpt_ok = true;
     if (version == TC_SB_VERSION_CHECKPOINT && (sb->flags & TC_SB_CHECKPOINT)) {

@@ -210,6 +210,9 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
  * by a clean stop: engine/cache.c), into *ns; false for any other device
  * or when fstat() fails. */
 bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns);
+/* A local block device's number, into *maj and *min; false for any other
+ * device (io/writecount.c reads its counts by it). */
+bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min);
 struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const char *role,
                                 bool read_only, char *err, size_t errlen);
 struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,

@@ -466,6 +466,19 @@ bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns)
     return true;
 }
 
+bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min)
+{
+    if (d->ops != &file_ops || !d->is_block_device)
+        return false;
+    const struct dev_file *f = container_of(d, const struct dev_file, dev);
+    struct stat st;
+    if (fstat(f->fd, &st) < 0 || !S_ISBLK(st.st_mode))
+        return false;
+    *maj = major(st.st_rdev);
+    *min = minor(st.st_rdev);
+    return true;
+}
+
 struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
                                 bool read_only, char *err, size_t errlen)
 {

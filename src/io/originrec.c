@@ -34,18 +34,34 @@
  *    devices being formatted is refused the same way.
  *
  * A record that cannot be read (damaged, another format) is refused as
- * naming an unknown set: nothing proves the origin current.  A record
- * that cannot be written at a start (no such directory and no right to
- * make it, a read-only file system) is warned about and the start goes
- * on: the record guards against a mistake, and its absence changes
- * nothing of what this run serves.  The check is of the origin's
- * identity, so it holds whatever name the origin is given; an origin
- * that is the same data under another identity (a copy, an NBD export by
- * another URI) is not recognised.
+ * naming an unknown set: nothing proves the origin current.  The check is
+ * of the origin's identity, so it holds whatever name the origin is given;
+ * an origin that is the same data under another identity (a copy, an NBD
+ * export by another URI) is not recognised.
+ *
+ * Where (record_places()).  The protection is never skipped in silence:
+ * a record that cannot be written at a start with a cache refuses the
+ * start, before the cache is opened (that cache's writes would otherwise
+ * be unguarded from the first request on), and a place that exists but
+ * cannot be read refuses any start or format of the origin (a record
+ * there may name a set holding writes the origin lacks).  Each message
+ * names the directory and the ways on.  The places:
+ *
+ *  - $TIERCACHE_ORIGIN_RECORDS when set: that one alone, read and
+ *    written (the operator's choice; every start of the origin must name
+ *    the same one);
+ *  - for root, /var/lib/tiercache (made mode 0755, the records 0644: any
+ *    user's start can read them; they hold names, no data);
+ *  - for another user, $XDG_STATE_HOME/tiercache, else
+ *    ~/.local/state/tiercache (made 0700), read and written, and
+ *    /var/lib/tiercache read too, so that a set root's run left recorded
+ *    still refuses this user's start.  A record of a user's own place is
+ *    not seen by root's starts, nor by another user's.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,18 +74,53 @@
 
 #define HEADER "tiercache origin record 1\n"
 
-static const char *record_dir(void)
+/* Where records are kept: places[0] is written, all are read. */
+struct places {
+    char dir[2][4096];
+    unsigned n;
+};
+
+/* dir + "/" + leaf into out; false (out empty) if dir is not absolute. */
+static bool under(const char *dir, const char *leaf, char *out, size_t len)
 {
-    const char *d = getenv("TIERCACHE_ORIGIN_RECORDS");
-    return d && d[0] ? d : ORIGINREC_DIR;
+    out[0] = '\0';
+    if (dir == NULL || dir[0] != '/')
+        return false;
+    int k = snprintf(out, len, "%s/%s", dir, leaf);
+    return k > 0 && (size_t)k < len;
 }
 
-static void record_path(const char *identity, char *out, size_t len)
+static void record_places(struct places *p)
+{
+    memset(p, 0, sizeof *p);
+    const char *d = getenv("TIERCACHE_ORIGIN_RECORDS");
+    if (d && d[0]) {
+        snprintf(p->dir[p->n++], sizeof p->dir[0], "%s", d);
+        return;
+    }
+    /* The system place, moved by the tests only (they must not touch the
+     * machine's). */
+    const char *sys = getenv("TIERCACHE_TEST_SYSTEM_RECORDS");
+    if (sys == NULL || sys[0] == '\0')
+        sys = ORIGINREC_DIR;
+    if (geteuid() != 0) {
+        const char *home = getenv("HOME");
+        struct passwd *pw;
+        if ((home == NULL || home[0] != '/') && (pw = getpwuid(geteuid())) != NULL)
+            home = pw->pw_dir;
+        if (under(getenv("XDG_STATE_HOME"), "tiercache", p->dir[p->n], sizeof p->dir[0]) ||
+            under(home, ".local/state/tiercache", p->dir[p->n], sizeof p->dir[0]))
+            p->n++;
+    }
+    snprintf(p->dir[p->n++], sizeof p->dir[0], "%s", sys);
+}
+
+static void record_path(const char *dir, const char *identity, char *out, size_t len)
 {
     size_t n = strlen(identity);
     uint32_t a = tc_crc32c(0, identity, n);
     uint32_t b = tc_crc32c(0x9e3779b9u, identity, n);
-    snprintf(out, len, "%s/origin-%08x%08x.tcorigin", record_dir(), a, b);
+    snprintf(out, len, "%s/origin-%08x%08x.tcorigin", dir, a, b);
 }
 
 /* The value of "KEY VALUE\n" in text, into out; false if absent. */
@@ -90,17 +141,25 @@ static bool field(const char *text, const char *key, char *out, size_t len)
     return false;
 }
 
-int originrec_read(const char *identity, struct originrec *r, char *err, size_t errlen)
+/* The record in one place: 0 (r->found says if there is one), or -1
+ * with the message when it cannot be read. */
+static int read_one(const char *dir, const char *identity, struct originrec *r, char *err,
+                    size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    record_path(identity, r->path, sizeof r->path);
+    record_path(dir, identity, r->path, sizeof r->path);
     int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        /* None, or none this user may see (the directory is root's):
-         * such a user cannot write one either (a warning at its start). */
-        if (errno == ENOENT || errno == ENOTDIR || errno == EACCES)
+        if (errno == ENOENT || errno == ENOTDIR)
             return 0;
-        snprintf(err, errlen, "origin record %s: cannot read it: %s", r->path, strerror(errno));
+        int e = errno;
+        snprintf(err, errlen, "the origin records in %s cannot be read by this user (uid %u): "
+                 "%s.  A record there may name a cache set holding writes the origin lacks, "
+                 "so the origin is not used until it is checked: make the directory readable "
+                 "('chmod 755 %s'; the records hold names, no data), run as the user who "
+                 "served the origin with its cache, or name the directory every start of this "
+                 "origin uses with TIERCACHE_ORIGIN_RECORDS", dir, (unsigned)geteuid(),
+                 strerror(e), dir);
         return -1;
     }
     char text[8192];
@@ -128,6 +187,24 @@ int originrec_read(const char *identity, struct originrec *r, char *err, size_t 
     return 0;
 }
 
+int originrec_read(const char *identity, const uint8_t *accept_set, struct originrec *r,
+                   char *err, size_t errlen)
+{
+    struct places p;
+    record_places(&p);
+    char accept[37] = "";
+    if (accept_set)
+        tc_uuid_format(accept_set, accept);
+    for (unsigned i = 0; i < p.n; i++) {
+        if (read_one(p.dir[i], identity, r, err, errlen) < 0)
+            return -1;
+        if (r->found && !(accept_set && r->readable && strcmp(r->set, accept) == 0))
+            return 0;
+    }
+    memset(r, 0, sizeof *r);
+    return 0;
+}
+
 void originrec_refusal(const struct originrec *r, const char *origin, const char *what,
                        char *err, size_t errlen)
 {
@@ -149,14 +226,40 @@ void originrec_refusal(const struct originrec *r, const char *origin, const char
              r->devices);
 }
 
-int originrec_write(const char *identity, const char *origin, const uint8_t set_uuid[16],
-                    const char *const *devices)
+/* Make dir and any missing parent (a user's ~/.local/state): 0, or
+ * -errno.  Each one made is synced into its parent. */
+static int make_dir(const char *dir, mode_t mode)
+{
+    if (mkdir(dir, mode) == 0)
+        return tc_fsync_parent_dir(dir);
+    if (errno == EEXIST)
+        return 0;
+    if (errno != ENOENT)
+        return -errno;
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash == NULL || slash == parent)
+        return -ENOENT;
+    *slash = '\0';
+    int rc = make_dir(parent, 0700);
+    if (rc)
+        return rc;
+    if (mkdir(dir, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return tc_fsync_parent_dir(dir);
+}
+
+static int write_record(const char *dir, const char *identity, const char *origin,
+                        const uint8_t set_uuid[16], const char *const *devices)
 {
     char path[4096], tmp[4200];
-    record_path(identity, path, sizeof path);
-    const char *dir = record_dir();
-    if (mkdir(dir, 0700) == 0)
-        tc_fsync_parent_dir(dir);
+    record_path(dir, identity, path, sizeof path);
+    /* The system place is readable by every user's start (record_places()). */
+    bool shared = geteuid() == 0;
+    int rc = make_dir(dir, shared ? 0755 : 0700);
+    if (rc)
+        return rc;
     char devs[2048] = "", set[37];
     size_t used = 0;
     for (unsigned i = 0; devices[i]; i++) {
@@ -177,10 +280,10 @@ int originrec_write(const char *identity, const char *origin, const uint8_t set_
     if (len < 0 || (size_t)len >= sizeof text)
         return -ENAMETOOLONG;
     snprintf(tmp, sizeof tmp, "%s.new", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return -errno;
-    int rc = tc_pwrite_all(fd, text, (size_t)len, 0);
+    rc = tc_pwrite_all(fd, text, (size_t)len, 0);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     close(fd);
@@ -193,16 +296,43 @@ int originrec_write(const char *identity, const char *origin, const uint8_t set_
     return rc;
 }
 
+int originrec_write(const char *identity, const char *origin, const uint8_t set_uuid[16],
+                    const char *const *devices, char *err, size_t errlen)
+{
+    struct places p;
+    record_places(&p);
+    int e = write_record(p.dir[0], identity, origin, set_uuid, devices);
+    if (e == 0)
+        return 0;
+    snprintf(err, errlen, "origin %s: cannot write its record of the cache set in %s: %s.  "
+             "Without it, serving the origin without this cache while the cache holds writes "
+             "the origin lacks would not be refused, so it is not served: make %s writable "
+             "for this user (uid %u), or name a directory it can write with "
+             "TIERCACHE_ORIGIN_RECORDS (every start of this origin must then name the same "
+             "one)", origin, p.dir[0], strerror(-e), p.dir[0], (unsigned)geteuid());
+    return -1;
+}
+
 int originrec_remove(const char *identity, const uint8_t set_uuid[16])
 {
-    struct originrec r;
+    struct places p;
+    record_places(&p);
     char err[256], set[37];
-    if (originrec_read(identity, &r, err, sizeof err) < 0)
-        return -EIO;
     tc_uuid_format(set_uuid, set);
-    if (!r.found || !r.readable || strcmp(r.set, set) != 0)
-        return 0;
-    if (unlink(r.path) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    return tc_fsync_parent_dir(r.path);
+    int rc = 0;
+    for (unsigned i = 0; i < p.n; i++) {
+        struct originrec r;
+        if (read_one(p.dir[i], identity, &r, err, sizeof err) < 0) {
+            /* Unreadable here: a record there is not this run's (the
+             * start read every place), so nothing of it to remove. */
+            continue;
+        }
+        if (!r.found || !r.readable || strcmp(r.set, set) != 0)
+            continue;
+        int e = unlink(r.path) < 0 ? (errno == ENOENT ? 0 : -errno)
+                                   : tc_fsync_parent_dir(r.path);
+        if (e && rc == 0)
+            rc = e;
+    }
+    return rc;
 }

@@ -8,7 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Where the records are kept: $TIERCACHE_ORIGIN_RECORDS, else this. */
+/* Where the records are kept: $TIERCACHE_ORIGIN_RECORDS, else this (and,
+ * for a user other than root, $XDG_STATE_HOME/tiercache or
+ * ~/.local/state/tiercache first; originrec.c). */
 #define ORIGINREC_DIR "/var/lib/tiercache"
 
 struct originrec {
@@ -20,10 +22,13 @@ struct originrec {
     char devices[2048];             /* the set's devices, comma-separated */
 };
 
-/* The record of the origin whose identity (struct tc_dev's) is given.
- * 0, with r->found false when there is none; -1 with a message when the
- * directory or the file cannot be read (r->path names it). */
-int originrec_read(const char *identity, struct originrec *r, char *err, size_t errlen);
+/* The record of the origin whose identity (struct tc_dev's) is given, in
+ * any of the places records are kept -- the first that does not name
+ * accept_set, when given (a record of that set does not refuse it).  0,
+ * with r->found false when there is none; -1 with a message naming the
+ * directory and the ways on when a place or a file cannot be read. */
+int originrec_read(const char *identity, const uint8_t *accept_set, struct originrec *r,
+                   char *err, size_t errlen);
 
 /* The message refusing to use the origin without the set r names, for
  * WHAT ("serving it without that cache", ...). */
@@ -31,13 +36,16 @@ void originrec_refusal(const struct originrec *r, const char *origin, const char
                        char *err, size_t errlen);
 
 /* Record that the origin is served with set_uuid on devices (names as
- * given; made absolute): written to a file beside it, synced, renamed
- * over it, the directory synced.  0, or -errno. */
+ * given; made absolute), in the place records are written (made if
+ * missing): written to a file beside it, synced, renamed over it, the
+ * directory synced.  0, or -1 with the refusal, naming the directory and
+ * the ways on, in err. */
 int originrec_write(const char *identity, const char *origin, const uint8_t set_uuid[16],
-                    const char *const *devices);
+                    const char *const *devices, char *err, size_t errlen);
 
-/* Remove the record if it names set_uuid (durably): the origin holds
- * every acknowledged write of that set.  0, or -errno. */
+/* Remove the records that name set_uuid, in every place this user can
+ * (durably): the origin holds every acknowledged write of that set.  0,
+ * or -errno. */
 int originrec_remove(const char *identity, const uint8_t set_uuid[16]);
 
 #endif

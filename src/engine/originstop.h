@@ -1,0 +1,26 @@
+/*
+ * An origin written while no daemon served its cache (originstop.c): what
+ * a clean stop records of the origin, and the start's comparison.
+ */
+#ifndef TC_ENGINE_ORIGINSTOP_H
+#define TC_ENGINE_ORIGINSTOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct cache;
+struct tc_dev;
+struct tc_superblock;
+
+/* An origin modified since the clean stop the superblock records (a
+ * file's time, a block device's write count): -1 with the refusal,
+ * naming the origin, the device and the evidence, in err -- unless adopt
+ * (then a warning) --, else 0 (with a warning when it cannot be told).
+ * Serve's start, and check --salvage. */
+int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
+                         size_t errlen);
+/* What the clean stop records of the origin, into out's stop_origin_*
+ * fields (the rest zero); after the daemon's last origin write. */
+void cache_origin_at_stop(struct cache *c, struct tc_superblock *out);
+
+#endif
