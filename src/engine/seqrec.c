@@ -67,9 +67,15 @@
  * device holds it back until it ends).
  *
  * A device with a failure mark (it failed at run time, others went on;
- * abandon.c) is held to the set's chunk only while it carries the mark:
- * its chunks from before the failure are untrusted, may be damaged or
- * gone, and its entry is from before the failure.
+ * abandon.c) has its chunks from before the failure untrusted (damaged
+ * or gone, maybe), and the record's entry for it from before then with
+ * them.  So each record says the failure mark every device carried when
+ * it was written (format version 4), and an entry is compared only when
+ * written under the mark the device carries now: not the first start
+ * after the failure, but every one after a record of a run in which the
+ * device was back in service.  (Skipping a marked device for good, as
+ * before, served an older copy of it taken after it came back.)  A device
+ * out of service gets no entry (record_fill()).
  *
  * A device's entry must stay where the walk finds it, or a start refuses
  * the current device: the segment holding the device's recorded chunk,
@@ -345,6 +351,13 @@ static void record_fill(const struct cache *c, uint64_t chunk_seq, struct tc_seq
     for (unsigned i = 0; i < c->ndevs && i < TC_MAX_DEVICES; i++) {
         r->dev_chunk[i] = TC_MIN(c->lg.dev_flushed[i], chunk_seq);
         if (r->dev_chunk[i] && !space_chunk_live(&c->sp, i, r->dev_chunk[i]))
+            r->dev_chunk[i] = 0;
+        /* The failure mark it is written under (ondisk.h, version 4): a
+         * device out of service has its mark already (in memory: its
+         * superblock mark may follow) and no entry -- its chunks from
+         * before are untrusted from its mark on. */
+        r->dev_mark[i] = c->failed_seq[i];
+        if (c->devs[i].state != CDEV_OK)
             r->dev_chunk[i] = 0;
     }
     if (c->seqrec)
@@ -679,10 +692,15 @@ static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
     l->version = r.version;
     format_time(r.written_ns, l->when, sizeof l->when);
     /* The entries by device UUID: a set's devices keep their order, but
-     * the record says whose entry is whose. */
+     * the record says whose entry is whose.  An entry written under
+     * another failure mark than the device carries now vouches for
+     * nothing: it is from before the device's (latest) failure, and names
+     * chunks the mark makes untrusted -- so it is neither compared nor
+     * kept (a later start can only see the same mark or a higher one). */
     for (unsigned d = 0; d < c->ndevs; d++)
         for (unsigned i = 0; i < r.ndevs; i++)
-            if (memcmp(r.dev_uuids[i], c->devs[d].sb.dev_uuid, 16) == 0)
+            if (memcmp(r.dev_uuids[i], c->devs[d].sb.dev_uuid, 16) == 0 &&
+                r.dev_mark[i] == c->failed_seq[d])
                 l->dev_recorded[d] = r.dev_chunk[i];
     /* The set's newest chunk may be on any one device: an older copy of
      * another, beside it, is seen by its own entry only.  Looked at
@@ -691,11 +709,16 @@ static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
      * entry never above the set's: the set's comparison says it all.)
      * A device that failed at run time and was taken back has its chunks
      * from before the failure untrusted (its failure mark, abandon.c):
-     * they may be damaged or gone, and its entry, from before the
-     * failure (the record is not updated after it), is not compared. */
+     * they may be damaged or gone, and its entry from before the failure
+     * (the record is not updated after it) was dropped above.  It was
+     * skipped for good once marked (the mark is never cleared): an older
+     * copy of it taken after it came back was served, the blocks whose
+     * newest versions were on it older.  Its entries written since it
+     * came back, under its mark, count its trusted chunks, and are
+     * compared as any other. */
     for (unsigned d = 0; d < c->ndevs && c->ndevs > 1; d++) {
         uint64_t found = newest_on_device(c, d);
-        if (found >= l->dev_recorded[d] || c->failed_seq[d] != 0)
+        if (found >= l->dev_recorded[d])
             continue;
         l->verdict = SEQREC_OLDER;
         l->older_dev = (int)d;

@@ -515,7 +515,12 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  *                                  was freed since); never above chunk_seq
  *   576  (version 3) state token   16 bytes: the superblocks' state_token
  *                                  (above) of the set that keeps it
- *   448 (version 1), 576 (version 2) or 592 (version 3): end
+ *   592  (version 4) device marks  TC_MAX_DEVICES x u64, by the slots of the
+ *                                  device UUIDs: the failure mark of device i
+ *                                  (the superblocks' failed_seq[i]) in force
+ *                                  when the record was written (0: none; 0
+ *                                  beyond the device count)
+ *   448 (version 1), 576 (version 2), 592 (version 3) or 720 (version 4): end
  *
  * Version 2 adds the device chunks.  chunk_seq alone is the set's newest
  * chunk, which any one device may hold: with several devices, an older
@@ -528,16 +533,25 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  * 2 has none), wherever it is kept.  Versions 1 and 2 are read, and the
  * next write makes the record version 3; builds that know only versions
  * 1 and 2 refuse a version 3 record as unusable.
+ * Version 4 adds the device marks: a device that failed at run time and
+ * was taken back carries its failure mark for good, and its entry from
+ * before the failure names chunks the mark makes untrusted, so it was
+ * never compared again -- and an older copy of it, taken once it was
+ * back in service, was served.  An entry is compared when the record was
+ * written under the mark the device carries now (a record of versions 1
+ * to 3: under none).  Versions 1 to 3 are read; builds that know only
+ * versions up to 3 refuse a version 4 record as unusable.
  */
 #define TC_SEQREC_MAGIC         0x0143525145534354ull   /* "TCSEQRC\1" */
-#define TC_SEQREC_VERSION       3u      /* the version written; 1 and 2 are read too */
+#define TC_SEQREC_VERSION       4u      /* the version written; 1 to 3 are read too */
 #define TC_SEQREC_BYTES_V1      (64u + 16u * TC_MAX_DEVICES + TC_ORIGIN_ID_LEN)
 #define TC_SEQREC_BYTES_V2      (TC_SEQREC_BYTES_V1 + 8u * TC_MAX_DEVICES)
-#define TC_SEQREC_BYTES         (TC_SEQREC_BYTES_V2 + 16u)
+#define TC_SEQREC_BYTES_V3      (TC_SEQREC_BYTES_V2 + 16u)
+#define TC_SEQREC_BYTES         (TC_SEQREC_BYTES_V3 + 8u * TC_MAX_DEVICES)
 
 struct tc_seqrec {
     uint8_t set_uuid[16];
-    uint32_t version;               /* decoded: the file's (encoded: always 3) */
+    uint32_t version;               /* decoded: the file's (encoded: always 4) */
     uint32_t ndevs;
     uint32_t flags;
     uint64_t chunk_seq;
@@ -547,11 +561,12 @@ struct tc_seqrec {
     char origin_id[TC_ORIGIN_ID_LEN];
     uint64_t dev_chunk[TC_MAX_DEVICES];     /* version 2 (0: not known) */
     uint8_t token[16];                      /* version 3 (zero: none) */
+    uint64_t dev_mark[TC_MAX_DEVICES];      /* version 4 (0: none) */
 };
 
-/* Encode into buf (TC_SEQREC_BYTES, version 3), the checksum last. */
+/* Encode into buf (TC_SEQREC_BYTES, version 4), the checksum last. */
 void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r);
-/* Check and decode versions 1 to 3; -1 with a reason in err when the
+/* Check and decode versions 1 to 4; -1 with a reason in err when the
  * length, magic, version, checksum or a field is wrong. */
 int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err,
                   size_t errlen);
