@@ -65,6 +65,9 @@ struct tc_volume_config {
                                        sequence record (engine/seqrec.c) */
     bool no_warm_restart;           /* ignore a clean-shutdown snapshot */
     const char *state_file;         /* record of an abandoned cache; NULL: the default */
+    bool adopt_state_file;          /* keep the state file and sequence record at
+                                       state_file although the set last kept them
+                                       elsewhere, lost (engine/seqrec.c) */
     /* Replay (src/replay/engine.c): every data sector is taken to be
      * zeroes, never copied, checksummed or checked; the devices are told
      * so (TC_DEV_PAYLOAD).  Every decision and every byte of metadata is as

@@ -187,6 +187,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         .harm = "salvaging it would write its older dirty data over newer data of the origin",
         .way_out = "salvage with --accept-older-cache",
         .way_out_unusable = "salvage with --accept-older-cache (the record is left as it is)",
+        .way_out_elsewhere = "salvage with --accept-older-cache (nothing is recorded)",
     };
     char refusal[2048];
     if (seqrec_refusal(&look, &salvage_words, refusal, sizeof refusal) < 0) {
@@ -207,6 +208,10 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                     look.older_dev >= 0 ? "the device" : "the cache device",
                     (unsigned long long)look.found, (unsigned long long)look.recorded,
                     look.path, look.when);
+        else if (look.verdict == SEQREC_ELSEWHERE)
+            fprintf(stderr, "tiercache: check --salvage: the set last kept its sequence record "
+                    "at another place (%s), but %s: %s: not checked (--accept-older-cache)\n",
+                    look.place, look.given, look.why);
         else
             fprintf(stderr, "tiercache: check --salvage: sequence record %s is unusable (%s): "
                     "not checked (--accept-older-cache)\n", look.path, look.why);
@@ -557,6 +562,13 @@ int cmd_dump(int argc, char **argv)
         break;
     case SEQREC_MISSING:
         printf("sequence record %s: none (not checked)\n", look.path);
+        break;
+    case SEQREC_ELSEWHERE:
+        printf("sequence record %s: ELSEWHERE: the set last kept its state file and sequence "
+               "record at %s, and as to the one here, %s; serve refuses the set without "
+               "--state-file %s (or --adopt-state-file)\n", look.path,
+               look.place[0] ? look.place : "a place not recorded", look.why,
+               look.place[0] ? look.place : "PLACE");
         break;
     case SEQREC_OTHER_SET:
     case SEQREC_NOT_CHECKED:

@@ -132,7 +132,18 @@ static const char serve_help[] =
 "                       sequence record: how far the log had durably\n"
 "                       reached, on the set and on each device, updated\n"
 "                       every 2 s and at a stop\n"
-"                       (through its spare, .tcseq.spare)\n"
+"                       (through its spare, .tcseq.spare).  The set's\n"
+"                       superblocks name the place it last used: a start\n"
+"                       given another one (or none after one) is refused,\n"
+"                       since an older copy of the devices could not be\n"
+"                       told there; move both files to change it\n"
+"  --adopt-state-file   start with the state file given (or the default)\n"
+"                       although the set last kept it and its sequence\n"
+"                       record elsewhere, lost (refused while the old\n"
+"                       place still holds them): an older copy of the\n"
+"                       devices is not caught at this start unless a\n"
+"                       record of the set is found here; the set keeps\n"
+"                       them here from then on\n"
 "\n"
 "Origin:\n"
 "  --origin-timeout SECONDS\n"
@@ -542,7 +553,7 @@ enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
-    OPT_ADOPT_ORIGIN, OPT_ACCEPT_OLDER_CACHE, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
+    OPT_ADOPT_ORIGIN, OPT_ACCEPT_OLDER_CACHE, OPT_ADOPT_STATE_FILE, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
     OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL, OPT_TRACE, OPT_TRACE_LIMIT,
     OPT_TRACE_ROTATE,
@@ -560,6 +571,7 @@ static const struct option serve_opts[] = {
     { "dirty-high", required_argument, NULL, OPT_DIRTY_HIGH },
     { "adopt-origin", no_argument, NULL, OPT_ADOPT_ORIGIN },
     { "accept-older-cache", no_argument, NULL, OPT_ACCEPT_OLDER_CACHE },
+    { "adopt-state-file", no_argument, NULL, OPT_ADOPT_STATE_FILE },
     { "flush-on-stop", no_argument, NULL, OPT_FLUSH_ON_STOP },
     { "state-file", required_argument, NULL, OPT_STATE_FILE },
     { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
@@ -669,6 +681,7 @@ int cmd_serve(int argc, char **argv)
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
         case OPT_ACCEPT_OLDER_CACHE: vcfg.accept_older_cache = true; break;
+        case OPT_ADOPT_STATE_FILE: vcfg.adopt_state_file = true; break;
         case OPT_FLUSH_ON_STOP: flush_on_stop = true; break;
         case OPT_STATE_FILE: vcfg.state_file = optarg; break;
         case OPT_ORIGIN_TIMEOUT:

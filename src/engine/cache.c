@@ -581,7 +581,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
      * daemon's own writes since are not "something wrote the origin" --
      * nor is --adopt-origin the way out (the copy's dirty data would be
      * written back over them). */
-    if (seqrec_check(c, vol->cfg.accept_older_cache, err, errlen) < 0)
+    if (seqrec_check(c, vol->cfg.accept_older_cache, vol->cfg.adopt_state_file, err,
+                     errlen) < 0)
         goto fail_cache;
     if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;

@@ -364,6 +364,8 @@ static void check_seqrec(struct cache *c, struct check_result *r)
         .way_out = "serve or salvage it with --accept-older-cache",
         .way_out_unusable = "serve or salvage it with --accept-older-cache (serve writes the "
                             "record anew)",
+        .way_out_elsewhere = "serve it with --adopt-state-file, or salvage it with "
+                             "--accept-older-cache",
     };
     char why[2048];
     if (seqrec_refusal(&l, &words, why, sizeof why) < 0)

@@ -67,9 +67,15 @@
  * device holds it back until it ends).
  *
  * A device with a failure mark (it failed at run time, others went on;
- * abandon.c) is held to the set's chunk only while it carries the mark:
- * its chunks from before the failure are untrusted, may be damaged or
- * gone, and its entry is from before the failure.
+ * abandon.c) has its chunks from before the failure untrusted (damaged
+ * or gone, maybe), and the record's entry for it from before then with
+ * them.  So each record says the failure mark every device carried when
+ * it was written (format version 4), and an entry is compared only when
+ * written under the mark the device carries now: not the first start
+ * after the failure, but every one after a record of a run in which the
+ * device was back in service.  (Skipping a marked device for good, as
+ * before, served an older copy of it taken after it came back.)  A device
+ * out of service gets no entry (record_fill()).
  *
  * A device's entry must stay where the walk finds it, or a start refuses
  * the current device: the segment holding the device's recorded chunk,
@@ -115,8 +121,22 @@
  * newest chunks, so the clean-stop record's newest chunk counts as found
  * too: an older copy carries its older stop record.
  *
- * A missing record (the first start, a state folder lost) is logged, not
- * an error: there is nothing to compare.  A record of another set (a
+ * The record is found by its place, beside the state file, and so a start
+ * given another place -- another --state-file, none after one, the
+ * default place after another -- found none there, "missing", and served
+ * an older copy of the devices unchecked.  So the first start after a
+ * format records the place in the superblocks (a state token, which every
+ * record carries too, and the state file's path: place_record()), and a
+ * start that finds no record with the token where it looks is refused,
+ * naming both places (look(): ELSEWHERE): the record moved with its
+ * state file keeps the token and is found at the new place, and
+ * --adopt-state-file starts once the old place no longer holds it.  The
+ * devices' copy carries the place of its time: an older copy taken before
+ * a move still names the old place, where the record no longer is.
+ *
+ * A missing record where the superblocks name no place (the first start,
+ * a set a build before the token served) is logged, not an error: there
+ * is nothing to compare.  A record of another set (a
  * format since) is logged and replaced.  An unusable record (bad checksum,
  * a version this build does not read, unreadable) refuses the start: it
  * exists to catch exactly the case it can no longer rule out, and a
@@ -185,6 +205,11 @@ struct seqrec {
     uint64_t looked_freed;          /* the space's groups_freed when the tick last
                                        looked for entries to drop (a walk of the
                                        segments: not again until a group is freed) */
+    /* The state place (ondisk.h): the token every record of this run
+     * carries, and the state file's absolute path ("" if too long), both
+     * put in the superblocks once the record is written at the start. */
+    uint8_t token[16];
+    char place[TC_STATE_PLACE_LEN];
 };
 
 static char *record_path(const char *state_path)
@@ -327,7 +352,16 @@ static void record_fill(const struct cache *c, uint64_t chunk_seq, struct tc_seq
         r->dev_chunk[i] = TC_MIN(c->lg.dev_flushed[i], chunk_seq);
         if (r->dev_chunk[i] && !space_chunk_live(&c->sp, i, r->dev_chunk[i]))
             r->dev_chunk[i] = 0;
+        /* The failure mark it is written under (ondisk.h, version 4): a
+         * device out of service has its mark already (in memory: its
+         * superblock mark may follow) and no entry -- its chunks from
+         * before are untrusted from its mark on. */
+        r->dev_mark[i] = c->failed_seq[i];
+        if (c->devs[i].state != CDEV_OK)
+            r->dev_chunk[i] = 0;
     }
+    if (c->seqrec)
+        memcpy(r->token, c->seqrec->token, 16);
     r->version = TC_SEQREC_VERSION;
     r->written_ns = tc_wall_ns();
     r->origin_size = sb->origin_size;
@@ -503,14 +537,131 @@ static uint64_t newest_on_device(const struct cache *c, unsigned d)
     return found;
 }
 
-void seqrec_look(const struct cache *c, struct seqrec_look *l)
+/* The absolute path of `path` (its directory resolved) into out; "" if
+ * it does not fit. */
+static void absolute_place(const char *path, char *out, size_t len)
 {
+    char *copy = tc_xstrdup(path);
+    char *dir = dirname(copy);
+    char *real = realpath(dir, NULL);
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    int n;
+    if (real)
+        n = snprintf(out, len, "%s%s%s", real, strcmp(real, "/") == 0 ? "" : "/", base);
+    else if (path[0] == '/')
+        n = snprintf(out, len, "%s", path);
+    else {
+        char cwd[4096];
+        n = getcwd(cwd, sizeof cwd) ? snprintf(out, len, "%s/%s", cwd, path) : -1;
+    }
+    if (n < 0 || (size_t)n >= len)
+        out[0] = '\0';
+    free(real);
+    free(copy);
+}
+
+/* The record at path, read and decoded into *r: 0; -ENOENT when there is
+ * none; otherwise -1 with the reason in why. */
+static int record_read(const char *path, struct tc_seqrec *r, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT)
+        return -ENOENT;
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot open it: %s", strerror(errno));
+        return -1;
+    }
+    uint8_t buf[TC_SEQREC_BYTES + 1];
+    size_t done = 0;
+    ssize_t n = 0;
+    while (done < sizeof buf) {
+        n = read(fd, buf + done, sizeof buf - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    close(fd);
+    if (n < 0) {
+        snprintf(why, whylen, "cannot read it: %s", strerror(errno));
+        return -1;
+    }
+    return seqrec_decode(buf, done, r, why, whylen) < 0 ? -1 : 0;
+}
+
+/* Whether token t is the state token of one of the set's devices (a
+ * start that died while recording a new one may leave the old one on
+ * some: either is the set's). */
+static bool set_token_is(const struct cache *c, const uint8_t t[16])
+{
+    static const uint8_t zero[16];
+    if (memcmp(t, zero, 16) == 0)
+        return false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (memcmp(c->devs[d].sb.state_token, t, 16) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The state place (ondisk.h): a set whose superblocks carry a state
+ * token keeps its record where the record with that token is, and only
+ * there.  Without the token, a start given another --state-file (or none
+ * after one, or the default place after another) found no record there,
+ * "missing", and served an older copy of the devices unchecked -- and a
+ * stop's lost set in the state file there was missed too.  So with a
+ * token, no record here, another set's, or one without the token is
+ * ELSEWHERE, named with the place the superblocks record; the ways on
+ * are that place, the files moved here (the token goes with them), or
+ * --adopt-state-file when they are lost (look(): tokens not compared).
+ * A set formatted since has no token: any place is its own.
+ */
+static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
+{
+    static const uint8_t zero[16];
     memset(l, 0, sizeof *l);
     l->older_dev = -1;
     l->path = record_path(c->state_path);
+    absolute_place(c->state_path, l->given, sizeof l->given);
+    if (!l->given[0])
+        snprintf(l->given, sizeof l->given, "%s", c->state_path);
     l->found = newest_on_devices(c);
     snprintf(l->when, sizeof l->when, "an unknown time");
     dev_names(c, l->devs, sizeof l->devs);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (memcmp(c->devs[d].sb.state_token, zero, 16) != 0) {
+            memcpy(l->set_token, c->devs[d].sb.state_token, 16);
+            snprintf(l->place, sizeof l->place, "%s", c->devs[d].sb.state_place);
+            break;
+        }
+    struct tc_seqrec r;
+    int rc = record_read(l->path, &r, l->why, sizeof l->why);
+    bool ours = rc == 0 && memcmp(r.set_uuid, c->set_uuid, 16) == 0;
+    /* A record without a token (versions 1 and 2: a build before it
+     * wrote it, after this one recorded the place) is the set's at the
+     * place the superblocks name. */
+    if (ours) {
+        memcpy(l->token, r.token, 16);
+        l->token_matches = set_token_is(c, r.token) ||
+                           (memcmp(r.token, zero, 16) == 0 && l->place[0] &&
+                            strcmp(l->place, l->given) == 0);
+    }
+    if (tokens && memcmp(l->set_token, zero, 16) != 0 && rc != -1 && !l->token_matches) {
+        l->verdict = SEQREC_ELSEWHERE;
+        if (rc == -ENOENT) {
+            snprintf(l->why, sizeof l->why, "there is none there");
+        } else if (!ours) {
+            char u[37];
+            tc_uuid_format(r.set_uuid, u);
+            snprintf(l->why, sizeof l->why, "the one there belongs to cache set %s", u);
+        } else {
+            snprintf(l->why, sizeof l->why, "the one there is not the one this set last used "
+                     "(%s)", memcmp(r.token, zero, 16) ? "another state token"
+                                                        : "an older version's, without one");
+        }
+        return;
+    }
     /* Without every device, the newest chunk may be on the one missing:
      * nothing to compare. */
     for (unsigned d = 0; d < c->ndevs; d++)
@@ -520,37 +671,15 @@ void seqrec_look(const struct cache *c, struct seqrec_look *l)
                      c->devs[d].dev->name);
             return;
         }
-    int fd = open(l->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
+    if (rc == -ENOENT) {
         l->verdict = SEQREC_MISSING;
         return;
     }
-    struct tc_seqrec r;
-    if (fd < 0) {
-        snprintf(l->why, sizeof l->why, "cannot open it: %s", strerror(errno));
-    } else {
-        uint8_t buf[TC_SEQREC_BYTES + 1];
-        size_t done = 0;
-        ssize_t n = 0;
-        while (done < sizeof buf) {
-            n = read(fd, buf + done, sizeof buf - done);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                break;
-            done += (size_t)n;
-        }
-        if (n < 0)
-            snprintf(l->why, sizeof l->why, "cannot read it: %s", strerror(errno));
-        else
-            seqrec_decode(buf, done, &r, l->why, sizeof l->why);
-        close(fd);
-    }
-    if (l->why[0]) {
+    if (rc < 0) {
         l->verdict = SEQREC_UNUSABLE;
         return;
     }
-    if (memcmp(r.set_uuid, c->set_uuid, 16) != 0) {
+    if (!ours) {
         char u1[37], u2[37];
         tc_uuid_format(r.set_uuid, u1);
         tc_uuid_format(c->set_uuid, u2);
@@ -563,10 +692,15 @@ void seqrec_look(const struct cache *c, struct seqrec_look *l)
     l->version = r.version;
     format_time(r.written_ns, l->when, sizeof l->when);
     /* The entries by device UUID: a set's devices keep their order, but
-     * the record says whose entry is whose. */
+     * the record says whose entry is whose.  An entry written under
+     * another failure mark than the device carries now vouches for
+     * nothing: it is from before the device's (latest) failure, and names
+     * chunks the mark makes untrusted -- so it is neither compared nor
+     * kept (a later start can only see the same mark or a higher one). */
     for (unsigned d = 0; d < c->ndevs; d++)
         for (unsigned i = 0; i < r.ndevs; i++)
-            if (memcmp(r.dev_uuids[i], c->devs[d].sb.dev_uuid, 16) == 0)
+            if (memcmp(r.dev_uuids[i], c->devs[d].sb.dev_uuid, 16) == 0 &&
+                r.dev_mark[i] == c->failed_seq[d])
                 l->dev_recorded[d] = r.dev_chunk[i];
     /* The set's newest chunk may be on any one device: an older copy of
      * another, beside it, is seen by its own entry only.  Looked at
@@ -575,11 +709,16 @@ void seqrec_look(const struct cache *c, struct seqrec_look *l)
      * entry never above the set's: the set's comparison says it all.)
      * A device that failed at run time and was taken back has its chunks
      * from before the failure untrusted (its failure mark, abandon.c):
-     * they may be damaged or gone, and its entry, from before the
-     * failure (the record is not updated after it), is not compared. */
+     * they may be damaged or gone, and its entry from before the failure
+     * (the record is not updated after it) was dropped above.  It was
+     * skipped for good once marked (the mark is never cleared): an older
+     * copy of it taken after it came back was served, the blocks whose
+     * newest versions were on it older.  Its entries written since it
+     * came back, under its mark, count its trusted chunks, and are
+     * compared as any other. */
     for (unsigned d = 0; d < c->ndevs && c->ndevs > 1; d++) {
         uint64_t found = newest_on_device(c, d);
-        if (found >= l->dev_recorded[d] || c->failed_seq[d] != 0)
+        if (found >= l->dev_recorded[d])
             continue;
         l->verdict = SEQREC_OLDER;
         l->older_dev = (int)d;
@@ -589,6 +728,11 @@ void seqrec_look(const struct cache *c, struct seqrec_look *l)
         return;
     }
     l->verdict = l->found < r.chunk_seq ? SEQREC_OLDER : SEQREC_CURRENT;
+}
+
+void seqrec_look(const struct cache *c, struct seqrec_look *l)
+{
+    look(c, l, true);
 }
 
 void seqrec_look_free(struct seqrec_look *l)
@@ -606,6 +750,7 @@ const char *seqrec_verdict_name(enum seqrec_verdict v)
     case SEQREC_NOT_CHECKED: return "not checked";
     case SEQREC_UNUSABLE: return "unusable";
     case SEQREC_OLDER: return "older";
+    case SEQREC_ELSEWHERE: return "elsewhere";
     }
     return "?";
 }
@@ -621,6 +766,35 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
                  "origin was restored to the same point with it, %s; otherwise reformat the "
                  "cache with 'tiercache format --force --discard-dirty'", l->path, l->why,
                  l->devs, l->devs, w->who, w->way_out_unusable);
+        return -1;
+    }
+    if (l->verdict == SEQREC_ELSEWHERE) {
+        char rec[TC_STATE_PLACE_LEN + 16];
+        if (l->place[0])
+            snprintf(rec, sizeof rec, "%s", l->place);
+        else
+            snprintf(rec, sizeof rec, "a place not recorded (its path was too long)");
+        char *seq = record_path(rec);
+        if (strcmp(rec, l->given) == 0) {
+            snprintf(err, errlen, "the cache set on %s last kept its state file and sequence "
+                     "record at %s, given now, but as to its sequence record %s, %s (moved, "
+                     "or lost): whether the devices are an older copy of the set (a restored "
+                     "backup or a rolled-back snapshot) cannot be checked, and the sectors a "
+                     "stop recorded as lost in the state file would be missed.  Give "
+                     "--state-file where both files are now, or put them back; if they are "
+                     "lost, %s", l->devs, rec, l->path, l->why, w->way_out_elsewhere);
+            free(seq);
+            return -1;
+        }
+        snprintf(err, errlen, "the cache set on %s last kept its state file and sequence record "
+                 "at %s (and %s), but %s is given now, and as its sequence record (%s) %s: there, "
+                 "whether the devices are an older copy of the set (a restored backup or a "
+                 "rolled-back snapshot) cannot be checked, and the sectors a stop recorded "
+                 "as lost in the state file would be missed.  Give --state-file %s, or move "
+                 "both files (and %s.spare) to %s and %s; if they are lost, %s", l->devs, rec,
+                 seq, l->given, l->path, l->why, rec, seq, l->given, l->path,
+                 w->way_out_elsewhere);
+        free(seq);
         return -1;
     }
     if (l->verdict == SEQREC_OLDER && l->older_dev >= 0) {
@@ -655,9 +829,36 @@ static const struct seqrec_words serve_words = {
     .harm = "serving it could return older data and write older dirty data over the origin",
     .way_out = "start with --accept-older-cache",
     .way_out_unusable = "start with --accept-older-cache (the record is then written anew)",
+    .way_out_elsewhere = "start with --adopt-state-file (whether the devices are an older copy "
+                         "is then checked only against a record of this set found at the "
+                         "place given, and the set keeps its record there from then on)",
 };
 
-int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
+/* --adopt-state-file: refused while the place the superblocks record
+ * still holds the set's record (then moving the files is the way, and
+ * adopting another place would drop what it vouches for). */
+static int adopt_refusal(const struct cache *c, const struct seqrec_look *l, char *err,
+                         size_t errlen)
+{
+    if (!l->place[0] || strcmp(l->place, l->given) == 0)
+        return 0;
+    char *old = record_path(l->place);
+    struct tc_seqrec r;
+    char why[192];
+    int rc = 0;
+    if (record_read(old, &r, why, sizeof why) == 0 && memcmp(r.set_uuid, c->set_uuid, 16) == 0 &&
+        set_token_is(c, r.token)) {
+        snprintf(err, errlen, "--adopt-state-file: %s still holds the set's sequence record "
+                 "(the place its superblocks name): give --state-file %s, or move it and its "
+                 "state file (%s) to %s and %s; a place is adopted only once its record is lost",
+                 old, l->place, l->place, l->given, l->path);
+        rc = -1;
+    }
+    free(old);
+    return rc;
+}
+
+int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err, size_t errlen)
 {
     struct seqrec *sr = tc_xcalloc(1, sizeof *sr);
     pthread_mutex_init(&sr->mu, NULL);
@@ -667,8 +868,37 @@ int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen)
     c->seqrec = sr;
     struct seqrec_look l;
     seqrec_look(c, &l);
+    bool adopting = false;
+    if (l.verdict == SEQREC_ELSEWHERE && adopt_place) {
+        if (adopt_refusal(c, &l, err, errlen) < 0) {
+            seqrec_look_free(&l);
+            return -1;
+        }
+        tc_warn("state file %s and sequence record %s: %s, and the set last kept them at %s: "
+                "adopted (--adopt-state-file); the record here, if any, is compared as usual",
+                c->state_path, sr->path, l.why, l.place[0] ? l.place : "a place not recorded");
+        seqrec_look_free(&l);
+        look(c, &l, false);
+        adopting = true;
+    }
+    /* The token of this run's records: the one the record here carries
+     * when it is the set's (or the set has none recorded: a start of a
+     * set that a build before the token served), else a new one. */
+    static const uint8_t zero[16];
+    bool keep = !adopting && memcmp(l.token, zero, 16) != 0 &&
+                (l.token_matches || memcmp(l.set_token, zero, 16) == 0) &&
+                (l.verdict == SEQREC_CURRENT || l.verdict == SEQREC_OLDER ||
+                 l.verdict == SEQREC_NOT_CHECKED);
+    if (keep)
+        memcpy(sr->token, l.token, 16);
+    else
+        tc_uuid_generate(sr->token);
+    absolute_place(c->state_path, sr->place, sizeof sr->place);
     int rc = 0;
     switch (l.verdict) {
+    case SEQREC_ELSEWHERE:
+        rc = seqrec_refusal(&l, &serve_words, err, errlen);
+        break;
     case SEQREC_NOT_CHECKED:
         /* ... and the record is left as it is. */
         sr->at_start = "not checked";
@@ -764,6 +994,57 @@ void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen)
     seqrec_look_free(&l);
 }
 
+/*
+ * The state place into every superblock (ondisk.h), once the record
+ * carrying its token is durable: a start with another place from now on
+ * finds no record with it, and is refused.  Written only when a device
+ * lacks it (the first start of a set, a place adopted or moved to).
+ * Copy A of every device, flushed, then copy B, as the origin's identity
+ * (cache.c): a start that dies between them leaves the old token on some
+ * copies, and a record with either token is the set's.  Blocking, at
+ * start only (the superblocks have no other writer before anything is
+ * served).  A device that cannot be written keeps the old place: warned
+ * (the record vouches for the devices all the same; a start elsewhere is
+ * then caught only by the devices that took it).
+ */
+static void place_record(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    bool need = false;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        const struct tc_superblock *sb = &c->devs[d].sb;
+        need |= memcmp(sb->state_token, sr->token, 16) != 0 ||
+                strncmp(sb->state_place, sr->place, TC_STATE_PLACE_LEN) != 0;
+    }
+    if (!need)
+        return;
+    uint8_t *buf = tc_alloc_aligned(TC_SB_SIZE);
+    bool ok = true;
+    for (unsigned copy = 0; copy < TC_SB_COPIES; copy++) {
+        for (unsigned d = 0; d < c->ndevs; d++) {
+            struct tc_superblock *sb = &c->devs[d].sb;
+            if (c->devs[d].state != CDEV_OK)
+                continue;
+            memcpy(sb->state_token, sr->token, 16);
+            snprintf(sb->state_place, sizeof sb->state_place, "%s", sr->place);
+            sb_encode(sb, buf);
+            int e = dev_sync_io(c->devs[d].dev, TC_DEV_WRITE, buf, (uint64_t)copy * TC_SB_SIZE,
+                                TC_SB_SIZE, 0);
+            if (e == 0)
+                e = dev_sync_io(c->devs[d].dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
+            if (e) {
+                tc_warn("%s: recording the state place (%s) in the superblock failed: %s",
+                        c->devs[d].dev->name, sr->place, strerror(-e));
+                ok = false;
+            }
+        }
+    }
+    free(buf);
+    if (ok)
+        tc_info("state place %s recorded in the superblocks: a start with another "
+                "--state-file is refused", sr->place[0] ? sr->place : c->state_path);
+}
+
 void seqrec_started(struct cache *c)
 {
     struct seqrec *sr = c->seqrec;
@@ -785,12 +1066,15 @@ void seqrec_started(struct cache *c)
     if (strcmp(sr->at_start, "checked") == 0 && v == sr->written && !sr->upgrade &&
         memcmp(r.dev_chunk, sr->file_dev, sizeof r.dev_chunk) == 0) {
         spare_keep(sr->path);
+        place_record(c);
         return;     /* the record says so already */
     }
     int rc = record_write(sr->path, &r);
     record_written(sr, v, rc);
-    if (rc == 0)
+    if (rc == 0) {
         file_is(c, &r);
+        place_record(c);
+    }
 }
 
 /* False once this run had a cache device error (see the top): logged once. */

@@ -35,6 +35,8 @@ enum seqrec_verdict {
     SEQREC_NOT_CHECKED,     /* a device not in service: why */
     SEQREC_UNUSABLE,        /* damaged, unreadable, another version: why */
     SEQREC_OLDER,           /* the devices hold an older copy of the log */
+    SEQREC_ELSEWHERE,       /* the set keeps its record at another place (its
+                               superblocks' state token): why, place */
 };
 struct seqrec_look {
     enum seqrec_verdict verdict;
@@ -52,19 +54,28 @@ struct seqrec_look {
     char when[64];          /* ... and when it was written */
     char why[192];
     char devs[512];         /* the devices' names (an OLDER device's only), for messages */
+    /* The state place the superblocks record (ondisk.h): its token (zero:
+     * none recorded) and the state file's path then ("" if not known);
+     * whether the record read carries that token. */
+    uint8_t set_token[16];
+    char place[TC_STATE_PLACE_LEN];
+    bool token_matches;
+    uint8_t token[16];      /* the record's own (zero: none, or no record read) */
+    char given[TC_STATE_PLACE_LEN + 64];    /* the state file given, absolute */
 };
 void seqrec_look(const struct cache *c, struct seqrec_look *l);
 void seqrec_look_free(struct seqrec_look *l);
-/* "checked", "missing", "other set", "not checked", "unusable", "older". */
+/* "checked", "missing", "other set", "not checked", "unusable", "older",
+ * "elsewhere". */
 const char *seqrec_verdict_name(enum seqrec_verdict v);
 /* The words of a refusal that differ by command: whose view the record
  * is ("this daemon"), what going on would do, and the way out with the
  * option (for an older log, and for an unusable record). */
 struct seqrec_words {
-    const char *who, *harm, *way_out, *way_out_unusable;
+    const char *who, *harm, *way_out, *way_out_unusable, *way_out_elsewhere;
 };
 /* -1 with serve's refusal, in the command's words, in err for an older
- * log and an unusable record; 0 otherwise. */
+ * log, an unusable record and a record kept elsewhere; 0 otherwise. */
 int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, char *err,
                    size_t errlen);
 
@@ -73,15 +84,21 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
  * the newest chunk recovery found, on the set and on each device.  -1
  * with the reason in err when the devices (or one of them) hold an older
  * log than the record (or the record is unusable), unless accept_older:
- * then a warning, and the record is replaced. */
-int seqrec_check(struct cache *c, bool accept_older, char *err, size_t errlen);
+ * then a warning, and the record is replaced.  -1 too when the set's
+ * superblocks say it keeps its record at another place (none here,
+ * another set's, another of this set's), unless adopt_place and the old
+ * place no longer holds it: then the record here, if any, is compared
+ * as above, and the set keeps its record here from this start on. */
+int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err,
+                 size_t errlen);
 /* Recovery refused the start (err): when the record finds one of the
  * devices older than it says, that is the likelier cause (its missing
  * chunks look like damage to the scan), and err is replaced by the
  * older-copy refusal, which says what recovery found too. */
 void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen);
-/* The start went through: the recovered durable mark is recorded
- * (blocking: nothing is served yet). */
+/* The start went through: the recovered durable mark is recorded, and
+ * then the state place in the superblocks if they lack it (blocking:
+ * nothing is served yet). */
 void seqrec_started(struct cache *c);
 /* From the writeback tick (100 ms): at most every SEQREC_PERIOD_NS, hand
  * the log's flushed mark to the writer thread if it moved (never blocks:

@@ -204,6 +204,34 @@
 #define TC_SB_CHECKPOINT         (1u << 3)
 #define TC_CKPT_MAX_SEGS         256u
 
+/*
+ * The set's state place (any version; 0 and "" when not recorded): which
+ * state file and sequence record (below) the set last used, so that a
+ * start given another place -- another --state-file, none after one, or
+ * the default place after another one -- is refused instead of finding
+ * no record there and serving an older copy of the devices unchecked
+ * (engine/seqrec.c).
+ *
+ *   state_token      16 random bytes, the same in the sequence record the
+ *                    set keeps (version 3 below): the record found must
+ *                    carry the token of one of the set's devices (a start
+ *                    that died while writing them may leave two)
+ *   state_place      the state file's absolute path when the token was
+ *                    recorded, NUL-terminated, for messages only ("" if
+ *                    longer than the field): a record moved with its state
+ *                    file keeps its token and is accepted at its new place
+ *
+ * Written by a start, after the record holding the token is durable and
+ * before anything is served; a format writes none.  At bytes 2056 and
+ * 2072, after every other field, in every version: a build that does not
+ * know them ignores them and starts as before, and clears them when it
+ * writes the superblock (then the next start records them again) --
+ * which is why they take no version of their own: a version would only
+ * make older builds refuse the set for a check they do not make anyway.
+ * The checksum covers them.
+ */
+#define TC_STATE_PLACE_LEN       256u
+
 struct tc_superblock {
     uint32_t version;
     uint8_t set_uuid[16];           /* the set of devices of one cache */
@@ -258,6 +286,9 @@ struct tc_superblock {
     uint32_t ckpt_crc;
     uint32_t ckpt_nsegs;
     uint32_t ckpt_segs[TC_CKPT_MAX_SEGS];
+    /* The state place (any version; zero when not recorded). */
+    uint8_t state_token[16];
+    char state_place[TC_STATE_PLACE_LEN];
 };
 
 /* Byte offsets inside the 4096-byte superblock. */
@@ -275,7 +306,9 @@ enum {
     SB_OFF_STOP_ORIGIN_WRITTEN = SB_OFF_STOP_ORIGIN_MTIME + 8,
     SB_OFF_STOP_ORIGIN_DISKSEQ = SB_OFF_STOP_ORIGIN_WRITTEN + 8,
     SB_OFF_STOP_ORIGIN_BOOT_ID = SB_OFF_STOP_ORIGIN_DISKSEQ + 8,
-    SB_OFF_END = SB_OFF_STOP_ORIGIN_BOOT_ID + 16,
+    SB_OFF_STATE_TOKEN = SB_OFF_STOP_ORIGIN_BOOT_ID + 16,
+    SB_OFF_STATE_PLACE = SB_OFF_STATE_TOKEN + 16,
+    SB_OFF_END = SB_OFF_STATE_PLACE + TC_STATE_PLACE_LEN,
 };
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);
@@ -499,7 +532,14 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  *                                  flushed to it, when the record was written
  *                                  (0: not known, or that chunk's segment
  *                                  was freed since); never above chunk_seq
- *   448 (version 1) or 576 (version 2): end
+ *   576  (version 3) state token   16 bytes: the superblocks' state_token
+ *                                  (above) of the set that keeps it
+ *   592  (version 4) device marks  TC_MAX_DEVICES x u64, by the slots of the
+ *                                  device UUIDs: the failure mark of device i
+ *                                  (the superblocks' failed_seq[i]) in force
+ *                                  when the record was written (0: none; 0
+ *                                  beyond the device count)
+ *   448 (version 1), 576 (version 2), 592 (version 3) or 720 (version 4): end
  *
  * Version 2 adds the device chunks.  chunk_seq alone is the set's newest
  * chunk, which any one device may hold: with several devices, an older
@@ -507,15 +547,30 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  * only by its own entry.  A version 1 record is read as one whose device
  * chunks are all unknown, and the next write makes it version 2; a build
  * that knows only version 1 refuses a version 2 record as unusable.
+ * Version 3 adds the state token: a set whose superblocks carry one
+ * accepts only a record with the same token (a record of versions 1 and
+ * 2 has none), wherever it is kept.  Versions 1 and 2 are read, and the
+ * next write makes the record version 3; builds that know only versions
+ * 1 and 2 refuse a version 3 record as unusable.
+ * Version 4 adds the device marks: a device that failed at run time and
+ * was taken back carries its failure mark for good, and its entry from
+ * before the failure names chunks the mark makes untrusted, so it was
+ * never compared again -- and an older copy of it, taken once it was
+ * back in service, was served.  An entry is compared when the record was
+ * written under the mark the device carries now (a record of versions 1
+ * to 3: under none).  Versions 1 to 3 are read; builds that know only
+ * versions up to 3 refuse a version 4 record as unusable.
  */
 #define TC_SEQREC_MAGIC         0x0143525145534354ull   /* "TCSEQRC\1" */
-#define TC_SEQREC_VERSION       2u      /* the version written; 1 is read too */
+#define TC_SEQREC_VERSION       4u      /* the version written; 1 to 3 are read too */
 #define TC_SEQREC_BYTES_V1      (64u + 16u * TC_MAX_DEVICES + TC_ORIGIN_ID_LEN)
-#define TC_SEQREC_BYTES         (TC_SEQREC_BYTES_V1 + 8u * TC_MAX_DEVICES)
+#define TC_SEQREC_BYTES_V2      (TC_SEQREC_BYTES_V1 + 8u * TC_MAX_DEVICES)
+#define TC_SEQREC_BYTES_V3      (TC_SEQREC_BYTES_V2 + 16u)
+#define TC_SEQREC_BYTES         (TC_SEQREC_BYTES_V3 + 8u * TC_MAX_DEVICES)
 
 struct tc_seqrec {
     uint8_t set_uuid[16];
-    uint32_t version;               /* decoded: the file's (encoded: always 2) */
+    uint32_t version;               /* decoded: the file's (encoded: always 4) */
     uint32_t ndevs;
     uint32_t flags;
     uint64_t chunk_seq;
@@ -524,11 +579,13 @@ struct tc_seqrec {
     uint8_t dev_uuids[TC_MAX_DEVICES][16];
     char origin_id[TC_ORIGIN_ID_LEN];
     uint64_t dev_chunk[TC_MAX_DEVICES];     /* version 2 (0: not known) */
+    uint8_t token[16];                      /* version 3 (zero: none) */
+    uint64_t dev_mark[TC_MAX_DEVICES];      /* version 4 (0: none) */
 };
 
-/* Encode into buf (TC_SEQREC_BYTES, version 2), the checksum last. */
+/* Encode into buf (TC_SEQREC_BYTES, version 4), the checksum last. */
 void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r);
-/* Check and decode version 1 or 2; -1 with a reason in err when the
+/* Check and decode versions 1 to 4; -1 with a reason in err when the
  * length, magic, version, checksum or a field is wrong. */
 int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err,
                   size_t errlen);

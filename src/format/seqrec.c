@@ -11,6 +11,8 @@ enum {
     SR_OFF_ORIGIN_SIZE = 56, SR_OFF_DEV_UUIDS = 64,
     SR_OFF_ORIGIN_ID = 64 + 16 * TC_MAX_DEVICES,
     SR_OFF_DEV_CHUNKS = TC_SEQREC_BYTES_V1,     /* version 2 */
+    SR_OFF_TOKEN = TC_SEQREC_BYTES_V2,          /* version 3 */
+    SR_OFF_DEV_MARKS = TC_SEQREC_BYTES_V3,      /* version 4 */
 };
 
 void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r)
@@ -30,6 +32,9 @@ void seqrec_encode(uint8_t *buf, const struct tc_seqrec *r)
     memcpy(buf + SR_OFF_ORIGIN_ID, r->origin_id, TC_ORIGIN_ID_LEN - 1);
     for (unsigned i = 0; i < r->ndevs && i < TC_MAX_DEVICES; i++)
         le64_put(buf + SR_OFF_DEV_CHUNKS + 8 * i, r->dev_chunk[i]);
+    memcpy(buf + SR_OFF_TOKEN, r->token, 16);
+    for (unsigned i = 0; i < r->ndevs && i < TC_MAX_DEVICES; i++)
+        le64_put(buf + SR_OFF_DEV_MARKS + 8 * i, r->dev_mark[i]);
     le32_put(buf + SR_OFF_CRC, tc_crc32c_skipping(buf, TC_SEQREC_BYTES, SR_OFF_CRC));
 }
 
@@ -40,12 +45,14 @@ int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err
         return -1;
     }
     uint32_t version = le32_get(buf + SR_OFF_VERSION);
-    if (version != 1 && version != 2) {
+    if (version < 1 || version > 4) {
         snprintf(err, errlen, "sequence record version %u is not supported (this build reads "
-                 "versions 1 and 2)", version);
+                 "versions 1 to 4)", version);
         return -1;
     }
-    size_t want_len = version == 1 ? TC_SEQREC_BYTES_V1 : TC_SEQREC_BYTES;
+    size_t want_len = version == 1 ? TC_SEQREC_BYTES_V1
+                      : version == 2 ? TC_SEQREC_BYTES_V2
+                      : version == 3 ? TC_SEQREC_BYTES_V3 : TC_SEQREC_BYTES;
     if (len != want_len) {
         snprintf(err, errlen, "%zu bytes, but a version %u record has %zu", len, version,
                  want_len);
@@ -94,6 +101,19 @@ int seqrec_decode(const uint8_t *buf, size_t len, struct tc_seqrec *r, char *err
             return -1;
         }
         r->dev_chunk[i] = v;
+    }
+    /* Versions 1 and 2 know no state token: zero, "none". */
+    if (version >= 3)
+        memcpy(r->token, buf + SR_OFF_TOKEN, 16);
+    /* Versions 1 to 3 know no device marks: 0, written under none. */
+    for (unsigned i = 0; version >= 4 && i < TC_MAX_DEVICES; i++) {
+        uint64_t v = le64_get(buf + SR_OFF_DEV_MARKS + 8 * i);
+        if (i >= r->ndevs ? v != 0 : v >= TC_SEQ_LIMIT) {
+            snprintf(err, errlen, "device %u's failure mark %llu is out of range (%s)", i,
+                     (unsigned long long)v, i >= r->ndevs ? "no such device" : "too large");
+            return -1;
+        }
+        r->dev_mark[i] = v;
     }
     return 0;
 }

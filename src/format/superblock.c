@@ -64,6 +64,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
         for (unsigned i = 0; i < sb->ckpt_nsegs && i < TC_CKPT_MAX_SEGS; i++)
             le32_put(buf + SB_OFF_CKPT_SEGS + 4 * i, sb->ckpt_segs[i]);
     }
+    memcpy(buf + SB_OFF_STATE_TOKEN, sb->state_token, 16);
+    memcpy(buf + SB_OFF_STATE_PLACE, sb->state_place,
+           strnlen(sb->state_place, TC_STATE_PLACE_LEN - 1));
     le32_put(buf + SB_OFF_CRC, tc_crc32c(0, buf, TC_SB_SIZE));
 }
 
@@ -137,6 +140,9 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         sb->stop_origin_diskseq = le64_get(buf + SB_OFF_STOP_ORIGIN_DISKSEQ);
         memcpy(sb->stop_origin_boot_id, buf + SB_OFF_STOP_ORIGIN_BOOT_ID, 16);
     }
+    /* The state place, in any version (zero from builds before it). */
+    memcpy(sb->state_token, buf + SB_OFF_STATE_TOKEN, 16);
+    memcpy(sb->state_place, buf + SB_OFF_STATE_PLACE, TC_STATE_PLACE_LEN - 1);
     bool ckpt_ok = true;
     if (version == TC_SB_VERSION_CHECKPOINT && (sb->flags & TC_SB_CHECKPOINT)) {
         sb->ckpt_len = le64_get(buf + SB_OFF_CKPT_LEN);

@@ -1,12 +1,14 @@
 /*
  * The sequence record (format/ondisk.h, format/seqrec.c): encode, decode
- * and check.  A version 2 record round-trips field by field, each
- * device's chunk included; changing any one byte makes seqrec_decode()
- * refuse it; a version 1 record (448 bytes, no device chunks) is read,
- * with every device's chunk 0 ("not known"); a version 1 record of 576
- * bytes, a version 2 one of 448, and versions 0 and 3 are refused; a
- * device chunk above the set's, or given for a slot beyond the device
- * count, is refused.
+ * and check.  A version 4 record round-trips field by field, each
+ * device's chunk and failure mark and the state token included; changing
+ * any one byte makes seqrec_decode() refuse it; a version 1 record (448
+ * bytes, no device chunks) is read, with every device's chunk 0 ("not
+ * known"), a version 2 one (576 bytes) with its chunks, a version 3 one
+ * (592) with its token; none has marks; a version 1 record of 576 bytes,
+ * a version 2 one of 448 or 720, and versions 0 and 5 are refused; a
+ * device chunk above the set's, or a chunk or a mark given for a slot
+ * beyond the device count, is refused.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -37,6 +39,8 @@ static struct tc_seqrec sample(void)
         r.dev_chunk[d] = 998 + d;       /* the last one at the set's: allowed */
     }
     snprintf(r.origin_id, sizeof r.origin_id, "file:dev=2049,ino=12");
+    memset(r.token, 0x7c, 16);
+    r.dev_mark[1] = 4321;
     return r;
 }
 
@@ -50,11 +54,14 @@ int main(void)
 {
     struct tc_seqrec r = sample(), out;
 
-    /* Version 2 round-trips. */
+    /* Version 4 round-trips. */
     seqrec_encode(buf, &r);
-    CHECK(le32_get(buf + 8) == 2);
+    CHECK(le32_get(buf + 8) == 4);
     CHECK(seqrec_decode(buf, sizeof buf, &out, err, sizeof err) == 0);
-    CHECK(out.version == 2);
+    CHECK(out.version == 4);
+    CHECK(memcmp(out.token, r.token, 16) == 0);
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
+        CHECK(out.dev_mark[d] == r.dev_mark[d]);
     CHECK(memcmp(out.set_uuid, r.set_uuid, 16) == 0);
     CHECK(out.ndevs == r.ndevs && out.chunk_seq == r.chunk_seq);
     CHECK(out.written_ns == r.written_ns && out.origin_size == r.origin_size);
@@ -74,6 +81,28 @@ int main(void)
         }
     }
 
+    /* Version 3: the first 592 bytes, its token, no marks. */
+    seqrec_encode(buf, &r);
+    memset(buf + TC_SEQREC_BYTES_V3, 0, TC_SEQREC_BYTES - TC_SEQREC_BYTES_V3);
+    le32_put(buf + 8, 3);
+    reseal(TC_SEQREC_BYTES_V3);
+    CHECK(seqrec_decode(buf, TC_SEQREC_BYTES_V3, &out, err, sizeof err) == 0);
+    CHECK(out.version == 3 && memcmp(out.token, r.token, 16) == 0);
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++)
+        CHECK(out.dev_mark[d] == 0);
+
+    /* Version 2: the first 576 bytes, no token. */
+    seqrec_encode(buf, &r);
+    memset(buf + TC_SEQREC_BYTES_V2, 0, TC_SEQREC_BYTES - TC_SEQREC_BYTES_V2);
+    le32_put(buf + 8, 2);
+    reseal(TC_SEQREC_BYTES_V2);
+    CHECK(seqrec_decode(buf, TC_SEQREC_BYTES_V2, &out, err, sizeof err) == 0);
+    CHECK(out.version == 2 && out.dev_chunk[2] == r.dev_chunk[2]);
+    for (unsigned i = 0; i < 16; i++)
+        CHECK(out.token[i] == 0);
+    reseal(TC_SEQREC_BYTES);
+    CHECK(seqrec_decode(buf, TC_SEQREC_BYTES, &out, err, sizeof err) < 0);
+
     /* Version 1: the first 448 bytes, version 1, its own checksum. */
     seqrec_encode(buf, &r);
     memset(buf + TC_SEQREC_BYTES_V1, 0, TC_SEQREC_BYTES - TC_SEQREC_BYTES_V1);
@@ -91,14 +120,20 @@ int main(void)
     reseal(TC_SEQREC_BYTES_V1);
     CHECK(seqrec_decode(buf, TC_SEQREC_BYTES_V1, &out, err, sizeof err) < 0);
 
-    /* Versions 0 and 3: refused, saying which versions are read. */
-    for (uint32_t v = 0; v <= 3; v += 3) {
+    /* Versions 0 and 5: refused, saying which versions are read. */
+    for (uint32_t v = 0; v <= 5; v += 5) {
         seqrec_encode(buf, &r);
         le32_put(buf + 8, v);
         reseal(TC_SEQREC_BYTES);
         CHECK(seqrec_decode(buf, sizeof buf, &out, err, sizeof err) < 0);
-        CHECK(strstr(err, "versions 1 and 2") != NULL);
+        CHECK(strstr(err, "versions 1 to 4") != NULL);
     }
+    /* A mark for a slot past the count. */
+    seqrec_encode(buf, &r);
+    le64_put(buf + TC_SEQREC_BYTES_V3 + 8 * 5, 9);
+    reseal(TC_SEQREC_BYTES);
+    CHECK(seqrec_decode(buf, sizeof buf, &out, err, sizeof err) < 0);
+    CHECK(strstr(err, "failure mark") != NULL);
 
     /* A device's chunk above the set's, or for a slot past the count. */
     struct tc_seqrec bad = sample();
