@@ -1522,8 +1522,8 @@ static void retry_fn(struct tc_timer *t)
  * (holds_room(); nothing of such a write is appended or sent, so its
  * sectors keep their last acknowledged data).  An origin that answers
  * but refuses keeps them waiting, as before: it may take the data at its
- * next attempt.  Status: cleaner.origin_holds_room (writes fail now),
- * cleaner.room_held_writes. */
+ * next attempt.  Status: cleaner.held_by_origin, cleaner.origin_holds_room
+ * (writes fail now), cleaner.room_held_writes. */
 static void hold_by_origin(struct cleaner *k)
 {
     struct cache *c = k->c;
@@ -2230,8 +2230,9 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
      * are deferred: writeback.clean_records_deferred). */
     json_uint(j, "client_record_budget", cleaner_client_record_budget(c));
     json_uint(j, "client_records_refused", k->client_records_refused);
-    /* Room held by the origin (hold_by_origin()): now, and the client
-     * write pieces failed with EIO for it. */
+    /* Room held by the origin (hold_by_origin()): the cleaner held, client
+     * writes needing room failing now, and the pieces failed so. */
+    json_bool(j, "held_by_origin", k->holding);
     json_bool(j, "origin_holds_room", holds_room(k));
     json_uint(j, "room_held_writes", k->held_writes);
     json_end_object(j);
