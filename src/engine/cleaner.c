@@ -154,6 +154,18 @@ struct cleaner {
     int fail_err;                   /* cleaner_fail_waiters(): waiters get this */
     bool fail_queued;               /* ... from fail_task, deferred */
     struct tc_task fail_task;
+    /* Room held by the origin (see hold_by_origin()). */
+    bool refused_dirty;             /* this pass met dirty data the origin refuses */
+    uint32_t free_at_start;         /* free segments when the pass began */
+    uint32_t futile_passes;         /* passes in a row that met such data and
+                                     * left no more segments free than before */
+    bool holding;                   /* then: no pass of its own, no copies (and
+                                     * with the origin offline, client appends
+                                     * needing room fail: holds_room()) */
+    uint64_t hold_retry_ns;         /* the back-off before the next attempt */
+    uint64_t held_writes;           /* client appends failed so (status) */
+    bool hold_queued;               /* ... from hold_task, deferred */
+    struct tc_task hold_task;
     /* the group being reclaimed */
     uint32_t slot;
     uint64_t seq;
@@ -256,6 +268,10 @@ struct cleaner {
  * the lines are still in the cache when their turn comes. */
 #define PREFETCH_AHEAD 8
 #define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
+/* The back-off while the origin holds the room: the first, and the most
+ * it doubles to (writeback's own per-block back-off reaches 30 s too). */
+#define HOLD_RETRY_NS (1000ull * 1000 * 1000)
+#define HOLD_RETRY_MAX_NS (5000ull * 1000 * 1000)
 
 static void walk(struct cleaner *k);
 static void ahead_start(struct cleaner *k, uint32_t slot);
@@ -265,6 +281,7 @@ static void batch_cut(struct cleaner *k);
 static void retire_batch(struct cleaner *k);
 static void decide_laters(void *arg, int err);
 static void fail_fn(struct tc_task *t);
+static void hold_fail_fn(struct tc_task *t);
 
 /* The walk of the group in ring slot `slot` begins (the oldest, or the
  * next of a batch). */
@@ -330,6 +347,8 @@ static void kick_fn(struct tc_task *t)
     }
     k->running = true;
     k->start_ns = tc_now_ns();
+    k->refused_dirty = false;
+    k->free_at_start = c->sp.free_segs;
     k->first_slot = group_slot_of_oldest(&c->sp);
     k->batched = 0;
     k->batch_bytes = 0;
@@ -344,6 +363,7 @@ int cleaner_init(struct cache *c)
     k->c = c;
     k->kick.fn = kick_fn;
     k->fail_task.fn = fail_fn;
+    k->hold_task.fn = hold_fail_fn;
     const char *unbounded = getenv("TIERCACHE_TEST_UNBOUNDED_COPIES");
     k->unbounded = unbounded != NULL && *unbounded != '\0';
     const char *no_copies = getenv("TIERCACHE_TEST_NO_COPIES");
@@ -410,11 +430,29 @@ bool cleaner_idle(struct cache *c)
     return c->cleaner == NULL || (!c->cleaner->running && c->cleaner->ahead_inflight == 0);
 }
 
+/* Client appends needing room fail at once (see hold_by_origin()). */
+static bool holds_room(const struct cleaner *k)
+{
+    return k->holding && k->c->vol->origin->state == TC_DEV_OFFLINE;
+}
+
+static void hold_fail_queue(struct cleaner *k)
+{
+    if (!k->hold_queued) {
+        k->hold_queued = true;
+        reactor_defer(k->c->reactor, &k->hold_task);
+    }
+}
+
 void cleaner_wait_space(struct cache *c, struct log_waiter *w)
 {
     struct cleaner *k = c->cleaner;
     w->next = k->space_waiters;
     k->space_waiters = w;
+    if (w->client && holds_room(k) && !k->fail_err) {
+        hold_fail_queue(k);     /* fails it: no pass would make its room */
+        return;
+    }
     if (k->running && !w->reserve)
         k->arrivals++;
     if (k->fail_err) {
@@ -425,6 +463,34 @@ void cleaner_wait_space(struct cache *c, struct log_waiter *w)
         return;
     }
     cleaner_kick(c);
+}
+
+/* The client appends waiting for room fail with EIO (the origin holds
+ * the room); the others wait on. */
+static void hold_fail_fn(struct tc_task *t)
+{
+    struct cleaner *k = container_of(t, struct cleaner, hold_task);
+    k->hold_queued = false;
+    if (!holds_room(k))
+        return;
+    struct log_waiter *failed = NULL;
+    for (struct log_waiter **pp = &k->space_waiters; *pp;) {
+        struct log_waiter *w = *pp;
+        if (w->client) {
+            *pp = w->next;
+            w->next = failed;
+            failed = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+    while (failed) {
+        struct log_waiter *w = failed;
+        failed = w->next;
+        w->next = NULL;
+        k->held_writes++;
+        w->fn(w, -EIO);
+    }
 }
 
 /* Each waiter is called with the error (it may wait again: it is called
@@ -1429,6 +1495,87 @@ static void retry_fn(struct tc_timer *t)
     cleaner_kick(k->c);
 }
 
+/* ---- room held by the origin ----
+ *
+ * With the log full of dirty data, room comes only from writing some of
+ * it back.  When the origin refuses that -- it is offline (past
+ * --origin-timeout), or the blocks' write-backs failed WB_FAILURES_EIO
+ * times in a row (a full file system under an origin file answers
+ * ENOSPC) -- no pass can make room: a group whose dirty data finds no
+ * room to be copied stays, and one whose copies fit only moves that
+ * data to the log's head, taking as many segments as it frees (each
+ * pass's tail sync closes the segment its copies went to).  Before, the
+ * cleaner copied the same dirty data round the log without end (some
+ * 100 MiB/s of cache writes, measured) as long as writes waited or the
+ * free space stayed below its low mark, and client writes waited for the
+ * room for ever, also with the origin offline, where every other request
+ * needing the origin fails with EIO at once.
+ *
+ * So a pass that met such data (refused_dirty) and either gave its
+ * group up or, as the last of a whole round of the log's groups, left
+ * no more segments free than it found, holds the cleaner: it copies
+ * nothing and makes no pass of its own until writeback has written
+ * something back (cleaner_origin_took()), a device fails, or a back-off
+ * (1 s, doubling to 5 s) is over; its attempts then write back what is
+ * due.  A pass that frees room ends the hold.  While the origin is
+ * offline, client writes needing room fail with EIO at once meanwhile
+ * (holds_room(); nothing of such a write is appended or sent, so its
+ * sectors keep their last acknowledged data).  An origin that answers
+ * but refuses keeps them waiting, as before: it may take the data at its
+ * next attempt.  Status: cleaner.held_by_origin, cleaner.origin_holds_room
+ * (writes fail now), cleaner.room_held_writes. */
+static void hold_by_origin(struct cleaner *k)
+{
+    struct cache *c = k->c;
+    if (!k->holding)
+        tc_error("cleaner: the log is full and the origin refuses the dirty data that would "
+                 "make room (%s): no copies until it takes some%s",
+                 c->vol->origin->state == TC_DEV_OFFLINE ? "it is offline"
+                                                          : "its write-backs failed",
+                 c->vol->origin->state == TC_DEV_OFFLINE
+                     ? "; client writes needing room fail with EIO while it is offline" : "");
+    k->holding = true;
+    /* The next attempt writes back what is due rather than copy: only
+     * the origin taking some can end this. */
+    k->no_room_to_copy = true;
+    k->hold_retry_ns = k->hold_retry_ns ? TC_MIN(k->hold_retry_ns * 2, HOLD_RETRY_MAX_NS)
+                                        : HOLD_RETRY_NS;
+    k->futile_passes = 0;
+    k->retry.fn = retry_fn;
+    timer_cancel(c->reactor, &k->retry);
+    k->backing_off = true;
+    timer_arm(c->reactor, &k->retry, k->hold_retry_ns);
+    if (k->space_waiters && holds_room(k))
+        hold_fail_queue(k);
+}
+
+static void hold_end(struct cleaner *k)
+{
+    k->futile_passes = 0;
+    if (!k->holding)
+        return;
+    k->holding = false;
+    k->hold_retry_ns = 0;
+    tc_info("cleaner: room in the log again");
+}
+
+bool cleaner_origin_holds_room(struct cache *c)
+{
+    return c->cleaner && holds_room(c->cleaner);
+}
+
+void cleaner_origin_took(struct cache *c)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || !k->holding)
+        return;
+    /* The next pass may write back or drop what the origin now has. */
+    hold_end(k);
+    timer_cancel(c->reactor, &k->retry);
+    k->backing_off = false;
+    cleaner_kick(c);
+}
+
 /* The group stays, with everything in it, and the cleaner tries again
  * after a while: once writeback has had time to work (no room to copy),
  * or after a back-off that doubles with each attempt in a row given up
@@ -1472,6 +1619,10 @@ static void give_up_for_now(struct cleaner *k)
     group_at(&c->sp, k->slot)->retiring = false;
     k->running = false;
     writeback_kick(c);
+    if (!unreadable && k->refused_dirty) {
+        hold_by_origin(k);
+        return;
+    }
     k->retry.fn = retry_fn;
     if (unreadable) {
         /* The back-off holds whoever kicks: a read that failed again at
@@ -1862,6 +2013,8 @@ static void decide_laters(void *arg, int err)
         struct tc_mask v;
         ce_get_masks(&c->map.idx, id, &v, &l->d);
         mask_and(&l->d, &l->cur);
+        if (!mask_empty(&l->d) && !k->refused_dirty && writeback_refused(c, l->oblock))
+            k->refused_dirty = true;
         bool keep = !mask_empty(&l->d) ||
                     policy_keep(c->policy, l->oblock, &CE(&c->map.idx, id)->hint);
         if (!keep) {
@@ -1974,6 +2127,17 @@ static void tail_synced(struct log_waiter *lw, int err)
     k->read_retry_ns = 0;
     k->reads_failed_in_row = 0;
     k->running = false;
+    if (k->refused_dirty && c->sp.free_segs <= k->free_at_start) {
+        /* A round of the log's groups of such passes (one, once the
+         * origin holds the room): nothing comes of them. */
+        if (++k->futile_passes >= TC_MAX(c->sp.ngroups, 1u) || k->holding) {
+            cleaner_space_freed(c);     /* the reserve's appends may go */
+            hold_by_origin(k);
+            return;
+        }
+    } else {
+        hold_end(k);
+    }
     cleaner_space_freed(c);
     cleaner_kick(c);
 }
@@ -1985,6 +2149,7 @@ void cleaner_device_failed(struct cache *c)
         k->restart = true;
     if (k) {
         k->backing_off = false;     /* the failure dealt with what was unreadable */
+        hold_end(k);
         k->ncarried = k->nsorted = 0;   /* the copies may have been on the device */
         k->carried_seq = 0;
     }
@@ -2065,5 +2230,10 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
      * are deferred: writeback.clean_records_deferred). */
     json_uint(j, "client_record_budget", cleaner_client_record_budget(c));
     json_uint(j, "client_records_refused", k->client_records_refused);
+    /* Room held by the origin (hold_by_origin()): the cleaner held, client
+     * writes needing room failing now, and the pieces failed so. */
+    json_bool(j, "held_by_origin", k->holding);
+    json_bool(j, "origin_holds_room", holds_room(k));
+    json_uint(j, "room_held_writes", k->held_writes);
     json_end_object(j);
 }

@@ -45,6 +45,11 @@ void cleaner_space_freed(struct cache *c);
  * waiting for room goes on now, to find none and do without (writepath.c),
  * instead of waiting for room no cleaner can free. */
 void cleaner_wake_all(struct cache *c);
+/* Room that waits on the origin (cleaner.c, "room held by the origin"):
+ * true while client writes needing room fail with EIO at once. */
+bool cleaner_origin_holds_room(struct cache *c);
+/* Writeback wrote dirty data to the origin: room held by it may come. */
+void cleaner_origin_took(struct cache *c);
 /* status --json: "cleaner" (running, waiting for its tail sync, retry armed,
  * appends waiting for room). */
 /* Whether `sectors` of data appended with the reserve leave the room its

@@ -1013,6 +1013,7 @@ static void rewrite_wait_space(struct rewrite *r, bool reserve)
     r->lw.fn = rewrite_space;
     r->lw.need_flush = false;
     r->lw.reserve = reserve;
+    r->lw.client = false;
     waiting_link(r);
     cleaner_wait_space(c, &r->lw);
 }

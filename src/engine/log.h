@@ -76,6 +76,10 @@ struct log_waiter {
     bool reserve;               /* waiting for room (cleaner_wait_space()) for an
                                    append that takes the cleaner's reserve: woken
                                    as soon as any segment is free */
+    bool client;                /* ... for a client write's append (writepath.c):
+                                   failed with EIO rather than queued while the
+                                   room waits on an offline origin
+                                   (cleaner_origin_holds_room()) */
 };
 
 /* The chunk being built in one open segment. */

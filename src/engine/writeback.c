@@ -380,6 +380,12 @@ unsigned writeback_block_failures(struct cache *c, uint64_t oblock)
     return f ? f->failures : 0;
 }
 
+bool writeback_refused(struct cache *c, uint64_t oblock)
+{
+    return c->vol->origin->state == TC_DEV_OFFLINE ||
+           writeback_block_failures(c, oblock) >= WB_FAILURES_EIO;
+}
+
 void writeback_note_write_failed(struct cache *c)
 {
     if (c->wb)
@@ -516,6 +522,8 @@ static void job_account(struct wb_job *j, int err, bool cut)
         block_delay = TC_MAX(block_delay, d);
         most = TC_MAX(most, nf);
     }
+    if (ok)
+        cleaner_origin_took(c);     /* room may come again */
     if (failed == 0) {
         if (ok)
             wb->fail_streak = 0;

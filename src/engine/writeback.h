@@ -80,6 +80,10 @@ void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
 /* Per-block failures: after this many failed write-backs in a row, a write
  * that needs its block written back first fails with EIO at once. */
 #define WB_FAILURES_EIO 3
+/* The origin refuses this dirty block for now: it is offline, or the
+ * block's write-back failed WB_FAILURES_EIO times in a row -- the state
+ * in which a write needing the block written back first fails with EIO. */
+bool writeback_refused(struct cache *c, uint64_t oblock);
 /* Failed write-backs in a row of this block (0: none pending). */
 unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
 /* The block turned clean: it leaves the failure table. */

@@ -414,6 +414,7 @@ static void tombstone_append(struct wpiece *p)
                         .use_reserve = true, .urgent = true };
     p->tw.fn = failure_durable;
     p->tw.need_flush = true;
+    p->tw.client = false;       /* waits on: the write failed already */
     /* A client record: within its budget of the reserve, or it waits. */
     if (!cleaner_client_record_fits(c) || log_append(c, &a, &p->tw).err == -ENOSPC) {
         p->tw.fn = tombstone_room;
@@ -717,10 +718,12 @@ static void space_ready(struct log_waiter *lw, int err)
     if (--st->room_waiting_now == 0)
         st->room_stall_ns += now - st->room_stall_since;
     if (err) {
-        /* A stop that could wait no longer for room (cache_stopping()):
-         * nothing of the piece was appended or sent to the origin; the
-         * write fails, and its sectors keep their last acknowledged data. */
-        p->w->c->stop_room_failed_writes++;
+        /* A stop that could wait no longer for room (cache_stopping()),
+         * or room the origin holds (cleaner.c, hold_by_origin()): nothing
+         * of the piece was appended or sent to the origin; the write
+         * fails, and its sectors keep their last acknowledged data. */
+        if (p->w->c->stopping)
+            p->w->c->stop_room_failed_writes++;
         piece_done(p, err);
         return;
     }
@@ -779,6 +782,7 @@ static void append_version(struct wpiece *p)
         if (rc == -ENOSPC) {
             w->log_waits--;
             p->lw.fn = space_ready;
+            p->lw.client = true;
             piece_waits(p, PW_ROOM);
             cleaner_wait_space(c, &p->lw);
             return;
@@ -888,6 +892,7 @@ static void append_version(struct wpiece *p)
             return;
         }
         p->lw.fn = space_ready;
+        p->lw.client = true;
         piece_waits(p, PW_ROOM);
         cleaner_wait_space(c, &p->lw);
         return;
