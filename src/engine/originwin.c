@@ -99,6 +99,12 @@
  * answers, and past OW_SOFT records nothing is scanned anyway) when the
  * records reach OW_SOFT or meet more than OW_SET_MAX blocks, until the
  * next rebuild.  Sanitizer builds check each answer against the scan.
+ *
+ * The set holds runs of 8 blocks (aligned), a slot each: the run's number
+ * and a bit per block of it.  An origin write usually covers neighbouring
+ * blocks, and a set of single blocks, spread by the hash, took a cache
+ * miss for each (a 64 KiB write through 4 KiB blocks: 16; 12 % of a
+ * write-heavy replay's time); a run's blocks share one slot.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +113,7 @@
 #include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/map.h"
+#include "engine/mask.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"
 #include "util/assert.h"
@@ -118,7 +125,8 @@
 #define OW_BUCKETS 4096u       /* chains at first; doubled past two records each */
 #define OW_SET_MAX (1u << 16)   /* blocks the set holds at most */
 #define OW_SET_FIRST 1024u      /* its slots at first; doubled when half full */
-#define OW_SET_EMPTY UINT64_MAX
+#define OW_SET_EMPTY UINT64_MAX /* (no run's number: blocks are below 2^56) */
+#define OW_RUN_SHIFT 3          /* runs of 8 blocks, a bit each in a slot's low byte */
 
 struct ow_rec {
     uint64_t off, len;
@@ -175,50 +183,59 @@ static void set_free(struct origin_window *w)
     w->blocks = NULL;
     w->blocks_mask = 0;
     w->nblocks = 0;
+    w->nruns = 0;
 }
 
-static void set_alloc(struct origin_window *w, uint32_t slots)
+/* Slots: a run's number shifted left by 8, with its blocks' bits in the
+ * low byte, or OW_SET_EMPTY. */
+static uint64_t *set_slots(uint32_t slots)
 {
-    w->blocks = tc_xmalloc((size_t)slots * sizeof *w->blocks);
-    memset(w->blocks, 0xff, (size_t)slots * sizeof *w->blocks);
-    w->blocks_mask = slots - 1;
-    w->nblocks = 0;
+    uint64_t *b = tc_xmalloc((size_t)slots * sizeof *b);
+    memset(b, 0xff, (size_t)slots * sizeof *b);
+    return b;
 }
 
-/* The slot of block b, or the empty slot where it would go. */
-static uint32_t set_slot(const struct origin_window *w, uint64_t b)
+/* The slot of run `run`, or the empty slot where it would go. */
+static uint32_t set_slot(const struct origin_window *w, uint64_t run)
 {
-    uint32_t i = (uint32_t)tc_mix64(b) & w->blocks_mask;
-    while (w->blocks[i] != b && w->blocks[i] != OW_SET_EMPTY)
+    uint32_t i = (uint32_t)tc_mix64(run) & w->blocks_mask;
+    while (w->blocks[i] >> 8 != run && w->blocks[i] != OW_SET_EMPTY)
         i = (i + 1) & w->blocks_mask;
     return i;
 }
 
 static bool set_has(const struct origin_window *w, uint64_t b)
 {
-    return w->blocks != NULL && w->blocks[set_slot(w, b)] == b;
+    if (w->blocks == NULL)
+        return false;
+    uint64_t s = w->blocks[set_slot(w, b >> OW_RUN_SHIFT)];
+    return s != OW_SET_EMPTY && (s >> (b & 7) & 1);
 }
 
-static void set_put(struct origin_window *w, uint64_t b)
+/* Adds the blocks `bits` (a bit per block) of run `run`. */
+static void set_put_run(struct origin_window *w, uint64_t run, unsigned bits)
 {
     if (w->blocks == NULL) {
-        set_alloc(w, OW_SET_FIRST);
-    } else if (2 * (w->nblocks + 1) > w->blocks_mask + 1) {
+        w->blocks = set_slots(OW_SET_FIRST);
+        w->blocks_mask = OW_SET_FIRST - 1;
+    } else if (2 * (w->nruns + 1) > w->blocks_mask + 1) {
         uint64_t *old = w->blocks;
         uint32_t nslots = w->blocks_mask + 1;
-        set_alloc(w, 2 * nslots);
+        w->blocks = set_slots(2 * nslots);
+        w->blocks_mask = 2 * nslots - 1;
         for (uint32_t i = 0; i < nslots; i++)
-            if (old[i] != OW_SET_EMPTY) {
-                w->blocks[set_slot(w, old[i])] = old[i];
-                w->nblocks++;
-            }
+            if (old[i] != OW_SET_EMPTY)
+                w->blocks[set_slot(w, old[i] >> 8)] = old[i];
         free(old);
     }
-    uint32_t i = set_slot(w, b);
+    uint32_t i = set_slot(w, run);
     if (w->blocks[i] == OW_SET_EMPTY) {
-        w->blocks[i] = b;
-        w->nblocks++;
+        w->blocks[i] = run << 8;
+        w->nruns++;
     }
+    uint64_t fresh = bits & ~w->blocks[i] & 0xff;
+    w->blocks[i] |= fresh;
+    w->nblocks += popcount64(fresh);
 }
 
 /* Adds the blocks that bytes [off, off + len) meet, as the scan's test
@@ -241,8 +258,11 @@ static void set_add_range(struct cache *c, uint64_t off, uint64_t len)
         set_free(w);
         return;
     }
-    for (uint64_t b = first; b <= last; b++)
-        set_put(w, b);
+    for (uint64_t run = first >> OW_RUN_SHIFT; run <= last >> OW_RUN_SHIFT; run++) {
+        uint64_t lo = TC_MAX(first, run << OW_RUN_SHIFT) & 7;
+        uint64_t hi = TC_MIN(last, (run << OW_RUN_SHIFT) + 7) & 7;
+        set_put_run(w, run, (unsigned)((2u << hi) - (1u << lo)));
+    }
 }
 
 /* The set again from the records (some have gone). */

@@ -43,12 +43,14 @@ struct origin_window {
     bool before_start;
     /* The blocks the records touch, for origin_window_overlaps() of one
      * block (a fill) without a scan of every record: an open-addressing
-     * set of block numbers (UINT64_MAX: empty), rebuilt when records go.
+     * set of runs of 8 blocks, a bit for each block of the run
+     * (originwin.c; UINT64_MAX: empty), rebuilt when records go.
      * blocks_unknown: it no longer holds them all (too many, or a record
      * spread by the overflow), until the next rebuild. */
     uint64_t *blocks;
     uint32_t blocks_mask;       /* slots - 1 (no slots: blocks NULL) */
-    uint32_t nblocks;
+    uint32_t nblocks;           /* blocks held */
+    uint32_t nruns;             /* slots used */
     bool blocks_unknown;
 };
 
