@@ -345,11 +345,22 @@ def case_rewrite(a):
           f"{[x['state'] for x in st['devices']]}, lost_dirty_bytes {st['lost_dirty_bytes']}")
     if st["devices"][1]["state"] != "ok":
         die(f"a2 failed:\n{d.tail()}")
+    want = {victim * BLOCK + s * SECTOR: 2 for s in range(SPB // 2)}
+    if (os.path.exists(boom2) and st["devices"][1]["errors"] == 0 and
+            st.get("device_failure_rewrite_read_retries", 0) == 0):
+        # Not one read of the victim's range reached a2 (seen once in
+        # about 470 runs, at a load average of 20): nothing failed, so
+        # there was nothing to try again.  What matters still holds: the
+        # victim's dirty sectors read their data.
+        expect_gens(d, want, "the victim's dirty sectors (no read of them failed)")
+        d.stop()
+        print("rewrite: no read of the victim's range reached a2 this run (retry not "
+              "exercised); nothing of it lost")
+        return
     if os.path.exists(boom2):
         die(f"the rewrites ended with fewer than {REWRITE_FAILS} reads of the victim failed")
     if st.get("device_failure_rewrite_read_retries", 0) < 1:
         die(f"the victim's rewrite was not tried again:\n{json.dumps(st)}\n{d.tail()}")
-    want = {victim * BLOCK + s * SECTOR: 2 for s in range(SPB // 2)}
     expect_gens(d, want, "the victim's dirty sectors after the rewrite")
     d.stop()
     print("rewrite: the read of the survivor's data was tried again, nothing of it lost")
