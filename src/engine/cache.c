@@ -256,30 +256,40 @@ static int check_set(struct cache *c, struct tc_dev **devs, struct tc_superblock
  * other writer then.  A device that cannot be written keeps the old
  * identity (warned, not fatal: the cache itself is fine).
  */
-static bool record_origin(struct cache *c, const struct tc_dev *origin)
+bool cache_write_superblocks(struct cache *c, bool in_service_only, const char *what,
+                             const char *consequence)
 {
     uint8_t *buf = tc_alloc_aligned(TC_SB_SIZE);
     bool ok = true;
     for (unsigned copy = 0; copy < TC_SB_COPIES; copy++) {
         for (unsigned d = 0; d < c->ndevs; d++) {
-            struct tc_superblock *sb = &c->devs[d].sb;
-            snprintf(sb->origin_id, sizeof sb->origin_id, "%s", origin->identity);
-            snprintf(sb->origin_path, sizeof sb->origin_path, "%s", origin->name);
-            sb_encode(sb, buf);
+            if (in_service_only && c->devs[d].state != CDEV_OK)
+                continue;
+            sb_encode(&c->devs[d].sb, buf);
             int e = dev_sync_io(c->devs[d].dev, TC_DEV_WRITE, buf, (uint64_t)copy * TC_SB_SIZE,
                                 TC_SB_SIZE, 0);
             if (e == 0)
                 e = dev_sync_io(c->devs[d].dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
             if (e) {
-                tc_warn("%s: recording the origin's identity in the superblock failed: %s; "
-                        "the next start may need --adopt-origin again", c->devs[d].dev->name,
-                        strerror(-e));
+                tc_warn("%s: %s in the superblock failed: %s%s", c->devs[d].dev->name, what,
+                        strerror(-e), consequence);
                 ok = false;
             }
         }
     }
     free(buf);
     return ok;
+}
+
+static bool record_origin(struct cache *c, const struct tc_dev *origin)
+{
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct tc_superblock *sb = &c->devs[d].sb;
+        snprintf(sb->origin_id, sizeof sb->origin_id, "%s", origin->identity);
+        snprintf(sb->origin_path, sizeof sb->origin_path, "%s", origin->name);
+    }
+    return cache_write_superblocks(c, false, "recording the origin's identity",
+                                   "; the next start may need --adopt-origin again");
 }
 
 /*

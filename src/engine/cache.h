@@ -249,6 +249,14 @@ int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_
 struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
                                  struct tc_volume_config *cfg, char *err, size_t errlen);
 void cache_close_offline(struct cache *c);
+/* Every copy of every device's superblock written from memory (only the
+ * devices in service when in_service_only): copy A of each device, then
+ * copy B, each write flushed, so that a crash leaves one whole copy.  A
+ * device that cannot be written is warned about, naming it, `what` was
+ * recorded and `consequence`; false if any write failed.  For the start,
+ * before anything is served (nothing else writes the superblocks then). */
+bool cache_write_superblocks(struct cache *c, bool in_service_only, const char *what,
+                             const char *consequence);
 void cache_close(struct cache *c, void (*done)(void *arg, int err), void *arg);
 /* A stop began (tc_volume_stopping(), or cache_close()): nothing waits
  * for room any more (failure.c's rewrites; failure.h), and client writes

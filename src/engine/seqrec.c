@@ -1018,28 +1018,16 @@ static void place_record(struct cache *c)
     }
     if (!need)
         return;
-    uint8_t *buf = tc_alloc_aligned(TC_SB_SIZE);
-    bool ok = true;
-    for (unsigned copy = 0; copy < TC_SB_COPIES; copy++) {
-        for (unsigned d = 0; d < c->ndevs; d++) {
-            struct tc_superblock *sb = &c->devs[d].sb;
-            if (c->devs[d].state != CDEV_OK)
-                continue;
-            memcpy(sb->state_token, sr->token, 16);
-            snprintf(sb->state_place, sizeof sb->state_place, "%s", sr->place);
-            sb_encode(sb, buf);
-            int e = dev_sync_io(c->devs[d].dev, TC_DEV_WRITE, buf, (uint64_t)copy * TC_SB_SIZE,
-                                TC_SB_SIZE, 0);
-            if (e == 0)
-                e = dev_sync_io(c->devs[d].dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
-            if (e) {
-                tc_warn("%s: recording the state place (%s) in the superblock failed: %s",
-                        c->devs[d].dev->name, sr->place, strerror(-e));
-                ok = false;
-            }
-        }
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct tc_superblock *sb = &c->devs[d].sb;
+        if (c->devs[d].state != CDEV_OK)
+            continue;
+        memcpy(sb->state_token, sr->token, 16);
+        snprintf(sb->state_place, sizeof sb->state_place, "%s", sr->place);
     }
-    free(buf);
+    char what[TC_STATE_PLACE_LEN + 64];
+    snprintf(what, sizeof what, "recording the state place (%s)", sr->place);
+    bool ok = cache_write_superblocks(c, true, what, "");
     if (ok)
         tc_info("state place %s recorded in the superblocks: a start with another "
                 "--state-file is refused", sr->place[0] ? sr->place : c->state_path);

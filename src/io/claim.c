@@ -89,18 +89,6 @@ bool claim_local_path(const char *name, char *out, size_t len)
 
 /* ---- what a path is ---- */
 
-static bool read_line(const char *path, char *out, size_t len)
-{
-    FILE *fp = fopen(path, "re");
-    if (fp == NULL)
-        return false;
-    bool ok = fgets(out, (int)len, fp) != NULL;
-    fclose(fp);
-    if (ok)
-        out[strcspn(out, "\n")] = '\0';
-    return ok;
-}
-
 static bool parse_devno(const char *s, dev_t *d)
 {
     unsigned ma, mi;
@@ -122,12 +110,12 @@ static void block_details(struct claim_id *id)
     if (part) {
         snprintf(path, sizeof path, "/sys/dev/block/%u:%u/../dev", major(id->rdev),
                  minor(id->rdev));
-        if (read_line(path, line, sizeof line))
+        if (tc_read_first_line(path, line, sizeof line))
             parse_devno(line, &id->whole);
     }
     snprintf(path, sizeof path, "/sys/dev/block/%u:%u/%sloop/backing_file", major(id->rdev),
              minor(id->rdev), part ? "../" : "");
-    if (!read_line(path, line, sizeof line) || line[0] != '/')
+    if (!tc_read_first_line(path, line, sizeof line) || line[0] != '/')
         return;
     struct stat st;
     if (stat(line, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -243,7 +231,7 @@ static void describe_pid(int pid, char *out, size_t len)
     base = base ? base + 1 : argv0;
     if (base[0] == '\0') {
         snprintf(path, sizeof path, "/proc/%d/comm", pid);
-        if (!read_line(path, buf, sizeof buf))
+        if (!tc_read_first_line(path, buf, sizeof buf))
             snprintf(buf, sizeof buf, "a process");
         base = buf;
         argv1 = "";
@@ -299,7 +287,7 @@ static bool fd_matches(const struct holder_query *q, const struct stat *st)
         return false;
     snprintf(path, sizeof path, "/sys/dev/block/%u:%u/../dev", major(st->st_rdev),
              minor(st->st_rdev));
-    return read_line(path, line, sizeof line) && parse_devno(line, &w) && w == q->rdev;
+    return tc_read_first_line(path, line, sizeof line) && parse_devno(line, &w) && w == q->rdev;
 }
 
 /* From /proc/PID/fdinfo/FD: the mount and inode numbers, and whether a
@@ -633,12 +621,12 @@ static int claim_loops_over(const char *path, const char *role, dev_t dev, ino_t
         snprintf(p, sizeof p, "/sys/block/%.200s/loop/backing_file", e->d_name);
         /* Only a backing file on our file system is stat()ed (see
          * mount_dev_of()). */
-        if (!read_line(p, line, sizeof line) || line[0] != '/' || mount_dev_of(line) != dev ||
+        if (!tc_read_first_line(p, line, sizeof line) || line[0] != '/' || mount_dev_of(line) != dev ||
             stat(line, &st) < 0 || st.st_dev != dev || st.st_ino != ino)
             continue;
         snprintf(p, sizeof p, "/sys/block/%.200s/dev", e->d_name);
         snprintf(node, sizeof node, "/dev/%.200s", e->d_name);
-        if (!read_line(p, line, sizeof line) || !parse_devno(line, &rdev) ||
+        if (!tc_read_first_line(p, line, sizeof line) || !parse_devno(line, &rdev) ||
             stat(node, &st) < 0 || !S_ISBLK(st.st_mode) || st.st_rdev != rdev) {
             tc_warn("%s %s: loop device %s is over it but has no device node to claim",
                     role, path, e->d_name);

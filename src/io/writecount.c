@@ -29,17 +29,7 @@
 #include <string.h>
 
 #include "io/writecount.h"
-
-/* The first line of a small file, into out; false if unreadable. */
-static bool read_line(const char *path, char *out, size_t len)
-{
-    FILE *fp = fopen(path, "re");
-    if (fp == NULL)
-        return false;
-    bool ok = fgets(out, (int)len, fp) != NULL;
-    fclose(fp);
-    return ok;
-}
+#include "util/misc.h"
 
 static int hex_digit(char c)
 {
@@ -80,19 +70,19 @@ bool dev_write_count(const struct tc_dev *d, struct dev_write_count *out)
         return false;
     memset(out, 0, sizeof *out);
     char line[512], dir[64], path[128];
-    if (!read_line("/proc/sys/kernel/random/boot_id", line, sizeof line) ||
+    if (!tc_read_first_line("/proc/sys/kernel/random/boot_id", line, sizeof line) ||
         !parse_uuid(line, out->boot_id))
         return false;
     snprintf(dir, sizeof dir, "/sys/dev/block/%u:%u", maj, min);
     /* A partition's queue and sequence number are its disk's. */
     snprintf(path, sizeof path, "%s/partition", dir);
-    const char *disk = read_line(path, line, sizeof line) ? "/.." : "";
+    const char *disk = tc_read_first_line(path, line, sizeof line) ? "/.." : "";
     snprintf(path, sizeof path, "%s%s/queue/iostats", dir, disk);
-    if (read_line(path, line, sizeof line) && line[0] == '0')
+    if (tc_read_first_line(path, line, sizeof line) && line[0] == '0')
         return false;
     snprintf(path, sizeof path, "%s/stat", dir);
     unsigned long long f[14] = { 0 };
-    if (!read_line(path, line, sizeof line))
+    if (!tc_read_first_line(path, line, sizeof line))
         return false;
     int got = sscanf(line, "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu "
                      "%llu", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8],
@@ -103,7 +93,7 @@ bool dev_write_count(const struct tc_dev *d, struct dev_write_count *out)
     out->sectors = f[6] + (got >= 14 ? f[13] : 0);
     snprintf(path, sizeof path, "%s%s/diskseq", dir, disk);
     unsigned long long seq;
-    if (read_line(path, line, sizeof line) && sscanf(line, "%llu", &seq) == 1)
+    if (tc_read_first_line(path, line, sizeof line) && sscanf(line, "%llu", &seq) == 1)
         out->diskseq = seq;
     return true;
 }

@@ -158,6 +158,18 @@ char *tc_xstrdup(const char *s)
     return p;
 }
 
+bool tc_read_first_line(const char *path, char *out, size_t len)
+{
+    FILE *fp = fopen(path, "re");
+    if (fp == NULL)
+        return false;
+    bool ok = fgets(out, (int)len, fp) != NULL;
+    fclose(fp);
+    if (ok)
+        out[strcspn(out, "\n")] = '\0';
+    return ok;
+}
+
 int tc_fsync_parent_dir(const char *path)
 {
     char *copy = tc_xstrdup(path);

@@ -2,6 +2,7 @@
 #ifndef TC_UTIL_MISC_H
 #define TC_UTIL_MISC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -83,6 +84,10 @@ char *tc_xstrdup(const char *s);
 /* fsync() the directory holding path, so that a file just created or
  * renamed there is durable under its name: 0 or -errno. */
 int tc_fsync_parent_dir(const char *path);
+
+/* The first line of a small file (a /proc or /sys entry), without its
+ * newline, into out; false if the file cannot be opened or is empty. */
+bool tc_read_first_line(const char *path, char *out, size_t len);
 
 /* pwrite() all of buf at off, across short writes and EINTR: 0 or -errno
  * (-EIO for a write that wrote nothing).  For small blocking writes of
