@@ -36,6 +36,8 @@ static void normalize(struct tc_superblock *sb)
     memset(sb->origin_id + n, 0, TC_ORIGIN_ID_LEN - n);
     n = strnlen(sb->origin_path, TC_ORIGIN_PATH_LEN);
     memset(sb->origin_path + n, 0, TC_ORIGIN_PATH_LEN - n);
+    n = strnlen(sb->state_place, TC_STATE_PLACE_LEN);
+    memset(sb->state_place + n, 0, TC_STATE_PLACE_LEN - n);
 }
 
 static void check_valid(const struct tc_superblock *sb)
