@@ -292,6 +292,21 @@ static bool record_origin(struct cache *c, const struct tc_dev *origin)
                                    "; the next start may need --adopt-origin again");
 }
 
+/* Whether dev's two superblock copies are not byte for byte the same (or
+ * cannot be read again): which one the start uses says read_superblock(),
+ * the first that decodes. */
+static bool copies_differ(struct tc_dev *dev, const char **used)
+{
+    uint8_t *buf = tc_alloc_aligned(2 * TC_SB_SIZE);
+    struct tc_superblock sb;
+    char why[160];
+    bool differ = dev_sync_io(dev, TC_DEV_READ, buf, 0, 2 * TC_SB_SIZE, 0) != 0 ||
+                  memcmp(buf, buf + TC_SB_SIZE, TC_SB_SIZE) != 0;
+    *used = sb_decode(buf, &sb, why, sizeof why) == 0 ? "A" : "B";
+    free(buf);
+    return differ;
+}
+
 /*
  * The clean-stop record (TC_SB_CLEAN_STOP, ondisk.h) is true only until
  * the log changes: cleared from every copy of every device before
@@ -302,12 +317,30 @@ static bool record_origin(struct cache *c, const struct tc_dev *origin)
  * every device is written and flushed before copy B, as elsewhere; a start
  * that cannot clear a copy fails (the log is still as recorded, so the
  * record stays true until a start succeeds).
+ *
+ * The start reads copy A only, unless it is damaged: a copy B that
+ * differs from it is rewritten here too, before anything is appended.
+ * Copy B may hold a record copy A no longer does -- a start that cleared
+ * A and failed to clear B (a write error, or a crash between the two) --
+ * and a later start that found no record in A left B as it was.  Then
+ * copy A torn by a power loss (a stop writing its record, say) made the
+ * next start fall back to B's stale record: its checkpoint, still whole
+ * in free segments, was restored, and every block written since read its
+ * older version (dirty data acknowledged and flushed since, gone).
  */
 static int clear_stop_record(struct cache *c, char *err, size_t errlen)
 {
     bool any = false;
     for (unsigned d = 0; d < c->ndevs; d++)
         any |= (c->devs[d].sb.flags & TC_SB_CLEAN_STOP) != 0;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        const char *used;
+        if (copies_differ(c->devs[d].dev, &used)) {
+            tc_warn("%s: superblock copies A and B differ: both written again from copy %s, "
+                    "the one this start uses", c->devs[d].dev->name, used);
+            any = true;
+        }
+    }
     if (!any)
         return 0;
     for (unsigned d = 0; d < c->ndevs; d++) {
@@ -328,8 +361,8 @@ static int clear_stop_record(struct cache *c, char *err, size_t errlen)
                 e = dev_sync_io(c->devs[d].dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
             if (e)
                 snprintf(err, errlen, "%s: clearing the clean-stop record in superblock copy %c "
-                         "failed: %s; the cache cannot be written before it is cleared",
-                         c->devs[d].dev->name, 'A' + copy, strerror(-e));
+                         "failed: %s; the cache cannot be written before it is cleared (and "
+                         "both copies agree)", c->devs[d].dev->name, 'A' + copy, strerror(-e));
         }
     }
     free(buf);

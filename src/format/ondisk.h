@@ -149,7 +149,12 @@
  * damage too.  The start clears the record in every copy (a version 1, 2
  * or 3 superblock again, by the marks it carries) before anything is
  * appended to the log, so a later crash is never taken for a clean stop;
- * a start that cannot clear it fails.  A version 4 superblock may carry
+ * a start that cannot clear it fails.  A start also writes both copies
+ * again, from the one it uses, when they differ: a copy B whose clear
+ * failed (or never came: a crash between the copies) would otherwise
+ * keep a stale record -- and name a stale checkpoint -- for as long as
+ * copy A is whole, and be trusted once a torn write damages copy A.
+ * A version 4 superblock may carry
  * the marks of versions 2 and 3 as well.  Builds that know only versions
  * 1 to 3 refuse it ("format version 4 is not supported"): started, they
  * would append to the log without clearing the record.  Version 1 to 3
