@@ -751,8 +751,19 @@ static bool read_entries(struct recovery *rc, struct chunk_read *rd)
             chunk_data_room(rd, dlen);
             rd->data_err = dev_sync_io(dev, TC_DEV_READ, rd->data, doff, dlen, 0);
         }
+        /* A read error is not a torn write: the chunk may hold versions
+         * whose FLUSH was acknowledged (the header covering it with its
+         * mark had not been written yet), and taking its entries for
+         * torn served their older versions.  Read once more (a transient
+         * error), else it is damage: the start is refused, check lists
+         * it, and the entries stay unchecked, so that salvage finds their
+         * data unreadable rather than write back the older versions. */
         if (rd->data_err)
-            memset(rd->data, 0xff, dlen);   /* unreadable: every CRC fails */
+            rd->data_err = dev_sync_io(dev, TC_DEV_READ, rd->data, doff, dlen, 0);
+        if (rd->data_err) {
+            read_failed(rc, dev, s, sg->seq, doff, dlen, rd->data_err);
+            check = false;
+        }
         data = rd->data;
     }
     for (uint32_t i = 0; i < h.nr_entries; i++) {
