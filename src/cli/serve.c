@@ -231,7 +231,10 @@ static const char serve_help[] =
 "symlink.  No other directory is ever created: the directories of --socket,\n"
 "--control, --log and --pidfile must exist.  An existing file at --socket or\n"
 "--control is replaced only if it is a socket nobody listens on; the log and\n"
-"pid file are never opened through a symlink.\n"
+"pid file are never opened through a symlink.  --log, --pidfile and --trace\n"
+"may not name the origin, a cache device or a file another daemon locks as\n"
+"either; an existing pid file must be empty or hold a process id, an\n"
+"existing trace file must be empty or a trace.\n"
 "\n"
 "SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
 "finishes the requests in flight, flushes the origin, logs how much dirty\n"
@@ -888,6 +891,24 @@ int cmd_serve(int argc, char **argv)
     if ((ncfg.socket_path && !cli_check_parent(ncfg.socket_path, "--socket", err, sizeof err)) ||
         (control && !cli_check_parent(control, "--control", err, sizeof err)) ||
         (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
+        tc_die(1, "%s", err);
+    /* The files written besides the devices are never the volume's data,
+     * nor another's (claim_check_output()): before anything is opened. */
+    char rotated[4200] = "";
+    if (tcfg.path && tcfg.rotate)
+        snprintf(rotated, sizeof rotated, "%s.1", tcfg.path);
+    if ((log_path && claim_check_output(log_path, "--log", "append its log to it", vcfg.origin,
+                                        vcfg.caches, err, sizeof err) < 0) ||
+        (pidfile && claim_check_output(pidfile, "--pidfile", "replace its contents with its "
+                                       "process id, and remove it at exit", vcfg.origin,
+                                       vcfg.caches, err, sizeof err) < 0) ||
+        (tcfg.path && claim_check_output(tcfg.path, "--trace", "replace its contents with "
+                                         "the trace of the requests", vcfg.origin, vcfg.caches,
+                                         err, sizeof err) < 0) ||
+        (rotated[0] && claim_check_output(rotated, "--trace", "replace it with the trace's "
+                                          "previous part at its limit (--trace-rotate)",
+                                          vcfg.origin, vcfg.caches, err, sizeof err) < 0) ||
+        (tcfg.path && trace_writer_check(tcfg.path, err, sizeof err) < 0))
         tc_die(1, "%s", err);
 
     cli_open_log(log_path, !foreground, "tiercache.log", err, sizeof err);
