@@ -119,7 +119,8 @@ static const char serve_help[] =
 "                       it a clean stop leaves dirty data in the cache (the\n"
 "                       log says how much), written back after the next start\n"
 "                       -- except dirty data still on a failed cache device\n"
-"                       (status: draining), which every stop writes back\n"
+"                       (status: draining), or on a cache file removed or\n"
+"                       replaced while served, which every stop writes back\n"
 "  --state-file PATH    where the record of an abandoned cache is kept (every\n"
 "                       cache device failed: which sectors were lost, and that\n"
 "                       the cache's log is stale), and the lost sectors a stop\n"
@@ -258,6 +259,7 @@ struct serve {
     bool have_nbd, have_ctl;
     struct cli_signals sig;
     bool stopping, signalled, flush_on_stop;
+    bool cache_unlinked;                /* a cache file lost its name (nbd_stopped) */
     int exit_status;
     uint64_t flush_start_ns, flush_logged_ns;  /* --flush-on-stop: start, last line */
     uint64_t started_ns;
@@ -447,7 +449,11 @@ static void volume_closed(void *arg, int err)
     tc_volume_dirty(s->vol, &bytes, &blocks);
     char sz[32];
     tc_format_size(bytes, sz, sizeof sz);
-    if (blocks && tc_volume_draining(s->vol))
+    if (blocks && s->cache_unlinked)
+        tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back and "
+                 "is lost with the cache device that was removed or replaced while served",
+                 err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
+    else if (blocks && tc_volume_draining(s->vol))
         tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back from "
                  "the failed cache device and is lost: its sectors read EIO after the next "
                  "start until rewritten", err ? "with errors" : "cleanly", sz,
@@ -501,7 +507,23 @@ static void nbd_stopped(struct nbd_server *srv)
      * back as with --flush-on-stop: left there, it would be lost (no
      * start trusts that device's log again). */
     bool draining = s->vol && tc_volume_draining(s->vol);
-    if (s->flush_on_stop || draining) {
+    /* A cache file removed, or replaced (a copy, a backup renamed over
+     * it), while served: the daemon's descriptor is all that is left of
+     * its log, and the exit ends it.  Its dirty data is written back as
+     * with --flush-on-stop; left there, the writes clients were told are
+     * durable went with it (what is at the path now is older or nothing,
+     * which the next start refuses). */
+    char why[1200];
+    if (s->vol && tc_volume_cache_unlinked(s->vol, why, sizeof why)) {
+        s->cache_unlinked = true;
+        s->exit_status = 1;
+        tc_error("cache device %s while this daemon served it; its log goes when the daemon "
+                 "exits, so its dirty data is written back to the origin first, as with "
+                 "--flush-on-stop (the next start refuses what is at the path now: reformat "
+                 "it with 'tiercache format --force --discard-dirty' once the origin is "
+                 "current)", why);
+    }
+    if (s->flush_on_stop || draining || s->cache_unlinked) {
         uint64_t bytes, blocks;
         tc_volume_dirty(s->vol, &bytes, &blocks);
         char sz[32];
