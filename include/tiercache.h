@@ -205,6 +205,12 @@ void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blo
  * Its log is never trusted again, so what a stop leaves there is lost. */
 bool tc_volume_draining(const struct tc_volume *vol);
 
+/* Whether a cache device that is a file lost its name while served
+ * (removed, or another file -- a copy, a backup -- renamed over it): its
+ * log ends with the daemon's descriptor, dirty data included.  why names
+ * the device and what its path names now.  False without a cache. */
+bool tc_volume_cache_unlinked(const struct tc_volume *vol, char *why, size_t len);
+
 /* Change a setting while serving: key is a serve option without "--"
  * (dirty-target, dirty-high, sequential-cutoff, readahead, write-budget,
  * origin-timeout), value as that option takes it.  0, or -1 with a message

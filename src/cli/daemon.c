@@ -4,6 +4,7 @@
  * SIGHUP or SIGUSR1.  The run directory and the checks of the directories
  * the paths go in are in common.c (the control commands use them too).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -38,19 +39,51 @@ static void remove_pidfile(void)
     }
 }
 
+/* Whether the file open on fd (size bytes) is a pid file: a decimal
+ * number, spaces and newlines around it, no more than a pid file's bytes. */
+static bool holds_pid(int fd, off_t size)
+{
+    char buf[32];
+    if (size >= (off_t)sizeof buf)
+        return false;
+    ssize_t n = pread(fd, buf, (size_t)size, 0);
+    if (n != (ssize_t)size)
+        return false;
+    size_t i = 0, digits = 0;
+    while (i < (size_t)n && isspace((unsigned char)buf[i]))
+        i++;
+    while (i < (size_t)n && isdigit((unsigned char)buf[i]))
+        i++, digits++;
+    while (i < (size_t)n && isspace((unsigned char)buf[i]))
+        i++;
+    return digits > 0 && i == (size_t)n;
+}
+
 bool cli_write_pidfile(const char *path, char *err, size_t errlen)
 {
     if (strlen(path) >= sizeof pidfile_path) {
         snprintf(err, errlen, "--pidfile %s: path too long", path);
         return false;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         int e = fd < 0 ? errno : EINVAL;
         snprintf(err, errlen, "--pidfile %s: %s", path, cli_open_error(e));
         if (fd >= 0)
             close(fd);
+        return false;
+    }
+    /* An existing file is replaced only if it is empty or holds a process
+     * id (a pid file left by a kill): any other file named by mistake (a
+     * stopped volume's origin or cache device, which no claim holds) was
+     * truncated to a number here and removed at exit. */
+    if (st.st_size > 0 && !holds_pid(fd, st.st_size)) {
+        snprintf(err, errlen, "--pidfile %s: the file exists and holds %lld bytes that are not "
+                 "a process id (another file named by mistake?); it is left as it is: give "
+                 "--pidfile another path, or remove the file if it is an old pid file",
+                 path, (long long)st.st_size);
+        close(fd);
         return false;
     }
     char line[32];

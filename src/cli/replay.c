@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "format/ondisk.h"
+#include "io/claim.h"
 #include "policy/policy.h"
 #include "replay/blockmap.h"
 #include "replay/replay.h"
@@ -94,7 +95,8 @@ static const char replay_help[] =
 "  --points N           ... in N equal steps (default 20)\n"
 "  --csv OUT            write the curve to OUT (cache_bytes,miss_ratio) and,\n"
 "                       where gnuplot is installed, plot it to OUT with the\n"
-"                       suffix .png\n"
+"                       suffix .png (never a file a daemon holds: an origin\n"
+"                       or cache device in use)\n"
 "\n"
 "With --policy, --mrc draws those policies' curves instead (engine or\n"
 "reference), by miniature simulation (Waldspurger et al., USENIX ATC 2017):\n"
@@ -888,6 +890,10 @@ int cmd_replay(int argc, char **argv)
         tc_die(2, "replay: --trace -: replay reads the trace more than once, give a file");
     if (access(a.t.path, R_OK) < 0)
         tc_die(1, "%s: %s", a.t.path, strerror(errno));
+    char cerr[1200];
+    if (a.csv && claim_check_output(a.csv, "--csv", "replace its contents with the curve", NULL,
+                                    NULL, cerr, sizeof cerr) < 0)
+        tc_die(1, "%s", cerr);
     if (policy_list) {
         a.policies = cli_split_list(policy_list, MAX_LIST, &a.npolicies);
         for (unsigned i = 0; i < a.npolicies; i++)

@@ -119,7 +119,8 @@ static const char serve_help[] =
 "                       it a clean stop leaves dirty data in the cache (the\n"
 "                       log says how much), written back after the next start\n"
 "                       -- except dirty data still on a failed cache device\n"
-"                       (status: draining), which every stop writes back\n"
+"                       (status: draining), or on a cache file removed or\n"
+"                       replaced while served, which every stop writes back\n"
 "  --state-file PATH    where the record of an abandoned cache is kept (every\n"
 "                       cache device failed: which sectors were lost, and that\n"
 "                       the cache's log is stale), and the lost sectors a stop\n"
@@ -231,7 +232,10 @@ static const char serve_help[] =
 "symlink.  No other directory is ever created: the directories of --socket,\n"
 "--control, --log and --pidfile must exist.  An existing file at --socket or\n"
 "--control is replaced only if it is a socket nobody listens on; the log and\n"
-"pid file are never opened through a symlink.\n"
+"pid file are never opened through a symlink.  --log, --pidfile and --trace\n"
+"may not name the origin, a cache device or a file another daemon locks as\n"
+"either; an existing pid file must be empty or hold a process id, an\n"
+"existing trace file must be empty or a trace.\n"
 "\n"
 "SIGTERM or SIGINT stop the daemon in order: it stops accepting clients,\n"
 "finishes the requests in flight, flushes the origin, logs how much dirty\n"
@@ -255,6 +259,7 @@ struct serve {
     bool have_nbd, have_ctl;
     struct cli_signals sig;
     bool stopping, signalled, flush_on_stop;
+    bool cache_unlinked;                /* a cache file lost its name (nbd_stopped) */
     int exit_status;
     uint64_t flush_start_ns, flush_logged_ns;  /* --flush-on-stop: start, last line */
     uint64_t started_ns;
@@ -444,7 +449,11 @@ static void volume_closed(void *arg, int err)
     tc_volume_dirty(s->vol, &bytes, &blocks);
     char sz[32];
     tc_format_size(bytes, sz, sizeof sz);
-    if (blocks && tc_volume_draining(s->vol))
+    if (blocks && s->cache_unlinked)
+        tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back and "
+                 "is lost with the cache device that was removed or replaced while served",
+                 err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
+    else if (blocks && tc_volume_draining(s->vol))
         tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back from "
                  "the failed cache device and is lost: its sectors read EIO after the next "
                  "start until rewritten", err ? "with errors" : "cleanly", sz,
@@ -498,7 +507,23 @@ static void nbd_stopped(struct nbd_server *srv)
      * back as with --flush-on-stop: left there, it would be lost (no
      * start trusts that device's log again). */
     bool draining = s->vol && tc_volume_draining(s->vol);
-    if (s->flush_on_stop || draining) {
+    /* A cache file removed, or replaced (a copy, a backup renamed over
+     * it), while served: the daemon's descriptor is all that is left of
+     * its log, and the exit ends it.  Its dirty data is written back as
+     * with --flush-on-stop; left there, the writes clients were told are
+     * durable went with it (what is at the path now is older or nothing,
+     * which the next start refuses). */
+    char why[1200];
+    if (s->vol && tc_volume_cache_unlinked(s->vol, why, sizeof why)) {
+        s->cache_unlinked = true;
+        s->exit_status = 1;
+        tc_error("cache device %s while this daemon served it; its log goes when the daemon "
+                 "exits, so its dirty data is written back to the origin first, as with "
+                 "--flush-on-stop (the next start refuses what is at the path now: reformat "
+                 "it with 'tiercache format --force --discard-dirty' once the origin is "
+                 "current)", why);
+    }
+    if (s->flush_on_stop || draining || s->cache_unlinked) {
         uint64_t bytes, blocks;
         tc_volume_dirty(s->vol, &bytes, &blocks);
         char sz[32];
@@ -888,6 +913,24 @@ int cmd_serve(int argc, char **argv)
     if ((ncfg.socket_path && !cli_check_parent(ncfg.socket_path, "--socket", err, sizeof err)) ||
         (control && !cli_check_parent(control, "--control", err, sizeof err)) ||
         (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
+        tc_die(1, "%s", err);
+    /* The files written besides the devices are never the volume's data,
+     * nor another's (claim_check_output()): before anything is opened. */
+    char rotated[4200] = "";
+    if (tcfg.path && tcfg.rotate)
+        snprintf(rotated, sizeof rotated, "%s.1", tcfg.path);
+    if ((log_path && claim_check_output(log_path, "--log", "append its log to it", vcfg.origin,
+                                        vcfg.caches, err, sizeof err) < 0) ||
+        (pidfile && claim_check_output(pidfile, "--pidfile", "replace its contents with its "
+                                       "process id, and remove it at exit", vcfg.origin,
+                                       vcfg.caches, err, sizeof err) < 0) ||
+        (tcfg.path && claim_check_output(tcfg.path, "--trace", "replace its contents with "
+                                         "the trace of the requests", vcfg.origin, vcfg.caches,
+                                         err, sizeof err) < 0) ||
+        (rotated[0] && claim_check_output(rotated, "--trace", "replace it with the trace's "
+                                          "previous part at its limit (--trace-rotate)",
+                                          vcfg.origin, vcfg.caches, err, sizeof err) < 0) ||
+        (tcfg.path && trace_writer_check(tcfg.path, err, sizeof err) < 0))
         tc_die(1, "%s", err);
 
     cli_open_log(log_path, !foreground, "tiercache.log", err, sizeof err);

@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/daemon.h"
 #include "ctl/ctl.h"
+#include "io/claim.h"
 #include "io/reactor.h"
 #include "swap/cgroup.h"
 #include "swap/daemon.h"
@@ -473,6 +474,12 @@ int cmd_swap_prefetch(int argc, char **argv)
     bool daemon = !cfg.once && !foreground;
     if ((!cfg.once && !cli_check_parent(control, "--control", err, sizeof err)) ||
         (pidfile && !cli_check_parent(pidfile, "--pidfile", err, sizeof err)))
+        tc_die(1, "%s", err);
+    if ((log_path && claim_check_output(log_path, "--log", "append its log to it", NULL, NULL,
+                                        err, sizeof err) < 0) ||
+        (pidfile && claim_check_output(pidfile, "--pidfile", "replace its contents with its "
+                                       "process id, and remove it at exit", NULL, NULL, err,
+                                       sizeof err) < 0))
         tc_die(1, "%s", err);
     cli_open_log(log_path, daemon, "swap-prefetch.log", err, sizeof err);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "io/claim.h"
 #include "tiercache.h"
 #include "trace/trace.h"
 #include "util/json.h"
@@ -43,7 +44,9 @@ static const char convert_help[] =
 "\n"
 "Rewrite the trace IN (format F, see trace-info) as a native trace OUT,\n"
 "the format serve --trace writes.  IN may be '-' for standard input.  OUT\n"
-"is written whole or not at all: a malformed IN leaves no OUT behind.\n"
+"is written whole or not at all: a malformed IN leaves no OUT behind.  An\n"
+"existing OUT is replaced only if it is empty or a trace, and never if a\n"
+"daemon holds it (an origin or cache device in use).\n"
 "\n"
 "  --format F           the format of IN (required)\n"
 "  --object-size SIZE   as for trace-info\n"
@@ -239,7 +242,13 @@ int cmd_trace_convert(int argc, char **argv)
     if (optind + 2 != argc)
         tc_die(2, "trace-convert: give IN and OUT (try --help)");
     const char *in = argv[optind], *out = argv[optind + 1];
-    char err[512];
+    char err[1200];
+    /* OUT is replaced: never a file a daemon holds (an origin, a cache
+     * device), nor an existing file that is not a trace. */
+    if (claim_check_output(out, "trace-convert OUT", "replace it with the converted trace",
+                           NULL, NULL, err, sizeof err) < 0 ||
+        trace_writer_check(out, err, sizeof err) < 0)
+        tc_die(1, "%s", err);
     struct tc_trace_reader *r = trace_reader_open(in, (enum tc_trace_format)a.format, &a.opt,
                                                   err, sizeof err);
     if (!r)

@@ -875,6 +875,17 @@ bool tc_volume_draining(const struct tc_volume *vol)
     return vol->cache && !vol->detached && vol->cache->draining > 0;
 }
 
+bool tc_volume_cache_unlinked(const struct tc_volume *vol, char *why, size_t len)
+{
+    const struct cache *c = vol->cache;
+    if (c == NULL || vol->detached)
+        return false;
+    for (unsigned i = 0; i < c->ndevs; i++)
+        if (c->devs[i].dev && dev_file_unlinked(c->devs[i].dev, why, len))
+            return true;
+    return false;
+}
+
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks)
 {
     const struct cache *c = vol->cache;

@@ -1029,3 +1029,59 @@ bool claim_device_set(const char *name, uint8_t uuid[16])
     memcpy(uuid, sb.set_uuid, 16);
     return true;
 }
+
+/* ---- the daemon's other files ---- */
+
+/*
+ * --log, --pidfile and --trace name files the daemon writes with plain
+ * opens, which no claim stops: a path mistyped as the origin or a cache
+ * device (the pid file truncated it to a process id and removed it at exit,
+ * the trace truncated it while serving) destroyed the volume's data.  So
+ * each is compared with the origin and the cache devices as they are with
+ * each other, and an existing file that a claim holds (an OFD lock: some
+ * daemon's origin or cache device, an image qemu has open) is refused too.
+ */
+int claim_check_output(const char *path, const char *what, const char *does,
+                       const char *origin, const char *const *caches, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
+        return 0;               /* new, or refused by its open as not a file */
+    struct claim_id id, other;
+    char p[4096], quiet[16];
+    if (claim_stat(path, what, &id, quiet, sizeof quiet) < 0)
+        return 0;
+    if (origin && claim_local_path(origin, p, sizeof p) &&
+        claim_stat(p, "origin", &other, quiet, sizeof quiet) == 0 && claim_same(&id, &other)) {
+        snprintf(err, errlen, "%s %s is the origin (--origin %s): the daemon would %s; give "
+                 "%s another path", what, path, origin, does, what);
+        return -1;
+    }
+    for (unsigned i = 0; caches && caches[i] && i < TC_MAX_DEVICES; i++) {
+        if (claim_local_path(caches[i], p, sizeof p) &&
+            claim_stat(p, "cache device", &other, quiet, sizeof quiet) == 0 &&
+            claim_same(&id, &other)) {
+            snprintf(err, errlen, "%s %s is the cache device %s (--cache): the daemon would "
+                     "%s; give %s another path", what, path, caches[i], does, what);
+            return -1;
+        }
+    }
+    if (!S_ISREG(st.st_mode))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;               /* its own open says why */
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+    bool locked = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    close(fd);
+    if (!locked)
+        return 0;
+    char holder[512] = "";
+    struct holder_query q = { .dev = st.st_dev, .ino = st.st_ino };
+    mounts_of(&q);
+    find_processes(&q, holder, sizeof holder);
+    snprintf(err, errlen, "%s %s is in use by %s (a file locked as an origin or cache device "
+             "is): the daemon would %s; give %s another path", what, path,
+             holder[0] ? holder : "another program", does, what);
+    return -1;
+}

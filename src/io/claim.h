@@ -43,6 +43,16 @@ bool claim_same(const struct claim_id *a, const struct claim_id *b);
  * another.  caches may be NULL. */
 int claim_check_paths(const char *origin, const char *const *caches, char *err, size_t errlen);
 
+/* A file the daemon writes besides its devices (--log, --pidfile,
+ * --trace), checked before it is opened: 0 when path does not exist, or
+ * names neither the origin nor a cache device (caches may be NULL) and is
+ * a file no claim holds (another daemon's origin or cache device, an image
+ * qemu has open); else -1 with a message naming the option (what), the
+ * path, what it is, and what the daemon would do to it (does: "append its
+ * log to it"). */
+int claim_check_output(const char *path, const char *what, const char *does,
+                       const char *origin, const char *const *caches, char *err, size_t errlen);
+
 /* Descriptors a claim holds besides the device's own: a loop device's
  * backing file, the loop devices over a file. */
 #define CLAIM_MAX_FDS 5

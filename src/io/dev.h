@@ -210,6 +210,11 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
  * by a clean stop: engine/cache.c), into *ns; false for any other device
  * or when fstat() fails. */
 bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns);
+/* A regular file's name gone while it is open (st_nlink 0: removed, or
+ * another file renamed over it): its data goes when the last descriptor
+ * closes.  why says what its path names now.  False for any other device,
+ * or when fstat() fails. */
+bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len);
 /* A local block device's number, into *maj and *min; false for any other
  * device (io/writecount.c reads its counts by it). */
 bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min);

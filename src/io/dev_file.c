@@ -466,6 +466,23 @@ bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns)
     return true;
 }
 
+bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len)
+{
+    if (d->ops != &file_ops || d->is_block_device)
+        return false;
+    const struct dev_file *f = container_of(d, const struct dev_file, dev);
+    struct stat st, now;
+    if (fstat(f->fd, &st) < 0 || st.st_nlink > 0)
+        return false;
+    if (stat(d->name, &now) == 0)
+        snprintf(why, len, "%s now names another file (inode %llu, not %llu): the file was "
+                 "replaced", d->name, (unsigned long long)now.st_ino,
+                 (unsigned long long)st.st_ino);
+    else
+        snprintf(why, len, "%s: %s: the file was removed", d->name, strerror(errno));
+    return true;
+}
+
 bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min)
 {
     if (d->ops != &file_ops || !d->is_block_device)

@@ -96,6 +96,10 @@ struct tc_trace_writer;
 struct tc_trace_writer *trace_writer_open(struct tc_reactor *r,
                                           const struct tc_trace_writer_config *cfg, char *err,
                                           size_t errlen);
+/* Before the volume is opened: 0 if path is missing, or a regular file
+ * that is empty or a trace (what trace_writer_open() replaces); else -1
+ * with err naming it and why it is left alone. */
+int trace_writer_check(const char *path, char *err, size_t errlen);
 /* Records one request.  Never blocks and never fails: when the file cannot
  * keep up, the request is counted as dropped. */
 void trace_writer_record(struct tc_trace_writer *w, uint8_t op, uint8_t flags, uint64_t offset,

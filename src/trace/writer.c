@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "format/ondisk.h"
@@ -133,11 +134,57 @@ static void stop_trace(struct tc_trace_writer *w, const char *fmt, const char *d
             w->path, w->why);
 }
 
+/* Why the file open on fd may not be replaced by a trace, or NULL: only a
+ * regular file that is empty or already a trace is.  A block device (its
+ * first bytes overwritten by the header) or any other file named by
+ * mistake (an origin, a cache device) is left as it is. */
+static const char *unusable(int fd)
+{
+    struct stat st;
+    char magic[8];
+    if (fstat(fd, &st) < 0)
+        return strerror(errno);
+    if (!S_ISREG(st.st_mode))
+        return "it is not a regular file";
+    if (st.st_size > 0 && (pread(fd, magic, sizeof magic, 0) != (ssize_t)sizeof magic ||
+                           memcmp(magic, TC_TRACE_MAGIC, sizeof magic) != 0))
+        return "the file exists and is not a tiercache trace (no TCTRACE magic); it is left "
+               "as it is: give another path, or remove the file";
+    return NULL;
+}
+
+int trace_writer_check(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "trace %s: %s", path, strerror(errno));
+        return -1;
+    }
+    const char *bad = unusable(fd);
+    close(fd);
+    if (bad) {
+        snprintf(err, errlen, "trace %s: %s", path, bad);
+        return -1;
+    }
+    return 0;
+}
+
 static int open_file(struct tc_trace_writer *w, char *err, size_t errlen)
 {
-    int fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* Not truncated at the open: unusable() first. */
+    int fd = open(w->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "trace %s: %s", w->path, strerror(errno));
+        return -1;
+    }
+    const char *bad = unusable(fd);
+    if (bad == NULL && (ftruncate(fd, 0) < 0 || fcntl(fd, F_SETFL, 0) < 0))  /* io_uring: blocking */
+        bad = strerror(errno);
+    if (bad) {
+        snprintf(err, errlen, "trace %s: %s", w->path, bad);
+        close(fd);
         return -1;
     }
     uint8_t hdr[TC_TRACE_HEADER_BYTES];
@@ -169,6 +216,11 @@ static bool rotate(struct tc_trace_writer *w)
     snprintf(old, sizeof old, "%s.1", w->path);
     close(w->fd);
     w->fd = -1;
+    /* FILE.1 is replaced only if it is a trace (an earlier part). */
+    if (trace_writer_check(old, err, sizeof err) < 0) {
+        stop_trace(w, "%s", err);
+        return false;
+    }
     if (rename(w->path, old) < 0) {
         snprintf(err, sizeof err, "renaming it to %s: %s", old, strerror(errno));
         stop_trace(w, "%s", err);
