@@ -1007,17 +1007,20 @@ static void piece_step(struct wpiece *p)
          * first, so the origin write below cannot be overtaken by it.  If
          * the origin keeps refusing it, this write fails (the dirty data
          * stays, for writeback to retry): writing around it would let the
-         * older dirty data overwrite this write later. */
+         * older dirty data overwrite this write later.  The client hears
+         * the origin's reason: ENOSPC when it said it is out of space
+         * (writeback_refusal()), EIO otherwise. */
         unsigned failures = writeback_block_failures(c, p->oblock);
         if (failures >= WB_FAILURES_EIO) {
             uint64_t off = p->oblock * c->block_size;
+            int err = writeback_refusal(c, p->oblock);
             writeback_note_write_failed(c);
             if (writeback_log_allow(c))
                 tc_error("cache: dirty data of origin bytes %llu..%llu cannot be written back "
-                         "first (%u failed attempts in a row); the write to it fails with EIO",
+                         "first (%u failed attempts in a row); the write to it fails with %s",
                          (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
-                         failures);
-            piece_done(p, -EIO);
+                         failures, err == -ENOSPC ? "ENOSPC" : "EIO");
+            piece_done(p, err);
             return;
         }
         p->bw.fn = wb_cleared;
