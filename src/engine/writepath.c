@@ -1161,8 +1161,37 @@ static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
     return w;
 }
 
+/* While the origin holds the log's room (cleaner.c, hold_by_origin()),
+ * a write-back write of several pieces that the room left would not take
+ * fails as a whole before any piece starts: piece by piece, the first
+ * would be stored and the rest fail, leaving a write the client was told
+ * failed half stored.  (A single piece is all or nothing anyway: it is
+ * appended whole, or fails without being appended.)  The room is an
+ * estimate (cleaner_room_refused()), and a write already under way when
+ * such writes begin to fail is not covered: either may still end with
+ * some of its pieces stored and the others failed. */
+static int room_refused(struct wreq *w)
+{
+    if (w->np < 2)
+        return 0;
+    uint64_t sectors = 0;
+    unsigned appends = 0;
+    for (unsigned i = 0; i < w->np; i++)
+        if (w->p[i].mode == W_BACK) {
+            sectors += (uint64_t)(w->p[i].s1 - w->p[i].s0);
+            appends++;
+        }
+    return appends ? cleaner_room_refused(w->c, sectors, appends) : 0;
+}
+
 static void run_pieces(struct wreq *w)
 {
+    int refused = room_refused(w);
+    if (refused) {
+        join_get_n(&w->join, 1);
+        request_maybe_end(w, refused);
+        return;
+    }
     join_get_n(&w->join, w->np + 1);    /* every piece, and the hold while starting them */
     /* piece_start() looks each block up: their cache misses together. */
     if (w->np)
