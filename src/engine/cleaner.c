@@ -156,14 +156,24 @@ struct cleaner {
     struct tc_task fail_task;
     /* Room held by the origin (see hold_by_origin()). */
     bool refused_dirty;             /* this pass met dirty data the origin refuses */
+    int refused_err;                /* ... and the error it refuses it with
+                                     * (writeback_refusal(): -ENOSPC or -EIO) */
     uint32_t free_at_start;         /* free segments when the pass began */
     uint32_t futile_passes;         /* passes in a row that met such data and
                                      * left no more segments free than before */
     bool holding;                   /* then: no pass of its own, no copies (and
-                                     * with the origin offline, client appends
-                                     * needing room fail: holds_room()) */
+                                     * with the origin offline, or once the hold
+                                     * lasted HOLD_FAIL_ROUNDS attempts, client
+                                     * appends needing room fail: holds_room()) */
     uint64_t hold_retry_ns;         /* the back-off before the next attempt */
+    unsigned hold_rounds;           /* attempts in a row that found the room
+                                     * held (hold_by_origin() calls since the
+                                     * hold began; 0: not holding) */
+    int hold_err;                   /* the error client appends needing room
+                                     * fail with while holds_room() */
     uint64_t held_writes;           /* client appends failed so (status) */
+    uint64_t refused_writes;        /* ... of them while the origin answered
+                                     * (refused, not offline) */
     bool hold_queued;               /* ... from hold_task, deferred */
     struct tc_task hold_task;
     /* the group being reclaimed */
@@ -272,6 +282,11 @@ struct cleaner {
  * it doubles to (writeback's own per-block back-off reaches 30 s too). */
 #define HOLD_RETRY_NS (1000ull * 1000 * 1000)
 #define HOLD_RETRY_MAX_NS (5000ull * 1000 * 1000)
+/* With an origin that answers but refuses, client appends needing room
+ * fail from the hold's HOLD_FAIL_ROUNDS-th attempt in a row on (see
+ * hold_by_origin()): the hold, then one attempt after its first back-off
+ * (1 s) that still found no room. */
+#define HOLD_FAIL_ROUNDS 2
 
 static void walk(struct cleaner *k);
 static void ahead_start(struct cleaner *k, uint32_t slot);
@@ -348,6 +363,7 @@ static void kick_fn(struct tc_task *t)
     k->running = true;
     k->start_ns = tc_now_ns();
     k->refused_dirty = false;
+    k->refused_err = 0;
     k->free_at_start = c->sp.free_segs;
     k->first_slot = group_slot_of_oldest(&c->sp);
     k->batched = 0;
@@ -433,7 +449,17 @@ bool cleaner_idle(struct cache *c)
 /* Client appends needing room fail at once (see hold_by_origin()). */
 static bool holds_room(const struct cleaner *k)
 {
-    return k->holding && k->c->vol->origin->state == TC_DEV_OFFLINE;
+    return k->holding && (k->c->vol->origin->state == TC_DEV_OFFLINE ||
+                          k->hold_rounds >= HOLD_FAIL_ROUNDS);
+}
+
+/* The error they fail with: EIO while the origin is offline (as every
+ * request needing it then), else the origin's refusal (ENOSPC or EIO). */
+static int room_err(const struct cleaner *k)
+{
+    if (k->c->vol->origin->state == TC_DEV_OFFLINE)
+        return -EIO;
+    return k->hold_err ? k->hold_err : -EIO;
 }
 
 static void hold_fail_queue(struct cleaner *k)
@@ -484,12 +510,15 @@ static void hold_fail_fn(struct tc_task *t)
             pp = &w->next;
         }
     }
+    int err = room_err(k);
+    bool refused = k->c->vol->origin->state != TC_DEV_OFFLINE;
     while (failed) {
         struct log_waiter *w = failed;
         failed = w->next;
         w->next = NULL;
         k->held_writes++;
-        w->fn(w, -EIO);
+        k->refused_writes += refused;
+        w->fn(w, err);
     }
 }
 
@@ -829,6 +858,12 @@ uint64_t cleaner_claim(struct cache *c)
 {
     struct cleaner *k = c->cleaner;
     if (k == NULL || k->unbounded || k->stopping || k->backing_off || c->draining || c->offline)
+        return 0;
+    /* Held by the origin (hold_by_origin()): its attempts copy no dirty
+     * data, and a client write held back for their claim would fail
+     * (holds_room()) with room free; a hot clean copy refused for want of
+     * room costs only a later read. */
+    if (k->holding)
         return 0;
     uint64_t n = 0;
     /* The group after the one being walked, or the oldest: walked next. */
@@ -1501,15 +1536,14 @@ static void retry_fn(struct tc_timer *t)
  * it back.  When the origin refuses that -- it is offline (past
  * --origin-timeout), or the blocks' write-backs failed WB_FAILURES_EIO
  * times in a row (a full file system under an origin file answers
- * ENOSPC) -- no pass can make room: a group whose dirty data finds no
- * room to be copied stays, and one whose copies fit only moves that
- * data to the log's head, taking as many segments as it frees (each
- * pass's tail sync closes the segment its copies went to).  Before, the
- * cleaner copied the same dirty data round the log without end (some
+ * ENOSPC, a bad range EIO) -- no pass can make room: a group whose dirty
+ * data finds no room to be copied stays, and one whose copies fit only
+ * moves that data to the log's head, taking as many segments as it frees
+ * (each pass's tail sync closes the segment its copies went to).  Before,
+ * the cleaner copied the same dirty data round the log without end (some
  * 100 MiB/s of cache writes, measured) as long as writes waited or the
  * free space stayed below its low mark, and client writes waited for the
- * room for ever, also with the origin offline, where every other request
- * needing the origin fails with EIO at once.
+ * room for ever.
  *
  * So a pass that met such data (refused_dirty) and either gave its
  * group up or, as the last of a whole round of the log's groups, left
@@ -1517,24 +1551,66 @@ static void retry_fn(struct tc_timer *t)
  * nothing and makes no pass of its own until writeback has written
  * something back (cleaner_origin_took()), a device fails, or a back-off
  * (1 s, doubling to 5 s) is over; its attempts then write back what is
- * due.  A pass that frees room ends the hold.  While the origin is
- * offline, client writes needing room fail with EIO at once meanwhile
- * (holds_room(); nothing of such a write is appended or sent, so its
- * sectors keep their last acknowledged data).  An origin that answers
- * but refuses keeps them waiting, as before: it may take the data at its
- * next attempt.  Status: cleaner.held_by_origin, cleaner.origin_holds_room
- * (writes fail now), cleaner.room_held_writes. */
+ * due, and each that still finds the room held counts a round
+ * (hold_rounds).  A pass that frees room ends the hold.
+ *
+ * Client writes needing room then fail (holds_room(); nothing of such a
+ * write is appended or sent, so its sectors keep their last acknowledged
+ * data; the reserve's appends -- the cleaner's, a device failure's --
+ * wait on):
+ *  - while the origin is offline, with EIO at once, as every request
+ *    needing it does;
+ *  - while it answers but refuses, from the hold's HOLD_FAIL_ROUNDS-th
+ *    round on (one attempt after the first back-off), with the origin's
+ *    reason: ENOSPC when it said it is out of space, EIO otherwise
+ *    (writeback_refusal()).  Why that bound: by the hold, each block of
+ *    the dirty data met was refused WB_FAILURES_EIO times in a row (the
+ *    point at which a write needing one of them written back fails too)
+ *    and a round of passes made no room; the one more attempt lets a
+ *    refusal that passes by itself (a moment's error, room freed on the
+ *    origin's file system) pass without failing anything.  Beyond that the
+ *    wait has no end of its own (a full file system waits for whoever
+ *    frees room on it), and a client left without an answer learns
+ *    nothing, hits its own timeout (the Linux nbd driver's is 30 s) or
+ *    hangs; a write failed with ENOSPC says what is wrong, and a write
+ *    the cache could not take is never acknowledged.  So a write waits
+ *    for room at most the blocks' three failed attempts (writeback's
+ *    back-off: 0.1, 0.2 and 0.4 s, with its passes), the passes of one
+ *    round of the log, and 1 s: a few seconds.  Writes that find room
+ *    (what is left in the open segments) and writes that go to the origin
+ *    without an append (a sequential stream's blocks not cached) are not
+ *    failed: the origin answers those itself.  The origin taking data
+ *    again (writeback writes a block back) ends the hold: writes wait for
+ *    the room that makes, and succeed.  An origin that takes some blocks
+ *    and refuses others (an origin file on a full file system takes
+ *    writes into blocks it has allocated) ends the hold at each block it
+ *    takes, and the count starts over; that goes on only while it takes
+ *    data, of which there is a bounded amount (the writes waiting add
+ *    none), so the hold comes back to stay once that is written.
+ *
+ * Status: cleaner.held_by_origin, cleaner.hold_rounds,
+ * cleaner.origin_holds_room (writes fail now), cleaner.room_error (with
+ * what), cleaner.room_held_writes, cleaner.room_refused_writes (those
+ * failed while the origin answered). */
 static void hold_by_origin(struct cleaner *k)
 {
     struct cache *c = k->c;
+    bool offline = c->vol->origin->state == TC_DEV_OFFLINE;
     if (!k->holding)
         tc_error("cleaner: the log is full and the origin refuses the dirty data that would "
                  "make room (%s): no copies until it takes some%s",
-                 c->vol->origin->state == TC_DEV_OFFLINE ? "it is offline"
-                                                          : "its write-backs failed",
-                 c->vol->origin->state == TC_DEV_OFFLINE
-                     ? "; client writes needing room fail with EIO while it is offline" : "");
+                 offline ? "it is offline" : "its write-backs failed",
+                 offline ? "; client writes needing room fail with EIO while it is offline" : "");
+    bool failing = holds_room(k);
     k->holding = true;
+    k->hold_rounds++;
+    if (k->refused_err)
+        k->hold_err = k->refused_err;
+    if (!failing && holds_room(k) && !offline)
+        tc_error("cleaner: the origin still refuses the dirty data that would make room (%s, "
+                 "%u attempts): client writes needing room fail with %s until it takes some",
+                 strerror(-room_err(k)), k->hold_rounds,
+                 room_err(k) == -ENOSPC ? "ENOSPC" : "EIO");
     /* The next attempt writes back what is due rather than copy: only
      * the origin taking some can end this. */
     k->no_room_to_copy = true;
@@ -1554,14 +1630,40 @@ static void hold_end(struct cleaner *k)
     k->futile_passes = 0;
     if (!k->holding)
         return;
+    if (holds_room(k) && k->c->vol->origin->state != TC_DEV_OFFLINE)
+        tc_info("cleaner: client writes needing room wait for it again (%llu failed so far)",
+                (unsigned long long)k->refused_writes);
     k->holding = false;
     k->hold_retry_ns = 0;
+    k->hold_rounds = 0;
+    k->hold_err = 0;
     tc_info("cleaner: room in the log again");
 }
 
 bool cleaner_origin_holds_room(struct cache *c)
 {
     return c->cleaner && holds_room(c->cleaner);
+}
+
+int cleaner_room_refused(struct cache *c, uint64_t sectors, unsigned appends)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || !holds_room(k))
+        return 0;
+    /* What the appends of a client write may take: the open heads' room
+     * and the free segments above the reserve, less a pass's claim; each
+     * append at most its data and a chunk header.  An estimate: a head
+     * too small for an append is closed unused, so a write judged to fit
+     * may still find a piece without room -- that piece fails alone. */
+    uint64_t room = log_room(c), reserve = (uint64_t)c->sp.reserve_segs * c->seg_sectors;
+    room = room > reserve ? room - reserve : 0;
+    uint64_t need = sectors + (uint64_t)appends * TC_MAX_HDR_SECTORS + cleaner_claim(c);
+    if (need <= room)
+        return 0;
+    k->held_writes += appends;
+    if (c->vol->origin->state != TC_DEV_OFFLINE)
+        k->refused_writes += appends;
+    return room_err(k);
 }
 
 void cleaner_origin_took(struct cache *c)
@@ -2013,8 +2115,10 @@ static void decide_laters(void *arg, int err)
         struct tc_mask v;
         ce_get_masks(&c->map.idx, id, &v, &l->d);
         mask_and(&l->d, &l->cur);
-        if (!mask_empty(&l->d) && !k->refused_dirty && writeback_refused(c, l->oblock))
+        if (!mask_empty(&l->d) && !k->refused_dirty && writeback_refused(c, l->oblock)) {
             k->refused_dirty = true;
+            k->refused_err = writeback_refusal(c, l->oblock);
+        }
         bool keep = !mask_empty(&l->d) ||
                     policy_keep(c->policy, l->oblock, &CE(&c->map.idx, id)->hint);
         if (!keep) {
@@ -2235,5 +2339,14 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_bool(j, "held_by_origin", k->holding);
     json_bool(j, "origin_holds_room", holds_room(k));
     json_uint(j, "room_held_writes", k->held_writes);
+    json_uint(j, "room_refused_writes", k->refused_writes);
+    json_uint(j, "hold_rounds", k->hold_rounds);
+    /* What those writes are told now ("": they wait for room, or find it). */
+    json_string(j, "room_error", !holds_room(k) ? ""
+                                 : k->c->vol->origin->state == TC_DEV_OFFLINE
+                                     ? "EIO: the origin is offline"
+                                 : room_err(k) == -ENOSPC
+                                     ? "ENOSPC: the origin refuses write-backs: no space"
+                                     : "EIO: the origin refuses write-backs");
     json_end_object(j);
 }

@@ -46,8 +46,14 @@ void cleaner_space_freed(struct cache *c);
  * instead of waiting for room no cleaner can free. */
 void cleaner_wake_all(struct cache *c);
 /* Room that waits on the origin (cleaner.c, "room held by the origin"):
- * true while client writes needing room fail with EIO at once. */
+ * true while client writes needing room fail at once (with EIO while the
+ * origin is offline, with its refusal's ENOSPC or EIO while it answers). */
 bool cleaner_origin_holds_room(struct cache *c);
+/* While they do: the error a client write of `sectors` in `appends`
+ * appends fails with as a whole, before any of it is appended, when the
+ * room left would not take it all (0: it goes on; each append that finds
+ * no room then fails alone). */
+int cleaner_room_refused(struct cache *c, uint64_t sectors, unsigned appends);
 /* Writeback wrote dirty data to the origin: room held by it may come. */
 void cleaner_origin_took(struct cache *c);
 /* status --json: "cleaner" (running, waiting for its tail sync, retry armed,

@@ -77,8 +77,9 @@ struct log_waiter {
                                    append that takes the cleaner's reserve: woken
                                    as soon as any segment is free */
     bool client;                /* ... for a client write's append (writepath.c):
-                                   failed with EIO rather than queued while the
-                                   room waits on an offline origin
+                                   failed (EIO, or the origin's ENOSPC) rather
+                                   than queued while the room waits on an
+                                   origin that is offline or refuses
                                    (cleaner_origin_holds_room()) */
 };
 

@@ -70,10 +70,13 @@
  *    then, and so does a write that needs the block written back first (a
  *    write-through write to a block still dirty after a mode change or a
  *    restart): it waits for that attempt, and once the block has failed
- *    WB_FAILURES_EIO times in a row such writes fail with EIO at once
- *    instead of waiting (writing around the dirty data would let it
- *    overwrite the newer write later).  The first write the origin accepts
- *    removes the block from the table: the back-off starts over.
+ *    WB_FAILURES_EIO times in a row such writes fail at once instead of
+ *    waiting (writing around the dirty data would let it overwrite the
+ *    newer write later), with the origin's reason: ENOSPC when its last
+ *    answer for the block said it is out of space, else EIO (the table
+ *    keeps each block's last error: writeback_refusal()).  The first
+ *    write the origin accepts removes the block from the table: the
+ *    back-off starts over.
  *
  * Every block in the table is dirty (a block turning clean leaves it:
  * writeback_forget()), so "every dirty block is in the table" is a count
@@ -145,6 +148,9 @@ struct wb_fail {
     uint64_t oblock;
     uint64_t retry_at;              /* no attempt before (monotonic ns) */
     uint32_t failures;              /* failed write-backs in a row */
+    int err;                        /* the last failure's error (negative
+                                     * errno: the origin's answer, or -EIO
+                                     * for a cache read, a lost connection) */
     bool listed;                    /* on the waiting list */
     struct block_waiter *waiters;   /* writeback_block() calls waiting for retry_at */
 };
@@ -159,6 +165,7 @@ struct wb_block {
     uint8_t *data;              /* the block's cached sectors, by sector */
     size_t size;
     bool ok, failed;
+    int err;                    /* failed: its run's write error */
     /* A block being drained whose read failed: read again sector by
      * sector (probe_s the next), good and bad the outcome. */
     unsigned probe_s;
@@ -386,15 +393,23 @@ bool writeback_refused(struct cache *c, uint64_t oblock)
            writeback_block_failures(c, oblock) >= WB_FAILURES_EIO;
 }
 
+int writeback_refusal(struct cache *c, uint64_t oblock)
+{
+    struct wb_fail *f = c->wb ? fail_find(c->wb, oblock) : NULL;
+    if (f && f->failures >= WB_FAILURES_EIO)
+        return writeback_client_err(f->err);
+    return c->vol->origin->state == TC_DEV_OFFLINE ? -EIO : 0;
+}
+
 void writeback_note_write_failed(struct cache *c)
 {
     if (c->wb)
         c->wb->writes_failed++;
 }
 
-/* One more failed write-back of a dirty block: the next attempt waits
- * longer.  Returns the delay. */
-static uint64_t fail_add(struct writeback *wb, uint64_t oblock, uint64_t now)
+/* One more failed write-back of a dirty block, for err: the next attempt
+ * waits longer.  Returns the delay. */
+static uint64_t fail_add(struct writeback *wb, uint64_t oblock, int err, uint64_t now)
 {
     struct wb_fail *f = fail_find(wb, oblock);
     if (f == NULL) {
@@ -406,6 +421,7 @@ static uint64_t fail_add(struct writeback *wb, uint64_t oblock, uint64_t now)
         wb->nfail++;
     }
     f->failures++;
+    f->err = err;
     if (f->failures == WB_FAILURES_EIO)
         wb->nfail_eio++;
     uint64_t delay = BLOCK_RETRY_FIRST_NS << TC_MIN(f->failures - 1, 20u);
@@ -517,7 +533,11 @@ static void job_account(struct wb_job *j, int err, bool cut)
         failed++;
         lo = TC_MIN(lo, ob * c->block_size);
         hi = TC_MAX(hi, (ob + 1) * c->block_size - 1);
-        uint64_t d = fail_add(wb, ob, now);
+        /* The origin's answer when its write or flush failed (the flush's
+         * first: it covers every write); else -EIO: unreadable in the
+         * cache, a connection lost before the flush, a write in doubt. */
+        int why = !b->ok ? -EIO : err ? err : b->failed && b->err ? b->err : -EIO;
+        uint64_t d = fail_add(wb, ob, why, now);
         unsigned nf = fail_find(wb, ob)->failures;
         block_delay = TC_MAX(block_delay, d);
         most = TC_MAX(most, nf);
@@ -729,8 +749,10 @@ static void run_written(struct tc_dev_io *dio, int err)
     struct wb_job *j = r->job;
     if (err) {
         j->wb->errors++;
-        for (unsigned i = r->first; i <= r->last; i++)
+        for (unsigned i = r->first; i <= r->last; i++) {
             j->b[i].failed = true;
+            j->b[i].err = err;
+        }
     } else {
         j->wb->writes++;
         j->wb->c->st.writeback_writes++;

@@ -14,6 +14,7 @@
 #ifndef TC_ENGINE_WRITEBACK_H
 #define TC_ENGINE_WRITEBACK_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -84,6 +85,16 @@ void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
  * block's write-back failed WB_FAILURES_EIO times in a row -- the state
  * in which a write needing the block written back first fails with EIO. */
 bool writeback_refused(struct cache *c, uint64_t oblock);
+/* The error a client write that needs this block written back (or the
+ * room in the log only its write-back would make) gets: 0 while the block
+ * is not refused; -ENOSPC when the origin's last answer to it said it is
+ * out of space (ENOSPC, EDQUOT, EFBIG: NBD_ENOSPC tells the client it is
+ * not a media error); -EIO otherwise, and while the origin is offline. */
+int writeback_refusal(struct cache *c, uint64_t oblock);
+static inline int writeback_client_err(int err)
+{
+    return err == -ENOSPC || err == -EDQUOT || err == -EFBIG ? -ENOSPC : -EIO;
+}
 /* Failed write-backs in a row of this block (0: none pending). */
 unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
 /* The block turned clean: it leaves the failure table. */

@@ -1007,17 +1007,20 @@ static void piece_step(struct wpiece *p)
          * first, so the origin write below cannot be overtaken by it.  If
          * the origin keeps refusing it, this write fails (the dirty data
          * stays, for writeback to retry): writing around it would let the
-         * older dirty data overwrite this write later. */
+         * older dirty data overwrite this write later.  The client hears
+         * the origin's reason: ENOSPC when it said it is out of space
+         * (writeback_refusal()), EIO otherwise. */
         unsigned failures = writeback_block_failures(c, p->oblock);
         if (failures >= WB_FAILURES_EIO) {
             uint64_t off = p->oblock * c->block_size;
+            int err = writeback_refusal(c, p->oblock);
             writeback_note_write_failed(c);
             if (writeback_log_allow(c))
                 tc_error("cache: dirty data of origin bytes %llu..%llu cannot be written back "
-                         "first (%u failed attempts in a row); the write to it fails with EIO",
+                         "first (%u failed attempts in a row); the write to it fails with %s",
                          (unsigned long long)off, (unsigned long long)(off + c->block_size - 1),
-                         failures);
-            piece_done(p, -EIO);
+                         failures, err == -ENOSPC ? "ENOSPC" : "EIO");
+            piece_done(p, err);
             return;
         }
         p->bw.fn = wb_cleared;
@@ -1158,8 +1161,37 @@ static struct wreq *split(struct ereq *e, const uint8_t *data, enum wmode mode)
     return w;
 }
 
+/* While the origin holds the log's room (cleaner.c, hold_by_origin()),
+ * a write-back write of several pieces that the room left would not take
+ * fails as a whole before any piece starts: piece by piece, the first
+ * would be stored and the rest fail, leaving a write the client was told
+ * failed half stored.  (A single piece is all or nothing anyway: it is
+ * appended whole, or fails without being appended.)  The room is an
+ * estimate (cleaner_room_refused()), and a write already under way when
+ * such writes begin to fail is not covered: either may still end with
+ * some of its pieces stored and the others failed. */
+static int room_refused(struct wreq *w)
+{
+    if (w->np < 2)
+        return 0;
+    uint64_t sectors = 0;
+    unsigned appends = 0;
+    for (unsigned i = 0; i < w->np; i++)
+        if (w->p[i].mode == W_BACK) {
+            sectors += (uint64_t)(w->p[i].s1 - w->p[i].s0);
+            appends++;
+        }
+    return appends ? cleaner_room_refused(w->c, sectors, appends) : 0;
+}
+
 static void run_pieces(struct wreq *w)
 {
+    int refused = room_refused(w);
+    if (refused) {
+        join_get_n(&w->join, 1);
+        request_maybe_end(w, refused);
+        return;
+    }
     join_get_n(&w->join, w->np + 1);    /* every piece, and the hold while starting them */
     /* piece_start() looks each block up: their cache misses together. */
     if (w->np)
