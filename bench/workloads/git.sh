@@ -146,6 +146,12 @@ git_run() {  # CONFIG REP
     tcdump vol "git-$cfg-$rep" ;;
   esac
   git_umount
+  # A writeback set stopped holding dirty data leaves the origin recorded
+  # as lacking writes only that set has, and the next run's format over
+  # the same origin is refused: write it all back first (not timed).
+  if [ "$cfg" = tiercache-wb ]; then
+    "$TC" flush --socket "$(sock vol)" >>"$WORK/flush.log" 2>&1 || die "git: tiercache flush failed"
+  fi
   [ "$target" = vol ] && stop vol
   stop origin
   # The origin's request counts and sizes (nbdkit's stats filter, written
