@@ -247,6 +247,10 @@ struct writeback {
     struct block_waiter *wake;      /* waiters to run from wake_task */
     struct tc_task wake_task;
     bool wake_queued;
+    /* Stopped, the last job just ended: free_task frees the state (not
+     * job_finish() itself, whose callers may still use it). */
+    struct tc_task free_task;
+    bool free_queued;
     uint64_t block_failures;        /* failed write-backs of blocks, in all */
     uint64_t blocks_recovered;      /* blocks written back after failing */
     uint64_t writes_failed;         /* client writes failed: their block's write-back failed */
@@ -277,6 +281,7 @@ struct clean_owed {
 
 static void pace(struct writeback *wb);
 static void throttle_credit(struct writeback *wb, uint64_t bytes);
+static void free_if_done(struct cache *c);
 
 /* ---- the failure log's rate limit ---- */
 
@@ -441,6 +446,13 @@ static void fail_run_due(struct writeback *wb)
     wake_later(wb, due);
 }
 
+static void free_task_fn(struct tc_task *t)
+{
+    struct writeback *wb = container_of(t, struct writeback, free_task);
+    wb->free_queued = false;
+    free_if_done(wb->c);
+}
+
 static void wake_task_fn(struct tc_task *t)
 {
     struct writeback *wb = container_of(t, struct writeback, wake_task);
@@ -454,6 +466,8 @@ static void wake_task_fn(struct tc_task *t)
         w->err = wb->stopped ? -ECANCELED : 0;
         w->fn(w);
     }
+    if (wb->stopped)
+        free_if_done(wb->c);    /* the commit's flush may have ended meanwhile */
 }
 static void job_submit_writes(struct wb_job *j);
 static void job_flushed(struct tc_dev_io *dio, int err);
@@ -489,6 +503,12 @@ static void job_finish(struct wb_job *j)
     if (done)
         done(arg, err);
     pace(wb);
+    /* Stopped: the state goes once nothing refers to it (free_if_done()),
+     * whichever ends last, this job or the commit's origin flush. */
+    if (wb->stopped && wb->all_jobs == 0 && !wb->free_queued) {
+        wb->free_queued = true;
+        reactor_defer(c->reactor, &wb->free_task);
+    }
 }
 
 /* Blocks of the job that stay dirty because the write-back failed them:
@@ -1276,11 +1296,17 @@ static void pace(struct writeback *wb)
 }
 
 /* Free the writeback state once it is stopped and nothing refers to it:
- * no job, no commit flush, no waiter queued for the deferred wake. */
+ * no job, no commit flush, no waiter queued for the deferred wake, no
+ * free task queued.  Called when the commit's flush ends, from the free
+ * task when the last job ends, and by cache_free(): a caller whose own
+ * I/O outlives the stop (the cleaner's chunk read) then finds c->wb NULL
+ * (writeback_blocks()).  Before the last job's end called it, the state
+ * stayed until cache_free() when a job outlived the commit's flush. */
 static void free_if_done(struct cache *c)
 {
     struct writeback *wb = c->wb;
-    if (!wb->stopped || wb->all_jobs || wb->committing || wb->wake || wb->wake_queued)
+    if (!wb->stopped || wb->all_jobs || wb->committing || wb->wake || wb->wake_queued ||
+        wb->free_queued)
         return;
     for (unsigned h = 0; h < FAIL_BUCKETS; h++)
         while (wb->fail[h]) {
@@ -1370,6 +1396,7 @@ int writeback_init(struct cache *c)
     wb->c = c;
     wb->tick.fn = tick;
     wb->wake_task.fn = wake_task_fn;
+    wb->free_task.fn = free_task_fn;
     wb->log_tokens = LOG_BURST;
     wb->log_last_ns = tc_now_ns();
     wb->rate_start = tc_now_ns();
