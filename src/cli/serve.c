@@ -241,8 +241,9 @@ static const char serve_help[] =
 "for twice --origin-timeout plus 5 s is given up on).  A stop whose origin\n"
 "flush failed is not recorded as clean: the next start, as after a crash\n"
 "(or the first start of a freshly formatted cache), flushes the origin at\n"
-"its first flush.  SIGHUP and SIGUSR1 reopen the log\n"
-"file.\n"
+"its first flush.  A tiercache flush under way when the stop closes the\n"
+"volume fails (\"the daemon is stopping\"); what it had not written back\n"
+"stays in the cache.  SIGHUP and SIGUSR1 reopen the log file.\n"
 "\n"
 "Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
 "nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";

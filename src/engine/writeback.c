@@ -1279,6 +1279,7 @@ static unsigned window(struct writeback *wb)
 }
 
 static void drain_check(struct writeback *wb);
+static void drain_end(struct writeback *wb, int err);
 
 static void pace(struct writeback *wb)
 {
@@ -1448,6 +1449,18 @@ void writeback_fini(struct cache *c)
     if (!wb->stopped) {
         wb->stopped = true;
         timer_cancel(c->reactor, &wb->tick);
+        /* A drain under way (tiercache flush) ends now, failed: no pass
+         * starts any more, so it could only wait -- for ever, once its
+         * jobs had ended with dirty data left, and with it the flush's
+         * control connection, which kept the daemon from exiting after
+         * the volume closed.  Its jobs in flight go on; what they leave
+         * dirty is written back after the next start. */
+        if (wb->draining) {
+            snprintf(wb->drain_why, sizeof wb->drain_why,
+                     "the daemon is stopping; what is still dirty stays in the cache and is "
+                     "written back after the next start");
+            drain_end(wb, -EIO);
+        }
         throttle_check(wb);
         /* Writes waiting for a block's next attempt: none will come. */
         fail_run_due(wb);
@@ -1650,6 +1663,13 @@ static void drain_check(struct writeback *wb)
         }
     }
 give_up:
+    drain_end(wb, c->map.dirty_blocks ? -EIO : 0);
+}
+
+/* The drain ends, done (err 0) or given up (drain_why says why). */
+static void drain_end(struct writeback *wb, int err)
+{
+    struct cache *c = wb->c;
     wb->draining = false;
     void (*done)(void *, int) = wb->drain_done;
     void *arg = wb->drain_arg;
@@ -1657,7 +1677,7 @@ give_up:
     if (wb->drain_progress)
         wb->drain_progress(arg, c->map.dirty_sectors * TC_SECTOR, wb->bytes - wb->drain_start_bytes);
     if (done)
-        done(arg, c->map.dirty_blocks ? -EIO : 0);
+        done(arg, err);
 }
 
 void writeback_drain(struct cache *c,
@@ -1691,7 +1711,11 @@ void writeback_drain(struct cache *c,
 
 void writeback_drain_reason(struct cache *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s", c->wb ? c->wb->drain_why : "");
+    /* The state is freed only once writeback is stopped (free_if_done()):
+     * a stop, which also ends a drain under way (writeback_fini()). */
+    snprintf(buf, len, "%s", c->wb ? c->wb->drain_why
+                                   : "the daemon is stopping; what is still dirty stays in the "
+                                     "cache and is written back after the next start");
 }
 
 void writeback_status_json(struct cache *c, struct tc_json *j)
