@@ -243,7 +243,9 @@ static const char serve_help[] =
 "(or the first start of a freshly formatted cache), flushes the origin at\n"
 "its first flush.  A tiercache flush under way when the stop closes the\n"
 "volume fails (\"the daemon is stopping\"); what it had not written back\n"
-"stays in the cache.  SIGHUP and SIGUSR1 reopen the log file.\n"
+"stays in the cache.  Control connections that have sent no command are\n"
+"closed once the volume is closed.  SIGHUP and SIGUSR1 reopen the log\n"
+"file.\n"
 "\n"
 "Connect with: nbdinfo 'nbd+unix:///?socket=PATH', nbdfuse DIR --unix PATH,\n"
 "nbd-client -unix PATH /dev/nbd0, qemu-img info 'nbd:unix:PATH'.\n";
