@@ -34,6 +34,7 @@ struct ctl_server {
     struct ctl_command commands[16];
     unsigned ncommands;
     unsigned nconns;
+    struct ctl_conn *conns;     /* open connections (ctl_server.c) */
 };
 
 int ctl_server_start(struct ctl_server *s, struct tc_reactor *r, const char *path, char *err,

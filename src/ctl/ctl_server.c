@@ -28,6 +28,7 @@ struct ctl_chunk {
 
 struct ctl_conn {
     struct ctl_server *srv;
+    struct ctl_conn *next, **pprev;     /* the server's connections */
     int fd;
     char line[CTL_LINE_MAX];
     size_t got;
@@ -151,6 +152,9 @@ static void conn_maybe_free(struct ctl_conn *c)
     struct ctl_server *s = c->srv;
     close(c->fd);
     drop_queue(c);
+    *c->pprev = c->next;
+    if (c->next)
+        c->next->pprev = c->pprev;
     free(c);
     s->nconns--;
 }
@@ -223,6 +227,11 @@ static void accept_done(struct tc_io *io, int res)
             c->srv = s;
             c->fd = res;
             c->qtail = &c->q;
+            c->next = s->conns;
+            if (c->next)
+                c->next->pprev = &c->next;
+            c->pprev = &s->conns;
+            s->conns = c;
             s->nconns++;
             c->rx_io.done = rx_done;
             io_uring_prep_recv(reactor_sqe(s->reactor, &c->rx_io), c->fd, c->line,
@@ -274,6 +283,14 @@ void ctl_server_stop(struct ctl_server *s)
         s->cancel_io.done = cancel_done;
         io_uring_prep_cancel(reactor_sqe(s->reactor, &s->cancel_io), &s->accept_io, 0);
     }
+    /* A client that has sent no command yet gets none answered now: its
+     * read ends (rx_done() then frees it).  Its read, armed for as long
+     * as it kept the connection open without a word, kept the loop and
+     * so the daemon alive after the volume had closed.  A command under
+     * way ends as its handler ends it. */
+    for (struct ctl_conn *c = s->conns; c; c = c->next)
+        if (!c->dispatched)
+            shutdown(c->fd, SHUT_RDWR);
 }
 
 bool ctl_server_busy(const struct ctl_server *s)

@@ -254,6 +254,10 @@ struct writeback {
     struct block_waiter *wake;      /* waiters to run from wake_task */
     struct tc_task wake_task;
     bool wake_queued;
+    /* Stopped, the last job just ended: free_task frees the state (not
+     * job_finish() itself, whose callers may still use it). */
+    struct tc_task free_task;
+    bool free_queued;
     uint64_t block_failures;        /* failed write-backs of blocks, in all */
     uint64_t blocks_recovered;      /* blocks written back after failing */
     uint64_t writes_failed;         /* client writes failed: their block's write-back failed */
@@ -284,6 +288,7 @@ struct clean_owed {
 
 static void pace(struct writeback *wb);
 static void throttle_credit(struct writeback *wb, uint64_t bytes);
+static void free_if_done(struct cache *c);
 
 /* ---- the failure log's rate limit ---- */
 
@@ -457,6 +462,13 @@ static void fail_run_due(struct writeback *wb)
     wake_later(wb, due);
 }
 
+static void free_task_fn(struct tc_task *t)
+{
+    struct writeback *wb = container_of(t, struct writeback, free_task);
+    wb->free_queued = false;
+    free_if_done(wb->c);
+}
+
 static void wake_task_fn(struct tc_task *t)
 {
     struct writeback *wb = container_of(t, struct writeback, wake_task);
@@ -470,6 +482,8 @@ static void wake_task_fn(struct tc_task *t)
         w->err = wb->stopped ? -ECANCELED : 0;
         w->fn(w);
     }
+    if (wb->stopped)
+        free_if_done(wb->c);    /* the commit's flush may have ended meanwhile */
 }
 static void job_submit_writes(struct wb_job *j);
 static void job_flushed(struct tc_dev_io *dio, int err);
@@ -505,6 +519,12 @@ static void job_finish(struct wb_job *j)
     if (done)
         done(arg, err);
     pace(wb);
+    /* Stopped: the state goes once nothing refers to it (free_if_done()),
+     * whichever ends last, this job or the commit's origin flush. */
+    if (wb->stopped && wb->all_jobs == 0 && !wb->free_queued) {
+        wb->free_queued = true;
+        reactor_defer(c->reactor, &wb->free_task);
+    }
 }
 
 /* Blocks of the job that stay dirty because the write-back failed them:
@@ -1281,6 +1301,7 @@ static unsigned window(struct writeback *wb)
 }
 
 static void drain_check(struct writeback *wb);
+static void drain_end(struct writeback *wb, int err);
 
 static void pace(struct writeback *wb)
 {
@@ -1298,11 +1319,17 @@ static void pace(struct writeback *wb)
 }
 
 /* Free the writeback state once it is stopped and nothing refers to it:
- * no job, no commit flush, no waiter queued for the deferred wake. */
+ * no job, no commit flush, no waiter queued for the deferred wake, no
+ * free task queued.  Called when the commit's flush ends, from the free
+ * task when the last job ends, and by cache_free(): a caller whose own
+ * I/O outlives the stop (the cleaner's chunk read) then finds c->wb NULL
+ * (writeback_blocks()).  Before the last job's end called it, the state
+ * stayed until cache_free() when a job outlived the commit's flush. */
 static void free_if_done(struct cache *c)
 {
     struct writeback *wb = c->wb;
-    if (!wb->stopped || wb->all_jobs || wb->committing || wb->wake || wb->wake_queued)
+    if (!wb->stopped || wb->all_jobs || wb->committing || wb->wake || wb->wake_queued ||
+        wb->free_queued)
         return;
     for (unsigned h = 0; h < FAIL_BUCKETS; h++)
         while (wb->fail[h]) {
@@ -1392,6 +1419,7 @@ int writeback_init(struct cache *c)
     wb->c = c;
     wb->tick.fn = tick;
     wb->wake_task.fn = wake_task_fn;
+    wb->free_task.fn = free_task_fn;
     wb->log_tokens = LOG_BURST;
     wb->log_last_ns = tc_now_ns();
     wb->rate_start = tc_now_ns();
@@ -1443,6 +1471,18 @@ void writeback_fini(struct cache *c)
     if (!wb->stopped) {
         wb->stopped = true;
         timer_cancel(c->reactor, &wb->tick);
+        /* A drain under way (tiercache flush) ends now, failed: no pass
+         * starts any more, so it could only wait -- for ever, once its
+         * jobs had ended with dirty data left, and with it the flush's
+         * control connection, which kept the daemon from exiting after
+         * the volume closed.  Its jobs in flight go on; what they leave
+         * dirty is written back after the next start. */
+        if (wb->draining) {
+            snprintf(wb->drain_why, sizeof wb->drain_why,
+                     "the daemon is stopping; what is still dirty stays in the cache and is "
+                     "written back after the next start");
+            drain_end(wb, -EIO);
+        }
         throttle_check(wb);
         /* Writes waiting for a block's next attempt: none will come. */
         fail_run_due(wb);
@@ -1645,6 +1685,13 @@ static void drain_check(struct writeback *wb)
         }
     }
 give_up:
+    drain_end(wb, c->map.dirty_blocks ? -EIO : 0);
+}
+
+/* The drain ends, done (err 0) or given up (drain_why says why). */
+static void drain_end(struct writeback *wb, int err)
+{
+    struct cache *c = wb->c;
     wb->draining = false;
     void (*done)(void *, int) = wb->drain_done;
     void *arg = wb->drain_arg;
@@ -1652,7 +1699,7 @@ give_up:
     if (wb->drain_progress)
         wb->drain_progress(arg, c->map.dirty_sectors * TC_SECTOR, wb->bytes - wb->drain_start_bytes);
     if (done)
-        done(arg, c->map.dirty_blocks ? -EIO : 0);
+        done(arg, err);
 }
 
 void writeback_drain(struct cache *c,
@@ -1686,7 +1733,11 @@ void writeback_drain(struct cache *c,
 
 void writeback_drain_reason(struct cache *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s", c->wb ? c->wb->drain_why : "");
+    /* The state is freed only once writeback is stopped (free_if_done()):
+     * a stop, which also ends a drain under way (writeback_fini()). */
+    snprintf(buf, len, "%s", c->wb ? c->wb->drain_why
+                                   : "the daemon is stopping; what is still dirty stays in the "
+                                     "cache and is written back after the next start");
 }
 
 void writeback_status_json(struct cache *c, struct tc_json *j)
