@@ -620,7 +620,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
             c->block_size >> 10, (unsigned long long)c->map.idx.count,
             tc_format_size(c->map.dirty_sectors * TC_SECTOR, dz, sizeof dz),
             (double)c->recovery_ns / 1e9,
-            strcmp(c->st.recovered_from, "checkpoint") == 0 ? "checkpoint" : "log's scan",
+            strcmp(c->st.recovered_from, "checkpoint") == 0       ? "checkpoint"
+            : strcmp(c->st.recovered_from, "checkpoint+log") == 0 ? "running checkpoint and the log after it"
+                                                                  : "log's scan",
             tc_format_size(c->st.recovery_read_bytes, rb, sizeof rb));
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",

@@ -974,6 +974,7 @@ struct ckpt_run {
     bool syncing;                   /* w is in the log's hands */
     bool busy;                      /* a checkpoint or its superblocks being written */
     bool stopped;
+    bool take_now;                  /* no slot is full: the first one without waiting */
     struct ckpt_place pl;
     uint64_t cut;                   /* the chunk the one being written covers */
     unsigned slot;
@@ -1091,7 +1092,7 @@ static void run_take(struct ckpt_run *r)
     struct cache *c = r->c;
     if (r->busy || r->syncing || r->stopped || c->stopping)
         return;
-    if (c->st.chunk_bytes_written - r->last_bytes < r->every_bytes)
+    if (c->st.chunk_bytes_written - r->last_bytes < r->every_bytes && !r->take_now)
         return;
     const char *why;
     if (c->vol->cache_failed || c->abandoned || c->vol->detached || !abandon_idle(c) ||
@@ -1113,6 +1114,7 @@ static void run_take(struct ckpt_run *r)
         return;
     }
     r->busy = true;
+    r->take_now = false;
     r->cut = c->lg.chunks_issued;
     r->last_bytes = c->st.chunk_bytes_written;
     uint64_t t0 = tc_now_ns();
@@ -1184,6 +1186,10 @@ int ckpt_run_init(struct cache *c, char *err, size_t errlen)
         }
     release_unnamed(r);
     r->next_gen = gen + 1;
+    /* With no slot full (a first start, or one after a clean stop, which
+     * empties them), the first one is taken as soon as the log is idle:
+     * a kill before every_bytes more are written then replays only those. */
+    r->take_now = gen == 0;
     c->ckrun = r;
     timer_arm(c->reactor, &r->timer, r->tick_ns);
     tc_info("cache: running checkpoints every %llu bytes written to the log",
