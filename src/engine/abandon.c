@@ -657,6 +657,8 @@ struct sb_mark {
     struct cache *c;
     unsigned d;
     bool devfail;               /* a device failure mark, else the abandonment */
+    void (*done)(void *arg, unsigned d, int err);   /* a rewrite (abandon_sb_rewrite()) */
+    void *arg;
     bool started;               /* in flight; else waiting behind another of d */
     unsigned step;              /* 0 write A, 1 flush, 2 write B, 3 flush */
     uint8_t *buf;
@@ -720,8 +722,14 @@ static void sb_mark_done(struct tc_dev_io *dio, int err)
     }
     c->ab.sb_marks_pending--;
     sb_mark_next(m);
+    void (*done)(void *, unsigned, int) = m->done;
+    void *arg = m->arg;
     free(m->buf);
     free(m);
+    if (done) {
+        done(arg, d, err);
+        return;
+    }
     if (devfail) {
         if (err) {
             /* A survivor that cannot take the mark cannot be trusted to
@@ -805,12 +813,15 @@ static void sb_mark_next(struct sb_mark *m)
 
 /* Rewrite device d's superblock with every mark known -- now, or when the
  * write in flight on it has ended. */
-static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
+static void sb_mark_queue(struct cache *c, unsigned d, bool devfail,
+                          void (*done)(void *arg, unsigned d, int err), void *arg)
 {
     struct sb_mark *m = tc_xcalloc(1, sizeof *m);
     m->c = c;
     m->d = d;
     m->devfail = devfail;
+    m->done = done;
+    m->arg = arg;
     m->buf = tc_alloc_aligned(TC_SB_SIZE);
     c->ab.sb_marks_pending++;
     if (devfail)
@@ -822,6 +833,17 @@ static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
     *pp = m;
     if (!busy)
         sb_mark_begin(m);
+}
+
+static void sb_mark_start(struct cache *c, unsigned d, bool devfail)
+{
+    sb_mark_queue(c, d, devfail, NULL, NULL);
+}
+
+void abandon_sb_rewrite(struct cache *c, unsigned d, void (*done)(void *arg, unsigned d, int err),
+                        void *arg)
+{
+    sb_mark_queue(c, d, false, done, arg);
 }
 
 void abandon_record(struct cache *c)

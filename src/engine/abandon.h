@@ -169,6 +169,14 @@ void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uin
  * longer carries it. */
 void abandon_started(struct cache *c);
 bool abandon_idle(struct cache *c);
+/* Device d's superblocks rewritten from c->devs[d].sb (copy A, flush,
+ * copy B, flush), in turn with the marks' rewrites of the same device, so
+ * that no two writes of one copy are ever in flight together (the later
+ * one encodes every mark and record known when it starts); then
+ * done(arg, d, err).  Counted in abandon_idle(): the stop waits for it.
+ * The running checkpoints' slots (checkpoint.c). */
+void abandon_sb_rewrite(struct cache *c, unsigned d, void (*done)(void *arg, unsigned d, int err),
+                        void *arg);
 void abandon_status_json(struct cache *c, struct tc_json *j);
 
 #endif

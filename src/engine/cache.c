@@ -631,6 +631,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         goto fail_cache;
     if (clear_stop_record(c, err, errlen) < 0)
         goto fail_cache;
+    if (ckpt_run_init(c, err, errlen) < 0)
+        goto fail_cache;
     if (!same_id || idm == DEV_ID_LEGACY) {
         char was[TC_ORIGIN_ID_LEN];
         snprintf(was, sizeof was, "%s", sb->origin_id);
@@ -651,7 +653,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
             c->block_size >> 10, (unsigned long long)c->map.idx.count,
             tc_format_size(c->map.dirty_sectors * TC_SECTOR, dz, sizeof dz),
             (double)c->recovery_ns / 1e9,
-            strcmp(c->st.recovered_from, "checkpoint") == 0 ? "checkpoint" : "log's scan",
+            strcmp(c->st.recovered_from, "checkpoint") == 0       ? "checkpoint"
+            : strcmp(c->st.recovered_from, "checkpoint+log") == 0 ? "running checkpoint and the log after it"
+                                                                  : "log's scan",
             tc_format_size(c->st.recovery_read_bytes, rb, sizeof rb));
     if (c->st.last_stop && strcmp(c->st.last_stop, "unclean") == 0)
         tc_warn("cache: recovered after an unclean stop: %llu blocks, %llu dirty (%s)",
@@ -1077,6 +1081,10 @@ static void stop_record_write(struct close_ctx *x)
         sb->stop_origin_written = at_stop.stop_origin_written;
         sb->stop_origin_diskseq = at_stop.stop_origin_diskseq;
         memcpy(sb->stop_origin_boot_id, at_stop.stop_origin_boot_id, 16);
+        /* The next start reads the stop's own checkpoint: the running
+         * ones' slots are emptied with this record (their segments are
+         * free from the next start on). */
+        memset(sb->run_ckpt, 0, sizeof sb->run_ckpt);
         if (x->ckpt_ok) {
             sb->flags |= TC_SB_CHECKPOINT;
             sb->ckpt_len = x->ckpt.len;
@@ -1223,7 +1231,7 @@ static void close_flush_origin(struct close_ctx *x);
  * cleaner and 2 group fills". */
 static void close_waits(struct cache *c, char *buf, size_t len)
 {
-    char part[5][48];
+    char part[6][48];
     unsigned n = 0;
     unsigned jobs = writeback_jobs_in_flight(c);
     if (jobs)
@@ -1234,6 +1242,8 @@ static void close_waits(struct cache *c, char *buf, size_t len)
         snprintf(part[n++], sizeof part[0], "the cleaner");
     if (!abandon_idle(c))
         snprintf(part[n++], sizeof part[0], "the abandonment of a failed cache");
+    if (!ckpt_run_idle(c))
+        snprintf(part[n++], sizeof part[0], "a running checkpoint's write");
     if (c->group.inflight)
         snprintf(part[n++], sizeof part[0], "%u group fill%s (origin reads)", c->group.inflight,
                  c->group.inflight == 1 ? "" : "s");
@@ -1248,7 +1258,8 @@ static void close_quiet(struct tc_timer *t)
 {
     struct close_ctx *x = container_of(t, struct close_ctx, quiet);
     struct cache *c = x->c;
-    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c) || c->group.inflight > 0) {
+    if (!writeback_idle(c) || !cleaner_idle(c) || !abandon_idle(c) || c->group.inflight > 0 ||
+        !ckpt_run_idle(c)) {
         uint64_t now = tc_now_ns();
         uint64_t limit = c->vol->origin->hold_timeout_ns;
         limit = 2 * (limit ? limit : CLOSE_ORIGIN_DEFAULT_NS) + close_origin_slack_ns();
@@ -1348,6 +1359,7 @@ void cache_stopping(struct cache *c)
         timer_arm(c->reactor, &c->stop_room, stop_room_wait_ns());
     }
     c->stopping = true;
+    ckpt_run_stop(c);
     rewrites_stop_waiting(c);
 }
 
@@ -1371,6 +1383,7 @@ void cache_free(struct cache *c)
 {
     if (c == NULL)
         return;
+    ckpt_run_fini(c);
     cleaner_fini(c);
     for (unsigned i = 0; i < c->ndevs; i++) {
         free(c->devs[i].drain);
@@ -1649,6 +1662,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     json_string(j, "recovered_from", s->recovered_from ? s->recovered_from : "scan");
     json_uint(j, "recovery_read_bytes", s->recovery_read_bytes);
+    ckpt_run_status_json(c, j);
     writeback_status_json(c, j);
     cleaner_status_json(c, j);
     log_status_json(&c->lg, j);

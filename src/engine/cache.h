@@ -121,6 +121,7 @@ struct cache_dev {
 
 struct blocklocks;
 struct cleaner;
+struct ckpt_run;
 struct readahead;
 struct ghost;
 struct rewrite;
@@ -145,6 +146,7 @@ struct cache {
     struct blocklocks *locks;       /* blocklock.h */
     struct writeback *wb;           /* writeback.h */
     struct cleaner *cleaner;        /* cleaner.h */
+    struct ckpt_run *ckrun;         /* checkpoint.h: running checkpoints (NULL: off) */
     struct verify_cache *verify;    /* verify.h: the CRCs of chunks read or written */
     struct streams *streams;        /* stream.h: sequential streams */
     struct readahead *ra;           /* readahead.h */

@@ -23,7 +23,16 @@
  * stop may have taken higher than the log shows).
  */
 /*
- * NOT BUILT: periodic checkpoints, for a start after a crash.
+ * Periodic ("running") checkpoints, for a start after a crash.  BUILT in
+ * part (off by default, "running checkpoints" below and recovery.c,
+ * from_running_checkpoint()): the barrier of P1 is a moment the log is
+ * idle and flushed (the runner syncs and looks again, it never holds
+ * appends), P2's extra per-block state is not needed there (no
+ * write-through version is above the stable mark at such a moment), P3
+ * as designed, P4 NOT built (the cleaner does not wait for a checkpoint:
+ * a start whose checkpoint the cleaner passed -- the tail moved -- scans),
+ * P5 and P6 as designed but with every reclaimed segment a reason to scan
+ * rather than entries to drop.  What follows is the whole design.
  *
  * A start after kill -9 or a power loss finds no clean-stop record and
  * walks every chunk header of the log (recovery.c): time linear in what
@@ -154,10 +163,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/checkpoint.h"
+#include "engine/cleaner.h"
 #include "engine/recovery.h"
 #include "util/crc32c.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -411,8 +423,20 @@ static void writer_io_done(struct tc_dev_io *dio, int err)
     }
 }
 
+static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32_t max_segs,
+                       uint32_t keep_free, void (*done)(void *arg, int err), void *arg);
+
 void ckpt_write(struct cache *c, struct ckpt_place *pl, void (*done)(void *arg, int err),
                 void *arg)
+{
+    write_into(c, pl, false, TC_CKPT_MAX_SEGS, 0, done, arg);
+}
+
+/* The checkpoint into free segments: held (space_hold()) when the log
+ * goes on meanwhile (a running checkpoint), at most max_segs of them, and
+ * only if keep_free segments stay free besides. */
+static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32_t max_segs,
+                       uint32_t keep_free, void (*done)(void *arg, int err), void *arg)
 {
     struct tc_ckpt head = {
         .chunk_seq = c->lg.chunks_issued, .tail_seq = c->lg.tail_seq,
@@ -432,7 +456,7 @@ void ckpt_write(struct cache *c, struct ckpt_place *pl, void (*done)(void *arg, 
      * takes last. */
     uint32_t taken[TC_MAX_DEVICES] = { 0 };
     bool more = true;
-    while (pl->nsegs < need && pl->nsegs < TC_CKPT_MAX_SEGS && more) {
+    while (pl->nsegs < need && pl->nsegs < max_segs && more) {
         more = false;
         for (unsigned d = 0; d < c->ndevs && pl->nsegs < need; d++) {
             const struct free_stack *fs = &c->sp.stacks[d];
@@ -446,13 +470,17 @@ void ckpt_write(struct cache *c, struct ckpt_place *pl, void (*done)(void *arg, 
             }
         }
     }
-    if (pl->nsegs < need) {
-        tc_info("cache: no checkpoint at this stop: it needs %u free segments, %u are free%s",
-                need, pl->nsegs, need > TC_CKPT_MAX_SEGS ? " (or more than a record names)" : "");
+    if (pl->nsegs < need || (hold && c->sp.free_segs < need + keep_free)) {
+        if (!hold)
+            tc_info("cache: no checkpoint at this stop: it needs %u free segments, %u are "
+                    "free%s", need, pl->nsegs,
+                    need > max_segs ? " (or more than a record names)" : "");
         wr->err = -ENOSPC;
         writer_end(wr);
         return;
     }
+    for (uint32_t i = 0; hold && i < pl->nsegs; i++)
+        TC_ASSERT_ALWAYS(space_hold(&c->sp, pl->segs[i]));
     pl->len = wr->len;
     pl->crc = tc_crc32c(0, wr->buf, wr->len);
     uint64_t pieces = 0;
@@ -464,9 +492,14 @@ void ckpt_write(struct cache *c, struct ckpt_place *pl, void (*done)(void *arg, 
     wr->ndios = (unsigned)TC_MAX(pieces, (uint64_t)c->ndevs);
     wr->dios = tc_xcalloc(wr->ndios, sizeof *wr->dios);
     wr->pending = (unsigned)pieces;
-    tc_info("cache: writing a checkpoint of %llu blocks (%llu bytes) into %u segment%s",
-            (unsigned long long)le64_get(wr->buf + CK_OFF_NBLOCKS), (unsigned long long)wr->len,
-            pl->nsegs, pl->nsegs == 1 ? "" : "s");
+    if (hold)
+        tc_debug("cache: writing a running checkpoint of %llu blocks (%llu bytes) into %u "
+                 "segment%s", (unsigned long long)le64_get(wr->buf + CK_OFF_NBLOCKS),
+                 (unsigned long long)wr->len, pl->nsegs, pl->nsegs == 1 ? "" : "s");
+    else
+        tc_info("cache: writing a checkpoint of %llu blocks (%llu bytes) into %u segment%s",
+                (unsigned long long)le64_get(wr->buf + CK_OFF_NBLOCKS),
+                (unsigned long long)wr->len, pl->nsegs, pl->nsegs == 1 ? "" : "s");
     /* Every piece is counted in pending before the first is submitted. */
     struct tc_dev **devs = tc_xcalloc(pieces, sizeof *devs);
     unsigned k = 0;
@@ -563,6 +596,13 @@ struct parse {
     uint64_t *seq;                  /* per segment: its group, if live */
     uint32_t *live;
     uint32_t nlive;
+    /* A running checkpoint's replay (ckpt_loaded_apply()): segments the
+     * start walked (their chunk tables, group and fill are the walk's),
+     * and live segments the checkpoint does not know (opened since). */
+    const uint8_t *walked;
+    const uint32_t *extra;
+    uint32_t nextra;
+    const uint8_t **segrec;         /* per segment: its record in the body, if live */
 };
 
 /* Every record checked (apply false), or applied (apply true; checked
@@ -591,6 +631,9 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         }
         prev = s;
         chunks += n;
+        bool walked = ps->walked && ps->walked[s];
+        if (ps->segrec)
+            ps->segrec[s] = p - 24;
         uint32_t at = 0;
         for (uint32_t k = 0; k < n; k++, p += 8) {
             uint32_t start = le16_get(p), hs = le16_get(p + 2), ds = le16_get(p + 4);
@@ -600,7 +643,7 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
                 return -1;
             }
             at = start + hs + ds;
-            if (apply)
+            if (apply && !walked)
                 segment_add_chunk(&c->sp, s, start, hs, ds);
         }
         if (at != fill) {
@@ -611,13 +654,15 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         ps->fill[s] = fill;
         ps->seq[s] = seq;
         ps->live[ps->nlive++] = s;
-        if (apply) {
+        if (apply && !walked) {
             struct segment *sg = space_seg(&c->sp, s);
             sg->seq = seq;
             sg->fill = fill;
         }
     }
     if (apply) {
+        for (uint32_t i = 0; i < ps->nextra; i++)
+            ps->live[ps->nlive++] = ps->extra[i];
         recovery_groups(c, ps->live, ps->nlive);
         space_collect_free(&c->sp);
         c->replaying = c->sp.replaying = true;
@@ -886,4 +931,489 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
     free(mine);
     free(buf);
     return rc;
+}
+
+/* ---- running checkpoints: taken while serving ---- */
+
+/*
+ * The runner of running checkpoints (ondisk.h, version 6; the design and
+ * its invariants at the top of this file).  What it holds to:
+ *
+ *  R1 A checkpoint is taken only at a cut where a scan of the log up to
+ *     the newest chunk rebuilds exactly the state in memory: nothing
+ *     appended waits to be written, every chunk issued is written and
+ *     flushed (log_idle(), flushed_upto == chunks_issued), the newest
+ *     header records the tail and the write-through stable mark in memory
+ *     (else one more header is sealed first, as the stop does), the
+ *     cleaner is idle, no superblock mark is being written, and
+ *     ckpt_wanted() holds.  The encoding is synchronous on the reactor,
+ *     so nothing is appended while it runs: every entry of a chunk up to
+ *     the cut has a sequence below the checkpoint's next_seq, every later
+ *     one at or above it (P1).
+ *  R2 Its segments are taken off the free stacks before the first write
+ *     (space_hold()), and stay off while any superblock may name them: a
+ *     checkpoint k's segments go back only once every device's
+ *     superblocks name k+1 in the other slot (each device's rewrite in
+ *     turn with the abandonment's marks: abandon_sb_rewrite()).  A failed
+ *     rewrite keeps both held until the next start.
+ *  R3 The slot written is the older one: a kill while the checkpoint or
+ *     the superblocks are written leaves the newer one named and whole.
+ *
+ * Taken every `every_bytes` bytes of chunks written (TIERCACHE_TEST_CKPT_BYTES;
+ * 0 or unset: none), looked at every tick_ns (TIERCACHE_TEST_CKPT_TICK_MS,
+ * 100 ms by default).  Under a load that never leaves the log idle the
+ * cut is not found, and the checkpoint waits (status says how often).
+ */
+struct ckpt_run {
+    struct cache *c;
+    uint64_t every_bytes;
+    uint64_t tick_ns;
+    uint64_t last_bytes;            /* chunk bytes written when the last one was taken */
+    struct tc_timer timer;
+    struct log_waiter w;
+    bool syncing;                   /* w is in the log's hands */
+    bool busy;                      /* a checkpoint or its superblocks being written */
+    bool stopped;
+    bool take_now;                  /* no slot is full: the first one without waiting */
+    struct ckpt_place pl;
+    uint64_t cut;                   /* the chunk the one being written covers */
+    unsigned slot;
+    unsigned sb_pending;
+    int sb_err;
+    uint64_t next_gen;
+    /* For status. */
+    uint64_t written, failed, not_idle, no_room;
+    uint64_t last_gen, last_cut, last_len, last_encode_ns;
+};
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+    const char *t = getenv(name);
+    if (t == NULL || *t == 0)
+        return dflt;
+    char *end;
+    unsigned long long v = strtoull(t, &end, 10);
+    return *end == 0 ? v : dflt;
+}
+
+/* Whether segment s is named by a slot of any device's superblocks. */
+static bool slot_names(const struct cache *c, uint32_t s)
+{
+    for (unsigned d = 0; d < c->ndevs; d++)
+        for (unsigned i = 0; i < TC_RUN_CKPT_SLOTS; i++) {
+            const struct tc_run_ckpt *r = &c->devs[d].sb.run_ckpt[i];
+            for (uint32_t k = 0; r->gen && k < r->nsegs; k++)
+                if (r->segs[k] == s)
+                    return true;
+        }
+    return false;
+}
+
+/* Held segments no slot names any more go back to the free stacks. */
+static void release_unnamed(struct ckpt_run *r)
+{
+    struct cache *c = r->c;
+    for (uint32_t s = 0; s < c->sp.nsegs; s++)
+        if (space_seg(&c->sp, s)->held && !slot_names(c, s))
+            space_release(&c->sp, s);
+}
+
+static void run_take(struct ckpt_run *r);
+
+static void run_sb_done(void *arg, unsigned d, int err)
+{
+    struct ckpt_run *r = arg;
+    struct cache *c = r->c;
+    if (err && r->sb_err == 0) {
+        r->sb_err = err;
+        tc_warn("%s: naming the running checkpoint in the superblock failed: %s; its segments "
+                "and the older one's stay held until the next start", c->devs[d].dev->name,
+                strerror(-err));
+    }
+    if (--r->sb_pending > 0)
+        return;
+    if (r->sb_err == 0) {
+        release_unnamed(r);
+        r->written++;
+        r->last_gen = r->next_gen - 1;
+        r->last_cut = r->cut;
+        r->last_len = r->pl.len;
+    } else {
+        r->failed++;
+    }
+    r->busy = false;
+}
+
+static void run_written(void *arg, int err)
+{
+    struct ckpt_run *r = arg;
+    struct cache *c = r->c;
+    bool devs_ok = true;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        devs_ok &= c->devs[d].state == CDEV_OK && !c->sp.dev_failed[d];
+    if (err || !devs_ok || c->abandoned) {
+        if (err == -ENOSPC) {
+            r->no_room++;
+        } else {
+            r->failed++;
+            if (err)
+                tc_warn("cache: writing a running checkpoint failed: %s", strerror(-err));
+        }
+        /* Named nowhere: its segments go back. */
+        release_unnamed(r);
+        r->busy = false;
+        return;
+    }
+    /* The older slot (R3), on every device alike. */
+    const struct tc_superblock *sb0 = &c->devs[0].sb;
+    r->slot = sb0->run_ckpt[0].gen <= sb0->run_ckpt[1].gen ? 0 : 1;
+    struct tc_run_ckpt slot = { .gen = r->next_gen++, .cut = r->cut, .len = r->pl.len,
+                                .crc = r->pl.crc, .nsegs = r->pl.nsegs };
+    memcpy(slot.segs, r->pl.segs, r->pl.nsegs * sizeof slot.segs[0]);
+    r->sb_pending = c->ndevs;
+    r->sb_err = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        c->devs[d].sb.run_ckpt[r->slot] = slot;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        abandon_sb_rewrite(c, d, run_sb_done, r);
+}
+
+static void run_synced(struct log_waiter *w, int err)
+{
+    struct ckpt_run *r = container_of(w, struct ckpt_run, w);
+    r->syncing = false;
+    if (err == 0 && !r->stopped)
+        run_take(r);
+}
+
+/* R1: take a checkpoint now if the cut is here; else make it come. */
+static void run_take(struct ckpt_run *r)
+{
+    struct cache *c = r->c;
+    if (r->busy || r->syncing || r->stopped || c->stopping)
+        return;
+    if (c->st.chunk_bytes_written - r->last_bytes < r->every_bytes && !r->take_now)
+        return;
+    const char *why;
+    if (c->vol->cache_failed || c->abandoned || c->vol->detached || !abandon_idle(c) ||
+        !cleaner_idle(c) || !ckpt_wanted(c, &why))
+        return;
+    if (c->lg.tail_recorded != c->lg.tail_seq ||
+        c->lg.wt_stable_recorded != c->lg.wt_stable_seq) {
+        /* A header that records them, as the stop seals one. */
+        if (!log_seal_all(c, true))
+            return;
+    }
+    if (!log_idle(&c->lg) || c->lg.flushed_upto < c->lg.chunks_issued ||
+        c->lg.tail_recorded != c->lg.tail_seq ||
+        c->lg.wt_stable_recorded != c->lg.wt_stable_seq) {
+        r->not_idle++;
+        r->syncing = true;
+        r->w = (struct log_waiter){ .fn = run_synced };
+        log_sync(c, &r->w);
+        return;
+    }
+    r->busy = true;
+    r->take_now = false;
+    r->cut = c->lg.chunks_issued;
+    r->last_bytes = c->st.chunk_bytes_written;
+    uint64_t t0 = tc_now_ns();
+    /* Room: the cleaner's reserve stays free besides (a full log takes
+     * checkpoints below its low water mark: the cleaner keeps it about
+     * that full, and frees more after). */
+    write_into(c, &r->pl, true, TC_RUN_CKPT_MAX_SEGS, c->sp.reserve_segs, run_written, r);
+    r->last_encode_ns = tc_now_ns() - t0;
+}
+
+static void run_tick(struct tc_timer *t)
+{
+    struct ckpt_run *r = container_of(t, struct ckpt_run, timer);
+    if (r->stopped)
+        return;
+    run_take(r);
+    timer_arm(r->c->reactor, &r->timer, r->tick_ns);
+}
+
+int ckpt_run_init(struct cache *c, char *err, size_t errlen)
+{
+    uint64_t every = env_u64("TIERCACHE_TEST_CKPT_BYTES", 0);
+    bool any = false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        any |= sb_has_run_ckpt(&c->devs[d].sb);
+    if (every == 0) {
+        /* Off: slots left by a run with them on name nothing any more. */
+        if (!any)
+            return 0;
+        for (unsigned d = 0; d < c->ndevs; d++)
+            memset(c->devs[d].sb.run_ckpt, 0, sizeof c->devs[d].sb.run_ckpt);
+        if (!cache_write_superblocks(c, false, "clearing the running checkpoints' slots", "")) {
+            snprintf(err, errlen, "cannot clear the running checkpoints' slots in the "
+                     "superblocks");
+            return -1;
+        }
+        return 0;
+    }
+    struct ckpt_run *r = tc_xcalloc(1, sizeof *r);
+    r->c = c;
+    r->every_bytes = every;
+    r->tick_ns = env_u64("TIERCACHE_TEST_CKPT_TICK_MS", 100) * 1000 * 1000;
+    if (r->tick_ns == 0)
+        r->tick_ns = 1000 * 1000;
+    r->last_bytes = c->st.chunk_bytes_written;
+    r->timer.fn = run_tick;
+    /* R2 from the start: what any slot names stays held.  A slot naming a
+     * segment the log holds (an older build's run, or damage) names
+     * nothing that can be read: emptied. */
+    uint64_t gen = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        for (unsigned i = 0; i < TC_RUN_CKPT_SLOTS; i++) {
+            struct tc_run_ckpt *sl = &c->devs[d].sb.run_ckpt[i];
+            if (sl->gen == 0)
+                continue;
+            bool ok = true;
+            for (uint32_t k = 0; k < sl->nsegs; k++) {
+                struct segment *sg = space_seg(&c->sp, sl->segs[k]);
+                ok &= sg->held || space_hold(&c->sp, sl->segs[k]);
+            }
+            if (!ok) {
+                tc_info("%s: the running checkpoint %llu in slot %u names segments the log "
+                        "holds: the slot is emptied", c->devs[d].dev->name,
+                        (unsigned long long)sl->gen, i);
+                memset(sl, 0, sizeof *sl);
+                continue;
+            }
+            gen = TC_MAX(gen, sl->gen);
+        }
+    release_unnamed(r);
+    r->next_gen = gen + 1;
+    /* With no slot full (a first start, or one after a clean stop, which
+     * empties them), the first one is taken as soon as the log is idle:
+     * a kill before every_bytes more are written then replays only those. */
+    r->take_now = gen == 0;
+    c->ckrun = r;
+    timer_arm(c->reactor, &r->timer, r->tick_ns);
+    tc_info("cache: running checkpoints every %llu bytes written to the log",
+            (unsigned long long)every);
+    return 0;
+}
+
+void ckpt_run_stop(struct cache *c)
+{
+    struct ckpt_run *r = c->ckrun;
+    if (r == NULL || r->stopped)
+        return;
+    r->stopped = true;
+    timer_cancel(c->reactor, &r->timer);
+}
+
+bool ckpt_run_idle(const struct cache *c)
+{
+    const struct ckpt_run *r = c->ckrun;
+    return r == NULL || (!r->busy && !r->syncing);
+}
+
+void ckpt_run_fini(struct cache *c)
+{
+    struct ckpt_run *r = c->ckrun;
+    if (r == NULL)
+        return;
+    if (c->reactor)
+        timer_cancel(c->reactor, &r->timer);
+    /* Freed only when nothing in flight refers to it (a close that did
+     * not end leaves it to the process's exit). */
+    if (!r->busy && !r->syncing)
+        free(r);
+    c->ckrun = NULL;
+}
+
+void ckpt_run_status_json(const struct cache *c, struct tc_json *j)
+{
+    const struct ckpt_run *r = c->ckrun;
+    json_begin_object(j, "running_checkpoints");
+    json_bool(j, "enabled", r != NULL);
+    if (r) {
+        json_uint(j, "every_bytes", r->every_bytes);
+        json_uint(j, "written", r->written);
+        json_uint(j, "failed", r->failed);
+        json_uint(j, "no_room", r->no_room);
+        json_uint(j, "waited_for_idle_log", r->not_idle);
+        json_uint(j, "last_gen", r->last_gen);
+        json_uint(j, "last_cut_chunk", r->last_cut);
+        json_uint(j, "last_bytes", r->last_len);
+        json_uint(j, "last_encode_us", r->last_encode_ns / 1000);
+    }
+    json_end_object(j);
+}
+
+/* ---- running checkpoints: read at a start after a crash ---- */
+
+struct ckpt_loaded {
+    struct tc_ckpt ck;
+    uint64_t gen;
+    uint8_t *buf;
+    struct parse ps;
+};
+
+/* The checkpoint a slot names, read whole and checked against it; NULL
+ * with why. */
+static uint8_t *read_slot(struct cache *c, const struct tc_run_ckpt *sl, struct tc_ckpt *ck,
+                          char *why, size_t whylen)
+{
+    size_t padded = tc_round_up(sl->len, TC_SECTOR);
+    if (sl->len > (uint64_t)sl->nsegs * c->segment_size) {
+        snprintf(why, whylen, "its slot names %llu bytes in %u segments",
+                 (unsigned long long)sl->len, sl->nsegs);
+        return NULL;
+    }
+    uint8_t *buf = tc_alloc_aligned(padded);
+    for (uint32_t i = 0; i < sl->nsegs; i++) {
+        uint32_t s = sl->segs[i];
+        uint64_t from = (uint64_t)i * c->segment_size;
+        if (s >= c->sp.nsegs) {
+            snprintf(why, whylen, "its slot names segment %u, beyond the set", s);
+            goto fail;
+        }
+        if (from >= padded)
+            break;
+        uint64_t end = TC_MIN(from + c->segment_size, (uint64_t)padded);
+        for (uint64_t at = from; at < end; at += CKPT_IO) {
+            uint64_t n = TC_MIN((uint64_t)CKPT_IO, end - at);
+            int err = dev_sync_io(seg_cdev(c, s)->dev, TC_DEV_READ, buf + at,
+                                  seg_dev_offset(c, s) + (at - from), n, 0);
+            if (err) {
+                snprintf(why, whylen, "reading it from segment %u failed: %s", s,
+                         strerror(-err));
+                goto fail;
+            }
+        }
+    }
+    if (tc_crc32c(0, buf, sl->len) != sl->crc) {
+        snprintf(why, whylen, "its checksum does not match its slot's");
+        goto fail;
+    }
+    if (ckpt_decode(buf, ck, why, whylen) < 0)
+        goto fail;
+    const char *bad = NULL;
+    if (memcmp(ck->set_uuid, c->set_uuid, 16) != 0)
+        bad = "it is of another cache set";
+    else if (ck->chunk_seq != sl->cut)
+        bad = "it covers another log than its slot names";
+    else if (ck->spb != c->spb || ck->total_segments != c->sp.nsegs)
+        bad = "its geometry is not the set's";
+    else if (TC_CKPT_HDR + ck->body_len != sl->len)
+        bad = "its length is not its slot's";
+    else if (tc_crc32c(0, buf + TC_CKPT_HDR, ck->body_len) != ck->body_crc)
+        bad = "its body checksum does not match";
+    if (bad) {
+        snprintf(why, whylen, "%s", bad);
+        goto fail;
+    }
+    return buf;
+fail:
+    free(buf);
+    return NULL;
+}
+
+void ckpt_loaded_free(struct ckpt_loaded *l)
+{
+    if (l == NULL)
+        return;
+    free(l->ps.live_dev);
+    free(l->ps.fill);
+    free(l->ps.seq);
+    free(l->ps.live);
+    free(l->ps.segrec);
+    free(l->buf);
+    free(l);
+}
+
+struct ckpt_loaded *ckpt_run_load(struct cache *c, char *why, size_t whylen)
+{
+    /* Every full slot of every device, newest first (a kill while the
+     * superblocks were rewritten may leave the devices' slots apart). */
+    const struct tc_run_ckpt *cand[TC_MAX_DEVICES * TC_RUN_CKPT_SLOTS];
+    unsigned n = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        for (unsigned i = 0; i < TC_RUN_CKPT_SLOTS; i++) {
+            const struct tc_run_ckpt *sl = &c->devs[d].sb.run_ckpt[i];
+            bool seen = false;
+            for (unsigned k = 0; k < n && !seen; k++)
+                seen = cand[k]->gen == sl->gen && cand[k]->crc == sl->crc &&
+                       cand[k]->cut == sl->cut;
+            if (sl->gen && !seen)
+                cand[n++] = sl;
+        }
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned k = i; k > 0 && cand[k]->gen > cand[k - 1]->gen; k--) {
+            const struct tc_run_ckpt *t = cand[k];
+            cand[k] = cand[k - 1];
+            cand[k - 1] = t;
+        }
+    snprintf(why, whylen, "no slot names one");
+    for (unsigned i = 0; i < n; i++) {
+        struct ckpt_loaded *l = tc_xcalloc(1, sizeof *l);
+        char r[200];
+        l->gen = cand[i]->gen;
+        l->buf = read_slot(c, cand[i], &l->ck, r, sizeof r);
+        l->ps = (struct parse){
+            .c = c, .ck = &l->ck, .p = l->buf ? l->buf + TC_CKPT_HDR : NULL,
+            .live_dev = tc_xcalloc(c->sp.nsegs, 1),
+            .fill = tc_xcalloc(c->sp.nsegs, sizeof *l->ps.fill),
+            .seq = tc_xcalloc(c->sp.nsegs, sizeof *l->ps.seq),
+            .live = tc_xcalloc(c->sp.nsegs, sizeof *l->ps.live),
+            .segrec = tc_xcalloc(c->sp.nsegs, sizeof *l->ps.segrec),
+        };
+        if (l->buf && parse(&l->ps, false, r, sizeof r) == 0) {
+            if (one_per_device(c, &l->ps))
+                return l;
+            snprintf(r, sizeof r, "a group has two segments on one device");
+        }
+        tc_warn("cache: the running checkpoint %llu (newest chunk %llu) is not used: %s",
+                (unsigned long long)cand[i]->gen, (unsigned long long)cand[i]->cut, r);
+        snprintf(why, whylen, "none of the %u named checks", n);
+        ckpt_loaded_free(l);
+    }
+    return NULL;
+}
+
+const struct tc_ckpt *ckpt_loaded_head(const struct ckpt_loaded *l, uint64_t *gen)
+{
+    *gen = l->gen;
+    return &l->ck;
+}
+
+bool ckpt_loaded_seg(const struct ckpt_loaded *l, uint32_t s, uint64_t *seq, uint32_t *nchunks)
+{
+    if (!l->ps.live_dev[s])
+        return false;
+    *seq = l->ps.seq[s];
+    *nchunks = le32_get(l->ps.segrec[s] + 4);
+    return true;
+}
+
+bool ckpt_loaded_chunks_match(const struct ckpt_loaded *l, struct cache *c, uint32_t s)
+{
+    const uint8_t *p = l->ps.segrec[s];
+    uint32_t n = le32_get(p + 4);
+    const struct segment *sg = space_seg(&c->sp, s);
+    if (sg->nchunks < n)
+        return false;
+    p += 24;
+    for (uint32_t k = 0; k < n; k++, p += 8)
+        if (sg->chunks[k].start != le16_get(p) || sg->chunks[k].hdr_sectors != le16_get(p + 2) ||
+            sg->chunks[k].data_sectors != le16_get(p + 4))
+            return false;
+    return true;
+}
+
+void ckpt_loaded_apply(struct cache *c, struct ckpt_loaded *l, const uint8_t *walked,
+                       const uint32_t *extra, uint32_t nextra)
+{
+    char why[200];
+    l->ps.walked = walked;
+    l->ps.extra = extra;
+    l->ps.nextra = nextra;
+    l->ps.p = l->buf + TC_CKPT_HDR;
+    /* Checked whole by ckpt_run_load(): applied, it cannot fail. */
+    TC_ASSERT_ALWAYS(parse(&l->ps, true, why, sizeof why) == 0);
 }

@@ -2,9 +2,10 @@
  * The checkpoint (checkpoint.c; the format: ondisk.h): the state recovery
  * rebuilds from the log, written by a clean stop into free segments and
  * named by the superblocks' clean-stop record, so that the next start
- * reads it instead of walking every chunk header.  Checkpoints written
- * while the daemon runs, for a start after a crash, are designed (what
- * must hold, how each failure falls back) but not built: checkpoint.c.
+ * reads it instead of walking every chunk header.  Running checkpoints,
+ * written while the daemon serves and named in the superblocks' two
+ * slots, let a start after a crash replay only the log after the newest
+ * (checkpoint.c, recovery.c).
  */
 #ifndef TC_ENGINE_CHECKPOINT_H
 #define TC_ENGINE_CHECKPOINT_H
@@ -43,5 +44,37 @@ int ckpt_restore(struct cache *c, const struct tc_superblock *rec, char *why, si
  * matches what the scan rebuilt, 0 if it names none, -1 (with why) if it
  * cannot be read or differs. */
 int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen);
+
+/* Running checkpoints (checkpoint.c, "running checkpoints"): at start,
+ * after recovery and before anything is appended: the segments the
+ * superblocks' slots name held, the timer armed (or, off, the slots
+ * emptied); -1 with err if they cannot be.  Stopped when the cache
+ * stops (no new one is begun); idle when none is being written (the
+ * stop waits for that). */
+int ckpt_run_init(struct cache *c, char *err, size_t errlen);
+void ckpt_run_stop(struct cache *c);
+bool ckpt_run_idle(const struct cache *c);
+void ckpt_run_fini(struct cache *c);
+struct tc_json;
+void ckpt_run_status_json(const struct cache *c, struct tc_json *j);
+
+/* A start after a crash (recovery.c): the newest running checkpoint whose
+ * slot, checksums and records check (each one that does not is said), or
+ * NULL with why; nothing in the cache changed. */
+struct ckpt_loaded;
+struct tc_ckpt;
+struct ckpt_loaded *ckpt_run_load(struct cache *c, char *why, size_t whylen);
+const struct tc_ckpt *ckpt_loaded_head(const struct ckpt_loaded *l, uint64_t *gen);
+/* Whether it names segment s live, and then its group and chunk count. */
+bool ckpt_loaded_seg(const struct ckpt_loaded *l, uint32_t s, uint64_t *seq, uint32_t *nchunks);
+/* Whether segment s's chunk table (as a walk found it) begins with the
+ * chunks the checkpoint records there. */
+bool ckpt_loaded_chunks_match(const struct ckpt_loaded *l, struct cache *c, uint32_t s);
+/* Into the cache: the live segments (those walked keep the walk's
+ * chunk tables; extra: live segments it does not know), the group ring,
+ * the free stacks, every block and the lost set. */
+void ckpt_loaded_apply(struct cache *c, struct ckpt_loaded *l, const uint8_t *walked,
+                       const uint32_t *extra, uint32_t nextra);
+void ckpt_loaded_free(struct ckpt_loaded *l);
 
 #endif

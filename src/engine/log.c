@@ -370,6 +370,8 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         .flushed_seq = c->lg.flushed_upto,
     };
     c->lg.marked_upto = TC_MAX(c->lg.marked_upto, hdr.flushed_seq);
+    c->lg.tail_recorded = hdr.tail_seq;
+    c->lg.wt_stable_recorded = hdr.wt_stable_seq;
     /* Which chunks the segment holds (space.h, invariant 22). */
     if (sg->first_chunk == 0)
         sg->first_chunk = hdr.chunk_seq;

@@ -161,6 +161,8 @@ struct log {
     uint64_t chunks_written_upto;   /* every chunk up to this one is written */
     uint64_t flushed_upto;          /* ... and flushed */
     uint64_t marked_upto;           /* the highest flushed mark a sealed header carries */
+    uint64_t tail_recorded;         /* the tail and the write-through stable mark the */
+    uint64_t wt_stable_recorded;    /* ... newest sealed header carries (a scan's) */
     uint64_t entries_chunk;         /* the newest chunk sealed with entries */
     uint64_t flushed_ns;            /* when the last cache flush ended */
     /* By device: the newest chunk written to it without error, once

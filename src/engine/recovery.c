@@ -68,6 +68,7 @@
 #include "engine/checkpoint.h"
 #include "engine/map.h"
 #include "engine/recovery.h"
+#include "engine/survey.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -110,6 +111,8 @@ struct recovery {
     uint64_t **cseq;                /* per segment: the chunk sequence of each chunk found */
     uint32_t *cseq_cap;
     struct found *found;            /* per segment: the entries its walk decoded */
+    const uint8_t *only;            /* a replay after a running checkpoint: walk only
+                                       these segments (NULL: every one) */
 };
 
 /*
@@ -478,6 +481,8 @@ static void walk_all(struct recovery *rc)
             while (next < c->sp.nsegs) {
                 uint32_t s = next++;
                 rc->walks[s] = (struct walk){ 0 };
+                if (rc->only && !rc->only[s])
+                    continue;
                 size_t len = walk_len(c, &rc->walks[s]);
                 if (len > 0) {
                     slots[i].s = s;
@@ -513,8 +518,12 @@ static void walk_all(struct recovery *rc)
     }
     for (unsigned i = 0; i < RECOVERY_DEPTH; i++)
         free(slots[i].buf);
-    for (uint32_t s = 0; s < c->sp.nsegs; s++)
-        walk_finish(rc, s, &rc->walks[s]);
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
+        if (rc->only && !rc->only[s])
+            rc->stop[s] = UINT32_MAX;   /* not walked: nothing for find_damage() */
+        else
+            walk_finish(rc, s, &rc->walks[s]);
+    }
 }
 
 /*
@@ -1304,23 +1313,314 @@ static void devices_newest(struct recovery *rc)
     }
 }
 
+static void rc_init(struct recovery *rc, struct cache *c)
+{
+    memset(rc, 0, sizeof *rc);
+    rc->c = c;
+    rc->hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
+    rc->stop = tc_xmalloc((size_t)c->sp.nsegs * sizeof *rc->stop);
+    rc->last_chunk = tc_xcalloc(c->sp.nsegs, sizeof *rc->last_chunk);
+    rc->walks = tc_xcalloc(c->sp.nsegs, sizeof *rc->walks);
+    rc->cseq = tc_xcalloc(c->sp.nsegs, sizeof *rc->cseq);
+    rc->cseq_cap = tc_xcalloc(c->sp.nsegs, sizeof *rc->cseq_cap);
+    rc->found = tc_xcalloc(c->sp.nsegs, sizeof *rc->found);
+}
+
+static void rc_free(struct recovery *rc)
+{
+    struct cache *c = rc->c;
+    free(rc->stop);
+    free(rc->last_chunk);
+    free(rc->walks);
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
+        free(rc->cseq[s]);
+        free(rc->found[s].recs);
+        free(rc->found[s].first);
+        free(rc->found[s].n);
+    }
+    free(rc->found);
+    free(rc->cseq);
+    free(rc->cseq_cap);
+    free(rc->recs);
+    free(rc->cur_seq);
+    free(rc->wt_seq);
+    free(rc->hdr);
+}
+
+/*
+ * A start after a crash from the newest running checkpoint
+ * (checkpoint.c, "running checkpoints"; ondisk.h, version 6): the state
+ * the checkpoint holds, and the log written after its cut replayed onto
+ * it -- the segments whose first chunk is newer than the cut (the
+ * survey tells them from one read each) and those of the group that was
+ * open at the cut, walked as the scan walks them, their entries past the
+ * cut applied as the scan applies them (apply()).  What it rebuilds is
+ * what the full scan would, because:
+ *
+ *  - the checkpoint is the scan's state up to the cut (R1 in
+ *    checkpoint.c), every entry before the cut below its next_seq and
+ *    every one after at or above it: the replay applies exactly those;
+ *  - nothing it knows was reclaimed since: the tail the newest chunk
+ *    records is the checkpoint's, and every segment it names live still
+ *    starts with the chunk of its group (else the cleaner reclaimed or
+ *    reused it since, and the scan would drop what it held);
+ *  - the chunks it records in the walked segments are found again, and
+ *    every chunk found there after them is past the cut.
+ *
+ * Anything else -- a slot that does not check (the older one is tried), a
+ * segment's first header unreadable, a mark or record the log below it
+ * does not carry (an abandonment, a device's failure, a stop's lost set
+ * in the state file), damage in the walked segments, a group reclaimed
+ * since -- and the log is scanned whole, with one line saying why.
+ * Damage to a chunk header written before the cut is not looked for (as
+ * after a clean stop with its checkpoint); check audits the whole log.
+ * 1: rebuilt; 0: nothing changed, scan.
+ */
+static int from_running_checkpoint(struct cache *c)
+{
+    bool any = false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        any |= sb_has_run_ckpt(&c->devs[d].sb);
+    struct tc_superblock rec;
+    if (c->offline || !any || find_stop_record(c, &rec, false))
+        return 0;
+    const char *force = getenv("TIERCACHE_TEST_FORCE_SCAN");
+    if (force && *force && strcmp(force, "0") != 0) {
+        tc_info("cache: the running checkpoint is not used (TIERCACHE_TEST_FORCE_SCAN is "
+                "set): scanning the log");
+        return 0;
+    }
+    char why[256] = "";
+    bool marks = c->stop_lost_seq || c->abandoned_seq;
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
+        marks |= c->failed_seq[i] != 0;
+    if (marks) {
+        tc_info("cache: the running checkpoint is not used (the superblocks or the state file "
+                "carry an abandonment, a device failure or a stop's lost set, which the scan "
+                "applies): scanning the log");
+        return 0;
+    }
+    struct ckpt_loaded *l = ckpt_run_load(c, why, sizeof why);
+    if (l == NULL) {
+        tc_warn("cache: no running checkpoint is used (%s): scanning the log", why);
+        return 0;
+    }
+    why[0] = 0;         /* from here on: the first doubt */
+    uint64_t gen;
+    const struct tc_ckpt *ck = ckpt_loaded_head(l, &gen);
+    uint32_t nsegs = c->sp.nsegs;
+    struct seg_first *first = tc_xcalloc(nsegs, sizeof *first);
+    uint8_t *walk = tc_xcalloc(nsegs, 1);
+    uint32_t *extra = tc_xcalloc(nsegs, sizeof *extra);
+    uint32_t nextra = 0;
+    survey_segments(c, first);
+    uint64_t gmax = 0;
+    for (uint32_t s = 0; s < nsegs; s++) {
+        uint64_t seq;
+        uint32_t n;
+        if (ckpt_loaded_seg(l, s, &seq, &n))
+            gmax = TC_MAX(gmax, seq);
+    }
+    for (uint32_t s = 0; s < nsegs && !why[0]; s++) {
+        uint64_t seq;
+        uint32_t n;
+        bool live = ckpt_loaded_seg(l, s, &seq, &n);
+        const struct seg_first *f = &first[s];
+        if (f->what == SURVEY_UNREADABLE)
+            snprintf(why, sizeof why, "segment %u's first chunk header cannot be read", s);
+        else if (live && (f->what != SURVEY_CHUNK || f->group_seq != seq))
+            snprintf(why, sizeof why, "segment %u of group %llu was reclaimed or changed since "
+                     "the checkpoint", s, (unsigned long long)seq);
+        else if (live)
+            walk[s] = seq == gmax;
+        else if (f->what == SURVEY_CHUNK && f->group_seq >= ck->tail_seq)
+            walk[s] = 1;        /* opened since the cut, or empty at it */
+    }
+    struct recovery rc;
+    rc_init(&rc, c);
+    rc.only = walk;
+    struct cache_stats st0 = c->st;
+    char *damage0 = c->damage ? strdup(c->damage) : NULL;
+    uint64_t dmax0 = c->damage_group_max;
+    if (!why[0]) {
+        walk_all(&rc);
+        rc.durable = TC_MAX(rc.durable, ck->chunk_seq);
+        if (rc.max_chunk_seq < ck->chunk_seq)
+            snprintf(why, sizeof why, "the log's newest chunk %llu is older than the "
+                     "checkpoint's %llu", (unsigned long long)rc.max_chunk_seq,
+                     (unsigned long long)ck->chunk_seq);
+        else if (rc.tail_seq != ck->tail_seq)
+            snprintf(why, sizeof why, "the log's tail moved from group %llu to %llu since the "
+                     "checkpoint (groups were reclaimed)", (unsigned long long)ck->tail_seq,
+                     (unsigned long long)rc.tail_seq);
+    }
+    for (uint32_t s = 0; s < nsegs && !why[0]; s++) {
+        if (!walk[s])
+            continue;
+        const struct segment *sg = space_seg(&c->sp, s);
+        uint64_t seq;
+        uint32_t n = 0;
+        bool live = ckpt_loaded_seg(l, s, &seq, &n);
+        if (live && !ckpt_loaded_chunks_match(l, c, s)) {
+            snprintf(why, sizeof why, "segment %u does not hold the chunks the checkpoint "
+                     "records", s);
+            break;
+        }
+        for (uint32_t k = 0; k < sg->nchunks; k++)
+            if ((k < n) != (rc.cseq[s][k] <= ck->chunk_seq)) {
+                snprintf(why, sizeof why, "segment %u: chunk %llu is on the wrong side of the "
+                         "checkpoint's cut", s, (unsigned long long)rc.cseq[s][k]);
+                break;
+            }
+    }
+    /* Each device's newest chunk, for the sequence record (seqrec.c):
+     * in its segment of the newest groups, which the replay walked. */
+    uint64_t dev_newest[TC_MAX_DEVICES] = { 0 };
+    for (uint32_t s = 0; s < nsegs && !why[0]; s++) {
+        const struct segment *sg = space_seg(&c->sp, s);
+        for (uint32_t k = 0; walk[s] && k < sg->nchunks; k++)
+            dev_newest[sg->dev] = TC_MAX(dev_newest[sg->dev], rc.cseq[s][k]);
+    }
+    for (unsigned d = 0; d < c->ndevs && !why[0]; d++)
+        if (dev_newest[d] == 0)
+            snprintf(why, sizeof why, "device %u has no chunk in the groups replayed", d);
+    if (!why[0]) {
+        uint64_t seen_durable, seen_newest;
+        do {
+            seen_durable = rc.durable;
+            seen_newest = rc.max_chunk_seq;
+            for (uint32_t s = 0; s < nsegs; s++)
+                if (walk[s])
+                    find_damage(&rc, s);
+        } while (rc.durable != seen_durable || rc.max_chunk_seq != seen_newest);
+        if (c->st.recovery_damaged != st0.recovery_damaged ||
+            c->st.recovery_damage_ignored != st0.recovery_damage_ignored ||
+            rc.tail_seq != ck->tail_seq)
+            snprintf(why, sizeof why, "the log written after it is damaged or moved");
+    }
+    if (why[0]) {
+        /* As it was: the walked segments hold nothing, the counters and
+         * the damage as before. */
+        for (uint32_t s = 0; s < nsegs; s++) {
+            if (!walk[s])
+                continue;
+            struct segment *sg = space_seg(&c->sp, s);
+            segment_clear_chunks(sg);
+            sg->seq = 0;
+            sg->fill = 0;
+        }
+        c->st = st0;
+        free(c->damage);
+        c->damage = damage0;
+        c->damage_group_max = dmax0;
+        tc_warn("cache: the running checkpoint %llu (newest chunk %llu) is not used (%s): "
+                "scanning the log", (unsigned long long)gen, (unsigned long long)ck->chunk_seq,
+                why);
+        rc_free(&rc);
+        ckpt_loaded_free(l);
+        free(first);
+        free(walk);
+        free(extra);
+        return 0;
+    }
+    free(damage0);
+    /* The walked segments the checkpoint does not know, of live groups. */
+    uint32_t *wl = tc_xcalloc(nsegs, sizeof *wl);
+    uint32_t nwl = 0;
+    for (uint32_t s = 0; s < nsegs; s++) {
+        if (!walk[s])
+            continue;
+        struct segment *sg = space_seg(&c->sp, s);
+        uint64_t seq;
+        uint32_t n;
+        bool live = ckpt_loaded_seg(l, s, &seq, &n);
+        if (sg->nchunks > 0 && sg->seq >= rc.tail_seq && sg->seq > 0) {
+            if (!live)
+                extra[nextra++] = s;
+        } else if (!live) {
+            segment_clear_chunks(sg);
+            walk[s] = 0;
+        }
+    }
+    ckpt_loaded_apply(c, l, walk, extra, nextra);
+    /* The entries of the walked segments, in group order, past the cut. */
+    for (uint32_t i = 0; i < c->sp.ngroups; i++) {
+        struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
+        for (unsigned k = 0; k < g->nsegs; k++)
+            if (walk[g->segs[k]])
+                wl[nwl++] = g->segs[k];
+    }
+    read_live_entries(&rc, wl, nwl);
+    size_t kept = 0;
+    for (size_t i = 0; i < rc.nrecs; i++)
+        if (rc.recs[i].seq >= ck->next_seq)
+            rc.recs[kept++] = rc.recs[i];
+    rc.nrecs = kept;
+    uint64_t replayed = kept;
+    c->replaying = c->sp.replaying = true;
+    apply(&rc);
+    c->replaying = c->sp.replaying = false;
+    uint64_t newest = TC_MAX(rc.max_chunk_seq, ck->chunk_seq);
+    uint64_t next_seq = TC_MAX(TC_MAX(rc.max_seq, newest) + 1, ck->next_seq);
+    uint64_t first_live = next_seq;
+    for (uint32_t i = 0; i < c->sp.ngroups; i++) {
+        struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
+        first_live = TC_MIN(first_live, g->seq);
+    }
+    log_recovered(&c->lg, next_seq, newest, first_live, rc.wt_stable);
+    space_bound_chunks(&c->sp, newest);
+    c->recovered_durable = TC_MIN(rc.durable, newest);
+    /* And the newest up to the durable mark, as devices_newest() counts
+     * it: exact when a walked chunk of the device is below the mark (the
+     * segments not walked hold older groups' chunks only); else none
+     * known (0), which the sequence record takes as less, never more. */
+    c->newest_chunks_known = true;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        c->devs[d].newest_chunk = dev_newest[d];
+    for (uint32_t s = 0; s < nsegs; s++) {
+        const struct segment *sg = space_seg(&c->sp, s);
+        for (uint32_t k = 0; walk[s] && k < sg->nchunks; k++)
+            if (rc.cseq[s][k] <= c->recovered_durable)
+                c->lg.dev_written[sg->dev] = c->lg.dev_flushed[sg->dev] =
+                    TC_MAX(c->lg.dev_flushed[sg->dev], rc.cseq[s][k]);
+    }
+    c->st.recovered_from = "checkpoint+log";
+    c->st.recovered_entries = c->map.idx.count;
+    c->st.recovered_dirty_sectors = c->map.dirty_sectors;
+    c->st.recovered_dirty_blocks = c->map.dirty_blocks;
+    c->st.last_stop = rc.clean_stop ? "clean" : "unclean";
+    uint32_t nwalked = 0;
+    for (uint32_t s = 0; s < nsegs; s++)
+        nwalked += walk[s];
+    tc_info("cache: from the running checkpoint %llu (newest chunk %llu), %u segment%s of the "
+            "log after it replayed (%llu entries)", (unsigned long long)gen,
+            (unsigned long long)ck->chunk_seq, nwalked, nwalked == 1 ? "" : "s",
+            (unsigned long long)replayed);
+    if (c->st.recovery_unflushed)
+        tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
+                "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);
+    free(wl);
+    rc_free(&rc);
+    ckpt_loaded_free(l);
+    free(first);
+    free(walk);
+    free(extra);
+    space_compact_chunk_tables(&c->sp);
+    malloc_trim(0);
+    return 1;
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     if (!c->offline && stale_device(c, err, errlen) < 0)
         return -1;
     if (from_checkpoint(c))
         return 0;
+    if (from_running_checkpoint(c) > 0)
+        return 0;
     c->st.recovered_from = "scan";
     struct recovery rc;
-    memset(&rc, 0, sizeof rc);
-    rc.c = c;
-    rc.hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
-    rc.stop = tc_xmalloc((size_t)c->sp.nsegs * sizeof *rc.stop);
-    rc.last_chunk = tc_xcalloc(c->sp.nsegs, sizeof *rc.last_chunk);
-    rc.walks = tc_xcalloc(c->sp.nsegs, sizeof *rc.walks);
-    rc.cseq = tc_xcalloc(c->sp.nsegs, sizeof *rc.cseq);
-    rc.cseq_cap = tc_xcalloc(c->sp.nsegs, sizeof *rc.cseq_cap);
-    rc.found = tc_xcalloc(c->sp.nsegs, sizeof *rc.found);
+    rc_init(&rc, c);
     walk_all(&rc);
     /* A clean stop recorded in the superblocks: every chunk up to its
      * newest was durable, whatever the headers that said so still say. */
@@ -1389,22 +1689,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         tc_warn("cache: %llu damaged entries were ignored",
                 (unsigned long long)c->st.recovery_malformed);
     free(live);
-    free(rc.stop);
-    free(rc.last_chunk);
-    free(rc.walks);
-    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
-        free(rc.cseq[s]);
-        free(rc.found[s].recs);
-        free(rc.found[s].first);
-        free(rc.found[s].n);
-    }
-    free(rc.found);
-    free(rc.cseq);
-    free(rc.cseq_cap);
-    free(rc.recs);
-    free(rc.cur_seq);
-    free(rc.wt_seq);
-    free(rc.hdr);
+    rc_free(&rc);
     /* The temporaries above were allocated among the chunk tables, which
      * stay: moved now, into the space the temporaries left, and freed
      * pages returned, so that what recovery needed does not stay resident

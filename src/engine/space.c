@@ -94,6 +94,34 @@ void space_collect_free(struct space *sp)
         }
 }
 
+bool space_hold(struct space *sp, uint32_t s)
+{
+    struct segment *sg = space_seg(sp, s);
+    struct free_stack *fs = &sp->stacks[sg->dev];
+    if (sg->state != SEG_FREE || sg->held)
+        return false;
+    for (uint32_t i = 0; i < fs->n; i++) {
+        if (fs->segs[i] != s)
+            continue;
+        memmove(&fs->segs[i], &fs->segs[i + 1], (fs->n - 1 - i) * sizeof *fs->segs);
+        fs->n--;
+        sp->free_segs--;
+        sg->held = true;
+        return true;
+    }
+    return false;
+}
+
+void space_release(struct space *sp, uint32_t s)
+{
+    struct segment *sg = space_seg(sp, s);
+    TC_ASSERT_ALWAYS(sg->held && sg->state == SEG_FREE);
+    sg->held = false;
+    sg->state = SEG_CLOSED;     /* push_free sets FREE and counts it */
+    push_free(sp, s);
+    freed(sp);
+}
+
 void space_fini(struct space *sp)
 {
     for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {

@@ -109,6 +109,8 @@ struct segment {
      * the newest chunk there (invariant 22). */
     uint64_t first_chunk, top_chunk;
     bool chunks_bounded;        /* they are bounds: top_chunk or below */
+    bool held;                  /* free, but holds a running checkpoint a superblock
+                                   names (space_hold()): on no free stack */
     struct chunk_ref *chunks;
     uint32_t nchunks, chunks_cap;
 };
@@ -240,6 +242,12 @@ bool space_chunk_live(const struct space *sp, unsigned dev, uint64_t chunk);
  * device leave gaps, which only raise the bounds); a free segment's
  * chunks are below the oldest group's. */
 void space_bound_chunks(struct space *sp, uint64_t newest);
+/* A free segment that holds (or is about to hold) a running checkpoint
+ * (checkpoint.c) taken off its free stack, so that no group takes it
+ * while a superblock may name it: false if it is not on one (not free, or
+ * its device failed).  space_release() puts it back. */
+bool space_hold(struct space *sp, uint32_t s);
+void space_release(struct space *sp, uint32_t s);
 /* Recovery rebuilds the ring: add a group as the newest, then its segments. */
 uint32_t space_push_group(struct space *sp, uint64_t seq);
 void space_group_add_seg(struct space *sp, uint32_t slot, uint32_t s);

@@ -79,8 +79,10 @@ struct cache_stats {
      * cache never written since its format). */
     const char *last_stop;
     /* How the last start rebuilt the index: "checkpoint" (read from the
-     * checkpoint a clean stop wrote) or "scan" (every chunk header of the
-     * log walked); with the bytes it read from the cache devices. */
+     * checkpoint a clean stop wrote), "checkpoint+log" (after a crash: the
+     * newest running checkpoint, and the log written after it replayed)
+     * or "scan" (every chunk header of the log walked); with the bytes it
+     * read from the cache devices. */
     const char *recovered_from;
     uint64_t recovery_read_bytes;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */

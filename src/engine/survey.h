@@ -1,9 +1,9 @@
 /*
  * The survey (survey.c): the first chunk header of every segment, one
  * read per segment instead of one per chunk -- which incarnation of each
- * segment the devices hold.  Not used by the start yet: it is the first
- * step of a start after a crash that reads a periodic checkpoint and
- * replays only the log written after it (the design, and why each
+ * segment the devices hold.  The first step of a start after a crash
+ * that reads a running checkpoint and replays only the log written after
+ * it (recovery.c, from_running_checkpoint()) (the design, and why each
  * segment's first header is enough to tell what changed: checkpoint.c).
  * tiercache check compares it with what its full scan found (check.c).
  */

@@ -237,6 +237,48 @@
  */
 #define TC_STATE_PLACE_LEN       256u
 
+/*
+ * Version 6: running checkpoints (TC_SB_RUN_CKPT): checkpoints of the
+ * index written while the daemon serves (engine/checkpoint.c, "running
+ * checkpoints"), so that a start after a crash reads the newest one and
+ * replays only the log written after it.  Two slots, written in turn, so
+ * that a kill while a checkpoint or the superblocks are written leaves the
+ * other one named and whole:
+ *
+ *   gen          u64  which checkpoint (1, 2, ...; 0: the slot is empty);
+ *                     the slot with the higher gen is the newer
+ *   cut          u64  the newest chunk it covers (its header's chunk_seq):
+ *                     every chunk up to it was durable when it was taken
+ *   len          u64  bytes of the checkpoint (header and body, as above)
+ *   crc          u32  CRC-32C of those bytes
+ *   nsegs        u32  segments holding it, in order (1 .. TC_RUN_CKPT_MAX_SEGS)
+ *   segs[192]    u32  their global numbers, laid out as ckpt_segs[]
+ *
+ * Slot i is at byte 2328 + 800 * i (after the state place: 2328 .. 3928;
+ * nothing else uses those bytes, and builds before version 6 write zeros
+ * there).  The segments a slot names are held out of the log's allocator
+ * until a newer checkpoint is named in the other slot: they are not free
+ * space, though a scan finds no chunk in them.  The version is 6 exactly
+ * when a slot is full (the flag says so); it may carry every mark and
+ * record of versions 2 to 5 besides.  Builds that know only versions 1 to
+ * 5 refuse it ("format version 6 is not supported"): started, they would
+ * hand the held segments out while the slots still name them.  A version
+ * 1 to 5 superblock has empty slots.  The checksum covers them.
+ */
+#define TC_SB_VERSION_RUN_CKPT   6u
+#define TC_SB_RUN_CKPT           (1u << 4)
+#define TC_RUN_CKPT_SLOTS        2u
+#define TC_RUN_CKPT_MAX_SEGS     192u
+
+struct tc_run_ckpt {
+    uint64_t gen;                   /* 0: empty */
+    uint64_t cut;                   /* the newest chunk it covers */
+    uint64_t len;
+    uint32_t crc;
+    uint32_t nsegs;
+    uint32_t segs[TC_RUN_CKPT_MAX_SEGS];
+};
+
 struct tc_superblock {
     uint32_t version;
     uint8_t set_uuid[16];           /* the set of devices of one cache */
@@ -294,6 +336,8 @@ struct tc_superblock {
     /* The state place (any version; zero when not recorded). */
     uint8_t state_token[16];
     char state_place[TC_STATE_PLACE_LEN];
+    /* TC_SB_RUN_CKPT (version 6; empty otherwise): the running checkpoints. */
+    struct tc_run_ckpt run_ckpt[TC_RUN_CKPT_SLOTS];
 };
 
 /* Byte offsets inside the 4096-byte superblock. */
@@ -313,8 +357,21 @@ enum {
     SB_OFF_STOP_ORIGIN_BOOT_ID = SB_OFF_STOP_ORIGIN_DISKSEQ + 8,
     SB_OFF_STATE_TOKEN = SB_OFF_STOP_ORIGIN_BOOT_ID + 16,
     SB_OFF_STATE_PLACE = SB_OFF_STATE_TOKEN + 16,
-    SB_OFF_END = SB_OFF_STATE_PLACE + TC_STATE_PLACE_LEN,
+    SB_OFF_RUN_CKPT = SB_OFF_STATE_PLACE + TC_STATE_PLACE_LEN,     /* 2328 */
+    SB_RUN_CKPT_SLOT = 32 + 4 * TC_RUN_CKPT_MAX_SEGS,                /* 800 */
+    SB_OFF_END = SB_OFF_RUN_CKPT + TC_RUN_CKPT_SLOTS * SB_RUN_CKPT_SLOT,
 };
+_Static_assert(SB_OFF_RUN_CKPT == 2328 && SB_OFF_END <= TC_SB_SIZE,
+               "the running checkpoints' slots follow the state place, inside the superblock");
+
+/* Whether a slot of the running checkpoints is full (version 6). */
+static inline bool sb_has_run_ckpt(const struct tc_superblock *sb)
+{
+    for (unsigned i = 0; i < TC_RUN_CKPT_SLOTS; i++)
+        if (sb->run_ckpt[i].gen != 0)
+            return true;
+    return false;
+}
 
 void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE]);
 /* 0 if buf holds a valid superblock (decoded into sb); otherwise -1 and a

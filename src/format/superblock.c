@@ -18,7 +18,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     bool devfail = sb->flags & TC_SB_DEV_FAILED;
     bool stop = sb->flags & TC_SB_CLEAN_STOP;
     bool ckpt = stop && (sb->flags & TC_SB_CHECKPOINT);
-    le32_put(buf + SB_OFF_VERSION, ckpt ? TC_SB_VERSION_CHECKPOINT
+    bool run = sb_has_run_ckpt(sb);
+    le32_put(buf + SB_OFF_VERSION, run ? TC_SB_VERSION_RUN_CKPT
+                                   : ckpt ? TC_SB_VERSION_CHECKPOINT
                                    : stop ? TC_SB_VERSION_STOP
                                    : devfail ? TC_SB_VERSION_DEVFAIL
                                    : abandoned ? TC_SB_VERSION_ABANDONED : TC_FORMAT_VERSION);
@@ -33,7 +35,9 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     le32_put(buf + SB_OFF_SEGMENT_COUNT, sb->segment_count);
     le32_put(buf + SB_OFF_FIRST_SEGMENT, sb->first_segment);
     le32_put(buf + SB_OFF_TOTAL_SEGMENTS, sb->total_segments);
-    le32_put(buf + SB_OFF_FLAGS, ckpt ? sb->flags : sb->flags & ~TC_SB_CHECKPOINT);
+    uint32_t flags = ckpt ? sb->flags : sb->flags & ~TC_SB_CHECKPOINT;
+    flags = run ? flags | TC_SB_RUN_CKPT : flags & ~TC_SB_RUN_CKPT;
+    le32_put(buf + SB_OFF_FLAGS, flags);
     le64_put(buf + SB_OFF_ORIGIN_SIZE, sb->origin_size);
     le64_put(buf + SB_OFF_FORMAT_TIME, sb->format_time);
     memcpy(buf + SB_OFF_ORIGIN_ID, sb->origin_id, strnlen(sb->origin_id, TC_ORIGIN_ID_LEN - 1));
@@ -67,6 +71,19 @@ void sb_encode(const struct tc_superblock *sb, uint8_t buf[TC_SB_SIZE])
     memcpy(buf + SB_OFF_STATE_TOKEN, sb->state_token, 16);
     memcpy(buf + SB_OFF_STATE_PLACE, sb->state_place,
            strnlen(sb->state_place, TC_STATE_PLACE_LEN - 1));
+    for (unsigned i = 0; run && i < TC_RUN_CKPT_SLOTS; i++) {
+        const struct tc_run_ckpt *r = &sb->run_ckpt[i];
+        uint8_t *p = buf + SB_OFF_RUN_CKPT + SB_RUN_CKPT_SLOT * i;
+        if (r->gen == 0)
+            continue;
+        le64_put(p, r->gen);
+        le64_put(p + 8, r->cut);
+        le64_put(p + 16, r->len);
+        le32_put(p + 24, r->crc);
+        le32_put(p + 28, r->nsegs);
+        for (unsigned k = 0; k < r->nsegs && k < TC_RUN_CKPT_MAX_SEGS; k++)
+            le32_put(p + 32 + 4 * k, r->segs[k]);
+    }
     le32_put(buf + SB_OFF_CRC, tc_crc32c(0, buf, TC_SB_SIZE));
 }
 
@@ -79,9 +96,9 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     uint32_t version = le32_get(buf + SB_OFF_VERSION);
     if (version != TC_FORMAT_VERSION && version != TC_SB_VERSION_ABANDONED &&
         version != TC_SB_VERSION_DEVFAIL && version != TC_SB_VERSION_STOP &&
-        version != TC_SB_VERSION_CHECKPOINT) {
+        version != TC_SB_VERSION_CHECKPOINT && version != TC_SB_VERSION_RUN_CKPT) {
         snprintf(err, errlen, "format version %u is not supported (this build reads versions "
-                 "%u to %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_CHECKPOINT);
+                 "%u to %u)", version, TC_FORMAT_VERSION, TC_SB_VERSION_RUN_CKPT);
         return -1;
     }
     uint8_t tmp[TC_SB_SIZE];
@@ -94,6 +111,48 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
     }
     memset(sb, 0, sizeof *sb);
     sb->version = version;
+    /* Version 6 is any of versions 1 to 5 with running checkpoints: the
+     * checks below judge it as the version its other flags make. */
+    uint32_t flags0 = le32_get(buf + SB_OFF_FLAGS);
+    bool run = version == TC_SB_VERSION_RUN_CKPT;
+    if (run) {
+        bool st = flags0 & TC_SB_CLEAN_STOP;
+        version = st && (flags0 & TC_SB_CHECKPOINT) ? TC_SB_VERSION_CHECKPOINT
+                  : st ? TC_SB_VERSION_STOP
+                  : (flags0 & TC_SB_DEV_FAILED) ? TC_SB_VERSION_DEVFAIL
+                  : (flags0 & TC_SB_ABANDONED) ? TC_SB_VERSION_ABANDONED : TC_FORMAT_VERSION;
+    }
+    bool run_ok = run == !!(flags0 & TC_SB_RUN_CKPT);
+    for (unsigned i = 0; run && i < TC_RUN_CKPT_SLOTS; i++) {
+        struct tc_run_ckpt *r = &sb->run_ckpt[i];
+        const uint8_t *p = buf + SB_OFF_RUN_CKPT + SB_RUN_CKPT_SLOT * i;
+        r->gen = le64_get(p);
+        r->cut = le64_get(p + 8);
+        r->len = le64_get(p + 16);
+        r->crc = le32_get(p + 24);
+        r->nsegs = le32_get(p + 28);
+        if (r->gen == 0) {
+            /* Empty: all of it zero. */
+            for (unsigned k = 0; k < SB_RUN_CKPT_SLOT; k++)
+                run_ok &= p[k] == 0;
+            memset(r, 0, sizeof *r);
+            continue;
+        }
+        if (r->nsegs == 0 || r->nsegs > TC_RUN_CKPT_MAX_SEGS || r->gen >= TC_SEQ_LIMIT ||
+            r->cut >= TC_SEQ_LIMIT || r->len < TC_CKPT_HDR) {
+            run_ok = false;
+            r->nsegs = 0;
+        }
+        for (unsigned k = 0; k < TC_RUN_CKPT_MAX_SEGS; k++) {
+            uint32_t v = le32_get(p + 32 + 4 * k);
+            if (k < r->nsegs)
+                r->segs[k] = v;
+            else
+                run_ok &= v == 0;
+        }
+    }
+    if (run && (sb->run_ckpt[0].gen == sb->run_ckpt[1].gen))
+        run_ok = false;     /* both empty (then not version 6), or two of one gen */
     memcpy(sb->set_uuid, buf + SB_OFF_SET_UUID, 16);
     memcpy(sb->dev_uuid, buf + SB_OFF_DEV_UUID, 16);
     sb->dev_index = le32_get(buf + SB_OFF_DEV_INDEX);
@@ -207,6 +266,18 @@ int sb_decode(const uint8_t buf[TC_SB_SIZE], struct tc_superblock *sb, char *err
         for (unsigned i = 0; i < sb->ckpt_nsegs; i++)
             if (sb->ckpt_segs[i] >= sb->total_segments)
                 bad = "checkpoint record";
+    /* Version 6 exactly when a slot is full; each full one fits the
+     * segments it names, each of them one of the set's. */
+    if (bad == NULL && !run_ok)
+        bad = "running checkpoint slots";
+    for (unsigned i = 0; bad == NULL && i < TC_RUN_CKPT_SLOTS; i++) {
+        const struct tc_run_ckpt *r = &sb->run_ckpt[i];
+        if (r->gen && r->len > (uint64_t)r->nsegs * sb->segment_size)
+            bad = "running checkpoint slots";
+        for (unsigned k = 0; bad == NULL && k < r->nsegs; k++)
+            if (r->segs[k] >= sb->total_segments)
+                bad = "running checkpoint slots";
+    }
     if (bad == NULL) {
         uint64_t total = 0, first = 0;
         for (unsigned i = 0; i < sb->dev_count; i++) {

@@ -45,7 +45,31 @@ static void check_valid(const struct tc_superblock *sb)
     /* Version 2 is version 1 with the abandonment mark, version 3 the one
      * with device failure marks, and maybe the abandonment mark; version 4
      * the one with the clean-stop record, and maybe either mark; version 5
-     * version 4 whose record names a checkpoint (ondisk.h). */
+     * version 4 whose record names a checkpoint (ondisk.h); version 6 any
+     * of them with a running checkpoint's slot full, judged as that one. */
+    bool v6 = sb->version == TC_SB_VERSION_RUN_CKPT;
+    CHECK(v6 == !!(sb->flags & TC_SB_RUN_CKPT));
+    CHECK(v6 == sb_has_run_ckpt(sb));
+    CHECK(!v6 || sb->run_ckpt[0].gen != sb->run_ckpt[1].gen);
+    for (unsigned i = 0; i < TC_RUN_CKPT_SLOTS; i++) {
+        const struct tc_run_ckpt *r = &sb->run_ckpt[i];
+        CHECK(r->gen ? r->nsegs >= 1 && r->nsegs <= TC_RUN_CKPT_MAX_SEGS &&
+                       r->len >= TC_CKPT_HDR &&
+                       r->len <= (uint64_t)r->nsegs * sb->segment_size
+                     : r->nsegs == 0 && r->len == 0 && r->cut == 0 && r->crc == 0);
+        for (unsigned k = 0; k < TC_RUN_CKPT_MAX_SEGS; k++)
+            CHECK(k < r->nsegs ? r->segs[k] < sb->total_segments : r->segs[k] == 0);
+    }
+    struct tc_superblock base = *sb;
+    if (v6) {
+        bool st = sb->flags & TC_SB_CLEAN_STOP;
+        base.version = st && (sb->flags & TC_SB_CHECKPOINT) ? TC_SB_VERSION_CHECKPOINT
+                       : st ? TC_SB_VERSION_STOP
+                       : (sb->flags & TC_SB_DEV_FAILED) ? TC_SB_VERSION_DEVFAIL
+                       : (sb->flags & TC_SB_ABANDONED) ? TC_SB_VERSION_ABANDONED
+                       : TC_FORMAT_VERSION;
+    }
+    sb = &base;
     bool v5 = sb->version == TC_SB_VERSION_CHECKPOINT;
     bool v4 = sb->version == TC_SB_VERSION_STOP || v5;
     CHECK(sb->version == TC_FORMAT_VERSION || sb->version == TC_SB_VERSION_ABANDONED ||
