@@ -526,23 +526,17 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
 
 /* ---- the start: reading it ---- */
 
-/* The checkpoint the record names, read whole and checked against it;
- * NULL with why. */
-static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
-                             struct tc_ckpt *ck, char *why, size_t whylen)
+/* Reads a checkpoint of padded bytes laid out in segs[0..nsegs) (one
+ * segment after the other) into buf; 0, or -1 with why.  what names the
+ * list in the message ("its record", "its slot"). */
+static int read_segments(struct cache *c, const uint32_t *segs, uint32_t nsegs, size_t padded,
+                         uint8_t *buf, const char *what, char *why, size_t whylen)
 {
-    if (rec->ckpt_len > (uint64_t)rec->ckpt_nsegs * c->segment_size) {
-        snprintf(why, whylen, "its record names %llu bytes in %u segments",
-                 (unsigned long long)rec->ckpt_len, rec->ckpt_nsegs);
-        return NULL;
-    }
-    size_t padded = tc_round_up(rec->ckpt_len, TC_SECTOR);
-    uint8_t *buf = tc_alloc_aligned(padded);
-    for (uint32_t i = 0; i < rec->ckpt_nsegs; i++) {
-        uint32_t s = rec->ckpt_segs[i];
+    for (uint32_t i = 0; i < nsegs; i++) {
+        uint32_t s = segs[i];
         if (s >= c->sp.nsegs) {
-            snprintf(why, whylen, "its record names segment %u, beyond the set", s);
-            goto fail;
+            snprintf(why, whylen, "%s names segment %u, beyond the set", what, s);
+            return -1;
         }
         uint64_t from = (uint64_t)i * c->segment_size;
         if (from >= padded)
@@ -555,10 +549,28 @@ static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
             if (err) {
                 snprintf(why, whylen, "reading it from segment %u failed: %s", s,
                          strerror(-err));
-                goto fail;
+                return -1;
             }
         }
     }
+    return 0;
+}
+
+/* The checkpoint the record names, read whole and checked against it;
+ * NULL with why. */
+static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
+                             struct tc_ckpt *ck, char *why, size_t whylen)
+{
+    if (rec->ckpt_len > (uint64_t)rec->ckpt_nsegs * c->segment_size) {
+        snprintf(why, whylen, "its record names %llu bytes in %u segments",
+                 (unsigned long long)rec->ckpt_len, rec->ckpt_nsegs);
+        return NULL;
+    }
+    size_t padded = tc_round_up(rec->ckpt_len, TC_SECTOR);
+    uint8_t *buf = tc_alloc_aligned(padded);
+    if (read_segments(c, rec->ckpt_segs, rec->ckpt_nsegs, padded, buf, "its record", why,
+                      whylen) < 0)
+        goto fail;
     if (tc_crc32c(0, buf, rec->ckpt_len) != rec->ckpt_crc) {
         snprintf(why, whylen, "its checksum does not match the clean-stop record's");
         goto fail;
@@ -1266,27 +1278,8 @@ static uint8_t *read_slot(struct cache *c, const struct tc_run_ckpt *sl, struct 
         return NULL;
     }
     uint8_t *buf = tc_alloc_aligned(padded);
-    for (uint32_t i = 0; i < sl->nsegs; i++) {
-        uint32_t s = sl->segs[i];
-        uint64_t from = (uint64_t)i * c->segment_size;
-        if (s >= c->sp.nsegs) {
-            snprintf(why, whylen, "its slot names segment %u, beyond the set", s);
-            goto fail;
-        }
-        if (from >= padded)
-            break;
-        uint64_t end = TC_MIN(from + c->segment_size, (uint64_t)padded);
-        for (uint64_t at = from; at < end; at += CKPT_IO) {
-            uint64_t n = TC_MIN((uint64_t)CKPT_IO, end - at);
-            int err = dev_sync_io(seg_cdev(c, s)->dev, TC_DEV_READ, buf + at,
-                                  seg_dev_offset(c, s) + (at - from), n, 0);
-            if (err) {
-                snprintf(why, whylen, "reading it from segment %u failed: %s", s,
-                         strerror(-err));
-                goto fail;
-            }
-        }
-    }
+    if (read_segments(c, sl->segs, sl->nsegs, padded, buf, "its slot", why, whylen) < 0)
+        goto fail;
     if (tc_crc32c(0, buf, sl->len) != sl->crc) {
         snprintf(why, whylen, "its checksum does not match its slot's");
         goto fail;
