@@ -528,14 +528,15 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
 
 /* Reads a checkpoint of padded bytes laid out in segs[0..nsegs) (one
  * segment after the other) into buf; 0, or -1 with why.  what names the
- * list in the message ("its record", "its slot"). */
+ * list in the message ("its slot's"). */
 static int read_segments(struct cache *c, const uint32_t *segs, uint32_t nsegs, size_t padded,
                          uint8_t *buf, const char *what, char *why, size_t whylen)
 {
     for (uint32_t i = 0; i < nsegs; i++) {
         uint32_t s = segs[i];
         if (s >= c->sp.nsegs) {
-            snprintf(why, whylen, "%s names segment %u, beyond the set", what, s);
+            snprintf(why, whylen, "%s list of segments names segment %u, beyond the set",
+                     what, s);
             return -1;
         }
         uint64_t from = (uint64_t)i * c->segment_size;
@@ -556,23 +557,27 @@ static int read_segments(struct cache *c, const uint32_t *segs, uint32_t nsegs, 
     return 0;
 }
 
-/* The checkpoint the record names, read whole and checked against it;
- * NULL with why. */
-static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
-                             struct tc_ckpt *ck, char *why, size_t whylen)
+/* A checkpoint of len bytes laid out in segs[0..nsegs), read whole and
+ * checked in itself: its checksum (crc, kept by whoever names it), its
+ * header, the set, the geometry, its length and its body's checksum;
+ * NULL with why.  owner names the namer in the messages ("the clean-stop
+ * record's", "its slot's"); what the checkpoint covers is the caller's
+ * to check. */
+static uint8_t *read_whole(struct cache *c, const uint32_t *segs, uint32_t nsegs, uint64_t len,
+                           uint32_t crc, const char *owner, struct tc_ckpt *ck, char *why,
+                           size_t whylen)
 {
-    if (rec->ckpt_len > (uint64_t)rec->ckpt_nsegs * c->segment_size) {
-        snprintf(why, whylen, "its record names %llu bytes in %u segments",
-                 (unsigned long long)rec->ckpt_len, rec->ckpt_nsegs);
+    if (len > (uint64_t)nsegs * c->segment_size) {
+        snprintf(why, whylen, "%s names %llu bytes in %u segments", owner,
+                 (unsigned long long)len, nsegs);
         return NULL;
     }
-    size_t padded = tc_round_up(rec->ckpt_len, TC_SECTOR);
+    size_t padded = tc_round_up(len, TC_SECTOR);
     uint8_t *buf = tc_alloc_aligned(padded);
-    if (read_segments(c, rec->ckpt_segs, rec->ckpt_nsegs, padded, buf, "its record", why,
-                      whylen) < 0)
+    if (read_segments(c, segs, nsegs, padded, buf, owner, why, whylen) < 0)
         goto fail;
-    if (tc_crc32c(0, buf, rec->ckpt_len) != rec->ckpt_crc) {
-        snprintf(why, whylen, "its checksum does not match the clean-stop record's");
+    if (tc_crc32c(0, buf, len) != crc) {
+        snprintf(why, whylen, "its checksum does not match %s", owner);
         goto fail;
     }
     if (ckpt_decode(buf, ck, why, whylen) < 0)
@@ -580,13 +585,10 @@ static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
     const char *bad = NULL;
     if (memcmp(ck->set_uuid, c->set_uuid, 16) != 0)
         bad = "it is of another cache set";
-    else if (ck->chunk_seq != rec->stop_chunk_seq || ck->tail_seq != rec->stop_tail_seq ||
-             ck->nchunks != rec->stop_chunks)
-        bad = "it covers another log than the clean-stop record";
     else if (ck->spb != c->spb || ck->total_segments != c->sp.nsegs)
         bad = "its geometry is not the set's";
-    else if (TC_CKPT_HDR + ck->body_len != rec->ckpt_len)
-        bad = "its length is not the record's";
+    else if (TC_CKPT_HDR + ck->body_len != len)
+        bad = "its length is not the one named";
     else if (tc_crc32c(0, buf + TC_CKPT_HDR, ck->body_len) != ck->body_crc)
         bad = "its body checksum does not match";
     if (bad) {
@@ -597,6 +599,22 @@ static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
 fail:
     free(buf);
     return NULL;
+}
+
+/* The checkpoint the record names, read whole and checked against it;
+ * NULL with why. */
+static uint8_t *read_checked(struct cache *c, const struct tc_superblock *rec,
+                             struct tc_ckpt *ck, char *why, size_t whylen)
+{
+    uint8_t *buf = read_whole(c, rec->ckpt_segs, rec->ckpt_nsegs, rec->ckpt_len, rec->ckpt_crc,
+                              "the clean-stop record's", ck, why, whylen);
+    if (buf && (ck->chunk_seq != rec->stop_chunk_seq || ck->tail_seq != rec->stop_tail_seq ||
+                ck->nchunks != rec->stop_chunks)) {
+        snprintf(why, whylen, "it covers another log than the clean-stop record");
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 struct parse {
@@ -1271,40 +1289,14 @@ struct ckpt_loaded {
 static uint8_t *read_slot(struct cache *c, const struct tc_run_ckpt *sl, struct tc_ckpt *ck,
                           char *why, size_t whylen)
 {
-    size_t padded = tc_round_up(sl->len, TC_SECTOR);
-    if (sl->len > (uint64_t)sl->nsegs * c->segment_size) {
-        snprintf(why, whylen, "its slot names %llu bytes in %u segments",
-                 (unsigned long long)sl->len, sl->nsegs);
+    uint8_t *buf = read_whole(c, sl->segs, sl->nsegs, sl->len, sl->crc, "its slot's", ck, why,
+                              whylen);
+    if (buf && ck->chunk_seq != sl->cut) {
+        snprintf(why, whylen, "it covers another log than its slot names");
+        free(buf);
         return NULL;
     }
-    uint8_t *buf = tc_alloc_aligned(padded);
-    if (read_segments(c, sl->segs, sl->nsegs, padded, buf, "its slot", why, whylen) < 0)
-        goto fail;
-    if (tc_crc32c(0, buf, sl->len) != sl->crc) {
-        snprintf(why, whylen, "its checksum does not match its slot's");
-        goto fail;
-    }
-    if (ckpt_decode(buf, ck, why, whylen) < 0)
-        goto fail;
-    const char *bad = NULL;
-    if (memcmp(ck->set_uuid, c->set_uuid, 16) != 0)
-        bad = "it is of another cache set";
-    else if (ck->chunk_seq != sl->cut)
-        bad = "it covers another log than its slot names";
-    else if (ck->spb != c->spb || ck->total_segments != c->sp.nsegs)
-        bad = "its geometry is not the set's";
-    else if (TC_CKPT_HDR + ck->body_len != sl->len)
-        bad = "its length is not its slot's";
-    else if (tc_crc32c(0, buf + TC_CKPT_HDR, ck->body_len) != ck->body_crc)
-        bad = "its body checksum does not match";
-    if (bad) {
-        snprintf(why, whylen, "%s", bad);
-        goto fail;
-    }
     return buf;
-fail:
-    free(buf);
-    return NULL;
 }
 
 void ckpt_loaded_free(struct ckpt_loaded *l)
