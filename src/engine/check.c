@@ -4,7 +4,8 @@
  * After recovery has rebuilt the index (which already checked every chunk
  * header and entry it used), this checks what recovery takes on trust:
  *
- *  - both superblock copies of every device, byte for byte;
+ *  - both superblock copies of every device (copies that differ with copy A
+ *    whole are what a stop between their writes leaves: said, not a problem);
  *  - the data: every cached sector is read and checked against the CRC in
  *    its chunk header; damaged sectors are listed by origin range, as lost
  *    (dirty) or harmless (clean: the origin has them);
@@ -28,6 +29,7 @@
 #include "engine/check.h"
 #include "engine/checkpoint.h"
 #include "engine/seqrec.h"
+#include "util/log.h"
 #include "engine/survey.h"
 #include "util/misc.h"
 
@@ -69,11 +71,25 @@ static void check_superblocks(struct cache *c, struct check_result *r)
         }
         struct tc_superblock sb;
         char why[160];
+        bool a_whole = true;
         for (int copy = 0; copy < 2; copy++)
-            if (sb_decode(buf + copy * TC_SB_SIZE, &sb, why, sizeof why) < 0)
+            if (sb_decode(buf + copy * TC_SB_SIZE, &sb, why, sizeof why) < 0) {
                 problem(r, "%s: superblock copy %c is damaged: %s", dev->name, 'A' + copy, why);
-        if (memcmp(buf, buf + TC_SB_SIZE, TC_SB_SIZE) != 0)
-            problem(r, "%s: the two superblock copies differ", dev->name);
+                a_whole &= copy != 0;
+            }
+        /* Copy A whole and copy B different is what a stop between the
+         * two writes leaves (copy A is always written first, and written
+         * while serving too: marks, running checkpoints' slots); the start
+         * uses copy A and writes copy B again from it (cache.c,
+         * clear_stop_record()).  Said, not a problem.  With copy A
+         * damaged, that is the problem, reported above. */
+        if (memcmp(buf, buf + TC_SB_SIZE, TC_SB_SIZE) != 0) {
+            if (a_whole)
+                tc_warn("%s: the two superblock copies differ (a stop between their writes): "
+                        "the next start writes copy B again from copy A", dev->name);
+            else
+                problem(r, "%s: the two superblock copies differ", dev->name);
+        }
     }
     free(buf);
     /* The clean-stop record (ondisk.h): one stop writes the same one on
