@@ -1029,6 +1029,22 @@ void log_sync(struct cache *c, struct log_waiter *w)
     sync_sealed(c, w);
 }
 
+/* A sync waits on written_waiters until its chunks are written, then on
+ * flush_waiters until a flush covers them (notify_waiters()); taking it
+ * off either list leaves the flush, if one runs, to the others. */
+bool log_sync_cancel(struct cache *c, struct log_waiter *w)
+{
+    struct log_waiter **lists[2] = { &c->lg.written_waiters, &c->lg.flush_waiters };
+    for (unsigned i = 0; i < 2; i++)
+        for (struct log_waiter **pp = lists[i]; *pp; pp = &(*pp)->next)
+            if (*pp == w) {
+                *pp = w->next;
+                w->next = NULL;
+                return true;
+            }
+    return false;
+}
+
 /* The log's durability now (status): entries appended to chunks not yet
  * sealed; chunks sealed and issued, written in order, flushed; the
  * flushed marks; a cache flush running; syncs waiting for a write or for

@@ -260,6 +260,9 @@ struct log_loc {
 struct log_loc log_append(struct cache *c, const struct append *a, struct log_waiter *w);
 /* Everything appended so far: written, and the devices flushed. */
 void log_sync(struct cache *c, struct log_waiter *w);
+/* w, given to log_sync(), stops waiting: true if it was still waiting
+ * (it is then never called), false if it was called already. */
+bool log_sync_cancel(struct cache *c, struct log_waiter *w);
 /* A cache device failed: close its head, re-target waiters. */
 void log_device_failed(struct cache *c, unsigned d);
 /* The drain of device d ended: the RAM images of its segments go. */

@@ -195,6 +195,8 @@ struct wb_job {
     uint64_t ticket;
     struct tc_dev_io flush;
     struct log_waiter sync_w;   /* the cache flush before the origin writes */
+    struct wb_job *next_syncing;    /* on wb->syncing while sync_w waits */
+    bool cancelled;             /* a pass job the stop ended before it wrote */
     int flush_err;
     uint64_t epoch;             /* the origin's connection epoch at the writes */
     void (*done)(void *arg, int err);
@@ -209,6 +211,7 @@ struct writeback {
     unsigned all_jobs;
     uint64_t next_ticket, turn;
     struct wb_job *waiting;     /* pass jobs waiting for their turn */
+    struct wb_job *syncing;     /* jobs waiting for their cache flush (sync_w) */
     struct tc_timer tick;
     uint64_t last_commit;
     uint64_t commit_ns;             /* COMMIT_NS, or the test variable */
@@ -534,6 +537,8 @@ static void job_account(struct wb_job *j, int err, bool cut)
 {
     struct writeback *wb = j->wb;
     struct cache *c = wb->c;
+    if (j->cancelled)
+        return;     /* ended by the stop before it wrote: not a failure */
     unsigned failed = 0, ok = 0, most = 0;
     uint64_t lo = UINT64_MAX, hi = 0, now = tc_now_ns(), block_delay = 0;
     for (unsigned i = 0; i < j->n; i++) {
@@ -906,7 +911,17 @@ static void job_synced(struct log_waiter *lw, int err)
 {
     struct wb_job *j = container_of(lw, struct wb_job, sync_w);
     struct writeback *wb = j->wb;
-    if (err) {
+    for (struct wb_job **pp = &wb->syncing; *pp; pp = &(*pp)->next_syncing)
+        if (*pp == j) {
+            *pp = j->next_syncing;
+            break;
+        }
+    if (j->cancelled) {
+        /* Nothing was written: the blocks stay dirty, no failure counted
+         * (job_account()).  It still takes its turn, for the jobs after. */
+        for (unsigned i = 0; i < j->n; i++)
+            j->b[i].ok = false;
+    } else if (err) {
         /* Not known durable in the cache: the origin must not get them
          * yet.  They stay dirty for a later job (the device failure is
          * handled where the cache write failed). */
@@ -930,6 +945,13 @@ static void job_synced(struct log_waiter *lw, int err)
 static void reads_done(struct wb_job *j)
 {
     j->sync_w.fn = job_synced;
+    if (j->pass && j->wb->stopped) {
+        /* A stop: a pass job that has not written goes without writing
+         * (see stop_unwritten()). */
+        j->cancelled = true;
+        job_synced(&j->sync_w, 0);
+        return;
+    }
     if (j->wb->c->abandoned) {
         /* The log is never trusted again (abandon.c): no recovery can
          * bring an older version back, so there is nothing to wait for --
@@ -937,6 +959,8 @@ static void reads_done(struct wb_job *j)
         job_synced(&j->sync_w, 0);
         return;
     }
+    j->next_syncing = j->wb->syncing;
+    j->wb->syncing = j;
     log_sync(j->wb->c, &j->sync_w);
 }
 
@@ -1458,6 +1482,36 @@ void writeback_start(struct cache *c)
     pace(wb);
 }
 
+/*
+ * The stop ends the pass jobs that have not begun writing the origin: those
+ * still reading their blocks end when the reads do (reads_done()), those
+ * waiting for the cache flush that must precede their origin writes end
+ * now, their sync given up.  Their blocks stay dirty, in the log, written
+ * back after the next start.  The stop waits for the jobs in flight
+ * (cache.c, close_quiet()) before its own last sync: a job waiting for a
+ * cache flush kept it waiting for as long as the flush took, and a pass
+ * job has no caller that needs its write-back (demand jobs -- the
+ * cleaner's, a client write's, a rescue's -- go on: their callers wait
+ * for the outcome).  A stop under write-back load waited so on a cache
+ * device that took long to flush; once the jobs it was waiting for are
+ * gone, its own sync is the only flush it waits for.
+ */
+static void stop_unwritten(struct writeback *wb)
+{
+    for (;;) {
+        struct wb_job *j = wb->syncing;
+        while (j && !j->pass)
+            j = j->next_syncing;
+        if (j == NULL)
+            return;
+        bool waiting = log_sync_cancel(wb->c, &j->sync_w);
+        TC_ASSERT(waiting);     /* a sync called back left the list */
+        (void)waiting;
+        j->cancelled = true;
+        job_synced(&j->sync_w, 0);
+    }
+}
+
 void writeback_fini(struct cache *c)
 {
     struct writeback *wb = c->wb;
@@ -1483,6 +1537,7 @@ void writeback_fini(struct cache *c)
                      "written back after the next start");
             drain_end(wb, -EIO);
         }
+        stop_unwritten(wb);
         throttle_check(wb);
         /* Writes waiting for a block's next attempt: none will come. */
         fail_run_due(wb);
