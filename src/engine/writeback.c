@@ -1304,7 +1304,14 @@ static unsigned window(struct writeback *wb)
     /* An unreachable origin: writes would only be held or fail. */
     if (c->vol->origin->state != TC_DEV_ONLINE)
         return 0;
-    if (wb->retry_at && tc_now_ns() < wb->retry_at)
+    /* After failed jobs, passes pause (up to RETRY_MAX_NS after each).  Not
+     * a drain asked for (tiercache flush, detach): it gives up once each
+     * dirty block was refused WB_FAILURES_EIO times in a row (drain_check()),
+     * and the blocks' own back-off (next_batch()) paces those attempts.
+     * Paused after each of its failed jobs, one job of JOB_BLOCKS at a time
+     * once the pause had grown, a drain of 400 refused blocks took 13 s to
+     * give up, hundreds more a minute or longer. */
+    if (wb->retry_at && tc_now_ns() < wb->retry_at && !wb->draining)
         return 0;
     /* A drain (tiercache flush, detach), or dirty data on a failed device
      * (failure.c): as fast as the origin takes it. */
@@ -1688,6 +1695,19 @@ void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w)
 
 /* ---- draining ---- */
 
+/* The lowest dirty block refused WB_FAILURES_EIO times in a row (the
+ * drain's message names it). */
+static uint64_t first_refused(struct writeback *wb)
+{
+    uint64_t first = UINT64_MAX;
+    for (unsigned h = 0; h < FAIL_BUCKETS; h++)
+        for (struct wb_fail *f = wb->fail[h]; f; f = f->next)
+            if (f->failures >= WB_FAILURES_EIO && f->oblock < first &&
+                map_is_dirty(&wb->c->map, f->oblock))
+                first = f->oblock;
+    return first == UINT64_MAX ? 0 : first;
+}
+
 static void drain_check(struct writeback *wb)
 {
     struct cache *c = wb->c;
@@ -1712,8 +1732,10 @@ static void drain_check(struct writeback *wb)
         /* Every dirty block failed WB_FAILURES_EIO times in a row. */
         if (wb->nfail_eio >= c->map.dirty_blocks) {
             snprintf(wb->drain_why, sizeof wb->drain_why,
-                     "the origin refused each of the %llu dirty blocks %u times in a row: %s",
-                     (unsigned long long)c->map.dirty_blocks, WB_FAILURES_EIO, wb->last_why);
+                     "the origin refused each of the %llu dirty blocks %u times in a row, the "
+                     "first at origin byte %llu: %s",
+                     (unsigned long long)c->map.dirty_blocks, WB_FAILURES_EIO,
+                     (unsigned long long)(first_refused(wb) * c->block_size), wb->last_why);
             goto give_up;
         }
         /* Blocks backing off: their next attempts come. */
