@@ -177,6 +177,21 @@ static void read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s, uin
                strerror(-err));
 }
 
+/* As read_failed(), for the data of a chunk whose header was read: its
+ * entries are known (kept, unchecked: check and salvage name their blocks,
+ * salvage reports their sectors lost), only their data is not. */
+static void data_read_failed(struct recovery *rc, struct tc_dev *dev, uint32_t s,
+                             uint64_t group, uint32_t chunk, uint64_t off, size_t len, int err)
+{
+    if (group && devfail_untrusted(rc->c, space_seg(&rc->c->sp, s)->dev, group))
+        return;
+    rc->damage_uncounted = true;
+    damage_group(rc, group);
+    add_damage(rc, "%s: segment %u: reading %zu bytes of the log at offset %llu failed: %s; "
+               "the data of the chunk at sector %u is unknown (its entries are kept, "
+               "unchecked)", dev->name, s, len, (unsigned long long)off, strerror(-err), chunk);
+}
+
 static void add_damage(struct recovery *rc, const char *fmt, ...)
 {
     struct cache *c = rc->c;
@@ -770,7 +785,7 @@ static bool read_entries(struct recovery *rc, struct chunk_read *rd)
         if (rd->data_err)
             rd->data_err = dev_sync_io(dev, TC_DEV_READ, rd->data, doff, dlen, 0);
         if (rd->data_err) {
-            read_failed(rc, dev, s, sg->seq, doff, dlen, rd->data_err);
+            data_read_failed(rc, dev, s, sg->seq, cr->start, doff, dlen, rd->data_err);
             check = false;
         }
         data = rd->data;
