@@ -207,9 +207,16 @@ bool tc_volume_draining(const struct tc_volume *vol);
 
 /* Whether a cache device that is a file lost its name while served
  * (removed, or another file -- a copy, a backup -- renamed over it): its
- * log ends with the daemon's descriptor, dirty data included.  why names
- * the device and what its path names now.  False without a cache. */
+ * log ends with the daemon's descriptor, dirty data included (unless it
+ * was found so while serving: the device was failed then, its dirty data
+ * drained or rescued; this still says so).  why names the device and what
+ * its path names now.  False without a cache or after a detach. */
 bool tc_volume_cache_unlinked(const struct tc_volume *vol, char *why, size_t len);
+/* Whether a file origin lost its name while served (removed or replaced;
+ * found by the check made once a second and at each FLUSH): every write
+ * and flush has failed with EIO since.  why names the origin and what its
+ * path names now. */
+bool tc_volume_origin_gone(const struct tc_volume *vol, char *why, size_t len);
 
 /* Change a setting while serving: key is a serve option without "--"
  * (dirty-target, dirty-high, sequential-cutoff, readahead, write-budget,

@@ -119,8 +119,12 @@ static const char serve_help[] =
 "                       it a clean stop leaves dirty data in the cache (the\n"
 "                       log says how much), written back after the next start\n"
 "                       -- except dirty data still on a failed cache device\n"
-"                       (status: draining), or on a cache file removed or\n"
-"                       replaced while served, which every stop writes back\n"
+"                       (status: draining), which every stop writes back.\n"
+"                       A cache file or file origin removed or replaced\n"
+"                       while served is found within a second or at the\n"
+"                       next FLUSH: a cache file is failed (its dirty data\n"
+"                       drained), the origin refuses writes and FLUSH (EIO);\n"
+"                       either makes the stop exit 1\n"
 "  --state-file PATH    where the record of an abandoned cache is kept (every\n"
 "                       cache device failed: which sectors were lost, and that\n"
 "                       the cache's log is stale), and the lost sectors a stop\n"
@@ -272,6 +276,7 @@ struct serve {
     struct cli_signals sig;
     bool stopping, signalled, flush_on_stop;
     bool cache_unlinked;                /* a cache file lost its name (nbd_stopped) */
+    bool origin_gone;                   /* a file origin lost its name (nbd_stopped) */
     int exit_status;
     uint64_t flush_start_ns, flush_logged_ns;  /* --flush-on-stop: start, last line */
     uint64_t started_ns;
@@ -461,7 +466,16 @@ static void volume_closed(void *arg, int err)
     tc_volume_dirty(s->vol, &bytes, &blocks);
     char sz[32];
     tc_format_size(bytes, sz, sizeof sz);
-    if (blocks && s->cache_unlinked)
+    if (s->origin_gone && blocks)
+        tc_error("stopped with errors: the origin lost its name while served (writes and "
+                 "flushes failed since); %s of dirty data (%llu blocks) stays in the cache, "
+                 "and the next start refuses the file now at the origin's path: give the origin "
+                 "its name back if it still has one, or pass --adopt-origin to have the dirty "
+                 "data written to the file there", sz, (unsigned long long)blocks);
+    else if (s->origin_gone)
+        tc_error("stopped with errors: the origin lost its name while served (writes and "
+                 "flushes failed since); no dirty data in the cache");
+    else if (blocks && s->cache_unlinked)
         tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back and "
                  "is lost with the cache device that was removed or replaced while served",
                  err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
@@ -526,13 +540,26 @@ static void nbd_stopped(struct nbd_server *srv)
      * durable went with it (what is at the path now is older or nothing,
      * which the next start refuses). */
     char why[1200];
+    /* A file origin removed or replaced while served (engine/volume.c):
+     * writes and flushes have failed since, and none is tried now -- the
+     * file at the path is another, and the one open goes at exit. */
+    if (s->vol && tc_volume_origin_gone(s->vol, why, sizeof why)) {
+        s->origin_gone = true;
+        s->exit_status = 1;
+        tc_error("origin %s while this daemon served it: the stop writes nothing back",
+                 why);
+        tc_info("all clients finished; closing the volume");
+        tc_volume_close(s->vol, volume_closed, s);
+        return;
+    }
     if (s->vol && tc_volume_cache_unlinked(s->vol, why, sizeof why)) {
         s->cache_unlinked = true;
         s->exit_status = 1;
         tc_error("cache device %s while this daemon served it; its log goes when the daemon "
                  "exits, so its dirty data is written back to the origin first, as with "
-                 "--flush-on-stop (the next start refuses what is at the path now: reformat "
-                 "it with 'tiercache format --force --discard-dirty' once the origin is "
+                 "--flush-on-stop (the next start "
+                 "ignores the log of what is at the path now, or refuses it: reformat it "
+                 "with 'tiercache format --force --discard-dirty' once the origin is "
                  "current)", why);
     }
     if (s->flush_on_stop || draining || s->cache_unlinked) {

@@ -129,6 +129,7 @@ static void attach_finish(struct attach_op *op, int err)
     free(op);
     vol->detaching = false;
     vol->attaching = false;
+    volume_paths_watch(vol);        /* the devices attached may be files */
     volume_open_gate(vol);
     done(arg, err);
     if (vol->close_after_attach) {

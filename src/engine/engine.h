@@ -118,6 +118,18 @@ struct tc_volume {
      * (reads of lost sectors would return the origin's older data), so
      * every request fails until a restart. */
     bool fenced;
+    /* The paths' check (volume.c, paths_check()): once a second and at
+     * each FLUSH, whether a file origin or a cache file still has its name
+     * (io/dev.h, dev_file_unlinked()).  A cache file that lost it is failed
+     * (engine/failure.c: its dirty data goes to the origin or the devices
+     * left, read through the descriptor, and nothing stays only in it); an
+     * origin that lost it refuses every write and flush (its writes could
+     * not be made durable under its name): origin_gone, set once, never
+     * cleared.  The reasons are kept for status and the stop. */
+    struct tc_timer path_timer;
+    bool origin_gone;
+    char origin_gone_why[1200];     /* "": the origin has its name */
+    char cache_gone_why[1200];      /* the first cache file found so, or "" */
     /* Why the last flush, mode change or detach failed ("" if it did not). */
     char op_error[512];
 };
@@ -131,6 +143,9 @@ void engine_dispatch(struct ereq *e);
 void engine_submit_locked(struct ereq *e);
 /* Open the detach gate: the requests held there go on. */
 void volume_open_gate(struct tc_volume *vol);
+/* The paths' check (struct tc_volume's path_timer) runs from now on if any
+ * of the volume's devices is a file: at open, and after an attach. */
+void volume_paths_watch(struct tc_volume *vol);
 
 /* align.c: requests not aligned to 4096 (offset, length or buffer),
  * which align_needed() tells from the rest (invariant 2: the engine below

@@ -10,6 +10,7 @@
 #include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
+#include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
@@ -84,6 +85,90 @@ static int origin_record_check(const struct tc_volume_config *cfg, const struct 
         *had_set = rec.found;
     }
     return 0;
+}
+
+/* ---- the paths' check ---- */
+
+#define PATH_CHECK_NS 1000000000ull     /* once a second, and at each FLUSH */
+
+/* A file origin or a cache file whose path no longer names the file the
+ * daemon has open (removed, or another file renamed over it: the
+ * operator's `mv backup.img origin.img`, `cp c.img x; mv x c.img`, `rm`).
+ * What is written to it from then on lives only in the descriptor's inode
+ * (gone at exit, or at least not under the name the next start opens).
+ * Acted on at once:
+ *  - a cache file is failed as a device that failed (failure.c): with
+ *    other devices its dirty data is copied onto them, the last one drains
+ *    it to the origin, read through the descriptor, which still reads; a
+ *    FLUSH is answered only once what it covers is durable there.  No
+ *    dirty data is kept only in that file from then on.
+ *  - the origin refuses every write, trim, write-zeroes and flush (EIO,
+ *    io/dev.h refuse_writes; client requests in tc_submit()): they could
+ *    not be made durable under its name.  Reads go on from the
+ *    descriptor (what the clients last wrote there, or the cache's), the
+ *    cache's dirty data stays dirty (its write-backs are refused too), and
+ *    the next start refuses the file now at the path: its identity is not
+ *    the one the cache's superblock records (cache.c).
+ * Block devices and NBD exports are not looked at: a device node is not
+ * replaced by a copy, and a device that vanishes fails its I/O, which the
+ * failure paths see. */
+static void paths_check(struct tc_volume *vol)
+{
+    char why[1024];
+    if (!vol->origin_gone && !vol->read_only &&
+        dev_file_unlinked(vol->origin, why, sizeof why)) {
+        vol->origin_gone = true;
+        vol->origin->refuse_writes = true;
+        snprintf(vol->origin_gone_why, sizeof vol->origin_gone_why, "%s", why);
+        tc_error("origin %s while this daemon served it: every write and flush fails with EIO "
+                 "from now on (it could not be made durable under that name); reads go on from "
+                 "the file this daemon has open, and the cache's dirty data stays in the "
+                 "cache", why);
+    }
+    struct cache *c = vol->cache;
+    if (c == NULL || vol->detached || vol->cache_failed || vol->gate || vol->attaching ||
+        vol->closing || c->stopping)
+        return;         /* a stop looks again (tc_volume_cache_unlinked()) */
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        if (c->devs[d].state != CDEV_OK || c->devs[d].dev == NULL ||
+            !dev_file_unlinked(c->devs[d].dev, why, sizeof why))
+            continue;
+        if (vol->cache_gone_why[0] == '\0')
+            snprintf(vol->cache_gone_why, sizeof vol->cache_gone_why, "%s", why);
+        tc_error("cache device %s while this daemon served it: its log goes when the daemon "
+                 "exits, so the device is failed now and its dirty data written back (or "
+                 "copied to the other devices) at once, read through the file this daemon "
+                 "has open", why);
+        cache_device_fail(c, d, why);
+    }
+}
+
+static void path_timer_fn(struct tc_timer *t)
+{
+    struct tc_volume *vol = container_of(t, struct tc_volume, path_timer);
+    if (vol->closing)
+        return;
+    paths_check(vol);
+    timer_arm(vol->reactor, &vol->path_timer, PATH_CHECK_NS);
+}
+
+/* Whether any of the volume's devices is a file (the paths' check has
+ * something to look at). */
+static bool has_file(const struct tc_volume *vol)
+{
+    uint64_t ns;
+    if (dev_file_mtime(vol->origin, &ns))
+        return true;
+    for (unsigned d = 0; vol->cache && d < vol->cache->ndevs; d++)
+        if (vol->cache->devs[d].dev && dev_file_mtime(vol->cache->devs[d].dev, &ns))
+            return true;
+    return false;
+}
+
+void volume_paths_watch(struct tc_volume *vol)
+{
+    if (!vol->cfg.data_free && !vol->closing && !vol->path_timer.armed && has_file(vol))
+        timer_arm(vol->reactor, &vol->path_timer, PATH_CHECK_NS);
 }
 
 struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_config *cfg,
@@ -184,6 +269,8 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
                 tc_warn("%s", why);
         }
     }
+    vol->path_timer.fn = path_timer_fn;
+    volume_paths_watch(vol);
     char sz[32];
     tc_info("origin %s: %s, %s%s", cfg->origin, tc_format_size(size, sz, sizeof sz),
             origin->is_block_device ? "block device" : "file",
@@ -334,6 +421,16 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
     TC_ASSERT_ALWAYS(request_ok(vol, req));
     if (req->op < TC_ARRAY_SIZE(vol->stats.requests))
         vol->stats.requests[req->op]++;
+    /* A FLUSH covers only what is durable under the devices' names: the
+     * paths are looked at first (a cache file found gone is failed now, and
+     * this flush waits for its drain). */
+    if (req->op == TC_OP_FLUSH && vol->path_timer.armed)
+        paths_check(vol);
+    if (vol->origin_gone && (is_write_type(req->op) || req->op == TC_OP_FLUSH)) {
+        vol->stats.errors++;
+        req->done(req, -EIO);
+        return;
+    }
     if (align_needed(req)) {
         align_submit(vol, req);
         return;
@@ -406,6 +503,7 @@ void tc_volume_stopping(struct tc_volume *vol)
 void tc_volume_close(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg)
 {
     vol->closing = true;
+    timer_cancel(vol->reactor, &vol->path_timer);
     vol->close_done = done;
     vol->close_arg = arg;
     if (vol->attaching) {
@@ -430,6 +528,7 @@ void tc_volume_free(struct tc_volume *vol)
 {
     if (vol == NULL)
         return;
+    timer_cancel(vol->reactor, &vol->path_timer);
     cache_free(vol->cache);
     dev_close(vol->origin);
     free(vol->attach_state_file);
@@ -864,6 +963,9 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "errors", vol->stats.errors);
     /* Also after detach, when the cache's own figures are gone. */
     json_uint(j, "lost_bytes", vol->cache ? lost_sectors(&vol->cache->map.lost) * TC_SECTOR : 0);
+    /* The paths' check: "" while the files have their names. */
+    json_string(j, "origin_file_gone", vol->origin_gone_why);
+    json_string(j, "cache_file_gone", vol->cache_gone_why);
     tc_volume_settings_json(vol, j);
     dev_json(vol, j, "origin", vol->origin);
     if (vol->cache && !vol->detached)
@@ -880,10 +982,22 @@ bool tc_volume_cache_unlinked(const struct tc_volume *vol, char *why, size_t len
     const struct cache *c = vol->cache;
     if (c == NULL || vol->detached)
         return false;
+    /* Found while serving: the device was failed then (and may be gone). */
+    if (vol->cache_gone_why[0]) {
+        snprintf(why, len, "%s", vol->cache_gone_why);
+        return true;
+    }
     for (unsigned i = 0; i < c->ndevs; i++)
         if (c->devs[i].dev && dev_file_unlinked(c->devs[i].dev, why, len))
             return true;
     return false;
+}
+
+bool tc_volume_origin_gone(const struct tc_volume *vol, char *why, size_t len)
+{
+    if (vol->origin_gone)
+        snprintf(why, len, "%s", vol->origin_gone_why);
+    return vol->origin_gone;
 }
 
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks)

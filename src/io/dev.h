@@ -21,6 +21,7 @@
 #ifndef TC_IO_DEV_H
 #define TC_IO_DEV_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -186,6 +187,12 @@ struct tc_dev {
      * there (the server may have died before it flushed): whoever needs it
      * durable (writeback) compares the epoch before and after its flush. */
     uint64_t epoch;
+    /* Set by the owner when what is written here can no longer be made
+     * durable under the device's name (a file origin removed or replaced
+     * while served, engine/volume.c): every write, trim, write-zeroes and
+     * flush fails with EIO from then on, without reaching the device;
+     * reads go on. */
+    bool refuse_writes;
     /* Completions never run inside dev_submit(): a request that finishes
      * at once (an error found before any I/O, a fault layer) is queued
      * here and completed from the reactor, so the caller's state is never
@@ -210,10 +217,16 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
  * by a clean stop: engine/cache.c), into *ns; false for any other device
  * or when fstat() fails. */
 bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns);
-/* A regular file's name gone while it is open (st_nlink 0: removed, or
- * another file renamed over it): its data goes when the last descriptor
- * closes.  why says what its path names now.  False for any other device,
- * or when fstat() fails. */
+/* A regular file's name gone while it is open: its path names nothing
+ * (removed, ENOENT or ENOTDIR) or another file (a copy or a backup
+ * renamed over it: another st_dev/st_ino), or the open file has no name
+ * left (st_nlink 0).  Its data under that name is no longer what the
+ * descriptor reads and writes, and without another name it goes when the
+ * last descriptor closes.  why says what its path names now.  False for
+ * any other device (a block device or an NBD export: not looked at), when
+ * fstat() fails, or when the path cannot be looked up for another reason
+ * (EACCES, EIO: nothing is known).  One fstat() and one stat(): cheap
+ * enough for once a second and each FLUSH (engine/volume.c). */
 bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len);
 /* A local block device's number, into *maj and *min; false for any other
  * device (io/writecount.c reads its counts by it). */
@@ -257,6 +270,7 @@ enum dev_id_match { DEV_ID_OTHER, DEV_ID_SAME, DEV_ID_LEGACY };
 enum dev_id_match dev_identity_matches(const struct tc_dev *d, const char *recorded,
                                        size_t recorded_len);
 
+void dev_complete(struct tc_dev_io *dio, int err);
 static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     TC_ASSERT_ALWAYS((unsigned)dio->op <= TC_DEV_BLOCK_STATUS);
@@ -269,7 +283,10 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     dio->seq = ++dev->submitted;
     dev->stats.inflight++;
     dev->submitting++;
-    dev->ops->submit(dev, dio);
+    if (dev->refuse_writes && dio->op != TC_DEV_READ && dio->op != TC_DEV_BLOCK_STATUS)
+        dev_complete(dio, -EIO);
+    else
+        dev->ops->submit(dev, dio);
     dev->submitting--;
 }
 

@@ -472,14 +472,20 @@ bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len)
         return false;
     const struct dev_file *f = container_of(d, const struct dev_file, dev);
     struct stat st, now;
-    if (fstat(f->fd, &st) < 0 || st.st_nlink > 0)
+    if (fstat(f->fd, &st) < 0)
         return false;
-    if (stat(d->name, &now) == 0)
+    if (stat(d->name, &now) == 0) {
+        if (now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+            return false;
         snprintf(why, len, "%s now names another file (inode %llu, not %llu): the file was "
                  "replaced", d->name, (unsigned long long)now.st_ino,
                  (unsigned long long)st.st_ino);
-    else
-        snprintf(why, len, "%s: %s: the file was removed", d->name, strerror(errno));
+        return true;
+    }
+    int e = errno;
+    if (e != ENOENT && e != ENOTDIR && st.st_nlink > 0)
+        return false;           /* cannot tell: nothing is acted on */
+    snprintf(why, len, "%s: %s: the file was removed", d->name, strerror(e));
     return true;
 }
 
