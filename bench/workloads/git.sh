@@ -163,6 +163,9 @@ git_run() {  # CONFIG REP
 wl_git() {
   local tree=${GIT_TREE:-core} rep cfg
   case $tree in core) GIT_CACHE=64M ;; full) GIT_CACHE=256M ;; *) die "GIT_TREE must be core or full" ;; esac
+  # GIT_CACHE_SIZE=96M: another cache size than the tree's (a measurement
+  # of how the cache size changes a result; not the benchmark's figures)
+  GIT_CACHE=${GIT_CACHE_SIZE:-$GIT_CACHE}
   GIT_REPO=$(git_prepare "$tree")
   wl_begin git
   local configs=(fast spindle tiercache-wt tiercache-wb nbdkit-cache-wt tiercache-on-fast nbdkit-cache-on-fast)
