@@ -1577,6 +1577,7 @@ static int from_running_checkpoint(struct cache *c)
     c->replaying = c->sp.replaying = false;
     uint64_t newest = TC_MAX(rc.max_chunk_seq, ck->chunk_seq);
     uint64_t next_seq = TC_MAX(TC_MAX(rc.max_seq, newest) + 1, ck->next_seq);
+    next_seq = TC_MAX(next_seq, rc.wt_stable + 1);     /* as in recovery_run() */
     uint64_t first_live = next_seq;
     for (uint32_t i = 0; i < c->sp.ngroups; i++) {
         struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
@@ -1684,6 +1685,15 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     c->replaying = c->sp.replaying = false;
 
     uint64_t next_seq = TC_MAX(rc.max_seq, rc.max_chunk_seq) + 1;
+    /* Every write-through version from now on must be above the stable
+     * mark the newest header recorded, or the next start takes it for on
+     * the origin.  The mark may exceed every sequence the live log shows:
+     * a detach ends every group, and the stop before an attach records
+     * the mark its last origin flush set (the old log's next sequence,
+     * past the chunks' own), so the attached log numbered its entries from
+     * below it again, and a write-through version the origin then lost
+     * was recovered clean after a crash. */
+    next_seq = TC_MAX(next_seq, rc.wt_stable + 1);
     /* Entries written from now on must be trusted at the next start. */
     next_seq = TC_MAX(next_seq, c->abandoned_seq);
     next_seq = TC_MAX(next_seq, c->stop_lost_seq);

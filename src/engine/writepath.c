@@ -1420,10 +1420,19 @@ static void sync_then_discard_origin(struct wreq *w)
  */
 void cache_discard(struct ereq *e)
 {
+    bool zero = e->op == TC_OP_WRITE_ZEROES;
+    if (zero && (e->flags & TC_REQ_FAST_ZERO) &&
+        dev_fast_zero_refused(e->vol->origin, e->flags & TC_REQ_NO_HOLE)) {
+        /* The origin will refuse it: refused now, before the cached
+         * blocks of the range are zeroed (on the origin, or as dirty
+         * zeroes) -- a failed fast zero leaves the export as it was. */
+        e->err = -ENOTSUP;
+        e->complete(e);
+        return;
+    }
     readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
     c->last_client_io_ns = tc_now_ns();
-    bool zero = e->op == TC_OP_WRITE_ZEROES;
     bool back = zero && e->vol->mode == TC_MODE_WRITEBACK;
     struct wreq *w = split(e, NULL, back ? W_BACK : zero ? W_AROUND : W_DISCARD);
     /* The origin range is registered from now until the origin operation

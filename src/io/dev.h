@@ -123,6 +123,13 @@ struct tc_dev {
     bool read_only;
     bool direct_io;                 /* O_DIRECT in effect */
     bool can_trim, can_zero, can_fua, can_flush, can_multi_conn;
+    /* A write-zeroes with TC_DEV_FAST_ZERO may be done: false when the
+     * device is known to refuse it (an NBD server that does not offer fast
+     * zeroes, a file system that cannot zero ranges), so a caller that
+     * changes other state first (the cache's copies of the range) can
+     * refuse the request before anything changes; see
+     * dev_fast_zero_refused(). */
+    bool can_fast_zero;
     /* Knows which ranges are holes or zeroes (TC_DEV_BLOCK_STATUS); without
      * it every range is data. */
     bool can_block_status;
@@ -271,6 +278,16 @@ enum dev_id_match dev_identity_matches(const struct tc_dev *d, const char *recor
                                        size_t recorded_len);
 
 void dev_complete(struct tc_dev_io *dio, int err);
+
+/* A write-zeroes with TC_DEV_FAST_ZERO (and TC_DEV_NO_HOLE when no_hole)
+ * that dev would refuse with -ENOTSUP, known before it is sent: a device
+ * without fast zeroes, or a block device asked to keep the range
+ * allocated (the kernel may zero it by writing zeroes: not fast). */
+static inline bool dev_fast_zero_refused(const struct tc_dev *dev, bool no_hole)
+{
+    return !dev->can_fast_zero || (dev->is_block_device && no_hole);
+}
+
 static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
 {
     TC_ASSERT_ALWAYS((unsigned)dio->op <= TC_DEV_BLOCK_STATUS);

@@ -188,6 +188,7 @@ static void file_done(struct tc_io *io, int res)
             f->zero_by_fallocate && !f->dev.is_block_device) {
             /* The file system cannot zero ranges: write zeroes instead. */
             f->zero_by_fallocate = false;
+            f->dev.can_fast_zero = false;
             if (dio->flags & TC_DEV_FAST_ZERO) {
                 dev_complete(dio, -ENOTSUP);
                 return;
@@ -332,9 +333,11 @@ static void file_submit(struct tc_dev *dev, struct tc_dev_io *dio)
         dev_complete(dio, file_block_status(f, dio));
         return;
     }
-    if (dio->op == TC_DEV_ZERO && f->dev.is_block_device && (dio->flags & TC_DEV_FAST_ZERO) &&
-        (dio->flags & TC_DEV_NO_HOLE)) {
-        /* The kernel may zero a block device range by writing zeroes: not fast. */
+    if (dio->op == TC_DEV_ZERO && (dio->flags & TC_DEV_FAST_ZERO) &&
+        dev_fast_zero_refused(&f->dev, dio->flags & TC_DEV_NO_HOLE)) {
+        /* The kernel may zero a block device range by writing zeroes, and
+         * a file whose file system cannot zero ranges is zeroed by
+         * writing zero buffers: neither is fast. */
         dev_complete(dio, -ENOTSUP);
         return;
     }
@@ -531,6 +534,7 @@ struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const ch
     d->direct_io = direct;
     d->can_flush = true;
     d->can_fua = true;
+    d->can_fast_zero = true;        /* until the file system refuses it */
     d->can_multi_conn = true;
     d->logical_block = 512;
     if (S_ISBLK(st.st_mode)) {

@@ -377,6 +377,7 @@ struct tc_dev *dev_mem_open_as(struct tc_reactor *r, const char *spec, const cha
     d->direct_io = true;            /* no second copy anywhere */
     d->can_trim = true;
     d->can_zero = true;
+    d->can_fast_zero = true;
     d->can_fua = true;
     d->can_flush = true;
     d->rotational = false;

@@ -719,6 +719,7 @@ static bool conn_ready(struct nbd_conn *c)
     d->can_fua = nbd_can_fua(c->h) == 1;
     d->can_trim = nbd_can_trim(c->h) == 1;
     d->can_zero = nbd_can_zero(c->h) == 1;
+    d->can_fast_zero = nbd_can_fast_zero(c->h) == 1;
     d->can_block_status = nbd_can_meta_context(c->h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
     timer_cancel(d->reactor, &c->connect_timer);
     c->state = C_READY;
@@ -1367,6 +1368,7 @@ struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_onl
     d->can_fua = nbd_can_fua(h) == 1;
     d->can_trim = nbd_can_trim(h) == 1;
     d->can_zero = nbd_can_zero(h) == 1;
+    d->can_fast_zero = nbd_can_fast_zero(h) == 1;
     d->can_multi_conn = nbd_can_multi_conn(h) == 1;
     d->can_block_status = nbd_can_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
     d->rotational = false;
