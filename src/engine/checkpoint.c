@@ -989,8 +989,9 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
  *  R3 The slot written is the older one: a kill while the checkpoint or
  *     the superblocks are written leaves the newer one named and whole.
  *
- * Taken every `every_bytes` bytes of chunks written (TIERCACHE_TEST_CKPT_BYTES;
- * 0 or unset: none), looked at every tick_ns (TIERCACHE_TEST_CKPT_TICK_MS,
+ * Taken every `every_bytes` bytes of chunks written (serve's
+ * --checkpoint-every, or TIERCACHE_TEST_CKPT_BYTES for the tests; 0: none),
+ * looked at every tick_ns (TIERCACHE_TEST_CKPT_TICK_MS,
  * 100 ms by default).  Under a load that never leaves the log idle the
  * cut is not found, and the checkpoint waits (status says how often).
  */
@@ -1016,6 +1017,9 @@ struct ckpt_run {
     uint64_t last_gen, last_cut, last_len, last_encode_ns;
 };
 
+/* Off unless asked for. */
+#define TC_CKPT_EVERY_DEFAULT 0
+
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
     const char *t = getenv(name);
@@ -1024,6 +1028,22 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     char *end;
     unsigned long long v = strtoull(t, &end, 10);
     return *end == 0 ? v : dflt;
+}
+
+/* The bytes of log between two running checkpoints (0: none): serve's
+ * --checkpoint-every, else the tests' TIERCACHE_TEST_CKPT_BYTES, else
+ * TC_CKPT_EVERY_DEFAULT; auto is an eighth of the log's capacity (P4). */
+static uint64_t ckpt_every(const struct cache *c)
+{
+    const struct tc_volume_config *cfg = &c->vol->cfg;
+    const char *t = getenv("TIERCACHE_TEST_CKPT_BYTES");
+    uint64_t every = cfg->checkpoint_every_set    ? cfg->checkpoint_every
+                     : t && strcmp(t, "auto") == 0 ? TC_CKPT_EVERY_AUTO
+                                                  : env_u64("TIERCACHE_TEST_CKPT_BYTES",
+                                                            TC_CKPT_EVERY_DEFAULT);
+    if (every == TC_CKPT_EVERY_AUTO)
+        every = TC_MAX((uint64_t)c->sp.nsegs * c->segment_size / 8, (uint64_t)c->segment_size);
+    return every;
 }
 
 /* Whether segment s is named by a slot of any device's superblocks. */
@@ -1166,7 +1186,7 @@ static void run_tick(struct tc_timer *t)
 
 int ckpt_run_init(struct cache *c, char *err, size_t errlen)
 {
-    uint64_t every = env_u64("TIERCACHE_TEST_CKPT_BYTES", 0);
+    uint64_t every = ckpt_every(c);
     bool any = false;
     for (unsigned d = 0; d < c->ndevs; d++)
         any |= sb_has_run_ckpt(&c->devs[d].sb);
