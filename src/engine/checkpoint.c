@@ -916,21 +916,14 @@ static void describe_diff(const struct tc_ckpt *a, const uint8_t *pa, const uint
     snprintf(why, whylen, "the lost set differs from the log's");
 }
 
-int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen)
+/* The scan's state (the cache as rebuilt), encoded with head, against
+ * the checkpoint ck read into buf: 1 the same, -1 with why. */
+static int compare(struct cache *c, const struct tc_ckpt *ckp, const uint8_t *buf,
+                   const struct tc_ckpt *headp, char *why, size_t whylen)
 {
-    if (!(rec->flags & TC_SB_CHECKPOINT))
-        return 0;
-    struct tc_ckpt ck;
+    const struct tc_ckpt ck = *ckp;
+    struct tc_ckpt head = *headp;
     char r[200];
-    uint8_t *buf = read_checked(c, rec, &ck, r, sizeof r);
-    if (buf == NULL) {
-        snprintf(why, whylen, "the checkpoint the clean-stop record names cannot be used: %s", r);
-        return -1;
-    }
-    struct tc_ckpt head = {
-        .chunk_seq = rec->stop_chunk_seq, .tail_seq = rec->stop_tail_seq,
-        .next_seq = ck.next_seq, .wt_stable_seq = c->lg.wt_stable_seq,
-    };
     size_t len;
     uint8_t *mine = encode(c, &head, &len);
     struct tc_ckpt sc;
@@ -959,6 +952,25 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
         rc = -1;
     }
     free(mine);
+    return rc;
+}
+
+int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen)
+{
+    if (!(rec->flags & TC_SB_CHECKPOINT))
+        return 0;
+    struct tc_ckpt ck;
+    char r[200];
+    uint8_t *buf = read_checked(c, rec, &ck, r, sizeof r);
+    if (buf == NULL) {
+        snprintf(why, whylen, "the checkpoint the clean-stop record names cannot be used: %s", r);
+        return -1;
+    }
+    struct tc_ckpt head = {
+        .chunk_seq = rec->stop_chunk_seq, .tail_seq = rec->stop_tail_seq,
+        .next_seq = ck.next_seq, .wt_stable_seq = c->lg.wt_stable_seq,
+    };
+    int rc = compare(c, &ck, buf, &head, why, whylen);
     free(buf);
     return rc;
 }
@@ -1379,6 +1391,154 @@ struct ckpt_loaded *ckpt_run_load(struct cache *c, char *why, size_t whylen)
         ckpt_loaded_free(l);
     }
     return NULL;
+}
+
+/* As compare(), the blocks and the lost set only: a log with no entry
+ * appended after a running checkpoint's cut may still have chunks after
+ * it (a summary that records a flush, with no entry), which change the
+ * segments' records but nothing the blocks hold. */
+static int compare_blocks(struct cache *c, const struct tc_ckpt *ck, const uint8_t *buf,
+                          const struct tc_ckpt *headp, char *why, size_t whylen)
+{
+    struct tc_ckpt head = *headp, sc;
+    size_t len;
+    char r[200];
+    uint8_t *mine = encode(c, &head, &len);
+    int rc = 1;
+    if (ckpt_decode(mine, &sc, r, sizeof r) < 0) {
+        snprintf(why, whylen, "the scan's state does not encode: %s", r);
+        rc = -1;
+    } else if (sc.nblocks != ck->nblocks || sc.nfrags != ck->nfrags || sc.nlost != ck->nlost) {
+        snprintf(why, whylen, "the checkpoint does not match the log: %llu blocks, %llu "
+                 "fragments, %llu lost records; the log gives %llu, %llu, %llu",
+                 (unsigned long long)ck->nblocks, (unsigned long long)ck->nfrags,
+                 (unsigned long long)ck->nlost, (unsigned long long)sc.nblocks,
+                 (unsigned long long)sc.nfrags, (unsigned long long)sc.nlost);
+        rc = -1;
+    } else {
+        size_t a = (size_t)ck->nsegs * tc_ckpt_seg_bytes(0) + 8 * ck->nchunks;
+        size_t b = (size_t)sc.nsegs * tc_ckpt_seg_bytes(0) + 8 * sc.nchunks;
+        if (ck->body_len - a != sc.body_len - b ||
+            memcmp(buf + TC_CKPT_HDR + a, mine + TC_CKPT_HDR + b, ck->body_len - a) != 0) {
+            snprintf(why, whylen, "the checkpoint does not match the log: its blocks or lost "
+                     "set differ from the scan's");
+            rc = -1;
+        }
+    }
+    free(mine);
+    return rc;
+}
+
+/*
+ * tiercache check: every checkpoint a slot of a device's superblocks
+ * names (each distinct record once: the devices' slots may be apart after
+ * a kill while they were rewritten, which is no problem) must be usable
+ * by a start: its segments inside the set and none of them holding the
+ * log (a slot's segments are held out of the log while it names them),
+ * read whole, its checksums, header and records checking, as
+ * ckpt_run_load() checks them.  Each that does not is a problem naming
+ * the device, the slot and the byte offset of its first segment.  The
+ * newest that checks is compared with the full scan when no entry was
+ * appended after its cut (the scan's next sequence number is not above
+ * its own) and the tail is its own: its blocks and lost set byte for
+ * byte, as ckpt_verify() (a summary recording a flush may follow the
+ * cut, changing only the segments' records and the stable mark, which no
+ * write-through version is above at a cut: R1).  Otherwise the log after the cut would have
+ * to be replayed onto it, which a start does (and crash/runckpt compares
+ * with the scan); not here.
+ */
+void ckpt_run_verify(struct cache *c, struct ckpt_run_verdict *v,
+                     void (*problem)(void *arg, const char *msg), void *arg)
+{
+    memset(v, 0, sizeof *v);
+    const struct tc_run_ckpt *seen[TC_MAX_DEVICES * TC_RUN_CKPT_SLOTS];
+    unsigned nseen = 0;
+    const struct tc_run_ckpt *best = NULL;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        for (unsigned i = 0; i < TC_RUN_CKPT_SLOTS; i++) {
+            const struct tc_run_ckpt *sl = &c->devs[d].sb.run_ckpt[i];
+            bool dup = false;
+            for (unsigned k = 0; k < nseen && !dup; k++)
+                dup = memcmp(seen[k], sl, sizeof *sl) == 0;
+            if (sl->gen == 0 || dup)
+                continue;
+            seen[nseen++] = sl;
+            v->slots++;
+            char r[256] = "", where[96] = "";
+            if (sl->nsegs == 0 || sl->nsegs > TC_RUN_CKPT_MAX_SEGS)
+                snprintf(r, sizeof r, "its slot names %u segments", sl->nsegs);
+            for (uint32_t k = 0; !r[0] && k < sl->nsegs; k++) {
+                uint32_t s = sl->segs[k];
+                if (s >= c->sp.nsegs) {
+                    snprintf(r, sizeof r, "its slot names segment %u, beyond the set's %u", s,
+                             c->sp.nsegs);
+                    break;
+                }
+                const struct segment *sg = space_seg(&c->sp, s);
+                if (sg->state != SEG_FREE && sg->nchunks > 0)
+                    snprintf(r, sizeof r, "its slot names segment %u, which the log holds "
+                             "(group %llu)", s, (unsigned long long)sg->seq);
+            }
+            if (sl->nsegs > 0 && sl->segs[0] < c->sp.nsegs)
+                snprintf(where, sizeof where, " (segment %u at offset %llu of %s)", sl->segs[0],
+                         (unsigned long long)seg_dev_offset(c, sl->segs[0]),
+                         seg_cdev(c, sl->segs[0])->dev->name);
+            struct tc_ckpt ck;
+            uint8_t *buf = NULL;
+            struct parse ps = { 0 };
+            if (!r[0])
+                buf = read_slot(c, sl, &ck, r, sizeof r);
+            if (buf) {
+                ps = (struct parse){
+                    .c = c, .ck = &ck, .p = buf + TC_CKPT_HDR,
+                    .live_dev = tc_xcalloc(c->sp.nsegs, 1),
+                    .fill = tc_xcalloc(c->sp.nsegs, sizeof *ps.fill),
+                    .seq = tc_xcalloc(c->sp.nsegs, sizeof *ps.seq),
+                    .live = tc_xcalloc(c->sp.nsegs, sizeof *ps.live),
+                    .segrec = tc_xcalloc(c->sp.nsegs, sizeof *ps.segrec),
+                };
+                if (parse(&ps, false, r, sizeof r) == 0 && !one_per_device(c, &ps))
+                    snprintf(r, sizeof r, "a group has two segments on one device");
+                free(ps.live_dev);
+                free(ps.fill);
+                free(ps.seq);
+                free(ps.live);
+                free(ps.segrec);
+            }
+            if (r[0]) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s: the running checkpoint %llu in slot %u%s cannot "
+                         "be used: %s", c->devs[d].dev->name, (unsigned long long)sl->gen, i,
+                         where, r);
+                problem(arg, msg);
+                free(buf);
+                continue;
+            }
+            v->usable++;
+            if (best && best->gen >= sl->gen) {
+                free(buf);
+                continue;
+            }
+            best = sl;
+            v->newest_gen = sl->gen;
+            v->newest_cut = sl->cut;
+            v->compared = v->verified = false;
+            if (c->lg.next_seq <= ck.next_seq && c->lg.tail_seq == ck.tail_seq) {
+                struct tc_ckpt head = { .chunk_seq = ck.chunk_seq, .tail_seq = ck.tail_seq,
+                                        .next_seq = ck.next_seq,
+                                        .wt_stable_seq = c->lg.wt_stable_seq };
+                char msg[1024], w[400];
+                v->compared = true;
+                if (compare_blocks(c, &ck, buf, &head, w, sizeof w) > 0) {
+                    v->verified = true;
+                } else {
+                    snprintf(msg, sizeof msg, "%s: the running checkpoint %llu in slot %u%s: %s",
+                             c->devs[d].dev->name, (unsigned long long)sl->gen, i, where, w);
+                    problem(arg, msg);
+                }
+            }
+            free(buf);
+        }
 }
 
 const struct tc_ckpt *ckpt_loaded_head(const struct ckpt_loaded *l, uint64_t *gen)

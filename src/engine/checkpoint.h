@@ -77,4 +77,18 @@ void ckpt_loaded_apply(struct cache *c, struct ckpt_loaded *l, const uint8_t *wa
                        const uint32_t *extra, uint32_t nextra);
 void ckpt_loaded_free(struct ckpt_loaded *l);
 
+/* tiercache check (checkpoint.c, ckpt_run_verify()): the running
+ * checkpoints the slots name, each one that cannot be used a problem
+ * (said through problem(arg, msg)); the newest usable compared with the
+ * full scan when no entry was appended after its cut. */
+struct ckpt_run_verdict {
+    unsigned slots;                 /* distinct checkpoints named */
+    unsigned usable;                /* ... of them that check */
+    uint64_t newest_gen, newest_cut;    /* the newest usable (0: none) */
+    bool compared;                  /* ... compared with the scan (no entry after its cut) */
+    bool verified;                  /* ... and the same */
+};
+void ckpt_run_verify(struct cache *c, struct ckpt_run_verdict *v,
+                     void (*problem)(void *arg, const char *msg), void *arg);
+
 #endif
