@@ -29,10 +29,11 @@
  * idle and flushed (the runner syncs and looks again, it never holds
  * appends), P2's extra per-block state is not needed there (no
  * write-through version is above the stable mark at such a moment), P3
- * as designed, P4 NOT built (the cleaner does not wait for a checkpoint:
- * a start whose checkpoint the cleaner passed -- the tail moved -- scans),
- * P5 and P6 as designed but with every reclaimed segment a reason to scan
- * rather than entries to drop.  What follows is the whole design.
+ * as designed, P4 NOT built (the cleaner does not wait for a checkpoint;
+ * a start whose checkpoint the cleaner passed -- the tail moved -- drops
+ * the checkpoint's segments of the reclaimed groups and what they hold,
+ * as P5 says, but a checkpoint holding lost records is then not used),
+ * P5 and P6 as designed.  What follows is the whole design.
  *
  * A start after kill -9 or a power loss finds no clean-stop record and
  * walks every chunk header of the log (recovery.c): time linear in what
@@ -632,6 +633,10 @@ struct parse {
     const uint8_t *walked;
     const uint32_t *extra;
     uint32_t nextra;
+    /* ... and the segments it names live whose group the cleaner has
+     * reclaimed since the cut (below the tail the log's newest chunk
+     * records): neither they nor the fragments in them are applied. */
+    const uint8_t *dropped;
     const uint8_t **segrec;         /* per segment: its record in the body, if live */
 };
 
@@ -661,7 +666,7 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         }
         prev = s;
         chunks += n;
-        bool walked = ps->walked && ps->walked[s];
+        bool walked = (ps->walked && ps->walked[s]) || (ps->dropped && ps->dropped[s]);
         if (ps->segrec)
             ps->segrec[s] = p - 24;
         uint32_t at = 0;
@@ -683,7 +688,8 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         ps->live_dev[s] = (uint8_t)(space_seg_dev(&c->sp, s) + 1);
         ps->fill[s] = fill;
         ps->seq[s] = seq;
-        ps->live[ps->nlive++] = s;
+        if (!(apply && ps->dropped && ps->dropped[s]))
+            ps->live[ps->nlive++] = s;
         if (apply && !walked) {
             struct segment *sg = space_seg(&c->sp, s);
             sg->seq = seq;
@@ -751,20 +757,35 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         }
         if (!apply)
             continue;
-        uint32_t id = NIL;
+        /* Fragments in reclaimed groups go (the replay's dropped
+         * segments): they are the block's oldest (groups are reclaimed
+         * oldest first, and a group's entries are all older than the next
+         * group's), so each sector a kept fragment serves is served as
+         * before, and what the dropped ones served is no longer valid --
+         * as the scan, which never sees them, rebuilds it. */
+        uint32_t id = NIL, kept = 0;
+        struct tc_mask kv;
+        mask_clear(&kv);
         for (uint32_t k = nf; k-- > 0;) {
+            if (ps->dropped && ps->dropped[f[k].seg])
+                continue;
             struct tc_mask fd = d;
             mask_and(&fd, &f[k].st);
             id = map_add_fragment(c, ob, &f[k].st, &fd, f[k].seg, (uint16_t)f[k].off, NIL, 0, 0,
                                   false);
-            if (f[k].mseg != NIL)
+            if (f[k].mseg != NIL && !(ps->dropped && ps->dropped[f[k].mseg]))
                 map_add_mirror(c, id, ce_head(&c->map.idx, id), f[k].mseg,
                                (uint16_t)f[k].moff);
+            mask_or(&kv, &f[k].st);
+            kept++;
         }
-        struct tc_mask gv, gd;
+        if (kept == 0)
+            continue;
+        struct tc_mask gv, gd, kd = d;
+        mask_and(&kd, &kv);
         ce_get_masks(&c->map.idx, id, &gv, &gd);
-        TC_ASSERT_ALWAYS(mask_equal(&gv, &v) && mask_equal(&gd, &d) &&
-                         CE(&c->map.idx, id)->nfrags == nf);
+        TC_ASSERT_ALWAYS(mask_equal(&gv, &kv) && mask_equal(&gd, &kd) &&
+                         CE(&c->map.idx, id)->nfrags == kept);
     }
     if (frags != ck->nfrags) {
         snprintf(why, whylen, "its fragment count is not its blocks'");
@@ -1556,6 +1577,11 @@ bool ckpt_loaded_seg(const struct ckpt_loaded *l, uint32_t s, uint64_t *seq, uin
     return true;
 }
 
+uint64_t ckpt_loaded_nlost(const struct ckpt_loaded *l)
+{
+    return l->ck.nlost;
+}
+
 bool ckpt_loaded_chunks_match(const struct ckpt_loaded *l, struct cache *c, uint32_t s)
 {
     const uint8_t *p = l->ps.segrec[s];
@@ -1572,9 +1598,10 @@ bool ckpt_loaded_chunks_match(const struct ckpt_loaded *l, struct cache *c, uint
 }
 
 void ckpt_loaded_apply(struct cache *c, struct ckpt_loaded *l, const uint8_t *walked,
-                       const uint32_t *extra, uint32_t nextra)
+                       const uint8_t *dropped, const uint32_t *extra, uint32_t nextra)
 {
     char why[200];
+    l->ps.dropped = dropped;
     l->ps.walked = walked;
     l->ps.extra = extra;
     l->ps.nextra = nextra;
