@@ -1670,6 +1670,27 @@ static int from_running_checkpoint(struct cache *c)
     return 1;
 }
 
+/* A log found damaged is not served from (the scan and the replay after
+ * a running checkpoint alike: the replay's reads of chunks past the
+ * durable mark may find it): -1 with err. */
+static int refuse_damaged(struct cache *c, char *err, size_t errlen)
+{
+    if (c->damage && !c->offline) {
+        snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
+                 "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "
+                 "current or which dirty data is lost; refusing to serve from it rather than "
+                 "return stale data.  'tiercache check' lists the damage; 'tiercache check "
+                 "--salvage --origin ORIGIN' writes the dirty data that is intact and newest "
+                 "back to the origin, after which 'tiercache format --force --discard-dirty' "
+                 "makes the cache usable again.  First: %.*s",
+                 (unsigned long long)c->st.recovery_damaged,
+                 c->st.recovery_damaged == 1 ? "y" : "ies",
+                 (int)strcspn(c->damage, "\n"), c->damage);
+        return -1;
+    }
+    return 0;
+}
+
 int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     if (!c->offline && stale_device(c, err, errlen) < 0)
@@ -1677,7 +1698,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     if (from_checkpoint(c))
         return 0;
     if (from_running_checkpoint(c) > 0)
-        return 0;
+        return refuse_damaged(c, err, errlen);
     c->st.recovered_from = "scan";
     struct recovery rc;
     rc_init(&rc, c);
@@ -1758,18 +1779,5 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     malloc_trim(0);
     if (older_copy < 0)
         return -1;
-    if (c->damage && !c->offline) {
-        snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
-                 "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "
-                 "current or which dirty data is lost; refusing to serve from it rather than "
-                 "return stale data.  'tiercache check' lists the damage; 'tiercache check "
-                 "--salvage --origin ORIGIN' writes the dirty data that is intact and newest "
-                 "back to the origin, after which 'tiercache format --force --discard-dirty' "
-                 "makes the cache usable again.  First: %.*s",
-                 (unsigned long long)c->st.recovery_damaged,
-                 c->st.recovery_damaged == 1 ? "y" : "ies",
-                 (int)strcspn(c->damage, "\n"), c->damage);
-        return -1;
-    }
-    return 0;
+    return refuse_damaged(c, err, errlen);
 }
