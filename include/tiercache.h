@@ -44,6 +44,8 @@ enum tc_fill {
     TC_FILL_GROUP,          /* the whole block, and the rest of its group of 4 while that pays */
 };
 
+#define TC_CKPT_EVERY_AUTO UINT64_MAX
+
 struct tc_volume_config {
     const char *origin;             /* path or NBD URI */
     const char *const *caches;      /* cache devices, NULL-terminated; NULL = none */
@@ -60,6 +62,12 @@ struct tc_volume_config {
     uint64_t write_budget_burst;
     uint64_t write_budget_minburst;
     uint64_t origin_timeout_ns;     /* fail origin requests after this long offline */
+    /* Running checkpoints (engine/checkpoint.c): one every this many
+     * bytes written to the log; 0 = none; TC_CKPT_EVERY_AUTO = an eighth
+     * of the log's capacity.  Unless checkpoint_every_set, the environment's
+     * TIERCACHE_TEST_CKPT_BYTES (tests) or else the default. */
+    uint64_t checkpoint_every;
+    bool checkpoint_every_set;
     bool adopt_origin;              /* accept an origin whose identity changed */
     bool accept_older_cache;        /* serve a cache whose log is older than its
                                        sequence record (engine/seqrec.c) */

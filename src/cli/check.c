@@ -31,7 +31,10 @@ static const char check_help[] =
 "and checksum the log holds, the checksum of every cached sector, the\n"
 "consistency of the index rebuilt from the log, and the accounting of\n"
 "dirty data, and the checkpoint a clean stop wrote (the same state as the\n"
-"full scan of the log, or a problem).  The first chunk header of every\n"
+"full scan of the log, or a problem).  Every running checkpoint the\n"
+"superblocks' slots name must be whole and check (else a problem naming\n"
+"the device, the slot and the offset of its first segment); the newest\n"
+"is compared with the full scan when no entry was written after it.  The first chunk header of every\n"
 "segment, read alone, must name the group the full scan found there.\n"
 "Damaged data is listed by origin\n"
 "range, as lost (dirty) or harmless (clean: the origin has it).  With\n"
@@ -417,6 +420,11 @@ int cmd_check(int argc, char **argv)
             json_bool(&j, "checkpoint", res.checkpoint);
             json_bool(&j, "checkpoint_verified", res.checkpoint_verified);
         }
+        json_uint(&j, "running_checkpoints", res.run_ckpts);
+        json_uint(&j, "running_checkpoints_usable", res.run_ckpts_usable);
+        json_uint(&j, "running_checkpoint_newest", res.run_ckpt_newest);
+        json_bool(&j, "running_checkpoint_compared", res.run_ckpt_compared);
+        json_bool(&j, "running_checkpoint_verified", res.run_ckpt_verified);
         json_begin_array(&j, "problems");
         for (unsigned i = 0; i < res.nproblems; i++)
             json_string(&j, NULL, res.problems[i]);
@@ -436,6 +444,13 @@ int cmd_check(int argc, char **argv)
                    (unsigned long long)res.stop_chunks);
         if (res.checkpoint_verified)
             printf("checkpoint: the same as the full scan of the log\n");
+        if (res.run_ckpts)
+            printf("running checkpoints: %u named, %u usable%s\n", res.run_ckpts,
+                   res.run_ckpts_usable,
+                   res.run_ckpt_verified ? "; the newest the same as the full scan of the log"
+                   : res.run_ckpt_compared ? ""
+                   : res.run_ckpts_usable ? "; the newest not compared (entries were written after it)"
+                                          : "");
         /* An older log or an unusable record is a problem (listed below). */
         if (strcmp(res.seqrec_found, "checked") == 0)
             printf("sequence record %s: the log reaches chunk %llu, at least the %llu "

@@ -98,6 +98,14 @@ static const char serve_help[] =
 "                       RATE; after running dry, wait for MINBURST, default\n"
 "                       BURST/4): promotions and reinsertions beyond it are\n"
 "                       skipped, writeback writes go to the origin instead\n"
+"  --checkpoint-every SIZE|auto\n"
+"                       while serving, write a checkpoint of the index each\n"
+"                       time SIZE more bytes have been written to the cache's\n"
+"                       log (auto: an eighth of the cache), when the log is\n"
+"                       next idle, so that a start after a crash or kill -9\n"
+"                       reads it and replays only the log written after it\n"
+"                       instead of scanning the whole log (0: none, the\n"
+"                       default; status: running_checkpoints)\n"
 "  --adopt-origin       accept an origin whose identity differs from the one\n"
 "                       the cache was formatted for (a copy of it); its size\n"
 "                       must still match.  The new identity is recorded:\n"
@@ -617,7 +625,7 @@ enum {
     OPT_ORIGIN = 256, OPT_SOCKET, OPT_LISTEN, OPT_SOCKET_MODE, OPT_EXPORT_NAME,
     OPT_DESCRIPTION, OPT_READ_ONLY, OPT_MAX_CONN, OPT_CONTROL, OPT_PIDFILE, OPT_LOG,
     OPT_CACHE, OPT_MODE, OPT_POLICY, OPT_SEQ_CUTOFF, OPT_READAHEAD, OPT_DIRTY_TARGET, OPT_DIRTY_HIGH,
-    OPT_ADOPT_ORIGIN, OPT_ACCEPT_OLDER_CACHE, OPT_ADOPT_STATE_FILE, OPT_DIRTY_COPIES, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
+    OPT_ADOPT_ORIGIN, OPT_ACCEPT_OLDER_CACHE, OPT_ADOPT_STATE_FILE, OPT_DIRTY_COPIES, OPT_CKPT_EVERY, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
     OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL, OPT_TRACE, OPT_TRACE_LIMIT,
     OPT_TRACE_ROTATE,
@@ -639,6 +647,7 @@ static const struct option serve_opts[] = {
     { "flush-on-stop", no_argument, NULL, OPT_FLUSH_ON_STOP },
     { "state-file", required_argument, NULL, OPT_STATE_FILE },
     { "dirty-copies", required_argument, NULL, OPT_DIRTY_COPIES },
+    { "checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY },
     { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
     { "origin-timeout", required_argument, NULL, OPT_ORIGIN_TIMEOUT },
     { "socket", required_argument, NULL, OPT_SOCKET },
@@ -759,6 +768,14 @@ int cmd_serve(int argc, char **argv)
             if (tc_parse_uint("--dirty-copies", optarg, 1, 2, &v, err, sizeof err))
                 tc_die(2, "%s", err);
             vcfg.dirty_copies = (unsigned)v;
+            break;
+        case OPT_CKPT_EVERY:
+            if (strcmp(optarg, "auto") == 0)
+                vcfg.checkpoint_every = TC_CKPT_EVERY_AUTO;
+            else if (tc_parse_size("--checkpoint-every", optarg, &vcfg.checkpoint_every, err,
+                                   sizeof err) < 0)
+                tc_die(2, "%s", err);
+            vcfg.checkpoint_every_set = true;
             break;
         case OPT_WRITE_BUDGET: {
             char spec[128];

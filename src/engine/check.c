@@ -434,6 +434,11 @@ static void check_survey(struct cache *c, struct check_result *r)
     free(first);
 }
 
+static void run_ckpt_problem(void *arg, const char *msg)
+{
+    problem(arg, "%s", msg);
+}
+
 int cache_check(struct cache *c, struct check_result *r, bool progress)
 {
     memset(r, 0, sizeof *r);
@@ -455,6 +460,13 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
         r->checkpoint_verified = v > 0;
         break;
     }
+    struct ckpt_run_verdict rv;
+    ckpt_run_verify(c, &rv, run_ckpt_problem, r);
+    r->run_ckpts = rv.slots;
+    r->run_ckpts_usable = rv.usable;
+    r->run_ckpt_newest = rv.newest_gen;
+    r->run_ckpt_compared = rv.compared;
+    r->run_ckpt_verified = rv.verified;
     for (const char *l = c->damage; l && *l;) {
         size_t n = strcspn(l, "\n");
         problem(r, "log: %.*s", (int)n, l);

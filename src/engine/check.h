@@ -23,6 +23,11 @@ struct check_result {
     uint64_t stop_chunk_seq, stop_chunks;   /* ... of this log (recovery compared them) */
     bool checkpoint;                /* ... naming a checkpoint, */
     bool checkpoint_verified;       /* ... the same as what the scan rebuilt */
+    /* The running checkpoints the slots name (checkpoint.h,
+     * ckpt_run_verify()); each that cannot be used is a problem. */
+    unsigned run_ckpts, run_ckpts_usable;
+    uint64_t run_ckpt_newest;       /* gen of the newest usable (0: none) */
+    bool run_ckpt_compared, run_ckpt_verified;
     /* The sequence record (seqrec.h): an older copy of the devices, or an
      * unusable record, is a problem (serve and --salvage refuse them). */
     char *seqrec_path;

@@ -29,10 +29,11 @@
  * idle and flushed (the runner syncs and looks again, it never holds
  * appends), P2's extra per-block state is not needed there (no
  * write-through version is above the stable mark at such a moment), P3
- * as designed, P4 NOT built (the cleaner does not wait for a checkpoint:
- * a start whose checkpoint the cleaner passed -- the tail moved -- scans),
- * P5 and P6 as designed but with every reclaimed segment a reason to scan
- * rather than entries to drop.  What follows is the whole design.
+ * as designed, P4 NOT built (the cleaner does not wait for a checkpoint;
+ * a start whose checkpoint the cleaner passed -- the tail moved -- drops
+ * the checkpoint's segments of the reclaimed groups and what they hold,
+ * as P5 says, but a checkpoint holding lost records is then not used),
+ * P5 and P6 as designed.  What follows is the whole design.
  *
  * A start after kill -9 or a power loss finds no clean-stop record and
  * walks every chunk header of the log (recovery.c): time linear in what
@@ -632,6 +633,10 @@ struct parse {
     const uint8_t *walked;
     const uint32_t *extra;
     uint32_t nextra;
+    /* ... and the segments it names live whose group the cleaner has
+     * reclaimed since the cut (below the tail the log's newest chunk
+     * records): neither they nor the fragments in them are applied. */
+    const uint8_t *dropped;
     const uint8_t **segrec;         /* per segment: its record in the body, if live */
 };
 
@@ -661,7 +666,7 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         }
         prev = s;
         chunks += n;
-        bool walked = ps->walked && ps->walked[s];
+        bool walked = (ps->walked && ps->walked[s]) || (ps->dropped && ps->dropped[s]);
         if (ps->segrec)
             ps->segrec[s] = p - 24;
         uint32_t at = 0;
@@ -683,7 +688,8 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         ps->live_dev[s] = (uint8_t)(space_seg_dev(&c->sp, s) + 1);
         ps->fill[s] = fill;
         ps->seq[s] = seq;
-        ps->live[ps->nlive++] = s;
+        if (!(apply && ps->dropped && ps->dropped[s]))
+            ps->live[ps->nlive++] = s;
         if (apply && !walked) {
             struct segment *sg = space_seg(&c->sp, s);
             sg->seq = seq;
@@ -751,20 +757,35 @@ static int parse(struct parse *ps, bool apply, char *why, size_t whylen)
         }
         if (!apply)
             continue;
-        uint32_t id = NIL;
+        /* Fragments in reclaimed groups go (the replay's dropped
+         * segments): they are the block's oldest (groups are reclaimed
+         * oldest first, and a group's entries are all older than the next
+         * group's), so each sector a kept fragment serves is served as
+         * before, and what the dropped ones served is no longer valid --
+         * as the scan, which never sees them, rebuilds it. */
+        uint32_t id = NIL, kept = 0;
+        struct tc_mask kv;
+        mask_clear(&kv);
         for (uint32_t k = nf; k-- > 0;) {
+            if (ps->dropped && ps->dropped[f[k].seg])
+                continue;
             struct tc_mask fd = d;
             mask_and(&fd, &f[k].st);
             id = map_add_fragment(c, ob, &f[k].st, &fd, f[k].seg, (uint16_t)f[k].off, NIL, 0, 0,
                                   false);
-            if (f[k].mseg != NIL)
+            if (f[k].mseg != NIL && !(ps->dropped && ps->dropped[f[k].mseg]))
                 map_add_mirror(c, id, ce_head(&c->map.idx, id), f[k].mseg,
                                (uint16_t)f[k].moff);
+            mask_or(&kv, &f[k].st);
+            kept++;
         }
-        struct tc_mask gv, gd;
+        if (kept == 0)
+            continue;
+        struct tc_mask gv, gd, kd = d;
+        mask_and(&kd, &kv);
         ce_get_masks(&c->map.idx, id, &gv, &gd);
-        TC_ASSERT_ALWAYS(mask_equal(&gv, &v) && mask_equal(&gd, &d) &&
-                         CE(&c->map.idx, id)->nfrags == nf);
+        TC_ASSERT_ALWAYS(mask_equal(&gv, &kv) && mask_equal(&gd, &kd) &&
+                         CE(&c->map.idx, id)->nfrags == kept);
     }
     if (frags != ck->nfrags) {
         snprintf(why, whylen, "its fragment count is not its blocks'");
@@ -916,21 +937,14 @@ static void describe_diff(const struct tc_ckpt *a, const uint8_t *pa, const uint
     snprintf(why, whylen, "the lost set differs from the log's");
 }
 
-int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen)
+/* The scan's state (the cache as rebuilt), encoded with head, against
+ * the checkpoint ck read into buf: 1 the same, -1 with why. */
+static int compare(struct cache *c, const struct tc_ckpt *ckp, const uint8_t *buf,
+                   const struct tc_ckpt *headp, char *why, size_t whylen)
 {
-    if (!(rec->flags & TC_SB_CHECKPOINT))
-        return 0;
-    struct tc_ckpt ck;
+    const struct tc_ckpt ck = *ckp;
+    struct tc_ckpt head = *headp;
     char r[200];
-    uint8_t *buf = read_checked(c, rec, &ck, r, sizeof r);
-    if (buf == NULL) {
-        snprintf(why, whylen, "the checkpoint the clean-stop record names cannot be used: %s", r);
-        return -1;
-    }
-    struct tc_ckpt head = {
-        .chunk_seq = rec->stop_chunk_seq, .tail_seq = rec->stop_tail_seq,
-        .next_seq = ck.next_seq, .wt_stable_seq = c->lg.wt_stable_seq,
-    };
     size_t len;
     uint8_t *mine = encode(c, &head, &len);
     struct tc_ckpt sc;
@@ -959,6 +973,25 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
         rc = -1;
     }
     free(mine);
+    return rc;
+}
+
+int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen)
+{
+    if (!(rec->flags & TC_SB_CHECKPOINT))
+        return 0;
+    struct tc_ckpt ck;
+    char r[200];
+    uint8_t *buf = read_checked(c, rec, &ck, r, sizeof r);
+    if (buf == NULL) {
+        snprintf(why, whylen, "the checkpoint the clean-stop record names cannot be used: %s", r);
+        return -1;
+    }
+    struct tc_ckpt head = {
+        .chunk_seq = rec->stop_chunk_seq, .tail_seq = rec->stop_tail_seq,
+        .next_seq = ck.next_seq, .wt_stable_seq = c->lg.wt_stable_seq,
+    };
+    int rc = compare(c, &ck, buf, &head, why, whylen);
     free(buf);
     return rc;
 }
@@ -989,8 +1022,9 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
  *  R3 The slot written is the older one: a kill while the checkpoint or
  *     the superblocks are written leaves the newer one named and whole.
  *
- * Taken every `every_bytes` bytes of chunks written (TIERCACHE_TEST_CKPT_BYTES;
- * 0 or unset: none), looked at every tick_ns (TIERCACHE_TEST_CKPT_TICK_MS,
+ * Taken every `every_bytes` bytes of chunks written (serve's
+ * --checkpoint-every, or TIERCACHE_TEST_CKPT_BYTES for the tests; 0: none),
+ * looked at every tick_ns (TIERCACHE_TEST_CKPT_TICK_MS,
  * 100 ms by default).  Under a load that never leaves the log idle the
  * cut is not found, and the checkpoint waits (status says how often).
  */
@@ -1016,6 +1050,9 @@ struct ckpt_run {
     uint64_t last_gen, last_cut, last_len, last_encode_ns;
 };
 
+/* Off unless asked for. */
+#define TC_CKPT_EVERY_DEFAULT 0
+
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
     const char *t = getenv(name);
@@ -1024,6 +1061,22 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     char *end;
     unsigned long long v = strtoull(t, &end, 10);
     return *end == 0 ? v : dflt;
+}
+
+/* The bytes of log between two running checkpoints (0: none): serve's
+ * --checkpoint-every, else the tests' TIERCACHE_TEST_CKPT_BYTES, else
+ * TC_CKPT_EVERY_DEFAULT; auto is an eighth of the log's capacity (P4). */
+static uint64_t ckpt_every(const struct cache *c)
+{
+    const struct tc_volume_config *cfg = &c->vol->cfg;
+    const char *t = getenv("TIERCACHE_TEST_CKPT_BYTES");
+    uint64_t every = cfg->checkpoint_every_set    ? cfg->checkpoint_every
+                     : t && strcmp(t, "auto") == 0 ? TC_CKPT_EVERY_AUTO
+                                                  : env_u64("TIERCACHE_TEST_CKPT_BYTES",
+                                                            TC_CKPT_EVERY_DEFAULT);
+    if (every == TC_CKPT_EVERY_AUTO)
+        every = TC_MAX((uint64_t)c->sp.nsegs * c->segment_size / 8, (uint64_t)c->segment_size);
+    return every;
 }
 
 /* Whether segment s is named by a slot of any device's superblocks. */
@@ -1166,7 +1219,7 @@ static void run_tick(struct tc_timer *t)
 
 int ckpt_run_init(struct cache *c, char *err, size_t errlen)
 {
-    uint64_t every = env_u64("TIERCACHE_TEST_CKPT_BYTES", 0);
+    uint64_t every = ckpt_every(c);
     bool any = false;
     for (unsigned d = 0; d < c->ndevs; d++)
         any |= sb_has_run_ckpt(&c->devs[d].sb);
@@ -1361,6 +1414,154 @@ struct ckpt_loaded *ckpt_run_load(struct cache *c, char *why, size_t whylen)
     return NULL;
 }
 
+/* As compare(), the blocks and the lost set only: a log with no entry
+ * appended after a running checkpoint's cut may still have chunks after
+ * it (a summary that records a flush, with no entry), which change the
+ * segments' records but nothing the blocks hold. */
+static int compare_blocks(struct cache *c, const struct tc_ckpt *ck, const uint8_t *buf,
+                          const struct tc_ckpt *headp, char *why, size_t whylen)
+{
+    struct tc_ckpt head = *headp, sc;
+    size_t len;
+    char r[200];
+    uint8_t *mine = encode(c, &head, &len);
+    int rc = 1;
+    if (ckpt_decode(mine, &sc, r, sizeof r) < 0) {
+        snprintf(why, whylen, "the scan's state does not encode: %s", r);
+        rc = -1;
+    } else if (sc.nblocks != ck->nblocks || sc.nfrags != ck->nfrags || sc.nlost != ck->nlost) {
+        snprintf(why, whylen, "the checkpoint does not match the log: %llu blocks, %llu "
+                 "fragments, %llu lost records; the log gives %llu, %llu, %llu",
+                 (unsigned long long)ck->nblocks, (unsigned long long)ck->nfrags,
+                 (unsigned long long)ck->nlost, (unsigned long long)sc.nblocks,
+                 (unsigned long long)sc.nfrags, (unsigned long long)sc.nlost);
+        rc = -1;
+    } else {
+        size_t a = (size_t)ck->nsegs * tc_ckpt_seg_bytes(0) + 8 * ck->nchunks;
+        size_t b = (size_t)sc.nsegs * tc_ckpt_seg_bytes(0) + 8 * sc.nchunks;
+        if (ck->body_len - a != sc.body_len - b ||
+            memcmp(buf + TC_CKPT_HDR + a, mine + TC_CKPT_HDR + b, ck->body_len - a) != 0) {
+            snprintf(why, whylen, "the checkpoint does not match the log: its blocks or lost "
+                     "set differ from the scan's");
+            rc = -1;
+        }
+    }
+    free(mine);
+    return rc;
+}
+
+/*
+ * tiercache check: every checkpoint a slot of a device's superblocks
+ * names (each distinct record once: the devices' slots may be apart after
+ * a kill while they were rewritten, which is no problem) must be usable
+ * by a start: its segments inside the set and none of them holding the
+ * log (a slot's segments are held out of the log while it names them),
+ * read whole, its checksums, header and records checking, as
+ * ckpt_run_load() checks them.  Each that does not is a problem naming
+ * the device, the slot and the byte offset of its first segment.  The
+ * newest that checks is compared with the full scan when no entry was
+ * appended after its cut (the scan's next sequence number is not above
+ * its own) and the tail is its own: its blocks and lost set byte for
+ * byte, as ckpt_verify() (a summary recording a flush may follow the
+ * cut, changing only the segments' records and the stable mark, which no
+ * write-through version is above at a cut: R1).  Otherwise the log after the cut would have
+ * to be replayed onto it, which a start does (and crash/runckpt compares
+ * with the scan); not here.
+ */
+void ckpt_run_verify(struct cache *c, struct ckpt_run_verdict *v,
+                     void (*problem)(void *arg, const char *msg), void *arg)
+{
+    memset(v, 0, sizeof *v);
+    const struct tc_run_ckpt *seen[TC_MAX_DEVICES * TC_RUN_CKPT_SLOTS];
+    unsigned nseen = 0;
+    const struct tc_run_ckpt *best = NULL;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        for (unsigned i = 0; i < TC_RUN_CKPT_SLOTS; i++) {
+            const struct tc_run_ckpt *sl = &c->devs[d].sb.run_ckpt[i];
+            bool dup = false;
+            for (unsigned k = 0; k < nseen && !dup; k++)
+                dup = memcmp(seen[k], sl, sizeof *sl) == 0;
+            if (sl->gen == 0 || dup)
+                continue;
+            seen[nseen++] = sl;
+            v->slots++;
+            char r[256] = "", where[96] = "";
+            if (sl->nsegs == 0 || sl->nsegs > TC_RUN_CKPT_MAX_SEGS)
+                snprintf(r, sizeof r, "its slot names %u segments", sl->nsegs);
+            for (uint32_t k = 0; !r[0] && k < sl->nsegs; k++) {
+                uint32_t s = sl->segs[k];
+                if (s >= c->sp.nsegs) {
+                    snprintf(r, sizeof r, "its slot names segment %u, beyond the set's %u", s,
+                             c->sp.nsegs);
+                    break;
+                }
+                const struct segment *sg = space_seg(&c->sp, s);
+                if (sg->state != SEG_FREE && sg->nchunks > 0)
+                    snprintf(r, sizeof r, "its slot names segment %u, which the log holds "
+                             "(group %llu)", s, (unsigned long long)sg->seq);
+            }
+            if (sl->nsegs > 0 && sl->segs[0] < c->sp.nsegs)
+                snprintf(where, sizeof where, " (segment %u at offset %llu of %s)", sl->segs[0],
+                         (unsigned long long)seg_dev_offset(c, sl->segs[0]),
+                         seg_cdev(c, sl->segs[0])->dev->name);
+            struct tc_ckpt ck;
+            uint8_t *buf = NULL;
+            struct parse ps = { 0 };
+            if (!r[0])
+                buf = read_slot(c, sl, &ck, r, sizeof r);
+            if (buf) {
+                ps = (struct parse){
+                    .c = c, .ck = &ck, .p = buf + TC_CKPT_HDR,
+                    .live_dev = tc_xcalloc(c->sp.nsegs, 1),
+                    .fill = tc_xcalloc(c->sp.nsegs, sizeof *ps.fill),
+                    .seq = tc_xcalloc(c->sp.nsegs, sizeof *ps.seq),
+                    .live = tc_xcalloc(c->sp.nsegs, sizeof *ps.live),
+                    .segrec = tc_xcalloc(c->sp.nsegs, sizeof *ps.segrec),
+                };
+                if (parse(&ps, false, r, sizeof r) == 0 && !one_per_device(c, &ps))
+                    snprintf(r, sizeof r, "a group has two segments on one device");
+                free(ps.live_dev);
+                free(ps.fill);
+                free(ps.seq);
+                free(ps.live);
+                free(ps.segrec);
+            }
+            if (r[0]) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s: the running checkpoint %llu in slot %u%s cannot "
+                         "be used: %s", c->devs[d].dev->name, (unsigned long long)sl->gen, i,
+                         where, r);
+                problem(arg, msg);
+                free(buf);
+                continue;
+            }
+            v->usable++;
+            if (best && best->gen >= sl->gen) {
+                free(buf);
+                continue;
+            }
+            best = sl;
+            v->newest_gen = sl->gen;
+            v->newest_cut = sl->cut;
+            v->compared = v->verified = false;
+            if (c->lg.next_seq <= ck.next_seq && c->lg.tail_seq == ck.tail_seq) {
+                struct tc_ckpt head = { .chunk_seq = ck.chunk_seq, .tail_seq = ck.tail_seq,
+                                        .next_seq = ck.next_seq,
+                                        .wt_stable_seq = c->lg.wt_stable_seq };
+                char msg[1024], w[400];
+                v->compared = true;
+                if (compare_blocks(c, &ck, buf, &head, w, sizeof w) > 0) {
+                    v->verified = true;
+                } else {
+                    snprintf(msg, sizeof msg, "%s: the running checkpoint %llu in slot %u%s: %s",
+                             c->devs[d].dev->name, (unsigned long long)sl->gen, i, where, w);
+                    problem(arg, msg);
+                }
+            }
+            free(buf);
+        }
+}
+
 const struct tc_ckpt *ckpt_loaded_head(const struct ckpt_loaded *l, uint64_t *gen)
 {
     *gen = l->gen;
@@ -1374,6 +1575,11 @@ bool ckpt_loaded_seg(const struct ckpt_loaded *l, uint32_t s, uint64_t *seq, uin
     *seq = l->ps.seq[s];
     *nchunks = le32_get(l->ps.segrec[s] + 4);
     return true;
+}
+
+uint64_t ckpt_loaded_nlost(const struct ckpt_loaded *l)
+{
+    return l->ck.nlost;
 }
 
 bool ckpt_loaded_chunks_match(const struct ckpt_loaded *l, struct cache *c, uint32_t s)
@@ -1392,9 +1598,10 @@ bool ckpt_loaded_chunks_match(const struct ckpt_loaded *l, struct cache *c, uint
 }
 
 void ckpt_loaded_apply(struct cache *c, struct ckpt_loaded *l, const uint8_t *walked,
-                       const uint32_t *extra, uint32_t nextra)
+                       const uint8_t *dropped, const uint32_t *extra, uint32_t nextra)
 {
     char why[200];
+    l->ps.dropped = dropped;
     l->ps.walked = walked;
     l->ps.extra = extra;
     l->ps.nextra = nextra;

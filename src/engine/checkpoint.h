@@ -70,11 +70,29 @@ bool ckpt_loaded_seg(const struct ckpt_loaded *l, uint32_t s, uint64_t *seq, uin
 /* Whether segment s's chunk table (as a walk found it) begins with the
  * chunks the checkpoint records there. */
 bool ckpt_loaded_chunks_match(const struct ckpt_loaded *l, struct cache *c, uint32_t s);
+/* Its lost records (blocks). */
+uint64_t ckpt_loaded_nlost(const struct ckpt_loaded *l);
 /* Into the cache: the live segments (those walked keep the walk's
- * chunk tables; extra: live segments it does not know), the group ring,
- * the free stacks, every block and the lost set. */
+ * chunk tables; extra: live segments it does not know; dropped, or NULL:
+ * segments it names live of groups reclaimed since, left out with every
+ * fragment in them), the group ring, the free stacks, every block and the
+ * lost set. */
 void ckpt_loaded_apply(struct cache *c, struct ckpt_loaded *l, const uint8_t *walked,
-                       const uint32_t *extra, uint32_t nextra);
+                       const uint8_t *dropped, const uint32_t *extra, uint32_t nextra);
 void ckpt_loaded_free(struct ckpt_loaded *l);
+
+/* tiercache check (checkpoint.c, ckpt_run_verify()): the running
+ * checkpoints the slots name, each one that cannot be used a problem
+ * (said through problem(arg, msg)); the newest usable compared with the
+ * full scan when no entry was appended after its cut. */
+struct ckpt_run_verdict {
+    unsigned slots;                 /* distinct checkpoints named */
+    unsigned usable;                /* ... of them that check */
+    uint64_t newest_gen, newest_cut;    /* the newest usable (0: none) */
+    bool compared;                  /* ... compared with the scan (no entry after its cut) */
+    bool verified;                  /* ... and the same */
+};
+void ckpt_run_verify(struct cache *c, struct ckpt_run_verdict *v,
+                     void (*problem)(void *arg, const char *msg), void *arg);
 
 #endif

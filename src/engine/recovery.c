@@ -1375,18 +1375,33 @@ static void rc_free(struct recovery *rc)
  *  - the checkpoint is the scan's state up to the cut (R1 in
  *    checkpoint.c), every entry before the cut below its next_seq and
  *    every one after at or above it: the replay applies exactly those;
- *  - nothing it knows was reclaimed since: the tail the newest chunk
- *    records is the checkpoint's, and every segment it names live still
- *    starts with the chunk of its group (else the cleaner reclaimed or
- *    reused it since, and the scan would drop what it held);
+ *  - what it knows of groups the cleaner reclaimed since (below the tail
+ *    the newest chunk records) is dropped: their segments, and every
+ *    fragment in them, as the scan never sees them.  A block's fragments
+ *    there are its oldest (groups are reclaimed oldest first, and every
+ *    entry of a group is older than the next group's), so the sectors its
+ *    other fragments serve are served as before; what the cleaner kept of
+ *    a reclaimed group (hot blocks, dirty data copied forward, LOST
+ *    records) it appended again after the cut, with new sequence
+ *    numbers, and the replay applies it.  A checkpoint holding lost
+ *    records is not used past a reclaim (a record is not tied to a
+ *    segment: which of them the scan would still find is not known);
+ *  - every other segment it names live still starts with the chunk of
+ *    its group, or was reopened by a group opened since, or starts with
+ *    no chunk that checks (taken since for a newer checkpoint, or a
+ *    group's first chunk torn) -- then its own group must be among the
+ *    reclaimed.  A reopened segment whose first chunk is damaged is then
+ *    taken for free, where the scan could report the damage: the
+ *    trade-off P5 in checkpoint.c takes knowingly;
  *  - the chunks it records in the walked segments are found again, and
  *    every chunk found there after them is past the cut.
  *
  * Anything else -- a slot that does not check (the older one is tried), a
  * segment's first header unreadable, a mark or record the log below it
  * does not carry (an abandonment, a device's failure, a stop's lost set
- * in the state file), damage in the walked segments, a group reclaimed
- * since -- and the log is scanned whole, with one line saying why.
+ * in the state file), damage in the walked segments, a segment it names
+ * changed though its group is live -- and the log is scanned whole, with
+ * one line saying why.
  * Damage to a chunk header written before the cut is not looked for (as
  * after a clean stop with its checkpoint); check audits the whole log.
  * 1: rebuilt; 0: nothing changed, scan.
@@ -1426,6 +1441,8 @@ static int from_running_checkpoint(struct cache *c)
     uint32_t nsegs = c->sp.nsegs;
     struct seg_first *first = tc_xcalloc(nsegs, sizeof *first);
     uint8_t *walk = tc_xcalloc(nsegs, 1);
+    uint8_t *reopened = tc_xcalloc(nsegs, 1);
+    uint8_t *dropped = tc_xcalloc(nsegs, 1);
     uint32_t *extra = tc_xcalloc(nsegs, sizeof *extra);
     uint32_t nextra = 0;
     survey_segments(c, first);
@@ -1443,6 +1460,12 @@ static int from_running_checkpoint(struct cache *c)
         const struct seg_first *f = &first[s];
         if (f->what == SURVEY_UNREADABLE)
             snprintf(why, sizeof why, "segment %u's first chunk header cannot be read", s);
+        else if (live && f->what == SURVEY_CHUNK && f->group_seq >= ck->next_seq)
+            walk[s] = reopened[s] = 1;  /* by a group opened since: reclaimed (checked below) */
+        else if (live && f->what != SURVEY_CHUNK)
+            reopened[s] = 1;    /* no chunk that checks at its start: reclaimed and taken
+                                   since (a newer checkpoint's segments, a group's first
+                                   chunk torn), or damaged -- then its group is live */
         else if (live && (f->what != SURVEY_CHUNK || f->group_seq != seq))
             snprintf(why, sizeof why, "segment %u of group %llu was reclaimed or changed since "
                      "the checkpoint", s, (unsigned long long)seq);
@@ -1464,18 +1487,51 @@ static int from_running_checkpoint(struct cache *c)
             snprintf(why, sizeof why, "the log's newest chunk %llu is older than the "
                      "checkpoint's %llu", (unsigned long long)rc.max_chunk_seq,
                      (unsigned long long)ck->chunk_seq);
-        else if (rc.tail_seq != ck->tail_seq)
-            snprintf(why, sizeof why, "the log's tail moved from group %llu to %llu since the "
-                     "checkpoint (groups were reclaimed)", (unsigned long long)ck->tail_seq,
-                     (unsigned long long)rc.tail_seq);
+        else if (rc.tail_seq < ck->tail_seq)
+            snprintf(why, sizeof why, "the log's tail, group %llu, is older than the "
+                     "checkpoint's %llu", (unsigned long long)rc.tail_seq,
+                     (unsigned long long)ck->tail_seq);
     }
+    /* The groups the cleaner reclaimed since the cut: those below the
+     * tail the newest chunk records.  The checkpoint's segments of them
+     * are dropped, with every fragment in them; a segment it names that a
+     * newer group reopened must be one of them. */
+    uint64_t tail = rc.tail_seq;
+    uint32_t ndropped = 0;
+    for (uint32_t s = 0; s < nsegs && !why[0]; s++) {
+        uint64_t seq;
+        uint32_t n;
+        if (!ckpt_loaded_seg(l, s, &seq, &n))
+            continue;
+        if (seq < tail) {
+            dropped[s] = 1;
+            ndropped++;
+        } else if (reopened[s]) {
+            snprintf(why, sizeof why, "segment %u of group %llu changed since the checkpoint "
+                     "though its group is still live", s, (unsigned long long)seq);
+        }
+        if (dropped[s] && !(reopened[s] && first[s].what == SURVEY_CHUNK) && walk[s]) {
+            /* Walked as the group open at the cut, since reclaimed:
+             * nothing of it is replayed. */
+            struct segment *sg = space_seg(&c->sp, s);
+            segment_clear_chunks(sg);
+            sg->seq = 0;
+            sg->fill = 0;
+            walk[s] = 0;
+        }
+    }
+    if (!why[0] && ndropped && ckpt_loaded_nlost(l))
+        snprintf(why, sizeof why, "the cleaner reclaimed groups since, and it holds lost "
+                 "records, which only the scan places");
     for (uint32_t s = 0; s < nsegs && !why[0]; s++) {
         if (!walk[s])
             continue;
         const struct segment *sg = space_seg(&c->sp, s);
         uint64_t seq;
         uint32_t n = 0;
-        bool live = ckpt_loaded_seg(l, s, &seq, &n);
+        bool live = ckpt_loaded_seg(l, s, &seq, &n) && !dropped[s];
+        if (!live)
+            n = 0;
         if (live && !ckpt_loaded_chunks_match(l, c, s)) {
             snprintf(why, sizeof why, "segment %u does not hold the chunks the checkpoint "
                      "records", s);
@@ -1510,7 +1566,7 @@ static int from_running_checkpoint(struct cache *c)
         } while (rc.durable != seen_durable || rc.max_chunk_seq != seen_newest);
         if (c->st.recovery_damaged != st0.recovery_damaged ||
             c->st.recovery_damage_ignored != st0.recovery_damage_ignored ||
-            rc.tail_seq != ck->tail_seq)
+            rc.tail_seq != tail)
             snprintf(why, sizeof why, "the log written after it is damaged or moved");
     }
     if (why[0]) {
@@ -1535,6 +1591,8 @@ static int from_running_checkpoint(struct cache *c)
         ckpt_loaded_free(l);
         free(first);
         free(walk);
+        free(reopened);
+        free(dropped);
         free(extra);
         return 0;
     }
@@ -1548,7 +1606,7 @@ static int from_running_checkpoint(struct cache *c)
         struct segment *sg = space_seg(&c->sp, s);
         uint64_t seq;
         uint32_t n;
-        bool live = ckpt_loaded_seg(l, s, &seq, &n);
+        bool live = ckpt_loaded_seg(l, s, &seq, &n) && !dropped[s];
         if (sg->nchunks > 0 && sg->seq >= rc.tail_seq && sg->seq > 0) {
             if (!live)
                 extra[nextra++] = s;
@@ -1557,7 +1615,7 @@ static int from_running_checkpoint(struct cache *c)
             walk[s] = 0;
         }
     }
-    ckpt_loaded_apply(c, l, walk, extra, nextra);
+    ckpt_loaded_apply(c, l, walk, dropped, extra, nextra);
     /* The entries of the walked segments, in group order, past the cut. */
     for (uint32_t i = 0; i < c->sp.ngroups; i++) {
         struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
@@ -1609,9 +1667,9 @@ static int from_running_checkpoint(struct cache *c)
     for (uint32_t s = 0; s < nsegs; s++)
         nwalked += walk[s];
     tc_info("cache: from the running checkpoint %llu (newest chunk %llu), %u segment%s of the "
-            "log after it replayed (%llu entries)", (unsigned long long)gen,
-            (unsigned long long)ck->chunk_seq, nwalked, nwalked == 1 ? "" : "s",
-            (unsigned long long)replayed);
+            "log after it replayed (%llu entries), %u of groups reclaimed since dropped",
+            (unsigned long long)gen, (unsigned long long)ck->chunk_seq, nwalked,
+            nwalked == 1 ? "" : "s", (unsigned long long)replayed, ndropped);
     if (c->st.recovery_unflushed)
         tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
                 "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);
@@ -1620,10 +1678,33 @@ static int from_running_checkpoint(struct cache *c)
     ckpt_loaded_free(l);
     free(first);
     free(walk);
+    free(reopened);
+    free(dropped);
     free(extra);
     space_compact_chunk_tables(&c->sp);
     malloc_trim(0);
     return 1;
+}
+
+/* A log found damaged is not served from (the scan and the replay after
+ * a running checkpoint alike: the replay's reads of chunks past the
+ * durable mark may find it): -1 with err. */
+static int refuse_damaged(struct cache *c, char *err, size_t errlen)
+{
+    if (c->damage && !c->offline) {
+        snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
+                 "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "
+                 "current or which dirty data is lost; refusing to serve from it rather than "
+                 "return stale data.  'tiercache check' lists the damage; 'tiercache check "
+                 "--salvage --origin ORIGIN' writes the dirty data that is intact and newest "
+                 "back to the origin, after which 'tiercache format --force --discard-dirty' "
+                 "makes the cache usable again.  First: %.*s",
+                 (unsigned long long)c->st.recovery_damaged,
+                 c->st.recovery_damaged == 1 ? "y" : "ies",
+                 (int)strcspn(c->damage, "\n"), c->damage);
+        return -1;
+    }
+    return 0;
 }
 
 int recovery_run(struct cache *c, char *err, size_t errlen)
@@ -1633,7 +1714,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     if (from_checkpoint(c))
         return 0;
     if (from_running_checkpoint(c) > 0)
-        return 0;
+        return refuse_damaged(c, err, errlen);
     c->st.recovered_from = "scan";
     struct recovery rc;
     rc_init(&rc, c);
@@ -1723,18 +1804,5 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     malloc_trim(0);
     if (older_copy < 0)
         return -1;
-    if (c->damage && !c->offline) {
-        snprintf(err, errlen, "the cache's log is damaged: %llu chunk summar%s that had "
-                 "reached the device no longer check or cannot be read, so it cannot tell which of its blocks are "
-                 "current or which dirty data is lost; refusing to serve from it rather than "
-                 "return stale data.  'tiercache check' lists the damage; 'tiercache check "
-                 "--salvage --origin ORIGIN' writes the dirty data that is intact and newest "
-                 "back to the origin, after which 'tiercache format --force --discard-dirty' "
-                 "makes the cache usable again.  First: %.*s",
-                 (unsigned long long)c->st.recovery_damaged,
-                 c->st.recovery_damaged == 1 ? "y" : "ies",
-                 (int)strcspn(c->damage, "\n"), c->damage);
-        return -1;
-    }
-    return 0;
+    return refuse_damaged(c, err, errlen);
 }
