@@ -1165,7 +1165,18 @@ static void close_finish(struct close_ctx *x, int err)
         if (err == 0)
             err = -EIO;
     }
-    else if (TC_DEBUG_ASSERTS_ON)
+    if (c->stop_rewrite_lost_bytes) {
+        /* Recorded lost (EIO until written again), but acknowledged data
+         * is gone: the exit status must say so, not only the log. */
+        tc_error("cache: stopped with %llu bytes of dirty data in %llu blocks lost: a device "
+                 "failure's rewrites could not be made at the stop (no room in the log even in "
+                 "the cleaner's reserve, or unreadable); those sectors read EIO until written "
+                 "again", (unsigned long long)c->stop_rewrite_lost_bytes,
+                 (unsigned long long)c->stop_rewrite_lost_blocks);
+        if (err == 0)
+            err = -EIO;
+    }
+    if (c->stop_room_failed_writes == 0 && TC_DEBUG_ASSERTS_ON)
         audit_at_close(c);
     if (abandon_close(c) < 0 && err == 0)
         err = -EIO;

@@ -1142,6 +1142,10 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
             struct tc_mask fm;
             off_service(c, id, d, &fm);
             c->rescue_lost_bytes += (uint64_t)mask_count(&fm) * TC_SECTOR;
+            if (c->stopping) {
+                c->stop_rewrite_lost_bytes += (uint64_t)mask_count(d) * TC_SECTOR;
+                c->stop_rewrite_lost_blocks++;
+            }
             uint64_t unrecorded = c->lost_unrecorded;
             lose_dirty(c, r->oblock, d);
             if (c->lost_unrecorded != unrecorded)
