@@ -629,6 +629,10 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         goto fail_cache;
     if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;
+    /* A drain cut short (state file version 3), resumed: the origin is the
+     * cache's, and nothing is appended yet (the abandoned device's data is
+     * overwritten from the first append on). */
+    abandon_resume_drain(c, !vol->read_only);
     if (clear_stop_record(c, err, errlen) < 0)
         goto fail_cache;
     if (ckpt_run_init(c, err, errlen) < 0)
@@ -1402,6 +1406,7 @@ void cache_free(struct cache *c)
     }
     free(c->tombless);
     c->tombless = NULL;
+    abandon_free(c);
     free(c->ab.stop_lost_ob);
     free(c->ab.stop_lost_mask);
     c->ab.stop_lost_ob = NULL;
