@@ -401,6 +401,9 @@ int cmd_check(int argc, char **argv)
         json_uint(&j, "data_checked_bytes", res.data_checked_bytes);
         json_uint(&j, "damaged_clean_bytes", res.damaged_clean_sectors * TC_SECTOR);
         json_uint(&j, "lost_dirty_bytes", res.lost_dirty_sectors * TC_SECTOR);
+        json_uint(&j, "recoverable_lost_blocks", res.recoverable_blocks);
+        json_uint(&j, "recoverable_lost_bytes", res.recoverable_sectors * TC_SECTOR);
+        json_uint(&j, "unrecoverable_proven_bytes", res.unrecoverable_proven_sectors * TC_SECTOR);
         json_uint(&j, "unflushed_entries_ignored", res.unflushed_entries);
         json_uint(&j, "groups", res.groups);
         json_uint(&j, "segments", res.segments);
@@ -466,6 +469,16 @@ int cmd_check(int argc, char **argv)
         if (res.unflushed_entries)
             printf("%llu entries of unflushed chunks ignored (written just before a crash; "
                    "never acknowledged as durable)\n", (unsigned long long)res.unflushed_entries);
+        if (res.recoverable_sectors || res.unrecoverable_proven_sectors) {
+            char lz[32], rz[32];
+            printf("abandoned cache: %s of the %s of lost data (%llu blocks) still on the "
+                   "abandoned device and proven intact: the next serve resumes the drain and "
+                   "writes it back; %llu sectors with a proof that fails stay lost\n",
+                   tc_format_size(res.recoverable_sectors * TC_SECTOR, rz, sizeof rz),
+                   tc_format_size(res.lost_dirty_sectors * TC_SECTOR, lz, sizeof lz),
+                   (unsigned long long)res.recoverable_blocks,
+                   (unsigned long long)res.unrecoverable_proven_sectors);
+        }
         for (unsigned i = 0; i < res.nproblems; i++)
             printf("problem: %s\n", res.problems[i]);
         printf("%s\n", res.nproblems ? "check: problems found" : "check: clean");

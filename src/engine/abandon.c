@@ -120,6 +120,7 @@
 #include "engine/seqrec.h"
 #include "io/claim.h"
 #include "util/assert.h"
+#include "util/crc32c.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -163,12 +164,26 @@ struct fill {
     uint32_t version;
     unsigned spb;
     uint64_t i;
+    const struct lost *lost;
+    struct lost *proven;            /* the sectors written with a proof */
 };
 
 static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
 {
     struct fill *f = arg;
-    state_entry_put(f->buf, f->version, f->spb, f->i++, oblock, m->w);
+    state_entry_put(f->buf, f->version, f->spb, f->i, oblock, m->w);
+    struct tc_mask pm;
+    mask_clear(&pm);
+    for (unsigned s = 0; f->version >= 3 && s < f->spb; s++) {
+        struct lost_proof p;
+        if (mask_test(m, s) && lost_get_proof(f->lost, oblock, s, &p)) {
+            state_proof_put(f->buf, f->spb, f->i, s, p.where, p.crc);
+            pm.w[s / 64] |= 1ull << (s % 64);
+        }
+    }
+    if (!mask_empty(&pm))
+        lost_set(f->proven, oblock, &pm);
+    f->i++;
 }
 
 /*
@@ -263,7 +278,8 @@ static int spares_keep(struct cache *c, size_t len)
         room = TC_MAX(room, has);
     }
     size_t hdr = tc_state_hdr(TC_STATE_VERSION);
-    c->ab.room_blocks = room > hdr ? (room - hdr) / tc_state_entry_size(c->spb) : 0;
+    c->ab.room_blocks = room > hdr ? (room - hdr) / tc_state_entry_size(TC_STATE_VERSION, c->spb)
+                                   : 0;
     return room >= need ? 0 : rc ? rc : -ENOSPC;
 }
 
@@ -351,6 +367,20 @@ static void test_rename_delay(void)
         usleep((useconds_t)(strtoul(t, NULL, 10) * 1000));
 }
 
+static void proven_free(struct cache *c)
+{
+    if (c->ab.disk_proven) {
+        lost_free(c->ab.disk_proven);
+        free(c->ab.disk_proven);
+        c->ab.disk_proven = NULL;
+    }
+}
+
+void abandon_free(struct cache *c)
+{
+    proven_free(c);
+}
+
 /* Write the state file now (blocking; see the comment at the top): the
  * abandonment (if any) and, with stop_lost, the lost set as a stop leaves
  * it (TC_STATE_STOP_LOST: at the log's next sequence number). */
@@ -363,10 +393,13 @@ static int state_write_as(struct cache *c, bool stop_lost)
         tc_fsync_parent_dir(STATE_DIR);
     uint64_t n = 0;
     lost_foreach(&c->map.lost, lost_count, &n);
-    uint32_t version = stop_lost ? 2 : 1;
+    /* Version 3 only while the lost set carries proofs (an abandonment's,
+     * not resumed yet): otherwise what older builds read. */
+    uint32_t version = c->map.lost.proof_blocks ? 3 : stop_lost ? 2 : 1;
     size_t len = tc_state_bytes(version, c->spb, n);
     uint8_t *buf = tc_xcalloc(1, len);
-    struct fill f = { buf, version, c->spb, 0 };
+    struct lost *proven = tc_xcalloc(1, sizeof *proven);
+    struct fill f = { buf, version, c->spb, 0, &c->map.lost, proven };
     lost_foreach(&c->map.lost, lost_put, &f);
     struct tc_state st = { .version = version, .spb = c->spb,
                            .abandoned_seq = c->abandoned_seq, .written_ns = tc_wall_ns(),
@@ -433,6 +466,24 @@ static int state_write_as(struct cache *c, bool stop_lost)
     }
     free(tmp);
     free(buf);
+    if (rc == 0) {
+        /* What the file on disk proves now. */
+        proven_free(c);
+        c->ab.disk_proven = proven;
+    } else {
+        lost_free(proven);
+        free(proven);
+    }
+    if ((rc == -ENOSPC || rc == -EDQUOT) && version == 3) {
+        /* The proofs are what a resumed drain needs, not what the record
+         * of the loss needs: without room for them, the record without
+         * (a drain cut short then leaves its sectors lost, as before). */
+        tc_warn("state file %s: no room for the proofs of the lost sectors (%s): written "
+                "without them; a drain cut short leaves its sectors lost (EIO)",
+                c->state_path, strerror(-rc));
+        lost_drop_proofs(&c->map.lost);
+        return state_write_as(c, stop_lost);
+    }
     if (rc) {
         c->ab.state_errors++;
         tc_error("state file %s: cannot write it: %s", c->state_path, strerror(-rc));
@@ -1396,9 +1447,26 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
             if (!state_entry_in_volume(c, buf, &s, i, &ob, &m))
                 continue;
             struct tc_mask old;
-            if (lost_get(&c->map.lost, ob, &old))
+            bool had = lost_get(&c->map.lost, ob, &old);
+            if (had)
                 mask_or(&m, &old);
             lost_set(&c->map.lost, ob, &m);
+            for (unsigned k = 0; s.version >= 3 && !had && k < c->spb; k++) {
+                struct lost_proof p;
+                state_proof_get(buf, c->spb, i, k, &p.where, &p.crc);
+                if (p.where && tc_state_where_dev(p.where) < c->ndevs)
+                    lost_set_proof(&c->map.lost, ob, c->spb, k, &p);
+                if (p.where) {
+                    /* On disk, usable or not. */
+                    if (c->ab.disk_proven == NULL)
+                        c->ab.disk_proven = tc_xcalloc(1, sizeof *c->ab.disk_proven);
+                    struct tc_mask pm;
+                    if (!lost_get(c->ab.disk_proven, ob, &pm))
+                        mask_clear(&pm);
+                    pm.w[k / 64] |= 1ull << (k % 64);
+                    lost_set(c->ab.disk_proven, ob, &pm);
+                }
+            }
         }
         char sz[32];
         tc_warn("cache: abandoned at run time earlier (state file %s): log entries below "
@@ -1414,6 +1482,262 @@ out:
     return rc;
 }
 
+/* ---- Resuming the drain ---- */
+
+/*
+ * The drain of the last device in service (failure.c) writes its dirty
+ * data back while the daemon serves; until a block is written back, the
+ * durable records (the state file) call its sectors lost.  A kill, a crash
+ * or a stop that could not finish the drain leaves them so, although the
+ * data usually still sits on the abandoned device.  The next start does
+ * not trust that device's log (nothing below abandoned_seq is replayed:
+ * see the top of this file), but each lost sector the abandonment itself
+ * recorded carries a proof (format/ondisk.h, state file version 3): where
+ * its version's data was on the device, and the CRC-32C its chunk header
+ * recorded for it.  So, before anything is appended to the cache (whose
+ * segments the new log reuses), the start:
+ *
+ *   1. reads each proven sector back from the device, and keeps it only
+ *      if it reads and matches its CRC: damage since, a write torn or
+ *      never made (the failed one: the device may never have received
+ *      it), a segment reused -- none of them matches;
+ *   2. writes the sectors kept to the origin, and flushes the origin;
+ *   3. only then drops them from the lost set, drops every proof, and
+ *      writes the state file again (version 1 or 2 again).
+ *
+ * Why it is the newest acknowledged version: a proof is made when the
+ * abandonment records the sector lost, from the fragment the index served
+ * it from (the version the uninterrupted drain would have written back),
+ * and lost.c drops it in memory the moment the sector leaves the lost set
+ * or is lost anew (lost_set()).  On disk the state file is rewritten only
+ * lazily, so a write that reaches the origin directly (lostlog.c,
+ * lost_passthrough()) over a sector the file on disk proves
+ * (c->ab.disk_proven) first drops those proofs and rewrites the file,
+ * blocking, and fails with EIO if it cannot (abandon_proofs_before_write()):
+ * no start can then write the older proven version over an acknowledged
+ * write.  (Rare: the drain's own writeback and a write after it, once per
+ * rewrite; status proof_state_file_writes.)  The CRC ties the data read
+ * to that version (as every cache read is tied to its chunk's CRC).
+ *
+ * A kill during steps 1 to 3 leaves the state file as it was: the next
+ * start does it again (writing the same data again).  The reads before
+ * step 3 do not serve anything: requests come only after the start.  A
+ * state file that cannot be written in step 3 keeps the sectors lost in
+ * memory too (EIO, as the file on disk says), the data on the origin.
+ * Sectors without a proof, or whose proof fails, stay lost (EIO).
+ */
+
+struct resume_block {
+    uint64_t oblock;
+    struct tc_mask proven;          /* read back, CRC matching */
+};
+
+struct resume_walk {
+    uint64_t *ob;
+    size_t n, cap;
+    const struct lost *lost;
+    unsigned spb;
+};
+
+static void resume_collect(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct resume_walk *w = arg;
+    struct lost_proof p;
+    bool any = false;
+    for (unsigned s = 0; s < w->spb && !any; s++)
+        any = mask_test(m, s) && lost_get_proof(w->lost, oblock, s, &p);
+    if (!any)
+        return;
+    if (w->n < w->cap)
+        w->ob[w->n++] = oblock;
+}
+
+static int ob_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void resume_count_lost(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    (void)oblock;
+    struct abandon_resume *r = arg;
+    r->still_lost_blocks++;
+    r->still_lost_sectors += mask_count(m);
+}
+
+/* Read the proven sectors of block ob into buf (laid out by sector): the
+ * mask of those that read and match their CRC. */
+static void resume_read(struct cache *c, uint64_t ob, uint8_t *buf, struct tc_mask *ok,
+                        uint64_t *failed)
+{
+    mask_clear(ok);
+    for (unsigned s = 0; s < c->spb; s++) {
+        struct lost_proof p;
+        if (!lost_get_proof(&c->map.lost, ob, s, &p))
+            continue;
+        unsigned d = tc_state_where_dev(p.where);
+        uint64_t off = tc_state_where_sector(p.where) * TC_SECTOR;
+        uint8_t *sec = buf + (size_t)s * TC_SECTOR;
+        int err = -ENODEV;
+        if (d < c->ndevs && c->devs[d].dev != NULL &&
+            off >= c->devs[d].sb.data_offset && off + TC_SECTOR <= c->devs[d].dev->size)
+            err = dev_sync_io(c->devs[d].dev, TC_DEV_READ, sec, off, TC_SECTOR, 0);
+        if (err == 0 && tc_crc32c(0, sec, TC_SECTOR) == p.crc) {
+            ok->w[s / 64] |= 1ull << (s % 64);
+            continue;
+        }
+        (*failed)++;
+        char name[64];
+        snprintf(name, sizeof name, "%s", d < c->ndevs ? c->devs[d].dev->name : "?");
+        if (err)
+            tc_warn("cache: resumed drain: sector %u of origin block %llu: cannot read its data "
+                    "on device %u (%s) at byte %llu: %s; it stays lost", s,
+                    (unsigned long long)ob, d, name, (unsigned long long)off, strerror(-err));
+        else
+            tc_warn("cache: resumed drain: sector %u of origin block %llu: the data on device "
+                    "%u (%s) at byte %llu does not match the checksum recorded at the "
+                    "abandonment (damaged or overwritten since); it stays lost", s,
+                    (unsigned long long)ob, d, name, (unsigned long long)off);
+    }
+}
+
+void abandon_resume_drain(struct cache *c, bool write)
+{
+    if (c->map.lost.proof_blocks == 0)
+        return;
+    struct resume_walk w = { .lost = &c->map.lost, .spb = c->spb, .cap = c->map.lost.blocks };
+    w.ob = tc_xcalloc(w.cap ? w.cap : 1, sizeof *w.ob);
+    lost_foreach(&c->map.lost, resume_collect, &w);
+    qsort(w.ob, w.n, sizeof *w.ob, ob_cmp);
+    struct abandon_resume *r = &c->ab.resume;
+    memset(r, 0, sizeof *r);
+    struct resume_block *rb = tc_xcalloc(w.n ? w.n : 1, sizeof *rb);
+    size_t nb = 0;
+    uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
+    struct tc_dev *origin = c->vol->origin;
+    uint64_t refused = 0;
+    for (size_t i = 0; i < w.n; i++) {
+        uint64_t ob = w.ob[i];
+        struct tc_mask ok;
+        resume_read(c, ob, buf, &ok, &r->unproven_sectors);
+        if (mask_empty(&ok))
+            continue;
+        r->blocks++;
+        r->sectors += mask_count(&ok);
+        if (!write)
+            continue;
+        /* Runs of proven sectors, each one write; the last block of an
+         * origin whose size is not a multiple of blocks is cut at its end
+         * (no sector past it was ever written, so none is lost). */
+        uint64_t base = ob * c->block_size;
+        struct tc_mask done;
+        mask_clear(&done);
+        for (unsigned s = 0; s < c->spb;) {
+            if (!mask_test(&ok, s)) {
+                s++;
+                continue;
+            }
+            unsigned e = s;
+            while (e < c->spb && mask_test(&ok, e))
+                e++;
+            uint64_t off = base + (uint64_t)s * TC_SECTOR;
+            uint64_t len = (uint64_t)(e - s) * TC_SECTOR;
+            if (off + len > c->vol->size)
+                len = off < c->vol->size ? c->vol->size - off : 0;
+            int err = len ? dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off,
+                                        len, 0)
+                          : 0;
+            if (err == 0) {
+                for (unsigned k = s; k < e; k++)
+                    done.w[k / 64] |= 1ull << (k % 64);
+            } else {
+                refused += e - s;
+                tc_error("cache: resumed drain: the origin %s refused the write of bytes "
+                         "%llu..%llu (origin block %llu): %s; they stay lost", origin->name,
+                         (unsigned long long)off, (unsigned long long)(off + len - 1),
+                         (unsigned long long)ob, strerror(-err));
+            }
+            s = e;
+        }
+        if (!mask_empty(&done))
+            rb[nb++] = (struct resume_block){ .oblock = ob, .proven = done };
+    }
+    free(buf);
+    free(w.ob);
+    r->unproven_sectors += refused;
+    if (write && nb > 0 && origin->can_flush) {
+        int err = dev_sync_io(origin, TC_DEV_FLUSH, NULL, 0, 0, 0);
+        if (err) {
+            tc_error("cache: resumed drain: the origin %s could not be flushed: %s; the "
+                     "sectors written back stay lost (EIO), as the state file says",
+                     origin->name, strerror(-err));
+            r->unproven_sectors += r->sectors;
+            nb = 0;
+        }
+    }
+    if (!write) {
+        free(rb);
+        lost_foreach(&c->map.lost, resume_count_lost, r);
+        return;
+    }
+    /* On the origin, flushed: no longer lost.  The masks before, in case
+     * the state file cannot say so. */
+    struct tc_mask *before = tc_xcalloc(nb ? nb : 1, sizeof *before);
+    for (size_t i = 0; i < nb; i++) {
+        struct tc_mask m;
+        if (!lost_get(&c->map.lost, rb[i].oblock, &m))
+            mask_clear(&m);
+        before[i] = m;
+        mask_andnot(&m, &rb[i].proven);
+        lost_set(&c->map.lost, rb[i].oblock, &m);
+        r->written_bytes += (uint64_t)mask_count(&rb[i].proven) * TC_SECTOR;
+    }
+    /* The device's data is reused from now on: no proof outlives this
+     * start, written or not. */
+    lost_drop_proofs(&c->map.lost);
+    if (state_write(c) < 0) {
+        tc_error("cache: resumed drain: the state file %s could not be written: the %llu "
+                 "sectors written back to the origin stay lost (EIO) until written again",
+                 c->state_path, (unsigned long long)(r->written_bytes / TC_SECTOR));
+        for (size_t i = 0; i < nb; i++)
+            lost_set(&c->map.lost, rb[i].oblock, &before[i]);
+        r->unproven_sectors += r->written_bytes / TC_SECTOR;
+        r->written_bytes = 0;
+        c->ab.state_dirty = true;
+    }
+    free(before);
+    free(rb);
+    c->ab.resumed = true;
+    lost_foreach(&c->map.lost, resume_count_lost, r);
+    char sz[32];
+    tc_warn("cache: resumed drain: %llu blocks, %s written back (%llu sectors), %llu still "
+            "lost (%llu sectors, %llu of them with a proof that failed)",
+            (unsigned long long)r->blocks,
+            tc_format_size(r->written_bytes, sz, sizeof sz),
+            (unsigned long long)(r->written_bytes / TC_SECTOR),
+            (unsigned long long)r->still_lost_blocks,
+            (unsigned long long)r->still_lost_sectors,
+            (unsigned long long)r->unproven_sectors);
+}
+
+int abandon_proofs_before_write(struct cache *c, uint64_t off, uint64_t len)
+{
+    if (c->ab.disk_proven == NULL ||
+        !lost_overlaps(c->ab.disk_proven, c->block_size, off, len))
+        return 0;
+    lost_drop_proofs_range(&c->map.lost, c->block_size, off, len);
+    c->ab.proof_rewrites++;
+    int rc = state_write(c);
+    if (rc < 0)
+        tc_error("write of origin bytes %llu..%llu refused: the state file %s still proves an "
+                 "older version of them, which a start after a crash would write back over "
+                 "this write, and cannot be written without that proof: %s",
+                 (unsigned long long)off, (unsigned long long)(off + len - 1), c->state_path,
+                 strerror(-rc));
+    return rc;
+}
+
 void abandon_status_json(struct cache *c, struct tc_json *j)
 {
     json_bool(j, "abandoned", c->abandoned);
@@ -1423,6 +1747,16 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "state_file_writes", c->ab.state_writes);
     json_uint(j, "state_file_errors", c->ab.state_errors);
     json_bool(j, "state_file_stop_lost", c->ab.stop_lost_pending);
+    /* The drain resumed at this start (abandon_resume_drain()). */
+    json_begin_object(j, "resumed_drain");
+    json_bool(j, "resumed", c->ab.resumed);
+    json_uint(j, "blocks", c->ab.resume.blocks);
+    json_uint(j, "written_bytes", c->ab.resume.written_bytes);
+    json_uint(j, "failed_sectors", c->ab.resume.unproven_sectors);
+    json_uint(j, "still_lost_blocks", c->ab.resume.still_lost_blocks);
+    json_uint(j, "still_lost_bytes", c->ab.resume.still_lost_sectors * TC_SECTOR);
+    json_uint(j, "proof_state_file_writes", c->ab.proof_rewrites);
+    json_end_object(j);
     json_uint(j, "superblocks_marked", c->ab.sb_marks);
     uint64_t queued = 0;
     for (struct sb_mark *m = c->ab.sb_queue; m; m = m->next)

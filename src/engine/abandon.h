@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 struct cache;
+struct lost;
 struct held_ack;
 struct settle_waiter;
 struct sb_mark;
@@ -76,6 +77,23 @@ struct abandon {
     bool room_warned;               /* short of room: said once */
     uint64_t room_blocks;
     uint64_t room_retry_ns;         /* short of room: not tried again before */
+    /* The sectors the state file on disk gives a proof (abandon.c,
+     * "Resuming the drain"): a write of one reaches the origin only after
+     * a state file without that proof is durable
+     * (abandon_proofs_before_write()). */
+    struct lost *disk_proven;       /* NULL: none */
+    uint64_t proof_rewrites;        /* state file writes done for that */
+    /* The drain resumed at this start (abandon_resume_drain()). */
+    bool resumed;
+    struct abandon_resume {
+        uint64_t blocks;            /* blocks with a proven sector */
+        uint64_t sectors;           /* sectors proven by their CRC */
+        uint64_t written_bytes;     /* of those, written back and no longer lost */
+        uint64_t unproven_sectors;  /* with a proof that failed: unreadable, no
+                                       match, or the origin refused them */
+        uint64_t still_lost_blocks; /* the lost set's blocks after it */
+        uint64_t still_lost_sectors;
+    } resume;
 };
 
 /* At attach, before recovery: the state file (state_file, or the default
@@ -84,6 +102,24 @@ struct abandon {
  * abandoned_seq.  -1 with a message when the cache must not be used. */
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen);
+/* At attach, once the origin is known to be the cache's, before anything
+ * is appended to the cache (the failed device's data is overwritten from
+ * then on): a drain that a kill, a crash or a stop cut short is resumed
+ * for the lost sectors the state file proves (version 3): each one read
+ * back from the abandoned device, its CRC checked, written to the origin;
+ * the origin flushed; only then those sectors leave the lost set, and the
+ * state file is written again without proofs.  Blocking.  With write
+ * false (check, a read-only volume) it only reads and counts (c->ab.resume).
+ * Nothing to do without proofs. */
+void abandon_resume_drain(struct cache *c, bool write);
+/* A write of origin bytes [off, off + len) is about to reach the origin
+ * directly (lostlog.c): if the state file on disk holds a proof of one of
+ * its sectors, the proofs of those sectors are dropped and the state file
+ * written again now (blocking), or a crash after the write would let the
+ * next start write the older proven version over it.  -errno (the write
+ * must fail) if the state file cannot be written. */
+int abandon_proofs_before_write(struct cache *c, uint64_t off, uint64_t len);
+void abandon_free(struct cache *c);
 /* At attach, before the first write to the cache: room kept aside for the
  * state file (preallocated spares, abandon.c), so that its rewrites need
  * no new blocks of a file system that has filled up since. */

@@ -629,6 +629,10 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         goto fail_cache;
     if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;
+    /* A drain cut short (state file version 3), resumed: the origin is the
+     * cache's, and nothing is appended yet (the abandoned device's data is
+     * overwritten from the first append on). */
+    abandon_resume_drain(c, !vol->read_only);
     if (clear_stop_record(c, err, errlen) < 0)
         goto fail_cache;
     if (ckpt_run_init(c, err, errlen) < 0)
@@ -1165,7 +1169,18 @@ static void close_finish(struct close_ctx *x, int err)
         if (err == 0)
             err = -EIO;
     }
-    else if (TC_DEBUG_ASSERTS_ON)
+    if (c->stop_rewrite_lost_bytes) {
+        /* Recorded lost (EIO until written again), but acknowledged data
+         * is gone: the exit status must say so, not only the log. */
+        tc_error("cache: stopped with %llu bytes of dirty data in %llu blocks lost: a device "
+                 "failure's rewrites could not be made at the stop (no room in the log even in "
+                 "the cleaner's reserve, or unreadable); those sectors read EIO until written "
+                 "again", (unsigned long long)c->stop_rewrite_lost_bytes,
+                 (unsigned long long)c->stop_rewrite_lost_blocks);
+        if (err == 0)
+            err = -EIO;
+    }
+    if (c->stop_room_failed_writes == 0 && TC_DEBUG_ASSERTS_ON)
         audit_at_close(c);
     if (abandon_close(c) < 0 && err == 0)
         err = -EIO;
@@ -1391,6 +1406,7 @@ void cache_free(struct cache *c)
     }
     free(c->tombless);
     c->tombless = NULL;
+    abandon_free(c);
     free(c->ab.stop_lost_ob);
     free(c->ab.stop_lost_mask);
     c->ab.stop_lost_ob = NULL;

@@ -214,6 +214,13 @@ struct cache {
     struct tc_timer stop_room;      /* ... then, STOP_ROOM_WAIT_NS later, client
                                        writes waiting for room fail (cache.c) */
     uint64_t stop_room_failed_writes;   /* client write pieces failed so */
+    /* Dirty sectors (bytes) a device failure's rewrites lost while the
+     * cache was stopping (failure.c, rewrite_lose(): no room even in the
+     * cleaner's reserve, or unreadable): recorded lost, and the stop
+     * fails (cache.c, close_finish()), so the exit status says acknowledged
+     * data was lost. */
+    uint64_t stop_rewrite_lost_bytes;
+    uint64_t stop_rewrite_lost_blocks;
     /* Blocks whose tombstone a stop gave up for want of room (failure.c,
      * rewrite_lose()): the log may still hold an older copy of each, so
      * no write of them may reach the origin any more (writepath.c,

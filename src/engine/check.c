@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/check.h"
@@ -476,6 +477,12 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
         problem(r, "log: %llu chunk entries are malformed and were ignored",
                 (unsigned long long)c->st.recovery_malformed);
     check_seqrec(c, r);
+    /* A drain cut short: what the next start would write back of the
+     * lost set (only read here). */
+    abandon_resume_drain(c, false);
+    r->recoverable_blocks = c->ab.resume.blocks;
+    r->recoverable_sectors = c->ab.resume.sectors;
+    r->unrecoverable_proven_sectors = c->ab.resume.unproven_sectors;
     struct check_state st = { .c = c, .r = r };
     lost_foreach(&c->map.lost, report_lost, &st);
     r->unflushed_entries = c->st.recovery_unflushed;

@@ -14,6 +14,11 @@ struct check_result {
     uint64_t data_checked_bytes;
     uint64_t damaged_clean_sectors, lost_dirty_sectors;
     uint64_t unflushed_entries;     /* ignored by recovery: never flushed, normal after a crash */
+    /* Of the lost sectors, those the next start's resumed drain writes
+     * back (abandon.c: proven by the state file, read back from the
+     * abandoned device, matching their CRC), in how many blocks; and
+     * those whose proof fails (unreadable, damaged, overwritten). */
+    uint64_t recoverable_blocks, recoverable_sectors, unrecoverable_proven_sectors;
     uint64_t groups, segments, segments_free;
     /* The survey (survey.h) compared with the scan: its reads, the
      * segments whose first header checks, and the live segments whose

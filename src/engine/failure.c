@@ -135,11 +135,13 @@
 #include "engine/lostlog.h"
 #include "engine/map.h"
 #include "engine/readpath.h"
+#include "engine/verify.h"
 #include "engine/writeback.h"
 #include "io/claim.h"
 #include "policy/policy.h"
 #include "io/bufpool.h"
 #include "util/assert.h"
+#include "util/crc32c.h"
 #include "util/parse.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -358,6 +360,44 @@ static uint32_t victim_fragment(struct cache *c, const struct victim *v, uint32_
     return fid;
 }
 
+/* The proofs of a fragment's dirty sectors kept to be drained, lost in
+ * every durable record until drained (lost.h): where each one's data is
+ * on the failed device, and the CRC its chunk header recorded (or, the
+ * chunk's header not at hand, of the data its segment's image holds, which
+ * the device may never have received: then the data there does not match
+ * it).  A start after a kill, a crash or a stop cut the drain short
+ * reads them back and resumes the drain (abandon.c); a sector whose CRC
+ * is not at hand gets none, and stays lost as before. */
+static void drain_proofs(struct cache *c, uint64_t oblock, uint32_t fid, const struct tc_mask *d)
+{
+    /* For tests only: lost sectors that no start resumes (tests of what
+     * a lost sector reads, whose device reads well again after). */
+    const char *t = getenv("TIERCACHE_TEST_NO_DRAIN_PROOFS");
+    if (t && *t == '1')
+        return;
+    struct cfrag f = frag_view(&c->map.idx, fid);
+    struct tc_mask st;
+    frag_stored(&c->map.idx, fid, &st);
+    unsigned dev = space_seg_dev(&c->sp, f.seg);
+    uint64_t base = seg_dev_offset(c, f.seg) / TC_SECTOR;
+    uint8_t *sec = NULL;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(d, s))
+            continue;
+        uint32_t off = f.off + mask_rank(&st, s), crc;
+        if (!verify_lookup(c->verify, f.seg, off, 1, &crc)) {
+            if (sec == NULL)
+                sec = tc_xmalloc(TC_SECTOR);
+            if (!log_read_image(&c->lg, f.seg, off, 1, sec))
+                continue;
+            crc = tc_crc32c(0, sec, TC_SECTOR);
+        }
+        struct lost_proof p = { .where = tc_state_where(dev, base + off), .crc = crc };
+        lost_set_proof(&c->map.lost, oblock, c->spb, s, &p);
+    }
+    free(sec);
+}
+
 /* Returns -1 gone already, 0 dropped (clean), 1 kept on another device,
  * 2 kept here to be drained (drain: d was the last device in service),
  * 3 lost (dropped), 4 kept here to be rescued (another device is in
@@ -422,6 +462,7 @@ static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, 
     /* Kept: the drain writes it back (see the top of this file).  Until
      * then the durable records say lost (lostlog.h). */
     lost_record_pending(c, v->oblock, &dirty);
+    drain_proofs(c, v->oblock, fid, &dirty);
     cache_trace(c, v->oblock, "device %u failed: dirty fragment %u:%u kept to be drained", d,
                 v->seg, v->off);
     *bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
@@ -1142,6 +1183,10 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
             struct tc_mask fm;
             off_service(c, id, d, &fm);
             c->rescue_lost_bytes += (uint64_t)mask_count(&fm) * TC_SECTOR;
+            if (c->stopping) {
+                c->stop_rewrite_lost_bytes += (uint64_t)mask_count(d) * TC_SECTOR;
+                c->stop_rewrite_lost_blocks++;
+            }
             uint64_t unrecorded = c->lost_unrecorded;
             lose_dirty(c, r->oblock, d);
             if (c->lost_unrecorded != unrecorded)

@@ -17,8 +17,20 @@ struct lost_entry {
      * after the write completes.  `unsettled`: cleared since the last
      * such flush began; `settling`: cleared before the one in flight. */
     struct tc_mask unsettled, settling;
+    struct lost_proof *proof;       /* NULL, or one per sector of the block */
+    unsigned proof_n;               /* its length (the block's sectors) */
     struct lost_entry *next;
 };
+
+static void drop_proof(struct lost *l, struct lost_entry *e)
+{
+    if (e->proof == NULL)
+        return;
+    free(e->proof);
+    e->proof = NULL;
+    e->proof_n = 0;
+    l->proof_blocks--;
+}
 
 #define LOST_BUCKETS 1024u
 
@@ -32,6 +44,7 @@ void lost_free(struct lost *l)
         while (l->b[i]) {
             struct lost_entry *e = l->b[i];
             l->b[i] = e->next;
+            free(e->proof);
             free(e);
         }
     free(l->b);
@@ -87,6 +100,7 @@ static void maybe_free(struct lost *l, uint64_t oblock)
         !mask_empty(&e->settling))
         return;
     *pp = e->next;
+    drop_proof(l, e);
     free(e);
     l->blocks--;
 }
@@ -112,6 +126,20 @@ void lost_set(struct lost *l, uint64_t oblock, const struct tc_mask *mask)
         return;
     struct lost_entry *e = get_entry(l, oblock);
     l->sectors -= mask_count(&e->mask);
+    if (e->proof) {
+        /* A sector added or removed loses its proof: only the sectors
+         * that stay lost keep theirs. */
+        struct tc_mask keep = e->mask;
+        mask_and(&keep, mask);
+        bool any = false;
+        for (unsigned s = 0; s < e->proof_n; s++) {
+            if (!mask_test(&keep, s))
+                e->proof[s].where = 0;
+            any |= e->proof[s].where != 0;
+        }
+        if (!any)
+            drop_proof(l, e);
+    }
     e->mask = *mask;
     l->sectors += mask_count(mask);
     maybe_free(l, oblock);
@@ -133,6 +161,65 @@ bool lost_clear(struct lost *l, uint64_t oblock, const struct tc_mask *written)
     mask_or(&e->unsettled, &cleared);
     lost_set(l, oblock, &left);
     return true;
+}
+
+void lost_set_proof(struct lost *l, uint64_t oblock, unsigned spb, unsigned s,
+                    const struct lost_proof *p)
+{
+    struct lost_entry *e = find(l, oblock);
+    if (e == NULL || s >= spb || !mask_test(&e->mask, s) || p->where == 0)
+        return;
+    if (e->proof == NULL) {
+        e->proof = tc_xcalloc(spb, sizeof *e->proof);
+        e->proof_n = spb;
+        l->proof_blocks++;
+    }
+    if (s < e->proof_n)
+        e->proof[s] = *p;
+}
+
+bool lost_get_proof(const struct lost *l, uint64_t oblock, unsigned s, struct lost_proof *p)
+{
+    if (l->proof_blocks == 0)
+        return false;
+    struct lost_entry *e = find(l, oblock);
+    if (e == NULL || e->proof == NULL || s >= e->proof_n || e->proof[s].where == 0 ||
+        !mask_test(&e->mask, s))
+        return false;
+    *p = e->proof[s];
+    return true;
+}
+
+void lost_drop_proofs(struct lost *l)
+{
+    if (l->b == NULL)
+        return;
+    for (unsigned i = 0; i < LOST_BUCKETS && l->proof_blocks; i++)
+        for (struct lost_entry *e = l->b[i]; e; e = e->next)
+            drop_proof(l, e);
+}
+
+void lost_drop_proofs_range(struct lost *l, uint32_t block_size, uint64_t off, uint64_t len)
+{
+    if (l->proof_blocks == 0 || len == 0)
+        return;
+    uint64_t end = off + len;
+    uint32_t spb = block_size / TC_SECTOR;
+    for (unsigned i = 0; i < LOST_BUCKETS && l->proof_blocks; i++)
+        for (struct lost_entry *e = l->b[i]; e; e = e->next) {
+            uint64_t base = e->oblock * block_size;
+            if (e->proof == NULL || base >= end || base + block_size <= off)
+                continue;
+            bool any = false;
+            for (unsigned s = 0; s < e->proof_n && s < spb; s++) {
+                uint64_t so = base + (uint64_t)s * TC_SECTOR;
+                if (so < end && so + TC_SECTOR > off)
+                    e->proof[s].where = 0;
+                any |= e->proof[s].where != 0;
+            }
+            if (!any)
+                drop_proof(l, e);
+        }
 }
 
 bool lost_unsettled(const struct lost *l)

@@ -37,6 +37,14 @@
  * `unsettled` to `settling`, and its end empties `settling` (into
  * `unsettled` again if the settle failed); a settle's end visits the blocks
  * by number, so its callback may change the set.
+ *
+ * Proofs (an abandonment's, abandon.c "Resuming the drain"): a sector of
+ * `mask` may carry where its lost version's data was on the failed device
+ * and its CRC.  A proof lives only while its sector stays in `mask`
+ * without a break: lost_set() drops the proofs of every sector it adds to
+ * or removes from `mask` (a new loss, a write, a drain), so a proof never
+ * outlives the version it names.  `proof_blocks` counts the entries
+ * holding a proof array.
  */
 #ifndef TC_ENGINE_LOST_H
 #define TC_ENGINE_LOST_H
@@ -52,6 +60,14 @@ struct lost {
     struct lost_entry **b;          /* LOST_BUCKETS chains; NULL: none yet */
     uint64_t blocks, sectors;       /* entries (any mask), sectors of `mask` */
     uint64_t unsettled_blocks;      /* entries with unsettled sectors */
+    uint64_t proof_blocks;          /* entries with a proof array */
+};
+
+/* Where a lost sector's version was, and its CRC-32C (where 0: none; the
+ * state file's encoding, format/ondisk.h tc_state_where()). */
+struct lost_proof {
+    uint64_t where;
+    uint32_t crc;
 };
 
 /* Free the entries: the set is empty (and zeroed) again. */
@@ -95,6 +111,17 @@ void lost_settle_begin(struct lost *l);
  * mask (empty: none left), before the block's entry is dropped if empty. */
 void lost_settle_end(struct lost *l, bool ok,
                      void (*fn)(void *arg, uint64_t oblock, const struct tc_mask *m), void *arg);
+/* Sector s (of blocks of spb sectors) of a block, lost now, gets proof p;
+ * nothing if it is not lost now. */
+void lost_set_proof(struct lost *l, uint64_t oblock, unsigned spb, unsigned s,
+                    const struct lost_proof *p);
+/* The proof of sector s of a block (false: none). */
+bool lost_get_proof(const struct lost *l, uint64_t oblock, unsigned s, struct lost_proof *p);
+/* Drop every proof. */
+void lost_drop_proofs(struct lost *l);
+/* Drop the proofs of the sectors of bytes [off, off + len) (blocks of
+ * block_size bytes); the sectors stay lost. */
+void lost_drop_proofs_range(struct lost *l, uint32_t block_size, uint64_t off, uint64_t len);
 /* Every block the durable records must call lost, with lost_get_persisted's mask. */
 void lost_foreach(const struct lost *l,
                   void (*fn)(void *arg, uint64_t oblock, const struct tc_mask *m), void *arg);

@@ -419,6 +419,16 @@ void lost_passthrough(struct ereq *e)
     }
     if (write && wait_for_writebacks(c, e))
         return;
+    /* The state file on disk may prove an older version of these sectors
+     * (a drain's, abandon.c): not after this write. */
+    if (write) {
+        int rc = abandon_proofs_before_write(c, e->off, e->len);
+        if (rc < 0) {
+            e->err = -EIO;
+            e->complete(e);
+            return;
+        }
+    }
     if (e->op == TC_OP_FLUSH && cache_drain_hold(c, e, lost_passthrough))
         return;     /* until the drained data is on the origin (failure.c) */
     if (e->op == TC_OP_FLUSH) {

@@ -492,7 +492,7 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  * (engine/abandon.c); the format does not depend on them.
  *
  *   0    magic "TCSTATE\1"        u64
- *   8    version (1 or 2)          u32
+ *   8    version (1, 2 or 3)       u32
  *   12   CRC-32C of bytes [0, length) with this field zero   u32
  *   16   set UUID                  16 bytes
  *   32   flags (TC_STATE_*)        u32
@@ -501,9 +501,11 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  *                                  are untrusted (TC_STATE_ABANDONED)
  *   48   written (Unix ns)         u64
  *   56   entry count               u64
- *   64   (version 2) stop_seq      u64: TC_STATE_STOP_LOST, below
+ *   64   (version 2, 3) stop_seq   u64: TC_STATE_STOP_LOST, below
  *   64 or 72: entries: origin block u64, then its lost-sector mask in
- *        ceil(spb / 64) u64 words; length = header + count * entry size
+ *        ceil(spb / 64) u64 words; (version 3) then spb proofs, one per
+ *        sector of the block, 12 bytes each (below); length = header +
+ *        count * entry size
  *
  * The entries are the lost set as it is now: the sectors whose newest
  * acknowledged version was lost with the cache, minus those written again
@@ -522,17 +524,42 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  * file, or rewrites it without the flag (version 1) if it records an
  * abandonment too.  Builds that know only version 1 refuse a version 2
  * file, instead of serving the copies it keeps out.
+ *
+ * Version 3 adds the proofs of an abandonment's lost sectors, so that a
+ * drain of the failed device that a kill, a crash or a stop cut short is
+ * resumed at the next start (engine/abandon.c, "Resuming the drain").  A
+ * sector's proof says where its dirty version was when the last device
+ * failed and what it held:
+ *
+ *   0    where   u64: 0, no proof; else bits 56..63 the device index + 1
+ *                (its slot in the set), bits 0..55 the 4 KiB sector on that
+ *                device holding the version's data
+ *   8    crc     u32: the CRC-32C of that 4 KiB sector, as its chunk
+ *                header recorded it (or of the data the failed write held)
+ *
+ * Only sectors lost by the abandonment itself carry one, and a sector
+ * loses it the moment it leaves the lost set (written again, drained) or
+ * is lost anew: a proof never names an older version than the one lost.
+ * The next start reads each proven sector back, and a sector whose data
+ * matches the CRC is written to the origin, the origin flushed, and only
+ * then the sector dropped from the lost set (this file rewritten, without
+ * proofs, before anything is appended to the cache: the log that held the
+ * data is reused from then on).  A sector that does not read or does not
+ * match stays lost (EIO).  A file with no proof is written as version 1
+ * or 2, as before; builds that know only versions 1 and 2 refuse version 3.
  */
 #define TC_STATE_MAGIC          0x0145544154534354ull   /* "TCSTATE\1" */
-#define TC_STATE_VERSION        2u      /* the highest version read */
+#define TC_STATE_VERSION        3u      /* the highest version read */
 #define TC_STATE_ABANDONED      (1u << 0)
 #define TC_STATE_STOP_LOST      (1u << 1)       /* version 2 only */
 #define TC_STATE_HDR            64u     /* version 1 */
-#define TC_STATE_HDR_V2         72u
+#define TC_STATE_HDR_V2         72u     /* versions 2 and 3 */
+#define TC_STATE_PROOF_BYTES    12u     /* version 3: per sector of an entry */
 
 struct tc_state {
     uint8_t set_uuid[16];
-    uint32_t version;               /* 1, or 2 with TC_STATE_STOP_LOST */
+    uint32_t version;               /* 1, 2 (may carry TC_STATE_STOP_LOST) or 3
+                                       (may too; entries carry proofs) */
     uint32_t flags;
     uint32_t spb;
     uint64_t abandoned_seq;
@@ -545,11 +572,21 @@ static inline size_t tc_state_hdr(uint32_t version)
 {
     return version >= 2 ? TC_STATE_HDR_V2 : TC_STATE_HDR;
 }
-static inline size_t tc_state_entry_size(unsigned spb) { return 8 + 8 * (size_t)((spb + 63) / 64); }
+static inline size_t tc_state_entry_size(uint32_t version, unsigned spb)
+{
+    return 8 + 8 * (size_t)((spb + 63) / 64) + (version >= 3 ? (size_t)TC_STATE_PROOF_BYTES * spb : 0);
+}
 static inline size_t tc_state_bytes(uint32_t version, unsigned spb, uint64_t count)
 {
-    return tc_state_hdr(version) + (size_t)count * tc_state_entry_size(spb);
+    return tc_state_hdr(version) + (size_t)count * tc_state_entry_size(version, spb);
 }
+/* A version 3 proof's where: device index dev, 4 KiB sector on it. */
+static inline uint64_t tc_state_where(unsigned dev, uint64_t dev_sector)
+{
+    return (uint64_t)(dev + 1) << 56 | dev_sector;
+}
+static inline unsigned tc_state_where_dev(uint64_t where) { return (unsigned)(where >> 56) - 1; }
+static inline uint64_t tc_state_where_sector(uint64_t where) { return where & ((1ull << 56) - 1); }
 /* Encode the header into buf (tc_state_bytes() long, entries already
  * written by state_entry_put()), computing the checksum last. */
 void state_encode(uint8_t *buf, const struct tc_state *st);
@@ -561,6 +598,11 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
 /* Entry i of a decoded state: the block and its mask (words). */
 void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_t i,
                      uint64_t *oblock, uint64_t *mask);
+/* Version 3: the proof of sector s of entry i (where 0: none). */
+void state_proof_put(uint8_t *buf, unsigned spb, uint64_t i, unsigned s, uint64_t where,
+                     uint32_t crc);
+void state_proof_get(const uint8_t *buf, unsigned spb, uint64_t i, unsigned s, uint64_t *where,
+                     uint32_t *crc);
 
 /* ---- sequence record: the newest log chunk the daemon saw durable ---- */
 
@@ -575,7 +617,7 @@ void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_
  * whole (a temporary file, fdatasync, rename, fsync of the directory).
  *
  *   0    magic "TCSEQRC\1"        u64
- *   8    version (1 or 2)          u32
+ *   8    version (1, 2 or 3)       u32
  *   12   CRC-32C of bytes [0, length) with this field zero   u32
  *   16   set UUID                  16 bytes
  *   32   device count              u32 (1..TC_MAX_DEVICES)

@@ -16,7 +16,7 @@ static unsigned words(unsigned spb) { return (spb + 63) / 64; }
 void state_entry_put(uint8_t *buf, uint32_t version, unsigned spb, uint64_t i, uint64_t oblock,
                      const uint64_t *mask)
 {
-    uint8_t *p = buf + tc_state_hdr(version) + i * tc_state_entry_size(spb);
+    uint8_t *p = buf + tc_state_hdr(version) + i * tc_state_entry_size(version, spb);
     le64_put(p, oblock);
     for (unsigned w = 0; w < words(spb); w++)
         le64_put(p + 8 + 8 * w, mask[w]);
@@ -25,10 +25,32 @@ void state_entry_put(uint8_t *buf, uint32_t version, unsigned spb, uint64_t i, u
 void state_entry_get(const uint8_t *buf, uint32_t version, unsigned spb, uint64_t i,
                      uint64_t *oblock, uint64_t *mask)
 {
-    const uint8_t *p = buf + tc_state_hdr(version) + i * tc_state_entry_size(spb);
+    const uint8_t *p = buf + tc_state_hdr(version) + i * tc_state_entry_size(version, spb);
     *oblock = le64_get(p);
     for (unsigned w = 0; w < words(spb); w++)
         mask[w] = le64_get(p + 8 + 8 * w);
+}
+
+static size_t proof_at(unsigned spb, uint64_t i, unsigned s)
+{
+    return tc_state_hdr(3) + i * tc_state_entry_size(3, spb) + 8 + 8 * (size_t)words(spb) +
+           (size_t)TC_STATE_PROOF_BYTES * s;
+}
+
+void state_proof_put(uint8_t *buf, unsigned spb, uint64_t i, unsigned s, uint64_t where,
+                     uint32_t crc)
+{
+    uint8_t *p = buf + proof_at(spb, i, s);
+    le64_put(p, where);
+    le32_put(p + 8, where ? crc : 0);
+}
+
+void state_proof_get(const uint8_t *buf, unsigned spb, uint64_t i, unsigned s, uint64_t *where,
+                     uint32_t *crc)
+{
+    const uint8_t *p = buf + proof_at(spb, i, s);
+    *where = le64_get(p);
+    *crc = le32_get(p + 8);
 }
 
 void state_encode(uint8_t *buf, const struct tc_state *st)
@@ -93,7 +115,7 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
         snprintf(err, errlen, "state file: bad sectors per block %u", st->spb);
         return -1;
     }
-    if (st->count > (len - tc_state_hdr(version)) / tc_state_entry_size(st->spb) ||
+    if (st->count > (len - tc_state_hdr(version)) / tc_state_entry_size(version, st->spb) ||
         tc_state_bytes(version, st->spb, st->count) != len) {
         snprintf(err, errlen, "state file: %zu bytes do not hold %llu entries", len,
                  (unsigned long long)st->count);
@@ -111,6 +133,18 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
             snprintf(err, errlen, "state file: entry %llu has sectors beyond its block",
                      (unsigned long long)i);
             return -1;
+        }
+        for (unsigned s = 0; version >= 3 && s < st->spb; s++) {
+            uint64_t where;
+            uint32_t crc;
+            state_proof_get(buf, st->spb, i, s, &where, &crc);
+            /* A proof only for a lost sector, of a device of the set. */
+            if (where != 0 && (!(m[s / 64] >> (s % 64) & 1) ||
+                               tc_state_where_dev(where) >= TC_MAX_DEVICES)) {
+                snprintf(err, errlen, "state file: entry %llu has a bad proof for sector %u",
+                         (unsigned long long)i, s);
+                return -1;
+            }
         }
     }
     return 0;
