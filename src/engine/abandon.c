@@ -1567,38 +1567,62 @@ static void resume_count_lost(void *arg, uint64_t oblock, const struct tc_mask *
 }
 
 /* Read the proven sectors of block ob into buf (laid out by sector): the
- * mask of those that read and match their CRC. */
+ * mask of those that read and match their CRC.  Sectors whose proofs name
+ * consecutive sectors of one device (a chunk's data is laid out so) are
+ * read in one request: a block of 16 sectors is one read, not 16. */
 static void resume_read(struct cache *c, uint64_t ob, uint8_t *buf, struct tc_mask *ok,
                         uint64_t *failed)
 {
     mask_clear(ok);
-    for (unsigned s = 0; s < c->spb; s++) {
-        struct lost_proof p;
-        if (!lost_get_proof(&c->map.lost, ob, s, &p))
-            continue;
-        unsigned d = tc_state_where_dev(p.where);
-        uint64_t off = tc_state_where_sector(p.where) * TC_SECTOR;
-        uint8_t *sec = buf + (size_t)s * TC_SECTOR;
-        int err = -ENODEV;
-        if (d < c->ndevs && c->devs[d].dev != NULL &&
-            off >= c->devs[d].sb.data_offset && off + TC_SECTOR <= c->devs[d].dev->size)
-            err = dev_sync_io(c->devs[d].dev, TC_DEV_READ, sec, off, TC_SECTOR, 0);
-        if (err == 0 && tc_crc32c(0, sec, TC_SECTOR) == p.crc) {
-            ok->w[s / 64] |= 1ull << (s % 64);
+    struct lost_proof p[TC_MASK_WORDS * 64];
+    bool have[TC_MASK_WORDS * 64];
+    for (unsigned s = 0; s < c->spb; s++)
+        have[s] = lost_get_proof(&c->map.lost, ob, s, &p[s]);
+    for (unsigned s = 0; s < c->spb;) {
+        if (!have[s]) {
+            s++;
             continue;
         }
-        (*failed)++;
-        char name[64];
-        snprintf(name, sizeof name, "%s", d < c->ndevs ? c->devs[d].dev->name : "?");
-        if (err)
-            tc_warn("cache: resumed drain: sector %u of origin block %llu: cannot read its data "
-                    "on device %u (%s) at byte %llu: %s; it stays lost", s,
-                    (unsigned long long)ob, d, name, (unsigned long long)off, strerror(-err));
-        else
-            tc_warn("cache: resumed drain: sector %u of origin block %llu: the data on device "
-                    "%u (%s) at byte %llu does not match the checksum recorded at the "
-                    "abandonment (damaged or overwritten since); it stays lost", s,
-                    (unsigned long long)ob, d, name, (unsigned long long)off);
+        /* The run [s, e): proofs of consecutive sectors on one device. */
+        unsigned e = s + 1;
+        while (e < c->spb && have[e] && p[e].where == p[e - 1].where + 1)
+            e++;
+        unsigned d = tc_state_where_dev(p[s].where);
+        uint64_t off = tc_state_where_sector(p[s].where) * TC_SECTOR;
+        uint64_t len = (uint64_t)(e - s) * TC_SECTOR;
+        int err = -ENODEV;
+        if (d < c->ndevs && c->devs[d].dev != NULL &&
+            off >= c->devs[d].sb.data_offset && off + len <= c->devs[d].dev->size)
+            err = dev_sync_io(c->devs[d].dev, TC_DEV_READ, buf + (size_t)s * TC_SECTOR, off,
+                              len, 0);
+        for (unsigned k = s; k < e; k++) {
+            uint8_t *sec = buf + (size_t)k * TC_SECTOR;
+            uint64_t koff = off + (uint64_t)(k - s) * TC_SECTOR;
+            int kerr = err;
+            /* A run that failed to read is read again sector by sector:
+             * one bad sector keeps only itself lost. */
+            if (err && e - s > 1 && err != -ENODEV)
+                kerr = dev_sync_io(c->devs[d].dev, TC_DEV_READ, sec, koff, TC_SECTOR, 0);
+            if (kerr == 0 && tc_crc32c(0, sec, TC_SECTOR) == p[k].crc) {
+                mask_set(ok, k);
+                continue;
+            }
+            (*failed)++;
+            char name[64];
+            snprintf(name, sizeof name, "%s",
+                     d < c->ndevs && c->devs[d].dev ? c->devs[d].dev->name : "?");
+            if (kerr)
+                tc_warn("cache: resumed drain: sector %u of origin block %llu: cannot read its "
+                        "data on device %u (%s) at byte %llu: %s; it stays lost", k,
+                        (unsigned long long)ob, d, name, (unsigned long long)koff,
+                        strerror(-kerr));
+            else
+                tc_warn("cache: resumed drain: sector %u of origin block %llu: the data on "
+                        "device %u (%s) at byte %llu does not match the checksum recorded at "
+                        "the abandonment (damaged or overwritten since); it stays lost", k,
+                        (unsigned long long)ob, d, name, (unsigned long long)koff);
+        }
+        s = e;
     }
 }
 
