@@ -10,7 +10,9 @@
  *                   applying FILE backwards (tests/tools/undo) gives the
  *                   device exactly as a power failure would have left it if
  *                   it kept nothing that was not flushed: the worst case a
- *                   volatile write cache allows.
+ *                   volatile write cache allows.  A write with FUA is
+ *                   durable once done: its range then holds its data
+ *                   whatever the undo file takes back (see fua_keep()).
  *   undo_append=FILE  as undo=, but the records FILE already holds are
  *                   kept: those of an earlier daemon on the same device,
  *                   killed before a flush covered them.  A restart of the
@@ -130,6 +132,7 @@ struct test_io {
     struct tc_dev_io *outer;
     bool hold_reply;            /* done now, completed once hold_when is gone */
     off_t flush_mark;           /* undo bytes ever recorded when the flush was sent */
+    off_t rec_mark;             /* write: undo bytes ever recorded before its record */
 };
 
 /* A flush makes durable the writes sent before it: drop their undo
@@ -170,6 +173,53 @@ static int undo_forget(struct dev_test *d, off_t upto)
     return rc;
 }
 
+/* A write with FUA is durable once done, as if a flush had followed it --
+ * but only its own data: the unflushed writes before it, of its range or
+ * any other, stay as volatile as they were.  Undoing the records of the
+ * file newest first, its own record and those of earlier writes that
+ * overlap its range would put back, within the range, what it replaced:
+ * their old contents there become its data instead, so the range reads its
+ * data after an undo, and outside the range they put back what they did.
+ * Records keep their places and sizes (flush marks, undo --keep and --drop
+ * count them); later records are left as they are (they saved what they
+ * found, its data or newer).  A kill in the middle of the rewrite leaves
+ * whole records, some bytes of the range its data and some older: a torn
+ * write, which a write not yet acknowledged may be. */
+static int fua_keep(struct dev_test *d, const struct tc_dev_io *w, off_t rec_end)
+{
+    uint8_t *data = NULL;
+    if (w->op == TC_DEV_ZERO) {
+        data = tc_xcalloc(1, w->len);
+    } else if (w->op == TC_DEV_TRIM) {
+        /* What the device reads there now: a trimmed range's contents. */
+        data = tc_xcalloc(1, w->len);
+        if (pread(d->raw_fd, data, w->len, (off_t)w->off) < 0) {
+            free(data);
+            return -errno;
+        }
+    }
+    const uint8_t *src = data ? data : w->buf;
+    int rc = 0;
+    for (off_t at = 0; at < rec_end;) {
+        uint8_t hdr[16];
+        if (pread(d->undo_fd, hdr, sizeof hdr, at) != (ssize_t)sizeof hdr) {
+            rc = -EIO;
+            break;
+        }
+        uint64_t off = le64_get(hdr), len = le64_get(hdr + 8);
+        uint64_t from = off > w->off ? off : w->off;
+        uint64_t to = off + len < w->off + w->len ? off + len : w->off + w->len;
+        if (from < to && pwrite(d->undo_fd, src + (from - w->off), to - from,
+                                at + 16 + (off_t)(from - off)) != (ssize_t)(to - from)) {
+            rc = -EIO;
+            break;
+        }
+        at += 16 + (off_t)len;
+    }
+    free(data);
+    return rc;
+}
+
 static void inner_done(struct tc_dev_io *dio, int err)
 {
     struct test_io *t = container_of(dio, struct test_io, inner);
@@ -183,6 +233,14 @@ static void inner_done(struct tc_dev_io *dio, int err)
         err = undo_forget(d, t->flush_mark - d->undo_dropped);
         if (err == 0)
             d->undo_dropped = t->flush_mark;
+    }
+    if (err == 0 && (outer->flags & TC_DEV_FUA) && outer->op != TC_DEV_FLUSH &&
+        d->undo_fd >= 0 && t->rec_mark >= d->undo_dropped) {
+        /* Its record not yet forgotten by a flush. */
+        err = fua_keep(d, outer, t->rec_mark - d->undo_dropped + 16 + (off_t)outer->len);
+        if (err)
+            tc_error("testdev %s: cannot record the FUA write at offset %llu as durable: %s",
+                     outer->dev->name, (unsigned long long)outer->off, strerror(-err));
     }
     bool hold = t->hold_reply;
     free(t);
@@ -331,8 +389,10 @@ static void test_issue(struct dev_test *d, struct tc_dev_io *dio, bool hold_repl
         dev_complete(dio, -EIO);
         return;
     }
+    off_t rec_mark = 0;
     if (d->undo_fd >= 0 && (dio->op == TC_DEV_WRITE || dio->op == TC_DEV_ZERO ||
                             dio->op == TC_DEV_TRIM)) {
+        rec_mark = d->undo_dropped + lseek(d->undo_fd, 0, SEEK_CUR);
         int rc = save_old(d, dio->off, dio->len);
         if (rc) {
             tc_error("testdev %s: cannot record the undo data: %s", dev->name, strerror(-rc));
@@ -343,6 +403,7 @@ static void test_issue(struct dev_test *d, struct tc_dev_io *dio, bool hold_repl
     struct test_io *t = tc_xcalloc(1, sizeof *t);
     t->outer = dio;
     t->hold_reply = hold_reply;
+    t->rec_mark = rec_mark;
     if (dio->op == TC_DEV_FLUSH && d->undo_fd >= 0)
         t->flush_mark = d->undo_dropped + lseek(d->undo_fd, 0, SEEK_CUR);
     t->inner.op = dio->op;
