@@ -482,6 +482,13 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
     }
     for (uint32_t i = 0; hold && i < pl->nsegs; i++)
         TC_ASSERT_ALWAYS(space_hold(&c->sp, pl->segs[i]));
+    /* Held segments leave the free count as a new group's do, and the
+     * cleaner looks at that count only when kicked (a group opening, an
+     * append waiting for room): without this kick a hold that takes the
+     * log below its low water mark leaves the cleaner idle until the next
+     * group opens -- on a quiet log, for ever. */
+    if (hold)
+        cleaner_kick(c);
     pl->len = wr->len;
     pl->crc = tc_crc32c(0, wr->buf, wr->len);
     uint64_t pieces = 0;
