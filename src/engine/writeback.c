@@ -166,10 +166,15 @@ struct wb_block {
     size_t size;
     bool ok, failed;
     int err;                    /* failed: its run's write error */
-    /* A block being drained whose read failed: read again sector by
-     * sector (probe_s the next), good and bad the outcome. */
+    /* A block being drained whose read failed, or one whose read found
+     * damage (damage_probe): read again sector by sector (probe_s the
+     * next), good and bad the outcome.  bad: sectors that failed -- in a
+     * damage probe, only those proven damaged (-EBADMSG); a sector that
+     * could not be read at all is neither good nor bad then, and stays
+     * dirty for a later attempt. */
     unsigned probe_s;
     struct tc_mask good, bad;
+    bool damage_probe;
     bool dirty_only;            /* valid narrowed to dirty after a checksum mismatch */
 };
 
@@ -986,22 +991,28 @@ static bool block_draining(struct cache *c, uint64_t oblock, const struct tc_mas
 
 static void block_read(void *arg, int err);
 
-/* A drained block that could not be read whole: each of its cached
- * sectors alone.  Dirty sectors that fail are lost now -- the only copy
- * cannot be read back, or does not match its checksum -- and the rest is
- * written back.  Lost sectors are taken out of the dirty set (marked
- * clean: the lost set makes every read of them fail with EIO, before any
- * copy is looked at, until a client writes them again), so no pass tries
- * them again. */
+/* A drained block that could not be read whole, or a block whose dirty
+ * data does not match its checksums (damage_probe): each of its cached
+ * sectors alone.  Lost now: in a drain, dirty sectors on the draining
+ * device that fail -- the only copy cannot be read back, or does not
+ * match its checksum; in a damage probe, dirty sectors proven damaged
+ * (a checksum mismatch is not a device that may read fine later: trying
+ * again would fail the same way for ever, keep the block's intact
+ * sectors from the origin, and fail client writes that need the block
+ * written back).  The rest is written back.  Lost sectors are taken out
+ * of the dirty set (marked clean: the lost set makes every read of them
+ * fail with EIO, before any copy is looked at, until a client writes
+ * them again), so no pass tries them again.  The cleaner does the same
+ * when it meets the damage first (cleaner.c, later_read()). */
 static void probe_next(struct wb_block *b);
 
 static void probe_read(void *arg, int err)
 {
     struct wb_block *b = arg;
-    if (err)
-        mask_set(&b->bad, b->probe_s);
-    else
+    if (err == 0)
         mask_set(&b->good, b->probe_s);
+    else if (!b->damage_probe || err == -EBADMSG)
+        mask_set(&b->bad, b->probe_s);
     b->probe_s++;
     probe_next(b);
 }
@@ -1024,15 +1035,33 @@ static void probe_next(struct wb_block *b)
      * would without a drain (that device's errors are its own affair). */
     struct tc_mask lost = b->bad, dm;
     uint32_t id = index_lookup(&c->map.idx, b->oblock);
-    cache_drain_mask(c, id, &dm);
     mask_and(&lost, &b->dirty);
-    mask_and(&lost, &dm);
+    if (id != NIL) {
+        /* Still dirty now: the cleaner may have met the damage meanwhile
+         * and recorded it lost (then clean) -- a loss is counted once. */
+        struct tc_mask now_valid, now_dirty;
+        ce_get_masks(&c->map.idx, id, &now_valid, &now_dirty);
+        mask_and(&lost, &now_dirty);
+    }
+    if (!b->damage_probe) {
+        cache_drain_mask(c, id, &dm);
+        mask_and(&lost, &dm);
+    }
     if (!mask_empty(&lost) && id != NIL && block_gen(c->locks, b->oblock) == b->gen) {
         uint64_t base = b->oblock * c->block_size;
-        tc_error("cache: %u dirty sectors of origin block %llu (bytes %llu..%llu) cannot be "
-                 "read back from the failed cache device and are lost; reads of them fail "
-                 "with EIO until rewritten", mask_count(&lost), (unsigned long long)b->oblock,
-                 (unsigned long long)base, (unsigned long long)(base + c->block_size - 1));
+        if (b->damage_probe)
+            tc_error("writeback: %u dirty sectors of origin block %llu (bytes %llu..%llu) "
+                     "are damaged in the cache (they do not match their checksums) and are "
+                     "lost; reads of them fail with EIO until rewritten; the block's other "
+                     "dirty sectors are written back", mask_count(&lost),
+                     (unsigned long long)b->oblock, (unsigned long long)base,
+                     (unsigned long long)(base + c->block_size - 1));
+        else
+            tc_error("cache: %u dirty sectors of origin block %llu (bytes %llu..%llu) cannot "
+                     "be read back from the failed cache device and are lost; reads of them "
+                     "fail with EIO until rewritten", mask_count(&lost),
+                     (unsigned long long)b->oblock, (unsigned long long)base,
+                     (unsigned long long)(base + c->block_size - 1));
         map_lose_dirty(c, b->oblock, &lost);
         if (c->abandoned)
             abandon_lost_changed(c);
@@ -1068,6 +1097,18 @@ static void block_read(void *arg, int err)
         b->dirty_only = true;
         b->valid = b->dirty;
         cache_gather_robust(c, b->oblock, &b->valid, b->data, block_read, b);
+        return;
+    }
+    if (err == -EBADMSG && !c->data_free && !b->damage_probe) {
+        /* Every dirty sector read, and some proven damaged (no mirror
+         * copy matched either): find which, sector by sector. */
+        b->damage_probe = true;
+        b->dirty_only = true;
+        b->valid = b->dirty;
+        b->probe_s = 0;
+        mask_clear(&b->good);
+        mask_clear(&b->bad);
+        probe_next(b);
         return;
     }
     if (err) {
