@@ -213,14 +213,16 @@ void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blo
  * Its log is never trusted again, so what a stop leaves there is lost. */
 bool tc_volume_draining(const struct tc_volume *vol);
 
-/* Whether a cache device that is a file lost its name while served
+/* Whether a cache device that is a file (or a block device path, found
+ * while serving: engine/volume.c) lost its name while served
  * (removed, or another file -- a copy, a backup -- renamed over it): its
  * log ends with the daemon's descriptor, dirty data included (unless it
  * was found so while serving: the device was failed then, its dirty data
  * drained or rescued; this still says so).  why names the device and what
  * its path names now.  False without a cache or after a detach. */
 bool tc_volume_cache_unlinked(const struct tc_volume *vol, char *why, size_t len);
-/* Whether a file origin lost its name while served (removed or replaced;
+/* Whether a file origin, or an origin given as a block device path, lost
+ * its name while served (removed or replaced: io/dev.h dev_block_path();
  * found by the check made once a second and at each FLUSH): every write
  * and flush has failed with EIO since.  why names the origin and what its
  * path names now. */

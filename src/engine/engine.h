@@ -120,9 +120,11 @@ struct tc_volume {
     bool fenced;
     /* The paths' check (volume.c, paths_check()): once a second and at
      * each FLUSH, whether a file origin or a cache file still has its name
-     * (io/dev.h, dev_file_unlinked()).  A cache file that lost it is failed
-     * (engine/failure.c: its dirty data goes to the origin or the devices
-     * left, read through the descriptor, and nothing stays only in it); an
+     * (io/dev.h, dev_file_unlinked()), and a block device's path still
+     * names its device number (dev_block_path()).  A cache device that
+     * lost it is failed (engine/failure.c: its dirty data goes to the
+     * origin or the devices left, read through the descriptor, and
+     * nothing stays only in it); an
      * origin that lost it refuses every write and flush (its writes could
      * not be made durable under its name): origin_gone, set once, never
      * cleared.  The reasons are kept for status and the stop. */

@@ -96,8 +96,12 @@ static int origin_record_check(const struct tc_volume_config *cfg, const struct 
  * operator's `mv backup.img origin.img`, `cp c.img x; mv x c.img`, `rm`).
  * What is written to it from then on lives only in the descriptor's inode
  * (gone at exit, or at least not under the name the next start opens).
+ * Likewise a block device (a disk, a loop device) whose path -- the node,
+ * or a symlink such as /dev/disk/by-id/... -- names another device number
+ * or none: what is written to it stays on the device open, but the next
+ * start opens what the path names then (dev_path_lost()).
  * Acted on at once:
- *  - a cache file is failed as a device that failed (failure.c): with
+ *  - a cache device is failed as a device that failed (failure.c): with
  *    other devices its dirty data is copied onto them, the last one drains
  *    it to the origin, read through the descriptor, which still reads; a
  *    FLUSH is answered only once what it covers is durable there.  No
@@ -107,23 +111,59 @@ static int origin_record_check(const struct tc_volume_config *cfg, const struct 
  *    not be made durable under its name.  Reads go on from the
  *    descriptor (what the clients last wrote there, or the cache's), the
  *    cache's dirty data stays dirty (its write-backs are refused too), and
- *    the next start refuses the file now at the path: its identity is not
- *    the one the cache's superblock records (cache.c).
- * Block devices and NBD exports are not looked at: a device node is not
- * replaced by a copy, and a device that vanishes fails its I/O, which the
- * failure paths see. */
+ *    the next start refuses the file or device now at the path: its
+ *    identity is not the one the cache's superblock records (cache.c).
+ * NBD exports are not looked at: a device that vanishes fails its I/O,
+ * which the failure paths see. */
+
+/* Whether device d lost its name (why says how).  A file: at once
+ * (dev_file_unlinked()).  A block device whose path names another device
+ * number (or no block device): at once.  One whose path names nothing:
+ * only when a look at least PATH_GONE_CONFIRM_NS after the first that
+ * found it so finds it so again -- udev making a node or a symlink again
+ * leaves the path empty for a moment, and the device's data is not at
+ * risk meanwhile (unlike a file's, it outlives the descriptor).  A node
+ * made again with the same device number is the same device
+ * (dev_block_path() compares st_rdev, not the inode). */
+#define PATH_GONE_CONFIRM_NS (PATH_CHECK_NS / 2)
+static bool dev_path_lost(struct tc_dev *d, const char *role, char *why, size_t len)
+{
+    if (dev_file_unlinked(d, why, len))
+        return true;
+    switch (dev_block_path(d, why, len)) {
+    case DEV_PATH_SAME:
+        if (d->path_gone_ns)
+            tc_info("%s %s: its path names it again", role, d->name);
+        d->path_gone_ns = 0;
+        return false;
+    case DEV_PATH_OTHER:
+        return true;
+    case DEV_PATH_GONE:
+        break;
+    }
+    uint64_t now = tc_now_ns();
+    if (d->path_gone_ns == 0) {
+        d->path_gone_ns = now ? now : 1;
+        tc_warn("%s %s; looked at again within a second or two (a node being made again "
+                "comes back)", role, why);
+        return false;
+    }
+    return now - d->path_gone_ns >= PATH_GONE_CONFIRM_NS;
+}
+
 static void paths_check(struct tc_volume *vol)
 {
     char why[1024];
     if (!vol->origin_gone && !vol->read_only &&
-        dev_file_unlinked(vol->origin, why, sizeof why)) {
+        dev_path_lost(vol->origin, "origin", why, sizeof why)) {
+        const char *what = vol->origin->is_block_device ? "device" : "file";
         vol->origin_gone = true;
         vol->origin->refuse_writes = true;
         snprintf(vol->origin_gone_why, sizeof vol->origin_gone_why, "%s", why);
         tc_error("origin %s while this daemon served it: every write and flush fails with EIO "
                  "from now on (it could not be made durable under that name); reads go on from "
-                 "the file this daemon has open, and the cache's dirty data stays in the "
-                 "cache", why);
+                 "the %s this daemon has open, and the cache's dirty data stays in the "
+                 "cache", why, what);
     }
     struct cache *c = vol->cache;
     if (c == NULL || vol->detached || vol->cache_failed || vol->gate || vol->attaching ||
@@ -131,14 +171,20 @@ static void paths_check(struct tc_volume *vol)
         return;         /* a stop looks again (tc_volume_cache_unlinked()) */
     for (unsigned d = 0; d < c->ndevs; d++) {
         if (c->devs[d].state != CDEV_OK || c->devs[d].dev == NULL ||
-            !dev_file_unlinked(c->devs[d].dev, why, sizeof why))
+            !dev_path_lost(c->devs[d].dev, "cache device", why, sizeof why))
             continue;
         if (vol->cache_gone_why[0] == '\0')
             snprintf(vol->cache_gone_why, sizeof vol->cache_gone_why, "%s", why);
-        tc_error("cache device %s while this daemon served it: its log goes when the daemon "
-                 "exits, so the device is failed now and its dirty data written back (or "
-                 "copied to the other devices) at once, read through the file this daemon "
-                 "has open", why);
+        if (c->devs[d].dev->is_block_device)
+            tc_error("cache device %s while this daemon served it: the next start would not "
+                     "find its log under that name, so the device is failed now and its dirty "
+                     "data written back (or copied to the other devices) at once, read through "
+                     "the device this daemon has open", why);
+        else
+            tc_error("cache device %s while this daemon served it: its log goes when the "
+                     "daemon exits, so the device is failed now and its dirty data written "
+                     "back (or copied to the other devices) at once, read through the file "
+                     "this daemon has open", why);
         cache_device_fail(c, d, why);
     }
 }
@@ -152,22 +198,28 @@ static void path_timer_fn(struct tc_timer *t)
     timer_arm(vol->reactor, &vol->path_timer, PATH_CHECK_NS);
 }
 
-/* Whether any of the volume's devices is a file (the paths' check has
- * something to look at). */
-static bool has_file(const struct tc_volume *vol)
+/* Whether any of the volume's devices is a file or a local block device
+ * (the paths' check has something to look at). */
+static bool watched(const struct tc_dev *d)
 {
     uint64_t ns;
-    if (dev_file_mtime(vol->origin, &ns))
+    unsigned maj, min;
+    return d && (dev_file_mtime(d, &ns) || dev_block_number(d, &maj, &min));
+}
+
+static bool has_watched(const struct tc_volume *vol)
+{
+    if (watched(vol->origin))
         return true;
     for (unsigned d = 0; vol->cache && d < vol->cache->ndevs; d++)
-        if (vol->cache->devs[d].dev && dev_file_mtime(vol->cache->devs[d].dev, &ns))
+        if (watched(vol->cache->devs[d].dev))
             return true;
     return false;
 }
 
 void volume_paths_watch(struct tc_volume *vol)
 {
-    if (!vol->cfg.data_free && !vol->closing && !vol->path_timer.armed && has_file(vol))
+    if (!vol->cfg.data_free && !vol->closing && !vol->path_timer.armed && has_watched(vol))
         timer_arm(vol->reactor, &vol->path_timer, PATH_CHECK_NS);
 }
 

@@ -200,6 +200,9 @@ struct tc_dev {
      * flush fails with EIO from then on, without reaching the device;
      * reads go on. */
     bool refuse_writes;
+    /* The owner's paths' check (engine/volume.c): when a block device's
+     * path was first seen naming nothing, or 0 (it names the device). */
+    uint64_t path_gone_ns;
     /* Completions never run inside dev_submit(): a request that finishes
      * at once (an error found before any I/O, a fault layer) is queued
      * here and completed from the reactor, so the caller's state is never
@@ -235,6 +238,21 @@ bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns);
  * (EACCES, EIO: nothing is known).  One fstat() and one stat(): cheap
  * enough for once a second and each FLUSH (engine/volume.c). */
 bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len);
+/* What a local block device's path names now, against the device open
+ * (stat() of the path, following symlinks such as /dev/disk/by-id/...,
+ * against fstat() of the descriptor: st_rdev):
+ *   DEV_PATH_SAME   the same device number -- also when the node or the
+ *                   symlink was made again (udev), another inode of it;
+ *   DEV_PATH_OTHER  another device number, or no block device: the path
+ *                   was pointed at another device (why says which);
+ *   DEV_PATH_GONE   nothing (ENOENT, ENOTDIR): removed, or a node being
+ *                   made again (why says so; the caller confirms it at a
+ *                   later look, engine/volume.c).
+ * DEV_PATH_SAME for any other device (files: dev_file_unlinked()), when
+ * fstat() fails, or when the path cannot be looked up for another reason
+ * (EACCES, EIO: nothing is known).  One fstat() and one stat(). */
+enum dev_path { DEV_PATH_SAME, DEV_PATH_OTHER, DEV_PATH_GONE };
+enum dev_path dev_block_path(const struct tc_dev *d, char *why, size_t len);
 /* A local block device's number, into *maj and *min; false for any other
  * device (io/writecount.c reads its counts by it). */
 bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min);

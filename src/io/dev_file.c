@@ -492,6 +492,34 @@ bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len)
     return true;
 }
 
+enum dev_path dev_block_path(const struct tc_dev *d, char *why, size_t len)
+{
+    if (d->ops != &file_ops || !d->is_block_device)
+        return DEV_PATH_SAME;
+    const struct dev_file *f = container_of(d, const struct dev_file, dev);
+    struct stat st, now;
+    if (fstat(f->fd, &st) < 0 || !S_ISBLK(st.st_mode))
+        return DEV_PATH_SAME;
+    if (stat(d->name, &now) == 0) {
+        if (S_ISBLK(now.st_mode) && now.st_rdev == st.st_rdev)
+            return DEV_PATH_SAME;
+        if (S_ISBLK(now.st_mode))
+            snprintf(why, len, "%s now names another block device (%u:%u, not %u:%u): the "
+                     "device was replaced", d->name, major(now.st_rdev), minor(now.st_rdev),
+                     major(st.st_rdev), minor(st.st_rdev));
+        else
+            snprintf(why, len, "%s now names no block device (not %u:%u): the device was "
+                     "replaced", d->name, major(st.st_rdev), minor(st.st_rdev));
+        return DEV_PATH_OTHER;
+    }
+    int e = errno;
+    if (e != ENOENT && e != ENOTDIR)
+        return DEV_PATH_SAME;   /* cannot tell: nothing is acted on */
+    snprintf(why, len, "%s: %s: the device node (%u:%u) was removed", d->name, strerror(e),
+             major(st.st_rdev), minor(st.st_rdev));
+    return DEV_PATH_GONE;
+}
+
 bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min)
 {
     if (d->ops != &file_ops || !d->is_block_device)
