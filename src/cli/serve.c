@@ -567,8 +567,9 @@ static void nbd_stopped(struct nbd_server *srv)
     if (s->vol && tc_volume_cache_unlinked(s->vol, why, sizeof why)) {
         s->cache_unlinked = true;
         s->exit_status = 1;
-        tc_error("cache device %s while this daemon served it; its log goes when the daemon "
-                 "exits, so its dirty data is written back to the origin first, as with "
+        tc_error("cache device %s while this daemon served it; the next start would not find "
+                 "its log under that name (a removed file's log goes when the daemon exits), "
+                 "so its dirty data is written back to the origin first, as with "
                  "--flush-on-stop (the next start "
                  "ignores the log of what is at the path now, or refuses it: reformat it "
                  "with 'tiercache format --force --discard-dirty' once the origin is "
