@@ -678,6 +678,13 @@ void abandon_lost_grown(struct cache *c)
         state_write_now(c);     /* else the stop writes it */
 }
 
+void abandon_proofs_added(struct cache *c)
+{
+    c->ab.state_dirty = true;
+    if (!c->ab.state_closed)
+        state_write_now(c);     /* else the stop writes it */
+}
+
 void abandon_lost_changed(struct cache *c)
 {
     if (!c->ab.state_closed && !c->state_timer.armed)
@@ -1262,7 +1269,7 @@ void abandon_started(struct cache *c)
 bool abandon_idle(struct cache *c)
 {
     return c->ab.sb_marks_pending == 0 && c->ab.devfail_marks_pending == 0 &&
-           !c->ab.settle_busy;
+           !c->ab.settle_busy && c->ab.proof_reads_pending == 0;
 }
 
 /* ---- at start ---- */
@@ -1494,8 +1501,9 @@ out:
  * see the top of this file), but each lost sector the abandonment itself
  * recorded carries a proof (format/ondisk.h, state file version 3): where
  * its version's data was on the device, and the CRC-32C its chunk header
- * recorded for it.  So, before anything is appended to the cache (whose
- * segments the new log reuses), the start:
+ * recorded for it (from memory, or from the header read back after the
+ * failure: failure.c, "Proofs read back").  So, before anything is
+ * appended to the cache (whose segments the new log reuses), the start:
  *
  *   1. reads each proven sector back from the device, and keeps it only
  *      if it reads and matches its CRC: damage since, a write torn or
