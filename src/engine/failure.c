@@ -527,6 +527,7 @@ struct proof_fetch {
     size_t nchunks, next;           /* the next chunk to read */
     uint64_t proven;                /* sectors given a proof */
     uint64_t failed;                /* headers that did not read or check */
+    bool ended;                     /* the drain ended before they were all read */
 };
 
 struct proof_read {
@@ -561,7 +562,9 @@ static void proof_read_done(struct tc_dev_io *dio, int err)
     struct tc_chunk_header h;
     char why[128] = "";
     bool ok = false;
-    if (err)
+    if (seg_cdev(c, ch->seg)->state != CDEV_DRAINING)
+        pf->ended = true;   /* the drain ended: nothing is left to prove */
+    else if (err)
         snprintf(why, sizeof why, "%s", strerror(-err));
     else if (chunk_decode(pr->buf, dio->len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
                           sizeof why) < 0)
@@ -585,7 +588,7 @@ static void proof_read_done(struct tc_dev_io *dio, int err)
                 continue;   /* written back, lost, or the drain ended */
             drain_proofs(c, it->oblock, fid, &dirty, &pf->proven);
         }
-    } else {
+    } else if (!pf->ended) {
         pf->failed++;
         tc_warn("%s: chunk header at byte %llu (segment %u) unusable for the proofs of the "
                 "lost sectors kept to be drained: %s; they get none (a drain cut short leaves "
