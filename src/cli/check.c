@@ -283,10 +283,10 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
             printf("lost: %s\n", res.lost[i]);
         if (res.abandoned_seq)
             printf("salvage: the cache was abandoned at run time (state file %s): its log "
-                   "below sequence %llu is not trusted and nothing of it was written back "
-                   "but the sectors proven below; the sectors lost then and not written "
-                   "again since are listed as lost\n",
-                   res.state_file, (unsigned long long)res.abandoned_seq);
+                   "below sequence %llu is not trusted and nothing of it was written back%s; "
+                   "the sectors lost then and not written again since are listed as lost\n",
+                   res.state_file, (unsigned long long)res.abandoned_seq,
+                   res.recovered_lost_sectors ? " but the sectors proven below" : "");
         if (res.recovered_lost_sectors || res.unrecoverable_proven_sectors) {
             char rz[32];
             printf("salvage: resumed the drain cut short at the abandonment: %s of lost data "
