@@ -46,7 +46,8 @@ static const char check_help[] =
 "are a problem, as serve refuses them.  Of a cache abandoned while its\n"
 "drain ran (cut short by a kill, a crash or a stop), check says how much of\n"
 "the lost data is still on the abandoned device and proven intact (its CRC\n"
-"matches the one the state file recorded), which the next serve writes back\n"
+"matches the one the state file recorded), which the next serve (or\n"
+"--salvage) writes back\n"
 "(JSON: recoverable_lost_bytes, recoverable_lost_blocks,\n"
 "unrecoverable_proven_bytes).\n"
 "A set a daemon is using is refused\n"
@@ -65,7 +66,14 @@ static const char check_help[] =
 "                        lost, 1 when some was (listed), 2 could not run.\n"
 "                        After the cache was abandoned at run time, only\n"
 "                        versions written after a restart are written back;\n"
-"                        the sectors lost then are listed as lost.  The\n"
+"                        the sectors lost then are listed as lost, but for\n"
+"                        those a drain cut short left proven in the state\n"
+"                        file: as the next serve would, salvage reads them\n"
+"                        back from the abandoned device, writes those that\n"
+"                        match their CRC to ORIGIN, flushes it, and only\n"
+"                        then rewrites the state file without them and\n"
+"                        without proofs (JSON: recovered_lost_bytes,\n"
+"                        unrecoverable_proven_bytes).  The\n"
 "                        state file used is named in the result.  An\n"
 "                        older copy of the cache device than its sequence\n"
 "                        record says (or an unusable record) is refused\n"
@@ -257,6 +265,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         json_uint(&j, "blocks_written", res.blocks_written);
         json_uint(&j, "bytes_written", res.bytes_written);
         json_uint(&j, "lost_bytes", res.sectors_lost * TC_SECTOR);
+        json_uint(&j, "recovered_lost_bytes", res.recovered_lost_sectors * TC_SECTOR);
+        json_uint(&j, "unrecoverable_proven_bytes", res.unrecoverable_proven_sectors * TC_SECTOR);
         json_uint(&j, "abandoned_seq", res.abandoned_seq);
         json_string(&j, "state_file", res.state_file ? res.state_file : "");
         json_string(&j, "sequence_record", look.path);
@@ -273,9 +283,20 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
             printf("lost: %s\n", res.lost[i]);
         if (res.abandoned_seq)
             printf("salvage: the cache was abandoned at run time (state file %s): its log "
-                   "below sequence %llu is not trusted and nothing of it was written back; "
+                   "below sequence %llu is not trusted and nothing of it was written back%s; "
                    "the sectors lost then and not written again since are listed as lost\n",
-                   res.state_file, (unsigned long long)res.abandoned_seq);
+                   res.state_file, (unsigned long long)res.abandoned_seq,
+                   res.recovered_lost_sectors ? " but the sectors proven below" : "");
+        if (res.recovered_lost_sectors || res.unrecoverable_proven_sectors) {
+            char rz[32];
+            printf("salvage: resumed the drain cut short at the abandonment: %s of lost data "
+                   "(%llu sectors) read back from the abandoned device, matching the CRCs "
+                   "the state file recorded, written back to %s and flushed, and no longer "
+                   "lost (the state file rewritten); %llu sectors whose proof failed stay "
+                   "lost\n", tc_format_size(res.recovered_lost_sectors * TC_SECTOR, rz, sizeof rz),
+                   (unsigned long long)res.recovered_lost_sectors, origin,
+                   (unsigned long long)res.unrecoverable_proven_sectors);
+        }
         else
             printf("salvage: no abandonment recorded (state file %s): if the cache was "
                    "abandoned at run time with another state file, name it with "
@@ -477,8 +498,9 @@ int cmd_check(int argc, char **argv)
         if (res.recoverable_sectors || res.unrecoverable_proven_sectors) {
             char lz[32], rz[32];
             printf("abandoned cache: %s of the %s of lost data (%llu blocks) still on the "
-                   "abandoned device and proven intact: the next serve resumes the drain and "
-                   "writes it back; %llu sectors with a proof that fails stay lost\n",
+                   "abandoned device and proven intact: the next serve (or check --salvage) "
+                   "resumes the drain and writes it back; %llu sectors with a proof that "
+                   "fails stay lost\n",
                    tc_format_size(res.recoverable_sectors * TC_SECTOR, rz, sizeof rz),
                    tc_format_size(res.lost_dirty_sectors * TC_SECTOR, lz, sizeof lz),
                    (unsigned long long)res.recoverable_blocks,

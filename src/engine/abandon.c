@@ -678,6 +678,13 @@ void abandon_lost_grown(struct cache *c)
         state_write_now(c);     /* else the stop writes it */
 }
 
+void abandon_proofs_added(struct cache *c)
+{
+    c->ab.state_dirty = true;
+    if (!c->ab.state_closed)
+        state_write_now(c);     /* else the stop writes it */
+}
+
 void abandon_lost_changed(struct cache *c)
 {
     if (!c->ab.state_closed && !c->state_timer.armed)
@@ -1262,7 +1269,7 @@ void abandon_started(struct cache *c)
 bool abandon_idle(struct cache *c)
 {
     return c->ab.sb_marks_pending == 0 && c->ab.devfail_marks_pending == 0 &&
-           !c->ab.settle_busy;
+           !c->ab.settle_busy && c->ab.proof_reads_pending == 0;
 }
 
 /* ---- at start ---- */
@@ -1494,8 +1501,9 @@ out:
  * see the top of this file), but each lost sector the abandonment itself
  * recorded carries a proof (format/ondisk.h, state file version 3): where
  * its version's data was on the device, and the CRC-32C its chunk header
- * recorded for it.  So, before anything is appended to the cache (whose
- * segments the new log reuses), the start:
+ * recorded for it (from memory, or from the header read back after the
+ * failure: failure.c, "Proofs read back").  So, before anything is
+ * appended to the cache (whose segments the new log reuses), the start:
  *
  *   1. reads each proven sector back from the device, and keeps it only
  *      if it reads and matches its CRC: damage since, a write torn or
@@ -1626,10 +1634,10 @@ static void resume_read(struct cache *c, uint64_t ob, uint8_t *buf, struct tc_ma
     }
 }
 
-void abandon_resume_drain(struct cache *c, bool write)
+/* The resumed drain to origin (size bytes: the volume's); with write
+ * false, only read and counted. */
+static void resume_drain(struct cache *c, struct tc_dev *origin, uint64_t size, bool write)
 {
-    if (c->map.lost.proof_blocks == 0)
-        return;
     struct resume_walk w = { .lost = &c->map.lost, .spb = c->spb, .cap = c->map.lost.blocks };
     w.ob = tc_xcalloc(w.cap ? w.cap : 1, sizeof *w.ob);
     lost_foreach(&c->map.lost, resume_collect, &w);
@@ -1639,7 +1647,6 @@ void abandon_resume_drain(struct cache *c, bool write)
     struct resume_block *rb = tc_xcalloc(w.n ? w.n : 1, sizeof *rb);
     size_t nb = 0;
     uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
-    struct tc_dev *origin = c->vol->origin;
     uint64_t refused = 0;
     for (size_t i = 0; i < w.n; i++) {
         uint64_t ob = w.ob[i];
@@ -1667,8 +1674,8 @@ void abandon_resume_drain(struct cache *c, bool write)
                 e++;
             uint64_t off = base + (uint64_t)s * TC_SECTOR;
             uint64_t len = (uint64_t)(e - s) * TC_SECTOR;
-            if (off + len > c->vol->size)
-                len = off < c->vol->size ? c->vol->size - off : 0;
+            if (off + len > size)
+                len = off < size ? size - off : 0;
             int err = len ? dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off,
                                         len, 0)
                           : 0;
@@ -1743,6 +1750,23 @@ void abandon_resume_drain(struct cache *c, bool write)
             (unsigned long long)r->still_lost_blocks,
             (unsigned long long)r->still_lost_sectors,
             (unsigned long long)r->unproven_sectors);
+}
+
+void abandon_resume_drain(struct cache *c, bool write)
+{
+    if (c->map.lost.proof_blocks == 0)
+        return;
+    resume_drain(c, c->vol->origin, c->vol->size, write);
+}
+
+void abandon_salvage_drain(struct cache *c, struct tc_dev *origin)
+{
+    memset(&c->ab.resume, 0, sizeof c->ab.resume);
+    if (c->map.lost.proof_blocks == 0)
+        return;
+    /* The volume's size: the origin's, which salvage checked is the one
+     * the cache was formatted for (an offline cache has none of its own). */
+    resume_drain(c, origin, c->devs[0].sb.origin_size, true);
 }
 
 int abandon_proofs_before_write(struct cache *c, uint64_t off, uint64_t len)

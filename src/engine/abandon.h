@@ -27,6 +27,7 @@ struct settle_waiter;
 struct sb_mark;
 struct tc_json;
 struct tc_mask;
+struct tc_dev;
 struct tc_request;
 
 /* What abandon.c alone keeps (c->ab).  The fields others read -- the
@@ -83,6 +84,12 @@ struct abandon {
      * (abandon_proofs_before_write()). */
     struct lost *disk_proven;       /* NULL: none */
     uint64_t proof_rewrites;        /* state file writes done for that */
+    /* The chunk headers read back for the proofs of the sectors kept to be
+     * drained whose CRCs were not in memory (failure.c, "Proofs read
+     * back"): not yet read (the stop waits for them), read, and the
+     * sectors they proved. */
+    unsigned proof_reads_pending;
+    uint64_t proof_reads, proof_read_sectors;
     /* The drain resumed at this start (abandon_resume_drain()). */
     bool resumed;
     struct abandon_resume {
@@ -112,6 +119,16 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
  * false (check, a read-only volume) it only reads and counts (c->ab.resume).
  * Nothing to do without proofs. */
 void abandon_resume_drain(struct cache *c, bool write);
+/* The same for check --salvage (a cache opened offline), to origin, which
+ * it checked is the cache's: the proven sectors written back and flushed,
+ * then dropped from the lost set, and the state file written again
+ * without them and without proofs (blocking).  c->ab.resume says what was
+ * done; a state file that cannot be written keeps them in the lost set. */
+void abandon_salvage_drain(struct cache *c, struct tc_dev *origin);
+/* Proofs were added to the lost set after the abandonment's state file
+ * was written (failure.c: chunk headers read back): the state file is
+ * written again now (blocking; retried by the timer), or by the stop. */
+void abandon_proofs_added(struct cache *c);
 /* A write of origin bytes [off, off + len) is about to reach the origin
  * directly (lostlog.c): if the state file on disk holds a proof of one of
  * its sectors, the proofs of those sectors are dropped and the state file

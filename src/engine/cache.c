@@ -1620,6 +1620,11 @@ void cache_status_json(struct cache *c, struct tc_json *j)
         left += c->devs[i].state == CDEV_DRAINING ? c->devs[i].drain_left_bytes : 0;
     json_uint(j, "drain_left_bytes", left);
     json_uint(j, "drained_bytes", c->drained_bytes);
+    /* The proofs of the drain's sectors whose CRCs were not in memory
+     * (failure.c, "Proofs read back"). */
+    json_uint(j, "drain_proof_header_reads", c->ab.proof_reads);
+    json_uint(j, "drain_proof_header_reads_pending", c->ab.proof_reads_pending);
+    json_uint(j, "drain_proof_header_bytes", c->ab.proof_read_sectors * TC_SECTOR);
     json_uint(j, "drain_waiting_requests", cache_drain_waiting(c));
     json_uint(j, "rescues_pending", c->rescues_pending);
     json_uint(j, "rescued_bytes", c->rescued_bytes);

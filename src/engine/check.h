@@ -59,6 +59,10 @@ struct salvage_result {
     uint64_t abandoned_seq;         /* the cache was abandoned: versions below it are
                                        never written back (0: no abandonment recorded) */
     const char *state_file;         /* where the record of an abandonment was looked for */
+    /* Lost sectors a drain cut short left with a proof (abandon.c): read
+     * back matching their CRC, written to the origin and no longer lost;
+     * and those whose proof failed (listed lost with the rest). */
+    uint64_t recovered_lost_sectors, unrecoverable_proven_sectors;
 };
 struct tc_dev;
 /* 0, or -1 with err set when the origin could not be written (the rest is

@@ -366,36 +366,54 @@ static uint32_t victim_fragment(struct cache *c, const struct victim *v, uint32_
  * chunk's header not at hand, of the data its segment's image holds, which
  * the device may never have received: then the data there does not match
  * it).  A start after a kill, a crash or a stop cut the drain short
- * reads them back and resumes the drain (abandon.c); a sector whose CRC
- * is not at hand gets none, and stays lost as before. */
-static void drain_proofs(struct cache *c, uint64_t oblock, uint32_t fid, const struct tc_mask *d)
+ * reads them back and resumes the drain (abandon.c).  A sector whose CRC
+ * is not at hand -- its chunk's CRCs not in RAM (evicted, or never loaded
+ * since the start: the store fills as chunks are written or read) and no
+ * image -- gets none here: the abandonment reads its chunk header back
+ * (proofs_fetch_start(), below).  Sectors proven already are left as they
+ * are.  Returns the sectors of d left without a proof; *proven counts
+ * those given one. */
+static bool test_no_drain_proofs(void)
 {
     /* For tests only: lost sectors that no start resumes (tests of what
      * a lost sector reads, whose device reads well again after). */
     const char *t = getenv("TIERCACHE_TEST_NO_DRAIN_PROOFS");
-    if (t && *t == '1')
-        return;
+    return t && *t == '1';
+}
+
+static unsigned drain_proofs(struct cache *c, uint64_t oblock, uint32_t fid,
+                             const struct tc_mask *d, uint64_t *proven)
+{
+    if (test_no_drain_proofs())
+        return 0;
     struct cfrag f = frag_view(&c->map.idx, fid);
     struct tc_mask st;
     frag_stored(&c->map.idx, fid, &st);
     unsigned dev = space_seg_dev(&c->sp, f.seg);
     uint64_t base = seg_dev_offset(c, f.seg) / TC_SECTOR;
     uint8_t *sec = NULL;
+    unsigned left = 0;
     for (unsigned s = 0; s < c->spb; s++) {
-        if (!mask_test(d, s))
+        struct lost_proof p;
+        if (!mask_test(d, s) || lost_get_proof(&c->map.lost, oblock, s, &p))
             continue;
         uint32_t off = f.off + mask_rank(&st, s), crc;
         if (!verify_lookup(c->verify, f.seg, off, 1, &crc)) {
             if (sec == NULL)
                 sec = tc_xmalloc(TC_SECTOR);
-            if (!log_read_image(&c->lg, f.seg, off, 1, sec))
+            if (!log_read_image(&c->lg, f.seg, off, 1, sec)) {
+                left++;
                 continue;
+            }
             crc = tc_crc32c(0, sec, TC_SECTOR);
         }
-        struct lost_proof p = { .where = tc_state_where(dev, base + off), .crc = crc };
+        p = (struct lost_proof){ .where = tc_state_where(dev, base + off), .crc = crc };
         lost_set_proof(&c->map.lost, oblock, c->spb, s, &p);
+        if (lost_get_proof(&c->map.lost, oblock, s, &p))
+            (*proven)++;
     }
     free(sec);
+    return left;
 }
 
 /* Returns -1 gone already, 0 dropped (clean), 1 kept on another device,
@@ -462,11 +480,212 @@ static int handle_fragment(struct cache *c, unsigned d, const struct victim *v, 
     /* Kept: the drain writes it back (see the top of this file).  Until
      * then the durable records say lost (lostlog.h). */
     lost_record_pending(c, v->oblock, &dirty);
-    drain_proofs(c, v->oblock, fid, &dirty);
+    uint64_t proven = 0;
+    drain_proofs(c, v->oblock, fid, &dirty, &proven);
     cache_trace(c, v->oblock, "device %u failed: dirty fragment %u:%u kept to be drained", d,
                 v->seg, v->off);
     *bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
     return 2;
+}
+
+/*
+ * Proofs read back.  At the failure of the last device, the dirty sectors
+ * kept to be drained whose CRC was not at hand (drain_proofs()) would get
+ * no proof: a drain cut short by a kill, a crash or a stop would leave
+ * them lost although their data usually sits intact on the device.  So
+ * the abandonment reads their chunks' headers back from the failed
+ * device, asynchronously (a failing device may be slow, and the volume
+ * serves meanwhile), PROOF_READS_INFLIGHT at a time, each chunk once.  A
+ * header is used only if it decodes (its own checksum, the set's UUID)
+ * and names the chunk the segment's chunk table has there -- the same
+ * segment, the same start, the group the segment holds now (a segment
+ * reused since holds another group's chunks) --, and the segment is
+ * pinned while it is read.  Its CRCs go into the CRC store as any read
+ * header's do; then each of its fragments still kept to be drained --
+ * still in the index, dirty, on the draining device: the version the
+ * abandonment recorded lost, not yet written back (a write to the block
+ * waits for its writeback, which makes it clean) -- gets the proofs of its
+ * sectors still without one, and once the last header is read the state
+ * file is written again with them (abandon_proofs_added()).  A header
+ * that does not read or does not check gives no proof: those sectors stay
+ * as before (lost if the drain is cut short).  The proof's CRC comes only
+ * from a checked header, and the resumed drain writes back only data that
+ * matches it.  The stop waits for the reads (abandon_idle()).
+ */
+#define PROOF_READS_INFLIGHT 8
+
+struct proof_chunk {
+    uint32_t seg;
+    uint16_t start, hdr_sectors;
+    size_t first, n;                /* its fragments: items[first .. first + n) */
+};
+
+struct proof_fetch {
+    struct cache *c;
+    struct drain_item *items;       /* sorted by chunk */
+    struct proof_chunk *chunks;
+    size_t nchunks, next;           /* the next chunk to read */
+    uint64_t proven;                /* sectors given a proof */
+    uint64_t failed;                /* headers that did not read or check */
+    bool ended;                     /* the drain ended before they were all read */
+};
+
+struct proof_read {
+    struct proof_fetch *pf;
+    size_t k;                       /* its chunk */
+    uint8_t *buf;
+    struct tc_dev_io dio;
+};
+
+struct proof_want {
+    uint32_t seg;
+    uint16_t start, hdr_sectors;
+    struct drain_item item;
+};
+
+static int want_cmp(const void *a, const void *b)
+{
+    const struct proof_want *x = a, *y = b;
+    if (x->seg != y->seg)
+        return x->seg < y->seg ? -1 : 1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+static void proof_read_next(struct proof_fetch *pf);
+
+static void proof_read_done(struct tc_dev_io *dio, int err)
+{
+    struct proof_read *pr = container_of(dio, struct proof_read, dio);
+    struct proof_fetch *pf = pr->pf;
+    struct cache *c = pf->c;
+    const struct proof_chunk *ch = &pf->chunks[pr->k];
+    struct tc_chunk_header h;
+    char why[128] = "";
+    bool ok = false;
+    if (seg_cdev(c, ch->seg)->state != CDEV_DRAINING)
+        pf->ended = true;   /* the drain ended: nothing is left to prove */
+    else if (err)
+        snprintf(why, sizeof why, "%s", strerror(-err));
+    else if (chunk_decode(pr->buf, dio->len, c->set_uuid, c->spb, c->seg_sectors, &h, why,
+                          sizeof why) < 0)
+        ;
+    else if (h.segment != ch->seg || h.chunk_sector != ch->start ||
+             h.group_seq != space_seg(&c->sp, ch->seg)->seq)
+        snprintf(why, sizeof why, "it names segment %u, sector %u, group %llu, not the chunk "
+                 "the segment's table has there", h.segment, h.chunk_sector,
+                 (unsigned long long)h.group_seq);
+    else
+        ok = true;
+    if (ok) {
+        verify_remember(c->verify, ch->seg, ch->start, &h, pr->buf);
+        for (size_t i = ch->first; i < ch->first + ch->n; i++) {
+            const struct drain_item *it = &pf->items[i];
+            uint32_t id;
+            struct tc_mask cur, dirty;
+            uint32_t fid = victim_fragment(c, &(struct victim){ it->oblock, it->seg, it->off },
+                                           &id, &cur, &dirty);
+            if (fid == NIL || mask_empty(&dirty) || seg_cdev(c, it->seg)->state != CDEV_DRAINING)
+                continue;   /* written back, lost, or the drain ended */
+            drain_proofs(c, it->oblock, fid, &dirty, &pf->proven);
+        }
+    } else if (!pf->ended) {
+        pf->failed++;
+        tc_warn("%s: chunk header at byte %llu (segment %u) unusable for the proofs of the "
+                "lost sectors kept to be drained: %s; they get none (a drain cut short leaves "
+                "them lost)", seg_cdev(c, ch->seg)->dev->name, (unsigned long long)dio->off,
+                ch->seg, why);
+    }
+    seg_unpin(&c->sp, ch->seg);
+    free(pr->buf);
+    free(pr);
+    c->ab.proof_reads++;
+    c->ab.proof_reads_pending--;
+    proof_read_next(pf);
+    if (c->ab.proof_reads_pending > 0)
+        return;
+    if (pf->proven > 0) {
+        c->ab.proof_read_sectors += pf->proven;
+        tc_info("cache: %llu lost sectors kept to be drained proven from %zu chunk headers "
+                "read back (%llu unusable); the state file records them",
+                (unsigned long long)pf->proven, pf->nchunks, (unsigned long long)pf->failed);
+        abandon_proofs_added(c);
+    }
+    free(pf->items);
+    free(pf->chunks);
+    free(pf);
+}
+
+static void proof_read_next(struct proof_fetch *pf)
+{
+    struct cache *c = pf->c;
+    while (pf->next < pf->nchunks &&
+           c->ab.proof_reads_pending - (pf->nchunks - pf->next) < PROOF_READS_INFLIGHT) {
+        size_t k = pf->next++;
+        const struct proof_chunk *ch = &pf->chunks[k];
+        struct proof_read *pr = tc_xcalloc(1, sizeof *pr);
+        pr->pf = pf;
+        pr->k = k;
+        pr->buf = tc_alloc_aligned((size_t)ch->hdr_sectors * TC_SECTOR);
+        pr->dio.op = TC_DEV_READ;
+        pr->dio.buf = pr->buf;
+        pr->dio.off = seg_dev_offset(c, ch->seg) + (uint64_t)ch->start * TC_SECTOR;
+        pr->dio.len = (uint64_t)ch->hdr_sectors * TC_SECTOR;
+        pr->dio.cb = proof_read_done;
+        seg_pin(&c->sp, ch->seg);
+        dev_submit(seg_cdev(c, ch->seg)->dev, &pr->dio);
+    }
+}
+
+/* Device d, the last in service, failed and drains: the chunk headers of
+ * its kept sectors without a proof are read back (see above). */
+static void proofs_fetch_start(struct cache *c, unsigned d)
+{
+    struct cache_dev *cd = &c->devs[d];
+    if (test_no_drain_proofs() || c->data_free || cd->ndrain == 0)
+        return;
+    struct proof_want *w = tc_xcalloc(cd->ndrain, sizeof *w);
+    size_t n = 0;
+    for (size_t i = 0; i < cd->ndrain; i++) {
+        const struct drain_item *it = &cd->drain[i];
+        uint32_t id;
+        struct tc_mask cur, dirty;
+        uint32_t fid = victim_fragment(c, &(struct victim){ it->oblock, it->seg, it->off },
+                                       &id, &cur, &dirty);
+        if (fid == NIL || mask_empty(&dirty))
+            continue;
+        bool want = false;
+        for (unsigned s = 0; s < c->spb && !want; s++) {
+            struct lost_proof p;
+            want = mask_test(&dirty, s) && !lost_get_proof(&c->map.lost, it->oblock, s, &p);
+        }
+        /* A fragment's sectors are one entry of one chunk. */
+        const struct chunk_ref *ref = want ? segment_chunk_of(&c->sp, it->seg, it->off) : NULL;
+        if (ref == NULL)
+            continue;
+        w[n++] = (struct proof_want){ it->seg, ref->start, ref->hdr_sectors, *it };
+    }
+    if (n == 0) {
+        free(w);
+        return;
+    }
+    qsort(w, n, sizeof *w, want_cmp);
+    struct proof_fetch *pf = tc_xcalloc(1, sizeof *pf);
+    pf->c = c;
+    pf->items = tc_xcalloc(n, sizeof *pf->items);
+    pf->chunks = tc_xcalloc(n, sizeof *pf->chunks);
+    for (size_t i = 0; i < n; i++) {
+        pf->items[i] = w[i].item;
+        if (i == 0 || w[i].seg != w[i - 1].seg || w[i].start != w[i - 1].start)
+            pf->chunks[pf->nchunks++] = (struct proof_chunk){ w[i].seg, w[i].start,
+                                                              w[i].hdr_sectors, i, 0 };
+        pf->chunks[pf->nchunks - 1].n++;
+    }
+    free(w);
+    tc_info("cache device %s: reading back %zu chunk headers for the proofs of the dirty "
+            "sectors kept to be drained whose CRCs are not in memory", cd->dev->name,
+            pf->nchunks);
+    c->ab.proof_reads_pending += pf->nchunks;
+    proof_read_next(pf);
 }
 
 static bool any_ok(struct cache *c)
@@ -1990,6 +2209,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
          * Each ends (rewrite_read()): this failure dealt with its block. */
         rewrites_stop_waiting(c);
     }
+    if (drain && kept > 0)
+        proofs_fetch_start(c, d);
     if (drain && kept == 0)
         finish_failure(c, d);
     else if (!drain) {

@@ -38,7 +38,19 @@
  * reached the log (the write that failed the device).  The lost set --
  * the state file's, with the LOST records since -- names the sectors whose
  * newest version the origin may lack: reported lost, as sectors lost with
- * a failed device are.  Without the abandonment's record (the state file
+ * a failed device are -- but for those a drain cut short left with a
+ * proof (state file version 3, abandon.c "Resuming the drain"): the
+ * version the abandonment recorded lost, which nothing newer replaced
+ * since (a proof goes the moment its sector leaves the lost set, and
+ * from the state file on disk before any write of it reaches the origin).
+ * Those are written back first, exactly as the next start would: read
+ * back from the abandoned device, kept only if they match the CRC the
+ * proof recorded, written to the origin, the origin flushed, and only
+ * then dropped from the lost set and the state file, which is written
+ * again without them and without proofs (the one record salvage changes:
+ * a start after it, or a later salvage, must not write them again over
+ * what the origin receives meanwhile).  The rest are reported lost.
+ * Without the abandonment's record (the state file
  * not found, no superblock mark) recovery would replay the whole log as
  * trusted and salvage would write its stale versions back: check names the
  * state file it used, and takes --state-file as serve does.
@@ -48,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/cacheio.h"
 #include "engine/check.h"
@@ -148,6 +161,11 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
     uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
     uint64_t total = c->map.dirty_blocks, done = 0;
     int ret = 0;
+    /* A drain cut short: what its proofs vouch for, written back (and no
+     * longer lost) before anything else, as a start would do it. */
+    abandon_salvage_drain(c, origin);
+    r->recovered_lost_sectors = c->ab.resume.written_bytes / TC_SECTOR;
+    r->unrecoverable_proven_sectors = c->ab.resume.unproven_sectors;
     /* Sectors whose newest version was lost with a failed device: any
      * version still in the log is older, so none is written back, and
      * they are reported lost (a reformat would otherwise let their older

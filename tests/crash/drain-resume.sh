@@ -14,16 +14,28 @@
 # so that it is that chunk, not a header the daemon writes by itself); its
 # data never reached the device, and its reply may wait for the drain: it
 # runs in the background and is not in the model.
+# With the argument "restart", the model is written by a daemon stopped
+# cleanly before the one whose device fails, which runs without write-back
+# passes: no chunk of the model was written or read by the failing
+# daemon, so none of its CRCs is in RAM when the device fails (the
+# abandonment reads their chunk headers for the proofs).
 NB=16
 SPB=16
 drain_resume_setup() {
   make_file origin.img 64M; make_file c.img 64M
   "$TIERCACHE" format --cache c.img --origin origin.img >/dev/null
   touch ohold
-  start_server s --origin "testdev:$TC_TMP/origin.img?hold_when=$TC_TMP/ohold&hold_ops=write" \
-      --mode writeback --sequential-cutoff 0 \
-      --cache "testdev:c.img?eio_when=$TC_TMP/boom&eio_once&eio_ops=write&eio_minlen=8192"
-  $PY - "$SOCK_s" $NB model.json <<'PY' || fail "writing the model"
+  local msock=
+  if [ "${1:-}" = restart ]; then
+    TIERCACHE_TEST_NO_WRITEBACK_PASSES=1 start_server s0 --origin origin.img --mode writeback --sequential-cutoff 0 --cache c.img
+    msock=$SOCK_s0
+  else
+    start_server s --origin "testdev:$TC_TMP/origin.img?hold_when=$TC_TMP/ohold&hold_ops=write" \
+        --mode writeback --sequential-cutoff 0 \
+        --cache "testdev:c.img?eio_when=$TC_TMP/boom&eio_once&eio_ops=write&eio_minlen=8192"
+    msock=$SOCK_s
+  fi
+  $PY - "$msock" $NB model.json <<'PY' || fail "writing the model"
 import json, nbd, struct, sys
 h = nbd.NBD()
 h.connect_unix(sys.argv[1])
@@ -44,6 +56,14 @@ write(1, 0, 4, 3)
 h.flush()
 json.dump(gen, open(sys.argv[3], "w"))
 PY
+  if [ "${1:-}" = restart ]; then
+    stop_server s0
+    TIERCACHE_TEST_NO_WRITEBACK_PASSES=1 start_server s \
+        --origin "testdev:$TC_TMP/origin.img?hold_when=$TC_TMP/ohold&hold_ops=write" \
+        --mode writeback --sequential-cutoff 0 \
+        --cache "testdev:c.img?eio_when=$TC_TMP/boom&eio_once&eio_ops=write&eio_minlen=8192"
+    assert_eq "$(status_value s volume.cache.dirty_bytes)" $((NB * 65536)) "dirty bytes after the restart"
+  fi
   touch boom
   $PY - "$SOCK_s" $NB >trigger.log 2>&1 <<'PY' &
 import nbd, struct, sys
