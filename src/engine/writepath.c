@@ -755,9 +755,17 @@ static void append_version(struct wpiece *p)
                             .use_reserve = true };
         p->lw.fn = appended_written;
         /* The tombstone must survive a power failure that the origin write
-         * survives, or the stale cached copy would come back (trimmed
-         * contents are unspecified anyway). */
-        p->lw.need_flush = p->mode == W_AROUND;
+         * survives, or the stale cached copy would come back.  A trim's
+         * too: its trimmed sectors may read anything, but it drops the
+         * whole block, and a later write to the block's other sectors
+         * finds it not cached and goes to the origin at once (writearound,
+         * write-through without a flush, direct): with the tombstone lost
+         * and that write kept, the block's older version was served after
+         * the restart and the origin's newer data once it left the cache
+         * (crash/trim-tombstone-powerloss).  The trim is answered after
+         * its tombstones are durable, so every later write is ordered
+         * after them. */
+        p->lw.need_flush = true;
         w->log_waits++;
         /* A client record takes at most its budget of the reserve
          * (cleaner_client_record_fits()); beyond it, it waits for room

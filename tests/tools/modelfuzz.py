@@ -1,0 +1,667 @@
+#!/usr/bin/python3
+"""A model-checked random run of one daemon against its real clients:
+writes (FUA too), write-zeroes (NO_HOLE, FAST_ZERO, FUA), trims, flushes
+and prefetches from two connections, overlapping writes in flight on both,
+reads racing writes, live mode switches, tiercache flush, detach and
+attach (also with client I/O under way, and a kill in the middle), kill -9
+and SIGTERM with restarts in a random mode.  Every 512-byte sector names
+itself (offset, generation); the model keeps, per sector, the generations
+a read may return now and after a crash.
+
+usage: modelfuzz.py TIERCACHE DIR SEED STEPS
+
+DIR must exist (the devices, ops.log and daemon.log are made there).  The
+run passes when every read returned what the model allows, every request
+the daemon answered succeeded (but for a FAST_ZERO it cannot do fast),
+every SIGTERM stopped it with status 0, it never exited by itself and its
+log has no sanitizer report or failed assertion.  Otherwise it prints
+"modelfuzz FAIL: seed S step N (the step's operation): what was expected
+and what was read", a line to replay the run, the last operations
+(DIR/ops.log has them all) and the tail of DIR/daemon.log, and exits 1.
+
+What a read may return: a write acknowledged sets its sectors to its
+generation; a trim lets them read either their data or zeroes until the
+next write; two overlapping writes in flight together leave either one in
+each sector.  After a kill -9 (and a power loss) a sector may read any
+generation acknowledged since its last flush (or FUA write, or stop with
+status 0), or the flushed one, and no other; a read pins what the sector
+holds until the next write.
+
+Replaying a seed: the same SEED, STEPS and FZ_ variables make the same
+requests in the same order (the choices the daemon's timing could steer
+use a generator of their own), but the daemon's timing varies, so a failure
+that depends on a race may need a few runs:
+    tests/tools/modelfuzz.py build/tiercache "$(mktemp -d)" SEED STEPS
+(with TIERCACHE_ORIGIN_RECORDS set as tests/run sets it, or left to the
+default DIR/rec).  tests/crash/modelfuzz.test runs a few fixed seeds.
+
+environment:
+  FZ_POWER=1   origin and cache devices through testdev undo logs, applied
+               at each kill: a power loss that keeps nothing unflushed
+  FZ_POWER=2   as 1, but each device keeps a random part of its unflushed
+               writes: the first K of them, or all but one (a volatile
+               write cache keeps no order between flushes)
+  FZ_CKPT=1    running checkpoints, small and frequent
+  FZ_COMMIT_MS the daemon's commit interval (TIERCACHE_TEST_COMMIT_MS)
+  FZ_CACHES=a,b  cache device files (default c0.img)
+  FZ_CSIZE, FZ_SIZE  cache device and origin sizes (12 MiB, 8 MiB)
+  FZ_BS        block size (format --block-size)
+  FZ_NBDKIT=DELAY  the origin behind nbdkit's delay filter (rdelay=DELAY)
+  FZ_NOFAST=1  no FAST_ZERO
+  FZ_EXTRA     more serve options
+  FZ_HANG      seconds without progress taken as a hang (default 180)
+"""
+import contextlib, io, os, sys, random, runpy, subprocess, signal, threading, time
+HERE = os.path.dirname(os.path.abspath(__file__))
+UNDO = f"{HERE}/undo"
+sys.path.insert(0, os.path.dirname(HERE))
+import nbd
+from tclib import tagged_sector, tagged_gen, connect_when_up
+
+if len(sys.argv) != 5:
+    sys.exit(__doc__.split("\n\n")[1])
+ARGV0, BIN, D, SEED, STEPS = sys.argv[0], sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+EXTRA = os.environ.get("FZ_EXTRA", "").split()
+FZENV = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("FZ_"))
+rng = random.Random(SEED)
+# Choices whose range depends on what the daemon did (how many writes a
+# device holds unflushed at a power loss): a generator of their own, so
+# that rng makes the same requests in every replay of a seed.
+prng = random.Random(SEED * 7919 + 1)
+MAGIC = b"TCHUNT\x00\x01"
+S = 512
+SIZE = int(os.environ.get("FZ_SIZE", 8 << 20))
+CSIZE = int(os.environ.get("FZ_CSIZE", 12 << 20))
+NS = SIZE // S
+POWER = int(os.environ.get("FZ_POWER") or 0)
+HANG = float(os.environ.get("FZ_HANG") or 180)
+env = dict(os.environ)
+env.setdefault("TIERCACHE_ORIGIN_RECORDS", f"{D}/rec")
+os.makedirs(env["TIERCACHE_ORIGIN_RECORDS"], exist_ok=True)
+if os.environ.get("FZ_COMMIT_MS"):
+    env["TIERCACHE_TEST_COMMIT_MS"] = os.environ["FZ_COMMIT_MS"]
+ORIGIN = f"{D}/origin.img"
+ORIGIN_FILE = ORIGIN
+CACHES = os.environ.get("FZ_CACHES", "c0.img").split(",")
+CACHE = ",".join(f"{D}/{c}" for c in CACHES)
+for p in [ORIGIN] + CACHE.split(","):
+    with open(p, "wb") as f:
+        f.truncate(SIZE if p == ORIGIN else CSIZE)
+LOG = open(f"{D}/ops.log", "w")
+DLOG = f"{D}/daemon.log"
+step, op = -1, "setup"
+progress = [time.monotonic()]
+d = None                               # the daemon serving now
+
+
+T0 = time.monotonic()
+
+
+def log(*a):
+    print(f"{time.monotonic() - T0:8.3f} {step:4d}", *a, file=LOG, flush=True)
+
+
+def tail(path, n):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def fail(what):
+    """The end of a failed run: what went wrong, where, how to replay it."""
+    # The verdict last: a runner shows the tail of the output.
+    print(f"--- the tail of {DLOG}:\n{tail(DLOG, 30)}"
+          f"--- the last operations ({D}/ops.log):\n{tail(f'{D}/ops.log', 12)}", end="")
+    print(f"modelfuzz FAIL: seed {SEED} step {step} of {STEPS} ({op}): {what}")
+    print(f"replay: {FZENV} {ARGV0} TIERCACHE \"$(mktemp -d)\" {SEED} {STEPS}", flush=True)
+    if d is not None and d.proc.poll() is None:
+        d.proc.kill()
+        d.proc.wait()
+    os._exit(1)
+
+
+def watchdog():
+    """Bounds against a hang only: a step that makes no progress for HANG
+    seconds (the daemon not answering) ends the run."""
+    while True:
+        time.sleep(1)
+        if time.monotonic() - progress[0] > HANG:
+            fail(f"no progress for {HANG:.0f} s: the daemon does not answer")
+
+
+threading.Thread(target=watchdog, daemon=True).start()
+
+NBDKIT = os.environ.get("FZ_NBDKIT")
+if NBDKIT:
+    if POWER:
+        sys.exit("modelfuzz: FZ_POWER wants the origin as a file, not behind FZ_NBDKIT")
+    ksock = f"{D}/k.sock"
+    kp = subprocess.Popen(["nbdkit", "-f", "-U", ksock, "--filter=delay", "file", ORIGIN,
+                           "rdelay=" + NBDKIT, "wdelay=2ms"])
+    import atexit
+    atexit.register(lambda: kp.kill())
+    while not os.path.exists(ksock):
+        time.sleep(0.1)
+    ORIGIN = f"nbd+unix:///?socket={ksock}"
+fmt = [BIN, "format", "--cache", CACHE, "--origin", ORIGIN, "--segment-size", "1M"]
+if os.environ.get("FZ_BS"):
+    fmt += ["--block-size", os.environ["FZ_BS"]]
+r = subprocess.run(fmt, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+if r.returncode != 0:
+    fail(f"format exited {r.returncode}: {r.stderr.strip()}")
+
+ZERO = 0  # gen 0 = zeroes
+cur = [{ZERO} for _ in range(NS)]      # allowed now
+crash = [{ZERO} for _ in range(NS)]    # allowed after a crash
+trimmed = [False] * NS
+gen = [1]
+gen_step = {ZERO: "never written"}     # generation -> the step that wrote it
+
+
+def new_gen(what):
+    g = gen[0]
+    gen[0] += 1
+    gen_step[g] = f"step {step} {what}"
+    return g
+
+
+def sec_data(s, g):
+    return bytes(S) if g == ZERO else tagged_sector(MAGIC, s * S, g, S)
+
+
+def classify(s, data):
+    if data == bytes(S):
+        return ZERO
+    g = tagged_gen(MAGIC, s * S, data)
+    return -1 if g is None else g
+
+
+def describe_gens(gs):
+    return ", ".join(f"gen {g} ({gen_step.get(g, '?')})" if g != ZERO else "zeroes"
+                     for g in sorted(gs))
+
+
+def describe_data(s, data):
+    """What a sector read that the model did not expect holds."""
+    g = classify(s, data)
+    if g == ZERO:
+        return "zeroes"
+    if g >= 0:
+        return f"gen {g} ({gen_step.get(g, '?')})"
+    if data[:8] == MAGIC:
+        o = int.from_bytes(data[8:16], "little")
+        gg = int.from_bytes(data[16:24], "little")
+        if o != s * S:
+            return f"the data of another sector: {o // S} (byte {o}) gen {gg} ({gen_step.get(gg, '?')})"
+        return f"gen {gg} damaged"
+    return f"unknown data {bytes(data[:24]).hex()}..."
+
+
+def op_failed(e, what, may=()):
+    """A request the daemon failed: the run fails unless its errno is one
+    of may (a FAST_ZERO the daemon cannot do fast fails ENOTSUP)."""
+    errnum = getattr(e, "errnum", None)
+    if errnum in may:
+        log(f"  {what} failed (allowed)", e)
+        return
+    if d.proc.poll() is not None:
+        fail(f"the daemon exited with status {d.proc.returncode} ({what}: {e})")
+    fail(f"{what} failed: {e}")
+
+
+def check_sector(s, data, allowed, how):
+    if classify(s, data) not in allowed:
+        fail(f"{how}: sector {s} (byte {s * S}, 64 KiB block {s * S >> 16}) read "
+             f"{describe_data(s, data)}; expected {describe_gens(allowed)} "
+             f"(after a crash {describe_gens(crash[s])}); mode {d.mode}")
+
+
+def undo(*args):
+    """tests/tools/undo ARGS run in this process (a Python start per device
+    and power loss slowed the suite's runs): its exit status and output."""
+    out = io.StringIO()
+    argv = sys.argv
+    sys.argv = [UNDO, *args]
+    rc = 0
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(UNDO, run_name="__main__")
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 1
+        if isinstance(e.code, str):
+            out.write(e.code)
+    finally:
+        sys.argv = argv
+    return rc, out.getvalue()
+
+
+class Daemon:
+    def __init__(self, mode, extra_env=None):
+        self.sock = f"{D}/s.sock"
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        e = dict(env)
+        if extra_env:
+            e.update(extra_env)
+        self.mode = mode
+        lf = open(DLOG, "a")
+        lf.write(f"==== step {step}: start mode {mode} {extra_env or ''}\n")
+        lf.flush()
+        if POWER:
+            o = f"testdev:{ORIGIN}?undo={ORIGIN}.undo"
+            c = ",".join(f"testdev:{x}?undo={x}.undo" for x in CACHE.split(","))
+        else:
+            o, c = ORIGIN, CACHE
+        self.proc = subprocess.Popen([BIN, "serve", "--origin", o, "--cache", c, "--mode", mode,
+                                      "--socket", self.sock, "--foreground", "--sequential-cutoff", "0", *EXTRA],
+                                     stdout=lf, stderr=subprocess.STDOUT, env=e)
+        lf.close()
+        try:
+            h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc, timeout=HANG)
+        except SystemExit as e:
+            fail(f"the daemon did not start: {e}")
+        if h is None:
+            self.proc.wait()
+            fail(f"the daemon exited with status {self.proc.returncode} at its start in {mode}")
+        h.set_strict_mode(0)
+        self.h = [h, self.connect()]
+
+    def connect(self):
+        h = nbd.NBD()
+        h.set_strict_mode(0)
+        h.connect_unix(self.sock)
+        return h
+
+    def ctl(self, *args):
+        try:
+            r = subprocess.run([BIN, *args, "--socket", self.sock], capture_output=True, text=True,
+                               env=env, timeout=HANG)
+        except subprocess.TimeoutExpired:
+            fail(f"tiercache {' '.join(args)} did not end within {HANG:.0f} s")
+        log("ctl", args, r.returncode, r.stdout.strip()[-200:], r.stderr.strip()[-300:])
+        return r.returncode
+
+    def ctl_async(self, *args):
+        log("ctl_async", args)
+        return subprocess.Popen([BIN, *args, "--socket", self.sock], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=env, text=True)
+
+    def close(self):
+        for h in self.h:
+            try:
+                h.shutdown()
+            except nbd.Error:
+                pass
+        self.h = []
+
+    def kill(self):
+        """kill -9 first: the connections end with the daemon, not before."""
+        if self.proc.poll() is not None:
+            fail(f"the daemon exited by itself with status {self.proc.returncode}")
+        self.proc.kill()
+        self.proc.wait()
+        self.close()
+
+    def powerloss(self):
+        self.kill()
+        if not POWER:
+            return
+        for x in [ORIGIN_FILE] + CACHE.split(","):
+            how = "all"
+            if POWER == 2:
+                rc, out = undo("--list", f"{x}.undo", x)
+                n = len(out.splitlines())
+                if n and prng.random() < 0.3:
+                    i = prng.randrange(n)
+                    rc, out = undo("--drop", str(i), f"{x}.undo", x)
+                    if rc == 0:
+                        log(f"  power loss {os.path.basename(x)}: write {i} of {n} lost, the others kept")
+                        continue
+                k = prng.randint(0, n)
+                rc, out = undo("--keep", str(k), f"{x}.undo", x)
+                how = f"the first {k} of {n} kept"
+            else:
+                rc, out = undo(f"{x}.undo", x)
+            if rc != 0:
+                fail(f"undo {x}: {out}")
+            log(f"  power loss {os.path.basename(x)}: {how}: {out.strip()}")
+
+    def stop(self):
+        self.close()
+        if self.proc.poll() is not None:
+            fail(f"the daemon exited by itself with status {self.proc.returncode}")
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            fail(f"the daemon did not stop within {HANG:.0f} s of SIGTERM")
+        if rc != 0:
+            fail(f"the daemon stopped with status {rc} after SIGTERM")
+        return rc
+
+
+def check_range(d, s0, n, pin=True):
+    h = rng.choice(d.h)
+    log("read", s0, n)
+    try:
+        data = h.pread(n * S, s0 * S)
+    except nbd.Error as e:
+        op_failed(e, f"read of sectors {s0}+{n}")
+        return
+    for i in range(n):
+        s = s0 + i
+        sd = data[i * S:(i + 1) * S]
+        check_sector(s, sd, cur[s], "read")
+        if pin and not trimmed[s]:
+            cur[s] = {classify(s, sd)}
+
+
+def check_all(d):
+    for s0 in range(0, NS, 2048):
+        progress[0] = time.monotonic()
+        check_range(d, s0, 2048)
+
+
+def pick():
+    blk = rng.choice([S, 4096, 65536])
+    n = rng.choice([1, 1, 2, 3, 8, 16])
+    if rng.random() < 0.2:
+        n = rng.randint(1, 256)
+        blk = S
+    length = min(n * blk, SIZE)
+    off = rng.randrange(0, SIZE - length + 1) // blk * blk
+    # concentrate on a few hot spots
+    if rng.random() < 0.6:
+        hot = rng.choice([0, 65536 * 3, 1 << 20, SIZE - 65536 * 2])
+        off = min(SIZE - length, hot + rng.randrange(0, 4) * 4096)
+    return off // S, length // S
+
+
+def do_write(d, fua=False, h=None):
+    s0, n = pick()
+    g = new_gen(f"write {s0}+{n}" + (" FUA" if fua else ""))
+    buf = b"".join(sec_data(s0 + i, g) for i in range(n))
+    h = h or rng.choice(d.h)
+    log("write", s0, n, g, "fua" if fua else "")
+    try:
+        h.pwrite(buf, s0 * S, nbd.CMD_FLAG_FUA if fua else 0)
+    except nbd.Error as e:
+        op_failed(e, f"write of sectors {s0}+{n}")
+    for i in range(n):
+        s = s0 + i
+        cur[s] = {g}
+        trimmed[s] = False
+        if fua:
+            crash[s] = {g}
+        else:
+            crash[s].add(g)
+
+
+def do_zero(d):
+    s0, n = pick()
+    flags = 0
+    if rng.random() < 0.5:
+        flags |= nbd.CMD_FLAG_NO_HOLE
+    if rng.random() < 0.3 and not os.environ.get("FZ_NOFAST"):
+        flags |= nbd.CMD_FLAG_FAST_ZERO
+    if rng.random() < 0.2:
+        flags |= nbd.CMD_FLAG_FUA
+    h = rng.choice(d.h)
+    log("zero", s0, n, flags)
+    try:
+        h.zero(n * S, s0 * S, flags)
+    except nbd.Error as e:
+        op_failed(e, f"write-zeroes of sectors {s0}+{n} flags {flags:#x}",
+                  (95,) if flags & nbd.CMD_FLAG_FAST_ZERO else ())  # ENOTSUP
+        return
+    for i in range(n):
+        s = s0 + i
+        cur[s] = {ZERO}
+        trimmed[s] = False
+        if flags & nbd.CMD_FLAG_FUA:
+            crash[s] = {ZERO}
+        else:
+            crash[s].add(ZERO)
+
+
+def do_trim(d):
+    s0, n = pick()
+    h = rng.choice(d.h)
+    log("trim", s0, n)
+    try:
+        h.trim(n * S, s0 * S)
+    except nbd.Error as e:
+        op_failed(e, f"trim of sectors {s0}+{n}")
+    for i in range(n):
+        s = s0 + i
+        cur[s] = cur[s] | {ZERO}
+        trimmed[s] = True
+        crash[s] = crash[s] | cur[s]
+
+
+def do_flush(d):
+    h = rng.choice(d.h)
+    log("flush")
+    try:
+        h.flush()
+    except nbd.Error as e:
+        op_failed(e, "flush")
+    for s in range(NS):
+        crash[s] = set(cur[s])
+
+
+def wait_aio(pairs, what):
+    """Waits for each (handle, cookie); the run fails if one fails."""
+    for h, c in pairs:
+        while True:
+            try:
+                if h.aio_command_completed(c):
+                    break
+            except nbd.Error as e:
+                op_failed(e, what)
+            h.poll(100)
+
+
+def do_race(d):
+    """two overlapping writes from two connections in flight at once"""
+    s0, n = pick()
+    g1 = new_gen(f"race write {s0}+{n}")
+    s1 = max(0, min(NS - n, s0 + rng.randint(-n // 2, n // 2)))
+    g2 = new_gen(f"race write {s1}+{n}")
+    b1 = b"".join(sec_data(s0 + i, g1) for i in range(n))
+    b2 = b"".join(sec_data(s1 + i, g2) for i in range(n))
+    log("race", s0, s1, n, g1, g2)
+    c1 = d.h[0].aio_pwrite(b1, s0 * S)
+    c2 = d.h[1].aio_pwrite(b2, s1 * S)
+    wait_aio([(d.h[0], c1), (d.h[1], c2)], f"racing writes of sectors {s0}+{n} and {s1}+{n}")
+    both = {}
+    for base, g in ((s0, g1), (s1, g2)):
+        for i in range(n):
+            both.setdefault(base + i, set()).add(g)
+    for s, gs in both.items():
+        cur[s] = gs
+        trimmed[s] = False
+        crash[s] |= gs
+
+
+def do_race_rw(d):
+    """a read (or a prefetch) racing an overlapping write on the other connection"""
+    s0, n = pick()
+    s1 = max(0, min(NS - n, s0 + rng.randint(-n // 2, n // 2)))
+    g = new_gen(f"write {s1}+{n} racing a read")
+    b = b"".join(sec_data(s1 + i, g) for i in range(n))
+    before = [set(cur[s]) for s in range(s0, s0 + n)]
+    pre = rng.random() < 0.3
+    log("race_rw", s0, s1, n, g, "cache" if pre else "read")
+    rbuf = nbd.Buffer(n * S)
+    if pre:
+        c1 = d.h[0].aio_cache(n * S, s0 * S)
+    else:
+        c1 = d.h[0].aio_pread(rbuf, s0 * S)
+    c2 = d.h[1].aio_pwrite(b, s1 * S)
+    wait_aio([(d.h[0], c1), (d.h[1], c2)], f"{'prefetch' if pre else 'read'} of sectors {s0}+{n} "
+             f"racing a write of {s1}+{n}")
+    if not pre:
+        data = rbuf.to_bytearray()
+        for i in range(n):
+            s = s0 + i
+            allowed = before[i] | ({g} if s1 <= s < s1 + n else set())
+            check_sector(s, data[i * S:(i + 1) * S], allowed, "read racing a write")
+    for i in range(n):
+        s = s1 + i
+        cur[s] = {g}
+        trimmed[s] = False
+        crash[s].add(g)
+    s2, n2 = min(s0, s1), max(s0, s1) + n - min(s0, s1)
+    check_range(d, s2, n2)
+
+
+def check_daemon_log():
+    with open(DLOG, errors="replace") as f:
+        for line in f:
+            if ("ERROR: AddressSanitizer" in line or "ERROR: LeakSanitizer" in line
+                    or "runtime error:" in line or "assertion failed:" in line):
+                fail(f"the daemon's log has: {line.strip()}")
+
+
+def crashed():
+    """After a kill: a sector may read what survives a crash."""
+    for s in range(NS):
+        cur[s] = set(crash[s])
+
+
+def restart():
+    global d
+    check_daemon_log()
+    d = Daemon(rng.choice(MODES), ckenv)
+    check_all(d)
+
+
+MODES = ["writeback", "writethrough", "writearound", "passthrough"]
+ckenv = None
+if os.environ.get("FZ_CKPT"):
+    ckenv = {"TIERCACHE_TEST_CKPT_BYTES": str(256 << 10), "TIERCACHE_TEST_CKPT_TICK_MS": "5"}
+d = Daemon("writeback", ckenv)
+detached = False
+for step in range(STEPS):
+    progress[0] = time.monotonic()
+    if d.proc.poll() is not None:
+        fail(f"the daemon exited by itself with status {d.proc.returncode}")
+    r = rng.random()
+    if r < 0.35:
+        op = "write"
+        do_write(d, fua=rng.random() < 0.15)
+    elif r < 0.45:
+        op = "write-zeroes"
+        do_zero(d)
+    elif r < 0.52:
+        op = "trim"
+        do_trim(d)
+    elif r < 0.58:
+        op = "flush"
+        do_flush(d)
+    elif r < 0.60:
+        op = "racing writes"
+        do_race(d)
+    elif r < 0.66:
+        op = "a read racing a write"
+        do_race_rw(d)
+    elif r < 0.67:
+        op = "prefetch"
+        s0, n = pick()
+        log("cache", s0, n)
+        try:
+            rng.choice(d.h).cache(n * S, s0 * S)
+        except nbd.Error as e:
+            op_failed(e, f"prefetch of sectors {s0}+{n}")
+    elif r < 0.78:
+        op = "read"
+        s0, n = pick()
+        check_range(d, s0, n)
+    elif r < 0.83:
+        m = rng.choice(MODES)
+        op = f"mode {m}"
+        if d.ctl("mode", m) == 0:
+            d.mode = m
+    elif r < 0.85:
+        op = "tiercache flush"
+        d.ctl("flush")
+    elif r < 0.87:
+        if not detached:
+            op = "detach"
+            if d.ctl("detach") == 0:
+                detached = True
+        else:
+            op = "attach"
+            if d.ctl("attach") == 0:
+                detached = False
+    elif r < 0.93:
+        op = "kill -9" + (" and power loss" if POWER else "")
+        log("KILL")
+        d.powerloss()
+        crashed()
+        detached = False
+        restart()
+    elif r < 0.97:
+        op = "SIGTERM"
+        log("STOP")
+        d.stop()
+        log("  stopped")
+        for s in range(NS):
+            crash[s] = set(cur[s])
+        detached = False
+        restart()
+    elif r < 0.985:
+        # a control command with client I/O going on while it runs, maybe
+        # a kill in it (as many requests whether it ended or not: the same
+        # requests in every replay)
+        cmd = rng.choice([("mode", rng.choice(MODES)), ("flush",), ("detach",), ("attach",), ("mode", "writeback")])
+        killit = rng.random() < 0.4
+        op = f"tiercache {' '.join(cmd)} with client I/O" + (", then kill -9" if killit else "")
+        p = d.ctl_async(*cmd)
+        nops = rng.randint(1, 30)
+        for i in range(nops):
+            progress[0] = time.monotonic()
+            x = rng.random()
+            if x < 0.5:
+                do_write(d, fua=rng.random() < 0.1)
+            elif x < 0.6:
+                do_zero(d)
+            elif x < 0.65:
+                do_trim(d)
+            elif x < 0.75:
+                do_flush(d)
+            else:
+                s0, n = pick()
+                check_range(d, s0, n)
+        if killit:
+            log("KILL during", cmd)
+            d.powerloss()
+            p.wait()
+            crashed()
+            detached = False
+            restart()
+        else:
+            try:
+                out = p.communicate(timeout=HANG)[0]
+            except subprocess.TimeoutExpired:
+                fail(f"tiercache {' '.join(cmd)} did not end within {HANG:.0f} s")
+            log("  ctl_async rc", p.returncode, out.strip()[-300:])
+            if p.returncode == 0:
+                if cmd[0] == "detach":
+                    detached = True
+                elif cmd[0] == "attach":
+                    detached = False
+                elif cmd[0] == "mode":
+                    d.mode = cmd[1]
+    else:
+        pol = rng.choice(["default", "lru", "fifo", "s3fifo"])
+        op = f"set policy={pol}"
+        d.ctl("set", "policy=" + pol)
+step, op = STEPS, "the last check"
+check_all(d)
+d.stop()
+check_daemon_log()
+print(f"seed {SEED}: {STEPS} steps ok, {gen[0] - 1} writes")
