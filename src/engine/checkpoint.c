@@ -454,8 +454,16 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
     memset(pl, 0, sizeof *pl);
     /* Free segments, taken round the devices (the pieces are written side
      * by side), from the bottom of each free stack: the segments the log
-     * takes last. */
+     * takes last.  A running checkpoint, taken while the log goes on,
+     * leaves each device its share of the cleaner's reserve
+     * (space_dev_reserve()), as the log's groups do (log.c,
+     * ensure_group()): summed over the devices the reserve could be
+     * left, yet a device's last free segment taken -- and a pass of the
+     * cleaner that needs room on it (a mirrored copy, the record of the
+     * log's new end) finds none until the older checkpoint's segments go
+     * back. */
     uint32_t taken[TC_MAX_DEVICES] = { 0 };
+    uint32_t keep = hold ? space_dev_reserve(&c->sp) : 0;
     bool more = true;
     while (pl->nsegs < need && pl->nsegs < max_segs && more) {
         more = false;
@@ -465,7 +473,7 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
              * its device (space.h, invariant 22). */
             while (taken[d] < fs->n && space_seg_held_back(&c->sp, fs->segs[taken[d]]))
                 taken[d]++;
-            if (taken[d] < fs->n) {
+            if (taken[d] + keep < fs->n) {
                 pl->segs[pl->nsegs++] = fs->segs[taken[d]++];
                 more = true;
             }
