@@ -1124,7 +1124,13 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     for (uint32_t i = 0; i < h.nr_entries; i++) {
         struct tc_entry e;
         /* Each entry is looked up in the index: start the look-up of the
-         * one PREFETCH_AHEAD further while this one is handled. */
+         * one PREFETCH_AHEAD further while this one is handled, and the
+         * load of the bucket of the one twice as far, so that the
+         * look-up's start finds its bucket loaded (it waited for it:
+         * about a third of the look-ups' cost). */
+        if (i + 2 * PREFETCH_AHEAD < h.nr_entries)
+            index_prefetch_bucket(&c->map.idx,
+                                  chunk_entry_oblock(k->buf, c->spb, i + 2 * PREFETCH_AHEAD));
         if (i + PREFETCH_AHEAD < h.nr_entries)
             index_prefetch(&c->map.idx, chunk_entry_oblock(k->buf, c->spb, i + PREFETCH_AHEAD), 1);
         if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)

@@ -165,6 +165,11 @@ void index_prefetch(const struct index *ix, uint64_t oblock, uint64_t n)
     }
 }
 
+void index_prefetch_bucket(const struct index *ix, uint64_t oblock)
+{
+    __builtin_prefetch(&ix->buckets[hash(ix, oblock)]);
+}
+
 /* Entry id's masks: valid (mbytes bytes), then dirty. */
 static uint8_t *masks_of(const struct index *ix, uint32_t id)
 {

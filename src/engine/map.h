@@ -208,6 +208,11 @@ uint32_t index_lookup(const struct index *ix, uint64_t oblock);
  * request's blocks wait for their cache misses together, not one after
  * another.  Changes nothing. */
 void index_prefetch(const struct index *ix, uint64_t oblock, uint64_t n);
+/* A hint further ahead: index_prefetch() of oblock follows, and its
+ * look-up after that.  Starts the load of the block's bucket only (what
+ * index_prefetch() would otherwise wait for before it can start the
+ * entry's).  Changes nothing. */
+void index_prefetch_bucket(const struct index *ix, uint64_t oblock);
 /* A new entry for oblock (not in the index), without fragments. */
 uint32_t index_insert(struct index *ix, uint64_t oblock);
 /* Remove the entry and free its fragments (accounting is the caller's). */

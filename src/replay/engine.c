@@ -53,6 +53,7 @@
 #include "format/format.h"
 #include "io/dev.h"
 #include "io/reactor.h"
+#include "policy/policy.h"
 #include "replay/replay.h"
 #include "tiercache.h"
 #include "util/log.h"
@@ -314,6 +315,37 @@ static int run_one(struct rep *p, const struct tc_trace_req *q, char *err, size_
     return 0;
 }
 
+/*
+ * Replay knows the requests to come, and their look-ups are most of a
+ * request's cache misses: each block's index bucket, then its entry (a
+ * random one of the table), and the policy's history words of a block
+ * asked about.  The requests are read AHEAD past the one submitted; a
+ * request's buckets are loaded when it is read, its entries and policy
+ * words while the request before it runs.  Hints only: nothing is
+ * decided by them (the --json output is the same byte for byte), and a
+ * request of more than AHEAD_BLOCKS blocks has its first ones loaded
+ * only (the engine starts the loads of all of them itself).
+ */
+#define AHEAD 2
+#define AHEAD_BLOCKS 8
+
+static void prefetch_request(struct rep *p, const struct tc_trace_req *q, bool entries)
+{
+    if ((q->op != TC_OP_READ && q->op != TC_OP_WRITE) || q->length == 0 || q->offset >= p->size)
+        return;
+    struct cache *c = p->vol->cache;
+    uint64_t first = q->offset / c->block_size;
+    uint64_t last = TC_MIN((q->offset + q->length - 1) / c->block_size, first + AHEAD_BLOCKS - 1);
+    for (uint64_t b = first; b <= last; b++) {
+        if (!entries) {
+            index_prefetch_bucket(&c->map.idx, b);
+            continue;
+        }
+        index_prefetch(&c->map.idx, b, 1);
+        policy_prefetch(c->policy, b);
+    }
+}
+
 /* A request of a sampled replay: the runs of its sampled blocks, one
  * request each (replay.h, struct replay_sample); a read is a hit when they
  * all hit.  Requests with no sampled block are not counted. */
@@ -402,11 +434,32 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
     if (rd == NULL)
         goto out;
     struct cache_stats *st = &p->vol->cache->st;
-    struct tc_trace_req q;
-    int n;
+    struct tc_trace_req ring[AHEAD + 1], q;
+    unsigned head = 0, have = 0;
+    int n = 1;
     bool steady = false;
     uint64_t nreq = 0;
-    while ((n = trace_reader_next(rd, &q, err, errlen)) == 1) {
+    for (;;) {
+        /* Read AHEAD requests past the next: the newest's buckets, the
+         * next one's entries and policy words are loaded meanwhile. */
+        while (n == 1 && have <= AHEAD) {
+            struct tc_trace_req *nq = &ring[(head + have) % (AHEAD + 1)];
+            n = trace_reader_next(rd, nq, err, errlen);
+            if (n == 1) {
+                have++;
+                if (!t->sample)
+                    prefetch_request(p, nq, false);
+            }
+        }
+        if (n < 0)
+            goto out;
+        if (have == 0)
+            break;
+        q = ring[head];
+        head = (head + 1) % (AHEAD + 1);
+        have--;
+        if (have > 0 && !t->sample)
+            prefetch_request(p, &ring[head], true);
         /* Every 16th request: a sample walks every segment's chunks. */
         steady = steady || !space_has_free(&p->vol->cache->sp);
         if (steady && !t->sample && nreq++ % 16 == 0)
@@ -429,8 +482,6 @@ int replay_engine(const struct replay_trace *t, const struct replay_engine_confi
             out->write_hits += st->write_hits != wh;
         }
     }
-    if (n < 0)
-        goto out;
     if (!t->sample) {
         out->read_hits = st->read_hits;
         out->read_misses = st->read_misses;
