@@ -80,7 +80,9 @@ def read_all(d, gens, victim, what):
             sys.exit(f"{what}: sector {s} reads generation {g}, expected {gens[s]}")
 
 
-def main():
+def make_volume():
+    """Arguments parsed; an origin of generation 1 everywhere and a
+    formatted cache made: (args, generations by sector)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--dir", required=True)
@@ -94,8 +96,11 @@ def main():
     subprocess.run([a.bin, "format", "--cache", f"{a.dir}/cache.img", "--origin",
                     f"{a.dir}/origin.img", "--segment-size", str(SEGMENT), "--block-size",
                     str(BLOCK)], check=True, stdout=subprocess.DEVNULL)
+    return a, [1] * nsect
 
-    gens = [1] * nsect
+
+def main():
+    a, gens = make_volume()
     d = Daemon(a)
     # In a scattered order (a sequential stream would bypass the cache).
     blocks = list(range(DIRTY_BLOCKS))

@@ -18,8 +18,6 @@ block written back failing with EIO.)
 
 usage: wbdamage.py --bin TIERCACHE --dir DIR
 """
-import argparse
-import json
 import os
 import re
 import subprocess
@@ -28,8 +26,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tclib import Serve, tagged_gen  # noqa: E402
-from cleanpartial import (BLOCK, CACHE_MIB, DAMAGED, DATA_OFFSET, MAGIC, ORIGIN_MIB,  # noqa: E402
-                          SECTOR, SEGMENT, SPB, pattern, read_all)
+from cleanpartial import (BLOCK, DAMAGED, DATA_OFFSET, MAGIC, SECTOR, SEGMENT, SPB,  # noqa: E402
+                          cache_status, make_volume, pattern, read_all)
 
 DIRTY_BLOCKS = 16
 
@@ -41,28 +39,9 @@ class Daemon(Serve):
                          env=dict(os.environ, **(env or {})))
 
 
-def cache_status(a, d):
-    return json.loads(subprocess.run([a.bin, "status", "--socket", d.sock, "--json"],
-                                     capture_output=True, text=True,
-                                     check=True).stdout)["volume"]["cache"]
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--dir", required=True)
-    a = ap.parse_args()
-    nsect = (ORIGIN_MIB << 20) // SECTOR
-    with open(f"{a.dir}/origin.img", "wb") as f:
-        for s in range(nsect):
-            f.write(pattern(s * SECTOR, 1))
-    with open(f"{a.dir}/cache.img", "wb") as f:
-        f.truncate(CACHE_MIB << 20)
-    subprocess.run([a.bin, "format", "--cache", f"{a.dir}/cache.img", "--origin",
-                    f"{a.dir}/origin.img", "--segment-size", str(SEGMENT), "--block-size",
-                    str(BLOCK)], check=True, stdout=subprocess.DEVNULL)
-
-    gens = [1] * nsect
+    a, gens = make_volume()
+    nsect = len(gens)
     # Held dirty: no write-back pass before the stop.
     d = Daemon(a, {"TIERCACHE_TEST_NO_WRITEBACK_PASSES": "1"})
     for b in range(0, 2 * DIRTY_BLOCKS, 2):     # scattered: no sequential stream
