@@ -20,12 +20,15 @@ and what was read", a line to replay the run, the last operations
 (DIR/ops.log has them all) and the tail of DIR/daemon.log, and exits 1.
 
 What a read may return: a write acknowledged sets its sectors to its
-generation; a trim lets them read either their data or zeroes until the
-next write; two overlapping writes in flight together leave either one in
+generation; two overlapping writes in flight together leave either one in
 each sector.  After a kill -9 (and a power loss) a sector may read any
 generation acknowledged since its last flush (or FUA write, or stop with
 status 0), or the flushed one, and no other; a read pins what the sector
-holds until the next write.
+holds until the next write.  A trimmed sector's contents are unspecified
+until it is written again (the NBD protocol; tiercache(8)): it may read
+any generation it could hold at the trim, also after a crash, or zeroes,
+in any order, and reads do not pin it; a crash that loses the writes
+after a trim leaves it trimmed again.
 
 Replaying a seed: the same SEED, STEPS and FZ_ variables make the same
 requests in the same order (the choices the daemon's timing could steer
@@ -155,7 +158,14 @@ if r.returncode != 0:
 ZERO = 0  # gen 0 = zeroes
 cur = [{ZERO} for _ in range(NS)]      # allowed now
 crash = [{ZERO} for _ in range(NS)]    # allowed after a crash
-trimmed = [False] * NS
+# A trimmed sector reads unspecified contents until it is written again:
+# its contents at the trim (any version a crash could have left then) or
+# zeroes, in any order from read to read (tiercache(8)).  ctrim[s] is the
+# set a trimmed sector may read now, or None if it is not trimmed: its
+# reads do not pin it.  crash_trim[s] is the same after a crash: a write
+# after the trim that the crash loses leaves the sector trimmed again.
+ctrim = [None] * NS
+crash_trim = [None] * NS
 gen = [1]
 gen_step = {ZERO: "never written"}     # generation -> the step that wrote it
 
@@ -354,8 +364,14 @@ def check_range(d, s0, n, pin=True):
         s = s0 + i
         sd = data[i * S:(i + 1) * S]
         check_sector(s, sd, cur[s], "read")
-        if pin and not trimmed[s]:
-            cur[s] = {classify(s, sd)}
+        if not pin:
+            continue
+        v = classify(s, sd)
+        if ctrim[s] is not None and v in ctrim[s]:
+            cur[s] = set(ctrim[s])     # still maybe trimmed: not pinned
+        else:
+            cur[s] = {v}
+            ctrim[s] = None
 
 
 def check_all(d):
@@ -392,9 +408,10 @@ def do_write(d, fua=False, h=None):
     for i in range(n):
         s = s0 + i
         cur[s] = {g}
-        trimmed[s] = False
+        ctrim[s] = None
         if fua:
             crash[s] = {g}
+            crash_trim[s] = None
         else:
             crash[s].add(g)
 
@@ -419,9 +436,10 @@ def do_zero(d):
     for i in range(n):
         s = s0 + i
         cur[s] = {ZERO}
-        trimmed[s] = False
+        ctrim[s] = None
         if flags & nbd.CMD_FLAG_FUA:
             crash[s] = {ZERO}
+            crash_trim[s] = None
         else:
             crash[s].add(ZERO)
 
@@ -437,8 +455,9 @@ def do_trim(d):
     for i in range(n):
         s = s0 + i
         cur[s] = cur[s] | {ZERO}
-        trimmed[s] = True
+        ctrim[s] = set(cur[s])
         crash[s] = crash[s] | cur[s]
+        crash_trim[s] = set(crash[s])
 
 
 def do_flush(d):
@@ -448,8 +467,15 @@ def do_flush(d):
         h.flush()
     except nbd.Error as e:
         op_failed(e, "flush")
+    durable()
+
+
+def durable():
+    """A flush (or a stop with status 0): what a read may return now is
+    what it may return after a crash."""
     for s in range(NS):
         crash[s] = set(cur[s])
+        crash_trim[s] = None if ctrim[s] is None else set(ctrim[s])
 
 
 def wait_aio(pairs, what):
@@ -482,7 +508,7 @@ def do_race(d):
             both.setdefault(base + i, set()).add(g)
     for s, gs in both.items():
         cur[s] = gs
-        trimmed[s] = False
+        ctrim[s] = None
         crash[s] |= gs
 
 
@@ -512,7 +538,7 @@ def do_race_rw(d):
     for i in range(n):
         s = s1 + i
         cur[s] = {g}
-        trimmed[s] = False
+        ctrim[s] = None
         crash[s].add(g)
     s2, n2 = min(s0, s1), max(s0, s1) + n - min(s0, s1)
     check_range(d, s2, n2)
@@ -530,6 +556,7 @@ def crashed():
     """After a kill: a sector may read what survives a crash."""
     for s in range(NS):
         cur[s] = set(crash[s])
+        ctrim[s] = None if crash_trim[s] is None else set(crash_trim[s])
 
 
 def restart():
@@ -609,8 +636,7 @@ for step in range(STEPS):
         log("STOP")
         d.stop()
         log("  stopped")
-        for s in range(NS):
-            crash[s] = set(cur[s])
+        durable()
         detached = False
         restart()
     elif r < 0.985:
