@@ -44,10 +44,14 @@ environment:
   FZ_POWER=2   as 1, but each device keeps a random part of its unflushed
                writes: the first K of them, or all but one (a volatile
                write cache keeps no order between flushes)
-  FZ_CKPT=1    running checkpoints, small and frequent
+  FZ_CKPT=1    running checkpoints, small and frequent; FZ_CKPT=auto or
+               a byte count: TIERCACHE_TEST_CKPT_BYTES as given
+  FZ_MODES=a,b the modes a start or a mode switch picks from (default all
+               four; writeback alone keeps the cleaner and writeback busy)
   FZ_COMMIT_MS the daemon's commit interval (TIERCACHE_TEST_COMMIT_MS)
   FZ_CACHES=a,b  cache device files (default c0.img)
-  FZ_CSIZE, FZ_SIZE  cache device and origin sizes (12 MiB, 8 MiB)
+  FZ_CSIZE, FZ_SIZE  cache device and origin sizes (12 MiB, 8 MiB; a
+               device of 9 MiB, 8 segments, is the smallest format takes)
   FZ_BS        block size (format --block-size)
   FZ_NBDKIT=DELAY  the origin behind nbdkit's delay filter (rdelay=DELAY)
   FZ_NOFAST=1  no FAST_ZERO
@@ -566,10 +570,12 @@ def restart():
     check_all(d)
 
 
-MODES = ["writeback", "writethrough", "writearound", "passthrough"]
+MODES = (os.environ.get("FZ_MODES") or "writeback,writethrough,writearound,passthrough").split(",")
 ckenv = None
-if os.environ.get("FZ_CKPT"):
+if os.environ.get("FZ_CKPT") == "1":
     ckenv = {"TIERCACHE_TEST_CKPT_BYTES": str(256 << 10), "TIERCACHE_TEST_CKPT_TICK_MS": "5"}
+elif os.environ.get("FZ_CKPT"):
+    ckenv = {"TIERCACHE_TEST_CKPT_BYTES": os.environ["FZ_CKPT"]}
 d = Daemon("writeback", ckenv)
 detached = False
 for step in range(STEPS):
