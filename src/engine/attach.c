@@ -49,6 +49,13 @@
  *  6. sets the mode (the one before the detach, or the one asked for) and
  *     opens the gate.
  *
+ * If a device fails in step 3 (the close's last writes), the set is
+ * abandoned as at any failure, which step 1 refuses: once the
+ * abandonment's own writes (its superblock marks) have ended -- they
+ * complete after the close, and use the cache -- the cache is freed and
+ * the attach fails; the volume serves the origin without a cache, or,
+ * with lost sectors, nothing until a restart (below).
+ *
  * If step 4 fails (an I/O error, a claim taken meanwhile), the set is
  * opened again as it was, detached.  If even that fails and the lost set
  * was not empty, no request can be served safely, and every one fails with
@@ -69,6 +76,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/abandon.h"
 #include "engine/cache.h"
 #include "io/claim.h"
 #include "engine/engine.h"
@@ -83,6 +91,7 @@ struct attach_op {
     char **old_paths;               /* the detached devices' names, owned */
     enum tc_mode mode;
     struct tc_dev_io dio;           /* step 2a: the origin flush */
+    struct tc_timer wait;           /* step 3: the closed cache's I/O ending */
     int close_err;
     void (*done)(void *arg, int err);
     void *arg;
@@ -249,6 +258,47 @@ static int reopen(struct tc_volume *vol, char **paths, char *err, size_t errlen)
 
 static void attach_reopen(struct tc_task *t);
 
+static void attach_wait_fn(struct tc_timer *t)
+{
+    struct attach_op *op = container_of(t, struct attach_op, wait);
+    op->vol->gate_op = op;
+    attach_reopen(&op->vol->gate_task);
+}
+
+/* Whether the closed cache still has I/O of its own under way: a device
+ * failing in the close's last writes starts the abandonment's superblock
+ * marks and state-file settling after the close has ended (abandon.c),
+ * whose completions use the cache and its devices. */
+static bool closed_cache_busy(struct cache *c)
+{
+    if (!abandon_idle(c))
+        return true;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].dev->stats.inflight > 0)
+            return true;
+    return false;
+}
+
+/* The detached cache is gone and cannot be opened again (why): the volume
+ * serves the origin without a cache -- or, if lost sectors were recorded
+ * (or an abandonment not yet recorded anywhere), nothing until a restart:
+ * served from the origin, they would read its older data. */
+static void serve_without_cache(struct tc_volume *vol, uint64_t lost, bool unrecorded,
+                                const char *why)
+{
+    vol->cache = NULL;
+    vol->detached = false;
+    vol->mode = TC_MODE_PASSTHROUGH;
+    if (lost || unrecorded) {
+        vol->fenced = true;
+        tc_error("%s, and it records %llu lost sectors%s: every request fails until the daemon "
+                 "is restarted", why, (unsigned long long)lost,
+                 unrecorded ? " (its abandonment not recorded yet)" : "");
+    } else {
+        tc_error("%s: serving the origin without a cache", why);
+    }
+}
+
 /* The close ends inside the log's completion, which still uses the cache
  * after this returns: the cache is freed from a task, after it. */
 static void attach_closed(void *arg, int err)
@@ -279,7 +329,26 @@ static void attach_reopen(struct tc_task *t)
         attach_finish(op, err);
         return;
     }
+    if (closed_cache_busy(old)) {
+        timer_arm(vol->reactor, &op->wait, 10ull * 1000 * 1000);
+        return;
+    }
     uint64_t lost = lost_sectors(&old->map.lost);
+    if (vol->cache_failed || old->abandoned) {
+        /* A device failed in the close's last writes (the stop chunk, a
+         * superblock): the set is abandoned, its log never trusted again,
+         * which no attach takes (step 1); a restart is the way back. */
+        bool unrecorded = old->abandon_unrecorded;
+        snprintf(vol->op_error, sizeof vol->op_error, "attach failed: a cache device failed "
+                 "while the detached cache was closed, and the cache was abandoned; restart "
+                 "the daemon to use the cache again");
+        tc_error("%s", vol->op_error);
+        cache_free(old);
+        vol->cache_failed = false;  /* no cache to have failed: the origin is served */
+        serve_without_cache(vol, lost, unrecorded, "the cache failed during an attach");
+        attach_finish(op, -EIO);
+        return;
+    }
     if (old->state_path) {
         free(vol->attach_state_file);
         vol->attach_state_file = tc_xstrdup(old->state_path);
@@ -324,18 +393,9 @@ static void attach_reopen(struct tc_task *t)
         attach_finish(op, -EIO);
         return;
     }
-    vol->cache = NULL;
-    vol->detached = false;
-    vol->mode = TC_MODE_PASSTHROUGH;
-    if (lost) {
-        vol->fenced = true;
-        tc_error("the detached cache could not be opened again (%s), and it records %llu lost "
-                 "sectors: every request fails until the daemon is restarted", e2,
-                 (unsigned long long)lost);
-    } else {
-        tc_error("the detached cache could not be opened again (%s): serving the origin "
-                 "without a cache", e2);
-    }
+    char why[1200];
+    msg(why, sizeof why, "the detached cache could not be opened again (%s)", e2);
+    serve_without_cache(vol, lost, false, why);
     attach_finish(op, -EIO);
 }
 
@@ -412,6 +472,7 @@ void tc_volume_attach(struct tc_volume *vol, const char *const *paths, const enu
     op->done = done;
     op->arg = arg;
     op->mode = mode ? *mode : vol->mode_before_detach;
+    op->wait.fn = attach_wait_fn;
     op->old_paths = tc_xcalloc(c->ndevs + 1, sizeof *op->old_paths);
     for (unsigned d = 0; d < c->ndevs; d++)
         op->old_paths[d] = tc_xstrdup(c->devs[d].dev->name);
