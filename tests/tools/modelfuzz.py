@@ -526,8 +526,9 @@ def durable():
 
 def wait_aio(pairs, what, eio_ok=()):
     """Waits for each (handle, cookie); the run fails if one fails, but
-    for an EIO of the cookies in eio_ok after a device failure.  Returns
-    whether every one succeeded."""
+    for an EIO of the (handle, cookie) pairs in eio_ok after a device
+    failure (cookies are numbered per handle).  Returns whether every one
+    succeeded."""
     ok = True
     for h, c in pairs:
         while True:
@@ -535,7 +536,7 @@ def wait_aio(pairs, what, eio_ok=()):
                 if h.aio_command_completed(c):
                     break
             except nbd.Error as e:
-                if c in eio_ok and devfailed[0] and getattr(e, "errnum", None) == 5:
+                if (h, c) in eio_ok and devfailed[0] and getattr(e, "errnum", None) == 5:
                     log(f"  {what}: the read failed after a device failure (allowed)", e)
                     ok = False
                     break
@@ -582,7 +583,7 @@ def do_race_rw(d):
         c1 = d.h[0].aio_pread(rbuf, s0 * S)
     c2 = d.h[1].aio_pwrite(b, s1 * S)
     read_ok = wait_aio([(d.h[0], c1), (d.h[1], c2)], f"{'prefetch' if pre else 'read'} of sectors "
-                       f"{s0}+{n} racing a write of {s1}+{n}", eio_ok=(c1,))
+                       f"{s0}+{n} racing a write of {s1}+{n}", eio_ok=((d.h[0], c1),))
     if not pre and read_ok:
         data = rbuf.to_bytearray()
         for i in range(n):
