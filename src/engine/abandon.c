@@ -1531,7 +1531,15 @@ out:
  * start does it again (writing the same data again).  The reads before
  * step 3 do not serve anything: requests come only after the start.  A
  * state file that cannot be written in step 3 keeps the sectors lost in
- * memory too (EIO, as the file on disk says), the data on the origin.
+ * memory too (EIO, as the file on disk says), the data on the origin --
+ * and the proofs on disk (c->ab.disk_proven stays as loaded): a client
+ * write of such a sector, into the cache now in service as well as
+ * around it (cache.c, cache_submit()), first writes the file again
+ * without them (abandon_proofs_before_write()), or fails with EIO.  A
+ * write acknowledged meanwhile could reach the origin, directly or by
+ * writeback, and its record in the new log be gone at the next start (not
+ * synced yet, or evicted): that start wrote the older proven version
+ * back over it.
  * Sectors without a proof, or whose proof fails, stay lost (EIO).
  */
 

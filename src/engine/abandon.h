@@ -130,7 +130,9 @@ void abandon_salvage_drain(struct cache *c, struct tc_dev *origin);
  * written again now (blocking; retried by the timer), or by the stop. */
 void abandon_proofs_added(struct cache *c);
 /* A write of origin bytes [off, off + len) is about to reach the origin
- * directly (lostlog.c): if the state file on disk holds a proof of one of
+ * directly (lostlog.c), or the cache in service (cache.c: after a resumed
+ * drain whose state file could not be written, the file on disk keeps
+ * its proofs): if the state file on disk holds a proof of one of
  * its sectors, the proofs of those sectors are dropped and the state file
  * written again now (blocking), or a crash after the write would let the
  * next start write the older proven version over it.  -errno (the write

@@ -74,8 +74,34 @@ void cache_trace_log(struct cache *c, uint64_t oblock, const char *fmt, ...)
 
 /* ---- dispatch ---- */
 
+/*
+ * A write, trim or write-zeroes of sectors the state file on disk still
+ * proves (abandon.c, "Resuming the drain": a start's resumed drain whose
+ * state file could not be written after it keeps the proofs on disk):
+ * the file is written without those proofs first, or the request fails
+ * with EIO.  Else the request could reach the origin -- written around
+ * the cache, through it, or written back later, the log's record of it
+ * gone by the next start (evicted, or not yet synced) -- and the next
+ * start write the older proven version back over it.  Sectors the file
+ * proves are lost (EIO) until then anyway.  (lost_passthrough() does the
+ * same once the cache has failed.)  Nothing to do, and one compare,
+ * unless the file on disk proves something.
+ */
+static bool proofs_refuse(struct cache *c, struct ereq *e)
+{
+    if (abandon_proofs_before_write(c, e->off, e->len) == 0)
+        return false;
+    e->err = -EIO;
+    e->complete(e);
+    return true;
+}
+
 void cache_submit(struct ereq *e)
 {
+    struct cache *c = e->vol->cache;
+    if ((e->op == TC_OP_WRITE || e->op == TC_OP_TRIM || e->op == TC_OP_WRITE_ZEROES) &&
+        c->ab.disk_proven != NULL && proofs_refuse(c, e))
+        return;
     switch (e->op) {
     case TC_OP_READ: cache_read(e); return;
     case TC_OP_WRITE: cache_write(e); return;

@@ -77,7 +77,9 @@ struct policy;
  * to it, the cache is abandoned), but dirty data only it holds is still
  * read from it to be written back (failure.c); CDEV_FAILING once none is
  * left, and at once for a device that fails while others are in service.
- * At most one device is ever draining. */
+ * Such an earlier-failed device whose dirty data still waited for its
+ * rescue when the last one failed drains too (failure.c, rescues_drain()):
+ * devices start draining only at that last failure, all at once. */
 enum cdev_state { CDEV_OK, CDEV_DRAINING, CDEV_FAILING, CDEV_MISSING };
 /* "ok", "draining", "failing", "missing": for status and messages. */
 const char *cdev_state_name(enum cdev_state s);

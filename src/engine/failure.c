@@ -87,9 +87,9 @@
  *     instead (cache_rescue_to_origin(): written back, then dropped from
  *     the failed device), and only what the origin refuses for good
  *     (three times in a row, or offline, or at a stop) is recorded lost,
- *     rather than wait for ever; every pending rescue gives up
- *     (cache_rescue_give_up(), its data recorded lost) only when the last
- *     device fails (no survivor to append on).
+ *     rather than wait for ever; when the last device fails (no
+ *     survivor to append on), every pending rescue's data is drained
+ *     from its device instead, with the last device's (rescues_drain()).
  * status counts rescued_bytes, rescued_to_origin_bytes,
  * rescue_writebacks and rescue_lost_bytes.
  *
@@ -636,33 +636,47 @@ static void proof_read_next(struct proof_fetch *pf)
     }
 }
 
-/* Device d, the last in service, failed and drains: the chunk headers of
- * its kept sectors without a proof are read back (see above). */
-static void proofs_fetch_start(struct cache *c, unsigned d)
+/* The last device in service failed: the chunk headers of the kept
+ * sectors without a proof are read back (see above), on every draining
+ * device -- the last one and those whose rescues it turned into drains
+ * (rescues_drain()) -- in one fetch. */
+static void proofs_fetch_start(struct cache *c)
 {
-    struct cache_dev *cd = &c->devs[d];
-    if (test_no_drain_proofs() || c->data_free || cd->ndrain == 0)
+    if (test_no_drain_proofs() || c->data_free)
         return;
-    struct proof_want *w = tc_xcalloc(cd->ndrain, sizeof *w);
+    size_t total = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].state == CDEV_DRAINING)
+            total += c->devs[d].ndrain;
+    if (total == 0)
+        return;
+    struct proof_want *w = tc_xcalloc(total, sizeof *w);
     size_t n = 0;
-    for (size_t i = 0; i < cd->ndrain; i++) {
-        const struct drain_item *it = &cd->drain[i];
-        uint32_t id;
-        struct tc_mask cur, dirty;
-        uint32_t fid = victim_fragment(c, &(struct victim){ it->oblock, it->seg, it->off },
-                                       &id, &cur, &dirty);
-        if (fid == NIL || mask_empty(&dirty))
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        if (cd->state != CDEV_DRAINING)
             continue;
-        bool want = false;
-        for (unsigned s = 0; s < c->spb && !want; s++) {
-            struct lost_proof p;
-            want = mask_test(&dirty, s) && !lost_get_proof(&c->map.lost, it->oblock, s, &p);
+        for (size_t i = 0; i < cd->ndrain; i++) {
+            const struct drain_item *it = &cd->drain[i];
+            uint32_t id;
+            struct tc_mask cur, dirty;
+            uint32_t fid = victim_fragment(c, &(struct victim){ it->oblock, it->seg, it->off },
+                                           &id, &cur, &dirty);
+            if (fid == NIL || mask_empty(&dirty))
+                continue;
+            bool want = false;
+            for (unsigned s = 0; s < c->spb && !want; s++) {
+                struct lost_proof p;
+                want = mask_test(&dirty, s) &&
+                       !lost_get_proof(&c->map.lost, it->oblock, s, &p);
+            }
+            /* A fragment's sectors are one entry of one chunk. */
+            const struct chunk_ref *ref =
+                want ? segment_chunk_of(&c->sp, it->seg, it->off) : NULL;
+            if (ref == NULL)
+                continue;
+            w[n++] = (struct proof_want){ it->seg, ref->start, ref->hdr_sectors, *it };
         }
-        /* A fragment's sectors are one entry of one chunk. */
-        const struct chunk_ref *ref = want ? segment_chunk_of(&c->sp, it->seg, it->off) : NULL;
-        if (ref == NULL)
-            continue;
-        w[n++] = (struct proof_want){ it->seg, ref->start, ref->hdr_sectors, *it };
     }
     if (n == 0) {
         free(w);
@@ -681,9 +695,15 @@ static void proofs_fetch_start(struct cache *c, unsigned d)
         pf->chunks[pf->nchunks - 1].n++;
     }
     free(w);
-    tc_info("cache device %s: reading back %zu chunk headers for the proofs of the dirty "
-            "sectors kept to be drained whose CRCs are not in memory", cd->dev->name,
-            pf->nchunks);
+    /* Sorted by segment, so a device's chunks are together. */
+    for (size_t k = 0, j; k < pf->nchunks; k = j) {
+        unsigned d = space_seg_dev(&c->sp, pf->chunks[k].seg);
+        for (j = k; j < pf->nchunks && space_seg_dev(&c->sp, pf->chunks[j].seg) == d; j++)
+            ;
+        tc_info("cache device %s: reading back %zu chunk headers for the proofs of the dirty "
+                "sectors kept to be drained whose CRCs are not in memory", c->devs[d].dev->name,
+                j - k);
+    }
     c->ab.proof_reads_pending += pf->nchunks;
     proof_read_next(pf);
 }
@@ -1808,29 +1828,78 @@ static void failing_fragments(struct cache *c, failing_fragment_fn *fn, void *ar
     }
 }
 
-static void give_up_fragment(struct cache *c, const struct victim *v, uint32_t fid,
-                             const struct tc_mask *cur, const struct tc_mask *dirty, void *arg)
-{
-    (void)cur;
-    (void)arg;
-    c->rescue_lost_bytes += (uint64_t)mask_count(dirty) * TC_SECTOR;
-    lose_fragment(c, v->oblock, fid, dirty);
-}
-
-void cache_rescue_give_up(struct cache *c, const char *why)
+/*
+ * The last device in service failed while rescues were pending: the
+ * dirty data only an earlier-failed device holds, waiting to be read back
+ * and appended on a survivor, has no survivor left.  It is drained as the
+ * last device's is (see the top of this file): each such device drains
+ * too (CDEV_DRAINING: its images stay, writeback reads the fragments from
+ * it -- or from an image -- and writes them to the origin, requests
+ * touching them wait for that, and a FLUSH held for the rescues now waits
+ * for the drain), and its sectors are recorded lost with their proofs
+ * until written back (lost_record_pending(), drain_proofs(); the chunk
+ * headers of those whose CRC is not in memory are read back with the last
+ * device's, proofs_fetch_start()), so that a drain cut short is resumed
+ * from that device too by the next start or check --salvage.  Before,
+ * the rescues were given up: that data was recorded lost without a
+ * proof, and read EIO, also after a restart, although the device usually
+ * held it intact.  The rewrites still under way end, as every rewrite
+ * does once no device is in service (rewrite_after_read()).  Called
+ * before anything else of the last failure, while that device is already
+ * draining (no device is in service: lost_record_pending() appends
+ * nothing).
+ */
+static void rescues_drain(struct cache *c)
 {
     if (c->rescues_pending == 0)
         return;
-    tc_error("cache: the rescue of %u blocks from failed devices is given up (%s): their dirty "
-             "data still there is lost", c->rescues_pending, why);
+    unsigned blocks = c->rescues_pending;
     c->rescues_pending = 0;
-    c->rescue_epoch++;      /* the rewrites go on, as rewrites of what is left */
-    uint64_t unrecorded = c->lost_unrecorded;
-    failing_fragments(c, give_up_fragment, NULL);
-    if (any_ok(c) && c->lost_unrecorded != unrecorded)
-        relost_start(c);
-    rewrites_retry_room(c);
-    rescues_ended(c);
+    c->rescue_epoch++;      /* the rewrites end without counting */
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        if (cd->state != CDEV_FAILING)
+            continue;
+        size_t n;
+        struct victim *vs = device_fragments(c, d, false, &n);
+        free(cd->drain);
+        cd->drain = tc_xmalloc((n ? n : 1) * sizeof *cd->drain);
+        cd->ndrain = 0;
+        uint64_t bytes = 0, proven = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t id;
+            struct tc_mask cur, dirty;
+            uint32_t fid = victim_fragment(c, &vs[i], &id, &cur, &dirty);
+            if (fid == NIL)
+                continue;
+            if (mask_empty(&dirty)) {
+                /* On the origin already (the rescues' writeback). */
+                map_drop_fragment(c, vs[i].oblock, fid);
+                block_gen_bump(c->locks, vs[i].oblock);
+                continue;
+            }
+            lost_record_pending(c, vs[i].oblock, &dirty);
+            drain_proofs(c, vs[i].oblock, fid, &dirty, &proven);
+            cache_trace(c, vs[i].oblock, "device %u: dirty fragment %u:%u still to be rescued "
+                        "kept to be drained", d, vs[i].seg, vs[i].off);
+            bytes += (uint64_t)mask_count(&dirty) * TC_SECTOR;
+            cd->drain[cd->ndrain++] = (struct drain_item){ vs[i].oblock, vs[i].seg, vs[i].off };
+        }
+        free(vs);
+        if (cd->ndrain == 0) {
+            free(cd->drain);
+            cd->drain = NULL;
+            continue;
+        }
+        cd->state = CDEV_DRAINING;
+        c->draining++;
+        cd->drain_left_bytes = bytes;
+        char sz[32];
+        tc_error("cache device %s: %zu dirty fragments (%s) still waiting for their rescue "
+                 "(of %u blocks) are drained instead: written back to the origin from it "
+                 "(no cache device is left in service to take them)", cd->dev->name,
+                 cd->ndrain, tc_format_size(bytes, sz, sizeof sz), blocks);
+    }
 }
 
 /*
@@ -2060,8 +2129,9 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     if (cd->state != CDEV_OK)
         return;
     /* The last device in service drains (see the top of this file);
-     * another fails as ever.  At most one device ever drains: none is in
-     * service after it. */
+     * another fails as ever.  Only the last one starts to drain (none is
+     * in service after it), and with it the earlier-failed devices
+     * whose rescues were pending (rescues_drain()). */
     bool drain = true;
     for (unsigned i = 0; i < c->ndevs; i++)
         if (i != d && c->devs[i].state == CDEV_OK)
@@ -2069,10 +2139,10 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
     if (drain) {
         /* Draining from here on: images kept (log.c), nothing appended.
          * Rescues from devices failed before have no survivor left to
-         * append on: their data is lost, as before there were rescues. */
+         * append on: their data drains from those devices too. */
         cd->state = CDEV_DRAINING;
         c->draining++;
-        cache_rescue_give_up(c, "no cache device is left in service");
+        rescues_drain(c);
     } else {
         cd->state = CDEV_FAILING;
     }
@@ -2209,8 +2279,8 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
          * Each ends (rewrite_read()): this failure dealt with its block. */
         rewrites_stop_waiting(c);
     }
-    if (drain && kept > 0)
-        proofs_fetch_start(c, d);
+    if (drain)
+        proofs_fetch_start(c);
     if (drain && kept == 0)
         finish_failure(c, d);
     else if (!drain) {

@@ -31,11 +31,6 @@ uint64_t cache_blocks_in_service(const struct cache *c);
  * stop begins (c->stopping: they take the cleaner's reserve, or lose
  * their dirty sectors, recorded, without room there). */
 void rewrites_stop_waiting(struct cache *c);
-/* The rescues still pending (dirty data only a failed device held, being
- * read back from it to be appended on a survivor) give up: that data is
- * recorded lost, as before rescues, and the failed devices hold no
- * fragment any more.  When the last device fails. */
-void cache_rescue_give_up(struct cache *c, const char *why);
 /* The cleaner must retire a group holding such data while appends wait
  * for room: the data goes to the origin instead (written back, then
  * dropped from the failed devices); what the origin refuses is written
