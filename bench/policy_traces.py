@@ -15,7 +15,12 @@ serve --trace, src/trace/trace.h).  4 KiB requests unless said.
               lengths of 512 bytes to 32 KiB (most requests cover partial
               4 KiB sectors)
 
-SCALE small makes 200K requests per trace, default 1M.
+  writeheavy  issue 17's write-heavy stream: zipf(0.9) over 256K blocks
+              (1 GiB), 70 % writes, 1 to 4 blocks a request; 2M requests
+              at the default scale; made only when named
+
+SCALE small makes 200K requests per trace, default 1M.  Names after SCALE
+make those traces only.
 """
 import os
 import random
@@ -108,15 +113,25 @@ def mixed(rnd, n):
              512 * rnd.randint(1, 64)) for b in blocks]
 
 
+def writeheavy(rnd, n):
+    blocks = [r * 7919 % 262144 for r in
+              rnd.choices(range(262144), cum_weights=Zipf(rnd, 262144, 0.9).cw, k=n)]
+    return [(1 if rnd.random() < 0.7 else 0, b, rnd.randint(1, 4)) for b in blocks]
+
+
 def main():
     d, scale = sys.argv[1], sys.argv[2]
     n = 200000 if scale == "small" else 1000000
     os.makedirs(d, exist_ok=True)
-    for name, gen in (("zipf", zipf), ("hotscan", hotscan), ("loop", loop),
-                      ("writeonce", writeonce), ("mixed", mixed)):
-        path = os.path.join(d, f"{name}-{n}.trace")
+    gens = (("zipf", zipf), ("hotscan", hotscan), ("loop", loop),
+            ("writeonce", writeonce), ("mixed", mixed))
+    if len(sys.argv) > 3:
+        gens = [(g, globals()[g]) for g in sys.argv[3:]]
+    for name, gen in gens:
+        k = 2 * n if name == "writeheavy" else n
+        path = os.path.join(d, f"{name}-{k}.trace")
         if not os.path.exists(path):
-            write(path, gen(random.Random(name), n))
+            write(path, gen(random.Random(name), k))
         print(path)
 
 

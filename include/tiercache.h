@@ -78,8 +78,10 @@ struct tc_volume_config {
                                        elsewhere, lost (engine/seqrec.c) */
     /* Replay (src/replay/engine.c): every data sector is taken to be
      * zeroes, never copied, checksummed or checked; the devices are told
-     * so (TC_DEV_PAYLOAD).  Every decision and every byte of metadata is as
-     * with zeroes for data.  Memory devices only. */
+     * so (TC_DEV_PAYLOAD).  Every decision is as with zeroes for data, and
+     * so is every byte of metadata but the chunk headers, which are kept
+     * in RAM, not written (engine/log.h, struct ram_chunk): the cache
+     * device cannot be started from again.  Memory devices only. */
     bool data_free;
 };
 

@@ -6,8 +6,10 @@
  * segment's RAM image while it is still being written, otherwise from the
  * device, pinned, with every sector checked against the CRC its chunk
  * header holds.  When the CRCs are not in RAM, the chunk header is read
- * alongside the data.  Data-free (replay): the same reads, the headers
- * read and decoded as ever, but no data copied or checked.
+ * alongside the data.  Data-free (replay): the same reads, but no data
+ * copied or checked, and no CRCs looked up or header read for them (its
+ * headers are in RAM, with CRCs of zeroes: engine/log.h, struct
+ * ram_chunk).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -27,7 +29,7 @@ static void finished(struct cread *cr)
 {
     struct cache *c = cr->c;
     if (cr->from_device) {
-        if (cr->join.err == 0 && cr->crcs == NULL)
+        if (cr->join.err == 0 && cr->crcs == NULL && !c->lg.headers_in_ram)
             cr->join.err = -EBADMSG;
         if (cr->join.err == 0 && !c->data_free) {
             _Static_assert(TC_SECTOR == 4096, "tc_crc32c_check_sectors() checks 4 KiB sectors");
@@ -102,6 +104,35 @@ static void hdr_done(struct tc_dev_io *dio, int err)
         finished(cr);
 }
 
+/* The CRCs of cr's sectors into cr->crcs, from the verify cache, or read
+ * with their chunk's header (a second read joined to cr's). */
+static void get_crcs(struct cache *c, struct cread *cr)
+{
+    cr->crcs = tc_xmalloc((size_t)cr->n * 4);
+    if (verify_lookup(c->verify, cr->seg, cr->off, cr->n, cr->crcs))
+        return;
+    const struct chunk_ref *ref = segment_chunk_of(&c->sp, cr->seg, cr->off);
+    if (ref == NULL) {
+        tc_error("%s: no chunk holds sectors %u..%u of segment %u (from byte %llu)",
+                 seg_cdev(c, cr->seg)->dev->name, cr->off, cr->off + cr->n - 1, cr->seg,
+                 (unsigned long long)(seg_dev_offset(c, cr->seg) +
+                                      (uint64_t)cr->off * TC_SECTOR));
+        free(cr->crcs);
+        cr->crcs = NULL;
+    } else {
+        cr->hdr = tc_alloc_aligned((size_t)ref->hdr_sectors * TC_SECTOR);
+        memset(&cr->hdio, 0, sizeof cr->hdio);
+        cr->hdio.op = TC_DEV_READ;
+        cr->hdio.buf = cr->hdr;
+        cr->hdio.off = seg_dev_offset(c, cr->seg) + (uint64_t)ref->start * TC_SECTOR;
+        cr->hdio.len = (uint64_t)ref->hdr_sectors * TC_SECTOR;
+        cr->hdio.cb = hdr_done;
+        cr->hdio.priv = cr;
+        join_get(&cr->join);
+        dev_submit(seg_cdev(c, cr->seg)->dev, &cr->hdio);
+    }
+}
+
 void cache_read_verified(struct cache *c, struct cread *cr)
 {
     TC_ASSERT_ALWAYS(cr->seg < c->sp.nsegs && cr->n > 0 && cr->off + cr->n <= c->seg_sectors);
@@ -119,30 +150,10 @@ void cache_read_verified(struct cache *c, struct cread *cr)
     }
     cr->from_device = true;
     seg_pin(&c->sp, cr->seg);
-    cr->crcs = tc_xmalloc((size_t)cr->n * 4);
     join_get(&cr->join);        /* the data read's */
-    if (!verify_lookup(c->verify, cr->seg, cr->off, cr->n, cr->crcs)) {
-        const struct chunk_ref *ref = segment_chunk_of(&c->sp, cr->seg, cr->off);
-        if (ref == NULL) {
-            tc_error("%s: no chunk holds sectors %u..%u of segment %u (from byte %llu)",
-                     seg_cdev(c, cr->seg)->dev->name, cr->off, cr->off + cr->n - 1, cr->seg,
-                     (unsigned long long)(seg_dev_offset(c, cr->seg) +
-                                          (uint64_t)cr->off * TC_SECTOR));
-            free(cr->crcs);
-            cr->crcs = NULL;
-        } else {
-            cr->hdr = tc_alloc_aligned((size_t)ref->hdr_sectors * TC_SECTOR);
-            memset(&cr->hdio, 0, sizeof cr->hdio);
-            cr->hdio.op = TC_DEV_READ;
-            cr->hdio.buf = cr->hdr;
-            cr->hdio.off = seg_dev_offset(c, cr->seg) + (uint64_t)ref->start * TC_SECTOR;
-            cr->hdio.len = (uint64_t)ref->hdr_sectors * TC_SECTOR;
-            cr->hdio.cb = hdr_done;
-            cr->hdio.priv = cr;
-            join_get(&cr->join);
-            dev_submit(seg_cdev(c, cr->seg)->dev, &cr->hdio);
-        }
-    }
+    /* A data-free volume checks nothing, and keeps its headers in RAM. */
+    if (!c->lg.headers_in_ram)
+        get_crcs(c, cr);
     memset(&cr->dio, 0, sizeof cr->dio);
     cr->dio.op = TC_DEV_READ;
     cr->dio.buf = cr->buf;

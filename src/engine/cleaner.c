@@ -1105,8 +1105,14 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     uint32_t seg = k->segs[k->seg_i];
     struct tc_chunk_header h;
     char why[128];
-    if (!readable || chunk_decode(k->buf, (size_t)cr->hdr_sectors * TC_SECTOR, c->set_uuid,
-                                  c->spb, c->seg_sectors, &h, why, sizeof why) < 0) {
+    /* A header kept in RAM (log.h, struct ram_chunk) is read from there,
+     * decoded: its entries are as sealed. */
+    const struct tc_entry *ram = NULL;
+    if (readable && c->lg.headers_in_ram)
+        h = log_ram_chunk(&c->lg, seg, k->chunk_i, cr->start, &ram)->h;
+    if (!readable || (ram == NULL &&
+                      chunk_decode(k->buf, (size_t)cr->hdr_sectors * TC_SECTOR, c->set_uuid,
+                                   c->spb, c->seg_sectors, &h, why, sizeof why) < 0)) {
         if (readable)
             tc_error("cleaner: %s: chunk at byte %llu (sector %u of segment %u) unusable: %s",
                      seg_cdev(c, seg)->dev->name,
@@ -1130,10 +1136,15 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
          * about a third of the look-ups' cost). */
         if (i + 2 * PREFETCH_AHEAD < h.nr_entries)
             index_prefetch_bucket(&c->map.idx,
-                                  chunk_entry_oblock(k->buf, c->spb, i + 2 * PREFETCH_AHEAD));
+                                  ram ? ram[i + 2 * PREFETCH_AHEAD].oblock
+                                      : chunk_entry_oblock(k->buf, c->spb, i + 2 * PREFETCH_AHEAD));
         if (i + PREFETCH_AHEAD < h.nr_entries)
-            index_prefetch(&c->map.idx, chunk_entry_oblock(k->buf, c->spb, i + PREFETCH_AHEAD), 1);
-        if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)
+            index_prefetch(&c->map.idx,
+                           ram ? ram[i + PREFETCH_AHEAD].oblock
+                               : chunk_entry_oblock(k->buf, c->spb, i + PREFETCH_AHEAD), 1);
+        if (ram)
+            e = ram[i];
+        else if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)
             continue;
         if (e.type == TC_ENTRY_LOST) {
             /* Still lost (or cleared by a write not yet durable): the
@@ -1469,9 +1480,11 @@ static void walk(struct cleaner *k)
             k->buf_size = len;
             k->buf = bufpool_get(len);
         }
-        /* Data-free: the header alone is read; the data are zeroes. */
+        /* Data-free: the header alone is read; the data are zeroes.  A
+         * header kept in RAM is not copied: process_chunk() reads it there. */
         uint32_t want = c->data_free ? cr->hdr_sectors : cr->hdr_sectors + cr->data_sectors;
-        if (log_read_image(&c->lg, seg, cr->start, want, k->buf)) {
+        if (c->lg.headers_in_ram ? log_has_image(&c->lg, seg)
+                                 : log_read_image(&c->lg, seg, cr->start, want, k->buf)) {
             k->walk_image_bytes += (uint64_t)want * TC_SECTOR;
             process_chunk(k, cr, true);
             k->chunk_i++;
@@ -1495,7 +1508,7 @@ static void walk(struct cleaner *k)
         k->dio.cb = chunk_read;
         if (c->data_free) {
             k->dio.flags = TC_DEV_PAYLOAD;
-            k->dio.payload_off = (uint64_t)cr->hdr_sectors * TC_SECTOR;
+            k->dio.payload_off = c->lg.headers_in_ram ? 0 : (uint64_t)cr->hdr_sectors * TC_SECTOR;
         }
         dev_submit(seg_cdev(c, seg)->dev, &k->dio);
         return;

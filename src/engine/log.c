@@ -109,6 +109,9 @@ int log_init(struct cache *c)
     struct log *lg = &c->lg;
     lg->nsegs = c->sp.nsegs;
     lg->images = tc_xcalloc(lg->nsegs, sizeof *lg->images);
+    lg->headers_in_ram = c->data_free;
+    if (lg->headers_in_ram)
+        lg->ram = tc_xcalloc(lg->nsegs, sizeof *lg->ram);
     lg->seal_task.fn = seal_task_fn;
     lg->trace = c->trace_block == UINT64_MAX - 1;
     for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
@@ -138,6 +141,12 @@ void log_fini(struct cache *c)
         free(lg->images[s]);
     for (unsigned i = 0; i < lg->npool; i++)
         free(lg->pool[i]);
+    for (uint32_t s = 0; lg->ram && s < lg->nsegs; s++) {
+        free(lg->ram[s].chunks);
+        free(lg->ram[s].ents);
+    }
+    free(lg->ram);
+    lg->ram = NULL;
     free(lg->images);
     lg->images = NULL;
     lg->npool = 0;
@@ -337,10 +346,40 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
     cw->dio.len = (uint64_t)nsectors * TC_SECTOR;
     cw->dio.cb = chunk_write_done;
     if (c->data_free) {
+        /* A header in RAM is not written either (struct ram_chunk). */
         cw->dio.flags = TC_DEV_PAYLOAD;
-        cw->dio.payload_off = (uint64_t)hdr_sectors * TC_SECTOR;
+        cw->dio.payload_off = c->lg.headers_in_ram ? 0 : (uint64_t)hdr_sectors * TC_SECTOR;
     }
     dev_submit(seg_cdev(c, seg)->dev, &cw->dio);
+}
+
+/* Keep a chunk's header and entries in RAM as chunk i of segment seg
+ * (struct ram_chunk): its chunk table's entry i, the segment's chunks
+ * before it kept already (a table cleared for the segment's reuse starts
+ * again at 0). */
+static void keep_in_ram(struct log *lg, uint32_t seg, uint32_t i,
+                        const struct tc_chunk_header *hdr, const struct tc_entry *entries)
+{
+    struct ram_seg *rs = &lg->ram[seg];
+    if (i == 0)
+        rs->nchunks = rs->nents = 0;
+    TC_ASSERT_ALWAYS(rs->nchunks == i);
+    if (rs->nchunks == rs->chunks_cap) {
+        rs->chunks_cap = rs->chunks_cap ? 2 * rs->chunks_cap : 16;
+        rs->chunks = realloc(rs->chunks, rs->chunks_cap * sizeof *rs->chunks);
+        if (rs->chunks == NULL)
+            abort();
+    }
+    if (rs->nents + hdr->nr_entries > rs->ents_cap) {
+        rs->ents_cap = TC_MAX(2 * rs->ents_cap, rs->nents + hdr->nr_entries);
+        rs->ents = realloc(rs->ents, (size_t)rs->ents_cap * sizeof *rs->ents);
+        if (rs->ents == NULL)
+            abort();
+    }
+    rs->chunks[rs->nchunks++] = (struct ram_chunk){ .h = *hdr, .first = rs->nents };
+    if (hdr->nr_entries)
+        memcpy(rs->ents + rs->nents, entries, (size_t)hdr->nr_entries * sizeof *entries);
+    rs->nents += hdr->nr_entries;
 }
 
 /* Seal head d's current chunk: encode its header and write it.  force
@@ -379,10 +418,16 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     if (h->nentries > 0)
         c->lg.entries_chunk = hdr.chunk_seq;
     memcpy(hdr.set_uuid, c->set_uuid, 16);
-    uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;
-    chunk_encode(hbuf, &hdr, h->entries, h->crcs, c->spb);
-    segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
-    verify_remember(c->verify, h->seg, h->chunk_start, &hdr, hbuf);
+    if (c->lg.headers_in_ram) {
+        /* Kept as it is; no CRC is checked (log.h, struct ram_chunk). */
+        keep_in_ram(&c->lg, h->seg, sg->nchunks, &hdr, h->entries);
+        segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
+    } else {
+        uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;
+        chunk_encode(hbuf, &hdr, h->entries, h->crcs, c->spb);
+        segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
+        verify_remember(c->verify, h->seg, h->chunk_start, &hdr, hbuf);
+    }
     uint32_t n = h->hdr_sectors + h->data_fill;
     if (c->lg.trace)
         tc_info("trace log: seal chunk %llu: segment %u sectors %u..%u, %u entries, group %llu, "

@@ -139,6 +139,36 @@ struct log_events {
     void *ctx;
 };
 
+/*
+ * Chunk headers kept in RAM instead of on the device (struct log's
+ * headers_in_ram: data-free volumes, which replay runs).  A data-free
+ * volume's header would be encoded, stored by the memory device, loaded
+ * back and decoded only for the engine itself to read -- the cleaner's
+ * walk, and the CRC look-up of a cache read -- and that round trip was a
+ * quarter of a write-heavy replay's time.  Instead each sealed chunk's
+ * header and entries are kept here as sealed, by segment, in the order of
+ * the segment's chunk table (struct segment's chunks: entry i of one is
+ * entry i of the other), and the readers take them from here.  Everything
+ * else is as on the device: the header's sectors are reserved, counted
+ * and "written" (the chunk write and every header read are submitted as
+ * before, all payload, so the memory device copies nothing and their
+ * completions come in the same order), so every decision and figure is
+ * the same.  The cost: the cache device holds no chunk header, and a
+ * data-free volume's log cannot be read back by a later start (none
+ * does: a data-free volume lives on memory devices made for one run).
+ */
+struct ram_chunk {
+    struct tc_chunk_header h;
+    uint32_t first;                 /* its entries: ents[first .. first + h.nr_entries) */
+};
+
+struct ram_seg {
+    struct ram_chunk *chunks;       /* as the segment's chunk table */
+    uint32_t nchunks, chunks_cap;
+    struct tc_entry *ents;
+    uint32_t nents, ents_cap;
+};
+
 /* Segment images are reused, not freed: a fresh 4 MiB mapping costs a
  * thousand page faults on first touch. */
 #define LOG_IMAGE_POOL 8
@@ -195,6 +225,11 @@ struct log {
     struct log_wt *wt_inflight;     /* invariant 21 */
     struct log_events ev;
     bool trace;                     /* TIERCACHE_TRACE_BLOCK=all: log the log's steps */
+    /* Chunk headers live in ram[], not on the device (struct ram_chunk;
+     * set for data-free volumes only: the one place the engine's steps
+     * differ for replay, and only in where a header is kept). */
+    bool headers_in_ram;
+    struct ram_seg *ram;            /* by segment, when headers_in_ram */
 };
 
 struct append {
@@ -326,6 +361,18 @@ static inline bool log_read_image(const struct log *lg, uint32_t seg, uint32_t o
         return false;
     memcpy(buf, image + (size_t)off * TC_SECTOR, (size_t)nsectors * TC_SECTOR);
     return true;
+}
+/* The header of chunk i of segment seg (its chunk table's entry i, at
+ * sector start), kept in RAM (headers_in_ram), and its entries. */
+static inline const struct ram_chunk *log_ram_chunk(const struct log *lg, uint32_t seg,
+                                                    uint32_t i, uint32_t start,
+                                                    const struct tc_entry **entries)
+{
+    TC_ASSERT(lg->headers_in_ram && seg < lg->nsegs);
+    const struct ram_seg *rs = &lg->ram[seg];
+    TC_ASSERT_ALWAYS(i < rs->nchunks && rs->chunks[i].h.chunk_sector == start);
+    *entries = rs->ents + rs->chunks[i].first;
+    return &rs->chunks[i];
 }
 /* Whether log_read_image() would find the segment's image (data-free
  * reads, which copy nothing). */

@@ -7,9 +7,9 @@
  * stores only the 4 KiB pages written with something other than zeroes,
  * in a hash table by page number; a page written with zeroes is dropped,
  * and a page never written (or dropped) reads as zeroes.  What the engine
- * writes for itself (superblocks, chunk headers, the shutdown snapshot)
- * is kept and reads back exactly: every checksum the engine verifies
- * still matches.
+ * writes for itself (superblocks, the shutdown snapshot; chunk headers
+ * too, but a data-free engine keeps those in RAM) is kept and reads back
+ * exactly: every checksum the engine verifies still matches.
  *
  * Data cost nothing either.  Replay's engine looks at none
  * (tc_volume_config.data_free): it marks the data part of each cache read

@@ -15,9 +15,12 @@
  * checks one, and tells the cache device which part of each I/O is data,
  * which the memory device leaves out; the origin is a dataless memory
  * device.  Client buffers are never filled.  Everything else is as with
- * zeroes for data: the engine's own metadata (superblocks, chunk headers
- * with the CRCs of zero sectors, the shutdown snapshot) is kept by the
- * memory device and read back and checked as on real devices.
+ * zeroes for data: the engine's own metadata (superblocks, the shutdown
+ * snapshot) is kept by the memory device and read back and checked as on
+ * real devices -- but for chunk headers, which the engine keeps in RAM as
+ * sealed rather than encoding, storing, loading and decoding them
+ * (engine/log.h, struct ram_chunk: their sectors are reserved and written
+ * all the same, so every decision and figure is as with them).
  *
  * Time: the engine's clock is virtual during replay (util/misc.h,
  * tc_virtual_now_ns): before each request it is moved to the request's
