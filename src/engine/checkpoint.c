@@ -168,6 +168,7 @@
 #include "engine/cache.h"
 #include "engine/checkpoint.h"
 #include "engine/cleaner.h"
+#include "engine/failure.h"
 #include "engine/recovery.h"
 #include "util/crc32c.h"
 #include "util/json.h"
@@ -392,8 +393,12 @@ static void writer_end(struct ckpt_writer *wr)
 static void writer_io_done(struct tc_dev_io *dio, int err)
 {
     struct ckpt_writer *wr = dio->priv;
-    if (err && wr->err == 0)
+    if (err && wr->err == 0) {
         wr->err = err;
+        for (unsigned d = 0; d < wr->c->ndevs; d++)
+            if (wr->c->devs[d].dev == dio->dev)
+                wr->pl->err_dev = (int)d;
+    }
     if (--wr->pending > 0)
         return;
     if (wr->err || wr->flushing) {
@@ -452,6 +457,7 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
     size_t padded = tc_round_up(wr->len, TC_SECTOR);
     uint32_t need = (uint32_t)((padded + c->segment_size - 1) / c->segment_size);
     memset(pl, 0, sizeof *pl);
+    pl->err_dev = -1;
     /* Free segments, taken round the devices (the pieces are written side
      * by side), from the bottom of each free stack: the segments the log
      * takes last.  A running checkpoint, taken while the log goes on,
@@ -1033,7 +1039,8 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
  *     checkpoint k's segments go back only once every device's
  *     superblocks name k+1 in the other slot (each device's rewrite in
  *     turn with the abandonment's marks: abandon_sb_rewrite()).  A failed
- *     rewrite keeps both held until the next start.
+ *     rewrite keeps both held until the next start, and fails its device
+ *     (a write error, failure.h), as a failed write of the checkpoint does.
  *  R3 The slot written is the older one: a kill while the checkpoint or
  *     the superblocks are written leaves the newer one named and whole.
  *
@@ -1122,11 +1129,15 @@ static void run_sb_done(void *arg, unsigned d, int err)
 {
     struct ckpt_run *r = arg;
     struct cache *c = r->c;
-    if (err && r->sb_err == 0) {
-        r->sb_err = err;
-        tc_warn("%s: naming the running checkpoint in the superblock failed: %s; its segments "
-                "and the older one's stay held until the next start", c->devs[d].dev->name,
-                strerror(-err));
+    if (err) {
+        if (r->sb_err == 0)
+            r->sb_err = err;
+        /* A write error on a cache device fails it, whatever the write
+         * (failure.h): its superblock may now be torn, and a device that
+         * refuses writes is not trusted with the log. */
+        tc_error("%s: naming the running checkpoint in the superblock failed: %s; the device "
+                 "fails", c->devs[d].dev->name, strerror(-err));
+        cache_device_error(c, d, err, true);
     }
     if (--r->sb_pending > 0)
         return;
@@ -1155,11 +1166,18 @@ static void run_written(void *arg, int err)
         } else {
             r->failed++;
             if (err)
-                tc_warn("cache: writing a running checkpoint failed: %s", strerror(-err));
+                tc_error("%s: writing a running checkpoint failed: %s%s",
+                         r->pl.err_dev >= 0 ? c->devs[r->pl.err_dev].dev->name : "cache",
+                         strerror(-err), r->pl.err_dev >= 0 ? "; the device fails" : "");
         }
         /* Named nowhere: its segments go back. */
         release_unnamed(r);
         r->busy = false;
+        /* A write error fails the device, as one of the log's does
+         * (failure.h): a device that refuses writes is not trusted with
+         * the log, whatever the write was. */
+        if (err && err != -ENOSPC && r->pl.err_dev >= 0)
+            cache_device_error(c, (unsigned)r->pl.err_dev, err, true);
         return;
     }
     /* The older slot (R3), on every device alike. */
