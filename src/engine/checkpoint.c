@@ -168,6 +168,7 @@
 #include "engine/cache.h"
 #include "engine/checkpoint.h"
 #include "engine/cleaner.h"
+#include "engine/failure.h"
 #include "engine/recovery.h"
 #include "util/crc32c.h"
 #include "util/json.h"
@@ -392,8 +393,12 @@ static void writer_end(struct ckpt_writer *wr)
 static void writer_io_done(struct tc_dev_io *dio, int err)
 {
     struct ckpt_writer *wr = dio->priv;
-    if (err && wr->err == 0)
+    if (err && wr->err == 0) {
         wr->err = err;
+        for (unsigned d = 0; d < wr->c->ndevs; d++)
+            if (wr->c->devs[d].dev == dio->dev)
+                wr->pl->err_dev = (int)d;
+    }
     if (--wr->pending > 0)
         return;
     if (wr->err || wr->flushing) {
@@ -452,6 +457,7 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
     size_t padded = tc_round_up(wr->len, TC_SECTOR);
     uint32_t need = (uint32_t)((padded + c->segment_size - 1) / c->segment_size);
     memset(pl, 0, sizeof *pl);
+    pl->err_dev = -1;
     /* Free segments, taken round the devices (the pieces are written side
      * by side), from the bottom of each free stack: the segments the log
      * takes last.  A running checkpoint, taken while the log goes on,
@@ -1033,7 +1039,8 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
  *     checkpoint k's segments go back only once every device's
  *     superblocks name k+1 in the other slot (each device's rewrite in
  *     turn with the abandonment's marks: abandon_sb_rewrite()).  A failed
- *     rewrite keeps both held until the next start.
+ *     rewrite keeps both held until the next start, and fails its device
+ *     (a write error, failure.h), as a failed write of the checkpoint does.
  *  R3 The slot written is the older one: a kill while the checkpoint or
  *     the superblocks are written leaves the newer one named and whole.
  *
@@ -1060,13 +1067,35 @@ struct ckpt_run {
     unsigned sb_pending;
     int sb_err;
     uint64_t next_gen;
+    /* How every_bytes was chosen (status, the start's log line): on or
+     * off, by which setting, and why. */
+    bool on;                        /* every_bytes > 0: the timer runs */
+    const char *setting;            /* "option", "environment", "default" */
+    char why[240];
     /* For status. */
     uint64_t written, failed, not_idle, no_room;
     uint64_t last_gen, last_cut, last_len, last_encode_ns;
 };
 
-/* Off unless asked for. */
-#define TC_CKPT_EVERY_DEFAULT 0
+/*
+ * The default, with neither --checkpoint-every nor the tests' setting:
+ * auto where the slots' room is a small share of the log, off elsewhere.
+ * The slots hold a checkpoint's segments out of the log while they name
+ * it (R2): two named at rest, a third one's while it is written, each of
+ * ckpt_full_segs() segments at most.  On when that worst case is at most
+ * 1/TC_CKPT_DEFAULT_SHARE of the log's segments (1.6 %): the capacity a
+ * user sized the cache for is barely touched, and it pays where a full
+ * scan costs real time (some 0.7 s per GiB of 64 KiB blocks; with 4 MiB
+ * segments it is on from about 770 MiB).  On a small cache a segment per
+ * slot is several percent of it (64 MiB of 1 MiB segments: 3 of 63, live
+ * data 58 MiB instead of 60) for a scan that takes a fraction of a
+ * second; with 4 KiB blocks a checkpoint is some 1.4 % of the cache, and
+ * three of them too much to take unasked.
+ */
+#define TC_CKPT_DEFAULT_SHARE 64u
+/* Chunks per segment the size estimate counts (8 bytes each in a
+ * checkpoint): a guess; blocks are most of it. */
+#define TC_CKPT_EST_CHUNKS 16u
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -1078,17 +1107,56 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     return *end == 0 ? v : dflt;
 }
 
+/* The segments a checkpoint of the whole cache full of single-fragment
+ * blocks takes (encode()'s layout), an estimate from the geometry alone. */
+static uint64_t ckpt_full_segs(const struct cache *c)
+{
+    uint64_t nsegs = c->sp.nsegs, blocks = nsegs * c->segment_size / c->block_size;
+    uint64_t bytes = TC_CKPT_HDR + nsegs * tc_ckpt_seg_bytes(TC_CKPT_EST_CHUNKS) +
+                     blocks * (tc_ckpt_block_bytes(c->spb) + tc_ckpt_frag_bytes(c->spb));
+    return (bytes + c->segment_size - 1) / c->segment_size;
+}
+
 /* The bytes of log between two running checkpoints (0: none): serve's
- * --checkpoint-every, else the tests' TIERCACHE_TEST_CKPT_BYTES, else
- * TC_CKPT_EVERY_DEFAULT; auto is an eighth of the log's capacity (P4). */
-static uint64_t ckpt_every(const struct cache *c)
+ * --checkpoint-every, else the tests' TIERCACHE_TEST_CKPT_BYTES, else the
+ * default (TC_CKPT_DEFAULT_SHARE); auto is an eighth of the log's capacity
+ * (P4).  r's setting and why say which and why. */
+static uint64_t ckpt_every(const struct cache *c, struct ckpt_run *r)
 {
     const struct tc_volume_config *cfg = &c->vol->cfg;
     const char *t = getenv("TIERCACHE_TEST_CKPT_BYTES");
-    uint64_t every = cfg->checkpoint_every_set    ? cfg->checkpoint_every
-                     : t && strcmp(t, "auto") == 0 ? TC_CKPT_EVERY_AUTO
-                                                  : env_u64("TIERCACHE_TEST_CKPT_BYTES",
-                                                            TC_CKPT_EVERY_DEFAULT);
+    uint64_t every;
+    if (cfg->checkpoint_every_set) {
+        every = cfg->checkpoint_every;
+        r->setting = "option";
+        snprintf(r->why, sizeof r->why, "%s by --checkpoint-every", every ? "on" : "off");
+    } else if (t && strcmp(t, "auto") == 0) {
+        every = TC_CKPT_EVERY_AUTO;
+        r->setting = "environment";
+        snprintf(r->why, sizeof r->why, "on by TIERCACHE_TEST_CKPT_BYTES=auto");
+    } else if (t && *t && env_u64("TIERCACHE_TEST_CKPT_BYTES", UINT64_MAX) != UINT64_MAX) {
+        every = env_u64("TIERCACHE_TEST_CKPT_BYTES", 0);
+        r->setting = "environment";
+        snprintf(r->why, sizeof r->why, "%s by TIERCACHE_TEST_CKPT_BYTES=%s", every ? "on" : "off",
+                 t);
+    } else if (c->data_free) {
+        /* A replay's volume: no data, no restart; its segments are the
+         * cache being sized. */
+        every = 0;
+        r->setting = "default";
+        snprintf(r->why, sizeof r->why, "off by default: a volume without data (replay)");
+    } else {
+        uint64_t k = ckpt_full_segs(c), worst = 3 * k, nsegs = c->sp.nsegs;
+        bool on = k <= TC_RUN_CKPT_MAX_SEGS && worst * TC_CKPT_DEFAULT_SHARE <= nsegs;
+        every = on ? TC_CKPT_EVERY_AUTO : 0;
+        r->setting = "default";
+        snprintf(r->why, sizeof r->why,
+                 "%s by default: the slots would hold at most %llu of the log's %llu segments "
+                 "(%.1f %%; on when at most 1/%u)%s",
+                 on ? "on" : "off", (unsigned long long)worst, (unsigned long long)nsegs,
+                 nsegs ? 100.0 * (double)worst / (double)nsegs : 0.0, TC_CKPT_DEFAULT_SHARE,
+                 on ? "" : "; --checkpoint-every auto turns them on");
+    }
     if (every == TC_CKPT_EVERY_AUTO)
         every = TC_MAX((uint64_t)c->sp.nsegs * c->segment_size / 8, (uint64_t)c->segment_size);
     return every;
@@ -1122,11 +1190,15 @@ static void run_sb_done(void *arg, unsigned d, int err)
 {
     struct ckpt_run *r = arg;
     struct cache *c = r->c;
-    if (err && r->sb_err == 0) {
-        r->sb_err = err;
-        tc_warn("%s: naming the running checkpoint in the superblock failed: %s; its segments "
-                "and the older one's stay held until the next start", c->devs[d].dev->name,
-                strerror(-err));
+    if (err) {
+        if (r->sb_err == 0)
+            r->sb_err = err;
+        /* A write error on a cache device fails it, whatever the write
+         * (failure.h): its superblock may now be torn, and a device that
+         * refuses writes is not trusted with the log. */
+        tc_error("%s: naming the running checkpoint in the superblock failed: %s; the device "
+                 "fails", c->devs[d].dev->name, strerror(-err));
+        cache_device_error(c, d, err, true);
     }
     if (--r->sb_pending > 0)
         return;
@@ -1155,11 +1227,18 @@ static void run_written(void *arg, int err)
         } else {
             r->failed++;
             if (err)
-                tc_warn("cache: writing a running checkpoint failed: %s", strerror(-err));
+                tc_error("%s: writing a running checkpoint failed: %s%s",
+                         r->pl.err_dev >= 0 ? c->devs[r->pl.err_dev].dev->name : "cache",
+                         strerror(-err), r->pl.err_dev >= 0 ? "; the device fails" : "");
         }
         /* Named nowhere: its segments go back. */
         release_unnamed(r);
         r->busy = false;
+        /* A write error fails the device, as one of the log's does
+         * (failure.h): a device that refuses writes is not trusted with
+         * the log, whatever the write was. */
+        if (err && err != -ENOSPC && r->pl.err_dev >= 0)
+            cache_device_error(c, (unsigned)r->pl.err_dev, err, true);
         return;
     }
     /* The older slot (R3), on every device alike. */
@@ -1234,11 +1313,16 @@ static void run_tick(struct tc_timer *t)
 
 int ckpt_run_init(struct cache *c, char *err, size_t errlen)
 {
-    uint64_t every = ckpt_every(c);
+    /* Allocated when off too: status says why. */
+    struct ckpt_run *r = tc_xcalloc(1, sizeof *r);
+    r->c = c;
+    uint64_t every = ckpt_every(c, r);
     bool any = false;
     for (unsigned d = 0; d < c->ndevs; d++)
         any |= sb_has_run_ckpt(&c->devs[d].sb);
     if (every == 0) {
+        c->ckrun = r;
+        tc_info("cache: running checkpoints %s", r->why);
         /* Off: slots left by a run with them on name nothing any more. */
         if (!any)
             return 0;
@@ -1251,8 +1335,7 @@ int ckpt_run_init(struct cache *c, char *err, size_t errlen)
         }
         return 0;
     }
-    struct ckpt_run *r = tc_xcalloc(1, sizeof *r);
-    r->c = c;
+    r->on = true;
     r->every_bytes = every;
     r->tick_ns = env_u64("TIERCACHE_TEST_CKPT_TICK_MS", 100) * 1000 * 1000;
     if (r->tick_ns == 0)
@@ -1290,8 +1373,8 @@ int ckpt_run_init(struct cache *c, char *err, size_t errlen)
     r->take_now = gen == 0;
     c->ckrun = r;
     timer_arm(c->reactor, &r->timer, r->tick_ns);
-    tc_info("cache: running checkpoints every %llu bytes written to the log",
-            (unsigned long long)every);
+    tc_info("cache: running checkpoints every %llu bytes written to the log (%s)",
+            (unsigned long long)every, r->why);
     return 0;
 }
 
@@ -1328,8 +1411,18 @@ void ckpt_run_status_json(const struct cache *c, struct tc_json *j)
 {
     const struct ckpt_run *r = c->ckrun;
     json_begin_object(j, "running_checkpoints");
-    json_bool(j, "enabled", r != NULL);
+    json_bool(j, "enabled", r != NULL && r->on);
     if (r) {
+        json_string(j, "setting", r->setting);
+        json_string(j, "why", r->why);
+    }
+    /* The room the slots hold out of the log now (R2). */
+    uint64_t held = 0;
+    for (uint32_t s = 0; s < c->sp.nsegs; s++)
+        held += c->sp.segs[s].held;
+    json_uint(j, "held_segments", held);
+    json_uint(j, "held_bytes", held * c->segment_size);
+    if (r && r->on) {
         json_uint(j, "every_bytes", r->every_bytes);
         json_uint(j, "written", r->written);
         json_uint(j, "failed", r->failed);

@@ -23,6 +23,8 @@ struct ckpt_place {
     uint32_t crc;
     uint32_t nsegs;
     uint32_t segs[256];             /* TC_CKPT_MAX_SEGS */
+    int err_dev;                    /* the device of the write or flush that
+                                       failed first (-1: none failed) */
 };
 
 /* Whether a scan of the log at this clean stop would rebuild exactly the
