@@ -745,6 +745,19 @@ static bool split_first(struct cache *c, const struct append *a, unsigned nsecto
     /* Not a replacing version: its tombstone and it are one chunk. */
     if (!a->may_split || a->mirror || a->replace || a->type != TC_ENTRY_DATA || nsectors < 2)
         return false;
+    /* A write-through version that holds dirty sectors too (a merge of a
+     * write-through block's fragments, the cleaner's copy of one) stays one
+     * fragment while a segment can take it whole.  Its clean sectors are
+     * kept in the cache only because they share a fragment with dirty
+     * ones: the cleaner copies a dirty fragment whole (with the flag, so
+     * recovery writes them back if the origin lost them), but drops a
+     * clean one, the origin holding its data -- yet not durably while the
+     * origin's flushes fail.  A part with no dirty sector would be such a
+     * clean fragment, and a crash after the cleaner dropped it would lose
+     * acknowledged writes the cache held. */
+    if ((a->flags & TC_ENTRY_WT) && !mask_empty(&a->dirty) && mask_count(&a->dirty) < nsectors &&
+        nsectors + TC_MAX_HDR_SECTORS + 1 <= c->seg_sectors)
+        return false;
     int best = -1;
     unsigned best_k = 0;
     bool best_ns = false;
