@@ -1741,6 +1741,17 @@ void cache_tombstone(struct cache *c, uint64_t oblock)
         rewrite_block(c, oblock, false, 0, 0);
 }
 
+void cache_mark_tombstones(struct cache *c)
+{
+    if (c->nmark_dropped && !c->vol->read_only && !c->abandoned && !c->offline &&
+        !c->vol->cache_failed)
+        for (size_t i = 0; i < c->nmark_dropped; i++)
+            cache_tombstone(c, c->mark_dropped[i]);
+    free(c->mark_dropped);
+    c->mark_dropped = NULL;
+    c->nmark_dropped = 0;
+}
+
 void cache_lost_record_again(struct cache *c)
 {
     if (!c->abandoned && !c->offline && !c->vol->cache_failed)
