@@ -943,7 +943,11 @@ void abandon_record(struct cache *c)
  * whatever happens to the blocks later: the survivors' superblocks say
  * "device d failed at sequence S" (S: the log's next sequence number now,
  * before anything is appended for the failure), and recovery ignores d's
- * groups below S.  Nothing is lost by that once every version still
+ * groups below S -- the tombstones and CLEAN records among them too, which
+ * is why those are mirrored (log.h, struct append's mirror: a second copy
+ * on another device in service), and why recovery drops the clean blocks
+ * holding versions below S that a log written without such copies may
+ * bring back (recovery.c, untrusted_clean()).  Nothing is lost by that once every version still
  * needed that was on d is in the survivors' log: re-homed, mirrored or
  * recorded lost (LOST records, sequence >= S) by failure.c in this same
  * turn of the reactor, with the tombstones and rewritten blocks that keep

@@ -708,6 +708,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
      * (writeback_start(), abandon_started()). */
     seqrec_started(c);
     abandon_started(c);
+    cache_mark_tombstones(c);
     writeback_start(c);
     return 0;
 
@@ -1432,6 +1433,8 @@ void cache_free(struct cache *c)
     }
     free(c->tombless);
     c->tombless = NULL;
+    free(c->mark_dropped);
+    c->mark_dropped = NULL;
     abandon_free(c);
     free(c->ab.stop_lost_ob);
     free(c->ab.stop_lost_mask);

@@ -1244,7 +1244,7 @@ static int tombstone(struct cache *c, uint64_t oblock)
     if (!cleaner_record_fits(c))
         return -ENOSPC;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
-                        .urgent = true };
+                        .urgent = true, .mirror = true };
     return log_append(c, &a, NULL).err;
 }
 
@@ -1759,6 +1759,17 @@ void cache_tombstone(struct cache *c, uint64_t oblock)
 {
     if (tombstone(c, oblock) < 0 && !c->abandoned && !c->offline && !c->vol->cache_failed)
         rewrite_block(c, oblock, false, 0, 0);
+}
+
+void cache_mark_tombstones(struct cache *c)
+{
+    if (c->nmark_dropped && !c->vol->read_only && !c->abandoned && !c->offline &&
+        !c->vol->cache_failed)
+        for (size_t i = 0; i < c->nmark_dropped; i++)
+            cache_tombstone(c, c->mark_dropped[i]);
+    free(c->mark_dropped);
+    c->mark_dropped = NULL;
+    c->nmark_dropped = 0;
 }
 
 void cache_lost_record_again(struct cache *c)

@@ -47,6 +47,10 @@ void cache_rescue_to_origin(struct cache *c);
  * (devfail_hold_more()); at a stop, without room then, the writes held
  * fail with EIO (devfail_incomplete()). */
 void cache_tombstone(struct cache *c, uint64_t oblock);
+/* The tombstones of the clean blocks recovery dropped for a device
+ * failure mark (recovery.c, untrusted_clean()), as cache_tombstone();
+ * called once the start may append.  Frees the list. */
+void cache_mark_tombstones(struct cache *c);
 /* Whether a stop gave up the tombstone of this block (failure.c): no
  * write of it may reach the origin any more. */
 bool cache_block_tombless(const struct cache *c, uint64_t oblock);

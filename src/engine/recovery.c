@@ -95,6 +95,8 @@ struct recovery {
     struct tc_superblock rec;
     uint64_t *cur_seq;              /* per index entry: seq of its newest fragment */
     uint64_t *wt_seq;               /* per index entry: newest write-through seq */
+    uint8_t *below_mark;            /* per index entry: a version below a failure mark
+                                       applied since the block last entered the index */
     uint32_t cur_cap;
     uint8_t *hdr;
     uint64_t chunks;
@@ -917,10 +919,12 @@ static void grow(struct recovery *rc, uint32_t id)
         cap *= 2;
     rc->cur_seq = realloc(rc->cur_seq, (size_t)cap * sizeof *rc->cur_seq);
     rc->wt_seq = realloc(rc->wt_seq, (size_t)cap * sizeof *rc->wt_seq);
-    if (rc->cur_seq == NULL || rc->wt_seq == NULL)
+    rc->below_mark = realloc(rc->below_mark, (size_t)cap);
+    if (rc->cur_seq == NULL || rc->wt_seq == NULL || rc->below_mark == NULL)
         abort();
     memset(rc->cur_seq + rc->cur_cap, 0, (size_t)(cap - rc->cur_cap) * sizeof *rc->cur_seq);
     memset(rc->wt_seq + rc->cur_cap, 0, (size_t)(cap - rc->cur_cap) * sizeof *rc->wt_seq);
+    memset(rc->below_mark + rc->cur_cap, 0, (size_t)(cap - rc->cur_cap));
     rc->cur_cap = cap;
 }
 
@@ -974,9 +978,65 @@ static bool wt_unstable(void *arg, uint32_t id)
     return id < rc->cur_cap && rc->wt_seq[id] > rc->wt_stable;
 }
 
+/*
+ * Clean blocks holding a version below a device failure mark are dropped.
+ *
+ * The mark makes the failed device's entries below it ignored, its
+ * tombstones and CLEAN records included.  failure.c rewrites the blocks
+ * that had fragments on the device at the failure, but a block the device
+ * held only a tombstone of -- dropped by a write that went around the
+ * cache, a write-zeroes or a trim, its older version left in a survivor's
+ * log -- is not in the index then, and nothing says so on the survivors:
+ * replayed without that tombstone, the older version would come back
+ * over the origin's newer data (a flushed write read back as what it
+ * replaced).  Which blocks had such a tombstone is not known here (the
+ * failed device may not read at all), so every block whose state takes a
+ * version below the highest mark is suspect.  A clean one costs only a
+ * miss when dropped: the origin holds its data (or newer).  One whose
+ * write-through version is above the stable mark is kept (the origin may
+ * lack that version; it becomes dirty and is written back, as without a
+ * failure), and so is a block with dirty data: its dirty sectors are the
+ * newest acknowledged data unless a tombstone dropped them, which only a
+ * trim or a write-zeroes does and both allow the older data back (NOT
+ * covered: the clean sectors of such a block, which may be stale).
+ * The blocks dropped get a tombstone once the start may append
+ * (failure.c, cache_mark_tombstones()): a later version of the block,
+ * partial, must not meet the dropped one at the next start.
+ */
+static void untrusted_clean(struct recovery *rc, uint64_t mark)
+{
+    struct cache *c = rc->c;
+    if (mark == 0)
+        return;
+    uint64_t n = 0;
+    for (uint32_t id = 0; id < c->map.idx.used && id < rc->cur_cap; id++) {
+        struct centry *e = CE(&c->map.idx, id);
+        if (ce_is_free(e) || !rc->below_mark[id] || rc->wt_seq[id] > rc->wt_stable ||
+            ce_any_dirty(&c->map.idx, id))
+            continue;
+        uint64_t ob = ce_oblock(e);
+        cache_trace(c, ob, "recovery: clean, a version below failure mark %llu: dropped",
+                    (unsigned long long)mark);
+        map_drop_block(c, ob);
+        c->mark_dropped = realloc(c->mark_dropped, (c->nmark_dropped + 1) * sizeof *c->mark_dropped);
+        if (c->mark_dropped == NULL)
+            abort();
+        c->mark_dropped[c->nmark_dropped++] = ob;
+        n++;
+    }
+    if (n)
+        tc_info("cache: %llu clean blocks holding versions written before a device failure "
+                "(log sequence %llu) dropped: that device's tombstones are ignored, so these "
+                "versions may be older than the origin's", (unsigned long long)n,
+                (unsigned long long)mark);
+}
+
 static void apply(struct recovery *rc)
 {
     struct cache *c = rc->c;
+    uint64_t mark = 0;
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
+        mark = TC_MAX(mark, c->failed_seq[i]);
     if (rc->nrecs > 1)
         qsort(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec);
     for (size_t i = 0; i < rc->nrecs; i++) {
@@ -1011,8 +1071,11 @@ static void apply(struct recovery *rc)
             id = map_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
                                     0, false);
             grow(rc, id);
-            if (fresh)
+            if (fresh) {
                 rc->wt_seq[id] = 0;
+                rc->below_mark[id] = 0;
+            }
+            rc->below_mark[id] |= r->seq < mark;
             rc->cur_seq[id] = r->seq;
             if (r->flags & TC_ENTRY_WT)
                 rc->wt_seq[id] = r->seq;
@@ -1027,6 +1090,7 @@ static void apply(struct recovery *rc)
         }
     }
     abandon_stop_lost_apply(c, wt_unstable, rc);
+    untrusted_clean(rc, mark);
     /* Write-through versions the origin may lack become dirty. */
     for (uint32_t id = 0; id < c->map.idx.used; id++) {
         struct centry *e = CE(&c->map.idx, id);
@@ -1359,6 +1423,7 @@ static void rc_free(struct recovery *rc)
     free(rc->recs);
     free(rc->cur_seq);
     free(rc->wt_seq);
+    free(rc->below_mark);
     free(rc->hdr);
 }
 

@@ -658,7 +658,7 @@ static bool owed_record(struct cache *c, const struct clean_owed *o, struct appe
         /* Dropped, perhaps without a tombstone (salvage()): the version
          * in the log must not come back dirty. */
         *a = (struct append){ .oblock = o->oblock, .type = TC_ENTRY_TOMBSTONE,
-                              .use_reserve = true };
+                              .use_reserve = true, .mirror = true };
         return true;
     }
     struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
@@ -671,7 +671,8 @@ static bool owed_record(struct cache *c, const struct clean_owed *o, struct appe
     if (mask_empty(&m))
         return false;
     *a = (struct append){ .oblock = o->oblock, .type = TC_ENTRY_CLEAN,
-                          .target = tc_loc(o->seg, o->off), .valid = m, .use_reserve = true };
+                          .target = tc_loc(o->seg, o->off), .valid = m, .use_reserve = true,
+                          .mirror = true };
     return true;
 }
 
@@ -701,7 +702,7 @@ static void clean_record(struct cache *c, uint64_t oblock, uint32_t seg, uint16_
     struct writeback *wb = c->wb;
     writeback_owed_records(c);          /* the older ones first */
     struct append a = { .oblock = oblock, .type = TC_ENTRY_CLEAN, .target = tc_loc(seg, off),
-                        .valid = *m, .use_reserve = true };
+                        .valid = *m, .use_reserve = true, .mirror = true };
     if (wb->nowed > 0 || !cleaner_client_record_fits(c) || log_append(c, &a, NULL).err < 0)
         owe(wb, oblock, seg, off, m);
 }

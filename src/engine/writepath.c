@@ -411,7 +411,7 @@ static void tombstone_append(struct wpiece *p)
         return;
     }
     struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
-                        .use_reserve = true, .urgent = true };
+                        .use_reserve = true, .urgent = true, .mirror = true };
     p->tw.fn = failure_durable;
     p->tw.need_flush = true;
     p->tw.client = false;       /* waits on: the write failed already */
@@ -752,7 +752,7 @@ static void append_version(struct wpiece *p)
             return;
         }
         struct append a = { .oblock = p->oblock, .type = TC_ENTRY_TOMBSTONE,
-                            .use_reserve = true };
+                            .use_reserve = true, .mirror = true };
         p->lw.fn = appended_written;
         /* The tombstone must survive a power failure that the origin write
          * survives, or the stale cached copy would come back.  A trim's
