@@ -1047,14 +1047,16 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
  * Taken every `every_bytes` bytes of chunks written (serve's
  * --checkpoint-every, or TIERCACHE_TEST_CKPT_BYTES for the tests; 0: none),
  * looked at every tick_ns (TIERCACHE_TEST_CKPT_TICK_MS,
- * 100 ms by default).  Under a load that never leaves the log idle the
- * cut is not found, and the checkpoint waits (status says how often).
+ * 100 ms by default); a busy log is synced to make the cut come, at most
+ * once a second.  Under a load that never leaves the log idle the cut is
+ * not found, and the checkpoint waits (status says how often).
  */
 struct ckpt_run {
     struct cache *c;
     uint64_t every_bytes;
     uint64_t tick_ns;
     uint64_t last_bytes;            /* chunk bytes written when the last one was taken */
+    uint64_t next_sync_ns;          /* no sync of the log to make the cut come before */
     struct tc_timer timer;
     struct log_waiter w;
     bool syncing;                   /* w is in the log's hands */
@@ -1076,6 +1078,9 @@ struct ckpt_run {
     uint64_t written, failed, not_idle, no_room;
     uint64_t last_gen, last_cut, last_len, last_encode_ns;
 };
+
+/* The least time between two syncs of a busy log made to find the cut. */
+#define TC_CKPT_SYNC_EVERY_NS (1000ull * 1000 * 1000)
 
 /*
  * The default, with neither --checkpoint-every nor the tests' setting:
@@ -1284,7 +1289,17 @@ static void run_take(struct ckpt_run *r)
     if (!log_idle(&c->lg) || c->lg.flushed_upto < c->lg.chunks_issued ||
         c->lg.tail_recorded != c->lg.tail_seq ||
         c->lg.wt_stable_recorded != c->lg.wt_stable_seq) {
+        /* Make the cut come by a sync at most once a second: a sync seals
+         * the open chunks, and under a steady write load (the log never
+         * idle after it either) syncing again at once, as each sync
+         * ended, cut every chunk short of its size (write clustering: 4
+         * KiB random writes on two devices averaged 147 KiB a device write
+         * instead of 510 KiB). */
         r->not_idle++;
+        uint64_t now = tc_now_ns();
+        if (now < r->next_sync_ns)
+            return;
+        r->next_sync_ns = now + TC_CKPT_SYNC_EVERY_NS;
         r->syncing = true;
         r->w = (struct log_waiter){ .fn = run_synced };
         log_sync(c, &r->w);
