@@ -556,6 +556,34 @@ static void settle_waiters_run(struct settle_waiter *list, int err)
     }
 }
 
+/* The waiters of a settle whose LOST records (appended at its end, the
+ * cache in service) are being synced: they are answered once the records
+ * are durable, or a crash right after their answer would leave the
+ * sectors recorded lost -- by an earlier LOST record, or the state file
+ * of an abandonment before this start -- and their data read EIO. */
+struct settle_tail {
+    struct cache *c;
+    struct log_waiter lw;
+    struct settle_waiter *done;
+    int err;
+};
+
+static void settle_next_start(struct cache *c);
+
+static void settle_tail_synced(struct log_waiter *lw, int err)
+{
+    struct settle_tail *t = container_of(lw, struct settle_tail, lw);
+    struct cache *c = t->c;
+    if (err)
+        tc_warn("cache: log sync failed (%s): the records that sectors written again after "
+                "they were lost are not lost any more may not be durable; the flush waiting "
+                "for them fails", strerror(-err));
+    err_keep_first(&t->err, err);
+    settle_waiters_run(t->done, t->err);
+    free(t);
+    settle_next_start(c);
+}
+
 static void settle_end(struct settle *x, int err)
 {
     struct cache *c = x->c;
@@ -577,7 +605,22 @@ static void settle_end(struct settle *x, int err)
         if (lost_unsettled(&c->map.lost) && !c->state_timer.armed)
             timer_arm(c->reactor, &c->state_timer, STATE_LAZY_NS);
     }
+    if (done && err == 0 && !c->abandoned && !c->ab.state_closed) {
+        /* lost_settle_done() appended the settled blocks' LOST records:
+         * a waiter (a FLUSH) is answered once they are durable. */
+        struct settle_tail *t = tc_xcalloc(1, sizeof *t);
+        t->c = c;
+        t->done = done;
+        t->lw.fn = settle_tail_synced;
+        log_sync(c, &t->lw);
+        return;
+    }
     settle_waiters_run(done, err);
+    settle_next_start(c);
+}
+
+static void settle_next_start(struct cache *c)
+{
     if (c->ab.settle_next && !c->ab.settle_busy) {
         if (!c->ab.state_closed) {
             settle_start(c);
@@ -651,13 +694,8 @@ static void state_timer_fn(struct tc_timer *t)
         state_write_now(c);
 }
 
-void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg)
+static void settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg)
 {
-    if (!c->abandoned || c->ab.state_closed ||
-        (!c->ab.settle_busy && !lost_unsettled(&c->map.lost) && !c->ab.state_dirty)) {
-        fn(arg, 0);
-        return;
-    }
     /* The running settle's flush may have been issued before the writes
      * of some clears made since completed: the next one covers them. */
     struct settle_waiter *w = tc_xcalloc(1, sizeof *w);
@@ -667,6 +705,26 @@ void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *
     c->ab.settle_next = w;
     if (!c->ab.settle_busy)
         settle_start(c);
+}
+
+void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg)
+{
+    if (!c->abandoned || c->ab.state_closed ||
+        (!c->ab.settle_busy && !lost_unsettled(&c->map.lost) && !c->ab.state_dirty)) {
+        fn(arg, 0);
+        return;
+    }
+    settle_wait(c, fn, arg);
+}
+
+void abandon_clears_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg)
+{
+    if (c->abandoned || c->ab.state_closed ||
+        (!c->ab.settle_busy && !lost_unsettled(&c->map.lost))) {
+        fn(arg, 0);
+        return;
+    }
+    settle_wait(c, fn, arg);
 }
 
 void abandon_lost_grown(struct cache *c)

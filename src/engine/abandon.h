@@ -203,6 +203,15 @@ void abandon_lost_changed(struct cache *c);
  * it covers read EIO: the drain's (failure.c), or a rewrite of lost
  * sectors. */
 void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg);
+/* The same for a FLUSH or FUA write answered while the cache is in
+ * service (writepath.c): fn runs once every clear made so far is in the
+ * durable records -- the settle's LOST records synced in the log, and the
+ * state file of an abandonment before this start rewritten -- (err: the
+ * settle's origin flush, its log syncs or the state file write failed),
+ * at once if there is none.  Before, the records followed up to 0.5 s
+ * later, and a kill in between made the data the FLUSH covered read EIO.
+ * Nothing here for an abandoned cache (abandon_settle_wait()). */
+void abandon_clears_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg);
 /* Closing, the origin just flushed (ok) or not: settle what can be. */
 void abandon_close_flushed(struct cache *c, bool ok);
 /* At close, after the last log sync: the state file, if the cache was

@@ -196,6 +196,19 @@ static void request_end(struct wreq *w)
     e->complete(e);
 }
 
+static void fua_clears_recorded(void *arg, int err)
+{
+    struct wreq *w = arg;
+    if (err) {
+        tc_error("FUA write of origin bytes %llu..%llu fails with EIO: it is durable, but the "
+                 "record that sectors it wrote are no longer lost is not (%s)",
+                 (unsigned long long)w->e->off,
+                 (unsigned long long)(w->e->off + w->e->len - 1), strerror(-err));
+        join_error(&w->join, -EIO);
+    }
+    request_end(w);
+}
+
 static void end_synced(struct log_waiter *lw, int err)
 {
     struct wreq *w = container_of(lw, struct wreq, sync_w);
@@ -208,6 +221,13 @@ static void end_synced(struct log_waiter *lw, int err)
         readahead_invalidate(e->vol->cache, e->off, e->len);
         tc_obj_put(w, w->size);     /* and its pieces (split()) */
         cache_durable_after_failure(e->vol->cache, e);
+        return;
+    }
+    if (w->join.err == 0 && (w->e->flags & TC_REQ_FUA)) {
+        /* Lost sectors it wrote again are not lost in the durable records
+         * only once a settle has run (abandon.c): until then a crash
+         * makes them read EIO.  At once when nothing is unsettled. */
+        abandon_clears_wait(w->c, fua_clears_recorded, w);
         return;
     }
     request_end(w);
@@ -1258,6 +1278,19 @@ struct flush_req {
     struct log_waiter lw;
 };
 
+static void flush_clears_recorded(void *arg, int err)
+{
+    struct flush_req *f = arg;
+    struct ereq *e = f->e;
+    if (err) {
+        tc_error("flush fails with EIO: the writes it covers are durable, but the record that "
+                 "lost sectors among them are no longer lost is not (%s)", strerror(-err));
+        e->err = -EIO;
+    }
+    free(f);
+    e->complete(e);
+}
+
 static void flush_synced(struct log_waiter *lw, int err)
 {
     struct flush_req *f = container_of(lw, struct flush_req, lw);
@@ -1290,6 +1323,16 @@ static void flush_synced(struct log_waiter *lw, int err)
      * periodic commit does (writeback.c), for everything done before. */
     if (e->err == 0 && f->stable)
         writeback_committed(f->c, f->start_ns);
+    if (e->err == 0) {
+        /* Lost sectors written again before this FLUSH are durable now,
+         * but the durable records (LOST records, the state file of an
+         * abandonment before this start) still call them lost until a
+         * settle has run (abandon.c): answered once they do not, or a
+         * crash right after the answer makes the data it covers read EIO.
+         * At once when nothing is unsettled. */
+        abandon_clears_wait(c, flush_clears_recorded, f);
+        return;
+    }
     free(f);
     e->complete(e);
 }
