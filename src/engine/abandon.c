@@ -1002,8 +1002,8 @@ void abandon_record(struct cache *c)
  * "device d failed at sequence S" (S: the log's next sequence number now,
  * before anything is appended for the failure), and recovery ignores d's
  * groups below S -- the tombstones and CLEAN records among them too, which
- * is why those are mirrored (log.h, struct append's mirror: a second copy
- * on another device in service), and why recovery drops the clean blocks
+ * is why those are mirrored (log.h, struct append's mirror: a copy on
+ * every device in service, so that any one left in service holds it), and why recovery drops the clean blocks
  * holding versions below S that a log written without such copies may
  * bring back (recovery.c, untrusted_clean()).  Nothing is lost by that once every version still
  * needed that was on d is in the survivors' log: re-homed, mirrored or

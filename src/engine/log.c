@@ -818,6 +818,35 @@ static bool split_first(struct cache *c, const struct append *a, unsigned nsecto
     return true;
 }
 
+/*
+ * The further copies of a mirrored record (an entry without data: a
+ * tombstone, a CLEAN record) on every device in service besides d1 and d2,
+ * whose heads take them as head_fits() says (need_seal in ns[]): marked in
+ * *extra.  Two copies survive one device's failure; with three devices or
+ * more, two failing one after the other -- the record's two devices --
+ * would leave a version it shadows on a third to come back at the next
+ * start, which ignores both failed devices' logs below their marks
+ * (crash/devfail-shadow-three).  False if a device in service with a head
+ * open in the group has no room for its copy (the group is closed and the
+ * append tried again in a new one); a device with no head open (no free
+ * segment) gets none.
+ */
+static bool extras_fit(struct cache *c, int d1, int d2, unsigned nent, bool *extra, bool *ns)
+{
+    bool all = true;
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        extra[d] = false;
+        if ((int)d == d1 || (int)d == d2 || c->devs[d].state != CDEV_OK ||
+            c->lg.heads[d].seg == NIL)
+            continue;
+        if (head_fits(c, d, 0, nent, &ns[d]))
+            extra[d] = true;
+        else
+            all = false;
+    }
+    return all;
+}
+
 struct log_loc log_append(struct cache *c, const struct append *a_in, struct log_waiter *w)
 {
     struct log_loc loc = { .err = -ENOSPC, .seg = NIL, .mseg = NIL };
@@ -853,6 +882,9 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     struct append rest;
     int d1 = -1, d2 = -1;
     bool ns1 = false, ns2 = false;      /* pick_head()'s need_seal of d1, d2 */
+    /* A mirrored record goes to every device in service (extras_fit()). */
+    bool every = a->mirror && a->type != TC_ENTRY_DATA;
+    bool extra[TC_MAX_DEVICES] = { false }, nsx[TC_MAX_DEVICES];
     for (int attempt = 0; attempt < 3; attempt++) {
         if (!ensure_group(c, a->use_reserve)) {
             /* split_first() promised room, and nothing in between can take
@@ -866,6 +898,9 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
         if (d1 >= 0 && a->mirror) {
             d2 = pick_head(c, nsectors, nent, d1, &ns2);
             if (d2 < 0)
+                d1 = -1;
+            /* The last attempt takes what copies fit (two at least). */
+            else if (every && !extras_fit(c, d1, d2, nent, extra, nsx) && attempt < 2)
                 d1 = -1;
         }
         /* Not in the last attempt: the rest may need the next group. */
@@ -907,6 +942,12 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
         loc.moff = append_to(c, (unsigned)d2, a, tseq, seq, nsectors, true, ns2);
         loc.mseg = c->lg.heads[d2].seg;
     }
+    int dlast = TC_MAX(d1, d2);         /* the copy sealed last (seal_task_fn()) */
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (extra[d]) {
+            append_to(c, d, a, tseq, seq, 0, true, nsx[d]);
+            dlast = TC_MAX(dlast, (int)d);
+        }
     /* Only a clean copy of origin data may wait long (above): not a
      * write-through version (the origin may not have it yet), not dirty
      * data, not an entry without data. */
@@ -915,21 +956,35 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     c->lg.heads[d1].keeps |= keeps;
     if (d2 >= 0)
         c->lg.heads[d2].keeps |= keeps;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        c->lg.heads[d].keeps |= extra[d] && keeps;
     c->lg.next_dev = (unsigned)d1;
 
     bool urgent = a->urgent || w != NULL;
     if (w) {
-        /* Attach to the head sealed last, so its chunk number covers both. */
-        unsigned wd = (unsigned)(d2 >= 0 ? d2 : d1);
+        /* Attach to the head sealed last, so its chunk number covers both
+         * (every copy: the seal task seals the urgent heads in device
+         * order). */
+        bool extras = dlast != TC_MAX(d1, d2);
+        unsigned wd = (unsigned)(extras ? dlast : d2 >= 0 ? d2 : d1);
         struct head *wh = &c->lg.heads[wd];
         w->next = wh->waiters;
         wh->waiters = w;
         if (d2 >= 0)
             c->lg.heads[d1].urgent = true;
+        if (extras) {
+            c->lg.heads[d2].urgent = true;
+            for (unsigned d = 0; d < c->ndevs; d++)
+                if (extra[d])
+                    c->lg.heads[d].urgent = true;
+        }
     }
     schedule_seal(c, (unsigned)d1, urgent);
     if (d2 >= 0)
         schedule_seal(c, (unsigned)d2, urgent);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (extra[d])
+            schedule_seal(c, d, urgent);
     return loc;
 }
 

@@ -239,7 +239,10 @@ struct append {
     struct tc_mask valid, dirty;
     uint64_t target;            /* CLEAN */
     const void *data;           /* DATA: popcount(valid) sectors, packed */
-    bool mirror;                /* write a second copy on another device */
+    bool mirror;                /* write a second copy on another device; an
+                                   entry without data (a tombstone, a CLEAN
+                                   record): a copy on every device in service
+                                   (log.c, extras_fit()) */
     bool use_reserve;           /* the cleaner may use the reserved space */
     bool leave_claim;           /* a client write: made only if it leaves the
                                  * room a cleaner's pass claims for its copies
