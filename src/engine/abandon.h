@@ -204,7 +204,7 @@ void abandon_lost_changed(struct cache *c);
  * sectors. */
 void abandon_settle_wait(struct cache *c, void (*fn)(void *arg, int err), void *arg);
 /* The same for a FLUSH or FUA write answered while the cache is in
- * service (writepath.c): fn runs once every clear made so far is in the
+ * service (writepath.c), or detached (lostlog.c): fn runs once every clear made so far is in the
  * durable records -- the settle's LOST records synced in the log, and the
  * state file of an abandonment before this start rewritten -- (err: the
  * settle's origin flush, its log syncs or the state file write failed),

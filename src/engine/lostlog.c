@@ -215,6 +215,14 @@ static void passthrough_flushed(struct ereq *e)
         abandon_settle_wait(c, flush_settled, e);
         return;
     }
+    if (e->err == 0) {
+        /* Detached, the cache not abandoned: the clears are recorded in
+         * its log (LOST records) by a settle, after which a crash no
+         * longer makes them read EIO; answered once they are durable.  At
+         * once when nothing is unsettled. */
+        abandon_clears_wait(c, flush_settled, e);
+        return;
+    }
     e->complete = e->lost_next;
     e->complete(e);
 }
@@ -275,6 +283,12 @@ static void passthrough_fua_written(struct ereq *e)
          * durable read EIO.  Answered once the state file says not. */
         e->complete = e->lost_next;
         lost_fua_settle_wait(c, e);
+        return;
+    }
+    if (e->err == 0 && e->op != TC_OP_TRIM) {
+        /* Detached: once the log's records say not. */
+        e->complete = e->lost_next;
+        abandon_clears_wait(c, fua_settled, e);
         return;
     }
     e->complete = e->lost_next;
@@ -435,7 +449,7 @@ void lost_passthrough(struct ereq *e)
         e->lost_next = e->complete;
         e->complete = passthrough_flushed;
     }
-    if (write && (e->flags & TC_REQ_FUA) && c->abandoned) {
+    if (write && (e->flags & TC_REQ_FUA) && (c->abandoned || lost_sectors(&c->map.lost) > 0)) {
         e->lost_next = e->complete;
         e->complete = passthrough_fua_written;
     } else if ((e->op == TC_OP_WRITE || e->op == TC_OP_WRITE_ZEROES) &&
