@@ -219,6 +219,12 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
  *     struct sample          one slot: a block's origin read and cache
  *                            gather, compared when both ended
  *
+ * A sector that differs where the origin reads zeroes is not counted: a
+ * trim of a partly dirty block leaves its clean sectors cached while the
+ * origin's range reads zeroes (a trim is advisory; its sectors may read
+ * either), so such a difference proves nothing.  A change that wrote
+ * zeroes alone is not seen.
+ *
  * Eligible: a block with no dirty sector and no lost sector.  Spread: the
  * k-th of n samples is the (k * eligible / n)-th eligible entry of the
  * index, so blocks cached early and late are taken alike.  In parallel: up
@@ -252,6 +258,7 @@ struct sample_run {
     struct sample slot[SAMPLE_WINDOW];
     unsigned inflight;
     uint64_t compared, unread;
+    uint64_t zeroed;                /* sectors that differ, zeroes on the origin */
     uint64_t *differ;               /* the blocks found different */
     uint64_t ndiffer, cap;
     /* The lowest block found different: its entry, first different
@@ -282,6 +289,14 @@ static void sample_compare(struct sample *s)
             const uint8_t *o = s->obuf + (size_t)k * TC_SECTOR, *m = s->cbuf + (size_t)k * TC_SECTOR;
             if (!mask_test(&s->valid, k) || memcmp(o, m, TC_SECTOR) == 0)
                 continue;
+            /* Zeroes on the origin prove nothing: a trim of a block that
+             * was partly dirty keeps the block's clean sectors in the
+             * cache (a trim is advisory: writepath.c) while the origin's
+             * range reads zeroes from then on. */
+            if (o[0] == 0 && memcmp(o, o + 1, TC_SECTOR - 1) == 0) {
+                r->zeroed++;
+                continue;
+            }
             unsigned b = 0;
             while (o[b] == m[b])
                 b++;
@@ -445,9 +460,13 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
     c->st.origin_check_differ = r.ndiffer;
     c->st.origin_check_unread = r.unread;
     if (r.ndiffer == 0) {
+        char zpart[160] = "";
+        if (r.zeroed)
+            snprintf(zpart, sizeof zpart, " but for %llu sectors the origin reads as zeroes (a "
+                     "trim's, taken as such)", (unsigned long long)r.zeroed);
         tc_info("origin %s: %llu of the cache's %llu clean blocks compared with it at the "
-                "start: the same%s (%.3f s)", origin->name, (unsigned long long)r.compared,
-                (unsigned long long)eligible,
+                "start: the same%s%s (%.3f s)", origin->name, (unsigned long long)r.compared,
+                (unsigned long long)eligible, zpart,
                 r.unread ? " (some could not be read: see above)" : "", secs);
         return 0;
     }
