@@ -351,10 +351,12 @@ static void sample_cache_done(void *arg, int err)
 static bool sample_next(struct sample_run *r, uint32_t *id, struct tc_mask *valid)
 {
     if (r->ids) {
-        if (r->cursor >= r->nids)
-            return false;
-        *id = r->ids[r->cursor++];
-        return sample_eligible(r->c, *id, valid);
+        while (r->cursor < r->nids) {
+            *id = r->ids[r->cursor++];
+            if (sample_eligible(r->c, *id, valid))
+                return true;
+        }
+        return false;
     }
     while (r->cursor < r->c->map.idx.used) {
         *id = r->cursor++;
