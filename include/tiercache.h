@@ -69,6 +69,10 @@ struct tc_volume_config {
     uint64_t checkpoint_every;
     bool checkpoint_every_set;
     bool adopt_origin;              /* accept an origin whose identity changed */
+    /* After a clean stop, compare this many of the cache's clean blocks
+     * with the origin at the start, refusing it on a difference
+     * (engine/originstop.c); 0: none. */
+    unsigned origin_check_blocks;
     bool accept_older_cache;        /* serve a cache whose log is older than its
                                        sequence record (engine/seqrec.c) */
     bool no_warm_restart;           /* ignore a clean-shutdown snapshot */

@@ -118,7 +118,20 @@ static const char serve_help[] =
 "                       file's time, a block device's count of sectors\n"
 "                       written: written while no daemon served it, refused\n"
 "                       without the option), the cache's data kept over\n"
-"                       those writes\n"
+"                       those writes, and an origin found to differ from\n"
+"                       the cache's clean copies (--origin-check-blocks:\n"
+"                       every clean block is then compared, and each one\n"
+"                       found different dropped from the cache)\n"
+"  --origin-check-blocks N\n"
+"                       at a start after a clean stop, read N of the\n"
+"                       cache's clean blocks (spread over the cache, in\n"
+"                       parallel; not counted as hits) and the same blocks\n"
+"                       of the origin, and refuse the start if any differs:\n"
+"                       the origin was written while no daemon served it\n"
+"                       with this cache (an NBD export served or restored\n"
+"                       elsewhere, a file's time put back).  A sample: a\n"
+"                       change to blocks it did not read is not seen.\n"
+"                       Default: 32; 0: none\n"
 "  --accept-older-cache serve a cache whose log is older than its sequence\n"
 "                       record says it reached, on the set or on one of\n"
 "                       its devices (a restored backup or a rolled-back\n"
@@ -637,7 +650,7 @@ enum {
     OPT_ADOPT_ORIGIN, OPT_ACCEPT_OLDER_CACHE, OPT_ADOPT_STATE_FILE, OPT_DIRTY_COPIES, OPT_CKPT_EVERY, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
     OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL, OPT_TRACE, OPT_TRACE_LIMIT,
-    OPT_TRACE_ROTATE,
+    OPT_TRACE_ROTATE, OPT_ORIGIN_CHECK,
 };
 
 static const struct option serve_opts[] = {
@@ -659,6 +672,7 @@ static const struct option serve_opts[] = {
     { "checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY },
     { "write-budget", required_argument, NULL, OPT_WRITE_BUDGET },
     { "origin-timeout", required_argument, NULL, OPT_ORIGIN_TIMEOUT },
+    { "origin-check-blocks", required_argument, NULL, OPT_ORIGIN_CHECK },
     { "socket", required_argument, NULL, OPT_SOCKET },
     { "listen", required_argument, NULL, OPT_LISTEN },
     { "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
@@ -762,6 +776,11 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_ADOPT_ORIGIN: vcfg.adopt_origin = true; break;
+        case OPT_ORIGIN_CHECK:
+            if (tc_parse_uint("--origin-check-blocks", optarg, 0, 65536, &v, err, sizeof err))
+                tc_die(2, "%s", err);
+            vcfg.origin_check_blocks = (unsigned)v;
+            break;
         case OPT_ACCEPT_OLDER_CACHE: vcfg.accept_older_cache = true; break;
         case OPT_ADOPT_STATE_FILE: vcfg.adopt_state_file = true; break;
         case OPT_FLUSH_ON_STOP: flush_on_stop = true; break;

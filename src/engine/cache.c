@@ -612,10 +612,13 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
             /* The origin itself, resized (grown or shrunk) since the
              * format: a cache is not resized with it. */
             snprintf(hint, sizeof hint,
-                     "The origin was resized since the cache was formatted; a cache set cannot "
-                     "follow a resize.  Give the origin its size of %llu bytes back and serve "
-                     "it%s, then reformat the cache for the new size ('tiercache format "
-                     "--force')", (unsigned long long)sb->origin_size,
+                     "The origin was resized since the cache was formatted%s; a cache set "
+                     "cannot follow a resize.  Give the origin its size of %llu bytes back and "
+                     "serve it%s, then reformat the cache for the new size ('tiercache format "
+                     "--force')",
+                     strncmp(origin->identity, "nbd", 3) == 0
+                         ? " (or another export of another size is served under its name)" : "",
+                     (unsigned long long)sb->origin_size,
                      c->map.dirty_sectors ? ", running 'tiercache flush' (or 'detach') to write "
                                             "back the cache's dirty data"
                                           : "");
@@ -654,6 +657,12 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
                      errlen) < 0)
         goto fail_cache;
     if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
+        goto fail_cache;
+    /* What the records above cannot see (an NBD origin, a file's time put
+     * back, a device after a restart): the clean copies themselves
+     * compared with the origin, before anything is written. */
+    if (cache_origin_sample(c, origin, vol->cfg.origin_check_blocks, vol->cfg.adopt_origin, err,
+                            errlen) < 0)
         goto fail_cache;
     /* A drain cut short (state file version 3), resumed: the origin is the
      * cache's, and nothing is appended yet (the abandoned device's data is
@@ -1712,6 +1721,12 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "last_stop", s->last_stop ? s->last_stop : "none");
     json_string(j, "recovered_from", s->recovered_from ? s->recovered_from : "scan");
     json_uint(j, "recovery_read_bytes", s->recovery_read_bytes);
+    json_begin_object(j, "origin_check");
+    json_uint(j, "blocks", s->origin_check_blocks);
+    json_uint(j, "differ", s->origin_check_differ);
+    json_uint(j, "unread", s->origin_check_unread);
+    json_uint(j, "origin_read_bytes", s->origin_check_read_bytes);
+    json_end_object(j);
     ckpt_run_status_json(c, j);
     writeback_status_json(c, j);
     cleaner_status_json(c, j);

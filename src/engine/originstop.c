@@ -32,17 +32,21 @@
  * boot), the device was set up again (a loop device detached and
  * attached, a disk plugged in again: another sequence number, or a count
  * lower than recorded), or the kernel keeps no count now (its I/O
- * statistics turned off).  Nothing is known either after a crash or a
- * kill (no clean-stop record), for an NBD origin, or for a record of a
- * build before the fields: the cache's copies are then served as current.
+ * statistics turned off).  Nothing is recorded for an NBD origin, nor by
+ * a build before the fields: then, as for a time put back, the sample of
+ * clean blocks below (cache_origin_sample()) is all that can tell.
+ * Nothing is known after a crash or a kill (no clean-stop record).
  * check --salvage asks the same before it writes the dirty data there.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/originstop.h"
+#include "io/bufpool.h"
 #include "io/writecount.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -152,8 +156,9 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
         return 0;
     if (v == UNKNOWN) {
         tc_warn("origin %s: whether it was written since the cache on %s stopped cleanly "
-                "cannot be told (%s): the cache's copies of its blocks are served as current.  "
-                "Nothing may write the origin while its cache is stopped", origin->name,
+                "cannot be told (%s): the cache's copies of its blocks are served as current "
+                "if a sample of them matches it (--origin-check-blocks).  Nothing may write the "
+                "origin while its cache is stopped", origin->name,
                 c->devs[0].dev->name, what);
         return 0;
     }
@@ -180,4 +185,377 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
                  : "else reformat the cache with 'tiercache format --force' (it holds no "
                    "dirty data: nothing is lost)");
     return -1;
+}
+
+/*
+ * The sample: a few of the cache's clean blocks compared with the origin.
+ *
+ * The records above see nothing of an NBD origin (no time, no count: the
+ * export may be written by anyone, served by another server, restored, or
+ * another disk put behind the same name), nor a file written in place
+ * with its time put back, nor a block device after a restart of the
+ * machine or of the device.  What always holds after a clean stop is the
+ * invariant itself: every clean sector the cache holds is the origin's
+ * sector (the stop waited for every origin write and its flush).  So the
+ * start reads up to n clean blocks from both and compares them; one that
+ * differs is proof that something wrote the origin while the cache was
+ * stopped.  A sample can miss a change (a write to blocks the sample did
+ * not take, or to blocks the cache does not hold, which is harmless): it
+ * is a check against a mistake, not a proof of its absence.  Only after a
+ * clean stop: after a kill or a crash the cache may rightly hold
+ * write-through data the origin lacks.
+ *
+ * A difference refuses the start, unless --adopt-origin: the operator
+ * trusts the origin's data, and the cache is known to hold copies older
+ * than it -- so every clean block is then compared (a read of the cache's
+ * clean data; only when a difference was found) and each one found
+ * different is dropped from the map, its tombstone appended once started
+ * (cache_mark_tombstones(), as recovery's drops), the origin's data read
+ * for it from then on.  Dirty blocks are never compared nor dropped.
+ *
+ *   struct sample_run        the pass: which entries (a list, or every
+ *                            eligible one), the slots in flight, the
+ *                            blocks found different, the first of them
+ *     struct sample          one slot: a block's origin read and cache
+ *                            gather, compared when both ended
+ *
+ * A sector that differs where the origin reads zeroes is not counted: a
+ * trim of a partly dirty block leaves its clean sectors cached while the
+ * origin's range reads zeroes (a trim is advisory; its sectors may read
+ * either), so such a difference proves nothing.  A change that wrote
+ * zeroes alone is not seen.
+ *
+ * Eligible: a block with no dirty sector and no lost sector.  Spread: the
+ * k-th of n samples is the (k * eligible / n)-th eligible entry of the
+ * index, so blocks cached early and late are taken alike.  In parallel: up
+ * to SAMPLE_WINDOW blocks in flight.  Nothing read counts as a client's
+ * hit or miss, nor reaches the policy: only the devices' byte counters and
+ * the origin_check figures see it.  A block that cannot be read (an error
+ * on either side, a checksum mismatch in the cache) is not compared, and
+ * said.  Nothing else runs on the reactor during the start, so entry
+ * numbers stay put across the reads.
+ */
+#define SAMPLE_WINDOW 16
+
+struct sample {
+    struct sample_run *run;
+    uint64_t oblock;
+    uint32_t id;
+    struct tc_mask valid;           /* the sectors compared */
+    uint64_t len;                   /* origin bytes read (a last, short block) */
+    uint8_t *obuf, *cbuf;
+    struct tc_dev_io dio;
+    int oerr, cerr;
+    unsigned pending;               /* reads out, and the issuer's hold */
+    bool busy;
+};
+
+struct sample_run {
+    struct cache *c;
+    struct tc_dev *origin;
+    const uint32_t *ids;            /* the entries to compare, or NULL: every eligible one */
+    uint32_t nids, cursor;          /* into ids[], or the index's entries */
+    struct sample slot[SAMPLE_WINDOW];
+    unsigned inflight;
+    uint64_t compared, unread;
+    uint64_t zeroed;                /* sectors that differ, zeroes on the origin */
+    uint64_t *differ;               /* the blocks found different */
+    uint64_t ndiffer, cap;
+    /* The lowest block found different: its entry, first different
+     * sector, and the origin offset of its first different byte. */
+    uint64_t first_ob;
+    uint32_t first_id;
+    unsigned first_sector;
+    uint64_t first_byte;
+};
+
+static void sample_start(struct sample_run *r);
+static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid);
+
+static void sample_compare(struct sample *s)
+{
+    struct sample_run *r = s->run;
+    struct cache *c = r->c;
+    if (s->oerr || s->cerr) {
+        r->unread++;
+        tc_warn("origin %s: cached block %llu not compared with it at the start (%s read "
+                "failed: %s)", r->origin->name, (unsigned long long)s->oblock,
+                s->oerr ? "the origin's" : "the cache's", strerror(-(s->oerr ? s->oerr : s->cerr)));
+    } else {
+        r->compared++;
+        c->st.origin_check_read_bytes += s->len;
+        unsigned nsec = (unsigned)(s->len / TC_SECTOR);
+        for (unsigned k = 0; k < nsec; k++) {
+            const uint8_t *o = s->obuf + (size_t)k * TC_SECTOR, *m = s->cbuf + (size_t)k * TC_SECTOR;
+            if (!mask_test(&s->valid, k) || memcmp(o, m, TC_SECTOR) == 0)
+                continue;
+            /* Zeroes on the origin prove nothing: a trim of a block that
+             * was partly dirty keeps the block's clean sectors in the
+             * cache (a trim is advisory: writepath.c) while the origin's
+             * range reads zeroes from then on. */
+            if (o[0] == 0 && memcmp(o, o + 1, TC_SECTOR - 1) == 0) {
+                r->zeroed++;
+                continue;
+            }
+            unsigned b = 0;
+            while (o[b] == m[b])
+                b++;
+            if (r->ndiffer == r->cap) {
+                r->cap = r->cap ? 2 * r->cap : 64;
+                r->differ = realloc(r->differ, r->cap * sizeof *r->differ);
+                if (r->differ == NULL)
+                    abort();
+            }
+            r->differ[r->ndiffer++] = s->oblock;
+            if (r->ndiffer == 1 || s->oblock < r->first_ob) {
+                r->first_ob = s->oblock;
+                r->first_id = s->id;
+                r->first_sector = k;
+                r->first_byte = s->oblock * c->block_size + (uint64_t)k * TC_SECTOR + b;
+            }
+            cache_trace(c, s->oblock, "origin sample: differs from the origin at sector %u", k);
+            break;
+        }
+    }
+    bufpool_put(s->obuf, (size_t)c->block_size);
+    bufpool_put(s->cbuf, (size_t)c->block_size);
+    s->obuf = s->cbuf = NULL;
+    s->busy = false;
+    r->inflight--;
+    sample_start(r);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void sample_origin_done(struct tc_dev_io *dio, int err)
+{
+    struct sample *s = container_of(dio, struct sample, dio);
+    s->oerr = err;
+    if (--s->pending == 0)
+        sample_compare(s);
+}
+
+static void sample_cache_done(void *arg, int err)
+{
+    struct sample *s = arg;
+    s->cerr = err;
+    if (--s->pending == 0)
+        sample_compare(s);
+}
+
+/* The next entry to compare, with its sectors; false when none is left. */
+static bool sample_next(struct sample_run *r, uint32_t *id, struct tc_mask *valid)
+{
+    if (r->ids) {
+        while (r->cursor < r->nids) {
+            *id = r->ids[r->cursor++];
+            if (sample_eligible(r->c, *id, valid))
+                return true;
+        }
+        return false;
+    }
+    while (r->cursor < r->c->map.idx.used) {
+        *id = r->cursor++;
+        if (sample_eligible(r->c, *id, valid))
+            return true;
+    }
+    return false;
+}
+
+/* Issue comparisons while a slot is free.  (A gather may complete before
+ * it returns: the issuer's hold in pending keeps the slot until both reads
+ * have been issued.) */
+static void sample_start(struct sample_run *r)
+{
+    struct cache *c = r->c;
+    while (r->inflight < SAMPLE_WINDOW) {
+        uint32_t id;
+        struct tc_mask valid;
+        if (!sample_next(r, &id, &valid))
+            return;
+        struct sample *s = NULL;
+        for (unsigned i = 0; s == NULL; i++)
+            if (!r->slot[i].busy)
+                s = &r->slot[i];
+        *s = (struct sample){ .run = r, .id = id, .valid = valid, .busy = true, .pending = 3 };
+        s->oblock = ce_oblock(CE(&c->map.idx, id));
+        uint64_t at = s->oblock * c->block_size;
+        s->len = c->vol->size - at < c->block_size ? c->vol->size - at : c->block_size;
+        r->inflight++;
+        s->obuf = bufpool_get((size_t)c->block_size);
+        s->cbuf = bufpool_get((size_t)c->block_size);
+        s->dio = (struct tc_dev_io){ .op = TC_DEV_READ, .buf = s->obuf, .off = at, .len = s->len,
+                                     .cb = sample_origin_done };
+        dev_submit(r->origin, &s->dio);
+        cache_gather(c, id, &s->valid, s->cbuf, sample_cache_done, s);
+        if (--s->pending == 0)
+            sample_compare(s);
+    }
+}
+
+/* The eligible entry: cached, clean, nothing lost, some sector valid
+ * within the origin; its valid sectors there into *valid. */
+static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid)
+{
+    const struct centry *e = CE(&c->map.idx, id);
+    if (ce_is_free(e) || ce_any_dirty(&c->map.idx, id))
+        return false;
+    uint64_t ob = ce_oblock(e);
+    struct tc_mask dirty, lost;
+    if (lost_get(&c->map.lost, ob, &lost))
+        return false;
+    uint64_t at = ob * c->block_size;
+    if (at >= c->vol->size)
+        return false;
+    ce_get_masks(&c->map.idx, id, valid, &dirty);
+    uint64_t len = c->vol->size - at < c->block_size ? c->vol->size - at : c->block_size;
+    for (unsigned k = (unsigned)(len / TC_SECTOR); k < c->spb; k++)
+        valid->w[k / 64] &= ~(1ull << (k % 64));
+    return !mask_empty(valid);
+}
+
+/* One pass over ids (NULL: every eligible entry), waited for. */
+static void sample_pass(struct sample_run *r, const uint32_t *ids, uint32_t nids)
+{
+    r->ids = ids;
+    r->nids = nids;
+    r->cursor = 0;
+    sample_start(r);
+    while (r->inflight)
+        reactor_poll(r->origin->reactor, 100000000ull);
+}
+
+int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool adopt,
+                        char *err, size_t errlen)
+{
+    const struct tc_superblock *sb = &c->devs[0].sb;
+    if (n == 0 || !(sb->flags & TC_SB_CLEAN_STOP) || c->data_free || c->abandoned)
+        return 0;
+    struct index *ix = &c->map.idx;
+    struct tc_mask valid;
+    uint64_t eligible = 0;
+    for (uint32_t id = 0; id < ix->used; id++)
+        if (sample_eligible(c, id, &valid))
+            eligible++;
+    if (eligible == 0)
+        return 0;
+    if (n > eligible)
+        n = (unsigned)eligible;
+    uint64_t t0 = tc_now_ns();
+    struct sample_run r = { .c = c, .origin = origin };
+    /* The k-th sample: the (k * eligible / n)-th eligible entry. */
+    uint32_t *ids = tc_xcalloc(n, sizeof *ids);
+    uint64_t seen = 0;
+    unsigned k = 0;
+    for (uint32_t id = 0; id < ix->used && k < n; id++)
+        if (sample_eligible(c, id, &valid) && seen++ == (uint64_t)k * eligible / n)
+            ids[k++] = id;
+    sample_pass(&r, ids, k);
+    free(ids);
+    uint64_t sampled = r.compared, found = r.ndiffer;
+    double secs = (double)(tc_now_ns() - t0) / 1e9;
+    c->st.origin_check_blocks = r.compared;
+    c->st.origin_check_differ = r.ndiffer;
+    c->st.origin_check_unread = r.unread;
+    if (r.ndiffer == 0) {
+        char zpart[160] = "";
+        if (r.zeroed)
+            snprintf(zpart, sizeof zpart, " but for %llu sectors the origin reads as zeroes (a "
+                     "trim's, taken as such)", (unsigned long long)r.zeroed);
+        tc_info("origin %s: %llu of the cache's %llu clean blocks compared with it at the "
+                "start: the same%s%s (%.3f s)", origin->name, (unsigned long long)r.compared,
+                (unsigned long long)eligible, zpart,
+                r.unread ? " (some could not be read: see above)" : "", secs);
+        return 0;
+    }
+    if (adopt && sampled < eligible) {
+        /* The origin is trusted, and the cache is proved to hold older
+         * copies: every clean block is compared, each one different goes. */
+        tc_warn("origin %s differs from the cache on %s (%llu of %llu clean blocks sampled): "
+                "--adopt-origin: comparing all %llu clean blocks with it, to drop each one "
+                "found different", origin->name, c->devs[0].dev->name,
+                (unsigned long long)found, (unsigned long long)sampled,
+                (unsigned long long)eligible);
+        r.compared = r.unread = r.ndiffer = 0;
+        sample_pass(&r, NULL, 0);
+        c->st.origin_check_blocks = r.compared;
+        c->st.origin_check_differ = r.ndiffer;
+        c->st.origin_check_unread = r.unread;
+    }
+    /* The differing blocks in origin order; the first of them described,
+     * with where the cache keeps its first different sector. */
+    qsort(r.differ, r.ndiffer, sizeof *r.differ, cmp_u64);
+    unsigned k0 = r.first_sector;
+    char where[512] = "";
+    uint32_t fid = ce_locate(ix, r.first_id, k0);
+    if (fid != NIL) {
+        struct cfrag f = frag_view(ix, fid);
+        struct tc_mask st;
+        frag_stored(ix, fid, &st);
+        uint64_t cat = seg_dev_offset(c, f.seg) + (uint64_t)(f.off + mask_rank(&st, k0)) * TC_SECTOR;
+        snprintf(where, sizeof where, ", cached on %s at bytes %llu..%llu",
+                 seg_cdev(c, f.seg)->dev->name, (unsigned long long)cat,
+                 (unsigned long long)(cat + TC_SECTOR - 1));
+    }
+    char blocks[256] = "";
+    size_t used = 0;
+    uint64_t listed = 0;
+    for (; listed < r.ndiffer && used + 32 < sizeof blocks; listed++)
+        used += (size_t)snprintf(blocks + used, sizeof blocks - used, "%s%llu",
+                                 listed ? ", " : "", (unsigned long long)r.differ[listed]);
+    if (listed < r.ndiffer)
+        snprintf(blocks + used, sizeof blocks - used, ", ...");
+    uint64_t oat = r.first_ob * c->block_size + (uint64_t)k0 * TC_SECTOR;
+    char first[700];
+    snprintf(first, sizeof first, "block %llu (of %u bytes) differs first at origin byte %llu "
+             "(origin bytes %llu..%llu%s)", (unsigned long long)r.first_ob, c->block_size,
+             (unsigned long long)r.first_byte, (unsigned long long)oat,
+             (unsigned long long)(oat + TC_SECTOR - 1), where);
+    int rc = 0;
+    if (adopt) {
+        for (uint64_t i = 0; i < r.ndiffer; i++) {
+            map_drop_block(c, r.differ[i]);
+            c->mark_dropped = realloc(c->mark_dropped,
+                                      (c->nmark_dropped + 1) * sizeof *c->mark_dropped);
+            if (c->mark_dropped == NULL)
+                abort();
+            c->mark_dropped[c->nmark_dropped++] = r.differ[i];
+        }
+        tc_warn("origin %s differs from the cache on %s (%llu of %llu clean blocks compared: "
+                "%s; %s): accepted as the cache's origin (--adopt-origin); the blocks found "
+                "different are dropped from the cache (%.3f s)", origin->name,
+                c->devs[0].dev->name, (unsigned long long)r.ndiffer,
+                (unsigned long long)r.compared, blocks, first,
+                (double)(tc_now_ns() - t0) / 1e9);
+    } else {
+        char dirty[32], dpart[128] = "";
+        if (c->map.dirty_sectors)
+            snprintf(dpart, sizeof dpart, ", and the cache's dirty data (%s) would be written "
+                     "back over them",
+                     tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty));
+        snprintf(err, errlen,
+                 "origin %s differs from the cache on %s, which stopped cleanly: of %llu "
+                 "clean cached blocks compared with the origin at the start, %llu differ "
+                 "(blocks %s; %s).  Something wrote the origin while no daemon served it "
+                 "with this cache (written or served directly, served by another server, "
+                 "restored from a backup, another disk behind the same name), and the "
+                 "cache's copies of the blocks it changed would be served over the newer "
+                 "data%s.  To keep the origin as it is, reformat the cache with %s; to "
+                 "trust the origin's data anyway, pass --adopt-origin (every clean block is "
+                 "then compared, and each one found different dropped from the cache)",
+                 origin->name, c->devs[0].dev->name, (unsigned long long)r.compared,
+                 (unsigned long long)r.ndiffer, blocks, first, dpart,
+                 c->map.dirty_sectors
+                     ? "'tiercache format --force --discard-dirty' (the cache's dirty data is "
+                       "lost)"
+                     : "'tiercache format --force' (the cache holds no dirty data: nothing is "
+                       "lost)");
+        rc = -1;
+    }
+    free(r.differ);
+    return rc;
 }

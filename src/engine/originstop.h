@@ -19,6 +19,16 @@ struct tc_superblock;
  * Serve's start, and check --salvage. */
 int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
                          size_t errlen);
+/* After a clean stop: up to n of the cache's clean blocks (spread over
+ * the index, read in parallel, not counted as hits) compared with the
+ * origin, sector by sector.  Any difference: -1 with the refusal (the
+ * blocks, the first different byte on the origin and where the cache
+ * keeps it, the ways on) in err -- unless adopt: then every clean block
+ * is compared, and each one found different is dropped from the map (its
+ * tombstone appended at cache_mark_tombstones()), with a warning.  0
+ * otherwise; n 0: nothing compared.  Serve's start. */
+int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool adopt,
+                        char *err, size_t errlen);
 /* What the clean stop records of the origin, into out's stop_origin_*
  * fields (the rest zero); after the daemon's last origin write. */
 void cache_origin_at_stop(struct cache *c, struct tc_superblock *out);

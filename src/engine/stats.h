@@ -85,6 +85,12 @@ struct cache_stats {
      * read from the cache devices. */
     const char *recovered_from;
     uint64_t recovery_read_bytes;
+    /* The start's sample of clean blocks compared with the origin
+     * (originstop.c): blocks compared, found different, not compared (a
+     * read failed), and the origin bytes it read (in the origin's byte
+     * counts too; no hit, miss or policy event). */
+    uint64_t origin_check_blocks, origin_check_differ, origin_check_unread;
+    uint64_t origin_check_read_bytes;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
     uint64_t recovery_damage_ignored; /* damage below abandoned_seq: serve ignores
                                          it; offline it is in recovery_damaged too */

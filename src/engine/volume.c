@@ -50,6 +50,7 @@ void tc_volume_config_defaults(struct tc_volume_config *cfg)
     cfg->dirty_high = 0.50;
     cfg->dirty_copies = 1;
     cfg->origin_timeout_ns = 60ull * 1000000000ull;
+    cfg->origin_check_blocks = 32;
 }
 
 /* Does the origin keep records of its cache set (io/originrec.c)?  Not
