@@ -215,6 +215,10 @@ static const char serve_help[] =
 "                       not done SECONDS after it connected (default 10)\n"
 "  --max-handshakes N   connections still in their handshake (default 64);\n"
 "                       one more closes the oldest of them\n"
+"  --nbd-threads N      run clients' socket work (receiving, parsing, sending\n"
+"                       replies) on N threads of their own, the engine staying\n"
+"                       on one (default 0: everything on one thread; TLS\n"
+"                       clients and --single always stay there)\n"
 "  --max-buffer-memory SIZE\n"
 "                       request buffers of all clients together (default\n"
 "                       512M, at least 32M); past it, clients wait\n"
@@ -650,7 +654,7 @@ enum {
     OPT_ADOPT_ORIGIN, OPT_ACCEPT_OLDER_CACHE, OPT_ADOPT_STATE_FILE, OPT_DIRTY_COPIES, OPT_CKPT_EVERY, OPT_WRITE_BUDGET, OPT_MAX_BUF, OPT_TLS, OPT_TLS_CERTS,
     OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_ORIGIN_TIMEOUT, OPT_FLUSH_ON_STOP, OPT_HS_TIMEOUT,
     OPT_MAX_HS, OPT_MAX_CLIENT_BUF, OPT_STATE_FILE, OPT_FILL, OPT_TRACE, OPT_TRACE_LIMIT,
-    OPT_TRACE_ROTATE, OPT_ORIGIN_CHECK,
+    OPT_TRACE_ROTATE, OPT_ORIGIN_CHECK, OPT_NBD_THREADS,
 };
 
 static const struct option serve_opts[] = {
@@ -685,6 +689,7 @@ static const struct option serve_opts[] = {
     { "max-client-buffer-memory", required_argument, NULL, OPT_MAX_CLIENT_BUF },
     { "handshake-timeout", required_argument, NULL, OPT_HS_TIMEOUT },
     { "max-handshakes", required_argument, NULL, OPT_MAX_HS },
+    { "nbd-threads", required_argument, NULL, OPT_NBD_THREADS },
     { "tls", required_argument, NULL, OPT_TLS },
     { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
     { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
@@ -711,6 +716,7 @@ int cmd_serve(int argc, char **argv)
                                       .handshake_timeout_ns = 10ull * 1000000000ull,
                                       .max_handshakes = 64 };
     const char *client_buf_arg = NULL;
+    bool nbd_threads_set = false;
     const char *control = NULL, *log_path = NULL, *pidfile = NULL;
     bool foreground = false, flush_on_stop = false, verbose = false;
     struct tc_trace_writer_config tcfg = { .limit = 1ull << 30 };
@@ -890,6 +896,12 @@ int cmd_serve(int argc, char **argv)
                 tc_die(2, "%s", err);
             ncfg.max_handshakes = (unsigned)v;
             break;
+        case OPT_NBD_THREADS:
+            if (tc_parse_uint("--nbd-threads", optarg, 0, 64, &v, err, sizeof err))
+                tc_die(2, "%s", err);
+            ncfg.nbd_threads = (unsigned)v;
+            nbd_threads_set = true;
+            break;
         case 'f': foreground = true; break;
         case OPT_CONTROL: control = optarg; break;
         case OPT_PIDFILE: pidfile = optarg; break;
@@ -1060,6 +1072,11 @@ int cmd_serve(int argc, char **argv)
         ctl_register(&s.ctl, "set", set_cmd, &s);
         ctl_register(&s.ctl, "attach", attach_cmd, &s);
     }
+    /* TIERCACHE_TEST_NBD_THREADS, for tests only: the suite's daemons with
+     * front-end threads, where the command line does not say. */
+    const char *test_threads = getenv("TIERCACHE_TEST_NBD_THREADS");
+    if (test_threads && !nbd_threads_set)
+        ncfg.nbd_threads = (unsigned)strtoul(test_threads, NULL, 10);
     if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0) {
         if (s.have_ctl)
             ctl_server_close(&s.ctl);

@@ -41,7 +41,17 @@ struct free_buf {
 };
 
 static struct free_buf *free_list[NCLASS];
+/* in_use is written by the owning thread only, and read from any (the NBD
+ * front-end threads' admission): relaxed atomics.  charged counts buffers
+ * front-end threads allocate outside the pool (bufpool_charge()). */
 static uint64_t in_use, idle;
+static int64_t charged;
+
+static void in_use_add(int64_t d)
+{
+    __atomic_store_n(&in_use, __atomic_load_n(&in_use, __ATOMIC_RELAXED) + (uint64_t)d,
+                     __ATOMIC_RELAXED);
+}
 
 /* Registered buffers (bufpool.h), sorted by address for bufpool_fixed();
  * slot is the buffer's index in the ring's table. */
@@ -173,12 +183,12 @@ static int class_of(size_t size)
 void *bufpool_get(size_t size)
 {
     if (size > ((size_t)1 << MAX_SHIFT)) {
-        in_use += size;
+        in_use_add((int64_t)size);
         return tc_alloc_aligned(size);
     }
     int c = class_of(size);
     size_t csize = (size_t)1 << (MIN_SHIFT + c);
-    in_use += csize;
+    in_use_add((int64_t)csize);
     if (free_list[c]) {
         struct free_buf *b = free_list[c];
         UNPOISON(b + 1, csize - sizeof *b);
@@ -196,13 +206,13 @@ void bufpool_put(void *buf, size_t size)
     if (buf == NULL)
         return;
     if (size > ((size_t)1 << MAX_SHIFT)) {
-        in_use -= size;
+        in_use_add(-(int64_t)size);
         free(buf);
         return;
     }
     int c = class_of(size);
     size_t csize = (size_t)1 << (MIN_SHIFT + c);
-    in_use -= csize;
+    in_use_add(-(int64_t)csize);
     if (idle + csize > MAX_IDLE) {
         pool_free(buf);
         return;
@@ -214,7 +224,14 @@ void bufpool_put(void *buf, size_t size)
     POISON(b + 1, csize - sizeof *b);
 }
 
-uint64_t bufpool_in_use(void) { return in_use; }
+uint64_t bufpool_in_use(void)
+{
+    int64_t c = __atomic_load_n(&charged, __ATOMIC_RELAXED);
+    uint64_t u = __atomic_load_n(&in_use, __ATOMIC_RELAXED);
+    return c > 0 ? u + (uint64_t)c : u;
+}
+
+void bufpool_charge(int64_t delta) { __atomic_fetch_add(&charged, delta, __ATOMIC_RELAXED); }
 uint64_t bufpool_cached(void) { return idle; }
 
 void bufpool_trim(void)

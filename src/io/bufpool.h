@@ -17,7 +17,13 @@
 
 void *bufpool_get(size_t size);             /* never NULL; 4096-aligned */
 void bufpool_put(void *buf, size_t size);   /* size as passed to get */
-uint64_t bufpool_in_use(void);              /* bytes handed out now */
+uint64_t bufpool_in_use(void);              /* bytes handed out now (any thread) */
+/* The pool is one thread's (the reactor's): get, put, trim and the
+ * registrations below are called from that thread only.  Other threads
+ * (the NBD front ends, serve --nbd-threads) allocate their buffers
+ * themselves and count them here, so that bufpool_in_use() covers all
+ * request buffers; delta may be negative.  Safe from any thread. */
+void bufpool_charge(int64_t delta);
 uint64_t bufpool_cached(void);              /* bytes idle on free lists */
 void bufpool_trim(void);                    /* free all idle buffers */
 

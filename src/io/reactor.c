@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "io/bufpool.h"
 #include "util/log.h"
@@ -224,4 +226,90 @@ void reactor_run(struct tc_reactor *r)
 {
     while (!r->stop || r->inflight > 0 || r->task_head)
         reactor_poll(r, 1000000000ull);
+}
+
+/* ---- the mailbox ---- */
+
+static void mailbox_arm(struct tc_mailbox *mb);
+
+static void mailbox_run(struct tc_mailbox *mb)
+{
+    struct tc_msg *list = __atomic_exchange_n(&mb->head, NULL, __ATOMIC_ACQUIRE);
+    struct tc_msg *fifo = NULL;
+    while (list) {              /* newest first: reverse */
+        struct tc_msg *m = list;
+        list = m->next;
+        m->next = fifo;
+        fifo = m;
+    }
+    while (fifo) {
+        struct tc_msg *m = fifo;
+        fifo = m->next;
+        m->fn(m);
+    }
+}
+
+static void mailbox_done(struct tc_io *io, int res)
+{
+    struct tc_mailbox *mb = container_of(io, struct tc_mailbox, rx_io);
+    mb->armed = false;
+    if (res < 0 && res != -EINTR && res != -EAGAIN && res != -ECANCELED)
+        tc_error("mailbox eventfd read failed: %s", strerror(-res));
+    mailbox_run(mb);
+    if (mb->open)
+        mailbox_arm(mb);
+}
+
+static void mailbox_arm(struct tc_mailbox *mb)
+{
+    if (mb->armed)
+        return;
+    mb->rx_io.done = mailbox_done;
+    io_uring_prep_read(reactor_sqe(mb->r, &mb->rx_io), mb->efd, &mb->rx_count,
+                       sizeof mb->rx_count, 0);
+    mb->armed = true;
+}
+
+int mailbox_init(struct tc_mailbox *mb, struct tc_reactor *r)
+{
+    memset(mb, 0, sizeof *mb);
+    mb->r = r;
+    mb->efd = eventfd(0, EFD_CLOEXEC);
+    return mb->efd < 0 ? -1 : 0;
+}
+
+void mailbox_open(struct tc_mailbox *mb)
+{
+    mb->open = true;
+    mailbox_arm(mb);
+}
+
+void mailbox_close(struct tc_mailbox *mb)
+{
+    mb->open = false;
+}
+
+void mailbox_kick(struct tc_mailbox *mb)
+{
+    uint64_t one = 1;
+    while (write(mb->efd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
+void mailbox_fini(struct tc_mailbox *mb)
+{
+    if (mb->efd >= 0)
+        close(mb->efd);
+    mb->efd = -1;
+}
+
+void mailbox_post(struct tc_mailbox *mb, struct tc_msg *msg)
+{
+    struct tc_msg *old = __atomic_load_n(&mb->head, __ATOMIC_RELAXED);
+    do
+        msg->next = old;
+    while (!__atomic_compare_exchange_n(&mb->head, &old, msg, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+    if (old == NULL)
+        mailbox_kick(mb);
 }

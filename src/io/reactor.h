@@ -68,4 +68,47 @@ void reactor_defer(struct tc_reactor *r, struct tc_task *task);
 void timer_arm(struct tc_reactor *r, struct tc_timer *t, uint64_t delay_ns);
 void timer_cancel(struct tc_reactor *r, struct tc_timer *t);
 
+/*
+ * A mailbox: messages from other threads to the thread that runs a
+ * reactor (serve --nbd-threads: requests parsed by a front-end thread to
+ * the volume's reactor, replies back).  No locks: posting pushes onto a
+ * lock-free stack (one compare-and-swap); the owner takes the whole stack
+ * with one exchange and runs the messages oldest first.  A post onto an
+ * empty stack writes the mailbox's eventfd, on which the owner keeps a
+ * read armed in its ring while the mailbox is open: every post is
+ * followed by a wake-up that finds it (the post that made the stack
+ * non-empty is seen by the exchange that follows the read it wakes).
+ *
+ * A message belongs to its poster until it is posted, then to the owner;
+ * a message is in at most one mailbox at a time.  There is no ABA: the
+ * owner never pops one message, it takes them all.
+ */
+struct tc_msg {
+    void (*fn)(struct tc_msg *msg);     /* run on the owner's thread */
+    struct tc_msg *next;
+};
+
+struct tc_mailbox {
+    struct tc_msg *head;            /* the stack: atomic, newest first */
+    int efd;
+    struct tc_reactor *r;           /* the owner's */
+    struct tc_io rx_io;
+    uint64_t rx_count;
+    bool armed;                     /* the eventfd read is in the ring */
+    bool open;                      /* re-arm after each wake-up */
+};
+
+/* On the owner's thread, with its reactor; -1 with errno. */
+int mailbox_init(struct tc_mailbox *mb, struct tc_reactor *r);
+/* Keep a read armed (open) or let the armed one be the last (closed: a
+ * reactor_run() can then end once it has come).  Owner only. */
+void mailbox_open(struct tc_mailbox *mb);
+void mailbox_close(struct tc_mailbox *mb);
+/* Wake the owner with one more write, so that a closed mailbox's last
+ * read completes (any thread). */
+void mailbox_kick(struct tc_mailbox *mb);
+void mailbox_fini(struct tc_mailbox *mb);
+/* Any thread. */
+void mailbox_post(struct tc_mailbox *mb, struct tc_msg *msg);
+
 #endif

@@ -27,6 +27,13 @@
  * Reference counting: the connection itself holds one reference until it
  * is finished; each armed recv or send and each request not yet replied
  * holds one more.  The memory goes when the count reaches zero.
+ *
+ * Threads: a connection runs on one thread at a time, and everything here
+ * runs on that thread: the reactor, or (serve --nbd-threads) from the end
+ * of its handshake a front-end thread (fe.c).  c->reactor is that thread's
+ * ring; the server's lists, counts and the handshake's deadline are the
+ * reactor's, which is why the last reference of a front end's connection
+ * sends it back there to be freed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -44,6 +51,7 @@
 #define RX_SIZE (256u << 10)
 
 static void rx_arm(struct nbd_conn *c);
+static void cancel(struct nbd_conn *c, struct tc_io *op, struct tc_io *cio);
 static void rx_complete(struct nbd_conn *c, ssize_t res);
 static void tx_kick(struct nbd_conn *c);
 static void tls_recv_arm(struct nbd_conn *c);
@@ -181,6 +189,9 @@ static struct nbd_conn *conn_init(struct nbd_server *srv, int fd, int wfd, bool 
     c->rx = tc_xmalloc(RX_SIZE);
     c->txq_tail = &c->txq;
     c->refs = 1;
+    c->reactor = srv->reactor;
+    c->memq = &srv->memq;
+    c->stats = &srv->stats;
     c->phase = PHASE_CLIENT_FLAGS;
     c->next = srv->conns;
     if (srv->conns)
@@ -208,7 +219,7 @@ struct nbd_conn *conn_new_stdio(struct nbd_server *srv, int fd, int wfd, const c
     return conn_init(srv, fd, wfd, sock, peer);
 }
 
-static void conn_free(struct nbd_conn *c)
+void conn_free(struct nbd_conn *c)
 {
     struct nbd_server *srv = c->srv;
     transmission_memory_forget(c);
@@ -231,10 +242,28 @@ static void conn_free(struct nbd_conn *c)
     nbd_server_conn_gone(srv, NULL);
 }
 
+/* A front end's connection: what status shows of its receive and send. */
+static void publish(struct nbd_conn *c)
+{
+    CONN_SET(c, pub.rx_buffered, conn_rx_avail(c));
+    CONN_SET(c, pub.tx_bytes, c->tx_bytes);
+    CONN_SET(c, pub.rx_armed, c->rx_armed);
+    CONN_SET(c, pub.receiving, c->rx_req != NULL);
+    CONN_SET(c, pub.closing, c->closing);
+}
+
 void conn_put(struct nbd_conn *c)
 {
-    if (--c->refs == 0)
-        conn_free(c);
+    if (c->fe && c->refs > 1)
+        publish(c);
+    if (--c->refs == 0) {
+        if (c->fe)
+            nbd_fe_ref_dropped(c);  /* freed by the reactor */
+        else
+            conn_free(c);
+    } else if (c->handing_over) {
+        nbd_fe_ref_dropped(c);
+    }
 }
 
 static void rx_cancel_done(struct tc_io *io, int res)
@@ -249,10 +278,18 @@ static void tx_cancel_done(struct tc_io *io, int res)
     conn_put(container_of(io, struct nbd_conn, tx_cancel_io));
 }
 
+void conn_cancel_rx(struct nbd_conn *c)
+{
+    if (c->rx_armed && !c->rx_cancelled) {
+        c->rx_cancelled = true;
+        cancel(c, &c->rx_io, &c->cancel_io);
+    }
+}
+
 static void cancel(struct nbd_conn *c, struct tc_io *op, struct tc_io *cio)
 {
     cio->done = cio == &c->cancel_io ? rx_cancel_done : tx_cancel_done;
-    io_uring_prep_cancel(reactor_sqe(c->srv->reactor, cio), op, 0);
+    io_uring_prep_cancel(reactor_sqe(c->reactor, cio), op, 0);
     conn_get(c);
 }
 
@@ -332,9 +369,9 @@ static void prep_recv(struct nbd_conn *c, void *dst, size_t len)
 {
     c->rx_ring_dst = dst;
     if (c->is_socket)
-        io_uring_prep_recv(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst, len, 0);
+        io_uring_prep_recv(reactor_sqe(c->reactor, &c->rx_io), c->fd, dst, len, 0);
     else
-        io_uring_prep_read(reactor_sqe(c->srv->reactor, &c->rx_io), c->fd, dst,
+        io_uring_prep_read(reactor_sqe(c->reactor, &c->rx_io), c->fd, dst,
                            (unsigned)TC_MIN(len, (size_t)1 << 30), (uint64_t)-1);
 }
 
@@ -362,6 +399,8 @@ static void rx_arm(struct nbd_conn *c)
     }
     if (c->tls_state != CONN_TLS_NONE && c->tls_state != CONN_TLS_ACTIVE)
         return;     /* STARTTLS: the TLS handshake drives the socket */
+    if (c->handing_over)
+        return;     /* the front end receives from now on */
     void *dst;
     size_t len;
     struct nbd_req *req = c->rx_req;
@@ -391,7 +430,7 @@ static void rx_arm(struct nbd_conn *c)
         if (nbd_tls_readable(c->tls)) {
             /* Decrypt what is buffered, from a fresh stack. */
             c->rx_task.fn = tls_rx_task;
-            reactor_defer(c->srv->reactor, &c->rx_task);
+            reactor_defer(c->reactor, &c->rx_task);
         } else {
             c->rx_armed = false;
             tls_recv_arm(c);
@@ -410,6 +449,10 @@ static void rx_done(struct tc_io *io, int res)
     struct nbd_conn *c = container_of(io, struct nbd_conn, rx_io);
     c->rx_armed = false;
     tc_kernel_filled(c->rx_ring_dst, res);
+    if (res == -ECANCELED && c->handing_over && !c->closing) {
+        conn_put(c);        /* cancelled for the hand-over (fe.c) */
+        return;
+    }
     if (res == -EINTR || res == -EAGAIN) {
         rx_arm(c);
         maybe_finish(c);    /* rx_arm() arms nothing once the connection is closing */
@@ -477,7 +520,7 @@ void conn_parse(struct nbd_conn *c)
     c->parsing = true;
     do {
         c->reparse = false;
-        while (!c->closing && c->rx_req == NULL &&
+        while (!c->closing && c->rx_req == NULL && !c->handing_over &&
                (c->tls_state == CONN_TLS_NONE || c->tls_state == CONN_TLS_ACTIVE)) {
             if (c->rx_discard > 0) {
                 size_t n = TC_MIN(conn_rx_avail(c), c->rx_discard);
@@ -526,10 +569,10 @@ static void tx_kick(struct nbd_conn *c)
     c->tx_msg.msg_iovlen = n;
     c->tx_io.done = tx_done;
     if (c->is_socket)
-        io_uring_prep_sendmsg(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, &c->tx_msg,
+        io_uring_prep_sendmsg(reactor_sqe(c->reactor, &c->tx_io), c->wfd, &c->tx_msg,
                               MSG_NOSIGNAL);
     else
-        io_uring_prep_writev(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, c->tx_iov, n,
+        io_uring_prep_writev(reactor_sqe(c->reactor, &c->tx_io), c->wfd, c->tx_iov, n,
                              (uint64_t)-1);
     c->tx_armed = true;
     conn_get(c);
@@ -842,10 +885,10 @@ static void tls_send_arm(struct nbd_conn *c)
         return;
     c->tx_io.done = tx_done;
     if (c->is_socket)
-        io_uring_prep_send(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, data, len,
+        io_uring_prep_send(reactor_sqe(c->reactor, &c->tx_io), c->wfd, data, len,
                            MSG_NOSIGNAL);
     else
-        io_uring_prep_write(reactor_sqe(c->srv->reactor, &c->tx_io), c->wfd, data,
+        io_uring_prep_write(reactor_sqe(c->reactor, &c->tx_io), c->wfd, data,
                             (unsigned)len, (uint64_t)-1);
     c->tx_armed = true;
     conn_get(c);

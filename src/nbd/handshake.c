@@ -107,6 +107,7 @@ static void too_many(struct nbd_conn *c)
 static void enter_transmission(struct nbd_conn *c)
 {
     c->phase = PHASE_TRANSMISSION;
+    nbd_fe_hand_over(c);
     tc_debug("connection %llu (%s): transmission phase (structured replies %s)",
              (unsigned long long)c->id, c->peer, c->structured_replies ? "on" : "off");
 }

@@ -282,8 +282,11 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
 {
     memset(srv, 0, sizeof *srv);
     srv->reactor = r;
+    srv->memq.reactor = r;
     srv->vol = vol;
     srv->cfg = *cfg;
+    if (cfg->single)
+        srv->cfg.nbd_threads = 0;   /* one client: it stays on the reactor */
     if (srv->cfg.export_name == NULL)
         srv->cfg.export_name = "";
     if (strlen(srv->cfg.export_name) > NBD_MAX_STRING) {
@@ -353,6 +356,16 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
         srv->nlisteners++;
     }
 arm:
+    if (nbd_fe_start(srv, err, errlen) < 0) {
+        nbd_fe_join(srv);
+        for (unsigned i = 0; i < srv->nlisteners; i++) {
+            close(srv->listeners[i].fd);
+            if (srv->listeners[i].owned)
+                unlink(srv->listeners[i].name);
+        }
+        nbd_tls_creds_free(srv->tls_creds);
+        return -1;
+    }
     for (unsigned i = 0; i < srv->nlisteners; i++) {
         accept_arm(&srv->listeners[i]);
         tc_info("listening on %s%s", srv->listeners[i].name,
@@ -382,6 +395,7 @@ void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c)
     for (unsigned i = 0; i < srv->nlisteners; i++)
         if (srv->listeners[i].armed)
             return;
+    nbd_fe_join(srv);
     void (*cb)(struct nbd_server *) = srv->stopped;
     srv->stopped = NULL;
     timer_cancel(srv->reactor, &srv->stop_timer);
@@ -407,13 +421,15 @@ static void stop_grace_over(struct tc_timer *t)
      * requests. */
     for (struct nbd_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
-        conn_abort(c, "the server is shutting down and the client is not taking its replies");
+        if (c->fe == NULL)
+            conn_abort(c, "the server is shutting down and the client is not taking its replies");
     }
+    nbd_fe_abort(srv);
 }
 
 void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *srv))
 {
-    srv->stopping = true;
+    __atomic_store_n(&srv->stopping, true, __ATOMIC_RELAXED);     /* front ends read it */
     srv->stopped = stopped;
     srv->stop_timer.fn = stop_grace_over;
     timer_arm(srv->reactor, &srv->stop_timer, STOP_GRACE_NS);
@@ -426,8 +442,10 @@ void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *
     }
     for (struct nbd_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
-        conn_close(c, "server shutting down");
+        if (c->fe == NULL)      /* a front end's are closed by it */
+            conn_close(c, "server shutting down");
     }
+    nbd_fe_stop(srv);
     nbd_server_conn_gone(srv, NULL);
 }
 
@@ -458,23 +476,33 @@ static void clients_json(struct nbd_server *srv, struct tc_json *j)
         json_uint(j, "id", c->id);
         json_string(j, "peer", c->peer);
         json_string(j, "phase", c->phase == PHASE_TRANSMISSION ? "transmission" : "handshake");
-        json_string(j, "tls", tls_states[c->tls_state]);
-        json_uint(j, "requests", c->requests);
-        json_uint(j, "inflight", c->inflight);
-        json_uint(j, "inflight_bytes", c->inflight_bytes);
-        json_uint(j, "rx_buffered_bytes", c->rx_end - c->rx_start);
-        json_bool(j, "rx_armed", c->rx_armed);
-        json_bool(j, "receiving_payload", c->rx_req != NULL);
-        json_bool(j, "waiting_for_memory", c->mem_waiting);
-        json_bool(j, "at_memory_limit", c->over_limit);
-        json_uint(j, "tx_queued_bytes", c->tx_bytes);
+        if (c->fe)
+            json_uint(j, "thread", c->fe->index);
+        else
+            json_string(j, "tls", tls_states[c->tls_state]);
+        json_uint(j, "requests", CONN_GET(c, requests));
+        json_uint(j, "inflight", CONN_GET(c, inflight));
+        json_uint(j, "inflight_bytes", CONN_GET(c, inflight_bytes));
+        if (c->fe) {
+            /* Its front end's, as of the end of its last event. */
+            json_uint(j, "rx_buffered_bytes", CONN_GET(c, pub.rx_buffered));
+            json_bool(j, "rx_armed", CONN_GET(c, pub.rx_armed));
+            json_bool(j, "receiving_payload", CONN_GET(c, pub.receiving));
+        } else {
+            json_uint(j, "rx_buffered_bytes", c->rx_end - c->rx_start);
+            json_bool(j, "rx_armed", c->rx_armed);
+            json_bool(j, "receiving_payload", c->rx_req != NULL);
+        }
+        json_bool(j, "waiting_for_memory", CONN_GET(c, mem_waiting));
+        json_bool(j, "at_memory_limit", CONN_GET(c, over_limit));
+        json_uint(j, "tx_queued_bytes", c->fe ? CONN_GET(c, pub.tx_bytes) : c->tx_bytes);
         int64_t unread = socket_queue(c->fd, c->is_socket, SIOCINQ);
         int64_t unsent = socket_queue(c->wfd, c->is_socket, SIOCOUTQ);
         if (unread >= 0)
             json_uint(j, "socket_unread_bytes", (uint64_t)unread);
         if (unsent >= 0)
             json_uint(j, "socket_unsent_bytes", (uint64_t)unsent);
-        json_bool(j, "closing", c->closing);
+        json_bool(j, "closing", c->fe ? CONN_GET(c, pub.closing) : c->closing);
         json_end_object(j);
     }
     json_end_array(j);
@@ -482,6 +510,8 @@ static void clients_json(struct nbd_server *srv, struct tc_json *j)
 
 void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
 {
+    struct nbd_server_stats st;
+    nbd_fe_stats(srv, &st);
     json_begin_object(j, "nbd");
     json_string(j, "export_name", srv->cfg.export_name);
     json_begin_array(j, "listeners");
@@ -489,6 +519,7 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
         json_string(j, NULL, srv->listeners[i].name);
     json_end_array(j);
     json_uint(j, "connections", srv->nconns);
+    json_uint(j, "nbd_threads", srv->nfes);
     json_uint(j, "connections_total", srv->stats.connections_total);
     json_uint(j, "connections_refused", srv->stats.connections_refused);
     json_uint(j, "max_connections", srv->cfg.max_connections);
@@ -498,34 +529,34 @@ void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j)
     json_uint(j, "handshakes_failed", srv->stats.handshakes_failed);
     json_uint(j, "handshake_timeouts", srv->stats.handshake_timeouts);
     json_uint(j, "handshakes_dropped", srv->stats.handshakes_dropped);
-    json_uint(j, "protocol_errors", srv->stats.protocol_errors);
+    json_uint(j, "protocol_errors", st.protocol_errors);
     static const char *tls_names[] = { "off", "on", "require" };
     json_string(j, "tls", tls_names[srv->cfg.tls]);
     json_uint(j, "tls_sessions", srv->stats.tls_sessions);
     json_uint(j, "tls_failures", srv->stats.tls_failures);
     json_uint(j, "buffer_memory", bufpool_in_use());
-    json_uint(j, "buffer_memory_peak", srv->stats.buffer_memory_peak);
+    json_uint(j, "buffer_memory_peak", st.buffer_memory_peak);
     json_uint(j, "buffer_memory_idle", bufpool_cached());
     json_uint(j, "buffer_memory_registered", bufpool_registered_bytes());
     json_uint(j, "max_buffer_memory", srv->cfg.max_buffer_memory);
-    json_uint(j, "memory_waits", srv->stats.memory_waits);
+    json_uint(j, "memory_waits", st.memory_waits);
     json_uint(j, "waiting_for_memory", transmission_memory_waiting(srv));
     json_uint(j, "max_client_buffer_memory", transmission_client_limit(srv));
-    json_uint(j, "client_memory_waits", srv->stats.client_memory_waits);
+    json_uint(j, "client_memory_waits", st.client_memory_waits);
     unsigned at_limit = 0;
     uint64_t most = 0;
     for (const struct nbd_conn *c = srv->conns; c; c = c->next) {
-        at_limit += c->over_limit;
-        most = TC_MAX(most, c->inflight_bytes);
+        at_limit += CONN_GET(c, over_limit);
+        most = TC_MAX(most, CONN_GET(c, inflight_bytes));
     }
     json_uint(j, "clients_at_memory_limit", at_limit);
     json_uint(j, "client_buffer_memory_max", most);
-    json_uint(j, "errors_sent", srv->stats.errors_sent);
-    json_uint(j, "read_bytes", srv->stats.read_bytes);
-    json_uint(j, "write_bytes", srv->stats.write_bytes);
+    json_uint(j, "errors_sent", st.errors_sent);
+    json_uint(j, "read_bytes", st.read_bytes);
+    json_uint(j, "write_bytes", st.write_bytes);
     json_begin_object(j, "requests");
     for (unsigned i = 0; i < TC_ARRAY_SIZE(cmd_key); i++)
-        json_uint(j, cmd_key[i], srv->stats.requests[i]);
+        json_uint(j, cmd_key[i], st.requests[i]);
     json_end_object(j);
     clients_json(srv, j);
     json_end_object(j);

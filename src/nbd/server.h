@@ -18,6 +18,7 @@
 #ifndef TC_NBD_SERVER_H
 #define TC_NBD_SERVER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -51,6 +52,7 @@ struct nbd_server_config {
                                        then is closed (0: no limit) */
     unsigned max_handshakes;        /* connections still in their handshake
                                        (0: no limit) */
+    unsigned nbd_threads;           /* front-end threads (0: all on the reactor) */
 };
 
 struct nbd_server_stats {
@@ -86,6 +88,68 @@ struct nbd_listener {
 struct nbd_conn;
 struct tc_trace_writer;
 
+/* Connections waiting for buffer memory, first come first served
+ * (transmission.c); woken when requests return memory, and by a timer for
+ * memory returned elsewhere (the engine, other threads).  One per thread
+ * that runs connections; touched by that thread only, but n, which status
+ * reads from the reactor. */
+struct nbd_memq {
+    struct nbd_conn *head, *tail;
+    unsigned n;                     /* atomic: written by the owner */
+    struct tc_task task;
+    struct tc_timer timer;
+    struct tc_reactor *reactor;     /* the owner's */
+};
+
+/*
+ * A front-end thread (serve --nbd-threads N, fe.c).
+ *
+ * DESIGN.md has one reactor thread own a volume.  With front-end threads
+ * that still holds for the engine, the devices and the origin; what moves
+ * is the client's side of a connection in its transmission phase: the
+ * socket receives, the parsing and checking of requests and the sends of
+ * replies and their payloads, which profiles show to be most of the CPU of
+ * a cached request (the kernel's socket work, the copies).  The handshake
+ * stays on the reactor; once it is over the connection is handed to a
+ * front-end thread, round robin, and from then on belongs to it alone:
+ *
+ *   reactor                                  front-end thread
+ *   handshake ─► conn (quiet) ─── adopt ──►  recv, parse, check
+ *   tc_submit() ◄───────────── request ────  [write payload received]
+ *   engine done ─────────────── reply ────►  send header + data
+ *   bufpool_put(), free ◄── read buffer ───  reply sent
+ *   conn_free() ◄──────────────── gone ────  last reference dropped
+ *
+ * Every arrow is a message through a lock-free mailbox (reactor.h); a
+ * message hands its object over: a request, a connection and their
+ * buffers belong to exactly one thread at a time, and nothing on the
+ * data path takes a lock.  Buffer ownership: a read's buffer comes from
+ * the reactor's pool (bufpool is the reactor's alone) and goes back to
+ * the reactor to be put; a write's or a block status's buffer is the
+ * front end's own (tc_alloc_aligned()), counted in bufpool_in_use() with
+ * bufpool_charge(), and freed by it.  Shared fields: the server's
+ * configuration (written before the threads start), srv->stopping (an
+ * atomic flag), each front end's stats and memq.n (written by it with
+ * atomic stores, read by the reactor's status).  The volume's size and
+ * read-only flag are the engine's: a front end checks a request against
+ * the size as it was at the hand-over, and the reactor checks it again
+ * against the live ones before tc_submit().
+ */
+struct nbd_fe {
+    struct nbd_server *srv;
+    unsigned index;
+    pthread_t thread;
+    bool started;
+    struct tc_reactor reactor;
+    struct tc_mailbox inbox;
+    struct nbd_memq memq;
+    struct nbd_server_stats stats;  /* its connections' transmission figures */
+    struct nbd_conn *conns;         /* its connections (fe_prev/fe_next) */
+    unsigned nconns;
+    struct tc_msg stop_msg, abort_msg, quit_msg;
+    int init_err;                   /* errno of the thread's setup, 0 */
+};
+
 struct nbd_server {
     struct tc_reactor *reactor;
     struct tc_volume *vol;
@@ -110,12 +174,14 @@ struct nbd_server {
     struct tc_timer stop_timer;     /* cuts off clients that hold up a shutdown */
     struct nbd_server_stats stats;
     struct nbd_tls_creds *tls_creds;    /* loaded at start when TLS is on */
-    /* Connections waiting for buffer memory, first come first served
-     * (transmission.c); woken when requests return memory, and by a
-     * timer for memory the engine returns on its own. */
-    struct nbd_conn *mem_head, *mem_tail;
-    struct tc_task mem_task;
-    struct tc_timer mem_timer;
+    /* Connections on the reactor waiting for buffer memory. */
+    struct nbd_memq memq;
+    /* Front-end threads (fe.c): none with nbd_threads 0. */
+    struct nbd_fe *fes;
+    unsigned nfes, next_fe;
+    struct tc_mailbox inbox;        /* the reactor's, from the front ends */
+    unsigned nhanded;               /* connections on front ends, or on the way */
+    bool fes_stopped, fes_aborted, fes_joined;  /* each message goes once */
     /* serve --trace: every request handed to the engine is recorded here
      * (set after start; NULL: no trace). */
     struct tc_trace_writer *trace;
@@ -141,7 +207,25 @@ struct nbd_req;
 
 struct nbd_conn {
     struct nbd_server *srv;
-    struct nbd_conn *prev, *next;
+    struct nbd_conn *prev, *next;   /* the server's list: the reactor's only */
+    /* The thread that runs the connection: the reactor (fe NULL), or a
+     * front end from the hand-over to the last reference (fe.c). */
+    struct tc_reactor *reactor;
+    struct nbd_fe *fe;
+    struct nbd_memq *memq;
+    struct nbd_server_stats *stats; /* transmission figures go here */
+    struct nbd_conn *fe_prev, *fe_next;
+    bool handing_over;              /* handshake done: quiet down, then go */
+    struct tc_task hand_task;
+    struct tc_msg msg;              /* adopt, gone */
+    uint64_t vol_size;              /* at the hand-over (checks on the front end) */
+    /* On a front end, copies of the receive and send state for status,
+     * which the reactor reads: refreshed (CONN_SET) at every conn_put(),
+     * which ends every event of the connection. */
+    struct {
+        uint64_t rx_buffered, tx_bytes;
+        bool rx_armed, receiving, closing;
+    } pub;
     int fd, wfd;                    /* receive from fd, send to wfd (the same socket,
                                        except with --single) */
     bool is_socket;                 /* else read/write, as on pipes */
@@ -192,7 +276,9 @@ struct nbd_conn {
     struct nbd_conn *mem_prev, *mem_next;
 
     /* Requests inside the engine or waiting for their reply to be sent,
-     * and their buffers: at most --max-client-buffer-memory, save that one
+     * and their buffers (these five, with mem_waiting, are written with
+     * CONN_SET(): status reads them from the reactor while a front end
+     * runs the connection): at most --max-client-buffer-memory, save that one
      * request may always be in flight.  over_limit: the request at the head
      * of rx[] would pass it, so nothing more is read until one returns. */
     unsigned inflight;
@@ -207,6 +293,11 @@ struct nbd_conn {
     unsigned refs;
     struct tc_io cancel_io, tx_cancel_io;
 };
+
+/* A field of a connection that status reads on the reactor while a front
+ * end writes it: one writer, relaxed atomic stores and loads. */
+#define CONN_SET(c, f, v) __atomic_store_n(&(c)->f, (v), __ATOMIC_RELAXED)
+#define CONN_GET(c, f) __atomic_load_n(&(c)->f, __ATOMIC_RELAXED)
 
 /* server.c */
 int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_volume *vol,
@@ -233,6 +324,10 @@ void conn_parse(struct nbd_conn *c);
 void conn_close(struct nbd_conn *c, const char *why);   /* graceful: finish in-flight */
 void conn_abort(struct nbd_conn *c, const char *why);   /* hard: protocol error */
 void conn_put(struct nbd_conn *c);
+/* The last reference is gone: unlink, close, free (on the reactor). */
+void conn_free(struct nbd_conn *c);
+/* Cancel an armed receive (the hand-over to a front end). */
+void conn_cancel_rx(struct nbd_conn *c);
 /* The handshake is over (NBD_OPT_GO, NBD_OPT_EXPORT_NAME): false if
  * --max-connections served clients are already connected, else the
  * connection becomes one of them and its deadline is lifted. */
@@ -257,7 +352,32 @@ int conn_starttls(struct nbd_conn *c, char *err, size_t errlen);
 void handshake_start(struct nbd_conn *c);
 bool handshake_parse(struct nbd_conn *c);
 
+/* fe.c */
+int nbd_fe_start(struct nbd_server *srv, char *err, size_t errlen);
+/* The handshake is over: hand the connection to a front-end thread if
+ * there are any (and it is one that can go). */
+void nbd_fe_hand_over(struct nbd_conn *c);
+/* Called by conn_put() when the count drops: to 1 during a hand-over, to
+ * 0 on a front end. */
+void nbd_fe_ref_dropped(struct nbd_conn *c);
+void nbd_fe_stop(struct nbd_server *srv);
+void nbd_fe_abort(struct nbd_server *srv);
+void nbd_fe_join(struct nbd_server *srv);
+/* The server's figures with those of every front end added. */
+void nbd_fe_stats(const struct nbd_server *srv, struct nbd_server_stats *out);
+static inline bool nbd_stopping(const struct nbd_server *srv)
+{
+    return __atomic_load_n(&srv->stopping, __ATOMIC_RELAXED);
+}
+/* Figures a front end writes and the reactor reads: one writer, atomic
+ * stores (plain moves on x86). */
+#define NBD_STAT_ADD(field, n)                                                              \
+    __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n),            \
+                     __ATOMIC_RELAXED)
+
 /* transmission.c */
+/* A request parsed on a front end, run by the reactor (fe.c's mailbox). */
+void transmission_submit_msg(struct tc_msg *msg);
 bool transmission_parse(struct nbd_conn *c);
 /* A write's payload: where the next bytes go, how many arrived (true once
  * complete), then hand it to the engine; or drop it if the client left. */

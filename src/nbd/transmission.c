@@ -48,9 +48,23 @@
 #define SMALL_REQUEST (1u << 20)
 #define MEM_POLL_NS (10ull * 1000000ull)
 
+/* A request, from its header to its reply's release.  With front-end
+ * threads (fe.c) it travels: parsed on the connection's front end, posted
+ * (xmsg) to the reactor, which checks it against the live volume, gives a
+ * read its pool buffer and submits it; posted back once the engine is
+ * done, replied to and released on the front end; a read's pool buffer
+ * (pool_buf) is posted back to the reactor once more, to be put there.  Whoever holds the message owns the request
+ * and its buffer; the other side does not look at it. */
 struct nbd_req {
     struct nbd_out out;             /* the reply */
-    struct nbd_conn *conn;
+    struct nbd_conn *conn;          /* the front end's: the reactor does not look */
+    struct nbd_server *srv;
+    struct nbd_fe *fe;              /* the connection's front end, or NULL */
+    uint64_t conn_id;
+    struct tc_msg xmsg;             /* between the threads */
+    uint32_t err;                   /* the NBD error to reply with */
+    bool pool_buf;                  /* buf is the reactor's pool's */
+    uint64_t fe_charge;             /* bytes charged with bufpool_charge() */
     struct tc_request treq;
     uint64_t cookie;
     uint64_t offset;
@@ -76,6 +90,8 @@ static const char *cmd_name(unsigned type)
  * limit), what the old fixed per-connection bound was. */
 #define DEFAULT_CLIENT_LIMIT (128ull << 20)
 
+static inline void stat_inc(uint64_t *f) { NBD_STAT_ADD(*f, 1); }
+
 uint64_t transmission_client_limit(const struct nbd_server *srv)
 {
     if (srv->cfg.max_client_buffer_memory)
@@ -98,8 +114,8 @@ static bool client_admit(struct nbd_conn *c, uint64_t need)
 {
     if (c->inflight == 0 || c->inflight_bytes + need <= transmission_client_limit(c->srv))
         return true;
-    c->over_limit = true;
-    c->srv->stats.client_memory_waits++;
+    CONN_SET(c, over_limit, true);
+    stat_inc(&c->stats->client_memory_waits);
     return false;
 }
 
@@ -112,19 +128,20 @@ static bool mem_fits(const struct nbd_server *srv, uint64_t need)
 
 static void mem_dequeue(struct nbd_conn *c)
 {
-    struct nbd_server *srv = c->srv;
+    struct nbd_memq *q = c->memq;
     if (c->mem_prev)
         c->mem_prev->mem_next = c->mem_next;
     else
-        srv->mem_head = c->mem_next;
+        q->head = c->mem_next;
     if (c->mem_next)
         c->mem_next->mem_prev = c->mem_prev;
     else
-        srv->mem_tail = c->mem_prev;
+        q->tail = c->mem_prev;
     c->mem_prev = c->mem_next = NULL;
-    c->mem_waiting = false;
-    if (srv->mem_head == NULL)
-        timer_cancel(srv->reactor, &srv->mem_timer);
+    CONN_SET(c, mem_waiting, false);
+    __atomic_store_n(&q->n, q->n - 1, __ATOMIC_RELAXED);
+    if (q->head == NULL)
+        timer_cancel(q->reactor, &q->timer);
 }
 
 void transmission_memory_forget(struct nbd_conn *c)
@@ -136,30 +153,30 @@ void transmission_memory_forget(struct nbd_conn *c)
 
 static void mem_timer_fn(struct tc_timer *t);
 
-static void mem_wake(struct nbd_server *srv)
+static void mem_wake(struct nbd_memq *q)
 {
-    while (srv->mem_head && mem_fits(srv, srv->mem_head->mem_need)) {
-        struct nbd_conn *c = srv->mem_head;
+    while (q->head && mem_fits(q->head->srv, q->head->mem_need)) {
+        struct nbd_conn *c = q->head;
         mem_dequeue(c);
         c->mem_granted = true;      /* its next request goes ahead */
         conn_get(c);
         conn_parse(c);
         conn_put(c);
     }
-    if (srv->mem_head && !srv->mem_timer.armed) {
-        srv->mem_timer.fn = mem_timer_fn;
-        timer_arm(srv->reactor, &srv->mem_timer, MEM_POLL_NS);
+    if (q->head && !q->timer.armed) {
+        q->timer.fn = mem_timer_fn;
+        timer_arm(q->reactor, &q->timer, MEM_POLL_NS);
     }
 }
 
 static void mem_timer_fn(struct tc_timer *t)
 {
-    mem_wake(container_of(t, struct nbd_server, mem_timer));
+    mem_wake(container_of(t, struct nbd_memq, timer));
 }
 
 static void mem_task_fn(struct tc_task *t)
 {
-    mem_wake(container_of(t, struct nbd_server, mem_task));
+    mem_wake(container_of(t, struct nbd_memq, task));
 }
 
 /* May the request at the head of rx[], needing a buffer of need bytes,
@@ -167,6 +184,7 @@ static void mem_task_fn(struct tc_task *t)
 static bool mem_admit(struct nbd_conn *c, uint64_t need)
 {
     struct nbd_server *srv = c->srv;
+    struct nbd_memq *q = c->memq;
     if (srv->cfg.max_buffer_memory == 0 || need == 0)
         return true;
     if (c->mem_granted) {
@@ -175,32 +193,33 @@ static bool mem_admit(struct nbd_conn *c, uint64_t need)
     }
     if (c->mem_waiting)
         return false;
-    if (srv->mem_head == NULL && mem_fits(srv, need))
+    if (q->head == NULL && mem_fits(srv, need))
         return true;
     if (c->inflight == 0 && need <= SMALL_REQUEST)
         return true;
-    c->mem_waiting = true;
+    CONN_SET(c, mem_waiting, true);
     c->mem_need = need;
-    c->mem_prev = srv->mem_tail;
+    c->mem_prev = q->tail;
     c->mem_next = NULL;
-    if (srv->mem_tail)
-        srv->mem_tail->mem_next = c;
+    if (q->tail)
+        q->tail->mem_next = c;
     else
-        srv->mem_head = c;
-    srv->mem_tail = c;
-    srv->stats.memory_waits++;
-    if (!srv->mem_timer.armed) {
-        srv->mem_timer.fn = mem_timer_fn;
-        timer_arm(srv->reactor, &srv->mem_timer, MEM_POLL_NS);
+        q->head = c;
+    q->tail = c;
+    __atomic_store_n(&q->n, q->n + 1, __ATOMIC_RELAXED);
+    stat_inc(&c->stats->memory_waits);
+    if (!q->timer.armed) {
+        q->timer.fn = mem_timer_fn;
+        timer_arm(q->reactor, &q->timer, MEM_POLL_NS);
     }
     return false;
 }
 
 unsigned transmission_memory_waiting(const struct nbd_server *srv)
 {
-    unsigned n = 0;
-    for (const struct nbd_conn *c = srv->mem_head; c; c = c->mem_next)
-        n++;
+    unsigned n = srv->memq.n;
+    for (unsigned i = 0; i < srv->nfes; i++)
+        n += __atomic_load_n(&srv->fes[i].memq.n, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -222,11 +241,11 @@ static uint32_t nbd_errno(int err)
 
 /* Requests are kept for reuse: each is 4 KiB and more (the extents of a
  * block status reply), which malloc() serves slowly (5 % of the CPU of
- * cached 4 KiB reads).  One reactor thread: no locking. */
+ * cached 4 KiB reads).  Each thread keeps its own (front ends, fe.c). */
 #define REQ_KEEP 256
 
-static struct nbd_req *req_spare[REQ_KEEP];
-static unsigned req_nspare;
+static __thread struct nbd_req *req_spare[REQ_KEEP];  /* per thread */
+static __thread unsigned req_nspare;
 
 /* Sanitizer builds free them (as tc_obj_put() does), so that a use of a
  * request after its release is reported. */
@@ -249,21 +268,48 @@ static void req_recycle(struct nbd_req *req)
         free(req);
 }
 
+/* A front end's read is over: its pool buffer goes back to the reactor,
+ * carrying its own message (a buffer is 4 KiB or more), so that the
+ * request stays to be reused on the front end. */
+struct buf_msg {
+    struct tc_msg msg;
+    size_t size;
+};
+
+static void buf_free_msg(struct tc_msg *msg)
+{
+    struct buf_msg *b = container_of(msg, struct buf_msg, msg);
+    bufpool_put(b, b->size);
+}
+
 static void req_release(struct nbd_out *out)
 {
     struct nbd_req *req = container_of(out, struct nbd_req, out);
     struct nbd_conn *c = req->conn;
-    struct nbd_server *srv = c->srv;
-    bufpool_put(req->buf, req->buf_size);
-    if (req->buf && srv->mem_head) {
-        /* Memory came back: let waiting connections go, from a fresh stack. */
-        srv->mem_task.fn = mem_task_fn;
-        reactor_defer(srv->reactor, &srv->mem_task);
+    struct nbd_memq *q = c->memq;
+    bool freed = req->buf != NULL || req->fe_charge > 0;
+    if (req->fe_charge > 0)
+        bufpool_charge(-(int64_t)req->fe_charge);
+    CONN_SET(c, inflight, c->inflight - 1);
+    CONN_SET(c, inflight_bytes, c->inflight_bytes - req->charged);
+    CONN_SET(c, over_limit, false);     /* conn_parse() looks at the next request again */
+    if (req->pool_buf && c->fe) {
+        /* The pool is the reactor's: the buffer goes back there. */
+        struct buf_msg *b = req->buf;
+        b->size = req->buf_size;
+        b->msg.fn = buf_free_msg;
+        mailbox_post(&c->srv->inbox, &b->msg);
+    } else if (req->pool_buf) {
+        bufpool_put(req->buf, req->buf_size);
+    } else {
+        free(req->buf);
     }
-    c->inflight--;
-    c->inflight_bytes -= req->charged;
-    c->over_limit = false;      /* conn_parse() looks at the next request again */
     req_recycle(req);
+    if (freed && q->head) {
+        /* Memory came back: let waiting connections go, from a fresh stack. */
+        q->task.fn = mem_task_fn;
+        reactor_defer(q->reactor, &q->task);
+    }
     /* A request slot is free: parse what is waiting, read more. */
     conn_parse(c);
     conn_put(c);
@@ -274,31 +320,49 @@ static struct nbd_req *req_new(struct nbd_conn *c)
     struct nbd_req *req = req_nspare ? req_spare[--req_nspare] : tc_xmalloc(sizeof *req);
     memset(req, 0, offsetof(struct nbd_req, extents));
     req->conn = c;
+    req->srv = c->srv;
+    req->fe = c->fe;
+    req->conn_id = c->id;
     req->out.release = req_release;
-    c->inflight++;
+    CONN_SET(c, inflight, c->inflight + 1);
     conn_get(c);
     return req;
 }
 
+/* A read's buffer comes from the reactor's pool (the engine may swap it
+ * for another, TC_REQ_POOL_BUF, and reads into registered pool buffers).
+ * On a front end it is charged now and taken from the pool by the
+ * reactor (transmission_submit_msg()); a write's or a block status's
+ * buffer is the front end's own. */
 static void req_alloc_buf(struct nbd_req *req, size_t size)
 {
-    req->buf = bufpool_get(size);
+    struct nbd_conn *c = req->conn;
     req->buf_size = size;
     req->charged = size;
-    req->conn->inflight_bytes += size;
-    struct nbd_server_stats *st = &req->conn->srv->stats;
-    if (bufpool_in_use() > st->buffer_memory_peak)
-        st->buffer_memory_peak = bufpool_in_use();
+    CONN_SET(c, inflight_bytes, c->inflight_bytes + size);
+    if (c->fe == NULL) {
+        req->buf = bufpool_get(size);
+        req->pool_buf = true;
+    } else if (req->type == NBD_CMD_READ) {
+        req->fe_charge = size;
+        bufpool_charge((int64_t)size);
+    } else {
+        req->buf = tc_alloc_aligned(size);
+        req->fe_charge = size;
+        bufpool_charge((int64_t)size);
+    }
+    uint64_t used = bufpool_in_use();
+    if (used > c->stats->buffer_memory_peak)
+        NBD_STAT_ADD(c->stats->buffer_memory_peak, used - c->stats->buffer_memory_peak);
 }
 
 /* Build and queue the reply for req, with err (an NBD error code). */
 static void reply(struct nbd_req *req, uint32_t err)
 {
     struct nbd_conn *c = req->conn;
-    struct nbd_server_stats *st = &c->srv->stats;
     uint8_t *h = req->hdr;
     if (err)
-        st->errors_sent++;
+        stat_inc(&c->stats->errors_sent);
 
     if (c->structured_replies && (req->type == NBD_CMD_READ || req->type == NBD_CMD_BLOCK_STATUS ||
                                   err)) {
@@ -351,10 +415,29 @@ static void reply(struct nbd_req *req, uint32_t err)
     conn_send(c, &req->out);
 }
 
+/* On the front end: the reactor is done with req. */
+static void reply_msg(struct tc_msg *msg)
+{
+    struct nbd_req *req = container_of(msg, struct nbd_req, xmsg);
+    reply(req, req->err);
+}
+
+/* req is done on the reactor: reply, there or on the connection's front end. */
+static void finish(struct nbd_req *req, uint32_t err)
+{
+    if (req->fe == NULL) {
+        reply(req, err);
+        return;
+    }
+    req->err = err;
+    req->xmsg.fn = reply_msg;
+    mailbox_post(&req->fe->inbox, &req->xmsg);
+}
+
 static void engine_done(struct tc_request *treq, int err)
 {
     struct nbd_req *req = container_of(treq, struct nbd_req, treq);
-    struct nbd_server_stats *st = &req->conn->srv->stats;
+    struct nbd_server_stats *st = &req->srv->stats;     /* the reactor's */
     if (req->type == NBD_CMD_READ)
         req->buf = treq->buf;   /* TC_REQ_POOL_BUF: perhaps another pool buffer */
     if (err == 0) {
@@ -367,12 +450,13 @@ static void engine_done(struct tc_request *treq, int err)
                  cmd_name(req->type), req->length, (unsigned long long)req->offset,
                  strerror(-err));
     }
-    reply(req, nbd_errno(-err));
+    finish(req, nbd_errno(-err));
 }
 
-static void submit(struct nbd_req *req)
+/* On the reactor. */
+static void submit_now(struct nbd_req *req)
 {
-    struct nbd_conn *c = req->conn;
+    struct nbd_server *srv = req->srv;
     struct tc_request *t = &req->treq;
     t->offset = req->offset;
     t->length = req->length;
@@ -405,12 +489,67 @@ static void submit(struct nbd_req *req)
         t->nr_extents = 0;
         break;
     }
-    if (c->srv->trace)
-        trace_writer_record(c->srv->trace, (uint8_t)t->op, (uint8_t)t->flags, t->offset,
-                            (uint32_t)t->length, (uint16_t)c->id);
+    if (srv->trace)
+        trace_writer_record(srv->trace, (uint8_t)t->op, (uint8_t)t->flags, t->offset,
+                            (uint32_t)t->length, (uint16_t)req->conn_id);
     if (t->op == TC_OP_READ)
         t->flags |= TC_REQ_POOL_BUF;    /* req->buf is bufpool_get(length) */
-    tc_submit(c->srv->vol, t);
+    tc_submit(srv->vol, t);
+}
+
+/* What a front end cannot check, against the live volume (on the reactor):
+ * the shutdown, the read-only flag, the size now.  0 or the NBD error. */
+static uint32_t check_live(struct nbd_req *req)
+{
+    struct nbd_server *srv = req->srv;
+    uint16_t t = req->type;
+    if (srv->stopping) {
+        snprintf(req->msg, sizeof req->msg, "the server is shutting down");
+        return NBD_ESHUTDOWN;
+    }
+    if (t == NBD_CMD_FLUSH)
+        return 0;
+    bool writes = t == NBD_CMD_WRITE || t == NBD_CMD_TRIM || t == NBD_CMD_WRITE_ZEROES;
+    bool ro = tc_volume_read_only(srv->vol);
+    if (writes && ro) {
+        snprintf(req->msg, sizeof req->msg, "the export is read-only");
+        return NBD_EPERM;
+    }
+    uint64_t size = tc_volume_size(srv->vol);
+    if (req->offset > size || req->length > size - req->offset) {
+        snprintf(req->msg, sizeof req->msg, "offset %llu + length %u is past the end (%llu)",
+                 (unsigned long long)req->offset, req->length, (unsigned long long)size);
+        return (t == NBD_CMD_WRITE || t == NBD_CMD_WRITE_ZEROES) ? NBD_ENOSPC : NBD_EINVAL;
+    }
+    return 0;
+}
+
+void transmission_submit_msg(struct tc_msg *msg)
+{
+    struct nbd_req *req = container_of(msg, struct nbd_req, xmsg);
+    uint32_t err = check_live(req);
+    if (err) {
+        finish(req, err);
+        return;
+    }
+    if (req->type == NBD_CMD_READ) {
+        /* The front end's charge becomes the pool's count. */
+        req->buf = bufpool_get(req->buf_size);
+        req->pool_buf = true;
+        bufpool_charge(-(int64_t)req->fe_charge);
+        req->fe_charge = 0;
+    }
+    submit_now(req);
+}
+
+static void submit(struct nbd_req *req)
+{
+    if (req->fe == NULL) {
+        submit_now(req);
+        return;
+    }
+    req->xmsg.fn = transmission_submit_msg;
+    mailbox_post(&req->srv->inbox, &req->xmsg);
 }
 
 /* Which flags each command accepts (others get EINVAL).  FUA is valid on
@@ -437,7 +576,9 @@ static uint16_t allowed_flags(const struct nbd_conn *c, uint16_t type)
 static uint32_t check(struct nbd_conn *c, struct nbd_req *req)
 {
     struct nbd_server *srv = c->srv;
-    uint64_t size = tc_volume_size(srv->vol);
+    /* A front end checks against the size at the hand-over, and leaves
+     * the read-only flag to the reactor's check_live(). */
+    uint64_t size = c->fe ? c->vol_size : tc_volume_size(srv->vol);
     uint16_t t = req->type;
 
     if (t > NBD_CMD_BLOCK_STATUS || t == NBD_CMD_DISC) {
@@ -449,7 +590,7 @@ static uint32_t check(struct nbd_conn *c, struct nbd_req *req)
                  cmd_name(t));
         return NBD_EINVAL;
     }
-    if (srv->stopping) {
+    if (nbd_stopping(srv)) {
         snprintf(req->msg, sizeof req->msg, "the server is shutting down");
         return NBD_ESHUTDOWN;
     }
@@ -460,7 +601,7 @@ static uint32_t check(struct nbd_conn *c, struct nbd_req *req)
         return NBD_EINVAL;
     }
     bool writes = t == NBD_CMD_WRITE || t == NBD_CMD_TRIM || t == NBD_CMD_WRITE_ZEROES;
-    if (writes && tc_volume_read_only(srv->vol)) {
+    if (writes && c->fe == NULL && tc_volume_read_only(srv->vol)) {
         snprintf(req->msg, sizeof req->msg, "the export is read-only");
         return NBD_EPERM;
     }
@@ -483,7 +624,6 @@ static uint32_t check(struct nbd_conn *c, struct nbd_req *req)
 
 bool transmission_parse(struct nbd_conn *c)
 {
-    struct nbd_server *srv = c->srv;
     if (!transmission_can_accept(c))
         return false;
     if (conn_rx_avail(c) < NBD_REQUEST_SIZE)
@@ -491,7 +631,7 @@ bool transmission_parse(struct nbd_conn *c)
     const uint8_t *p = c->rx + c->rx_start;
     uint32_t magic = get_be32(p);
     if (magic != NBD_REQUEST_MAGIC) {
-        srv->stats.protocol_errors++;
+        stat_inc(&c->stats->protocol_errors);
         char why[64];
         snprintf(why, sizeof why, "bad request magic 0x%08x", magic);
         conn_abort(c, why);
@@ -512,9 +652,9 @@ bool transmission_parse(struct nbd_conn *c)
     if (!mem_admit(c, need))
         return false;   /* the header stays in rx[] until memory is free */
     c->rx_start += NBD_REQUEST_SIZE;
-    c->requests++;
-    if (type < TC_ARRAY_SIZE(srv->stats.requests))
-        srv->stats.requests[type]++;
+    CONN_SET(c, requests, c->requests + 1);
+    if (type < TC_ARRAY_SIZE(c->stats->requests))
+        stat_inc(&c->stats->requests[type]);
 
     if (type == NBD_CMD_DISC) {
         conn_close(c, "client sent NBD_CMD_DISC");
@@ -522,7 +662,7 @@ bool transmission_parse(struct nbd_conn *c)
     }
     if (type == NBD_CMD_WRITE && length > NBD_MAX_PAYLOAD) {
         /* Reading such a payload would be a denial of service (proto.md). */
-        srv->stats.protocol_errors++;
+        stat_inc(&c->stats->protocol_errors);
         char why[96];
         snprintf(why, sizeof why, "write payload of %u bytes is over the maximum %u", length,
                  NBD_MAX_PAYLOAD);

@@ -73,6 +73,9 @@ const char *tc_log_path(void)
     return log_path[0] ? log_path : NULL;
 }
 
+/* Other threads (serve --nbd-threads) may be writing to log_file at any
+ * time: the FILE stays, and its descriptor is pointed at the new file
+ * (dup3() replaces it in one step; stdio's own lock orders the lines). */
 int tc_log_reopen(void)
 {
     if (log_path[0] == '\0')
@@ -80,21 +83,29 @@ int tc_log_reopen(void)
     FILE *f = open_log(log_path);
     if (f == NULL)
         return -errno;
-    if (log_file)
-        fclose(log_file);
-    log_file = f;
-    return 0;
+    if (log_file == NULL) {
+        log_file = f;
+        return 0;
+    }
+    fflush(log_file);
+    int e = dup3(fileno(f), fileno(log_file), O_CLOEXEC) < 0 ? errno : 0;
+    fclose(f);
+    return -e;
 }
 
-void tc_log_set_level(enum tc_log_level level) { log_level = level; }
-enum tc_log_level tc_log_get_level(void) { return log_level; }
+/* Set on the reactor, read by every thread. */
+void tc_log_set_level(enum tc_log_level level)
+{
+    __atomic_store_n(&log_level, level, __ATOMIC_RELAXED);
+}
+enum tc_log_level tc_log_get_level(void) { return __atomic_load_n(&log_level, __ATOMIC_RELAXED); }
 void tc_log_set_program(const char *name) { log_program = name; }
 
 static const char *level_name[] = { "error", "warning", "info", "debug" };
 
 void tc_vlog(enum tc_log_level level, const char *fmt, va_list ap)
 {
-    if (level > log_level)
+    if (level > tc_log_get_level())
         return;
     int saved = errno;
     char line[2048];
