@@ -115,6 +115,10 @@ struct recovery {
     struct found *found;            /* per segment: the entries its walk decoded */
     const uint8_t *only;            /* a replay after a running checkpoint: walk only
                                        these segments (NULL: every one) */
+    /* Per segment: the group of the chunk find_damage() last judged torn
+     * at rc->stop[s] (0: none), when the header there or a later chunk
+     * behind it is of the segment's incarnation; wipe_torn() erases them. */
+    uint64_t *torn_group;
 };
 
 /*
@@ -679,8 +683,14 @@ static void find_damage(struct recovery *rc, uint32_t s)
     else
         durable_bad = ours && (claimed_chunk <= durable || stopped_clean(rc, seq, claimed_group,
                                                                           claimed_chunk));
-    if (!durable_bad)
-        return;                         /* torn or never written: the normal end */
+    if (!durable_bad) {
+        /* Torn or never written: the normal end.  A header of this
+         * incarnation there, or later chunks of it behind it, are
+         * erased before serving (wipe_torn()). */
+        rc->torn_group[s] = ours || found != UINT32_MAX ? group : 0;
+        return;
+    }
+    rc->torn_group[s] = 0;
     /* The group: the segment's, or the one its damaged first summary
      * claims if a good chunk further on confirms it; else unknown. */
     damage_group(rc, seq ? seq : found != UINT32_MAX ? group : 0);
@@ -1403,12 +1413,14 @@ static void rc_init(struct recovery *rc, struct cache *c)
     rc->cseq = tc_xcalloc(c->sp.nsegs, sizeof *rc->cseq);
     rc->cseq_cap = tc_xcalloc(c->sp.nsegs, sizeof *rc->cseq_cap);
     rc->found = tc_xcalloc(c->sp.nsegs, sizeof *rc->found);
+    rc->torn_group = tc_xcalloc(c->sp.nsegs, sizeof *rc->torn_group);
 }
 
 static void rc_free(struct recovery *rc)
 {
     struct cache *c = rc->c;
     free(rc->stop);
+    free(rc->torn_group);
     free(rc->last_chunk);
     free(rc->walks);
     for (uint32_t s = 0; s < c->sp.nsegs; s++) {
@@ -1751,6 +1763,80 @@ static int from_running_checkpoint(struct cache *c)
     return 1;
 }
 
+/*
+ * A chunk judged torn at a start (find_damage(): no flushed mark covered
+ * it) must stay torn for every later start.  But its header may be
+ * recognisably this incarnation's, and a later chunk of its segment may
+ * have reached the device before the crash (a volatile write cache keeps
+ * no order between flushes); both stay in a group that is still live.
+ * The log goes on, and its flushed marks soon pass their sequences: the
+ * next start after a crash then took the torn chunk for a durable one
+ * damaged since, and refused to serve.  So before serving, the header at
+ * the walk's end and the headers of the later chunks of the incarnation
+ * are overwritten with zeroes, and the device flushed, before anything is
+ * appended: from then on the segment ends where this start found it
+ * ending.  Nothing reads them: the walk ended before them, so their
+ * entries were never applied.  A failure to erase refuses the start (the
+ * next one judges the same chunks again).  Offline commands write nothing.
+ */
+static int wipe_torn(struct recovery *rc, char *err, size_t errlen)
+{
+    struct cache *c = rc->c;
+    if (c->offline)
+        return 0;
+    uint8_t *zero = NULL, *hdr = NULL;
+    int rc_err = 0;
+    for (uint32_t s = 0; s < c->sp.nsegs && rc_err == 0; s++) {
+        uint64_t group = rc->torn_group[s];
+        uint32_t at = rc->stop[s];
+        if (group == 0 || at == UINT32_MAX)
+            continue;
+        if (zero == NULL) {
+            zero = tc_alloc_aligned(TC_SECTOR);
+            memset(zero, 0, TC_SECTOR);
+            hdr = tc_alloc_aligned(TC_SECTOR);
+        }
+        struct tc_dev *dev = seg_cdev(c, s)->dev;
+        uint64_t base = seg_dev_offset(c, s);
+        unsigned wiped = 0;
+        for (uint32_t i = at; i < c->seg_sectors && rc_err == 0; i++) {
+            uint64_t off = base + (uint64_t)i * TC_SECTOR;
+            if (i > at) {
+                if (dev_sync_io(dev, TC_DEV_READ, hdr, off, TC_SECTOR, 0) != 0)
+                    continue;       /* unreadable: no start can read it either */
+                if (le64_get(hdr + CH_OFF_MAGIC) != TC_CHUNK_MAGIC ||
+                    le32_get(hdr + CH_OFF_SEGMENT) != s ||
+                    le32_get(hdr + CH_OFF_CHUNK_SECTOR) != i ||
+                    le64_get(hdr + CH_OFF_GROUP_SEQ) != group)
+                    continue;
+            }
+            int e = dev_sync_io(dev, TC_DEV_WRITE, zero, off, TC_SECTOR, 0);
+            if (e) {
+                snprintf(err, errlen, "%s: erasing the header of a chunk torn by the crash "
+                         "(segment %u, sector %u, byte %llu) failed: %s", dev->name, s, i,
+                         (unsigned long long)off, strerror(-e));
+                rc_err = -1;
+            }
+            wiped++;
+        }
+        if (rc_err == 0) {
+            int e = dev_sync_io(dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
+            if (e) {
+                snprintf(err, errlen, "%s: flushing the erased headers of chunks torn by the "
+                         "crash (segment %u) failed: %s", dev->name, s, strerror(-e));
+                rc_err = -1;
+            }
+        }
+        if (rc_err == 0)
+            tc_info("cache: %s: segment %u (group %llu) ends at sector %u, torn by the crash: "
+                    "%u chunk header%s from there on erased", dev->name, s,
+                    (unsigned long long)group, at, wiped, wiped == 1 ? "" : "s");
+    }
+    free(zero);
+    free(hdr);
+    return rc_err;
+}
+
 /* A log found damaged is not served from (the scan and the replay after
  * a running checkpoint alike: the replay's reads of chunks past the
  * durable mark may find it): -1 with err. */
@@ -1860,6 +1946,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         tc_warn("cache: %llu damaged entries were ignored",
                 (unsigned long long)c->st.recovery_malformed);
     free(live);
+    /* Before anything is appended, and only for a start that serves. */
+    int wiped = older_copy < 0 || (c->damage && !c->offline) ? 0 : wipe_torn(&rc, err, errlen);
     rc_free(&rc);
     /* The temporaries above were allocated among the chunk tables, which
      * stay: moved now, into the space the temporaries left, and freed
@@ -1867,7 +1955,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
      * (each stranded chunk table would keep a page of them). */
     space_compact_chunk_tables(&c->sp);
     malloc_trim(0);
-    if (older_copy < 0)
+    if (older_copy < 0 || wiped < 0)
         return -1;
     return refuse_damaged(c, err, errlen);
 }

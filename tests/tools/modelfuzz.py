@@ -60,8 +60,12 @@ environment:
                next write to one of them fails with EIO, which fails the
                device (rescue, or drain to the origin); from the first such
                failure on, reads and FLUSH may fail with EIO (lost data),
-               a SIGTERM stop may exit 1 (then taken as a crash), but no
-               read may return data the model does not allow
+               so may a write or write-zeroes covering only part of a
+               4 KiB sector (it then changes nothing; unless racing
+               another write, a 4 KiB sector it covers in part must read
+               EIO: lost), a SIGTERM stop may exit 1 (then taken as a
+               crash), but no read may return data the model does not
+               allow
   FZ_EXTRA     more serve options
   FZ_HANG      seconds without progress taken as a hang (default 180)
 """
@@ -438,6 +442,47 @@ def pick():
     return off // S, length // S
 
 
+# The daemon's sector: lost data is kept per 4 KiB sector (tiercache(8)).
+LOST_UNIT = 4096 // S
+
+
+def partial_units(s0, n):
+    """The first sectors of the lost units (4 KiB sectors) a request of
+    sectors s0+n covers only in part: a write or write-zeroes of them is
+    a read-modify-write that reads the rest of the unit first."""
+    units = []
+    if s0 % LOST_UNIT:
+        units.append(s0 - s0 % LOST_UNIT)
+    e = s0 + n
+    if e % LOST_UNIT and e - e % LOST_UNIT not in units:
+        units.append(e - e % LOST_UNIT)
+    return units
+
+
+def partial_lost_eio(e, s0, n, verify=True):
+    """Whether a write's (or write-zeroes') EIO is one the manual allows:
+    after a device failure, a write covering only part of a 4 KiB sector
+    whose data was lost fails with EIO and changes nothing (the rest of
+    that sector cannot be read to merge it with; it stays lost until
+    written whole).  With verify, a unit it covers in part must read EIO
+    now (nothing else wrote it meanwhile: only for requests that race no
+    other write)."""
+    units = partial_units(s0, n)
+    if not (devfailed[0] and getattr(e, "errnum", None) == 5 and units):
+        return False
+    if not verify:
+        return True
+    for u in units:
+        try:
+            d.h[0].pread(LOST_UNIT * S, u * S)
+        except nbd.Error as e2:
+            if getattr(e2, "errnum", None) == 5:
+                log(f"  sectors {u}+{LOST_UNIT} read EIO: lost, covered in part (allowed)")
+                return True
+            op_failed(e2, f"read of sectors {u}+{LOST_UNIT}")
+    return False
+
+
 def do_write(d, fua=False, h=None):
     s0, n = pick()
     g = new_gen(f"write {s0}+{n}" + (" FUA" if fua else ""))
@@ -447,6 +492,10 @@ def do_write(d, fua=False, h=None):
     try:
         h.pwrite(buf, s0 * S, nbd.CMD_FLAG_FUA if fua else 0)
     except nbd.Error as e:
+        if partial_lost_eio(e, s0, n):
+            log(f"  write of sectors {s0}+{n} failed: a lost 4 KiB sector covered in part "
+                "(allowed)", e)
+            return
         op_failed(e, f"write of sectors {s0}+{n}")
     for i in range(n):
         s = s0 + i
@@ -473,6 +522,10 @@ def do_zero(d):
     try:
         h.zero(n * S, s0 * S, flags)
     except nbd.Error as e:
+        if partial_lost_eio(e, s0, n):
+            log(f"  write-zeroes of sectors {s0}+{n} failed: a lost 4 KiB sector covered in "
+                "part (allowed)", e)
+            return
         op_failed(e, f"write-zeroes of sectors {s0}+{n} flags {flags:#x}",
                   (95,) if flags & nbd.CMD_FLAG_FAST_ZERO else ())  # ENOTSUP
         return
@@ -527,9 +580,9 @@ def durable():
 def wait_aio(pairs, what, eio_ok=()):
     """Waits for each (handle, cookie); the run fails if one fails, but
     for an EIO of the (handle, cookie) pairs in eio_ok after a device
-    failure (cookies are numbered per handle).  Returns whether every one
-    succeeded."""
-    ok = True
+    failure (cookies are numbered per handle).  Returns the pairs that
+    failed so."""
+    failed = set()
     for h, c in pairs:
         while True:
             try:
@@ -537,12 +590,18 @@ def wait_aio(pairs, what, eio_ok=()):
                     break
             except nbd.Error as e:
                 if (h, c) in eio_ok and devfailed[0] and getattr(e, "errnum", None) == 5:
-                    log(f"  {what}: the read failed after a device failure (allowed)", e)
-                    ok = False
+                    log(f"  {what}: a request failed after a device failure (allowed)", e)
+                    failed.add((h, c))
                     break
                 op_failed(e, what)
             h.poll(100)
-    return ok
+    return failed
+
+
+def race_eio_ok(pair, s0, n):
+    """A racing write may fail as partial_lost_eio() allows, unverified
+    (the other write may have written the lost unit since)."""
+    return [pair] if partial_units(s0, n) else []
 
 
 def do_race(d):
@@ -556,9 +615,13 @@ def do_race(d):
     log("race", s0, s1, n, g1, g2)
     c1 = d.h[0].aio_pwrite(b1, s0 * S)
     c2 = d.h[1].aio_pwrite(b2, s1 * S)
-    wait_aio([(d.h[0], c1), (d.h[1], c2)], f"racing writes of sectors {s0}+{n} and {s1}+{n}")
+    p1, p2 = (d.h[0], c1), (d.h[1], c2)
+    failed = wait_aio([p1, p2], f"racing writes of sectors {s0}+{n} and {s1}+{n}",
+                      eio_ok=race_eio_ok(p1, s0, n) + race_eio_ok(p2, s1, n))
     both = {}
-    for base, g in ((s0, g1), (s1, g2)):
+    for base, g, p in ((s0, g1, p1), (s1, g2, p2)):
+        if p in failed:
+            continue    # a failed write changes nothing (partial_lost_eio())
         for i in range(n):
             both.setdefault(base + i, set()).add(g)
     for s, gs in both.items():
@@ -582,15 +645,18 @@ def do_race_rw(d):
     else:
         c1 = d.h[0].aio_pread(rbuf, s0 * S)
     c2 = d.h[1].aio_pwrite(b, s1 * S)
-    read_ok = wait_aio([(d.h[0], c1), (d.h[1], c2)], f"{'prefetch' if pre else 'read'} of sectors "
-                       f"{s0}+{n} racing a write of {s1}+{n}", eio_ok=((d.h[0], c1),))
+    failed = wait_aio([(d.h[0], c1), (d.h[1], c2)], f"{'prefetch' if pre else 'read'} of sectors "
+                      f"{s0}+{n} racing a write of {s1}+{n}",
+                      eio_ok=[(d.h[0], c1)] + race_eio_ok((d.h[1], c2), s1, n))
+    read_ok = (d.h[0], c1) not in failed
+    write_ok = (d.h[1], c2) not in failed
     if not pre and read_ok:
         data = rbuf.to_bytearray()
         for i in range(n):
             s = s0 + i
             allowed = before[i] | ({g} if s1 <= s < s1 + n else set())
             check_sector(s, data[i * S:(i + 1) * S], allowed, "read racing a write")
-    for i in range(n):
+    for i in range(n if write_ok else 0):
         s = s1 + i
         cur[s] = {g}
         ctrim[s] = None
