@@ -219,11 +219,15 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
  *     struct sample          one slot: a block's origin read and cache
  *                            gather, compared when both ended
  *
- * A sector that differs where the origin reads zeroes is not counted: a
- * trim of a partly dirty block leaves its clean sectors cached while the
- * origin's range reads zeroes (a trim is advisory; its sectors may read
- * either), so such a difference proves nothing.  A change that wrote
- * zeroes alone is not seen.
+ * A block whose every difference is a sector the origin reads as zeroes
+ * is, alone, no proof: a trim of a partly dirty block leaves its clean
+ * sectors cached while the origin's range reads zeroes (a trim is
+ * advisory; its sectors may read either).  But an origin replaced by a
+ * blank export, or wiped, reads zeroes wherever the cache holds data: so
+ * such blocks count as different once they are at least 2 and more than
+ * half of the blocks compared (a trim of that much of the cache, every
+ * trimmed block partly dirty, is not what trims do).  A few blocks changed
+ * to zeroes behind the cache are not seen.
  *
  * Eligible: a block with no dirty sector and no lost sector.  Spread: the
  * k-th of n samples is the (k * eligible / n)-th eligible entry of the
@@ -261,6 +265,11 @@ struct sample_run {
     uint64_t zeroed;                /* sectors that differ, zeroes on the origin */
     uint64_t *differ;               /* the blocks found different */
     uint64_t ndiffer, cap;
+    /* The blocks that differ only where the origin reads zeroes, with
+     * the first such sector of each (counted as different by
+     * sample_zero_rule() when they are most of the sample). */
+    struct sample_zero { uint64_t oblock; uint32_t id; unsigned sector, byte; } *zdiffer;
+    uint64_t nzdiffer, zcap;
     /* The lowest block found different: its entry, first different
      * sector, and the origin offset of its first different byte. */
     uint64_t first_ob;
@@ -271,6 +280,42 @@ struct sample_run {
 
 static void sample_start(struct sample_run *r);
 static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid);
+
+/* Note block oblock (entry id) as different, its first different byte at
+ * sector k, byte b of the sector. */
+static void sample_differs(struct sample_run *r, uint64_t oblock, uint32_t id, unsigned k,
+                           unsigned b)
+{
+    if (r->ndiffer == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 64;
+        r->differ = realloc(r->differ, r->cap * sizeof *r->differ);
+        if (r->differ == NULL)
+            abort();
+    }
+    r->differ[r->ndiffer++] = oblock;
+    if (r->ndiffer == 1 || oblock < r->first_ob) {
+        r->first_ob = oblock;
+        r->first_id = id;
+        r->first_sector = k;
+        r->first_byte = oblock * r->c->block_size + (uint64_t)k * TC_SECTOR + b;
+    }
+}
+
+/* Blocks differing only by the origin's zeroes count as different when
+ * they are at least 2 and more than half of the blocks compared: a blank
+ * or wiped origin, not a trim (see the block comment above). */
+static void sample_zero_rule(struct sample_run *r)
+{
+    if (r->nzdiffer < 2 || 2 * r->nzdiffer <= r->compared)
+        return;
+    for (uint64_t i = 0; i < r->nzdiffer; i++) {
+        const struct sample_zero *z = &r->zdiffer[i];
+        sample_differs(r, z->oblock, z->id, z->sector, z->byte);
+        cache_trace(r->c, z->oblock, "origin sample: reads zeroes where the cache holds data "
+                    "(sector %u), as most of the sample does", z->sector);
+    }
+    r->nzdiffer = 0;
+}
 
 static void sample_compare(struct sample *s)
 {
@@ -285,6 +330,8 @@ static void sample_compare(struct sample *s)
         r->compared++;
         c->st.origin_check_read_bytes += s->len;
         unsigned nsec = (unsigned)(s->len / TC_SECTOR);
+        bool differs = false, zero_only = false;
+        unsigned zsector = 0, zbyte = 0;
         for (unsigned k = 0; k < nsec; k++) {
             const uint8_t *o = s->obuf + (size_t)k * TC_SECTOR, *m = s->cbuf + (size_t)k * TC_SECTOR;
             if (!mask_test(&s->valid, k) || memcmp(o, m, TC_SECTOR) == 0)
@@ -295,26 +342,30 @@ static void sample_compare(struct sample *s)
              * range reads zeroes from then on. */
             if (o[0] == 0 && memcmp(o, o + 1, TC_SECTOR - 1) == 0) {
                 r->zeroed++;
+                if (!zero_only) {
+                    zsector = k;
+                    while (m[zbyte] == 0)   /* the cache's first byte not zero */
+                        zbyte++;
+                }
+                zero_only = true;
                 continue;
             }
             unsigned b = 0;
             while (o[b] == m[b])
                 b++;
-            if (r->ndiffer == r->cap) {
-                r->cap = r->cap ? 2 * r->cap : 64;
-                r->differ = realloc(r->differ, r->cap * sizeof *r->differ);
-                if (r->differ == NULL)
+            sample_differs(r, s->oblock, s->id, k, b);
+            cache_trace(c, s->oblock, "origin sample: differs from the origin at sector %u", k);
+            differs = true;
+            break;
+        }
+        if (zero_only && !differs) {
+            if (r->nzdiffer == r->zcap) {
+                r->zcap = r->zcap ? 2 * r->zcap : 64;
+                r->zdiffer = realloc(r->zdiffer, r->zcap * sizeof *r->zdiffer);
+                if (r->zdiffer == NULL)
                     abort();
             }
-            r->differ[r->ndiffer++] = s->oblock;
-            if (r->ndiffer == 1 || s->oblock < r->first_ob) {
-                r->first_ob = s->oblock;
-                r->first_id = s->id;
-                r->first_sector = k;
-                r->first_byte = s->oblock * c->block_size + (uint64_t)k * TC_SECTOR + b;
-            }
-            cache_trace(c, s->oblock, "origin sample: differs from the origin at sector %u", k);
-            break;
+            r->zdiffer[r->nzdiffer++] = (struct sample_zero){ s->oblock, s->id, zsector, zbyte };
         }
     }
     bufpool_put(s->obuf, (size_t)c->block_size);
@@ -456,6 +507,7 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
             ids[k++] = id;
     sample_pass(&r, ids, k);
     free(ids);
+    sample_zero_rule(&r);
     uint64_t sampled = r.compared, found = r.ndiffer;
     double secs = (double)(tc_now_ns() - t0) / 1e9;
     c->st.origin_check_blocks = r.compared;
@@ -470,6 +522,7 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
                 "start: the same%s%s (%.3f s)", origin->name, (unsigned long long)r.compared,
                 (unsigned long long)eligible, zpart,
                 r.unread ? " (some could not be read: see above)" : "", secs);
+        free(r.zdiffer);
         return 0;
     }
     if (adopt && sampled < eligible) {
@@ -480,8 +533,9 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
                 "found different", origin->name, c->devs[0].dev->name,
                 (unsigned long long)found, (unsigned long long)sampled,
                 (unsigned long long)eligible);
-        r.compared = r.unread = r.ndiffer = 0;
+        r.compared = r.unread = r.ndiffer = r.nzdiffer = r.zeroed = 0;
         sample_pass(&r, NULL, 0);
+        sample_zero_rule(&r);
         c->st.origin_check_blocks = r.compared;
         c->st.origin_check_differ = r.ndiffer;
         c->st.origin_check_unread = r.unread;
@@ -557,5 +611,6 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
         rc = -1;
     }
     free(r.differ);
+    free(r.zdiffer);
     return rc;
 }
