@@ -1446,8 +1446,11 @@ static int wipe_torn(struct recovery *rc, char *err, size_t errlen);
  * (checkpoint.c, "running checkpoints"; ondisk.h, version 6): the state
  * the checkpoint holds, and the log written after its cut replayed onto
  * it -- the segments whose first chunk is newer than the cut (the
- * survey tells them from one read each) and those of the group that was
- * open at the cut, walked as the scan walks them, their entries past the
+ * survey tells them from one read each), those of the group that was
+ * open at the cut, and those the checkpoint does not name whose first
+ * summary has the chunk magic, claims a group at or after its tail and
+ * does not check (torn by the crash or damaged: judged as the scan
+ * judges them), walked as the scan walks them, their entries past the
  * cut applied as the scan applies them (apply()).  What it rebuilds is
  * what the full scan would, because:
  *
@@ -1555,6 +1558,11 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
             walk[s] = seq == gmax;
         else if (f->what == SURVEY_CHUNK && f->group_seq >= ck->tail_seq)
             walk[s] = 1;        /* opened since the cut, or empty at it */
+        else if (f->what == SURVEY_NONE && f->chunk_magic && f->group_seq >= ck->tail_seq)
+            walk[s] = 1;        /* a first chunk that does not check, of a group that may
+                                   have been opened since: judged as the scan judges it
+                                   (find_damage()), damage if it was durable, else torn
+                                   by the crash and its header erased (wipe_torn()) */
     }
     struct recovery rc;
     rc_init(&rc, c);
@@ -1789,9 +1797,8 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
  * after a crash call it: the full scan, and the replay after a running
  * checkpoint, which judges the segments it walks (the group open at its
  * cut and those opened since: every chunk the crash could tear was
- * written after the cut's sync), as the scan judges them -- but for a
- * segment opened since whose first chunk does not check, which it takes
- * for free without a walk (P5 in checkpoint.c), so erases nothing in.
+ * written after the cut's sync, a segment's first chunk that does not
+ * check among them), as the scan judges them.
  */
 static int wipe_torn(struct recovery *rc, char *err, size_t errlen)
 {
