@@ -1439,13 +1439,18 @@ static void rc_free(struct recovery *rc)
     free(rc->hdr);
 }
 
+static int wipe_torn(struct recovery *rc, char *err, size_t errlen);
+
 /*
  * A start after a crash from the newest running checkpoint
  * (checkpoint.c, "running checkpoints"; ondisk.h, version 6): the state
  * the checkpoint holds, and the log written after its cut replayed onto
  * it -- the segments whose first chunk is newer than the cut (the
- * survey tells them from one read each) and those of the group that was
- * open at the cut, walked as the scan walks them, their entries past the
+ * survey tells them from one read each), those of the group that was
+ * open at the cut, and those the checkpoint does not name whose first
+ * summary has the chunk magic, claims a group at or after its tail and
+ * does not check (torn by the crash or damaged: judged as the scan
+ * judges them), walked as the scan walks them, their entries past the
  * cut applied as the scan applies them (apply()).  What it rebuilds is
  * what the full scan would, because:
  *
@@ -1481,9 +1486,12 @@ static void rc_free(struct recovery *rc)
  * one line saying why.
  * Damage to a chunk header written before the cut is not looked for (as
  * after a clean stop with its checkpoint); check audits the whole log.
- * 1: rebuilt; 0: nothing changed, scan.
+ * The chunks the replay judged torn by the crash are erased before
+ * serving, as after the scan (wipe_torn()).
+ * 1: rebuilt; 0: nothing changed, scan; -1: rebuilt, but the erase
+ * failed (err says why): the start is refused.
  */
-static int from_running_checkpoint(struct cache *c)
+static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
 {
     bool any = false;
     for (unsigned d = 0; d < c->ndevs; d++)
@@ -1550,6 +1558,11 @@ static int from_running_checkpoint(struct cache *c)
             walk[s] = seq == gmax;
         else if (f->what == SURVEY_CHUNK && f->group_seq >= ck->tail_seq)
             walk[s] = 1;        /* opened since the cut, or empty at it */
+        else if (f->what == SURVEY_NONE && f->chunk_magic && f->group_seq >= ck->tail_seq)
+            walk[s] = 1;        /* a first chunk that does not check, of a group that may
+                                   have been opened since: judged as the scan judges it
+                                   (find_damage()), damage if it was durable, else torn
+                                   by the crash and its header erased (wipe_torn()) */
     }
     struct recovery rc;
     rc_init(&rc, c);
@@ -1750,6 +1763,8 @@ static int from_running_checkpoint(struct cache *c)
     if (c->st.recovery_unflushed)
         tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
                 "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);
+    /* Before anything is appended, and only for a start that serves. */
+    int wiped = wipe_torn(&rc, err, errlen);
     free(wl);
     rc_free(&rc);
     ckpt_loaded_free(l);
@@ -1760,7 +1775,7 @@ static int from_running_checkpoint(struct cache *c)
     free(extra);
     space_compact_chunk_tables(&c->sp);
     malloc_trim(0);
-    return 1;
+    return wiped < 0 ? -1 : 1;
 }
 
 /*
@@ -1777,13 +1792,19 @@ static int from_running_checkpoint(struct cache *c)
  * appended: from then on the segment ends where this start found it
  * ending.  Nothing reads them: the walk ended before them, so their
  * entries were never applied.  A failure to erase refuses the start (the
- * next one judges the same chunks again).  Offline commands write nothing.
+ * next one judges the same chunks again).  Offline commands write nothing,
+ * nor does a start that refuses a damaged log.  Both ways of starting
+ * after a crash call it: the full scan, and the replay after a running
+ * checkpoint, which judges the segments it walks (the group open at its
+ * cut and those opened since: every chunk the crash could tear was
+ * written after the cut's sync, a segment's first chunk that does not
+ * check among them), as the scan judges them.
  */
 static int wipe_torn(struct recovery *rc, char *err, size_t errlen)
 {
     struct cache *c = rc->c;
-    if (c->offline)
-        return 0;
+    if (c->offline || c->damage)
+        return 0;                   /* nothing written: no start serves from it */
     uint8_t *zero = NULL, *hdr = NULL;
     int rc_err = 0;
     for (uint32_t s = 0; s < c->sp.nsegs && rc_err == 0; s++) {
@@ -1864,7 +1885,10 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         return -1;
     if (from_checkpoint(c))
         return 0;
-    if (from_running_checkpoint(c) > 0)
+    int from_run = from_running_checkpoint(c, err, errlen);
+    if (from_run < 0)
+        return -1;
+    if (from_run > 0)
         return refuse_damaged(c, err, errlen);
     c->st.recovered_from = "scan";
     struct recovery rc;
@@ -1947,7 +1971,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
                 (unsigned long long)c->st.recovery_malformed);
     free(live);
     /* Before anything is appended, and only for a start that serves. */
-    int wiped = older_copy < 0 || (c->damage && !c->offline) ? 0 : wipe_torn(&rc, err, errlen);
+    int wiped = older_copy < 0 ? 0 : wipe_torn(&rc, err, errlen);
     rc_free(&rc);
     /* The temporaries above were allocated among the chunk tables, which
      * stay: moved now, into the space the temporaries left, and freed

@@ -70,8 +70,11 @@ static bool survey_judge(struct cache *c, uint32_t s, const uint8_t *b, size_t l
     struct tc_chunk_header h;
     char why[128];
     if (chunk_decode(b, len, c->set_uuid, c->spb, c->seg_sectors, &h, why, sizeof why) < 0 ||
-        h.segment != s || h.chunk_sector != 0)
+        h.segment != s || h.chunk_sector != 0) {
+        f->chunk_magic = true;
+        f->group_seq = le64_get(b + CH_OFF_GROUP_SEQ);
         return true;
+    }
     *f = (struct seg_first){ .what = SURVEY_CHUNK, .group_seq = h.group_seq,
                              .chunk_seq = h.chunk_seq, .tail_seq = h.tail_seq,
                              .flushed_seq = h.flushed_seq };

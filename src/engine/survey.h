@@ -10,6 +10,7 @@
 #ifndef TC_ENGINE_SURVEY_H
 #define TC_ENGINE_SURVEY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct cache;
@@ -24,6 +25,9 @@ enum survey_what {
 /* What the start of one segment holds. */
 struct seg_first {
     uint8_t what;               /* enum survey_what */
+    bool chunk_magic;           /* SURVEY_NONE: a header with the chunk magic that does
+                                   not check (torn, damaged, another set's); group_seq
+                                   is then the group it claims */
     uint64_t group_seq;         /* SURVEY_CHUNK: the incarnation's group */
     uint64_t chunk_seq;         /* ... its first chunk's sequence */
     uint64_t tail_seq;          /* ... the log tail that chunk recorded */
