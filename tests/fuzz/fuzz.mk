@@ -40,7 +40,7 @@ UTIL := src/util/crc32c.c src/util/crc32c_fold.c src/util/log.c src/util/misc.c 
 # code over a simulated reactor and engine (tests/fuzz/nbd_sim.c), so they
 # link neither the io_uring reactor nor the engine.  tls.c is linked
 # because conn.c calls it, but the simulated server has TLS off.
-NBD_SRCS := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmission.c src/nbd/server.c \
+NBD_SRCS := src/nbd/conn.c src/nbd/handshake.c src/nbd/transmission.c src/nbd/server.c src/nbd/fe.c \
             src/util/unixsock.c \
             src/nbd/tls.c src/trace/writer.c src/replay/shards.c src/replay/blockmap.c \
             tests/fuzz/nbd_sim.c $(UTIL)

@@ -431,6 +431,33 @@ uint64_t bufpool_cached(void) { return 0; }
 uint64_t bufpool_registered_bytes(void) { return 0; }
 void bufpool_trim(void) {}
 
+/* Front-end threads (serve --nbd-threads, fe.c) are not simulated: the
+ * simulated server runs with none, so nothing below may be reached. */
+void bufpool_charge(int64_t delta) { (void)delta; sim_fail("bufpool_charge() without front ends"); }
+int mailbox_init(struct tc_mailbox *mb, struct tc_reactor *r)
+{
+    (void)mb, (void)r;
+    sim_fail("mailbox_init() without front ends");
+    return -1;
+}
+void mailbox_open(struct tc_mailbox *mb) { (void)mb; sim_fail("mailbox_open() without front ends"); }
+void mailbox_close(struct tc_mailbox *mb) { (void)mb; sim_fail("mailbox_close() without front ends"); }
+void mailbox_kick(struct tc_mailbox *mb) { (void)mb; sim_fail("mailbox_kick() without front ends"); }
+void mailbox_fini(struct tc_mailbox *mb) { (void)mb; sim_fail("mailbox_fini() without front ends"); }
+void mailbox_post(struct tc_mailbox *mb, struct tc_msg *msg)
+{
+    (void)mb, (void)msg;
+    sim_fail("mailbox_post() without front ends");
+}
+int reactor_init(struct tc_reactor *r, unsigned entries)
+{
+    (void)r, (void)entries;
+    sim_fail("reactor_init() without front ends");
+    return -1;
+}
+void reactor_fini(struct tc_reactor *r) { (void)r; sim_fail("reactor_fini() without front ends"); }
+void reactor_run(struct tc_reactor *r) { (void)r; sim_fail("reactor_run() without front ends"); }
+
 /* ---- noting that the server cut the connection ---- */
 
 void __real_conn_abort(struct nbd_conn *c, const char *why);
@@ -1110,7 +1137,7 @@ void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len)
         bool busy = rx >= 0 || tx >= 0 || sim.nqueue > 0 || sim.ntasks > 0;
         /* Any other timer is the handshake's deadline: it may pass at any
          * step, and a handshake is short, so it is drawn more often. */
-        bool deadline = timer && timer != &srv.stop_timer && timer != &srv.mem_timer;
+        bool deadline = timer && timer != &srv.stop_timer && timer != &srv.memq.timer;
         if (timer && (!busy || one_in(deadline ? 50 : 500))) {
             /* The shutdown grace period ends, the memory poll runs, or the
              * handshake's deadline passes: the server cuts the connection
