@@ -400,6 +400,12 @@ unsigned writeback_block_failures(struct cache *c, uint64_t oblock)
     return f ? f->failures : 0;
 }
 
+bool writeback_block_backing_off(struct cache *c, uint64_t oblock)
+{
+    struct wb_fail *f = c->wb ? fail_find(c->wb, oblock) : NULL;
+    return f && f->retry_at > tc_now_ns();
+}
+
 bool writeback_refused(struct cache *c, uint64_t oblock)
 {
     return c->vol->origin->state == TC_DEV_OFFLINE ||

@@ -97,6 +97,9 @@ static inline int writeback_client_err(int err)
 }
 /* Failed write-backs in a row of this block (0: none pending). */
 unsigned writeback_block_failures(struct cache *c, uint64_t oblock);
+/* Is block oblock backing off after a failed write-back (its next attempt
+ * not yet due)? */
+bool writeback_block_backing_off(struct cache *c, uint64_t oblock);
 /* The block turned clean: it leaves the failure table. */
 void writeback_forget(struct cache *c, uint64_t oblock);
 /* A client write failed because its block could not be written back. */

@@ -1037,9 +1037,14 @@ static void piece_step(struct wpiece *p)
          * stays, for writeback to retry): writing around it would let the
          * older dirty data overwrite this write later.  The client hears
          * the origin's reason: ENOSPC when it said it is out of space
-         * (writeback_refusal()), EIO otherwise. */
+         * (writeback_refusal()), EIO otherwise -- at once while the
+         * block backs off; once its next attempt is due, this write makes
+         * it (and waits for it), since nothing else may: below the dirty
+         * target write-back passes wait for the clients to be idle, and a
+         * client writing the block keeps them from it, so the block
+         * refused for good although the origin takes data again. */
         unsigned failures = writeback_block_failures(c, p->oblock);
-        if (failures >= WB_FAILURES_EIO) {
+        if (failures >= WB_FAILURES_EIO && writeback_block_backing_off(c, p->oblock)) {
             uint64_t off = p->oblock * c->block_size;
             int err = writeback_refusal(c, p->oblock);
             writeback_note_write_failed(c);
