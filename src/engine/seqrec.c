@@ -30,8 +30,10 @@
  * the older copy lacks: "damage"), the older device is named instead
  * (seqrec_explain_refusal()).  A record of version 1 has no entries: it
  * is read, compared as a whole, and written anew at the start, with the
- * entries the scan found (none after a start from the checkpoint: those
- * come with the flushes of the run).  The record is written
+ * entries the scan found: a device's newest chunk when it is at or below
+ * the record's chunk (which vouches for every chunk up to it), else its
+ * newest that a header's flushed mark covers (none after a start from the
+ * checkpoint: those come with the flushes of the run).  The record is written
  *
  *  - at start, once recovery and the checks are done: the durable mark
  *    recovery read (a header's flushed mark or the clean stop's record),
@@ -948,9 +950,28 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
         guard_apply(c);
         /* What the record vouched for on each device is still there (it
          * was checked): the log counts from it, so that a start from a
-         * checkpoint (which scans nothing) keeps each device's entry. */
+         * checkpoint (which scans nothing) keeps each device's entry.
+         * And the record's chunk vouches for every chunk up to it, on
+         * every device: a device whose newest chunk found is at or below
+         * it holds that chunk durably, though no header's flushed mark
+         * may say so (the scan counts a device's chunks only up to the
+         * marks: one written after a FLUSH's chunks, within the second
+         * after it, or none if a kill came first) -- and a record
+         * without entries (version 1, or a device's entry dropped) would
+         * otherwise get an entry below the chunks the device received
+         * since an older copy of it was taken, and that copy put back
+         * was taken for current, or refused as an older copy of the
+         * whole set, not of that device.  A device with chunks above the
+         * record's keeps what the marks say (its newest at or below the
+         * record's chunk is not known here: less, never more); so does a
+         * start that scanned nothing (newest_chunks_known).  Not for
+         * a device with a failure mark: its chunks from before the
+         * failure are untrusted, whatever the record says of them. */
         for (unsigned d = 0; d < c->ndevs; d++) {
             uint64_t v = TC_MIN(l.dev_recorded[d], c->lg.chunks_written_upto);
+            uint64_t found = c->devs[d].newest_chunk;     /* not a stop record's: the set's */
+            if (c->newest_chunks_known && c->failed_seq[d] == 0 && found <= l.recorded)
+                v = TC_MAX(v, TC_MIN(found, c->lg.chunks_written_upto));
             if (v > c->lg.dev_flushed[d])
                 c->lg.dev_flushed[d] = c->lg.dev_written[d] = v;
         }
@@ -958,7 +979,7 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
         tc_info("sequence record %s: the log reaches chunk %llu, at least the %llu recorded %s%s",
                 sr->path, (unsigned long long)l.found, (unsigned long long)l.recorded, l.when,
                 sr->upgrade ? " (a version 1 record, without each device's chunk: written "
-                              "anew in version 2)"
+                              "anew with them)"
                 : c->ndevs > 1 ? "; each device reaches the chunk recorded for it" : "");
         break;
     }
