@@ -44,6 +44,9 @@ environment:
   FZ_POWER=2   as 1, but each device keeps a random part of its unflushed
                writes: the first K of them, or all but one (a volatile
                write cache keeps no order between flushes)
+  FZ_POWER=3   as 2, and half the time the first write not kept is torn
+               after its chunk header when it is a chunk (tests/tools/undo
+               --torn): the header reached the device, the data did not
   FZ_CKPT=1    running checkpoints, small and frequent; FZ_CKPT=auto or
                a byte count: TIERCACHE_TEST_CKPT_BYTES as given
   FZ_MODES=a,b the modes a start or a mode switch picks from (default all
@@ -346,7 +349,7 @@ class Daemon:
             return
         for x in [ORIGIN_FILE] + CACHE.split(","):
             how = "all"
-            if POWER == 2:
+            if POWER >= 2:
                 rc, out = undo("--list", f"{x}.undo", x)
                 n = len(out.splitlines())
                 if n and prng.random() < 0.3:
@@ -356,8 +359,12 @@ class Daemon:
                         log(f"  power loss {os.path.basename(x)}: write {i} of {n} lost, the others kept")
                         continue
                 k = prng.randint(0, n)
-                rc, out = undo("--keep", str(k), f"{x}.undo", x)
-                how = f"the first {k} of {n} kept"
+                if POWER == 3 and k < n and prng.random() < 0.5:
+                    rc, out = undo("--keep", str(k), "--torn", f"{x}.undo", x)
+                    how = f"the first {k} of {n} kept, the next torn after its chunk header"
+                else:
+                    rc, out = undo("--keep", str(k), f"{x}.undo", x)
+                    how = f"the first {k} of {n} kept"
             else:
                 rc, out = undo(f"{x}.undo", x)
             if rc != 0:
