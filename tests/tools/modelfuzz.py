@@ -78,7 +78,9 @@ environment:
                also after a crash), so may a FLUSH (then nothing is taken
                as durable), and a SIGTERM stop may exit 1 (taken as a
                crash); every read must still succeed and return data the
-               model allows
+               model allows.  FZ_ORIGFAIL=enospc: the writes fail with
+               ENOSPC instead (the origin's file system full), and so may
+               the client's requests
   FZ_EXTRA     more serve options
   FZ_HANG      seconds without progress taken as a hang (default 180)
 """
@@ -110,6 +112,8 @@ DEVFAIL = bool(os.environ.get("FZ_DEVFAIL"))
 frng = random.Random(SEED * 104729 + 3)   # FZ_DEVFAIL's choices
 devfailed = [False]                       # a device failure was armed
 ORIGFAIL = bool(os.environ.get("FZ_ORIGFAIL"))
+ORIG_ERRNO = 28 if os.environ.get("FZ_ORIGFAIL") == "enospc" else 5
+ORIG_MAY = (5, ORIG_ERRNO)                # the errors it lets clients see
 orng = random.Random(SEED * 15485863 + 5)  # FZ_ORIGFAIL's choices
 origfailed = [False]                      # an origin write failure was armed
 env = dict(os.environ)
@@ -302,7 +306,7 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{D}/oboom")
             o = ((o + "&") if o.startswith("testdev:") else f"testdev:{o}?") + \
-                f"eio_when={D}/oboom&eio_count={ORIGFAIL_COUNT[0]}&eio_ops=write"
+                f"eio_when={D}/oboom&eio_count={ORIGFAIL_COUNT[0]}&eio_ops=write&eio_errno={ORIG_ERRNO}"
         if DEVFAIL:
             # A boom file left armed by a daemon killed before its next
             # write would fail this start's first write: not the point.
@@ -540,7 +544,7 @@ def do_write(d, fua=False, h=None):
 def origin_eio(e, what):
     """Whether a write's (write-zeroes', trim's) EIO is one FZ_ORIGFAIL
     allows: the origin failed writes since the run began."""
-    if origfailed[0] and getattr(e, "errnum", None) == 5:
+    if origfailed[0] and getattr(e, "errnum", None) in ORIG_MAY:
         log(f"  {what} failed after an origin write failure (allowed)", e)
         return True
     return False
@@ -617,7 +621,8 @@ def do_flush(d):
     try:
         h.flush()
     except nbd.Error as e:
-        if (devfailed[0] or origfailed[0]) and getattr(e, "errnum", None) == 5:
+        if ((devfailed[0] and getattr(e, "errnum", None) == 5) or
+                (origfailed[0] and getattr(e, "errnum", None) in ORIG_MAY)):
             log("  flush failed after a device or origin failure (allowed)", e)
             return
         op_failed(e, "flush")
@@ -645,9 +650,10 @@ def wait_aio(pairs, what, eio_ok=(), writes=()):
                 if h.aio_command_completed(c):
                     break
             except nbd.Error as e:
-                if ((h, c) in eio_ok and devfailed[0] or (h, c) in writes and origfailed[0]) and \
-                        getattr(e, "errnum", None) == 5:
-                    log(f"  {what}: a request failed after a device failure (allowed)", e)
+                errnum = getattr(e, "errnum", None)
+                if ((h, c) in eio_ok and devfailed[0] and errnum == 5 or
+                        (h, c) in writes and origfailed[0] and errnum in ORIG_MAY):
+                    log(f"  {what}: a request failed after a device or origin failure (allowed)", e)
                     failed.add((h, c))
                     break
                 op_failed(e, what)
