@@ -1854,6 +1854,8 @@ static int drop_torn_data(struct recovery *rc, char *err, size_t errlen)
     for (size_t t = 0; t < rc->ntorn_data && ret == 0; t++) {
         uint32_t s = rc->torn_data[t].s;
         const struct segment *sg = space_seg(&c->sp, s);
+        if (rc->torn_data[t].k >= sg->nchunks)
+            continue;           /* its segment was dropped since: no start reads it */
         const struct chunk_ref *cr = &sg->chunks[rc->torn_data[t].k];
         struct tc_dev *dev = seg_cdev(c, s)->dev;
         uint64_t base = seg_dev_offset(c, s);
