@@ -119,6 +119,14 @@ struct recovery {
      * at rc->stop[s] (0: none), when the header there or a later chunk
      * behind it is of the segment's incarnation; wipe_torn() erases them. */
     uint64_t *torn_group;
+    /* The chunks whose header checks but some of whose entries' data did
+     * not (written after the durable mark, torn by the crash): segment
+     * and index in its chunk table.  drop_torn_data() rewrites their
+     * headers without those entries. */
+    struct torn_chunk {
+        uint32_t s, k;
+    } *torn_data;
+    size_t ntorn_data, torn_data_cap;
 };
 
 /*
@@ -756,6 +764,22 @@ static void chunk_data_room(struct chunk_read *rd, size_t len)
     rd->data_cap = len;
 }
 
+/* Chunk k of segment s has entries whose data is torn (once per chunk:
+ * its entries are read in order). */
+static void note_torn_data(struct recovery *rc, uint32_t s, uint32_t k)
+{
+    if (rc->ntorn_data > 0 && rc->torn_data[rc->ntorn_data - 1].s == s &&
+        rc->torn_data[rc->ntorn_data - 1].k == k)
+        return;
+    if (rc->ntorn_data == rc->torn_data_cap) {
+        rc->torn_data_cap = rc->torn_data_cap ? 2 * rc->torn_data_cap : 16;
+        rc->torn_data = realloc(rc->torn_data, rc->torn_data_cap * sizeof *rc->torn_data);
+        if (rc->torn_data == NULL)
+            abort();
+    }
+    rc->torn_data[rc->ntorn_data++] = (struct torn_chunk){ s, k };
+}
+
 /* Steps 3 and 4's input: the entries of one chunk of a live segment, read
  * into rd.  False when the rest of the segment cannot be read. */
 static bool read_entries(struct recovery *rc, struct chunk_read *rd)
@@ -824,8 +848,10 @@ static bool read_entries(struct recovery *rc, struct chunk_read *rd)
                 if (tc_crc32c(0, data + (size_t)(first + x) * TC_SECTOR, TC_SECTOR) !=
                     chunk_data_crc(rd->hdr, &h, c->spb, first + x))
                     r.bad = true;
-            if (r.bad)
+            if (r.bad) {
                 c->st.recovery_unflushed++;
+                note_torn_data(rc, s, rd->k);
+            }
         }
         if (r.seq > rc->max_seq)
             rc->max_seq = r.seq;
@@ -1421,6 +1447,7 @@ static void rc_free(struct recovery *rc)
     struct cache *c = rc->c;
     free(rc->stop);
     free(rc->torn_group);
+    free(rc->torn_data);
     free(rc->last_chunk);
     free(rc->walks);
     for (uint32_t s = 0; s < c->sp.nsegs; s++) {
@@ -1440,6 +1467,7 @@ static void rc_free(struct recovery *rc)
 }
 
 static int wipe_torn(struct recovery *rc, char *err, size_t errlen);
+static int drop_torn_data(struct recovery *rc, char *err, size_t errlen);
 
 /*
  * A start after a crash from the newest running checkpoint
@@ -1764,7 +1792,9 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
         tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
                 "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);
     /* Before anything is appended, and only for a start that serves. */
-    int wiped = wipe_torn(&rc, err, errlen);
+    int wiped = drop_torn_data(&rc, err, errlen);
+    if (wiped == 0)
+        wiped = wipe_torn(&rc, err, errlen);
     free(wl);
     rc_free(&rc);
     ckpt_loaded_free(l);
@@ -1776,6 +1806,148 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
     space_compact_chunk_tables(&c->sp);
     malloc_trim(0);
     return wiped < 0 ? -1 : 1;
+}
+
+/* Whether recovery applied a whole copy of block oblock's version seq. */
+static bool whole_version(const struct recovery *rc, uint64_t oblock, uint64_t seq)
+{
+    for (size_t j = 0; j < rc->nrecs; j++) {
+        const struct rec *v = &rc->recs[j];
+        if (v->seq == seq && v->type == TC_ENTRY_DATA && v->oblock == oblock && !v->bad)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * The entries of a chunk whose data did not fully reach the device (its
+ * header did: the chunk was written after the durable mark and torn by
+ * the crash) are ignored, as if never written (read_entries()).  That
+ * must hold for every later start too, but nothing else on the device
+ * says so: the log goes on, its flushed marks pass the chunk's sequence,
+ * and the next start after a crash takes the chunk for durable and no
+ * longer reads its data -- the torn versions came back, newest of their
+ * blocks, and shadowed the versions they were ignored for: a flushed
+ * write read EIO (the torn sectors fail their checksums) or the origin's
+ * older data.  So before serving, each such chunk's header is written
+ * again without the entries whose data fails, nor the tombstones linked
+ * to a version that no whole copy is left of (apply() ignores both), and
+ * the device is flushed, before anything is appended.  Its other entries,
+ * its data CRCs and its size stay as they were.  A crash in the middle
+ * leaves a header that does not check, past the durable mark: judged torn
+ * by the next start, as the crash's own tail (nothing of it was served).
+ * A failure to write refuses the start.
+ */
+static int drop_torn_data(struct recovery *rc, char *err, size_t errlen)
+{
+    struct cache *c = rc->c;
+    if (c->offline || c->damage || rc->ntorn_data == 0)
+        return 0;
+    uint8_t *hdr = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
+    uint8_t *out = tc_alloc_aligned((size_t)TC_MAX_HDR_SECTORS * TC_SECTOR);
+    uint8_t *data = NULL;
+    size_t data_cap = 0;
+    struct tc_entry *ents = NULL;
+    uint32_t *crcs = NULL;
+    int ret = 0;
+    bool flush[TC_MAX_DEVICES] = { false };
+    for (size_t t = 0; t < rc->ntorn_data && ret == 0; t++) {
+        uint32_t s = rc->torn_data[t].s;
+        const struct segment *sg = space_seg(&c->sp, s);
+        if (rc->torn_data[t].k >= sg->nchunks)
+            continue;           /* its segment was dropped since: no start reads it */
+        const struct chunk_ref *cr = &sg->chunks[rc->torn_data[t].k];
+        struct tc_dev *dev = seg_cdev(c, s)->dev;
+        uint64_t base = seg_dev_offset(c, s);
+        uint64_t hoff = base + (uint64_t)cr->start * TC_SECTOR;
+        size_t hlen = (size_t)cr->hdr_sectors * TC_SECTOR;
+        size_t dlen = (size_t)cr->data_sectors * TC_SECTOR;
+        struct tc_chunk_header h;
+        char why[128];
+        int e = dev_sync_io(dev, TC_DEV_READ, hdr, hoff, hlen, 0);
+        if (e == 0 && dlen > data_cap) {
+            free(data);
+            data = tc_alloc_aligned(dlen);
+            data_cap = dlen;
+        }
+        if (e == 0)
+            e = dev_sync_io(dev, TC_DEV_READ, data, hoff + hlen, dlen, 0);
+        if (e) {
+            snprintf(err, errlen, "%s: reading again the chunk at byte %llu (segment %u, sector "
+                     "%u), torn by the crash, failed: %s", dev->name, (unsigned long long)hoff,
+                     s, cr->start, strerror(-e));
+            ret = -1;
+            break;
+        }
+        if (chunk_decode(hdr, hlen, c->set_uuid, c->spb, c->seg_sectors, &h, why,
+                         sizeof why) < 0 || h.data_sectors != cr->data_sectors) {
+            snprintf(err, errlen, "%s: the chunk at byte %llu (segment %u, sector %u), torn by "
+                     "the crash, reads otherwise than at the start's scan: %s", dev->name,
+                     (unsigned long long)hoff, s, cr->start, why);
+            ret = -1;
+            break;
+        }
+        ents = realloc(ents, ((size_t)h.nr_entries + 1) * sizeof *ents);
+        crcs = realloc(crcs, ((size_t)h.data_sectors + 1) * sizeof *crcs);
+        if (ents == NULL || crcs == NULL)
+            abort();
+        for (uint32_t i = 0; i < h.data_sectors; i++)
+            crcs[i] = chunk_data_crc(hdr, &h, c->spb, i);
+        uint32_t kept = 0, dropped = 0;
+        for (uint32_t i = 0; i < h.nr_entries; i++) {
+            struct tc_entry *en = &ents[kept];
+            if (chunk_entry(hdr, &h, c->spb, i, en, why, sizeof why) < 0) {
+                dropped++;      /* malformed: every start ignores it alike */
+                continue;
+            }
+            bool torn = false;
+            if (en->type == TC_ENTRY_DATA) {
+                unsigned n = mask_count(&en->valid);
+                for (unsigned x = 0; x < n && !torn; x++)
+                    torn = en->data_sector + x >= h.data_sectors ||
+                           tc_crc32c(0, data + (size_t)(en->data_sector + x) * TC_SECTOR,
+                                     TC_SECTOR) != crcs[en->data_sector + x];
+            } else if (en->type == TC_ENTRY_TOMBSTONE && en->target) {
+                torn = !whole_version(rc, en->oblock, en->target);
+            }
+            if (torn)
+                dropped++;
+            else
+                kept++;
+        }
+        if (dropped == 0)
+            continue;
+        h.nr_entries = kept;
+        chunk_encode(out, &h, ents, crcs, c->spb);
+        e = dev_sync_io(dev, TC_DEV_WRITE, out, hoff, hlen, 0);
+        if (e) {
+            snprintf(err, errlen, "%s: writing the header of the chunk at byte %llu (segment %u, "
+                     "sector %u) without its %u entries torn by the crash failed: %s", dev->name,
+                     (unsigned long long)hoff, s, cr->start, dropped, strerror(-e));
+            ret = -1;
+            break;
+        }
+        flush[space_seg_dev(&c->sp, s)] = true;
+        tc_info("cache: %s: segment %u, chunk at sector %u: %u entr%s whose data the crash tore "
+                "dropped from its header", dev->name, s, cr->start, dropped,
+                dropped == 1 ? "y" : "ies");
+    }
+    for (unsigned i = 0; i < c->ndevs && ret == 0; i++) {
+        if (!flush[i])
+            continue;
+        int e = dev_sync_io(c->devs[i].dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
+        if (e) {
+            snprintf(err, errlen, "%s: flushing the rewritten headers of chunks torn by the "
+                     "crash failed: %s", c->devs[i].dev->name, strerror(-e));
+            ret = -1;
+        }
+    }
+    free(hdr);
+    free(out);
+    free(data);
+    free(ents);
+    free(crcs);
+    return ret;
 }
 
 /*
@@ -1971,7 +2143,9 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
                 (unsigned long long)c->st.recovery_malformed);
     free(live);
     /* Before anything is appended, and only for a start that serves. */
-    int wiped = older_copy < 0 ? 0 : wipe_torn(&rc, err, errlen);
+    int wiped = older_copy < 0 ? 0 : drop_torn_data(&rc, err, errlen);
+    if (older_copy >= 0 && wiped == 0)
+        wiped = wipe_torn(&rc, err, errlen);
     rc_free(&rc);
     /* The temporaries above were allocated among the chunk tables, which
      * stay: moved now, into the space the temporaries left, and freed

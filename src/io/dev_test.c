@@ -41,6 +41,9 @@
  *                   a small read of bad sectors fails, a larger one around
  *                   them succeeds -- to reach a path that reads small).
  *   eio_minlen=N    only requests of at least N bytes fail (the reverse).
+ *   eio_errno=N     the requests the eio_ options fail get errno N instead
+ *                   of EIO (28, ENOSPC: an origin whose file system is
+ *                   full).
  *   hold_when=FILE  while FILE exists, requests (of the kinds hold_ops=LIST
  *                   names, as eio_ops does; default all) are held, not
  *                   sent: a device that stops answering at a moment the
@@ -98,6 +101,7 @@ struct dev_test {
     uint64_t eio_from, eio_to;  /* eio_range: [from, to); to 0: everywhere */
     uint64_t eio_maxlen;        /* 0: any length */
     uint64_t eio_minlen;
+    int eio_errno;              /* what a failing request gets (EIO) */
     long long ops;
     unsigned eio_ops;           /* EIO_* bits: the requests that may fail */
     char *hold_when;
@@ -386,7 +390,7 @@ static void test_issue(struct dev_test *d, struct tc_dev_io *dio, bool hold_repl
         return;
     }
     if (failing(d, dio)) {
-        dev_complete(dio, -EIO);
+        dev_complete(dio, -d->eio_errno);
         return;
     }
     off_t rec_mark = 0;
@@ -470,6 +474,7 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
     d->raw_fd = -1;
     d->undo_fd = -1;
     d->eio_after = -1;
+    d->eio_errno = EIO;
     d->eio_ops = EIO_ALL;
     d->hold_ops = EIO_ALL;
     d->held_tail = &d->held;
@@ -510,6 +515,14 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
                 snprintf(err, errlen, "testdev: eio_count=%s: want a count above 0", o + 10);
                 goto fail;
             }
+        } else if (strncmp(o, "eio_errno=", 10) == 0) {
+            char *end;
+            long v = strtol(o + 10, &end, 0);
+            if (*end != '\0' || v <= 0 || v > 4095) {
+                snprintf(err, errlen, "testdev: eio_errno=%s: want an errno number", o + 10);
+                goto fail;
+            }
+            d->eio_errno = (int)v;
         } else if (strcmp(o, "eio_held") == 0) {
             d->eio_held = true;
         } else if (strncmp(o, "eio_after=", 10) == 0) {
@@ -572,7 +585,7 @@ struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const ch
         } else {
             snprintf(err, errlen, "testdev: unknown option '%s' (undo=, undo_append=, "
                      "eio_when=, eio_once, eio_count=, eio_after=, eio_range=, eio_maxlen=, "
-                     "eio_minlen=, eio_ops=, hold_when=, hold_ops=, hold_range=, hold_minlen=, "
+                     "eio_minlen=, eio_errno=, eio_ops=, hold_when=, hold_ops=, hold_range=, hold_minlen=, "
                      "hold_once, eio_held)", o);
             goto fail;
         }

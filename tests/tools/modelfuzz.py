@@ -44,6 +44,9 @@ environment:
   FZ_POWER=2   as 1, but each device keeps a random part of its unflushed
                writes: the first K of them, or all but one (a volatile
                write cache keeps no order between flushes)
+  FZ_POWER=3   as 2, and half the time the first write not kept is torn
+               after its chunk header when it is a chunk (tests/tools/undo
+               --torn): the header reached the device, the data did not
   FZ_CKPT=1    running checkpoints, small and frequent; FZ_CKPT=auto or
                a byte count: TIERCACHE_TEST_CKPT_BYTES as given
   FZ_MODES=a,b the modes a start or a mode switch picks from (default all
@@ -66,6 +69,18 @@ environment:
                EIO: lost), a SIGTERM stop may exit 1 (then taken as a
                crash), but no read may return data the model does not
                allow
+  FZ_ORIGFAIL=1  the origin through testdev, and now and then (a
+               generator of its own) its next 1 to 20 writes (zeroes and
+               trims too) fail with EIO: the origin's disk refusing
+               writes for a moment.  From the first such failure on, a
+               client's write, write-zeroes or trim may fail with EIO, and
+               its sectors then read their older data or the new (either,
+               also after a crash), so may a FLUSH (then nothing is taken
+               as durable), and a SIGTERM stop may exit 1 (taken as a
+               crash); every read must still succeed and return data the
+               model allows.  FZ_ORIGFAIL=enospc: the writes fail with
+               ENOSPC instead (the origin's file system full), and so may
+               the client's requests
   FZ_EXTRA     more serve options
   FZ_HANG      seconds without progress taken as a hang (default 180)
 """
@@ -96,6 +111,11 @@ HANG = float(os.environ.get("FZ_HANG") or 180)
 DEVFAIL = bool(os.environ.get("FZ_DEVFAIL"))
 frng = random.Random(SEED * 104729 + 3)   # FZ_DEVFAIL's choices
 devfailed = [False]                       # a device failure was armed
+ORIGFAIL = bool(os.environ.get("FZ_ORIGFAIL"))
+ORIG_ERRNO = 28 if os.environ.get("FZ_ORIGFAIL") == "enospc" else 5
+ORIG_MAY = (5, ORIG_ERRNO)                # the errors it lets clients see
+orng = random.Random(SEED * 15485863 + 5)  # FZ_ORIGFAIL's choices
+origfailed = [False]                      # an origin write failure was armed
 env = dict(os.environ)
 env.setdefault("TIERCACHE_ORIGIN_RECORDS", f"{D}/rec")
 os.makedirs(env["TIERCACHE_ORIGIN_RECORDS"], exist_ok=True)
@@ -281,6 +301,12 @@ class Daemon:
         if POWER:
             o = f"testdev:{ORIGIN}?undo={ORIGIN}.undo"
             cs = [f"testdev:{x}?undo={x}.undo" for x in cs]
+        if ORIGFAIL:
+            # As FZ_DEVFAIL's boom files: none left armed from before.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{D}/oboom")
+            o = ((o + "&") if o.startswith("testdev:") else f"testdev:{o}?") + \
+                f"eio_when={D}/oboom&eio_count={ORIGFAIL_COUNT[0]}&eio_ops=write&eio_errno={ORIG_ERRNO}"
         if DEVFAIL:
             # A boom file left armed by a daemon killed before its next
             # write would fail this start's first write: not the point.
@@ -346,7 +372,7 @@ class Daemon:
             return
         for x in [ORIGIN_FILE] + CACHE.split(","):
             how = "all"
-            if POWER == 2:
+            if POWER >= 2:
                 rc, out = undo("--list", f"{x}.undo", x)
                 n = len(out.splitlines())
                 if n and prng.random() < 0.3:
@@ -356,8 +382,12 @@ class Daemon:
                         log(f"  power loss {os.path.basename(x)}: write {i} of {n} lost, the others kept")
                         continue
                 k = prng.randint(0, n)
-                rc, out = undo("--keep", str(k), f"{x}.undo", x)
-                how = f"the first {k} of {n} kept"
+                if POWER == 3 and k < n and prng.random() < 0.5:
+                    rc, out = undo("--keep", str(k), "--torn", f"{x}.undo", x)
+                    how = f"the first {k} of {n} kept, the next torn after its chunk header"
+                else:
+                    rc, out = undo("--keep", str(k), f"{x}.undo", x)
+                    how = f"the first {k} of {n} kept"
             else:
                 rc, out = undo(f"{x}.undo", x)
             if rc != 0:
@@ -373,7 +403,7 @@ class Daemon:
             rc = self.proc.wait(timeout=HANG)
         except subprocess.TimeoutExpired:
             fail(f"the daemon did not stop within {HANG:.0f} s of SIGTERM")
-        if rc != 0 and not (rc == 1 and devfailed[0]):
+        if rc != 0 and not (rc == 1 and (devfailed[0] or origfailed[0])):
             fail(f"the daemon stopped with status {rc} after SIGTERM")
         return rc
 
@@ -496,6 +526,9 @@ def do_write(d, fua=False, h=None):
             log(f"  write of sectors {s0}+{n} failed: a lost 4 KiB sector covered in part "
                 "(allowed)", e)
             return
+        if origin_eio(e, f"write of sectors {s0}+{n}"):
+            maybe_written(s0, n, g)
+            return
         op_failed(e, f"write of sectors {s0}+{n}")
     for i in range(n):
         s = s0 + i
@@ -506,6 +539,28 @@ def do_write(d, fua=False, h=None):
             crash_trim[s] = None
         else:
             crash[s].add(g)
+
+
+def origin_eio(e, what):
+    """Whether a write's (write-zeroes', trim's) EIO is one FZ_ORIGFAIL
+    allows: the origin failed writes since the run began."""
+    if origfailed[0] and getattr(e, "errnum", None) in ORIG_MAY:
+        log(f"  {what} failed after an origin write failure (allowed)", e)
+        return True
+    return False
+
+
+def maybe_written(s0, n, g):
+    """A write that failed may have changed its sectors or not: each
+    reads either, now and after a crash."""
+    for i in range(n):
+        s = s0 + i
+        if ctrim[s] is not None:
+            ctrim[s].add(g)
+        cur[s] = cur[s] | {g}
+        crash[s].add(g)
+        if crash_trim[s] is not None:
+            crash_trim[s].add(g)
 
 
 def do_zero(d):
@@ -525,6 +580,9 @@ def do_zero(d):
         if partial_lost_eio(e, s0, n):
             log(f"  write-zeroes of sectors {s0}+{n} failed: a lost 4 KiB sector covered in "
                 "part (allowed)", e)
+            return
+        if origin_eio(e, f"write-zeroes of sectors {s0}+{n}"):
+            maybe_written(s0, n, ZERO)
             return
         op_failed(e, f"write-zeroes of sectors {s0}+{n} flags {flags:#x}",
                   (95,) if flags & nbd.CMD_FLAG_FAST_ZERO else ())  # ENOTSUP
@@ -547,7 +605,8 @@ def do_trim(d):
     try:
         h.trim(n * S, s0 * S)
     except nbd.Error as e:
-        op_failed(e, f"trim of sectors {s0}+{n}")
+        if not origin_eio(e, f"trim of sectors {s0}+{n}"):
+            op_failed(e, f"trim of sectors {s0}+{n}")
     for i in range(n):
         s = s0 + i
         cur[s] = cur[s] | {ZERO}
@@ -562,8 +621,9 @@ def do_flush(d):
     try:
         h.flush()
     except nbd.Error as e:
-        if devfailed[0] and getattr(e, "errnum", None) == 5:
-            log("  flush failed after a device failure (allowed)", e)
+        if ((devfailed[0] and getattr(e, "errnum", None) == 5) or
+                (origfailed[0] and getattr(e, "errnum", None) in ORIG_MAY)):
+            log("  flush failed after a device or origin failure (allowed)", e)
             return
         op_failed(e, "flush")
     durable()
@@ -577,11 +637,12 @@ def durable():
         crash_trim[s] = None if ctrim[s] is None else set(ctrim[s])
 
 
-def wait_aio(pairs, what, eio_ok=()):
+def wait_aio(pairs, what, eio_ok=(), writes=()):
     """Waits for each (handle, cookie); the run fails if one fails, but
     for an EIO of the (handle, cookie) pairs in eio_ok after a device
-    failure (cookies are numbered per handle).  Returns the pairs that
-    failed so."""
+    failure (cookies are numbered per handle), or of the writes after an
+    origin write failure (FZ_ORIGFAIL).  Returns the pairs that failed
+    so."""
     failed = set()
     for h, c in pairs:
         while True:
@@ -589,8 +650,10 @@ def wait_aio(pairs, what, eio_ok=()):
                 if h.aio_command_completed(c):
                     break
             except nbd.Error as e:
-                if (h, c) in eio_ok and devfailed[0] and getattr(e, "errnum", None) == 5:
-                    log(f"  {what}: a request failed after a device failure (allowed)", e)
+                errnum = getattr(e, "errnum", None)
+                if ((h, c) in eio_ok and devfailed[0] and errnum == 5 or
+                        (h, c) in writes and origfailed[0] and errnum in ORIG_MAY):
+                    log(f"  {what}: a request failed after a device or origin failure (allowed)", e)
                     failed.add((h, c))
                     break
                 op_failed(e, what)
@@ -617,14 +680,18 @@ def do_race(d):
     c2 = d.h[1].aio_pwrite(b2, s1 * S)
     p1, p2 = (d.h[0], c1), (d.h[1], c2)
     failed = wait_aio([p1, p2], f"racing writes of sectors {s0}+{n} and {s1}+{n}",
-                      eio_ok=race_eio_ok(p1, s0, n) + race_eio_ok(p2, s1, n))
+                      eio_ok=race_eio_ok(p1, s0, n) + race_eio_ok(p2, s1, n), writes=[p1, p2])
     both = {}
     for base, g, p in ((s0, g1, p1), (s1, g2, p2)):
         if p in failed:
+            if origfailed[0]:
+                maybe_written(base, n, g)
             continue    # a failed write changes nothing (partial_lost_eio())
         for i in range(n):
             both.setdefault(base + i, set()).add(g)
     for s, gs in both.items():
+        if origfailed[0] and failed:
+            gs = gs | cur[s]    # the other write failed: it may have left its data
         cur[s] = gs
         ctrim[s] = None
         crash[s] |= gs
@@ -647,9 +714,12 @@ def do_race_rw(d):
     c2 = d.h[1].aio_pwrite(b, s1 * S)
     failed = wait_aio([(d.h[0], c1), (d.h[1], c2)], f"{'prefetch' if pre else 'read'} of sectors "
                       f"{s0}+{n} racing a write of {s1}+{n}",
-                      eio_ok=[(d.h[0], c1)] + race_eio_ok((d.h[1], c2), s1, n))
+                      eio_ok=[(d.h[0], c1)] + race_eio_ok((d.h[1], c2), s1, n),
+                      writes=[(d.h[1], c2)])
     read_ok = (d.h[0], c1) not in failed
     write_ok = (d.h[1], c2) not in failed
+    if not write_ok and origfailed[0]:
+        maybe_written(s1, n, g)
     if not pre and read_ok:
         data = rbuf.to_bytearray()
         for i in range(n):
@@ -687,6 +757,7 @@ def restart():
     check_all(d)
 
 
+ORIGFAIL_COUNT = [5]
 MODES = (os.environ.get("FZ_MODES") or "writeback,writethrough,writearound,passthrough").split(",")
 ckenv = None
 if os.environ.get("FZ_CKPT") == "1":
@@ -704,6 +775,13 @@ for step in range(STEPS):
         log("DEVFAIL", i)
         open(f"{D}/boom{i}", "w").close()
         devfailed[0] = True
+    if ORIGFAIL and orng.random() < 0.03:
+        ORIGFAIL_COUNT[0] = orng.randint(1, 20)
+        log("ORIGFAIL", ORIGFAIL_COUNT[0])
+        # eio_count is read at the daemon's start: the boom file arms
+        # the count it was started with (the next start takes this one).
+        open(f"{D}/oboom", "w").close()
+        origfailed[0] = True
     r = rng.random()
     if r < 0.35:
         op = "write"
