@@ -105,29 +105,6 @@ uint32_t tc_format_segment_size(uint64_t usable, uint32_t block_size)
     return TC_MAX(seg, 4 * block_size);
 }
 
-/* The other name of the same data as a file and as a loop device over it
- * at offset 0 (io/dev_file.c: "file:MAJ:MIN:INO[:bBIRTH]" and
- * "loop:MAJ:MIN:INO:0[:bBIRTH]"), so that an origin recorded under one
- * is found when given as --cache under the other.  false if identity is
- * neither (or a loop at another offset). */
-static bool loop_file_twin(const char *identity, char *out, size_t len)
-{
-    unsigned maj, min;
-    unsigned long long ino, off;
-    int end = 0;
-    if (sscanf(identity, "file:%u:%u:%llu%n", &maj, &min, &ino, &end) == 3 && end > 0) {
-        snprintf(out, len, "loop:%u:%u:%llu:0%s", maj, min, ino, identity + end);
-        return true;
-    }
-    end = 0;
-    if (sscanf(identity, "loop:%u:%u:%llu:%llu%n", &maj, &min, &ino, &off, &end) == 4 &&
-        end > 0 && off == 0) {
-        snprintf(out, len, "file:%u:%u:%llu%s", maj, min, ino, identity + end);
-        return true;
-    }
-    return false;
-}
-
 /* The offset of the first byte that is not zero in the device's first
  * plen bytes (already read into probe) or in DATA_SAMPLES reads of
  * DATA_SAMPLE bytes spread evenly over the rest: *at, or UINT64_MAX when
@@ -278,11 +255,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
          * holding a superblock is. */
         if (!dev_is_mem(path)) {
             struct originrec drec = { .found = false };
-            char other[sizeof devs[n]->identity];
             if (originrec_read(devs[n]->identity, NULL, &drec, err, errlen) < 0)
-                goto out;
-            if (!drec.found && loop_file_twin(devs[n]->identity, other, sizeof other) &&
-                originrec_read(other, NULL, &drec, err, errlen) < 0)
                 goto out;
             if (drec.found) {
                 snprintf(err, errlen, "--cache %s is the origin of cache set %s (devices %s; "
