@@ -105,6 +105,42 @@ uint32_t tc_format_segment_size(uint64_t usable, uint32_t block_size)
     return TC_MAX(seg, 4 * block_size);
 }
 
+/* The offset of the first byte that is not zero in the device's first
+ * plen bytes (already read into probe) or in DATA_SAMPLES reads of
+ * DATA_SAMPLE bytes spread evenly over the rest: *at, or UINT64_MAX when
+ * all read zero.  0, or -errno of a failed read.  probe is overwritten. */
+#define DATA_SAMPLES 8u
+#define DATA_SAMPLE (64u << 10)
+
+static int find_data(struct tc_dev *dev, uint8_t *probe, size_t plen, uint64_t *at)
+{
+    *at = UINT64_MAX;
+    for (size_t i = 0; i < plen; i++) {
+        if (probe[i]) {
+            *at = i;
+            return 0;
+        }
+    }
+    uint64_t size = tc_round_down(dev->size, 4096);
+    for (unsigned k = 1; k <= DATA_SAMPLES; k++) {
+        uint64_t off = tc_round_down(size / DATA_SAMPLES * k, 4096);
+        off = off >= DATA_SAMPLE ? off - DATA_SAMPLE : 0;
+        if (off < plen)
+            continue;
+        uint64_t len = TC_MIN((uint64_t)DATA_SAMPLE, size - off);
+        int e = dev_sync_io(dev, TC_DEV_READ, probe, off, len, 0);
+        if (e)
+            return e;
+        for (uint64_t i = 0; i < len; i++) {
+            if (probe[i]) {
+                *at = off + i;
+                return 0;
+            }
+        }
+    }
+    return 0;
+}
+
 int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char *err,
               size_t errlen)
 {
@@ -212,11 +248,51 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
                 NULL)
                 goto out;
         }
+        /* The origin of a set that may hold writes it lacks (its record,
+         * io/originrec.c): formatted as a cache, that volume's data is
+         * overwritten by this set's log -- --cache given another volume's
+         * origin by mistake.  Refused even with --force, as an origin
+         * holding a superblock is. */
+        if (!dev_is_mem(path)) {
+            struct originrec drec = { .found = false };
+            if (originrec_read(devs[n]->identity, NULL, &drec, err, errlen) < 0)
+                goto out;
+            if (drec.found) {
+                snprintf(err, errlen, "--cache %s is the origin of cache set %s (devices %s; "
+                         "record %s), which may hold writes it lacks: formatting it as a cache "
+                         "device would destroy that volume's data.  Were --cache and --origin "
+                         "mixed up?  If it is no longer an origin, serve it with that set, run "
+                         "'tiercache flush' and stop it (the record goes), or remove the "
+                         "record", path, drec.readable ? drec.set : "(unreadable)",
+                         drec.readable ? drec.devices : "?", drec.path);
+                goto out;
+            }
+        }
         const char *what = tc_detect_signature(probe, plen);
         if (what && !o->force) {
             snprintf(err, errlen, "%s holds a %s; formatting would destroy it (use --force to "
                      "format anyway)", path, what);
             goto out;
+        }
+        /* No signature, but data: another volume's origin (a raw image,
+         * a database's disk) given as --cache by mistake has none either.
+         * The probe and a few places spread over the device are read; a
+         * new or wiped device reads zeroes there. */
+        if (!what && !o->force) {
+            uint64_t at;
+            int e2 = find_data(devs[n], probe, plen, &at);
+            if (e2) {
+                snprintf(err, errlen, "%s: cannot read the device: %s", path, strerror(-e2));
+                goto out;
+            }
+            if (at != UINT64_MAX) {
+                snprintf(err, errlen, "%s holds data (a byte that is not zero at offset %llu) "
+                         "and nothing format knows: it may be a volume's origin or another "
+                         "disk's data, which formatting would destroy (were --cache and "
+                         "--origin mixed up?  use --force to format it anyway)", path,
+                         (unsigned long long)at);
+                goto out;
+            }
         }
         uint64_t missing, avail;
         if (!devs[n]->is_block_device && !o->allow_sparse &&

@@ -36,8 +36,10 @@
  * A record that cannot be read (damaged, another format) is refused as
  * naming an unknown set: nothing proves the origin current.  The check is
  * of the origin's identity, so it holds whatever name the origin is given;
- * an origin that is the same data under another identity (a copy, an NBD
- * export by another URI) is not recognised.
+ * a file and a loop device over it at offset 0 (two identities) are both
+ * looked up (originrec_twin()).  An origin that is the same data under
+ * another identity (a copy, an NBD export by another URI, a loop device
+ * at another offset) is not recognised.
  *
  * Where (record_places()).  The protection is never skipped in silence:
  * a record that cannot be written at a start with a cache refuses the
@@ -187,6 +189,24 @@ static int read_one(const char *dir, const char *identity, struct originrec *r, 
     return 0;
 }
 
+bool originrec_twin(const char *identity, char *out, size_t len)
+{
+    unsigned maj, min;
+    unsigned long long ino, off;
+    int end = 0;
+    if (sscanf(identity, "file:%u:%u:%llu%n", &maj, &min, &ino, &end) == 3 && end > 0) {
+        snprintf(out, len, "loop:%u:%u:%llu:0%s", maj, min, ino, identity + end);
+        return true;
+    }
+    end = 0;
+    if (sscanf(identity, "loop:%u:%u:%llu:%llu%n", &maj, &min, &ino, &off, &end) == 4 &&
+        end > 0 && off == 0) {
+        snprintf(out, len, "file:%u:%u:%llu%s", maj, min, ino, identity + end);
+        return true;
+    }
+    return false;
+}
+
 int originrec_read(const char *identity, const uint8_t *accept_set, struct originrec *r,
                    char *err, size_t errlen)
 {
@@ -195,11 +215,18 @@ int originrec_read(const char *identity, const uint8_t *accept_set, struct origi
     char accept[37] = "";
     if (accept_set)
         tc_uuid_format(accept_set, accept);
-    for (unsigned i = 0; i < p.n; i++) {
-        if (read_one(p.dir[i], identity, r, err, errlen) < 0)
-            return -1;
-        if (r->found && !(accept_set && r->readable && strcmp(r->set, accept) == 0))
-            return 0;
+    /* The origin's own identity, then its twin: a file served before
+     * through a loop device over it (or the reverse) has its record under
+     * the other name. */
+    char twin[512];
+    const char *ids[2] = { identity, originrec_twin(identity, twin, sizeof twin) ? twin : NULL };
+    for (unsigned k = 0; k < 2 && ids[k]; k++) {
+        for (unsigned i = 0; i < p.n; i++) {
+            if (read_one(p.dir[i], ids[k], r, err, errlen) < 0)
+                return -1;
+            if (r->found && !(accept_set && r->readable && strcmp(r->set, accept) == 0))
+                return 0;
+        }
     }
     memset(r, 0, sizeof *r);
     return 0;
@@ -320,9 +347,12 @@ int originrec_remove(const char *identity, const uint8_t set_uuid[16])
     char err[256], set[37];
     tc_uuid_format(set_uuid, set);
     int rc = 0;
-    for (unsigned i = 0; i < p.n; i++) {
+    char twin[512];
+    const char *ids[2] = { identity, originrec_twin(identity, twin, sizeof twin) ? twin : NULL };
+    for (unsigned n = 0; n < 2 * p.n && ids[n / p.n]; n++) {
+        unsigned i = n % p.n;
         struct originrec r;
-        if (read_one(p.dir[i], identity, &r, err, sizeof err) < 0) {
+        if (read_one(p.dir[i], ids[n / p.n], &r, err, sizeof err) < 0) {
             /* Unreadable here: a record there is not this run's (the
              * start read every place), so nothing of it to remove. */
             continue;

@@ -30,6 +30,14 @@ struct originrec {
 int originrec_read(const char *identity, const uint8_t *accept_set, struct originrec *r,
                    char *err, size_t errlen);
 
+/* The identity of the same data as a file and as a loop device over it at
+ * offset 0, the other way round (io/dev_file.c: "file:MAJ:MIN:INO[:bB]"
+ * and "loop:MAJ:MIN:INO:0[:bB]"): records are read and removed under
+ * both, so that an origin served through a loop device over its file is
+ * guarded when served as the file (and the reverse).  false if identity
+ * is neither (or a loop device at another offset). */
+bool originrec_twin(const char *identity, char *out, size_t len);
+
 /* The message refusing to use the origin without the set r names, for
  * WHAT ("serving it without that cache", ...). */
 void originrec_refusal(const struct originrec *r, const char *origin, const char *what,
