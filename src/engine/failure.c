@@ -1761,12 +1761,50 @@ void cache_tombstone(struct cache *c, uint64_t oblock)
         rewrite_block(c, oblock, false, 0, 0);
 }
 
+/* The start's sync of its tombstones (cache_mark_tombstones()). */
+struct start_sync {
+    struct log_waiter lw;
+    bool done;
+    int err;
+};
+
+static void start_synced(struct log_waiter *lw, int err)
+{
+    struct start_sync *x = container_of(lw, struct start_sync, lw);
+    x->err = err;
+    x->done = true;
+}
+
 void cache_mark_tombstones(struct cache *c)
 {
+    size_t appended = 0;
     if (c->nmark_dropped && !c->vol->read_only && !c->abandoned && !c->offline &&
         !c->vol->cache_failed)
-        for (size_t i = 0; i < c->nmark_dropped; i++)
-            cache_tombstone(c, c->mark_dropped[i]);
+        for (size_t i = 0; i < c->nmark_dropped; i++) {
+            if (tombstone(c, c->mark_dropped[i]) == 0)
+                appended++;
+            else if (!c->abandoned && !c->offline && !c->vol->cache_failed)
+                rewrite_block(c, c->mark_dropped[i], false, 0, 0);
+        }
+    /* Durable before the first client is served: a client's write of
+     * the block made durable without them (a FUA write, a chunk of a
+     * later sync) would otherwise meet the dropped version at the next
+     * start, and a power loss before the commit interval's flush lost
+     * them (crash/devfail-mark-tombstone-sync).  A start may wait for the
+     * devices: recovery does.  A failed sync fails its device (the
+     * failure's own appends and marks follow). */
+    if (appended > 0) {
+        struct start_sync x = { .lw = { .fn = start_synced, .need_flush = true } };
+        log_sync(c, &x.lw);
+        while (!x.done)
+            reactor_poll(c->reactor, 100000000ull);
+        if (x.err)
+            tc_warn("cache: the sync of the %zu tombstones of blocks dropped at the start failed "
+                    "(%s)", appended, strerror(-x.err));
+        else
+            tc_info("cache: %zu tombstones of blocks dropped at the start written and flushed",
+                    appended);
+    }
     free(c->mark_dropped);
     c->mark_dropped = NULL;
     c->nmark_dropped = 0;

@@ -49,7 +49,9 @@ void cache_rescue_to_origin(struct cache *c);
 void cache_tombstone(struct cache *c, uint64_t oblock);
 /* The tombstones of the clean blocks recovery dropped for a device
  * failure mark (recovery.c, untrusted_clean()), as cache_tombstone();
- * called once the start may append.  Frees the list. */
+ * called once the start may append, before clients are served: it waits
+ * (polling the reactor) until those appended are written and the devices
+ * flushed.  Frees the list. */
 void cache_mark_tombstones(struct cache *c);
 /* Whether a stop gave up the tombstone of this block (failure.c): no
  * write of it may reach the origin any more. */
