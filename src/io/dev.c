@@ -140,11 +140,59 @@ void dev_complete(struct tc_dev_io *dio, int err)
  */
 static unsigned completions_running;
 
+/* A read that ended well: one more sample of the device's read cost
+ * (struct tc_dev_cost). */
+static void cost_sample(struct tc_dev *dev, const struct tc_dev_io *dio)
+{
+    unsigned k;
+    if (dio->len <= DEV_COST_SMALL)
+        k = 0;
+    else if (dio->len >= DEV_COST_LARGE)
+        k = 1;
+    else
+        return;
+    struct tc_dev_cost *c = &dev->cost;
+    double ns = (double)(tc_now_ns() - dio->start_ns), len = (double)dio->len;
+    uint64_t n = c->samples[k]++;
+    if (n < DEV_COST_MIN) {
+        c->len[k] += (len - c->len[k]) / (double)(n + 1);
+        c->first_ns[k][n] = ns;
+        if (n + 1 == DEV_COST_MIN) {
+            /* The median of the first times (insertion sort of 8). */
+            double *v = c->first_ns[k];
+            for (unsigned i = 1; i < DEV_COST_MIN; i++)
+                for (unsigned m = i; m > 0 && v[m - 1] > v[m]; m--) {
+                    double t = v[m];
+                    v[m] = v[m - 1];
+                    v[m - 1] = t;
+                }
+            c->ns[k] = (v[DEV_COST_MIN / 2 - 1] + v[DEV_COST_MIN / 2]) / 2;
+        }
+        return;
+    }
+    ns = TC_MAX(TC_MIN(ns, c->ns[k] * DEV_COST_CLIP), c->ns[k] / DEV_COST_CLIP);
+    c->len[k] += (len - c->len[k]) / DEV_COST_WEIGHT;
+    c->ns[k] += (ns - c->ns[k]) / DEV_COST_WEIGHT;
+}
+
+bool dev_cost_estimate(const struct tc_dev *dev, double *request_ns, double *byte_ns)
+{
+    const struct tc_dev_cost *c = &dev->cost;
+    *request_ns = *byte_ns = 0;
+    if (c->samples[0] < DEV_COST_MIN || c->samples[1] < DEV_COST_MIN || c->len[1] <= c->len[0])
+        return false;
+    *byte_ns = TC_MAX((c->ns[1] - c->ns[0]) / (c->len[1] - c->len[0]), 0.0);
+    *request_ns = TC_MAX(c->ns[0] - c->len[0] * *byte_ns, 0.0);
+    return true;
+}
+
 static void finish(struct tc_dev_io *dio, int err)
 {
     struct tc_dev *dev = dio->dev;
     struct tc_dev_stats *s = &dev->stats;
     s->inflight--;
+    if (dio->op == TC_DEV_READ && err == 0 && dio->alone)
+        cost_sample(dev, dio);
     switch (dio->op) {
     case TC_DEV_READ:
         s->reads++;

@@ -60,7 +60,8 @@ struct tc_dev_io {
     uint64_t done_bytes;            /* progress of a transfer (device private) */
     struct tc_dev_io *next;         /* device private: lists of finished requests */
     int status;                     /* device private: result waiting to be reported */
-    uint64_t start_ns;              /* when submitted (for latency figures) */
+    uint64_t start_ns;              /* when submitted (a read: for dev->cost) */
+    bool alone;                     /* nothing else was in flight on the device then */
     uint64_t seq;                   /* dev->submitted when it was submitted */
     struct tc_extent *extents;      /* BLOCK_STATUS: room for max_extents */
     unsigned max_extents, nr_extents;
@@ -87,6 +88,35 @@ struct tc_dev_stats {
     uint64_t open_fences;           /* fenced connections with writes, not closed by the server */
     uint64_t fence_waits;           /* writes waiting for one to end (they overlap its writes) */
     uint64_t oldest_reply_wait_ns;  /* longest wait for a reply now (checked each second) */
+};
+
+/*
+ * What a read costs the device, estimated from the reads it serves
+ * (dev_cost_estimate()): t(len) = request_ns + len * byte_ns, a cost per
+ * request (a seek, a round trip) and one per byte (the transfer).  Reads
+ * fall in two classes by length: small (up to DEV_COST_SMALL bytes) and
+ * large (at least DEV_COST_LARGE); reads between are not sampled.  Each
+ * class starts from its first DEV_COST_MIN reads: the mean of their
+ * lengths and the median of their times (a few stalls among them do not
+ * count); then it keeps a moving mean of its reads' length and time, each
+ * new read weighing 1/DEV_COST_WEIGHT, its time clipped to within
+ * DEV_COST_CLIP times the mean so that one stall moves the mean little.  The line
+ * through the two classes' means gives byte_ns (its slope, at least 0)
+ * and request_ns (where it meets length 0, at least 0).  Only reads
+ * submitted while nothing else was in flight on the device are sampled:
+ * a read queued behind others measures the queue, not the device.  No I/O
+ * is made for it: until each class has DEV_COST_MIN samples there is no
+ * estimate.
+ */
+#define DEV_COST_SMALL  (16u << 10)
+#define DEV_COST_LARGE  (64u << 10)
+#define DEV_COST_WEIGHT 16
+#define DEV_COST_CLIP   4
+#define DEV_COST_MIN    8
+struct tc_dev_cost {
+    uint64_t samples[2];            /* reads sampled: small, large */
+    double len[2], ns[2];           /* their moving means: bytes, nanoseconds */
+    double first_ns[2][DEV_COST_MIN];   /* the times of the first reads */
 };
 
 /*
@@ -172,6 +202,7 @@ struct tc_dev {
      * for this one). */
     char legacy_identity[128];
     struct tc_dev_stats stats;
+    struct tc_dev_cost cost;        /* what its reads cost (see struct tc_dev_cost) */
     /* Errors since the last success (for messages). */
     unsigned consecutive_errors;
     /* Error episodes since the last success: an error counts only if its
@@ -316,6 +347,10 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     dio->dev = dev;
     dio->done_bytes = 0;
     dio->seq = ++dev->submitted;
+    if (dio->op == TC_DEV_READ) {
+        dio->start_ns = tc_now_ns();
+        dio->alone = dev->stats.inflight == 0;
+    }
     dev->stats.inflight++;
     dev->submitting++;
     if (dev->refuse_writes && dio->op != TC_DEV_READ && dio->op != TC_DEV_BLOCK_STATUS)
@@ -338,6 +373,10 @@ double dev_offline_seconds(const struct tc_dev *dev, bool current_only);
 void dev_complete(struct tc_dev_io *dio, int err);
 
 const char *dev_op_name(enum tc_dev_op op);
+
+/* The device's read cost (struct tc_dev_cost): false while a class has
+ * fewer than DEV_COST_MIN samples (then *request_ns and *byte_ns are 0). */
+bool dev_cost_estimate(const struct tc_dev *dev, double *request_ns, double *byte_ns);
 
 /* One I/O, waited for by running the reactor: for start-up, format and
  * check, never for the data path (the sanitizer build asserts that it is
