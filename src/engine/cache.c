@@ -1602,6 +1602,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
      * blocks in service). */
     json_uint(j, "group_fill_ghost_blocks", group_ghost_capacity(c));
     json_uint(j, "fills_under_way", s->fills_under_way);
+    readpath_fill_status_json(c, j);
     json_uint(j, "fill_waits", s->fill_waits);
     json_uint(j, "fill_wait_hits", s->fill_wait_hits);
     json_uint(j, "not_admitted", s->not_admitted);

@@ -160,6 +160,13 @@ struct cache {
         unsigned inflight;
     } group;
 
+    /* --fill auto (readpath.c): the current choice (TC_FILL_SECTORS,
+     * _BLOCK or _GROUP), and the requests that decided a fill. */
+    struct {
+        enum tc_fill choice;
+        uint64_t decisions;
+    } fillauto;
+
     struct space sp;                /* space.h: segments, groups, free space */
     struct log lg;                  /* log.h: heads, chunks, sequence, durability */
 

@@ -28,4 +28,9 @@ uint64_t group_ghost_capacity(const struct cache *c);
 void group_fini(struct cache *c);
 uint64_t group_memory(const struct cache *c);
 
+/* The fill's mode and --fill auto's choice now, with the origin's read
+ * cost it is made from: status's "fill" object. */
+struct tc_json;
+void readpath_fill_status_json(struct cache *c, struct tc_json *j);
+
 #endif

@@ -25,6 +25,7 @@ struct cache_stats {
                                         client's miss beside them */
     uint64_t group_fills_ahead;      /* ... of them, above the miss's group: a forward
                                         run's fill ahead */
+    uint64_t fill_probes;            /* --fill auto's decisions that took the other size */
     uint64_t fills_under_way;        /* admitted misses not filled: another read was
                                         filling the whole block already */
     uint64_t fill_waits;             /* client read misses that waited for a fill

@@ -250,6 +250,11 @@ static int setup(struct rep *p, const struct replay_engine_config *cfg, uint32_t
         vc.sequential_cutoff = cfg->sequential_cutoff;
     if (cfg->fill >= 0)
         vc.fill = (enum tc_fill)cfg->fill;
+    /* auto follows the origin's measured cost, and the memory origin here
+     * costs nothing: replay takes auto's choice before any measure (the
+     * slow origin a trace is replayed for), whatever the host's speed. */
+    if (vc.fill == TC_FILL_AUTO)
+        vc.fill = block <= (256u << 10) ? TC_FILL_GROUP : TC_FILL_SECTORS;
     p->vol = tc_volume_open(&p->r, &vc, err, errlen);
     return p->vol ? 0 : -1;
 }
