@@ -38,7 +38,7 @@ int tc_mode_parse(const char *name, enum tc_mode *mode);
 
 /* What a read miss brings into the cache (serve --fill). */
 enum tc_fill {
-    TC_FILL_AUTO,           /* by the origin's measured read cost (readpath.c) */
+    TC_FILL_AUTO,           /* by the origin's and the cache's measured costs (readpath.c) */
     TC_FILL_BLOCK,          /* the whole cache block, read from the origin in one request */
     TC_FILL_SECTORS,        /* only the sectors the client read */
     TC_FILL_GROUP,          /* the whole block, and the rest of its group of 4 while that pays */

@@ -161,10 +161,16 @@ struct cache {
     } group;
 
     /* --fill auto (readpath.c): the current choice (TC_FILL_SECTORS,
-     * _BLOCK or _GROUP), and the requests that decided a fill. */
+     * _BLOCK or _GROUP), the requests that decided a fill, and how many
+     * of them filled sectors, blocks, groups; test_costs: the costs are
+     * fixed by TIERCACHE_TEST_FILL_COST (test[]: origin request ns, byte
+     * ns, cache request ns, write byte ns). */
     struct {
         enum tc_fill choice;
         uint64_t decisions;
+        uint64_t decided[3];
+        bool test_costs;
+        double test[4];
     } fillauto;
 
     struct space sp;                /* space.h: segments, groups, free space */

@@ -24,28 +24,39 @@
  * space is free.
  *
  * Auto (--fill auto, the default) chooses sectors, block or group by what
- * the origin's reads cost, measured on the reads it serves (struct
- * tc_dev_cost in io/dev.h: a cost per request and one per byte).  R is
- * the cost of a request over the time it takes to move one cache block.
- * A whole-block fill of a small miss moves about a block more than the
- * client asked; it pays when a later read of the rest of the block, which
- * would have missed and cost a request, hits instead: when the extra
- * transfer is small against a request times the chance of that read.
- * Taking that chance as about 2/3 for blocks, group fills (whose blocks
- * are further from the miss, and which their own gate stops when they are
- * not read) need twice a block's transfer: group when R >= 2, block when
- * R >= 1.5, sectors below (FILL_RHO_*), and a choice is left only when R
- * is FILL_RHO_MARGIN past its threshold.  Measured here: the bench's
- * spindle (nbdkit's delay filter, 4 ms a request, 1200 Mbit/s) R 2.8-9
- * at 64 KiB blocks (groups, as before); nbdkit's file plugin on a file
- * in the page cache, loaded host, R 4-14 at 64 KiB (its requests cost
- * 140-200 us under a load average of 19, and a 64 KiB transfer no more
- * than a 4 KiB one within the noise); a file on tmpfs opened directly,
- * 256 KiB blocks, R about 0.15 (sectors).  Until the origin is measured
- * (DEV_COST_MIN reads of each size), auto takes the choice it always
- * had: group for blocks of up to 256 KiB, sectors above.  The cost the
- * model leaves out is the cache's own: a larger fill also writes more to
- * the cache devices and costs the daemon more CPU.
+ * a larger fill costs against what it saves, from the devices' costs
+ * measured on the requests they serve (struct tc_dev_cost in io/dev.h: a
+ * cost per request and one per byte, for reads and writes).  A
+ * whole-block fill of a small miss moves about a block more than the
+ * client asked: from the origin (its read cost per byte) and into the
+ * cache (the cache devices' write cost per byte, counted
+ * FILL_CACHE_WEIGHT times: the write, and the cleaner's later move or
+ * read of it).  It pays when a later read of the rest of the block, which
+ * would have missed and cost an origin request, hits instead and costs a
+ * cache read: it saves the origin's request cost less the cache's.  So
+ *
+ *   R = (origin request - cache request)
+ *       / (block size * (origin byte + FILL_CACHE_WEIGHT * cache write byte))
+ *
+ * and a larger fill pays when R is above 1 over the chance of that later
+ * read.  Taking that chance as about 2/3 for blocks, group fills (whose
+ * blocks are further from the miss, and which their own gate stops when
+ * they are not read) need twice a block's cost: group when R >= 2, block
+ * when R >= 1.5, sectors below (FILL_RHO_*), and a choice is left only
+ * when R is FILL_RHO_MARGIN past its threshold.  On an origin as fast as
+ * the cache the numerator is about 0: only the sectors read are filled.
+ * A cost not yet measured counts as 0 (the cache's: then the rule is the
+ * origin's alone).  Measured here: the bench's spindle (nbdkit's delay
+ * filter, 4 ms a request, 1200 Mbit/s) R 2.8-9 at 64 KiB blocks by the
+ * origin alone (groups, as before); nbdkit's file plugin on a file in the
+ * page cache, loaded host, R 4-14 at 64 KiB by the origin alone (its
+ * requests cost 140-200 us under a load average of 19, and a 64 KiB
+ * transfer no more than a 4 KiB one within the noise), which the cache's
+ * own request and write costs bring down; a file on tmpfs opened
+ * directly, 256 KiB blocks, R about 0.15 (sectors).  Until the origin is
+ * measured (DEV_COST_MIN reads of each size), auto takes the choice it
+ * always had: group for blocks of up to 256 KiB, sectors above.  The cost
+ * the model leaves out is the daemon's CPU.
  *
  * Block fills (--fill block and group, and auto's choice of them): a run
  * of misses whose first or last block is admitted and only partly read is
@@ -153,6 +164,7 @@
  * cache failed, the origin was fenced) it goes where a new request would.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,6 +191,7 @@ enum { P_HIT, P_MISS };
 #define FILL_RHO_BLOCK 1.5       /* auto: whole blocks from this ratio ... */
 #define FILL_RHO_GROUP 2.0       /* ... and groups from this one */
 #define FILL_RHO_MARGIN 1.25     /* a choice is left this far past its threshold */
+#define FILL_CACHE_WEIGHT 2      /* a byte a fill writes costs the cache this many writes */
 #define FILL_PROBE 4             /* auto: 1 decision in 4 takes an unmeasured size ... */
 #define FILL_PROBE_START 64      /* ... from the 64th on */
 #define GROUP_WINDOW 256         /* fills over which usefulness is judged */
@@ -379,23 +392,88 @@ static unsigned rho_level(double rho)
     return rho >= FILL_RHO_GROUP ? 2 : rho >= FILL_RHO_BLOCK ? 1 : 0;
 }
 
-/* --fill auto's choice now, from the origin's read cost (struct
- * tc_dev_cost); kept in c->fillauto for status. */
-static enum tc_fill fill_auto_choice(struct cache *c)
+/*
+ * The costs --fill auto weighs (see "Auto" at the top of the file), in
+ * nanoseconds: the origin's per request and per byte read, the cache
+ * devices' per request read and per byte written (the mean over the
+ * devices in service that have an estimate), and the ratio rho they give
+ * for one cache block.  origin_known: the origin is measured (else rho is
+ * not used).  For tests, TIERCACHE_TEST_FILL_COST="OREQ_US,OMBPS,CREQ_US,
+ * CWMBPS" (a request's cost in microseconds and a rate in MB/s, origin
+ * read and cache write) fixes all four, and nothing measured is used.
+ */
+struct fill_costs {
+    bool origin_known, cache_read_known, cache_write_known;
+    double o_req, o_byte, c_req, c_wbyte;
+    double rho;
+};
+
+static void fill_costs(struct cache *c, struct fill_costs *fc)
 {
-    double req, byte;
-    if (!dev_cost_estimate(c->vol->origin, &req, &byte)) {
+    memset(fc, 0, sizeof *fc);
+    if (c->fillauto.test_costs) {
+        fc->origin_known = fc->cache_read_known = fc->cache_write_known = true;
+        fc->o_req = c->fillauto.test[0];
+        fc->o_byte = c->fillauto.test[1];
+        fc->c_req = c->fillauto.test[2];
+        fc->c_wbyte = c->fillauto.test[3];
+    } else {
+        fc->origin_known = dev_cost_estimate(c->vol->origin, DEV_COST_READ, &fc->o_req, &fc->o_byte);
+        unsigned nr = 0, nw = 0;
+        double rsum = 0, wsum = 0;
+        for (unsigned i = 0; i < c->ndevs; i++) {
+            const struct cache_dev *cd = &c->devs[i];
+            double req, byte, ns, len;
+            if (cd->state != CDEV_OK || cd->dev == NULL)
+                continue;
+            /* With only small reads measured, their whole time stands for
+             * the request (a bound from above: a 4 KiB transfer is in it;
+             * the origin's request, its measure alike, pays the same
+             * waits on a loaded host).  Writes need both classes: a large
+             * write's time over its length would charge a wait for the
+             * CPU (tens of milliseconds on a loaded host) to its bytes,
+             * and count a slow origin's blocks as dear. */
+            if (dev_cost_estimate(cd->dev, DEV_COST_READ, &req, &byte)) {
+                rsum += req;
+                nr++;
+            } else if (dev_cost_class(cd->dev, DEV_COST_READ, 0, &ns, &len)) {
+                rsum += ns;
+                nr++;
+            }
+            if (dev_cost_estimate(cd->dev, DEV_COST_WRITE, &req, &byte)) {
+                wsum += byte;
+                nw++;
+            }
+        }
+        fc->cache_read_known = nr > 0;
+        fc->cache_write_known = nw > 0;
+        fc->c_req = nr ? rsum / nr : 0;
+        fc->c_wbyte = nw ? wsum / nw : 0;
+    }
+    /* What a later miss costs more than a hit: the origin's request over
+     * the cache's (unmeasured, the cache's counts as 0).  What a block
+     * more costs: its transfer from the origin, and its write to the cache
+     * with the cleaner's later work on it (unmeasured, 0). */
+    double gain = TC_MAX(fc->o_req - fc->c_req, 0.0);
+    double blk = (double)c->block_size * (fc->o_byte + FILL_CACHE_WEIGHT * fc->c_wbyte);
+    fc->rho = blk > 0 ? gain / blk : gain > 0 ? 1e9 : 0;
+}
+
+/* --fill auto's choice now, from the costs (struct fill_costs); kept in
+ * c->fillauto for status. */
+static enum tc_fill fill_auto_choice(struct cache *c, struct fill_costs *fc)
+{
+    fill_costs(c, fc);
+    if (!fc->origin_known) {
         /* Not measured yet: whole blocks and groups for blocks of up to
          * 256 KiB (a disk's request costs about what 256 KiB of its
          * transfer does), the sectors read above. */
         c->fillauto.choice = c->block_size <= (256u << 10) ? TC_FILL_GROUP : TC_FILL_SECTORS;
         return c->fillauto.choice;
     }
-    double blk = byte * (double)c->block_size;
-    double rho = blk > 0 ? req / blk : 1e9;
     /* A choice is left only when rho is FILL_RHO_MARGIN past the
      * threshold: an origin near one does not flap. */
-    unsigned lo = rho_level(rho / FILL_RHO_MARGIN), hi = rho_level(rho * FILL_RHO_MARGIN);
+    unsigned lo = rho_level(fc->rho / FILL_RHO_MARGIN), hi = rho_level(fc->rho * FILL_RHO_MARGIN);
     unsigned l = TC_MIN(TC_MAX(fill_level(c->fillauto.choice), lo), hi);
     c->fillauto.choice = fill_of_level(l);
     return c->fillauto.choice;
@@ -420,14 +498,16 @@ static void fill_decide(struct rreq *r)
     r->fill_decided = true;
     enum tc_fill f = c->vol->cfg.fill;
     if (f == TC_FILL_AUTO) {
-        f = fill_auto_choice(c);
+        struct fill_costs fc;
+        f = fill_auto_choice(c, &fc);
         unsigned other = f == TC_FILL_SECTORS ? 1 : 0;
         if (++c->fillauto.decisions % FILL_PROBE == 0 &&
-            c->fillauto.decisions >= FILL_PROBE_START &&
-            c->vol->origin->cost.samples[other] < DEV_COST_MIN) {
+            c->fillauto.decisions >= FILL_PROBE_START && !c->fillauto.test_costs &&
+            c->vol->origin->cost.samples[DEV_COST_READ][other] < DEV_COST_MIN) {
             f = f == TC_FILL_SECTORS ? TC_FILL_BLOCK : TC_FILL_SECTORS;
             c->st.fill_probes++;
         }
+        c->fillauto.decided[fill_level(f)]++;
     }
     r->fill_block = f == TC_FILL_BLOCK || f == TC_FILL_GROUP;
     r->fill_group = f == TC_FILL_GROUP;
@@ -435,26 +515,44 @@ static void fill_decide(struct rreq *r)
 
 void readpath_fill_status_json(struct cache *c, struct tc_json *j)
 {
-    double req, byte;
-    bool known = dev_cost_estimate(c->vol->origin, &req, &byte);
+    struct fill_costs fc;
     const struct tc_dev_cost *dc = &c->vol->origin->cost;
     enum tc_fill f = c->vol->cfg.fill;
     if (f == TC_FILL_AUTO)
-        f = fill_auto_choice(c);
+        f = fill_auto_choice(c, &fc);
+    else
+        fill_costs(c, &fc);
     json_begin_object(j, "fill");
     json_string(j, "mode", fill_name(c->vol->cfg.fill));
     json_string(j, "choice", fill_name(f));
-    json_bool(j, "origin_cost_known", known);
-    json_double(j, "origin_request_us", req / 1e3);
-    json_double(j, "origin_bytes_per_second", byte > 0 ? 1e9 / byte : 0);
-    json_double(j, "origin_block_us", byte * (double)c->block_size / 1e3);
-    /* The two classes' means the estimate is drawn from. */
-    json_uint(j, "origin_reads_sampled_small", dc->samples[0]);
-    json_double(j, "origin_small_read_us", dc->ns[0] / 1e3);
-    json_uint(j, "origin_small_read_bytes", (uint64_t)dc->len[0]);
-    json_uint(j, "origin_reads_sampled_large", dc->samples[1]);
-    json_double(j, "origin_large_read_us", dc->ns[1] / 1e3);
-    json_uint(j, "origin_large_read_bytes", (uint64_t)dc->len[1]);
+    json_bool(j, "test_costs", c->fillauto.test_costs);
+    json_bool(j, "origin_cost_known", fc.origin_known);
+    json_double(j, "origin_request_us", fc.o_req / 1e3);
+    json_double(j, "origin_bytes_per_second", fc.o_byte > 0 ? 1e9 / fc.o_byte : 0);
+    json_double(j, "origin_block_us", fc.o_byte * (double)c->block_size / 1e3);
+    json_bool(j, "cache_read_cost_known", fc.cache_read_known);
+    json_double(j, "cache_request_us", fc.c_req / 1e3);
+    json_bool(j, "cache_write_cost_known", fc.cache_write_known);
+    json_double(j, "cache_write_bytes_per_second", fc.c_wbyte > 0 ? 1e9 / fc.c_wbyte : 0);
+    json_double(j, "cache_block_write_us", fc.c_wbyte * (double)c->block_size / 1e3);
+    /* rho (FILL_RHO_* against it) from the figures above. */
+    json_double(j, "ratio", fc.rho);
+    json_double(j, "ratio_block", FILL_RHO_BLOCK);
+    json_double(j, "ratio_group", FILL_RHO_GROUP);
+    json_double(j, "ratio_margin", FILL_RHO_MARGIN);
+    json_uint(j, "cache_weight", FILL_CACHE_WEIGHT);
+    /* The origin's two classes of reads the estimate is drawn from. */
+    const unsigned R = DEV_COST_READ;
+    json_uint(j, "origin_reads_sampled_small", dc->samples[R][0]);
+    json_double(j, "origin_small_read_us", dc->ns[R][0] / 1e3);
+    json_uint(j, "origin_small_read_bytes", (uint64_t)dc->len[R][0]);
+    json_uint(j, "origin_reads_sampled_large", dc->samples[R][1]);
+    json_double(j, "origin_large_read_us", dc->ns[R][1] / 1e3);
+    json_uint(j, "origin_large_read_bytes", (uint64_t)dc->len[R][1]);
+    /* Auto's decisions by what they filled (probes included). */
+    json_uint(j, "decided_sectors", c->fillauto.decided[0]);
+    json_uint(j, "decided_block", c->fillauto.decided[1]);
+    json_uint(j, "decided_group", c->fillauto.decided[2]);
     json_uint(j, "probes", c->st.fill_probes);
     json_end_object(j);
 }
@@ -842,6 +940,16 @@ static uint64_t group_ghost_blocks(uint64_t cache_blocks)
 
 void group_init(struct cache *c, uint64_t cache_blocks)
 {
+    /* For tests only: --fill auto's costs fixed (struct fill_costs). */
+    const char *tc = getenv("TIERCACHE_TEST_FILL_COST");
+    double v[4];
+    if (tc && sscanf(tc, "%lf,%lf,%lf,%lf", &v[0], &v[1], &v[2], &v[3]) == 4) {
+        c->fillauto.test_costs = true;
+        c->fillauto.test[0] = v[0] * 1e3;
+        c->fillauto.test[1] = v[1] > 0 ? 1e3 / v[1] : 0;
+        c->fillauto.test[2] = v[2] * 1e3;
+        c->fillauto.test[3] = v[3] > 0 ? 1e3 / v[3] : 0;
+    }
     c->group.ghost = ghost_create(group_ghost_blocks(cache_blocks));
     /* A few scattered misses at the start (a mkfs reading its superblock
      * copies) must not close the gate before the load shows itself. */

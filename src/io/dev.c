@@ -140,11 +140,11 @@ void dev_complete(struct tc_dev_io *dio, int err)
  */
 static unsigned completions_running;
 
-/* A read that ended well: one more sample of the device's read cost
- * (struct tc_dev_cost). */
+/* A read or a write that ended well: one more sample of the device's
+ * cost (struct tc_dev_cost). */
 static void cost_sample(struct tc_dev *dev, const struct tc_dev_io *dio)
 {
-    unsigned k;
+    unsigned k, o = dio->op == TC_DEV_READ ? DEV_COST_READ : DEV_COST_WRITE;
     if (dio->len <= DEV_COST_SMALL)
         k = 0;
     else if (dio->len >= DEV_COST_LARGE)
@@ -153,37 +153,47 @@ static void cost_sample(struct tc_dev *dev, const struct tc_dev_io *dio)
         return;
     struct tc_dev_cost *c = &dev->cost;
     double ns = (double)(tc_now_ns() - dio->start_ns), len = (double)dio->len;
-    uint64_t n = c->samples[k]++;
+    uint64_t n = c->samples[o][k]++;
     if (n < DEV_COST_MIN) {
-        c->len[k] += (len - c->len[k]) / (double)(n + 1);
-        c->first_ns[k][n] = ns;
+        c->len[o][k] += (len - c->len[o][k]) / (double)(n + 1);
+        c->first_ns[o][k][n] = ns;
         if (n + 1 == DEV_COST_MIN) {
             /* The median of the first times (insertion sort of 8). */
-            double *v = c->first_ns[k];
+            double *v = c->first_ns[o][k];
             for (unsigned i = 1; i < DEV_COST_MIN; i++)
                 for (unsigned m = i; m > 0 && v[m - 1] > v[m]; m--) {
                     double t = v[m];
                     v[m] = v[m - 1];
                     v[m - 1] = t;
                 }
-            c->ns[k] = (v[DEV_COST_MIN / 2 - 1] + v[DEV_COST_MIN / 2]) / 2;
+            c->ns[o][k] = (v[DEV_COST_MIN / 2 - 1] + v[DEV_COST_MIN / 2]) / 2;
         }
         return;
     }
-    ns = TC_MAX(TC_MIN(ns, c->ns[k] * DEV_COST_CLIP), c->ns[k] / DEV_COST_CLIP);
-    c->len[k] += (len - c->len[k]) / DEV_COST_WEIGHT;
-    c->ns[k] += (ns - c->ns[k]) / DEV_COST_WEIGHT;
+    ns = TC_MAX(TC_MIN(ns, c->ns[o][k] * DEV_COST_CLIP), c->ns[o][k] / DEV_COST_CLIP);
+    c->len[o][k] += (len - c->len[o][k]) / DEV_COST_WEIGHT;
+    c->ns[o][k] += (ns - c->ns[o][k]) / DEV_COST_WEIGHT;
 }
 
-bool dev_cost_estimate(const struct tc_dev *dev, double *request_ns, double *byte_ns)
+bool dev_cost_estimate(const struct tc_dev *dev, unsigned op, double *request_ns, double *byte_ns)
 {
     const struct tc_dev_cost *c = &dev->cost;
     *request_ns = *byte_ns = 0;
-    if (c->samples[0] < DEV_COST_MIN || c->samples[1] < DEV_COST_MIN || c->len[1] <= c->len[0])
+    if (c->samples[op][0] < DEV_COST_MIN || c->samples[op][1] < DEV_COST_MIN ||
+        c->len[op][1] <= c->len[op][0])
         return false;
-    *byte_ns = TC_MAX((c->ns[1] - c->ns[0]) / (c->len[1] - c->len[0]), 0.0);
-    *request_ns = TC_MAX(c->ns[0] - c->len[0] * *byte_ns, 0.0);
+    *byte_ns = TC_MAX((c->ns[op][1] - c->ns[op][0]) / (c->len[op][1] - c->len[op][0]), 0.0);
+    *request_ns = TC_MAX(c->ns[op][0] - c->len[op][0] * *byte_ns, 0.0);
     return true;
+}
+
+bool dev_cost_class(const struct tc_dev *dev, unsigned op, unsigned k, double *ns, double *len)
+{
+    const struct tc_dev_cost *c = &dev->cost;
+    bool known = c->samples[op][k] >= DEV_COST_MIN;
+    *ns = known ? c->ns[op][k] : 0;
+    *len = known ? c->len[op][k] : 0;
+    return known;
 }
 
 static void finish(struct tc_dev_io *dio, int err)
@@ -191,7 +201,7 @@ static void finish(struct tc_dev_io *dio, int err)
     struct tc_dev *dev = dio->dev;
     struct tc_dev_stats *s = &dev->stats;
     s->inflight--;
-    if (dio->op == TC_DEV_READ && err == 0 && dio->alone)
+    if (err == 0 && dio->alone)
         cost_sample(dev, dio);
     switch (dio->op) {
     case TC_DEV_READ:

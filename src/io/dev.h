@@ -60,7 +60,7 @@ struct tc_dev_io {
     uint64_t done_bytes;            /* progress of a transfer (device private) */
     struct tc_dev_io *next;         /* device private: lists of finished requests */
     int status;                     /* device private: result waiting to be reported */
-    uint64_t start_ns;              /* when submitted (a read: for dev->cost) */
+    uint64_t start_ns;              /* when submitted (a read or write: for dev->cost) */
     bool alone;                     /* nothing else was in flight on the device then */
     uint64_t seq;                   /* dev->submitted when it was submitted */
     struct tc_extent *extents;      /* BLOCK_STATUS: room for max_extents */
@@ -91,32 +91,34 @@ struct tc_dev_stats {
 };
 
 /*
- * What a read costs the device, estimated from the reads it serves
- * (dev_cost_estimate()): t(len) = request_ns + len * byte_ns, a cost per
- * request (a seek, a round trip) and one per byte (the transfer).  Reads
- * fall in two classes by length: small (up to DEV_COST_SMALL bytes) and
- * large (at least DEV_COST_LARGE); reads between are not sampled.  Each
- * class starts from its first DEV_COST_MIN reads: the mean of their
- * lengths and the median of their times (a few stalls among them do not
- * count); then it keeps a moving mean of its reads' length and time, each
- * new read weighing 1/DEV_COST_WEIGHT, its time clipped to within
- * DEV_COST_CLIP times the mean so that one stall moves the mean little.  The line
- * through the two classes' means gives byte_ns (its slope, at least 0)
- * and request_ns (where it meets length 0, at least 0).  Only reads
- * submitted while nothing else was in flight on the device are sampled:
- * a read queued behind others measures the queue, not the device.  No I/O
- * is made for it: until each class has DEV_COST_MIN samples there is no
- * estimate.
+ * What a read, and a write, costs the device, estimated from the requests
+ * it serves (dev_cost_estimate()): t(len) = request_ns + len * byte_ns, a
+ * cost per request (a seek, a round trip) and one per byte (the transfer),
+ * for reads and writes apart.  Requests fall in two classes by length:
+ * small (up to DEV_COST_SMALL bytes) and large (at least DEV_COST_LARGE);
+ * requests between are not sampled.  Each class starts from its first
+ * DEV_COST_MIN requests: the mean of their lengths and the median of their
+ * times (a few stalls among them do not count); then it keeps a moving
+ * mean of its requests' length and time, each new one weighing
+ * 1/DEV_COST_WEIGHT, its time clipped to within DEV_COST_CLIP times the
+ * mean so that one stall moves the mean little.  The line through the two
+ * classes' means gives byte_ns (its slope, at least 0) and request_ns
+ * (where it meets length 0, at least 0).  Only requests submitted while
+ * nothing else was in flight on the device are sampled (a request queued
+ * behind others measures the queue, not the device), and no write with
+ * TC_DEV_FUA (it measures a flush too).  No I/O is made for it: until each
+ * class has DEV_COST_MIN samples there is no estimate.
  */
 #define DEV_COST_SMALL  (16u << 10)
 #define DEV_COST_LARGE  (64u << 10)
 #define DEV_COST_WEIGHT 16
 #define DEV_COST_CLIP   4
 #define DEV_COST_MIN    8
+enum { DEV_COST_READ, DEV_COST_WRITE };
 struct tc_dev_cost {
-    uint64_t samples[2];            /* reads sampled: small, large */
-    double len[2], ns[2];           /* their moving means: bytes, nanoseconds */
-    double first_ns[2][DEV_COST_MIN];   /* the times of the first reads */
+    uint64_t samples[2][2];         /* [read, write][small, large]: requests sampled */
+    double len[2][2], ns[2][2];     /* their moving means: bytes, nanoseconds */
+    double first_ns[2][2][DEV_COST_MIN];    /* the times of the first requests */
 };
 
 /*
@@ -347,9 +349,11 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     dio->dev = dev;
     dio->done_bytes = 0;
     dio->seq = ++dev->submitted;
-    if (dio->op == TC_DEV_READ) {
+    if (dio->op == TC_DEV_READ || (dio->op == TC_DEV_WRITE && !(dio->flags & TC_DEV_FUA))) {
         dio->start_ns = tc_now_ns();
         dio->alone = dev->stats.inflight == 0;
+    } else {
+        dio->alone = false;
     }
     dev->stats.inflight++;
     dev->submitting++;
@@ -374,9 +378,13 @@ void dev_complete(struct tc_dev_io *dio, int err);
 
 const char *dev_op_name(enum tc_dev_op op);
 
-/* The device's read cost (struct tc_dev_cost): false while a class has
- * fewer than DEV_COST_MIN samples (then *request_ns and *byte_ns are 0). */
-bool dev_cost_estimate(const struct tc_dev *dev, double *request_ns, double *byte_ns);
+/* The device's cost of a read (op DEV_COST_READ) or a write
+ * (DEV_COST_WRITE) (struct tc_dev_cost): false while a class has fewer
+ * than DEV_COST_MIN samples (then *request_ns and *byte_ns are 0). */
+bool dev_cost_estimate(const struct tc_dev *dev, unsigned op, double *request_ns, double *byte_ns);
+/* One class's means (k 0: small, 1: large; struct tc_dev_cost): false
+ * while it has fewer than DEV_COST_MIN samples (then both are 0). */
+bool dev_cost_class(const struct tc_dev *dev, unsigned op, unsigned k, double *ns, double *len);
 
 /* One I/O, waited for by running the reactor: for start-up, format and
  * check, never for the data path (the sanitizer build asserts that it is
