@@ -69,6 +69,19 @@ environment:
                EIO: lost), a SIGTERM stop may exit 1 (then taken as a
                crash), but no read may return data the model does not
                allow
+  FZ_DEVFAIL=enospc  the cache devices' file system filling up: now and
+               then (FZ_DEVFAIL's generator) one device's writes, or every
+               device's (one file system under them all), fail with
+               ENOSPC, every write (chunks, headers, superblocks, marks)
+               while the failure lasts, which is 1 to 60 steps (the run
+               then makes room), restarts included: a start on a full
+               file system may exit (not 0) before it serves; the run
+               then makes room and starts again.  The model is
+               FZ_DEVFAIL's: reads, FLUSH and partial writes of lost
+               data may fail with EIO, a SIGTERM stop may exit 1; a
+               client's request never fails with ENOSPC (a full cache is
+               the device's failure, not the volume's), and no read may
+               return data the model does not allow
   FZ_ORIGFAIL=1  the origin through testdev, and now and then (a
                generator of its own) its next 1 to 20 writes (zeroes and
                trims too) fail with EIO: the origin's disk refusing
@@ -109,8 +122,12 @@ NS = SIZE // S
 POWER = int(os.environ.get("FZ_POWER") or 0)
 HANG = float(os.environ.get("FZ_HANG") or 180)
 DEVFAIL = bool(os.environ.get("FZ_DEVFAIL"))
+DEV_ENOSPC = os.environ.get("FZ_DEVFAIL") == "enospc"
 frng = random.Random(SEED * 104729 + 3)   # FZ_DEVFAIL's choices
 devfailed = [False]                       # a device failure was armed
+# FZ_DEVFAIL=enospc: the devices whose file system is full now (their
+# full{i} file exists), and the steps left until the run makes room.
+full_devs, full_left = set(), [0]
 ORIGFAIL = bool(os.environ.get("FZ_ORIGFAIL"))
 ORIG_ERRNO = 28 if os.environ.get("FZ_ORIGFAIL") == "enospc" else 5
 ORIG_MAY = (5, ORIG_ERRNO)                # the errors it lets clients see
@@ -307,7 +324,12 @@ class Daemon:
                 os.unlink(f"{D}/oboom")
             o = ((o + "&") if o.startswith("testdev:") else f"testdev:{o}?") + \
                 f"eio_when={D}/oboom&eio_count={ORIGFAIL_COUNT[0]}&eio_ops=write&eio_errno={ORIG_ERRNO}"
-        if DEVFAIL:
+        if DEV_ENOSPC:
+            # Every write fails while full{i} exists: the file system
+            # stays full across a restart until the run makes room.
+            cs = [(x + "&" if x.startswith("testdev:") else f"testdev:{x}?")
+                  + f"eio_when={D}/full{i}&eio_ops=write&eio_errno=28" for i, x in enumerate(cs)]
+        elif DEVFAIL:
             # A boom file left armed by a daemon killed before its next
             # write would fail this start's first write: not the point.
             for i in range(len(cs)):
@@ -316,17 +338,27 @@ class Daemon:
             cs = [(x + "&" if x.startswith("testdev:") else f"testdev:{x}?")
                   + f"eio_when={D}/boom{i}&eio_once&eio_ops=write" for i, x in enumerate(cs)]
         c = ",".join(cs)
-        self.proc = subprocess.Popen([BIN, "serve", "--origin", o, "--cache", c, "--mode", mode,
-                                      "--socket", self.sock, "--foreground", "--sequential-cutoff", "0", *EXTRA],
-                                     stdout=lf, stderr=subprocess.STDOUT, env=e)
-        lf.close()
-        try:
-            h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc, timeout=HANG)
-        except SystemExit as e:
-            fail(f"the daemon did not start: {e}")
-        if h is None:
+        while True:
+            self.proc = subprocess.Popen([BIN, "serve", "--origin", o, "--cache", c, "--mode", mode,
+                                          "--socket", self.sock, "--foreground", "--sequential-cutoff", "0",
+                                          *EXTRA], stdout=lf, stderr=subprocess.STDOUT, env=e)
+            try:
+                h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc, timeout=HANG)
+            except SystemExit as e:
+                fail(f"the daemon did not start: {e}")
+            if h is not None:
+                break
             self.proc.wait()
-            fail(f"the daemon exited with status {self.proc.returncode} at its start in {mode}")
+            if not full_devs:
+                fail(f"the daemon exited with status {self.proc.returncode} at its start in {mode}")
+            # FZ_DEVFAIL=enospc: a start may refuse to serve on a full
+            # file system; with room made, it must start.
+            log(f"  the start on a full file system exited with status {self.proc.returncode} "
+                "(allowed): room made")
+            lf.write(f"==== step {step}: room made, start again\n")
+            lf.flush()
+            make_room()
+        lf.close()
         h.set_strict_mode(0)
         self.h = [h, self.connect()]
 
@@ -743,6 +775,15 @@ def check_daemon_log():
                 fail(f"the daemon's log has: {line.strip()}")
 
 
+def make_room():
+    """FZ_DEVFAIL=enospc: the full file systems have room again."""
+    log("ROOM", sorted(full_devs))
+    for i in full_devs:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{D}/full{i}")
+    full_devs.clear()
+
+
 def crashed():
     """After a kill: a sector may read what survives a crash."""
     for s in range(NS):
@@ -770,11 +811,27 @@ for step in range(STEPS):
     progress[0] = time.monotonic()
     if d.proc.poll() is not None:
         fail(f"the daemon exited by itself with status {d.proc.returncode}")
-    if DEVFAIL and frng.random() < 0.02:
+    if DEVFAIL and not DEV_ENOSPC and frng.random() < 0.02:
         i = frng.randrange(len(CACHES))
         log("DEVFAIL", i)
         open(f"{D}/boom{i}", "w").close()
         devfailed[0] = True
+    if DEV_ENOSPC:
+        if full_devs:
+            full_left[0] -= 1
+            if full_left[0] <= 0:
+                make_room()
+        elif frng.random() < 0.02:
+            # One file system under every device, or one device's alone.
+            if frng.random() < 0.5:
+                full_devs.update(range(len(CACHES)))
+            else:
+                full_devs.add(frng.randrange(len(CACHES)))
+            full_left[0] = frng.randint(1, 60)
+            log("DEVFULL", sorted(full_devs), "for", full_left[0], "steps")
+            for i in full_devs:
+                open(f"{D}/full{i}", "w").close()
+            devfailed[0] = True
     if ORIGFAIL and orng.random() < 0.03:
         ORIGFAIL_COUNT[0] = orng.randint(1, 20)
         log("ORIGFAIL", ORIGFAIL_COUNT[0])
