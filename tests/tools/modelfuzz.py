@@ -82,6 +82,18 @@ environment:
                client's request never fails with ENOSPC (a full cache is
                the device's failure, not the volume's), and no read may
                return data the model does not allow
+  FZ_DEVFAIL=fullfs  the cache device files sparse (format --allow-sparse)
+               on a tmpfs of their own (DIR/fs, mounted by the run:
+               root), FZ_FSSIZE bytes (default three quarters of the
+               files' sizes, so a start never allocates them whole): the
+               log's writes into holes fail with ENOSPC once the file
+               system is full -- as the log grows, or at once when now
+               and then (FZ_DEVFAIL's generator) a filler file takes the
+               room left, for 1 to 60 steps; the run then removes it, and
+               a third of the time grows the file system by 4 MiB.  The
+               state files and sequence records are on it too.  The
+               model is FZ_DEVFAIL=enospc's, from the first step on; not
+               with FZ_POWER (undoing a write into a hole needs room)
   FZ_ORIGFAIL=1  the origin through testdev, and now and then (a
                generator of its own) its next 1 to 20 writes (zeroes and
                trims too) fail with EIO: the origin's disk refusing
@@ -123,6 +135,7 @@ POWER = int(os.environ.get("FZ_POWER") or 0)
 HANG = float(os.environ.get("FZ_HANG") or 180)
 DEVFAIL = bool(os.environ.get("FZ_DEVFAIL"))
 DEV_ENOSPC = os.environ.get("FZ_DEVFAIL") == "enospc"
+FULLFS = os.environ.get("FZ_DEVFAIL") == "fullfs"
 frng = random.Random(SEED * 104729 + 3)   # FZ_DEVFAIL's choices
 devfailed = [False]                       # a device failure was armed
 # FZ_DEVFAIL=enospc: the devices whose file system is full now (their
@@ -141,7 +154,19 @@ if os.environ.get("FZ_COMMIT_MS"):
 ORIGIN = f"{D}/origin.img"
 ORIGIN_FILE = ORIGIN
 CACHES = os.environ.get("FZ_CACHES", "c0.img").split(",")
-CACHE = ",".join(f"{D}/{c}" for c in CACHES)
+CDIR = D
+FS = f"{D}/fs"
+fs_size = [int(os.environ.get("FZ_FSSIZE") or len(CACHES) * CSIZE * 3 // 4 >> 20 << 20)]
+if FULLFS:
+    if POWER:
+        sys.exit("modelfuzz: FZ_DEVFAIL=fullfs does not go with FZ_POWER")
+    os.makedirs(FS, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={fs_size[0]}", "tmpfs", FS], check=True)
+    import atexit
+    atexit.register(lambda: subprocess.run(["umount", "-l", FS]))
+    CDIR = FS
+    devfailed[0] = True
+CACHE = ",".join(f"{CDIR}/{c}" for c in CACHES)
 for p in [ORIGIN] + CACHE.split(","):
     with open(p, "wb") as f:
         f.truncate(SIZE if p == ORIGIN else CSIZE)
@@ -177,6 +202,8 @@ def fail(what):
     if d is not None and d.proc.poll() is None:
         d.proc.kill()
         d.proc.wait()
+    if FULLFS:
+        subprocess.run(["umount", "-l", FS])
     os._exit(1)
 
 
@@ -204,6 +231,8 @@ if NBDKIT:
         time.sleep(0.1)
     ORIGIN = f"nbd+unix:///?socket={ksock}"
 fmt = [BIN, "format", "--cache", CACHE, "--origin", ORIGIN, "--segment-size", "1M"]
+if FULLFS:
+    fmt.append("--allow-sparse")
 if os.environ.get("FZ_BS"):
     fmt += ["--block-size", os.environ["FZ_BS"]]
 r = subprocess.run(fmt, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -223,6 +252,15 @@ ctrim = [None] * NS
 crash_trim = [None] * NS
 gen = [1]
 gen_step = {ZERO: "never written"}     # generation -> the step that wrote it
+# FZ_DEVFAIL=enospc and fullfs: a full file system fails the devices'
+# writes, never their reads, so a read may fail with EIO only where data
+# could be lost: in a 4 KiB sector holding a write no FLUSH (or FUA, or
+# stop with status 0) has acknowledged yet -- unfl[s] --, or one whose
+# write was unflushed at a FLUSH that failed or at a crash (sticky[s]:
+# lost data reads EIO until written again; kept for good here).
+STRICT = DEV_ENOSPC or FULLFS
+unfl = [False] * NS
+sticky = [False] * NS
 
 
 def new_gen(what):
@@ -457,6 +495,11 @@ def check_range(d, s0, n, pin=True):
                 except nbd.Error as e:
                     if getattr(e, "errnum", None) != 5:
                         op_failed(e, f"read of sector {s0 + i}")
+                    if STRICT and not may_eio(s0 + i):
+                        fail(f"read of sector {s0 + i} (byte {(s0 + i) * S}) failed with EIO: a "
+                             "full file system fails writes, not reads, and its 4 KiB sector "
+                             "holds no write that a FLUSH did not acknowledge; expected "
+                             f"{describe_gens(cur[s0 + i])}; mode {d.mode}")
                     continue
                 check_sector(s0 + i, sd, cur[s0 + i], "read")
                 if pin:
@@ -569,8 +612,10 @@ def do_write(d, fua=False, h=None):
         if fua:
             crash[s] = {g}
             crash_trim[s] = None
+            unfl[s] = False
         else:
             crash[s].add(g)
+            unfl[s] = True
 
 
 def origin_eio(e, what):
@@ -591,6 +636,7 @@ def maybe_written(s0, n, g):
             ctrim[s].add(g)
         cur[s] = cur[s] | {g}
         crash[s].add(g)
+        unfl[s] = True
         if crash_trim[s] is not None:
             crash_trim[s].add(g)
 
@@ -626,8 +672,10 @@ def do_zero(d):
         if flags & nbd.CMD_FLAG_FUA:
             crash[s] = {ZERO}
             crash_trim[s] = None
+            unfl[s] = False
         else:
             crash[s].add(ZERO)
+            unfl[s] = True
 
 
 def do_trim(d):
@@ -645,6 +693,7 @@ def do_trim(d):
         ctrim[s] = set(cur[s])
         crash[s] = crash[s] | cur[s]
         crash_trim[s] = set(crash[s])
+        unfl[s] = True
 
 
 def do_flush(d):
@@ -656,6 +705,7 @@ def do_flush(d):
         if ((devfailed[0] and getattr(e, "errnum", None) == 5) or
                 (origfailed[0] and getattr(e, "errnum", None) in ORIG_MAY)):
             log("  flush failed after a device or origin failure (allowed)", e)
+            lost_maybe()
             return
         op_failed(e, "flush")
     durable()
@@ -667,6 +717,20 @@ def durable():
     for s in range(NS):
         crash[s] = set(cur[s])
         crash_trim[s] = None if ctrim[s] is None else set(ctrim[s])
+        unfl[s] = False
+
+
+def lost_maybe():
+    """A FLUSH failed, or a crash: the writes no FLUSH covered may be lost
+    for good (EIO)."""
+    for s in range(NS):
+        sticky[s] = sticky[s] or unfl[s]
+
+
+def may_eio(s):
+    """FZ_DEVFAIL=enospc, fullfs: whether sector s may read EIO."""
+    u = s - s % LOST_UNIT
+    return any(unfl[x] or sticky[x] for x in range(u, min(NS, u + LOST_UNIT)))
 
 
 def wait_aio(pairs, what, eio_ok=(), writes=()):
@@ -727,6 +791,7 @@ def do_race(d):
         cur[s] = gs
         ctrim[s] = None
         crash[s] |= gs
+        unfl[s] = True
 
 
 def do_race_rw(d):
@@ -763,6 +828,7 @@ def do_race_rw(d):
         cur[s] = {g}
         ctrim[s] = None
         crash[s].add(g)
+        unfl[s] = True
     s2, n2 = min(s0, s1), max(s0, s1) + n - min(s0, s1)
     check_range(d, s2, n2)
 
@@ -786,6 +852,7 @@ def make_room():
 
 def crashed():
     """After a kill: a sector may read what survives a crash."""
+    lost_maybe()
     for s in range(NS):
         cur[s] = set(crash[s])
         ctrim[s] = None if crash_trim[s] is None else set(crash_trim[s])
@@ -832,6 +899,28 @@ for step in range(STEPS):
             for i in full_devs:
                 open(f"{D}/full{i}", "w").close()
             devfailed[0] = True
+    if FULLFS:
+        if full_devs:
+            full_left[0] -= 1
+            if full_left[0] <= 0:
+                log("ROOM: filler removed")
+                os.unlink(f"{FS}/filler")
+                full_devs.clear()
+                if frng.random() < 0.33:
+                    fs_size[0] += 4 << 20
+                    subprocess.run(["mount", "-o", f"remount,size={fs_size[0]}", FS], check=True)
+                    log("ROOM: the file system grown to", fs_size[0])
+        elif frng.random() < 0.02:
+            full_left[0] = frng.randint(1, 60)
+            n = 0
+            fd = os.open(f"{FS}/filler", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            for chunk in (65536, 4096):
+                with contextlib.suppress(OSError):
+                    while True:
+                        n += os.write(fd, bytes(chunk))
+            os.close(fd)
+            full_devs.add(0)
+            log("DEVFULL: a filler of", n, "bytes for", full_left[0], "steps")
     if ORIGFAIL and orng.random() < 0.03:
         ORIGFAIL_COUNT[0] = orng.randint(1, 20)
         log("ORIGFAIL", ORIGFAIL_COUNT[0])
