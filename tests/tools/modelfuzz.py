@@ -91,9 +91,11 @@ environment:
                and then (FZ_DEVFAIL's generator) a filler file takes the
                room left, for 1 to 60 steps; the run then removes it, and
                a third of the time grows the file system by 4 MiB.  The
-               state files and sequence records are on it too.  The
-               model is FZ_DEVFAIL=enospc's, from the first step on; not
-               with FZ_POWER (undoing a write into a hole needs room)
+               state files and sequence records are on it too.
+               FZ_DEVFAIL=1's failures of one write with EIO come as
+               well (its generator draws first, each step).  The model
+               is FZ_DEVFAIL=enospc's, from the first step on; not with
+               FZ_POWER (undoing a write into a hole needs room)
   FZ_ORIGFAIL=1  the origin through testdev, and now and then (a
                generator of its own) its next 1 to 20 writes (zeroes and
                trims too) fail with EIO: the origin's disk refusing
