@@ -524,11 +524,17 @@ static void volume_closed(void *arg, int err)
         tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back and "
                  "is lost with the cache device that was removed or replaced while served",
                  err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
-    else if (blocks && tc_volume_draining(s->vol))
-        tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back from "
-                 "the failed cache device and is lost: its sectors read EIO after the next "
-                 "start until rewritten", err ? "with errors" : "cleanly", sz,
-                 (unsigned long long)blocks);
+    else if (blocks && tc_volume_draining(s->vol)) {
+        /* Acknowledged data is gone (recorded lost): the exit status says
+         * so, as for every stop that leaves lost data behind.  A device
+         * failing at the close's own writes (its file system full), after
+         * writeback stopped, left its drain undone and the close ended
+         * with no error (engine/stop-close-enospc). */
+        s->exit_status = 1;
+        tc_error("stopped with errors; %s of dirty data (%llu blocks) could not be written "
+                 "back from the failed cache device and is lost: its sectors read EIO after "
+                 "the next start until rewritten", sz, (unsigned long long)blocks);
+    }
     else if (blocks)
         tc_warn("stopped %s; %s of dirty data (%llu blocks) stays in the cache and is "
                 "written back after the next start (the origin alone is not current)",

@@ -69,6 +69,33 @@ environment:
                EIO: lost), a SIGTERM stop may exit 1 (then taken as a
                crash), but no read may return data the model does not
                allow
+  FZ_DEVFAIL=enospc  the cache devices' file system filling up: now and
+               then (FZ_DEVFAIL's generator) one device's writes, or every
+               device's (one file system under them all), fail with
+               ENOSPC, every write (chunks, headers, superblocks, marks)
+               while the failure lasts, which is 1 to 60 steps (the run
+               then makes room), restarts included: a start on a full
+               file system may exit (not 0) before it serves; the run
+               then makes room and starts again.  The model is
+               FZ_DEVFAIL's: reads, FLUSH and partial writes of lost
+               data may fail with EIO, a SIGTERM stop may exit 1; a
+               client's request never fails with ENOSPC (a full cache is
+               the device's failure, not the volume's), and no read may
+               return data the model does not allow
+  FZ_DEVFAIL=fullfs  the cache device files sparse (format --allow-sparse)
+               on a tmpfs of their own (DIR/fs, mounted by the run:
+               root), FZ_FSSIZE bytes (default three quarters of the
+               files' sizes, so a start never allocates them whole): the
+               log's writes into holes fail with ENOSPC once the file
+               system is full -- as the log grows, or at once when now
+               and then (FZ_DEVFAIL's generator) a filler file takes the
+               room left, for 1 to 60 steps; the run then removes it, and
+               a third of the time grows the file system by 4 MiB.  The
+               state files and sequence records are on it too.
+               FZ_DEVFAIL=1's failures of one write with EIO come as
+               well (its generator draws first, each step).  The model
+               is FZ_DEVFAIL=enospc's, from the first step on; not with
+               FZ_POWER (undoing a write into a hole needs room)
   FZ_ORIGFAIL=1  the origin through testdev, and now and then (a
                generator of its own) its next 1 to 20 writes (zeroes and
                trims too) fail with EIO: the origin's disk refusing
@@ -109,8 +136,13 @@ NS = SIZE // S
 POWER = int(os.environ.get("FZ_POWER") or 0)
 HANG = float(os.environ.get("FZ_HANG") or 180)
 DEVFAIL = bool(os.environ.get("FZ_DEVFAIL"))
+DEV_ENOSPC = os.environ.get("FZ_DEVFAIL") == "enospc"
+FULLFS = os.environ.get("FZ_DEVFAIL") == "fullfs"
 frng = random.Random(SEED * 104729 + 3)   # FZ_DEVFAIL's choices
 devfailed = [False]                       # a device failure was armed
+# FZ_DEVFAIL=enospc: the devices whose file system is full now (their
+# full{i} file exists), and the steps left until the run makes room.
+full_devs, full_left = set(), [0]
 ORIGFAIL = bool(os.environ.get("FZ_ORIGFAIL"))
 ORIG_ERRNO = 28 if os.environ.get("FZ_ORIGFAIL") == "enospc" else 5
 ORIG_MAY = (5, ORIG_ERRNO)                # the errors it lets clients see
@@ -124,7 +156,19 @@ if os.environ.get("FZ_COMMIT_MS"):
 ORIGIN = f"{D}/origin.img"
 ORIGIN_FILE = ORIGIN
 CACHES = os.environ.get("FZ_CACHES", "c0.img").split(",")
-CACHE = ",".join(f"{D}/{c}" for c in CACHES)
+CDIR = D
+FS = f"{D}/fs"
+fs_size = [int(os.environ.get("FZ_FSSIZE") or len(CACHES) * CSIZE * 3 // 4 >> 20 << 20)]
+if FULLFS:
+    if POWER:
+        sys.exit("modelfuzz: FZ_DEVFAIL=fullfs does not go with FZ_POWER")
+    os.makedirs(FS, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={fs_size[0]}", "tmpfs", FS], check=True)
+    import atexit
+    atexit.register(lambda: subprocess.run(["umount", "-l", FS]))
+    CDIR = FS
+    devfailed[0] = True
+CACHE = ",".join(f"{CDIR}/{c}" for c in CACHES)
 for p in [ORIGIN] + CACHE.split(","):
     with open(p, "wb") as f:
         f.truncate(SIZE if p == ORIGIN else CSIZE)
@@ -160,6 +204,8 @@ def fail(what):
     if d is not None and d.proc.poll() is None:
         d.proc.kill()
         d.proc.wait()
+    if FULLFS:
+        subprocess.run(["umount", "-l", FS])
     os._exit(1)
 
 
@@ -187,6 +233,8 @@ if NBDKIT:
         time.sleep(0.1)
     ORIGIN = f"nbd+unix:///?socket={ksock}"
 fmt = [BIN, "format", "--cache", CACHE, "--origin", ORIGIN, "--segment-size", "1M"]
+if FULLFS:
+    fmt.append("--allow-sparse")
 if os.environ.get("FZ_BS"):
     fmt += ["--block-size", os.environ["FZ_BS"]]
 r = subprocess.run(fmt, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -206,6 +254,15 @@ ctrim = [None] * NS
 crash_trim = [None] * NS
 gen = [1]
 gen_step = {ZERO: "never written"}     # generation -> the step that wrote it
+# FZ_DEVFAIL=enospc and fullfs: a full file system fails the devices'
+# writes, never their reads, so a read may fail with EIO only where data
+# could be lost: in a 4 KiB sector holding a write no FLUSH (or FUA, or
+# stop with status 0) has acknowledged yet -- unfl[s] --, or one whose
+# write was unflushed at a FLUSH that failed or at a crash (sticky[s]:
+# lost data reads EIO until written again; kept for good here).
+STRICT = DEV_ENOSPC or FULLFS
+unfl = [False] * NS
+sticky = [False] * NS
 
 
 def new_gen(what):
@@ -307,7 +364,12 @@ class Daemon:
                 os.unlink(f"{D}/oboom")
             o = ((o + "&") if o.startswith("testdev:") else f"testdev:{o}?") + \
                 f"eio_when={D}/oboom&eio_count={ORIGFAIL_COUNT[0]}&eio_ops=write&eio_errno={ORIG_ERRNO}"
-        if DEVFAIL:
+        if DEV_ENOSPC:
+            # Every write fails while full{i} exists: the file system
+            # stays full across a restart until the run makes room.
+            cs = [(x + "&" if x.startswith("testdev:") else f"testdev:{x}?")
+                  + f"eio_when={D}/full{i}&eio_ops=write&eio_errno=28" for i, x in enumerate(cs)]
+        elif DEVFAIL:
             # A boom file left armed by a daemon killed before its next
             # write would fail this start's first write: not the point.
             for i in range(len(cs)):
@@ -316,17 +378,27 @@ class Daemon:
             cs = [(x + "&" if x.startswith("testdev:") else f"testdev:{x}?")
                   + f"eio_when={D}/boom{i}&eio_once&eio_ops=write" for i, x in enumerate(cs)]
         c = ",".join(cs)
-        self.proc = subprocess.Popen([BIN, "serve", "--origin", o, "--cache", c, "--mode", mode,
-                                      "--socket", self.sock, "--foreground", "--sequential-cutoff", "0", *EXTRA],
-                                     stdout=lf, stderr=subprocess.STDOUT, env=e)
-        lf.close()
-        try:
-            h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc, timeout=HANG)
-        except SystemExit as e:
-            fail(f"the daemon did not start: {e}")
-        if h is None:
+        while True:
+            self.proc = subprocess.Popen([BIN, "serve", "--origin", o, "--cache", c, "--mode", mode,
+                                          "--socket", self.sock, "--foreground", "--sequential-cutoff", "0",
+                                          *EXTRA], stdout=lf, stderr=subprocess.STDOUT, env=e)
+            try:
+                h = connect_when_up(f"nbd+unix:///?socket={self.sock}", self.proc, timeout=HANG)
+            except SystemExit as e:
+                fail(f"the daemon did not start: {e}")
+            if h is not None:
+                break
             self.proc.wait()
-            fail(f"the daemon exited with status {self.proc.returncode} at its start in {mode}")
+            if not full_devs:
+                fail(f"the daemon exited with status {self.proc.returncode} at its start in {mode}")
+            # FZ_DEVFAIL=enospc: a start may refuse to serve on a full
+            # file system; with room made, it must start.
+            log(f"  the start on a full file system exited with status {self.proc.returncode} "
+                "(allowed): room made")
+            lf.write(f"==== step {step}: room made, start again\n")
+            lf.flush()
+            make_room()
+        lf.close()
         h.set_strict_mode(0)
         self.h = [h, self.connect()]
 
@@ -425,6 +497,11 @@ def check_range(d, s0, n, pin=True):
                 except nbd.Error as e:
                     if getattr(e, "errnum", None) != 5:
                         op_failed(e, f"read of sector {s0 + i}")
+                    if STRICT and not may_eio(s0 + i):
+                        fail(f"read of sector {s0 + i} (byte {(s0 + i) * S}) failed with EIO: a "
+                             "full file system fails writes, not reads, and its 4 KiB sector "
+                             "holds no write that a FLUSH did not acknowledge; expected "
+                             f"{describe_gens(cur[s0 + i])}; mode {d.mode}")
                     continue
                 check_sector(s0 + i, sd, cur[s0 + i], "read")
                 if pin:
@@ -537,8 +614,10 @@ def do_write(d, fua=False, h=None):
         if fua:
             crash[s] = {g}
             crash_trim[s] = None
+            unfl[s] = False
         else:
             crash[s].add(g)
+            unfl[s] = True
 
 
 def origin_eio(e, what):
@@ -559,6 +638,7 @@ def maybe_written(s0, n, g):
             ctrim[s].add(g)
         cur[s] = cur[s] | {g}
         crash[s].add(g)
+        unfl[s] = True
         if crash_trim[s] is not None:
             crash_trim[s].add(g)
 
@@ -594,8 +674,10 @@ def do_zero(d):
         if flags & nbd.CMD_FLAG_FUA:
             crash[s] = {ZERO}
             crash_trim[s] = None
+            unfl[s] = False
         else:
             crash[s].add(ZERO)
+            unfl[s] = True
 
 
 def do_trim(d):
@@ -613,6 +695,7 @@ def do_trim(d):
         ctrim[s] = set(cur[s])
         crash[s] = crash[s] | cur[s]
         crash_trim[s] = set(crash[s])
+        unfl[s] = True
 
 
 def do_flush(d):
@@ -624,6 +707,7 @@ def do_flush(d):
         if ((devfailed[0] and getattr(e, "errnum", None) == 5) or
                 (origfailed[0] and getattr(e, "errnum", None) in ORIG_MAY)):
             log("  flush failed after a device or origin failure (allowed)", e)
+            lost_maybe()
             return
         op_failed(e, "flush")
     durable()
@@ -635,6 +719,20 @@ def durable():
     for s in range(NS):
         crash[s] = set(cur[s])
         crash_trim[s] = None if ctrim[s] is None else set(ctrim[s])
+        unfl[s] = False
+
+
+def lost_maybe():
+    """A FLUSH failed, or a crash: the writes no FLUSH covered may be lost
+    for good (EIO)."""
+    for s in range(NS):
+        sticky[s] = sticky[s] or unfl[s]
+
+
+def may_eio(s):
+    """FZ_DEVFAIL=enospc, fullfs: whether sector s may read EIO."""
+    u = s - s % LOST_UNIT
+    return any(unfl[x] or sticky[x] for x in range(u, min(NS, u + LOST_UNIT)))
 
 
 def wait_aio(pairs, what, eio_ok=(), writes=()):
@@ -695,6 +793,7 @@ def do_race(d):
         cur[s] = gs
         ctrim[s] = None
         crash[s] |= gs
+        unfl[s] = True
 
 
 def do_race_rw(d):
@@ -731,6 +830,7 @@ def do_race_rw(d):
         cur[s] = {g}
         ctrim[s] = None
         crash[s].add(g)
+        unfl[s] = True
     s2, n2 = min(s0, s1), max(s0, s1) + n - min(s0, s1)
     check_range(d, s2, n2)
 
@@ -743,8 +843,18 @@ def check_daemon_log():
                 fail(f"the daemon's log has: {line.strip()}")
 
 
+def make_room():
+    """FZ_DEVFAIL=enospc: the full file systems have room again."""
+    log("ROOM", sorted(full_devs))
+    for i in full_devs:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{D}/full{i}")
+    full_devs.clear()
+
+
 def crashed():
     """After a kill: a sector may read what survives a crash."""
+    lost_maybe()
     for s in range(NS):
         cur[s] = set(crash[s])
         ctrim[s] = None if crash_trim[s] is None else set(crash_trim[s])
@@ -770,11 +880,49 @@ for step in range(STEPS):
     progress[0] = time.monotonic()
     if d.proc.poll() is not None:
         fail(f"the daemon exited by itself with status {d.proc.returncode}")
-    if DEVFAIL and frng.random() < 0.02:
+    if DEVFAIL and not DEV_ENOSPC and frng.random() < 0.02:
         i = frng.randrange(len(CACHES))
         log("DEVFAIL", i)
         open(f"{D}/boom{i}", "w").close()
         devfailed[0] = True
+    if DEV_ENOSPC:
+        if full_devs:
+            full_left[0] -= 1
+            if full_left[0] <= 0:
+                make_room()
+        elif frng.random() < 0.02:
+            # One file system under every device, or one device's alone.
+            if frng.random() < 0.5:
+                full_devs.update(range(len(CACHES)))
+            else:
+                full_devs.add(frng.randrange(len(CACHES)))
+            full_left[0] = frng.randint(1, 60)
+            log("DEVFULL", sorted(full_devs), "for", full_left[0], "steps")
+            for i in full_devs:
+                open(f"{D}/full{i}", "w").close()
+            devfailed[0] = True
+    if FULLFS:
+        if full_devs:
+            full_left[0] -= 1
+            if full_left[0] <= 0:
+                log("ROOM: filler removed")
+                os.unlink(f"{FS}/filler")
+                full_devs.clear()
+                if frng.random() < 0.33:
+                    fs_size[0] += 4 << 20
+                    subprocess.run(["mount", "-o", f"remount,size={fs_size[0]}", FS], check=True)
+                    log("ROOM: the file system grown to", fs_size[0])
+        elif frng.random() < 0.02:
+            full_left[0] = frng.randint(1, 60)
+            n = 0
+            fd = os.open(f"{FS}/filler", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            for chunk in (65536, 4096):
+                with contextlib.suppress(OSError):
+                    while True:
+                        n += os.write(fd, bytes(chunk))
+            os.close(fd)
+            full_devs.add(0)
+            log("DEVFULL: a filler of", n, "bytes for", full_left[0], "steps")
     if ORIGFAIL and orng.random() < 0.03:
         ORIGFAIL_COUNT[0] = orng.randint(1, 20)
         log("ORIGFAIL", ORIGFAIL_COUNT[0])
