@@ -581,6 +581,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (claim_set_enabled() && !offline &&
         (c->state_claim = claim_state_lock(c->state_path, err, errlen)) == NULL)
         goto fail_cache;
+    /* The sequence record's chunk, for the scan to count each device's
+     * newest at or below it (seqrec.c). */
+    seqrec_bound_read(c);
     uint64_t t0 = tc_now_ns(), read0 = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
         read0 += c->devs[d].dev->stats.read_bytes;

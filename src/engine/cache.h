@@ -119,6 +119,9 @@ struct cache_dev {
      * (0: none, or the state came from a checkpoint): what the sequence
      * record's entry for the device is compared with (seqrec.c). */
     uint64_t newest_chunk;
+    /* The newest the scan found at or below cache.seqrec_bound (0: none,
+     * or not counted): what a record of that chunk vouches for on it. */
+    uint64_t newest_at_bound;
 };
 
 struct blocklocks;
@@ -199,6 +202,8 @@ struct cache {
      * the clean stop's record); the sequence record starts from it. */
     uint64_t recovered_durable;
     bool newest_chunks_known;       /* the scan set devs[].newest_chunk (recovery.c) */
+    uint64_t seqrec_bound;          /* the sequence record's chunk before the scan
+                                       (seqrec_bound_read()), or 0 */
     struct seqrec *seqrec;          /* seqrec.c: the record of how far the log reached */
     uint64_t last_flush_wall_ns;
     uint64_t last_client_io_ns;     /* a read, write or discard last began (writeback

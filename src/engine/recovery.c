@@ -1401,7 +1401,8 @@ static int past_stop_record(const struct recovery *rc, char *err, size_t errlen)
  * Each device's newest chunk, for the sequence record (seqrec.c): the
  * newest whose header checks, in any segment (a free one's chunks are
  * still what the device holds), and the newest up to the durable mark,
- * from which the log's count of each device's durable chunk starts.  And
+ * from which the log's count of each device's durable chunk starts, and
+ * the newest at or below the sequence record's chunk (seqrec.c).  And
  * each segment's first and newest chunk, which the allocator keeps the
  * record's chunks by (space.h, invariant 22).
  */
@@ -1411,7 +1412,7 @@ static void devices_newest(struct recovery *rc)
     uint64_t durable = TC_MIN(rc->durable, rc->max_chunk_seq);
     c->newest_chunks_known = true;
     for (unsigned d = 0; d < c->ndevs; d++)
-        c->devs[d].newest_chunk = 0;
+        c->devs[d].newest_chunk = c->devs[d].newest_at_bound = 0;
     for (uint32_t s = 0; s < c->sp.nsegs; s++) {
         struct segment *sg = space_seg(&c->sp, s);
         sg->first_chunk = sg->top_chunk = 0;
@@ -1421,6 +1422,8 @@ static void devices_newest(struct recovery *rc)
                 sg->first_chunk = q;
             sg->top_chunk = TC_MAX(sg->top_chunk, q);
             c->devs[sg->dev].newest_chunk = TC_MAX(c->devs[sg->dev].newest_chunk, q);
+            if (q <= c->seqrec_bound)
+                c->devs[sg->dev].newest_at_bound = TC_MAX(c->devs[sg->dev].newest_at_bound, q);
             if (q <= durable)
                 c->lg.dev_written[sg->dev] = c->lg.dev_flushed[sg->dev] =
                     TC_MAX(c->lg.dev_flushed[sg->dev], q);

@@ -30,10 +30,12 @@
  * the older copy lacks: "damage"), the older device is named instead
  * (seqrec_explain_refusal()).  A record of version 1 has no entries: it
  * is read, compared as a whole, and written anew at the start, with the
- * entries the scan found: a device's newest chunk when it is at or below
- * the record's chunk (which vouches for every chunk up to it), else its
- * newest that a header's flushed mark covers (none after a start from the
- * checkpoint: those come with the flushes of the run).  The record is written
+ * entries the scan found: a device's newest chunk at or below the
+ * record's chunk (which vouches for every chunk up to it; the scan counts
+ * it for the record read before it, seqrec_bound_read(), also on a device
+ * with chunks above it), or its newest that a header's flushed mark covers
+ * when that is more (none after a start from the checkpoint: those come
+ * with the flushes of the run).  The record is written
  *
  *  - at start, once recovery and the checks are done: the durable mark
  *    recovery read (a header's flushed mark or the clean stop's record),
@@ -962,15 +964,19 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
          * since an older copy of it was taken, and that copy put back
          * was taken for current, or refused as an older copy of the
          * whole set, not of that device.  A device with chunks above the
-         * record's keeps what the marks say (its newest at or below the
-         * record's chunk is not known here: less, never more); so does a
-         * start that scanned nothing (newest_chunks_known).  Not for
-         * a device with a failure mark: its chunks from before the
-         * failure are untrusted, whatever the record says of them. */
+         * record's gets its newest at or below it, which the scan counted
+         * for the record read before it (seqrec_bound_read(): the same
+         * chunk, else not known here, and then what the marks say: less,
+         * never more); so does a start that scanned nothing
+         * (newest_chunks_known) keep what the marks say.  Not for a
+         * device with a failure mark: its chunks from before the failure
+         * are untrusted, whatever the record says of them. */
         for (unsigned d = 0; d < c->ndevs; d++) {
             uint64_t v = TC_MIN(l.dev_recorded[d], c->lg.chunks_written_upto);
             uint64_t found = c->devs[d].newest_chunk;     /* not a stop record's: the set's */
-            if (c->newest_chunks_known && c->failed_seq[d] == 0 && found <= l.recorded)
+            if (found > l.recorded)
+                found = c->seqrec_bound == l.recorded ? c->devs[d].newest_at_bound : 0;
+            if (c->newest_chunks_known && c->failed_seq[d] == 0)
                 v = TC_MAX(v, TC_MIN(found, c->lg.chunks_written_upto));
             if (v > c->lg.dev_flushed[d])
                 c->lg.dev_flushed[d] = c->lg.dev_written[d] = v;
@@ -985,6 +991,18 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
     }
     seqrec_look_free(&l);
     return rc;
+}
+
+void seqrec_bound_read(struct cache *c)
+{
+    c->seqrec_bound = 0;
+    char *path = record_path(c->state_path);
+    struct tc_seqrec r;
+    char why[160];
+    if (path && record_read(path, &r, why, sizeof why) == 0 &&
+        memcmp(r.set_uuid, c->set_uuid, 16) == 0)
+        c->seqrec_bound = r.chunk_seq;
+    free(path);
 }
 
 void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen)

@@ -91,6 +91,12 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
  * as above, and the set keeps its record here from this start on. */
 int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err,
                  size_t errlen);
+/* Before recovery: the chunk of the record beside the state file, when
+ * it is this set's (c->seqrec_bound; 0 when none can be read), for the
+ * scan to count each device's newest chunk at or below it
+ * (devs[].newest_at_bound): what the record vouches for on a device that
+ * has chunks above it too (seqrec_check()). */
+void seqrec_bound_read(struct cache *c);
 /* Recovery refused the start (err): when the record finds one of the
  * devices older than it says, that is the likelier cause (its missing
  * chunks look like damage to the scan), and err is replaced by the

@@ -71,7 +71,7 @@ static int origin_record_check(const struct tc_volume_config *cfg, const struct 
 {
     struct originrec rec;
     *had_set = false;
-    if (originrec_read(origin->identity, set, &rec, err, errlen) < 0)
+    if (originrec_read(origin, set, &rec, err, errlen) < 0)
         return -1;
     if (rec.found) {
         originrec_refusal(&rec, cfg->origin, set ? "serving it with another cache set"
@@ -81,7 +81,7 @@ static int origin_record_check(const struct tc_volume_config *cfg, const struct 
     }
     if (set) {
         /* Every record found names set (the read above passed them). */
-        if (originrec_read(origin->identity, NULL, &rec, err, errlen) < 0)
+        if (originrec_read(origin, NULL, &rec, err, errlen) < 0)
             return -1;
         *had_set = rec.found;
     }
@@ -287,7 +287,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
      * from now on leaves it.  Not written, the start is refused -- that
      * cache's writes would go unguarded (io/originrec.c). */
     if (records && have_set &&
-        originrec_write(origin->identity, cfg->origin, set, cfg->caches, err, errlen) < 0) {
+        originrec_write(origin, cfg->origin, set, cfg->caches, err, errlen) < 0) {
         dev_close(origin);
         return NULL;
     }
@@ -305,7 +305,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
             /* Nothing of that set was served: a record only this start
              * wrote goes again. */
             if (records && have_set && !had_set)
-                originrec_remove(origin->identity, set);
+                originrec_remove(origin, set);
             dev_close(origin);
             free(vol);
             return NULL;
@@ -315,7 +315,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
             /* Formatted again between the look and the open: the set
              * opened is recorded (the other's record stays). */
             char why[1024];
-            vol->origin_recorded = originrec_write(origin->identity, cfg->origin,
+            vol->origin_recorded = originrec_write(origin, cfg->origin,
                                                    vol->cache->set_uuid, cfg->caches, why,
                                                    sizeof why) == 0;
             if (!vol->origin_recorded)
@@ -512,7 +512,7 @@ static void close_finish(struct tc_volume *vol, int err)
      * with dirty data or lost sectors left. */
     if (vol->origin_recorded && vol->cache && err == 0 && tc_volume_dirty_bytes(vol) == 0 &&
         tc_volume_lost_bytes(vol) == 0) {
-        int e = originrec_remove(vol->origin->identity, vol->cache->set_uuid);
+        int e = originrec_remove(vol->origin, vol->cache->set_uuid);
         if (e)
             tc_warn("origin %s: cannot remove its record of the cache set (%s): serving it "
                     "without this cache stays refused until it is removed", vol->origin->name,

@@ -255,7 +255,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
          * holding a superblock is. */
         if (!dev_is_mem(path)) {
             struct originrec drec = { .found = false };
-            if (originrec_read(devs[n]->identity, NULL, &drec, err, errlen) < 0)
+            if (originrec_read(devs[n], NULL, &drec, err, errlen) < 0)
                 goto out;
             if (drec.found) {
                 snprintf(err, errlen, "--cache %s is the origin of cache set %s (devices %s; "
@@ -346,7 +346,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
     struct originrec rec = { .found = false };
     uint8_t recorded[16];
     bool replaces_recorded = false;
-    if (!dev_is_mem(o->origin) && originrec_read(origin->identity, NULL, &rec, err, errlen) < 0)
+    if (!dev_is_mem(o->origin) && originrec_read(origin, NULL, &rec, err, errlen) < 0)
         goto out;
     for (unsigned i = 0; rec.found && rec.readable && !replaces_recorded && i < n; i++) {
         char u[37];
@@ -425,7 +425,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
         }
     }
     /* The set the record named is gone: so is its record. */
-    if (replaces_recorded && originrec_remove(origin->identity, recorded) < 0)
+    if (replaces_recorded && originrec_remove(origin, recorded) < 0)
         tc_warn("%s: cannot remove its record of the cache set formatted over (%s): serving "
                 "it with the new set stays refused until it is removed", o->origin, rec.path);
     memcpy(res->set_uuid, sb.set_uuid, 16);

@@ -126,3 +126,38 @@ void block_identity(const char *root, unsigned maj, unsigned min, char *out, siz
     else if (legacylen)
         legacy[0] = '\0';
 }
+
+bool block_under(const char *root, unsigned maj, unsigned min, struct block_under *u)
+{
+    char buf[64];
+    bool under = false;
+    u->maj = maj;
+    u->min = min;
+    u->start = 0;
+    u->file[0] = '\0';
+    if (read_attr(root, maj, min, "partition", buf, sizeof buf)) {
+        /* "../" is the disk (block_identity()); "start" counts 512-byte
+         * sectors whatever the logical block size. */
+        unsigned dmaj, dmin;
+        if (read_attr(root, maj, min, "../dev", buf, sizeof buf) &&
+            sscanf(buf, "%u:%u", &dmaj, &dmin) == 2) {
+            u->maj = dmaj;
+            u->min = dmin;
+            u->start = (uint64_t)read_start(root, maj, min) * 512;
+            under = true;
+        }
+    }
+    unsigned long long off;
+    if (read_attr(root, u->maj, u->min, "loop/backing_file", u->file, sizeof u->file)) {
+        under = true;
+        if (read_attr(root, u->maj, u->min, "loop/offset", buf, sizeof buf) &&
+            sscanf(buf, "%llu", &off) == 1)
+            u->start += off;
+        /* The loop driver names a file removed since "PATH (deleted)": the
+         * path may name another file by now. */
+        size_t n = strlen(u->file);
+        if (u->file[0] != '/' || (n > 10 && strcmp(u->file + n - 10, " (deleted)") == 0))
+            u->file[0] = '\0';
+    }
+    return under;
+}

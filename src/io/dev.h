@@ -289,6 +289,20 @@ enum dev_path dev_block_path(const struct tc_dev *d, char *why, size_t len);
 /* A local block device's number, into *maj and *min; false for any other
  * device (io/writecount.c reads its counts by it). */
 bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min);
+
+/* The bytes a device's data are, in the file or disk underneath it: a
+ * regular file is its own bytes from 0; a loop device is its backing
+ * file's from the loop's offset, a partition its disk's from its start
+ * (and a partition of a loop device its file's); any other device is
+ * itself from 0.  base names what the bytes are of -- the file's identity
+ * ("file:MAJ:MIN:INO[:bSEC.NSEC]") or the disk's -- and two devices whose
+ * bases are equal and whose ranges overlap hold the same data there,
+ * whatever their own identities (io/originrec.c). */
+struct dev_extent {
+    char base[128];
+    uint64_t start, len;            /* bytes into base */
+};
+void dev_data_extent(const struct tc_dev *d, struct dev_extent *x);
 struct tc_dev *dev_test_open_as(struct tc_reactor *r, const char *spec, const char *role,
                                 bool read_only, char *err, size_t errlen);
 struct tc_dev *dev_open(struct tc_reactor *r, const char *path, bool read_only, char *err,

@@ -533,6 +533,49 @@ bool dev_block_number(const struct tc_dev *d, unsigned *maj, unsigned *min)
     return true;
 }
 
+void dev_data_extent(const struct tc_dev *d, struct dev_extent *x)
+{
+    snprintf(x->base, sizeof x->base, "%s", d->identity);
+    x->start = 0;
+    x->len = d->size;
+    if (d->ops != &file_ops || !d->is_block_device)
+        return;
+    unsigned maj, min;
+    struct block_under *u = tc_xcalloc(1, sizeof *u);
+    if (!dev_block_number(d, &maj, &min) || !block_under("/sys", maj, min, u))
+        goto out;
+    x->start = u->start;
+    unsigned fmaj, fmin;
+    unsigned long long ino, off;
+    int end = 0;
+    struct stat st;
+    char birth[48];
+    if (sscanf(d->identity, "loop:%u:%u:%llu:%llu%n", &fmaj, &fmin, &ino, &off, &end) == 4 &&
+        end > 0) {
+        /* A loop device itself: its identity names the file as the loop
+         * driver reports it (its inode, not the path, which may name
+         * another file by now), and the offset it was set up with. */
+        snprintf(x->base, sizeof x->base, "file:%u:%u:%llu%s", fmaj, fmin, ino,
+                 d->identity + end);
+        x->start = off;
+    } else if (u->file[0] && stat(u->file, &st) == 0 && S_ISREG(st.st_mode)) {
+        /* A partition of a loop device: the file its path names now. */
+        birth_suffix(AT_FDCWD, u->file, 0, st.st_dev, st.st_ino, birth, sizeof birth);
+        snprintf(x->base, sizeof x->base, "file:%u:%u:%llu%s", major(st.st_dev),
+                 minor(st.st_dev), (unsigned long long)st.st_ino, birth);
+    } else if (u->file[0] == '\0' && (u->maj != maj || u->min != min)) {
+        /* A partition of a disk: the disk's identity.  (A loop device
+         * whose file is gone keeps its own identity: nothing else can be
+         * told to be the same data.) */
+        char legacy[128];
+        block_identity("/sys", u->maj, u->min, x->base, sizeof x->base, legacy, sizeof legacy);
+    } else {
+        x->start = 0;
+    }
+out:
+    free(u);
+}
+
 struct tc_dev *dev_file_open_as(struct tc_reactor *r, const char *path, const char *role,
                                 bool read_only, char *err, size_t errlen)
 {

@@ -17,7 +17,9 @@
  *                                 of the origin's identity (io/dev.h)
  *
  * a few lines of text (the identity itself, the origin's name, the set's
- * UUID and its devices, for the messages and for a human).  The rules:
+ * UUID and its devices, for the messages and for a human; the bytes the
+ * origin's data are, struct dev_extent, as "extent BASE START LEN").  The
+ * rules:
  *
  *  - serve with a cache writes it (naming that set) before it serves
  *    anything, and a clean stop removes it once the origin holds every
@@ -37,9 +39,17 @@
  * naming an unknown set: nothing proves the origin current.  The check is
  * of the origin's identity, so it holds whatever name the origin is given;
  * a file and a loop device over it at offset 0 (two identities) are both
- * looked up (originrec_twin()).  An origin that is the same data under
- * another identity (a copy, an NBD export by another URI, a loop device
- * at another offset) is not recognised.
+ * looked up (originrec_twin()).  The same data is also reached through
+ * windows into a file or disk: a loop device at an offset (or with a size
+ * limit) over part of a file, a partition of a disk or of a loop device.
+ * Each has an identity of its own, but its bytes are a range of the file
+ * or disk beneath (dev_data_extent()): every record of a place is read,
+ * and one whose range of the same file or disk overlaps the origin's is
+ * the origin's too -- the bytes they share may be older than writes that
+ * set holds (a record written before the extent line was kept is taken
+ * to reach from its offset to the end of its file).  An origin that is
+ * the same data in another way (a copy, an NBD export by another URI, a
+ * device-mapper target over a disk) is not recognised.
  *
  * Where (record_places()).  The protection is never skipped in silence:
  * a record that cannot be written at a start with a cache refuses the
@@ -60,6 +70,7 @@
  *    still refuses this user's start.  A record of a user's own place is
  *    not seen by root's starts, nor by another user's.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -143,6 +154,46 @@ static bool field(const char *text, const char *key, char *out, size_t len)
     return false;
 }
 
+/* The bytes a record's origin was (its "extent" line), or, in a record
+ * written before that line was kept, what its identity tells: a file from
+ * 0 and a loop device from its offset, each to the end of the file; any
+ * other identity from 0 to the end of itself. */
+static void record_extent(const char *text, const char *id, struct dev_extent *x)
+{
+    char line[256];
+    unsigned long long start, len;
+    int end = 0;
+    if (field(text, "extent", line, sizeof line) &&
+        sscanf(line, "%127s %llu %llu%n", x->base, &start, &len, &end) == 3 && end > 0) {
+        x->start = start;
+        x->len = len;
+        return;
+    }
+    unsigned maj, min;
+    unsigned long long ino, off;
+    snprintf(x->base, sizeof x->base, "%.127s", id);
+    x->start = 0;
+    x->len = UINT64_MAX;
+    if (sscanf(id, "loop:%u:%u:%llu:%llu%n", &maj, &min, &ino, &off, &end) == 4 && end > 0) {
+        snprintf(x->base, sizeof x->base, "file:%u:%u:%llu%.64s", maj, min, ino, id + end);
+        x->start = off;
+    }
+}
+
+/* Do two ranges of the same file or disk share a byte?  (A length that
+ * reaches past the end of the numbers reaches to the end.) */
+static bool extents_overlap(const struct dev_extent *a, const struct dev_extent *b)
+{
+    if (strcmp(a->base, b->base) != 0 || a->len == 0 || b->len == 0)
+        return false;
+    uint64_t a_end = a->len > UINT64_MAX - a->start ? UINT64_MAX : a->start + a->len;
+    uint64_t b_end = b->len > UINT64_MAX - b->start ? UINT64_MAX : b->start + b->len;
+    return a->start < b_end && b->start < a_end;
+}
+
+static int read_path(const char *dir, const char *identity, const struct dev_extent *x,
+                     struct originrec *r, char *err, size_t errlen);
+
 /* The record in one place: 0 (r->found says if there is one), or -1
  * with the message when it cannot be read. */
 static int read_one(const char *dir, const char *identity, struct originrec *r, char *err,
@@ -150,6 +201,16 @@ static int read_one(const char *dir, const char *identity, struct originrec *r, 
 {
     memset(r, 0, sizeof *r);
     record_path(dir, identity, r->path, sizeof r->path);
+    return read_path(dir, identity, NULL, r, err, errlen);
+}
+
+/* The record in file r->path (of place dir): as read_one(), for
+ * identity when given; else (identity NULL) for any origin whose bytes
+ * overlap *x, r->found false for a record of another, or one that cannot
+ * be parsed (whose origin nothing tells). */
+static int read_path(const char *dir, const char *identity, const struct dev_extent *x,
+                     struct originrec *r, char *err, size_t errlen)
+{
     int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
@@ -178,15 +239,55 @@ static int read_one(const char *dir, const char *identity, struct originrec *r, 
     if (strncmp(text, HEADER, strlen(HEADER)) != 0 || !field(text, "identity", id, sizeof id) ||
         !field(text, "set", r->set, sizeof r->set) ||
         !field(text, "origin", r->origin, sizeof r->origin) ||
-        !field(text, "devices", r->devices, sizeof r->devices))
+        !field(text, "devices", r->devices, sizeof r->devices)) {
+        r->found = identity != NULL;
         return 0;
-    /* Another identity of the same hash: not this origin's record. */
-    if (strcmp(id, identity) != 0) {
+    }
+    if (identity == NULL) {
+        record_extent(text, id, &r->extent);
+        r->found = r->overlap = extents_overlap(x, &r->extent);
+    } else if (strcmp(id, identity) != 0) {
+        /* Another identity of the same hash: not this origin's record. */
         r->found = false;
         return 0;
     }
-    r->readable = true;
+    r->readable = r->found;
     return 0;
+}
+
+/* Calls visit(r, arg) for each record in dir of an origin whose bytes
+ * overlap *x, under an identity other than skip[0] and skip[1] (those are
+ * read by their own names), until visit returns true: true then.  A place
+ * that cannot be listed has nothing to add here (read_one() reports a
+ * place that cannot be read). */
+static bool scan_overlaps(const char *dir, const struct dev_extent *x, const char *const skip[2],
+                          bool (*visit)(struct originrec *r, void *arg), void *arg)
+{
+    DIR *dp = opendir(dir);
+    if (dp == NULL)
+        return false;
+    char own[2][4096] = { "", "" }, err[256];
+    for (unsigned k = 0; k < 2; k++)
+        if (skip[k])
+            record_path(dir, skip[k], own[k], sizeof own[k]);
+    struct dirent *e;
+    bool done = false;
+    struct originrec *r = tc_xcalloc(1, sizeof *r);
+    while (!done && (e = readdir(dp)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "origin-", 7) != 0 || len < 9 ||
+            strcmp(e->d_name + len - 9, ".tcorigin") != 0)
+            continue;
+        memset(r, 0, sizeof *r);
+        if (!under(dir, e->d_name, r->path, sizeof r->path) || strcmp(r->path, own[0]) == 0 ||
+            strcmp(r->path, own[1]) == 0)
+            continue;
+        if (read_path(dir, NULL, x, r, err, sizeof err) == 0 && r->found)
+            done = visit(r, arg);
+    }
+    free(r);
+    closedir(dp);
+    return done;
 }
 
 bool originrec_twin(const char *identity, char *out, size_t len)
@@ -207,7 +308,21 @@ bool originrec_twin(const char *identity, char *out, size_t len)
     return false;
 }
 
-int originrec_read(const char *identity, const uint8_t *accept_set, struct originrec *r,
+struct first_refusing {
+    const char *accept;         /* a set whose records do not refuse, or NULL */
+    struct originrec *out;
+};
+
+static bool first_refusing(struct originrec *r, void *arg)
+{
+    struct first_refusing *f = arg;
+    if (f->accept && strcmp(r->set, f->accept) == 0)
+        return false;
+    *f->out = *r;
+    return true;
+}
+
+int originrec_read(const struct tc_dev *d, const uint8_t *accept_set, struct originrec *r,
                    char *err, size_t errlen)
 {
     struct places p;
@@ -219,6 +334,7 @@ int originrec_read(const char *identity, const uint8_t *accept_set, struct origi
      * through a loop device over it (or the reverse) has its record under
      * the other name. */
     char twin[512];
+    const char *identity = d->identity;
     const char *ids[2] = { identity, originrec_twin(identity, twin, sizeof twin) ? twin : NULL };
     for (unsigned k = 0; k < 2 && ids[k]; k++) {
         for (unsigned i = 0; i < p.n; i++) {
@@ -228,6 +344,13 @@ int originrec_read(const char *identity, const uint8_t *accept_set, struct origi
                 return 0;
         }
     }
+    /* Then the records of any other window into the same bytes. */
+    struct dev_extent x;
+    dev_data_extent(d, &x);
+    struct first_refusing f = { .accept = accept_set ? accept : NULL, .out = r };
+    for (unsigned i = 0; i < p.n; i++)
+        if (scan_overlaps(p.dir[i], &x, ids, first_refusing, &f))
+            return 0;
     memset(r, 0, sizeof *r);
     return 0;
 }
@@ -240,6 +363,24 @@ void originrec_refusal(const struct originrec *r, const char *origin, const char
                  "a cache set holding writes the origin lacks, and %s could return older data "
                  "for them.  If no cache of this origin holds such writes, remove the record",
                  origin, r->path, what);
+        return;
+    }
+    if (r->overlap) {
+        char end[24] = "its end";
+        if (r->extent.len <= UINT64_MAX - r->extent.start)
+            snprintf(end, sizeof end, "%llu",
+                     (unsigned long long)(r->extent.start + r->extent.len - 1));
+        snprintf(err, errlen, "origin %s shares bytes with origin %s as it was last served "
+                 "(bytes %llu to %s of %s: a loop device at an offset or a partition reaches "
+                 "the same data), with cache set %s (devices %s), which is in use or was not "
+                 "stopped with every write back on it (record %s): that set may hold "
+                 "acknowledged writes to those bytes, and %s would return older data for "
+                 "them.  Serve those bytes with that cache ('--cache %s'), run 'tiercache "
+                 "flush' and stop it; or format those devices again ('tiercache format "
+                 "--force', which refuses their dirty data without --discard-dirty); if that "
+                 "cache is gone for good, remove the record (its writes are lost)", origin,
+                 r->origin, (unsigned long long)r->extent.start, end, r->extent.base, r->set,
+                 r->devices, r->path, what, r->devices);
         return;
     }
     snprintf(err, errlen, "origin %s was last served with cache set %s (devices %s), which is "
@@ -277,9 +418,12 @@ static int make_dir(const char *dir, mode_t mode)
     return tc_fsync_parent_dir(dir);
 }
 
-static int write_record(const char *dir, const char *identity, const char *origin,
+static int write_record(const char *dir, const struct tc_dev *d, const char *origin,
                         const uint8_t set_uuid[16], const char *const *devices)
 {
+    const char *identity = d->identity;
+    struct dev_extent x;
+    dev_data_extent(d, &x);
     char path[4096], tmp[4200];
     record_path(dir, identity, path, sizeof path);
     /* The system place is readable by every user's start (record_places()). */
@@ -302,8 +446,9 @@ static int write_record(const char *dir, const char *identity, const char *origi
                         ? origin : org;
     tc_uuid_format(set_uuid, set);
     char text[8192];
-    int len = snprintf(text, sizeof text, HEADER "identity %s\norigin %s\nset %s\ndevices %s\n",
-                       identity, oname, set, devs);
+    int len = snprintf(text, sizeof text, HEADER "identity %s\norigin %s\nset %s\ndevices %s\n"
+                       "extent %s %llu %llu\n", identity, oname, set, devs, x.base,
+                       (unsigned long long)x.start, (unsigned long long)x.len);
     if (len < 0 || (size_t)len >= sizeof text)
         return -ENAMETOOLONG;
     snprintf(tmp, sizeof tmp, "%s.new", path);
@@ -323,12 +468,12 @@ static int write_record(const char *dir, const char *identity, const char *origi
     return rc;
 }
 
-int originrec_write(const char *identity, const char *origin, const uint8_t set_uuid[16],
+int originrec_write(const struct tc_dev *d, const char *origin, const uint8_t set_uuid[16],
                     const char *const *devices, char *err, size_t errlen)
 {
     struct places p;
     record_places(&p);
-    int e = write_record(p.dir[0], identity, origin, set_uuid, devices);
+    int e = write_record(p.dir[0], d, origin, set_uuid, devices);
     if (e == 0)
         return 0;
     snprintf(err, errlen, "origin %s: cannot write its record of the cache set in %s: %s.  "
@@ -340,13 +485,31 @@ int originrec_write(const char *identity, const char *origin, const uint8_t set_
     return -1;
 }
 
-int originrec_remove(const char *identity, const uint8_t set_uuid[16])
+/* Remove r's record if it names set->set; never stops the scan. */
+struct remove_set {
+    const char *set;
+    int rc;
+};
+
+static bool remove_of_set(struct originrec *r, void *arg)
+{
+    struct remove_set *rs = arg;
+    if (!r->readable || strcmp(r->set, rs->set) != 0)
+        return false;
+    int e = unlink(r->path) < 0 ? (errno == ENOENT ? 0 : -errno) : tc_fsync_parent_dir(r->path);
+    if (e && rs->rc == 0)
+        rs->rc = e;
+    return false;
+}
+
+int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
 {
     struct places p;
     record_places(&p);
     char err[256], set[37];
     tc_uuid_format(set_uuid, set);
     int rc = 0;
+    const char *identity = d->identity;
     char twin[512];
     const char *ids[2] = { identity, originrec_twin(identity, twin, sizeof twin) ? twin : NULL };
     for (unsigned n = 0; n < 2 * p.n && ids[n / p.n]; n++) {
@@ -364,5 +527,12 @@ int originrec_remove(const char *identity, const uint8_t set_uuid[16])
         if (e && rc == 0)
             rc = e;
     }
-    return rc;
+    /* And the set's records under other windows into the same bytes:
+     * every write of the set is on them now. */
+    struct dev_extent x;
+    dev_data_extent(d, &x);
+    struct remove_set rs = { .set = set, .rc = 0 };
+    for (unsigned i = 0; i < p.n; i++)
+        scan_overlaps(p.dir[i], &x, ids, remove_of_set, &rs);
+    return rc ? rc : rs.rc;
 }

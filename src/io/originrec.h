@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/dev.h"
+
 /* Where the records are kept: $TIERCACHE_ORIGIN_RECORDS, else this (and,
  * for a user other than root, $XDG_STATE_HOME/tiercache or
  * ~/.local/state/tiercache first; originrec.c). */
@@ -20,14 +22,19 @@ struct originrec {
     char set[37];                   /* the set's UUID, as tc_uuid_format() writes it */
     char origin[512];               /* the origin as it was named then */
     char devices[2048];             /* the set's devices, comma-separated */
+    /* Found under another identity whose bytes overlap the origin's
+     * (struct dev_extent): the same data given by another name. */
+    bool overlap;
+    struct dev_extent extent;       /* the bytes the record's origin was */
 };
 
-/* The record of the origin whose identity (struct tc_dev's) is given, in
- * any of the places records are kept -- the first that does not name
- * accept_set, when given (a record of that set does not refuse it).  0,
- * with r->found false when there is none; -1 with a message naming the
- * directory and the ways on when a place or a file cannot be read. */
-int originrec_read(const char *identity, const uint8_t *accept_set, struct originrec *r,
+/* The record of origin d, in any of the places records are kept: under
+ * its identity, its twin's, or any other whose recorded bytes overlap
+ * d's (dev_data_extent()) -- the first that does not name accept_set,
+ * when given (a record of that set does not refuse it).  0, with r->found
+ * false when there is none; -1 with a message naming the directory and
+ * the ways on when a place or a file cannot be read. */
+int originrec_read(const struct tc_dev *d, const uint8_t *accept_set, struct originrec *r,
                    char *err, size_t errlen);
 
 /* The identity of the same data as a file and as a loop device over it at
@@ -43,17 +50,19 @@ bool originrec_twin(const char *identity, char *out, size_t len);
 void originrec_refusal(const struct originrec *r, const char *origin, const char *what,
                        char *err, size_t errlen);
 
-/* Record that the origin is served with set_uuid on devices (names as
- * given; made absolute), in the place records are written (made if
+/* Record that origin d is served with set_uuid on devices (names as
+ * given; made absolute), with d's identity and the bytes it is
+ * (dev_data_extent()), in the place records are written (made if
  * missing): written to a file beside it, synced, renamed over it, the
  * directory synced.  0, or -1 with the refusal, naming the directory and
  * the ways on, in err. */
-int originrec_write(const char *identity, const char *origin, const uint8_t set_uuid[16],
+int originrec_write(const struct tc_dev *d, const char *origin, const uint8_t set_uuid[16],
                     const char *const *devices, char *err, size_t errlen);
 
-/* Remove the records that name set_uuid, in every place this user can
- * (durably): the origin holds every acknowledged write of that set.  0,
- * or -errno. */
-int originrec_remove(const char *identity, const uint8_t set_uuid[16]);
+/* Remove the records of origin d that name set_uuid (those
+ * originrec_read() finds: its identity's, its twin's, and those whose
+ * bytes overlap d's), in every place this user can (durably): the origin
+ * holds every acknowledged write of that set.  0, or -errno. */
+int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16]);
 
 #endif

@@ -7,7 +7,10 @@
  * dm device by its UUID or else its name, an md array by its UUID, and
  * the device number when nothing better is known; with, each time, the
  * form older builds recorded as the legacy identity, which
- * dev_identity_matches() accepts.
+ * dev_identity_matches() accepts.  And what a device is a window into
+ * (block_under()): a partition its disk from its start, a loop device its
+ * backing file from its offset, a partition of a loop device that file
+ * from both.
  */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -179,6 +182,38 @@ int main(void)
     put("devices/usb/block/sdc/device/serial", "WD-WCC4N7PL1234\n");
     expect(8, 32, "block:WD-WCC4N7PL1234:0", "");
     expect(7, 99, "block:7:99", "");
+
+    /* Windows: a whole disk is none; a partition is its disk's bytes from
+     * its start sector; a loop device its file's from its offset (no file
+     * when it was deleted); a partition of a loop device the file's from
+     * the offset plus the partition's start. */
+    snprintf(dir, sizeof dir, "%s/dev", sdb);
+    put(dir, "8:16\n");
+    snprintf(dir, sizeof dir, "%s/sdb2/dev", sdb);
+    put(dir, "8:18\n");
+    devlink("7:3", "devices/virtual/block/loop3");
+    put("devices/virtual/block/loop3/dev", "7:3\n");
+    put("devices/virtual/block/loop3/loop/backing_file", "/data/a.img\n");
+    put("devices/virtual/block/loop3/loop/offset", "4194304\n");
+    devlink("259:7", "devices/virtual/block/loop3/loop3p1");
+    put("devices/virtual/block/loop3/loop3p1/dev", "259:7\n");
+    put("devices/virtual/block/loop3/loop3p1/partition", "1\n");
+    put("devices/virtual/block/loop3/loop3p1/start", "2048\n");
+    devlink("7:4", "devices/virtual/block/loop4");
+    put("devices/virtual/block/loop4/dev", "7:4\n");
+    put("devices/virtual/block/loop4/loop/backing_file", "/data/b.img (deleted)\n");
+    put("devices/virtual/block/loop4/loop/offset", "0\n");
+    struct block_under u;
+    CHECK(!block_under(root, 8, 16, &u) && u.maj == 8 && u.min == 16 && u.start == 0 &&
+          u.file[0] == '\0');
+    CHECK(block_under(root, 8, 18, &u) && u.maj == 8 && u.min == 16 &&
+          u.start == 1050624ull * 512 && u.file[0] == '\0');
+    CHECK(block_under(root, 7, 3, &u) && u.maj == 7 && u.min == 3 && u.start == 4194304 &&
+          strcmp(u.file, "/data/a.img") == 0);
+    CHECK(block_under(root, 259, 7, &u) && u.maj == 7 && u.min == 3 &&
+          u.start == 4194304 + 2048ull * 512 && strcmp(u.file, "/data/a.img") == 0);
+    CHECK(block_under(root, 7, 4, &u) && u.maj == 7 && u.min == 4 && u.start == 0 &&
+          u.file[0] == '\0');
 
     /* An identity longer than the field is cut, the same way each time. */
     char out[16], old[16];
