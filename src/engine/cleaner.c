@@ -277,6 +277,11 @@ struct cleaner {
  * item this far ahead: far enough to overlap them, near enough that
  * the lines are still in the cache when their turn comes. */
 #define PREFETCH_AHEAD 8
+/* The same for a walk of entries kept in RAM with their blocks' entry
+ * numbers (process_chunk()): a prefetch there needs no load first, and
+ * most entries of a write-heavy log are superseded, passed over in a few
+ * nanoseconds each, so the misses are started further ahead. */
+#define RAM_PREFETCH_AHEAD 32
 #define READ_RETRY_MAX_NS (5000ull * 1000 * 1000)
 /* The back-off while the origin holds the room: the first, and the most
  * it doubles to (writeback's own per-block back-off reaches 30 s too). */
@@ -1108,8 +1113,9 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     /* A header kept in RAM (log.h, struct ram_chunk) is read from there,
      * decoded: its entries are as sealed. */
     const struct tc_entry *ram = NULL;
+    const uint32_t *ids = NULL;
     if (readable && c->lg.headers_in_ram)
-        h = log_ram_chunk(&c->lg, seg, k->chunk_i, cr->start, &ram)->h;
+        h = log_ram_chunk(&c->lg, seg, k->chunk_i, cr->start, &ram, &ids)->h;
     if (!readable || (ram == NULL &&
                       chunk_decode(k->buf, (size_t)cr->hdr_sectors * TC_SECTOR, c->set_uuid,
                                    c->spb, c->seg_sectors, &h, why, sizeof why) < 0)) {
@@ -1129,23 +1135,34 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
     }
     for (uint32_t i = 0; i < h.nr_entries; i++) {
         struct tc_entry e;
-        /* Each entry is looked up in the index: start the look-up of the
-         * one PREFETCH_AHEAD further while this one is handled, and the
-         * load of the bucket of the one twice as far, so that the
-         * look-up's start finds its bucket loaded (it waited for it:
-         * about a third of the look-ups' cost). */
-        if (i + 2 * PREFETCH_AHEAD < h.nr_entries)
-            index_prefetch_bucket(&c->map.idx,
-                                  ram ? ram[i + 2 * PREFETCH_AHEAD].oblock
-                                      : chunk_entry_oblock(k->buf, c->spb, i + 2 * PREFETCH_AHEAD));
-        if (i + PREFETCH_AHEAD < h.nr_entries)
-            index_prefetch(&c->map.idx,
-                           ram ? ram[i + PREFETCH_AHEAD].oblock
-                               : chunk_entry_oblock(k->buf, c->spb, i + PREFETCH_AHEAD), 1);
-        if (ram)
+        /* Each entry is looked up in the index.  From the device: start
+         * the look-up of the one PREFETCH_AHEAD further while this one is
+         * handled, and the load of the bucket of the one twice as far, so
+         * that the look-up's start finds its bucket loaded (it waited for
+         * it: about a third of the look-ups' cost). */
+        if (ram) {
+            /* The entries kept in RAM name their blocks' entries as
+             * sealed (a hint, struct ram_seg's ids): the entry and its
+             * masks are loaded directly, no bucket first. */
+            if (i == 0)
+                for (uint32_t j = 0; j < RAM_PREFETCH_AHEAD && j < h.nr_entries; j++)
+                    if (ram[j].type == TC_ENTRY_DATA)
+                        index_prefetch_entry(&c->map.idx, ram[j].oblock, ids[j]);
+            if (i + RAM_PREFETCH_AHEAD < h.nr_entries &&
+                ram[i + RAM_PREFETCH_AHEAD].type == TC_ENTRY_DATA)
+                index_prefetch_entry(&c->map.idx, ram[i + RAM_PREFETCH_AHEAD].oblock,
+                                     ids[i + RAM_PREFETCH_AHEAD]);
             e = ram[i];
-        else if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)
-            continue;
+        } else {
+            if (i + 2 * PREFETCH_AHEAD < h.nr_entries)
+                index_prefetch_bucket(&c->map.idx,
+                                      chunk_entry_oblock(k->buf, c->spb, i + 2 * PREFETCH_AHEAD));
+            if (i + PREFETCH_AHEAD < h.nr_entries)
+                index_prefetch(&c->map.idx,
+                               chunk_entry_oblock(k->buf, c->spb, i + PREFETCH_AHEAD), 1);
+            if (chunk_entry(k->buf, &h, c->spb, i, &e, why, sizeof why) < 0)
+                continue;
+        }
         if (e.type == TC_ENTRY_LOST) {
             /* Still lost (or cleared by a write not yet durable): the
              * record must outlive its group. */
@@ -1158,7 +1175,7 @@ static void process_chunk(struct cleaner *k, const struct chunk_ref *cr, bool re
             continue;
         uint16_t off = (uint16_t)(cr->start + cr->hdr_sectors + e.data_sector);
         uint32_t id;
-        uint32_t fid = map_find_fragment(c, e.oblock, seg, off, &id);
+        uint32_t fid = map_find_fragment_hint(c, e.oblock, ids ? ids[i] : NIL, seg, off, &id);
         if (fid == NIL)
             continue;       /* superseded, or the mirror copy of a fragment */
         struct tc_mask cur, st, v, d;

@@ -144,6 +144,7 @@ void log_fini(struct cache *c)
     for (uint32_t s = 0; lg->ram && s < lg->nsegs; s++) {
         free(lg->ram[s].chunks);
         free(lg->ram[s].ents);
+        free(lg->ram[s].ids);
     }
     free(lg->ram);
     lg->ram = NULL;
@@ -356,8 +357,10 @@ static void write_chunk(struct cache *c, uint32_t seg, uint32_t start, uint32_t 
 /* Keep a chunk's header and entries in RAM as chunk i of segment seg
  * (struct ram_chunk): its chunk table's entry i, the segment's chunks
  * before it kept already (a table cleared for the segment's reuse starts
- * again at 0). */
-static void keep_in_ram(struct log *lg, uint32_t seg, uint32_t i,
+ * again at 0).  Each DATA entry's block is looked up in the index (ix)
+ * for struct ram_seg's ids: the blocks were appended to this chunk just
+ * now, so their buckets and entries are still in the CPU's caches. */
+static void keep_in_ram(struct log *lg, const struct index *ix, uint32_t seg, uint32_t i,
                         const struct tc_chunk_header *hdr, const struct tc_entry *entries)
 {
     struct ram_seg *rs = &lg->ram[seg];
@@ -373,12 +376,22 @@ static void keep_in_ram(struct log *lg, uint32_t seg, uint32_t i,
     if (rs->nents + hdr->nr_entries > rs->ents_cap) {
         rs->ents_cap = TC_MAX(2 * rs->ents_cap, rs->nents + hdr->nr_entries);
         rs->ents = realloc(rs->ents, (size_t)rs->ents_cap * sizeof *rs->ents);
-        if (rs->ents == NULL)
+        rs->ids = realloc(rs->ids, (size_t)rs->ents_cap * sizeof *rs->ids);
+        if (rs->ents == NULL || rs->ids == NULL)
             abort();
     }
     rs->chunks[rs->nchunks++] = (struct ram_chunk){ .h = *hdr, .first = rs->nents };
     if (hdr->nr_entries)
         memcpy(rs->ents + rs->nents, entries, (size_t)hdr->nr_entries * sizeof *entries);
+    for (uint32_t j = 0; j < hdr->nr_entries; j++) {
+        /* The look-ups' loads start ahead, as in the cleaner's walk. */
+        if (j + 16 < hdr->nr_entries)
+            index_prefetch_bucket(ix, entries[j + 16].oblock);
+        if (j + 8 < hdr->nr_entries)
+            index_prefetch(ix, entries[j + 8].oblock, 1);
+        rs->ids[rs->nents + j] = entries[j].type == TC_ENTRY_DATA
+                                     ? index_lookup(ix, entries[j].oblock) : NIL;
+    }
     rs->nents += hdr->nr_entries;
 }
 
@@ -420,7 +433,7 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     memcpy(hdr.set_uuid, c->set_uuid, 16);
     if (c->lg.headers_in_ram) {
         /* Kept as it is; no CRC is checked (log.h, struct ram_chunk). */
-        keep_in_ram(&c->lg, h->seg, sg->nchunks, &hdr, h->entries);
+        keep_in_ram(&c->lg, &c->map.idx, h->seg, sg->nchunks, &hdr, h->entries);
         segment_add_chunk(&c->sp, h->seg, h->chunk_start, h->hdr_sectors, h->data_fill);
     } else {
         uint8_t *hbuf = c->lg.images[h->seg] + (size_t)h->chunk_start * TC_SECTOR;

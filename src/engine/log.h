@@ -166,6 +166,14 @@ struct ram_seg {
     struct ram_chunk *chunks;       /* as the segment's chunk table */
     uint32_t nchunks, chunks_cap;
     struct tc_entry *ents;
+    /* Beside each of ents: a DATA entry's block's entry number in the
+     * index when sealed (NIL for other entries, or a block not in the
+     * index then) -- a hint only, which the cleaner's walk checks
+     * (index_lookup_hint()): the entry may have gone and its slot been
+     * reused since.  The walk's look-up of a block then loads its entry
+     * directly, found when the entry was hot, instead of its bucket and
+     * chain. */
+    uint32_t *ids;
     uint32_t nents, ents_cap;
 };
 
@@ -366,15 +374,18 @@ static inline bool log_read_image(const struct log *lg, uint32_t seg, uint32_t o
     return true;
 }
 /* The header of chunk i of segment seg (its chunk table's entry i, at
- * sector start), kept in RAM (headers_in_ram), and its entries. */
+ * sector start), kept in RAM (headers_in_ram), its entries, and beside
+ * them their blocks' entry numbers when sealed (struct ram_seg's ids). */
 static inline const struct ram_chunk *log_ram_chunk(const struct log *lg, uint32_t seg,
                                                     uint32_t i, uint32_t start,
-                                                    const struct tc_entry **entries)
+                                                    const struct tc_entry **entries,
+                                                    const uint32_t **ids)
 {
     TC_ASSERT(lg->headers_in_ram && seg < lg->nsegs);
     const struct ram_seg *rs = &lg->ram[seg];
     TC_ASSERT_ALWAYS(i < rs->nchunks && rs->chunks[i].h.chunk_sector == start);
     *entries = rs->ents + rs->chunks[i].first;
+    *ids = rs->ids + rs->chunks[i].first;
     return &rs->chunks[i];
 }
 /* Whether log_read_image() would find the segment's image (data-free
