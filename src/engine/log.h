@@ -206,6 +206,8 @@ struct log {
     uint64_t dev_flush_target[TC_MAX_DEVICES];
     uint64_t dev_flushed[TC_MAX_DEVICES];
     uint64_t flush_marks;           /* headers sealed only to carry the flushed mark */
+    uint64_t every_refused;         /* records refused: a device in service had no
+                                       segment for its copy (log_append()) */
     bool clean_stop;                /* sealing the chunks of a clean stop */
     struct chunk_write *inflight_head, *inflight_tail;
     struct log_waiter *written_waiters, *flush_waiters;
