@@ -217,11 +217,16 @@ static bool dev_can_open(const struct cache *c, unsigned d)
 }
 
 /* Open a new group when no head has an open segment.  false: no space.
- * every: for a record that needs a copy on every device in service
- * (log_append(), extras_fit()): a device whose only free segments are
- * its share of the reserve gives one all the same (the reserve is kept
- * for records; without it the record had to wait for the cleaner). */
-static bool ensure_group(struct cache *c, bool use_reserve, bool every)
+ * shares: for a device failure's record that needs a copy on every
+ * device in service (log_append()'s take_shares, extras_fit()): a device
+ * whose only free segments are its share of the reserve gives one all
+ * the same -- that share is kept for a failure's records.  A client
+ * record (CLEAN, a client's tombstone) never takes it: it waits for the
+ * cleaner to free a segment there (log_append(), every_dev_heads()); when
+ * it did, the survivor of two had no segment left at the other's failure
+ * (engine/cleaner-bound, failure: 0 to 11 sectors of room at the failure
+ * and at a tail record, was 256 and more). */
+static bool ensure_group(struct cache *c, bool use_reserve, bool shares)
 {
     /* Below the reserve, the cleaner (or a device failure's records)
      * took it: the room left in the open group is theirs -- a pass's
@@ -249,7 +254,7 @@ static bool ensure_group(struct cache *c, bool use_reserve, bool every)
      * does not always finds a device with more: it is above the reserve,
      * which has a segment per device when there are shares. */
     uint32_t keep = space_dev_reserve(&c->sp);
-    if (every && use_reserve)
+    if (shares && use_reserve)
         for (unsigned d = 0; d < c->ndevs; d++)
             if (dev_in_service(c, d) && c->sp.stacks[d].n <= keep && dev_can_open(c, d))
                 keep = 0;
@@ -857,10 +862,11 @@ static bool split_first(struct cache *c, const struct append *a, unsigned nsecto
  * for its copy, or no segment open in the group (its segment filled up
  * before the others', or it sat the group out with no free segment but
  * its share of the reserve): the group is closed and the append tried
- * again in a new one, which every device that has a free segment joins
- * (ensure_group()'s every).  A device with no free segment at all is
- * never skipped: log_append() refuses the record until the cleaner has
- * freed one (crash/devfail-shadow-nohead).
+ * again in a new one, which every device with a free segment beyond its
+ * share joins (and one with its share only, for a failure's record:
+ * ensure_group()'s shares).  A device with none of those is never
+ * skipped: log_append() refuses the record until the cleaner has freed
+ * one (crash/devfail-shadow-nohead).
  */
 static bool extras_fit(struct cache *c, int d1, int d2, unsigned nent, bool *extra, bool *ns)
 {
@@ -878,11 +884,15 @@ static bool extras_fit(struct cache *c, int d1, int d2, unsigned nent, bool *ext
 }
 
 /* Whether every device in service has a segment open, or could have one
- * in a new group (a record's copies, extras_fit()). */
-static bool every_dev_heads(struct cache *c)
+ * in a new group (a record's copies, extras_fit()): a free segment that
+ * is not held back, and beyond its share of the reserve unless the record
+ * may take that share (shares: a device failure's record). */
+static bool every_dev_heads(struct cache *c, bool shares)
 {
+    uint32_t keep = shares ? 0 : space_dev_reserve(&c->sp);
     for (unsigned d = 0; d < c->ndevs; d++)
-        if (dev_in_service(c, d) && c->lg.heads[d].seg == NIL && !dev_can_open(c, d))
+        if (dev_in_service(c, d) && c->lg.heads[d].seg == NIL &&
+            (c->sp.stacks[d].n <= keep || !dev_can_open(c, d)))
             return false;
     return true;
 }
@@ -925,15 +935,16 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     /* A mirrored record goes to every device in service (extras_fit()). */
     bool every = a->mirror && a->type != TC_ENTRY_DATA;
     bool extra[TC_MAX_DEVICES] = { false }, nsx[TC_MAX_DEVICES];
-    if (every && !every_dev_heads(c)) {
-        /* A device in service has no segment open and none free: its copy
+    if (every && !every_dev_heads(c, a->take_shares)) {
+        /* A device in service has no segment open and none free (none
+         * beyond its share of the reserve, for a client record): its copy
          * waits for the cleaner, as an append waits for room. */
         c->lg.every_refused++;
         needs_space(&c->lg);
         return loc;
     }
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (!ensure_group(c, a->use_reserve, every)) {
+        if (!ensure_group(c, a->use_reserve, every && a->take_shares)) {
             /* split_first() promised room, and nothing in between can take
              * it: no completion runs inside log_append() (dev_complete()
              * defers those of dev_submit()).  A first part the index never
@@ -1234,7 +1245,8 @@ void log_status_json(const struct log *lg, struct tc_json *j)
     json_uint(j, "flushed_marked", lg->marked_upto);
     json_uint(j, "flush_marks", lg->flush_marks);
     /* Tombstones and CLEAN records refused while a device in service had
-     * no segment open and none free for their copy there (log_append()):
+     * no segment open and none free for their copy there (none beyond its
+     * share of the reserve, for a client record: log_append()):
      * their callers wait for room, or defer them. */
     json_uint(j, "records_waiting_for_a_device", lg->every_refused);
     /* A chunk with entries that no sealed header records as flushed yet:

@@ -246,6 +246,12 @@ struct append {
                                    record): a copy on every device in service
                                    (log.c, extras_fit()) */
     bool use_reserve;           /* the cleaner may use the reserved space */
+    bool take_shares;           /* a device failure's record with a copy on every
+                                   device in service (mirror): a device sitting
+                                   the group out gives its share of the reserve
+                                   (space_dev_reserve()) for it; a client record
+                                   waits for the cleaner instead (log.c,
+                                   ensure_group()) */
     bool leave_claim;           /* a client write: made only if it leaves the
                                  * room a cleaner's pass claims for its copies
                                  * (cleaner_claim()), else -ENOSPC */
