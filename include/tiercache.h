@@ -201,7 +201,9 @@ enum tc_mode tc_volume_mode(const struct tc_volume *vol);
 /* After a flush, mode change or detach failed: why, in one sentence naming
  * the dirty data left ("" when the last one did not fail). */
 const char *tc_volume_op_error(const struct tc_volume *vol);
-/* Dirty data in the cache now. */
+/* Dirty data in the cache now, with the data written back whose clean
+ * records the log does not hold yet (the next start writes it back
+ * again). */
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol);
 /* Acknowledged data lost with the cache (unreadable until written again):
  * the origin lacks its newest version, and no flush can bring it back. */
@@ -211,7 +213,8 @@ uint64_t tc_volume_lost_bytes(const struct tc_volume *vol);
 void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes,
                               uint64_t *capacity);
 
-/* Dirty data in the cache now (0 without a cache): bytes and blocks. */
+/* Dirty data in the cache now (0 without a cache): bytes and blocks, as
+ * tc_volume_dirty_bytes(). */
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);
 
 /* Whether dirty data is still on a failed cache device, being written back

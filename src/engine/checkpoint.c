@@ -170,6 +170,7 @@
 #include "engine/cleaner.h"
 #include "engine/failure.h"
 #include "engine/recovery.h"
+#include "engine/writeback.h"
 #include "util/crc32c.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -299,10 +300,23 @@ static uint8_t *encode(struct cache *c, const struct tc_ckpt *head, size_t *len)
             p += 8;
         }
     }
+    /* Sectors written back whose clean records are still deferred: clean
+     * in the index, dirty in the log.  Recorded dirty, as the log has
+     * them: a start from this checkpoint writes them back again and
+     * appends their records then (a start that scanned the log would do
+     * the same); recorded clean, the start would forget that the log
+     * still holds them dirty, and the check against the log fails. */
+    uint64_t *owed_ob;
+    struct tc_mask *owed_m;
+    size_t nowed = writeback_owed_clean(c, &owed_ob, &owed_m), oi = 0;
     for (uint64_t i = 0; i < ck.nblocks; i++) {
         uint32_t id = ids[i].id;
         struct tc_mask v, d;
         ce_get_masks(ix, id, &v, &d);
+        while (oi < nowed && owed_ob[oi] < ids[i].oblock)
+            oi++;
+        if (oi < nowed && owed_ob[oi] == ids[i].oblock)
+            mask_or(&d, &owed_m[oi]);
         le64_put(p, ids[i].oblock);
         le32_put(p + 8, CE(ix, id)->nfrags);
         le32_put(p + 12, 0);
@@ -323,6 +337,8 @@ static uint8_t *encode(struct cache *c, const struct tc_ckpt *head, size_t *len)
         p = put_mask(p + 8, &lost.m[lost.v[i].id], w);
     }
     TC_ASSERT_ALWAYS(p == buf + *len);
+    free(owed_ob);
+    free(owed_m);
     free(ids);
     free(lost.v);
     free(lost.m);

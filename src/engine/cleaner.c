@@ -748,8 +748,14 @@ static uint64_t tail_room(const struct cache *c)
 }
 
 /* A record (no data) costs at most what tail_room() allows a device: a
- * head closed unused and a new chunk's header.  So one appended only
- * while this holds leaves the tail its room, however many come: a device
+ * head closed unused and a new chunk's header -- on each device it has a
+ * copy on, and a tombstone or a clean record has one on every device in
+ * service (log.c, extras_fit()): tail_room() in all.  So one appended
+ * only while the room left after such a cost still holds tail_room()
+ * leaves the tail its room, however many come (counted as two headers
+ * a record before, a single copy's, so that with three devices one
+ * could take four headers of the tail's room: engine/record-bound-devices
+ * runs three and four).  A device
  * failure's tombstones and LOST records -- one a block, each chunk with
  * a header of its own when they wait for their syncs one by one -- took
  * the whole reserve (cleaner-bound.test, case failure).  At a stop there
@@ -758,15 +764,15 @@ static uint64_t tail_room(const struct cache *c)
 bool cleaner_record_fits(struct cache *c)
 {
     struct cleaner *k = c->cleaner;
-    if (k->unbounded || c->stopping || log_room(c) >= tail_room(c) + 2 * TC_MAX_HDR_SECTORS)
+    if (k->unbounded || c->stopping || log_room(c) >= 2 * tail_room(c))
         return true;
     k->records_deferred++;
     return false;
 }
 
 /* The client records' budget: the sectors of the reserve that
- * tombstones and clean records may take (CLIENT_RECORD_SECTORS, 128 KiB),
- * but never more than half of what the reserve holds beyond
+ * tombstones and clean records may take (CLIENT_RECORD_SECTORS, 128 KiB,
+ * for each device in service: a record has a copy on each), but never more than half of what the reserve holds beyond
  * record_room(): the rest is the cleaner's, to copy what it keeps and
  * write its last records. */
 #define CLIENT_RECORD_SECTORS 32u
@@ -781,11 +787,16 @@ uint64_t cleaner_client_record_budget(const struct cache *c)
     uint64_t res = reserve_room(c), rec = record_room(c);
     if (res <= rec)
         return 0;
-    return TC_MIN((uint64_t)CLIENT_RECORD_SECTORS, (res - rec) / 2);
+    /* A device's worth for each device in service: every record has a
+     * copy on each (log.c, extras_fit()), so a budget of one device's
+     * worth was less than one record's cost with three devices or more
+     * (tail_room()), and client records took none of the reserve. */
+    return TC_MIN((uint64_t)CLIENT_RECORD_SECTORS * space_devs_in_service(&c->sp), (res - rec) / 2);
 }
 
 /* A client record (no data) costs at most a head closed unused and a new
- * chunk's header, as a failure's record does (cleaner_record_fits()).
+ * chunk's header on every device in service, as a failure's record does
+ * (cleaner_record_fits(): tail_room()).
  * Above the reserve it always fits: a new group leaves the reserve.
  * Within it, it fits while the room left after it stays above the
  * reserve less the budget -- whoever took the reserve so far: once a
@@ -799,7 +810,7 @@ bool cleaner_client_record_fits(struct cache *c)
     if (k == NULL || k->unbounded || c->stopping || c->sp.free_segs > c->sp.reserve_segs)
         return true;
     uint64_t floor = reserve_room(c) - cleaner_client_record_budget(c);
-    if (log_room(c) >= floor + 2 * TC_MAX_HDR_SECTORS)
+    if (log_room(c) >= floor + tail_room(c))
         return true;
     k->client_records_refused++;
     return false;

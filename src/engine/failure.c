@@ -1244,7 +1244,7 @@ static int tombstone(struct cache *c, uint64_t oblock)
     if (!cleaner_record_fits(c))
         return -ENOSPC;
     struct append a = { .oblock = oblock, .type = TC_ENTRY_TOMBSTONE, .use_reserve = true,
-                        .urgent = true, .mirror = true };
+                        .take_shares = true, .urgent = true, .mirror = true };
     return log_append(c, &a, NULL).err;
 }
 

@@ -199,8 +199,35 @@ static void image_release(struct cache *c, uint32_t seg)
     }
 }
 
-/* Open a new group when no head has an open segment.  false: no space. */
-static bool ensure_group(struct cache *c, bool use_reserve)
+/* Device d is in service: appends go to it, and it holds a log that a
+ * later start replays. */
+static bool dev_in_service(const struct cache *c, unsigned d)
+{
+    return c->devs[d].state == CDEV_OK && !c->sp.dev_failed[d];
+}
+
+/* Device d (in service) could take a segment in a new group: a free one
+ * that invariant 22 does not hold back (space.h). */
+static bool dev_can_open(const struct cache *c, unsigned d)
+{
+    const struct free_stack *fs = &c->sp.stacks[d];
+    for (uint32_t i = 0; i < fs->n; i++)
+        if (!space_seg_held_back(&c->sp, fs->segs[i]))
+            return true;
+    return false;
+}
+
+/* Open a new group when no head has an open segment.  false: no space.
+ * shares: for a device failure's record that needs a copy on every
+ * device in service (log_append()'s take_shares, extras_fit()): a device
+ * whose only free segments are its share of the reserve gives one all
+ * the same -- that share is kept for a failure's records.  A client
+ * record (CLEAN, a client's tombstone) never takes it: it waits for the
+ * cleaner to free a segment there (log_append(), every_dev_heads()); when
+ * it did, the survivor of two had no segment left at the other's failure
+ * (engine/cleaner-bound, failure: 0 to 11 sectors of room at the failure
+ * and at a tail record, was 256 and more). */
+static bool ensure_group(struct cache *c, bool use_reserve, bool shares)
 {
     /* Below the reserve, the cleaner (or a device failure's records)
      * took it: the room left in the open group is theirs -- a pass's
@@ -227,7 +254,12 @@ static bool ensure_group(struct cache *c, bool use_reserve)
      * takes those last segments only when no device has more.  One that
      * does not always finds a device with more: it is above the reserve,
      * which has a segment per device when there are shares. */
-    if (!space_open_group_above(&c->sp, &c->lg.next_seq, space_dev_reserve(&c->sp)) &&
+    uint32_t keep = space_dev_reserve(&c->sp);
+    if (shares && use_reserve)
+        for (unsigned d = 0; d < c->ndevs; d++)
+            if (dev_in_service(c, d) && c->sp.stacks[d].n <= keep && dev_can_open(c, d))
+                keep = 0;
+    if (!space_open_group_above(&c->sp, &c->lg.next_seq, keep) &&
         !(use_reserve && space_open_group(&c->sp, &c->lg.next_seq))) {
         needs_space(&c->lg);
         return false;
@@ -507,7 +539,7 @@ static void seal_task_fn(struct tc_task *t)
 
 bool log_seal_all(struct cache *c, bool force_header)
 {
-    bool room = !force_header || ensure_group(c, true);
+    bool room = !force_header || ensure_group(c, true, false);
     for (unsigned d = 0; d < c->ndevs; d++)
         seal(c, d, force_header, false);
     return room;
@@ -839,18 +871,22 @@ static bool split_first(struct cache *c, const struct append *a, unsigned nsecto
  * more, two failing one after the other -- the record's two devices --
  * would leave a version it shadows on a third to come back at the next
  * start, which ignores both failed devices' logs below their marks
- * (crash/devfail-shadow-three).  False if a device in service with a head
- * open in the group has no room for its copy (the group is closed and the
- * append tried again in a new one); a device with no head open (no free
- * segment) gets none.
+ * (crash/devfail-shadow-three).  False if a device in service has no room
+ * for its copy, or no segment open in the group (its segment filled up
+ * before the others', or it sat the group out with no free segment but
+ * its share of the reserve): the group is closed and the append tried
+ * again in a new one, which every device with a free segment beyond its
+ * share joins (and one with its share only, for a failure's record:
+ * ensure_group()'s shares).  A device with none of those is never
+ * skipped: log_append() refuses the record until the cleaner has freed
+ * one (crash/devfail-shadow-nohead).
  */
 static bool extras_fit(struct cache *c, int d1, int d2, unsigned nent, bool *extra, bool *ns)
 {
     bool all = true;
     for (unsigned d = 0; d < c->ndevs; d++) {
         extra[d] = false;
-        if ((int)d == d1 || (int)d == d2 || c->devs[d].state != CDEV_OK ||
-            c->lg.heads[d].seg == NIL)
+        if ((int)d == d1 || (int)d == d2 || !dev_in_service(c, d))
             continue;
         if (head_fits(c, d, 0, nent, &ns[d]))
             extra[d] = true;
@@ -858,6 +894,20 @@ static bool extras_fit(struct cache *c, int d1, int d2, unsigned nent, bool *ext
             all = false;
     }
     return all;
+}
+
+/* Whether every device in service has a segment open, or could have one
+ * in a new group (a record's copies, extras_fit()): a free segment that
+ * is not held back, and beyond its share of the reserve unless the record
+ * may take that share (shares: a device failure's record). */
+static bool every_dev_heads(struct cache *c, bool shares)
+{
+    uint32_t keep = shares ? 0 : space_dev_reserve(&c->sp);
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (dev_in_service(c, d) && c->lg.heads[d].seg == NIL &&
+            (c->sp.stacks[d].n <= keep || !dev_can_open(c, d)))
+            return false;
+    return true;
 }
 
 struct log_loc log_append(struct cache *c, const struct append *a_in, struct log_waiter *w)
@@ -898,8 +948,16 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     /* A mirrored record goes to every device in service (extras_fit()). */
     bool every = a->mirror && a->type != TC_ENTRY_DATA;
     bool extra[TC_MAX_DEVICES] = { false }, nsx[TC_MAX_DEVICES];
+    if (every && !every_dev_heads(c, a->take_shares)) {
+        /* A device in service has no segment open and none free (none
+         * beyond its share of the reserve, for a client record): its copy
+         * waits for the cleaner, as an append waits for room. */
+        c->lg.every_refused++;
+        needs_space(&c->lg);
+        return loc;
+    }
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (!ensure_group(c, a->use_reserve)) {
+        if (!ensure_group(c, a->use_reserve, every && a->take_shares)) {
             /* split_first() promised room, and nothing in between can take
              * it: no completion runs inside log_append() (dev_complete()
              * defers those of dev_submit()).  A first part the index never
@@ -912,8 +970,8 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
             d2 = pick_head(c, nsectors, nent, d1, &ns2);
             if (d2 < 0)
                 d1 = -1;
-            /* The last attempt takes what copies fit (two at least). */
-            else if (every && !extras_fit(c, d1, d2, nent, extra, nsx) && attempt < 2)
+            /* Every device in service takes a copy, or none is made. */
+            else if (every && !extras_fit(c, d1, d2, nent, extra, nsx))
                 d1 = -1;
         }
         /* Not in the last attempt: the rest may need the next group. */
@@ -932,8 +990,15 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     }
     if (d1 < 0) {
         TC_ASSERT_ALWAYS(!loc.split);
+        if (every) {
+            c->lg.every_refused++;
+            needs_space(&c->lg);
+        }
         return loc;
     }
+    /* Never a record left off a device in service (extras_fit()). */
+    for (unsigned d = 0; every && d < c->ndevs; d++)
+        TC_ASSERT_ALWAYS(!dev_in_service(c, d) || (int)d == d1 || (int)d == d2 || extra[d]);
     /* The tombstone of a replacing version (one sequence for both copies'
      * chunks, as the version's copies share one), just below it. */
     uint64_t tseq = a->replace ? c->lg.next_seq++ : 0;
@@ -1192,6 +1257,11 @@ void log_status_json(const struct log *lg, struct tc_json *j)
     json_uint(j, "chunks_flushed", lg->flushed_upto);
     json_uint(j, "flushed_marked", lg->marked_upto);
     json_uint(j, "flush_marks", lg->flush_marks);
+    /* Tombstones and CLEAN records refused while a device in service had
+     * no segment open and none free for their copy there (none beyond its
+     * share of the reserve, for a client record: log_append()):
+     * their callers wait for room, or defer them. */
+    json_uint(j, "records_waiting_for_a_device", lg->every_refused);
     /* A chunk with entries that no sealed header records as flushed yet:
      * a summary is still to come for it (log_mark_flushed(), once it is
      * flushed and the log is quiet).  Tests wait for it to be false, and
@@ -1275,7 +1345,7 @@ void log_mark_flushed(struct cache *c, uint64_t now_ns, uint64_t delay_ns)
             arm_seal_timer(c);
             return;
         }
-    if (!ensure_group(c, false))
+    if (!ensure_group(c, false, false))
         return;
     for (unsigned d = 0; d < c->ndevs; d++)
         if (lg->heads[d].seg != NIL) {

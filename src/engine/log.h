@@ -214,6 +214,8 @@ struct log {
     uint64_t dev_flush_target[TC_MAX_DEVICES];
     uint64_t dev_flushed[TC_MAX_DEVICES];
     uint64_t flush_marks;           /* headers sealed only to carry the flushed mark */
+    uint64_t every_refused;         /* records refused: a device in service had no
+                                       segment for its copy (log_append()) */
     bool clean_stop;                /* sealing the chunks of a clean stop */
     struct chunk_write *inflight_head, *inflight_tail;
     struct log_waiter *written_waiters, *flush_waiters;
@@ -252,6 +254,12 @@ struct append {
                                    record): a copy on every device in service
                                    (log.c, extras_fit()) */
     bool use_reserve;           /* the cleaner may use the reserved space */
+    bool take_shares;           /* a device failure's record with a copy on every
+                                   device in service (mirror): a device sitting
+                                   the group out gives its share of the reserve
+                                   (space_dev_reserve()) for it; a client record
+                                   waits for the cleaner instead (log.c,
+                                   ensure_group()) */
     bool leave_claim;           /* a client write: made only if it leaves the
                                  * room a cleaner's pass claims for its copies
                                  * (cleaner_claim()), else -ENOSPC */

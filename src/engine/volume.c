@@ -633,9 +633,15 @@ void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes
     *capacity = c ? (uint64_t)c->sp.nsegs * c->segment_size : 0;
 }
 
+/* Dirty data: with the sectors written back whose clean records are
+ * still deferred (writeback_owed_clean()): the log, and a checkpoint
+ * with it, holds them dirty, and the next start writes them back again,
+ * so the origin alone is not taken for current. */
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)
 {
-    return vol->cache && !vol->detached ? vol->cache->map.dirty_sectors * TC_SECTOR : 0;
+    uint64_t bytes, blocks;
+    tc_volume_dirty(vol, &bytes, &blocks);
+    return bytes;
 }
 
 uint64_t tc_volume_lost_bytes(const struct tc_volume *vol)
@@ -1055,7 +1061,11 @@ bool tc_volume_origin_gone(const struct tc_volume *vol, char *why, size_t len)
 
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks)
 {
-    const struct cache *c = vol->cache;
-    *bytes = c && !vol->detached ? c->map.dirty_sectors * TC_SECTOR : 0;
-    *blocks = c && !vol->detached ? c->map.dirty_blocks : 0;
+    struct cache *c = vol->cache;
+    *bytes = *blocks = 0;
+    if (c == NULL || vol->detached)
+        return;
+    uint64_t owed_blocks, owed = writeback_owed_clean_sectors(c, &owed_blocks);
+    *bytes = (c->map.dirty_sectors + owed) * TC_SECTOR;
+    *blocks = c->map.dirty_blocks + owed_blocks;
 }

@@ -702,6 +702,77 @@ void writeback_owed_records(struct cache *c)
     wb->nowed -= i;
 }
 
+/* A block's sectors that deferred clean records would make clean
+ * (writeback_owed_clean()). */
+struct owed_clean {
+    uint64_t oblock;
+    struct tc_mask m;
+};
+
+static int cmp_owed_clean(const void *a, const void *b)
+{
+    uint64_t x = ((const struct owed_clean *)a)->oblock, y = ((const struct owed_clean *)b)->oblock;
+    return x < y ? -1 : x > y;
+}
+
+size_t writeback_owed_clean(struct cache *c, uint64_t **oblocks, struct tc_mask **masks)
+{
+    struct writeback *wb = c->wb;
+    *oblocks = NULL;
+    *masks = NULL;
+    if (wb == NULL || wb->nowed == 0)
+        return 0;
+    struct owed_clean *v = tc_xmalloc(wb->nowed * sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0; i < wb->nowed; i++) {
+        struct append a;
+        /* What the record would be if appended now (owed_record()):
+         * only a clean record names sectors the index holds. */
+        if (!owed_record(c, &wb->owed[i], &a) || a.type != TC_ENTRY_CLEAN)
+            continue;
+        v[n++] = (struct owed_clean){ .oblock = a.oblock, .m = a.valid };
+    }
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_owed_clean);
+    /* One entry a block: its deferred records' sectors together. */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k > 0 && v[k - 1].oblock == v[i].oblock)
+            mask_or(&v[k - 1].m, &v[i].m);
+        else
+            v[k++] = v[i];
+    }
+    if (k > 0) {
+        *oblocks = tc_xmalloc(k * sizeof **oblocks);
+        *masks = tc_xmalloc(k * sizeof **masks);
+        for (size_t i = 0; i < k; i++) {
+            (*oblocks)[i] = v[i].oblock;
+            (*masks)[i] = v[i].m;
+        }
+    }
+    free(v);
+    return k;
+}
+
+uint64_t writeback_owed_clean_sectors(struct cache *c, uint64_t *blocks)
+{
+    uint64_t *ob;
+    struct tc_mask *m;
+    size_t n = writeback_owed_clean(c, &ob, &m);
+    uint64_t sectors = 0;
+    *blocks = 0;
+    for (size_t i = 0; i < n; i++) {
+        sectors += mask_count(&m[i]);
+        struct tc_mask d;
+        ce_get_masks(&c->map.idx, index_lookup(&c->map.idx, ob[i]), NULL, &d);
+        if (mask_empty(&d))
+            (*blocks)++;                /* clean in the index: not counted there */
+    }
+    free(ob);
+    free(m);
+    return sectors;
+}
+
 /* The clean record of the sectors m of a block's fragment at seg:off,
  * its newest: appended now, or deferred. */
 static void clean_record(struct cache *c, uint64_t oblock, uint32_t seg, uint16_t off,

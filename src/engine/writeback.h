@@ -22,6 +22,7 @@
 struct block_waiter;
 struct cache;
 struct tc_json;
+struct tc_mask;
 
 /* A client write held by the dirty throttle (writeback_throttle()). */
 struct wb_throttle_waiter {
@@ -68,6 +69,20 @@ unsigned writeback_jobs_in_flight(struct cache *c);
  * budget of the cleaner's reserve), as far as the budget allows now;
  * called when the cleaner frees room. */
 void writeback_owed_records(struct cache *c);
+/* The sectors the clean records still deferred would make clean, as the
+ * log does not: by block.  The index holds them clean already, so a
+ * checkpoint (checkpoint.c, encode()) must record them dirty to say what
+ * the log says -- a start from it would otherwise hold them clean with
+ * nothing left owing their records -- and a stop must count them as
+ * dirty data left in the cache.  One entry a block, by origin block:
+ * (*oblocks)[i] and (*masks)[i] (malloc'ed, NULL if none), the sectors of
+ * the block's newest version still cached, clean in the index.  A
+ * deferred record that has become a tombstone (its block dropped) is not
+ * among them: the checkpoint holds no block to record it in. */
+size_t writeback_owed_clean(struct cache *c, uint64_t **oblocks, struct tc_mask **masks);
+/* Their sectors, in all; *blocks: how many of their blocks the index
+ * holds with no dirty sector (not among its dirty blocks). */
+uint64_t writeback_owed_clean_sectors(struct cache *c, uint64_t *blocks);
 void writeback_status_json(struct cache *c, struct tc_json *j);
 /* Block writebacks the origin refused or that were cut by a lost
  * connection: the blocks stayed dirty and are written again later. */
