@@ -216,6 +216,11 @@ void tc_volume_cache_geometry(const struct tc_volume *vol, uint64_t *block_bytes
 /* Dirty data in the cache now (0 without a cache): bytes and blocks, as
  * tc_volume_dirty_bytes(). */
 void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);
+/* The part of tc_volume_dirty() already on the origin: written back, its
+ * clean records still waiting for room in the log.  It is dirty only in
+ * the log's eyes, so it is never lost with a failed or removed cache
+ * device. */
+void tc_volume_dirty_owed(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks);
 
 /* Whether dirty data is still on a failed cache device, being written back
  * to the origin from it (the last device in service failed: the drain).

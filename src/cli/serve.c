@@ -507,10 +507,16 @@ static void volume_closed(void *arg, int err)
     tc_info("volume closed%s", err ? " with errors" : "");
     /* What a clean stop leaves behind: an operator stopping a writeback
      * volume (to move the origin, say) must know the origin is not current. */
-    uint64_t bytes, blocks;
+    uint64_t bytes, blocks, owed_bytes, owed_blocks;
     tc_volume_dirty(s->vol, &bytes, &blocks);
-    char sz[32];
+    tc_volume_dirty_owed(s->vol, &owed_bytes, &owed_blocks);
+    /* Not yet on the origin: what a failed or removed cache device takes
+     * with it.  The rest is written back already; only its clean records
+     * wait for room in the log (a start writes it back again). */
+    uint64_t unwritten_bytes = bytes - owed_bytes, unwritten_blocks = blocks - owed_blocks;
+    char sz[32], usz[32];
     tc_format_size(bytes, sz, sizeof sz);
+    tc_format_size(unwritten_bytes, usz, sizeof usz);
     if (s->origin_gone && blocks)
         tc_error("stopped with errors: the origin lost its name while served (writes and "
                  "flushes failed since); %s of dirty data (%llu blocks) stays in the cache, "
@@ -520,11 +526,11 @@ static void volume_closed(void *arg, int err)
     else if (s->origin_gone)
         tc_error("stopped with errors: the origin lost its name while served (writes and "
                  "flushes failed since); no dirty data in the cache");
-    else if (blocks && s->cache_unlinked)
+    else if (unwritten_blocks && s->cache_unlinked)
         tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back and "
                  "is lost with the cache device that was removed or replaced while served",
-                 err ? "with errors" : "cleanly", sz, (unsigned long long)blocks);
-    else if (blocks && tc_volume_draining(s->vol)) {
+                 err ? "with errors" : "cleanly", usz, (unsigned long long)unwritten_blocks);
+    else if (unwritten_blocks && tc_volume_draining(s->vol)) {
         /* Acknowledged data is gone (recorded lost): the exit status says
          * so, as for every stop that leaves lost data behind.  A device
          * failing at the close's own writes (its file system full), after
@@ -533,8 +539,13 @@ static void volume_closed(void *arg, int err)
         s->exit_status = 1;
         tc_error("stopped with errors; %s of dirty data (%llu blocks) could not be written "
                  "back from the failed cache device and is lost: its sectors read EIO after "
-                 "the next start until rewritten", sz, (unsigned long long)blocks);
+                 "the next start until rewritten", usz, (unsigned long long)unwritten_blocks);
     }
+    else if (blocks && unwritten_blocks == 0)
+        tc_info("stopped %s; %s of data (%llu blocks) is written back, but its clean records "
+                "found no room in the log, which still holds it dirty: the next start writes "
+                "it back again", err ? "with errors" : "cleanly", sz,
+                (unsigned long long)blocks);
     else if (blocks)
         tc_warn("stopped %s; %s of dirty data (%llu blocks) stays in the cache and is "
                 "written back after the next start (the origin alone is not current)",

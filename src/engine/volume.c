@@ -1069,3 +1069,12 @@ void tc_volume_dirty(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blo
     *bytes = (c->map.dirty_sectors + owed) * TC_SECTOR;
     *blocks = c->map.dirty_blocks + owed_blocks;
 }
+
+void tc_volume_dirty_owed(const struct tc_volume *vol, uint64_t *bytes, uint64_t *blocks)
+{
+    struct cache *c = vol->cache;
+    *bytes = *blocks = 0;
+    if (c == NULL || vol->detached)
+        return;
+    *bytes = writeback_owed_clean_sectors(c, blocks) * TC_SECTOR;
+}
