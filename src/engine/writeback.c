@@ -653,9 +653,15 @@ static void owe(struct writeback *wb, uint64_t oblock, uint32_t seg, uint16_t of
 }
 
 /* The record a deferred one has become: false if none is needed any more
- * (the version's group is gone, its sectors are dirty again, or a newer
- * version replaced it: recovery applies a clean record only to the
- * block's newest version, and this one's target is not that). */
+ * (the version's group is gone: the cleaner moved or dropped it, writing
+ * what the index holds; its sectors are dirty again, or newer versions
+ * hold them all).  Recovery applies a clean record only while the block's
+ * newest version is the one it names, so when a newer version has come
+ * since (a fill of other sectors, a partial write) the record names that
+ * one instead: the sectors it cleans are the block's, whichever version
+ * holds them, and they were on the origin before that version came.
+ * Dropped instead, the log would keep them dirty for good while the index
+ * holds them clean (a checkpoint and the log would disagree). */
 static bool owed_record(struct cache *c, const struct clean_owed *o, struct append *a)
 {
     const struct segment *sg = space_seg(&c->sp, o->seg);
@@ -669,18 +675,28 @@ static bool owed_record(struct cache *c, const struct clean_owed *o, struct appe
                               .use_reserve = true, .mirror = true };
         return true;
     }
-    struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
-    if (head.seg != o->seg || head.off != o->off)
+    /* Sectors a newer version stored: the log has them from that one
+     * (clean, or dirty and then in d), not from the version written back. */
+    struct tc_mask newer, stored, v, d, m = o->m;
+    mask_clear(&newer);
+    uint32_t head = ce_head(&c->map.idx, id), fid = head;
+    while (fid != NIL && (frag_seg(&c->map.idx, fid) != o->seg ||
+                          frag_off(&c->map.idx, fid) != o->off)) {
+        frag_stored(&c->map.idx, fid, &stored);
+        mask_or(&newer, &stored);
+        fid = frag_next(&c->map.idx, fid);
+    }
+    if (fid == NIL)
         return false;
-    struct tc_mask v, d, m = o->m;
     ce_get_masks(&c->map.idx, id, &v, &d);
+    mask_andnot(&m, &newer);
     mask_and(&m, &v);
     mask_andnot(&m, &d);
     if (mask_empty(&m))
         return false;
     *a = (struct append){ .oblock = o->oblock, .type = TC_ENTRY_CLEAN,
-                          .target = tc_loc(o->seg, o->off), .valid = m, .use_reserve = true,
-                          .mirror = true };
+                          .target = tc_loc(frag_seg(&c->map.idx, head), frag_off(&c->map.idx, head)),
+                          .valid = m, .use_reserve = true, .mirror = true };
     return true;
 }
 
