@@ -220,6 +220,19 @@ struct victim {
  * the copy's proof named a place that never received the data, and the
  * next start read the sectors as lost although the failed device held
  * them intact. */
+static void moved_add(struct cache *c, uint64_t oblock, unsigned s, uint64_t where,
+                      const uint8_t *sector)
+{
+    if (c->nmoved == c->moved_cap) {
+        c->moved_cap = c->moved_cap ? 2 * c->moved_cap : 64;
+        c->moved = realloc(c->moved, c->moved_cap * sizeof *c->moved);
+        if (c->moved == NULL)
+            abort();
+    }
+    c->moved[c->nmoved++] = (struct moved_proof){
+        oblock, s, { where, tc_crc32c(0, sector, TC_SECTOR) } };
+}
+
 static void moved_remember(struct cache *c, uint64_t oblock, uint32_t fid,
                            const struct tc_mask *dirty, const uint8_t *image)
 {
@@ -234,15 +247,36 @@ static void moved_remember(struct cache *c, uint64_t oblock, uint32_t fid,
         if (!mask_test(dirty, s))
             continue;
         uint32_t off = f.off + mask_rank(&st, s);
-        if (c->nmoved == c->moved_cap) {
-            c->moved_cap = c->moved_cap ? 2 * c->moved_cap : 64;
-            c->moved = realloc(c->moved, c->moved_cap * sizeof *c->moved);
-            if (c->moved == NULL)
-                abort();
-        }
-        c->moved[c->nmoved++] = (struct moved_proof){
-            oblock, s, { tc_state_where(dev, base + off),
-                         tc_crc32c(0, image + (size_t)off * TC_SECTOR, TC_SECTOR) } };
+        moved_add(c, oblock, s, tc_state_where(dev, base + off),
+                  image + (size_t)off * TC_SECTOR);
+    }
+}
+
+/* The same for a block's version rewritten after a failure (struct
+ * rewrite): each of its dirty sectors `d` (data in buf, by sector) is
+ * remembered where the index has it now, if that chunk was written -- a
+ * version replacing the block's copy, written and flushed on a device
+ * still in service or on the failed one, whose own chunk then never
+ * reaches its device. */
+static void moved_remember_block(struct cache *c, uint64_t oblock, uint32_t id,
+                                 const struct tc_mask *d, const uint8_t *buf)
+{
+    if (c->data_free)
+        return;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(d, s))
+            continue;
+        uint32_t fid = ce_locate(&c->map.idx, id, s);
+        if (fid == NIL)
+            continue;
+        struct cfrag f = frag_view(&c->map.idx, fid);
+        if (!log_chunk_written(c, f.seg, f.off))
+            continue;
+        struct tc_mask st;
+        frag_stored(&c->map.idx, fid, &st);
+        uint64_t at = seg_dev_offset(c, f.seg) / TC_SECTOR + f.off + mask_rank(&st, s);
+        moved_add(c, oblock, s, tc_state_where(space_seg_dev(&c->sp, f.seg), at),
+                  buf + (size_t)s * TC_SECTOR);
     }
 }
 
@@ -1557,6 +1591,7 @@ static void rewrite_append(struct rewrite *r, uint32_t id, const struct tc_mask 
     r->appended = true;
     c->rewrites_unappended--;
     c->rewrites_appended++;
+    moved_remember_block(c, r->oblock, id, d, r->buf);
     map_add_fragment(c, r->oblock, v, d, at.seg, at.off, at.mseg, at.moff,
                      wt ? CE_WT : 0, true);
     cache_trace(c, r->oblock, "device failure: rewritten as one version");
