@@ -538,8 +538,10 @@ static void volume_closed(void *arg, int err)
          * with no error (engine/stop-close-enospc). */
         s->exit_status = 1;
         tc_error("stopped with errors; %s of dirty data (%llu blocks) could not be written "
-                 "back from the failed cache device and is lost: its sectors read EIO after "
-                 "the next start until rewritten", usz, (unsigned long long)unwritten_blocks);
+                 "back from the failed cache device and is lost until the next start, which "
+                 "writes back the sectors a failed device still holds as recorded (their "
+                 "checksums); the others read EIO until rewritten", usz,
+                 (unsigned long long)unwritten_blocks);
     }
     else if (blocks && unwritten_blocks == 0)
         tc_info("stopped %s; %s of data (%llu blocks) is written back, but its clean records "

@@ -1445,6 +1445,8 @@ void cache_free(struct cache *c)
     }
     free(c->tombless);
     c->tombless = NULL;
+    free(c->moved);
+    c->moved = NULL;
     free(c->mark_dropped);
     c->mark_dropped = NULL;
     abandon_free(c);

@@ -247,6 +247,22 @@ struct cache {
      * origin_write()).  Few; unsorted. */
     uint64_t *tombless;
     size_t ntombless, tombless_cap;
+    /* Dirty sectors a device failure moved out of a failed device's
+     * segment image onto another device, whose chunk on the failed device
+     * had been written (failure.c, rehome_from_image()): one entry a
+     * sector, where it is on the failed device and its CRC.  The proof
+     * for a drain when the copy's own chunk never reached its device (the
+     * next device failed at that write, drain_proofs()): the original
+     * still holds the data.  Few (what the failures' images held);
+     * unsorted; kept until the cache goes: an entry proves a sector only
+     * with the CRC of the data the drain keeps for it, so a stale one
+     * (the block written since) names nothing. */
+    struct moved_proof {
+        uint64_t oblock;
+        unsigned s;
+        struct lost_proof p;
+    } *moved;
+    size_t nmoved, moved_cap;
     char health[192];
     unsigned draining;              /* devices in CDEV_DRAINING (failure.c) */
     uint64_t drained_bytes;         /* dirty bytes written back from draining devices */

@@ -211,6 +211,88 @@ struct victim {
     uint16_t off;
 };
 
+/* Fragment fid's dirty sectors `dirty`, about to be moved out of its
+ * segment's image on a failed device: if its chunk there was written
+ * (log_chunk_written()), remember where each sector is and its CRC
+ * (c->moved), a proof for the drain should the copy's own chunk never
+ * reach its device -- the next device failing at that write, as a stop's
+ * writes on a full file system fail every device in turn.  Without it,
+ * the copy's proof named a place that never received the data, and the
+ * next start read the sectors as lost although the failed device held
+ * them intact. */
+static void moved_add(struct cache *c, uint64_t oblock, unsigned s, uint64_t where,
+                      const uint8_t *sector)
+{
+    if (c->nmoved == c->moved_cap) {
+        c->moved_cap = c->moved_cap ? 2 * c->moved_cap : 64;
+        c->moved = realloc(c->moved, c->moved_cap * sizeof *c->moved);
+        if (c->moved == NULL)
+            abort();
+    }
+    c->moved[c->nmoved++] = (struct moved_proof){
+        oblock, s, { where, tc_crc32c(0, sector, TC_SECTOR) } };
+}
+
+static void moved_remember(struct cache *c, uint64_t oblock, uint32_t fid,
+                           const struct tc_mask *dirty, const uint8_t *image)
+{
+    struct cfrag f = frag_view(&c->map.idx, fid);
+    if (c->data_free || !log_chunk_written(c, f.seg, f.off))
+        return;
+    struct tc_mask st;
+    frag_stored(&c->map.idx, fid, &st);
+    unsigned dev = space_seg_dev(&c->sp, f.seg);
+    uint64_t base = seg_dev_offset(c, f.seg) / TC_SECTOR;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(dirty, s))
+            continue;
+        uint32_t off = f.off + mask_rank(&st, s);
+        moved_add(c, oblock, s, tc_state_where(dev, base + off),
+                  image + (size_t)off * TC_SECTOR);
+    }
+}
+
+/* The same for a block's version rewritten after a failure (struct
+ * rewrite): each of its dirty sectors `d` (data in buf, by sector) is
+ * remembered where the index has it now, if that chunk was written -- a
+ * version replacing the block's copy, written and flushed on a device
+ * still in service or on the failed one, whose own chunk then never
+ * reaches its device. */
+static void moved_remember_block(struct cache *c, uint64_t oblock, uint32_t id,
+                                 const struct tc_mask *d, const uint8_t *buf)
+{
+    if (c->data_free)
+        return;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(d, s))
+            continue;
+        uint32_t fid = ce_locate(&c->map.idx, id, s);
+        if (fid == NIL)
+            continue;
+        struct cfrag f = frag_view(&c->map.idx, fid);
+        if (!log_chunk_written(c, f.seg, f.off))
+            continue;
+        struct tc_mask st;
+        frag_stored(&c->map.idx, fid, &st);
+        uint64_t at = seg_dev_offset(c, f.seg) / TC_SECTOR + f.off + mask_rank(&st, s);
+        moved_add(c, oblock, s, tc_state_where(space_seg_dev(&c->sp, f.seg), at),
+                  buf + (size_t)s * TC_SECTOR);
+    }
+}
+
+/* A proof remembered by moved_remember() for sector s of oblock whose
+ * data has CRC crc (the newest such: a block moved twice). */
+static bool moved_lookup(const struct cache *c, uint64_t oblock, unsigned s, uint32_t crc,
+                         uint64_t *where)
+{
+    for (size_t i = c->nmoved; i-- > 0;)
+        if (c->moved[i].oblock == oblock && c->moved[i].s == s && c->moved[i].p.crc == crc) {
+            *where = c->moved[i].p.where;
+            return true;
+        }
+    return false;
+}
+
 /* Dirty sectors of fragment fid, still in its segment's RAM image: append
  * them on another device.  Returns 1 if done, 0 if there is no image, -1
  * if there is no room for them.
@@ -257,6 +339,7 @@ static int rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0)
         return -1;
+    moved_remember(c, oblock, fid, dirty, image);
     map_add_fragment(c, oblock, cur, dirty, at.seg, at.off, at.mseg,
                        at.moff, wt ? CE_WT : 0, false);
     return 1;
@@ -393,6 +476,10 @@ static unsigned drain_proofs(struct cache *c, uint64_t oblock, uint32_t fid,
     uint64_t base = seg_dev_offset(c, f.seg) / TC_SECTOR;
     uint8_t *sec = NULL;
     unsigned left = 0;
+    /* The fragment's chunk may never reach the device (its write in
+     * flight, failed, or never issued): a copy moved here from a failed
+     * device's image that still holds the same data is proven there. */
+    bool unwritten = c->nmoved > 0 && !log_chunk_written(c, f.seg, f.off);
     for (unsigned s = 0; s < c->spb; s++) {
         struct lost_proof p;
         if (!mask_test(d, s) || lost_get_proof(&c->map.lost, oblock, s, &p))
@@ -408,6 +495,8 @@ static unsigned drain_proofs(struct cache *c, uint64_t oblock, uint32_t fid,
             crc = tc_crc32c(0, sec, TC_SECTOR);
         }
         p = (struct lost_proof){ .where = tc_state_where(dev, base + off), .crc = crc };
+        if (unwritten)
+            moved_lookup(c, oblock, s, crc, &p.where);
         lost_set_proof(&c->map.lost, oblock, c->spb, s, &p);
         if (lost_get_proof(&c->map.lost, oblock, s, &p))
             (*proven)++;
@@ -1502,6 +1591,7 @@ static void rewrite_append(struct rewrite *r, uint32_t id, const struct tc_mask 
     r->appended = true;
     c->rewrites_unappended--;
     c->rewrites_appended++;
+    moved_remember_block(c, r->oblock, id, d, r->buf);
     map_add_fragment(c, r->oblock, v, d, at.seg, at.off, at.mseg, at.moff,
                      wt ? CE_WT : 0, true);
     cache_trace(c, r->oblock, "device failure: rewritten as one version");

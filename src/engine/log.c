@@ -137,6 +137,9 @@ void log_fini(struct cache *c)
         lg->heads[d].entries = NULL;
         lg->heads[d].crcs = NULL;
     }
+    free(lg->failed_chunks);
+    lg->failed_chunks = NULL;
+    lg->nfailed_chunks = lg->failed_chunks_cap = 0;
     for (uint32_t s = 0; s < lg->nsegs; s++)
         free(lg->images[s]);
     for (unsigned i = 0; i < lg->npool; i++)
@@ -336,6 +339,17 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
                  seg_cdev(c, cw->seg)->dev->name, (unsigned long long)dio->len,
                  (unsigned long long)dio->off, strerror(-err));
         c->st.cache_write_errors++;
+        struct log *lg = &c->lg;
+        if (lg->nfailed_chunks == lg->failed_chunks_cap) {
+            lg->failed_chunks_cap = lg->failed_chunks_cap ? 2 * lg->failed_chunks_cap : 8;
+            lg->failed_chunks = realloc(lg->failed_chunks,
+                                        lg->failed_chunks_cap * sizeof *lg->failed_chunks);
+            if (lg->failed_chunks == NULL)
+                abort();
+        }
+        uint32_t start = (uint32_t)((dio->off - seg_dev_offset(c, cw->seg)) / TC_SECTOR);
+        lg->failed_chunks[lg->nfailed_chunks++] = (struct failed_chunk){
+            cw->seg, start, start + (uint32_t)(dio->len / TC_SECTOR) };
         device_error(&c->lg, sg->dev, err, true);
     }
     if (c->lg.trace)
@@ -1358,6 +1372,28 @@ void log_mark_flushed(struct cache *c, uint64_t now_ns, uint64_t delay_ns)
 /* A device failed (failure.c has moved its data): close its open segment
  * and make everyone waiting for chunks wait for what was appended since,
  * which holds the data moved elsewhere. */
+bool log_chunk_written(struct cache *c, uint32_t seg, uint32_t off)
+{
+    const struct log *lg = &c->lg;
+    for (size_t i = 0; i < lg->nfailed_chunks; i++)
+        if (lg->failed_chunks[i].seg == seg && off >= lg->failed_chunks[i].start &&
+            off < lg->failed_chunks[i].end)
+            return false;
+    if (log_image(lg, seg) == NULL)
+        return true;
+    const struct head *h = &lg->heads[space_seg_dev(&c->sp, seg)];
+    if (h->seg == seg && off >= h->chunk_start)
+        return false;
+    for (const struct chunk_write *cw = lg->inflight_head; cw; cw = cw->next) {
+        if (cw->seg != seg)
+            continue;
+        uint64_t start = (cw->dio.off - seg_dev_offset(c, seg)) / TC_SECTOR;
+        if (off >= start && off < start + cw->dio.len / TC_SECTOR)
+            return false;
+    }
+    return true;
+}
+
 void log_device_failed(struct cache *c, unsigned d)
 {
     struct head *h = &c->lg.heads[d];

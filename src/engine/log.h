@@ -233,6 +233,13 @@ struct log {
     struct log_waiter commit;       /* the commit interval's sync */
     bool commit_pending;
     struct log_wt *wt_inflight;     /* invariant 21 */
+    /* Chunk writes that failed (few: a device fails at its first write
+     * error, so only those in flight then can fail after it): segment and
+     * sectors [start, end), for log_chunk_written().  Kept until the log
+     * goes; a segment reused since answers "not written" for them, which
+     * only ever makes the failure path take a copy elsewhere (failure.c). */
+    struct failed_chunk { uint32_t seg, start, end; } *failed_chunks;
+    size_t nfailed_chunks, failed_chunks_cap;
     struct log_events ev;
     bool trace;                     /* TIERCACHE_TRACE_BLOCK=all: log the log's steps */
     /* Chunk headers live in ram[], not on the device (struct ram_chunk;
@@ -317,6 +324,13 @@ void log_sync(struct cache *c, struct log_waiter *w);
 /* w, given to log_sync(), stops waiting: true if it was still waiting
  * (it is then never called), false if it was called already. */
 bool log_sync_cancel(struct cache *c, struct log_waiter *w);
+/* Whether the chunk holding sector off of segment seg, which has a RAM
+ * image, reached its device: false while it is the head's current chunk
+ * (not sealed) or its write is in flight, or if that write failed; true
+ * once it ended without error (not that a flush made it durable).  A
+ * segment without an image: true (every chunk of it was written, unless
+ * its device failed at one: failed_chunks). */
+bool log_chunk_written(struct cache *c, uint32_t seg, uint32_t off);
 /* A cache device failed: close its head, re-target waiters. */
 void log_device_failed(struct cache *c, unsigned d);
 /* The drain of device d ended: the RAM images of its segments go. */
