@@ -64,17 +64,19 @@ $(BUILD)/tiercache: $(OBJS)
 	@echo "  LD      $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: %.c
+# Every compile waits for deps: with make -j on a fresh machine the
+# compiles would otherwise start before the library headers are installed.
+$(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	@$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS)
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS) | deps
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c
+$(BUILD)/bench/%: bench/%.c | deps
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
