@@ -25,7 +25,8 @@ static const char check_help[] =
 "                       [--json] [--progress]\n"
 "       tiercache check --salvage --cache DEV[,DEV...] --origin ORIGIN\n"
 "                       [--state-file PATH] [--accept-older-cache]\n"
-"                       [--adopt-origin] [--json] [--progress]\n"
+"                       [--adopt-origin] [--origin-check-blocks N] [--json]\n"
+"                       [--progress]\n"
 "\n"
 "Audit a cache set offline: both superblock copies, every chunk summary\n"
 "and checksum the log holds, the checksum of every cached sector, the\n"
@@ -82,7 +83,11 @@ static const char check_help[] =
 "                        dirty data is older than the origin's.  So is\n"
 "                        another origin (its identity, as serve's) and an\n"
 "                        origin modified since the cache's clean stop (a\n"
-"                        file's time, a block device's write count)\n"
+"                        file's time, a block device's write count), and,\n"
+"                        after a clean stop, an origin that differs from\n"
+"                        a sample of the cache's clean blocks (see\n"
+"                        --origin-check-blocks): refused naming the origin\n"
+"                        and the first block that differs, nothing written\n"
 "  --accept-older-cache  with --salvage: salvage such a copy anyway (right\n"
 "                        only when the origin was restored to the same\n"
 "                        point with it); the record is not changed\n"
@@ -90,8 +95,23 @@ static const char check_help[] =
 "                        identity (an exact copy of the cache's; its size\n"
 "                        must match), or to an origin modified since the\n"
 "                        clean stop (the cache's dirty data then goes\n"
-"                        over those writes), as serve --adopt-origin; the\n"
-"                        cache is not changed\n"
+"                        over those writes), or to an origin that differs\n"
+"                        from the cache's clean blocks, as serve\n"
+"                        --adopt-origin; the cache is not changed (no block\n"
+"                        is dropped from it)\n"
+"  --origin-check-blocks N\n"
+"                        with --salvage, after a clean stop: before anything\n"
+"                        is written, read N of the cache's clean blocks\n"
+"                        (default 32, spread over the cache) and the same\n"
+"                        blocks of ORIGIN, as serve's start does, and refuse\n"
+"                        if any differs: ORIGIN was written while no daemon\n"
+"                        served it, or is not the cache's origin (an NBD\n"
+"                        export replaced by a blank one or another volume's\n"
+"                        under the same name), and the dirty data would go\n"
+"                        to the wrong place.  0: nothing compared.  A\n"
+"                        sample: a change to blocks it did not read is not\n"
+"                        seen.  Blocks whose versions a damaged chunk of\n"
+"                        the log may have replaced are not compared\n"
 "  --state-file PATH     the record of an abandoned cache, if serve was given\n"
 "                        --state-file (default: as serve's); the sequence\n"
 "                        record is the one beside it.  Without it the\n"
@@ -159,11 +179,15 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
  * identity (another, a copy: --adopt-origin, as serve's), and a file's
  * modification time or a block device's write count since the clean stop
  * (written while no daemon served it: --adopt-origin too, the cache's
- * dirty data then wins; engine/originstop.c).
+ * dirty data then wins; engine/originstop.c), and after a clean stop a
+ * sample of the cache's clean blocks compared with it, which is all that
+ * sees an NBD export replaced (a blank one, another volume's) behind the
+ * same name (--origin-check-blocks N, as serve's; --adopt-origin salvages
+ * anyway).
  * Unlike serve, salvage records nothing: an adopted identity is not
  * written to the superblock. */
 static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json,
-                   bool progress, bool accept_older, bool adopt)
+                   bool progress, bool accept_older, bool adopt, unsigned check_blocks)
 {
     char err[1024];
     struct tc_dev *o = dev_open_as(r, origin, "origin", false, err, sizeof err);
@@ -247,6 +271,47 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                 "cache's clean stop: salvaged anyway, the cache's dirty data over those "
                 "writes (--adopt-origin)\n", origin);
     }
+    /* What the records above cannot see (an NBD export replaced by a
+     * blank one or another volume's, a file's time put back): the cache's
+     * clean copies compared with the origin, as serve's start does, before
+     * anything is written.  Nothing in the cache is dropped. */
+    char sampled[512];
+    if (check_blocks == 0) {
+        snprintf(sampled, sizeof sampled, "the cache's clean blocks were not compared with "
+                 "the origin (--origin-check-blocks 0)");
+    } else if (cache_origin_sample(c, o, check_blocks, false, SAMPLE_AT_SALVAGE, err,
+                                   sizeof err) < 0) {
+        if (!adopt) {
+            fprintf(stderr, "tiercache: check --salvage: %s: nothing written\n", err);
+            seqrec_look_free(&look);
+            dev_close(o);
+            cache_close_offline(c);
+            return 2;
+        }
+        fprintf(stderr, "tiercache: check --salvage: origin %s: %llu of %llu clean blocks "
+                "compared differ: salvaged anyway, the cache's dirty data written over it "
+                "(--adopt-origin)\n", origin, (unsigned long long)c->st.origin_check_differ,
+                (unsigned long long)c->st.origin_check_blocks);
+        snprintf(sampled, sizeof sampled, "origin %s: %llu of %llu of the cache's clean "
+                 "blocks compared with it differ (--adopt-origin)", origin,
+                 (unsigned long long)c->st.origin_check_differ,
+                 (unsigned long long)c->st.origin_check_blocks);
+    } else if (c->st.origin_check_blocks) {
+        char un[96] = "";
+        if (c->st.origin_check_unread)
+            snprintf(un, sizeof un, " (%llu more could not be read)",
+                     (unsigned long long)c->st.origin_check_unread);
+        snprintf(sampled, sizeof sampled, "origin %s: %llu of the cache's clean blocks "
+                 "compared with it: the same%s", origin,
+                 (unsigned long long)c->st.origin_check_blocks, un);
+    } else {
+        snprintf(sampled, sizeof sampled, "the cache's clean blocks were not compared with "
+                 "the origin (%s)", !(sb->flags & TC_SB_CLEAN_STOP)
+                     ? "the cache did not stop cleanly: its clean blocks may rightly hold "
+                       "data the origin lacks"
+                     : "none can be: none is cached, the cache was abandoned, or the log's "
+                       "damage leaves none provably current");
+    }
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);
     struct salvage_result res;
@@ -265,6 +330,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         json_uint(&j, "blocks_written", res.blocks_written);
         json_uint(&j, "bytes_written", res.bytes_written);
         json_uint(&j, "lost_bytes", res.sectors_lost * TC_SECTOR);
+        json_uint(&j, "origin_check_blocks", c->st.origin_check_blocks);
+        json_uint(&j, "origin_check_differ", c->st.origin_check_differ);
         json_uint(&j, "recovered_lost_bytes", res.recovered_lost_sectors * TC_SECTOR);
         json_uint(&j, "unrecoverable_proven_bytes", res.unrecoverable_proven_sectors * TC_SECTOR);
         json_uint(&j, "abandoned_seq", res.abandoned_seq);
@@ -279,6 +346,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         printf("%s\n", j.buf);
         json_free(&j);
     } else {
+        printf("salvage: %s\n", sampled);
         for (unsigned i = 0; i < res.nlost; i++)
             printf("lost: %s\n", res.lost[i]);
         if (res.abandoned_seq)
@@ -340,13 +408,19 @@ int cmd_check(int argc, char **argv)
         { "state-file", required_argument, NULL, 'f' },
         { "accept-older-cache", no_argument, NULL, 'A' },
         { "adopt-origin", no_argument, NULL, 'O' },
+        { "origin-check-blocks", required_argument, NULL, 'B' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     char *caches = NULL;
     const char *origin = NULL, *state_file = NULL;
     bool json = false, salvage_mode = false, force_progress = false, accept_older = false;
-    bool adopt = false;
+    bool adopt = false, check_blocks_set = false;
+    struct tc_volume_config defaults;
+    tc_volume_config_defaults(&defaults);
+    unsigned check_blocks = defaults.origin_check_blocks;
+    uint64_t v;
+    char perr[256];
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -359,6 +433,12 @@ int cmd_check(int argc, char **argv)
         case 'f': state_file = optarg; break;
         case 'A': accept_older = true; break;
         case 'O': adopt = true; break;
+        case 'B':
+            if (tc_parse_uint("--origin-check-blocks", optarg, 0, 65536, &v, perr, sizeof perr))
+                tc_die(2, "check: %s", perr);
+            check_blocks = (unsigned)v;
+            check_blocks_set = true;
+            break;
         case 'h': cli_print(check_help); return 0;
         default: fprintf(stderr, "Try 'tiercache check --help'.\n"); return 2;
         }
@@ -371,6 +451,8 @@ int cmd_check(int argc, char **argv)
         tc_die(2, "check: --accept-older-cache goes with --salvage");
     if (adopt && !salvage_mode)
         tc_die(2, "check: --adopt-origin goes with --salvage");
+    if (check_blocks_set && !salvage_mode)
+        tc_die(2, "check: --origin-check-blocks goes with --salvage");
     if (salvage_mode && origin == NULL)
         tc_die(2, "check --salvage: --origin is required (the dirty data is written there)");
     tc_log_set_level(TC_LOG_ERROR);
@@ -387,7 +469,7 @@ int cmd_check(int argc, char **argv)
     if (progress)
         fprintf(stderr, "cache log read in %.1f s\n", (double)(tc_now_ns() - t0) / 1e9);
     if (salvage_mode) {
-        int st = salvage(c, &r, origin, json, progress, accept_older, adopt);
+        int st = salvage(c, &r, origin, json, progress, accept_older, adopt, check_blocks);
         reactor_fini(&r);
         free(paths);
         return st;

@@ -664,8 +664,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     /* What the records above cannot see (an NBD origin, a file's time put
      * back, a device after a restart): the clean copies themselves
      * compared with the origin, before anything is written. */
-    if (cache_origin_sample(c, origin, vol->cfg.origin_check_blocks, vol->cfg.adopt_origin, err,
-                            errlen) < 0)
+    if (cache_origin_sample(c, origin, vol->cfg.origin_check_blocks, vol->cfg.adopt_origin,
+                            SAMPLE_AT_START, err, errlen) < 0)
         goto fail_cache;
     /* A drain cut short (state file version 3), resumed: the origin is the
      * cache's, and nothing is appended yet (the abandoned device's data is

@@ -238,6 +238,21 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
  * on either side, a checksum mismatch in the cache) is not compared, and
  * said.  Nothing else runs on the reactor during the start, so entry
  * numbers stay put across the reads.
+ *
+ * check --salvage asks the same before it writes the cache's dirty data
+ * to the origin (SAMPLE_AT_SALVAGE): a blank or another volume's export
+ * behind the cache's URI passes every other check, and the dirty data
+ * written there would land on the wrong volume (or on an empty disk taken
+ * for the cache's origin, the real one left without it).  A difference is
+ * refused the same way; salvage changes nothing in the cache, so it never
+ * drops blocks (its --adopt-origin salvages anyway).  A log that salvage
+ * reads may be damaged: a damaged chunk may have held a newer version of
+ * a block cached clean, written back since (its clean record then names a
+ * version recovery never found), and the older clean copy would differ
+ * from the origin with nothing wrong.  So a block is eligible only when
+ * each of its valid sectors is served from a group newer than every
+ * damaged one (c->damage_group_max; the bound salvage.c trusts its dirty
+ * versions by): a damaged chunk held only versions older than those.
  */
 #define SAMPLE_WINDOW 16
 
@@ -257,6 +272,7 @@ struct sample {
 struct sample_run {
     struct cache *c;
     struct tc_dev *origin;
+    const char *when;               /* "at the start", "before the salvage" */
     const uint32_t *ids;            /* the entries to compare, or NULL: every eligible one */
     uint32_t nids, cursor;          /* into ids[], or the index's entries */
     struct sample slot[SAMPLE_WINDOW];
@@ -323,8 +339,8 @@ static void sample_compare(struct sample *s)
     struct cache *c = r->c;
     if (s->oerr || s->cerr) {
         r->unread++;
-        tc_warn("origin %s: cached block %llu not compared with it at the start (%s read "
-                "failed: %s)", r->origin->name, (unsigned long long)s->oblock,
+        tc_warn("origin %s: cached block %llu not compared with it %s (%s read "
+                "failed: %s)", r->origin->name, (unsigned long long)s->oblock, r->when,
                 s->oerr ? "the origin's" : "the cache's", strerror(-(s->oerr ? s->oerr : s->cerr)));
     } else {
         r->compared++;
@@ -449,7 +465,8 @@ static void sample_start(struct sample_run *r)
 }
 
 /* The eligible entry: cached, clean, nothing lost, some sector valid
- * within the origin; its valid sectors there into *valid. */
+ * within the origin, every valid sector served from a group newer than
+ * any damage in the log; its valid sectors there into *valid. */
 static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid)
 {
     const struct centry *e = CE(&c->map.idx, id);
@@ -466,6 +483,15 @@ static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid)
     uint64_t len = c->vol->size - at < c->block_size ? c->vol->size - at : c->block_size;
     for (unsigned k = (unsigned)(len / TC_SECTOR); k < c->spb; k++)
         valid->w[k / 64] &= ~(1ull << (k % 64));
+    if (c->damage_group_max)
+        for (unsigned k = 0; k < c->spb; k++) {
+            if (!mask_test(valid, k))
+                continue;
+            uint32_t f = ce_locate(&c->map.idx, id, k);
+            if (f == NIL || c->damage_group_max == UINT64_MAX ||
+                space_seg(&c->sp, frag_seg(&c->map.idx, f))->seq <= c->damage_group_max)
+                return false;
+        }
     return !mask_empty(valid);
 }
 
@@ -481,8 +507,11 @@ static void sample_pass(struct sample_run *r, const uint32_t *ids, uint32_t nids
 }
 
 int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool adopt,
-                        char *err, size_t errlen)
+                        enum origin_sample_use use, char *err, size_t errlen)
 {
+    bool salvage = use == SAMPLE_AT_SALVAGE;
+    if (salvage)
+        adopt = false;
     const struct tc_superblock *sb = &c->devs[0].sb;
     if (n == 0 || !(sb->flags & TC_SB_CLEAN_STOP) || c->data_free || c->abandoned)
         return 0;
@@ -497,7 +526,8 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
     if (n > eligible)
         n = (unsigned)eligible;
     uint64_t t0 = tc_now_ns();
-    struct sample_run r = { .c = c, .origin = origin };
+    struct sample_run r = { .c = c, .origin = origin,
+                            .when = salvage ? "before the salvage" : "at the start" };
     /* The k-th sample: the (k * eligible / n)-th eligible entry. */
     uint32_t *ids = tc_xcalloc(n, sizeof *ids);
     uint64_t seen = 0;
@@ -518,9 +548,9 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
         if (r.zeroed)
             snprintf(zpart, sizeof zpart, " but for %llu sectors the origin reads as zeroes (a "
                      "trim's, taken as such)", (unsigned long long)r.zeroed);
-        tc_info("origin %s: %llu of the cache's %llu clean blocks compared with it at the "
-                "start: the same%s%s (%.3f s)", origin->name, (unsigned long long)r.compared,
-                (unsigned long long)eligible, zpart,
+        tc_info("origin %s: %llu of the cache's %llu clean blocks compared with it %s: the "
+                "same%s%s (%.3f s)", origin->name, (unsigned long long)r.compared,
+                (unsigned long long)eligible, r.when, zpart,
                 r.unread ? " (some could not be read: see above)" : "", secs);
         free(r.zdiffer);
         return 0;
@@ -585,6 +615,21 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
                 c->devs[0].dev->name, (unsigned long long)r.ndiffer,
                 (unsigned long long)r.compared, blocks, first,
                 (double)(tc_now_ns() - t0) / 1e9);
+    } else if (salvage) {
+        char dirty[32];
+        snprintf(err, errlen,
+                 "origin %s differs from the cache on %s, which stopped cleanly: of %llu "
+                 "clean cached blocks compared with the origin %s, %llu differ (blocks %s; "
+                 "%s).  Something wrote the origin while no daemon served it with this cache "
+                 "(written or served directly, restored from a backup), or this is not the "
+                 "cache's origin (another volume, a blank disk, behind the same name), and "
+                 "the cache's dirty data (%s) would be written over it.  If this is the "
+                 "cache's origin and the cache's dirty data is to go over its changes, "
+                 "salvage with --adopt-origin (or --origin-check-blocks 0: nothing compared)",
+                 origin->name, c->devs[0].dev->name, (unsigned long long)r.compared, r.when,
+                 (unsigned long long)r.ndiffer, blocks, first,
+                 tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty));
+        rc = -1;
     } else {
         char dirty[32], dpart[128] = "";
         if (c->map.dirty_sectors)
@@ -593,7 +638,7 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
                      tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty));
         snprintf(err, errlen,
                  "origin %s differs from the cache on %s, which stopped cleanly: of %llu "
-                 "clean cached blocks compared with the origin at the start, %llu differ "
+                 "clean cached blocks compared with the origin %s, %llu differ "
                  "(blocks %s; %s).  Something wrote the origin while no daemon served it "
                  "with this cache (written or served directly, served by another server, "
                  "restored from a backup, another disk behind the same name), and the "
@@ -601,7 +646,7 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
                  "data%s.  To keep the origin as it is, reformat the cache with %s; to "
                  "trust the origin's data anyway, pass --adopt-origin (every clean block is "
                  "then compared, and each one found different dropped from the cache)",
-                 origin->name, c->devs[0].dev->name, (unsigned long long)r.compared,
+                 origin->name, c->devs[0].dev->name, (unsigned long long)r.compared, r.when,
                  (unsigned long long)r.ndiffer, blocks, first, dpart,
                  c->map.dirty_sectors
                      ? "'tiercache format --force --discard-dirty' (the cache's dirty data is "

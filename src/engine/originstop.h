@@ -19,6 +19,9 @@ struct tc_superblock;
  * Serve's start, and check --salvage. */
 int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
                          size_t errlen);
+/* Who compares, for the words of the refusal: serve's start, or check
+ * --salvage before it writes the cache's dirty data to the origin. */
+enum origin_sample_use { SAMPLE_AT_START, SAMPLE_AT_SALVAGE };
 /* After a clean stop: up to n of the cache's clean blocks (spread over
  * the index, read in parallel, not counted as hits) compared with the
  * origin, sector by sector.  Any difference: -1 with the refusal (the
@@ -26,9 +29,12 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
  * keeps it, the ways on) in err -- unless adopt: then every clean block
  * is compared, and each one found different is dropped from the map (its
  * tombstone appended at cache_mark_tombstones()), with a warning.  0
- * otherwise; n 0: nothing compared.  Serve's start. */
+ * otherwise; n 0: nothing compared.  The figures in c->st.origin_check_*.
+ * Serve's start; and check --salvage (use SAMPLE_AT_SALVAGE, adopt false:
+ * salvage changes nothing in the cache, and decides on the refusal
+ * itself). */
 int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool adopt,
-                        char *err, size_t errlen);
+                        enum origin_sample_use use, char *err, size_t errlen);
 /* What the clean stop records of the origin, into out's stop_origin_*
  * fields (the rest zero); after the daemon's last origin write. */
 void cache_origin_at_stop(struct cache *c, struct tc_superblock *out);

@@ -1250,8 +1250,16 @@ static bool salvage(struct rreq *r, struct rpiece *p)
     }
     uint32_t id = index_lookup(&c->map.idx, p->oblock);
     if (id != NIL && !ce_any_dirty(&c->map.idx, id) && !block_is_locked(c->locks, p->oblock)) {
+        /* Dropped with its tombstone (failure.h: from the cleaner's
+         * reserve, or the block rewritten once there is room): without
+         * it the log still held the block, so a checkpoint disagreed with
+         * the log, and after a crash recovery brought the block back,
+         * its older sectors served over a write around the cache since
+         * (engine/read-damage-tombstone). */
         map_drop_block(c, p->oblock);
         block_gen_bump(c->locks, p->oblock);
+        if (!c->vol->read_only)
+            cache_tombstone(c, p->oblock);
         c->st.invalidations++;
         id = NIL;
     }

@@ -619,10 +619,11 @@ static void job_account(struct wb_job *j, int err, bool cut)
  * sequence wins), and no client write reaches the origin while the log
  * holds an older version of its block without a newer entry after it (a
  * write-through version, or the tombstone of a write around the cache).
- * One path drops a clean block without a tombstone: a cached copy that
- * failed to read (readpath.c, salvage()); a later write around the cache
- * then leaves nothing in the log, and a version recovered dirty would be
- * written back over it.  So a record that cannot be appended now is not
+ * A clean block dropped from the index (a cached copy that failed to
+ * read: readpath.c, salvage()) gets its tombstone from the cleaner's
+ * reserve, or only once there is room (cache_tombstone()); until then a
+ * later write around the cache leaves nothing in the log, and a version
+ * recovered dirty would be written back over it.  So a record that cannot be appended now is not
  * forgotten but deferred, and appended once there is room
  * (writeback_owed_records()), as a tombstone when the block is no longer
  * cached.
