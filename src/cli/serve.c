@@ -156,7 +156,8 @@ static const char serve_help[] =
 "                       it a clean stop leaves dirty data in the cache (the\n"
 "                       log says how much), written back after the next start\n"
 "                       -- except dirty data still on a failed cache device\n"
-"                       (status: draining), which every stop writes back.\n"
+"                       (status: draining), which every stop writes back,\n"
+"                       also one that fails at the stop's own writes.\n"
 "                       A cache file or file origin removed or replaced\n"
 "                       while served is found within a second or at the\n"
 "                       next FLUSH: a cache file is failed (its dirty data\n"
@@ -534,8 +535,9 @@ static void volume_closed(void *arg, int err)
         /* Acknowledged data is gone (recorded lost): the exit status says
          * so, as for every stop that leaves lost data behind.  A device
          * failing at the close's own writes (its file system full), after
-         * writeback stopped, left its drain undone and the close ended
-         * with no error (engine/stop-close-enospc). */
+         * writeback stopped, is drained by the close itself (cache.c,
+         * close_drain()); what is left here is what the origin refused,
+         * and the close said so (engine/stop-close-enospc-unflushed). */
         s->exit_status = 1;
         tc_error("stopped with errors; %s of dirty data (%llu blocks) could not be written "
                  "back from the failed cache device and is lost until the next start, which "

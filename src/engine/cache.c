@@ -969,6 +969,15 @@ struct close_ctx {
     bool origin_unflushed;          /* the stop's origin flush failed: not a clean stop */
     bool aborted;                   /* the origin was given up on (dev_abort) */
     bool ra_logged;                 /* the wait for read-ahead was logged */
+    bool drained;                   /* the stop's own drain ran (close_drain()) */
+    int sync_err;                   /* the last sync's, while it runs */
+    int drain_err;                  /* its first failed job's */
+    unsigned drain_pass;
+    bool drain_jobs;                /* it had blocks to write */
+    uint64_t drain_cursor;
+    uint64_t *drain_blocks;
+    struct tc_task drain_task;
+    struct tc_dev_io drain_dio;     /* its origin flush, before the settle */
     int err;
     struct tc_timer wait;
     void (*done)(void *arg, int err);
@@ -1155,6 +1164,136 @@ static void stop_ckpt_written(void *arg, int err)
     stop_record_write(x);
 }
 
+/*
+ * The stop's own drain.  The last device in service may fail at the
+ * stop's own writes (its file system full: ENOSPC at the chunk that
+ * seals the open segment), after writeback stopped: its dirty data --
+ * writes acknowledged but not yet flushed among it, whose only copy is
+ * the segment's RAM image -- is then recorded lost, to be drained
+ * (failure.c), and nothing would drain it.  A clean stop may not lose
+ * what a crash may: the data is in memory and the origin is there.  So
+ * the close writes it back now, as the drain would while serving
+ * (writeback_stop_drain(), reading the images the draining device keeps),
+ * CLOSE_DRAIN_BATCH blocks at a time, in up to CLOSE_DRAIN_PASSES passes
+ * over what is left (an origin that refuses a write for a moment).  Then
+ * it flushes the origin and settles the clears (abandon_close_flushed():
+ * the state file the close writes no longer lists the drained sectors
+ * lost), and the drain is finished (cache_drain_check()).  What the
+ * origin will not take stays recorded lost -- the sectors the device
+ * still holds are written back by the next start, the others read EIO --
+ * and the stop fails, saying how much and why.
+ */
+#define CLOSE_DRAIN_BATCH (8u * 64)
+#define CLOSE_DRAIN_PASSES 3
+
+static void close_drain_step(struct close_ctx *x);
+
+static void close_drain_end(struct close_ctx *x, int err)
+{
+    struct cache *c = x->c;
+    free(x->drain_blocks);
+    x->drain_blocks = NULL;
+    if (err == 0) {
+        abandon_close_flushed(c, true);
+        cache_drain_check(c);
+    }
+    uint64_t from = 0, bytes = 0, blocks = 0, first = UINT64_MAX, ob;
+    while (cache_drain_blocks(c, &from, &ob, 1, &bytes) == 1) {
+        blocks++;
+        first = TC_MIN(first, ob);
+    }
+    if (blocks == 0 && err) {
+        /* Written back, but not known durable there: the state file keeps
+         * the drained sectors lost (EIO after the restart). */
+        close_finish(x, err);
+        return;
+    }
+    if (blocks == 0) {
+        if (x->drain_jobs)
+            tc_info("cache: stop: the dirty data of the cache device that failed at the stop is "
+                    "written back to the origin (%s)", c->vol->origin->name);
+        close_finish(x, x->sync_err);
+        return;
+    }
+    char sz[32];
+    int why = x->drain_err ? x->drain_err : err ? err : -EIO;
+    tc_error("cache: stop: %s of dirty data (%llu blocks) on the cache device that failed at "
+             "the stop could not be written to the origin %s (%s; the first at origin byte "
+             "%llu): it stays recorded lost", tc_format_size(bytes, sz, sizeof sz),
+             (unsigned long long)blocks, c->vol->origin->name, strerror(-why),
+             (unsigned long long)(first * c->block_size));
+    close_finish(x, x->sync_err ? x->sync_err : -EIO);
+}
+
+static void close_drain_flushed(struct tc_dev_io *dio, int err)
+{
+    struct close_ctx *x = container_of(dio, struct close_ctx, drain_dio);
+    if (err)
+        tc_error("%s: flush after the stop's drain failed: %s", x->c->vol->origin->name,
+                 strerror(-err));
+    close_drain_end(x, err);
+}
+
+static void close_drain_task(struct tc_task *t)
+{
+    close_drain_step(container_of(t, struct close_ctx, drain_task));
+}
+
+static void close_drain_done(void *arg, int err)
+{
+    struct close_ctx *x = arg;
+    if (err && x->drain_err == 0)
+        x->drain_err = err;
+    /* After the job's own end (writeback.c, job_finish()). */
+    reactor_defer(x->c->reactor, &x->drain_task);
+}
+
+static void close_drain_step(struct close_ctx *x)
+{
+    struct cache *c = x->c;
+    unsigned n = cache_drain_blocks(c, &x->drain_cursor, x->drain_blocks, CLOSE_DRAIN_BATCH,
+                                    NULL);
+    if (n > 0) {
+        x->drain_jobs = true;
+        writeback_stop_drain(c, x->drain_blocks, n, close_drain_done, x);
+        return;
+    }
+    /* A pass is through: another over what is left, if any. */
+    uint64_t from = 0, ob;
+    if (++x->drain_pass < CLOSE_DRAIN_PASSES && cache_drain_blocks(c, &from, &ob, 1, NULL)) {
+        x->drain_cursor = 0;
+        close_drain_step(x);
+        return;
+    }
+    memset(&x->drain_dio, 0, sizeof x->drain_dio);
+    x->drain_dio.op = TC_DEV_FLUSH;
+    x->drain_dio.cb = close_drain_flushed;
+    if (c->vol->origin->can_flush && !c->vol->read_only)
+        dev_submit(c->vol->origin, &x->drain_dio);
+    else
+        close_drain_flushed(&x->drain_dio, 0);
+}
+
+static void close_drain(struct close_ctx *x, int err)
+{
+    struct cache *c = x->c;
+    x->drained = true;
+    x->sync_err = err;
+    uint64_t from = 0, bytes = 0, ob;
+    uint64_t n = 0;
+    while (cache_drain_blocks(c, &from, &ob, 1, &bytes) == 1)
+        n++;
+    char sz[32];
+    if (n)
+        tc_info("cache: stop: a cache device failed at the stop's own writes: writing its %s "
+                "of dirty data (%llu blocks) back to the origin %s",
+                tc_format_size(bytes, sz, sizeof sz), (unsigned long long)n,
+                c->vol->origin->name);
+    x->drain_blocks = tc_xmalloc(CLOSE_DRAIN_BATCH * sizeof *x->drain_blocks);
+    x->drain_task.fn = close_drain_task;
+    close_drain_step(x);
+}
+
 static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
@@ -1182,6 +1321,13 @@ static void closed_synced(struct log_waiter *w, int err)
         x->stop_sealed = c->lg.clean_stop && c->lg.chunks_issued > before;
         c->lg.clean_stop = false;
         log_sync(c, &x->w);
+        return;
+    }
+    /* Not when the origin was given up on (close_quiet()) or is away: a
+     * drain would wait on it again. */
+    if (c->draining && !x->drained && !c->vol->read_only && !x->aborted &&
+        c->vol->origin->state == TC_DEV_ONLINE) {
+        close_drain(x, err);        /* then close_finish() */
         return;
     }
     if (err == 0 && x->stop_sealed && stop_record_wanted(c)) {

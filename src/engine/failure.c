@@ -926,6 +926,33 @@ void cache_drain_mask(struct cache *c, uint32_t id, struct tc_mask *m)
     }
 }
 
+unsigned cache_drain_blocks(struct cache *c, uint64_t *from, uint64_t *blocks, unsigned max,
+                            uint64_t *bytes)
+{
+    unsigned n = 0;
+    uint64_t b = *from, nb = c->nblocks_origin;
+    while (n < max && b < nb && c->draining) {
+        uint64_t word = c->map.dirty_bits[b / 64] >> (b % 64);
+        if (word == 0) {
+            b += 64 - b % 64;
+            continue;
+        }
+        b += (unsigned)__builtin_ctzll(word);
+        if (b >= nb)
+            break;
+        struct tc_mask dm;
+        cache_drain_mask(c, index_lookup(&c->map.idx, b), &dm);
+        if (!mask_empty(&dm)) {
+            blocks[n++] = b;
+            if (bytes)
+                *bytes += (uint64_t)mask_count(&dm) * TC_SECTOR;
+        }
+        b++;
+    }
+    *from = n < max ? nb : b;
+    return n;
+}
+
 bool cache_lost_overlaps(struct cache *c, uint64_t off, uint64_t len)
 {
     if (!lost_overlaps(&c->map.lost, c->block_size, off, len))

@@ -95,6 +95,12 @@ bool cache_durable_after_failure(struct cache *c, struct ereq *e);
 /* The dirty sectors of index entry id served from a draining device: in
  * the lost set until written back, yet readable (lostlog.h). */
 void cache_drain_mask(struct cache *c, uint32_t id, struct tc_mask *m);
+/* Up to max origin blocks, ascending from *from, with dirty sectors on a
+ * draining device, into blocks; *from moves past the last block looked
+ * at (nblocks_origin once the scan is through).  *bytes (if not NULL)
+ * grows by their dirty bytes there.  For a stop's own drain (cache.c). */
+unsigned cache_drain_blocks(struct cache *c, uint64_t *from, uint64_t *blocks, unsigned max,
+                            uint64_t *bytes);
 /* Whether [off, off + len) holds lost sectors, drained ones aside. */
 bool cache_lost_overlaps(struct cache *c, uint64_t off, uint64_t len);
 

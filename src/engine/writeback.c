@@ -1804,6 +1804,26 @@ void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
     free(due);
 }
 
+/*
+ * A stop's drain (cache.c, close_drain()): the last cache device failed
+ * at the stop's own writes, after writeback stopped.  Its dirty data --
+ * acknowledged writes still in its segment images among it -- goes to the
+ * origin in demand jobs, as any drain's: no pass runs (writeback is
+ * stopped), and no block's back-off is waited for (the stop is the last
+ * chance: each block gets its attempt now).  Writeback's state may be
+ * gone already (freed once its last job ended, free_if_done()): it is
+ * made again, stopped, and goes again once these jobs end.
+ */
+void writeback_stop_drain(struct cache *c, const uint64_t *blocks, unsigned n,
+                          void (*done)(void *arg, int err), void *arg)
+{
+    if (c->wb == NULL) {
+        writeback_init(c);
+        c->wb->stopped = true;
+    }
+    blocks_start(c, blocks, n, done, arg);
+}
+
 static void one_block_done(void *arg, int err)
 {
     struct block_waiter *w = arg;

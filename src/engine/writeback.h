@@ -91,6 +91,11 @@ uint64_t writeback_retries(struct cache *c);
  * numbers), flush the origin, then call done.  Blocks that fail stay dirty. */
 void writeback_blocks(struct cache *c, const uint64_t *blocks, unsigned n,
                       void (*done)(void *arg, int err), void *arg);
+/* The same at a stop, after writeback stopped (cache.c: the drain of a
+ * device that failed at the stop's own writes), back-offs not waited
+ * for. */
+void writeback_stop_drain(struct cache *c, const uint64_t *blocks, unsigned n,
+                          void (*done)(void *arg, int err), void *arg);
 /* The same for one block; w->fn runs when it is done. */
 void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w);
 /* Per-block failures: after this many failed write-backs in a row, a write
