@@ -1777,6 +1777,9 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_double(j, "write_room_wait_seconds", (double)s->write_room_wait_ns / 1e9);
     json_double(j, "write_room_stall_seconds", (double)s->room_stall_ns / 1e9);
     json_uint(j, "write_merge_reads", s->write_merge_reads);
+    json_uint(j, "write_through_flush_waits", s->wt_flush_waits);
+    json_double(j, "write_through_flush_wait_seconds", (double)s->wt_flush_wait_ns / 1e9);
+    json_uint(j, "cache_syncs", s->syncs);
     json_uint(j, "split_appends", s->split_appends);
     json_uint(j, "segments_written", s->segments_written);
     json_uint(j, "chunks_written", s->chunks_written);

@@ -53,6 +53,9 @@ struct cache_stats {
      * block locked by another request (writepath.c), and their time
      * waiting for it, summed. */
     uint64_t write_lock_waits, write_lock_wait_ns;
+    /* Write-through pieces superseding cached sectors: they wait for a
+     * cache flush before their origin write; and their wait, summed. */
+    uint64_t wt_flush_waits, wt_flush_wait_ns;
     /* ... that waited for room in the log (holding their lock), and that
      * read their block's other sectors to merge a full chain. */
     uint64_t write_room_waits, write_room_wait_ns, write_merge_reads;

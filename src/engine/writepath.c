@@ -116,6 +116,7 @@ struct wpiece {
     unsigned run_n;                 /* heading a run: pieces its dio covers */
     uint64_t lock_wait_ns;          /* when it began to wait for the block's lock */
     uint64_t room_wait_ns;          /* ... for room in the log */
+    uint64_t flush_wait_ns;         /* ... for its version's cache flush (write-through) */
 };
 
 struct wreq {
@@ -715,6 +716,10 @@ static void appended_written(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
     p->w->log_waits--;
+    if (p->flush_wait_ns) {
+        p->w->c->st.wt_flush_wait_ns += tc_now_ns() - p->flush_wait_ns;
+        p->flush_wait_ns = 0;
+    }
     if (err) {
         cache_append_failed(p);     /* the origin still gets it ... */
         if (p->w->c->abandon_unrecorded) {
@@ -891,6 +896,8 @@ static void append_version(struct wpiece *p)
     bool log_wait = lw != NULL && !parallel;
     if (log_wait)
         w->log_waits++;
+    if (log_wait && p->lw.need_flush)
+        p->flush_wait_ns = tc_now_ns();
     struct log_loc at = log_append(c, &a, lw);
     if (merged)
         bufpool_put(merged, (size_t)n * TC_SECTOR);
@@ -925,8 +932,11 @@ static void append_version(struct wpiece *p)
         cleaner_wait_space(c, &p->lw);
         return;
     }
-    if (p->mode == W_THROUGH)
+    if (p->mode == W_THROUGH) {
         log_wt_track(&c->lg, &p->wt, at.seq);
+        if (log_wait && p->lw.need_flush)
+            c->st.wt_flush_waits++;
+    }
     map_add_appended(c, p->oblock, id, &stored, &dirty_new, &at,
                      (wt ? CE_WT : 0) | CE_ADD_WRITTEN, p->merging);
     c->st.admitted_bytes += (uint64_t)(p->s1 - p->s0) * TC_SECTOR;
