@@ -12,6 +12,12 @@
  * did not admit, sequential bypass), write-zeroes -- are recorded here, as
  * origin ranges with the epoch and a counter (the acknowledgement number)
  * at their acknowledgement; FUA writes are not (durable once acknowledged).
+ * Trims are too (origin_window_trimmed()), for the fills that meet them: a
+ * fill read after an unflushed trim holds what the trim left (zeroes), and
+ * a crash of the origin may take the trim back, so the fill is a
+ * write-through version (readpath.c); a trim the origin lost with its
+ * connection loses no data (its sectors may read their older data), so
+ * its cut drops the clean copies read since and nothing else (cut_trim()).
  *
  * Every origin flush (a client FLUSH, a FUA write-zeroes or trim, the
  * periodic commit in writeback.c, the last flush of a stop) takes the
@@ -134,6 +140,7 @@ struct ow_rec {
     uint32_t hnext;         /* hash chain of cached records (NIL: end) */
     bool cached;            /* a write-through version the cache took */
     bool dropped;           /* ... and the block's entry was dropped since */
+    bool trim;              /* a trim (origin_window_trimmed()) */
 };
 
 static unsigned ow_bucket(const struct origin_window *w, uint64_t oblock)
@@ -275,7 +282,7 @@ static void set_rebuild(struct cache *c)
         set_add_range(c, w->r[i].off, w->r[i].len);
 }
 
-void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached)
+static void acked(struct cache *c, uint64_t off, uint64_t len, bool cached, bool trim)
 {
     struct origin_window *w = &c->owin;
     uint64_t epoch = c->vol->origin->epoch;
@@ -284,7 +291,8 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
     w->acks++;
     if (w->n > 0) {
         struct ow_rec *l = &w->r[w->n - 1];
-        if (!cached && !l->cached && l->epoch == epoch && l->off + l->len == off) {
+        if (!cached && !l->cached && l->trim == trim && l->epoch == epoch &&
+            l->off + l->len == off) {
             l->len += len;
             l->ack = w->acks;
             set_add_range(c, off, len);
@@ -301,6 +309,7 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
             l->off = lo;
             l->len = hi - lo;
             l->cached = false;
+            l->trim = false;    /* a cut takes it for writes: more lost, never fewer */
             l->epoch = TC_MIN(l->epoch, epoch);
             l->ack = w->acks;
             set_add_range(c, lo, hi - lo);
@@ -317,10 +326,20 @@ void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cache
     }
     uint32_t i = w->n++;
     w->r[i] = (struct ow_rec){ .off = off, .len = len, .epoch = epoch, .ack = w->acks,
-                               .hnext = NIL, .cached = cached };
+                               .hnext = NIL, .cached = cached, .trim = trim };
     if (cached)
         hash_add(c, i);
     set_add_range(c, off, len);
+}
+
+void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached)
+{
+    acked(c, off, len, cached, false);
+}
+
+void origin_window_trimmed(struct cache *c, uint64_t off, uint64_t len)
+{
+    acked(c, off, len, false, true);
 }
 
 struct ow_mark origin_window_mark(const struct cache *c)
@@ -343,7 +362,7 @@ bool origin_window_uncached(const struct cache *c)
     if (c->owin.before_start)
         return true;
     for (uint32_t i = c->owin.n; i-- > 0;)      /* the newest first: usually found at once */
-        if (!c->owin.r[i].cached || c->owin.r[i].dropped)
+        if ((!c->owin.r[i].cached && !c->owin.r[i].trim) || c->owin.r[i].dropped)
             return true;
     return false;
 }
@@ -438,11 +457,35 @@ static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, ui
     }
 }
 
+/* A trim the origin may have lost: its sectors read their older data
+ * again, which a trimmed sector may (nothing is lost, nothing to write
+ * again), but a clean cached copy read from the origin since may hold
+ * what the trim left (zeroes): dropped, as cut() drops one. */
+static void cut_trim(struct cache *c, const struct ow_rec *r, uint64_t *dropped)
+{
+    uint64_t off = r->off, end = r->off + r->len, ob;
+    struct tc_mask m;
+    while (mask_next_block(&off, end, c->block_size, &ob, &m)) {
+        uint32_t id = index_lookup(&c->map.idx, ob);
+        if (id == NIL)
+            continue;
+        struct tc_mask v, d;
+        ce_get_masks(&c->map.idx, id, &v, &d);
+        mask_and(&m, &v);
+        if (mask_empty(&m) || !mask_empty(&d))
+            continue;   /* dirty: written by a client since, or kept by the trim */
+        map_drop_block(c, ob);
+        cache_tombstone(c, ob);
+        c->st.invalidations++;
+        (*dropped)++;
+    }
+}
+
 bool origin_window_flushed(struct cache *c, struct ow_mark mark)
 {
     struct origin_window *w = &c->owin;
     uint64_t epoch = c->vol->origin->epoch;
-    uint64_t redirtied = 0, lost = 0, cuts = 0;
+    uint64_t redirtied = 0, lost = 0, cuts = 0, trims = 0, trim_dropped = 0;
     uint32_t k = 0;
     uint64_t unrecorded = c->lost_unrecorded;
     w->epoch_seen = epoch;
@@ -452,7 +495,10 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
     w->scanning = true;
     for (uint32_t i = 0; i < w->n; i++) {
         struct ow_rec *r = &w->r[i];
-        if (r->epoch != epoch) {
+        if (r->epoch != epoch && r->trim) {
+            cut_trim(c, r, &trim_dropped);
+            trims++;
+        } else if (r->epoch != epoch) {
             cut(c, r, &redirtied, &lost);
             cuts++;
         } else if (r->ack > mark.ack) {
@@ -474,6 +520,11 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
     }
     if (w->n == 0)
         w->overflowed = false;
+    if (trims)
+        tc_warn("cache: the origin connection was lost before a flush covered %llu trims (the "
+                "server may have lost them: their sectors may read their older data); %llu "
+                "clean cached blocks read from the origin since dropped",
+                (unsigned long long)trims, (unsigned long long)trim_dropped);
     if (cuts == 0)
         return w->cuts != mark.cuts;    /* found by another flush meanwhile */
     w->cuts++;

@@ -61,6 +61,11 @@ void origin_window_started(struct cache *c, bool unflushed);
 /* A non-FUA origin write of [off, off + len) was acknowledged; cached:
  * it carries a write-through version the cache holds. */
 void origin_window_acked(struct cache *c, uint64_t off, uint64_t len, bool cached);
+/* A non-FUA origin trim of [off, off + len) was acknowledged: a fill that
+ * meets it is a write-through version (a crash of the origin may take the
+ * trim back), but it is no write a FLUSH must cover, and if the
+ * connection is lost before a flush, nothing is lost. */
+void origin_window_trimmed(struct cache *c, uint64_t off, uint64_t len);
 /* Taken when an origin flush is sent, for origin_window_flushed(). */
 struct ow_mark origin_window_mark(const struct cache *c);
 /* Something waits for an origin flush (also: the run before may have left

@@ -1419,6 +1419,11 @@ static void discard_origin_done(struct tc_dev_io *dio, int err)
         lost_written_range(w->c, w->e->off, w->e->len);
     if (err == 0 && w->e->op == TC_OP_WRITE_ZEROES)
         origin_window_acked(w->c, w->e->off, w->e->len, false);
+    else if (err == 0)
+        /* A fill of the trimmed range reads what the trim left, which a
+         * crash of the origin may take back until a flush (readpath.c;
+         * a FUA trim's comes after this). */
+        origin_window_trimmed(w->c, w->e->off, w->e->len);
     if (err == -ETIMEDOUT) {
         /* In doubt, as in piece_origin_done(); the cached blocks of the
          * range were dropped before.  Durable before the answer. */

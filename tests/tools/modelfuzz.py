@@ -56,7 +56,8 @@ environment:
   FZ_CSIZE, FZ_SIZE  cache device and origin sizes (12 MiB, 8 MiB; a
                device of 9 MiB, 8 segments, is the smallest format takes)
   FZ_BS        block size (format --block-size)
-  FZ_NBDKIT=DELAY  the origin behind nbdkit's delay filter (rdelay=DELAY)
+  FZ_NBDKIT=DELAY  the origin behind nbdkit's delay filter (rdelay=DELAY);
+               not with FZ_POWER or FZ_ORIGFAIL (testdev wraps files)
   FZ_NOFAST=1  no FAST_ZERO
   FZ_DEVFAIL=1 cache devices through testdev, and now and then (a
                generator of its own: the same requests as without) the
@@ -224,6 +225,8 @@ NBDKIT = os.environ.get("FZ_NBDKIT")
 if NBDKIT:
     if POWER:
         sys.exit("modelfuzz: FZ_POWER wants the origin as a file, not behind FZ_NBDKIT")
+    if ORIGFAIL:
+        sys.exit("modelfuzz: FZ_ORIGFAIL wants the origin as a file (testdev), not behind FZ_NBDKIT")
     ksock = f"{D}/k.sock"
     kp = subprocess.Popen(["nbdkit", "-f", "-U", ksock, "--filter=delay", "file", ORIGIN,
                            "rdelay=" + NBDKIT, "wdelay=2ms"])
