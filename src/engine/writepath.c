@@ -210,6 +210,57 @@ static void fua_clears_recorded(void *arg, int err)
     request_end(w);
 }
 
+static void fua_held_clears_recorded(void *arg, int err)
+{
+    struct ereq *e = arg;
+    if (err) {
+        tc_error("FUA write of origin bytes %llu..%llu fails with EIO: it is durable, but the "
+                 "record that sectors it wrote are no longer lost is not (%s)",
+                 (unsigned long long)e->off, (unsigned long long)(e->off + e->len - 1),
+                 strerror(-err));
+        e->err = -EIO;
+    }
+    e->complete(e);
+}
+
+/* A FUA write whose sync ended while a device failure was under way
+ * (end_synced()), and again once the rescues it waited for ended: drained
+ * with the last device's data if no device is left in service
+ * (cache_durable_after_failure()), held for the rescues pending, else
+ * answered as any FUA write -- with EIO if a rescue lost
+ * any of its sectors, and once the lost sectors it wrote again are not
+ * lost in the durable records.  The rescued versions are durable before
+ * the answer leaves: acknowledgements wait for them (abandon.c). */
+static void fua_rescues_ended(struct ereq *e)
+{
+    struct cache *c = e->vol->cache;
+    if (cache_durable_after_failure(c, e) || cache_rescue_hold(c, e, fua_rescues_ended))
+        return;
+    if (lost_overlaps(&c->map.lost, c->block_size, e->off, e->len)) {
+        tc_error("FUA write of origin bytes %llu..%llu fails with EIO: a cache device failed "
+                 "before it was durable, and the rescue of its data lost some of it",
+                 (unsigned long long)e->off, (unsigned long long)(e->off + e->len - 1));
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
+    e->err = 0;
+    abandon_clears_wait(c, fua_held_clears_recorded, e);
+}
+
+struct fua_defer {
+    struct tc_task task;
+    struct ereq *e;
+};
+
+static void fua_deferred(struct tc_task *task)
+{
+    struct fua_defer *x = container_of(task, struct fua_defer, task);
+    struct ereq *e = x->e;
+    free(x);
+    fua_rescues_ended(e);
+}
+
 static void end_synced(struct log_waiter *lw, int err)
 {
     struct wreq *w = container_of(lw, struct wreq, sync_w);
@@ -222,6 +273,31 @@ static void end_synced(struct log_waiter *lw, int err)
         readahead_invalidate(e->vol->cache, e->off, e->len);
         tc_obj_put(w, w->size);     /* and its pieces (split()) */
         cache_durable_after_failure(e->vol->cache, e);
+        return;
+    }
+    if (w->join.err == 0 && (w->e->flags & TC_REQ_FUA) &&
+        (w->c->rescues_pending > 0 || w->c->ab.devfail_marks_pending > 0)) {
+        /* A device failed while the write ran, and the dirty data only it
+         * held -- this write's own, when its chunk was what failed there
+         * and no survivor had room for it -- may wait for its rescue: the
+         * sync that ended says nothing of that data.  As a FLUSH does
+         * (flush_synced()), the write waits for the rescues to end; if the
+         * last device fails meanwhile they turn into a drain, and the
+         * write is durable only once that has put the data on the origin.
+         * Decided on the reactor's next turn: this sync may end inside the
+         * failure (log_device_failed()), before its rescues are counted.
+         * Before, the write was answered here (its acknowledgement held
+         * only for the failure's records, released with the
+         * abandonment), and a kill before the drain ended lost it. */
+        struct ereq *e = w->e;
+        struct cache *c = w->c;
+        readahead_invalidate(c, e->off, e->len);
+        tc_obj_put(w, w->size);     /* and its pieces (split()) */
+        e->err = 0;
+        struct fua_defer *x = tc_xcalloc(1, sizeof *x);
+        x->task.fn = fua_deferred;
+        x->e = e;
+        reactor_defer(c->reactor, &x->task);
         return;
     }
     if (w->join.err == 0 && (w->e->flags & TC_REQ_FUA)) {

@@ -9,7 +9,10 @@
 # held, then failed).  Nothing the
 # failure appends (tombstones, LOST records, copies) fits on a2 then, not
 # even in the cleaner's reserve.  A write acknowledged just before runs
-# its FLUSH in the background (PID in $writer).
+# its FLUSH in the background (PID in $writer); with FUA_WRITE=1 it is a
+# FUA write instead, with no FLUSH, whose answer waits for the chunk (the
+# writer prints "acknowledged" once it has it).  A2 is a2's cache spec
+# (default a2.img: a testdev spec on it lets a test fail it later).
 CF="$PY $TC_SRC/tests/engine/cachefaults.py"
 # Running checkpoints off (TIERCACHE_TEST_CKPT_BYTES=0): the setup counts on
 # filling a2 to its last segment, and a running checkpoint takes its
@@ -35,7 +38,7 @@ devfail_full_setup() {  # devfail_full_setup PASSES BLOCKS: the model's writes
   touch ohold
   # No share of the reserve kept on a2 (TIERCACHE_TEST_RESERVE_SHARED):
   # a2 fills up, and the reserve is all on a1.
-  TIERCACHE_TEST_RESERVE_SHARED=1 start_server s --origin "$OSPEC" --cache "$A1,a2.img" \
+  TIERCACHE_TEST_RESERVE_SHARED=1 start_server s --origin "$OSPEC" --cache "$A1,${A2:-a2.img}" \
       --mode writeback --sequential-cutoff 0
 
   # Every write of a whole block is its own chunk, and chunks alternate
@@ -71,13 +74,20 @@ PY
   # acknowledged; its FLUSH waits for the chunk, held with a1's other
   # writes.  Released, they fail, and so does a1.  (Writes that came after
   # the failure would wait for room.)
-  $PY - "$SOCK_s" $((N * 4096 + 1048576)) <<'PY' >writer.log 2>&1 &
+  $PY - "$SOCK_s" $((N * 4096 + 1048576)) "${FUA_WRITE:-0}" <<'PY' >writer.log 2>&1 &
 import sys
 import nbd
 h = nbd.NBD()
 h.connect_unix(sys.argv[1])
-h.pwrite(b"\x5a" * 65536, int(sys.argv[2]))
+fua = sys.argv[3] == "1"
+try:
+    h.pwrite(b"\x5a" * 65536, int(sys.argv[2]), nbd.CMD_FLAG_FUA if fua else 0)
+except nbd.Error as e:
+    print("write failed:", e, flush=True)
+    sys.exit(0)
 print("acknowledged", flush=True)
+if fua:
+    sys.exit(0)
 try:
     h.flush()
 except nbd.Error as e:
@@ -86,7 +96,7 @@ PY
   writer=$!
   on_exit "kill -9 $writer"
   acked() { grep -q acknowledged writer.log; }
-  wait_for "the write beyond the model to be acknowledged" acked
+  [ "${FUA_WRITE:-0}" = 1 ] || wait_for "the write beyond the model to be acknowledged" acked
   # Its FLUSH may not have reached the daemon yet: a1 fails only if a
   # chunk write of it is held when hold1 goes (else it is written).
   held() {
