@@ -174,6 +174,18 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
     return c;
 }
 
+/* A salvage refused before anything was written: says so, closes what
+ * salvage() opened, and gives its exit status. */
+static int refuse_salvage(struct cache *c, struct tc_dev *o, struct seqrec_look *look,
+                          const char *why, const char *more)
+{
+    fprintf(stderr, "tiercache: check --salvage: %s%s: nothing written\n", why, more);
+    seqrec_look_free(look);
+    dev_close(o);
+    cache_close_offline(c);
+    return 2;
+}
+
 /* check --salvage: the origin must be the one the cache was formatted for
  * (its data is written there), as serve's start checks it: its size, its
  * identity (another, a copy: --adopt-origin, as serve's), and a file's
@@ -231,16 +243,12 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
     };
     char refusal[2048];
     if (seqrec_refusal(&look, &salvage_words, refusal, sizeof refusal) < 0) {
-        if (!accept_older) {
-            fprintf(stderr, "tiercache: check --salvage: %s%s: nothing written\n", refusal,
-                    c->damage ? ".  The log is damaged too: if its newest chunks are among "
-                                "the damaged places, this may be the current device, which "
-                                "--accept-older-cache salvages" : "");
-            seqrec_look_free(&look);
-            dev_close(o);
-            cache_close_offline(c);
-            return 2;
-        }
+        if (!accept_older)
+            return refuse_salvage(c, o, &look, refusal,
+                                  c->damage ? ".  The log is damaged too: if its newest chunks "
+                                              "are among the damaged places, this may be the "
+                                              "current device, which --accept-older-cache "
+                                              "salvages" : "");
         if (look.verdict == SEQREC_OLDER)
             fprintf(stderr, "tiercache: check --salvage: %s: %s holds an older "
                     "copy of its log (newest chunk %llu, chunk %llu recorded in %s, written "
@@ -260,13 +268,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
      * the daemon's writes since are not what the time check is for
      * (--accept-older-cache goes with --adopt-origin then, as for serve). */
     if (same_id && cache_origin_changed(c, o, false, err, sizeof err) < 0) {
-        if (!adopt) {
-            fprintf(stderr, "tiercache: check --salvage: %s: nothing written\n", err);
-            seqrec_look_free(&look);
-            dev_close(o);
-            cache_close_offline(c);
-            return 2;
-        }
+        if (!adopt)
+            return refuse_salvage(c, o, &look, err, "");
         fprintf(stderr, "tiercache: check --salvage: origin %s was modified after the "
                 "cache's clean stop: salvaged anyway, the cache's dirty data over those "
                 "writes (--adopt-origin)\n", origin);
@@ -281,13 +284,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                  "the origin (--origin-check-blocks 0)");
     } else if (cache_origin_sample(c, o, check_blocks, false, SAMPLE_AT_SALVAGE, err,
                                    sizeof err) < 0) {
-        if (!adopt) {
-            fprintf(stderr, "tiercache: check --salvage: %s: nothing written\n", err);
-            seqrec_look_free(&look);
-            dev_close(o);
-            cache_close_offline(c);
-            return 2;
-        }
+        if (!adopt)
+            return refuse_salvage(c, o, &look, err, "");
         fprintf(stderr, "tiercache: check --salvage: origin %s: %llu of %llu clean blocks "
                 "compared differ: salvaged anyway, the cache's dirty data written over it "
                 "(--adopt-origin)\n", origin, (unsigned long long)c->st.origin_check_differ,
