@@ -247,8 +247,13 @@ def run(a):
         sys.exit(f"the cleaner retired no group:\n{json.dumps(st)}")
     if a.case == "clean" and wb["clean_records_deferred"] == 0:
         sys.exit(f"no clean record was deferred: the case tests nothing:\n{json.dumps(st)}")
+    # In the clean case the trimmed blocks are read only after the crash:
+    # a fill read after a trim no origin flush covers yet is a write-through
+    # version (originwin.c), which recovery counts dirty and writes back --
+    # not the clean records this case is about.
     for x in touched:
-        check(d, gens, trimmed, x)
+        if a.case != "clean" or x not in trimmed:
+            check(d, gens, trimmed, x)
     if a.case == "clean":
         # A crash now: every dirty block was written back and its clean
         # record (deferred or not) is durable, so none comes back dirty.
