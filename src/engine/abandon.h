@@ -38,6 +38,11 @@ struct abandon {
     bool settle_busy;               /* an origin flush / log sync settling clears */
     bool settle_failed;             /* the last one failed (warned once) */
     bool state_closed;              /* closing: no more settles or lazy writes */
+    bool sb_unfiled;                /* a superblock mark went out with
+                                       TC_SB_ABANDON_UNFILED */
+    uint64_t unfiled_seq;           /* at start: the superblocks' abandonment
+                                       the state file lacks, which it could
+                                       not record (abandon_unfiled()) */
     uint64_t state_writes, state_errors, sb_marks;
     uint64_t disk_abandoned_seq;    /* the abandonment the state file on disk
                                        records (0: none): what the next start
@@ -119,6 +124,20 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
  * false (check, a read-only volume) it only reads and counts (c->ab.resume).
  * Nothing to do without proofs. */
 void abandon_resume_drain(struct cache *c, bool write);
+/* At attach, after recovery, once the origin is known to be the cache's and
+ * before anything else is written: the superblocks record an abandonment
+ * their TC_SB_ABANDON_UNFILED flag says the state file never recorded
+ * (c->ab.unfiled_seq; abandon_load()), so recovery replayed the log as it
+ * was then.  Its dirty data (each sector checked) is written back to the
+ * origin, the origin flushed, the abandonment written into the state file
+ * with the lost set (the sectors that do not read back added), and the
+ * flag cleared from the superblocks.  Returns 1 when done: the index holds
+ * versions below the abandonment, so the caller opens the cache again,
+ * and the state file then says what the log is; 0 with nothing to do
+ * (only a flag left from a state file written since cleared); -1 with a
+ * message when the start must be refused (a read-only volume, a write or
+ * flush that failed, no room for the state file).  Blocking. */
+int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t errlen);
 /* The same for check --salvage (a cache opened offline), to origin, which
  * it checked is the cache's: the proven sectors written back and flushed,
  * then dropped from the lost set, and the state file written again
