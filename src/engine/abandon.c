@@ -59,7 +59,18 @@
  *     FUA write waits for the state file (below), so none was acknowledged
  *     since: the log as it was then holds everything durable, and the
  *     start writes its dirty data back and records the abandonment itself
- *     (abandon_unfiled()).  Once the state file records it the mark is
+ *     (abandon_unfiled()).  That write-back must not go over data a client
+ *     wrote since, so until the state file records the abandonment a
+ *     write, write-zeroes or trim overlapping a sector lost at the
+ *     abandonment -- drained ones included, which the log also holds
+ *     dirty (c->ab.unfiled_lost) -- fails with EIO before it reaches the
+ *     origin (abandon_unfiled_refuses()).  Other sectors are unaffected:
+ *     the log holds no dirty data for them (every dirty sector was lost
+ *     or drained at the abandonment, above), only clean or write-through
+ *     versions, which that start does not write back.  EIO rather than
+ *     ENOSPC: the volume is not out of room, and a client taking ENOSPC
+ *     for a full thin volume would not try again once the state file's
+ *     file system has room.  Once the state file records it the mark is
  *     written again without the note.
  *     A device that cannot be written (gone, read-only) carries no mark;
  *     then the state file alone must survive -- the one case this design
@@ -385,9 +396,19 @@ static void proven_free(struct cache *c)
     }
 }
 
+static void unfiled_lost_free(struct cache *c)
+{
+    if (c->ab.unfiled_lost) {
+        lost_free(c->ab.unfiled_lost);
+        free(c->ab.unfiled_lost);
+        c->ab.unfiled_lost = NULL;
+    }
+}
+
 void abandon_free(struct cache *c)
 {
     proven_free(c);
+    unfiled_lost_free(c);
 }
 
 /* Write the state file now (blocking; see the comment at the top): the
@@ -501,6 +522,10 @@ static int state_write_as(struct cache *c, bool stop_lost)
     c->ab.state_writes++;
     c->ab.state_dirty = false;
     c->ab.disk_abandoned_seq = (st.flags & TC_STATE_ABANDONED) ? st.abandoned_seq : 0;
+    /* The log's dirty data from before the abandonment can no longer be
+     * written back over the origin by a start (abandon_unfiled()). */
+    if (c->abandoned && c->ab.disk_abandoned_seq == c->abandoned_seq)
+        unfiled_lost_free(c);
     /* Superblocks marked while the state file could not record the
      * abandonment: marked again, without TC_SB_ABANDON_UNFILED (a state
      * file lost from now on is refused at start, not taken for one never
@@ -990,6 +1015,12 @@ void abandon_sb_rewrite(struct cache *c, unsigned d, void (*done)(void *arg, uns
     sb_mark_queue(c, d, false, done, arg);
 }
 
+static void unfiled_keep(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct cache *c = arg;
+    lost_set(c->ab.unfiled_lost, oblock, m);
+}
+
 void abandon_record(struct cache *c)
 {
     if (c->abandoned || c->offline)
@@ -1002,10 +1033,18 @@ void abandon_record(struct cache *c)
              "%llu lost sectors (%s) read as EIO until rewritten; recording this in %s",
              (unsigned long long)c->abandoned_seq, (unsigned long long)lost_sectors(&c->map.lost),
              tc_format_size(lost_sectors(&c->map.lost) * TC_SECTOR, sz, sizeof sz), c->state_path);
-    if (state_write(c) == 0)
+    if (state_write(c) == 0) {
         c->abandon_unrecorded = false;
-    else
+    } else {
         c->ab.state_dirty = true;      /* retried by the timer */
+        /* The log keeps the dirty data of these sectors (lost, or drained
+         * from the failed device: both in the set now) until the state
+         * file records the abandonment; written again before that, a
+         * start would write it back over the newer data. */
+        if (c->ab.unfiled_lost == NULL)
+            c->ab.unfiled_lost = tc_xcalloc(1, sizeof *c->ab.unfiled_lost);
+        lost_foreach(&c->map.lost, unfiled_keep, c);
+    }
     for (unsigned d = 0; d < c->ndevs; d++)
         if (!c->devs[d].dev->read_only)
             sb_mark_start(c, d, false);
@@ -1213,10 +1252,10 @@ static int close_state(struct cache *c)
     else if (!c->abandon_unrecorded)
         tc_error("state file %s: cannot write it at the stop (%s): it does not record this "
                  "abandonment (log sequence %llu) and its %llu lost sectors; a superblock "
-                 "does, saying the state file could not: no FLUSH was acknowledged since, so "
-                 "the next start writes the dirty data the log held then back to the origin "
-                 "and records the abandonment (it needs room for the state file); writes "
-                 "since that no FLUSH covered may read their older data then",
+                 "does, saying the state file could not: no FLUSH was acknowledged since, and "
+                 "writes over the sectors lost then were refused, so the next start writes "
+                 "the dirty data the log held then back to the origin and records the "
+                 "abandonment (it needs room for the state file)",
                  c->state_path, strerror(-rc), (unsigned long long)c->abandoned_seq,
                  (unsigned long long)lost_sectors(&c->map.lost));
     else
@@ -2065,6 +2104,24 @@ int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t er
     return 1;
 }
 
+bool abandon_unfiled_refuses(struct cache *c, const char *what, uint64_t off, uint64_t len)
+{
+    if (!c->abandoned || c->ab.disk_abandoned_seq == c->abandoned_seq || len == 0 ||
+        (!lost_overlaps(&c->map.lost, c->block_size, off, len) &&
+         (c->ab.unfiled_lost == NULL ||
+          !lost_overlaps(c->ab.unfiled_lost, c->block_size, off, len))))
+        return false;
+    c->ab.unfiled_refused++;
+    tc_error("%s of origin bytes %llu..%llu fails with EIO: it overlaps sectors lost or "
+             "drained when the cache was abandoned (log sequence %llu), and the state file %s "
+             "could not record that abandonment yet: the next start would write the log's "
+             "older dirty data for them back over this write.  It succeeds once the state file is written (room "
+             "on its file system)", what, (unsigned long long)off,
+             (unsigned long long)(off + len - 1), (unsigned long long)c->abandoned_seq,
+             c->state_path);
+    return true;
+}
+
 int abandon_proofs_before_write(struct cache *c, uint64_t off, uint64_t len)
 {
     if (c->ab.disk_proven == NULL ||
@@ -2090,6 +2147,7 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "state_file", c->state_path ? c->state_path : "");
     json_uint(j, "state_file_writes", c->ab.state_writes);
     json_uint(j, "state_file_errors", c->ab.state_errors);
+    json_uint(j, "unfiled_lost_writes_refused", c->ab.unfiled_refused);
     json_bool(j, "state_file_stop_lost", c->ab.stop_lost_pending);
     /* The drain resumed at this start (abandon_resume_drain()). */
     json_begin_object(j, "resumed_drain");

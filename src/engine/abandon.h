@@ -44,6 +44,15 @@ struct abandon {
                                        the state file lacks, which it could
                                        not record (abandon_unfiled()) */
     uint64_t state_writes, state_errors, sb_marks;
+    struct lost *unfiled_lost;      /* the lost set (drained sectors too) when
+                                       the state file could not record the
+                                       abandonment: the log still holds their
+                                       dirty data until it does
+                                       (abandon_unfiled_refuses()); NULL:
+                                       none */
+    uint64_t unfiled_refused;       /* writes over lost sectors failed while
+                                       the state file lacked the abandonment
+                                       (abandon_unfiled_refuses()) */
     uint64_t disk_abandoned_seq;    /* the abandonment the state file on disk
                                        records (0: none): what the next start
                                        would read */
@@ -157,6 +166,18 @@ void abandon_proofs_added(struct cache *c);
  * next start write the older proven version over it.  -errno (the write
  * must fail) if the state file cannot be written. */
 int abandon_proofs_before_write(struct cache *c, uint64_t off, uint64_t len);
+/* A client write, write-zeroes or trim of origin bytes [off, off + len)
+ * is about to reach the origin past an abandoned cache (lostlog.c, or
+ * writepath.c for one under way at the failure): true, with an error naming
+ * the state file, when it must fail (EIO) instead -- the state file does
+ * not record the abandonment yet (the superblocks carry it with
+ * TC_SB_ABANDON_UNFILED) and the range overlaps sectors lost now or at
+ * the abandonment (drained ones too: c->ab.unfiled_lost).  The log still
+ * holds those sectors' dirty data from before the abandonment, and
+ * a start that finds the abandonment unfiled writes it back over the
+ * origin (abandon_unfiled()): acknowledged, this write would read its
+ * older data then.  `what` names the request ("write", "trim", ...). */
+bool abandon_unfiled_refuses(struct cache *c, const char *what, uint64_t off, uint64_t len);
 void abandon_free(struct cache *c);
 /* At attach, before the first write to the cache: room kept aside for the
  * state file (preallocated spares, abandon.c), so that its rewrites need

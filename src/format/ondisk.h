@@ -91,8 +91,10 @@
  * carries that: the state file could not record this abandonment when the
  * mark was written (its file system full or read-only).  The daemon then
  * acknowledged no FLUSH and no FUA write (each waits for the state file:
- * engine/abandon.c), so the log as it was at abandoned_seq still holds
- * everything made durable: a start that finds the state file without this
+ * engine/abandon.c), and failed every write over a sector lost (or
+ * drained) at the abandonment, so the log as it was at abandoned_seq
+ * still holds everything made durable, and no dirty data that a write
+ * acknowledged since replaced: a start that finds the state file without this
  * abandonment writes the log's dirty data back to the origin and records
  * the abandonment in the state file itself.  Without the flag such a
  * state file was lost or replaced after it recorded the mark, and the
