@@ -53,7 +53,25 @@
  *     (TC_SB_ABANDONED with abandoned_seq), written asynchronously.  It
  *     catches a state file that is later deleted or lost: a device marked
  *     abandoned whose state file is missing (or records an older
- *     abandonment) is refused at start, with the way out in the message.
+ *     abandonment) is refused at start, with the way out in the message --
+ *     unless the mark says the state file could not record it when it was
+ *     written (TC_SB_ABANDON_UNFILED, format/ondisk.h).  Every FLUSH and
+ *     FUA write waits for the state file (below), so none was acknowledged
+ *     since: the log as it was then holds everything durable, and the
+ *     start writes its dirty data back and records the abandonment itself
+ *     (abandon_unfiled()).  That write-back must not go over data a client
+ *     wrote since, so until the state file records the abandonment a
+ *     write, write-zeroes or trim overlapping a sector lost at the
+ *     abandonment -- drained ones included, which the log also holds
+ *     dirty (c->ab.unfiled_lost) -- fails with EIO before it reaches the
+ *     origin (abandon_unfiled_refuses()).  Other sectors are unaffected:
+ *     the log holds no dirty data for them (every dirty sector was lost
+ *     or drained at the abandonment, above), only clean or write-through
+ *     versions, which that start does not write back.  EIO rather than
+ *     ENOSPC: the volume is not out of room, and a client taking ENOSPC
+ *     for a full thin volume would not try again once the state file's
+ *     file system has room.  Once the state file records it the mark is
+ *     written again without the note.
  *     A device that cannot be written (gone, read-only) carries no mark;
  *     then the state file alone must survive -- the one case this design
  *     cannot detect is a state file deleted by hand while no device could
@@ -115,6 +133,7 @@
 
 #include "engine/abandon.h"
 #include "engine/cache.h"
+#include "engine/cacheio.h"
 #include "engine/failure.h"
 #include "engine/lostlog.h"
 #include "engine/seqrec.h"
@@ -132,6 +151,7 @@
 #define STOP_LOST_RETRY_NS (1000ull * 1000 * 1000)
 
 static void stop_lost_try(struct cache *c);
+static void sb_mark_start(struct cache *c, unsigned d, bool devfail);
 
 /* The default place of the state file for the set whose first device is
  * `path` (a testdev: spec is its file). */
@@ -376,9 +396,19 @@ static void proven_free(struct cache *c)
     }
 }
 
+static void unfiled_lost_free(struct cache *c)
+{
+    if (c->ab.unfiled_lost) {
+        lost_free(c->ab.unfiled_lost);
+        free(c->ab.unfiled_lost);
+        c->ab.unfiled_lost = NULL;
+    }
+}
+
 void abandon_free(struct cache *c)
 {
     proven_free(c);
+    unfiled_lost_free(c);
 }
 
 /* Write the state file now (blocking; see the comment at the top): the
@@ -492,6 +522,21 @@ static int state_write_as(struct cache *c, bool stop_lost)
     c->ab.state_writes++;
     c->ab.state_dirty = false;
     c->ab.disk_abandoned_seq = (st.flags & TC_STATE_ABANDONED) ? st.abandoned_seq : 0;
+    /* The log's dirty data from before the abandonment can no longer be
+     * written back over the origin by a start (abandon_unfiled()). */
+    if (c->abandoned && c->ab.disk_abandoned_seq == c->abandoned_seq)
+        unfiled_lost_free(c);
+    /* Superblocks marked while the state file could not record the
+     * abandonment: marked again, without TC_SB_ABANDON_UNFILED (a state
+     * file lost from now on is refused at start, not taken for one never
+     * written).  Not at a stop: the next start does it. */
+    if (c->abandoned && c->ab.sb_unfiled && !c->ab.state_closed &&
+        c->ab.disk_abandoned_seq == c->abandoned_seq) {
+        c->ab.sb_unfiled = false;
+        for (unsigned d = 0; d < c->ndevs; d++)
+            if (!c->devs[d].dev->read_only)
+                sb_mark_start(c, d, false);
+    }
     /* The log from before the abandonment is untrusted from now on: the
      * sequence record need not vouch for it (seqrec.c). */
     if (c->abandoned)
@@ -897,6 +942,14 @@ static void sb_mark_begin(struct sb_mark *m)
     if (c->abandoned) {
         cd->sb.flags |= TC_SB_ABANDONED;
         cd->sb.abandoned_seq = c->abandoned_seq;
+        /* Whether the state file records it yet (ondisk.h): a start that
+         * finds the mark without it then knows why. */
+        if (c->ab.disk_abandoned_seq == c->abandoned_seq) {
+            cd->sb.flags &= ~TC_SB_ABANDON_UNFILED;
+        } else {
+            cd->sb.flags |= TC_SB_ABANDON_UNFILED;
+            c->ab.sb_unfiled = true;
+        }
     }
     bool any = false;
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++) {
@@ -962,6 +1015,12 @@ void abandon_sb_rewrite(struct cache *c, unsigned d, void (*done)(void *arg, uns
     sb_mark_queue(c, d, false, done, arg);
 }
 
+static void unfiled_keep(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct cache *c = arg;
+    lost_set(c->ab.unfiled_lost, oblock, m);
+}
+
 void abandon_record(struct cache *c)
 {
     if (c->abandoned || c->offline)
@@ -974,10 +1033,18 @@ void abandon_record(struct cache *c)
              "%llu lost sectors (%s) read as EIO until rewritten; recording this in %s",
              (unsigned long long)c->abandoned_seq, (unsigned long long)lost_sectors(&c->map.lost),
              tc_format_size(lost_sectors(&c->map.lost) * TC_SECTOR, sz, sizeof sz), c->state_path);
-    if (state_write(c) == 0)
+    if (state_write(c) == 0) {
         c->abandon_unrecorded = false;
-    else
+    } else {
         c->ab.state_dirty = true;      /* retried by the timer */
+        /* The log keeps the dirty data of these sectors (lost, or drained
+         * from the failed device: both in the set now) until the state
+         * file records the abandonment; written again before that, a
+         * start would write it back over the newer data. */
+        if (c->ab.unfiled_lost == NULL)
+            c->ab.unfiled_lost = tc_xcalloc(1, sizeof *c->ab.unfiled_lost);
+        lost_foreach(&c->map.lost, unfiled_keep, c);
+    }
     for (unsigned d = 0; d < c->ndevs; d++)
         if (!c->devs[d].dev->read_only)
             sb_mark_start(c, d, false);
@@ -1185,11 +1252,11 @@ static int close_state(struct cache *c)
     else if (!c->abandon_unrecorded)
         tc_error("state file %s: cannot write it at the stop (%s): it does not record this "
                  "abandonment (log sequence %llu) and its %llu lost sectors; a superblock "
-                 "does, so the next start refuses the cache rather than serve older data "
-                 "for them: the lost set is known only to this process, and the way on is "
-                 "'tiercache format --force --discard-dirty' (the lost sectors then read as "
-                 "whatever the origin holds)", c->state_path, strerror(-rc),
-                 (unsigned long long)c->abandoned_seq,
+                 "does, saying the state file could not: no FLUSH was acknowledged since, and "
+                 "writes over the sectors lost then were refused, so the next start writes "
+                 "the dirty data the log held then back to the origin and records the "
+                 "abandonment (it needs room for the state file)",
+                 c->state_path, strerror(-rc), (unsigned long long)c->abandoned_seq,
                  (unsigned long long)lost_sectors(&c->map.lost));
     else
         tc_error("state file %s: cannot write it at the stop (%s): the abandonment is "
@@ -1386,6 +1453,19 @@ static char *set_state_path(const struct cache *c, const char *first_given, char
     return path;
 }
 
+/* The superblocks record an abandonment the state file could not (ondisk.h,
+ * TC_SB_ABANDON_UNFILED): recovery replays the log as it was then, and
+ * abandon_unfiled() files it. */
+static void unfiled_found(struct cache *c, const char *dev, uint64_t seq, const char *why)
+{
+    c->ab.unfiled_seq = seq;
+    tc_warn("%s: the cache was abandoned at run time (log sequence %llu) while its state file "
+            "%s could not record it (%s): no FLUSH was acknowledged since, so the log as it "
+            "was then is replayed, its dirty data written back to the origin, and the "
+            "abandonment recorded in the state file now", dev, (unsigned long long)seq,
+            c->state_path, why);
+}
+
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen)
 {
@@ -1411,12 +1491,24 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
             sb_seq = c->devs[d].sb.abandoned_seq;
             sb_dev = c->devs[d].dev->name;
         }
+    /* Marked while the state file could not record it (every device with
+     * the newest mark says so): reconciled after recovery. */
+    bool unfiled = sb_seq != 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if ((c->devs[d].sb.flags & TC_SB_ABANDONED) && c->devs[d].sb.abandoned_seq == sb_seq)
+            unfiled &= (c->devs[d].sb.flags & TC_SB_ABANDON_UNFILED) != 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        c->ab.sb_unfiled |= (c->devs[d].sb.flags & TC_SB_ABANDON_UNFILED) != 0;
     int fd = open(c->state_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno != ENOENT) {
         snprintf(err, errlen, "state file %s: cannot open: %s", c->state_path, strerror(errno));
         return -1;
     }
     if (fd < 0) {
+        if (sb_seq && unfiled) {
+            unfiled_found(c, sb_dev, sb_seq, "there is no state file");
+            return 0;
+        }
         if (sb_seq) {
             snprintf(err, errlen, "%s: the cache was abandoned at run time (log sequence %llu), "
                      "but its state file %s, which lists the sectors whose data was lost then, "
@@ -1463,6 +1555,13 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
         char u1[37], u2[37];
         tc_uuid_format(s.set_uuid, u1);
         tc_uuid_format(c->set_uuid, u2);
+        if (sb_seq && unfiled) {
+            tc_warn("state file %s belongs to cache set %s, not to this one (%s): ignored",
+                    c->state_path, u1, u2);
+            unfiled_found(c, sb_dev, sb_seq, "the state file is another set's");
+            rc = 0;
+            goto out;
+        }
         if (sb_seq) {
             snprintf(err, errlen, "state file %s belongs to cache set %s, not to this one (%s), "
                      "which was abandoned at run time: restore its own state file, or "
@@ -1481,7 +1580,12 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
                  c->state_path, s.spb, c->spb);
         goto out;
     }
-    if (sb_seq > s.abandoned_seq) {
+    if (sb_seq > s.abandoned_seq && unfiled) {
+        char what[64];
+        snprintf(what, sizeof what, "the state file records %s",
+                 s.abandoned_seq ? "an older one" : "none");
+        unfiled_found(c, sb_dev, sb_seq, what);
+    } else if (sb_seq > s.abandoned_seq) {
         snprintf(err, errlen, "%s records an abandonment at log sequence %llu, but the state "
                  "file %s only one at %llu: it is an older copy, and the sectors lost later "
                  "are not in it.  Restore the current state file, or reformat the cache with "
@@ -1839,6 +1943,185 @@ void abandon_salvage_drain(struct cache *c, struct tc_dev *origin)
     resume_drain(c, origin, c->devs[0].sb.origin_size, true);
 }
 
+/* ---- an abandonment the state file could not record ---- */
+
+/* The flag off every superblock that carries it (copy A, flush, copy B,
+ * flush): the state file records the abandonment now.  A failure is said
+ * and left: the flag only makes a start take a state file lost later for
+ * one never written. */
+static void unfiled_clear(struct cache *c)
+{
+    uint8_t *buf = tc_alloc_aligned(TC_SB_SIZE);
+    for (unsigned d = 0; d < c->ndevs; d++) {
+        struct cache_dev *cd = &c->devs[d];
+        if (!(cd->sb.flags & TC_SB_ABANDON_UNFILED) || cd->dev->read_only)
+            continue;
+        cd->sb.flags &= ~TC_SB_ABANDON_UNFILED;
+        sb_encode(&cd->sb, buf);
+        int rc = 0;
+        for (unsigned k = 0; rc == 0 && k < TC_SB_COPIES; k++) {
+            rc = dev_sync_io(cd->dev, TC_DEV_WRITE, buf, (uint64_t)k * TC_SB_SIZE, TC_SB_SIZE, 0);
+            if (rc == 0)
+                rc = dev_sync_io(cd->dev, TC_DEV_FLUSH, NULL, 0, 0, 0);
+        }
+        if (rc)
+            tc_warn("%s: cannot rewrite the superblock (%s): it still says the state file %s "
+                    "lacks the abandonment it records now", cd->dev->name, strerror(-rc),
+                    c->state_path);
+    }
+    free(buf);
+    c->ab.sb_unfiled = false;
+}
+
+struct unfiled_wait {
+    bool done;
+    int err;
+};
+
+static void unfiled_gathered(void *arg, int err)
+{
+    struct unfiled_wait *w = arg;
+    w->done = true;
+    w->err = err;
+}
+
+static int unfiled_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *buf)
+{
+    struct unfiled_wait w = { 0 };
+    cache_gather(c, id, want, buf, unfiled_gathered, &w);
+    while (!w.done)
+        reactor_poll(c->reactor, 100000000ull);
+    return w.err;
+}
+
+int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t errlen)
+{
+    uint64_t seq = c->ab.unfiled_seq;
+    if (seq == 0) {
+        if (c->ab.sb_unfiled && !c->vol->read_only)
+            unfiled_clear(c);   /* the state file recorded it since */
+        return 0;
+    }
+    if (c->vol->read_only) {
+        snprintf(err, errlen, "the cache was abandoned at run time (log sequence %llu) while "
+                 "its state file %s could not record it: a read-write start writes the log's "
+                 "dirty data back and records it; a read-only one cannot",
+                 (unsigned long long)seq, c->state_path);
+        return -1;
+    }
+    uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
+    uint64_t blocks = 0, sectors = 0, lost = 0;
+    int ret = 0;
+    for (uint64_t b = 0; b < c->nblocks_origin && ret == 0; b++) {
+        if (!map_is_dirty(&c->map, b))
+            continue;
+        uint32_t id = index_lookup(&c->map.idx, b);
+        if (id == NIL)
+            continue;
+        struct tc_mask v, d, lm;
+        ce_get_masks(&c->map.idx, id, &v, &d);
+        if (lost_get(&c->map.lost, b, &lm))
+            mask_andnot(&d, &lm);       /* lost already: no version is the newest */
+        if (mask_empty(&d))
+            continue;
+        struct tc_mask good = d;
+        if (unfiled_gather(c, id, &d, buf) != 0) {
+            /* Sector by sector: what does not read back and check is lost. */
+            struct tc_mask bad;
+            mask_clear(&bad);
+            mask_clear(&good);
+            for (unsigned s = 0; s < c->spb; s++) {
+                if (!mask_test(&d, s))
+                    continue;
+                struct tc_mask one;
+                mask_clear(&one);
+                mask_set(&one, s);
+                if (unfiled_gather(c, id, &one, buf) == 0)
+                    mask_set(&good, s);
+                else
+                    mask_set(&bad, s);
+            }
+            if (!mask_empty(&good) && unfiled_gather(c, id, &good, buf) != 0) {
+                mask_or(&bad, &good);
+                mask_clear(&good);
+            }
+            if (!mask_empty(&bad)) {
+                struct tc_mask old;
+                if (lost_get(&c->map.lost, b, &old))
+                    mask_or(&bad, &old);
+                lost += mask_count(&bad);
+                lost_set(&c->map.lost, b, &bad);
+                tc_error("origin block %llu: %u dirty sectors of the log do not read back "
+                         "(or fail their checksums): lost, read as EIO until written again",
+                         (unsigned long long)b, mask_count(&bad));
+            }
+        }
+        unsigned s, e;
+        for (s = 0; mask_next_run(&good, c->spb, &s, &e); s = e) {
+            uint64_t off = b * c->block_size + (uint64_t)s * TC_SECTOR;
+            size_t len = (size_t)(e - s) * TC_SECTOR;
+            int rc = dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off, len, 0);
+            if (rc) {
+                snprintf(err, errlen, "%s: write of %zu bytes at offset %llu failed (%s) while "
+                         "writing back the dirty data of a cache abandoned while its state "
+                         "file %s could not record it", origin->name, len,
+                         (unsigned long long)off, strerror(-rc), c->state_path);
+                ret = -1;
+                break;
+            }
+            sectors += e - s;
+        }
+        blocks++;
+    }
+    free(buf);
+    if (ret == 0 && origin->can_flush) {
+        int rc = dev_sync_io(origin, TC_DEV_FLUSH, NULL, 0, 0, 0);
+        if (rc) {
+            snprintf(err, errlen, "%s: flush failed (%s, offset 0) after writing back the dirty "
+                     "data of a cache abandoned while its state file %s could not record it",
+                     origin->name, strerror(-rc), c->state_path);
+            ret = -1;
+        }
+    }
+    if (ret < 0)
+        return -1;
+    /* The record: the abandonment, with the lost set as recovery left it
+     * (the state file's, the log's LOST records) and what did not read. */
+    c->abandoned_seq = TC_MAX(c->abandoned_seq, seq);
+    int rc = state_write_as(c, false);
+    if (rc < 0) {
+        snprintf(err, errlen, "state file %s: cannot write it (%s): the superblocks record an "
+                 "abandonment of the cache (log sequence %llu) it lacks; the dirty data the "
+                 "log held then is on the origin now.  Give its file system room and start "
+                 "again", c->state_path, strerror(-rc), (unsigned long long)seq);
+        return -1;
+    }
+    unfiled_clear(c);
+    tc_info("cache: the abandonment at log sequence %llu recorded in the state file %s: %llu "
+            "sectors of %llu dirty blocks written back to the origin, %llu lost",
+            (unsigned long long)seq, c->state_path, (unsigned long long)sectors,
+            (unsigned long long)blocks, (unsigned long long)lost);
+    return 1;
+}
+
+bool abandon_unfiled_refuses(struct cache *c, const char *what, uint64_t off, uint64_t len)
+{
+    if (!c->abandoned || c->ab.disk_abandoned_seq == c->abandoned_seq || len == 0 ||
+        (!lost_overlaps(&c->map.lost, c->block_size, off, len) &&
+         (c->ab.unfiled_lost == NULL ||
+          !lost_overlaps(c->ab.unfiled_lost, c->block_size, off, len))))
+        return false;
+    c->ab.unfiled_refused++;
+    tc_error("%s of origin bytes %llu..%llu fails with EIO: it overlaps sectors lost or "
+             "drained when the cache was abandoned (log sequence %llu), and the state file %s "
+             "could not record that abandonment yet: the next start would write the log's "
+             "older dirty data for them back over this write.  It succeeds once the state file is written (room "
+             "on its file system)", what, (unsigned long long)off,
+             (unsigned long long)(off + len - 1), (unsigned long long)c->abandoned_seq,
+             c->state_path);
+    return true;
+}
+
 int abandon_proofs_before_write(struct cache *c, uint64_t off, uint64_t len)
 {
     if (c->ab.disk_proven == NULL ||
@@ -1864,6 +2147,7 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_string(j, "state_file", c->state_path ? c->state_path : "");
     json_uint(j, "state_file_writes", c->ab.state_writes);
     json_uint(j, "state_file_errors", c->ab.state_errors);
+    json_uint(j, "unfiled_lost_writes_refused", c->ab.unfiled_refused);
     json_bool(j, "state_file_stop_lost", c->ab.stop_lost_pending);
     /* The drain resumed at this start (abandon_resume_drain()). */
     json_begin_object(j, "resumed_drain");

@@ -38,7 +38,21 @@ struct abandon {
     bool settle_busy;               /* an origin flush / log sync settling clears */
     bool settle_failed;             /* the last one failed (warned once) */
     bool state_closed;              /* closing: no more settles or lazy writes */
+    bool sb_unfiled;                /* a superblock mark went out with
+                                       TC_SB_ABANDON_UNFILED */
+    uint64_t unfiled_seq;           /* at start: the superblocks' abandonment
+                                       the state file lacks, which it could
+                                       not record (abandon_unfiled()) */
     uint64_t state_writes, state_errors, sb_marks;
+    struct lost *unfiled_lost;      /* the lost set (drained sectors too) when
+                                       the state file could not record the
+                                       abandonment: the log still holds their
+                                       dirty data until it does
+                                       (abandon_unfiled_refuses()); NULL:
+                                       none */
+    uint64_t unfiled_refused;       /* writes over lost sectors failed while
+                                       the state file lacked the abandonment
+                                       (abandon_unfiled_refuses()) */
     uint64_t disk_abandoned_seq;    /* the abandonment the state file on disk
                                        records (0: none): what the next start
                                        would read */
@@ -119,6 +133,20 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
  * false (check, a read-only volume) it only reads and counts (c->ab.resume).
  * Nothing to do without proofs. */
 void abandon_resume_drain(struct cache *c, bool write);
+/* At attach, after recovery, once the origin is known to be the cache's and
+ * before anything else is written: the superblocks record an abandonment
+ * their TC_SB_ABANDON_UNFILED flag says the state file never recorded
+ * (c->ab.unfiled_seq; abandon_load()), so recovery replayed the log as it
+ * was then.  Its dirty data (each sector checked) is written back to the
+ * origin, the origin flushed, the abandonment written into the state file
+ * with the lost set (the sectors that do not read back added), and the
+ * flag cleared from the superblocks.  Returns 1 when done: the index holds
+ * versions below the abandonment, so the caller opens the cache again,
+ * and the state file then says what the log is; 0 with nothing to do
+ * (only a flag left from a state file written since cleared); -1 with a
+ * message when the start must be refused (a read-only volume, a write or
+ * flush that failed, no room for the state file).  Blocking. */
+int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t errlen);
 /* The same for check --salvage (a cache opened offline), to origin, which
  * it checked is the cache's: the proven sectors written back and flushed,
  * then dropped from the lost set, and the state file written again
@@ -138,6 +166,18 @@ void abandon_proofs_added(struct cache *c);
  * next start write the older proven version over it.  -errno (the write
  * must fail) if the state file cannot be written. */
 int abandon_proofs_before_write(struct cache *c, uint64_t off, uint64_t len);
+/* A client write, write-zeroes or trim of origin bytes [off, off + len)
+ * is about to reach the origin past an abandoned cache (lostlog.c, or
+ * writepath.c for one under way at the failure): true, with an error naming
+ * the state file, when it must fail (EIO) instead -- the state file does
+ * not record the abandonment yet (the superblocks carry it with
+ * TC_SB_ABANDON_UNFILED) and the range overlaps sectors lost now or at
+ * the abandonment (drained ones too: c->ab.unfiled_lost).  The log still
+ * holds those sectors' dirty data from before the abandonment, and
+ * a start that finds the abandonment unfiled writes it back over the
+ * origin (abandon_unfiled()): acknowledged, this write would read its
+ * older data then.  `what` names the request ("write", "trim", ...). */
+bool abandon_unfiled_refuses(struct cache *c, const char *what, uint64_t off, uint64_t len);
 void abandon_free(struct cache *c);
 /* At attach, before the first write to the cache: room kept aside for the
  * state file (preallocated spares, abandon.c), so that its rewrites need

@@ -661,6 +661,17 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         goto fail_cache;
     if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;
+    /* An abandonment the state file could not record: the log's dirty data
+     * written back and the abandonment recorded, then the cache opened
+     * again (abandon.c). */
+    int unfiled = abandon_unfiled(c, origin, err, errlen);
+    if (unfiled < 0)
+        goto fail_cache;
+    if (unfiled > 0) {
+        vol->cache = NULL;
+        cache_free(c);
+        return 1;
+    }
     /* What the records above cannot see (an NBD origin, a file's time put
      * back, a device after a restart): the clean copies themselves
      * compared with the origin, before anything is written. */
@@ -736,7 +747,15 @@ fail:
 
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen)
 {
-    return cache_attach(vol, paths, false, err, errlen);
+    int rc = cache_attach(vol, paths, false, err, errlen);
+    if (rc > 0)     /* an abandonment recorded now (abandon_unfiled()): once more */
+        rc = cache_attach(vol, paths, false, err, errlen);
+    if (rc > 0) {
+        snprintf(err, errlen, "the cache's abandonment is still not recorded in its state "
+                 "file after it was written");
+        rc = -1;
+    }
+    return rc;
 }
 
 struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,

@@ -431,6 +431,13 @@ void lost_passthrough(struct ereq *e)
         e->complete(e);
         return;
     }
+    if (write && abandon_unfiled_refuses(c, e->op == TC_OP_TRIM ? "trim" :
+                                         e->op == TC_OP_WRITE_ZEROES ? "write-zeroes" : "write",
+                                         e->off, e->len)) {
+        e->err = -EIO;
+        e->complete(e);
+        return;
+    }
     if (write && wait_for_writebacks(c, e))
         return;
     /* The state file on disk may prove an older version of these sectors

@@ -60,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/abandon.h"
 #include "engine/blocklock.h"
 #include "engine/budget.h"
 #include "engine/cache.h"
@@ -788,6 +789,20 @@ static void parallel_cached(struct log_waiter *lw, int err)
     join_part(p, 0);
 }
 
+/* A piece under way when the last device failed, about to go to the origin
+ * alone: refused while the state file lacks the abandonment and the piece
+ * overlaps lost sectors, as lost_passthrough() refuses (abandon.c). */
+static bool piece_unfiled_refuses(struct wpiece *p)
+{
+    struct cache *c = p->w->c;
+    enum tc_op op = p->w->e->op;
+    return c->vol->cache_failed &&
+           abandon_unfiled_refuses(c, op == TC_OP_TRIM ? "trim" :
+                                      op == TC_OP_WRITE_ZEROES ? "write-zeroes" : "write",
+                                   p->oblock * c->block_size + (uint64_t)p->s0 * TC_SECTOR,
+                                   (uint64_t)(p->s1 - p->s0) * TC_SECTOR);
+}
+
 static void appended_written(struct log_waiter *lw, int err)
 {
     struct wpiece *p = container_of(lw, struct wpiece, lw);
@@ -798,10 +813,12 @@ static void appended_written(struct log_waiter *lw, int err)
     }
     if (err) {
         cache_append_failed(p);     /* the origin still gets it ... */
-        if (p->w->c->abandon_unrecorded) {
+        if (p->w->c->abandon_unrecorded || piece_unfiled_refuses(p)) {
             /* ... unless the cache was abandoned and no record of it is
-             * durable yet: the stale log could undo the write at the next
-             * start (abandon.c; lost_passthrough() refuses likewise). */
+             * durable yet, or the state file lacks it and the piece
+             * overlaps lost sectors: the stale log could undo the write at
+             * the next start (abandon.c; lost_passthrough() refuses
+             * likewise). */
             piece_done(p, -EIO);
             return;
         }
@@ -842,10 +859,12 @@ static void append_version(struct wpiece *p)
 
     if (p->mode == W_AROUND || p->mode == W_DISCARD) {
         if (mask_empty(&p->ovalid)) {
-            if (p->mode == W_AROUND && c->vol->cache_failed && c->abandon_unrecorded) {
+            if ((p->mode == W_AROUND && c->vol->cache_failed && c->abandon_unrecorded) ||
+                piece_unfiled_refuses(p)) {
                 /* Under way when the last device failed: refused as
                  * lost_passthrough() refuses writes until the abandonment
-                 * is recorded (the stale log could undo it). */
+                 * is recorded, and those over lost sectors until the state
+                 * file records it (the stale log could undo them). */
                 piece_done(p, -EIO);
                 return;
             }
@@ -881,7 +900,7 @@ static void append_version(struct wpiece *p)
              * needs no tombstone.  It has no dirty data (piece_step()). */
             w->log_waits--;
             map_drop_block(c, p->oblock);
-            if (c->abandon_unrecorded) {
+            if (c->abandon_unrecorded || piece_unfiled_refuses(p)) {
                 piece_done(p, -EIO);    /* as appended_written() */
                 return;
             }

@@ -87,6 +87,23 @@
 #define TC_SB_ABANDONED          (1u << 0)
 
 /*
+ * TC_SB_ABANDON_UNFILED, only with TC_SB_ABANDONED, in any version that
+ * carries that: the state file could not record this abandonment when the
+ * mark was written (its file system full or read-only).  The daemon then
+ * acknowledged no FLUSH and no FUA write (each waits for the state file:
+ * engine/abandon.c), and failed every write over a sector lost (or
+ * drained) at the abandonment, so the log as it was at abandoned_seq
+ * still holds everything made durable, and no dirty data that a write
+ * acknowledged since replaced: a start that finds the state file without this
+ * abandonment writes the log's dirty data back to the origin and records
+ * the abandonment in the state file itself.  Without the flag such a
+ * state file was lost or replaced after it recorded the mark, and the
+ * start is refused.  The flag goes once the state file records the mark.
+ * Builds that do not know it refuse such a start, as before.
+ */
+#define TC_SB_ABANDON_UNFILED    (1u << 5)
+
+/*
  * Version 3 adds per-device failure marks (TC_SB_DEV_FAILED): when device
  * i of the set fails at run time while others go on, the survivors'
  * superblocks get failed_seq[i] = the log's next sequence number at the

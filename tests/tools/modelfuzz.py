@@ -94,7 +94,10 @@ environment:
                a third of the time grows the file system by 4 MiB.  The
                state files and sequence records are on it too.
                FZ_DEVFAIL=1's failures of one write with EIO come as
-               well (its generator draws first, each step).  The model
+               well (its generator draws first, each step).  A start
+               may exit (not 0) on the full file system, twice in a row
+               at most: the run removes the filler, or (none) grows the
+               file system by 4 MiB, and starts again.  The model
                is FZ_DEVFAIL=enospc's, from the first step on; not with
                FZ_POWER (undoing a write into a hole needs room)
   FZ_ORIGFAIL=1  the origin through testdev, and now and then (a
@@ -381,6 +384,7 @@ class Daemon:
             cs = [(x + "&" if x.startswith("testdev:") else f"testdev:{x}?")
                   + f"eio_when={D}/boom{i}&eio_once&eio_ops=write" for i, x in enumerate(cs)]
         c = ",".join(cs)
+        tries = 0
         while True:
             self.proc = subprocess.Popen([BIN, "serve", "--origin", o, "--cache", c, "--mode", mode,
                                           "--socket", self.sock, "--foreground", "--sequential-cutoff", "0",
@@ -392,7 +396,10 @@ class Daemon:
             if h is not None:
                 break
             self.proc.wait()
-            if not full_devs:
+            tries += 1
+            # FZ_DEVFAIL=fullfs: the file system may be full without a
+            # filler (the sparse files grown into it); twice at most.
+            if not full_devs and not (FULLFS and tries <= 2):
                 fail(f"the daemon exited with status {self.proc.returncode} at its start in {mode}")
             # FZ_DEVFAIL=enospc: a start may refuse to serve on a full
             # file system; with room made, it must start.
@@ -400,7 +407,10 @@ class Daemon:
                 "(allowed): room made")
             lf.write(f"==== step {step}: room made, start again\n")
             lf.flush()
-            make_room()
+            if FULLFS:
+                fullfs_room()
+            else:
+                make_room()
         lf.close()
         h.set_strict_mode(0)
         self.h = [h, self.connect()]
@@ -852,6 +862,19 @@ def make_room():
     for i in full_devs:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{D}/full{i}")
+    full_devs.clear()
+
+
+def fullfs_room():
+    """FZ_DEVFAIL=fullfs: room for a start that found none: the filler
+    removed, or (none) the file system grown by 4 MiB."""
+    if os.path.exists(f"{FS}/filler"):
+        os.unlink(f"{FS}/filler")
+        log("ROOM: filler removed (a start found no room)")
+    else:
+        fs_size[0] += 4 << 20
+        subprocess.run(["mount", "-o", f"remount,size={fs_size[0]}", FS], check=True)
+        log("ROOM: the file system grown to", fs_size[0], "(a start found no room)")
     full_devs.clear()
 
 
