@@ -1973,27 +1973,6 @@ static void unfiled_clear(struct cache *c)
     c->ab.sb_unfiled = false;
 }
 
-struct unfiled_wait {
-    bool done;
-    int err;
-};
-
-static void unfiled_gathered(void *arg, int err)
-{
-    struct unfiled_wait *w = arg;
-    w->done = true;
-    w->err = err;
-}
-
-static int unfiled_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *buf)
-{
-    struct unfiled_wait w = { 0 };
-    cache_gather(c, id, want, buf, unfiled_gathered, &w);
-    while (!w.done)
-        reactor_poll(c->reactor, 100000000ull);
-    return w.err;
-}
-
 int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t errlen)
 {
     uint64_t seq = c->ab.unfiled_seq;
@@ -2024,27 +2003,11 @@ int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t er
             mask_andnot(&d, &lm);       /* lost already: no version is the newest */
         if (mask_empty(&d))
             continue;
-        struct tc_mask good = d;
-        if (unfiled_gather(c, id, &d, buf) != 0) {
-            /* Sector by sector: what does not read back and check is lost. */
-            struct tc_mask bad;
-            mask_clear(&bad);
-            mask_clear(&good);
-            for (unsigned s = 0; s < c->spb; s++) {
-                if (!mask_test(&d, s))
-                    continue;
-                struct tc_mask one;
-                mask_clear(&one);
-                mask_set(&one, s);
-                if (unfiled_gather(c, id, &one, buf) == 0)
-                    mask_set(&good, s);
-                else
-                    mask_set(&bad, s);
-            }
-            if (!mask_empty(&good) && unfiled_gather(c, id, &good, buf) != 0) {
-                mask_or(&bad, &good);
-                mask_clear(&good);
-            }
+        /* What does not read back and check is lost. */
+        struct tc_mask good;
+        if (cache_gather_wait(c, id, &d, buf, &good) != 0) {
+            struct tc_mask bad = d;
+            mask_andnot(&bad, &good);
             if (!mask_empty(&bad)) {
                 struct tc_mask old;
                 if (lost_get(&c->map.lost, b, &old))

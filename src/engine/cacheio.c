@@ -210,6 +210,52 @@ void cache_gather_mirrors(struct cache *c, uint32_t id, const struct tc_mask *wa
     gather_from(c, id, want, dst, true, cb, arg);
 }
 
+struct gather_wait {
+    bool done;
+    int err;
+};
+
+static void gather_waited(void *arg, int err)
+{
+    struct gather_wait *g = arg;
+    g->done = true;
+    g->err = err;
+}
+
+static int gather_one_wait(struct cache *c, uint32_t id, const struct tc_mask *want,
+                           uint8_t *dst)
+{
+    struct gather_wait g = { 0 };
+    cache_gather(c, id, want, dst, gather_waited, &g);
+    while (!g.done)
+        reactor_poll(c->reactor, 100000000ull);
+    return g.err;
+}
+
+int cache_gather_wait(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
+                      struct tc_mask *good)
+{
+    *good = *want;
+    if (gather_one_wait(c, id, want, dst) == 0)
+        return 0;
+    mask_clear(good);
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(want, s))
+            continue;
+        struct tc_mask one;
+        mask_clear(&one);
+        mask_set(&one, s);
+        if (gather_one_wait(c, id, &one, dst) == 0)
+            mask_set(good, s);
+    }
+    /* The good sectors read together, so dst holds them all. */
+    if (!mask_empty(good) && gather_one_wait(c, id, good, dst) != 0) {
+        mask_clear(good);
+        return -EAGAIN;
+    }
+    return 1;
+}
+
 static void gather_from(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
                         bool mirrors, void (*cb)(void *arg, int err), void *arg)
 {

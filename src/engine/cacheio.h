@@ -50,6 +50,15 @@ void cache_read_verified(struct cache *c, struct cread *cr);
  * the same holds for the two forms below. */
 void cache_gather(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
                   void (*cb)(void *arg, int err), void *arg);
+/* For code that waits on the reactor (salvage, a start's write-back):
+ * cache_gather() of `want` into dst, waited for; on a failure, sector by
+ * sector, keeping what reads back and checks.  *good gets the sectors
+ * whose data is in dst.  Returns 0 when every sector of want read, 1 when
+ * some did not (want minus *good), -EAGAIN when the sectors read one by
+ * one failed together again (the data changed between the reads; *good
+ * is empty then). */
+int cache_gather_wait(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *dst,
+                      struct tc_mask *good);
 /* As cache_gather, but a failure is retried through the index as it is
  * then (a failed device's data moves to its mirrors) and then from the
  * mirror copies, before it is reported. */

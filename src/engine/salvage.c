@@ -67,28 +67,6 @@
 #include "util/log.h"
 #include "util/misc.h"
 
-struct gather_wait {
-    bool done;
-    int err;
-};
-
-static void gathered(void *arg, int err)
-{
-    struct gather_wait *g = arg;
-    g->done = true;
-    g->err = err;
-}
-
-/* Read the sectors `want` of entry id (checked) into buf; 0 or the error. */
-static int gather_sync(struct cache *c, uint32_t id, const struct tc_mask *want, uint8_t *buf)
-{
-    struct gather_wait g = { 0 };
-    cache_gather(c, id, want, buf, gathered, &g);
-    while (!g.done)
-        reactor_poll(c->reactor, 100000000ull);
-    return g.err;
-}
-
 static void lost_range(struct salvage_result *r, struct cache *c, uint64_t oblock, unsigned s0,
                        unsigned s1, const char *why)
 {
@@ -203,30 +181,20 @@ int cache_salvage(struct cache *c, struct tc_dev *origin, struct salvage_result 
             lost_mask(r, c, b, &unsafe, "its newest version may be in a damaged chunk: not "
                       "written back (an older one could overwrite newer data)");
         if (!mask_empty(&safe)) {
-            if (gather_sync(c, id, &safe, buf) != 0) {
+            struct tc_mask good;
+            int g = cache_gather_wait(c, id, &safe, buf, &good);
+            if (g == -EAGAIN) {
+                snprintf(err, errlen, "origin block %llu: the cache's data changed while "
+                         "being read", (unsigned long long)b);
+                ret = -1;
+                break;
+            }
+            if (g == 1) {
                 /* Sector by sector: keep what checks, report the rest. */
-                struct tc_mask good, bad;
-                mask_clear(&good);
-                mask_clear(&bad);
-                for (unsigned s = 0; s < c->spb; s++) {
-                    if (!mask_test(&safe, s))
-                        continue;
-                    struct tc_mask one;
-                    mask_clear(&one);
-                    mask_set(&one, s);
-                    if (gather_sync(c, id, &one, buf) == 0)
-                        mask_set(&good, s);
-                    else
-                        mask_set(&bad, s);
-                }
+                struct tc_mask bad = safe;
+                mask_andnot(&bad, &good);
                 lost_mask(r, c, b, &bad, "unreadable or failing its checksum");
                 safe = good;
-                if (!mask_empty(&safe) && gather_sync(c, id, &safe, buf) != 0) {
-                    snprintf(err, errlen, "origin block %llu: the cache's data changed while "
-                             "being read", (unsigned long long)b);
-                    ret = -1;
-                    break;
-                }
             }
             if (!mask_empty(&safe)) {
                 if (write_runs(c, origin, b, &safe, buf, r, err, errlen) < 0) {
