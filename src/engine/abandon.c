@@ -715,12 +715,7 @@ static void settle_start(struct cache *c)
     c->ab.settle_cur = c->ab.settle_next;
     c->ab.settle_next = NULL;
     lost_settle_begin(&c->map.lost);
-    x->dio.op = TC_DEV_FLUSH;
-    x->dio.cb = settle_origin_flushed;
-    if (c->vol->origin->can_flush && !c->vol->read_only)
-        dev_submit(c->vol->origin, &x->dio);
-    else
-        settle_origin_flushed(&x->dio, 0);
+    cache_flush_origin(c, &x->dio, settle_origin_flushed);
 }
 
 static void state_timer_fn(struct tc_timer *t)

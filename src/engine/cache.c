@@ -775,6 +775,17 @@ struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
     return vol->cache;
 }
 
+void cache_flush_origin(struct cache *c, struct tc_dev_io *dio,
+                        void (*cb)(struct tc_dev_io *dio, int err))
+{
+    dio->op = TC_DEV_FLUSH;
+    dio->cb = cb;
+    if (c->vol->origin->can_flush && !c->vol->read_only)
+        dev_submit(c->vol->origin, dio);
+    else
+        cb(dio, 0);
+}
+
 void cache_close_offline(struct cache *c)
 {
     struct tc_volume *vol = c->vol;
@@ -1285,12 +1296,7 @@ static void close_drain_step(struct close_ctx *x)
         return;
     }
     memset(&x->drain_dio, 0, sizeof x->drain_dio);
-    x->drain_dio.op = TC_DEV_FLUSH;
-    x->drain_dio.cb = close_drain_flushed;
-    if (c->vol->origin->can_flush && !c->vol->read_only)
-        dev_submit(c->vol->origin, &x->drain_dio);
-    else
-        close_drain_flushed(&x->drain_dio, 0);
+    cache_flush_origin(c, &x->drain_dio, close_drain_flushed);
 }
 
 static void close_drain(struct close_ctx *x, int err)
@@ -1524,12 +1530,7 @@ static void close_flush_origin(struct close_ctx *x)
     struct cache *c = x->c;
     x->candidate = wt_stable_candidate(c);
     x->mark = origin_window_mark(c);
-    x->dio.op = TC_DEV_FLUSH;
-    x->dio.cb = close_origin_flushed;
-    if (c->vol->origin->can_flush && !c->vol->read_only)
-        dev_submit(c->vol->origin, &x->dio);
-    else
-        close_origin_flushed(&x->dio, 0);
+    cache_flush_origin(c, &x->dio, close_origin_flushed);
 }
 
 /*

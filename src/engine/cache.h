@@ -300,6 +300,10 @@ int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_
 struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
                                  struct tc_volume_config *cfg, char *err, size_t errlen);
 void cache_close_offline(struct cache *c);
+/* Flush the origin through dio, calling cb when done; an origin that
+ * cannot flush (or a read-only volume) is done at once, with 0. */
+void cache_flush_origin(struct cache *c, struct tc_dev_io *dio,
+                        void (*cb)(struct tc_dev_io *dio, int err));
 /* Every copy of every device's superblock written from memory (only the
  * devices in service when in_service_only): copy A of each device, then
  * copy B, each write flushed, so that a crash leaves one whole copy.  A
