@@ -79,7 +79,13 @@
  * while set, the window counts as pending and as holding writes the cache
  * lacks, so the first flush that reaches the daemon -- a client FLUSH in
  * any mode, tiercache flush or detach, the periodic commit -- flushes the
- * origin, and any origin flush that completes clears it.  The start
+ * origin, and any origin flush that completes clears it.  While set, it
+ * also meets every range (origin_window_overlaps()): a fill may read a
+ * write of the run before that the origin still may lose, so every fill
+ * is a write-through version until then.  That lasts until the periodic
+ * commit's first origin flush (it sends one from the first commit interval
+ * on, since the window counts as pending), and costs only this: a crash
+ * before it makes those fills dirty at the next start, written back once.  The start
  * itself does not flush the origin: it would wait on an origin that holds
  * its flushes (or a remote one that is down), and a start must not hang;
  * a FLUSH may wait, as it would for writes of its own run.
@@ -383,6 +389,8 @@ static bool scan_overlaps(const struct origin_window *w, uint64_t off, uint64_t 
 bool origin_window_overlaps(const struct cache *c, uint64_t off, uint64_t len)
 {
     const struct origin_window *w = &c->owin;
+    if (w->before_start)
+        return true;    /* the run before may have left any range unflushed */
     if (w->n >= OW_SOFT)
         return true;    /* the commit flushes the origin at once (tick()) */
     if (w->blocks_unknown || len != c->block_size || off % c->block_size != 0)

@@ -80,8 +80,10 @@ bool origin_window_uncached(const struct cache *c);
 bool origin_window_full(const struct cache *c);
 /* Whether origin bytes [off, off + len) may hold a write no origin flush
  * has covered yet (true, to be safe, past OW_SOFT records: no scan of a
- * window grown that large).  One whole block is answered from the set of
- * blocks the records touch, which gives the answer of a scan. */
+ * window grown that large; true for any range while the run before may
+ * have left writes unflushed: before_start).  One whole block is answered
+ * from the set of blocks the records touch, which gives the answer of a
+ * scan. */
 bool origin_window_overlaps(const struct cache *c, uint64_t off, uint64_t len);
 /* An origin flush sent at mark completed without error: forget what it
  * covered; true if writes acknowledged on a lost connection were found

@@ -893,7 +893,9 @@ static bool fill(struct rreq *r, struct rpiece *p)
     struct tc_mask clean;
     mask_clear(&clean);
     /* Data the origin acknowledged and has not flushed (a write around the
-     * cache, a write-through version since dropped: the origin window) is
+     * cache, a write-through version since dropped: the origin window; any
+     * write of a run before that did not stop cleanly, until the first
+     * origin flush of this one) is
      * what it returns, and a crash of the origin may take it back.  The
      * fill's copy would outlive that in the log as clean: after a restart
      * reads returned it, then the origin's older data once it left the
