@@ -17,7 +17,8 @@
  * a crash of the origin may take the trim back, so the fill is a
  * write-through version (readpath.c); a trim the origin lost with its
  * connection loses no data (its sectors may read their older data), so
- * its cut drops the clean copies read since and nothing else (cut_trim()).
+ * its cut drops the clean copies read since and nothing else (cut_trim();
+ * in a block with dirty sectors it makes them dirty instead).
  *
  * Every origin flush (a client FLUSH, a FUA write-zeroes or trim, the
  * periodic commit in writeback.c, the last flush of a stop) takes the
@@ -468,8 +469,13 @@ static void cut(struct cache *c, const struct ow_rec *r, uint64_t *redirtied, ui
 /* A trim the origin may have lost: its sectors read their older data
  * again, which a trimmed sector may (nothing is lost, nothing to write
  * again), but a clean cached copy read from the origin since may hold
- * what the trim left (zeroes): dropped, as cut() drops one. */
-static void cut_trim(struct cache *c, const struct ow_rec *r, uint64_t *dropped)
+ * what the trim left (zeroes): dropped, as cut() drops one.  Not a block
+ * with dirty sectors (written by a client since, a write-through version
+ * cut() made dirty again just before, or kept by the trim): its clean
+ * sectors of the range, maybe such zeroes, are made dirty too, so the
+ * origin gets what reads of the cache returned. */
+static void cut_trim(struct cache *c, const struct ow_rec *r, uint64_t *dropped,
+                     uint64_t *redirtied)
 {
     uint64_t off = r->off, end = r->off + r->len, ob;
     struct tc_mask m;
@@ -480,8 +486,16 @@ static void cut_trim(struct cache *c, const struct ow_rec *r, uint64_t *dropped)
         struct tc_mask v, d;
         ce_get_masks(&c->map.idx, id, &v, &d);
         mask_and(&m, &v);
-        if (mask_empty(&m) || !mask_empty(&d))
-            continue;   /* dirty: written by a client since, or kept by the trim */
+        if (mask_empty(&m))
+            continue;
+        if (!mask_empty(&d)) {
+            mask_andnot(&m, &d);
+            if (!mask_empty(&m)) {
+                redirty(c, ob, id, &m);
+                (*redirtied)++;
+            }
+            continue;
+        }
         map_drop_block(c, ob);
         cache_tombstone(c, ob);
         c->st.invalidations++;
@@ -493,7 +507,7 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
 {
     struct origin_window *w = &c->owin;
     uint64_t epoch = c->vol->origin->epoch;
-    uint64_t redirtied = 0, lost = 0, cuts = 0, trims = 0, trim_dropped = 0;
+    uint64_t redirtied = 0, lost = 0, cuts = 0, trims = 0, trim_dropped = 0, trim_redirtied = 0;
     uint32_t k = 0;
     uint64_t unrecorded = c->lost_unrecorded;
     w->epoch_seen = epoch;
@@ -501,14 +515,24 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
     if (mark.sent)
         w->before_start = false;
     w->scanning = true;
+    /* The writes first: a write-through version written over a fill of a
+     * trimmed range is made dirty again before the trim's cut looks at its
+     * block (which would drop it, clean, and the write's sectors with it:
+     * lost, not written back). */
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ow_rec *r = &w->r[i];
+        if (r->epoch != epoch && !r->trim) {
+            cut(c, r, &redirtied, &lost);
+            cuts++;
+        }
+    }
     for (uint32_t i = 0; i < w->n; i++) {
         struct ow_rec *r = &w->r[i];
         if (r->epoch != epoch && r->trim) {
-            cut_trim(c, r, &trim_dropped);
+            cut_trim(c, r, &trim_dropped, &trim_redirtied);
             trims++;
         } else if (r->epoch != epoch) {
-            cut(c, r, &redirtied, &lost);
-            cuts++;
+            ;   /* cut above */
         } else if (r->ack > mark.ack) {
             w->r[k++] = *r;
         }
@@ -531,8 +555,12 @@ bool origin_window_flushed(struct cache *c, struct ow_mark mark)
     if (trims)
         tc_warn("cache: the origin connection was lost before a flush covered %llu trims (the "
                 "server may have lost them: their sectors may read their older data); %llu "
-                "clean cached blocks read from the origin since dropped",
-                (unsigned long long)trims, (unsigned long long)trim_dropped);
+                "clean cached blocks read from the origin since dropped, %llu blocks dirty "
+                "again for the sectors read since (to be written back)",
+                (unsigned long long)trims, (unsigned long long)trim_dropped,
+                (unsigned long long)trim_redirtied);
+    if (trim_redirtied && cuts == 0)
+        writeback_kick(c);
     if (cuts == 0)
         return w->cuts != mark.cuts;    /* found by another flush meanwhile */
     w->cuts++;
