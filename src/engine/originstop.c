@@ -226,8 +226,12 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
  * blank export, or wiped, reads zeroes wherever the cache holds data: so
  * such blocks count as different once they are at least 2 and more than
  * half of the blocks compared (a trim of that much of the cache, every
- * trimmed block partly dirty, is not what trims do).  A few blocks changed
- * to zeroes behind the cache are not seen.
+ * trimmed block partly dirty, is not what trims do).  A block that also
+ * holds data (not zeroes) the origin has as the cache does is not counted
+ * at all: a wiped origin has none, while the dirty sectors of a trimmed
+ * block are written back over the punched range -- and a small cache whose
+ * few sampled blocks were all trimmed that way would otherwise be refused.
+ * A few blocks changed to zeroes behind the cache are not seen.
  *
  * Eligible: a block with no dirty sector and no lost sector.  Spread: the
  * k-th of n samples is the (k * eligible / n)-th eligible entry of the
@@ -346,12 +350,19 @@ static void sample_compare(struct sample *s)
         r->compared++;
         c->st.origin_check_read_bytes += s->len;
         unsigned nsec = (unsigned)(s->len / TC_SECTOR);
-        bool differs = false, zero_only = false;
+        bool differs = false, zero_only = false, data_same = false;
         unsigned zsector = 0, zbyte = 0;
         for (unsigned k = 0; k < nsec; k++) {
             const uint8_t *o = s->obuf + (size_t)k * TC_SECTOR, *m = s->cbuf + (size_t)k * TC_SECTOR;
-            if (!mask_test(&s->valid, k) || memcmp(o, m, TC_SECTOR) == 0)
+            if (!mask_test(&s->valid, k))
                 continue;
+            if (memcmp(o, m, TC_SECTOR) == 0) {
+                /* Data (not zeroes) the origin holds as the cache does:
+                 * not a blank or wiped origin. */
+                if (!data_same && !(o[0] == 0 && memcmp(o, o + 1, TC_SECTOR - 1) == 0))
+                    data_same = true;
+                continue;
+            }
             /* Zeroes on the origin prove nothing: a trim of a block that
              * was partly dirty keeps the block's clean sectors in the
              * cache (a trim is advisory: writepath.c) while the origin's
@@ -374,7 +385,9 @@ static void sample_compare(struct sample *s)
             differs = true;
             break;
         }
-        if (zero_only && !differs) {
+        /* Zeroes on the origin beside data it holds as the cache does:
+         * a trim's (its written-back dirty sectors), not a wipe's. */
+        if (zero_only && !differs && !data_same) {
             if (r->nzdiffer == r->zcap) {
                 r->zcap = r->zcap ? 2 * r->zcap : 64;
                 r->zdiffer = realloc(r->zdiffer, r->zcap * sizeof *r->zdiffer);
