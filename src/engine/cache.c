@@ -1008,6 +1008,8 @@ struct close_ctx {
     uint64_t *drain_blocks;
     struct tc_task drain_task;
     struct tc_dev_io drain_dio;     /* its origin flush, before the settle */
+    struct tc_timer rw_wait;        /* for a device failure's writes to the origin */
+    int rw_err;                     /* the sync's error meanwhile */
     int err;
     struct tc_timer wait;
     void (*done)(void *arg, int err);
@@ -1319,10 +1321,28 @@ static void close_drain(struct close_ctx *x, int err)
     close_drain_step(x);
 }
 
+static void closed_synced(struct log_waiter *w, int err);
+
+static void closed_rewrites_wait(struct tc_timer *t)
+{
+    struct close_ctx *x = container_of(t, struct close_ctx, rw_wait);
+    closed_synced(&x->w, x->rw_err);
+}
+
 static void closed_synced(struct log_waiter *w, int err)
 {
     struct close_ctx *x = container_of(w, struct close_ctx, w);
     struct cache *c = x->c;
+    if (c->rewrites_to_origin > 0) {
+        /* A device failed at the stop's own writes, and the rewrites of
+         * its blocks, finding no room, write their dirty data to the
+         * origin (failure.c, rewrite_to_origin()): they end (clean, or
+         * recorded lost) before anything is recorded. */
+        x->rw_err = err;
+        x->rw_wait.fn = closed_rewrites_wait;
+        timer_arm(c->reactor, &x->rw_wait, 10ull * 1000 * 1000);
+        return;
+    }
     if (err == 0 && !x->marked && c->lg.flushed_upto < c->lg.chunks_issued && x->resyncs < 8) {
         /* Chunks were sealed while the sync ran (a write-back or read
          * completing late): sync them too, or the mark below would not
@@ -1379,14 +1399,36 @@ static void close_finish(struct close_ctx *x, int err)
         if (err == 0)
             err = -EIO;
     }
+    if (c->stop_rewrite_origin_blocks) {
+        char sz[32];
+        tc_info("cache: stop: %s of dirty data in %llu blocks that a device failure left "
+                "to rewrite written to the origin %s (rather than appended to the log again, "
+                "which the stop's own records need the room of)",
+                tc_format_size(c->stop_rewrite_origin_bytes, sz, sizeof sz),
+                (unsigned long long)c->stop_rewrite_origin_blocks, c->vol->origin->name);
+    }
+    if (c->stop_rewrite_tombless_blocks) {
+        tc_error("cache: stopped with %llu blocks recorded lost whose dirty data was written to "
+                 "the origin: no room in the log for their tombstones, and the log may keep "
+                 "older copies of them; they read EIO until written again",
+                 (unsigned long long)c->stop_rewrite_tombless_blocks);
+        if (err == 0)
+            err = -EIO;
+    }
     if (c->stop_rewrite_lost_bytes) {
         /* Recorded lost (EIO until written again), but acknowledged data
          * is gone: the exit status must say so, not only the log. */
+        char why[160] = "";
+        if (c->stop_rewrite_origin_err)
+            snprintf(why, sizeof why, ", nor written to the origin %s (%s)",
+                     c->vol->origin->name, strerror(-c->stop_rewrite_origin_err));
         tc_error("cache: stopped with %llu bytes of dirty data in %llu blocks lost: a device "
                  "failure's rewrites could not be made at the stop (no room in the log even in "
-                 "the cleaner's reserve, or unreadable); those sectors read EIO until written "
-                 "again", (unsigned long long)c->stop_rewrite_lost_bytes,
-                 (unsigned long long)c->stop_rewrite_lost_blocks);
+                 "the cleaner's reserve, or unreadable)%s; the first at origin byte %llu; those "
+                 "sectors read EIO until written again",
+                 (unsigned long long)c->stop_rewrite_lost_bytes,
+                 (unsigned long long)c->stop_rewrite_lost_blocks, why,
+                 (unsigned long long)c->stop_rewrite_lost_first);
         if (err == 0)
             err = -EIO;
     }

@@ -241,6 +241,22 @@ struct cache {
      * data was lost. */
     uint64_t stop_rewrite_lost_bytes;
     uint64_t stop_rewrite_lost_blocks;
+    /* ... the first origin byte of them, and the origin's error when it
+     * refused them (failure.c, rewrite_to_origin()). */
+    uint64_t stop_rewrite_lost_first;
+    int stop_rewrite_origin_err;
+    /* Dirty sectors (bytes) and blocks such rewrites, finding no room,
+     * wrote to the origin instead (failure.c, rewrite_to_origin()). */
+    uint64_t stop_rewrite_origin_bytes;
+    uint64_t stop_rewrite_origin_blocks;
+    unsigned rewrites_to_origin;        /* such writes in flight: the close waits */
+    /* ... those written, waiting for the next origin flush, and those
+     * whose flush is in flight (failure.c, struct rewrite) */
+    struct rewrite *rw_origin_written, *rw_origin_flushing;
+    struct tc_dev_io rw_origin_dio;
+    /* ... and blocks among them whose tombstone found no room: on the
+     * origin, but recorded lost (tombstone_given_up()) */
+    uint64_t stop_rewrite_tombless_blocks;
     /* Blocks whose tombstone a stop gave up for want of room (failure.c,
      * rewrite_lose()): the log may still hold an older copy of each, so
      * no write of them may reach the origin any more (writepath.c,

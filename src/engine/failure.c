@@ -1280,9 +1280,11 @@ void cache_drain_check(struct cache *c)
  * failure recorded what only the devices held as lost, and the log is
  * never trusted again) and when a stop begins (cache_stopping(): a stop
  * cannot wait for a cleaner that may never free room -- it holds the
- * clients' last answers, and then stops the cleaner -- so the rewrite
- * takes the cleaner's reserve, and without room even there the block's
- * dirty sectors are lost, recorded, as if unreadable): nothing waits for
+ * clients' last answers, and then stops the cleaner -- so the block's
+ * dirty data goes to the origin, and only a tombstone to the log
+ * (rewrite_to_origin()); with the origin refusing it, the rewrite takes
+ * the cleaner's reserve, and without room even there the block's dirty
+ * sectors are lost, recorded, as if unreadable): nothing waits for
  * ever.
  */
 struct rewrite {
@@ -1313,6 +1315,17 @@ struct rewrite {
      * (handle_fragment()): its image_keeps, given back at the end. */
     uint32_t image_keeps;
     unsigned image_dev;
+    /* A stop (rewrite_to_origin()): the dirty sectors written to the
+     * origin, the writes (and a hold: one array), those in flight, the
+     * first error, the origin's epoch before, and whether it was tried. */
+    struct tc_mask to_origin;
+    struct block_waiter owb;
+    struct tc_dev_io *odio;
+    unsigned oleft;
+    int oerr;
+    uint64_t oepoch;
+    bool origin_tried;
+    struct rewrite *onext;      /* c->rw_origin_written or _flushing */
 };
 
 #define REWRITE_READ_TRIES 8
@@ -1366,6 +1379,8 @@ static int tombstone(struct cache *c, uint64_t oblock)
 
 static void rewrite_locked(struct block_waiter *bw);
 static void relost_start(struct cache *c);
+static void tombstone_given_up(struct cache *c, uint64_t oblock);
+static void rewrite_origin_flush(struct cache *c);
 
 static void waiting_unlink(struct rewrite *r)
 {
@@ -1539,6 +1554,12 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
             off_service(c, id, d, &fm);
             c->rescue_lost_bytes += (uint64_t)mask_count(&fm) * TC_SECTOR;
             if (c->stopping) {
+                unsigned s0 = 0;
+                while (!mask_test(d, s0))
+                    s0++;
+                uint64_t first = base + (uint64_t)s0 * TC_SECTOR;
+                if (c->stop_rewrite_lost_blocks == 0 || first < c->stop_rewrite_lost_first)
+                    c->stop_rewrite_lost_first = first;
                 c->stop_rewrite_lost_bytes += (uint64_t)mask_count(d) * TC_SECTOR;
                 c->stop_rewrite_lost_blocks++;
             }
@@ -1571,11 +1592,219 @@ static void rewrite_lose(struct rewrite *r, uint32_t id, const struct tc_mask *d
     log_sync(c, &r->lw);
 }
 
+/*
+ * A stop, and the block has dirty data (rewrite_append()).  It is in
+ * r->buf, read back under the block's lock, and a clean stop may not lose
+ * what is still readable, least of all what a FLUSH acknowledged.  But
+ * the log is often full by then (a device's file system filled up, the
+ * cleaner is stopping): a version appended again, even in the cleaner's
+ * reserve, may not fit, and takes the room the other blocks' tombstones
+ * and the stop's own records need.  So while the origin is there the
+ * dirty sectors are written to it instead -- after any writeback of the
+ * block in flight, whose data may be older -- and the origin flushed
+ * (one flush for the writes completed meanwhile); then the block is
+ * clean, and goes from the index after a tombstone, the batch's
+ * tombstones appended together and synced once, so that they share
+ * chunks (rewrite_origin_clean()).  If the origin refuses the writes or
+ * the flush (or was cut meanwhile: not durable), the version is appended
+ * after all if it fits, and the dirty sectors are lost, recorded, only
+ * when it does not; the stop then fails saying so (cache.c,
+ * close_finish()).  The close waits for these writes
+ * (c->rewrites_to_origin).
+ */
+/* The origin refused the block's dirty data too (or the block is gone
+ * with every device): lost, recorded, as before. */
+static void rewrite_origin_failed(struct rewrite *r, int err)
+{
+    struct cache *c = r->c;
+    uint64_t base = r->oblock * c->block_size;
+    tc_error("cache: stop: the dirty data of origin block %llu (bytes %llu..%llu) that a device "
+             "failure left to rewrite could not be written to the origin %s (%s): appending it "
+             "to the log instead, if there is room", (unsigned long long)r->oblock,
+             (unsigned long long)base, (unsigned long long)(base + c->block_size - 1),
+             c->vol->origin->name, strerror(-err));
+    c->stop_rewrite_origin_err = err;
+    /* Read again through the index (the block is still locked): then
+     * appended, or lost if there is no room (rewrite_append()). */
+    rewrite_locked(&r->bw);
+}
+
+/* The block's dirty data is on the origin, durably: the block is clean,
+ * and goes from the index after a tombstone (appended here; the sync is
+ * the caller's, rewrite_origin_synced(), one for the whole batch, so
+ * that the tombstones share chunks: each chunk of its own would take a
+ * header's room, and there is little at a stop).  False if the block
+ * keeps dirty data the writes did not cover (lost as ever then). */
+static bool rewrite_origin_clean(struct rewrite *r)
+{
+    struct cache *c = r->c;
+    uint32_t id = index_lookup(&c->map.idx, r->oblock);
+    c->stop_rewrite_origin_bytes += (uint64_t)mask_count(&r->to_origin) * TC_SECTOR;
+    c->stop_rewrite_origin_blocks++;
+    cache_trace(c, r->oblock, "stop: %u dirty sectors written to the origin (no room in the log)",
+                mask_count(&r->to_origin));
+    if (id != NIL) {
+        map_mark_clean(c, id, &r->to_origin);
+        struct tc_mask d;
+        ce_get_masks(&c->map.idx, id, NULL, &d);
+        mask_andnot(&d, &r->given_up);
+        if (!mask_empty(&d)) {
+            rewrite_lose(r, id, &d, -EIO);
+            return false;
+        }
+        map_drop_block(c, r->oblock);
+        block_gen_bump(c->locks, r->oblock);
+    }
+    if (tombstone(c, r->oblock) < 0) {
+        /* The block's data is on the origin, but the log may keep an
+         * older copy that the next start would serve: recorded lost
+         * (tombstone_given_up()), and the stop says so. */
+        char why[96];
+        snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
+                 (unsigned long long)r->oblock);
+        devfail_incomplete(c, why);
+        tombstone_given_up(c, r->oblock);
+        c->stop_rewrite_tombless_blocks++;
+    }
+    return true;
+}
+
+/* The batch's origin flush ended: each block's data is durable there
+ * (or not: lost as before); the tombstones, then one sync for all. */
+static void rewrite_origin_flushed(struct tc_dev_io *dio, int err)
+{
+    struct cache *c = dio->priv;
+    struct rewrite *list = c->rw_origin_flushing;
+    c->rw_origin_flushing = NULL;
+    struct rewrite *clean = NULL;
+    while (list) {
+        struct rewrite *r = list;
+        list = r->onext;
+        c->rewrites_to_origin--;
+        /* Acknowledged on a connection lost before this flush: not
+         * durable. */
+        int e = err == 0 && c->vol->origin->epoch != r->oepoch ? -EIO : err;
+        if (e) {
+            rewrite_origin_failed(r, e);
+            continue;
+        }
+        if (c->vol->cache_failed) {
+            /* Every device failed meanwhile: that failure dealt with
+             * the block (rewrite_after_read()). */
+            block_unlock(c->locks, r->oblock);
+            rewrite_end(r);
+            continue;
+        }
+        if (rewrite_origin_clean(r)) {
+            r->onext = clean;
+            clean = r;
+        }
+    }
+    while (clean) {
+        struct rewrite *r = clean;
+        clean = r->onext;
+        block_unlock(c->locks, r->oblock);
+        r->lw.fn = rewrite_durable;
+        r->lw.need_flush = true;
+        log_sync(c, &r->lw);
+    }
+    if (c->rw_origin_written)
+        rewrite_origin_flush(c);
+}
+
+/* One origin flush for every block whose writes completed meanwhile. */
+static void rewrite_origin_flush(struct cache *c)
+{
+    if (c->rw_origin_flushing)
+        return;         /* the next, when it ends */
+    c->rw_origin_flushing = c->rw_origin_written;
+    c->rw_origin_written = NULL;
+    memset(&c->rw_origin_dio, 0, sizeof c->rw_origin_dio);
+    c->rw_origin_dio.priv = c;
+    cache_flush_origin(c, &c->rw_origin_dio, rewrite_origin_flushed);
+}
+
+static void rewrite_origin_written(struct tc_dev_io *dio, int err)
+{
+    struct rewrite *r = dio->priv;
+    struct cache *c = r->c;
+    if (err && r->oerr == 0)
+        r->oerr = err;
+    if (--r->oleft > 0)
+        return;
+    free(r->odio);
+    r->odio = NULL;
+    if (r->oerr) {
+        c->rewrites_to_origin--;
+        rewrite_origin_failed(r, r->oerr);
+        return;
+    }
+    r->onext = c->rw_origin_written;
+    c->rw_origin_written = r;
+    rewrite_origin_flush(c);
+}
+
+static void rewrite_origin_go(struct block_waiter *w)
+{
+    struct rewrite *r = container_of(w, struct rewrite, owb);
+    struct cache *c = r->c;
+    unsigned spb = c->spb, nruns = 0;
+    for (unsigned s = 0; s < spb; s++)
+        if (mask_test(&r->to_origin, s) && (s == 0 || !mask_test(&r->to_origin, s - 1)))
+            nruns++;
+    r->odio = tc_xcalloc(nruns + 1, sizeof *r->odio);
+    r->oleft = nruns + 1;       /* one held while issuing */
+    r->oerr = 0;
+    r->oepoch = c->vol->origin->epoch;
+    r->odio[nruns].priv = r;    /* the hold's, below */
+    unsigned k = 0;
+    for (unsigned s = 0; s < spb;) {
+        if (!mask_test(&r->to_origin, s)) {
+            s++;
+            continue;
+        }
+        unsigned e = s;
+        while (e < spb && mask_test(&r->to_origin, e))
+            e++;
+        struct tc_dev_io *dio = &r->odio[k++];
+        dio->op = TC_DEV_WRITE;
+        dio->buf = r->buf + (size_t)s * TC_SECTOR;
+        dio->off = r->oblock * c->block_size + (uint64_t)s * TC_SECTOR;
+        dio->len = (uint64_t)(e - s) * TC_SECTOR;
+        dio->cb = rewrite_origin_written;
+        dio->priv = r;
+        dev_submit(c->vol->origin, dio);
+        s = e;
+    }
+    rewrite_origin_written(&r->odio[nruns], 0);     /* the hold */
+}
+
+static bool rewrite_origin_usable(struct cache *c)
+{
+    return !c->vol->read_only && !c->vol->cache_failed && !c->offline &&
+           c->vol->origin->state == TC_DEV_ONLINE;
+}
+
+static void rewrite_to_origin(struct rewrite *r, const struct tc_mask *d)
+{
+    struct cache *c = r->c;
+    r->to_origin = *d;
+    r->origin_tried = true;
+    c->rewrites_to_origin++;
+    r->owb.fn = rewrite_origin_go;
+    if (block_wait_wb(c->locks, r->oblock, &r->owb))
+        rewrite_origin_go(&r->owb);
+}
+
 /* The tombstone and the block's version v (dirty d), read into r->buf. */
 static void rewrite_append(struct rewrite *r, uint32_t id, const struct tc_mask *v,
                            const struct tc_mask *d)
 {
     struct cache *c = r->c;
+    if (c->stopping && !mask_empty(d) && !r->origin_tried && rewrite_origin_usable(c)) {
+        rewrite_to_origin(r, d);
+        return;
+    }
     unsigned n = mask_count(v);
     uint8_t *data = bufpool_get((size_t)n * TC_SECTOR);
     unsigned k = 0;
@@ -1599,8 +1828,9 @@ static void rewrite_append(struct rewrite *r, uint32_t id, const struct tc_mask 
     }
     bufpool_put(data, (size_t)n * TC_SECTOR);
     if (at.err < 0 && c->stopping) {
-        /* Stopping, and no room even in the reserve: waiting for the
-         * cleaner could hold the stop for ever. */
+        /* Stopping, and no room even in the reserve (and the origin
+         * refused the dirty data, or is away: rewrite_to_origin()):
+         * waiting for the cleaner could hold the stop for ever. */
         rewrite_lose(r, id, d, at.err);
         return;
     }
