@@ -756,7 +756,19 @@ static void origin_write(struct wpiece *p)
 /* ---- appending the new version ---- */
 
 /* The cache device failed to take the new version: it must not stay
- * indexed (the origin still gets the write). */
+ * indexed (the origin still gets the write).
+ *
+ * Dropped with its tombstone (failure.h: from the cleaner's reserve, or
+ * the block rewritten once there is room; a client FLUSH after this write
+ * syncs it with the log).  The sync that failed was a flush of another
+ * device: the new version, written and flushed on a device still in
+ * service, stays in the log, flagged write-through.  Without the
+ * tombstone a later write around the cache (nothing in the log for a
+ * block not cached) was undone by a crash: recovery found the version
+ * above the last recorded stable mark, took it for dirty and wrote it
+ * back over the newer, flushed data (crash/wt-append-fail-tombstone).
+ * The block's lock is held here, so a rewrite for want of room comes
+ * before any later version of the block. */
 static void cache_append_failed(struct wpiece *p)
 {
     tc_warn("cache: write of block %llu to the cache failed; writing the origin only",
@@ -766,8 +778,11 @@ static void cache_append_failed(struct wpiece *p)
     if (id != NIL) {
         struct tc_mask v, d;
         ce_get_masks(&c->map.idx, id, &v, &d);
-        if (mask_empty(&d))
+        if (mask_empty(&d)) {
             map_drop_block(c, p->oblock);
+            if (!c->vol->cache_failed)
+                cache_tombstone(c, p->oblock);
+        }
     }
 }
 
