@@ -128,9 +128,16 @@ void lost_set(struct lost *l, uint64_t oblock, const struct tc_mask *mask)
     l->sectors -= mask_count(&e->mask);
     if (e->proof) {
         /* A sector added or removed loses its proof: only the sectors
-         * that stay lost keep theirs. */
+         * that stay lost keep theirs, and those outside both masks that
+         * the durable records still call lost (a drain's write-back not
+         * settled yet: lost_clear_drained()). */
         struct tc_mask keep = e->mask;
         mask_and(&keep, mask);
+        struct tc_mask rec = e->unsettled;
+        mask_or(&rec, &e->settling);
+        mask_andnot(&rec, &e->mask);
+        mask_andnot(&rec, mask);
+        mask_or(&keep, &rec);
         bool any = false;
         for (unsigned s = 0; s < e->proof_n; s++) {
             if (!mask_test(&keep, s))
@@ -145,11 +152,30 @@ void lost_set(struct lost *l, uint64_t oblock, const struct tc_mask *mask)
     maybe_free(l, oblock);
 }
 
-bool lost_clear(struct lost *l, uint64_t oblock, const struct tc_mask *written)
+/* The proofs of the sectors of m dropped (e keeps its sectors). */
+static void drop_proofs_of(struct lost *l, struct lost_entry *e, const struct tc_mask *m)
+{
+    if (e->proof == NULL)
+        return;
+    bool any = false;
+    for (unsigned s = 0; s < e->proof_n; s++) {
+        if (mask_test(m, s))
+            e->proof[s].where = 0;
+        any |= e->proof[s].where != 0;
+    }
+    if (!any)
+        drop_proof(l, e);
+}
+
+static bool clear(struct lost *l, uint64_t oblock, const struct tc_mask *written, bool drained)
 {
     struct lost_entry *e = find(l, oblock);
     if (e == NULL)
         return false;
+    /* A write's data is not the version a proof names: a proof kept for
+     * a drained sector not settled yet goes too. */
+    if (!drained)
+        drop_proofs_of(l, e, written);
     struct tc_mask cleared = e->mask;
     mask_and(&cleared, written);
     if (mask_empty(&cleared))
@@ -158,9 +184,41 @@ bool lost_clear(struct lost *l, uint64_t oblock, const struct tc_mask *written)
     mask_andnot(&left, written);
     if (mask_empty(&e->unsettled))
         l->unsettled_blocks++;
+    /* The drained sectors' proofs, kept across lost_set() (which drops
+     * those of the sectors it removes from the mask). */
+    struct lost_proof *keep = NULL;
+    if (drained && e->proof) {
+        keep = tc_xcalloc(e->proof_n, sizeof *keep);
+        memcpy(keep, e->proof, e->proof_n * sizeof *keep);
+    }
+    unsigned keep_n = e->proof_n;
     mask_or(&e->unsettled, &cleared);
     lost_set(l, oblock, &left);
+    if (keep) {
+        /* e stays: its cleared sectors are unsettled. */
+        for (unsigned s = 0; s < keep_n; s++) {
+            if (!mask_test(&cleared, s) || keep[s].where == 0)
+                continue;
+            if (e->proof == NULL) {
+                e->proof = tc_xcalloc(keep_n, sizeof *e->proof);
+                e->proof_n = keep_n;
+                l->proof_blocks++;
+            }
+            e->proof[s] = keep[s];
+        }
+        free(keep);
+    }
     return true;
+}
+
+bool lost_clear(struct lost *l, uint64_t oblock, const struct tc_mask *written)
+{
+    return clear(l, oblock, written, false);
+}
+
+bool lost_clear_drained(struct lost *l, uint64_t oblock, const struct tc_mask *written)
+{
+    return clear(l, oblock, written, true);
 }
 
 void lost_set_proof(struct lost *l, uint64_t oblock, unsigned spb, unsigned s,
@@ -185,6 +243,22 @@ bool lost_get_proof(const struct lost *l, uint64_t oblock, unsigned s, struct lo
     struct lost_entry *e = find(l, oblock);
     if (e == NULL || e->proof == NULL || s >= e->proof_n || e->proof[s].where == 0 ||
         !mask_test(&e->mask, s))
+        return false;
+    *p = e->proof[s];
+    return true;
+}
+
+bool lost_get_proof_persisted(const struct lost *l, uint64_t oblock, unsigned s,
+                              struct lost_proof *p)
+{
+    if (l->proof_blocks == 0)
+        return false;
+    struct lost_entry *e = find(l, oblock);
+    if (e == NULL || e->proof == NULL || s >= e->proof_n || e->proof[s].where == 0)
+        return false;
+    struct tc_mask m;
+    persisted(e, &m);
+    if (!mask_test(&m, s))
         return false;
     *p = e->proof[s];
     return true;

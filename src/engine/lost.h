@@ -42,9 +42,11 @@
  * `mask` may carry where its lost version's data was on the failed device
  * and its CRC.  A proof lives only while its sector stays in `mask`
  * without a break: lost_set() drops the proofs of every sector it adds to
- * or removes from `mask` (a new loss, a write, a drain), so a proof never
- * outlives the version it names.  `proof_blocks` counts the entries
- * holding a proof array.
+ * or removes from `mask` (a new loss, a write), so a proof never outlives
+ * the version it names -- but for a drain's write-back of that version
+ * (lost_clear_drained()), whose proofs stay until it is settled: until
+ * then the records call the sectors lost, and a crash must find them
+ * proven.  `proof_blocks` counts the entries holding a proof array.
  */
 #ifndef TC_ENGINE_LOST_H
 #define TC_ENGINE_LOST_H
@@ -88,6 +90,12 @@ void lost_set(struct lost *l, uint64_t oblock, const struct tc_mask *mask);
 /* Written again: these sectors are no longer lost (reads see it at once;
  * the durable records once the write is durable).  True if any was. */
 bool lost_clear(struct lost *l, uint64_t oblock, const struct tc_mask *written);
+/* The same for a drain's write-back of the very version the sectors'
+ * proofs name: the proofs stay while the records still call the sectors
+ * lost (unsettled), so that a state file written meanwhile keeps them and
+ * a start after a crash resumes the drain of them, as of those not
+ * written back yet.  Any other write drops them (lost_clear()). */
+bool lost_clear_drained(struct lost *l, uint64_t oblock, const struct tc_mask *written);
 /* The same for a write of bytes [off, off + len), with blocks of
  * block_size bytes.  True if any sector was lost. */
 bool lost_clear_range(struct lost *l, uint32_t block_size, uint64_t off, uint64_t len);
@@ -117,6 +125,10 @@ void lost_set_proof(struct lost *l, uint64_t oblock, unsigned spb, unsigned s,
                     const struct lost_proof *p);
 /* The proof of sector s of a block (false: none). */
 bool lost_get_proof(const struct lost *l, uint64_t oblock, unsigned s, struct lost_proof *p);
+/* The same for a sector the durable records call lost: lost now, or
+ * drained and not settled yet (lost_clear_drained()). */
+bool lost_get_proof_persisted(const struct lost *l, uint64_t oblock, unsigned s,
+                              struct lost_proof *p);
 /* Drop every proof. */
 void lost_drop_proofs(struct lost *l);
 /* Drop the proofs of the sectors of bytes [off, off + len) (blocks of

@@ -143,6 +143,15 @@ void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *writte
         abandon_lost_changed(c);
 }
 
+/* Drained: the failed device's version of these sectors written back to
+ * the origin.  As lost_written(), but their proofs stay until it is
+ * settled (lost.h). */
+void lost_drained(struct cache *c, uint64_t oblock, const struct tc_mask *written)
+{
+    if (lost_clear_drained(&c->map.lost, oblock, written))
+        abandon_lost_changed(c);
+}
+
 /* A write of [off, off + len) reached the volume: its sectors are no
  * longer lost. */
 void lost_written_range(struct cache *c, uint64_t off, uint64_t len)

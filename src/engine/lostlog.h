@@ -45,6 +45,9 @@ void lost_in_doubt(struct cache *c, uint64_t oblock, const struct tc_mask *mask)
 void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len);
 /* Written again: no longer lost (lost_clear()), and the state file told. */
 void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written);
+/* Drained: the version a failed device held written back (its proofs stay
+ * until settled; lost.h lost_clear_drained()). */
+void lost_drained(struct cache *c, uint64_t oblock, const struct tc_mask *written);
 void lost_written_range(struct cache *c, uint64_t off, uint64_t len);
 /* A FUA write the origin has, after the cache was abandoned: answered
  * (e->complete) once the state file no longer records its sectors lost

@@ -840,8 +840,9 @@ static void job_flushed(struct tc_dev_io *dio, int err)
         if (c->draining) {
             /* Drained (failure.c): on the origin durably now, no longer
              * recorded lost (lostlog.h).  Sectors written back are the
-             * newest version, so no loss of them can stand. */
-            lost_written(c, b->oblock, &b->dirty);
+             * newest version, so no loss of them can stand; until that
+             * is settled, their proofs stay for a start after a crash. */
+            lost_drained(c, b->oblock, &b->dirty);
         }
         cache_trace(c, b->oblock, "written back and cleaned %llx", (unsigned long long)b->dirty.w[0]);
         uint64_t bytes = (uint64_t)mask_count(&b->dirty) * TC_SECTOR;
