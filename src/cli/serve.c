@@ -94,7 +94,7 @@ static const char serve_help[] =
 "                       and the choice)\n"
 "  --readahead SIZE     keep up to SIZE of a cached sequential read stream\n"
 "                       loading ahead of the client, so every cache device\n"
-"                       stays busy (default 8M, at most 64M; 0 disables)\n"
+"                       stays busy (default 8M, from 1M to 64M; 0 disables)\n"
 "  --dirty-target PCT   writeback: keep dirty data near PCT% of the cache\n"
 "                       while clients are busy (default 10)\n"
 "  --dirty-high PCT     writeback: above PCT% write back at full speed, and\n"
