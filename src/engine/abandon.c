@@ -1304,15 +1304,26 @@ void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uin
          * it (a cut made it dirty again, originwin.c, and the stop could
          * not write it back), and recovery makes it dirty once this set
          * is applied -- dropped here, its sectors would read the origin's
-         * older data. */
+         * older data.  The drop gets its tombstone once the start may
+         * append (failure.c, cache_mark_tombstones()), as recovery's
+         * drops in untrusted_clean() do: the log keeps the copy, and once
+         * the lost set is in the log again and the state file gone, the
+         * next start after a crash would serve its clean sectors over a
+         * write around the cache made to them since. */
         struct tc_mask d;
         if (wt_unstable && wt_unstable(arg, id))
             ce_get_masks(&c->map.idx, id, &d, NULL);
         else
             ce_get_masks(&c->map.idx, id, NULL, &d);
         mask_andnot(&d, m);
-        if (mask_empty(&d))
+        if (mask_empty(&d)) {
             map_drop_block(c, ob);
+            c->mark_dropped = realloc(c->mark_dropped,
+                                      (c->nmark_dropped + 1) * sizeof *c->mark_dropped);
+            if (c->mark_dropped == NULL)
+                abort();
+            c->mark_dropped[c->nmark_dropped++] = ob;
+        }
     }
     tc_warn("cache: the last stop recorded %llu lost sectors in the state file %s (the log "
             "had no room for them): they read as EIO until rewritten",
