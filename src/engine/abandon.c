@@ -1316,14 +1316,8 @@ void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uin
         else
             ce_get_masks(&c->map.idx, id, NULL, &d);
         mask_andnot(&d, m);
-        if (mask_empty(&d)) {
-            map_drop_block(c, ob);
-            c->mark_dropped = realloc(c->mark_dropped,
-                                      (c->nmark_dropped + 1) * sizeof *c->mark_dropped);
-            if (c->mark_dropped == NULL)
-                abort();
-            c->mark_dropped[c->nmark_dropped++] = ob;
-        }
+        if (mask_empty(&d))
+            cache_drop_at_start(c, ob);
     }
     tc_warn("cache: the last stop recorded %llu lost sectors in the state file %s (the log "
             "had no room for them): they read as EIO until rewritten",

@@ -300,10 +300,11 @@ struct cache {
      * i below failed_seq[i] are untrusted.  Loaded from every superblock
      * (the highest wins); raised when a device fails in this run. */
     uint64_t failed_seq[TC_MAX_DEVICES];
-    /* Clean blocks recovery dropped for a failure mark (recovery.c,
-     * untrusted_clean()): their tombstones, appended once the start may
-     * append (cache_attach()), keep the dropped versions from coming back
-     * under a later version of the block. */
+    /* Clean blocks a start dropped while the log holds their copies
+     * (cache_drop_at_start(): recovery's failure marks, the origin's
+     * sample, a stop's lost set): their tombstones, appended once the
+     * start may append (cache_attach()), keep the dropped versions from
+     * coming back under a later version of the block. */
     uint64_t *mark_dropped;
     size_t nmark_dropped;
     struct abandon ab;              /* abandon.h: the rest, abandon.c's alone */

@@ -2122,6 +2122,15 @@ static void start_synced(struct log_waiter *lw, int err)
     x->done = true;
 }
 
+void cache_drop_at_start(struct cache *c, uint64_t oblock)
+{
+    map_drop_block(c, oblock);
+    c->mark_dropped = realloc(c->mark_dropped, (c->nmark_dropped + 1) * sizeof *c->mark_dropped);
+    if (c->mark_dropped == NULL)
+        abort();
+    c->mark_dropped[c->nmark_dropped++] = oblock;
+}
+
 void cache_mark_tombstones(struct cache *c)
 {
     size_t appended = 0;

@@ -53,6 +53,12 @@ void cache_tombstone(struct cache *c, uint64_t oblock);
  * (polling the reactor) until those appended are written and the devices
  * flushed.  Frees the list. */
 void cache_mark_tombstones(struct cache *c);
+/* A start drops clean block oblock from the index (recovery: below a
+ * failure mark; the origin's sample: adopted where it differs; a stop's
+ * lost set) while the log still holds its copy: cache_mark_tombstones()
+ * appends its tombstone, so that a later crash cannot bring the copy back
+ * over a write made since. */
+void cache_drop_at_start(struct cache *c, uint64_t oblock);
 /* Whether a stop gave up the tombstone of this block (failure.c): no
  * write of it may reach the origin any more. */
 bool cache_block_tombless(const struct cache *c, uint64_t oblock);

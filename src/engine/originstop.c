@@ -45,6 +45,7 @@
 
 #include "engine/cache.h"
 #include "engine/cacheio.h"
+#include "engine/failure.h"
 #include "engine/originstop.h"
 #include "io/bufpool.h"
 #include "io/writecount.h"
@@ -614,14 +615,8 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
              (unsigned long long)(oat + TC_SECTOR - 1), where);
     int rc = 0;
     if (adopt) {
-        for (uint64_t i = 0; i < r.ndiffer; i++) {
-            map_drop_block(c, r.differ[i]);
-            c->mark_dropped = realloc(c->mark_dropped,
-                                      (c->nmark_dropped + 1) * sizeof *c->mark_dropped);
-            if (c->mark_dropped == NULL)
-                abort();
-            c->mark_dropped[c->nmark_dropped++] = r.differ[i];
-        }
+        for (uint64_t i = 0; i < r.ndiffer; i++)
+            cache_drop_at_start(c, r.differ[i]);
         tc_warn("origin %s differs from the cache on %s (%llu of %llu clean blocks compared: "
                 "%s; %s): accepted as the cache's origin (--adopt-origin); the blocks found "
                 "different are dropped from the cache (%.3f s)", origin->name,

@@ -66,6 +66,7 @@
 #include "engine/abandon.h"
 #include "engine/cache.h"
 #include "engine/checkpoint.h"
+#include "engine/failure.h"
 #include "engine/map.h"
 #include "engine/recovery.h"
 #include "engine/survey.h"
@@ -1053,11 +1054,7 @@ static void untrusted_clean(struct recovery *rc, uint64_t mark)
         uint64_t ob = ce_oblock(e);
         cache_trace(c, ob, "recovery: clean, a version below failure mark %llu: dropped",
                     (unsigned long long)mark);
-        map_drop_block(c, ob);
-        c->mark_dropped = realloc(c->mark_dropped, (c->nmark_dropped + 1) * sizeof *c->mark_dropped);
-        if (c->mark_dropped == NULL)
-            abort();
-        c->mark_dropped[c->nmark_dropped++] = ob;
+        cache_drop_at_start(c, ob);
         n++;
     }
     if (n)
