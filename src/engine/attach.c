@@ -483,7 +483,6 @@ void tc_volume_attach(struct tc_volume *vol, const char *const *paths, const enu
      * using the detached cache (lost_passthrough) finish first. */
     vol->detaching = true;
     vol->attaching = true;
-    vol->held_tail = &vol->held_head;
     vol->gate = true;
     vol->gate_op = op;
     vol->gate_task.fn = attach_quiet;

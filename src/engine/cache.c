@@ -763,6 +763,7 @@ struct cache *cache_open_offline(struct tc_reactor *r, const char *const *paths,
 {
     struct tc_volume *vol = tc_xcalloc(1, sizeof *vol);
     vol->reactor = r;
+    vol->held_tail = &vol->held_head;
     vol->cfg = *cfg;
     vol->read_only = true;
     vol->mode = TC_MODE_PASSTHROUGH;
@@ -1781,6 +1782,10 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     /* The cleaner's reserve among them (devices[].segments_reserve: each
      * device's share). */
     json_uint(j, "segments_reserve", c->sp.reserve_segs);
+    /* The free segments a running checkpoint's write takes (the size of
+     * the last one), counted in the low mark where the log is large
+     * enough (space_low_water()). */
+    json_uint(j, "segments_checkpoint_room", c->sp.ckpt_room);
     /* The free-space marks: the cleaner starts below the low one and stops
      * at the high one (space_low_water(): of the devices in service). */
     json_uint(j, "segments_low_water", space_low_water(&c->sp));

@@ -26,8 +26,9 @@
  * Periodic ("running") checkpoints, for a start after a crash.  BUILT in
  * part (off by default, "running checkpoints" below and recovery.c,
  * from_running_checkpoint()): the barrier of P1 is a moment the log is
- * idle and flushed (the runner syncs and looks again, it never holds
- * appends), P2's extra per-block state is not needed there (no
+ * idle and flushed (the runner syncs and looks again; overdue under a
+ * steady load, it holds new requests for a moment to find one: "the
+ * hold", volume_hold()), P2's extra per-block state is not needed there (no
  * write-through version is above the stable mark at such a moment), P3
  * as designed, P4 NOT built (the cleaner does not wait for a checkpoint;
  * a start whose checkpoint the cleaner passed -- the tail moved -- drops
@@ -500,6 +501,11 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
                 more = true;
             }
         }
+    }
+    if (hold && c->sp.ckpt_room != need) {
+        /* The cleaner keeps the next one's room free (space_low_water()). */
+        c->sp.ckpt_room = need;
+        cleaner_kick(c);
     }
     if (pl->nsegs < need || (hold && c->sp.free_segs < need + keep_free)) {
         if (!hold)
@@ -1072,6 +1078,8 @@ struct ckpt_run {
     uint64_t every_bytes;
     uint64_t tick_ns;
     uint64_t last_bytes;            /* chunk bytes written when the last one was taken */
+    uint64_t due_bytes;             /* last_bytes before it: a write that finds no room
+                                       puts it back (still due) */
     uint64_t next_sync_ns;          /* no sync of the log to make the cut come before */
     struct tc_timer timer;
     struct log_waiter w;
@@ -1090,13 +1098,37 @@ struct ckpt_run {
     bool on;                        /* every_bytes > 0: the timer runs */
     const char *setting;            /* "option", "environment", "default" */
     char why[240];
+    /* The hold (volume_hold()): syncs made since the checkpoint was due
+     * without finding the cut; holding: new requests wait; quiet: and the
+     * ones in the cache path have ended. */
+    unsigned overdue_syncs;
+    unsigned holds_failed_in_row;   /* given up since the last taken */
+    bool holding, quiet;
+    uint64_t hold_start_ns;
     /* For status. */
     uint64_t written, failed, not_idle, no_room;
     uint64_t last_gen, last_cut, last_len, last_encode_ns;
+    uint64_t holds, holds_given_up, last_hold_ns, max_hold_ns, room_waits;
 };
 
 /* The least time between two syncs of a busy log made to find the cut. */
 #define TC_CKPT_SYNC_EVERY_NS (1000ull * 1000 * 1000)
+/* Syncs that found the log busy before a checkpoint holds new requests
+ * to find its cut, and the longest it holds them: under a steady load
+ * (a client with requests always in flight, the cleaner behind it) no
+ * sync ends at an idle moment -- a writer of 4 KiB blocks in write-through
+ * mode kept the log busy through 450 syncs, and a kill after them
+ * replayed everything since the last checkpoint.  A hold waits for the
+ * requests in the cache path, then a sync of the log: a few milliseconds
+ * to a few hundred on a slow origin; past the bound the requests go on
+ * and the next hold comes after as many syncs again. */
+#define TC_CKPT_HOLD_AFTER_SYNCS 3
+#define TC_CKPT_HOLD_MAX_NS (500ull * 1000 * 1000)
+/* Holds given up in a row double the bound of the next, up to 8 times:
+ * where a sync of the log takes longer than the bound (a slow or loaded
+ * cache device), a fixed bound gave up every hold and the checkpoint
+ * starved again. */
+#define TC_CKPT_HOLD_DOUBLINGS 3
 
 /*
  * The default, with neither --checkpoint-every nor the tests' setting:
@@ -1244,7 +1276,10 @@ static void run_written(void *arg, int err)
         devs_ok &= c->devs[d].state == CDEV_OK && !c->sp.dev_failed[d];
     if (err || !devs_ok || c->abandoned) {
         if (err == -ENOSPC) {
+            /* Still due: taken again once the cleaner has made the room
+             * (run_take() looks before it encodes). */
             r->no_room++;
+            r->last_bytes = r->due_bytes;
         } else {
             r->failed++;
             if (err)
@@ -1276,6 +1311,33 @@ static void run_written(void *arg, int err)
         abandon_sb_rewrite(c, d, run_sb_done, r);
 }
 
+/* The hold ends: the held requests go on. */
+static void hold_end(struct ckpt_run *r, bool taken)
+{
+    if (!r->holding)
+        return;
+    uint64_t held = tc_now_ns() - r->hold_start_ns;
+    r->holding = false;
+    r->quiet = false;
+    r->overdue_syncs = 0;
+    r->last_hold_ns = held;
+    r->max_hold_ns = TC_MAX(r->max_hold_ns, held);
+    if (taken) {
+        r->holds_failed_in_row = 0;
+    } else {
+        r->holds_given_up++;
+        r->holds_failed_in_row++;
+    }
+    volume_hold_release(r->c->vol);
+}
+
+static void hold_quiet(void *arg)
+{
+    struct ckpt_run *r = arg;
+    r->quiet = true;
+    run_take(r);
+}
+
 static void run_synced(struct log_waiter *w, int err)
 {
     struct ckpt_run *r = container_of(w, struct ckpt_run, w);
@@ -1302,6 +1364,19 @@ static void run_take(struct ckpt_run *r)
         if (!log_seal_all(c, true))
             return;
     }
+    /* Room first: an encoding that finds none is thrown away, and costs
+     * seconds on a large cache.  The room the last one took, past the
+     * cleaner's reserve (write_into()); the cleaner makes it
+     * (space_low_water()). */
+    if (c->sp.free_segs < TC_MAX(c->sp.ckpt_room, 1u) + c->sp.reserve_segs) {
+        r->room_waits++;
+        cleaner_kick(c);
+        if (r->holding)
+            hold_end(r, false);
+        return;
+    }
+    if (r->holding && !r->quiet)
+        return;     /* hold_quiet() comes back */
     if (!log_idle(&c->lg) || c->lg.flushed_upto < c->lg.chunks_issued ||
         c->lg.tail_recorded != c->lg.tail_seq ||
         c->lg.wt_stable_recorded != c->lg.wt_stable_seq) {
@@ -1310,20 +1385,33 @@ static void run_take(struct ckpt_run *r)
          * idle after it either) syncing again at once, as each sync
          * ended, cut every chunk short of its size (write clustering: 4
          * KiB random writes on two devices averaged 147 KiB a device write
-         * instead of 510 KiB). */
+         * instead of 510 KiB).  Holding, at once: nothing but the
+         * cleaner's and write-back's records comes between. */
         r->not_idle++;
-        uint64_t now = tc_now_ns();
-        if (now < r->next_sync_ns)
-            return;
-        r->next_sync_ns = now + TC_CKPT_SYNC_EVERY_NS;
+        if (!r->holding) {
+            uint64_t now = tc_now_ns();
+            if (now < r->next_sync_ns)
+                return;
+            r->next_sync_ns = now + TC_CKPT_SYNC_EVERY_NS;
+            if (++r->overdue_syncs > TC_CKPT_HOLD_AFTER_SYNCS && volume_can_hold(c->vol)) {
+                r->holding = true;
+                r->quiet = false;
+                r->hold_start_ns = now;
+                r->holds++;
+                volume_hold(c->vol, hold_quiet, r);
+                return;
+            }
+        }
         r->syncing = true;
         r->w = (struct log_waiter){ .fn = run_synced };
         log_sync(c, &r->w);
         return;
     }
+    r->overdue_syncs = 0;
     r->busy = true;
     r->take_now = false;
     r->cut = c->lg.chunks_issued;
+    r->due_bytes = r->last_bytes;
     r->last_bytes = c->st.chunk_bytes_written;
     uint64_t t0 = tc_now_ns();
     /* Room: the cleaner's reserve stays free besides (a full log takes
@@ -1331,6 +1419,8 @@ static void run_take(struct ckpt_run *r)
      * that full, and frees more after). */
     write_into(c, &r->pl, true, TC_RUN_CKPT_MAX_SEGS, c->sp.reserve_segs, run_written, r);
     r->last_encode_ns = tc_now_ns() - t0;
+    /* Encoded: what is appended from now on is after the cut. */
+    hold_end(r, true);
 }
 
 static void run_tick(struct tc_timer *t)
@@ -1338,8 +1428,14 @@ static void run_tick(struct tc_timer *t)
     struct ckpt_run *r = container_of(t, struct ckpt_run, timer);
     if (r->stopped)
         return;
+    struct cache *c = r->c;
+    uint64_t bound = TC_CKPT_HOLD_MAX_NS << TC_MIN(r->holds_failed_in_row, TC_CKPT_HOLD_DOUBLINGS);
+    if (r->holding && (tc_now_ns() - r->hold_start_ns >= bound ||
+                       c->vol->cache_failed || c->abandoned || c->vol->detached ||
+                       c->stopping))
+        hold_end(r, false);
     run_take(r);
-    timer_arm(r->c->reactor, &r->timer, r->tick_ns);
+    timer_arm(c->reactor, &r->timer, r->tick_ns);
 }
 
 int ckpt_run_init(struct cache *c, char *err, size_t errlen)
@@ -1367,6 +1463,7 @@ int ckpt_run_init(struct cache *c, char *err, size_t errlen)
         return 0;
     }
     r->on = true;
+    c->sp.ckpt_room = 1;        /* until the first one's size is known */
     r->every_bytes = every;
     r->tick_ns = env_u64("TIERCACHE_TEST_CKPT_TICK_MS", 100) * 1000 * 1000;
     if (r->tick_ns == 0)
@@ -1415,6 +1512,7 @@ void ckpt_run_stop(struct cache *c)
     if (r == NULL || r->stopped)
         return;
     r->stopped = true;
+    hold_end(r, false);
     timer_cancel(c->reactor, &r->timer);
 }
 
@@ -1431,6 +1529,7 @@ void ckpt_run_fini(struct cache *c)
         return;
     if (c->reactor)
         timer_cancel(c->reactor, &r->timer);
+    hold_end(r, false);
     /* Freed only when nothing in flight refers to it (a close that did
      * not end leaves it to the process's exit). */
     if (!r->busy && !r->syncing)
@@ -1458,11 +1557,20 @@ void ckpt_run_status_json(const struct cache *c, struct tc_json *j)
         json_uint(j, "written", r->written);
         json_uint(j, "failed", r->failed);
         json_uint(j, "no_room", r->no_room);
+        /* Looks at a due checkpoint that found too few free segments to
+         * encode it: the cleaner was kicked to make them. */
+        json_uint(j, "waited_for_room", r->room_waits);
         json_uint(j, "waited_for_idle_log", r->not_idle);
         json_uint(j, "last_gen", r->last_gen);
         json_uint(j, "last_cut_chunk", r->last_cut);
         json_uint(j, "last_bytes", r->last_len);
         json_uint(j, "last_encode_us", r->last_encode_ns / 1000);
+        /* Requests held to find the cut under a steady load (the hold). */
+        json_uint(j, "holds", r->holds);
+        json_uint(j, "holds_given_up", r->holds_given_up);
+        json_bool(j, "holding", r->holding);
+        json_uint(j, "last_hold_us", r->last_hold_ns / 1000);
+        json_uint(j, "max_hold_us", r->max_hold_ns / 1000);
     }
     json_end_object(j);
 }

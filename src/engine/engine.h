@@ -108,6 +108,14 @@ struct tc_volume {
     struct ereq *held_head, **held_tail;
     struct tc_task gate_task;
     void *gate_op;
+    /* A running checkpoint's hold (volume_hold(), checkpoint.c): new
+     * requests wait in the same list as at the gate, and hold_quiet runs
+     * once the cache path has no request left.  The list goes on when
+     * neither the gate nor the hold keeps it. */
+    bool holding;
+    void (*hold_quiet)(void *arg);
+    void *hold_arg;
+    struct tc_task hold_task;
     enum tc_mode mode_before_detach;    /* what tc_volume_attach() goes back to */
     char *attach_state_file;        /* the state file kept across an attach (owned) */
     /* An attach replaces vol->cache (attach.c): a close asked for meanwhile
@@ -145,6 +153,13 @@ void engine_dispatch(struct ereq *e);
 void engine_submit_locked(struct ereq *e);
 /* Open the detach gate: the requests held there go on. */
 void volume_open_gate(struct tc_volume *vol);
+/* Hold new requests (a running checkpoint's barrier, checkpoint.c):
+ * quiet(arg) runs once no request is left in the cache path;
+ * volume_hold_release() lets the held ones go on.  Only while the gate
+ * is open and no attach or detach is under way. */
+bool volume_can_hold(const struct tc_volume *vol);
+void volume_hold(struct tc_volume *vol, void (*quiet)(void *arg), void *arg);
+void volume_hold_release(struct tc_volume *vol);
 /* The paths' check (struct tc_volume's path_timer) runs from now on if any
  * of the volume's devices is a file: at open, and after an attach. */
 void volume_paths_watch(struct tc_volume *vol);

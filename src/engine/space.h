@@ -147,6 +147,9 @@ struct space {
     struct segment *segs;
     uint32_t nsegs, free_segs;
     uint32_t reserve_segs;          /* kept free for the cleaner */
+    uint32_t ckpt_room;             /* free segments a running checkpoint's
+                                       write takes (checkpoint.c), kept
+                                       free too (space_low_water()) */
     bool reserve_shared;            /* tests only: no device has a share of
                                        it (space_dev_reserve()) */
     struct group *groups;           /* ring */

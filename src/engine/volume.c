@@ -294,6 +294,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     origin->hold_timeout_ns = cfg->origin_timeout_ns;
     struct tc_volume *vol = tc_xcalloc(1, sizeof *vol);
     vol->reactor = r;
+    vol->held_tail = &vol->held_head;     /* kept so from now on */
     vol->cfg = *cfg;
     vol->origin = origin;
     vol->size = size;
@@ -349,8 +350,12 @@ void ereq_free(struct ereq *e)
 {
     struct tc_volume *vol = e->vol;
     vol->inflight--;
-    if (e->via_cache && --vol->cache_inflight == 0 && vol->gate)
-        reactor_defer(vol->reactor, &vol->gate_task);
+    if (e->via_cache && --vol->cache_inflight == 0) {
+        if (vol->gate)
+            reactor_defer(vol->reactor, &vol->gate_task);
+        if (vol->hold_quiet)
+            reactor_defer(vol->reactor, &vol->hold_task);
+    }
     tc_obj_put(e, sizeof *e);
 }
 
@@ -361,8 +366,9 @@ void engine_dispatch(struct ereq *e)
     TC_ASSERT_ALWAYS(((e->off | e->len) & (TC_SECTOR - 1)) == 0);
     TC_ASSERT_ALWAYS((e->op != TC_OP_READ && e->op != TC_OP_WRITE) ||
                      ((uintptr_t)e->buf & (TC_SECTOR - 1)) == 0);
-    if (vol->gate) {
-        /* Detaching: wait until the cache is out of the way. */
+    if (vol->gate || vol->holding) {
+        /* Detaching: wait until the cache is out of the way; or a
+         * running checkpoint's barrier (volume_hold()). */
         e->held_next = NULL;
         *vol->held_tail = e;
         vol->held_tail = &e->held_next;
@@ -748,9 +754,8 @@ void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
  *
  * Without the gate a write still in the cache path when the cache was
  * emptied was lost, and one waiting for the cleaner waited forever. */
-void volume_open_gate(struct tc_volume *vol)
+static void dispatch_held(struct tc_volume *vol)
 {
-    vol->gate = false;
     struct ereq *list = vol->held_head;
     vol->held_head = NULL;
     vol->held_tail = &vol->held_head;
@@ -759,6 +764,58 @@ void volume_open_gate(struct tc_volume *vol)
         list = e->held_next;
         engine_dispatch(e);
     }
+}
+
+void volume_open_gate(struct tc_volume *vol)
+{
+    vol->gate = false;
+    if (!vol->holding)
+        dispatch_held(vol);
+}
+
+/*
+ * The hold: a running checkpoint is taken at a moment the log is idle and
+ * flushed (checkpoint.c, P1).  Under a steady load no sync of the log ends
+ * at such a moment, so a checkpoint long overdue holds new requests here,
+ * waits for the ones in the cache path to end, and syncs the log once
+ * more; it lets them go as soon as it has encoded its cut, or after a
+ * bound if the moment still does not come.  The held requests keep their
+ * order, as at the gate, in the same list.
+ */
+bool volume_can_hold(const struct tc_volume *vol)
+{
+    return !vol->gate && !vol->holding && !vol->detaching && !vol->attaching &&
+           !vol->detached && !vol->cache_failed && !vol->fenced;
+}
+
+static void hold_task_fn(struct tc_task *t)
+{
+    struct tc_volume *vol = container_of(t, struct tc_volume, hold_task);
+    if (!vol->holding || vol->hold_quiet == NULL || vol->cache_inflight > 0)
+        return;
+    void (*quiet)(void *) = vol->hold_quiet;
+    vol->hold_quiet = NULL;     /* once per hold */
+    quiet(vol->hold_arg);
+}
+
+void volume_hold(struct tc_volume *vol, void (*quiet)(void *arg), void *arg)
+{
+    TC_ASSERT(volume_can_hold(vol));
+    vol->holding = true;
+    vol->hold_quiet = quiet;
+    vol->hold_arg = arg;
+    vol->hold_task.fn = hold_task_fn;
+    reactor_defer(vol->reactor, &vol->hold_task);
+}
+
+void volume_hold_release(struct tc_volume *vol)
+{
+    if (!vol->holding)
+        return;
+    vol->holding = false;
+    vol->hold_quiet = NULL;
+    if (!vol->gate)
+        dispatch_held(vol);
 }
 
 /* A drain that failed: the operation changes nothing -- the volume goes
@@ -833,7 +890,6 @@ static void first_drain_done(void *arg, int err)
         return;
     }
     op_drain_ended(op);
-    vol->held_tail = &vol->held_head;
     vol->gate = true;
     vol->gate_op = op;
     vol->gate_task.fn = gate_quiet;
