@@ -507,7 +507,8 @@ static void write_into(struct cache *c, struct ckpt_place *pl, bool hold, uint32
         c->sp.ckpt_room = need;
         cleaner_kick(c);
     }
-    if (pl->nsegs < need || (hold && c->sp.free_segs < need + keep_free)) {
+    pl->short_of_free = hold && c->sp.free_segs < need + keep_free;
+    if (pl->nsegs < need || pl->short_of_free) {
         if (!hold)
             tc_info("cache: no checkpoint at this stop: it needs %u free segments, %u are "
                     "free%s", need, pl->nsegs,
@@ -1276,10 +1277,16 @@ static void run_written(void *arg, int err)
         devs_ok &= c->devs[d].state == CDEV_OK && !c->sp.dev_failed[d];
     if (err || !devs_ok || c->abandoned) {
         if (err == -ENOSPC) {
-            /* Still due: taken again once the cleaner has made the room
-             * (run_take() looks before it encodes). */
+            /* Too few free segments: still due, taken again once the
+             * cleaner has made the room (run_take() looks before it
+             * encodes).  Refused otherwise -- by a device (a full file
+             * system under a cache file) or by the reserve each device
+             * keeps --, which that look does not see: due again after as
+             * many bytes, as before, not at the timer's next look (the
+             * whole index encoded and written at each). */
             r->no_room++;
-            r->last_bytes = r->due_bytes;
+            if (r->pl.short_of_free)
+                r->last_bytes = r->due_bytes;
         } else {
             r->failed++;
             if (err)

@@ -25,6 +25,9 @@ struct ckpt_place {
     uint32_t segs[256];             /* TC_CKPT_MAX_SEGS */
     int err_dev;                    /* the device of the write or flush that
                                        failed first (-1: none failed) */
+    bool short_of_free;             /* -ENOSPC: too few free segments in all
+                                       (not the device's own ENOSPC, nor
+                                       a placement the reserve refused) */
 };
 
 /* Whether a scan of the log at this clean stop would rebuild exactly the
