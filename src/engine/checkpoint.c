@@ -1362,9 +1362,15 @@ static void run_take(struct ckpt_run *r)
     if (c->st.chunk_bytes_written - r->last_bytes < r->every_bytes && !r->take_now)
         return;
     const char *why;
-    if (c->vol->cache_failed || c->abandoned || c->vol->detached || !abandon_idle(c) ||
-        !cleaner_idle(c) || !ckpt_wanted(c, &why))
+    if (c->vol->cache_failed || c->abandoned || c->vol->detached || c->vol->fenced ||
+        !ckpt_wanted(c, &why)) {
+        /* Not to be taken before something else changes: held requests
+         * go on now, not at the hold's bound. */
+        hold_end(r, false);
         return;
+    }
+    if (!abandon_idle(c) || !cleaner_idle(c))
+        return;     /* a moment; a hold waits (within its bound) */
     if (c->lg.tail_recorded != c->lg.tail_seq ||
         c->lg.wt_stable_recorded != c->lg.wt_stable_seq) {
         /* A header that records them, as the stop seals one. */
