@@ -172,11 +172,13 @@ static char *default_state_path(const char *path, const uint8_t set_uuid[16])
     return tc_xstrdup(out);
 }
 
+/* An entry with no sector says nothing of a loss (and with
+ * TC_STATE_STOP_DROPS would say something else): not written. */
 static void lost_count(void *arg, uint64_t oblock, const struct tc_mask *m)
 {
     (void)oblock;
-    (void)m;
-    (*(uint64_t *)arg)++;
+    if (!mask_empty(m))
+        (*(uint64_t *)arg)++;
 }
 
 struct fill {
@@ -191,6 +193,8 @@ struct fill {
 static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
 {
     struct fill *f = arg;
+    if (mask_empty(m))
+        return;     /* lost_count() */
     state_entry_put(f->buf, f->version, f->spb, f->i, oblock, m->w);
     struct tc_mask pm;
     mask_clear(&pm);
@@ -423,23 +427,37 @@ static int state_write_as(struct cache *c, bool stop_lost)
         tc_fsync_parent_dir(STATE_DIR);
     uint64_t n = 0;
     lost_foreach(&c->map.lost, lost_count, &n);
+    /* A stop's blocks whose tombstone found no room while the origin held
+     * their data (failure.c, tombstone_given_up()): entries with no lost
+     * sector, after the lost set's (TC_STATE_STOP_DROPS). */
+    uint64_t ndrops = 0;
+    for (size_t i = 0; stop_lost && i < c->ntombless; i++)
+        if (!lost_get(&c->map.lost, c->tombless[i], NULL))
+            ndrops++;
     /* Version 3 only while the lost set carries proofs (an abandonment's,
      * not resumed yet): otherwise what older builds read. */
     uint32_t version = c->map.lost.proof_blocks ? 3 : stop_lost ? 2 : 1;
-    size_t len = tc_state_bytes(version, c->spb, n);
+    size_t len = tc_state_bytes(version, c->spb, n + ndrops);
     uint8_t *buf = tc_xcalloc(1, len);
     struct lost *proven = tc_xcalloc(1, sizeof *proven);
     struct fill f = { buf, version, c->spb, 0, &c->map.lost, proven };
     lost_foreach(&c->map.lost, lost_put, &f);
+    struct tc_mask none;
+    mask_clear(&none);
+    for (size_t i = 0; ndrops && i < c->ntombless; i++)
+        if (!lost_get(&c->map.lost, c->tombless[i], NULL))
+            state_entry_put(buf, version, c->spb, f.i++, c->tombless[i], none.w);
     struct tc_state st = { .version = version, .spb = c->spb,
                            .abandoned_seq = c->abandoned_seq, .written_ns = tc_wall_ns(),
-                           .count = n };
+                           .count = n + ndrops };
     if (c->abandoned || c->abandoned_seq)
         st.flags |= TC_STATE_ABANDONED;
     if (stop_lost) {
         st.flags |= TC_STATE_STOP_LOST;
         st.stop_seq = TC_MAX(c->lg.next_seq, c->stop_lost_seq);
     }
+    if (ndrops)
+        st.flags |= TC_STATE_STOP_DROPS;
     memcpy(st.set_uuid, c->set_uuid, 16);
     state_encode(buf, &st);
     /* Into a spare (room kept aside, below) when one has room enough, else
@@ -1225,6 +1243,15 @@ static int close_state(struct cache *c)
     bool stop_lost = !c->abandoned && !c->offline &&
                      (c->lost_unrecorded > 0 || c->ntombless > 0 || c->ab.stop_lost_pending);
     if (stop_lost) {
+        /* A block whose tombstone was given up and that lost sectors too
+         * (a cut's, recorded after: originwin.c) is lost whole, as the
+         * tombstone's loss made it before; one with nothing lost is named
+         * as a drop (state_write_as()). */
+        struct tc_mask all;
+        mask_range(&all, 0, c->spb);
+        for (size_t i = 0; i < c->ntombless; i++)
+            if (lost_get(&c->map.lost, c->tombless[i], NULL))
+                lost_set(&c->map.lost, c->tombless[i], &all);
         char sz[32];
         tc_warn("cache: the log had no room for every record of lost sectors: the lost set "
                 "(%llu sectors, %s) goes into the state file %s",
@@ -1289,13 +1316,25 @@ void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uin
     /* The set as it was at the stop replaces what the log's older records
      * made of it. */
     lost_free(&c->map.lost);
+    uint64_t drops = 0, named = 0;
     for (size_t i = 0; i < c->ab.stop_lost_n; i++) {
         uint64_t ob = c->ab.stop_lost_ob[i];
+        if (c->ab.stop_lost_drops && mask_empty(&c->ab.stop_lost_mask[i]))
+            named++;
         const struct tc_mask *m = &c->ab.stop_lost_mask[i];
         lost_set(&c->map.lost, ob, m);
         uint32_t id = index_lookup(&c->map.idx, ob);
         if (id == NIL)
             continue;
+        if (c->ab.stop_lost_drops && mask_empty(m)) {
+            /* The stop gave up its tombstone while the origin held its
+             * data (TC_STATE_STOP_DROPS): whatever copy the log kept goes,
+             * dirty or not -- a dirty one is older than what the origin
+             * holds, and written back it would undo it. */
+            cache_drop_at_start(c, ob);
+            drops++;
+            continue;
+        }
         /* What the tombstone that found no room would have done: a copy
          * with no dirty data but the lost sectors' goes (its clean
          * sectors are on the origin).  A block with other dirty data
@@ -1319,9 +1358,15 @@ void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uin
         if (mask_empty(&d))
             cache_drop_at_start(c, ob);
     }
-    tc_warn("cache: the last stop recorded %llu lost sectors in the state file %s (the log "
-            "had no room for them): they read as EIO until rewritten",
-            (unsigned long long)lost_sectors(&c->map.lost), c->state_path);
+    if (lost_sectors(&c->map.lost) || !named)
+        tc_warn("cache: the last stop recorded %llu lost sectors in the state file %s (the log "
+                "had no room for them): they read as EIO until rewritten",
+                (unsigned long long)lost_sectors(&c->map.lost), c->state_path);
+    if (named)
+        tc_info("cache: the last stop named %llu blocks in the state file whose tombstones the "
+                "log had no room for, the origin holding their data: %llu cached copies of "
+                "them dropped, their reads go to the origin", (unsigned long long)named,
+                (unsigned long long)drops);
 }
 
 static void stop_lost_free(struct cache *c)
@@ -1611,6 +1656,7 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
             c->abandoned_seq = s.abandoned_seq;
         c->stop_lost_seq = s.stop_seq;
         c->ab.stop_lost_pending = true;
+        c->ab.stop_lost_drops = (s.flags & TC_STATE_STOP_DROPS) != 0;
         c->ab.stop_lost_ob = tc_xcalloc(s.count ? s.count : 1, sizeof *c->ab.stop_lost_ob);
         c->ab.stop_lost_mask = tc_xcalloc(s.count ? s.count : 1, sizeof *c->ab.stop_lost_mask);
         struct tc_mask m;

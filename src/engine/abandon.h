@@ -81,6 +81,9 @@ struct abandon {
     uint64_t *stop_lost_ob;
     struct tc_mask *stop_lost_mask;
     size_t stop_lost_n;
+    bool stop_lost_drops;           /* TC_STATE_STOP_DROPS: an entry with no lost
+                                       sector names a block whose tombstone the
+                                       stop gave up, the origin holding its data */
     bool stop_lost_applied;         /* recovery applied it */
     bool stop_lost_pending;         /* the state file still carries it: the
                                        log has not recorded it again */

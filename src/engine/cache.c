@@ -730,8 +730,14 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     /* Only now, the clean-stop record cleared: nothing is appended before
      * (writeback_start(), abandon_started()). */
     seqrec_started(c);
-    abandon_started(c);
+    /* The tombstones of the blocks dropped at the start are durable before
+     * a stop's lost set is recorded in the log again (abandon_started()):
+     * once that is synced the state file goes, and among those blocks are
+     * the ones it named whose tombstones the stop gave up
+     * (TC_STATE_STOP_DROPS) -- a crash between would let the log's older
+     * copies of them back. */
     cache_mark_tombstones(c);
+    abandon_started(c);
     writeback_start(c);
     return 0;
 

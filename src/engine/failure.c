@@ -1379,7 +1379,7 @@ static int tombstone(struct cache *c, uint64_t oblock)
 
 static void rewrite_locked(struct block_waiter *bw);
 static void relost_start(struct cache *c);
-static void tombstone_given_up(struct cache *c, uint64_t oblock);
+static bool tombstone_given_up(struct cache *c, uint64_t oblock);
 static void rewrite_origin_flush(struct cache *c);
 
 static void waiting_unlink(struct rewrite *r)
@@ -1506,10 +1506,10 @@ static void rewrite_after_read(struct rewrite *r, int err, const struct tc_mask 
  * file, abandon_close(), and the restart reads the block as EIO): the
  * origin then never holds anything newer than what the log keeps.
  */
-static void tombstone_given_up(struct cache *c, uint64_t oblock)
+static bool tombstone_given_up(struct cache *c, uint64_t oblock)
 {
     if (cache_block_tombless(c, oblock))
-        return;
+        return lost_get(&c->map.lost, oblock, NULL);
     if (c->ntombless == c->tombless_cap) {
         c->tombless_cap = c->tombless_cap ? 2 * c->tombless_cap : 16;
         c->tombless = realloc(c->tombless, c->tombless_cap * sizeof *c->tombless);
@@ -1517,15 +1517,31 @@ static void tombstone_given_up(struct cache *c, uint64_t oblock)
             abort();
     }
     c->tombless[c->ntombless++] = oblock;
-    struct tc_mask all;
-    mask_range(&all, 0, c->spb);
-    lost_record(c, oblock, &all);
     uint64_t base = oblock * c->block_size;
+    struct tc_mask all, m;
+    mask_range(&all, 0, c->spb);
+    if (!lost_get(&c->map.lost, oblock, &m)) {
+        /* Nothing of it lost: the origin holds its current data (a clean
+         * block, or dirty data the stop wrote there and flushed,
+         * rewrite_origin_clean()).  Recorded lost, its flushed data would
+         * read EIO after the restart although the origin has it.  The
+         * state file names it instead (TC_STATE_STOP_DROPS, abandon.c),
+         * and the next start drops whatever copy of it the log keeps, as
+         * the tombstone would have. */
+        tc_error("cache: stop: no room in the log for the tombstone of origin block %llu "
+                 "(bytes %llu..%llu), whose data the origin holds: the state file names it, "
+                 "so that the next start drops the older copies the log may keep; writes of "
+                 "it fail with EIO until the exit", (unsigned long long)oblock,
+                 (unsigned long long)base, (unsigned long long)(base + c->block_size - 1));
+        return false;
+    }
+    lost_record(c, oblock, &all);
     tc_error("cache: stop: no room in the log for the tombstone of origin block %llu (bytes "
              "%llu..%llu): writes of it fail with EIO rather than reach the origin, where the "
              "next start could serve an older copy the log keeps over them",
              (unsigned long long)oblock, (unsigned long long)base,
              (unsigned long long)(base + c->block_size - 1));
+    return true;
 }
 
 bool cache_block_tombless(const struct cache *c, uint64_t oblock)
@@ -1657,14 +1673,16 @@ static bool rewrite_origin_clean(struct rewrite *r)
     }
     if (tombstone(c, r->oblock) < 0) {
         /* The block's data is on the origin, but the log may keep an
-         * older copy that the next start would serve: recorded lost
-         * (tombstone_given_up()), and the stop says so. */
+         * older copy that the next start would serve: the state file
+         * names the block, and the next start drops that copy
+         * (tombstone_given_up()); recorded lost only if some of it was
+         * lost already, and the stop says so. */
         char why[96];
         snprintf(why, sizeof why, "no room in the log for the tombstone of origin block %llu",
                  (unsigned long long)r->oblock);
         devfail_incomplete(c, why);
-        tombstone_given_up(c, r->oblock);
-        c->stop_rewrite_tombless_blocks++;
+        if (tombstone_given_up(c, r->oblock))
+            c->stop_rewrite_tombless_blocks++;
     }
     return true;
 }

@@ -542,6 +542,14 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  * abandonment too.  Builds that know only version 1 refuse a version 2
  * file, instead of serving the copies it keeps out.
  *
+ * TC_STATE_STOP_DROPS (with TC_STATE_STOP_LOST, version 2 or 3) adds
+ * entries with no lost sector: blocks whose tombstone a stop gave up
+ * while the origin held their current data (clean, or dirty data the stop
+ * wrote there and flushed).  The log may keep older copies of them; the
+ * start drops whatever cached copy it rebuilt of such a block (dirty or
+ * not) at stop_seq, as the tombstone would have, and reads go to the
+ * origin.  Builds that do not know the flag refuse the file.
+ *
  * Version 3 adds the proofs of an abandonment's lost sectors, so that a
  * drain of the failed device that a kill, a crash or a stop cut short is
  * resumed at the next start (engine/abandon.c, "Resuming the drain").  A
@@ -569,6 +577,7 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
 #define TC_STATE_VERSION        3u      /* the highest version read */
 #define TC_STATE_ABANDONED      (1u << 0)
 #define TC_STATE_STOP_LOST      (1u << 1)       /* version 2 only */
+#define TC_STATE_STOP_DROPS     (1u << 2)       /* with TC_STATE_STOP_LOST */
 #define TC_STATE_HDR            64u     /* version 1 */
 #define TC_STATE_HDR_V2         72u     /* versions 2 and 3 */
 #define TC_STATE_PROOF_BYTES    12u     /* version 3: per sector of an entry */

@@ -96,8 +96,10 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
     st->count = le64_get(buf + ST_OFF_COUNT);
     if (version >= 2)
         st->stop_seq = le64_get(buf + ST_OFF_STOP_SEQ);
-    uint32_t known = TC_STATE_ABANDONED | (version >= 2 ? TC_STATE_STOP_LOST : 0);
-    if (st->flags & ~known) {
+    uint32_t known = TC_STATE_ABANDONED |
+                     (version >= 2 ? TC_STATE_STOP_LOST | TC_STATE_STOP_DROPS : 0);
+    if ((st->flags & ~known) ||
+        ((st->flags & TC_STATE_STOP_DROPS) && !(st->flags & TC_STATE_STOP_LOST))) {
         snprintf(err, errlen, "state file: unknown flags %#x in version %u", st->flags, version);
         return -1;
     }
