@@ -1116,10 +1116,10 @@ struct ckpt_run {
 #define TC_CKPT_SYNC_EVERY_NS (1000ull * 1000 * 1000)
 /* Syncs that found the log busy before a checkpoint holds new requests
  * to find its cut, and the longest it holds them: under a steady load
- * (a client with requests always in flight, the cleaner behind it) no
- * sync ends at an idle moment -- a writer of 4 KiB blocks in write-through
- * mode kept the log busy through 450 syncs, and a kill after them
- * replayed everything since the last checkpoint.  A hold waits for the
+ * (clients with requests always in flight, the cleaner behind them) no
+ * sync ends at an idle moment -- four writers of small blocks in
+ * write-through mode on a full log: no checkpoint in 120 s, and a kill
+ * replayed everything since the last one.  A hold waits for the
  * requests in the cache path, then a sync of the log: a few milliseconds
  * to a few hundred on a slow origin; past the bound the requests go on
  * and the next hold comes after as many syncs again. */
