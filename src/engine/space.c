@@ -414,15 +414,15 @@ uint32_t space_low_water(const struct space *sp)
     uint32_t segs = space_segs_in_service(sp);
     uint32_t low = sp->reserve_segs + space_devs_in_service(sp);
     /* A running checkpoint is written into free segments beyond the
-     * reserve (checkpoint.c, write_into()): with the log full the cleaner
+     * reserve (checkpoint.c, write_into()).  With the log full the cleaner
      * kept no more than the mark free, each group opened took it below,
-     * and a checkpoint found room only by chance (4 KiB writes on 2 x 16
-     * MiB of 1 MiB segments: none written in 60 s).  Its room is part of
-     * the mark -- within the 1/64 of the log it keeps anyway where that
-     * is as large (a 1 GiB cache of 4 MiB segments: 3 segments, its
-     * checkpoint 1), so the data keeps its room -- where that leaves most
-     * of the log to the data; on a log too small for that the checkpoint
-     * still finds room at times. */
+     * and a checkpoint found room only by chance (write-through on 2 x 16
+     * MiB of 1 MiB segments, four writers: none in 120 s).  So the mark
+     * keeps the last checkpoint's room (ckpt_room) in place of the 1/64 of
+     * the log where that is less -- elsewhere the 1/64 already holds it
+     * and the data keeps every segment it had -- unless the mark would
+     * then pass a quarter of the log (there a checkpoint finds room only
+     * at times). */
     uint32_t slack = segs / 64;
     if (sp->ckpt_room > slack && low + sp->ckpt_room <= segs / 4)
         slack = sp->ckpt_room;
