@@ -119,6 +119,18 @@ void space_release(struct space *sp, uint32_t s)
     sg->held = false;
     sg->state = SEG_CLOSED;     /* push_free sets FREE and counts it */
     push_free(sp, s);
+    /* Back to the bottom of its stack, where checkpoints take theirs and
+     * the log takes last (checkpoint.c, run_take()), so that the log's
+     * order is not changed by a checkpoint.  On top, the log's next group
+     * took the segments of a checkpoint just refused: refused by the
+     * device (a full file system under a cache file), they were refused
+     * to the log too and the device failed, where at the bottom only the
+     * next checkpoint meets them again. */
+    struct free_stack *fs = &sp->stacks[sg->dev];
+    if (!sp->dev_failed[sg->dev] && fs->n > 1) {
+        memmove(&fs->segs[1], &fs->segs[0], (fs->n - 1) * sizeof *fs->segs);
+        fs->segs[0] = s;
+    }
     freed(sp);
 }
 

@@ -248,7 +248,8 @@ void space_bound_chunks(struct space *sp, uint64_t newest);
 /* A free segment that holds (or is about to hold) a running checkpoint
  * (checkpoint.c) taken off its free stack, so that no group takes it
  * while a superblock may name it: false if it is not on one (not free, or
- * its device failed).  space_release() puts it back. */
+ * its device failed).  space_release() puts it back, at the bottom of
+ * the stack: the end the log takes last. */
 bool space_hold(struct space *sp, uint32_t s);
 void space_release(struct space *sp, uint32_t s);
 /* Recovery rebuilds the ring: add a group as the newest, then its segments. */
