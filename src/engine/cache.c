@@ -994,6 +994,7 @@ struct close_ctx {
     uint8_t *sb_buf[TC_MAX_DEVICES];
     uint8_t sb_step[TC_MAX_DEVICES];        /* 0 write A, 1 flush, 2 write B, 3 flush */
     unsigned sb_pending;
+    bool sb_failed;                 /* a device's record failed */
     bool stop_sealed;               /* the stop's own chunks were written, flagged clean */
     struct ckpt_place ckpt;         /* the checkpoint the record names ... */
     bool ckpt_ok;                   /* ... if it was written */
@@ -1116,14 +1117,21 @@ static void stop_record_done(struct tc_dev_io *dio, int err)
     if (err) {
         tc_warn("%s: recording the clean stop in the superblock failed: %s; the next start "
                 "trusts the log's own marks", x->c->devs[d].dev->name, strerror(-err));
+        x->sb_failed = true;
     } else if (++x->sb_step[d] < 4) {
         stop_record_step(x, d);
         return;
     }
     free(x->sb_buf[d]);
     x->sb_buf[d] = NULL;
-    if (--x->sb_pending == 0)
-        close_finish(x, 0);
+    if (--x->sb_pending > 0)
+        return;
+    /* Every device carries it: the set's stop record may say so
+     * (tc_volume's close, io/originrec.c).  Not after an abandonment:
+     * that log is never trusted again (seqrec_abandoned()). */
+    if (!x->sb_failed && !x->c->abandoned)
+        x->c->stop_chunk_recorded = x->c->lg.chunks_issued;
+    close_finish(x, 0);
 }
 
 static void stop_record_step(struct close_ctx *x, unsigned d)

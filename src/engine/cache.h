@@ -233,6 +233,10 @@ struct cache {
     unsigned records_bounded;
     struct tc_timer stop_room;      /* ... then, STOP_ROOM_WAIT_NS later, client
                                        writes waiting for room fail (cache.c) */
+    /* The clean stop's chunk, once every device's superblock records the
+     * stop (0: not recorded): the set's stop record names it (volume.c,
+     * io/originrec.c). */
+    uint64_t stop_chunk_recorded;
     uint64_t stop_room_failed_writes;   /* client write pieces failed so */
     /* Dirty sectors (bytes) a device failure's rewrites lost while the
      * cache was stopping (failure.c, rewrite_lose(): no room even in the

@@ -161,6 +161,7 @@
 
 #include "engine/cache.h"
 #include "engine/seqrec.h"
+#include "io/originrec.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -621,7 +622,7 @@ static bool set_token_is(const struct cache *c, const uint8_t t[16])
  * --adopt-state-file when they are lost (look(): tokens not compared).
  * A set formatted since has no token: any place is its own.
  */
-static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
+static void look_record(const struct cache *c, struct seqrec_look *l, bool tokens)
 {
     static const uint8_t zero[16];
     memset(l, 0, sizeof *l);
@@ -734,6 +735,42 @@ static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
     l->verdict = l->found < r.chunk_seq ? SEQREC_OLDER : SEQREC_CURRENT;
 }
 
+/*
+ * Then the set's stop record (io/originrec.c), kept with the origin
+ * records: how far the log reached at the set's last clean stop.  A
+ * restore that brings back the state file's folder with the devices
+ * brings back the older sequence record beside it, which finds the copy
+ * current; the stop record stays where it was, and a copy taken before
+ * the last clean stop (which wrote a chunk of its own) holds no chunk as
+ * new as the one it names: OLDER, as the sequence record would say
+ * (by_stop).  Compared where the sequence record let the start go on
+ * (current, missing, another set's); not with a device out of service
+ * (the newest chunk may be on it), nor after an abandonment (seqrec.c
+ * removes the stop record then).  A stop record that cannot be read is
+ * said and not compared: it adds to the sequence record, which still
+ * stands.
+ */
+static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
+{
+    look_record(c, l, tokens);
+    if (l->verdict != SEQREC_CURRENT && l->verdict != SEQREC_MISSING &&
+        l->verdict != SEQREC_OTHER_SET)
+        return;
+    struct originrec_stop *st = tc_xcalloc(1, sizeof *st);
+    if (originrec_stop_read(c->set_uuid, st) < 0)
+        tc_warn("the set's stop record: %s: not compared", st->why);
+    if (st->found && st->chunk > l->found) {
+        l->verdict = SEQREC_OLDER;
+        l->by_stop = true;
+        l->older_dev = -1;
+        l->recorded = st->chunk;
+        free(l->path);
+        l->path = tc_xstrdup(st->path);
+        snprintf(l->when, sizeof l->when, "at the set's last clean stop");
+    }
+    free(st);
+}
+
 void seqrec_look(const struct cache *c, struct seqrec_look *l)
 {
     look(c, l, true);
@@ -811,6 +848,20 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
                  "(its contents, dirty data included, are discarded)", l->devs, w->who,
                  (unsigned long long)l->found, (unsigned long long)l->recorded, l->path, l->when,
                  w->harm, w->way_out);
+        return -1;
+    }
+    if (l->verdict == SEQREC_OLDER && l->by_stop) {
+        snprintf(err, errlen, "%s: the cache devices hold an older copy of the set's log than "
+                 "its last clean stop left: their newest chunk is %llu, but that stop wrote "
+                 "chunk %llu (the set's stop record %s, kept with the origin records, away "
+                 "from the state file and its sequence record, which were put back with the "
+                 "devices or agree with them): a restored backup or a rolled-back snapshot "
+                 "of the set; %s.  Put back the current devices; or, if the origin was "
+                 "restored to the same point with them, %s (the stop record is then "
+                 "removed); otherwise reformat the cache with 'tiercache format --force "
+                 "--discard-dirty' (its contents, dirty data included, are discarded)",
+                 l->devs, (unsigned long long)l->found, (unsigned long long)l->recorded,
+                 l->path, w->harm, w->way_out);
         return -1;
     }
     if (l->verdict == SEQREC_OLDER) {
@@ -935,6 +986,11 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
             break;
         }
         sr->at_start = "older, accepted";
+        /* The copy is now the set: the stop record of the set's later
+         * run would refuse each start after this one. */
+        if (l.by_stop && originrec_stop_remove(c->set_uuid) < 0)
+            tc_warn("%s: cannot remove the set's stop record: the next start refuses the "
+                    "set again (remove it by hand)", l.path);
         sr->file_chunk = l.found;
         memcpy(sr->file_dev, l.dev_recorded, sizeof sr->file_dev);
         guard_apply(c);
@@ -1231,6 +1287,11 @@ void seqrec_abandoned(struct cache *c)
     if (!sr || sr->abandoned)
         return;
     sr->abandoned = sr->frozen = true;
+    /* Nor does the set's stop record hold the devices to its chunk. */
+    int e = originrec_stop_remove(c->set_uuid);
+    if (e < 0)
+        tc_warn("cannot remove the set's stop record: %s; a start of these devices may be "
+                "refused as an older copy (remove it by hand)", strerror(-e));
     writer_stop(sr);
     sent_settle(c, true);
     sr->sent = false;

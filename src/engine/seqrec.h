@@ -47,6 +47,9 @@ struct seqrec_look {
     uint64_t found;
     uint64_t recorded;
     int older_dev;          /* OLDER: the set's device found older, or -1: the set */
+    /* OLDER by the set's stop record (io/originrec.c), not the sequence
+     * record: recorded is its chunk, path its file. */
+    bool by_stop;
     uint32_t version;       /* the record's format version (CURRENT, OLDER) */
     /* The record's entry for each device of the set, by the set's index
      * (0: none, or not known) (CURRENT, OLDER). */

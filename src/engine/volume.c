@@ -524,6 +524,17 @@ static void close_finish(struct tc_volume *vol, int err)
                     "without this cache stays refused until it is removed", vol->origin->name,
                     strerror(-e));
     }
+    /* How far the set's log reached at this clean stop, kept away from
+     * its devices and state folder: an older copy of the set restored
+     * with that folder is told by it (io/originrec.c, engine/seqrec.c).
+     * Dirty data left or not: the stop's chunk is on the devices. */
+    if (vol->origin_recorded && vol->cache && err == 0 && vol->cache->stop_chunk_recorded) {
+        int e = originrec_stop_write(vol->cache->set_uuid, vol->cache->stop_chunk_recorded);
+        if (e)
+            tc_warn("cache: cannot write the set's stop record with the origin records (%s): "
+                    "an older copy of the set restored with its state file's folder is not "
+                    "told at the next start", strerror(-e));
+    }
     dev_quiesce(vol->origin);
     vol->close_done(vol->close_arg, err);
 }

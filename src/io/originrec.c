@@ -536,3 +536,135 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
         scan_overlaps(p.dir[i], &x, ids, remove_of_set, &rs);
     return rc ? rc : rs.rc;
 }
+
+/*
+ * The set's stop record: how far a cache set's log had reached at its last
+ * clean stop, kept with the origin records (the places above), away from
+ * the set's devices and from its state file and sequence record:
+ *
+ *   DIR/set-UUID.tcstop     "tiercache set stop record 1", "set UUID",
+ *                           "chunk N", "crc X" (CRC-32C of the lines
+ *                           before it)
+ *
+ * The sequence record beside the state file tells an older copy of the
+ * devices from the current ones (engine/seqrec.c), but a restore that
+ * brings back the state file's folder with them (a snapshot of the whole
+ * file system, a backup of the cache's folder) brings back its older
+ * sequence record too, and the copy's older data was served and its dirty
+ * data written over the origin.  This record is not in that folder: a
+ * start (and check) compares the devices' newest chunk with it as with
+ * the sequence record.  Written at each clean stop (which writes a chunk
+ * of its own), so a copy taken before the last clean stop is caught; a
+ * copy taken while serving after it, restored after a kill, is not (the
+ * record says only where the last clean stop was).
+ */
+#define STOP_HEADER "tiercache set stop record 1\n"
+
+static void stop_path(const char *dir, const uint8_t set_uuid[16], char *out, size_t len)
+{
+    char set[37];
+    tc_uuid_format(set_uuid, set);
+    snprintf(out, len, "%s/set-%s.tcstop", dir, set);
+}
+
+int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk)
+{
+    struct places p;
+    record_places(&p);
+    char path[4200], tmp[4300], set[37], text[256];
+    stop_path(p.dir[0], set_uuid, path, sizeof path);
+    tc_uuid_format(set_uuid, set);
+    int rc = make_dir(p.dir[0], geteuid() == 0 ? 0755 : 0700);
+    if (rc)
+        return rc;
+    int len = snprintf(text, sizeof text, STOP_HEADER "set %s\nchunk %llu\n", set,
+                       (unsigned long long)chunk);
+    len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
+                    tc_crc32c(0, text, (size_t)len));
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return -errno;
+    rc = tc_pwrite_all(fd, text, (size_t)len, 0);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = tc_fsync_parent_dir(path);
+    else
+        unlink(tmp);
+    return rc;
+}
+
+int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
+{
+    struct places p;
+    record_places(&p);
+    memset(s, 0, sizeof *s);
+    char set[37];
+    tc_uuid_format(set_uuid, set);
+    int rc = 0;
+    for (unsigned i = 0; i < p.n; i++) {
+        char path[4200];
+        stop_path(p.dir[i], set_uuid, path, sizeof path);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+            if (errno == ENOENT || errno == ENOTDIR)
+                continue;
+            snprintf(s->why, sizeof s->why, "%s cannot be opened: %s", path, strerror(errno));
+            rc = -1;
+            continue;
+        }
+        char text[512];
+        ssize_t n = read(fd, text, sizeof text - 1);
+        int e = errno;
+        close(fd);
+        if (n < 0) {
+            snprintf(s->why, sizeof s->why, "%s cannot be read: %s", path, strerror(e));
+            rc = -1;
+            continue;
+        }
+        text[n] = '\0';
+        char rset[64] = "", rchunk[32] = "", rcrc[16] = "";
+        const char *crcline = strstr(text, "crc ");
+        unsigned long long chunk;
+        unsigned crc;
+        char *end;
+        if (strncmp(text, STOP_HEADER, strlen(STOP_HEADER)) != 0 || crcline == NULL ||
+            !field(text, "set", rset, sizeof rset) ||
+            !field(text, "chunk", rchunk, sizeof rchunk) ||
+            !field(text, "crc", rcrc, sizeof rcrc) || sscanf(rcrc, "%8x", &crc) != 1 ||
+            crc != tc_crc32c(0, text, (size_t)(crcline - text)) || strcmp(rset, set) != 0 ||
+            (errno = 0, chunk = strtoull(rchunk, &end, 10), errno != 0 || *end != '\0')) {
+            snprintf(s->why, sizeof s->why, "%s is damaged (its checksum or a field does not "
+                     "check)", path);
+            rc = -1;
+            continue;
+        }
+        if (!s->found || chunk > s->chunk) {
+            s->found = true;
+            s->chunk = chunk;
+            snprintf(s->path, sizeof s->path, "%s", path);
+        }
+    }
+    return rc;
+}
+
+int originrec_stop_remove(const uint8_t set_uuid[16])
+{
+    struct places p;
+    record_places(&p);
+    int rc = 0;
+    for (unsigned i = 0; i < p.n; i++) {
+        char path[4200];
+        stop_path(p.dir[i], set_uuid, path, sizeof path);
+        int e = unlink(path) < 0 ? (errno == ENOENT || errno == EACCES || errno == EPERM ||
+                                    errno == ENOTDIR ? 0 : -errno)
+                                 : tc_fsync_parent_dir(path);
+        if (e && rc == 0)
+            rc = e;
+    }
+    return rc;
+}

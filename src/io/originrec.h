@@ -65,4 +65,23 @@ int originrec_write(const struct tc_dev *d, const char *origin, const uint8_t se
  * holds every acknowledged write of that set.  0, or -errno. */
 int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16]);
 
+/* The set's stop record (originrec.c): how far the log of cache set
+ * set_uuid had reached at its last clean stop (its newest chunk), kept
+ * with the origin records, away from the set's devices and state folder,
+ * so that an older copy of the set restored with its state folder is
+ * still told (engine/seqrec.c).  Written in the place records are
+ * written (synced, renamed over the old one); read from every place (the
+ * highest chunk found).  read: 0, s->found saying if there is one; -1
+ * with s->why when one cannot be read or is damaged (those found
+ * readable are in s as well).  write, remove: 0 or -errno. */
+struct originrec_stop {
+    bool found;
+    uint64_t chunk;
+    char path[4200];
+    char why[4400];
+};
+int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk);
+int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s);
+int originrec_stop_remove(const uint8_t set_uuid[16]);
+
 #endif
