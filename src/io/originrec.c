@@ -418,13 +418,35 @@ static int make_dir(const char *dir, mode_t mode)
     return tc_fsync_parent_dir(dir);
 }
 
+/* text into the file at path, durably: written to path.new, synced,
+ * renamed over path, the directory synced.  0 or -errno. */
+static int write_durably(const char *path, const char *text, size_t len)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return -errno;
+    int rc = tc_pwrite_all(fd, text, len, 0);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = tc_fsync_parent_dir(path);
+    else
+        unlink(tmp);
+    return rc;
+}
+
 static int write_record(const char *dir, const struct tc_dev *d, const char *origin,
                         const uint8_t set_uuid[16], const char *const *devices)
 {
     const char *identity = d->identity;
     struct dev_extent x;
     dev_data_extent(d, &x);
-    char path[4096], tmp[4200];
+    char path[4096];
     record_path(dir, identity, path, sizeof path);
     /* The system place is readable by every user's start (record_places()). */
     bool shared = geteuid() == 0;
@@ -451,21 +473,7 @@ static int write_record(const char *dir, const struct tc_dev *d, const char *ori
                        (unsigned long long)x.start, (unsigned long long)x.len);
     if (len < 0 || (size_t)len >= sizeof text)
         return -ENAMETOOLONG;
-    snprintf(tmp, sizeof tmp, "%s.new", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return -errno;
-    rc = tc_pwrite_all(fd, text, (size_t)len, 0);
-    if (rc == 0 && fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = -errno;
-    if (rc == 0)
-        rc = tc_fsync_parent_dir(path);
-    else
-        unlink(tmp);
-    return rc;
+    return write_durably(path, text, (size_t)len);
 }
 
 int originrec_write(const struct tc_dev *d, const char *origin, const uint8_t set_uuid[16],
@@ -571,7 +579,7 @@ int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk)
 {
     struct places p;
     record_places(&p);
-    char path[4200], tmp[4300], set[37], text[256];
+    char path[4200], set[37], text[256];
     stop_path(p.dir[0], set_uuid, path, sizeof path);
     tc_uuid_format(set_uuid, set);
     int rc = make_dir(p.dir[0], geteuid() == 0 ? 0755 : 0700);
@@ -581,21 +589,7 @@ int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk)
                        (unsigned long long)chunk);
     len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
                     tc_crc32c(0, text, (size_t)len));
-    snprintf(tmp, sizeof tmp, "%s.new", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return -errno;
-    rc = tc_pwrite_all(fd, text, (size_t)len, 0);
-    if (rc == 0 && fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = -errno;
-    if (rc == 0)
-        rc = tc_fsync_parent_dir(path);
-    else
-        unlink(tmp);
-    return rc;
+    return write_durably(path, text, (size_t)len);
 }
 
 int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
