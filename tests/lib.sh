@@ -135,6 +135,15 @@ wait_drained() {
   fail "server $name: the drain did not end ($(status_value "$name" volume.health))"
 }
 
+# forget_stop_records: remove the stop records of every cache set (kept
+# with the origin records; io/originrec.c).  Each names the chunk of its
+# set's last clean stop, which a copy of the set taken before it lacks: a
+# test that puts back such a copy on purpose (with its sequence record)
+# calls this, as if the stop record had been put back with it.
+forget_stop_records() {
+  rm -f "$TIERCACHE_ORIGIN_RECORDS"/set-*.tcstop
+}
+
 # make_file PATH SIZE [random]: a sparse or random file
 make_file() {
   if [ "${3:-}" = random ]; then
