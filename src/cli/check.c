@@ -78,8 +78,9 @@ static const char check_help[] =
 "                        state file used is named in the result.  An\n"
 "                        older copy of the cache device than its sequence\n"
 "                        record says, or than the set's stop record (kept\n"
-"                        with the origin records) says its last clean stop\n"
-"                        left (or an unusable record) is refused\n"
+"                        with the origin records) says it reached at its\n"
+"                        last clean stop or while last served (or an\n"
+"                        unusable record) is refused\n"
 "                        as serve refuses it, naming the device and both\n"
 "                        chunk sequences, exit 2, nothing written: its\n"
 "                        dirty data is older than the origin's.  So is\n"
@@ -241,6 +242,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         .harm = "salvaging it would write its older dirty data over newer data of the origin",
         .way_out = "salvage with --accept-older-cache",
         .way_out_unusable = "salvage with --accept-older-cache (the record is left as it is)",
+        .way_out_stop = "salvage with --accept-older-cache (the stop record is left as it is)",
         .way_out_elsewhere = "salvage with --accept-older-cache (nothing is recorded)",
     };
     char refusal[2048];

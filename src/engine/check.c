@@ -383,6 +383,8 @@ static void check_seqrec(struct cache *c, struct check_result *r)
                             "record anew)",
         .way_out_elsewhere = "serve it with --adopt-state-file, or salvage it with "
                              "--accept-older-cache",
+        .way_out_stop = "serve or salvage it with --accept-older-cache (serve removes the "
+                        "stop record)",
     };
     char why[2048];
     if (seqrec_refusal(&l, &words, why, sizeof why) < 0)

@@ -188,6 +188,13 @@ struct seqrec {
     struct tc_seqrec want;
     uint64_t written;               /* chunk_seq of the last record made durable */
     uint64_t writes, errors;
+    /* The set's stop record kept up by the writer (stop_mirror()): wanted
+     * with the posted record (the origin records are written in this
+     * run), the chunk it last wrote there, its writes and failures. */
+    bool want_stop;
+    uint64_t stop_written;
+    uint64_t stop_writes, stop_errors;
+    bool stop_failing;
     bool failing;                   /* the last write failed: logged once per run of them */
     bool frozen;                    /* a cache device error in this run: no more updates */
     bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
@@ -397,6 +404,48 @@ static void record_written(struct seqrec *sr, uint64_t chunk_seq, int rc)
                 (unsigned long long)chunk_seq);
 }
 
+/*
+ * The set's stop record (io/originrec.c) kept up with this record, by the
+ * writer, after each periodic write that moved the chunk on: a copy of
+ * the set taken while it served after its last clean stop -- or after a
+ * kill -- and put back with the state file's folder after later runs that
+ * were all killed brings back a sequence record as old as the copy, and
+ * the stop record, away from that folder, then still names a newer chunk
+ * than the copy holds.  The same chunk as the record just made durable,
+ * so it never names one the devices may lose in a crash either (the
+ * invariant in seqrec.h): a start after a crash or a power loss is not
+ * refused by it.  Not written when the record's write failed; a failure
+ * of its own is logged once per run of them, and the record on file
+ * stays where it was (it still catches copies older than it).
+ */
+static void stop_mirror(struct seqrec *sr, const struct tc_seqrec *r)
+{
+    pthread_mutex_lock(&sr->mu);
+    bool want = sr->want_stop && r->chunk_seq > sr->stop_written;
+    bool was_failing = sr->stop_failing;
+    pthread_mutex_unlock(&sr->mu);
+    if (!want)
+        return;
+    int rc = originrec_stop_write(r->set_uuid, r->chunk_seq, false);
+    pthread_mutex_lock(&sr->mu);
+    if (rc == 0) {
+        sr->stop_written = r->chunk_seq;
+        sr->stop_writes++;
+    } else {
+        sr->stop_errors++;
+    }
+    sr->stop_failing = rc != 0;
+    pthread_mutex_unlock(&sr->mu);
+    if (rc && !was_failing)
+        tc_error("the set's stop record: cannot bring it up to chunk %llu: %s (an older copy "
+                 "of the set restored with the state file's folder is caught only if it is "
+                 "older than chunk %llu)", (unsigned long long)r->chunk_seq, strerror(-rc),
+                 (unsigned long long)sr->stop_written);
+    else if (rc == 0 && was_failing)
+        tc_info("the set's stop record: written again (chunk %llu)",
+                (unsigned long long)r->chunk_seq);
+}
+
 static void *writer_main(void *arg)
 {
     struct seqrec *sr = arg;
@@ -413,6 +462,8 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&sr->mu);
         int rc = record_write(sr->path, &r);
         record_written(sr, r.chunk_seq, rc);
+        if (rc == 0)
+            stop_mirror(sr, &r);
         pthread_mutex_lock(&sr->mu);
         sr->busy = false;
         sr->done_gen = gen;
@@ -766,7 +817,10 @@ static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
         l->recorded = st->chunk;
         free(l->path);
         l->path = tc_xstrdup(st->path);
-        snprintf(l->when, sizeof l->when, "at the set's last clean stop");
+        l->stop_serving = st->serving;
+        snprintf(l->when, sizeof l->when, "%s",
+                 st->serving ? "while the set was served after its last start"
+                             : "at the set's last clean stop");
     }
     free(st);
 }
@@ -852,16 +906,18 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
     }
     if (l->verdict == SEQREC_OLDER && l->by_stop) {
         snprintf(err, errlen, "%s: the cache devices hold an older copy of the set's log than "
-                 "its last clean stop left: their newest chunk is %llu, but that stop wrote "
-                 "chunk %llu (the set's stop record %s, kept with the origin records, away "
+                 "%s: their newest chunk is %llu, but the log had reached chunk %llu "
+                 "(the set's stop record %s, kept with the origin records, away "
                  "from the state file and its sequence record, which were put back with the "
                  "devices or agree with them): a restored backup or a rolled-back snapshot "
                  "of the set; %s.  Put back the current devices; or, if the origin was "
-                 "restored to the same point with them, %s (the stop record is then "
-                 "removed); otherwise reformat the cache with 'tiercache format --force "
-                 "--discard-dirty' (its contents, dirty data included, are discarded)",
-                 l->devs, (unsigned long long)l->found, (unsigned long long)l->recorded,
-                 l->path, w->harm, w->way_out);
+                 "restored to the same point with them, %s; otherwise reformat the cache "
+                 "with 'tiercache format --force --discard-dirty' (its contents, dirty data "
+                 "included, are discarded)",
+                 l->devs,
+                 l->stop_serving ? "it had reached while last served" : "its last clean stop left",
+                 (unsigned long long)l->found, (unsigned long long)l->recorded,
+                 l->path, w->harm, w->way_out_stop);
         return -1;
     }
     if (l->verdict == SEQREC_OLDER) {
@@ -884,6 +940,7 @@ static const struct seqrec_words serve_words = {
     .harm = "serving it could return older data and write older dirty data over the origin",
     .way_out = "start with --accept-older-cache",
     .way_out_unusable = "start with --accept-older-cache (the record is then written anew)",
+    .way_out_stop = "start with --accept-older-cache (the stop record is then removed)",
     .way_out_elsewhere = "start with --adopt-state-file (whether the devices are an older copy "
                          "is then checked only against a record of this set found at the "
                          "place given, and the set keeps its record there from then on)",
@@ -911,6 +968,19 @@ static int adopt_refusal(const struct cache *c, const struct seqrec_look *l, cha
     }
     free(old);
     return rc;
+}
+
+/* An older copy served on the operator's word (--accept-older-cache) is
+ * now the set, its chunks numbered on from its own newest: the set's stop
+ * record, which may name a chunk of the later runs whether it refused the
+ * copy or the sequence record did, would refuse each start after this one
+ * until the log passed it again. */
+static void forget_stop_record(struct cache *c, const char *what)
+{
+    int e = originrec_stop_remove(c->set_uuid);
+    if (e < 0)
+        tc_warn("%s: cannot remove the set's stop record (%s): the next start may refuse the "
+                "set again (remove it by hand)", what, strerror(-e));
 }
 
 int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err, size_t errlen)
@@ -973,6 +1043,7 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
             break;
         }
         sr->at_start = "unusable, accepted";
+        forget_stop_record(c, sr->path);
         tc_warn("sequence record %s is unusable (%s): not checked (--accept-older-cache); "
                 "written anew", sr->path, l.why);
         break;
@@ -986,11 +1057,7 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
             break;
         }
         sr->at_start = "older, accepted";
-        /* The copy is now the set: the stop record of the set's later
-         * run would refuse each start after this one. */
-        if (l.by_stop && originrec_stop_remove(c->set_uuid) < 0)
-            tc_warn("%s: cannot remove the set's stop record: the next start refuses the "
-                    "set again (remove it by hand)", l.path);
+        forget_stop_record(c, l.path);
         sr->file_chunk = l.found;
         memcpy(sr->file_dev, l.dev_recorded, sizeof sr->file_dev);
         guard_apply(c);
@@ -1223,6 +1290,7 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     if (pthread_mutex_trylock(&sr->mu) != 0)
         return;
     sr->want = r;
+    sr->want_stop = c->vol->origin_recorded;
     sr->want_gen = ++sr->post_gen;
     sr->pending = true;
     pthread_cond_signal(&sr->cv);
@@ -1287,12 +1355,13 @@ void seqrec_abandoned(struct cache *c)
     if (!sr || sr->abandoned)
         return;
     sr->abandoned = sr->frozen = true;
-    /* Nor does the set's stop record hold the devices to its chunk. */
+    /* Nor does the set's stop record hold the devices to its chunk: the
+     * writer, which keeps it up (stop_mirror()), stopped first. */
+    writer_stop(sr);
     int e = originrec_stop_remove(c->set_uuid);
     if (e < 0)
         tc_warn("cannot remove the set's stop record: %s; a start of these devices may be "
                 "refused as an older copy (remove it by hand)", strerror(-e));
-    writer_stop(sr);
     sent_settle(c, true);
     sr->sent = false;
     struct tc_seqrec r;
@@ -1343,11 +1412,15 @@ void seqrec_status_json(struct cache *c, struct tc_json *j)
 {
     struct seqrec *sr = c->seqrec;
     uint64_t written = 0, writes = 0, errors = 0;
+    uint64_t stop_written = 0, stop_writes = 0, stop_errors = 0;
     if (sr) {
         pthread_mutex_lock(&sr->mu);
         written = sr->written;
         writes = sr->writes;
         errors = sr->errors;
+        stop_written = sr->stop_written;
+        stop_writes = sr->stop_writes;
+        stop_errors = sr->stop_errors;
         pthread_mutex_unlock(&sr->mu);
     }
     json_string(j, "sequence_record", sr ? sr->path : "");
@@ -1355,6 +1428,11 @@ void seqrec_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "sequence_record_chunk", written);
     json_uint(j, "sequence_record_writes", writes);
     json_uint(j, "sequence_record_errors", errors);
+    /* The set's stop record as this run kept it up (stop_mirror(); the
+     * clean stop writes it once more). */
+    json_uint(j, "stop_record_chunk", stop_written);
+    json_uint(j, "stop_record_writes", stop_writes);
+    json_uint(j, "stop_record_errors", stop_errors);
     /* Invariant 22 (space.h): a device left out of a group because its
      * free segments hold the chunk the record names for it; a segment
      * opened all the same, the record not rewritten. */

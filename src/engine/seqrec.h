@@ -48,8 +48,10 @@ struct seqrec_look {
     uint64_t recorded;
     int older_dev;          /* OLDER: the set's device found older, or -1: the set */
     /* OLDER by the set's stop record (io/originrec.c), not the sequence
-     * record: recorded is its chunk, path its file. */
+     * record: recorded is its chunk, path its file; stop_serving: it was
+     * written while the set was served, not at its clean stop. */
     bool by_stop;
+    bool stop_serving;
     uint32_t version;       /* the record's format version (CURRENT, OLDER) */
     /* The record's entry for each device of the set, by the set's index
      * (0: none, or not known) (CURRENT, OLDER). */
@@ -76,6 +78,7 @@ const char *seqrec_verdict_name(enum seqrec_verdict v);
  * option (for an older log, and for an unusable record). */
 struct seqrec_words {
     const char *who, *harm, *way_out, *way_out_unusable, *way_out_elsewhere;
+    const char *way_out_stop;       /* refused by the set's stop record */
 };
 /* -1 with serve's refusal, in the command's words, in err for an older
  * log, an unusable record and a record kept elsewhere; 0 otherwise. */

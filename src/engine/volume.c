@@ -529,7 +529,8 @@ static void close_finish(struct tc_volume *vol, int err)
      * with that folder is told by it (io/originrec.c, engine/seqrec.c).
      * Dirty data left or not: the stop's chunk is on the devices. */
     if (vol->origin_recorded && vol->cache && err == 0 && vol->cache->stop_chunk_recorded) {
-        int e = originrec_stop_write(vol->cache->set_uuid, vol->cache->stop_chunk_recorded);
+        int e = originrec_stop_write(vol->cache->set_uuid, vol->cache->stop_chunk_recorded,
+                                     true);
         if (e)
             tc_warn("cache: cannot write the set's stop record with the origin records (%s): "
                     "an older copy of the set restored with its state file's folder is not "

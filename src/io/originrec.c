@@ -551,8 +551,10 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
  * the set's devices and from its state file and sequence record:
  *
  *   DIR/set-UUID.tcstop     "tiercache set stop record 1", "set UUID",
- *                           "chunk N", "crc X" (CRC-32C of the lines
- *                           before it)
+ *                           "chunk N", "written stop" or "written
+ *                           serving", "crc X" (CRC-32C of the lines
+ *                           before it; a record without the "written"
+ *                           line was written at a clean stop)
  *
  * The sequence record beside the state file tells an older copy of the
  * devices from the current ones (engine/seqrec.c), but a restore that
@@ -562,9 +564,12 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
  * data written over the origin.  This record is not in that folder: a
  * start (and check) compares the devices' newest chunk with it as with
  * the sequence record.  Written at each clean stop (which writes a chunk
- * of its own), so a copy taken before the last clean stop is caught; a
- * copy taken while serving after it, restored after a kill, is not (the
- * record says only where the last clean stop was).
+ * of its own), so a copy taken before the last clean stop is caught; and
+ * kept up while serving, each time the sequence record's chunk moves on
+ * (engine/seqrec.c, stop_mirror()), so a copy taken while serving or
+ * after a kill, restored after later runs that were all killed, is caught
+ * too, unless it is within the sequence record's lag of the newest chunk
+ * recorded.
  */
 #define STOP_HEADER "tiercache set stop record 1\n"
 
@@ -575,7 +580,7 @@ static void stop_path(const char *dir, const uint8_t set_uuid[16], char *out, si
     snprintf(out, len, "%s/set-%s.tcstop", dir, set);
 }
 
-int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk)
+int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop)
 {
     struct places p;
     record_places(&p);
@@ -585,8 +590,8 @@ int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk)
     int rc = make_dir(p.dir[0], geteuid() == 0 ? 0755 : 0700);
     if (rc)
         return rc;
-    int len = snprintf(text, sizeof text, STOP_HEADER "set %s\nchunk %llu\n", set,
-                       (unsigned long long)chunk);
+    int len = snprintf(text, sizeof text, STOP_HEADER "set %s\nchunk %llu\nwritten %s\n", set,
+                       (unsigned long long)chunk, at_stop ? "stop" : "serving");
     len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
                     tc_crc32c(0, text, (size_t)len));
     return write_durably(path, text, (size_t)len);
@@ -621,7 +626,7 @@ int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
             continue;
         }
         text[n] = '\0';
-        char rset[64] = "", rchunk[32] = "", rcrc[16] = "";
+        char rset[64] = "", rchunk[32] = "", rcrc[16] = "", rwritten[16] = "";
         const char *crcline = strstr(text, "crc ");
         unsigned long long chunk;
         unsigned crc;
@@ -640,6 +645,10 @@ int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
         if (!s->found || chunk > s->chunk) {
             s->found = true;
             s->chunk = chunk;
+            /* No "written" line: a record written at a clean stop by a
+             * build that wrote only those. */
+            s->serving = field(text, "written", rwritten, sizeof rwritten) &&
+                         strcmp(rwritten, "serving") == 0;
             snprintf(s->path, sizeof s->path, "%s", path);
         }
     }

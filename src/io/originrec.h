@@ -66,7 +66,8 @@ int originrec_write(const struct tc_dev *d, const char *origin, const uint8_t se
 int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16]);
 
 /* The set's stop record (originrec.c): how far the log of cache set
- * set_uuid had reached at its last clean stop (its newest chunk), kept
+ * set_uuid had reached at its last clean stop (its newest chunk), or
+ * since, while serving (at_stop false: the sequence record's chunk), kept
  * with the origin records, away from the set's devices and state folder,
  * so that an older copy of the set restored with its state folder is
  * still told (engine/seqrec.c).  Written in the place records are
@@ -76,11 +77,12 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16]);
  * readable are in s as well).  write, remove: 0 or -errno. */
 struct originrec_stop {
     bool found;
+    bool serving;               /* written while serving, not at a clean stop */
     uint64_t chunk;
     char path[4200];
     char why[4400];
 };
-int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk);
+int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop);
 int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s);
 int originrec_stop_remove(const uint8_t set_uuid[16]);
 
