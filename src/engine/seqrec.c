@@ -49,6 +49,11 @@
  *  - once an abandonment is recorded in the state file: chunk 0
  *    (seqrec_abandoned(): the log from before it is untrusted anyway).
  *
+ * Each periodic write that moves the chunk on is followed by the same
+ * chunk in the set's stop record, kept with the origin records, away from
+ * this folder (stop_mirror()), which a restore of the folder with the
+ * devices does not bring back (look()).
+ *
  * The log counts a chunk whose write failed as written (its data is
  * appended again elsewhere) and a flush that failed on one device as done:
  * after any cache write or flush error, a device failure or an
@@ -788,13 +793,14 @@ static void look_record(const struct cache *c, struct seqrec_look *l, bool token
 
 /*
  * Then the set's stop record (io/originrec.c), kept with the origin
- * records: how far the log reached at the set's last clean stop.  A
- * restore that brings back the state file's folder with the devices
- * brings back the older sequence record beside it, which finds the copy
- * current; the stop record stays where it was, and a copy taken before
- * the last clean stop (which wrote a chunk of its own) holds no chunk as
- * new as the one it names: OLDER, as the sequence record would say
- * (by_stop).  Compared where the sequence record let the start go on
+ * records: how far the log reached at the set's last clean stop, or since
+ * while served (stop_mirror(): the sequence record's chunk).  A restore
+ * that brings back the state file's folder with the devices brings back
+ * the older sequence record beside it, which finds the copy current; the
+ * stop record stays where it was, and a copy taken before the last clean
+ * stop (which wrote a chunk of its own) or before the chunk the stop
+ * record was last brought up to holds no chunk as new as the one it
+ * names: OLDER, as the sequence record would say (by_stop).  Compared where the sequence record let the start go on
  * (current, missing, another set's); not with a device out of service
  * (the newest chunk may be on it), nor after an abandonment (seqrec.c
  * removes the stop record then).  A stop record that cannot be read is
