@@ -205,6 +205,7 @@ struct seqrec {
     bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
     bool upgrade;                   /* the record read is of version 1: written anew */
     const char *test_hold;          /* TIERCACHE_TEST_SEQREC_HOLD (seqrec_tick()) */
+    uint64_t period_ns;             /* SEQREC_PERIOD_NS, or TIERCACHE_TEST_SEQREC_PERIOD_MS */
     /* The writer's progress (under mu): writing a record now, and the
      * post of the last one it finished, and whether that write succeeded. */
     bool busy;
@@ -996,6 +997,11 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
     pthread_cond_init(&sr->cv, NULL);
     sr->path = record_path(c->state_path);
     sr->test_hold = getenv("TIERCACHE_TEST_SEQREC_HOLD");
+    /* For tests only: a shorter period, so that runs between kills of a
+     * few seconds (the random model test's) write records while serving. */
+    const char *period = getenv("TIERCACHE_TEST_SEQREC_PERIOD_MS");
+    sr->period_ns = period && *period ? strtoull(period, NULL, 10) * 1000000ull
+                                      : SEQREC_PERIOD_NS;
     c->seqrec = sr;
     struct seqrec_look l;
     seqrec_look(c, &l);
@@ -1256,7 +1262,7 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     if (!sr || sr->thread_failed)
         return;
     sent_settle(c, false);
-    if (now_ns - sr->posted_ns < SEQREC_PERIOD_NS || !updatable(c))
+    if (now_ns - sr->posted_ns < sr->period_ns || !updatable(c))
         return;
     /* TIERCACHE_TEST_SEQREC_HOLD=FILE, for tests only: no record posted
      * while FILE exists, so that a test can make chunks durable that the

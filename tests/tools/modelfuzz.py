@@ -52,6 +52,9 @@ environment:
   FZ_MODES=a,b the modes a start or a mode switch picks from (default all
                four; writeback alone keeps the cleaner and writeback busy)
   FZ_COMMIT_MS the daemon's commit interval (TIERCACHE_TEST_COMMIT_MS)
+  FZ_SEQREC_MS the sequence record's period while serving, and so the
+               set's stop record's (TIERCACHE_TEST_SEQREC_PERIOD_MS): the
+               runs between kills are short for the 2 s default
   FZ_CACHES=a,b  cache device files (default c0.img)
   FZ_CSIZE, FZ_SIZE  cache device and origin sizes (12 MiB, 8 MiB; a
                device of 9 MiB, 8 segments, is the smallest format takes)
@@ -157,6 +160,8 @@ env.setdefault("TIERCACHE_ORIGIN_RECORDS", f"{D}/rec")
 os.makedirs(env["TIERCACHE_ORIGIN_RECORDS"], exist_ok=True)
 if os.environ.get("FZ_COMMIT_MS"):
     env["TIERCACHE_TEST_COMMIT_MS"] = os.environ["FZ_COMMIT_MS"]
+if os.environ.get("FZ_SEQREC_MS"):
+    env["TIERCACHE_TEST_SEQREC_PERIOD_MS"] = os.environ["FZ_SEQREC_MS"]
 ORIGIN = f"{D}/origin.img"
 ORIGIN_FILE = ORIGIN
 CACHES = os.environ.get("FZ_CACHES", "c0.img").split(",")
