@@ -1401,6 +1401,8 @@ static void stop_lost_synced(struct log_waiter *lw, int err)
         stop_lost_retry(c);
         return;
     }
+    if (c->ab.start_drops_waiting)
+        return;         /* abandon_start_drops_durable() tries again */
     c->ab.stop_lost_pending = false;
     int rc;
     if (c->abandoned || c->abandoned_seq) {
@@ -1432,6 +1434,18 @@ static void stop_lost_try(struct cache *c)
     if (!c->ab.stop_lost_pending || c->ab.stop_lost_syncing || c->ab.state_closed ||
         c->abandoned)
         return;
+    if (c->ab.start_drops_waiting) {
+        /* Among the copies this start dropped are those of the blocks the
+         * state file names (TC_STATE_STOP_DROPS): the file is their only
+         * record until their tombstones are durable -- removed before, a
+         * crash would let the log's older copies back. */
+        if (!c->ab.start_drops_said)
+            tc_info("cache: the state file %s stays until the tombstones of the %llu copies "
+                    "dropped at the start that wait for room in the log are written",
+                    c->state_path, (unsigned long long)c->ab.start_drops_waiting);
+        c->ab.start_drops_said = true;
+        return;
+    }
     if (!lost_record_again(c)) {
         stop_lost_retry(c);
         return;
@@ -1446,6 +1460,17 @@ static void stop_lost_try(struct cache *c)
 void abandon_started(struct cache *c)
 {
     stop_lost_free(c);
+    stop_lost_try(c);
+}
+
+void abandon_start_drops_durable(struct cache *c)
+{
+    /* At a stop the wait ends with the tombstones given up, and the stop
+     * writes the state file again, naming those blocks (close_state()). */
+    if (c->stopping)
+        return;
+    if (c->ab.start_drops_said && c->ab.stop_lost_pending && !c->ab.state_closed)
+        tc_info("cache: the tombstones of the copies dropped at the start are written");
     stop_lost_try(c);
 }
 
@@ -2167,6 +2192,7 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "state_file_errors", c->ab.state_errors);
     json_uint(j, "unfiled_lost_writes_refused", c->ab.unfiled_refused);
     json_bool(j, "state_file_stop_lost", c->ab.stop_lost_pending);
+    json_uint(j, "state_file_start_drops_waiting", c->ab.start_drops_waiting);
     /* The drain resumed at this start (abandon_resume_drain()). */
     json_begin_object(j, "resumed_drain");
     json_bool(j, "resumed", c->ab.resumed);

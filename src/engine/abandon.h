@@ -88,6 +88,12 @@ struct abandon {
     bool stop_lost_pending;         /* the state file still carries it: the
                                        log has not recorded it again */
     bool stop_lost_syncing;         /* its LOST records appended, a sync under way */
+    /* Tombstones of copies this start dropped (failure.c,
+     * cache_mark_tombstones()) that found no room and wait for it: the
+     * state file stays until they are durable (abandon_start_drops_durable()),
+     * as it names some of those blocks (TC_STATE_STOP_DROPS). */
+    uint64_t start_drops_waiting;
+    bool start_drops_said;          /* the wait said once */
     /* The room kept aside for the state file (abandon.c): the blocks of
      * the lost set the largest spare can record; more dirty and lost
      * blocks than that make it grow (abandon_room_check()). */
@@ -275,6 +281,10 @@ void abandon_stop_lost_apply(struct cache *c, bool (*wt_unstable)(void *arg, uin
  * recorded in the log (LOST records), and once synced the state file no
  * longer carries it. */
 void abandon_started(struct cache *c);
+/* The last tombstone of a copy the start dropped that waited for room is
+ * durable (or its wait ended otherwise): the lost set a stop left in the
+ * state file may go (c->ab.start_drops_waiting). */
+void abandon_start_drops_durable(struct cache *c);
 bool abandon_idle(struct cache *c);
 /* Device d's superblocks rewritten from c->devs[d].sb (copy A, flush,
  * copy B, flush), in turn with the marks' rewrites of the same device, so

@@ -735,7 +735,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
      * once that is synced the state file goes, and among those blocks are
      * the ones it named whose tombstones the stop gave up
      * (TC_STATE_STOP_DROPS) -- a crash between would let the log's older
-     * copies of them back. */
+     * copies of them back.  Those that find no room wait for it, and the
+     * state file with them (abandon.c, c->ab.start_drops_waiting). */
     cache_mark_tombstones(c);
     abandon_started(c);
     writeback_start(c);

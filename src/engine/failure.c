@@ -371,7 +371,7 @@ static int rehome_from_image(struct cache *c, uint64_t oblock, uint32_t id, uint
  * failure's mark and write acknowledgements, and waits for room.
  */
 static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue, unsigned image_dev,
-                          uint32_t image_keeps);
+                          uint32_t image_keeps, bool start_drop);
 static int tombstone(struct cache *c, uint64_t oblock);
 
 static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
@@ -385,7 +385,7 @@ static void forget_block(struct cache *c, uint64_t oblock, bool survivors)
         map_drop_block(c, oblock);
     }
     if (tombstone(c, oblock) < 0 && survivors)
-        rewrite_block(c, oblock, false, 0, 0);
+        rewrite_block(c, oblock, false, 0, 0, false);
 }
 
 /* The failure path's LOST records leave the cleaner's tail record its room
@@ -1301,6 +1301,8 @@ struct rewrite {
     unsigned read_tries;        /* attempts whose read failed with an I/O error */
     bool appended;              /* the version is appended (status counts) */
     bool relost;                /* no block: the lost set recorded again (relost_try()) */
+    bool start_drop;            /* a tombstone of cache_mark_tombstones() that found no
+                                   room: counted in c->ab.start_drops_waiting */
     /* A rescue (dirty data only a failed device held, read back from it):
      * counted in c->rescues_pending while rescue_epoch is current. */
     bool rescue;
@@ -1355,8 +1357,13 @@ static void rewrite_end(struct rewrite *r)
         bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
     if (r->image_keeps > 0)
         image_keeps_done(c, r->image_dev, r->image_keeps);
+    bool start_drops_done = r->start_drop && --c->ab.start_drops_waiting == 0;
     free(r);
     devfail_hold_done(c);
+    /* Durable (rewrite_durable()), or given up at a stop, which names the
+     * block in the state file again (tombstone_given_up()). */
+    if (start_drops_done)
+        abandon_start_drops_durable(c);
 }
 
 static void rewrite_durable(struct log_waiter *lw, int err)
@@ -2100,11 +2107,15 @@ static void rewrite_locked(struct block_waiter *bw)
 }
 
 static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue, unsigned image_dev,
-                          uint32_t image_keeps)
+                          uint32_t image_keeps, bool start_drop)
 {
     struct rewrite *r = tc_xcalloc(1, sizeof *r);
     r->c = c;
     r->oblock = oblock;
+    if (start_drop) {
+        r->start_drop = true;
+        c->ab.start_drops_waiting++;
+    }
     r->image_dev = image_dev;
     r->image_keeps = image_keeps;
     if (rescue) {
@@ -2123,7 +2134,7 @@ static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue, unsigne
 void cache_tombstone(struct cache *c, uint64_t oblock)
 {
     if (tombstone(c, oblock) < 0 && !c->abandoned && !c->offline && !c->vol->cache_failed)
-        rewrite_block(c, oblock, false, 0, 0);
+        rewrite_block(c, oblock, false, 0, 0, false);
 }
 
 /* The start's sync of its tombstones (cache_mark_tombstones()). */
@@ -2158,7 +2169,7 @@ void cache_mark_tombstones(struct cache *c)
             if (tombstone(c, c->mark_dropped[i]) == 0)
                 appended++;
             else if (!c->abandoned && !c->offline && !c->vol->cache_failed)
-                rewrite_block(c, c->mark_dropped[i], false, 0, 0);
+                rewrite_block(c, c->mark_dropped[i], false, 0, 0, true);
         }
     /* Durable before the first client is served: a client's write of
      * the block made durable without them (a FUA write, a chunk of a
@@ -2642,7 +2653,7 @@ void cache_device_fail(struct cache *c, unsigned d, const char *why)
             keeps += in_image[j];
         }
         if ((any_gone || any_rescue) && index_lookup(&c->map.idx, vs[i].oblock) != NIL)
-            rewrite_block(c, vs[i].oblock, any_rescue, d, keeps);
+            rewrite_block(c, vs[i].oblock, any_rescue, d, keeps, false);
         else if (keeps > 0)
             image_keeps_done(c, d, keeps);
     }

@@ -51,7 +51,9 @@ void cache_tombstone(struct cache *c, uint64_t oblock);
  * failure mark (recovery.c, untrusted_clean()), as cache_tombstone();
  * called once the start may append, before clients are served: it waits
  * (polling the reactor) until those appended are written and the devices
- * flushed.  Frees the list. */
+ * flushed; those without room wait for it, counted in
+ * c->ab.start_drops_waiting until durable (a stop's state file stays
+ * meanwhile: abandon.c).  Frees the list. */
 void cache_mark_tombstones(struct cache *c);
 /* A start drops clean block oblock from the index (recovery: below a
  * failure mark; the origin's sample: adopted where it differs; a stop's
