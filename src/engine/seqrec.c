@@ -196,7 +196,7 @@ struct seqrec {
     /* The set's stop record kept up by the writer (stop_mirror()): wanted
      * with the posted record (the origin records are written in this
      * run), the chunk it last wrote there, its writes and failures. */
-    bool want_stop;
+    bool want_stop;                 /* with want: a post that moved the chunk on */
     uint64_t stop_written;
     uint64_t stop_writes, stop_errors;
     bool stop_failing;
@@ -205,6 +205,7 @@ struct seqrec {
     bool abandoned;                 /* seqrec_abandoned() wrote chunk 0 */
     bool upgrade;                   /* the record read is of version 1: written anew */
     const char *test_hold;          /* TIERCACHE_TEST_SEQREC_HOLD (seqrec_tick()) */
+    bool forget_stop;               /* an older copy accepted: forget_stop_record() */
     uint64_t period_ns;             /* SEQREC_PERIOD_NS, or TIERCACHE_TEST_SEQREC_PERIOD_MS */
     /* The writer's progress (under mu): writing a record now, and the
      * post of the last one it finished, and whether that write succeeded. */
@@ -424,10 +425,10 @@ static void record_written(struct seqrec *sr, uint64_t chunk_seq, int rc)
  * of its own is logged once per run of them, and the record on file
  * stays where it was (it still catches copies older than it).
  */
-static void stop_mirror(struct seqrec *sr, const struct tc_seqrec *r)
+static void stop_mirror(struct seqrec *sr, const struct tc_seqrec *r, bool wanted)
 {
     pthread_mutex_lock(&sr->mu);
-    bool want = sr->want_stop && r->chunk_seq > sr->stop_written;
+    bool want = wanted && r->chunk_seq > sr->stop_written;
     bool was_failing = sr->stop_failing;
     pthread_mutex_unlock(&sr->mu);
     if (!want)
@@ -443,9 +444,10 @@ static void stop_mirror(struct seqrec *sr, const struct tc_seqrec *r)
     sr->stop_failing = rc != 0;
     pthread_mutex_unlock(&sr->mu);
     if (rc && !was_failing)
-        tc_error("the set's stop record: cannot bring it up to chunk %llu: %s (an older copy "
-                 "of the set restored with the state file's folder is caught only if it is "
-                 "older than chunk %llu)", (unsigned long long)r->chunk_seq, strerror(-rc),
+        tc_error("the set's stop record: cannot bring it up to chunk %llu: %s (it stays as it "
+                 "was, at chunk %llu or at the last clean stop's: an older copy of the set "
+                 "restored with the state file's folder is caught only if it is older than "
+                 "that)", (unsigned long long)r->chunk_seq, strerror(-rc),
                  (unsigned long long)sr->stop_written);
     else if (rc == 0 && was_failing)
         tc_info("the set's stop record: written again (chunk %llu)",
@@ -462,6 +464,7 @@ static void *writer_main(void *arg)
         if (!sr->pending)
             break;
         struct tc_seqrec r = sr->want;
+        bool stop_too = sr->want_stop;
         uint64_t gen = sr->want_gen;
         sr->pending = false;
         sr->busy = true;
@@ -469,7 +472,7 @@ static void *writer_main(void *arg)
         int rc = record_write(sr->path, &r);
         record_written(sr, r.chunk_seq, rc);
         if (rc == 0)
-            stop_mirror(sr, &r);
+            stop_mirror(sr, &r, stop_too);
         pthread_mutex_lock(&sr->mu);
         sr->busy = false;
         sr->done_gen = gen;
@@ -977,19 +980,6 @@ static int adopt_refusal(const struct cache *c, const struct seqrec_look *l, cha
     return rc;
 }
 
-/* An older copy served on the operator's word (--accept-older-cache) is
- * now the set, its chunks numbered on from its own newest: the set's stop
- * record, which may name a chunk of the later runs whether it refused the
- * copy or the sequence record did, would refuse each start after this one
- * until the log passed it again. */
-static void forget_stop_record(struct cache *c, const char *what)
-{
-    int e = originrec_stop_remove(c->set_uuid);
-    if (e < 0)
-        tc_warn("%s: cannot remove the set's stop record (%s): the next start may refuse the "
-                "set again (remove it by hand)", what, strerror(-e));
-}
-
 int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err, size_t errlen)
 {
     struct seqrec *sr = tc_xcalloc(1, sizeof *sr);
@@ -1055,7 +1045,7 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
             break;
         }
         sr->at_start = "unusable, accepted";
-        forget_stop_record(c, sr->path);
+        sr->forget_stop = true;
         tc_warn("sequence record %s is unusable (%s): not checked (--accept-older-cache); "
                 "written anew", sr->path, l.why);
         break;
@@ -1069,7 +1059,7 @@ int seqrec_check(struct cache *c, bool accept_older, bool adopt_place, char *err
             break;
         }
         sr->at_start = "older, accepted";
-        forget_stop_record(c, l.path);
+        sr->forget_stop = true;
         sr->file_chunk = l.found;
         memcpy(sr->file_dev, l.dev_recorded, sizeof sr->file_dev);
         guard_apply(c);
@@ -1157,6 +1147,9 @@ void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen)
             .way_out = "salvage its dirty data with 'tiercache check --salvage --origin ORIGIN "
                        "--accept-older-cache' (the start is refused by the scan too, below)",
             .way_out_unusable = "",
+            .way_out_stop = "salvage its dirty data with 'tiercache check --salvage --origin "
+                            "ORIGIN --accept-older-cache' (the start is refused by the scan "
+                            "too, below)",
         };
         seqrec_refusal(&l, &words, err, errlen);
         size_t at = strlen(err);
@@ -1207,11 +1200,28 @@ static void place_record(struct cache *c)
                 "--state-file is refused", sr->place[0] ? sr->place : c->state_path);
 }
 
+/* An older copy served on the operator's word (--accept-older-cache) is
+ * now the set, its chunks numbered on from its own newest: the set's stop
+ * record, which may name a chunk of the later runs whether it refused the
+ * copy or the sequence record did, would refuse each start after this one
+ * until the log passed it again.  Removed once the start can no longer
+ * fail (seqrec_started()): a start refused after the look (the origin's
+ * sample, say) leaves it to refuse the copy again. */
+static void forget_stop_record(struct cache *c)
+{
+    int e = originrec_stop_remove(c->set_uuid);
+    if (e < 0)
+        tc_warn("%s: cannot remove the set's stop record (%s): the next start may refuse the "
+                "set again (remove it by hand)", c->seqrec->path, strerror(-e));
+}
+
 void seqrec_started(struct cache *c)
 {
     struct seqrec *sr = c->seqrec;
     if (!sr)
         return;
+    if (sr->forget_stop)
+        forget_stop_record(c);
     sr->start_ns = tc_now_ns();
     sr->posted_ns = sr->start_ns;
     if (sr->frozen)
@@ -1279,7 +1289,8 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
      * back at the start may still sit in a volatile cache).  Without one,
      * the record on file is written again only to drop an entry whose
      * segment was freed, which the allocator holds back until then. */
-    if (v > sr->posted && c->lg.flushed_ns > sr->start_ns) {
+    bool moved_on = v > sr->posted && c->lg.flushed_ns > sr->start_ns;
+    if (moved_on) {
         record_fill(c, v, &r);
     } else {
         if (sr->looked_freed == c->sp.groups_freed)
@@ -1302,7 +1313,9 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     if (pthread_mutex_trylock(&sr->mu) != 0)
         return;
     sr->want = r;
-    sr->want_stop = c->vol->origin_recorded;
+    /* Only a chunk a flush of this run made durable goes to the stop
+     * record, not the one on file written again without an entry. */
+    sr->want_stop = moved_on && c->vol->origin_recorded;
     sr->want_gen = ++sr->post_gen;
     sr->pending = true;
     pthread_cond_signal(&sr->cv);
