@@ -413,6 +413,16 @@ void abandon_free(struct cache *c)
 {
     proven_free(c);
     unfiled_lost_free(c);
+    free(c->ab.start_drop_ob);
+    c->ab.start_drop_ob = NULL;
+}
+
+/* Waiting start drop i is to be named in the state file: not in the lost
+ * set (whose entry covers it) nor among the stop's tombless blocks. */
+static bool start_drop_named(const struct cache *c, size_t i)
+{
+    uint64_t ob = c->ab.start_drop_ob[i];
+    return !lost_get(&c->map.lost, ob, NULL) && !cache_block_tombless(c, ob);
 }
 
 /* Write the state file now (blocking; see the comment at the top): the
@@ -434,6 +444,13 @@ static int state_write_as(struct cache *c, bool stop_lost)
     for (size_t i = 0; stop_lost && i < c->ntombless; i++)
         if (!lost_get(&c->map.lost, c->tombless[i], NULL))
             ndrops++;
+    /* And, while serving, the blocks whose drop at this start still waits
+     * for its tombstone (c->ab.start_drop_ob): the file is still their
+     * only record.  No write of such a block comes between: the waiting
+     * rewrite holds its lock. */
+    for (size_t i = 0; stop_lost && i < c->ab.start_drops_waiting; i++)
+        if (start_drop_named(c, i))
+            ndrops++;
     /* Version 3 only while the lost set carries proofs (an abandonment's,
      * not resumed yet): otherwise what older builds read. */
     uint32_t version = c->map.lost.proof_blocks ? 3 : stop_lost ? 2 : 1;
@@ -447,6 +464,9 @@ static int state_write_as(struct cache *c, bool stop_lost)
     for (size_t i = 0; ndrops && i < c->ntombless; i++)
         if (!lost_get(&c->map.lost, c->tombless[i], NULL))
             state_entry_put(buf, version, c->spb, f.i++, c->tombless[i], none.w);
+    for (size_t i = 0; ndrops && i < c->ab.start_drops_waiting; i++)
+        if (start_drop_named(c, i))
+            state_entry_put(buf, version, c->spb, f.i++, c->ab.start_drop_ob[i], none.w);
     struct tc_state st = { .version = version, .spb = c->spb,
                            .abandoned_seq = c->abandoned_seq, .written_ns = tc_wall_ns(),
                            .count = n + ndrops };

@@ -94,6 +94,13 @@ struct abandon {
      * as it names some of those blocks (TC_STATE_STOP_DROPS). */
     uint64_t start_drops_waiting;
     bool start_drops_said;          /* the wait said once */
+    /* Their blocks (start_drops_waiting of them): a state file written
+     * meanwhile (the lost set grown by a device failure, say) names them
+     * again, as the stop's did (state_write_as()) -- the stop's own list
+     * is gone once the start is done, and without them the file would no
+     * longer drop the log's copies at the start after a crash. */
+    uint64_t *start_drop_ob;
+    size_t start_drop_cap;
     /* The room kept aside for the state file (abandon.c): the blocks of
      * the lost set the largest spare can record; more dirty and lost
      * blocks than that make it grow (abandon_room_check()). */

@@ -1357,7 +1357,15 @@ static void rewrite_end(struct rewrite *r)
         bufpool_put(r->buf, (size_t)c->spb * TC_SECTOR);
     if (r->image_keeps > 0)
         image_keeps_done(c, r->image_dev, r->image_keeps);
-    bool start_drops_done = r->start_drop && --c->ab.start_drops_waiting == 0;
+    bool start_drops_done = false;
+    if (r->start_drop) {
+        for (size_t i = 0; i < c->ab.start_drops_waiting; i++)
+            if (c->ab.start_drop_ob[i] == r->oblock) {
+                c->ab.start_drop_ob[i] = c->ab.start_drop_ob[--c->ab.start_drops_waiting];
+                break;
+            }
+        start_drops_done = c->ab.start_drops_waiting == 0;
+    }
     free(r);
     devfail_hold_done(c);
     /* Durable (rewrite_durable()), or given up at a stop, which names the
@@ -2114,7 +2122,14 @@ static void rewrite_block(struct cache *c, uint64_t oblock, bool rescue, unsigne
     r->oblock = oblock;
     if (start_drop) {
         r->start_drop = true;
-        c->ab.start_drops_waiting++;
+        if (c->ab.start_drops_waiting == c->ab.start_drop_cap) {
+            c->ab.start_drop_cap = c->ab.start_drop_cap ? 2 * c->ab.start_drop_cap : 16;
+            c->ab.start_drop_ob = realloc(c->ab.start_drop_ob,
+                                          c->ab.start_drop_cap * sizeof(uint64_t));
+            if (c->ab.start_drop_ob == NULL)
+                abort();
+        }
+        c->ab.start_drop_ob[c->ab.start_drops_waiting++] = oblock;
     }
     r->image_dev = image_dev;
     r->image_keeps = image_keeps;
