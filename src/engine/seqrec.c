@@ -804,12 +804,12 @@ static void look_record(const struct cache *c, struct seqrec_look *l, bool token
  * stop record stays where it was, and a copy taken before the last clean
  * stop (which wrote a chunk of its own) or before the chunk the stop
  * record was last brought up to holds no chunk as new as the one it
- * names: OLDER, as the sequence record would say (by_stop).  Compared where the sequence record let the start go on
- * (current, missing, another set's); not with a device out of service
- * (the newest chunk may be on it), nor after an abandonment (seqrec.c
- * removes the stop record then).  A stop record that cannot be read is
- * said and not compared: it adds to the sequence record, which still
- * stands.
+ * names: OLDER, as the sequence record would say (by_stop).  Compared
+ * where the sequence record let the start go on (current, missing,
+ * another set's); not with a device out of service (the newest chunk
+ * may be on it), nor after an abandonment (seqrec.c removes the stop
+ * record then).  A stop record that cannot be read is said and not
+ * compared: it adds to the sequence record, which still stands.
  */
 static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
 {
@@ -927,7 +927,7 @@ int seqrec_refusal(const struct seqrec_look *l, const struct seqrec_words *w, ch
                  l->devs,
                  l->stop_serving ? "it had reached while last served" : "its last clean stop left",
                  (unsigned long long)l->found, (unsigned long long)l->recorded,
-                 l->path, w->harm, w->way_out_stop);
+                 l->path, w->harm, w->way_out_stop ? w->way_out_stop : w->way_out);
         return -1;
     }
     if (l->verdict == SEQREC_OLDER) {
@@ -1147,9 +1147,6 @@ void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen)
             .way_out = "salvage its dirty data with 'tiercache check --salvage --origin ORIGIN "
                        "--accept-older-cache' (the start is refused by the scan too, below)",
             .way_out_unusable = "",
-            .way_out_stop = "salvage its dirty data with 'tiercache check --salvage --origin "
-                            "ORIGIN --accept-older-cache' (the start is refused by the scan "
-                            "too, below)",
         };
         seqrec_refusal(&l, &words, err, errlen);
         size_t at = strlen(err);

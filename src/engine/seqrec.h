@@ -78,7 +78,7 @@ const char *seqrec_verdict_name(enum seqrec_verdict v);
  * option (for an older log, and for an unusable record). */
 struct seqrec_words {
     const char *who, *harm, *way_out, *way_out_unusable, *way_out_elsewhere;
-    const char *way_out_stop;       /* refused by the set's stop record */
+    const char *way_out_stop;       /* refused by the set's stop record; NULL: way_out */
 };
 /* -1 with serve's refusal, in the command's words, in err for an older
  * log, an unusable record and a record kept elsewhere; 0 otherwise. */
