@@ -15,7 +15,7 @@ per name in DIR that is new since LIST and holds the UUID of a set the
 test's files in TMP name (a cache device's superblock, a state file or
 sequence record kept there, an origin or stop record).  Tests run side by
 side make their own sets (format draws a random UUID), so another test's
-files are never counted.  Exit status 0 when there are none, 1 otherwise.
+files are never counted.  Exit status 0 when there are none, 3 otherwise.
 A set the test formatted over later and kept nothing of in TMP is not
 seen.
 
@@ -44,7 +44,7 @@ UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 def names(d):
     try:
         return set(os.listdir(d))
-    except FileNotFoundError:
+    except OSError:         # none there, or not this user's to read
         return set()
 
 
@@ -156,7 +156,7 @@ def main(argv):
             left.append(os.path.join(d, n))
     for p in left:
         print(p)
-    return 1 if left else 0
+    return 3 if left else 0
 
 
 if __name__ == "__main__":
