@@ -83,7 +83,11 @@ _cleanup() {
 wl_begin() {
   WORK=$STATE/work/$1
   rm -rf "$WORK"
-  mkdir -p "$WORK"
+  mkdir -p "$WORK/records"
+  # The origin and stop records of the workload's cache sets go with it:
+  # every run formats sets of its own, whose records would otherwise
+  # gather in the machine's /var/lib/tiercache (one a set, never removed).
+  export TIERCACHE_ORIGIN_RECORDS=$WORK/records
 }
 # wl_end: stop the servers still running (in order, SIGTERM), then clean up
 # (loop devices and cgroups the servers used go after the servers)
