@@ -46,7 +46,7 @@ il_serve() {
   TC_UP[$name]=$origin
   spawn "$name" sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$IL_CG" \
     "$TC" serve --foreground --origin "$(uri "$origin")" --socket "$(sock "$name")" \
-    --cache "$caches" --sequential-cutoff 0
+    --cache "$caches" --sequential-cutoff 0 --state-file "$WORK/$name.tcstate"
   wait_up "$name"
 }
 
@@ -86,22 +86,31 @@ wl_interleave() {
   il_cgroup "$a" "$b" "$c"
 
   # warm both cache sets through a fast origin, then serve with the spindle
+  # Each set has an origin of its own (the same data file behind another
+  # server): the two daemons serve at the same time, and one origin served
+  # by two cache sets at once is refused (a set may hold writes the other
+  # would not see).
+  local o
   for cfg in tiercache-2dev tiercache-1dev; do
-    if [ "$cfg" = tiercache-2dev ]; then n="$a,$b"; else n="$c"; fi
-    fastdev origin "$data"
-    tcformat "$n" origin 0
-    TC_UP[warm]=origin
-    "$TC" serve --foreground --origin "$(uri origin)" --socket "$(sock warm)" --cache "$n" \
-      --sequential-cutoff 0 >>"$WORK/warm.log" 2>&1 </dev/null &
+    if [ "$cfg" = tiercache-2dev ]; then n="$a,$b" o=origin; else n="$c" o=origin1; fi
+    fastdev "$o" "$data"
+    tcformat "$n" "$o" 0
+    TC_UP[warm]=$o
+    # The state file (and sequence record) in the scratch folder: the
+    # sets are on loop devices, whose default place is the machine's
+    # /var/lib/tiercache, where nothing would remove them.
+    "$TC" serve --foreground --origin "$(uri "$o")" --socket "$(sock warm)" --cache "$n" \
+      --sequential-cutoff 0 --state-file "$WORK/$cfg.tcstate" >>"$WORK/warm.log" 2>&1 </dev/null &
     PIDS[warm]=$!; STARTED+=(warm)
     wait_up warm
     fio_nbd "$WORK/warm.json" warm --rw=read --bs=1M --iodepth=8
     stop warm
-    stop origin
+    stop "$o"
   done
   spindle origin "$data"
+  spindle origin1 "$data"
   il_serve tiercache-2dev origin "$a,$b"
-  il_serve tiercache-1dev origin "$c"
+  il_serve tiercache-1dev origin1 "$c"
 
   local configs=(limits 2dev-1r 2dev-2r 2dev-3r 1dev-1r)
   local h0 m0 h1 m1 la lb
