@@ -64,6 +64,13 @@ wb_randwrite() {  # CONFIG REP
     kill -KILL "${PIDS[vol]}" 2>/dev/null || true
     stop vol 5
   fi
+  if [ "$cfg" = tiercache-wb ]; then
+    # Its dirty data is thrown away with its cache file, and so is the
+    # origin's record that the set holds writes the origin lacks (kept in
+    # the workload's folder: wl_begin), which refuses the next format for
+    # this origin otherwise -- as it should anywhere but here.
+    rm -f "$WORK/cache.img" "$TIERCACHE_ORIGIN_RECORDS"/origin-*.tcorigin
+  fi
   stop origin
 }
 
