@@ -2022,8 +2022,10 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "clean_records_given_up", wb->clean_given_up);
     }
     json_uint(j, "passes", c->st.writeback_passes);
+    /* Exact to the microsecond: a double printed with six significant
+     * digits put a unix time off by up to 5000 s. */
     if (c->last_flush_wall_ns)
-        json_double(j, "last_flush_unix_time", (double)c->last_flush_wall_ns / 1e9);
+        json_micros_as_seconds(j, "last_flush_unix_time", c->last_flush_wall_ns / 1000);
     else
         json_null(j, "last_flush_unix_time");
     json_end_object(j);
