@@ -545,7 +545,11 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     c->sp.nsegs = sbs[0].total_segments;
     if (vol->size == 0)
         vol->size = sbs[0].origin_size;    /* offline: the recorded origin */
-    c->nblocks_origin = (vol->size + c->block_size - 1) / c->block_size;
+    /* The log is read against the origin size the set was formatted for:
+     * an origin of another size is refused after the scan (which counts
+     * the dirty data the refusal names), and read against its size every
+     * entry past it was taken for damage, a warning each. */
+    c->nblocks_origin = (sbs[0].origin_size + c->block_size - 1) / c->block_size;
     c->lg.next_seq = 1;
     snprintf(c->health, sizeof c->health, "ok");
     vol->cache = c;
