@@ -110,8 +110,12 @@ int cmd_attach(int argc, char **argv)
     char path[4096], err[1024];
     cli_control_path(sock, path, sizeof path);
     struct result r = { .done = false };
-    if (ctl_request(path, line, on_line, &r, err, sizeof err) < 0)
+    if (ctl_request(path, line, on_line, &r, err, sizeof err) < 0) {
+        /* The daemon's refusals say "attach refused: ..." themselves. */
+        if (strncmp(err, "attach refused: ", 16) == 0)
+            tc_die(1, "%s", err);
         tc_die(1, "attach: %s", err);
+    }
     if (!r.done)
         tc_die(1, "attach: the daemon ended the operation without a result");
     printf("attach: cache attached; mode %s\n", r.mode);
