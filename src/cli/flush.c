@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "ctl/ctl.h"
+#include "tiercache.h"
 #include "util/jsonread.h"
 #include "util/log.h"
 #include "util/parse.h"
@@ -56,7 +57,8 @@ static const char mode_help[] =
 "Usage: tiercache mode [--socket PATH] [MODE]\n"
 "\n"
 "Without MODE, print the daemon's current mode (with \"(cache detached)\"\n"
-"after a detach, \"(cache abandoned)\" after the cache failed).  With MODE, switch the daemon to MODE: writethrough, writeback, writearound or\n"
+"after a detach, \"(cache abandoned)\" after the cache failed).  With MODE,\n"
+"switch the daemon to MODE: writethrough, writeback, writearound or\n"
 "passthrough.  New requests follow the new mode at once; leaving writeback,\n"
 "the dirty data is then written back (with progress, as tiercache flush),\n"
 "and the command returns when none is left.  If it cannot all be written\n"
@@ -67,7 +69,11 @@ static const char mode_help[] =
 "refused, exit status 1, saying so.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
-"  --help, -h      this text\n";
+"  --help, -h      this text\n"
+"\n"
+"Exit status: 0 the mode printed or switched; 1 not switched (the reason is\n"
+"said), or the daemon could not be asked; 2 bad usage (a MODE not among\n"
+"those four, nothing asked of the daemon).\n";
 
 struct view {
     bool tty;
@@ -165,6 +171,10 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
         if (optind + 1 != argc)
             tc_die(2, "%s: give at most one MODE, not '%s %s' (try --help)", cmd,
                    argv[optind], argv[optind + 1]);
+        enum tc_mode m;
+        if (tc_mode_parse(argv[optind], &m) < 0)
+            tc_die(2, "%s: '%s' is not a mode: choose writethrough, writeback, writearound "
+                   "or passthrough", cmd, argv[optind]);
         snprintf(line, sizeof line, "%s %s", cmd, argv[optind]);
     } else {
         if (optind < argc)
