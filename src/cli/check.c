@@ -564,13 +564,15 @@ int cmd_check(int argc, char **argv)
                    : res.run_ckpt_compared ? ""
                    : res.run_ckpts_usable ? "; the newest not compared (entries were written after it)"
                                           : "");
-        /* An older log or an unusable record is a problem (listed below). */
+        /* An older log, an unusable record or one the set keeps elsewhere
+         * is a problem (listed below). */
         if (strcmp(res.seqrec_found, "checked") == 0)
             printf("sequence record %s: the log reaches chunk %llu, at least the %llu "
                    "recorded\n", res.seqrec_path, (unsigned long long)res.newest_chunk,
                    (unsigned long long)res.seqrec_chunk);
         else if (strcmp(res.seqrec_found, "older") != 0 &&
-                 strcmp(res.seqrec_found, "unusable") != 0)
+                 strcmp(res.seqrec_found, "unusable") != 0 &&
+                 strcmp(res.seqrec_found, "elsewhere") != 0)
             printf("sequence record %s: %s: whether the devices hold an older copy of the "
                    "log is not checked\n", res.seqrec_path,
                    strcmp(res.seqrec_found, "missing") == 0 ? "none"
