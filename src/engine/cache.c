@@ -1866,13 +1866,13 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "held_for_lock", s->wo_held_lock);
     json_end_object(j);
     json_uint(j, "write_lock_waits", s->write_lock_waits);
-    json_double(j, "write_lock_wait_seconds", (double)s->write_lock_wait_ns / 1e9);
+    json_micros_as_seconds(j, "write_lock_wait_seconds", s->write_lock_wait_ns / 1000);
     json_uint(j, "write_room_waits", s->write_room_waits);
-    json_double(j, "write_room_wait_seconds", (double)s->write_room_wait_ns / 1e9);
-    json_double(j, "write_room_stall_seconds", (double)s->room_stall_ns / 1e9);
+    json_micros_as_seconds(j, "write_room_wait_seconds", s->write_room_wait_ns / 1000);
+    json_micros_as_seconds(j, "write_room_stall_seconds", s->room_stall_ns / 1000);
     json_uint(j, "write_merge_reads", s->write_merge_reads);
     json_uint(j, "write_through_flush_waits", s->wt_flush_waits);
-    json_double(j, "write_through_flush_wait_seconds", (double)s->wt_flush_wait_ns / 1e9);
+    json_micros_as_seconds(j, "write_through_flush_wait_seconds", s->wt_flush_wait_ns / 1000);
     json_uint(j, "cache_syncs", s->syncs);
     json_uint(j, "split_appends", s->split_appends);
     json_uint(j, "segments_written", s->segments_written);
@@ -1962,7 +1962,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "segment_images_idle_max_bytes",
               (uint64_t)LOG_IMAGE_POOL * tc_round_up(c->segment_size, 4096));
     json_end_object(j);
-    json_double(j, "recovery_seconds", (double)c->recovery_ns / 1e9);
+    json_micros_as_seconds(j, "recovery_seconds", c->recovery_ns / 1000);
     json_uint(j, "recovered_entries", s->recovered_entries);
     json_uint(j, "recovered_dirty_blocks", s->recovered_dirty_blocks);
     json_uint(j, "recovered_dirty_bytes", s->recovered_dirty_sectors * TC_SECTOR);

@@ -2331,15 +2331,15 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "groups_retired", k->groups);
     /* Their reclaims' time, from the start of the walk to the group's
      * release, and the part of it spent on the sync of the new tail. */
-    json_double(j, "reclaim_seconds", (double)k->reclaim_ns / 1e9);
-    json_double(j, "tail_sync_seconds", (double)k->tail_sync_ns / 1e9);
+    json_micros_as_seconds(j, "reclaim_seconds", k->reclaim_ns / 1000);
+    json_micros_as_seconds(j, "tail_sync_seconds", k->tail_sync_ns / 1000);
     /* Groups whose dirty data the pass wrote back before they could go,
      * and the time it waited for the origin. */
     json_uint(j, "writeback_groups", k->wb_groups);
-    json_double(j, "writeback_seconds", (double)k->wb_ns / 1e9);
+    json_micros_as_seconds(j, "writeback_seconds", k->wb_ns / 1000);
     /* The walks' time (their reads, and deciding each entry), the chunk
      * bytes they read from the devices, and those found in memory. */
-    json_double(j, "walk_seconds", (double)k->walk_ns / 1e9);
+    json_micros_as_seconds(j, "walk_seconds", k->walk_ns / 1000);
     json_uint(j, "walk_read_bytes", k->walk_read_bytes);
     json_uint(j, "walk_image_bytes", k->walk_image_bytes);
     /* Groups read ahead (reading ahead, above), the bytes read so, and

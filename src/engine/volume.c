@@ -1058,7 +1058,7 @@ static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
     json_uint(j, "fenced_requests", d->stats.fenced_failed);
     json_uint(j, "open_fences", d->stats.open_fences);
     json_uint(j, "writes_waiting_for_fences", d->stats.fence_waits);
-    json_double(j, "oldest_reply_wait_seconds", (double)d->stats.oldest_reply_wait_ns / 1e9);
+    json_micros_as_seconds(j, "oldest_reply_wait_seconds", d->stats.oldest_reply_wait_ns / 1000);
     json_double(j, "timeout_seconds", (double)d->hold_timeout_ns / 1e9);
     json_uint(j, "writeback_retries",
               vol->cache && !vol->detached ? writeback_retries(vol->cache) : 0);
@@ -1077,7 +1077,7 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
                 : vol->cache ? vol->cache->health : "ok");
     json_uint(j, "size", vol->size);
     json_bool(j, "read_only", vol->read_only);
-    json_double(j, "uptime_seconds", (double)(tc_now_ns() - vol->opened_ns) / 1e9);
+    json_micros_as_seconds(j, "uptime_seconds", (tc_now_ns() - vol->opened_ns) / 1000);
     json_uint(j, "inflight", vol->inflight);
     json_begin_object(j, "requests");
     for (unsigned i = 0; i < TC_ARRAY_SIZE(op_key); i++)

@@ -2011,8 +2011,8 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
         json_double(j, "dirty_ceiling_ratio", dirty_ceiling(c));
         json_uint(j, "throttled_writes", wb->throttled_writes);
         json_uint(j, "throttled_now", wb->throttled_now);
-        json_double(j, "throttle_wait_seconds", (double)wb->throttle_wait_ns / 1e9);
-        json_double(j, "throttle_max_wait_seconds", (double)wb->throttle_max_wait_ns / 1e9);
+        json_micros_as_seconds(j, "throttle_wait_seconds", wb->throttle_wait_ns / 1000);
+        json_micros_as_seconds(j, "throttle_max_wait_seconds", wb->throttle_max_wait_ns / 1000);
         /* Clean records beyond their budget of the cleaner's reserve
          * (clean_record()): deferred, appended since, waiting now, given
          * up (more than OWED_MAX waiting). */
