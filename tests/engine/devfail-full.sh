@@ -13,6 +13,8 @@
 # FUA write instead, with no FLUSH, whose answer waits for the chunk (the
 # writer prints "acknowledged" once it has it).  A2 is a2's cache spec
 # (default a2.img: a testdev spec on it lets a test fail it later).
+# DEVFAIL_FULL_FORMATTED names a command the setup runs once the set is
+# formatted, before its daemon starts (an earlier life of the set).
 CF="$PY $TC_SRC/tests/engine/cachefaults.py"
 # Running checkpoints off (TIERCACHE_TEST_CKPT_BYTES=0): the setup counts on
 # filling a2 to its last segment, and a running checkpoint takes its
@@ -35,6 +37,7 @@ devfail_full_setup() {  # devfail_full_setup PASSES BLOCKS: the model's writes
   rm -f model.json ohold hold1
   make_file origin.img 16M; make_file a1.img 16M; make_file a2.img ${A2_MB:-5}M   # a2: 4 segments (A2_MB - 1)
   "$TIERCACHE" format --cache a1.img,a2.img --origin origin.img --segment-size 1M >/dev/null
+  [ -z "${DEVFAIL_FULL_FORMATTED:-}" ] || $DEVFAIL_FULL_FORMATTED
   touch ohold
   # No share of the reserve kept on a2 (TIERCACHE_TEST_RESERVE_SHARED):
   # a2 fills up, and the reserve is all on a1.
@@ -73,18 +76,34 @@ PY
   # A write beyond the model, taken into a1's open chunk (a2 is full) and
   # acknowledged; its FLUSH waits for the chunk, held with a1's other
   # writes.  Released, they fail, and so does a1.  (Writes that came after
-  # the failure would wait for room.)
-  $PY - "$SOCK_s" $((N * 4096 + 1048576)) "${FUA_WRITE:-0}" <<'PY' >writer.log 2>&1 &
-import sys
+  # the failure would wait for room.)  With EXTRA_BLOCK=B it is a new
+  # version of the model's block B instead, which the model records once
+  # acknowledged (the log keeps B's older version).
+  local xoff=$((N * 4096 + 1048576))
+  [ -z "${EXTRA_BLOCK:-}" ] || xoff=$((EXTRA_BLOCK * 65536))
+  $PY - "$SOCK_s" $xoff "${FUA_WRITE:-0}" "${EXTRA_BLOCK:+model.json}" <<'PY' >writer.log 2>&1 &
+import json, os, struct, sys
 import nbd
 h = nbd.NBD()
 h.connect_unix(sys.argv[1])
-fua = sys.argv[3] == "1"
+off, fua, model = int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+data = b"\x5a" * 65536
+if model:
+    m = json.load(open(model))
+    g = m["gen"] + 1
+    s0 = off // 4096
+    data = b"".join(struct.pack("<QQ", s, g) * 256 for s in range(s0, s0 + 16))
 try:
-    h.pwrite(b"\x5a" * 65536, int(sys.argv[2]), nbd.CMD_FLAG_FUA if fua else 0)
+    h.pwrite(data, off, nbd.CMD_FLAG_FUA if fua else 0)
 except nbd.Error as e:
     print("write failed:", e, flush=True)
     sys.exit(0)
+if model:
+    m["gen"] = g
+    for s in range(s0, s0 + 16):
+        m["ok"][str(s)] = [g]
+    json.dump(m, open(model + ".new", "w"))
+    os.rename(model + ".new", model)
 print("acknowledged", flush=True)
 if fua:
     sys.exit(0)
