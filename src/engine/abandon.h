@@ -95,10 +95,14 @@ struct abandon {
     uint64_t start_drops_waiting;
     bool start_drops_said;          /* the wait said once */
     /* Their blocks (start_drops_waiting of them): a state file written
-     * meanwhile (the lost set grown by a device failure, say) names them
-     * again, as the stop's did (state_write_as()) -- the stop's own list
-     * is gone once the start is done, and without them the file would no
-     * longer drop the log's copies at the start after a crash. */
+     * meanwhile names them again, as the stop's did (state_write_as()) --
+     * the stop's own list is gone once the start is done, and without them
+     * the file would no longer drop the log's copies at the start after a
+     * crash.  Such a write comes when a set abandoned in an earlier run
+     * (its file kept for good) settles lost sectors written again
+     * (engine/devfail-full-stop-drops-rewrite); a set never abandoned
+     * records its lost sectors in the log, not the file, and the last
+     * device's failure, which rewrites it, distrusts the whole log. */
     uint64_t *start_drop_ob;
     size_t start_drop_cap;
     /* The room kept aside for the state file (abandon.c): the blocks of
