@@ -30,8 +30,9 @@ static const char status_help[] =
 "                  default RUNDIR/tiercache.ctl\n"
 "  --json          print the figures as one JSON object (keys in tiercache(8)),\n"
 "                  raw numbers: bytes, seconds, ratios from 0 to 1\n"
-"  --brief, -b     one line: volume, pid, mode, health, cache used/size,\n"
-"                  dirty data, read hit ratio, origin state (as tiercache list)\n"
+"  --brief, -b     one line under a heading, as tiercache list prints it:\n"
+"                  volume, pid, mode, health, cache used/size, dirty data,\n"
+"                  read hit ratio, origin state\n"
 "  --help, -h      this text\n";
 
 static bool ends_with(const char *s, const char *tail)
