@@ -81,6 +81,8 @@ struct view {
     double last_left, last_secs;
     char final[512];
     uint64_t lost;                  /* "done": acknowledged bytes the origin lacks */
+    bool into_writeback;            /* tiercache mode writeback: nothing is written
+                                     * back for it (what a crash left dirty stays) */
 };
 
 /* flush and detach: done, but acknowledged data was lost with the cache.
@@ -119,7 +121,12 @@ static void on_line(const char *line, void *arg)
             char w[32];
             double secs = jv_num(jv_get(j, "seconds"), 0);
             double bytes = jv_num(jv_get(j, "written_bytes"), 0);
-            int n = snprintf(v->final, sizeof v->final,
+            int n;
+            if (v->into_writeback && bytes == 0)
+                n = snprintf(v->final, sizeof v->final, "now %s",
+                             jv_str(jv_get(j, "mode"), "?"));
+            else
+                n = snprintf(v->final, sizeof v->final,
                              "%s written back in %.1f s (%s/s); mode %s",
                              tc_format_size((uint64_t)bytes, w, sizeof w), secs,
                              tc_format_size((uint64_t)(secs > 0 ? bytes / secs : 0), w + 16,
@@ -184,6 +191,7 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
     char path[4096], err[512];
     cli_control_path(sock, path, sizeof path);
     struct view v = { .tty = isatty(2) };
+    v.into_writeback = want_arg && strcmp(argv[optind], "writeback") == 0;
     rc = ctl_request(path, line, on_line, &v, err, sizeof err);
     if (v.shown)
         fputc('\n', stderr);
