@@ -33,6 +33,11 @@ import os
 import re
 import sys
 
+# CRC-32C as util/crc32c.c computes it: the fuzz seeds' copy.
+sys.dont_write_bytecode = True     # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz"))
+from seeds import crc32c  # noqa: E402
+
 # Files that name their set at byte 16 (src/format/ondisk.h): a cache
 # device's superblock, a state file, a sequence record.
 MAGICS = {m.to_bytes(8, "little") for m in (0x0142534352454954,     # "TIERCSB\1"
@@ -76,27 +81,6 @@ def set_uuids(top):
             found.update(re.findall(rb"^set (" + UUID_RE.pattern.encode() + rb")$",
                                     head, re.M))
     return {u.decode() if isinstance(u, bytes) else u for u in found}
-
-
-def _crc_table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
-        t.append(c)
-    return t
-
-
-CRC_TABLE = _crc_table()
-
-
-def crc32c(data):
-    """CRC-32C, as util/crc32c.c's tc_crc32c(0, ...)."""
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = (crc >> 8) ^ CRC_TABLE[(crc ^ b) & 0xFF]
-    return crc ^ 0xFFFFFFFF
 
 
 def remove_unheld(path):
