@@ -172,6 +172,7 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
     if (rc >= 0)
         return rc;
     char line[256];
+    bool into_writeback = false;
     if (want_arg && optind == argc)
         return print_mode(sock);
     if (want_arg) {
@@ -182,6 +183,7 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
         if (tc_mode_parse(argv[optind], &m) < 0)
             tc_die(2, "%s: '%s' is not a mode: choose writethrough, writeback, writearound "
                    "or passthrough", cmd, argv[optind]);
+        into_writeback = m == TC_MODE_WRITEBACK;
         snprintf(line, sizeof line, "%s %s", cmd, argv[optind]);
     } else {
         if (optind < argc)
@@ -191,7 +193,7 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
     char path[4096], err[512];
     cli_control_path(sock, path, sizeof path);
     struct view v = { .tty = isatty(2) };
-    v.into_writeback = want_arg && strcmp(argv[optind], "writeback") == 0;
+    v.into_writeback = into_writeback;
     rc = ctl_request(path, line, on_line, &v, err, sizeof err);
     if (v.shown)
         fputc('\n', stderr);
