@@ -924,7 +924,7 @@ int ckpt_restore(struct cache *c, const struct tc_superblock *rec, char *why, si
         for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
             next_seq = TC_MAX(next_seq, c->failed_seq[i]);
         log_recovered(&c->lg, next_seq, ck.chunk_seq, ps.nlive ? first_live : next_seq,
-                      ck.wt_stable_seq);
+                      ck.wt_stable_seq, false);
         /* The checkpoint names no chunk sequence per segment: bounds
          * (invariant 22). */
         space_bound_chunks(&c->sp, ck.chunk_seq);

@@ -1438,7 +1438,7 @@ void log_release_images(struct cache *c, unsigned d)
 }
 
 void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,
-                   uint64_t wt_stable_seq)
+                   uint64_t wt_stable_seq, bool skipped)
 {
     /* Before the first append: nothing in flight, nobody waiting. */
     TC_ASSERT_ALWAYS(lg->inflight_head == NULL && lg->written_waiters == NULL &&
@@ -1448,6 +1448,49 @@ void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint6
     lg->marked_upto = last_chunk;   /* read back whole: no mark is owed for it */
     lg->tail_seq = tail_seq;
     lg->wt_stable_seq = wt_stable_seq;
+    lg->skipped_upto = skipped ? last_chunk : 0;
+    lg->restart_mark_owed = skipped;
+}
+
+/* The restart mark's sync (log_write_restart_mark()). */
+struct restart_sync {
+    struct log_waiter lw;
+    bool done;
+    int err;
+};
+
+static void restart_synced(struct log_waiter *lw, int err)
+{
+    struct restart_sync *x = container_of(lw, struct restart_sync, lw);
+    x->err = err;
+    x->done = true;
+}
+
+int log_write_restart_mark(struct cache *c)
+{
+    struct log *lg = &c->lg;
+    if (!lg->restart_mark_owed)
+        return 0;
+    lg->restart_mark_owed = false;
+    /* The reserve may be taken: this is the first record of the run, and
+     * the records that must always be appendable follow in its group. */
+    uint64_t before = lg->chunks_issued;
+    if (!log_seal_all(c, true) || lg->chunks_issued == before) {
+        tc_warn("cache: no room for the chunk that records the sequence numbers skipped after "
+                "the crash (chunks from %llu on): the first chunk this run flushes records it",
+                (unsigned long long)lg->skipped_upto + 1);
+        return -ENOSPC;
+    }
+    struct restart_sync x = { .lw = { .fn = restart_synced, .need_flush = true } };
+    log_sync(c, &x.lw);
+    while (!x.done)
+        reactor_poll(c->reactor, 100000000ull);
+    if (x.err) {
+        tc_warn("cache: writing the chunk that records the sequence numbers skipped after the "
+                "crash failed (%s)", strerror(-x.err));
+        return x.err;
+    }
+    return 0;
 }
 
 /* ---- write-through versions in flight, and the stable mark ---- */

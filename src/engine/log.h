@@ -203,6 +203,11 @@ struct log {
     uint64_t wt_stable_recorded;    /* ... newest sealed header carries (a scan's) */
     uint64_t entries_chunk;         /* the newest chunk sealed with entries */
     uint64_t flushed_ns;            /* when the last cache flush ended */
+    /* A start after a crash skipped the chunk numbers up to this one
+     * (log_recovered()): none of them names a chunk this run wrote, so a
+     * flushed_upto at or below it vouches for nothing new (seqrec.c). */
+    uint64_t skipped_upto;
+    bool restart_mark_owed;         /* log_write_restart_mark() is still to run */
     /* By device: the newest chunk written to it without error, once
      * every chunk before it is written (a walk of its segment at the next
      * start reaches it: none before it can be torn); at the start of a
@@ -372,9 +377,21 @@ void log_close_group(struct cache *c);
 int log_init(struct cache *c);
 /* Recovery read the log back: the next sequence number, the newest chunk
  * (written and flushed: it was read from the device), the tail and the
- * write-through stable mark the newest chunk recorded. */
+ * write-through stable mark the newest chunk recorded.  skipped: the start
+ * found no clean stop, and next_seq and last_chunk are TC_SEQ_RESTART_GAP
+ * above what it found (ondisk.h): no chunk has the numbers up to
+ * last_chunk, and log_write_restart_mark() is owed. */
 void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,
-                   uint64_t wt_stable_seq);
+                   uint64_t wt_stable_seq, bool skipped);
+/* After a start that skipped numbers (log_recovered()), before anything
+ * else is appended: a header with no entries in a new group on every
+ * device in service, written and flushed, so that a crash of this run
+ * leaves a chunk with the new numbers for the next start to find (which
+ * then skips past this run's).  Waits for it.  0 when it is durable (or
+ * nothing was owed); otherwise a negative errno, said in a log line: no
+ * room (-ENOSPC; the run's first flushed chunk records the skip then) or
+ * the write or flush failed (the device's failure is handled as any). */
+int log_write_restart_mark(struct cache *c);
 void log_fini(struct cache *c);
 /* Nothing appended waits to be written, no chunk write or flush runs. */
 bool log_idle(const struct log *lg);

@@ -1467,6 +1467,34 @@ static void rc_free(struct recovery *rc)
 }
 
 static int wipe_torn(struct recovery *rc, char *err, size_t errlen);
+
+/*
+ * After a start that found no clean stop (or none at all): the numbers the
+ * run before may have issued past the newest chunk found are skipped
+ * (TC_SEQ_RESTART_GAP, ondisk.h says why), and the log owes the chunk that
+ * records the skip (log_write_restart_mark(), before anything else is
+ * appended).  Offline commands append nothing and skip nothing.  -1 with
+ * err when the skip would pass TC_SEQ_LIMIT.
+ */
+static int skip_unseen_numbers(struct cache *c, uint64_t *next_seq, uint64_t *newest_chunk,
+                               char *err, size_t errlen)
+{
+    if (c->offline)
+        return 0;
+    if (TC_MAX(*next_seq, *newest_chunk) >= TC_SEQ_LIMIT - TC_SEQ_RESTART_GAP) {
+        snprintf(err, errlen, "the log's sequence numbers are used up: the next would be %llu, "
+                 "and a start after a crash skips %llu of them, past the limit of %llu; 'tiercache "
+                 "flush' cannot help, but 'tiercache check --salvage --origin ORIGIN' writes the "
+                 "dirty data back, and 'tiercache format --force' starts a new log",
+                 (unsigned long long)*next_seq, (unsigned long long)TC_SEQ_RESTART_GAP,
+                 (unsigned long long)TC_SEQ_LIMIT);
+        return -1;
+    }
+    *next_seq += TC_SEQ_RESTART_GAP;
+    *newest_chunk += TC_SEQ_RESTART_GAP;
+    return 0;
+}
+
 static int drop_torn_data(struct recovery *rc, char *err, size_t errlen);
 
 /*
@@ -1759,8 +1787,23 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
         struct group *g = group_at(&c->sp, (c->sp.group_tail + i) % c->sp.groups_cap);
         first_live = TC_MIN(first_live, g->seq);
     }
-    log_recovered(&c->lg, next_seq, newest, first_live, rc.wt_stable);
     space_bound_chunks(&c->sp, newest);
+    /* A replay after a running checkpoint follows a crash, always. */
+    uint64_t issued = newest;
+    if (skip_unseen_numbers(c, &next_seq, &issued, err, errlen) < 0) {
+        free(wl);
+        rc_free(&rc);
+        ckpt_loaded_free(l);
+        free(first);
+        free(walk);
+        free(reopened);
+        free(dropped);
+        free(extra);
+        return -1;
+    }
+    if (c->sp.ngroups == 0)
+        first_live = next_seq;
+    log_recovered(&c->lg, next_seq, issued, first_live, rc.wt_stable, !c->offline);
     c->recovered_durable = TC_MIN(rc.durable, newest);
     /* And the newest up to the durable mark, as devices_newest() counts
      * it: exact when a walked chunk of the device is below the mark (the
@@ -2127,8 +2170,16 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     next_seq = TC_MAX(next_seq, c->stop_lost_seq);
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
         next_seq = TC_MAX(next_seq, c->failed_seq[i]);
-    log_recovered(&c->lg, next_seq, rc.max_chunk_seq,
-                  nlive ? space_seg(&c->sp, live[0])->seq : next_seq, rc.wt_stable);
+    uint64_t newest = rc.max_chunk_seq;
+    bool unclean = !rc.clean_stop && !rc.stop_record;
+    if (unclean && skip_unseen_numbers(c, &next_seq, &newest, err, errlen) < 0) {
+        free(live);
+        rc_free(&rc);
+        return -1;
+    }
+    log_recovered(&c->lg, next_seq, newest,
+                  nlive ? space_seg(&c->sp, live[0])->seq : next_seq, rc.wt_stable,
+                  unclean && !c->offline);
     c->recovered_durable = TC_MIN(rc.durable, rc.max_chunk_seq);
     c->st.recovered_entries = c->map.idx.count;
     c->st.recovered_dirty_sectors = c->map.dirty_sectors;

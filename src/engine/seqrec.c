@@ -1283,10 +1283,13 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
     uint64_t v = c->lg.flushed_upto;
     struct tc_seqrec r;
     /* Only a flush of this run vouches for what it covers (a chunk read
-     * back at the start may still sit in a volatile cache).  Without one,
+     * back at the start may still sit in a volatile cache), and only for
+     * a chunk this run wrote when the start skipped numbers: a flushed
+     * mark at the skip's end names no chunk (log_recovered()).  Without one,
      * the record on file is written again only to drop an entry whose
      * segment was freed, which the allocator holds back until then. */
-    bool moved_on = v > sr->posted && c->lg.flushed_ns > sr->start_ns;
+    bool moved_on = v > sr->posted && c->lg.flushed_ns > sr->start_ns &&
+                    v > c->lg.skipped_upto;
     if (moved_on) {
         record_fill(c, v, &r);
     } else {
@@ -1407,8 +1410,8 @@ void seqrec_close(struct cache *c)
     pthread_mutex_lock(&sr->mu);
     uint64_t written = sr->written;
     pthread_mutex_unlock(&sr->mu);
-    if (v <= written || c->lg.flushed_ns <= sr->start_ns)
-        return;
+    if (v <= written || c->lg.flushed_ns <= sr->start_ns || v <= c->lg.skipped_upto)
+        return;     /* (the skip's end names no chunk: seqrec_tick()) */
     struct tc_seqrec r;
     record_fill(c, v, &r);
     int rc = record_write(sr->path, &r);

@@ -787,6 +787,27 @@ struct tc_mask {
  * never wrap to 0 and make old entries newer than new ones. */
 #define TC_SEQ_LIMIT (1ull << 62)
 
+/* Sequence numbers are not contiguous.  A start that finds no clean stop
+ * (a crash, a power loss, or a first start) numbers the chunks, groups and
+ * entries it writes TC_SEQ_RESTART_GAP above the newest it found, and
+ * writes and flushes one chunk (a header with no entries, in a new group)
+ * before anything else, so that the next start finds the gap taken.
+ *
+ * Why: the run that crashed may have issued numbers past the newest chunk
+ * the start can walk to -- chunks written but never flushed, most of them
+ * lost, a few kept by the device (a volatile write cache keeps any subset
+ * of its unflushed writes), among them chunks in segments whose first
+ * chunk was lost, which no walk reaches.  Issued again, a number meets
+ * such a chunk: a walk or a damage scan of a new group with the same
+ * number takes the old chunk for one of the group's -- its entries applied
+ * over newer ones, or its sequence taken for proof that a torn chunk was
+ * durable (a healthy log refused as damaged).  The gap exceeds what a run
+ * can issue between two flushes of the cache devices by far (the commit
+ * interval flushes every few seconds; 2^36 is 68 billion numbers), and
+ * leaves room for 2^26 such starts below TC_SEQ_LIMIT; a start that would
+ * pass the limit is refused (reformat). */
+#define TC_SEQ_RESTART_GAP (1ull << 36)
+
 struct tc_entry {
     uint64_t oblock;                /* origin block number */
     uint64_t seq;                   /* update sequence: the newest wins */
