@@ -69,6 +69,8 @@ struct tc_trace_writer {
     size_t fill[2];                 /* bytes in each */
     int cur;
     bool writing;                   /* buf[!cur] is being written */
+    size_t writing_len;             /* ... its first writing_len bytes: all of them,
+                                       or those that fit before a rotation */
     uint64_t file_off;              /* where the next write goes */
     struct tc_io io;
     struct tc_timer tick;
@@ -241,7 +243,7 @@ static void write_done(struct tc_io *io, int res)
 {
     struct tc_trace_writer *w = container_of(io, struct tc_trace_writer, io);
     int other = !w->cur;
-    size_t want = w->fill[other];
+    size_t want = w->writing_len;
     w->writing = false;
     if (res < 0 || (size_t)res != want) {
         char detail[160];
@@ -254,6 +256,18 @@ static void write_done(struct tc_io *io, int res)
     }
     w->file_off += want;
     w->st.bytes_written += want;
+    if (want < w->fill[other]) {
+        /* The part that fit filled the file to its limit: the rest goes
+         * first into the next part. */
+        memmove(w->buf[other], w->buf[other] + want, w->fill[other] - want);
+        w->fill[other] -= want;
+        if (!rotate(w)) {
+            discard(w, other);
+            return;
+        }
+        submit_other(w);
+        return;
+    }
     w->fill[other] = 0;
     if (!w->rotate && w->file_off + TC_TRACE_RECORD_BYTES > w->limit) {
         stop_at_limit(w);
@@ -266,18 +280,25 @@ static void write_done(struct tc_io *io, int res)
     }
 }
 
-/* Write buf[!cur] (filled, not in flight) at file_off.  A buffer always
- * fits an empty file (the limit is at least TRACE_MIN_LIMIT), so rotating
- * first makes room for all of it; without rotation what passes the limit
- * is not recorded. */
+/* Write buf[!cur] (filled, not in flight) at file_off.  Rotating, the
+ * records that fit below the limit are written first and the rest into
+ * the next part (write_done()): every part but the newest holds as many
+ * records as the limit allows.  A buffer always fits an empty file (the
+ * limit is at least TRACE_MIN_LIMIT).  Without rotation what passes the
+ * limit is not recorded. */
 static void submit_other(struct tc_trace_writer *w)
 {
     int other = !w->cur;
     if (w->fill[other] == 0)
         return;
+    size_t len = w->fill[other];
     if (w->file_off + w->fill[other] > w->limit) {
         if (w->rotate) {
-            if (!rotate(w)) {
+            uint64_t room = w->file_off < w->limit ? w->limit - w->file_off : 0;
+            room -= room % TC_TRACE_RECORD_BYTES;
+            if (room > 0) {
+                len = (size_t)room;
+            } else if (!rotate(w)) {
                 discard(w, other);
                 return;
             }
@@ -288,6 +309,7 @@ static void submit_other(struct tc_trace_writer *w)
             w->st.records -= excess;
             w->st.not_recorded += excess;
             w->fill[other] = (size_t)room;
+            len = (size_t)room;
             if (room == 0) {
                 stop_at_limit(w);
                 return;
@@ -295,8 +317,9 @@ static void submit_other(struct tc_trace_writer *w)
         }
     }
     w->writing = true;
+    w->writing_len = len;
     io_uring_prep_write(reactor_sqe(w->reactor, &w->io), w->fd, w->buf[other],
-                        (unsigned)w->fill[other], w->file_off);
+                        (unsigned)len, w->file_off);
 }
 
 static void tick(struct tc_timer *t)
