@@ -589,12 +589,12 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
      * no older copy of it can come back, so it keeps no sequence record --
      * which, its state file's default place being the system's folder,
      * would only pile up there, two files a replay. */
-    bool in_memory = true;
+    c->in_memory = true;
     for (unsigned i = 0; i < n; i++)
-        in_memory = in_memory && dev_is_mem(paths[i]);
+        c->in_memory = c->in_memory && dev_is_mem(paths[i]);
     /* The sequence record's chunk, for the scan to count each device's
      * newest at or below it (seqrec.c). */
-    if (!in_memory)
+    if (!c->in_memory)
         seqrec_bound_read(c);
     uint64_t t0 = tc_now_ns(), read0 = 0;
     for (unsigned d = 0; d < c->ndevs; d++)
@@ -668,7 +668,7 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
      * daemon's own writes since are not "something wrote the origin" --
      * nor is --adopt-origin the way out (the copy's dirty data would be
      * written back over them). */
-    if (!in_memory && seqrec_check(c, vol->cfg.accept_older_cache, vol->cfg.adopt_state_file,
+    if (!c->in_memory && seqrec_check(c, vol->cfg.accept_older_cache, vol->cfg.adopt_state_file,
                                    err, errlen) < 0)
         goto fail_cache;
     if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)

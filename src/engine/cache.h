@@ -187,6 +187,8 @@ struct cache {
                                        waits for room to record the set again (failure.c) */
     struct origin_window owin;      /* originwin.h: acknowledged, no flush covered them yet */
     bool offline;                   /* check and dump: read only, no background work */
+    bool in_memory;                 /* every device a memory device (replay's): the set
+                                       lives and dies with the process */
     bool replaying;                 /* recovery applies the log's entries (invariant 8) */
     char *damage;                   /* recovery: damaged durable summaries, one a line
                                        (NULL: none); serve refuses such a cache */

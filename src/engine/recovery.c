@@ -1473,13 +1473,20 @@ static int wipe_torn(struct recovery *rc, char *err, size_t errlen);
  * run before may have issued past the newest chunk found are skipped
  * (TC_SEQ_RESTART_GAP, ondisk.h says why), and the log owes the chunk that
  * records the skip (log_write_restart_mark(), before anything else is
- * appended).  Offline commands append nothing and skip nothing.  -1 with
- * err when the skip would pass TC_SEQ_LIMIT.
+ * appended).  Offline commands append nothing and skip nothing, nor does
+ * a set on memory devices (replay's), which starts empty in every process:
+ * no run before it left anything.  -1 with err when the skip would pass
+ * TC_SEQ_LIMIT.
  */
+static bool skips_numbers(const struct cache *c)
+{
+    return !c->offline && !c->in_memory;
+}
+
 static int skip_unseen_numbers(struct cache *c, uint64_t *next_seq, uint64_t *newest_chunk,
                                char *err, size_t errlen)
 {
-    if (c->offline)
+    if (!skips_numbers(c))
         return 0;
     if (TC_MAX(*next_seq, *newest_chunk) >= TC_SEQ_LIMIT - TC_SEQ_RESTART_GAP) {
         snprintf(err, errlen, "the log's sequence numbers are used up: the next would be %llu, "
@@ -1803,7 +1810,7 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
     }
     if (c->sp.ngroups == 0)
         first_live = next_seq;
-    log_recovered(&c->lg, next_seq, issued, first_live, rc.wt_stable, !c->offline);
+    log_recovered(&c->lg, next_seq, issued, first_live, rc.wt_stable, skips_numbers(c));
     c->recovered_durable = TC_MIN(rc.durable, newest);
     /* And the newest up to the durable mark, as devices_newest() counts
      * it: exact when a walked chunk of the device is below the mark (the
@@ -2179,7 +2186,7 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     }
     log_recovered(&c->lg, next_seq, newest,
                   nlive ? space_seg(&c->sp, live[0])->seq : next_seq, rc.wt_stable,
-                  unclean && !c->offline);
+                  unclean && skips_numbers(c));
     c->recovered_durable = TC_MIN(rc.durable, rc.max_chunk_seq);
     c->st.recovered_entries = c->map.idx.count;
     c->st.recovered_dirty_sectors = c->map.dirty_sectors;

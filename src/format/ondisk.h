@@ -788,8 +788,9 @@ struct tc_mask {
 #define TC_SEQ_LIMIT (1ull << 62)
 
 /* Sequence numbers are not contiguous.  A start that finds no clean stop
- * (a crash, a power loss, or a first start) numbers the chunks, groups and
- * entries it writes TC_SEQ_RESTART_GAP above the newest it found, and
+ * (a crash, a power loss, or a first start; not replay's memory devices,
+ * which start empty) numbers the chunks, groups and entries it writes
+ * TC_SEQ_RESTART_GAP above the newest it found, and
  * writes and flushes one chunk (a header with no entries, in a new group)
  * before anything else, so that the next start finds the gap taken.
  *
