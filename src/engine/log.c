@@ -1449,6 +1449,7 @@ void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint6
     lg->tail_seq = tail_seq;
     lg->wt_stable_seq = wt_stable_seq;
     lg->skipped_upto = skipped ? last_chunk : 0;
+    lg->recovered_newest = skipped ? last_chunk - TC_SEQ_RESTART_GAP : last_chunk;
     lg->restart_mark_owed = skipped;
 }
 

@@ -208,6 +208,7 @@ struct log {
      * flushed_upto at or below it vouches for nothing new (seqrec.c). */
     uint64_t skipped_upto;
     bool restart_mark_owed;         /* log_write_restart_mark() is still to run */
+    uint64_t recovered_newest;      /* the newest chunk recovery found (below the skip) */
     /* By device: the newest chunk written to it without error, once
      * every chunk before it is written (a walk of its segment at the next
      * start reaches it: none before it can be torn); at the start of a

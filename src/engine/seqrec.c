@@ -577,10 +577,12 @@ static void dev_names(const struct cache *c, char *out, size_t len)
 /* The newest chunk the devices vouch for: the newest recovery found, or
  * the clean-stop record's when it names a newer one (a damaged newest
  * chunk; only check --salvage gets so far with a damaged log).  An older
- * copy of a device carries its older stop record with it. */
+ * copy of a device carries its older stop record with it.  Not the log's
+ * chunks_issued: after a crash that is past the numbers the start skipped
+ * (log_recovered()), and an older copy would pass for current. */
 static uint64_t newest_on_devices(const struct cache *c)
 {
-    uint64_t found = c->lg.chunks_issued;
+    uint64_t found = c->lg.recovered_newest;
     for (unsigned d = 0; d < c->ndevs; d++)
         if ((c->devs[d].sb.flags & TC_SB_CLEAN_STOP) && c->devs[d].sb.stop_chunk_seq > found)
             found = c->devs[d].sb.stop_chunk_seq;
