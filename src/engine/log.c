@@ -1491,8 +1491,8 @@ int log_write_restart_mark(struct cache *c)
                 "crash failed (%s)", strerror(-x.err));
         return x.err;
     }
-    tc_info("cache: the log goes on from chunk %llu, above any number the run before may have "
-            "used (its stop was not recorded as clean)", (unsigned long long)before + 1);
+    tc_info("cache: the log goes on from chunk %llu, above any number a run before may have "
+            "used (no clean stop is recorded)", (unsigned long long)before + 1);
     return 0;
 }
 
