@@ -49,6 +49,10 @@ BLOCK = 64 << 10
 SPB = BLOCK // SECTOR
 SEGMENT = 1 << 20
 DATA_OFFSET = 1 << 20
+# Segment 0 begins with the first start's restart chunk (a header of one
+# sector, no data: ondisk.h, TC_SEQ_RESTART_GAP), then the first block
+# written: its chunk's header, then its data.
+FIRST_DATA = DATA_OFFSET + 2 * SECTOR
 CACHE_MIB = 9                   # 8 segments: the fewest for one device
 ORIGIN_BLOCKS = 256             # 16 MiB
 VICTIMS = [3, 40, 77, 120, 161, 200]
@@ -154,10 +158,9 @@ def dip(a, env):
     # read, nothing lost).
     env = dict(no_background_writeback(env), TIERCACHE_TEST_CKPT_BYTES="0")
     boom = f"{a.dir}/boom"
-    # The victim's data: the first chunk of segment 0 (a 64 KiB block
-    # after a header of one 4 KiB sector).
+    # The victim's data: the first block written (FIRST_DATA).
     dev = (f"testdev:{a.dir}/cache.img?eio_when={boom}&eio_ops=read"
-           f"&eio_range={DATA_OFFSET + SECTOR}+{BLOCK}")
+           f"&eio_range={FIRST_DATA}+{BLOCK}")
     d = Daemon(a, env, dev)
     gens[0] = 2
     d.write(0, 2)
@@ -232,7 +235,7 @@ def mirror(a, env, clients=0):
         second = (f"testdev:{second}?hold_when={hold}&hold_ops=read&hold_reply"
                   f"&hold_minlen={2 * BLOCK}")
     dev = (f"testdev:{a.dir}/cache.img?eio_when={boom}&eio_ops=read"
-           f"&eio_range={DATA_OFFSET + SECTOR}+{BLOCK},{second}")
+           f"&eio_range={FIRST_DATA}+{BLOCK},{second}")
     d = Daemon(a, env, dev, ("--dirty-copies", "2"))
     for b in range(dirty):
         gens[b] = 2
