@@ -2213,6 +2213,10 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "unfiled_lost_writes_refused", c->ab.unfiled_refused);
     json_bool(j, "state_file_stop_lost", c->ab.stop_lost_pending);
     json_uint(j, "state_file_start_drops_waiting", c->ab.start_drops_waiting);
+    /* Lost sectors written again whose clear no record holds yet (the
+     * top of this file: a settle records it once the write is durable). */
+    json_uint(j, "lost_clears_unsettled_blocks", c->map.lost.unsettled_blocks);
+    json_bool(j, "lost_clears_settling", c->ab.settle_busy);
     /* The drain resumed at this start (abandon_resume_drain()). */
     json_begin_object(j, "resumed_drain");
     json_bool(j, "resumed", c->ab.resumed);
