@@ -1797,17 +1797,9 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
     space_bound_chunks(&c->sp, newest);
     /* A replay after a running checkpoint follows a crash, always. */
     uint64_t issued = newest;
-    if (skip_unseen_numbers(c, &next_seq, &issued, err, errlen) < 0) {
-        free(wl);
-        rc_free(&rc);
-        ckpt_loaded_free(l);
-        free(first);
-        free(walk);
-        free(reopened);
-        free(dropped);
-        free(extra);
-        return -1;
-    }
+    int wiped = skip_unseen_numbers(c, &next_seq, &issued, err, errlen);
+    if (wiped < 0)
+        goto done;              /* the numbers are used up: err says so */
     if (c->sp.ngroups == 0)
         first_live = next_seq;
     log_recovered(&c->lg, next_seq, issued, first_live, rc.wt_stable, skips_numbers(c));
@@ -1842,9 +1834,10 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
         tc_info("cache: %llu entries of unflushed chunks did not fully reach the device "
                 "before the stop and were ignored", (unsigned long long)c->st.recovery_unflushed);
     /* Before anything is appended, and only for a start that serves. */
-    int wiped = drop_torn_data(&rc, err, errlen);
+    wiped = drop_torn_data(&rc, err, errlen);
     if (wiped == 0)
         wiped = wipe_torn(&rc, err, errlen);
+done:
     free(wl);
     rc_free(&rc);
     ckpt_loaded_free(l);
