@@ -173,7 +173,13 @@ wl_git() {
   # GIT_CONFIGS="tiercache-wt" runs only the configurations named (the
   # ratios of the others are then missing); GIT_SERVE_EXTRA adds serve
   # options to the tiercache-wt and -wb runs (experiments).
-  [ -n "${GIT_CONFIGS:-}" ] && read -r -a configs <<<"$GIT_CONFIGS"
+  if [ -n "${GIT_CONFIGS:-}" ]; then
+    local known=" ${configs[*]} " want
+    read -r -a configs <<<"$GIT_CONFIGS"
+    for want in "${configs[@]}"; do
+      [[ $known == *" $want "* ]] || die "GIT_CONFIGS: '$want' is not a configuration of this scale (choose from:$known)"
+    done
+  fi
   for rep in $(seq 1 "$REPS"); do
     for cfg in $(order "$rep" "${configs[@]}"); do
       git_run "$cfg" "$rep"
