@@ -2152,20 +2152,6 @@ void cache_tombstone(struct cache *c, uint64_t oblock)
         rewrite_block(c, oblock, false, 0, 0, false);
 }
 
-/* The start's sync of its tombstones (cache_mark_tombstones()). */
-struct start_sync {
-    struct log_waiter lw;
-    bool done;
-    int err;
-};
-
-static void start_synced(struct log_waiter *lw, int err)
-{
-    struct start_sync *x = container_of(lw, struct start_sync, lw);
-    x->err = err;
-    x->done = true;
-}
-
 void cache_drop_at_start(struct cache *c, uint64_t oblock)
 {
     map_drop_block(c, oblock);
@@ -2194,13 +2180,10 @@ void cache_mark_tombstones(struct cache *c)
      * devices: recovery does.  A failed sync fails its device (the
      * failure's own appends and marks follow). */
     if (appended > 0) {
-        struct start_sync x = { .lw = { .fn = start_synced, .need_flush = true } };
-        log_sync(c, &x.lw);
-        while (!x.done)
-            reactor_poll(c->reactor, 100000000ull);
-        if (x.err)
+        int err = log_sync_wait(c);
+        if (err)
             tc_warn("cache: the sync of the %zu tombstones of blocks dropped at the start failed "
-                    "(%s)", appended, strerror(-x.err));
+                    "(%s)", appended, strerror(-err));
         else
             tc_info("cache: %zu tombstones of blocks dropped at the start written and flushed",
                     appended);

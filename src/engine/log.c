@@ -1453,18 +1453,27 @@ void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint6
     lg->restart_mark_owed = skipped;
 }
 
-/* The restart mark's sync (log_write_restart_mark()). */
-struct restart_sync {
+/* A sync waited for by polling the reactor (log_sync_wait()). */
+struct sync_wait {
     struct log_waiter lw;
     bool done;
     int err;
 };
 
-static void restart_synced(struct log_waiter *lw, int err)
+static void sync_waited(struct log_waiter *lw, int err)
 {
-    struct restart_sync *x = container_of(lw, struct restart_sync, lw);
+    struct sync_wait *x = container_of(lw, struct sync_wait, lw);
     x->err = err;
     x->done = true;
+}
+
+int log_sync_wait(struct cache *c)
+{
+    struct sync_wait x = { .lw = { .fn = sync_waited, .need_flush = true } };
+    log_sync(c, &x.lw);
+    while (!x.done)
+        reactor_poll(c->reactor, 100000000ull);
+    return x.err;
 }
 
 int log_write_restart_mark(struct cache *c)
@@ -1482,14 +1491,11 @@ int log_write_restart_mark(struct cache *c)
                 (unsigned long long)lg->skipped_upto + 1);
         return -ENOSPC;
     }
-    struct restart_sync x = { .lw = { .fn = restart_synced, .need_flush = true } };
-    log_sync(c, &x.lw);
-    while (!x.done)
-        reactor_poll(c->reactor, 100000000ull);
-    if (x.err) {
+    int err = log_sync_wait(c);
+    if (err) {
         tc_warn("cache: writing the chunk that records the sequence numbers skipped after the "
-                "crash failed (%s)", strerror(-x.err));
-        return x.err;
+                "crash failed (%s)", strerror(-err));
+        return err;
     }
     tc_info("cache: the log goes on from chunk %llu, above any number a run before may have "
             "used (no clean stop is recorded)", (unsigned long long)before + 1);

@@ -393,6 +393,9 @@ void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint6
  * room (-ENOSPC; the run's first flushed chunk records the skip then) or
  * the write or flush failed (the device's failure is handled as any). */
 int log_write_restart_mark(struct cache *c);
+/* At a start, before the reactor serves: everything appended written and
+ * flushed (log_sync()), waited for by polling the reactor; its error. */
+int log_sync_wait(struct cache *c);
 void log_fini(struct cache *c);
 /* Nothing appended waits to be written, no chunk write or flush runs. */
 bool log_idle(const struct log *lg);
