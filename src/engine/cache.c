@@ -441,6 +441,8 @@ static void watermarks(struct cache *c)
         c->sp.reserve_segs = (uint32_t)strtoul(t, NULL, 10);
     t = getenv("TIERCACHE_TEST_RESERVE_SHARED");
     c->sp.reserve_shared = t && *t && strcmp(t, "0") != 0;
+    t = getenv("TIERCACHE_TEST_NO_TOMBSTONE_ROOM");
+    c->test_no_tombstone_room = t && *t ? t : NULL;
 }
 
 /*

@@ -228,6 +228,7 @@ struct cache {
     uint64_t rescued_to_origin_bytes;   /* ... fragment bytes dropped from failed devices
                                            once on the origin, not appended */
     bool stopping;                  /* cache_stopping(): nothing waits for room */
+    const char *test_no_tombstone_room;   /* TIERCACHE_TEST_NO_TOMBSTONE_ROOM (failure.c) */
     /* Nonzero while a device failure's LOST records are appended
      * (failure.c): lostlog.c bounds them as tombstones are
      * (cleaner_record_fits()); the failure path records the set again
