@@ -145,7 +145,7 @@ int claim_stat(const char *path, const char *role, struct claim_id *id, char *er
     struct stat st;
     memset(id, 0, sizeof *id);
     if (stat(path, &st) < 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s %s: cannot open: %s", role, path, strerror(errno));
         return -1;
     }
     if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
@@ -687,7 +687,7 @@ int claim_open(const char *path, const char *role, bool read_only, bool *direct,
         return -1;
     }
     if (rc < 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(-rc));
+        snprintf(err, errlen, "%s %s: cannot open: %s", role, path, strerror(-rc));
         return -1;
     }
     int fd = t.fd;
