@@ -15,6 +15,7 @@
 #include "engine/seqrec.h"
 #include "io/claim.h"
 #include "io/dev.h"
+#include "io/originrec.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -59,7 +60,9 @@ static const char check_help[] =
 "  --salvage             instead of the audit: write every dirty version the\n"
 "                        log holds intact, and newest, back to ORIGIN (for a\n"
 "                        cache serve refuses as damaged; it is not changed,\n"
-"                        and can be reformatted afterwards).  A dirty sector\n"
+"                        and can be reformatted afterwards; once the origin\n"
+"                        is written without it, serve and another salvage\n"
+"                        refuse it).  A dirty sector\n"
 "                        whose newest version may be in a damaged chunk, or\n"
 "                        whose data fails its checksum, is not written (an\n"
 "                        older version could overwrite newer data): it is\n"
@@ -278,6 +281,9 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                 "cache's clean stop: salvaged anyway, the cache's dirty data over those "
                 "writes (--adopt-origin)\n", origin);
     }
+    /* And since a salvage before this one wrote the dirty data there. */
+    if (same_id && cache_origin_salvage_changed(c, o, adopt, err, sizeof err) < 0)
+        return refuse_salvage(c, o, &look, err, "");
     /* What the records above cannot see (an NBD export replaced by a
      * blank one or another volume's, a file's time put back): the cache's
      * clean copies compared with the origin, as serve's start does, before
@@ -318,12 +324,27 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         fprintf(stderr, "%s", c->damage);
     struct salvage_result res;
     int rc = cache_salvage(c, o, &res, progress, err, sizeof err);
+    /* Done: the origin holds the set's dirty data now, and may be served
+     * and written without the set from here on.  The set's stop record
+     * says so, with the origin's stamp (engine/originstop.c): a later
+     * start or salvage that finds the origin written since is refused. */
+    char marked[4400] = "";
+    if (rc == 0 && same_id) {
+        struct originrec_stamp stamp;
+        origin_stamp(o, &stamp);
+        int e = originrec_stop_write_salvaged(c->set_uuid, look.found, &stamp);
+        if (e < 0)
+            snprintf(marked, sizeof marked, "could not record the salvage in the set's stop "
+                     "record (%s): a start of the set would not know it; if the origin is "
+                     "written without the set, reformat the set first", strerror(-e));
+    }
     char a[32], b[32], l[32];
     if (json) {
         struct tc_json j;
         json_init(&j, true);
         json_begin_object(&j, NULL);
         json_bool(&j, "complete", rc == 0);
+        json_bool(&j, "salvage_recorded", rc == 0 && same_id && !marked[0]);
         if (rc)
             json_string(&j, "error", err);
         json_uint(&j, "damaged_places", res.damaged);
@@ -387,9 +408,14 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                    "lost too\n");
         if (rc == 0)
             printf("salvage: done; the cache can be reformatted ('tiercache format --force "
-                   "--discard-dirty')\n");
+                   "--discard-dirty')%s\n", same_id && !marked[0]
+                       ? "; the cache still holds as dirty what was written back, and serve "
+                         "and check --salvage refuse it once the origin is written without it"
+                       : "");
     }
-    int status = rc ? 2 : res.sectors_lost ? 1 : 0;
+    if (marked[0])
+        fprintf(stderr, "tiercache: check --salvage: %s\n", marked);
+    int status = rc || marked[0] ? 2 : res.sectors_lost ? 1 : 0;
     if (rc)
         fprintf(stderr, "tiercache: check --salvage: %s; what was written before stays\n", err);
     salvage_result_free(&res);

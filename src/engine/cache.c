@@ -675,6 +675,9 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         goto fail_cache;
     if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;
+    if (same_id && !c->in_memory &&
+        cache_origin_salvage_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
+        goto fail_cache;
     /* An abandonment the state file could not record: the log's dirty data
      * written back and the abandonment recorded, then the cache opened
      * again (abandon.c). */
@@ -744,6 +747,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     /* Only now, the clean-stop record cleared: nothing is appended before
      * (writeback_start(), abandon_started()). */
     seqrec_started(c);
+    if (!c->in_memory && !vol->read_only)
+        cache_origin_salvage_served(c);
     /* First of all appends after a crash: the chunk that records the
      * sequence numbers skipped (TC_SEQ_RESTART_GAP, ondisk.h). */
     if (!vol->read_only && !c->abandoned && !vol->cache_failed)

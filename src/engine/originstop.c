@@ -37,6 +37,15 @@
  * clean blocks below (cache_origin_sample()) is all that can tell.
  * Nothing is known after a crash or a kill (no clean-stop record).
  * check --salvage asks the same before it writes the dirty data there.
+ *
+ * After check --salvage wrote the set's dirty data to the origin, the
+ * log still holds it as dirty, and the way the salvage leads to is the
+ * origin served without the set: a later start of the set (or another
+ * salvage) would write that older data over the writes made since, and
+ * serve its older clean copies -- after a kill as much as after a clean
+ * stop.  So the salvage records the same evidence of the origin in the
+ * set's stop record (io/originrec.c, "written salvaged"), and both
+ * compare it first (cache_origin_salvage_changed()), in the same way.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +57,7 @@
 #include "engine/failure.h"
 #include "engine/originstop.h"
 #include "io/bufpool.h"
+#include "io/originrec.h"
 #include "io/writecount.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -90,15 +100,15 @@ enum verdict { UNCHANGED, WRITTEN, UNKNOWN };
 
 /* A file's time: written, or not (what the record has not is unchanged). */
 static enum verdict file_verdict(const struct tc_superblock *sb, struct tc_dev *origin,
-                                 char *what, size_t len)
+                                 const char *event, char *what, size_t len)
 {
     uint64_t now;
     if (sb->stop_origin_mtime == 0 || !dev_file_mtime(origin, &now) ||
         now == sb->stop_origin_mtime)
         return UNCHANGED;
     char then_s[64], now_s[64];
-    snprintf(what, len, "its modification time was %s at the stop, it is %s",
-             format_ns(sb->stop_origin_mtime, then_s, sizeof then_s),
+    snprintf(what, len, "its modification time was %s at the %s, it is %s",
+             format_ns(sb->stop_origin_mtime, then_s, sizeof then_s), event,
              format_ns(now, now_s, sizeof now_s));
     return WRITTEN;
 }
@@ -106,7 +116,7 @@ static enum verdict file_verdict(const struct tc_superblock *sb, struct tc_dev *
 /* A block device's count, compared when it is of one boot and one
  * instance of the device (io/writecount.c). */
 static enum verdict block_verdict(const struct tc_superblock *sb, struct tc_dev *origin,
-                                  char *what, size_t len)
+                                  const char *event, char *what, size_t len)
 {
     if (all_zero(sb->stop_origin_boot_id, 16))
         return UNCHANGED;
@@ -121,15 +131,15 @@ static enum verdict block_verdict(const struct tc_superblock *sb, struct tc_dev 
     if (memcmp(now.boot_id, sb->stop_origin_boot_id, 16) != 0) {
         char nboot[37];
         tc_uuid_format(now.boot_id, nboot);
-        snprintf(what, len, "the machine was restarted since the stop (boot ID %s then, %s "
-                 "now), and the kernel's count of its writes with it", boot, nboot);
+        snprintf(what, len, "the machine was restarted since the %s (boot ID %s then, %s "
+                 "now), and the kernel's count of its writes with it", event, boot, nboot);
         return UNKNOWN;
     }
     if ((now.diskseq && sb->stop_origin_diskseq && now.diskseq != sb->stop_origin_diskseq) ||
         now.sectors < sb->stop_origin_written) {
-        snprintf(what, len, "the device was set up again since the stop (sequence number "
+        snprintf(what, len, "the device was set up again since the %s (sequence number "
                  "%llu then, %llu now; %llu sectors written then, %llu now), and the kernel's "
-                 "count of its writes with it", (unsigned long long)sb->stop_origin_diskseq,
+                 "count of its writes with it", event, (unsigned long long)sb->stop_origin_diskseq,
                  (unsigned long long)now.diskseq, (unsigned long long)sb->stop_origin_written,
                  (unsigned long long)now.sectors);
         return UNKNOWN;
@@ -137,10 +147,83 @@ static enum verdict block_verdict(const struct tc_superblock *sb, struct tc_dev 
     if (now.sectors == sb->stop_origin_written)
         return UNCHANGED;
     snprintf(what, len, "the kernel counted %llu sectors written or discarded on it since the "
-             "stop: %llu at the stop, %llu now, in this boot (%s) of the same device",
-             (unsigned long long)(now.sectors - sb->stop_origin_written),
-             (unsigned long long)sb->stop_origin_written, (unsigned long long)now.sectors, boot);
+             "%s: %llu at the %s, %llu now, in this boot (%s) of the same device",
+             (unsigned long long)(now.sectors - sb->stop_origin_written), event,
+             (unsigned long long)sb->stop_origin_written, event, (unsigned long long)now.sectors,
+             boot);
     return WRITTEN;
+}
+
+void origin_stamp(struct tc_dev *origin, struct originrec_stamp *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!dev_file_mtime(origin, &out->mtime))
+        out->mtime = 0;
+    struct dev_write_count n;
+    if (dev_write_count(origin, &n)) {
+        out->written = n.sectors;
+        out->diskseq = n.diskseq;
+        memcpy(out->boot_id, n.boot_id, 16);
+    }
+}
+
+int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
+                                 size_t errlen)
+{
+    struct originrec_stop *st = tc_xcalloc(1, sizeof *st);
+    if (originrec_stop_read(c->set_uuid, st) < 0 || !st->salvaged) {
+        free(st);      /* one that cannot be read: said by the sequence record's look */
+        return 0;
+    }
+    struct tc_superblock *then = tc_xcalloc(1, sizeof *then);
+    then->stop_origin_mtime = st->salvaged_stamp.mtime;
+    then->stop_origin_written = st->salvaged_stamp.written;
+    then->stop_origin_diskseq = st->salvaged_stamp.diskseq;
+    memcpy(then->stop_origin_boot_id, st->salvaged_stamp.boot_id, 16);
+    char what[400];
+    bool file = dev_file_mtime(origin, &(uint64_t){ 0 });
+    enum verdict v = file ? file_verdict(then, origin, "salvage", what, sizeof what)
+                          : block_verdict(then, origin, "salvage", what, sizeof what);
+    free(then);
+    int rc = 0;
+    if (v == UNKNOWN) {
+        tc_warn("origin %s: whether it was written since 'tiercache check --salvage' wrote the "
+                "dirty data of the cache on %s to it cannot be told (%s; the set's stop record "
+                "%s): if it was, the cache's dirty data overwrites those writes.  An origin "
+                "salvaged to is served without the cache, or the cache is formatted again",
+                origin->name, c->devs[0].dev->name, what, st->path);
+    } else if (v == WRITTEN && adopt) {
+        tc_warn("origin %s was written after 'tiercache check --salvage' wrote the cache's "
+                "dirty data to it (%s): accepted as the cache's (--adopt-origin)", origin->name,
+                what);
+    } else if (v == WRITTEN) {
+        snprintf(err, errlen,
+                 "origin %s was written after 'tiercache check --salvage' wrote the dirty data "
+                 "of the cache on %s to it (%s; the set's stop record %s): the cache still "
+                 "holds that data as dirty and would write it over those writes, and its "
+                 "clean copies may be older than the origin.  The origin holds the cache's "
+                 "data already: reformat the cache ('tiercache format --force "
+                 "--discard-dirty'); if the origin's data was not changed (%s), pass "
+                 "--adopt-origin", origin->name, c->devs[0].dev->name, what, st->path,
+                 file ? "only its time" : "the same data written again");
+        rc = -1;
+    }
+    free(st);
+    return rc;
+}
+
+void cache_origin_salvage_served(struct cache *c)
+{
+    struct originrec_stop *st = tc_xcalloc(1, sizeof *st);
+    if (originrec_stop_read(c->set_uuid, st) == 0 && st->salvaged) {
+        int e = originrec_stop_write(c->set_uuid, st->chunk, false);
+        if (e < 0)
+            tc_warn("the set's stop record %s: cannot write it again (%s): it still says "
+                    "that the set was salvaged, and a start after this daemon's own writes "
+                    "to the origin will refuse the set (remove the record by hand)", st->path,
+                    strerror(-e));
+    }
+    free(st);
 }
 
 int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
@@ -151,8 +234,8 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
         return 0;
     char what[400];
     bool file = dev_file_mtime(origin, &(uint64_t){ 0 });
-    enum verdict v = file ? file_verdict(sb, origin, what, sizeof what)
-                          : block_verdict(sb, origin, what, sizeof what);
+    enum verdict v = file ? file_verdict(sb, origin, "stop", what, sizeof what)
+                          : block_verdict(sb, origin, "stop", what, sizeof what);
     if (v == UNCHANGED)
         return 0;
     if (v == UNKNOWN) {

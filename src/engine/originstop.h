@@ -39,4 +39,20 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
  * fields (the rest zero); after the daemon's last origin write. */
 void cache_origin_at_stop(struct cache *c, struct tc_superblock *out);
 
+/* The same of origin, as check --salvage records it in the set's stop
+ * record once it wrote the set's dirty data there (io/originrec.h). */
+struct originrec_stamp;
+void origin_stamp(struct tc_dev *origin, struct originrec_stamp *out);
+/* An origin written since check --salvage wrote the set's dirty data to
+ * it (the set's stop record says so, with the origin's stamp then): -1
+ * with the refusal in err -- unless adopt (then a warning) --, else 0
+ * (with a warning when it cannot be told).  Serve's start, and check
+ * --salvage. */
+int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
+                                 size_t errlen);
+/* A start past that comparison, which can no longer fail: the set serves
+ * its origin again, and its own writes there are no writes without it --
+ * the set's stop record no longer says it was salvaged. */
+void cache_origin_salvage_served(struct cache *c);
+
 #endif

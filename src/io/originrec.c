@@ -551,10 +551,11 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
  * the set's devices and from its state file and sequence record:
  *
  *   DIR/set-UUID.tcstop     "tiercache set stop record 1", "set UUID",
- *                           "chunk N", "written stop" or "written
- *                           serving", "crc X" (CRC-32C of the lines
- *                           before it; a record without the "written"
- *                           line was written at a clean stop)
+ *                           "chunk N", "written stop", "written
+ *                           serving" or "written salvaged", "crc X"
+ *                           (CRC-32C of the lines before it; a record
+ *                           without the "written" line was written at a
+ *                           clean stop)
  *
  * The sequence record beside the state file tells an older copy of the
  * devices from the current ones (engine/seqrec.c), but a restore that
@@ -570,6 +571,16 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
  * after a kill, restored after later runs that were all killed, is caught
  * too, unless it is within the sequence record's lag of the newest chunk
  * recorded.
+ *
+ * "written salvaged", with "origin_mtime N", "origin_written N",
+ * "origin_diskseq N" and "origin_boot HEX" (engine/originstop.c): check
+ * --salvage wrote the set's dirty data to the origin, which then showed
+ * that stamp.  The log still holds those versions as dirty, and the
+ * origin may be served without the set from then on and written: a start
+ * of the set, or another salvage, would write the older dirty data over
+ * those writes and serve older clean copies.  So each compares the
+ * origin's stamp now with this one first (cache_origin_salvage_changed()).
+ * Builds before it read such a record as a clean stop's.
  */
 #define STOP_HEADER "tiercache set stop record 1\n"
 
@@ -580,21 +591,71 @@ static void stop_path(const char *dir, const uint8_t set_uuid[16], char *out, si
     snprintf(out, len, "%s/set-%s.tcstop", dir, set);
 }
 
-int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop)
+static int stop_write(const uint8_t set_uuid[16], uint64_t chunk, const char *written,
+                      const struct originrec_stamp *origin)
 {
     struct places p;
     record_places(&p);
-    char path[4200], set[37], text[256];
+    char path[4200], set[37], text[512];
     stop_path(p.dir[0], set_uuid, path, sizeof path);
     tc_uuid_format(set_uuid, set);
     int rc = make_dir(p.dir[0], geteuid() == 0 ? 0755 : 0700);
     if (rc)
         return rc;
     int len = snprintf(text, sizeof text, STOP_HEADER "set %s\nchunk %llu\nwritten %s\n", set,
-                       (unsigned long long)chunk, at_stop ? "stop" : "serving");
+                       (unsigned long long)chunk, written);
+    if (origin) {
+        char boot[33];
+        for (unsigned i = 0; i < 16; i++)
+            snprintf(boot + 2 * i, 3, "%02x", origin->boot_id[i]);
+        len += snprintf(text + len, sizeof text - (size_t)len,
+                        "origin_mtime %llu\norigin_written %llu\norigin_diskseq %llu\n"
+                        "origin_boot %s\n", (unsigned long long)origin->mtime,
+                        (unsigned long long)origin->written,
+                        (unsigned long long)origin->diskseq, boot);
+    }
     len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
                     tc_crc32c(0, text, (size_t)len));
     return write_durably(path, text, (size_t)len);
+}
+
+int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop)
+{
+    return stop_write(set_uuid, chunk, at_stop ? "stop" : "serving", NULL);
+}
+
+int originrec_stop_write_salvaged(const uint8_t set_uuid[16], uint64_t chunk,
+                                  const struct originrec_stamp *origin)
+{
+    return stop_write(set_uuid, chunk, "salvaged", origin);
+}
+
+/* The origin's stamp in a salvaged record; false if a field is missing
+ * or bad. */
+static bool stamp_parse(const char *text, struct originrec_stamp *st)
+{
+    char v[4][40];
+    const char *keys[3] = { "origin_mtime", "origin_written", "origin_diskseq" };
+    uint64_t *out[3] = { &st->mtime, &st->written, &st->diskseq };
+    memset(st, 0, sizeof *st);
+    for (unsigned i = 0; i < 3; i++) {
+        char *end;
+        if (!field(text, keys[i], v[i], sizeof v[i]))
+            return false;
+        errno = 0;
+        *out[i] = strtoull(v[i], &end, 10);
+        if (errno || *end != '\0' || end == v[i])
+            return false;
+    }
+    if (!field(text, "origin_boot", v[3], sizeof v[3]) || strlen(v[3]) != 32)
+        return false;
+    for (unsigned i = 0; i < 16; i++) {
+        unsigned b;
+        if (sscanf(v[3] + 2 * i, "%2x", &b) != 1)
+            return false;
+        st->boot_id[i] = (uint8_t)b;
+    }
+    return true;
 }
 
 int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
@@ -616,7 +677,7 @@ int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
             rc = -1;
             continue;
         }
-        char text[512];
+        char text[1024];
         ssize_t n = read(fd, text, sizeof text - 1);
         int e = errno;
         close(fd);
@@ -642,7 +703,19 @@ int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
             rc = -1;
             continue;
         }
+        struct originrec_stamp stamp;
+        bool salvaged = field(text, "written", rwritten, sizeof rwritten) &&
+                        strcmp(rwritten, "salvaged") == 0;
+        if (salvaged && !stamp_parse(text, &stamp)) {
+            snprintf(s->why, sizeof s->why, "%s is damaged (a salvage's field of the origin "
+                     "does not check)", path);
+            rc = -1;
+            continue;
+        }
         if (!s->found || chunk > s->chunk) {
+            s->salvaged = salvaged;
+            if (salvaged)
+                s->salvaged_stamp = stamp;
             s->found = true;
             s->chunk = chunk;
             /* No "written" line: a record written at a clean stop by a

@@ -74,15 +74,33 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16]);
  * written (synced, renamed over the old one); read from every place (the
  * highest chunk found).  read: 0, s->found saying if there is one; -1
  * with s->why when one cannot be read or is damaged (those found
- * readable are in s as well).  write, remove: 0 or -errno. */
+ * readable are in s as well).  write, remove: 0 or -errno.
+ * write_salvaged: check --salvage wrote the set's dirty data to the
+ * origin, whose stamp was then *origin (s->salvaged, s->salvaged_stamp). */
+/* What shows a write to an origin since (engine/originstop.c): a file's
+ * modification time, a block device's count of sectors written with its
+ * sequence number and the boot ID (zero: not known). */
+struct originrec_stamp {
+    uint64_t mtime;
+    uint64_t written;
+    uint64_t diskseq;
+    uint8_t boot_id[16];
+};
 struct originrec_stop {
     bool found;
     bool serving;               /* written while serving, not at a clean stop */
     uint64_t chunk;
     char path[4200];
     char why[4400];
+    /* The newest record was written by check --salvage, once it had
+     * written the set's dirty data to the origin: the origin's stamp
+     * then. */
+    bool salvaged;
+    struct originrec_stamp salvaged_stamp;
 };
 int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop);
+int originrec_stop_write_salvaged(const uint8_t set_uuid[16], uint64_t chunk,
+                                  const struct originrec_stamp *origin);
 int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s);
 int originrec_stop_remove(const uint8_t set_uuid[16]);
 
