@@ -755,7 +755,10 @@ static void conn_progress(struct nbd_conn *c, int rc)
     if (c->state == C_DEAD)
         return;
     if (rc < 0 || nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h)) {
-        const char *e = nbd_get_error();
+        /* libnbd's error is that of the last call that failed in this
+         * thread, however long ago (a description the server did not give
+         * at the handshake): only a failed call here is its cause. */
+        const char *e = rc < 0 ? nbd_get_error() : NULL;
         conn_fail(c, e && *e ? e : "the server closed the connection",
                   c->state == C_CONNECTING);
         return;
