@@ -68,6 +68,11 @@ struct ereq {
     bool via_cache;                 /* dispatched to the cache path */
     struct ereq *held_next;         /* held at the detach gate */
     void (*lost_next)(struct ereq *e);  /* lost_passthrough(): the completion after it */
+    /* A FLUSH without a cache (passthrough.c): it covers writes the origin
+     * acknowledged since the last one was sent, the oldest in epoch
+     * covers_epoch. */
+    bool covers_writes;
+    uint64_t covers_epoch;
 };
 
 struct engine_stats {
@@ -142,6 +147,13 @@ struct tc_volume {
     char cache_gone_why[1200];      /* the first cache file found so, or "" */
     /* Why the last flush, mode change or detach failed ("" if it did not). */
     char op_error[512];
+    /* The path without a cache (passthrough.c): writes the origin
+     * acknowledged that no FLUSH sent since covers, and the connection
+     * epoch (struct tc_dev) of the oldest; FLUSHes failed because a
+     * connection was lost after such writes. */
+    bool unflushed_writes;
+    uint64_t unflushed_epoch;
+    uint64_t flushes_failed_connection_lost;
 };
 
 /* volume.c */

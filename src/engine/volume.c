@@ -1062,6 +1062,7 @@ static void dev_json(struct tc_volume *vol, struct tc_json *j, const char *key,
     json_double(j, "timeout_seconds", (double)d->hold_timeout_ns / 1e9);
     json_uint(j, "writeback_retries",
               vol->cache && !vol->detached ? writeback_retries(vol->cache) : 0);
+    json_uint(j, "flushes_failed_connection_lost", vol->flushes_failed_connection_lost);
     json_end_object(j);
 }
 
