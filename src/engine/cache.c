@@ -904,11 +904,29 @@ static void drain_synced(struct log_waiter *w, int err)
         x->old_tail = c->lg.tail_seq;
         c->lg.tail_seq = c->lg.next_seq;
         /* The lost set outlives the emptied log: its records go again
-         * into the group that stays live. */
-        lost_record_again(c);
-        log_seal_all(c, true);
-        log_sync(c, &x->w);
-        return;
+         * into the group that stays live.  Then the chunk whose header
+         * records the new tail: with no segment open and none free (the
+         * cleaner stopped with the log full) there is no room for it, and
+         * the sync below would have found nothing to write -- the detach
+         * reported done with the log as full as before, and after a crash
+         * the start served every block of it again, older than what the
+         * origin received while detached.  Then the detach fails and
+         * changes nothing, as when its final sync fails. */
+        bool room = lost_record_again(c);
+        room = log_seal_all(c, true) && room;
+        if (!room) {
+            snprintf(c->drain_failure, sizeof c->drain_failure, "no room in the log for the "
+                     "record that empties it");
+            tc_error("cache: detach: no room in the log for the record that empties it (every "
+                     "segment holds data); the cache stays attached and its cleaner runs "
+                     "again: try again once it has freed some");
+            c->lg.tail_seq = x->old_tail;
+            cleaner_resume(c);
+            err = -ENOSPC;
+        } else {
+            log_sync(c, &x->w);
+            return;
+        }
     }
     void (*done)(void *, int) = x->done;
     void *arg = x->arg;

@@ -118,7 +118,7 @@ environment:
   FZ_EXTRA     more serve options
   FZ_HANG      seconds without progress taken as a hang (default 180)
 """
-import contextlib, io, os, sys, random, runpy, subprocess, signal, threading, time
+import contextlib, io, os, re, sys, random, runpy, subprocess, signal, threading, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 UNDO = f"{HERE}/undo"
 sys.path.insert(0, os.path.dirname(HERE))
@@ -891,10 +891,20 @@ def crashed():
         ctrim[s] = None if crash_trim[s] is None else set(crash_trim[s])
 
 
-def restart():
+def restart(was_detached=False):
+    """A new daemon after a kill or a stop.  was_detached: the one before
+    was detached (no attach under way): the detach emptied the log
+    durably, so the start recovers no cached block (one would be older
+    than what the origin received while detached)."""
     global d
     check_daemon_log()
     d = Daemon(rng.choice(MODES), ckenv)
+    if was_detached:
+        last = open(DLOG).read().rsplit("==== step", 1)[-1]
+        found = re.findall(r"recovered (\d+) blocks", last)
+        if found and int(found[-1]) > 0:
+            fail(f"the start after a detach recovered {found[-1]} cached blocks: the detach "
+                 f"did not empty the log durably")
     check_all(d)
 
 
@@ -1014,8 +1024,8 @@ for step in range(STEPS):
         log("KILL")
         d.powerloss()
         crashed()
-        detached = False
-        restart()
+        was, detached = detached, False
+        restart(was)
     elif r < 0.97:
         op = "SIGTERM"
         log("STOP")
@@ -1025,8 +1035,8 @@ for step in range(STEPS):
             durable()
         else:
             crashed()    # exit 1 after a device failure: what was durable
-        detached = False
-        restart()
+        was, detached = detached, False
+        restart(was)
     elif r < 0.985:
         # a control command with client I/O going on while it runs, maybe
         # a kill in it (as many requests whether it ended or not: the same
@@ -1055,8 +1065,9 @@ for step in range(STEPS):
             d.powerloss()
             p.wait()
             crashed()
+            was = detached and cmd[0] not in ("attach", "detach")
             detached = False
-            restart()
+            restart(was)
         else:
             try:
                 out = p.communicate(timeout=HANG)[0]
