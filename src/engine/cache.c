@@ -751,8 +751,8 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         cache_origin_salvage_served(c);
     /* First of all appends after a crash: the chunk that records the
      * sequence numbers skipped (TC_SEQ_RESTART_GAP, ondisk.h). */
-    if (!vol->read_only && !c->abandoned && !vol->cache_failed)
-        log_write_restart_mark(c);
+    if (!vol->read_only && !c->abandoned && !vol->cache_failed && log_write_restart_mark(c) == 0)
+        seqrec_restart_marked(c);
     /* The tombstones of the blocks dropped at the start are durable before
      * a stop's lost set is recorded in the log again (abandon_started()):
      * once that is synced the state file goes, and among those blocks are

@@ -295,7 +295,8 @@ static int fill_in_place(const char *p, const uint8_t *buf)
 
 /* TIERCACHE_TEST_SEQREC_EXCHANGE_DELAY_MS, for tests only: the spare
  * written and synced, that long before it is exchanged with the record,
- * so that a test can kill the daemon in the middle of a write. */
+ * so that a test can kill the daemon in the middle of a write (the
+ * writer thread's: a start's or a stop's own writes are not delayed). */
 static void test_exchange_delay(void)
 {
     const char *t = getenv("TIERCACHE_TEST_SEQREC_EXCHANGE_DELAY_MS");
@@ -319,9 +320,9 @@ static void spare_keep(const char *path)
 }
 
 /* Replace the record at path by r, durably, through its spare (above).
- * Blocking: the writer thread's, or a start's or a stop's (nothing is
- * served then).  0 or -errno. */
-static int record_write(const char *path, const struct tc_seqrec *r)
+ * Blocking: the writer thread's (writer), or a start's or a stop's
+ * (nothing is served then).  0 or -errno. */
+static int record_write_as(const char *path, const struct tc_seqrec *r, bool writer)
 {
     if (strncmp(path, SEQREC_STATE_DIR "/", sizeof SEQREC_STATE_DIR) == 0 &&
         mkdir(SEQREC_STATE_DIR, 0700) == 0)
@@ -330,7 +331,7 @@ static int record_write(const char *path, const struct tc_seqrec *r)
     seqrec_encode(buf, r);
     char *spare = spare_path(path);
     int rc = fill_in_place(spare, buf);
-    if (rc == 0)
+    if (rc == 0 && writer)
         test_exchange_delay();
     bool renamed = false;
     if (rc == 0 && renameat2(AT_FDCWD, spare, AT_FDCWD, path, RENAME_EXCHANGE) < 0) {
@@ -348,6 +349,11 @@ static int record_write(const char *path, const struct tc_seqrec *r)
         (void)tc_fsync_parent_dir(spare);
     free(spare);
     return rc;
+}
+
+static int record_write(const char *path, const struct tc_seqrec *r)
+{
+    return record_write_as(path, r, false);
 }
 
 /* The record of this set at chunk_seq. */
@@ -469,7 +475,7 @@ static void *writer_main(void *arg)
         sr->pending = false;
         sr->busy = true;
         pthread_mutex_unlock(&sr->mu);
-        int rc = record_write(sr->path, &r);
+        int rc = record_write_as(sr->path, &r, true);
         record_written(sr, r.chunk_seq, rc);
         if (rc == 0)
             stop_mirror(sr, &r, stop_too);
@@ -1246,6 +1252,38 @@ void seqrec_started(struct cache *c)
         file_is(c, &r);
         place_record(c);
     }
+}
+
+static bool updatable(struct cache *c);
+
+/*
+ * The chunk a start after a crash writes and flushes before anything else
+ * (log_write_restart_mark()) is recorded at once, blocking, as the start's
+ * own record is: until the first periodic write (SEQREC_PERIOD_NS later)
+ * the record named only what recovery found -- all of which a copy of the
+ * devices taken before this start holds too.  A run killed within that
+ * period after acknowledging a FLUSH left a record such a copy passes, and
+ * the copy, restored, served its older data for good (the flushed writes
+ * lost).  Now such a copy lacks the chunk the record names.  The set's
+ * stop record follows, as the writer's records do.
+ */
+void seqrec_restart_marked(struct cache *c)
+{
+    struct seqrec *sr = c->seqrec;
+    if (!sr || sr->thread_started || !updatable(c))
+        return;
+    uint64_t v = c->lg.flushed_upto;
+    if (v <= sr->posted || v <= c->lg.skipped_upto || c->lg.flushed_ns <= sr->start_ns)
+        return;
+    struct tc_seqrec r;
+    record_fill(c, v, &r);
+    int rc = record_write(sr->path, &r);
+    record_written(sr, v, rc);
+    if (rc)
+        return;
+    file_is(c, &r);
+    sr->posted = v;
+    stop_mirror(sr, &r, c->vol->origin_recorded && !sr->forget_stop);
 }
 
 /* False once this run had a cache device error (see the top): logged once. */

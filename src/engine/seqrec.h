@@ -112,6 +112,9 @@ void seqrec_explain_refusal(struct cache *c, char *err, size_t errlen);
  * then the state place in the superblocks if they lack it (blocking:
  * nothing is served yet). */
 void seqrec_started(struct cache *c);
+/* The chunk recording the numbers a start after a crash skipped is durable:
+ * recorded at once (blocking). */
+void seqrec_restart_marked(struct cache *c);
 /* From the writeback tick (100 ms): at most every SEQREC_PERIOD_NS, hand
  * the log's flushed mark to the writer thread if it moved (never blocks:
  * a trylock, else the next tick). */

@@ -302,6 +302,9 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     vol->mode = cfg->caches && cfg->caches[0] ? cfg->mode : TC_MODE_PASSTHROUGH;
     vol->opened_ns = tc_now_ns();
     if (cfg->caches && cfg->caches[0]) {
+        /* Recorded above: the start's own records of the set's progress
+         * (seqrec.c, its stop record) go with it from the first. */
+        vol->origin_recorded = records && have_set;
         if (cache_open(vol, cfg->caches, err, errlen) < 0) {
             /* Nothing of that set was served: a record only this start
              * wrote goes again. */
