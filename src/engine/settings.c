@@ -33,7 +33,8 @@ static struct cache *live_cache(struct tc_volume *vol)
 
 /* The dirty marks are stored even when only checking (apply false): a
  * later pair in the same command is checked against them (dirty-target=60
- * dirty-high=70 from 10/50); the caller puts them back if any pair fails. */
+ * dirty-high=70 from 10/50; tc_volume_set_many() stores both first); the
+ * caller puts them back if any pair fails. */
 static int set_dirty(struct tc_volume *vol, bool high, const char *key, const char *value,
                      char *err, size_t errlen)
 {
@@ -203,10 +204,37 @@ int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, boo
     return set_origin_timeout(vol, value, apply, err, errlen);
 }
 
+/* The dirty marks the pairs give, stored before any is checked: each is
+ * then checked against the other as it will be once all are applied, so
+ * the order of the pairs does not matter (dirty-high=20 dirty-target=5
+ * from 90/95 was refused, the other order taken).  A value that does not
+ * parse is left for the check to report. */
+static void preset_dirty(struct tc_volume *vol, const char *pairs)
+{
+    char *copy = tc_xstrdup(pairs), *save = NULL;
+    for (char *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        char *eq = strchr(tok, '='), quiet[160];
+        double pct;
+        if (eq == NULL)
+            continue;
+        *eq = '\0';
+        bool high = strcmp(tok, "dirty-high") == 0;
+        if ((high || strcmp(tok, "dirty-target") == 0) &&
+            tc_parse_percent(tok, eq + 1, &pct, quiet, sizeof quiet) == 0) {
+            if (high)
+                vol->cfg.dirty_high = pct / 100;
+            else
+                vol->cfg.dirty_target = pct / 100;
+        }
+    }
+    free(copy);
+}
+
 /* Two passes over the pairs: check every one, then apply them all. */
 int tc_volume_set_many(struct tc_volume *vol, const char *pairs, char *err, size_t errlen)
 {
     double target = vol->cfg.dirty_target, high = vol->cfg.dirty_high;
+    preset_dirty(vol, pairs);
     for (int apply = 0; apply < 2; apply++) {
         char *copy = tc_xstrdup(pairs), *save = NULL;
         unsigned n = 0;

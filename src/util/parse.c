@@ -118,10 +118,15 @@ bad:
 
 int tc_parse_percent(const char *what, const char *s, double *out, char *err, size_t errlen)
 {
-    char *end;
+    /* Decimal digits and a point, then nothing or "%": strtod() alone
+     * also takes hex ("0x10" is 16), exponents, "inf" and "nan". */
+    size_t digits = strspn(s, "0123456789.");
+    char *end = (char *)s;
+    double v = -1;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || (*end != '\0' && strcmp(end, "%") != 0) || !(v >= 0 && v <= 100)) {
+    if (digits > 0 && (s[digits] == '\0' || strcmp(s + digits, "%") == 0))
+        v = strtod(s, &end);
+    if (errno || end != s + digits || !(v >= 0 && v <= 100)) {
         snprintf(err, errlen, "%s: '%s' is not a percentage from 0 to 100", what, s);
         return -1;
     }
