@@ -83,17 +83,35 @@ static bool all_zero(const uint8_t *b, size_t n)
     return true;
 }
 
-void cache_origin_at_stop(struct cache *c, struct tc_superblock *out)
+void origin_stamp(struct tc_dev *origin, struct originrec_stamp *out)
 {
     memset(out, 0, sizeof *out);
-    if (!dev_file_mtime(c->vol->origin, &out->stop_origin_mtime))
-        out->stop_origin_mtime = 0;
+    if (!dev_file_mtime(origin, &out->mtime))
+        out->mtime = 0;
     struct dev_write_count n;
-    if (dev_write_count(c->vol->origin, &n)) {
-        out->stop_origin_written = n.sectors;
-        out->stop_origin_diskseq = n.diskseq;
-        memcpy(out->stop_origin_boot_id, n.boot_id, 16);
+    if (dev_write_count(origin, &n)) {
+        out->written = n.sectors;
+        out->diskseq = n.diskseq;
+        memcpy(out->boot_id, n.boot_id, 16);
     }
+}
+
+/* A stamp as a superblock's stop_origin_* fields (the rest zero): what the
+ * comparisons below read. */
+static void stamp_into(const struct originrec_stamp *st, struct tc_superblock *out)
+{
+    memset(out, 0, sizeof *out);
+    out->stop_origin_mtime = st->mtime;
+    out->stop_origin_written = st->written;
+    out->stop_origin_diskseq = st->diskseq;
+    memcpy(out->stop_origin_boot_id, st->boot_id, 16);
+}
+
+void cache_origin_at_stop(struct cache *c, struct tc_superblock *out)
+{
+    struct originrec_stamp st;
+    origin_stamp(c->vol->origin, &st);
+    stamp_into(&st, out);
 }
 
 enum verdict { UNCHANGED, WRITTEN, UNKNOWN };
@@ -154,19 +172,6 @@ static enum verdict block_verdict(const struct tc_superblock *sb, struct tc_dev 
     return WRITTEN;
 }
 
-void origin_stamp(struct tc_dev *origin, struct originrec_stamp *out)
-{
-    memset(out, 0, sizeof *out);
-    if (!dev_file_mtime(origin, &out->mtime))
-        out->mtime = 0;
-    struct dev_write_count n;
-    if (dev_write_count(origin, &n)) {
-        out->written = n.sectors;
-        out->diskseq = n.diskseq;
-        memcpy(out->boot_id, n.boot_id, 16);
-    }
-}
-
 int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
                                  size_t errlen)
 {
@@ -175,11 +180,8 @@ int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool ad
         free(st);      /* one that cannot be read: said by the sequence record's look */
         return 0;
     }
-    struct tc_superblock *then = tc_xcalloc(1, sizeof *then);
-    then->stop_origin_mtime = st->salvaged_stamp.mtime;
-    then->stop_origin_written = st->salvaged_stamp.written;
-    then->stop_origin_diskseq = st->salvaged_stamp.diskseq;
-    memcpy(then->stop_origin_boot_id, st->salvaged_stamp.boot_id, 16);
+    struct tc_superblock *then = tc_xmalloc(sizeof *then);
+    stamp_into(&st->salvaged_stamp, then);
     char what[400];
     bool file = dev_file_mtime(origin, &(uint64_t){ 0 });
     enum verdict v = file ? file_verdict(then, origin, "salvage", what, sizeof what)
