@@ -89,8 +89,8 @@ static const char check_help[] =
 "                        dirty data is older than the origin's.  So is\n"
 "                        another origin (its identity, as serve's) and an\n"
 "                        origin modified since the cache's clean stop (a\n"
-"                        file's time, a block device's write count), and,\n"
-"                        after a clean stop, an origin that differs from\n"
+"                        file's time, a block device's write count), and\n"
+"                        an origin that differs from\n"
 "                        a sample of the cache's clean blocks (see\n"
 "                        --origin-check-blocks): refused naming the origin\n"
 "                        and the first block that differs, nothing written\n"
@@ -106,7 +106,7 @@ static const char check_help[] =
 "                        --adopt-origin; the cache is not changed (no block\n"
 "                        is dropped from it)\n"
 "  --origin-check-blocks N\n"
-"                        with --salvage, after a clean stop: before anything\n"
+"                        with --salvage: before anything\n"
 "                        is written, read N of the cache's clean blocks\n"
 "                        (default 32, spread over the cache) and the same\n"
 "                        blocks of ORIGIN, as serve's start does, and refuse\n"
@@ -314,11 +314,8 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                  (unsigned long long)c->st.origin_check_blocks, un);
     } else {
         snprintf(sampled, sizeof sampled, "the cache's clean blocks were not compared with "
-                 "the origin (%s)", !(sb->flags & TC_SB_CLEAN_STOP)
-                     ? "the cache did not stop cleanly: its clean blocks may rightly hold "
-                       "data the origin lacks"
-                     : "none can be: none is cached, the cache was abandoned, or the log's "
-                       "damage leaves none provably current");
+                 "the origin (none can be: none is cached, the cache was abandoned, or the "
+                 "log's damage leaves none provably current)");
     }
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);

@@ -35,7 +35,8 @@
  * statistics turned off).  Nothing is recorded for an NBD origin, nor by
  * a build before the fields: then, as for a time put back, the sample of
  * clean blocks below (cache_origin_sample()) is all that can tell.
- * Nothing is known after a crash or a kill (no clean-stop record).
+ * Nothing is known after a crash or a kill (no clean-stop record): the
+ * sample alone tells there.
  * check --salvage asks the same before it writes the dirty data there.
  *
  * After check --salvage wrote the set's dirty data to the origin, the
@@ -287,9 +288,17 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
  * differs is proof that something wrote the origin while the cache was
  * stopped.  A sample can miss a change (a write to blocks the sample did
  * not take, or to blocks the cache does not hold, which is harmless): it
- * is a check against a mistake, not a proof of its absence.  Only after a
- * clean stop: after a kill or a crash the cache may rightly hold
- * write-through data the origin lacks.
+ * is a check against a mistake, not a proof of its absence.
+ *
+ * After a kill or a crash too, where the records above know nothing (the
+ * daemon's own writes moved the time and the counts), and where the
+ * mistake is likeliest: the origin mounted or repaired directly while its
+ * daemon is down.  The invariant holds there for the blocks the sample
+ * takes: the cache may hold write-through data the origin lacks (a write
+ * or its flush cut short by the kill), but recovery makes every such
+ * version dirty (the write-through versions above the stable mark,
+ * recovery.c), and dirty blocks are never compared; a clean block after
+ * recovery is one whose data the origin had written and flushed.
  *
  * A difference refuses the start, unless --adopt-origin: the operator
  * trusts the origin's data, and the cache is known to hold copies older
@@ -612,7 +621,8 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
     if (salvage)
         adopt = false;
     const struct tc_superblock *sb = &c->devs[0].sb;
-    if (n == 0 || !(sb->flags & TC_SB_CLEAN_STOP) || c->data_free || c->abandoned)
+    bool crashed = !(sb->flags & TC_SB_CLEAN_STOP);
+    if (n == 0 || c->data_free || c->abandoned)
         return 0;
     struct index *ix = &c->map.idx;
     struct tc_mask valid;
@@ -698,6 +708,10 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
              "(origin bytes %llu..%llu%s)", (unsigned long long)r.first_ob, c->block_size,
              (unsigned long long)r.first_byte, (unsigned long long)oat,
              (unsigned long long)(oat + TC_SECTOR - 1), where);
+    const char *stopped = crashed ? "did not stop cleanly (its daemon was killed or crashed: "
+                                    "each of its clean blocks is one the origin had written "
+                                    "and flushed)"
+                                  : "stopped cleanly";
     int rc = 0;
     if (adopt) {
         for (uint64_t i = 0; i < r.ndiffer; i++)
@@ -711,15 +725,16 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
     } else if (salvage) {
         char dirty[32];
         snprintf(err, errlen,
-                 "origin %s differs from the cache on %s, which stopped cleanly: of %llu "
+                 "origin %s differs from the cache on %s, which %s: of %llu "
                  "clean cached blocks compared with the origin %s, %llu differ (blocks %s; "
                  "%s).  Something wrote the origin while no daemon served it with this cache "
-                 "(written or served directly, restored from a backup), or this is not the "
-                 "cache's origin (another volume, a blank disk, behind the same name), and "
-                 "the cache's dirty data (%s) would be written over it.  If this is the "
-                 "cache's origin and the cache's dirty data is to go over its changes, "
+                 "(written, mounted or served directly, restored from a backup), or this is "
+                 "not the cache's origin (another volume, a blank disk, behind the same "
+                 "name), and the cache's dirty data (%s) would be written over it.  If this "
+                 "is the cache's origin and the cache's dirty data is to go over its changes, "
                  "salvage with --adopt-origin (or --origin-check-blocks 0: nothing compared)",
-                 origin->name, c->devs[0].dev->name, (unsigned long long)r.compared, r.when,
+                 origin->name, c->devs[0].dev->name, stopped,
+                 (unsigned long long)r.compared, r.when,
                  (unsigned long long)r.ndiffer, blocks, first,
                  tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty));
         rc = -1;
@@ -730,16 +745,17 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
                      "back over them",
                      tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty));
         snprintf(err, errlen,
-                 "origin %s differs from the cache on %s, which stopped cleanly: of %llu "
+                 "origin %s differs from the cache on %s, which %s: of %llu "
                  "clean cached blocks compared with the origin %s, %llu differ "
                  "(blocks %s; %s).  Something wrote the origin while no daemon served it "
-                 "with this cache (written or served directly, served by another server, "
-                 "restored from a backup, another disk behind the same name), and the "
+                 "with this cache (written, mounted or served directly, served by another "
+                 "server, restored from a backup, another disk behind the same name), and the "
                  "cache's copies of the blocks it changed would be served over the newer "
                  "data%s.  To keep the origin as it is, reformat the cache with %s; to "
                  "trust the origin's data anyway, pass --adopt-origin (every clean block is "
                  "then compared, and each one found different dropped from the cache)",
-                 origin->name, c->devs[0].dev->name, (unsigned long long)r.compared, r.when,
+                 origin->name, c->devs[0].dev->name, stopped,
+                 (unsigned long long)r.compared, r.when,
                  (unsigned long long)r.ndiffer, blocks, first, dpart,
                  c->map.dirty_sectors
                      ? "'tiercache format --force --discard-dirty' (the cache's dirty data is "
