@@ -285,8 +285,12 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     /* The record of the set, before the cache is opened (which changes it:
      * its start clears the clean-stop record) and anything served: a kill
      * from now on leaves it.  Not written, the start is refused -- that
-     * cache's writes would go unguarded (io/originrec.c). */
-    if (records && have_set &&
+     * cache's writes would go unguarded (io/originrec.c).  A record of the
+     * set already there guards it as it is: it is written again (with
+     * this start's names of the devices) only once the set opened -- a
+     * start refused (a device missing, one of another set) must not leave
+     * the record naming the devices it was given. */
+    if (records && have_set && !had_set &&
         originrec_write(origin, cfg->origin, set, cfg->caches, err, errlen) < 0) {
         dev_close(origin);
         return NULL;
@@ -315,15 +319,19 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
             return NULL;
         }
         vol->origin_recorded = records;
-        if (records && memcmp(set, vol->cache->set_uuid, 16) != 0) {
-            /* Formatted again between the look and the open: the set
-             * opened is recorded (the other's record stays). */
+        if (records && (had_set || memcmp(set, vol->cache->set_uuid, 16) != 0)) {
+            /* The set's record there before, now with this start's names
+             * of its devices; or the set was formatted again between the
+             * look and the open: the set opened is recorded (the other's
+             * record stays).  Not written, the old record still names the
+             * set (a warning: only its names of the devices are old). */
             char why[1024];
-            vol->origin_recorded = originrec_write(origin, cfg->origin,
-                                                   vol->cache->set_uuid, cfg->caches, why,
-                                                   sizeof why) == 0;
-            if (!vol->origin_recorded)
+            bool written = originrec_write(origin, cfg->origin, vol->cache->set_uuid,
+                                           cfg->caches, why, sizeof why) == 0;
+            if (!written)
                 tc_warn("%s", why);
+            if (memcmp(set, vol->cache->set_uuid, 16) != 0)
+                vol->origin_recorded = written;
         }
     }
     vol->path_timer.fn = path_timer_fn;
