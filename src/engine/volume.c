@@ -739,9 +739,25 @@ static void flush_done(void *arg, int err)
     op_finish(op, err);
 }
 
+/* Whether the stop has begun to close the volume: its writeback is
+ * stopped (and freed once its last job ends), its cleaner too, so no
+ * operation that drains may start -- it would wait for ever, or reach the
+ * freed writeback state.  Said as the drains ended by the stop say it. */
+static bool refused_closing(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg)
+{
+    if (!vol->closing)
+        return false;
+    snprintf(vol->op_error, sizeof vol->op_error, "the daemon is stopping; what is still "
+             "dirty stays in the cache and is written back after the next start");
+    done(arg, -ESHUTDOWN);
+    return true;
+}
+
 void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg)
 {
+    if (refused_closing(vol, done, arg))
+        return;
     if (vol->detaching || vol->flushing_dirty) {
         /* A mode change, a detach or another flush is draining: one drain
          * at a time (its completion would otherwise be replaced by this
@@ -896,6 +912,14 @@ static void gate_quiet(struct tc_task *t)
         return;
     struct online_op *op = vol->gate_op;
     vol->gate_op = NULL;
+    if (vol->closing) {
+        /* The stop closed the cache meanwhile (its writeback and cleaner
+         * stopped): the operation is abandoned, as a drain the stop ends. */
+        snprintf(vol->cache->drain_failure, sizeof vol->cache->drain_failure,
+                 "the daemon is stopping");
+        (op->mode_change ? mode_drained : detached)(op, -ESHUTDOWN);
+        return;
+    }
     if (op->mode_change)
         cache_flush_dirty(vol->cache, op_progress, mode_drained, op);
     else
@@ -943,6 +967,8 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
     /* Every refusal says its own reason: the control socket prints
      * op_error with any error, and an earlier command's would be wrong. */
     vol->op_error[0] = '\0';
+    if (refused_closing(vol, done, arg))
+        return;
     if (vol->attaching) {
         snprintf(vol->op_error, sizeof vol->op_error, "an attach is under way; try again when "
                  "it ends");
@@ -975,6 +1001,8 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
 {
     /* Every refusal says its own reason (as tc_volume_detach()). */
     vol->op_error[0] = '\0';
+    if (refused_closing(vol, done, arg))
+        return;
     if (vol->attaching) {
         snprintf(vol->op_error, sizeof vol->op_error, "an attach is under way; try again when "
                  "it ends");

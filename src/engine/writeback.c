@@ -1951,6 +1951,19 @@ void writeback_drain(struct cache *c,
                      void (*done)(void *arg, int err), void *arg)
 {
     struct writeback *wb = c->wb;
+    if (wb == NULL || wb->stopped) {
+        /* Stopped by the stop (writeback_fini()): no pass starts any
+         * more, so the drain could only wait for ever.  It fails at once,
+         * as one under way at the stop does (engine/volume.c refuses the
+         * operations that drain once the volume closes; this is the
+         * floor under them). */
+        if (wb)
+            snprintf(wb->drain_why, sizeof wb->drain_why,
+                     "the daemon is stopping; what is still dirty stays in the cache and is "
+                     "written back after the next start");
+        done(arg, -EIO);
+        return;
+    }
     wb->draining = true;
     wb->drain_progress = progress;
     wb->drain_done = done;
