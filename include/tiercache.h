@@ -171,6 +171,11 @@ typedef void (*tc_progress_fn)(void *arg, uint64_t left_bytes, uint64_t done_byt
  * done(arg, 0) once none is left, -EIO if the origin refuses some. */
 void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg);
+/* The same, for the stop itself (--flush-on-stop): once tc_volume_stopping()
+ * was called, tc_volume_flush_dirty(), tc_volume_detach() and
+ * tc_volume_set_mode() are refused ("the daemon is stopping"). */
+void tc_volume_flush_dirty_at_stop(struct tc_volume *vol, tc_progress_fn progress,
+                                   void (*done)(void *arg, int err), void *arg);
 
 /* Flush, then stop using the cache: it is emptied (durably) and every
  * request goes straight to the origin from then on.  tc_volume_attach(),

@@ -650,7 +650,7 @@ static void nbd_stopped(struct nbd_server *srv)
         tc_info("all clients finished; flush on stop: writing back %s of dirty data (%llu "
                 "blocks)", tc_format_size(bytes, sz, sizeof sz), (unsigned long long)blocks);
         s->flush_start_ns = s->flush_logged_ns = tc_now_ns();
-        tc_volume_flush_dirty(s->vol, stop_flush_progress, stop_flushed, s);
+        tc_volume_flush_dirty_at_stop(s->vol, stop_flush_progress, stop_flushed, s);
         return;
     }
     tc_info("all clients finished; closing the volume");

@@ -90,6 +90,7 @@ struct tc_volume {
     enum tc_mode mode;
     bool read_only;
     bool closing;
+    bool stopping;                  /* tc_volume_stopping(): no new drain starts */
     struct rangelock locks;
     struct engine_stats stats;
     uint64_t opened_ns;

@@ -578,6 +578,7 @@ static void cache_closed(void *arg, int err)
 
 void tc_volume_stopping(struct tc_volume *vol)
 {
+    vol->stopping = true;
     if (vol->cache)
         cache_stopping(vol->cache);
 }
@@ -739,13 +740,18 @@ static void flush_done(void *arg, int err)
     op_finish(op, err);
 }
 
-/* Whether the stop has begun to close the volume: its writeback is
- * stopped (and freed once its last job ends), its cleaner too, so no
- * operation that drains may start -- it would wait for ever, or reach the
- * freed writeback state.  Said as the drains ended by the stop say it. */
-static bool refused_closing(struct tc_volume *vol, void (*done)(void *arg, int err), void *arg)
+/* Whether a stop has begun: no operation that drains may start.  Once
+ * the volume closes its writeback is stopped (and freed once its last job
+ * ends), its cleaner too: a drain would wait for ever, or reach the freed
+ * writeback state; before that, one still running when the close begins
+ * would be cut short by it, and a detach emptying the cache then would race
+ * the close's own records.  The stop's own flush (--flush-on-stop) goes
+ * on until the close (tc_volume_flush_dirty_at_stop()).  Said as the
+ * drains ended by the stop say it. */
+static bool refused_stopping(struct tc_volume *vol, bool at_stop,
+                             void (*done)(void *arg, int err), void *arg)
 {
-    if (!vol->closing)
+    if (!vol->closing && (!vol->stopping || at_stop))
         return false;
     snprintf(vol->op_error, sizeof vol->op_error, "the daemon is stopping; what is still "
              "dirty stays in the cache and is written back after the next start");
@@ -753,10 +759,25 @@ static bool refused_closing(struct tc_volume *vol, void (*done)(void *arg, int e
     return true;
 }
 
+static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn progress,
+                        void (*done)(void *arg, int err), void *arg);
+
 void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg)
 {
-    if (refused_closing(vol, done, arg))
+    flush_dirty(vol, false, progress, done, arg);
+}
+
+void tc_volume_flush_dirty_at_stop(struct tc_volume *vol, tc_progress_fn progress,
+                                   void (*done)(void *arg, int err), void *arg)
+{
+    flush_dirty(vol, true, progress, done, arg);
+}
+
+static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn progress,
+                        void (*done)(void *arg, int err), void *arg)
+{
+    if (refused_stopping(vol, at_stop, done, arg))
         return;
     if (vol->detaching || vol->flushing_dirty) {
         /* A mode change, a detach or another flush is draining: one drain
@@ -967,7 +988,7 @@ void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,
     /* Every refusal says its own reason: the control socket prints
      * op_error with any error, and an earlier command's would be wrong. */
     vol->op_error[0] = '\0';
-    if (refused_closing(vol, done, arg))
+    if (refused_stopping(vol, false, done, arg))
         return;
     if (vol->attaching) {
         snprintf(vol->op_error, sizeof vol->op_error, "an attach is under way; try again when "
@@ -1001,7 +1022,7 @@ void tc_volume_set_mode(struct tc_volume *vol, enum tc_mode mode, tc_progress_fn
 {
     /* Every refusal says its own reason (as tc_volume_detach()). */
     vol->op_error[0] = '\0';
-    if (refused_closing(vol, done, arg))
+    if (refused_stopping(vol, false, done, arg))
         return;
     if (vol->attaching) {
         snprintf(vol->op_error, sizeof vol->op_error, "an attach is under way; try again when "
