@@ -27,6 +27,12 @@
  * connection with nothing in flight may always start one request of at
  * most SMALL_REQUEST bytes, so a light client is served promptly during a
  * flood; that can exceed the limit by max_connections x SMALL_REQUEST.
+ * And when no client request holds any buffer, the request at the head of
+ * a queue goes ahead whatever its size: what is in use then is the
+ * engine's own (the cleaner's read-ahead of the next group, a fill), which
+ * may come back only once clients' requests go on -- waiting for it would
+ * wait for ever (every connection queued, nothing in flight).  That passes
+ * the limit by at most what the engine holds, once per queue.
  * Clients that stop reading hold at most their own limit each: with the
  * defaults, seven of them still leave an eighth of the memory to the rest,
  * and beyond that every other client keeps its one small request.
@@ -121,9 +127,14 @@ static bool client_admit(struct nbd_conn *c, uint64_t need)
 
 /* ---- the global bound on buffer memory ---- */
 
+/* Bytes of buffers client requests hold, on every connection (atomic:
+ * front ends add and take their own requests'). */
+static uint64_t client_buffer_bytes;
+
 static bool mem_fits(const struct nbd_server *srv, uint64_t need)
 {
-    return bufpool_in_use() + need <= srv->cfg.max_buffer_memory;
+    return bufpool_in_use() + need <= srv->cfg.max_buffer_memory ||
+           __atomic_load_n(&client_buffer_bytes, __ATOMIC_RELAXED) == 0;
 }
 
 static void mem_dequeue(struct nbd_conn *c)
@@ -292,6 +303,7 @@ static void req_release(struct nbd_out *out)
         bufpool_charge(-(int64_t)req->fe_charge);
     CONN_SET(c, inflight, c->inflight - 1);
     CONN_SET(c, inflight_bytes, c->inflight_bytes - req->charged);
+    __atomic_sub_fetch(&client_buffer_bytes, req->charged, __ATOMIC_RELAXED);
     CONN_SET(c, over_limit, false);     /* conn_parse() looks at the next request again */
     if (req->pool_buf && c->fe) {
         /* The pool is the reactor's: the buffer goes back there. */
@@ -340,6 +352,7 @@ static void req_alloc_buf(struct nbd_req *req, size_t size)
     req->buf_size = size;
     req->charged = size;
     CONN_SET(c, inflight_bytes, c->inflight_bytes + size);
+    __atomic_add_fetch(&client_buffer_bytes, size, __ATOMIC_RELAXED);
     if (c->fe == NULL) {
         req->buf = bufpool_get(size);
         req->pool_buf = true;
