@@ -1791,6 +1791,68 @@ const char *cdev_state_name(enum cdev_state s)
                                                                                  : "missing";
 }
 
+/* The lost sectors as origin byte ranges, lowest first, the first
+ * LOST_RANGES_LISTED of them ("lost_ranges", with "lost_ranges_total"):
+ * what an operator must write again, or give up on by writing the origin's
+ * older data there through the daemon, for reads of them to stop failing. */
+#define LOST_RANGES_LISTED 32
+struct lost_runs { struct cache *c; uint64_t (*r)[2]; size_t n, cap; };
+
+static void lost_run_add(void *arg, uint64_t oblock, const struct tc_mask *persisted)
+{
+    struct lost_runs *x = arg;
+    struct tc_mask m;
+    if (!lost_get(&x->c->map.lost, oblock, &m))
+        m = *persisted;
+    uint64_t base = oblock * x->c->block_size;
+    unsigned s, e;
+    for (s = 0; mask_next_run(&m, x->c->spb, &s, &e); s = e) {
+        if (x->n == x->cap) {
+            x->cap = x->cap ? 2 * x->cap : 64;
+            x->r = realloc(x->r, x->cap * sizeof *x->r);
+            if (x->r == NULL)
+                abort();
+        }
+        x->r[x->n][0] = base + (uint64_t)s * TC_SECTOR;
+        x->r[x->n][1] = base + (uint64_t)e * TC_SECTOR;
+        x->n++;
+    }
+}
+
+static int cmp_run(const void *a, const void *b)
+{
+    uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+static void lost_ranges_json(struct cache *c, struct tc_json *j)
+{
+    struct lost_runs x = { .c = c };
+    if (lost_sectors(&c->map.lost))
+        lost_foreach(&c->map.lost, lost_run_add, &x);
+    qsort(x.r, x.n, sizeof *x.r, cmp_run);
+    size_t runs = 0;
+    for (size_t i = 0; i < x.n; i++) {          /* merge neighbours in place */
+        if (runs && x.r[runs - 1][1] == x.r[i][0])
+            x.r[runs - 1][1] = x.r[i][1];
+        else {
+            x.r[runs][0] = x.r[i][0];
+            x.r[runs][1] = x.r[i][1];
+            runs++;
+        }
+    }
+    json_uint(j, "lost_ranges_total", runs);
+    json_begin_array(j, "lost_ranges");
+    for (size_t i = 0; i < runs && i < LOST_RANGES_LISTED; i++) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "origin bytes %llu..%llu", (unsigned long long)x.r[i][0],
+                 (unsigned long long)(x.r[i][1] - 1));
+        json_string(j, NULL, buf);
+    }
+    json_end_array(j);
+    free(x.r);
+}
+
 void cache_status_json(struct cache *c, struct tc_json *j)
 {
     struct cache_stats *s = &c->st;
@@ -1952,6 +2014,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "origin_cut_writes", s->origin_cut_writes);
     json_uint(j, "lost_sectors_unreadable", lost_sectors(&c->map.lost));
     json_uint(j, "lost_bytes", lost_sectors(&c->map.lost) * TC_SECTOR);
+    lost_ranges_json(c, j);
     abandon_status_json(c, j);
     seqrec_status_json(c, j);
     json_uint(j, "device_failure_rewrites_pending", c->rewrites_unappended);
