@@ -21,18 +21,15 @@ static const char flush_help[] =
 "\n"
 "Write every dirty block of a running daemon's cache back to the origin and\n"
 "make it durable there, showing the bytes left, the rate and the time left\n"
-"on a terminal.  The daemon keeps serving meanwhile: the flush ends once\n"
-"everything dirty when it began is written back, and what clients write\n"
-"meanwhile may stay dirty (the summary says how much; stop the clients\n"
-"first for an origin that holds every write).\n"
+"on a terminal.  The daemon keeps serving meanwhile.\n"
 "Data lost with a failed cache is not dirty, but the origin lacks it: the\n"
 "summary says how much (its sectors read EIO until written again).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n"
 "\n"
-"Exit status: 0 the origin holds every write acknowledged before the flush\n"
-"began; 1 dirty data is left (with the reason and how much), or\n"
+"Exit status: 0 no dirty data is left and the origin holds every\n"
+"acknowledged write; 1 dirty data is left (with the reason and how much), or\n"
 "the daemon could not be asked; 2 bad usage; 3 no dirty data is left, but\n"
 "acknowledged data was lost with a failed cache (how much is said): the\n"
 "origin lacks its newest version, so it must not be used alone as current.\n";
@@ -135,13 +132,6 @@ static void on_line(const char *line, void *arg)
                              tc_format_size((uint64_t)(secs > 0 ? bytes / secs : 0), w + 16,
                                             16),
                              jv_str(jv_get(j, "mode"), "?"));
-            /* A flush writes back what was dirty when it began; what
-             * clients wrote since may be dirty again, and is said. */
-            double dirty = jv_num(jv_get(j, "dirty_bytes"), 0);
-            if (dirty > 0 && n > 0 && (size_t)n < sizeof v->final)
-                n += snprintf(v->final + n, sizeof v->final - (size_t)n,
-                              "; %s written since the flush began is dirty",
-                              tc_format_size((uint64_t)dirty, w, sizeof w));
             /* Lost data is not dirty, so the drain succeeded; but the
              * origin alone is still not current, and that must be said. */
             double lost = jv_num(jv_get(j, "lost_bytes"), 0);

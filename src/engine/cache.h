@@ -347,8 +347,7 @@ void cache_status_json(struct cache *c, struct tc_json *j);
  * a message in err when no policy is called name. */
 int cache_switch_policy(struct cache *c, const char *name, char *err, size_t errlen);
 void cache_submit(struct ereq *e);
-/* sweep: as writeback_drain()'s. */
-void cache_flush_dirty(struct cache *c, bool sweep, tc_progress_fn progress,
+void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
                        void (*done)(void *arg, int err), void *arg);
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
                   void *arg);

@@ -796,7 +796,7 @@ static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn prog
         op->progress = progress;
         op->done = done;
         op->arg = arg;
-        cache_flush_dirty(vol->cache, true, op_progress, flush_done, op);
+        cache_flush_dirty(vol->cache, op_progress, flush_done, op);
     } else {
         flush_origin_only(vol, done, arg);
     }
@@ -942,7 +942,7 @@ static void gate_quiet(struct tc_task *t)
         return;
     }
     if (op->mode_change)
-        cache_flush_dirty(vol->cache, false, op_progress, mode_drained, op);
+        cache_flush_dirty(vol->cache, op_progress, mode_drained, op);
     else
         cache_detach(vol->cache, op_progress, detached, op);
 }
@@ -979,7 +979,7 @@ static void gated_drain(struct tc_volume *vol, bool mode_change, enum tc_mode ol
     op->arg = arg;
     op->mode_change = mode_change;
     vol->detaching = true;
-    cache_flush_dirty(vol->cache, false, op_progress, first_drain_done, op);
+    cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
 }
 
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,

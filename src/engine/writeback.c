@@ -202,7 +202,6 @@ struct wb_job {
     struct log_waiter sync_w;   /* the cache flush before the origin writes */
     struct wb_job *next_syncing;    /* on wb->syncing while sync_w waits */
     bool cancelled;             /* a pass job the stop ended before it wrote */
-    uint64_t seq;               /* the order jobs started in (wb->job_seq) */
     int flush_err;
     uint64_t epoch;             /* the origin's connection epoch at the writes */
     void (*done)(void *arg, int err);
@@ -246,14 +245,6 @@ struct writeback {
     void *drain_arg;
     uint64_t drain_start_bytes, drain_last_progress, drain_stuck_passes;
     uint64_t drain_dirty_at_pass;
-    /* A drain that may end after one sweep (writeback_drain()): the pass
-     * and cursor it began at; once the cursor came round to it (swept),
-     * the jobs started before then (seq below sweep_end_seq) still in
-     * flight, sweep_open of them. */
-    bool drain_sweep, swept;
-    uint64_t sweep_pass0, sweep_cursor0, sweep_end_seq;
-    unsigned sweep_open;
-    uint64_t job_seq;
     /* the dirty throttle: held client writes, oldest first */
     struct wb_throttle_waiter *throttled, *throttled_tail;
     int64_t credit;             /* bytes of dirty data that may come in */
@@ -530,8 +521,6 @@ static void job_finish(struct wb_job *j)
     free(j->runs);
     wb->all_jobs--;
     wb->jobs_done++;
-    if (wb->swept && j->seq < wb->sweep_end_seq)
-        wb->sweep_open--;
     if (j->pass)
         wb->jobs--;
     void (*done)(void *, int) = j->done;
@@ -1245,7 +1234,6 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
     j->pass = pass;
     j->done = done;
     j->arg = arg;
-    j->seq = wb->job_seq++;
     wb->all_jobs++;
     if (pass) {
         wb->jobs++;
@@ -1487,24 +1475,6 @@ static unsigned window(struct writeback *wb)
 static void drain_check(struct writeback *wb);
 static void drain_end(struct writeback *wb, int err);
 
-/* A sweeping drain: has the cursor come round to where the drain began?
- * Then every block dirty at its start was taken by a job since (started,
- * or in flight already), or was clean when the cursor passed it (written
- * back meanwhile), or was backing off after failures (in the failure
- * table: drain_check() then waits for it the usual way).  The jobs in
- * flight now are the last ones the sweep waits for. */
-static void sweep_check(struct writeback *wb)
-{
-    if (!wb->draining || !wb->drain_sweep || wb->swept)
-        return;
-    uint64_t passes = wb->c->st.writeback_passes;
-    if (passes > wb->sweep_pass0 + 1 || (passes > wb->sweep_pass0 && wb->cursor >= wb->sweep_cursor0)) {
-        wb->swept = true;
-        wb->sweep_end_seq = wb->job_seq;
-        wb->sweep_open = wb->all_jobs;
-    }
-}
-
 static void pace(struct writeback *wb)
 {
     unsigned w = all_backing_off(wb) ? 0 : window(wb);
@@ -1514,9 +1484,7 @@ static void pace(struct writeback *wb)
         if (!next_batch(wb, blocks, &n))
             break;
         job_start(wb, blocks, n, true, NULL, NULL);
-        sweep_check(wb);
     }
-    sweep_check(wb);
     if (wb->draining)
         drain_check(wb);
     throttle_check(wb);
@@ -1916,13 +1884,6 @@ static void drain_check(struct writeback *wb)
         wb->drain_progress(wb->drain_arg, c->map.dirty_sectors * TC_SECTOR,
                            wb->bytes - wb->drain_start_bytes);
     }
-    /* Swept: what was dirty at the start is written back, unless a block
-     * failed (it is in the failure table until a write of it succeeds):
-     * done, whatever clients made dirty since. */
-    if (wb->swept && wb->sweep_open == 0 && wb->nfail == 0) {
-        drain_end(wb, 0);
-        return;
-    }
     if (wb->jobs > 0)
         return;
     if (c->map.dirty_blocks > 0) {
@@ -1976,7 +1937,6 @@ static void drain_end(struct writeback *wb, int err)
 {
     struct cache *c = wb->c;
     wb->draining = false;
-    wb->swept = false;
     void (*done)(void *, int) = wb->drain_done;
     void *arg = wb->drain_arg;
     wb->drain_done = NULL;
@@ -1986,7 +1946,7 @@ static void drain_end(struct writeback *wb, int err)
         done(arg, err);
 }
 
-void writeback_drain(struct cache *c, bool sweep,
+void writeback_drain(struct cache *c,
                      void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg)
 {
@@ -2005,10 +1965,6 @@ void writeback_drain(struct cache *c, bool sweep,
         return;
     }
     wb->draining = true;
-    wb->drain_sweep = sweep;
-    wb->swept = false;
-    wb->sweep_pass0 = c->st.writeback_passes;
-    wb->sweep_cursor0 = wb->cursor;
     wb->drain_progress = progress;
     wb->drain_done = done;
     wb->drain_arg = arg;

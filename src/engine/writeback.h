@@ -56,15 +56,8 @@ void writeback_kick(struct cache *c);
  * mark, for everything done before since_ns: the periodic commit's work
  * up to then is done (the next one is due COMMIT_NS after it). */
 void writeback_committed(struct cache *c, uint64_t since_ns);
-/* Drain everything; progress() is called now and then.  sweep: the drain
- * may also end, done, once everything dirty when it began is written back
- * (one sweep of the dirty bitmap from the cursor round to it again, its
- * jobs ended, none failed), though clients have made more dirty since --
- * tiercache flush under steady writes, which otherwise never ended;
- * without, only once nothing is dirty (a detach, a mode change: their
- * writes add no dirty data meanwhile). */
-void writeback_drain(struct cache *c, bool sweep,
-                     void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
+/* Drain everything; progress() is called now and then. */
+void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg);
 /* No job in flight (background, drain or the cleaner's) and no commit
  * flush of the origin: nothing of writeback will append to the log. */
