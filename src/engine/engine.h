@@ -110,6 +110,11 @@ struct tc_volume {
     bool gate;
     bool detaching;                 /* a detach is under way */
     bool flushing_dirty;            /* a flush of the dirty data (tiercache flush) drains */
+    /* The stop's own flush (--flush-on-stop) asked while a flush, detach
+     * or mode change drained: it runs once that ends (op_finish()). */
+    tc_progress_fn stop_flush_progress;
+    void (*stop_flush_done)(void *arg, int err);
+    void *stop_flush_arg;
     unsigned cache_inflight;        /* requests in the cache path */
     struct ereq *held_head, **held_tail;
     struct tc_task gate_task;

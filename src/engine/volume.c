@@ -703,12 +703,22 @@ static void op_error_set(struct tc_volume *vol, const char *prefix, const char *
 
 /* The end of an operation: free it, then tell its caller (who may start
  * the next one from the callback). */
+static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn progress,
+                        void (*done)(void *arg, int err), void *arg);
+
 static void op_finish(struct online_op *op, int err)
 {
+    struct tc_volume *vol = op->vol;
     void (*done)(void *, int) = op->done;
     void *arg = op->arg;
     free(op);
     done(arg, err);
+    /* The stop's flush waited for this drain: its turn. */
+    if (vol->stop_flush_done && !vol->detaching && !vol->flushing_dirty) {
+        void (*sdone)(void *, int) = vol->stop_flush_done;
+        vol->stop_flush_done = NULL;
+        flush_dirty(vol, true, vol->stop_flush_progress, sdone, vol->stop_flush_arg);
+    }
 }
 
 static void origin_flushed_op(struct tc_dev_io *dio, int err)
@@ -759,9 +769,6 @@ static bool refused_stopping(struct tc_volume *vol, bool at_stop,
     return true;
 }
 
-static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn progress,
-                        void (*done)(void *arg, int err), void *arg);
-
 void tc_volume_flush_dirty(struct tc_volume *vol, tc_progress_fn progress,
                            void (*done)(void *arg, int err), void *arg)
 {
@@ -779,6 +786,15 @@ static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn prog
 {
     if (refused_stopping(vol, at_stop, done, arg))
         return;
+    if (at_stop && (vol->detaching || vol->flushing_dirty)) {
+        /* A flush, detach or mode change drains already: the stop's flush
+         * follows it (refused, the stop left its dirty data behind and a
+         * detach was cut short as it closed). */
+        vol->stop_flush_progress = progress;
+        vol->stop_flush_done = done;
+        vol->stop_flush_arg = arg;
+        return;
+    }
     if (vol->detaching || vol->flushing_dirty) {
         /* A mode change, a detach or another flush is draining: one drain
          * at a time (its completion would otherwise be replaced by this
