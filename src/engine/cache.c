@@ -1830,7 +1830,8 @@ static void lost_ranges_json(struct cache *c, struct tc_json *j)
     struct lost_runs x = { .c = c };
     if (lost_sectors(&c->map.lost))
         lost_foreach(&c->map.lost, lost_run_add, &x);
-    qsort(x.r, x.n, sizeof *x.r, cmp_run);
+    if (x.n)
+        qsort(x.r, x.n, sizeof *x.r, cmp_run);
     size_t runs = 0;
     for (size_t i = 0; i < x.n; i++) {          /* merge neighbours in place */
         if (runs && x.r[runs - 1][1] == x.r[i][0])
