@@ -763,8 +763,7 @@ static bool refused_stopping(struct tc_volume *vol, bool at_stop,
 {
     if (!vol->closing && (!vol->stopping || at_stop))
         return false;
-    snprintf(vol->op_error, sizeof vol->op_error, "the daemon is stopping; what is still "
-             "dirty stays in the cache and is written back after the next start");
+    snprintf(vol->op_error, sizeof vol->op_error, WB_STOPPING_WHY);
     done(arg, -ESHUTDOWN);
     return true;
 }

@@ -1687,8 +1687,7 @@ void writeback_fini(struct cache *c)
          * dirty is written back after the next start. */
         if (wb->draining) {
             snprintf(wb->drain_why, sizeof wb->drain_why,
-                     "the daemon is stopping; what is still dirty stays in the cache and is "
-                     "written back after the next start");
+                     WB_STOPPING_WHY);
             drain_end(wb, -EIO);
         }
         stop_unwritten(wb);
@@ -1959,8 +1958,7 @@ void writeback_drain(struct cache *c,
          * floor under them). */
         if (wb)
             snprintf(wb->drain_why, sizeof wb->drain_why,
-                     "the daemon is stopping; what is still dirty stays in the cache and is "
-                     "written back after the next start");
+                     WB_STOPPING_WHY);
         done(arg, -EIO);
         return;
     }
@@ -1993,8 +1991,7 @@ void writeback_drain_reason(struct cache *c, char *buf, size_t len)
     /* The state is freed only once writeback is stopped (free_if_done()):
      * a stop, which also ends a drain under way (writeback_fini()). */
     snprintf(buf, len, "%s", c->wb ? c->wb->drain_why
-                                   : "the daemon is stopping; what is still dirty stays in the "
-                                     "cache and is written back after the next start");
+                                   : WB_STOPPING_WHY);
 }
 
 void writeback_status_json(struct cache *c, struct tc_json *j)

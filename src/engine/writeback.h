@@ -62,6 +62,10 @@ void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left,
 /* No job in flight (background, drain or the cleaner's) and no commit
  * flush of the origin: nothing of writeback will append to the log. */
 bool writeback_idle(struct cache *c);
+/* Why a drain ended by a stop, or refused once one began, gave up: said
+ * alike by writeback and by the volume's operations. */
+#define WB_STOPPING_WHY "the daemon is stopping; what is still dirty stays in the cache and is " \
+                        "written back after the next start"
 /* Why the last drain gave up ("" if it did not). */
 void writeback_drain_reason(struct cache *c, char *buf, size_t len);
 unsigned writeback_jobs_in_flight(struct cache *c);
