@@ -154,6 +154,11 @@ def crasher():
         time.sleep(0.05)
         if not exists("crash"):
             continue
+        # One hold of the lock throughout: a client reconnecting at once
+        # must not have a request forwarded before the lost writes are
+        # undone (the undo would then also take back that request's write,
+        # or put older data over it), as a server is not back before its
+        # crash is over.  (The servers' answers need no lock.)
         with lock:
             victims = [k for k in conns if not k.dead]
             for k in victims:
@@ -163,9 +168,8 @@ def crasher():
                         s.shutdown(how)
                     except OSError:
                         pass
-        for k in victims:
-            k.server_done.wait(60)
-        with lock:
+            for k in victims:
+                k.server_done.wait(60)
             with open(path, "r+b") as f:
                 for _, off, old in reversed(undo):
                     f.seek(off)
