@@ -19,20 +19,23 @@
 static const char flush_help[] =
 "Usage: tiercache flush [--socket PATH]\n"
 "\n"
-"Write every dirty block of a running daemon's cache back to the origin and\n"
-"make it durable there, showing the bytes left, the rate and the time left\n"
-"on a terminal.  The daemon keeps serving meanwhile.\n"
+"Write every block of a running daemon's cache that is dirty when the flush\n"
+"begins back to the origin and make it durable there, showing the bytes\n"
+"left, the rate and the time left on a terminal.  The daemon keeps serving\n"
+"meanwhile; what clients write while the flush runs may stay dirty (the\n"
+"summary says how much), so a flush ends however busy they are.\n"
 "Data lost with a failed cache is not dirty, but the origin lacks it: the\n"
 "summary says how much (its sectors read EIO until written again).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n"
 "\n"
-"Exit status: 0 no dirty data is left and the origin holds every\n"
-"acknowledged write; 1 dirty data is left (with the reason and how much), or\n"
-"the daemon could not be asked; 2 bad usage; 3 no dirty data is left, but\n"
-"acknowledged data was lost with a failed cache (how much is said): the\n"
-"origin lacks its newest version, so it must not be used alone as current.\n";
+"Exit status: 0 the origin holds every write acknowledged before the flush\n"
+"began; 1 some of it is not written back (with the reason and how much dirty\n"
+"data is left), or the daemon could not be asked; 2 bad usage; 3 written\n"
+"back, but acknowledged data was lost with a failed cache (how much is\n"
+"said): the origin lacks its newest version, so it must not be used alone\n"
+"as current.\n";
 
 static const char detach_help[] =
 "Usage: tiercache detach [--socket PATH]\n"
@@ -132,6 +135,13 @@ static void on_line(const char *line, void *arg)
                              tc_format_size((uint64_t)(secs > 0 ? bytes / secs : 0), w + 16,
                                             16),
                              jv_str(jv_get(j, "mode"), "?"));
+            /* A flush writes back what was dirty when it began: what
+             * clients wrote while it ran may be dirty still. */
+            double dirty = jv_num(jv_get(j, "dirty_bytes"), 0);
+            if (dirty > 0 && n > 0 && (size_t)n < sizeof v->final)
+                n += snprintf(v->final + n, sizeof v->final - (size_t)n,
+                              "; %s written since it began is dirty",
+                              tc_format_size((uint64_t)dirty, w, sizeof w));
             /* Lost data is not dirty, so the drain succeeded; but the
              * origin alone is still not current, and that must be said. */
             double lost = jv_num(jv_get(j, "lost_bytes"), 0);

@@ -418,10 +418,11 @@ static void online_done(void *arg, int err)
         ctl_printf(o->conn, "error: %s failed: %s\n", o->what, strerror(-err));
     else
         ctl_printf(o->conn, "done {\"written_bytes\":%llu,\"seconds\":%.3f,\"mode\":\"%s\","
-                   "\"lost_bytes\":%llu}\n",
+                   "\"lost_bytes\":%llu,\"dirty_bytes\":%llu}\n",
                    (unsigned long long)o->done_bytes, secs,
                    tc_mode_name(tc_volume_mode(o->s->vol)),
-                   (unsigned long long)tc_volume_lost_bytes(o->s->vol));
+                   (unsigned long long)tc_volume_lost_bytes(o->s->vol),
+                   (unsigned long long)tc_volume_dirty_bytes(o->s->vol));
     tc_info("%s %s in %.3f s", o->what, err ? "failed" : "done", secs);
     ctl_end(o->conn);
     free(o);

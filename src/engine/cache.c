@@ -986,7 +986,7 @@ static void drained(void *arg, int err)
     log_sync(c, &x->w);
 }
 
-void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
+void cache_flush_dirty(struct cache *c, bool dirty_now_only, tc_progress_fn progress,
                        void (*done)(void *arg, int err), void *arg)
 {
     struct drain_ctx *x = tc_xcalloc(1, sizeof *x);
@@ -995,7 +995,7 @@ void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
     x->progress = progress;
     x->done = done;
     x->arg = arg;
-    writeback_drain(c, drain_progress, drained, x);
+    writeback_drain(c, dirty_now_only, drain_progress, drained, x);
 }
 
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
@@ -1008,7 +1008,7 @@ void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *a
     x->progress = progress;
     x->done = done;
     x->arg = arg;
-    writeback_drain(c, drain_progress, drained, x);
+    writeback_drain(c, false, drain_progress, drained, x);
 }
 
 /* ---- close ---- */

@@ -347,7 +347,10 @@ void cache_status_json(struct cache *c, struct tc_json *j);
  * a message in err when no policy is called name. */
 int cache_switch_policy(struct cache *c, const char *name, char *err, size_t errlen);
 void cache_submit(struct ereq *e);
-void cache_flush_dirty(struct cache *c, tc_progress_fn progress,
+/* Write the dirty data back, then flush the origin: everything dirty, or
+ * with dirty_now_only what is dirty now (tiercache flush: writes made
+ * meanwhile may stay dirty; writeback_drain()). */
+void cache_flush_dirty(struct cache *c, bool dirty_now_only, tc_progress_fn progress,
                        void (*done)(void *arg, int err), void *arg);
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
                   void *arg);

@@ -139,8 +139,13 @@ void lost_in_doubt_range(struct cache *c, uint64_t off, uint64_t len)
  * the durable records follow once the write is durable (abandon.c). */
 void lost_written(struct cache *c, uint64_t oblock, const struct tc_mask *written)
 {
-    if (lost_clear(&c->map.lost, oblock, written))
+    if (lost_clear(&c->map.lost, oblock, written)) {
         abandon_lost_changed(c);
+        /* A flush running may have counted the block done when its
+         * sectors were lost: the version it was to write back is gone,
+         * so it writes this newer one back instead. */
+        writeback_flush_include(c, oblock);
+    }
 }
 
 /* Drained: the failed device's version of these sectors written back to

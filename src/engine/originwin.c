@@ -421,6 +421,7 @@ static void redirty(struct cache *c, uint64_t oblock, uint32_t id, const struct 
 {
     /* Hold the stable mark where it is until written back. */
     map_wt_redirty(c, id, m, c->lg.wt_stable_seq + 1);
+    writeback_flush_include(c, oblock);
     cache_trace(c, oblock, "origin connection lost before a flush: write-through version "
                 "dirty again");
 }

@@ -683,7 +683,7 @@ uint64_t tc_volume_lost_bytes(const struct tc_volume *vol)
  * "PREFIX: N MiB of dirty data could not be written back (WHY)SUFFIX". */
 static void op_error_set(struct tc_volume *vol, const char *prefix, const char *suffix, int err)
 {
-    char dz[32], why[256] = "";
+    char dz[32], why[320] = "";
     tc_format_size(tc_volume_dirty_bytes(vol), dz, sizeof dz);
     if (vol->cache && !vol->detached)
         writeback_drain_reason(vol->cache, why, sizeof why);
@@ -811,7 +811,11 @@ static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn prog
         op->progress = progress;
         op->done = done;
         op->arg = arg;
-        cache_flush_dirty(vol->cache, op_progress, flush_done, op);
+        /* tiercache flush ends once what was dirty when it began is on
+         * the origin: clients writing all along kept one that drained until
+         * nothing was dirty running for as long as they wrote.  The stop's
+         * own flush drains everything. */
+        cache_flush_dirty(vol->cache, !at_stop, op_progress, flush_done, op);
     } else {
         flush_origin_only(vol, done, arg);
     }
@@ -957,7 +961,7 @@ static void gate_quiet(struct tc_task *t)
         return;
     }
     if (op->mode_change)
-        cache_flush_dirty(vol->cache, op_progress, mode_drained, op);
+        cache_flush_dirty(vol->cache, false, op_progress, mode_drained, op);
     else
         cache_detach(vol->cache, op_progress, detached, op);
 }
@@ -994,7 +998,7 @@ static void gated_drain(struct tc_volume *vol, bool mode_change, enum tc_mode ol
     op->arg = arg;
     op->mode_change = mode_change;
     vol->detaching = true;
-    cache_flush_dirty(vol->cache, op_progress, first_drain_done, op);
+    cache_flush_dirty(vol->cache, false, op_progress, first_drain_done, op);
 }
 
 void tc_volume_detach(struct tc_volume *vol, tc_progress_fn progress,

@@ -176,6 +176,11 @@ struct wb_block {
     struct tc_mask good, bad;
     bool damage_probe;
     bool dirty_only;            /* valid narrowed to dirty after a checksum mismatch */
+    /* Started while a flush of the dirty set at its start drained (the
+     * drain's number, 0: none): written whole, it writes the block's
+     * version at the flush's start or a newer one (see "Draining"). */
+    uint64_t flush_no;
+    bool narrowed;              /* dirty narrowed to the sectors a probe read */
 };
 
 struct wb_run {
@@ -245,6 +250,13 @@ struct writeback {
     void *drain_arg;
     uint64_t drain_start_bytes, drain_last_progress, drain_stuck_passes;
     uint64_t drain_dirty_at_pass;
+    /* A flush of the dirty set at its start (writeback_flush()): the
+     * blocks dirty then and not yet known written back since (a bitmap
+     * over the origin's blocks, as the dirty bits; NULL: the drain is of
+     * everything), how many bits are set, the scan's cursor, and the
+     * flush's number (jobs started under it carry it: flush_no). */
+    uint64_t *want;
+    uint64_t want_left, want_cursor, flush_no;
     /* the dirty throttle: held client writes, oldest first */
     struct wb_throttle_waiter *throttled, *throttled_tail;
     int64_t credit;             /* bytes of dirty data that may come in */
@@ -272,7 +284,7 @@ struct writeback {
     uint64_t blocks_recovered;      /* blocks written back after failing */
     uint64_t writes_failed;         /* client writes failed: their block's write-back failed */
     char last_why[128];             /* the last failed job's reason */
-    char drain_why[256];            /* why the last drain gave up */
+    char drain_why[320];            /* why the last drain gave up */
     /* the log's rate limit */
     double log_tokens;
     uint64_t log_last_ns, log_suppressed;
@@ -803,6 +815,33 @@ static void clean_record(struct cache *c, uint64_t oblock, uint32_t seg, uint16_
         owe(wb, oblock, seg, off, m);
 }
 
+/* Block b's job wrote every sector dirty at its start, durably: if the
+ * job started under the flush draining now, the block's version at the
+ * flush's start is on the origin (a newer one, if it was rewritten
+ * since: the job read the newest), whether or not the block stayed dirty. */
+static void want_written(struct writeback *wb, const struct wb_block *b)
+{
+    if (wb->want == NULL || b->flush_no != wb->flush_no)
+        return;
+    uint64_t bit = 1ull << (b->oblock % 64);
+    if (wb->want[b->oblock / 64] & bit) {
+        wb->want[b->oblock / 64] &= ~bit;
+        wb->want_left--;
+    }
+}
+
+void writeback_flush_include(struct cache *c, uint64_t oblock)
+{
+    struct writeback *wb = c->wb;
+    if (wb == NULL || wb->want == NULL || oblock >= c->nblocks_origin)
+        return;
+    uint64_t bit = 1ull << (oblock % 64);
+    if (!(wb->want[oblock / 64] & bit)) {
+        wb->want[oblock / 64] |= bit;
+        wb->want_left++;
+    }
+}
+
 /* The origin has the runs durably: the blocks are clean now. */
 static void job_flushed(struct tc_dev_io *dio, int err)
 {
@@ -814,6 +853,8 @@ static void job_flushed(struct tc_dev_io *dio, int err)
     j->flush_err = cut ? -EIO : err;
     for (unsigned i = 0; i < j->n && j->flush_err == 0; i++) {
         struct wb_block *b = &j->b[i];
+        if (b->ok && !b->failed && !b->narrowed)
+            want_written(wb, b);
         if (!b->ok || b->failed || block_gen(c->locks, b->oblock) != b->gen)
             continue;
         uint32_t id = index_lookup(&c->map.idx, b->oblock);
@@ -1168,7 +1209,9 @@ static void probe_next(struct wb_block *b)
     /* What was read is written back as ever; a block rewritten meanwhile
      * (its generation moved) is left for a later job. */
     mask_and(&b->valid, &b->good);
+    struct tc_mask read_dirty = b->dirty;
     mask_and(&b->dirty, &b->good);
+    b->narrowed = !mask_equal(&read_dirty, &b->dirty);
     if (!mask_empty(&b->dirty) && block_gen(c->locks, b->oblock) == b->gen)
         b->ok = true;
     if (join_put(&j->join, 0))
@@ -1252,6 +1295,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         b->oblock = blocks[i];
         block_gen_hold(c->locks, b->oblock);
         b->gen = block_gen(c->locks, b->oblock);
+        b->flush_no = wb->want ? wb->flush_no : 0;
         block_wb_begin(c->locks, b->oblock);
         cache_trace(c, b->oblock, "writeback starts (%s job)", pass ? "pass" : "demand");
         j->n++;
@@ -1430,6 +1474,55 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
     return *n > 0;
 }
 
+/* A flush of the dirty set at its start (wb->want): its passes take only
+ * blocks of that set, from their own cursor.  A block of it found clean
+ * leaves it (written back since, or dropped: the origin has its newest
+ * version either way); one with a write-back in flight is left for a
+ * later scan (a job started before the flush may have read an older
+ * version, so it does not count: want_written()). */
+static bool next_want_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
+{
+    struct cache *c = wb->c;
+    uint64_t nb = c->nblocks_origin;
+    *n = 0;
+    uint64_t b = wb->want_cursor;
+    uint64_t scanned = 0, now = tc_now_ns(), next_due = UINT64_MAX;
+    while (wb->want_left > 0 && *n < JOB_BLOCKS && scanned < nb) {
+        if (b >= nb) {
+            if (*n > 0)
+                break;
+            b = 0;
+        }
+        uint64_t word = wb->want[b / 64] >> (b % 64);
+        if (word == 0) {
+            uint64_t skip = 64 - b % 64;
+            b += skip;
+            scanned += skip;
+            continue;
+        }
+        unsigned z = (unsigned)__builtin_ctzll(word);
+        b += z;
+        scanned += z;
+        if (b >= nb)
+            continue;
+        struct wb_fail *f;
+        if (!map_is_dirty(&c->map, b)) {
+            wb->want[b / 64] &= ~(1ull << (b % 64));
+            wb->want_left--;
+        } else if ((f = fail_find(wb, b)) != NULL && f->retry_at > now) {
+            next_due = TC_MIN(next_due, f->retry_at);
+        } else if (block_wait_wb_free(c->locks, b)) {
+            blocks[(*n)++] = b;
+        }
+        b++;
+        scanned++;
+    }
+    wb->want_cursor = b;
+    if (*n == 0 && next_due != UINT64_MAX)
+        wb->fail_next_due = next_due;
+    return *n > 0;
+}
+
 /* Nothing for a pass to take: every dirty block is backing off and none
  * is due (the scan is skipped, so a refusing origin costs no CPU). */
 static bool all_backing_off(struct writeback *wb)
@@ -1481,7 +1574,13 @@ static void pace(struct writeback *wb)
     while (wb->jobs < w) {
         uint64_t blocks[JOB_BLOCKS];
         unsigned n;
-        if (!next_batch(wb, blocks, &n))
+        /* A flush of the dirty set at its start takes that set, and
+         * only it; a failed device's drain (failure.c) needs every dirty
+         * block, so it takes the rest once the set has none to give. */
+        bool got = wb->want && wb->want_left > 0 && next_want_batch(wb, blocks, &n);
+        if (!got && (wb->want == NULL || wb->c->draining))
+            got = next_batch(wb, blocks, &n);
+        if (!got)
             break;
         job_start(wb, blocks, n, true, NULL, NULL);
     }
@@ -1510,6 +1609,7 @@ static void free_if_done(struct cache *c)
             free(f);
         }
     free(wb->owed);
+    free(wb->want);
     free(wb);
     c->wb = NULL;
 }
@@ -1859,19 +1959,151 @@ void writeback_block(struct cache *c, uint64_t oblock, struct block_waiter *w)
     writeback_blocks(c, &b, 1, one_block_done, w);
 }
 
-/* ---- draining ---- */
+/* ---- draining ----
+ *
+ * A drain writes dirty data back at full pace until one of two ends:
+ *
+ *  - everything: nothing is dirty (a detach and a mode change, whose
+ *    writes add no dirty data by then; the stop's --flush-on-stop);
+ *  - the dirty set at its start (tiercache flush): each block dirty then
+ *    has been written back once since.  The set is a copy of the dirty
+ *    bits (wb->want); passes take only its blocks while it lasts.  A
+ *    block leaves it when a job started under this flush writes every
+ *    sector that job found dirty, durably (want_written()), or when it is
+ *    found clean (next_want_batch(), want_sweep()).  A job started before
+ *    the flush does not count: it may have read a version older than one
+ *    a client wrote (and flushed) after the job began and before the
+ *    flush did.  A job started after the flush began reads the block's
+ *    newest version, so it writes the version at the flush's start or a
+ *    newer one.
+ *
+ *      dirty at start  +------------------------------+
+ *      (want)          | 0 1 2 3 ...                  |  bits cleared as
+ *                      +------------------------------+  written / clean
+ *      written since   clients' new dirty data: not waited for
+ *
+ * Clients writing all along kept a drain of everything running for as
+ * long as they wrote (minutes, many times the volume's size written
+ * back); the dirty set at the start is finite, so a flush ends.
+ */
 
 /* The lowest dirty block refused WB_FAILURES_EIO times in a row (the
- * drain's message names it). */
+ * drain's message names it), of the flush's set if it has one. */
 static uint64_t first_refused(struct writeback *wb)
 {
     uint64_t first = UINT64_MAX;
     for (unsigned h = 0; h < FAIL_BUCKETS; h++)
         for (struct wb_fail *f = wb->fail[h]; f; f = f->next)
             if (f->failures >= WB_FAILURES_EIO && f->oblock < first &&
-                map_is_dirty(&wb->c->map, f->oblock))
+                map_is_dirty(&wb->c->map, f->oblock) &&
+                (wb->want == NULL || (wb->want[f->oblock / 64] >> (f->oblock % 64)) & 1))
                 first = f->oblock;
     return first == UINT64_MAX ? 0 : first;
+}
+
+/* What a drain has left, in bytes: the dirty data, or for a flush of the
+ * dirty set at its start the part of it not yet written (at most its
+ * blocks' size; the dirty data, if that is less). */
+static uint64_t drain_left_bytes(const struct writeback *wb)
+{
+    const struct cache *c = wb->c;
+    uint64_t dirty = c->map.dirty_sectors * TC_SECTOR;
+    if (wb->want == NULL)
+        return dirty;
+    return TC_MIN(dirty, wb->want_left * c->block_size);
+}
+
+/* A flush of the dirty set at its start, no pass job in flight: drop the
+ * blocks of the set found clean (a failed device's drain may have
+ * written them, scanning the dirty bits instead); count those left
+ * backing off, refused WB_FAILURES_EIO times in a row, or with a
+ * write-back in flight (a demand job's, a job's from before the flush). */
+static void want_sweep(struct writeback *wb, uint64_t *backing_off, uint64_t *refused,
+                       uint64_t *busy)
+{
+    struct cache *c = wb->c;
+    *backing_off = *refused = *busy = 0;
+    for (uint64_t w = 0; w < (c->nblocks_origin + 63) / 64; w++) {
+        for (uint64_t word = wb->want[w]; word; word &= word - 1) {
+            uint64_t b = w * 64 + (uint64_t)__builtin_ctzll(word);
+            if (!map_is_dirty(&c->map, b)) {
+                wb->want[w] &= ~(1ull << (b % 64));
+                wb->want_left--;
+                continue;
+            }
+            struct wb_fail *f = wb->nfail ? fail_find(wb, b) : NULL;
+            if (f && f->failures >= WB_FAILURES_EIO)
+                (*refused)++;
+            else if (f)
+                (*backing_off)++;
+            else if (!block_wait_wb_free(c->locks, b))
+                (*busy)++;
+        }
+    }
+}
+
+/* The drain of a flush of the dirty set at its start: done once each
+ * block of the set is written back (want_left 0), however much has been
+ * written since; given up as the drain of everything is, counting only
+ * the blocks of the set. */
+static void want_check(struct writeback *wb)
+{
+    struct cache *c = wb->c;
+    if (wb->want_left == 0) {
+        drain_end(wb, 0);
+        return;
+    }
+    if (wb->jobs > 0)
+        return;
+    /* The origin away: wait while it reconnects (no sweep each tick),
+     * give up once it is declared offline. */
+    enum tc_dev_state st = c->vol->origin->state;
+    if (st == TC_DEV_RECONNECTING)
+        return;
+    if (st == TC_DEV_OFFLINE) {
+        snprintf(wb->drain_why, sizeof wb->drain_why, "the origin is offline");
+        drain_end(wb, -EIO);
+        return;
+    }
+    uint64_t backing_off, refused, busy;
+    want_sweep(wb, &backing_off, &refused, &busy);
+    if (wb->want_left == 0) {
+        drain_end(wb, 0);
+        return;
+    }
+    if (refused >= wb->want_left) {
+        snprintf(wb->drain_why, sizeof wb->drain_why,
+                 "the origin refused each of the %llu dirty blocks the flush had left %u "
+                 "times in a row, the first at origin byte %llu: %s",
+                 (unsigned long long)wb->want_left, WB_FAILURES_EIO,
+                 (unsigned long long)(first_refused(wb) * c->block_size), wb->last_why);
+        drain_end(wb, -EIO);
+        return;
+    }
+    /* Blocks backing off, or written back by someone else now: wait. */
+    if (backing_off > 0 || busy > 0)
+        return;
+    if (wb->retry_at && tc_now_ns() < wb->retry_at) {
+        if (wb->fail_streak < DRAIN_GIVE_UP)
+            return;
+        snprintf(wb->drain_why, sizeof wb->drain_why, "%u write-back jobs failed in a row: %s",
+                 wb->fail_streak, wb->last_why);
+        drain_end(wb, -EIO);
+        return;
+    }
+    /* Nothing in flight, nothing waited for, and blocks left: the next
+     * pass takes them (pace() runs after every job and every tick); a
+     * set that does not shrink over 3 checks is refused. */
+    if (wb->want_left == wb->drain_dirty_at_pass) {
+        if (++wb->drain_stuck_passes < 3)
+            return;
+        snprintf(wb->drain_why, sizeof wb->drain_why, "no progress in 3 passes%s%s",
+                 wb->last_why[0] ? "; last failure: " : "", wb->last_why);
+        drain_end(wb, -EIO);
+        return;
+    }
+    wb->drain_dirty_at_pass = wb->want_left;
+    wb->drain_stuck_passes = 0;
 }
 
 static void drain_check(struct writeback *wb)
@@ -1880,8 +2112,12 @@ static void drain_check(struct writeback *wb)
     uint64_t now = tc_now_ns();
     if (wb->drain_progress && now - wb->drain_last_progress >= 500000000ull) {
         wb->drain_last_progress = now;
-        wb->drain_progress(wb->drain_arg, c->map.dirty_sectors * TC_SECTOR,
+        wb->drain_progress(wb->drain_arg, drain_left_bytes(wb),
                            wb->bytes - wb->drain_start_bytes);
+    }
+    if (wb->want) {
+        want_check(wb);
+        return;
     }
     if (wb->jobs > 0)
         return;
@@ -1934,18 +2170,23 @@ give_up:
 /* The drain ends, done (err 0) or given up (drain_why says why). */
 static void drain_end(struct writeback *wb, int err)
 {
-    struct cache *c = wb->c;
     wb->draining = false;
     void (*done)(void *, int) = wb->drain_done;
     void *arg = wb->drain_arg;
     wb->drain_done = NULL;
     if (wb->drain_progress)
-        wb->drain_progress(arg, c->map.dirty_sectors * TC_SECTOR, wb->bytes - wb->drain_start_bytes);
+        wb->drain_progress(arg, drain_left_bytes(wb), wb->bytes - wb->drain_start_bytes);
+    free(wb->want);
+    wb->want = NULL;
+    wb->want_left = 0;
+    /* The flush's scans set it from its blocks alone: the passes' next
+     * scan finds when the others are due. */
+    wb->fail_next_due = 0;
     if (done)
         done(arg, err);
 }
 
-void writeback_drain(struct cache *c,
+void writeback_drain(struct cache *c, bool dirty_now_only,
                      void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg)
 {
@@ -1971,6 +2212,23 @@ void writeback_drain(struct cache *c,
     wb->drain_stuck_passes = 0;
     wb->drain_dirty_at_pass = UINT64_MAX;
     wb->drain_why[0] = '\0';
+    if (dirty_now_only) {
+        /* Even with nothing dirty: jobs of blocks lost meanwhile may be
+         * in flight, and a drain of everything would not end while
+         * clients write. */
+        size_t words = (c->nblocks_origin + 63) / 64 + 1;
+        wb->want = malloc(words * sizeof *wb->want);
+        if (wb->want == NULL) {
+            tc_warn("writeback: no memory for the set of %llu dirty blocks a flush writes "
+                    "back: it drains until nothing is dirty instead",
+                    (unsigned long long)c->map.dirty_blocks);
+        } else {
+            memcpy(wb->want, c->map.dirty_bits, words * sizeof *wb->want);
+            wb->want_left = c->map.dirty_blocks;
+            wb->want_cursor = 0;
+            wb->flush_no++;
+        }
+    }
     /* Asked for explicitly: every block gets fresh attempts now (the
      * origin may be back), and the drain gives up only after each dirty
      * block failed WB_FAILURES_EIO times in a row again. */
@@ -2018,6 +2276,9 @@ void writeback_status_json(struct cache *c, struct tc_json *j)
         json_uint(j, "failed_jobs_in_a_row", wb->fail_streak);
         json_uint(j, "out_of_order_writes", wb->out_of_order);
         json_bool(j, "draining", wb->draining);
+        /* A tiercache flush: the blocks dirty when it began and not yet
+         * known written back (0 when none runs). */
+        json_uint(j, "flush_blocks_left", wb->want ? wb->want_left : 0);
         json_double(j, "dirty_ceiling_ratio", dirty_ceiling(c));
         json_uint(j, "throttled_writes", wb->throttled_writes);
         json_uint(j, "throttled_now", wb->throttled_now);

@@ -56,9 +56,23 @@ void writeback_kick(struct cache *c);
  * mark, for everything done before since_ns: the periodic commit's work
  * up to then is done (the next one is due COMMIT_NS after it). */
 void writeback_committed(struct cache *c, uint64_t since_ns);
-/* Drain everything; progress() is called now and then. */
-void writeback_drain(struct cache *c, void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
+/* Drain: write dirty data back until nothing is dirty, or, with
+ * dirty_now_only, until every block dirty now has been written back once
+ * since (with its version now or a newer one: writes made meanwhile may
+ * stay dirty, so clients writing all along cannot keep it from ending).
+ * progress() is called now and then with the bytes left. */
+void writeback_drain(struct cache *c, bool dirty_now_only,
+                     void (*progress)(void *arg, uint64_t left, uint64_t done_bytes),
                      void (*done)(void *arg, int err), void *arg);
+/* A flush of the dirty set at its start is running (writeback_drain()
+ * with dirty_now_only): block oblock must be written back before it ends
+ * too.  For blocks that hold data acknowledged before the flush began
+ * yet were not in its set: a write-through version made dirty again by
+ * a lost origin connection (originwin.c), sectors lost during the flush
+ * and written again by a client (lostlog.c: their version before the
+ * flush is gone, so the flush must write the newer one back).  Nothing
+ * when no such flush runs. */
+void writeback_flush_include(struct cache *c, uint64_t oblock);
 /* No job in flight (background, drain or the cleaner's) and no commit
  * flush of the origin: nothing of writeback will append to the log. */
 bool writeback_idle(struct cache *c);
