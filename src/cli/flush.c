@@ -86,6 +86,7 @@ struct view {
     uint64_t lost;                  /* "done": acknowledged bytes the origin lacks */
     bool into_writeback;            /* tiercache mode writeback: nothing is written
                                      * back for it (what a crash left dirty stays) */
+    bool flush;                     /* tiercache flush: what was dirty at its start */
 };
 
 /* flush and detach: done, but acknowledged data was lost with the cache.
@@ -138,7 +139,7 @@ static void on_line(const char *line, void *arg)
             /* A flush writes back what was dirty when it began: what
              * clients wrote while it ran may be dirty still. */
             double dirty = jv_num(jv_get(j, "dirty_bytes"), 0);
-            if (dirty > 0 && n > 0 && (size_t)n < sizeof v->final)
+            if (v->flush && dirty > 0 && n > 0 && (size_t)n < sizeof v->final)
                 n += snprintf(v->final + n, sizeof v->final - (size_t)n,
                               "; %s written since it began is dirty",
                               tc_format_size((uint64_t)dirty, w, sizeof w));
@@ -204,6 +205,7 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
     cli_control_path(sock, path, sizeof path);
     struct view v = { .tty = isatty(2) };
     v.into_writeback = into_writeback;
+    v.flush = strcmp(cmd, "flush") == 0;
     rc = ctl_request(path, line, on_line, &v, err, sizeof err);
     if (v.shown)
         fputc('\n', stderr);
