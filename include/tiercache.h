@@ -211,7 +211,10 @@ const char *tc_volume_op_error(const struct tc_volume *vol);
  * again). */
 uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol);
 /* Acknowledged data lost with the cache (unreadable until written again):
- * the origin lacks its newest version, and no flush can bring it back. */
+ * the origin lacks its newest version, and no flush can bring it back.
+ * Not the dirty data of a failed device still being drained (status's
+ * lost_bytes counts it until it is written back): a flush that ends
+ * meanwhile has lost none of it. */
 uint64_t tc_volume_lost_bytes(const struct tc_volume *vol);
 /* The cache's block size and the bytes its segments hold (0 and 0 without
  * cache devices). */

@@ -1819,6 +1819,34 @@ static void lost_run_add(void *arg, uint64_t oblock, const struct tc_mask *persi
     }
 }
 
+/* Lost for good: the lost set's sectors less those still dirty -- the
+ * dirty data of the last device in service, failed and still being
+ * drained, is in the set until written back (lost.h), and a client's
+ * write clears a sector from it. */
+static void lost_for_good_add(void *arg, uint64_t oblock, const struct tc_mask *persisted)
+{
+    (void)persisted;
+    struct lost_runs *x = arg;
+    struct cache *c = x->c;
+    struct tc_mask m, v, d;
+    if (!lost_get(&c->map.lost, oblock, &m))
+        return;
+    uint32_t id = index_lookup(&c->map.idx, oblock);
+    if (id != NIL) {
+        ce_get_masks(&c->map.idx, id, &v, &d);
+        mask_andnot(&m, &d);
+    }
+    x->n += mask_count(&m);
+}
+
+uint64_t cache_lost_for_good_sectors(struct cache *c)
+{
+    struct lost_runs x = { .c = c };
+    if (lost_sectors(&c->map.lost))
+        lost_foreach(&c->map.lost, lost_for_good_add, &x);
+    return x.n;
+}
+
 static int cmp_run(const void *a, const void *b)
 {
     uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];

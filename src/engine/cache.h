@@ -352,6 +352,9 @@ void cache_submit(struct ereq *e);
  * meanwhile may stay dirty; writeback_drain()). */
 void cache_flush_dirty(struct cache *c, bool dirty_now_only, tc_progress_fn progress,
                        void (*done)(void *arg, int err), void *arg);
+/* Sectors lost for good: the lost set less the sectors a failed device's
+ * drain has still to write back (still dirty). */
+uint64_t cache_lost_for_good_sectors(struct cache *c);
 void cache_detach(struct cache *c, tc_progress_fn progress, void (*done)(void *arg, int err),
                   void *arg);
 

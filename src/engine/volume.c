@@ -676,7 +676,7 @@ uint64_t tc_volume_dirty_bytes(const struct tc_volume *vol)
 
 uint64_t tc_volume_lost_bytes(const struct tc_volume *vol)
 {
-    return vol->cache ? lost_sectors(&vol->cache->map.lost) * TC_SECTOR : 0;
+    return vol->cache ? cache_lost_for_good_sectors(vol->cache) * TC_SECTOR : 0;
 }
 
 /* A failed drain: say why in vol->op_error, naming the dirty data left:
