@@ -1427,6 +1427,25 @@ bool writeback_throttle(struct cache *c, uint64_t bytes, struct wb_throttle_wait
 
 /* ---- background passes ---- */
 
+/* Move *b to the next set bit of bits at or after it (a word of clear
+ * bits at a time), adding the bits passed to *scanned: false if there is
+ * none below nb in the rest of the word (*b moved past it: the caller's
+ * scan goes on, or wraps, from there). */
+static bool next_set_bit(const uint64_t *bits, uint64_t nb, uint64_t *b, uint64_t *scanned)
+{
+    uint64_t word = bits[*b / 64] >> (*b % 64);
+    if (word == 0) {
+        uint64_t skip = 64 - *b % 64;
+        *b += skip;
+        *scanned += skip;
+        return false;
+    }
+    unsigned z = (unsigned)__builtin_ctzll(word);
+    *b += z;
+    *scanned += z;
+    return *b < nb;
+}
+
 static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
 {
     struct cache *c = wb->c;
@@ -1446,17 +1465,7 @@ static bool next_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
             b = 0;
             c->st.writeback_passes++;
         }
-        uint64_t word = c->map.dirty_bits[b / 64] >> (b % 64);
-        if (word == 0) {
-            uint64_t skip = 64 - b % 64;
-            b += skip;
-            scanned += skip;
-            continue;
-        }
-        unsigned z = (unsigned)__builtin_ctzll(word);
-        b += z;
-        scanned += z;
-        if (b >= nb)
+        if (!next_set_bit(c->map.dirty_bits, nb, &b, &scanned))
             continue;
         struct wb_fail *f = fail_find(wb, b);
         if (f && f->retry_at > now) {
@@ -1493,17 +1502,7 @@ static bool next_want_batch(struct writeback *wb, uint64_t *blocks, unsigned *n)
                 break;
             b = 0;
         }
-        uint64_t word = wb->want[b / 64] >> (b % 64);
-        if (word == 0) {
-            uint64_t skip = 64 - b % 64;
-            b += skip;
-            scanned += skip;
-            continue;
-        }
-        unsigned z = (unsigned)__builtin_ctzll(word);
-        b += z;
-        scanned += z;
-        if (b >= nb)
+        if (!next_set_bit(wb->want, nb, &b, &scanned))
             continue;
         struct wb_fail *f;
         if (!map_is_dirty(&c->map, b)) {

@@ -80,6 +80,37 @@ def read_all(d, gens, victim, what):
             sys.exit(f"{what}: sector {s} reads generation {g}, expected {gens[s]}")
 
 
+def write_blocks(d, gens, blocks, gen=2):
+    """Write generation gen of whole blocks (and FLUSH), recording it."""
+    for b in blocks:
+        off = b * BLOCK
+        d.h.pwrite(b"".join(pattern(off + i * SECTOR, gen) for i in range(SPB)), off)
+        for i in range(SPB):
+            gens[b * SPB + i] = gen
+    d.h.flush()
+
+
+def damage_dirty_block(a, pick=lambda block: True):
+    """With the daemon stopped: flip a byte of sector DAMAGED of the first
+    dirty block stored whole in the cache that pick() accepts, so that it
+    no longer matches its checksum.  Returns the block."""
+    dump = subprocess.run([a.bin, "dump", "--cache", f"{a.dir}/cache.img", "--blocks"],
+                          capture_output=True, text=True, check=True).stdout
+    m = next((m for m in re.finditer(
+        rf"^block (\d+) valid #{{{SPB}}} dirty #{{{SPB}}} \| (\d+):(\d+) x{SPB}$", dump, re.M)
+        if pick(int(m.group(1)))), None)
+    if m is None:
+        sys.exit(f"no dirty block stored whole (of those wanted) after the stop:\n{dump}")
+    victim, seg, at = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    with open(f"{a.dir}/cache.img", "r+b") as f:
+        p = DATA_OFFSET + seg * SEGMENT + (at + DAMAGED) * SECTOR + 100
+        f.seek(p)
+        byte = f.read(1)[0]
+        f.seek(p)
+        f.write(bytes([byte ^ 0x5A]))
+    return victim
+
+
 def make_volume():
     """Arguments parsed; an origin of generation 1 everywhere and a
     formatted cache made: (args, generations by sector)."""

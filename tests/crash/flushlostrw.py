@@ -27,8 +27,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tclib import Serve, tagged_gen  # noqa: E402
-from cleanpartial import (BLOCK, DAMAGED, DATA_OFFSET, MAGIC, SECTOR, SEGMENT, SPB,  # noqa: E402
-                          cache_status, make_volume, pattern)
+from cleanpartial import (BLOCK, DAMAGED, MAGIC, SECTOR, SPB,  # noqa: E402
+                          cache_status, damage_dirty_block, make_volume, pattern, write_blocks)
 
 DIRTY_BLOCKS = 80              # two write-back jobs (of 64 blocks at most)
 JOB_BLOCKS = 64
@@ -51,31 +51,13 @@ def main():
     args = ["--origin", f"{a.dir}/origin.img", "--cache", f"{a.dir}/cache.img", "--mode",
             "writeback"]
     d = Serve(a.bin, a.dir, args, env=dict(os.environ, TIERCACHE_TEST_NO_WRITEBACK_PASSES="1"))
-    for b in blocks:
-        off = b * BLOCK
-        d.h.pwrite(b"".join(pattern(off + i * SECTOR, 2) for i in range(SPB)), off)
-        for i in range(SPB):
-            gens[b * SPB + i] = 2
-    d.h.flush()
+    write_blocks(d, gens, blocks)
     if cache_status(a, d)["dirty_bytes"] != DIRTY_BLOCKS * BLOCK:
         sys.exit("write-back ran before the stop: the test proves nothing")
     d.stop()
 
-    dump = subprocess.run([a.bin, "dump", "--cache", f"{a.dir}/cache.img", "--blocks"],
-                          capture_output=True, text=True, check=True).stdout
     # V among the first job's blocks, H the last block: in the second job.
-    m = next((m for m in re.finditer(
-        rf"^block (\d+) valid #{{{SPB}}} dirty #{{{SPB}}} \| (\d+):(\d+) x{SPB}$", dump, re.M)
-        if int(m.group(1)) < blocks[JOB_BLOCKS - 1]), None)
-    if m is None:
-        sys.exit(f"no dirty block of the first job stored whole after the stop:\n{dump}")
-    victim, seg, at = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    with open(f"{a.dir}/cache.img", "r+b") as f:
-        p = DATA_OFFSET + seg * SEGMENT + (at + DAMAGED) * SECTOR + 100
-        f.seek(p)
-        byte = f.read(1)[0]
-        f.seek(p)
-        f.write(bytes([byte ^ 0x5A]))
+    victim = damage_dirty_block(a, lambda b: b < blocks[JOB_BLOCKS - 1])
     held = blocks[-1]
     hold = os.path.join(a.dir, "hold")
     open(hold, "w").close()

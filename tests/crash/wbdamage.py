@@ -26,8 +26,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tclib import Serve, tagged_gen  # noqa: E402
-from cleanpartial import (BLOCK, DAMAGED, DATA_OFFSET, MAGIC, SECTOR, SEGMENT, SPB,  # noqa: E402
-                          cache_status, make_volume, pattern, read_all)
+from cleanpartial import (BLOCK, DAMAGED, MAGIC, SECTOR, SPB,  # noqa: E402
+                          cache_status, damage_dirty_block, make_volume, read_all,
+                          write_blocks)
 
 DIRTY_BLOCKS = 16
 
@@ -44,30 +45,13 @@ def main():
     nsect = len(gens)
     # Held dirty: no write-back pass before the stop.
     d = Daemon(a, {"TIERCACHE_TEST_NO_WRITEBACK_PASSES": "1"})
-    for b in range(0, 2 * DIRTY_BLOCKS, 2):     # scattered: no sequential stream
-        off = b * BLOCK
-        d.h.pwrite(b"".join(pattern(off + i * SECTOR, 2) for i in range(SPB)), off)
-        for i in range(SPB):
-            gens[b * SPB + i] = 2
-    d.h.flush()
+    write_blocks(d, gens, range(0, 2 * DIRTY_BLOCKS, 2))     # scattered: no sequential stream
     if cache_status(a, d)["dirty_bytes"] != DIRTY_BLOCKS * BLOCK:
         sys.exit(f"dirty_bytes {cache_status(a, d)['dirty_bytes']} before the stop, expected "
                  f"{DIRTY_BLOCKS * BLOCK}: write-back ran, the test proves nothing")
     d.stop()
 
-    dump = subprocess.run([a.bin, "dump", "--cache", f"{a.dir}/cache.img", "--blocks"],
-                          capture_output=True, text=True, check=True).stdout
-    m = re.search(rf"^block (\d+) valid #{{{SPB}}} dirty #{{{SPB}}} \| (\d+):(\d+) x{SPB}$",
-                  dump, re.M)
-    if m is None:
-        sys.exit(f"no dirty block stored whole after the stop:\n{dump}")
-    victim, seg, at = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    with open(f"{a.dir}/cache.img", "r+b") as f:
-        p = DATA_OFFSET + seg * SEGMENT + (at + DAMAGED) * SECTOR + 100
-        f.seek(p)
-        byte = f.read(1)[0]
-        f.seek(p)
-        f.write(bytes([byte ^ 0x5A]))
+    victim = damage_dirty_block(a)
 
     d = Daemon(a)
     r = subprocess.run([a.bin, "flush", "--socket", d.sock], capture_output=True, text=True,
