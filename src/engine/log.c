@@ -924,6 +924,12 @@ static bool every_dev_heads(struct cache *c, bool shares)
     return true;
 }
 
+bool log_copy_first(struct cache *c, uint32_t a, uint32_t b)
+{
+    uint64_t sa = space_seg(&c->sp, a)->seq, sb = space_seg(&c->sp, b)->seq;
+    return sa != sb ? sa < sb : a < b;
+}
+
 struct log_loc log_append(struct cache *c, const struct append *a_in, struct log_waiter *w)
 {
     struct log_loc loc = { .err = -ENOSPC, .seg = NIL, .mseg = NIL };
@@ -1033,6 +1039,19 @@ struct log_loc log_append(struct cache *c, const struct append *a_in, struct log
     if (d2 >= 0) {
         loc.moff = append_to(c, (unsigned)d2, a, tseq, seq, nsectors, true, ns2);
         loc.mseg = c->lg.heads[d2].seg;
+        /* The primary copy is the one recovery meets first, not the one
+         * on the emptier head: otherwise a clean record (which names the
+         * primary) found the other copy as the head at a start from the
+         * log and was not applied -- blocks written back came back dirty
+         * -- and check found the checkpoint at odds with the log. */
+        if (a->type == TC_ENTRY_DATA && !loc.split && log_copy_first(c, loc.mseg, loc.seg)) {
+            uint32_t sg = loc.seg;
+            uint16_t of = loc.off;
+            loc.seg = loc.mseg;
+            loc.off = loc.moff;
+            loc.mseg = sg;
+            loc.moff = of;
+        }
     }
     int dlast = TC_MAX(d1, d2);         /* the copy sealed last (seal_task_fn()) */
     for (unsigned d = 0; d < c->ndevs; d++)

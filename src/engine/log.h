@@ -325,6 +325,11 @@ struct log_loc {
  * (a sync covers both chunks; write-through orders the origin write after
  * both, see writepath.c). */
 struct log_loc log_append(struct cache *c, const struct append *a, struct log_waiter *w);
+/* Of two copies of one entry, in segments a and b: whether recovery meets
+ * a's first (live segments are walked by group sequence, then segment
+ * number).  The first is the primary copy, in memory as in a start from
+ * the log. */
+bool log_copy_first(struct cache *c, uint32_t a, uint32_t b);
 /* Everything appended so far: written, and the devices flushed. */
 void log_sync(struct cache *c, struct log_waiter *w);
 /* w, given to log_sync(), stops waiting: true if it was still waiting

@@ -159,12 +159,18 @@ static void add_rec(struct recovery *rc, const struct rec *r)
     rc->recs[rc->nrecs++] = *r;
 }
 
-static int cmp_rec(const void *a, const void *b)
+/* By sequence; copies of one entry (the same sequence) in the order the
+ * log is walked (log_copy_first()), which makes the first DATA copy the
+ * primary, as in memory -- not left to the sort's stability. */
+static int cmp_rec(const void *a, const void *b, void *arg)
 {
+    struct cache *c = arg;
     const struct rec *x = a, *y = b;
     if (x->seq != y->seq)
         return x->seq < y->seq ? -1 : 1;
-    return 0;
+    if (x->seg != y->seg)
+        return log_copy_first(c, x->seg, y->seg) ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
 }
 
 static void add_damage(struct recovery *rc, const char *fmt, ...)
@@ -981,7 +987,10 @@ static void apply_clean(struct recovery *rc, const struct rec *r)
     if (id == NIL)
         return;
     struct cfrag head = frag_view(&c->map.idx, ce_head(&c->map.idx, id));
-    if (tc_loc(head.seg, head.off) != r->target)
+    /* Either copy of a mirrored version names it: a log written before
+     * the primary was the copy met first may name the other. */
+    if (tc_loc(head.seg, head.off) != r->target &&
+        (head.mseg == NIL || tc_loc(head.mseg, head.moff) != r->target))
         return;
     map_mark_clean(c, id, &r->valid);
     grow(rc, id);
@@ -1071,7 +1080,7 @@ static void apply(struct recovery *rc)
     for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
         mark = TC_MAX(mark, c->failed_seq[i]);
     if (rc->nrecs > 1)
-        qsort(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec);
+        qsort_r(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec, c);
     for (size_t i = 0; i < rc->nrecs; i++) {
         struct rec *r = &rc->recs[i];
         if (c->stop_lost_seq && r->seq >= c->stop_lost_seq) {

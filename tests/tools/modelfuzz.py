@@ -115,7 +115,7 @@ environment:
                model allows.  FZ_ORIGFAIL=enospc: the writes fail with
                ENOSPC instead (the origin's file system full), and so may
                the client's requests
-  FZ_EXTRA     more serve options
+  FZ_EXTRA     more serve options ("--dirty-copies 2" with two FZ_CACHES)
   FZ_HANG      seconds without progress taken as a hang (default 180)
 """
 import contextlib, io, os, re, sys, random, runpy, subprocess, signal, threading, time
@@ -1031,6 +1031,14 @@ for step in range(STEPS):
         log("STOP")
         rc = d.stop()
         log("  stopped")
+        if rc == 0 and not DEVFAIL:
+            # A clean stop of a healthy set: its tool finds nothing wrong
+            # (the checkpoint is what the log gives, and so on).
+            r = subprocess.run([BIN, "check", "--cache", CACHE, "--origin", ORIGIN_FILE],
+                               capture_output=True, text=True, env=env)
+            if r.returncode != 0:
+                fail(f"tiercache check after a clean stop exited {r.returncode}:\n"
+                     f"{r.stdout}{r.stderr}")
         if rc == 0:
             durable()
         else:
