@@ -102,13 +102,18 @@ def damage_dirty_block(a, pick=lambda block: True):
     if m is None:
         sys.exit(f"no dirty block stored whole (of those wanted) after the stop:\n{dump}")
     victim, seg, at = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    flip_sector(a, seg, at)
+    return victim
+
+
+def flip_sector(a, seg, at):
+    """Flip a byte of sector DAMAGED of the block stored at seg:at."""
     with open(f"{a.dir}/cache.img", "r+b") as f:
         p = DATA_OFFSET + seg * SEGMENT + (at + DAMAGED) * SECTOR + 100
         f.seek(p)
         byte = f.read(1)[0]
         f.seek(p)
         f.write(bytes([byte ^ 0x5A]))
-    return victim
 
 
 def make_volume():
@@ -155,12 +160,7 @@ def main():
         sys.exit(f"no dirty block stored whole in the oldest group after the stop:\n{dump}")
     victim, at = int(victims[0][0]), int(victims[0][1])
     seg = int(oldest.group(1))
-    with open(f"{a.dir}/cache.img", "r+b") as f:
-        p = DATA_OFFSET + seg * SEGMENT + (at + DAMAGED) * SECTOR + 100
-        f.seek(p)
-        b = f.read(1)[0]
-        f.seek(p)
-        f.write(bytes([b ^ 0x5A]))
+    flip_sector(a, seg, at)
 
     # The log's room is what decides whether the cleaner can copy the
     # intact sectors; TIERCACHE_TEST_NO_COPIES makes it refuse every copy,
