@@ -250,7 +250,7 @@ struct writeback {
     void *drain_arg;
     uint64_t drain_start_bytes, drain_last_progress, drain_stuck_passes;
     uint64_t drain_dirty_at_pass;
-    /* A flush of the dirty set at its start (writeback_flush()): the
+    /* A flush of the dirty set at its start (writeback_drain()): the
      * blocks dirty then and not yet known written back since (a bitmap
      * over the origin's blocks, as the dirty bits; NULL: the drain is of
      * everything), how many bits are set, the scan's cursor, and the
