@@ -1823,10 +1823,12 @@ static void lost_run_add(void *arg, uint64_t oblock, const struct tc_mask *persi
  * dirty data of the last device in service, failed and still being
  * drained, is in the set until written back (lost.h), and a client's
  * write clears a sector from it. */
+struct lost_count { struct cache *c; uint64_t sectors; };
+
 static void lost_for_good_add(void *arg, uint64_t oblock, const struct tc_mask *persisted)
 {
     (void)persisted;
-    struct lost_runs *x = arg;
+    struct lost_count *x = arg;
     struct cache *c = x->c;
     struct tc_mask m, v, d;
     if (!lost_get(&c->map.lost, oblock, &m))
@@ -1836,15 +1838,15 @@ static void lost_for_good_add(void *arg, uint64_t oblock, const struct tc_mask *
         ce_get_masks(&c->map.idx, id, &v, &d);
         mask_andnot(&m, &d);
     }
-    x->n += mask_count(&m);
+    x->sectors += mask_count(&m);
 }
 
 uint64_t cache_lost_for_good_sectors(struct cache *c)
 {
-    struct lost_runs x = { .c = c };
+    struct lost_count x = { .c = c };
     if (lost_sectors(&c->map.lost))
         lost_foreach(&c->map.lost, lost_for_good_add, &x);
-    return x.n;
+    return x.sectors;
 }
 
 static int cmp_run(const void *a, const void *b)
