@@ -125,7 +125,7 @@ git_run() {  # CONFIG REP
     tiercache-on-fast)
       fastdev origin "$origin"
       tcformat "$WORK/cache.img" origin "$GIT_CACHE"
-      tcserve vol origin --cache "$WORK/cache.img" ;;
+      tcserve vol origin --cache "$WORK/cache.img" ${GIT_SERVE_EXTRA:-} ;;
     nbdkit-cache-on-fast)
       fastdev origin "$origin"
       nbdcache vol origin writethrough "$GIT_CACHE" ;;
@@ -172,7 +172,7 @@ wl_git() {
   [ "$SCALE" = small ] && configs=(fast spindle tiercache-wt nbdkit-cache-wt tiercache-on-fast nbdkit-cache-on-fast)
   # GIT_CONFIGS="tiercache-wt" runs only the configurations named (the
   # ratios of the others are then missing); GIT_SERVE_EXTRA adds serve
-  # options to the tiercache-wt and -wb runs (experiments).
+  # options to the tiercache runs (experiments).
   if [ -n "${GIT_CONFIGS:-}" ]; then
     local known=" ${configs[*]} " want
     read -r -a configs <<<"$GIT_CONFIGS"
