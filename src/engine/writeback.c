@@ -76,7 +76,9 @@
  *    answer for the block said it is out of space, else EIO (the table
  *    keeps each block's last error: writeback_refusal()).  The first
  *    write the origin accepts removes the block from the table: the
- *    back-off starts over.
+ *    back-off starts over.  A block in the table is written in runs of
+ *    its own (build_runs()), so that one the origin refuses does not fail
+ *    the neighbours it was merged with.
  *
  * Every block in the table is dirty (a block turning clean leaves it:
  * writeback_forget()), so "every dirty block is in the table" is a count
@@ -181,6 +183,9 @@ struct wb_block {
      * version at the flush's start or a newer one (see "Draining"). */
     uint64_t flush_no;
     bool narrowed;              /* dirty narrowed to the sectors a probe read */
+    /* In the failure table when the job began: written in runs of its
+     * own, not merged with its neighbours' (build_runs()). */
+    bool alone;
 };
 
 struct wb_run {
@@ -973,7 +978,17 @@ static void add_run(struct wb_job *j, unsigned first, unsigned last, uint64_t of
 }
 
 /* Runs: stretches of cached sectors that begin and end with dirty ones,
- * continuing into the next block when it starts where this one ends. */
+ * continuing into the next block when it starts where this one ends.
+ *
+ * A block whose write-back failed before (b->alone) is written in runs of
+ * its own.  The origin fails a write as a whole: merged with its
+ * neighbours, one sector the origin refuses (a bad sector, a full range of
+ * a thin volume) would fail theirs with it, in every attempt, for as long
+ * as it refuses -- they would stay dirty, a flush would count every one of
+ * them refused, and its message would name the run's first block rather
+ * than the one refused.  After one failed attempt each block of the run
+ * stands alone: the good ones are written back, the refused one keeps
+ * failing by itself. */
 static void build_runs(struct wb_job *j)
 {
     struct cache *c = j->wb->c;
@@ -983,6 +998,7 @@ static void build_runs(struct wb_job *j)
     uint64_t run_off = 0;
     unsigned nsect = 0, first = 0, last_dirty_len = 0, last = 0;
     uint64_t prev_end = UINT64_MAX;
+    bool run_alone = false;     /* the run's last sector is of a block alone */
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         if (!b->ok)
@@ -990,7 +1006,8 @@ static void build_runs(struct wb_job *j)
         for (unsigned s = 0; s < c->spb; s++) {
             uint64_t off = b->oblock * c->block_size + (uint64_t)s * TC_SECTOR;
             bool valid = mask_test(&b->valid, s), dirty = mask_test(&b->dirty, s);
-            bool contiguous = nsect > 0 && off == prev_end && valid && nsect < max_sect;
+            bool apart = s == 0 && (b->alone || run_alone);
+            bool contiguous = nsect > 0 && off == prev_end && valid && nsect < max_sect && !apart;
             if (!contiguous && nsect > 0) {
                 if (last_dirty_len)
                     add_run(j, first, last, run_off, src, last_dirty_len);
@@ -1007,6 +1024,7 @@ static void build_runs(struct wb_job *j)
             }
             src[nsect++] = b->data + (size_t)s * TC_SECTOR;
             prev_end = off + TC_SECTOR;
+            run_alone = b->alone;
             if (dirty) {
                 last_dirty_len = nsect;
                 last = i;
@@ -1296,6 +1314,7 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         block_gen_hold(c->locks, b->oblock);
         b->gen = block_gen(c->locks, b->oblock);
         b->flush_no = wb->want ? wb->flush_no : 0;
+        b->alone = fail_find(wb, b->oblock) != NULL;
         block_wb_begin(c->locks, b->oblock);
         cache_trace(c, b->oblock, "writeback starts (%s job)", pass ? "pass" : "demand");
         j->n++;
@@ -2000,6 +2019,23 @@ static uint64_t first_refused(struct writeback *wb)
     return first == UINT64_MAX ? 0 : first;
 }
 
+/* The drain's reason when the origin refused every block it has left
+ * (n, of which `which` says more): how many, where the first is, and the
+ * origin's last answer. */
+static void refused_why(struct writeback *wb, uint64_t n, const char *which)
+{
+    unsigned long long at = (unsigned long long)(first_refused(wb) * wb->c->block_size);
+    if (n == 1)
+        snprintf(wb->drain_why, sizeof wb->drain_why,
+                 "the origin refused the dirty block%s %u times in a row, at origin byte %llu: %s",
+                 which, WB_FAILURES_EIO, at, wb->last_why);
+    else
+        snprintf(wb->drain_why, sizeof wb->drain_why,
+                 "the origin refused each of the %llu dirty blocks%s %u times in a row, the "
+                 "first at origin byte %llu: %s",
+                 (unsigned long long)n, which, WB_FAILURES_EIO, at, wb->last_why);
+}
+
 /* What a drain has left, in bytes: the dirty data, or for a flush of the
  * dirty set at its start the part of it not yet written (at most its
  * blocks' size; the dirty data, if that is less). */
@@ -2071,11 +2107,7 @@ static void want_check(struct writeback *wb)
         return;
     }
     if (refused >= wb->want_left) {
-        snprintf(wb->drain_why, sizeof wb->drain_why,
-                 "the origin refused each of the %llu dirty blocks the flush had left %u "
-                 "times in a row, the first at origin byte %llu: %s",
-                 (unsigned long long)wb->want_left, WB_FAILURES_EIO,
-                 (unsigned long long)(first_refused(wb) * c->block_size), wb->last_why);
+        refused_why(wb, wb->want_left, " the flush had left");
         drain_end(wb, -EIO);
         return;
     }
@@ -2132,11 +2164,7 @@ static void drain_check(struct writeback *wb)
         }
         /* Every dirty block failed WB_FAILURES_EIO times in a row. */
         if (wb->nfail_eio >= c->map.dirty_blocks) {
-            snprintf(wb->drain_why, sizeof wb->drain_why,
-                     "the origin refused each of the %llu dirty blocks %u times in a row, the "
-                     "first at origin byte %llu: %s",
-                     (unsigned long long)c->map.dirty_blocks, WB_FAILURES_EIO,
-                     (unsigned long long)(first_refused(wb) * c->block_size), wb->last_why);
+            refused_why(wb, c->map.dirty_blocks, "");
             goto give_up;
         }
         /* Blocks backing off: their next attempts come. */
