@@ -76,7 +76,7 @@ static const char serve_help[] =
 "                       the miss, in the same origin request -- while such\n"
 "                       fills are read often enough to pay; a miss just\n"
 "                       above a cached block fills ahead to the end of its\n"
-"                       aligned span of 8),\n"
+"                       aligned span of 16),\n"
 "                       sectors (only what was read) or auto (default:\n"
 "                       chosen by costs measured on the requests the devices\n"
 "                       serve: R = (the origin's cost per request - the\n"
