@@ -76,9 +76,10 @@
  *    answer for the block said it is out of space, else EIO (the table
  *    keeps each block's last error: writeback_refusal()).  The first
  *    write the origin accepts removes the block from the table: the
- *    back-off starts over.  A block in the table is written in runs of
- *    its own (build_runs()), so that one the origin refuses does not fail
- *    the neighbours it was merged with.
+ *    back-off starts over.  A failed run's blocks are merged into
+ *    smaller runs next time, and into none once the origin is seen taking
+ *    other writes (build_runs()), so that one the origin refuses does not
+ *    fail the neighbours it was merged with.
  *
  * Every block in the table is dirty (a block turning clean leaves it:
  * writeback_forget()), so "every dirty block is in the table" is a count
@@ -97,6 +98,7 @@
  * can no longer land.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +152,10 @@ struct wb_fail {
     uint64_t oblock;
     uint64_t retry_at;              /* no attempt before (monotonic ns) */
     uint32_t failures;              /* failed write-backs in a row */
+    /* The most blocks a run holding this one may merge (0: no bound), and
+     * wb->ok_blocks at its last failure (see build_runs()). */
+    uint32_t run_limit;
+    uint64_t ok_mark;
     int err;                        /* the last failure's error (negative
                                      * errno: the origin's answer, or -EIO
                                      * for a cache read, a lost connection) */
@@ -183,9 +189,10 @@ struct wb_block {
      * version at the flush's start or a newer one (see "Draining"). */
     uint64_t flush_no;
     bool narrowed;              /* dirty narrowed to the sectors a probe read */
-    /* In the failure table when the job began: written in runs of its
-     * own, not merged with its neighbours' (build_runs()). */
-    bool alone;
+    /* Its failure table entry's run_limit when the job began (0: no
+     * bound), and the most blocks of a run holding it whose write failed
+     * (0: none) -- see build_runs(). */
+    uint32_t run_limit, failed_run;
 };
 
 struct wb_run {
@@ -286,6 +293,7 @@ struct writeback {
     struct tc_task free_task;
     bool free_queued;
     uint64_t block_failures;        /* failed write-backs of blocks, in all */
+    uint64_t ok_blocks;             /* blocks written back, in all (build_runs()) */
     uint64_t blocks_recovered;      /* blocks written back after failing */
     uint64_t writes_failed;         /* client writes failed: their block's write-back failed */
     char last_why[128];             /* the last failed job's reason */
@@ -560,6 +568,23 @@ static void job_finish(struct wb_job *j)
     }
 }
 
+/* A run of failed_run blocks holding f's block failed (its write, not the
+ * flush after it): the most blocks a run holding it may merge from now on
+ * (build_runs()).  Half the run, the first time; one -- the block on its
+ * own -- when the origin took other blocks' writes since its last failure
+ * (a run of this job written counts: job_account()), as then it is this
+ * block's data, or a neighbour's, that the origin refuses; else (the
+ * origin refusing every write) the bound stays. */
+static void failed_run_limit(struct writeback *wb, struct wb_fail *f, uint32_t failed_run)
+{
+    if (failed_run == 0)
+        return;
+    uint32_t limit = f->run_limit == 0 ? TC_MAX(failed_run / 2, 1u)
+                     : f->ok_mark != wb->ok_blocks ? 1 : f->run_limit;
+    f->run_limit = f->run_limit ? TC_MIN(f->run_limit, limit) : limit;
+    f->ok_mark = wb->ok_blocks;
+}
+
 /* Blocks of the job that stay dirty because the write-back failed them:
  * count, back off (per job and per block), log within the rate limit.
  * Blocks written (even if rewritten meanwhile) leave the failure table. */
@@ -571,6 +596,12 @@ static void job_account(struct wb_job *j, int err, bool cut)
         return;     /* ended by the stop before it wrote: not a failure */
     unsigned failed = 0, ok = 0, most = 0;
     uint64_t lo = UINT64_MAX, hi = 0, now = tc_now_ns(), block_delay = 0;
+    /* The blocks written count before the failures are looked at: a run of
+     * this job written beside one that failed shows the origin taking
+     * writes (failed_run_limits()). */
+    for (unsigned i = 0; i < j->n; i++)
+        if (j->b[i].ok && !j->b[i].failed && !err && !cut)
+            wb->ok_blocks++;
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         uint64_t ob = b->oblock;
@@ -593,7 +624,10 @@ static void job_account(struct wb_job *j, int err, bool cut)
          * cache, a connection lost before the flush, a write in doubt. */
         int why = !b->ok ? -EIO : err ? err : b->failed && b->err ? b->err : -EIO;
         uint64_t d = fail_add(wb, ob, why, now);
-        unsigned nf = fail_find(wb, ob)->failures;
+        struct wb_fail *f = fail_find(wb, ob);
+        unsigned nf = f->failures;
+        if (b->ok && b->failed && !err)
+            failed_run_limit(wb, f, b->failed_run);
         block_delay = TC_MAX(block_delay, d);
         most = TC_MAX(most, nf);
     }
@@ -926,6 +960,7 @@ static void run_written(struct tc_dev_io *dio, int err)
         for (unsigned i = r->first; i <= r->last; i++) {
             j->b[i].failed = true;
             j->b[i].err = err;
+            j->b[i].failed_run = TC_MAX(j->b[i].failed_run, r->last - r->first + 1);
         }
     } else {
         j->wb->writes++;
@@ -980,15 +1015,19 @@ static void add_run(struct wb_job *j, unsigned first, unsigned last, uint64_t of
 /* Runs: stretches of cached sectors that begin and end with dirty ones,
  * continuing into the next block when it starts where this one ends.
  *
- * A block whose write-back failed before (b->alone) is written in runs of
- * its own.  The origin fails a write as a whole: merged with its
- * neighbours, one sector the origin refuses (a bad sector, a full range of
- * a thin volume) would fail theirs with it, in every attempt, for as long
- * as it refuses -- they would stay dirty, a flush would count every one of
- * them refused, and its message would name the run's first block rather
- * than the one refused.  After one failed attempt each block of the run
- * stands alone: the good ones are written back, the refused one keeps
- * failing by itself. */
+ * A run holds at most as many blocks as the run_limit of each of them
+ * (failed_run_limits()).  The origin fails a write as a whole: merged with
+ * its neighbours, one sector the origin refuses (a bad sector, a full range
+ * of a thin volume) would fail theirs with it, in every attempt, for as
+ * long as it refuses -- they would stay dirty, a flush would count every
+ * one of them refused, and its message would name the run's first block
+ * rather than the one refused.  So a failed run's blocks go in runs of
+ * half its size next time, and in runs of their own once the origin has
+ * taken other writes since their last failure (the failure is theirs, not
+ * the origin's): the good ones are written back, the refused one keeps
+ * failing by itself.  An origin refusing every write (away, or full) only
+ * halves the runs once: after the outage the backlog goes back in large
+ * writes, not block by block. */
 static void build_runs(struct wb_job *j)
 {
     struct cache *c = j->wb->c;
@@ -998,7 +1037,7 @@ static void build_runs(struct wb_job *j)
     uint64_t run_off = 0;
     unsigned nsect = 0, first = 0, last_dirty_len = 0, last = 0;
     uint64_t prev_end = UINT64_MAX;
-    bool run_alone = false;     /* the run's last sector is of a block alone */
+    unsigned run_blocks = 0, run_limit = 0;    /* blocks in the run; the least limit */
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         if (!b->ok)
@@ -1006,7 +1045,8 @@ static void build_runs(struct wb_job *j)
         for (unsigned s = 0; s < c->spb; s++) {
             uint64_t off = b->oblock * c->block_size + (uint64_t)s * TC_SECTOR;
             bool valid = mask_test(&b->valid, s), dirty = mask_test(&b->dirty, s);
-            bool apart = s == 0 && (b->alone || run_alone);
+            unsigned limit = b->run_limit ? b->run_limit : UINT_MAX;
+            bool apart = s == 0 && run_blocks + 1 > TC_MIN(run_limit, limit);
             bool contiguous = nsect > 0 && off == prev_end && valid && nsect < max_sect && !apart;
             if (!contiguous && nsect > 0) {
                 if (last_dirty_len)
@@ -1021,10 +1061,14 @@ static void build_runs(struct wb_job *j)
             if (nsect == 0) {
                 run_off = off;
                 first = i;
+                run_blocks = 1;
+                run_limit = limit;
+            } else if (s == 0) {
+                run_blocks++;
+                run_limit = TC_MIN(run_limit, limit);
             }
             src[nsect++] = b->data + (size_t)s * TC_SECTOR;
             prev_end = off + TC_SECTOR;
-            run_alone = b->alone;
             if (dirty) {
                 last_dirty_len = nsect;
                 last = i;
@@ -1314,7 +1358,8 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         block_gen_hold(c->locks, b->oblock);
         b->gen = block_gen(c->locks, b->oblock);
         b->flush_no = wb->want ? wb->flush_no : 0;
-        b->alone = fail_find(wb, b->oblock) != NULL;
+        struct wb_fail *f = wb->nfail ? fail_find(wb, b->oblock) : NULL;
+        b->run_limit = f ? f->run_limit : 0;
         block_wb_begin(c->locks, b->oblock);
         cache_trace(c, b->oblock, "writeback starts (%s job)", pass ? "pass" : "demand");
         j->n++;
