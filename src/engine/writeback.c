@@ -156,6 +156,8 @@ struct wb_fail {
      * wb->ok_blocks at its last failure (see build_runs()). */
     uint32_t run_limit;
     uint64_t ok_mark;
+    bool dirty_only;                /* its jobs read and write only its dirty
+                                     * sectors (failed_run_limit()) */
     int err;                        /* the last failure's error (negative
                                      * errno: the origin's answer, or -EIO
                                      * for a cache read, a lost connection) */
@@ -574,13 +576,18 @@ static void job_finish(struct wb_job *j)
  * own -- when the origin took other blocks' writes since its last failure
  * (a run of this job written counts: job_account()), as then it is this
  * block's data, or a neighbour's, that the origin refuses; else (the
- * origin refusing every write) the bound stays. */
+ * origin refusing every write) the bound stays.  Such a block also writes
+ * only its dirty sectors from then on: the sector refused may be a clean
+ * one between two dirty ones, which its runs wrote too (the origin holds
+ * that data already). */
 static void failed_run_limit(struct writeback *wb, struct wb_fail *f, uint32_t failed_run)
 {
     if (failed_run == 0)
         return;
-    uint32_t limit = f->run_limit == 0 ? TC_MAX(failed_run / 2, 1u)
-                     : f->ok_mark != wb->ok_blocks ? 1 : f->run_limit;
+    bool ok_since = f->ok_mark != wb->ok_blocks;
+    if (f->run_limit && ok_since)
+        f->dirty_only = true;
+    uint32_t limit = f->run_limit == 0 ? TC_MAX(failed_run / 2, 1u) : ok_since ? 1 : f->run_limit;
     f->run_limit = f->run_limit ? TC_MIN(f->run_limit, limit) : limit;
     f->ok_mark = wb->ok_blocks;
 }
@@ -1360,6 +1367,10 @@ static void job_start(struct writeback *wb, const uint64_t *blocks, unsigned n, 
         b->flush_no = wb->want ? wb->flush_no : 0;
         struct wb_fail *f = wb->nfail ? fail_find(wb, b->oblock) : NULL;
         b->run_limit = f ? f->run_limit : 0;
+        if (f && f->dirty_only) {
+            b->dirty_only = true;
+            b->valid = b->dirty;
+        }
         block_wb_begin(c->locks, b->oblock);
         cache_trace(c, b->oblock, "writeback starts (%s job)", pass ? "pass" : "demand");
         j->n++;
