@@ -295,7 +295,8 @@ struct writeback {
     struct tc_task free_task;
     bool free_queued;
     uint64_t block_failures;        /* failed write-backs of blocks, in all */
-    uint64_t ok_blocks;             /* blocks written back, in all (build_runs()) */
+    uint64_t ok_blocks;             /* blocks of runs the origin took, in all
+                                     * (failed_run_limit()) */
     uint64_t blocks_recovered;      /* blocks written back after failing */
     uint64_t writes_failed;         /* client writes failed: their block's write-back failed */
     char last_why[128];             /* the last failed job's reason */
@@ -574,18 +575,19 @@ static void job_finish(struct wb_job *j)
  * flush after it): the most blocks a run holding it may merge from now on
  * (build_runs()).  Half the run, the first time; one -- the block on its
  * own -- when the origin took other blocks' writes since its last failure
- * (a run of this job written counts: job_account()), as then it is this
- * block's data, or a neighbour's, that the origin refuses; else (the
- * origin refusing every write) the bound stays.  Such a block also writes
- * only its dirty sectors from then on: the sector refused may be a clean
- * one between two dirty ones, which its runs wrote too (the origin holds
- * that data already). */
+ * (run_written() counts them as they are taken, so a run of this job
+ * written beside the failed one counts too), as then it is this block's
+ * data, or a neighbour's, that the origin refuses; else (the origin
+ * refusing every write) the bound stays.  Such a block, and one whose run
+ * held it alone, also writes only its dirty sectors from then on: the
+ * sector refused may be a clean one between two dirty ones, which its runs
+ * wrote too (the origin holds that data already). */
 static void failed_run_limit(struct writeback *wb, struct wb_fail *f, uint32_t failed_run)
 {
     if (failed_run == 0)
         return;
     bool ok_since = f->ok_mark != wb->ok_blocks;
-    if (f->run_limit && ok_since)
+    if ((f->run_limit && ok_since) || failed_run == 1)
         f->dirty_only = true;
     uint32_t limit = f->run_limit == 0 ? TC_MAX(failed_run / 2, 1u) : ok_since ? 1 : f->run_limit;
     f->run_limit = f->run_limit ? TC_MIN(f->run_limit, limit) : limit;
@@ -603,12 +605,6 @@ static void job_account(struct wb_job *j, int err, bool cut)
         return;     /* ended by the stop before it wrote: not a failure */
     unsigned failed = 0, ok = 0, most = 0;
     uint64_t lo = UINT64_MAX, hi = 0, now = tc_now_ns(), block_delay = 0;
-    /* The blocks written count before the failures are looked at: a run of
-     * this job written beside one that failed shows the origin taking
-     * writes (failed_run_limits()). */
-    for (unsigned i = 0; i < j->n; i++)
-        if (j->b[i].ok && !j->b[i].failed && !err && !cut)
-            wb->ok_blocks++;
     for (unsigned i = 0; i < j->n; i++) {
         struct wb_block *b = &j->b[i];
         uint64_t ob = b->oblock;
@@ -972,6 +968,11 @@ static void run_written(struct tc_dev_io *dio, int err)
     } else {
         j->wb->writes++;
         j->wb->c->st.writeback_writes++;
+        /* Counted when the origin takes the write, not after the job's
+         * flush: a job whose flush is still out when the origin starts
+         * refusing writes must not count as taken after the refusals
+         * (failed_run_limit()). */
+        j->wb->ok_blocks += r->last - r->first + 1;
         throttle_credit(j->wb, r->size);
     }
     if (join_put(&j->join, err))
@@ -1023,7 +1024,7 @@ static void add_run(struct wb_job *j, unsigned first, unsigned last, uint64_t of
  * continuing into the next block when it starts where this one ends.
  *
  * A run holds at most as many blocks as the run_limit of each of them
- * (failed_run_limits()).  The origin fails a write as a whole: merged with
+ * (failed_run_limit()).  The origin fails a write as a whole: merged with
  * its neighbours, one sector the origin refuses (a bad sector, a full range
  * of a thin volume) would fail theirs with it, in every attempt, for as
  * long as it refuses -- they would stay dirty, a flush would count every
