@@ -589,8 +589,7 @@ static void failed_run_limit(struct writeback *wb, struct wb_fail *f, uint32_t f
     bool ok_since = f->ok_mark != wb->ok_blocks;
     if ((f->run_limit && ok_since) || failed_run == 1)
         f->dirty_only = true;
-    uint32_t limit = f->run_limit == 0 ? TC_MAX(failed_run / 2, 1u) : ok_since ? 1 : f->run_limit;
-    f->run_limit = f->run_limit ? TC_MIN(f->run_limit, limit) : limit;
+    f->run_limit = f->run_limit == 0 ? TC_MAX(failed_run / 2, 1u) : ok_since ? 1 : f->run_limit;
     f->ok_mark = wb->ok_blocks;
 }
 
