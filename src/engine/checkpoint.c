@@ -170,8 +170,10 @@
 #include "engine/checkpoint.h"
 #include "engine/cleaner.h"
 #include "engine/failure.h"
+#include "engine/originwin.h"
 #include "engine/recovery.h"
 #include "engine/writeback.h"
+#include "engine/writepath.h"
 #include "util/crc32c.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -350,7 +352,17 @@ static uint8_t *encode(struct cache *c, const struct tc_ckpt *head, size_t *len)
 
 /* ---- the stop: writing it ---- */
 
-bool ckpt_wanted(struct cache *c, const char **why)
+/* No write-through version above the stable mark: a scan re-checks none
+ * against the origin.  Recovered ones are settled one by one (map.c); the
+ * others by an origin flush (run_stabilize()). */
+static bool wt_all_stable(const struct cache *c)
+{
+    return c->lg.wt_newest_seq <= c->lg.wt_stable_seq && c->map.wt_recovered == 0;
+}
+
+/* ckpt_wanted() but for the write-through versions' stable mark, which a
+ * running checkpoint can make come (run_stabilize()). */
+static bool wanted_but_stable_mark(struct cache *c, const char **why)
 {
     /* A detach emptied the log (cache.c), but the index in memory still
      * holds what the cache held before: encoded, it would name blocks the
@@ -358,10 +370,6 @@ bool ckpt_wanted(struct cache *c, const char **why)
      * not use it).  The log is empty, its scan is quick. */
     if (c->vol->detached) {
         *why = "the cache is detached (its log is empty)";
-        return false;
-    }
-    if (c->lg.wt_newest_seq > c->lg.wt_stable_seq || c->map.wt_recovered) {
-        *why = "write-through versions are not all recorded stable on the origin";
         return false;
     }
     if (lost_unsettled(&c->map.lost)) {
@@ -380,6 +388,17 @@ bool ckpt_wanted(struct cache *c, const char **why)
             *why = "a cache device is out of service";
             return false;
         }
+    return true;
+}
+
+bool ckpt_wanted(struct cache *c, const char **why)
+{
+    if (!wanted_but_stable_mark(c, why))
+        return false;
+    if (!wt_all_stable(c)) {
+        *why = "write-through versions are not all recorded stable on the origin";
+        return false;
+    }
     return true;
 }
 
@@ -1107,7 +1126,13 @@ struct ckpt_run {
     bool holding, quiet;
     uint64_t hold_start_ns;
     /* For status. */
-    uint64_t written, failed, not_idle, no_room;
+    uint64_t written, failed, not_idle, no_room, cleaner_waits, stable_waits;
+    /* The hold's own origin flush (run_stabilize()). */
+    bool stabilizing;
+    struct tc_dev_io origin_dio;
+    uint64_t candidate;
+    struct ow_mark origin_mark;
+    uint64_t origin_flushes, stabilize_failed;
     uint64_t last_gen, last_cut, last_len, last_encode_ns;
     uint64_t holds, holds_given_up, last_hold_ns, max_hold_ns, room_waits;
 };
@@ -1353,24 +1378,122 @@ static void run_synced(struct log_waiter *w, int err)
         run_take(r);
 }
 
+/* The stable mark can reach the newest write-through version by an
+ * origin flush: none is left from before this start unsettled (those are
+ * settled one by one, map.c), and the origin takes flushes. */
+static bool stable_mark_makeable(const struct cache *c)
+{
+    return c->map.wt_recovered == 0 && c->vol->origin->can_flush;
+}
+
+static void run_stabilized(struct tc_dev_io *dio, int err)
+{
+    struct ckpt_run *r = container_of(dio, struct ckpt_run, origin_dio);
+    struct cache *c = r->c;
+    r->stabilizing = false;
+    if (err == 0 && origin_window_flushed(c, r->origin_mark))
+        err = -EIO;     /* writes it was to cover may be lost (originwin.c) */
+    if (err) {
+        /* The mark stays; the requests go on, and a later hold tries
+         * again. */
+        r->stabilize_failed++;
+        hold_end(r, false);
+    } else {
+        /* Carried by the header run_take() seals next. */
+        log_wt_stable(&c->lg, r->candidate);
+    }
+    if (!r->stopped)
+        run_take(r);
+}
+
+/* Held and quiet: flush the origin, and record every write-through
+ * version below the oldest still in flight stable (as the commit does,
+ * writeback.c). */
+static void run_stabilize(struct ckpt_run *r)
+{
+    struct cache *c = r->c;
+    r->stabilizing = true;
+    r->origin_flushes++;
+    r->candidate = wt_stable_candidate(c);
+    r->origin_mark = origin_window_mark(c);
+    memset(&r->origin_dio, 0, sizeof r->origin_dio);
+    r->origin_dio.op = TC_DEV_FLUSH;
+    r->origin_dio.cb = run_stabilized;
+    dev_submit(c->vol->origin, &r->origin_dio);
+}
+
+/* A look that did not find the cut: true if a sync of the log is to make
+ * it come now -- holding, at once; else at most once a second, and past
+ * TC_CKPT_HOLD_AFTER_SYNCS of them the hold starts instead. */
+static bool overdue_look(struct ckpt_run *r)
+{
+    struct cache *c = r->c;
+    if (r->holding)
+        return true;
+    uint64_t now = tc_now_ns();
+    if (now < r->next_sync_ns)
+        return false;
+    r->next_sync_ns = now + TC_CKPT_SYNC_EVERY_NS;
+    if (++r->overdue_syncs > TC_CKPT_HOLD_AFTER_SYNCS && volume_can_hold(c->vol)) {
+        r->holding = true;
+        r->quiet = false;
+        r->hold_start_ns = now;
+        r->holds++;
+        volume_hold(c->vol, hold_quiet, r);
+        return false;
+    }
+    return true;
+}
+
 /* R1: take a checkpoint now if the cut is here; else make it come. */
 static void run_take(struct ckpt_run *r)
 {
     struct cache *c = r->c;
-    if (r->busy || r->syncing || r->stopped || c->stopping)
+    if (r->busy || r->syncing || r->stabilizing || r->stopped || c->stopping)
         return;
     if (c->st.chunk_bytes_written - r->last_bytes < r->every_bytes && !r->take_now)
         return;
     const char *why;
     if (c->vol->cache_failed || c->abandoned || c->vol->detached || c->vol->fenced ||
-        !ckpt_wanted(c, &why)) {
+        !wanted_but_stable_mark(c, &why) || (!wt_all_stable(c) && !stable_mark_makeable(c))) {
         /* Not to be taken before something else changes: held requests
-         * go on now, not at the hold's bound. */
+         * go on now, not at the hold's bound, and the cleaner too. */
         hold_end(r, false);
+        cleaner_pause(c, false);
         return;
     }
-    if (!abandon_idle(c) || !cleaner_idle(c))
+    if (!abandon_idle(c))
         return;     /* a moment; a hold waits (within its bound) */
+    if (!cleaner_idle(c)) {
+        /* The pass under way ends, and no other starts while the log has
+         * room (cleaner_pause()).  Under a steady write load on a full
+         * log the cleaner was never idle here, and this look came before
+         * any that counts towards the hold: no checkpoint at all.  Now it
+         * counts as a busy log's sync does (without one: the cleaner's
+         * own tail sync comes), and a hold stops the appends that keep
+         * the cleaner below its low water mark. */
+        cleaner_pause(c, true);
+        r->cleaner_waits++;
+        overdue_look(r);
+        return;
+    }
+    if (!wt_all_stable(c)) {
+        /* Write-through versions above the stable mark: a scan would
+         * re-check them against the origin, a checkpoint cannot say which.
+         * Only an origin flush with none in flight makes the mark reach
+         * the newest: under a steady write-through load (four writers,
+         * each flushing every fifth write) a look found that moment only
+         * by chance, and counted towards no hold -- with the look every
+         * 100 ms, no checkpoint for minutes.  Now the look counts, and the
+         * hold, once quiet, flushes the origin itself. */
+        if (!r->holding) {
+            r->stable_waits++;
+            overdue_look(r);
+        } else if (r->quiet) {
+            run_stabilize(r);
+        }
+        return;
+    }
     if (c->lg.tail_recorded != c->lg.tail_seq ||
         c->lg.wt_stable_recorded != c->lg.wt_stable_seq) {
         /* A header that records them, as the stop seals one. */
@@ -1401,20 +1524,8 @@ static void run_take(struct ckpt_run *r)
          * instead of 510 KiB).  Holding, at once: nothing but the
          * cleaner's and write-back's records comes between. */
         r->not_idle++;
-        if (!r->holding) {
-            uint64_t now = tc_now_ns();
-            if (now < r->next_sync_ns)
-                return;
-            r->next_sync_ns = now + TC_CKPT_SYNC_EVERY_NS;
-            if (++r->overdue_syncs > TC_CKPT_HOLD_AFTER_SYNCS && volume_can_hold(c->vol)) {
-                r->holding = true;
-                r->quiet = false;
-                r->hold_start_ns = now;
-                r->holds++;
-                volume_hold(c->vol, hold_quiet, r);
-                return;
-            }
-        }
+        if (!overdue_look(r))
+            return;
         r->syncing = true;
         r->w = (struct log_waiter){ .fn = run_synced };
         log_sync(c, &r->w);
@@ -1434,6 +1545,7 @@ static void run_take(struct ckpt_run *r)
     r->last_encode_ns = tc_now_ns() - t0;
     /* Encoded: what is appended from now on is after the cut. */
     hold_end(r, true);
+    cleaner_pause(c, false);
 }
 
 static void run_tick(struct tc_timer *t)
@@ -1526,13 +1638,14 @@ void ckpt_run_stop(struct cache *c)
         return;
     r->stopped = true;
     hold_end(r, false);
+    cleaner_pause(c, false);
     timer_cancel(c->reactor, &r->timer);
 }
 
 bool ckpt_run_idle(const struct cache *c)
 {
     const struct ckpt_run *r = c->ckrun;
-    return r == NULL || (!r->busy && !r->syncing);
+    return r == NULL || (!r->busy && !r->syncing && !r->stabilizing);
 }
 
 void ckpt_run_fini(struct cache *c)
@@ -1545,7 +1658,7 @@ void ckpt_run_fini(struct cache *c)
     hold_end(r, false);
     /* Freed only when nothing in flight refers to it (a close that did
      * not end leaves it to the process's exit). */
-    if (!r->busy && !r->syncing)
+    if (!r->busy && !r->syncing && !r->stabilizing)
         free(r);
     c->ckrun = NULL;
 }
@@ -1574,6 +1687,10 @@ void ckpt_run_status_json(const struct cache *c, struct tc_json *j)
          * encode it: the cleaner was kicked to make them. */
         json_uint(j, "waited_for_room", r->room_waits);
         json_uint(j, "waited_for_idle_log", r->not_idle);
+        json_uint(j, "waited_for_cleaner", r->cleaner_waits);
+        json_uint(j, "waited_for_stable_mark", r->stable_waits);
+        json_uint(j, "origin_flushes", r->origin_flushes);
+        json_uint(j, "origin_flushes_failed", r->stabilize_failed);
         json_uint(j, "last_gen", r->last_gen);
         json_uint(j, "last_cut_chunk", r->last_cut);
         json_uint(j, "last_bytes", r->last_len);

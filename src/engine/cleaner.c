@@ -131,6 +131,8 @@ struct cleaner {
     struct cache *c;
     bool running, stopping;
     bool active;                    /* below the low mark, until the high one */
+    bool paused;                    /* for a checkpoint: cleaner_pause() */
+    uint64_t paused_kicks;          /* passes not started for it (status) */
     bool restart;                   /* a device failed mid-walk: walk again */
     bool keep_group;                /* dirty data could not be moved: retire later */
     bool no_room_to_copy;           /* ...because copies found no room: write back
@@ -348,6 +350,13 @@ static void kick_fn(struct tc_task *t)
         k->active = false;
     if (!k->active && k->space_waiters == NULL)
         return;
+    if (k->paused && k->space_waiters == NULL && c->sp.free_segs >= space_low_water(&c->sp) &&
+        c->sp.free_segs >= TC_MAX(c->sp.ckpt_room, 1u) + c->sp.reserve_segs) {
+        /* A checkpoint waits for the cleaner (cleaner_pause()).  Still
+         * active: the pass comes once it is unpaused. */
+        k->paused_kicks++;
+        return;
+    }
     struct group *g = oldest_group(&c->sp);
     if (g == NULL)
         return;
@@ -444,6 +453,23 @@ void cleaner_kick(struct cache *c)
     struct cleaner *k = c->cleaner;
     if (k && !k->running && !k->stopping && !c->offline)
         reactor_defer(c->reactor, &k->kick);
+}
+
+/* Under a steady write load on a full log the cleaner ran pass after
+ * pass, and was never idle when a running checkpoint looked for its cut:
+ * none came (write-through on two devices, four writers that always had
+ * a request in flight: none in 120 s).  The pause lets the pass under
+ * way end.  It never stops the room appends need: below the low water
+ * mark, or short of a checkpoint's room, or with appends waiting for
+ * room, a pass starts as before. */
+void cleaner_pause(struct cache *c, bool pause)
+{
+    struct cleaner *k = c->cleaner;
+    if (k == NULL || k->paused == pause)
+        return;
+    k->paused = pause;
+    if (!pause)
+        cleaner_kick(c);
 }
 
 bool cleaner_idle(struct cache *c)
@@ -2325,6 +2351,10 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     json_bool(j, "running", k->running);
     json_bool(j, "waiting_for_tail_sync", k->tail_syncing);
     json_bool(j, "retry_armed", k->retry.armed);
+    /* Paused for a running checkpoint (cleaner_pause()), and the passes
+     * not started meanwhile. */
+    json_bool(j, "paused_for_checkpoint", k->paused);
+    json_uint(j, "passes_paused", k->paused_kicks);
     json_uint(j, "appends_waiting_for_room", waiters);
     /* The groups of the pass under way (more than one: a batch). */
     json_uint(j, "pass_groups", k->running ? k->batched + 1 : 0);
