@@ -1380,10 +1380,12 @@ static void run_synced(struct log_waiter *w, int err)
 
 /* The stable mark can reach the newest write-through version by an
  * origin flush: none is left from before this start unsettled (those are
- * settled one by one, map.c), and the origin takes flushes. */
+ * settled one by one, map.c), and the origin is online and takes flushes
+ * (a hold would wait on an offline one's timeout). */
 static bool stable_mark_makeable(const struct cache *c)
 {
-    return c->map.wt_recovered == 0 && c->vol->origin->can_flush;
+    return c->map.wt_recovered == 0 && c->vol->origin->can_flush &&
+           c->vol->origin->state == TC_DEV_ONLINE;
 }
 
 static void run_stabilized(struct tc_dev_io *dio, int err)
