@@ -143,6 +143,7 @@ int cmd_list(int argc, char **argv)
     };
     const char *dir = NULL;
     int opt;
+    tc_log_set_command("list");
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -152,7 +153,7 @@ int cmd_list(int argc, char **argv)
         }
     }
     if (optind < argc)
-        tc_die(2, "list: unexpected argument '%s'", argv[optind]);
+        tc_die(2, "unexpected argument '%s'", argv[optind]);
     if (dir == NULL)
         dir = cli_run_dir();
     struct dirent **ents;
@@ -163,7 +164,7 @@ int cmd_list(int argc, char **argv)
             brief_heading();
             return 0;
         }
-        tc_die(1, "list: cannot read the directory %s: %s", dir, strerror(errno));
+        tc_die(1, "cannot read the directory %s: %s", dir, strerror(errno));
     }
     brief_heading();
     for (int i = 0; i < n; i++) {

@@ -771,6 +771,7 @@ int cmd_serve(int argc, char **argv)
     uint64_t v;
     int opt;
 
+    tc_log_set_command("serve");
     optind = 1;
     while ((opt = getopt_long(argc, argv, "fvhs", serve_opts, NULL)) != -1) {
         switch (opt) {
@@ -969,9 +970,9 @@ int cmd_serve(int argc, char **argv)
         }
     }
     if (optind < argc)
-        tc_die(2, "serve: unexpected argument '%s' (try --help)", argv[optind]);
+        tc_die(2, "unexpected argument '%s' (try --help)", argv[optind]);
     if (vcfg.origin == NULL)
-        tc_die(2, "serve: --origin is required (try --help)");
+        tc_die(2, "--origin is required (try --help)");
     if (vcfg.dirty_high < vcfg.dirty_target)
         tc_die(2, "--dirty-high %.0f%% is below --dirty-target %.0f%%", vcfg.dirty_high * 100,
                vcfg.dirty_target * 100);

@@ -207,6 +207,7 @@ int cmd_status(int argc, char **argv)
     const char *sock = NULL;
     bool json = false, brief = false;
     int opt;
+    tc_log_set_command("status");
     optind = 1;
     while ((opt = getopt_long(argc, argv, "hb", opts, NULL)) != -1) {
         switch (opt) {
@@ -218,9 +219,9 @@ int cmd_status(int argc, char **argv)
         }
     }
     if (optind < argc)
-        tc_die(2, "status: unexpected argument '%s'", argv[optind]);
+        tc_die(2, "unexpected argument '%s'", argv[optind]);
     if (json && brief)
-        tc_die(2, "status: --json and --brief exclude each other");
+        tc_die(2, "--json and --brief exclude each other");
     char path[4096], err[512];
     cli_control_path(sock, path, sizeof path);
     if (brief)

@@ -100,6 +100,8 @@ void tc_log_set_level(enum tc_log_level level)
 }
 enum tc_log_level tc_log_get_level(void) { return __atomic_load_n(&log_level, __ATOMIC_RELAXED); }
 void tc_log_set_program(const char *name) { log_program = name; }
+static const char *die_command;
+void tc_log_set_command(const char *name) { die_command = name; }
 
 static const char *level_name[] = { "error", "warning", "info", "debug" };
 
@@ -138,6 +140,8 @@ void tc_die(int status, const char *fmt, ...)
 {
     va_list ap;
     fprintf(stderr, "%s: ", log_program);
+    if (die_command)
+        fprintf(stderr, "%s: ", die_command);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

@@ -37,8 +37,12 @@ void tc_vlog(enum tc_log_level level, const char *fmt, va_list ap);
 #define tc_debug(...) \
     do { if (tc_log_get_level() >= TC_LOG_DEBUG) tc_log(TC_LOG_DEBUG, __VA_ARGS__); } while (0)
 
-/* Print "tiercache: message" to stderr and exit(status).  For the CLI. */
+/* Print "tiercache: message" to stderr and exit(status).  For the CLI.
+ * After tc_log_set_command("serve"): "tiercache: serve: message", so that
+ * an error says which command refused (the commands whose messages do not
+ * each name it themselves set it). */
 void tc_die(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
+void tc_log_set_command(const char *name);
 
 #endif
