@@ -1567,7 +1567,7 @@ static void close_waits(struct cache *c, char *buf, size_t len)
     if (!abandon_idle(c))
         snprintf(part[n++], sizeof part[0], "the abandonment of a failed cache");
     if (!ckpt_run_idle(c))
-        snprintf(part[n++], sizeof part[0], "a running checkpoint's write");
+        snprintf(part[n++], sizeof part[0], "%s", ckpt_run_busy_with(c));
     if (c->group.inflight)
         snprintf(part[n++], sizeof part[0], "%u group fill%s (origin reads)", c->group.inflight,
                  c->group.inflight == 1 ? "" : "s");

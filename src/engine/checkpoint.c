@@ -1343,11 +1343,13 @@ static void run_written(void *arg, int err)
         abandon_sb_rewrite(c, d, run_sb_done, r);
 }
 
-/* The hold ends: the held requests go on. */
+/* The hold ends: the held requests go on, and the cleaner's passes
+ * (paused only within a hold). */
 static void hold_end(struct ckpt_run *r, bool taken)
 {
     if (!r->holding)
         return;
+    cleaner_pause(r->c, false);
     uint64_t held = tc_now_ns() - r->hold_start_ns;
     r->holding = false;
     r->quiet = false;
@@ -1408,9 +1410,9 @@ static void run_stabilized(struct tc_dev_io *dio, int err)
         run_take(r);
 }
 
-/* Held and quiet: flush the origin, and record every write-through
- * version below the oldest still in flight stable (as the commit does,
- * writeback.c). */
+/* Flush the origin, and record every write-through version below the
+ * oldest still in flight stable (as the commit does, writeback.c): held
+ * and quiet, every one. */
 static void run_stabilize(struct ckpt_run *r)
 {
     struct cache *c = r->c;
@@ -1459,24 +1461,26 @@ static void run_take(struct ckpt_run *r)
     if (c->vol->cache_failed || c->abandoned || c->vol->detached || c->vol->fenced ||
         !wanted_but_stable_mark(c, &why) || (!wt_all_stable(c) && !stable_mark_makeable(c))) {
         /* Not to be taken before something else changes: held requests
-         * go on now, not at the hold's bound, and the cleaner too. */
+         * go on now, not at the hold's bound. */
         hold_end(r, false);
-        cleaner_pause(c, false);
         return;
     }
     if (!abandon_idle(c))
         return;     /* a moment; a hold waits (within its bound) */
     if (!cleaner_idle(c)) {
-        /* The pass under way ends, and no other starts while the log has
-         * room (cleaner_pause()).  Under a steady write load on a full
-         * log the cleaner was never idle here, and this look came before
-         * any that counts towards the hold: no checkpoint at all.  Now it
-         * counts as a busy log's sync does (without one: the cleaner's
-         * own tail sync comes), and a hold stops the appends that keep
-         * the cleaner below its low water mark. */
-        cleaner_pause(c, true);
+        /* Under a steady write load on a full log the cleaner was never
+         * idle here, and this look came before any that counts towards
+         * the hold.  Now it counts as a busy log's sync does (without
+         * one: the cleaner's own tail sync comes).  Holding, the pass
+         * under way ends and no other starts while the log has room
+         * (cleaner_pause(), until the hold ends): the hold stops the
+         * appends that keep the cleaner below its low water mark, and
+         * between its marks the cleaner would run pass after pass. */
         r->cleaner_waits++;
-        overdue_look(r);
+        if (r->holding)
+            cleaner_pause(c, true);
+        else
+            overdue_look(r);
         return;
     }
     if (!wt_all_stable(c)) {
@@ -1489,8 +1493,14 @@ static void run_take(struct ckpt_run *r)
          * 100 ms, no checkpoint for minutes.  Now the look counts, and the
          * hold, once quiet, flushes the origin itself. */
         if (!r->holding) {
+            /* Flushed once a second before the hold too, as the commit
+             * does: the hold's own flush has only the last moment's
+             * writes left to make durable, and holds the clients that
+             * much less (a slow origin's flush is cut off at the
+             * hold's bound). */
             r->stable_waits++;
-            overdue_look(r);
+            if (overdue_look(r))
+                run_stabilize(r);
         } else if (r->quiet) {
             run_stabilize(r);
         }
@@ -1547,7 +1557,6 @@ static void run_take(struct ckpt_run *r)
     r->last_encode_ns = tc_now_ns() - t0;
     /* Encoded: what is appended from now on is after the cut. */
     hold_end(r, true);
-    cleaner_pause(c, false);
 }
 
 static void run_tick(struct tc_timer *t)
@@ -1640,14 +1649,26 @@ void ckpt_run_stop(struct cache *c)
         return;
     r->stopped = true;
     hold_end(r, false);
-    cleaner_pause(c, false);
     timer_cancel(c->reactor, &r->timer);
 }
 
 bool ckpt_run_idle(const struct cache *c)
 {
+    return ckpt_run_busy_with(c) == NULL;
+}
+
+const char *ckpt_run_busy_with(const struct cache *c)
+{
     const struct ckpt_run *r = c->ckrun;
-    return r == NULL || (!r->busy && !r->syncing && !r->stabilizing);
+    if (r == NULL)
+        return NULL;
+    if (r->busy)
+        return "a running checkpoint's write";
+    if (r->stabilizing)
+        return "a running checkpoint's origin flush";
+    if (r->syncing)
+        return "a running checkpoint's log sync";
+    return NULL;
 }
 
 void ckpt_run_fini(struct cache *c)

@@ -59,6 +59,8 @@ int ckpt_verify(struct cache *c, const struct tc_superblock *rec, char *why, siz
 int ckpt_run_init(struct cache *c, char *err, size_t errlen);
 void ckpt_run_stop(struct cache *c);
 bool ckpt_run_idle(const struct cache *c);
+/* What the runner waits for (for a stop's message), or NULL when idle. */
+const char *ckpt_run_busy_with(const struct cache *c);
 void ckpt_run_fini(struct cache *c);
 struct tc_json;
 void ckpt_run_status_json(const struct cache *c, struct tc_json *j);

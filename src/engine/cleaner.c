@@ -132,7 +132,8 @@ struct cleaner {
     bool running, stopping;
     bool active;                    /* below the low mark, until the high one */
     bool paused;                    /* for a checkpoint: cleaner_pause() */
-    uint64_t paused_kicks;          /* passes not started for it (status) */
+    bool pass_held;                 /* a pass is due and not started for it */
+    uint64_t passes_paused;         /* such passes, counted once each (status) */
     bool restart;                   /* a device failed mid-walk: walk again */
     bool keep_group;                /* dirty data could not be moved: retire later */
     bool no_room_to_copy;           /* ...because copies found no room: write back
@@ -354,9 +355,12 @@ static void kick_fn(struct tc_task *t)
         c->sp.free_segs >= TC_MAX(c->sp.ckpt_room, 1u) + c->sp.reserve_segs) {
         /* A checkpoint waits for the cleaner (cleaner_pause()).  Still
          * active: the pass comes once it is unpaused. */
-        k->paused_kicks++;
+        if (!k->pass_held)
+            k->passes_paused++;
+        k->pass_held = true;
         return;
     }
+    k->pass_held = false;
     struct group *g = oldest_group(&c->sp);
     if (g == NULL)
         return;
@@ -456,20 +460,22 @@ void cleaner_kick(struct cache *c)
 }
 
 /* Under a steady write load on a full log the cleaner ran pass after
- * pass, and was never idle when a running checkpoint looked for its cut:
- * none came (write-through on two devices, four writers that always had
- * a request in flight: none in 120 s).  The pause lets the pass under
- * way end.  It never stops the room appends need: below the low water
- * mark, or short of a checkpoint's room, or with appends waiting for
- * room, a pass starts as before. */
+ * pass, and was seldom idle when a running checkpoint looked for its
+ * cut.  The checkpoint's hold stops the appends; the pause, within the
+ * hold, lets the pass under way end where the cleaner would go on to its
+ * high water mark.  It never stops the room appends need: below the low
+ * water mark, or short of a checkpoint's room, or with appends waiting
+ * for room, a pass starts as before. */
 void cleaner_pause(struct cache *c, bool pause)
 {
     struct cleaner *k = c->cleaner;
     if (k == NULL || k->paused == pause)
         return;
     k->paused = pause;
-    if (!pause)
+    if (!pause) {
+        k->pass_held = false;
         cleaner_kick(c);
+    }
 }
 
 bool cleaner_idle(struct cache *c)
@@ -2354,7 +2360,7 @@ void cleaner_status_json(struct cache *c, struct tc_json *j)
     /* Paused for a running checkpoint (cleaner_pause()), and the passes
      * not started meanwhile. */
     json_bool(j, "paused_for_checkpoint", k->paused);
-    json_uint(j, "passes_paused", k->paused_kicks);
+    json_uint(j, "passes_paused", k->passes_paused);
     json_uint(j, "appends_waiting_for_room", waiters);
     /* The groups of the pass under way (more than one: a batch). */
     json_uint(j, "pass_groups", k->running ? k->batched + 1 : 0);

@@ -29,9 +29,10 @@ void cleaner_resume(struct cache *c);
 void cleaner_device_failed(struct cache *c);
 bool cleaner_idle(struct cache *c);
 /* A running checkpoint waits for the cleaner to be idle (checkpoint.c,
- * R1).  Paused, the cleaner ends the pass under way and starts no other
- * while the log keeps its low water mark and a checkpoint's room free and
- * no append waits for room; unpaused, it is kicked. */
+ * R1).  Paused (within the checkpoint's hold), the cleaner ends the pass
+ * under way and starts no other while the log keeps its low water mark
+ * and a checkpoint's room free and no append waits for room; unpaused, it
+ * is kicked. */
 void cleaner_pause(struct cache *c, bool pause);
 /* Run w once free space allows appends again (w->fn(w, 0)), or with an
  * error once cleaner_fail_waiters() was called. */
