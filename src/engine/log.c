@@ -1169,14 +1169,16 @@ static void flush_done(struct tc_dev_io *dio, int err)
         unsigned d = (unsigned)(dio - c->lg.flush_dios);
         c->st.cache_write_errors++;
         tc_error("%s: cache flush failed: %s", c->devs[d].dev->name, strerror(-err));
-        /* What this device held is re-homed: the syncs this flush covers
-         * fail once (EIO: a device error, whatever its errno); later ones
-         * go to the devices left.  A sync whose target log_device_failed()
-         * raised past this flush waits for the re-homed chunks and is
-         * answered by a later flush, as a later sync is: its data is then
-         * durable on the devices left.  Dirty data that could not be
-         * re-homed is reported apart, by the lost set, to the next client
-         * flush (lost_flush_result()). */
+        /* What this device held is re-homed, and log_device_failed()
+         * raises every waiting sync's target to the newest chunk issued:
+         * a sync is then answered by a later flush, its data durable on
+         * the devices left, unless no chunk was issued after this flush's
+         * target -- then the syncs it covers fail once (EIO: a device
+         * error, whatever its errno).  So whether a write's sync fails
+         * depends on what was issued after the flush began, not on which
+         * flush covered it.  Dirty data that could not be re-homed is
+         * reported apart, by the lost set, to the next client flush
+         * (lost_flush_result()). */
         c->lg.error = -EIO;
         device_error(&c->lg, d, err, true);
     }
