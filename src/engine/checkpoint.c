@@ -1127,7 +1127,8 @@ struct ckpt_run {
     uint64_t hold_start_ns;
     /* For status. */
     uint64_t written, failed, not_idle, no_room, cleaner_waits, stable_waits;
-    /* The hold's own origin flush (run_stabilize()). */
+    /* The runner's origin flush (run_stabilize()), in looks before a
+     * hold and in it. */
     bool stabilizing;
     struct tc_dev_io origin_dio;
     uint64_t candidate;
