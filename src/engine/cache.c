@@ -835,8 +835,7 @@ struct drain_ctx {
     struct tc_timer cleaner_gone;   /* detach: waiting for a cleaner pass to end */
     struct log_waiter w;
     struct tc_dev_io dio;           /* the origin flush after the drain */
-    struct ow_mark mark;            /* origin_window_mark() at that flush */
-    uint64_t candidate;             /* ... and the stable mark it may set */
+    struct stable_flush sf;         /* the origin flush at the end */
     tc_progress_fn progress;
     void (*done)(void *arg, int err);
     void *arg;
@@ -938,18 +937,17 @@ static void drain_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct drain_ctx *x = container_of(dio, struct drain_ctx, dio);
     struct cache *c = x->c;
+    int r = stable_flush_end(c, &x->sf, err);
     if (err) {
         snprintf(c->drain_failure, sizeof c->drain_failure, "the origin's flush failed (%s)",
                  strerror(-err));
         x->err = err;
-    } else if (origin_window_flushed(c, x->mark)) {
+    } else if (r) {
         /* Writes it was to cover may be lost with an origin connection
          * (originwin.c): what the cache still holds is dirty again. */
         snprintf(c->drain_failure, sizeof c->drain_failure, "origin writes were acknowledged "
                  "on a connection lost before this flush (see the log)");
-        x->err = -EIO;
-    } else {
-        log_wt_stable(&c->lg, x->candidate);    /* carried by the next chunk header */
+        x->err = r;
     }
     x->w.fn = drain_synced;
     log_sync(c, &x->w);
@@ -974,8 +972,7 @@ static void drained(void *arg, int err)
     struct cache *c = x->c;
     x->err = err;
     if (err == 0 && c->vol->origin->can_flush && !c->vol->read_only) {
-        x->candidate = wt_stable_candidate(c);
-        x->mark = origin_window_mark(c);
+        stable_flush_begin(c, &x->sf);
         memset(&x->dio, 0, sizeof x->dio);
         x->dio.op = TC_DEV_FLUSH;
         x->dio.cb = drain_origin_flushed;
@@ -1042,8 +1039,7 @@ struct close_ctx {
     bool ckpt_ok;                   /* ... if it was written */
     struct tc_timer quiet;          /* waiting for writeback and the cleaner */
     uint64_t quiet_since, quiet_logged;
-    uint64_t candidate;
-    struct ow_mark mark;            /* origin_window_mark() at the flush */
+    struct stable_flush sf;         /* the origin flush */
     unsigned resyncs;               /* syncs repeated for chunks sealed meanwhile */
     bool marked;
     bool origin_unflushed;          /* the stop's origin flush failed: not a clean stop */
@@ -1504,10 +1500,7 @@ static void close_origin_flushed(struct tc_dev_io *dio, int err)
 {
     struct close_ctx *x = container_of(dio, struct close_ctx, dio);
     struct cache *c = x->c;
-    if (err == 0 && origin_window_flushed(c, x->mark))
-        err = -EIO;     /* not durable: keep the stable mark */
-    if (err == 0)
-        log_wt_stable(&c->lg, x->candidate);
+    err = stable_flush_end(c, &x->sf, err);
     /* The origin may keep writes of this run unflushed: the stop is not
      * recorded as clean, so the next start treats the origin as after a
      * crash (origin_unflushed_at_start()) and its first flush flushes it.
@@ -1627,8 +1620,7 @@ static void close_quiet(struct tc_timer *t)
 static void close_flush_origin(struct close_ctx *x)
 {
     struct cache *c = x->c;
-    x->candidate = wt_stable_candidate(c);
-    x->mark = origin_window_mark(c);
+    stable_flush_begin(c, &x->sf);
     cache_flush_origin(c, &x->dio, close_origin_flushed);
 }
 

@@ -1131,8 +1131,7 @@ struct ckpt_run {
      * hold and in it. */
     bool stabilizing;
     struct tc_dev_io origin_dio;
-    uint64_t candidate;
-    struct ow_mark origin_mark;
+    struct stable_flush origin_flush;
     uint64_t origin_flushes, stabilize_failed;
     uint64_t last_gen, last_cut, last_len, last_encode_ns;
     uint64_t holds, holds_given_up, last_hold_ns, max_hold_ns, room_waits;
@@ -1396,16 +1395,13 @@ static void run_stabilized(struct tc_dev_io *dio, int err)
     struct ckpt_run *r = container_of(dio, struct ckpt_run, origin_dio);
     struct cache *c = r->c;
     r->stabilizing = false;
-    if (err == 0 && origin_window_flushed(c, r->origin_mark))
-        err = -EIO;     /* writes it was to cover may be lost (originwin.c) */
-    if (err) {
+    /* Recorded stable, the mark is carried by the header run_take()
+     * seals next. */
+    if (stable_flush_end(c, &r->origin_flush, err)) {
         /* The mark stays; the requests go on, and a later hold tries
          * again. */
         r->stabilize_failed++;
         hold_end(r, false);
-    } else {
-        /* Carried by the header run_take() seals next. */
-        log_wt_stable(&c->lg, r->candidate);
     }
     if (!r->stopped)
         run_take(r);
@@ -1419,8 +1415,7 @@ static void run_stabilize(struct ckpt_run *r)
     struct cache *c = r->c;
     r->stabilizing = true;
     r->origin_flushes++;
-    r->candidate = wt_stable_candidate(c);
-    r->origin_mark = origin_window_mark(c);
+    stable_flush_begin(c, &r->origin_flush);
     memset(&r->origin_dio, 0, sizeof r->origin_dio);
     r->origin_dio.op = TC_DEV_FLUSH;
     r->origin_dio.cb = run_stabilized;

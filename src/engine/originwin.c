@@ -129,6 +129,7 @@
 #include "engine/mask.h"
 #include "engine/originwin.h"
 #include "engine/writeback.h"
+#include "engine/writepath.h"
 #include "util/assert.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -592,4 +593,21 @@ void origin_window_free(struct cache *c)
     free(c->owin.hash);
     free(c->owin.blocks);
     memset(&c->owin, 0, sizeof c->owin);
+}
+
+/* ---- flushes that move the write-through stable mark ---- */
+
+void stable_flush_begin(struct cache *c, struct stable_flush *sf)
+{
+    sf->candidate = wt_stable_candidate(c);
+    sf->mark = origin_window_mark(c);
+}
+
+int stable_flush_end(struct cache *c, const struct stable_flush *sf, int err)
+{
+    if (err == 0 && origin_window_flushed(c, sf->mark))
+        err = -EIO;     /* not durable: the stable mark stays */
+    if (err == 0)
+        log_wt_stable(&c->lg, sf->candidate);
+    return err;
 }

@@ -90,6 +90,26 @@ bool origin_window_overlaps(const struct cache *c, uint64_t off, uint64_t len);
  * (re-dirtied or recorded lost) now or since the mark: the flush must not
  * report them durable, nor move the write-through stable mark. */
 bool origin_window_flushed(struct cache *c, struct ow_mark mark);
+/*
+ * An origin flush that may move the write-through stable mark
+ * (log_wt_stable()): every write-through version below the candidate is
+ * on the origin once the flush completes -- unless the flush failed, or
+ * writes it was to cover were acknowledged on a connection lost since.
+ * Both are taken when the flush is sent (stable_flush_begin(): the
+ * candidate, wt_stable_candidate(), is below every version whose origin
+ * write is still in flight, so the flush covers all it names), and
+ * stable_flush_end() judges the completion.  The client's FLUSH, the
+ * commit, a running checkpoint, a drain and the close each send one.
+ */
+struct stable_flush {
+    uint64_t candidate;         /* wt_stable_candidate() when sent */
+    struct ow_mark mark;        /* origin_window_mark() when sent */
+};
+void stable_flush_begin(struct cache *c, struct stable_flush *sf);
+/* The flush ended with err.  Returns err, or -EIO when writes it was to
+ * cover may be lost (origin_window_flushed()); at 0 the candidate is
+ * recorded stable, carried by the next chunk header. */
+int stable_flush_end(struct cache *c, const struct stable_flush *sf, int err);
 /* The origin's connection epoch changed: deal with the writes acknowledged
  * in older ones at once (cheap when nothing changed). */
 void origin_window_check(struct cache *c);

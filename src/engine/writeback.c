@@ -278,8 +278,7 @@ struct writeback {
     unsigned throttled_now;
     /* the commit interval's origin flush */
     bool committing;
-    uint64_t commit_candidate;
-    struct ow_mark commit_mark;     /* origin_window_mark() at the commit's flush */
+    struct stable_flush commit_flush;   /* the commit's origin flush */
     struct tc_dev_io commit_dio;
     /* per-block failures (see the top of this file) */
     struct wb_fail *fail[FAIL_BUCKETS];
@@ -1699,10 +1698,7 @@ static void commit_origin_flushed(struct tc_dev_io *dio, int err)
     struct writeback *wb = container_of(dio, struct writeback, commit_dio);
     struct cache *c = wb->c;
     wb->committing = false;
-    if (err == 0 && origin_window_flushed(c, wb->commit_mark))
-        err = -EIO;     /* not durable: the stable mark stays (originwin.c) */
-    if (err == 0)
-        log_wt_stable(&c->lg, wb->commit_candidate);
+    stable_flush_end(c, &wb->commit_flush, err);
     log_seal_all(c, true);
     log_commit(c);
     free_if_done(c);    /* stopped while the flush ran? */
@@ -1735,8 +1731,7 @@ static void tick(struct tc_timer *t)
              * moment with nothing in flight would never come under a
              * steady write-through load. */
             wb->committing = true;
-            wb->commit_candidate = wt_stable_candidate(c);
-            wb->commit_mark = origin_window_mark(c);
+            stable_flush_begin(c, &wb->commit_flush);
             memset(&wb->commit_dio, 0, sizeof wb->commit_dio);
             wb->commit_dio.op = TC_DEV_FLUSH;
             wb->commit_dio.cb = commit_origin_flushed;

@@ -1395,10 +1395,9 @@ void cache_write(struct ereq *e)
 struct flush_req {
     struct ereq *e;
     struct cache *c;
-    uint64_t candidate;
-    uint64_t start_ns;              /* when the origin flush was submitted */
+    struct stable_flush sf;         /* the origin flush */
+    uint64_t start_ns;              /* when it was submitted */
     bool stable;                    /* ... it succeeded and set the stable mark */
-    struct ow_mark mark;            /* origin_window_mark() at the origin flush */
     struct tc_dev_io dio;
     struct log_waiter lw;
 };
@@ -1465,14 +1464,12 @@ static void flush_synced(struct log_waiter *lw, int err)
 static void flush_origin_done(struct tc_dev_io *dio, int err)
 {
     struct flush_req *f = container_of(dio, struct flush_req, dio);
+    /* Writes it was to cover may be lost (-EIO with err 0): no new
+     * stable mark, and the EIO follows (flush_synced()). */
+    int r = stable_flush_end(f->c, &f->sf, err);
     if (err)
         f->e->err = err;
-    else if (origin_window_flushed(f->c, f->mark))
-        ;   /* writes it was to cover may be lost: no new stable mark (EIO follows) */
-    else {
-        log_wt_stable(&f->c->lg, f->candidate);     /* carried by the next chunk header */
-        f->stable = true;
-    }
+    f->stable = r == 0;
     f->lw.fn = flush_synced;
     log_sync(f->c, &f->lw);
 }
@@ -1501,9 +1498,8 @@ void cache_flush(struct ereq *e)
     bool wt_unstable = c->lg.wt_newest_seq > c->lg.wt_stable_seq;
     if ((e->vol->mode != TC_MODE_WRITEBACK || origin_window_uncached(c) || wt_unstable) &&
         e->vol->origin->can_flush) {
-        f->candidate = wt_stable_candidate(c);
+        stable_flush_begin(c, &f->sf);
         f->start_ns = tc_now_ns();
-        f->mark = origin_window_mark(c);
         f->dio.op = TC_DEV_FLUSH;
         f->dio.cb = flush_origin_done;
         dev_submit(e->vol->origin, &f->dio);
