@@ -34,6 +34,7 @@
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/parse.h"
+#include "util/unixsock.h"
 #include "util/memcheck.h"
 #include "format/ondisk.h"
 
@@ -1109,15 +1110,35 @@ int cmd_serve(int argc, char **argv)
      * reactor_fini() drops the registrations. */
     bufpool_use_ring(&s.reactor.ring);
     claim_set_dir(cli_run_dir());
-    s.vol = tc_volume_open(&s.reactor, &vcfg, err, sizeof err);
-    if (s.vol == NULL)
+    /* The NBD sockets, the TLS credentials, the export name and the
+     * control socket's path before the volume: opening a cache clears its
+     * clean-stop record, so a start refused after it (a port in use, a
+     * credentials file missing) would leave the set as after a crash --
+     * and a crash's start cannot tell an origin written while no daemon
+     * served it.  NBD clients that connect meanwhile wait until the
+     * volume is open; the control socket is made only then (a status
+     * meanwhile says that no daemon answers, rather than wait for the
+     * start), and only a socket made at that path in between fails the
+     * start late. */
+    if (control && tc_unix_check(control, "control socket", err, sizeof err) < 0)
         tc_die(1, "%s", err);
-    /* The control socket first: should the NBD socket then fail, the
-     * control socket, which is ours, is removed again; the other order
-     * would leave a live-looking NBD socket file behind. */
+    /* TIERCACHE_TEST_NBD_THREADS, for tests only: the suite's daemons with
+     * front-end threads, where the command line does not say. */
+    const char *test_threads = getenv("TIERCACHE_TEST_NBD_THREADS");
+    if (test_threads && !nbd_threads_set)
+        ncfg.nbd_threads = (unsigned)strtoul(test_threads, NULL, 10);
+    if (nbd_server_open(&s.nbd, &s.reactor, &ncfg, err, sizeof err) < 0)
+        tc_die(1, "%s", err);
+    s.vol = tc_volume_open(&s.reactor, &vcfg, err, sizeof err);
+    if (s.vol == NULL) {
+        nbd_server_abandon(&s.nbd);
+        tc_die(1, "%s", err);
+    }
     if (control) {
-        if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0)
+        if (ctl_server_start(&s.ctl, &s.reactor, control, err, sizeof err) < 0) {
+            nbd_server_abandon(&s.nbd);
             tc_die(1, "%s", err);
+        }
         s.have_ctl = true;
         ctl_register(&s.ctl, "status", status_cmd, &s);
         ctl_register(&s.ctl, "flush", flush_cmd, &s);
@@ -1126,12 +1147,7 @@ int cmd_serve(int argc, char **argv)
         ctl_register(&s.ctl, "set", set_cmd, &s);
         ctl_register(&s.ctl, "attach", attach_cmd, &s);
     }
-    /* TIERCACHE_TEST_NBD_THREADS, for tests only: the suite's daemons with
-     * front-end threads, where the command line does not say. */
-    const char *test_threads = getenv("TIERCACHE_TEST_NBD_THREADS");
-    if (test_threads && !nbd_threads_set)
-        ncfg.nbd_threads = (unsigned)strtoul(test_threads, NULL, 10);
-    if (nbd_server_start(&s.nbd, &s.reactor, s.vol, &ncfg, err, sizeof err) < 0) {
+    if (nbd_server_start(&s.nbd, s.vol, err, sizeof err) < 0) {
         if (s.have_ctl)
             ctl_server_close(&s.ctl);
         tc_die(1, "%s", err);

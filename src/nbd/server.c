@@ -277,13 +277,25 @@ static void accept_arm(struct nbd_listener *l)
     l->armed = true;
 }
 
-int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_volume *vol,
-                     const struct nbd_server_config *cfg, char *err, size_t errlen)
+/* Close what nbd_server_open() opened, before any client came. */
+static void close_listeners(struct nbd_server *srv)
+{
+    for (unsigned i = 0; i < srv->nlisteners; i++) {
+        close(srv->listeners[i].fd);
+        if (srv->listeners[i].owned)
+            unlink(srv->listeners[i].name);
+    }
+    srv->nlisteners = 0;
+    nbd_tls_creds_free(srv->tls_creds);
+    srv->tls_creds = NULL;
+}
+
+int nbd_server_open(struct nbd_server *srv, struct tc_reactor *r,
+                    const struct nbd_server_config *cfg, char *err, size_t errlen)
 {
     memset(srv, 0, sizeof *srv);
     srv->reactor = r;
     srv->memq.reactor = r;
-    srv->vol = vol;
     srv->cfg = *cfg;
     if (cfg->single)
         srv->cfg.nbd_threads = 0;   /* one client: it stays on the reactor */
@@ -293,15 +305,6 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
         snprintf(err, errlen, "--export-name is longer than %u bytes", NBD_MAX_STRING);
         return -1;
     }
-    uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
-                 NBD_FLAG_SEND_CACHE | NBD_FLAG_CAN_MULTI_CONN;
-    if (tc_volume_read_only(vol) || cfg->read_only)
-        f |= NBD_FLAG_READ_ONLY;
-    else
-        f |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
-    if (tc_volume_rotational(vol))
-        f |= NBD_FLAG_ROTATIONAL;
-    srv->export_flags = f;
 
     if (cfg->tls != NBD_TLS_OFF) {
         srv->tls_creds = nbd_tls_creds_load(cfg->tls_certificates, cfg->tls_psk,
@@ -312,13 +315,8 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
                 nbd_tls_creds_describe(srv->tls_creds));
     }
 
-    if (cfg->single && cfg->nlisten_fds == 0) {
-        /* One client on stdin and stdout; no listener. */
-        srv->stats.connections_total++;
-        conn_new_stdio(srv, 0, 1, "stdin/stdout");
-        tc_info("serving one client on stdin/stdout");
-        return 0;
-    }
+    if (cfg->single && cfg->nlisten_fds == 0)
+        return 0;       /* one client on stdin and stdout: no listener */
     if (cfg->nlisten_fds > 0) {
         for (unsigned i = 0; i < cfg->nlisten_fds && i < NBD_MAX_LISTENERS; i++) {
             struct nbd_listener *l = &srv->listeners[srv->nlisteners++];
@@ -326,7 +324,7 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
             l->fd = cfg->listen_fds[i];
             listener_name(l);
         }
-        goto arm;
+        return 0;
     }
     if (cfg->socket_path) {
         struct nbd_listener *l = &srv->listeners[srv->nlisteners];
@@ -355,15 +353,38 @@ int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_vol
         l->srv = srv;
         srv->nlisteners++;
     }
-arm:
+    return 0;
+}
+
+void nbd_server_abandon(struct nbd_server *srv)
+{
+    close_listeners(srv);
+}
+
+int nbd_server_start(struct nbd_server *srv, struct tc_volume *vol, char *err, size_t errlen)
+{
+    const struct nbd_server_config *cfg = &srv->cfg;
+    srv->vol = vol;
+    uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
+                 NBD_FLAG_SEND_CACHE | NBD_FLAG_CAN_MULTI_CONN;
+    if (tc_volume_read_only(vol) || cfg->read_only)
+        f |= NBD_FLAG_READ_ONLY;
+    else
+        f |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+    if (tc_volume_rotational(vol))
+        f |= NBD_FLAG_ROTATIONAL;
+    srv->export_flags = f;
+
+    if (cfg->single && cfg->nlisten_fds == 0) {
+        /* One client on stdin and stdout; no listener. */
+        srv->stats.connections_total++;
+        conn_new_stdio(srv, 0, 1, "stdin/stdout");
+        tc_info("serving one client on stdin/stdout");
+        return 0;
+    }
     if (nbd_fe_start(srv, err, errlen) < 0) {
         nbd_fe_join(srv);
-        for (unsigned i = 0; i < srv->nlisteners; i++) {
-            close(srv->listeners[i].fd);
-            if (srv->listeners[i].owned)
-                unlink(srv->listeners[i].name);
-        }
-        nbd_tls_creds_free(srv->tls_creds);
+        close_listeners(srv);
         return -1;
     }
     for (unsigned i = 0; i < srv->nlisteners; i++) {

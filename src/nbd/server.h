@@ -300,8 +300,17 @@ struct nbd_conn {
 #define CONN_GET(c, f) __atomic_load_n(&(c)->f, __ATOMIC_RELAXED)
 
 /* server.c */
-int nbd_server_start(struct nbd_server *srv, struct tc_reactor *r, struct tc_volume *vol,
-                     const struct nbd_server_config *cfg, char *err, size_t errlen);
+/* In two steps, so that a bad value or a socket that cannot be made ends
+ * the start before the volume is opened (opening a cache clears its
+ * clean-stop record: a start refused after it would leave the set as
+ * after a crash).  nbd_server_open() checks the configuration, loads
+ * the TLS credentials and makes the listening sockets (no client is
+ * accepted yet); nbd_server_start() serves vol on them, or
+ * nbd_server_abandon() closes them (the volume did not open). */
+int nbd_server_open(struct nbd_server *srv, struct tc_reactor *r,
+                    const struct nbd_server_config *cfg, char *err, size_t errlen);
+int nbd_server_start(struct nbd_server *srv, struct tc_volume *vol, char *err, size_t errlen);
+void nbd_server_abandon(struct nbd_server *srv);
 void nbd_server_stop(struct nbd_server *srv, void (*stopped)(struct nbd_server *srv));
 void nbd_server_status_json(struct nbd_server *srv, struct tc_json *j);
 void nbd_server_conn_gone(struct nbd_server *srv, struct nbd_conn *c);

@@ -38,17 +38,12 @@ static void dir_of(const char *path, char *out, size_t len)
         snprintf(out, len, "%.*s", (int)(slash - path), path);
 }
 
-int tc_unix_listen(const char *path, unsigned mode, int backlog, const char *what, char *err,
-                   size_t errlen)
+/* What is at the path: 0 nothing, 1 a socket nobody listens on (*st
+ * describes it), -1 something that must stay (err says what). */
+static int look_at_path(const char *path, const struct sockaddr_un *psa, const char *what,
+                        struct stat *pst, char *err, size_t errlen)
 {
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    if (path[0] == '\0' || strlen(path) >= sizeof sa.sun_path) {
-        snprintf(err, errlen, "%s path '%s' is empty or longer than %zu bytes", what, path,
-                 sizeof sa.sun_path - 1);
-        return -1;
-    }
-    strcpy(sa.sun_path, path);
-
+    struct sockaddr_un sa = *psa;
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
@@ -98,6 +93,59 @@ int tc_unix_listen(const char *path, unsigned mode, int backlog, const char *wha
                      "(%s); refusing to replace it", what, path, strerror(e));
             return -1;
         }
+        *pst = st;
+        return 1;
+    }
+    if (errno != ENOENT) {
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static bool path_fits(const char *path, struct sockaddr_un *sa, const char *what, char *err,
+                      size_t errlen)
+{
+    if (path[0] == '\0' || strlen(path) >= sizeof sa->sun_path) {
+        snprintf(err, errlen, "%s path '%s' is empty or longer than %zu bytes", what, path,
+                 sizeof sa->sun_path - 1);
+        return false;
+    }
+    strcpy(sa->sun_path, path);
+    return true;
+}
+
+int tc_unix_check(const char *path, const char *what, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct stat st;
+    if (!path_fits(path, &sa, what, err, errlen) || look_at_path(path, &sa, what, &st, err, errlen) < 0)
+        return -1;
+    char dir[sizeof sa.sun_path];
+    dir_of(path, dir, sizeof dir);
+    if (stat(dir, &st) < 0) {
+        snprintf(err, errlen, "%s %s: the directory %s %s", what, path, dir,
+                 errno == ENOENT ? "does not exist (it is not created)" : strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: %s is not a directory", what, path, dir);
+        return -1;
+    }
+    return 0;
+}
+
+int tc_unix_listen(const char *path, unsigned mode, int backlog, const char *what, char *err,
+                   size_t errlen)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (!path_fits(path, &sa, what, err, errlen))
+        return -1;
+    struct stat st;
+    int there = look_at_path(path, &sa, what, &st, err, errlen);
+    if (there < 0)
+        return -1;
+    if (there > 0) {
         /* Remove that very file, not one put in its place meanwhile. */
         struct stat now;
         if (lstat(path, &now) == 0 && S_ISSOCK(now.st_mode) && now.st_ino == st.st_ino &&
@@ -109,9 +157,6 @@ int tc_unix_listen(const char *path, unsigned mode, int backlog, const char *wha
             }
             tc_info("%s %s: replaced a stale socket nobody listened on", what, path);
         }
-    } else if (errno != ENOENT) {
-        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
-        return -1;
     }
 
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -20,6 +20,12 @@
 int tc_unix_listen(const char *path, unsigned mode, int backlog, const char *what, char *err,
                    size_t errlen);
 
+/* Whether tc_unix_listen() could take the path now: 0, or -1 with the
+ * message it would give (something other than a stale socket there, a
+ * server listening, the directory missing).  Nothing is changed: a check
+ * made before a long start, so that it fails before it begins. */
+int tc_unix_check(const char *path, const char *what, char *err, size_t errlen);
+
 /* What kind of file a st_mode is, for messages: "a regular file", ... */
 const char *tc_file_kind(unsigned st_mode);
 

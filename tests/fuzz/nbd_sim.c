@@ -1110,7 +1110,9 @@ void sim_run(const uint8_t hdr[SIM_HDR], const uint8_t *stream, size_t len)
                                      .max_buffer_memory = sim.max_buffer_memory,
                                      .handshake_timeout_ns = sim.hs_deadline ? 1000000000ull : 0 };
     char err[256];
-    if (nbd_server_start(&srv, &sim_reactor, &sim_vol, &cfg, err, sizeof err) < 0)
+    if (nbd_server_open(&srv, &sim_reactor, &cfg, err, sizeof err) < 0)
+        sim_fail("nbd_server_open: %s", err);
+    if (nbd_server_start(&srv, &sim_vol, err, sizeof err) < 0)
         sim_fail("nbd_server_start: %s", err);
     sim.export_flags = srv.export_flags;
     sim.fd = open("/dev/null", O_RDWR | O_CLOEXEC);
