@@ -22,7 +22,7 @@
 
 static char pidfile_path[4096];
 
-static void remove_pidfile(void)
+void cli_remove_pidfile(void)
 {
     /* Only the file this process wrote: a daemon started meanwhile with the
      * same pid file (after this one stopped listening) owns a new one. */
@@ -95,7 +95,7 @@ bool cli_write_pidfile(const char *path, char *err, size_t errlen)
     }
     close(fd);
     snprintf(pidfile_path, sizeof pidfile_path, "%s", path);
-    atexit(remove_pidfile);
+    atexit(cli_remove_pidfile);
     return true;
 }
 

@@ -14,6 +14,9 @@
  * regular file) and remove it at exit if it still holds this pid.  False
  * with err filled if it cannot. */
 bool cli_write_pidfile(const char *path, char *err, size_t errlen);
+/* Remove the pid file cli_write_pidfile() wrote, if it still holds this
+ * process's id (also run at exit). */
+void cli_remove_pidfile(void);
 /* On SIGHUP or SIGUSR1 (why): reopen the --log file and log that it did. */
 void cli_reopen_log(const char *why);
 /* Fork into the background.  The parent waits until the child writes one
