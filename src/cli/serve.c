@@ -200,7 +200,8 @@ static const char serve_help[] =
 "                       superblocks name the place it last used: a start\n"
 "                       given another one (or none after one) is refused,\n"
 "                       since an older copy of the devices could not be\n"
-"                       told there; move both files to change it\n"
+"                       told there; move both files to change it.  Its\n"
+"                       directory must exist at the start\n"
 "  --adopt-state-file   start with the state file given (or the default)\n"
 "                       although the set last kept it and its sequence\n"
 "                       record elsewhere, lost (refused while the old\n"
@@ -687,6 +688,15 @@ static void single_finished(struct nbd_server *srv)
     begin_shutdown(container_of(srv, struct serve, nbd), "the client disconnected");
 }
 
+/* A path option's value: an empty one is bad usage (it would name the
+ * current directory, or fall back on a default without a word). */
+static const char *path_arg(const char *option, const char *value)
+{
+    if (value[0] == '\0')
+        tc_die(2, "%s: an empty path", option);
+    return value;
+}
+
 /* SIGTERM or SIGINT. */
 static void signal_stop(struct cli_signals *sig, const char *name)
 {
@@ -786,7 +796,7 @@ int cmd_serve(int argc, char **argv)
     optind = 1;
     while ((opt = getopt_long(argc, argv, "fvhs", serve_opts, NULL)) != -1) {
         switch (opt) {
-        case OPT_ORIGIN: vcfg.origin = optarg; break;
+        case OPT_ORIGIN: vcfg.origin = path_arg("--origin", optarg); break;
         case OPT_CACHE: {
             unsigned n;
             vcfg.caches = cli_split_list(optarg, 32, &n);
@@ -849,7 +859,7 @@ int cmd_serve(int argc, char **argv)
         case OPT_ACCEPT_OLDER_CACHE: vcfg.accept_older_cache = true; break;
         case OPT_ADOPT_STATE_FILE: vcfg.adopt_state_file = true; break;
         case OPT_FLUSH_ON_STOP: flush_on_stop = true; break;
-        case OPT_STATE_FILE: vcfg.state_file = optarg; break;
+        case OPT_STATE_FILE: vcfg.state_file = path_arg("--state-file", optarg); break;
         case OPT_ORIGIN_TIMEOUT:
             if (tc_parse_duration("--origin-timeout", optarg, &vcfg.origin_timeout_ns, err,
                                   sizeof err) < 0)
@@ -894,7 +904,7 @@ int cmd_serve(int argc, char **argv)
                 tc_die(2, "--write-budget: MINBURST %s is larger than BURST %s", minburst, burst);
             break;
         }
-        case OPT_SOCKET: ncfg.socket_path = optarg; break;
+        case OPT_SOCKET: ncfg.socket_path = path_arg("--socket", optarg); break;
         case OPT_LISTEN: ncfg.listen = optarg; break;
         case OPT_SOCKET_MODE: {
             char *end;
@@ -922,8 +932,8 @@ int cmd_serve(int argc, char **argv)
             else
                 tc_die(2, "--tls '%s': choose off, on or require", optarg);
             break;
-        case OPT_TLS_CERTS: ncfg.tls_certificates = optarg; break;
-        case OPT_TLS_PSK: ncfg.tls_psk = optarg; break;
+        case OPT_TLS_CERTS: ncfg.tls_certificates = path_arg("--tls-certificates", optarg); break;
+        case OPT_TLS_PSK: ncfg.tls_psk = path_arg("--tls-psk", optarg); break;
         case OPT_TLS_VERIFY: ncfg.tls_verify_peer = true; break;
         case 's': ncfg.single = true; break;
         case OPT_MAX_BUF:
@@ -962,10 +972,10 @@ int cmd_serve(int argc, char **argv)
             nbd_threads_set = true;
             break;
         case 'f': foreground = true; break;
-        case OPT_CONTROL: control = optarg; break;
-        case OPT_PIDFILE: pidfile = optarg; break;
-        case OPT_LOG: log_path = optarg; break;
-        case OPT_TRACE: tcfg.path = optarg; break;
+        case OPT_CONTROL: control = path_arg("--control", optarg); break;
+        case OPT_PIDFILE: pidfile = path_arg("--pidfile", optarg); break;
+        case OPT_LOG: log_path = path_arg("--log", optarg); break;
+        case OPT_TRACE: tcfg.path = path_arg("--trace", optarg); break;
         case OPT_TRACE_LIMIT:
             if (tc_parse_size("--trace-limit", optarg, &tcfg.limit, err, sizeof err) < 0)
                 tc_die(2, "%s", err);
@@ -993,6 +1003,10 @@ int cmd_serve(int argc, char **argv)
     if (tcfg.path == NULL && tcfg.rotate)
         tc_die(2, "--trace-rotate needs --trace FILE");
     if (tcfg.path && !cli_check_parent(tcfg.path, "--trace", err, sizeof err))
+        tc_die(1, "%s", err);
+    /* The state file is written when a cache fails, when no start could
+     * ask where: its directory must be there now. */
+    if (vcfg.state_file && !cli_check_parent(vcfg.state_file, "--state-file", err, sizeof err))
         tc_die(1, "%s", err);
 
     if (ncfg.max_client_buffer_memory > ncfg.max_buffer_memory) {

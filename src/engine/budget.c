@@ -7,7 +7,9 @@
 void budget_init(struct budget *b, uint64_t rate, uint64_t burst, uint64_t minburst)
 {
     b->rate = rate;
-    b->burst = burst ? burst : 2 * b->rate;
+    /* Two seconds of the rate; the parsers bound a rate (TC_RATE_MAX), and
+     * this saturates rather than wrap should one come in unbounded. */
+    b->burst = burst ? burst : (b->rate > UINT64_MAX / 2 ? UINT64_MAX : 2 * b->rate);
     b->minburst = minburst ? minburst : b->burst / 4;
     if (b->minburst > b->burst)
         b->minburst = b->burst;

@@ -14,8 +14,11 @@ int tc_parse_size(const char *what, const char *s, uint64_t *out, char *err, siz
     errno = 0;
     if (s == NULL || *s == '\0' || *s == '-' || isspace((unsigned char)*s))
         goto bad;
+    /* Decimal digits and a point only: strtod() would take hexadecimal,
+     * an exponent, "inf" and "nan" too. */
+    size_t digits = strspn(s, "0123456789.");
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0 || !isfinite(v))
+    if (errno || end == s || end != s + digits || v < 0 || !isfinite(v))
         goto bad;
     double mult = 1;
     switch (toupper((unsigned char)*end)) {
@@ -56,6 +59,12 @@ int tc_parse_rate(const char *what, const char *s, uint64_t *out, char *err, siz
         tmp[n - 2] = '\0';
     if (tc_parse_size(what, tmp, out, err, errlen) < 0) {
         snprintf(err, errlen, "%s: '%s' is not a rate (examples: 50M, 50M/s, 1G/s)", what, s);
+        return -1;
+    }
+    /* A bound far above any device, and low enough that what is derived
+     * from a rate (a burst of two seconds of it) cannot wrap. */
+    if (*out > TC_RATE_MAX) {
+        snprintf(err, errlen, "%s: '%s' is more than 1024P/s", what, s);
         return -1;
     }
     return 0;

@@ -10,7 +10,9 @@
 
 /* "4096", "64K", "4M", "1.5G", "2T" (binary units; optional "iB"/"B"). */
 int tc_parse_size(const char *what, const char *s, uint64_t *out, char *err, size_t errlen);
-/* A rate in bytes per second: a size, optionally followed by "/s". */
+/* A rate in bytes per second: a size, optionally followed by "/s", at
+ * most TC_RATE_MAX (1024 PiB/s). */
+#define TC_RATE_MAX (1ull << 60)
 int tc_parse_rate(const char *what, const char *s, uint64_t *out, char *err, size_t errlen);
 /* Unsigned integer in [min, max]. */
 int tc_parse_uint(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out,
