@@ -254,6 +254,14 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
                 "cache's (--adopt-origin)", origin->name, what);
         return 0;
     }
+    if (c->map.idx.count == 0) {
+        /* A set holding no block (a detach emptied it) has no copy that
+         * could be older than the origin: the origin used without it is
+         * what a detach is for. */
+        tc_info("origin %s was modified after the cache's clean stop (%s): the cache holds "
+                "no block, so none of its copies can be older", origin->name, what);
+        return 0;
+    }
     char dirty[32], dpart[96] = "";
     if (c->map.dirty_sectors)
         snprintf(dpart, sizeof dpart, ", and the cache's dirty data (%s) would overwrite those "
