@@ -25,7 +25,8 @@ static const char list_help[] =
 "Find every daemon whose control socket (*.ctl) is in the run directory\n"
 "(RUNDIR: /run/tiercache for root) and print one line per volume, as\n"
 "tiercache status --brief does for one daemon.  A socket no daemon answers\n"
-"on (left by a daemon that was killed) is listed as unreachable.  Daemons\n"
+"on (left by a daemon that was killed), or whose daemon does not answer\n"
+"within 10 s (stopped, or hung), is listed as unreachable.  Daemons\n"
 "started with --control or --socket elsewhere are found with --dir.\n"
 "\n"
 "  --dir DIR       look in DIR instead of the run directory\n"
@@ -156,6 +157,7 @@ int cmd_list(int argc, char **argv)
         tc_die(2, "unexpected argument '%s'", argv[optind]);
     if (dir == NULL)
         dir = cli_run_dir();
+    ctl_client_set_timeout(CLI_STATUS_TIMEOUT_MS);
     struct dirent **ents;
     int n = scandir(dir, &ents, NULL, by_name);
     if (n < 0) {

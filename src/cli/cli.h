@@ -25,6 +25,10 @@ int cmd_list(int argc, char **argv);
 /* The status JSON of the daemon on control socket ctl_path (free with
  * jv_free), or NULL with err filled. */
 struct jv;
+/* How long status and list wait for a daemon's answer: a stopped or hung
+ * daemon is reported, not waited for (the daemon answers at once, from
+ * its loop, while it serves). */
+#define CLI_STATUS_TIMEOUT_MS 10000
 struct jv *cli_status_fetch(const char *ctl_path, char *err, size_t errlen);
 /* status --brief: the heading and the one line of that daemon's volume. */
 int cli_brief_one(const char *ctl_path);

@@ -25,6 +25,8 @@ static const char status_help[] =
 "KiB/MiB/GiB, rates per second, durations), and the daemon's CPU time\n"
 "(user and system, all threads, since it started: sampled around a load,\n"
 "the CPU cost of each request) and the CRC-32C implementation it uses.\n"
+"A daemon that does not answer within 10 s (stopped, or hung) is reported\n"
+"so, exit status 1.\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl);\n"
 "                  default RUNDIR/tiercache.ctl\n"
@@ -224,6 +226,7 @@ int cmd_status(int argc, char **argv)
         tc_die(2, "--json and --brief exclude each other");
     char path[4096], err[512];
     cli_control_path(sock, path, sizeof path);
+    ctl_client_set_timeout(CLI_STATUS_TIMEOUT_MS);
     if (brief)
         return cli_brief_one(path);
     if (json) {

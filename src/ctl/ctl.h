@@ -63,6 +63,10 @@ int ctl_request(const char *path, const char *command,
  * NULL with err filled if the request failed, or "" if the daemon sent
  * nothing). */
 char *ctl_request_text(const char *path, const char *command, char *err, size_t errlen);
+/* From now on, a request whose reply does not come within ms (0: wait for
+ * ever, the default) fails, saying so: for commands answered at once
+ * (status), not for those that wait on the daemon's work (flush). */
+void ctl_client_set_timeout(unsigned ms);
 
 /* The control socket that belongs to a data socket path:
  * "x.sock" -> "x.ctl", anything else gets ".ctl" appended; a path already

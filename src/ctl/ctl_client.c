@@ -4,10 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "ctl/ctl.h"
+
+static unsigned reply_timeout_ms;       /* ctl_client_set_timeout() */
+
+void ctl_client_set_timeout(unsigned ms)
+{
+    reply_timeout_ms = ms;
+}
 
 int ctl_request(const char *path, const char *command,
                 void (*line)(const char *text, void *arg), void *arg, char *err, size_t errlen)
@@ -25,6 +33,12 @@ int ctl_request(const char *path, const char *command,
         if (fd >= 0)
             close(fd);
         return -1;
+    }
+    if (reply_timeout_ms) {
+        struct timeval tv = { .tv_sec = reply_timeout_ms / 1000,
+                              .tv_usec = (reply_timeout_ms % 1000) * 1000 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     }
     size_t n = strlen(command);
     char *msg = malloc(n + 2);
@@ -50,6 +64,13 @@ int ctl_request(const char *path, const char *command,
         ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && reply_timeout_ms) {
+            snprintf(err, errlen, "%s: no answer within %g s (the daemon is stopped or hung)",
+                     path, reply_timeout_ms / 1000.0);
+            free(buf);
+            close(fd);
+            return -1;
+        }
         if (r <= 0)
             break;
         len += (size_t)r;
