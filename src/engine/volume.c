@@ -804,6 +804,18 @@ static void flush_dirty(struct tc_volume *vol, bool at_stop, tc_progress_fn prog
         return;
     }
     vol->op_error[0] = '\0';
+    if (vol->read_only && vol->cache && !vol->detached && vol->cache->map.dirty_sectors > 0) {
+        /* The origin is opened read-only: writeback cannot write it (it
+         * does not run, writeback.c: pace()). */
+        char size[32];
+        snprintf(vol->op_error, sizeof vol->op_error,
+                 "the volume is served read-only (--read-only): its origin is not written, "
+                 "and the cache's %s of dirty data stays in it; serve without --read-only to "
+                 "write it back",
+                 tc_format_size(vol->cache->map.dirty_sectors * TC_SECTOR, size, sizeof size));
+        done(arg, -EROFS);
+        return;
+    }
     if (vol->cache && !vol->detached) {
         vol->flushing_dirty = true;
         struct online_op *op = tc_xcalloc(1, sizeof *op);

@@ -1643,7 +1643,10 @@ static void drain_end(struct writeback *wb, int err);
 
 static void pace(struct writeback *wb)
 {
-    unsigned w = all_backing_off(wb) ? 0 : window(wb);
+    /* A read-only volume's origin is opened read-only: nothing written
+     * back could reach it (its dirty data waits for a start without
+     * --read-only; tc_volume_flush_dirty() says so). */
+    unsigned w = all_backing_off(wb) || wb->c->vol->read_only ? 0 : window(wb);
     while (wb->jobs < w) {
         uint64_t blocks[JOB_BLOCKS];
         unsigned n;
