@@ -86,7 +86,7 @@ int cmd_attach(int argc, char **argv)
          * paths (a testdev: spec is sent as given). */
         char *list = strdup(caches);
         unsigned count;
-        const char **paths = cli_split_list(list, 64, &count);
+        const char **paths = cli_split_list("--cache", list, 64, &count);
         if (count == 0)
             tc_die(2, "attach: --cache: no device given");
         for (unsigned i = 0; i < count; i++) {

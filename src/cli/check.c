@@ -161,7 +161,7 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
                               const char ***paths_out)
 {
     unsigned n;
-    const char **paths = cli_split_list(list, 32, &n);
+    const char **paths = cli_split_list("--cache", list, 32, &n);
     *paths_out = paths;
     char err[1024];
     /* stat() first (no FIFO blocks an open); then the devices and the set

@@ -43,8 +43,9 @@ struct claim_set;
 int cli_format_dirty_check(const char *const *caches, struct claim_set **held,
                            unsigned *nheld, char *err, size_t errlen);
 
-/* Split "a,b,c" into a NULL-terminated array (the string is modified). */
-const char **cli_split_list(char *s, unsigned max, unsigned *count);
+/* Split "a,b,c" into a NULL-terminated array (the string is modified);
+ * an empty element, or more than max, is bad usage naming what (exit 2). */
+const char **cli_split_list(const char *what, char *s, unsigned max, unsigned *count);
 int cmd_swap_prefetch(int argc, char **argv);
 
 /* Where sockets go when no path is given: /run/tiercache for root, else

@@ -92,12 +92,24 @@ static const char format_help[] =
 "Exit status: 0 formatted, 1 refused or failed (nothing was written), 2 bad\n"
 "usage.\n";
 
-const char **cli_split_list(char *s, unsigned max, unsigned *count)
+const char **cli_split_list(const char *what, char *s, unsigned max, unsigned *count)
 {
     const char **v = tc_xcalloc(max + 1, sizeof *v);
     unsigned n = 0;
-    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ","))
-        v[n++] = tok;
+    for (char *p = s; *s != '\0';) {
+        char *comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        if (*p == '\0')
+            tc_die(2, "%s: an empty element in the list (two commas together, or one at "
+                   "an end)", what);
+        if (n == max)
+            tc_die(2, "%s: more than %u elements", what, max);
+        v[n++] = p;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
     *count = n;
     return v;
 }
@@ -153,7 +165,7 @@ int cmd_format(int argc, char **argv)
     if (caches == NULL || o.origin == NULL)
         tc_die(2, "format: --cache and --origin are required (try --help)");
     unsigned n;
-    const char **list = cli_split_list(caches, 32, &n);
+    const char **list = cli_split_list("--cache", caches, 32, &n);
     o.caches = list;
     struct tc_format_result res;
     claim_set_dir(cli_run_dir());

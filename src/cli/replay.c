@@ -191,7 +191,7 @@ struct replay_args {
 static unsigned parse_sizes(const char *opt, char *list, uint64_t *sizes)
 {
     unsigned n;
-    const char **v = cli_split_list(list, MAX_LIST + 1, &n);
+    const char **v = cli_split_list(opt, list, MAX_LIST + 1, &n);
     if (n == 0)
         tc_die(2, "%s: give at least one size", opt);
     if (n > MAX_LIST)
@@ -897,7 +897,7 @@ int cmd_replay(int argc, char **argv)
                                     NULL, cerr, sizeof cerr) < 0)
         tc_die(1, "%s", cerr);
     if (policy_list) {
-        a.policies = cli_split_list(policy_list, MAX_LIST, &a.npolicies);
+        a.policies = cli_split_list("--policy", policy_list, MAX_LIST, &a.npolicies);
         for (unsigned i = 0; i < a.npolicies; i++)
             if (!engine_policy(a.policies[i]) && !replay_reference_known(a.policies[i]))
                 tc_die(2, "--policy '%s': choose %s (engine), or %s (reference; replay only)",

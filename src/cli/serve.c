@@ -801,7 +801,7 @@ int cmd_serve(int argc, char **argv)
         case OPT_ORIGIN: vcfg.origin = path_arg("--origin", optarg); break;
         case OPT_CACHE: {
             unsigned n;
-            vcfg.caches = cli_split_list(optarg, 32, &n);
+            vcfg.caches = cli_split_list("--cache", optarg, 32, &n);
             if (n == 0)
                 tc_die(2, "--cache: no device given");
             break;
