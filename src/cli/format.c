@@ -96,7 +96,8 @@ const char **cli_split_list(const char *what, char *s, unsigned max, unsigned *c
 {
     const char **v = tc_xcalloc(max + 1, sizeof *v);
     unsigned n = 0;
-    for (char *p = s; *s != '\0';) {
+    char *p = *s != '\0' ? s : NULL;     /* "": no element */
+    while (p) {
         char *comma = strchr(p, ',');
         if (comma)
             *comma = '\0';
@@ -106,9 +107,7 @@ const char **cli_split_list(const char *what, char *s, unsigned max, unsigned *c
         if (n == max)
             tc_die(2, "%s: more than %u elements", what, max);
         v[n++] = p;
-        if (comma == NULL)
-            break;
-        p = comma + 1;
+        p = comma ? comma + 1 : NULL;
     }
     *count = n;
     return v;
