@@ -277,8 +277,7 @@ static void accept_arm(struct nbd_listener *l)
     l->armed = true;
 }
 
-/* Close what nbd_server_open() opened, before any client came. */
-static void close_listeners(struct nbd_server *srv)
+void nbd_server_abandon(struct nbd_server *srv)
 {
     for (unsigned i = 0; i < srv->nlisteners; i++) {
         close(srv->listeners[i].fd);
@@ -356,11 +355,6 @@ int nbd_server_open(struct nbd_server *srv, struct tc_reactor *r,
     return 0;
 }
 
-void nbd_server_abandon(struct nbd_server *srv)
-{
-    close_listeners(srv);
-}
-
 int nbd_server_start(struct nbd_server *srv, struct tc_volume *vol, char *err, size_t errlen)
 {
     const struct nbd_server_config *cfg = &srv->cfg;
@@ -384,7 +378,7 @@ int nbd_server_start(struct nbd_server *srv, struct tc_volume *vol, char *err, s
     }
     if (nbd_fe_start(srv, err, errlen) < 0) {
         nbd_fe_join(srv);
-        close_listeners(srv);
+        nbd_server_abandon(srv);
         return -1;
     }
     for (unsigned i = 0; i < srv->nlisteners; i++) {
