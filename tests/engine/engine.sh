@@ -15,6 +15,22 @@ stats() {
   "$TIERCACHE" status --socket "$sock" --json | "$PY" -S "$TC_SRC/tests/figures.py" "${paths[@]}"
 }
 
+# wait_flush_marked NAME: until a chunk header of server NAME's log says
+# every chunk flushed so far was flushed (the mark comes a second after the
+# log went quiet: however long a loaded machine takes, up to 2 minutes).
+wait_flush_marked() {
+  local name=$1 flushed marked end
+  flushed=$(stats "$name" log.chunks_flushed)
+  end=$((${EPOCHREALTIME/./} + 120000000))
+  while :; do
+    marked=$(stats "$name" log.flushed_marked)
+    [ "$marked" -ge "$flushed" ] && return 0
+    [ "${EPOCHREALTIME/./}" -lt "$end" ] ||
+      fail "server $name: the flushed mark was not written (chunks flushed $flushed, marked $marked)"
+    sleep 0.1
+  done
+}
+
 # snap NAME VAR: the status figures of the cache, as VAR_<key>=value
 snap() {
   local name=$1 var=$2 k v
