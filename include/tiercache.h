@@ -260,6 +260,10 @@ bool tc_volume_origin_gone(const struct tc_volume *vol, char *why, size_t len);
  * back if one fails (tc_volume_set_many() does all that). */
 int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, bool apply,
                   char *err, size_t errlen);
+/* The keys tc_volume_set() takes, as "policy, dirty-target, ...", and
+ * whether the len bytes at key are one of them. */
+const char *tc_volume_setting_keys(void);
+bool tc_volume_setting_known(const char *key, size_t len);
 /* "KEY=VALUE KEY=VALUE...": all applied, or none (-1, message in err). */
 int tc_volume_set_many(struct tc_volume *vol, const char *pairs, char *err, size_t errlen);
 /* The settings now, as the JSON object "settings". */

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "ctl/ctl.h"
+#include "tiercache.h"
 #include "util/log.h"
 
 static const char set_help[] =
@@ -36,6 +37,16 @@ static const char set_help[] =
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n";
 
+/* An argument in a message: one of any length is cut to its first 40
+ * characters, and its length said ("'kkk...' (70000 characters)"). */
+static void name_arg(const char *s, size_t n, char *out, size_t len)
+{
+    if (n > 40)
+        snprintf(out, len, "'%.40s...' (%zu characters)", s, n);
+    else
+        snprintf(out, len, "'%.*s'", (int)n, s);
+}
+
 static void on_line(const char *line, void *arg)
 {
     (void)arg;
@@ -52,11 +63,24 @@ int cmd_set(int argc, char **argv)
         tc_die(2, "set: give at least one KEY=VALUE (try --help)");
     char line[1024] = "set";
     for (int i = optind; i < argc; i++) {
-        if (strchr(argv[i], '=') == NULL || argv[i][0] == '=' || strpbrk(argv[i], " \t\n"))
-            tc_die(2, "set: '%s' is not KEY=VALUE (try --help)", argv[i]);
+        char name[96];
+        const char *eq = strchr(argv[i], '=');
+        size_t arglen = strlen(argv[i]);
+        name_arg(argv[i], arglen, name, sizeof name);
+        if (eq == NULL || eq == argv[i] || strpbrk(argv[i], " \t\n"))
+            tc_die(2, "set: %s is not KEY=VALUE (try --help)", name);
+        /* Every key is checked here, so that a key of any length is named
+         * as what it is, not as a command line too long. */
+        if (!tc_volume_setting_known(argv[i], (size_t)(eq - argv[i]))) {
+            name_arg(argv[i], (size_t)(eq - argv[i]), name, sizeof name);
+            tc_die(2, "set: %s: no such setting (choose from %s)", name,
+                   tc_volume_setting_keys());
+        }
         size_t n = strlen(line);
-        if (n + 1 + strlen(argv[i]) >= sizeof line)
-            tc_die(2, "set: too many settings at once");
+        if (1 + arglen >= sizeof line - strlen("set"))
+            tc_die(2, "set: %s: the value is too long", name);
+        if (n + 1 + arglen >= sizeof line)
+            tc_die(2, "set: too many settings at once (give them in more than one set)");
         snprintf(line + n, sizeof line - n, " %s", argv[i]);
     }
     char path[4096], err[512];

@@ -142,6 +142,23 @@ static const char *const keys =
     "policy, dirty-target, dirty-high, sequential-cutoff, readahead, write-budget, "
     "origin-timeout";
 
+const char *tc_volume_setting_keys(void)
+{
+    return keys;
+}
+
+bool tc_volume_setting_known(const char *key, size_t len)
+{
+    for (const char *k = keys; *k; ) {
+        size_t n = strcspn(k, ",");
+        if (n == len && memcmp(k, key, len) == 0)
+            return true;
+        k += n;
+        k += strspn(k, ", ");
+    }
+    return false;
+}
+
 /* A new policy starts from nothing: cache_switch_policy() drops the old
  * one's state and every block's hint, so what is cached stays cached but
  * earns its place again under the new rules (as after a restart with
@@ -176,7 +193,13 @@ int tc_volume_set(struct tc_volume *vol, const char *key, const char *value, boo
     if (strcmp(key, "policy") == 0)
         return set_policy(vol, value, apply, err, errlen);
     if (!needs_cache && strcmp(key, "origin-timeout") != 0) {
-        snprintf(err, errlen, "'%s': no such setting (choose from %s)", key, keys);
+        /* A key of any length is named, cut to its first 40 characters. */
+        size_t n = strlen(key);
+        if (n > 40)
+            snprintf(err, errlen, "'%.40s...' (%zu characters): no such setting (choose from "
+                     "%s)", key, n, keys);
+        else
+            snprintf(err, errlen, "'%s': no such setting (choose from %s)", key, keys);
         return -1;
     }
     if (needs_cache && vol->cache == NULL) {
