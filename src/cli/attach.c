@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "ctl/ctl.h"
+#include "tiercache.h"
 #include "util/jsonread.h"
 #include "util/log.h"
 
@@ -76,9 +77,10 @@ int cmd_attach(int argc, char **argv)
     }
     if (optind < argc)
         tc_die(2, "attach: unexpected argument '%s' (try --help)", argv[optind]);
-    if (mode && (mode[0] == '\0' || strpbrk(mode, " \t\n")))
-        tc_die(2, "attach: --mode '%s': choose writethrough, writeback, writearound or "
-               "passthrough", mode);
+    enum tc_mode m;
+    if (mode && tc_mode_parse(mode, &m) < 0)
+        tc_die(2, "attach: --mode '%s' is not a mode: choose writethrough, writeback, "
+               "writearound or passthrough", mode);
     char line[8192];
     size_t n = (size_t)snprintf(line, sizeof line, "attach %s", mode ? mode : "-");
     if (caches) {
