@@ -98,8 +98,11 @@ int tc_parse_duration(const char *what, const char *s, uint64_t *ns, char *err, 
     errno = 0;
     if (s == NULL || *s == '\0' || *s == '-')
         goto bad;
+    /* Decimal digits and a point, then the unit: strtod() alone would
+     * take leading white space (" 5s"), hexadecimal and exponents. */
+    size_t digits = strspn(s, "0123456789.");
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0 || !isfinite(v))
+    if (errno || end == s || end != s + digits || v < 0 || !isfinite(v))
         goto bad;
     double mult = 1e9;
     if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)

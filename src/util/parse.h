@@ -17,7 +17,8 @@ int tc_parse_rate(const char *what, const char *s, uint64_t *out, char *err, siz
 /* Unsigned integer in [min, max]. */
 int tc_parse_uint(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out,
                   char *err, size_t errlen);
-/* Duration: "5", "5s", "250ms", "2m" -> nanoseconds. */
+/* Duration: decimal digits (a point allowed), then nothing or s, ms, us,
+ * m, min or h: "5", "5s", "250ms", "2m" -> nanoseconds. */
 int tc_parse_duration(const char *what, const char *s, uint64_t *ns, char *err, size_t errlen);
 /* Percentage "10" or "10%" in [0, 100]. */
 int tc_parse_percent(const char *what, const char *s, double *out, char *err, size_t errlen);
