@@ -148,8 +148,10 @@ int cmd_format(int argc, char **argv)
         case 's':
             if (tc_parse_size("--segment-size", optarg, &v, err, sizeof err) < 0)
                 tc_die(2, "%s", err);
-            if (v > UINT32_MAX)
-                tc_die(2, "--segment-size %s: must be a power of two from 1M to 256M", optarg);
+            /* 0 is no size: the default is the option left out. */
+            if (v == 0 || v > UINT32_MAX)
+                tc_die(2, "--segment-size %s: must be a power of two from 1M to 256M (leave "
+                       "the option out for the default)", optarg);
             o.segment_size = (uint32_t)v;
             break;
         case 'F': o.force = true; break;
