@@ -22,6 +22,7 @@
 #include "cli/cli.h"
 #include "cli/daemon.h"
 #include "ctl/ctl.h"
+#include "engine/budget.h"
 #include "io/bufpool.h"
 #include "io/claim.h"
 #include "io/reactor.h"
@@ -882,30 +883,12 @@ int cmd_serve(int argc, char **argv)
                 tc_die(2, "%s", err);
             vcfg.checkpoint_every_set = true;
             break;
-        case OPT_WRITE_BUDGET: {
-            char spec[128];
-            snprintf(spec, sizeof spec, "%s", optarg);
-            char *burst = strchr(spec, ':'), *minburst = NULL;
-            if (burst) {
-                *burst++ = '\0';
-                minburst = strchr(burst, ':');
-                if (minburst)
-                    *minburst++ = '\0';
-            }
-            if (tc_parse_rate("--write-budget RATE", spec, &vcfg.write_budget_rate, err,
-                              sizeof err) < 0 ||
-                (burst && tc_parse_size("--write-budget BURST", burst,
-                                        &vcfg.write_budget_burst, err, sizeof err) < 0) ||
-                (minburst && tc_parse_size("--write-budget MINBURST", minburst,
-                                           &vcfg.write_budget_minburst, err, sizeof err) < 0))
+        case OPT_WRITE_BUDGET:
+            if (budget_parse("--write-budget", optarg, false, &vcfg.write_budget_rate,
+                             &vcfg.write_budget_burst, &vcfg.write_budget_minburst, err,
+                             sizeof err) < 0)
                 tc_die(2, "%s", err);
-            if (vcfg.write_budget_rate == 0)
-                tc_die(2, "--write-budget: RATE must be above 0 (leave the option out for no "
-                       "budget)");
-            if (burst && vcfg.write_budget_minburst > vcfg.write_budget_burst)
-                tc_die(2, "--write-budget: MINBURST %s is larger than BURST %s", minburst, burst);
             break;
-        }
         case OPT_SOCKET: ncfg.socket_path = path_arg("--socket", optarg); break;
         case OPT_LISTEN: ncfg.listen = optarg; break;
         case OPT_SOCKET_MODE: {

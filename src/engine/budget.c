@@ -2,7 +2,66 @@
  * The write budget of the cache devices (engine/budget.h).
  */
 #include "engine/budget.h"
+
+#include <stdio.h>
+#include <string.h>
+
 #include "util/misc.h"
+#include "util/parse.h"
+
+int budget_parse(const char *what, const char *value, bool off_ok, uint64_t *rate,
+                 uint64_t *burst, uint64_t *minburst, char *err, size_t errlen)
+{
+    /* The value as the user gave it: "--write-budget 0:5", "write-budget=0:5". */
+    const char *sep = strncmp(what, "--", 2) == 0 ? " " : "=";
+    char spec[128], label[64];
+    if (strlen(value) >= sizeof spec) {
+        snprintf(err, errlen, "%s: '%.40s...' is too long", what, value);
+        return -1;
+    }
+    snprintf(spec, sizeof spec, "%s", value);
+    char *b = strchr(spec, ':'), *mb = NULL;
+    if (b) {
+        *b++ = '\0';
+        mb = strchr(b, ':');
+        if (mb)
+            *mb++ = '\0';
+    }
+    *rate = *burst = *minburst = 0;
+    if (off_ok && strcmp(spec, "off") == 0 && b == NULL)
+        return 0;
+    snprintf(label, sizeof label, "%s RATE", what);
+    if (tc_parse_rate(label, spec, rate, err, errlen) < 0)
+        return -1;
+    if (*rate == 0 && !off_ok) {
+        snprintf(err, errlen, "%s%s%s: RATE must be above 0 (leave the option out for no "
+                 "budget)", what, sep, value);
+        return -1;
+    }
+    if (*rate == 0 && b) {
+        snprintf(err, errlen, "%s%s%s: a RATE of 0 is no budget, which takes no BURST or "
+                 "MINBURST (give %s%s0 or %s%soff)", what, sep, value, what, sep, what, sep);
+        return -1;
+    }
+    snprintf(label, sizeof label, "%s BURST", what);
+    if (b && tc_parse_size(label, b, burst, err, errlen) < 0)
+        return -1;
+    snprintf(label, sizeof label, "%s MINBURST", what);
+    if (mb && tc_parse_size(label, mb, minburst, err, errlen) < 0)
+        return -1;
+    if ((b && *burst == 0) || (mb && *minburst == 0)) {
+        snprintf(err, errlen, "%s%s%s: %s must be above 0 (leave it out for the default: %s)",
+                 what, sep, value, b && *burst == 0 ? "BURST" : "MINBURST",
+                 b && *burst == 0 ? "2 s of RATE" : "BURST/4");
+        return -1;
+    }
+    if (mb && *minburst > *burst) {
+        snprintf(err, errlen, "%s%s%s: MINBURST %s is larger than BURST %s", what, sep, value,
+                 mb, b);
+        return -1;
+    }
+    return 0;
+}
 
 void budget_init(struct budget *b, uint64_t rate, uint64_t burst, uint64_t minburst)
 {

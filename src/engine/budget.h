@@ -25,6 +25,7 @@
 #define TC_ENGINE_BUDGET_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct budget {
@@ -39,6 +40,14 @@ struct budget {
  * twice the rate) and MINBURST (0: a quarter of the burst) bytes, as
  * --write-budget gives them. */
 void budget_init(struct budget *b, uint64_t rate, uint64_t burst, uint64_t minburst);
+/* "RATE[:BURST[:MINBURST]]" as --write-budget and write-budget= take it,
+ * what naming it in messages ("--write-budget", "write-budget").  With
+ * off_ok, "off" and a RATE of 0 are no budget (rate 0) and take no BURST
+ * or MINBURST; without, RATE must be above 0.  A BURST or MINBURST of 0
+ * is refused (the defaults are the fields left out, stored as 0), and so
+ * is a MINBURST above BURST.  0, or -1 with the value named in err. */
+int budget_parse(const char *what, const char *value, bool off_ok, uint64_t *rate,
+                 uint64_t *burst, uint64_t *minburst, char *err, size_t errlen);
 /* May a write of `bytes` that the cache could skip go now? */
 bool budget_allow(struct budget *b, uint64_t bytes);
 /* Bytes written to a cache device (every write, skippable or not). */

@@ -88,28 +88,9 @@ static int set_readahead(struct tc_volume *vol, const char *value, bool apply, c
 static int set_budget(struct tc_volume *vol, const char *value, bool apply, char *err,
                       size_t errlen)
 {
-    char spec[128];
-    snprintf(spec, sizeof spec, "%s", value);
-    char *burst = strchr(spec, ':'), *minburst = NULL;
-    if (burst) {
-        *burst++ = '\0';
-        minburst = strchr(burst, ':');
-        if (minburst)
-            *minburst++ = '\0';
-    }
-    uint64_t rate, b = 0, mb = 0;
-    if (strcmp(spec, "off") == 0 && burst == NULL) {
-        rate = 0;
-    } else if (tc_parse_rate("write-budget RATE", spec, &rate, err, errlen) < 0 ||
-               (burst && tc_parse_size("write-budget BURST", burst, &b, err, errlen) < 0) ||
-               (minburst && tc_parse_size("write-budget MINBURST", minburst, &mb, err, errlen) < 0)) {
+    uint64_t rate, b, mb;
+    if (budget_parse("write-budget", value, true, &rate, &b, &mb, err, errlen) < 0)
         return -1;
-    }
-    if (burst && mb > b) {
-        snprintf(err, errlen, "write-budget=%s: MINBURST %s is larger than BURST %s", value,
-                 minburst, burst);
-        return -1;
-    }
     if (!apply)
         return 0;
     vol->cfg.write_budget_rate = rate;
