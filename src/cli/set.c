@@ -15,8 +15,9 @@ static const char set_help[] =
 "\n"
 "Change settings of a running daemon; they hold until it stops (give the\n"
 "serve options too, to keep them across a restart).  Every pair is checked\n"
-"first: one bad key or value changes nothing, and the error names it and\n"
-"the valid range.  tiercache status shows the values in volume.settings.\n"
+"first: one bad key or value, or a key given twice, changes nothing, and\n"
+"the error names it (and the valid range).  tiercache status shows the\n"
+"values in volume.settings.\n"
 "\n"
 "Keys (values as the serve option of the same name takes them):\n"
 "  policy=NAME             default, lru, fifo or s3fifo: what is cached stays\n"
@@ -76,6 +77,16 @@ int cmd_set(int argc, char **argv)
             tc_die(2, "set: %s: no such setting (choose from %s)", name,
                    tc_volume_setting_keys());
         }
+        /* The same key twice: which one was meant is not for the daemon
+         * to guess (the last one given was taken). */
+        size_t keylen = (size_t)(eq - argv[i]);
+        for (int j = optind; j < i; j++)
+            if (strncmp(argv[j], argv[i], keylen + 1) == 0) {
+                char first[96];
+                name_arg(argv[j], strlen(argv[j]), first, sizeof first);
+                tc_die(2, "set: '%.*s' given twice (%s and %s): give each key once",
+                       (int)keylen, argv[i], first, name);
+            }
         size_t n = strlen(line);
         if (1 + arglen >= sizeof line - strlen("set"))
             tc_die(2, "set: %s: the value is too long", name);

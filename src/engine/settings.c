@@ -241,18 +241,31 @@ int tc_volume_set_many(struct tc_volume *vol, const char *pairs, char *err, size
     preset_dirty(vol, pairs);
     for (int apply = 0; apply < 2; apply++) {
         char *copy = tc_xstrdup(pairs), *save = NULL;
+        /* The keys so far: one given twice is refused, not the last taken. */
+        const char **seen = tc_xcalloc(strlen(pairs) / 2 + 1, sizeof *seen);
         unsigned n = 0;
         for (char *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
             char *eq = strchr(tok, '=');
-            if (eq == NULL || eq == tok) {
-                snprintf(err, errlen, "'%s': give KEY=VALUE (keys: %s)", tok, keys);
+            bool twice = false;
+            if (eq != NULL && eq != tok) {
+                *eq = '\0';
+                for (unsigned i = 0; i < n && !twice; i++)
+                    twice = strcmp(seen[i], tok) == 0;
+                if (twice)
+                    snprintf(err, errlen, "'%.40s' given twice: give each key once", tok);
+            } else {
+                snprintf(err, errlen, "'%.40s': give KEY=VALUE (keys: %s)", tok, keys);
+            }
+            if (eq == NULL || eq == tok || twice) {
+                free(seen);
                 free(copy);
                 vol->cfg.dirty_target = target;
                 vol->cfg.dirty_high = high;
                 return -1;
             }
-            *eq = '\0';
+            seen[n] = tok;
             if (tc_volume_set(vol, tok, eq + 1, apply, err, errlen) < 0) {
+                free(seen);
                 free(copy);
                 vol->cfg.dirty_target = target;
                 vol->cfg.dirty_high = high;
@@ -260,6 +273,7 @@ int tc_volume_set_many(struct tc_volume *vol, const char *pairs, char *err, size
             }
             n++;
         }
+        free(seen);
         free(copy);
         if (n == 0) {
             snprintf(err, errlen, "give at least one KEY=VALUE (keys: %s)", keys);
