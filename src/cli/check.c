@@ -51,7 +51,9 @@ static const char check_help[] =
 "matches the one the state file recorded), which the next serve (or\n"
 "--salvage) writes back\n"
 "(JSON: recoverable_lost_bytes, recoverable_lost_blocks,\n"
-"unrecoverable_proven_bytes).\n"
+"unrecoverable_proven_bytes); a state file that had no room for the proofs\n"
+"marks those sectors instead, which the next read-write serve writes back\n"
+"from the log (JSON: marked_lost_bytes).\n"
 "A set a daemon is using is refused\n"
 "(exit 2), naming the daemon: its devices are claimed while it runs.\n"
 "\n"
@@ -537,6 +539,7 @@ int cmd_check(int argc, char **argv)
         json_uint(&j, "recoverable_lost_blocks", res.recoverable_blocks);
         json_uint(&j, "recoverable_lost_bytes", res.recoverable_sectors * TC_SECTOR);
         json_uint(&j, "unrecoverable_proven_bytes", res.unrecoverable_proven_sectors * TC_SECTOR);
+        json_uint(&j, "marked_lost_bytes", res.marked_sectors * TC_SECTOR);
         json_uint(&j, "unflushed_entries_ignored", res.unflushed_entries);
         json_uint(&j, "groups", res.groups);
         json_uint(&j, "segments", res.segments);
@@ -614,6 +617,13 @@ int cmd_check(int argc, char **argv)
                    tc_format_size(res.lost_dirty_sectors * TC_SECTOR, lz, sizeof lz),
                    (unsigned long long)res.recoverable_blocks,
                    (unsigned long long)res.unrecoverable_proven_sectors);
+        }
+        if (res.marked_sectors) {
+            char mz[32];
+            printf("abandoned cache: %s of lost data marked in the state file (it had no room "
+                   "for their proofs): the next read-write serve writes back what the log "
+                   "still holds of it, intact\n",
+                   tc_format_size(res.marked_sectors * TC_SECTOR, mz, sizeof mz));
         }
         for (unsigned i = 0; i < res.nproblems; i++)
             printf("problem: %s\n", res.problems[i]);

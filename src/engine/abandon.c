@@ -181,14 +181,37 @@ static void lost_count(void *arg, uint64_t oblock, const struct tc_mask *m)
         (*(uint64_t *)arg)++;
 }
 
+/* A proof loaded from a version 4 mark (below): the sector's version is
+ * the newest one the replay of the log below abandoned_seq finds
+ * (abandon_log_marks()); no device sector is that. */
+#define WHERE_LOG UINT64_MAX
+
 struct fill {
     uint8_t *buf;
     uint32_t version;
     unsigned spb;
     uint64_t i;
     const struct lost *lost;
-    struct lost *proven;            /* the sectors written with a proof */
+    struct lost *proven;            /* the sectors written with a proof or a mark */
 };
+
+/* A version 4 entry's digest: the CRC-32C of the CRCs of the versions
+ * marked (sectors m, in order; each a little-endian u32), from their
+ * proofs. */
+static uint32_t marks_digest(const struct lost *l, uint64_t oblock, unsigned spb,
+                             const struct tc_mask *m)
+{
+    uint32_t d = 0;
+    for (unsigned s = 0; s < spb; s++) {
+        struct lost_proof p;
+        if (!mask_test(m, s) || !lost_get_proof_persisted(l, oblock, s, &p))
+            continue;
+        uint8_t le[4];
+        le32_put(le, p.crc);
+        d = tc_crc32c(d, le, sizeof le);
+    }
+    return d;
+}
 
 static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
 {
@@ -200,11 +223,18 @@ static void lost_put(void *arg, uint64_t oblock, const struct tc_mask *m)
     mask_clear(&pm);
     for (unsigned s = 0; f->version >= 3 && s < f->spb; s++) {
         struct lost_proof p;
-        if (mask_test(m, s) && lost_get_proof_persisted(f->lost, oblock, s, &p)) {
+        if (!mask_test(m, s) || !lost_get_proof_persisted(f->lost, oblock, s, &p))
+            continue;
+        if (f->version == 3 && p.where == WHERE_LOG)
+            continue;   /* a mark's, before its replay: no place to name (dropped) */
+        if (f->version == 3)
             state_proof_put(f->buf, f->spb, f->i, s, p.where, p.crc);
-            pm.w[s / 64] |= 1ull << (s % 64);
-        }
+        else if (!p.logged)
+            continue;   /* a version the log does not hold: no mark */
+        pm.w[s / 64] |= 1ull << (s % 64);
     }
+    if (f->version == 4)        /* marks instead of proofs */
+        state_marks_put(f->buf, f->spb, f->i, pm.w, marks_digest(f->lost, oblock, f->spb, &pm));
     if (!mask_empty(&pm))
         lost_set(f->proven, oblock, &pm);
     f->i++;
@@ -262,7 +292,7 @@ static char *spare_path(const struct cache *c, unsigned i)
  * dirty block (an abandonment makes each lost) and every lost one. */
 static uint64_t state_room_need(const struct cache *c)
 {
-    return tc_state_bytes(TC_STATE_VERSION, c->spb, c->map.dirty_blocks + c->map.lost.blocks);
+    return tc_state_bytes(3, c->spb, c->map.dirty_blocks + c->map.lost.blocks);
 }
 
 /* Each spare with room for `len' bytes and what state_room_need() says,
@@ -301,8 +331,8 @@ static int spares_keep(struct cache *c, size_t len)
         free(sp);
         room = TC_MAX(room, has);
     }
-    size_t hdr = tc_state_hdr(TC_STATE_VERSION);
-    c->ab.room_blocks = room > hdr ? (room - hdr) / tc_state_entry_size(TC_STATE_VERSION, c->spb)
+    size_t hdr = tc_state_hdr(3);
+    c->ab.room_blocks = room > hdr ? (room - hdr) / tc_state_entry_size(3, c->spb)
                                    : 0;
     return room >= need ? 0 : rc ? rc : -ENOSPC;
 }
@@ -425,10 +455,18 @@ static bool start_drop_named(const struct cache *c, size_t i)
     return !lost_get(&c->map.lost, ob, NULL) && !cache_block_tombless(c, ob);
 }
 
+/* How a state file records the proofs of the lost sectors (abandon.c,
+ * "Resuming the drain"): in full (version 3), as marks only (version 4:
+ * a file system without room for the full form), or not at all. */
+enum proof_form { PROOFS_FULL, PROOFS_MARKS, PROOFS_NONE };
+
+static int state_write_no_room(struct cache *c, bool stop_lost, enum proof_form form, int rc);
+
 /* Write the state file now (blocking; see the comment at the top): the
  * abandonment (if any) and, with stop_lost, the lost set as a stop leaves
- * it (TC_STATE_STOP_LOST: at the log's next sequence number). */
-static int state_write_as(struct cache *c, bool stop_lost)
+ * it (TC_STATE_STOP_LOST: at the log's next sequence number), with the
+ * lost sectors' proofs in the form asked for. */
+static int state_write_form(struct cache *c, bool stop_lost, enum proof_form form)
 {
     /* A new directory's own entry is made durable too (tc_fsync_parent_dir() of
      * STATE_DIR finds its parent), or the file could vanish with it. */
@@ -453,7 +491,10 @@ static int state_write_as(struct cache *c, bool stop_lost)
             ndrops++;
     /* Version 3 only while the lost set carries proofs (an abandonment's,
      * not resumed yet): otherwise what older builds read. */
-    uint32_t version = c->map.lost.proof_blocks ? 3 : stop_lost ? 2 : 1;
+    uint32_t version = c->map.lost.proof_blocks && form == PROOFS_FULL    ? 3
+                       : c->map.lost.proof_blocks && form == PROOFS_MARKS ? 4
+                       : stop_lost                                        ? 2
+                                                                          : 1;
     size_t len = tc_state_bytes(version, c->spb, n + ndrops);
     uint8_t *buf = tc_xcalloc(1, len);
     struct lost *proven = tc_xcalloc(1, sizeof *proven);
@@ -542,16 +583,8 @@ static int state_write_as(struct cache *c, bool stop_lost)
         lost_free(proven);
         free(proven);
     }
-    if ((rc == -ENOSPC || rc == -EDQUOT) && version == 3) {
-        /* The proofs are what a resumed drain needs, not what the record
-         * of the loss needs: without room for them, the record without
-         * (a drain cut short then leaves its sectors lost, as before). */
-        tc_warn("state file %s: no room for the proofs of the lost sectors (%s): written "
-                "without them; a drain cut short leaves its sectors lost (EIO)",
-                c->state_path, strerror(-rc));
-        lost_drop_proofs(&c->map.lost);
-        return state_write_as(c, stop_lost);
-    }
+    if ((rc == -ENOSPC || rc == -EDQUOT) && (version == 3 || version == 4))
+        return state_write_no_room(c, stop_lost, form, rc);
     if (rc) {
         c->ab.state_errors++;
         tc_error("state file %s: cannot write it: %s", c->state_path, strerror(-rc));
@@ -583,6 +616,37 @@ static int state_write_as(struct cache *c, bool stop_lost)
     (void)spares_keep(c, len);
     c->ab.room_retry_ns = 0;
     return 0;
+}
+
+/* The state file found no room for the proofs in form (rc).  The proofs
+ * are what a resumed drain needs, not what the record of the loss needs:
+ * the marks then (version 4, a fraction of the size: a start proves the
+ * marked sectors from the log), and without room even for them the record
+ * without either (a drain cut short then leaves its sectors lost). */
+static int state_write_no_room(struct cache *c, bool stop_lost, enum proof_form form, int rc)
+{
+    if (form == PROOFS_FULL) {
+        int r = state_write_form(c, stop_lost, PROOFS_MARKS);
+        if (r == 0 && !c->ab.marks_said) {
+            c->ab.marks_said = true;
+            tc_warn("state file %s: no room for the proofs of the lost sectors (%s): written "
+                    "with marks instead (version 4); a drain cut short is resumed from the "
+                    "log at the next start", c->state_path, strerror(-rc));
+        }
+        if (r == 0)
+            c->ab.marks_writes++;
+        return r;
+    }
+    tc_warn("state file %s: no room for the proofs of the lost sectors, nor for marks in their "
+            "place (%s): written without them; a drain cut short leaves its sectors lost (EIO)",
+            c->state_path, strerror(-rc));
+    lost_drop_proofs(&c->map.lost);
+    return state_write_form(c, stop_lost, PROOFS_NONE);
+}
+
+static int state_write_as(struct cache *c, bool stop_lost)
+{
+    return state_write_form(c, stop_lost, PROOFS_FULL);
 }
 
 static int state_write(struct cache *c)
@@ -1724,10 +1788,27 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
             if (had)
                 mask_or(&m, &old);
             lost_set(&c->map.lost, ob, &m);
+            struct tc_mask mk;
+            uint32_t digest = 0;
+            mask_clear(&mk);
+            if (s.version == 4)
+                state_marks_get(buf, c->spb, i, mk.w, &digest);
             for (unsigned k = 0; s.version >= 3 && !had && k < c->spb; k++) {
-                struct lost_proof p;
-                state_proof_get(buf, c->spb, i, k, &p.where, &p.crc);
-                if (p.where && tc_state_where_dev(p.where) < c->ndevs)
+                struct lost_proof p = { 0, 0, false };
+                if (s.version == 3) {
+                    state_proof_get(buf, c->spb, i, k, &p.where, &p.crc);
+                } else if (mask_test(&mk, k)) {
+                    /* Proven from the log's replay before anything is
+                     * appended (abandon_log_marks()); only counted
+                     * offline (check). */
+                    c->ab.marks_loaded++;
+                    if (c->offline || c->ab.unfiled_seq)
+                        continue;   /* an abandonment since, unfiled: they stay lost */
+                    /* The digest in each sector's proof: the block's. */
+                    p = (struct lost_proof){ .where = WHERE_LOG, .crc = digest, .logged = true };
+                    c->ab.log_pass = true;
+                }
+                if (p.where && (p.where == WHERE_LOG || tc_state_where_dev(p.where) < c->ndevs))
                     lost_set_proof(&c->map.lost, ob, c->spb, k, &p);
                 if (p.where) {
                     /* On disk, usable or not. */
@@ -1740,6 +1821,19 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
                     lost_set(c->ab.disk_proven, ob, &pm);
                 }
             }
+        }
+        c->ab.marks_lost_sectors = lost_sectors(&c->map.lost);
+        if (c->ab.log_pass && c->vol->read_only) {
+            /* A read-only start writes nothing to the origin, yet its
+             * cache appends (it caches what it reads): over the very log
+             * the marks point into. */
+            snprintf(err, errlen, "state file %s marks %llu lost sectors of a drain the cache's "
+                     "abandonment left cut short (it had no room for their proofs): a "
+                     "read-write start writes them back to the origin from the log before "
+                     "the cache is used; a read-only one cannot, and its cache would append "
+                     "over that log.  Start it read-write once", c->state_path,
+                     (unsigned long long)c->ab.marks_loaded);
+            goto out;
         }
         char sz[32];
         tc_warn("cache: abandoned at run time earlier (state file %s): log entries below "
@@ -2167,6 +2261,230 @@ int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t er
     return 1;
 }
 
+/* ---- Resuming the drain from the log ----
+ *
+ * A state file written with marks instead of proofs (version 4: its file
+ * system had no room for them; format/ondisk.h) names the lost sectors a
+ * drain cut short would have proven, not where their versions are.  The
+ * log says where: at the abandonment each such sector's version was the
+ * newest in the index, on a chunk whose write had completed, and nothing
+ * has been appended to the devices since (the abandoned run appends
+ * nothing; a start appends only after this).  Recovery rebuilds the index
+ * from the log, so the replay of the log below abandoned_seq
+ * (c->ab.log_pass: recovery applies those entries too, this once, but
+ * not to the lost set, which is the state file's) usually serves each
+ * marked sector from that version.  Not always: the chunk holding it may
+ * no longer check (damage), or the replay may not reach it -- a chunk
+ * written while an earlier one of its segment failed ends the walk
+ * before it, a device's failure mark makes its log untrusted --, and
+ * then the replay serves an older version, intact and dirty, that must
+ * never be written.  So each entry carries a digest of the CRCs of its
+ * marked versions (marks_digest()), and a block is written back only if
+ * every marked sector replays to a dirty version in a group newer than
+ * every damage the scan found (c->damage_group_max, salvage's rule),
+ * reads back matching its chunk's CRC, and their CRCs give the digest:
+ * the very versions marked.  Otherwise the block's marked sectors stay
+ * lost (EIO).
+ *
+ * The steps are those of a resumed drain: the sectors written to the
+ * origin, the origin flushed, and only then dropped from the lost set,
+ * every mark dropped, and the state file written again (version 1 or 2)
+ * -- which must succeed, or the start is refused: the marks must not
+ * outlive this start, since the first append overwrites the log they
+ * point into, after which the newest version left of a marked sector
+ * could be an older one.  Then the cache is opened again (returns 1), its
+ * index rebuilt without the entries below abandoned_seq, as every start
+ * after an abandonment does.  A read-only start is refused
+ * (abandon_load()): it writes nothing to the origin, yet its cache
+ * appends.  check (offline) counts the marks and changes nothing; a start
+ * after an abandonment the state file could not record (abandon_unfiled())
+ * drops them: their sectors stay lost. */
+
+struct marked_walk {
+    uint64_t *ob;
+    size_t n, cap;
+    const struct lost *lost;
+    unsigned spb;
+};
+
+static void marked_collect(void *arg, uint64_t oblock, const struct tc_mask *m)
+{
+    struct marked_walk *w = arg;
+    bool any = false;
+    for (unsigned s = 0; s < w->spb && !any; s++) {
+        struct lost_proof p;
+        any = mask_test(m, s) && lost_get_proof(w->lost, oblock, s, &p) && p.where == WHERE_LOG;
+    }
+    if (!any)
+        return;
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->ob = realloc(w->ob, w->cap * sizeof *w->ob);
+        if (w->ob == NULL)
+            abort();
+    }
+    w->ob[w->n++] = oblock;
+}
+
+/* Block ob's marked sectors (*marked) and their digest; true when the
+ * replay serves every one of them from a version that may be written
+ * back -- dirty, in a group below the abandonment and newer than any
+ * damage -- (*idp: its entry).  A block with one marked sector that does
+ * not is not written at all: its digest binds them together. */
+static bool marked_usable(struct cache *c, uint64_t ob, struct tc_mask *marked,
+                          uint32_t *digest, uint32_t *idp)
+{
+    struct tc_mask lm;
+    mask_clear(marked);
+    *idp = NIL;
+    if (!lost_get(&c->map.lost, ob, &lm))
+        return false;
+    for (unsigned s = 0; s < c->spb; s++) {
+        struct lost_proof p;
+        if (mask_test(&lm, s) && lost_get_proof(&c->map.lost, ob, s, &p) &&
+            p.where == WHERE_LOG) {
+            marked->w[s / 64] |= 1ull << (s % 64);
+            *digest = p.crc;
+        }
+    }
+    uint32_t id = index_lookup(&c->map.idx, ob);
+    if (id == NIL || mask_empty(marked))
+        return false;
+    struct tc_mask v, d;
+    ce_get_masks(&c->map.idx, id, &v, &d);
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(marked, s))
+            continue;
+        uint32_t fid = mask_test(&d, s) ? ce_locate(&c->map.idx, id, s) : NIL;
+        if (fid == NIL)
+            return false;
+        uint64_t group = space_seg(&c->sp, frag_seg(&c->map.idx, fid))->seq;
+        if (group >= c->abandoned_seq || (c->damage_group_max && group <= c->damage_group_max))
+            return false;
+    }
+    *idp = id;
+    return true;
+}
+
+/* Whether the data read back for the marked sectors gives their digest
+ * (marks_digest(), from the CRCs of their data). */
+static bool marked_digest_matches(const struct cache *c, const struct tc_mask *marked,
+                                  const uint8_t *buf, uint32_t digest)
+{
+    uint32_t d = 0;
+    for (unsigned s = 0; s < c->spb; s++) {
+        if (!mask_test(marked, s))
+            continue;
+        uint8_t le[4];
+        le32_put(le, tc_crc32c(0, buf + (size_t)s * TC_SECTOR, TC_SECTOR));
+        d = tc_crc32c(d, le, sizeof le);
+    }
+    return d == digest;
+}
+
+int abandon_log_marks(struct cache *c, struct tc_dev *origin, char *err, size_t errlen)
+{
+    if (!c->ab.log_pass)
+        return 0;
+    /* The replay left the lost set as the state file had it (recovery.c
+     * applies no entry below abandoned_seq to it): nothing it calls lost
+     * may leave it but by this write-back. */
+    if (lost_sectors(&c->map.lost) < c->ab.marks_lost_sectors) {
+        snprintf(err, errlen, "state file %s: the replay of the log for the lost sectors it "
+                 "marks left %llu sectors lost of the %llu it records; refusing to serve rather "
+                 "than read the origin's older data for the others", c->state_path,
+                 (unsigned long long)lost_sectors(&c->map.lost),
+                 (unsigned long long)c->ab.marks_lost_sectors);
+        return -1;
+    }
+    struct marked_walk w = { NULL, 0, 0, &c->map.lost, c->spb };
+    lost_foreach(&c->map.lost, marked_collect, &w);
+    uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
+    struct tc_mask *good = tc_xcalloc(w.n ? w.n : 1, sizeof *good);
+    uint64_t marked = 0, written = 0, blocks = 0, mismatched = 0;
+    int ret = 0;
+    for (size_t i = 0; i < w.n && ret == 0; i++) {
+        uint64_t ob = w.ob[i];
+        for (unsigned s = 0; s < c->spb; s++) {
+            struct lost_proof p;
+            marked += lost_get_proof(&c->map.lost, ob, s, &p) && p.where == WHERE_LOG;
+        }
+        uint32_t id, digest = 0;
+        struct tc_mask want;
+        if (!marked_usable(c, ob, &want, &digest, &id))
+            continue;
+        /* Read back and checked against the chunks' CRCs, and those
+         * against the digest: the versions marked, or none is written. */
+        if (cache_gather_wait(c, id, &want, buf, &good[i]) != 0 ||
+            !marked_digest_matches(c, &want, buf, digest)) {
+            mask_clear(&good[i]);
+            mismatched++;
+            continue;
+        }
+        unsigned s, e;
+        for (s = 0; mask_next_run(&good[i], c->spb, &s, &e); s = e) {
+            uint64_t off = ob * c->block_size + (uint64_t)s * TC_SECTOR;
+            size_t len = (size_t)(e - s) * TC_SECTOR;
+            int rc = dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off, len, 0);
+            if (rc) {
+                snprintf(err, errlen, "%s: write of %zu bytes at offset %llu failed (%s) while "
+                         "writing back the lost sectors the state file %s marks (a drain of the "
+                         "abandoned cache cut short): start again once the origin takes writes",
+                         origin->name, len, (unsigned long long)off, strerror(-rc),
+                         c->state_path);
+                ret = -1;
+                break;
+            }
+            written += e - s;
+        }
+        blocks += !mask_empty(&good[i]);
+    }
+    free(buf);
+    if (ret == 0 && written && origin->can_flush) {
+        int rc = dev_sync_io(origin, TC_DEV_FLUSH, NULL, 0, 0, 0);
+        if (rc) {
+            snprintf(err, errlen, "%s: flush failed (%s, offset 0) after writing back the lost "
+                     "sectors the state file %s marks: start again once the origin flushes",
+                     origin->name, strerror(-rc), c->state_path);
+            ret = -1;
+        }
+    }
+    if (ret == 0) {
+        /* Durable on the origin: no longer lost; and no mark outlives this
+         * start, written back or not. */
+        for (size_t i = 0; i < w.n; i++) {
+            struct tc_mask m;
+            if (mask_empty(&good[i]) || !lost_get(&c->map.lost, w.ob[i], &m))
+                continue;
+            mask_andnot(&m, &good[i]);
+            lost_set(&c->map.lost, w.ob[i], &m);
+        }
+        lost_drop_proofs(&c->map.lost);
+        int rc = state_write(c);
+        if (rc < 0) {
+            snprintf(err, errlen, "state file %s: cannot write it (%s) after writing back the "
+                     "%llu lost sectors it marks (a drain of the abandoned cache cut short): "
+                     "its marks must not outlive this start.  Give its file system room and "
+                     "start again", c->state_path, strerror(-rc), (unsigned long long)written);
+            ret = -1;
+        }
+    }
+    free(good);
+    free(w.ob);
+    if (ret < 0)
+        return -1;
+    char sz[32];
+    tc_warn("cache: resumed drain from the log: %llu of the %llu lost sectors the state file "
+            "marked written back (%s, %llu blocks); %llu of them stay lost (not found, or "
+            "found in another version: %llu blocks unreadable or not matching their digest); "
+            "%llu sectors lost in all now",
+            (unsigned long long)written, (unsigned long long)marked,
+            tc_format_size(written * TC_SECTOR, sz, sizeof sz), (unsigned long long)blocks,
+            (unsigned long long)(marked - written), (unsigned long long)mismatched,
+            (unsigned long long)lost_sectors(&c->map.lost));
+    return 1;
+}
+
 bool abandon_unfiled_refuses(struct cache *c, const char *what, uint64_t off, uint64_t len)
 {
     if (!c->abandoned || c->ab.disk_abandoned_seq == c->abandoned_seq || len == 0 ||
@@ -2227,6 +2545,11 @@ void abandon_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "still_lost_bytes", c->ab.resume.still_lost_sectors * TC_SECTOR);
     json_uint(j, "proof_state_file_writes", c->ab.proof_rewrites);
     json_end_object(j);
+    /* Version 4 (marks for want of room for the proofs): files written so,
+     * and the marked sectors the state file had at this start (the log
+     * says how their write-back went). */
+    json_uint(j, "state_file_mark_writes", c->ab.marks_writes);
+    json_uint(j, "state_file_marked_sectors_loaded", c->ab.marks_loaded);
     json_uint(j, "superblocks_marked", c->ab.sb_marks);
     uint64_t queued = 0;
     for (struct sb_mark *m = c->ab.sb_queue; m; m = m->next)

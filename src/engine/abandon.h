@@ -124,6 +124,16 @@ struct abandon {
      * sectors they proved. */
     unsigned proof_reads_pending;
     uint64_t proof_reads, proof_read_sectors;
+    /* Version 4 marks (abandon.c, "Resuming the drain from the log"):
+     * state files written with them for want of room for the proofs, and
+     * said once; the marked sectors loaded at this start, and whether the
+     * replay of the log applies the entries below abandoned_seq for them
+     * (recovery.c), this once. */
+    uint64_t marks_writes;
+    bool marks_said;
+    uint64_t marks_loaded;
+    uint64_t marks_lost_sectors;    /* the lost set's sectors as loaded */
+    bool log_pass;
     /* The drain resumed at this start (abandon_resume_drain()). */
     bool resumed;
     struct abandon_resume {
@@ -167,6 +177,17 @@ void abandon_resume_drain(struct cache *c, bool write);
  * message when the start must be refused (a read-only volume, a write or
  * flush that failed, no room for the state file).  Blocking. */
 int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t errlen);
+/* At attach, after abandon_unfiled(), before anything is appended: the
+ * lost sectors a version 4 state file marks (a drain cut short whose
+ * proofs found no room) proven from the replay of the log below
+ * abandoned_seq (c->ab.log_pass) and written back to the origin, the
+ * origin flushed, those sectors dropped from the lost set, the marks
+ * dropped, and the state file written again.  Returns 1 when done (the
+ * index holds versions below the abandonment: the caller opens the cache
+ * again), 0 with nothing to do, -1 with a message when the start must be
+ * refused (a write or flush of the origin failed, the state file could
+ * not be written).  Blocking. */
+int abandon_log_marks(struct cache *c, struct tc_dev *origin, char *err, size_t errlen);
 /* The same for check --salvage (a cache opened offline), to origin, which
  * it checked is the cache's: the proven sectors written back and flushed,
  * then dropped from the lost set, and the state file written again

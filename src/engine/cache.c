@@ -689,6 +689,17 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         cache_free(c);
         return 1;
     }
+    /* A drain cut short whose state file marks its sectors (version 4):
+     * written back from the replay of the whole log, then the cache opened
+     * again (abandon.c). */
+    int marks = abandon_log_marks(c, origin, err, errlen);
+    if (marks < 0)
+        goto fail_cache;
+    if (marks > 0) {
+        vol->cache = NULL;
+        cache_free(c);
+        return 1;
+    }
     /* What the records above cannot see (an NBD origin, a file's time put
      * back, a device after a restart): the clean copies themselves
      * compared with the origin, before anything is written. */
@@ -777,12 +788,15 @@ fail:
 
 int cache_open(struct tc_volume *vol, const char *const *paths, char *err, size_t errlen)
 {
+    /* Once more after an abandonment recorded now (abandon_unfiled()), and
+     * after marked sectors written back (abandon_log_marks()): each
+     * rewrites the state file so that the next attach has nothing to do. */
     int rc = cache_attach(vol, paths, false, err, errlen);
-    if (rc > 0)     /* an abandonment recorded now (abandon_unfiled()): once more */
+    for (int again = 0; rc > 0 && again < 2; again++)
         rc = cache_attach(vol, paths, false, err, errlen);
     if (rc > 0) {
-        snprintf(err, errlen, "the cache's abandonment is still not recorded in its state "
-                 "file after it was written");
+        snprintf(err, errlen, "the cache's state file still records an abandonment to file, "
+                 "or sectors to write back, after it was written");
         rc = -1;
     }
     return rc;

@@ -485,6 +485,7 @@ int cache_check(struct cache *c, struct check_result *r, bool progress)
     r->recoverable_blocks = c->ab.resume.blocks;
     r->recoverable_sectors = c->ab.resume.sectors;
     r->unrecoverable_proven_sectors = c->ab.resume.unproven_sectors;
+    r->marked_sectors = c->ab.marks_loaded;
     struct check_state st = { .c = c, .r = r };
     lost_foreach(&c->map.lost, report_lost, &st);
     r->unflushed_entries = c->st.recovery_unflushed;

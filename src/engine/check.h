@@ -19,6 +19,8 @@ struct check_result {
      * abandoned device, matching their CRC), in how many blocks; and
      * those whose proof fails (unreadable, damaged, overwritten). */
     uint64_t recoverable_blocks, recoverable_sectors, unrecoverable_proven_sectors;
+    uint64_t marked_sectors;        /* state file version 4: written back from the
+                                       log by the next read-write start */
     uint64_t groups, segments, segments_free;
     /* The survey (survey.h) compared with the scan: its reads, the
      * segments whose first header checks, and the live segments whose

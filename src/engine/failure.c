@@ -231,7 +231,7 @@ static void moved_add(struct cache *c, uint64_t oblock, unsigned s, uint64_t whe
             abort();
     }
     c->moved[c->nmoved++] = (struct moved_proof){
-        oblock, s, { where, tc_crc32c(0, sector, TC_SECTOR) } };
+        oblock, s, { where, tc_crc32c(0, sector, TC_SECTOR), false } };
 }
 
 static void moved_remember(struct cache *c, uint64_t oblock, uint32_t fid,
@@ -495,7 +495,8 @@ static unsigned drain_proofs(struct cache *c, uint64_t oblock, uint32_t fid,
             }
             crc = tc_crc32c(0, sec, TC_SECTOR);
         }
-        p = (struct lost_proof){ .where = tc_state_where(dev, base + off), .crc = crc };
+        p = (struct lost_proof){ .where = tc_state_where(dev, base + off), .crc = crc,
+                                 .logged = log_chunk_written(c, f.seg, f.off) };
         if (unwritten)
             moved_lookup(c, oblock, s, crc, &p.where);
         lost_set_proof(&c->map.lost, oblock, c->spb, s, &p);

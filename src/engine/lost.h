@@ -66,10 +66,15 @@ struct lost {
 };
 
 /* Where a lost sector's version was, and its CRC-32C (where 0: none; the
- * state file's encoding, format/ondisk.h tc_state_where()). */
+ * state file's encoding, format/ondisk.h tc_state_where()); and whether
+ * that version's chunk write had completed when the proof was made (not
+ * only in a RAM image, or moved from one): the replay of the log finds it
+ * then, so a state file without room for the proof may mark the sector
+ * instead (version 4; abandon.c). */
 struct lost_proof {
     uint64_t where;
     uint32_t crc;
+    bool logged;
 };
 
 /* Free the entries: the set is empty (and zeroed) again. */

@@ -1087,8 +1087,13 @@ static void apply(struct recovery *rc)
             /* The lost set a stop recorded (abandon.c). */
             abandon_stop_lost_apply(c, wt_unstable, rc);
         }
-        if (r->seq < c->abandoned_seq)
-            continue;           /* written before the cache was abandoned: see abandon.c */
+        /* Written before the cache was abandoned: see abandon.c.  Applied
+         * only for the sectors a state file marks (c->ab.log_pass, this
+         * once), and then not to the lost set, which is the state file's:
+         * those versions are what the loss took, not writes after it. */
+        bool before_loss = r->seq < c->abandoned_seq;
+        if (before_loss && !c->ab.log_pass)
+            continue;
         cache_trace(c, r->oblock, "recovery: %s seq %llu at %u:%u valid %llx dirty %llx flags %x%s",
                     r->type == TC_ENTRY_DATA ? "DATA" : r->type == TC_ENTRY_CLEAN ? "CLEAN" : "TOMB",
                     (unsigned long long)r->seq, r->seg, r->off, (unsigned long long)r->valid.w[0],
@@ -1106,7 +1111,7 @@ static void apply(struct recovery *rc)
             }
             bool fresh = id == NIL;
             struct tc_mask lm;
-            if (lost_get(&c->map.lost, r->oblock, &lm)) {
+            if (!before_loss && lost_get(&c->map.lost, r->oblock, &lm)) {
                 mask_andnot(&lm, &r->valid);    /* written again after the loss */
                 lost_set(&c->map.lost, r->oblock, &lm);
             }
@@ -1126,7 +1131,8 @@ static void apply(struct recovery *rc)
                 continue;       /* its version was torn: neither happened */
             map_drop_block(c, r->oblock);
         } else if (r->type == TC_ENTRY_LOST) {
-            lost_set(&c->map.lost, r->oblock, &r->valid);
+            if (!before_loss)
+                lost_set(&c->map.lost, r->oblock, &r->valid);
         } else {
             apply_clean(rc, r);
         }

@@ -572,20 +572,47 @@ int ckpt_decode(const uint8_t *buf, struct tc_ckpt *ck, char *err, size_t errlen
  * data is reused from then on).  A sector that does not read or does not
  * match stays lost (EIO).  A file with no proof is written as version 1
  * or 2, as before; builds that know only versions 1 and 2 refuse version 3.
+ *
+ * Version 4 marks the same sectors instead of proving them, for when the
+ * file system holding the state file has no room for version 3 (12 bytes
+ * a sector; the fault that failed the cache is often a full file system):
+ * each entry's lost-sector mask is followed by a second mask of as many
+ * words, the sectors that would have carried a proof -- lost by the
+ * abandonment itself, their version on the device written whole (its
+ * chunk write completed), never written or lost again since --, then
+ *
+ *   digest  u32: the CRC-32C of the marked sectors' CRC-32Cs (each as a
+ *           little-endian u32, in sector order): the versions marked
+ *   zero    u32
+ *
+ * A mark says: the version of this sector the replay of the log below
+ * abandoned_seq finds is the newest acknowledged one, if the digest says
+ * it is the one marked.  The next read-write start, before anything is
+ * appended, replays the log below abandoned_seq as well (engine/abandon.c,
+ * "Resuming the drain from the log"), and for each block whose marked
+ * sectors all replay to dirty versions in groups newer than any damage
+ * the scan found, all read back matching their chunks' CRCs, and whose
+ * CRCs give the digest, writes them to the origin; flushes it, and only
+ * then drops the marks and those sectors from this file, which it writes
+ * again (version 1 or 2) before serving.  A mark never outlives that start: the log below
+ * abandoned_seq is overwritten from the first append on, after which the
+ * newest version left there could be an older one.  Builds that know
+ * only versions 1 to 3 refuse version 4.
  */
 #define TC_STATE_MAGIC          0x0145544154534354ull   /* "TCSTATE\1" */
-#define TC_STATE_VERSION        3u      /* the highest version read */
+#define TC_STATE_VERSION        4u      /* the highest version read */
 #define TC_STATE_ABANDONED      (1u << 0)
 #define TC_STATE_STOP_LOST      (1u << 1)       /* version 2 only */
 #define TC_STATE_STOP_DROPS     (1u << 2)       /* with TC_STATE_STOP_LOST */
 #define TC_STATE_HDR            64u     /* version 1 */
-#define TC_STATE_HDR_V2         72u     /* versions 2 and 3 */
+#define TC_STATE_HDR_V2         72u     /* versions 2 to 4 */
 #define TC_STATE_PROOF_BYTES    12u     /* version 3: per sector of an entry */
 
 struct tc_state {
     uint8_t set_uuid[16];
-    uint32_t version;               /* 1, 2 (may carry TC_STATE_STOP_LOST) or 3
-                                       (may too; entries carry proofs) */
+    uint32_t version;               /* 1, 2 (may carry TC_STATE_STOP_LOST), 3
+                                       (may too; entries carry proofs) or 4 (may
+                                       too; entries carry marks) */
     uint32_t flags;
     uint32_t spb;
     uint64_t abandoned_seq;
@@ -600,7 +627,9 @@ static inline size_t tc_state_hdr(uint32_t version)
 }
 static inline size_t tc_state_entry_size(uint32_t version, unsigned spb)
 {
-    return 8 + 8 * (size_t)((spb + 63) / 64) + (version >= 3 ? (size_t)TC_STATE_PROOF_BYTES * spb : 0);
+    size_t mask = 8 * (size_t)((spb + 63) / 64);
+    return 8 + mask +
+           (version == 3 ? (size_t)TC_STATE_PROOF_BYTES * spb : version == 4 ? mask + 8 : 0);
 }
 static inline size_t tc_state_bytes(uint32_t version, unsigned spb, uint64_t count)
 {
@@ -629,6 +658,11 @@ void state_proof_put(uint8_t *buf, unsigned spb, uint64_t i, unsigned s, uint64_
                      uint32_t crc);
 void state_proof_get(const uint8_t *buf, unsigned spb, uint64_t i, unsigned s, uint64_t *where,
                      uint32_t *crc);
+/* Version 4: the marked sectors of entry i (words) and their digest. */
+void state_marks_put(uint8_t *buf, unsigned spb, uint64_t i, const uint64_t *marks,
+                     uint32_t digest);
+void state_marks_get(const uint8_t *buf, unsigned spb, uint64_t i, uint64_t *marks,
+                     uint32_t *digest);
 
 /* ---- sequence record: the newest log chunk the daemon saw durable ---- */
 

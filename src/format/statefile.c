@@ -53,6 +53,30 @@ void state_proof_get(const uint8_t *buf, unsigned spb, uint64_t i, unsigned s, u
     *crc = le32_get(p + 8);
 }
 
+static size_t marks_at(unsigned spb, uint64_t i)
+{
+    return tc_state_hdr(4) + i * tc_state_entry_size(4, spb) + 8 + 8 * (size_t)words(spb);
+}
+
+void state_marks_put(uint8_t *buf, unsigned spb, uint64_t i, const uint64_t *marks,
+                     uint32_t digest)
+{
+    uint8_t *p = buf + marks_at(spb, i);
+    for (unsigned w = 0; w < words(spb); w++)
+        le64_put(p + 8 * w, marks[w]);
+    le32_put(p + 8 * words(spb), digest);
+    le32_put(p + 8 * words(spb) + 4, 0);
+}
+
+void state_marks_get(const uint8_t *buf, unsigned spb, uint64_t i, uint64_t *marks,
+                     uint32_t *digest)
+{
+    const uint8_t *p = buf + marks_at(spb, i);
+    for (unsigned w = 0; w < words(spb); w++)
+        marks[w] = le64_get(p + 8 * w);
+    *digest = le32_get(p + 8 * words(spb));
+}
+
 void state_encode(uint8_t *buf, const struct tc_state *st)
 {
     memset(buf, 0, tc_state_hdr(st->version));
@@ -136,7 +160,19 @@ int state_decode(const uint8_t *buf, size_t len, struct tc_state *st, char *err,
                      (unsigned long long)i);
             return -1;
         }
-        for (unsigned s = 0; version >= 3 && s < st->spb; s++) {
+        if (version == 4) {
+            /* Marks only on lost sectors. */
+            uint64_t mk[4] = { 0 };
+            uint32_t digest;
+            state_marks_get(buf, st->spb, i, mk, &digest);
+            for (unsigned w = 0; w < words(st->spb); w++)
+                if (mk[w] & ~m[w]) {
+                    snprintf(err, errlen, "state file: entry %llu marks a sector that is not "
+                             "lost", (unsigned long long)i);
+                    return -1;
+                }
+        }
+        for (unsigned s = 0; version == 3 && s < st->spb; s++) {
             uint64_t where;
             uint32_t crc;
             state_proof_get(buf, st->spb, i, s, &where, &crc);
