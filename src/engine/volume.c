@@ -922,8 +922,13 @@ static void op_abandon(struct online_op *op, int err)
                  tc_mode_name(op->new_mode));
     else
         snprintf(prefix, sizeof prefix, "detach abandoned");
-    snprintf(suffix, sizeof suffix, "; the %smode stays %s", op->mode_change ? "" : "cache stays attached and the ",
-             tc_mode_name(op->old_mode));
+    if (vol->cache_failed)
+        /* Not "stays attached": its last device failed under the drain. */
+        snprintf(suffix, sizeof suffix, "; the cache failed meanwhile: the volume serves the "
+                 "origin directly (status: health)");
+    else
+        snprintf(suffix, sizeof suffix, "; the %smode stays %s",
+                 op->mode_change ? "" : "cache stays attached and the ", tc_mode_name(op->old_mode));
     vol->mode = op->old_mode;
     op_error_set(vol, prefix, suffix, err);
 }
