@@ -13,7 +13,9 @@
  *   a block      the sectors the kernel counted written to it or
  *   device       discarded, the device's sequence number and the boot ID
  *                (stop_origin_written, _diskseq, _boot_id;
- *                io/writecount.c)
+ *                io/writecount.c); for a loop device also its backing
+ *                file's modification time (stop_origin_mtime): writes to
+ *                the file around the device are in no count
  *
  * and the next start compares (cache_origin_changed()).  Evidence of a
  * write -- another time, a higher count in the same boot of the same
@@ -87,7 +89,10 @@ static bool all_zero(const uint8_t *b, size_t n)
 void origin_stamp(struct tc_dev *origin, struct originrec_stamp *out)
 {
     memset(out, 0, sizeof *out);
-    if (!dev_file_mtime(origin, &out->mtime))
+    char backing[4096];
+    /* A loop device's time is its backing file's (io/writecount.h). */
+    if (!dev_file_mtime(origin, &out->mtime) &&
+        !dev_loop_backing_mtime(origin, backing, sizeof backing, &out->mtime))
         out->mtime = 0;
     struct dev_write_count n;
     if (dev_write_count(origin, &n)) {
@@ -173,6 +178,27 @@ static enum verdict block_verdict(const struct tc_superblock *sb, struct tc_dev 
     return WRITTEN;
 }
 
+/* A block device's verdict: its count's, and, for a loop device, its
+ * backing file's time -- writes to the file around the device are in no
+ * count (io/writecount.h).  A time the record has not (0: a record of an
+ * older build) tells nothing. */
+static enum verdict device_verdict(const struct tc_superblock *sb, struct tc_dev *origin,
+                                   const char *event, char *what, size_t len)
+{
+    enum verdict v = block_verdict(sb, origin, event, what, len);
+    char backing[4096], then_s[64], now_s[64];
+    uint64_t now;
+    if (v == WRITTEN || sb->stop_origin_mtime == 0 ||
+        !dev_loop_backing_mtime(origin, backing, sizeof backing, &now) ||
+        now == sb->stop_origin_mtime)
+        return v;
+    snprintf(what, len, "its loop device's backing file %.200s was modified around it: its "
+             "modification time was %s at the %s, it is %s", backing,
+             format_ns(sb->stop_origin_mtime, then_s, sizeof then_s), event,
+             format_ns(now, now_s, sizeof now_s));
+    return WRITTEN;
+}
+
 int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
                                  size_t errlen)
 {
@@ -186,7 +212,7 @@ int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool ad
     char what[400];
     bool file = dev_file_mtime(origin, &(uint64_t){ 0 });
     enum verdict v = file ? file_verdict(then, origin, "salvage", what, sizeof what)
-                          : block_verdict(then, origin, "salvage", what, sizeof what);
+                          : device_verdict(then, origin, "salvage", what, sizeof what);
     free(then);
     int rc = 0;
     if (v == UNKNOWN) {
@@ -238,7 +264,7 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
     char what[400];
     bool file = dev_file_mtime(origin, &(uint64_t){ 0 });
     enum verdict v = file ? file_verdict(sb, origin, "stop", what, sizeof what)
-                          : block_verdict(sb, origin, "stop", what, sizeof what);
+                          : device_verdict(sb, origin, "stop", what, sizeof what);
     if (v == UNCHANGED)
         return 0;
     if (v == UNKNOWN) {

@@ -22,11 +22,14 @@
  *
  * Not counted: a device whose I/O statistics are turned off (queue/iostats
  * 0: none is reported, as "no count"), writes to another device node
- * covering the same sectors (the whole disk of a partition origin), and a
- * driver that keeps no statistics at all (its count stays 0).
+ * covering the same sectors (the whole disk of a partition origin), a
+ * driver that keeps no statistics at all (its count stays 0), and writes
+ * to a loop device's backing file that go around the device -- for those
+ * the file's modification time is taken (dev_loop_backing_mtime()).
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/writecount.h"
 #include "util/misc.h"
@@ -95,5 +98,25 @@ bool dev_write_count(const struct tc_dev *d, struct dev_write_count *out)
     unsigned long long seq;
     if (tc_read_first_line(path, line, sizeof line) && sscanf(line, "%llu", &seq) == 1)
         out->diskseq = seq;
+    return true;
+}
+
+bool dev_loop_backing_mtime(const struct tc_dev *d, char *out, size_t len, uint64_t *ns)
+{
+    unsigned maj, min;
+    if (!dev_block_number(d, &maj, &min))
+        return false;
+    char path[128], line[4096];
+    snprintf(path, sizeof path, "/sys/dev/block/%u:%u/partition", maj, min);
+    const char *disk = tc_read_first_line(path, line, sizeof line) ? "/.." : "";
+    snprintf(path, sizeof path, "/sys/dev/block/%u:%u%s/loop/backing_file", maj, min, disk);
+    struct stat st;
+    if (!tc_read_first_line(path, line, sizeof line))
+        return false;
+    line[strcspn(line, "\n")] = '\0';
+    if (line[0] != '/' || stat(line, &st) < 0 || !S_ISREG(st.st_mode))
+        return false;
+    snprintf(out, len, "%s", line);
+    *ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
     return true;
 }

@@ -20,4 +20,11 @@ struct dev_write_count {
  * its I/O statistics turned off). */
 bool dev_write_count(const struct tc_dev *d, struct dev_write_count *out);
 
+/* A loop device's backing file (of the loop device a partition is on):
+ * its path into path (len bytes) and its modification time in
+ * nanoseconds into *ns.  Writes to that file that go around the device
+ * are in no count of the device's: its time shows them.  False when d is
+ * not a loop device or its file cannot be looked at (gone, "(deleted)"). */
+bool dev_loop_backing_mtime(const struct tc_dev *d, char *path, size_t len, uint64_t *ns);
+
 #endif
