@@ -2300,32 +2300,6 @@ int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t er
  * after an abandonment the state file could not record (abandon_unfiled())
  * drops them: their sectors stay lost. */
 
-struct marked_walk {
-    uint64_t *ob;
-    size_t n, cap;
-    const struct lost *lost;
-    unsigned spb;
-};
-
-static void marked_collect(void *arg, uint64_t oblock, const struct tc_mask *m)
-{
-    struct marked_walk *w = arg;
-    bool any = false;
-    for (unsigned s = 0; s < w->spb && !any; s++) {
-        struct lost_proof p;
-        any = mask_test(m, s) && lost_get_proof(w->lost, oblock, s, &p) && p.where == WHERE_LOG;
-    }
-    if (!any)
-        return;
-    if (w->n == w->cap) {
-        w->cap = w->cap ? 2 * w->cap : 64;
-        w->ob = realloc(w->ob, w->cap * sizeof *w->ob);
-        if (w->ob == NULL)
-            abort();
-    }
-    w->ob[w->n++] = oblock;
-}
-
 /* Block ob's marked sectors (*marked) and their digest; true when the
  * replay serves every one of them from a version that may be written
  * back -- dirty, in a group below the abandonment and newer than any
@@ -2397,8 +2371,12 @@ int abandon_log_marks(struct cache *c, struct tc_dev *origin, char *err, size_t 
                  (unsigned long long)c->ab.marks_lost_sectors);
         return -1;
     }
-    struct marked_walk w = { NULL, 0, 0, &c->map.lost, c->spb };
-    lost_foreach(&c->map.lost, marked_collect, &w);
+    /* The blocks with a mark (every proof loaded is one: the file is of
+     * version 4), in order: the origin written from front to back. */
+    struct resume_walk w = { .lost = &c->map.lost, .spb = c->spb, .cap = c->map.lost.blocks };
+    w.ob = tc_xcalloc(w.cap ? w.cap : 1, sizeof *w.ob);
+    lost_foreach(&c->map.lost, resume_collect, &w);
+    qsort(w.ob, w.n, sizeof *w.ob, ob_cmp);
     uint8_t *buf = tc_alloc_aligned((size_t)c->spb * TC_SECTOR);
     struct tc_mask *good = tc_xcalloc(w.n ? w.n : 1, sizeof *good);
     uint64_t marked = 0, written = 0, blocks = 0, mismatched = 0;
