@@ -436,7 +436,10 @@ static bool loop_identity(int fd, dev_t rdev, char *out, size_t len)
     char path[128];
     snprintf(path, sizeof path, "/sys/dev/block/%u:%u/loop/backing_file", major(rdev),
              minor(rdev));
+    /* Zeroed first: memory checkers that do not know this ioctl would take
+     * what it fills in for uninitialised. */
     struct loop_info64 info;
+    memset(&info, 0, sizeof info);
     if (access(path, F_OK) != 0 || ioctl(fd, LOOP_GET_STATUS64, &info) < 0)
         return false;
     dev_t fsdev = (dev_t)info.lo_device;
