@@ -93,7 +93,11 @@ kill_server() {
 
 check_daemon_log() {
   check_daemon_log_file "$TC_TMP/$1.log"
-  if [ -s "$TC_TMP/$1.valgrind" ]; then
+  # valgrind's note that it does not know an ioctl (a loop device's
+  # LOOP_GET_STATUS64, whose result is zeroed first) is no finding.
+  if [ -s "$TC_TMP/$1.valgrind" ] &&
+     grep -qv -e 'noted but unhandled ioctl' -e 'could cause spurious value errors' \
+       -e 'README_MISSING_SYSCALL_OR_IOCTL' "$TC_TMP/$1.valgrind"; then
     cat "$TC_TMP/$1.valgrind" >&2
     fail "valgrind findings for server $1"
   fi
