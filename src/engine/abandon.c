@@ -2167,6 +2167,26 @@ static void unfiled_clear(struct cache *c)
     c->ab.sb_unfiled = false;
 }
 
+/* Block ob's sectors m, read into buf (a block's room), written to the
+ * origin a run at a time (blocking).  0, adding the sectors to *sectors;
+ * or the first write's error, with its offset and length. */
+static int origin_write_runs(const struct cache *c, struct tc_dev *origin, uint64_t ob,
+                             const struct tc_mask *m, const uint8_t *buf, uint64_t *sectors,
+                             uint64_t *at, size_t *len)
+{
+    unsigned s, e;
+    for (s = 0; mask_next_run(m, c->spb, &s, &e); s = e) {
+        *at = ob * c->block_size + (uint64_t)s * TC_SECTOR;
+        *len = (size_t)(e - s) * TC_SECTOR;
+        int rc = dev_sync_io(origin, TC_DEV_WRITE, (void *)(buf + (size_t)s * TC_SECTOR), *at,
+                             *len, 0);
+        if (rc)
+            return rc;
+        *sectors += e - s;
+    }
+    return 0;
+}
+
 int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t errlen)
 {
     uint64_t seq = c->ab.unfiled_seq;
@@ -2213,20 +2233,16 @@ int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t er
                          (unsigned long long)b, mask_count(&bad));
             }
         }
-        unsigned s, e;
-        for (s = 0; mask_next_run(&good, c->spb, &s, &e); s = e) {
-            uint64_t off = b * c->block_size + (uint64_t)s * TC_SECTOR;
-            size_t len = (size_t)(e - s) * TC_SECTOR;
-            int rc = dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off, len, 0);
-            if (rc) {
-                snprintf(err, errlen, "%s: write of %zu bytes at offset %llu failed (%s) while "
-                         "writing back the dirty data of a cache abandoned while its state "
-                         "file %s could not record it", origin->name, len,
-                         (unsigned long long)off, strerror(-rc), c->state_path);
-                ret = -1;
-                break;
-            }
-            sectors += e - s;
+        uint64_t off;
+        size_t len;
+        int rc = origin_write_runs(c, origin, b, &good, buf, &sectors, &off, &len);
+        if (rc) {
+            snprintf(err, errlen, "%s: write of %zu bytes at offset %llu failed (%s) while "
+                     "writing back the dirty data of a cache abandoned while its state "
+                     "file %s could not record it", origin->name, len,
+                     (unsigned long long)off, strerror(-rc), c->state_path);
+            ret = -1;
+            break;
         }
         blocks++;
     }
@@ -2399,23 +2415,18 @@ int abandon_log_marks(struct cache *c, struct tc_dev *origin, char *err, size_t 
             mismatched++;
             continue;
         }
-        unsigned s, e;
-        for (s = 0; mask_next_run(&good[i], c->spb, &s, &e); s = e) {
-            uint64_t off = ob * c->block_size + (uint64_t)s * TC_SECTOR;
-            size_t len = (size_t)(e - s) * TC_SECTOR;
-            int rc = dev_sync_io(origin, TC_DEV_WRITE, buf + (size_t)s * TC_SECTOR, off, len, 0);
-            if (rc) {
-                snprintf(err, errlen, "%s: write of %zu bytes at offset %llu failed (%s) while "
-                         "writing back the lost sectors the state file %s marks (a drain of the "
-                         "abandoned cache cut short): start again once the origin takes writes",
-                         origin->name, len, (unsigned long long)off, strerror(-rc),
-                         c->state_path);
-                ret = -1;
-                break;
-            }
-            written += e - s;
+        uint64_t off;
+        size_t len;
+        int rc = origin_write_runs(c, origin, ob, &good[i], buf, &written, &off, &len);
+        if (rc) {
+            snprintf(err, errlen, "%s: write of %zu bytes at offset %llu failed (%s) while "
+                     "writing back the lost sectors the state file %s marks (a drain of the "
+                     "abandoned cache cut short): start again once the origin takes writes",
+                     origin->name, len, (unsigned long long)off, strerror(-rc), c->state_path);
+            ret = -1;
+            break;
         }
-        blocks += !mask_empty(&good[i]);
+        blocks++;
     }
     free(buf);
     if (ret == 0 && written && origin->can_flush) {

@@ -679,23 +679,16 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
         cache_origin_salvage_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;
     /* An abandonment the state file could not record: the log's dirty data
-     * written back and the abandonment recorded, then the cache opened
+     * written back and the abandonment recorded; or a drain cut short
+     * whose state file marks its sectors (version 4): written back from
+     * the replay of the whole log.  Either way the cache is then opened
      * again (abandon.c). */
-    int unfiled = abandon_unfiled(c, origin, err, errlen);
-    if (unfiled < 0)
+    int again = abandon_unfiled(c, origin, err, errlen);
+    if (again == 0)
+        again = abandon_log_marks(c, origin, err, errlen);
+    if (again < 0)
         goto fail_cache;
-    if (unfiled > 0) {
-        vol->cache = NULL;
-        cache_free(c);
-        return 1;
-    }
-    /* A drain cut short whose state file marks its sectors (version 4):
-     * written back from the replay of the whole log, then the cache opened
-     * again (abandon.c). */
-    int marks = abandon_log_marks(c, origin, err, errlen);
-    if (marks < 0)
-        goto fail_cache;
-    if (marks > 0) {
+    if (again > 0) {
         vol->cache = NULL;
         cache_free(c);
         return 1;
