@@ -151,6 +151,8 @@ struct nbd_conn {
     uint64_t progress_ns;           /* last reply, or when it last became busy */
     bool stalled;                   /* no reply for the stall time (reported) */
     bool fenced;                    /* closed for not answering: its writes are in doubt */
+    bool issuing;                   /* inside an nbd_aio_* call that queues a command */
+    unsigned unretired;             /* commands completed inside such a call, kept */
     struct nbd_conn *next_all;      /* every connection object, for close */
 };
 
@@ -283,7 +285,32 @@ static int completion_cb(void *user_data, int *error)
         ctx->err = *error;
     ctx->c->inflight--;
     ctx_piece_done(ctx);
+    /* A command that completes inside the nbd_aio_* call queuing a
+     * command (the connection dies while libnbd sends) must not be freed
+     * there: libnbd 1.14 reads the queued command's cookie after its state
+     * machine ran, and a command freed by returning 1 is then read after
+     * free (its cookie comes back as whatever the allocator left).  Kept
+     * on libnbd's done list, it is retired once the call has returned. */
+    if (c->issuing) {
+        c->unretired++;
+        return 0;
+    }
     return 1;
+}
+
+/* Retire the commands completed inside the last nbd_aio_* call (see
+ * completion_cb).  Their completions have run: only libnbd's record of
+ * them is left.  What a closed handle still holds, nbd_close() frees. */
+static void retire_kept(struct nbd_conn *c)
+{
+    while (c->unretired > 0) {
+        int64_t cookie = nbd_aio_peek_command_completed(c->h);
+        if (cookie <= 0)
+            break;
+        (void)nbd_aio_command_completed(c->h, cookie);
+        c->unretired--;
+    }
+    c->unretired = 0;
 }
 
 /* The server's base:allocation extents, into the request's array: those
@@ -393,6 +420,7 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
             continue;
         }
         c->inflight++;
+        c->issuing = true;
         switch (dio->op) {
         case TC_DEV_READ:
             cookie = nbd_aio_pread(c->h, buf, plen, off, cb, 0);
@@ -436,6 +464,11 @@ static void nbd_issue(struct dev_nbd *n, struct tc_dev_io *dio)
         default:
             cookie = -1;
         }
+        c->issuing = false;
+        /* Only a call that queued its command ran libnbd's state machine:
+         * the error read below (cookie -1) is never a retired command's. */
+        if (c->unretired > 0)
+            retire_kept(c);
         if (cookie >= 0)
             continue;
         /* Not sent (the completion will not run): account the piece here. */
