@@ -80,6 +80,10 @@ struct tc_volume_config {
     bool adopt_state_file;          /* keep the state file and sequence record at
                                        state_file although the set last kept them
                                        elsewhere, lost (engine/seqrec.c) */
+    /* Offline, for check --salvage: a state file's marks (version 4) are
+     * loaded as a read-write start loads them, and the log's replay covers
+     * them, so that abandon_log_marks() can write them back (salvage.c). */
+    bool offline_log_marks;
     /* Replay (src/replay/engine.c): every data sector is taken to be
      * zeroes, never copied, checksummed or checked; the devices are told
      * so (TC_DEV_PAYLOAD).  Every decision is as with zeroes for data, and

@@ -52,8 +52,8 @@ static const char check_help[] =
 "--salvage) writes back\n"
 "(JSON: recoverable_lost_bytes, recoverable_lost_blocks,\n"
 "unrecoverable_proven_bytes); a state file that had no room for the proofs\n"
-"marks those sectors instead, which the next read-write serve writes back\n"
-"from the log (JSON: marked_lost_bytes).\n"
+"marks those sectors instead, which the next read-write serve (or\n"
+"--salvage) writes back from the log (JSON: marked_lost_bytes).\n"
 "A set a daemon is using is refused\n"
 "(exit 2), naming the daemon: its devices are claimed while it runs.\n"
 "\n"
@@ -79,7 +79,13 @@ static const char check_help[] =
 "                        match their CRC to ORIGIN, flushes it, and only\n"
 "                        then rewrites the state file without them and\n"
 "                        without proofs (JSON: recovered_lost_bytes,\n"
-"                        unrecoverable_proven_bytes).  The\n"
+"                        unrecoverable_proven_bytes); those a state file\n"
+"                        with no room for proofs marks, it writes back\n"
+"                        from the log, as serve would, when their versions\n"
+"                        give the digest recorded (JSON:\n"
+"                        recovered_marked_bytes, marked_blocks_not_matching),\n"
+"                        and rewrites the state file without marks (exit 2\n"
+"                        if it cannot: give its file system room).  The\n"
 "                        state file used is named in the result.  An\n"
 "                        older copy of the cache device than its sequence\n"
 "                        record says, or than the set's stop record (kept\n"
@@ -158,8 +164,11 @@ static const char dump_help[] =
 "                        record is the one beside it\n"
 "  --help, -h            this text\n";
 
+/* log_marks: check --salvage, which writes back what a state file marks
+ * (abandon.c, "Resuming the drain from the log"), as a read-write start
+ * would: the marks loaded, and the log replayed for them. */
 static struct cache *open_set(char *list, const char *origin, const char *state_file,
-                              const char **err_prefix, struct tc_reactor *r,
+                              bool log_marks, const char **err_prefix, struct tc_reactor *r,
                               const char ***paths_out)
 {
     unsigned n;
@@ -176,6 +185,7 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
     struct tc_volume_config cfg;
     tc_volume_config_defaults(&cfg);
     cfg.state_file = state_file;
+    cfg.offline_log_marks = log_marks;
     struct cache *c = cache_open_offline(r, paths, &cfg, err, sizeof err);
     if (c == NULL)
         tc_die(2, "%s: %s", *err_prefix, err);
@@ -206,8 +216,9 @@ static int refuse_salvage(struct cache *c, struct tc_dev *o, struct seqrec_look 
  * anyway).
  * Unlike serve, salvage records nothing: an adopted identity is not
  * written to the superblock. */
-static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bool json,
-                   bool progress, bool accept_older, bool adopt, unsigned check_blocks)
+static int salvage(struct cache *c, struct tc_reactor *r, const char *const *paths,
+                   const char *state_file, const char *origin, bool json, bool progress,
+                   bool accept_older, bool adopt, unsigned check_blocks)
 {
     char err[1024];
     struct tc_dev *o = dev_open_as(r, origin, "origin", false, err, sizeof err);
@@ -319,6 +330,39 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                  "the origin (none can be: none is cached, the cache was abandoned, or the "
                  "log's damage leaves none provably current)");
     }
+    /* A drain cut short whose state file marks its lost sectors (it had
+     * no room for their proofs): written back from the log's replay, as
+     * a read-write start does it, before anything else -- the state file
+     * is then written without the marks, and the set opened again
+     * without the log below the abandonment, for the salvage proper. */
+    uint64_t marks_marked = 0, marks_written = 0, marks_mismatched = 0;
+    if (c->ab.log_pass) {
+        if (progress)
+            fprintf(stderr, "writing back the lost sectors the state file marks...\n");
+        int m = abandon_log_marks(c, o, err, sizeof err);
+        marks_marked = c->ab.marks_marked;
+        marks_written = c->ab.marks_written;
+        marks_mismatched = c->ab.marks_mismatched_blocks;
+        if (m < 0) {
+            fprintf(stderr, "tiercache: check --salvage: %s; nothing else written\n", err);
+            seqrec_look_free(&look);
+            dev_close(o);
+            cache_close_offline(c);
+            return 2;
+        }
+        cache_close_offline(c);
+        struct tc_volume_config cfg;
+        tc_volume_config_defaults(&cfg);
+        cfg.state_file = state_file;
+        c = cache_open_offline(r, paths, &cfg, err, sizeof err);
+        if (c == NULL) {
+            fprintf(stderr, "tiercache: check --salvage: after writing back the %llu marked "
+                    "sectors: %s\n", (unsigned long long)marks_written, err);
+            seqrec_look_free(&look);
+            dev_close(o);
+            return 2;
+        }
+    }
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);
     struct salvage_result res;
@@ -356,6 +400,9 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
         json_uint(&j, "origin_check_differ", c->st.origin_check_differ);
         json_uint(&j, "recovered_lost_bytes", res.recovered_lost_sectors * TC_SECTOR);
         json_uint(&j, "unrecoverable_proven_bytes", res.unrecoverable_proven_sectors * TC_SECTOR);
+        json_uint(&j, "marked_lost_bytes", marks_marked * TC_SECTOR);
+        json_uint(&j, "recovered_marked_bytes", marks_written * TC_SECTOR);
+        json_uint(&j, "marked_blocks_not_matching", marks_mismatched);
         json_uint(&j, "abandoned_seq", res.abandoned_seq);
         json_string(&j, "state_file", res.state_file ? res.state_file : "");
         json_string(&j, "sequence_record", look.path);
@@ -387,7 +434,18 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *origin, bo
                    (unsigned long long)res.recovered_lost_sectors, origin,
                    (unsigned long long)res.unrecoverable_proven_sectors);
         }
-        else
+        if (marks_marked) {
+            char rz[32];
+            printf("salvage: resumed the drain cut short at the abandonment from the log: %s "
+                   "of lost data (%llu of the %llu sectors the state file marked) found in "
+                   "the log's replay, matching the digest the state file recorded, written "
+                   "back to %s and flushed, and no longer lost (the state file rewritten "
+                   "without marks); %llu blocks found in another version stay lost\n",
+                   tc_format_size(marks_written * TC_SECTOR, rz, sizeof rz),
+                   (unsigned long long)marks_written, (unsigned long long)marks_marked,
+                   origin, (unsigned long long)marks_mismatched);
+        }
+        if (!res.abandoned_seq)
             printf("salvage: no abandonment recorded (state file %s): if the cache was "
                    "abandoned at run time with another state file, name it with "
                    "--state-file before salvaging\n", res.state_file ? res.state_file : "none");
@@ -492,11 +550,12 @@ int cmd_check(int argc, char **argv)
     uint64_t t0 = tc_now_ns();
     if (progress)
         fprintf(stderr, "reading the cache log and rebuilding the index...\n");
-    struct cache *c = open_set(caches, origin, state_file, &prefix, &r, &paths);
+    struct cache *c = open_set(caches, origin, state_file, salvage_mode, &prefix, &r, &paths);
     if (progress)
         fprintf(stderr, "cache log read in %.1f s\n", (double)(tc_now_ns() - t0) / 1e9);
     if (salvage_mode) {
-        int st = salvage(c, &r, origin, json, progress, accept_older, adopt, check_blocks);
+        int st = salvage(c, &r, paths, state_file, origin, json, progress, accept_older, adopt,
+                         check_blocks);
         reactor_fini(&r);
         free(paths);
         return st;
@@ -621,8 +680,8 @@ int cmd_check(int argc, char **argv)
         if (res.marked_sectors) {
             char mz[32];
             printf("abandoned cache: %s of lost data marked in the state file (it had no room "
-                   "for their proofs): the next read-write serve writes back what the log "
-                   "still holds of it, intact\n",
+                   "for their proofs): the next read-write serve, or --salvage, writes back "
+                   "what the log still holds of it, intact\n",
                    tc_format_size(res.marked_sectors * TC_SECTOR, mz, sizeof mz));
         }
         for (unsigned i = 0; i < res.nproblems; i++)
@@ -671,7 +730,7 @@ int cmd_dump(int argc, char **argv)
     struct tc_reactor r;
     const char *prefix = "dump";
     const char **paths;
-    struct cache *c = open_set(caches, NULL, state_file, &prefix, &r, &paths);
+    struct cache *c = open_set(caches, NULL, state_file, false, &prefix, &r, &paths);
     const struct tc_superblock *sb = &c->devs[0].sb;
     char uuid[37], sz[32];
     tc_uuid_format(sb->set_uuid, uuid);

@@ -1799,10 +1799,10 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
                     state_proof_get(buf, c->spb, i, k, &p.where, &p.crc);
                 } else if (mask_test(&mk, k)) {
                     /* Proven from the log's replay before anything is
-                     * appended (abandon_log_marks()); only counted
-                     * offline (check). */
+                     * appended (abandon_log_marks()); offline, only
+                     * counted (check) but for check --salvage. */
                     c->ab.marks_loaded++;
-                    if (c->offline || c->ab.unfiled_seq)
+                    if ((c->offline && !c->vol->cfg.offline_log_marks) || c->ab.unfiled_seq)
                         continue;   /* an abandonment since, unfiled: they stay lost */
                     /* The digest in each sector's proof: the block's. */
                     p = (struct lost_proof){ .where = WHERE_LOG, .crc = digest, .logged = true };
@@ -1823,7 +1823,7 @@ int abandon_load(struct cache *c, const char *state_file, const char *first_path
             }
         }
         c->ab.marks_lost_sectors = lost_sectors(&c->map.lost);
-        if (c->ab.log_pass && c->vol->read_only) {
+        if (c->ab.log_pass && c->vol->read_only && !c->offline) {
             /* A read-only start writes nothing to the origin, yet its
              * cache appends (it caches what it reads): over the very log
              * the marks point into. */
@@ -2312,7 +2312,9 @@ int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t er
  * index rebuilt without the entries below abandoned_seq, as every start
  * after an abandonment does.  A read-only start is refused
  * (abandon_load()): it writes nothing to the origin, yet its cache
- * appends.  check (offline) counts the marks and changes nothing; a start
+ * appends.  check (offline) counts the marks and changes nothing;
+ * check --salvage runs this write-back first, as a start does, then opens
+ * the set again without the marks for the salvage proper; a start
  * after an abandonment the state file could not record (abandon_unfiled())
  * drops them: their sectors stay lost. */
 
@@ -2460,6 +2462,9 @@ int abandon_log_marks(struct cache *c, struct tc_dev *origin, char *err, size_t 
     }
     free(good);
     free(w.ob);
+    c->ab.marks_marked = marked;
+    c->ab.marks_written = written;
+    c->ab.marks_mismatched_blocks = mismatched;
     if (ret < 0)
         return -1;
     char sz[32];

@@ -134,6 +134,10 @@ struct abandon {
     uint64_t marks_loaded;
     uint64_t marks_lost_sectors;    /* the lost set's sectors as loaded */
     bool log_pass;
+    /* What abandon_log_marks() did: the marked sectors, those written
+     * back, and the blocks left lost for their digest (salvage reports
+     * them: the set it ran on is closed before its report). */
+    uint64_t marks_marked, marks_written, marks_mismatched_blocks;
     /* The drain resumed at this start (abandon_resume_drain()). */
     bool resumed;
     struct abandon_resume {

@@ -49,7 +49,11 @@
  * then dropped from the lost set and the state file, which is written
  * again without them and without proofs (the one record salvage changes:
  * a start after it, or a later salvage, must not write them again over
- * what the origin receives meanwhile).  The rest are reported lost.
+ * what the origin receives meanwhile).  A state file that had no room for
+ * the proofs marks those sectors instead (version 4): check --salvage
+ * writes them back from the log's replay before this runs, as a start
+ * does (abandon_log_marks(), called by the CLI, which opens the set again
+ * without the marks).  The rest are reported lost.
  * Without the abandonment's record (the state file
  * not found, no superblock mark) recovery would replay the whole log as
  * trusted and salvage would write its stale versions back: check names the
