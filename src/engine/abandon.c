@@ -2064,6 +2064,11 @@ static void resume_drain(struct cache *c, struct tc_dev *origin, uint64_t size, 
     }
     free(buf);
     free(w.ob);
+    /* Why a proven sector stays lost, for the summary: its data did not
+     * read back matching (resume_read()), the origin refused its write,
+     * the origin's flush failed, or the state file could not record it.
+     * unproven_sectors is their sum (status: failed_sectors). */
+    uint64_t bad_data = r->unproven_sectors, unflushed = 0, unrecorded = 0;
     r->unproven_sectors += refused;
     if (write && nb > 0 && origin->can_flush) {
         int err = dev_sync_io(origin, TC_DEV_FLUSH, NULL, 0, 0, 0);
@@ -2071,7 +2076,8 @@ static void resume_drain(struct cache *c, struct tc_dev *origin, uint64_t size, 
             tc_error("cache: resumed drain: the origin %s could not be flushed: %s; the "
                      "sectors written back stay lost (EIO), as the state file says",
                      origin->name, strerror(-err));
-            r->unproven_sectors += r->sectors;
+            unflushed = r->sectors - refused;
+            r->unproven_sectors += unflushed;
             nb = 0;
         }
     }
@@ -2101,23 +2107,32 @@ static void resume_drain(struct cache *c, struct tc_dev *origin, uint64_t size, 
                  c->state_path, (unsigned long long)(r->written_bytes / TC_SECTOR));
         for (size_t i = 0; i < nb; i++)
             lost_set(&c->map.lost, rb[i].oblock, &before[i]);
-        r->unproven_sectors += r->written_bytes / TC_SECTOR;
+        unrecorded = r->written_bytes / TC_SECTOR;
+        r->unproven_sectors += unrecorded;
         r->written_bytes = 0;
+        nb = 0;
         c->ab.state_dirty = true;
     }
     free(before);
     free(rb);
+    /* The blocks written back: with a proven sector, written, flushed and
+     * recorded. */
+    r->blocks = nb;
     c->ab.resumed = true;
     lost_foreach(&c->map.lost, resume_count_lost, r);
     char sz[32];
-    tc_warn("cache: resumed drain: %llu blocks, %s written back (%llu sectors), %llu still "
-            "lost (%llu sectors, %llu of them with a proof that failed)",
+    tc_warn("cache: resumed drain: %llu blocks, %s written back (%llu sectors); %llu blocks "
+            "(%llu sectors) still lost, of which %llu sectors had a proof but stay lost: %llu "
+            "did not read back matching it, %llu the origin refused, %llu not flushed, %llu "
+            "not recorded in the state file",
             (unsigned long long)r->blocks,
             tc_format_size(r->written_bytes, sz, sizeof sz),
             (unsigned long long)(r->written_bytes / TC_SECTOR),
             (unsigned long long)r->still_lost_blocks,
             (unsigned long long)r->still_lost_sectors,
-            (unsigned long long)r->unproven_sectors);
+            (unsigned long long)r->unproven_sectors, (unsigned long long)bad_data,
+            (unsigned long long)refused, (unsigned long long)unflushed,
+            (unsigned long long)unrecorded);
 }
 
 void abandon_resume_drain(struct cache *c, bool write)
