@@ -2307,9 +2307,12 @@ int abandon_unfiled(struct cache *c, struct tc_dev *origin, char *err, size_t er
  * marked sector from that version.  Not always: the chunk holding it may
  * no longer check (damage), or the replay may not reach it -- a chunk
  * written while an earlier one of its segment failed ends the walk
- * before it, a device's failure mark makes its log untrusted --, and
- * then the replay serves an older version, intact and dirty, that must
- * never be written.  So each entry carries a digest of the CRCs of its
+ * before it --, or reach a newer one than marked -- the replay covers
+ * the log of a device failed earlier below its failure mark too (its
+ * dirty data may have been drained from there, its rescue pending when
+ * the last device failed: recovery.c), where a chunk whose write failed
+ * may yet have landed --, and then the replay serves a version, intact
+ * and dirty, that must never be written.  So each entry carries a digest of the CRCs of its
  * marked versions (marks_digest()), and a block is written back only if
  * every marked sector replays to a dirty version in a group newer than
  * every damage the scan found (c->damage_group_max, salvage's rule),

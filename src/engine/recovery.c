@@ -1268,8 +1268,14 @@ static void verify_stop_record(struct recovery *rc, const uint32_t *live, uint32
 {
     struct cache *c = rc->c;
     uint64_t chunks = 0;
-    for (uint32_t i = 0; i < nlive; i++)
-        chunks += space_seg(&c->sp, live[i])->nchunks;
+    for (uint32_t i = 0; i < nlive; i++) {
+        struct segment *sg = space_seg(&c->sp, live[i]);
+        /* A failed device's segments from before its failure are in live
+         * only for the replay of marked sectors (c->ab.log_pass): the
+         * stop did not count them. */
+        if (!devfail_untrusted(c, sg->dev, sg->seq))
+            chunks += sg->nchunks;
+    }
     bool ends = rc->max_chunk_seq == rc->rec.stop_chunk_seq &&
                 rc->tail_seq == rc->rec.stop_tail_seq;
     if (ends && chunks == rc->rec.stop_chunks)
@@ -2153,9 +2159,15 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         struct segment *sg = space_seg(&c->sp, s);
         /* A segment of a device that failed later, from before the
          * failure, is free: its entries may be older than what the
-         * origin received since (abandon.c, devfail_record()). */
+         * origin received since (abandon.c, devfail_record()).  But for
+         * the replay of the lost sectors a state file marks
+         * (c->ab.log_pass): a marked version may be there -- dirty data
+         * whose rescue was pending when the last device failed, drained
+         * from it --, and one found there is written back only if it
+         * gives the digest recorded (abandon_log_marks()); the index
+         * this builds serves nothing else. */
         if (sg->nchunks > 0 && sg->seq >= rc.tail_seq && sg->seq > 0 &&
-            !devfail_untrusted(c, sg->dev, sg->seq)) {
+            (c->ab.log_pass || !devfail_untrusted(c, sg->dev, sg->seq))) {
             live[nlive++] = s;
         } else {
             segment_clear_chunks(sg);
