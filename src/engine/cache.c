@@ -2096,6 +2096,7 @@ void cache_status_json(struct cache *c, struct tc_json *j)
     json_uint(j, "blocks", s->origin_check_blocks);
     json_uint(j, "differ", s->origin_check_differ);
     json_uint(j, "unread", s->origin_check_unread);
+    json_uint(j, "partly_dirty_differ", s->origin_check_partly_dirty_differ);
     json_uint(j, "origin_read_bytes", s->origin_check_read_bytes);
     json_end_object(j);
     ckpt_run_status_json(c, j);

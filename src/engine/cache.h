@@ -197,6 +197,10 @@ struct cache {
      * is older than the first group after it: salvage trusts only dirty
      * versions in groups newer than this. */
     uint64_t damage_group_max;
+    /* --adopt-origin accepted an origin known written behind the cache
+     * (originstop.c): every clean sector is compared with it at the
+     * start, not a sample. */
+    bool adopt_compare_all;
     uint64_t trace_block;           /* TIERCACHE_TRACE_BLOCK: log its changes, or ~0 */
     bool data_free;                 /* tc_volume_config.data_free: data are zeroes, unread */
     uint64_t recovery_ns;

@@ -223,8 +223,9 @@ int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool ad
                 origin->name, c->devs[0].dev->name, what, st->path);
     } else if (v == WRITTEN && adopt) {
         tc_warn("origin %s was written after 'tiercache check --salvage' wrote the cache's "
-                "dirty data to it (%s): accepted as the cache's (--adopt-origin)", origin->name,
-                what);
+                "dirty data to it (%s): accepted as the cache's (--adopt-origin); every clean "
+                "sector the cache holds is compared with it", origin->name, what);
+        c->adopt_compare_all = true;
     } else if (v == WRITTEN) {
         snprintf(err, errlen,
                  "origin %s was written after 'tiercache check --salvage' wrote the dirty data "
@@ -277,7 +278,9 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
     }
     if (adopt) {
         tc_warn("origin %s was modified after the cache's clean stop (%s): accepted as the "
-                "cache's (--adopt-origin)", origin->name, what);
+                "cache's (--adopt-origin); every clean sector the cache holds is compared "
+                "with it", origin->name, what);
+        c->adopt_compare_all = true;
         return 0;
     }
     if (c->map.idx.count == 0) {
@@ -336,11 +339,17 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
  *
  * A difference refuses the start, unless --adopt-origin: the operator
  * trusts the origin's data, and the cache is known to hold copies older
- * than it -- so every clean block is then compared (a read of the cache's
- * clean data; only when a difference was found) and each one found
- * different is dropped from the map, its tombstone appended once started
- * (cache_mark_tombstones(), as recovery's drops), the origin's data read
- * for it from then on.  Dirty blocks are never compared nor dropped.
+ * than it -- so every clean sector is then compared (a read of the cache's
+ * clean data; only when a difference was found, or at once, with no
+ * sample, when the records above found the origin written: a sample could
+ * miss those writes) and each clean block found different is dropped from
+ * the map, its tombstone appended once started (cache_mark_tombstones(),
+ * as recovery's drops), the origin's data read for it from then on.  A
+ * block with dirty sectors is never dropped (they are the newest data),
+ * but its clean sectors are compared too: one that differs is older than
+ * the origin's and cannot go alone (the map drops blocks, not sectors),
+ * so the start is refused naming the block -- salvage writes the dirty
+ * data to the origin, and the cache is reformatted.
  *
  *   struct sample_run        the pass: which entries (a list, or every
  *                            eligible one), the slots in flight, the
@@ -414,6 +423,12 @@ struct sample_run {
     uint64_t zeroed;                /* sectors that differ, zeroes on the origin */
     uint64_t *differ;               /* the blocks found different */
     uint64_t ndiffer, cap;
+    /* --adopt-origin's pass over every entry: blocks with dirty sectors
+     * too, their clean sectors compared; those that differ (not dropped:
+     * their dirty sectors are the newest data). */
+    bool partial;
+    uint64_t *pdiffer;
+    uint64_t npdiffer, pcap;
     /* The blocks that differ only where the origin reads zeroes, with
      * the first such sector of each (counted as different by
      * sample_zero_rule() when they are most of the sample). */
@@ -428,7 +443,7 @@ struct sample_run {
 };
 
 static void sample_start(struct sample_run *r);
-static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid);
+static bool sample_eligible(struct cache *c, uint32_t id, bool partial, struct tc_mask *valid);
 
 /* Note block oblock (entry id) as different, its first different byte at
  * sector k, byte b of the sector. */
@@ -480,6 +495,7 @@ static void sample_compare(struct sample *s)
         c->st.origin_check_read_bytes += s->len;
         unsigned nsec = (unsigned)(s->len / TC_SECTOR);
         bool differs = false, zero_only = false, data_same = false;
+        bool partly_dirty = ce_any_dirty(&c->map.idx, s->id);
         unsigned zsector = 0, zbyte = 0;
         for (unsigned k = 0; k < nsec; k++) {
             const uint8_t *o = s->obuf + (size_t)k * TC_SECTOR, *m = s->cbuf + (size_t)k * TC_SECTOR;
@@ -509,14 +525,27 @@ static void sample_compare(struct sample *s)
             unsigned b = 0;
             while (o[b] == m[b])
                 b++;
-            sample_differs(r, s->oblock, s->id, k, b);
-            cache_trace(c, s->oblock, "origin sample: differs from the origin at sector %u", k);
+            if (partly_dirty) {
+                if (r->npdiffer == r->pcap) {
+                    r->pcap = r->pcap ? 2 * r->pcap : 64;
+                    r->pdiffer = realloc(r->pdiffer, r->pcap * sizeof *r->pdiffer);
+                    if (r->pdiffer == NULL)
+                        abort();
+                }
+                r->pdiffer[r->npdiffer++] = s->oblock;
+            } else {
+                sample_differs(r, s->oblock, s->id, k, b);
+            }
+            cache_trace(c, s->oblock, "origin sample: differs from the origin at sector %u%s", k,
+                        partly_dirty ? " (a clean sector of a block with dirty ones)" : "");
             differs = true;
             break;
         }
         /* Zeroes on the origin beside data it holds as the cache does:
-         * a trim's (its written-back dirty sectors), not a wipe's. */
-        if (zero_only && !differs && !data_same) {
+         * a trim's (its written-back dirty sectors), not a wipe's.  In a
+         * block with dirty sectors, always a trim's (that is how a block
+         * keeps clean sectors the origin reads as zeroes). */
+        if (zero_only && !differs && !data_same && !partly_dirty) {
             if (r->nzdiffer == r->zcap) {
                 r->zcap = r->zcap ? 2 * r->zcap : 64;
                 r->zdiffer = realloc(r->zdiffer, r->zcap * sizeof *r->zdiffer);
@@ -562,14 +591,14 @@ static bool sample_next(struct sample_run *r, uint32_t *id, struct tc_mask *vali
     if (r->ids) {
         while (r->cursor < r->nids) {
             *id = r->ids[r->cursor++];
-            if (sample_eligible(r->c, *id, valid))
+            if (sample_eligible(r->c, *id, false, valid))
                 return true;
         }
         return false;
     }
     while (r->cursor < r->c->map.idx.used) {
         *id = r->cursor++;
-        if (sample_eligible(r->c, *id, valid))
+        if (sample_eligible(r->c, *id, r->partial, valid))
             return true;
     }
     return false;
@@ -608,11 +637,13 @@ static void sample_start(struct sample_run *r)
 
 /* The eligible entry: cached, clean, nothing lost, some sector valid
  * within the origin, every valid sector served from a group newer than
- * any damage in the log; its valid sectors there into *valid. */
-static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid)
+ * any damage in the log; its valid sectors there into *valid.  partial
+ * (--adopt-origin's pass over every entry): one with dirty sectors too,
+ * its clean sectors alone into *valid. */
+static bool sample_eligible(struct cache *c, uint32_t id, bool partial, struct tc_mask *valid)
 {
     const struct centry *e = CE(&c->map.idx, id);
-    if (ce_is_free(e) || ce_any_dirty(&c->map.idx, id))
+    if (ce_is_free(e) || (!partial && ce_any_dirty(&c->map.idx, id)))
         return false;
     uint64_t ob = ce_oblock(e);
     struct tc_mask dirty, lost;
@@ -622,6 +653,7 @@ static bool sample_eligible(struct cache *c, uint32_t id, struct tc_mask *valid)
     if (at >= c->vol->size)
         return false;
     ce_get_masks(&c->map.idx, id, valid, &dirty);
+    mask_andnot(valid, &dirty);
     uint64_t len = c->vol->size - at < c->block_size ? c->vol->size - at : c->block_size;
     for (unsigned k = (unsigned)(len / TC_SECTOR); k < c->spb; k++)
         valid->w[k / 64] &= ~(1ull << (k % 64));
@@ -654,39 +686,43 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
     bool salvage = use == SAMPLE_AT_SALVAGE;
     if (salvage)
         adopt = false;
+    /* --adopt-origin of an origin known written behind the cache: no
+     * sample (it may miss the writes), every clean sector compared. */
+    bool all = adopt && c->adopt_compare_all;
     const struct tc_superblock *sb = &c->devs[0].sb;
     bool crashed = !(sb->flags & TC_SB_CLEAN_STOP);
-    if (n == 0 || c->data_free || c->abandoned)
+    if ((n == 0 && !all) || c->data_free || c->abandoned)
         return 0;
     struct index *ix = &c->map.idx;
     struct tc_mask valid;
     uint64_t eligible = 0;
     for (uint32_t id = 0; id < ix->used; id++)
-        if (sample_eligible(c, id, &valid))
+        if (sample_eligible(c, id, false, &valid))
             eligible++;
-    if (eligible == 0)
+    if (eligible == 0 && !all)
         return 0;
     if (n > eligible)
         n = (unsigned)eligible;
     uint64_t t0 = tc_now_ns();
     struct sample_run r = { .c = c, .origin = origin,
                             .when = salvage ? "before the salvage" : "at the start" };
-    /* The k-th sample: the (k * eligible / n)-th eligible entry. */
-    uint32_t *ids = tc_xcalloc(n, sizeof *ids);
-    uint64_t seen = 0;
-    unsigned k = 0;
-    for (uint32_t id = 0; id < ix->used && k < n; id++)
-        if (sample_eligible(c, id, &valid) && seen++ == (uint64_t)k * eligible / n)
-            ids[k++] = id;
-    sample_pass(&r, ids, k);
-    free(ids);
-    sample_zero_rule(&r);
+    if (!all) {
+        /* The k-th sample: the (k * eligible / n)-th eligible entry. */
+        uint32_t *ids = tc_xcalloc(n, sizeof *ids);
+        uint64_t seen = 0;
+        unsigned k = 0;
+        for (uint32_t id = 0; id < ix->used && k < n; id++)
+            if (sample_eligible(c, id, false, &valid) && seen++ == (uint64_t)k * eligible / n)
+                ids[k++] = id;
+        sample_pass(&r, ids, k);
+        free(ids);
+        sample_zero_rule(&r);
+    }
     uint64_t sampled = r.compared, found = r.ndiffer;
-    double secs = (double)(tc_now_ns() - t0) / 1e9;
     c->st.origin_check_blocks = r.compared;
     c->st.origin_check_differ = r.ndiffer;
     c->st.origin_check_unread = r.unread;
-    if (r.ndiffer == 0) {
+    if (r.ndiffer == 0 && !all) {
         char zpart[160] = "";
         if (r.zeroed)
             snprintf(zpart, sizeof zpart, " but for %llu sectors the origin reads as zeroes (a "
@@ -694,24 +730,70 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
         tc_info("origin %s: %llu of the cache's %llu clean blocks compared with it %s: the "
                 "same%s%s (%.3f s)", origin->name, (unsigned long long)r.compared,
                 (unsigned long long)eligible, r.when, zpart,
-                r.unread ? " (some could not be read: see above)" : "", secs);
+                r.unread ? " (some could not be read: see above)" : "",
+                (double)(tc_now_ns() - t0) / 1e9);
         free(r.zdiffer);
         return 0;
     }
-    if (adopt && sampled < eligible) {
-        /* The origin is trusted, and the cache is proved to hold older
-         * copies: every clean block is compared, each one different goes. */
-        tc_warn("origin %s differs from the cache on %s (%llu of %llu clean blocks sampled): "
-                "--adopt-origin: comparing all %llu clean blocks with it, to drop each one "
-                "found different", origin->name, c->devs[0].dev->name,
-                (unsigned long long)found, (unsigned long long)sampled,
-                (unsigned long long)eligible);
+    if (adopt) {
+        /* The origin is trusted, and the cache is proved (or known) to
+         * hold older copies: every clean sector is compared -- those of
+         * blocks with dirty sectors too --, each clean block different
+         * goes. */
+        if (!all)
+            tc_warn("origin %s differs from the cache on %s (%llu of %llu clean blocks "
+                    "sampled): --adopt-origin: comparing every clean sector the cache holds "
+                    "with it, to drop each clean block found different", origin->name,
+                    c->devs[0].dev->name, (unsigned long long)found,
+                    (unsigned long long)sampled);
         r.compared = r.unread = r.ndiffer = r.nzdiffer = r.zeroed = 0;
+        r.partial = true;
         sample_pass(&r, NULL, 0);
         sample_zero_rule(&r);
         c->st.origin_check_blocks = r.compared;
         c->st.origin_check_differ = r.ndiffer;
         c->st.origin_check_unread = r.unread;
+        c->st.origin_check_partly_dirty_differ = r.npdiffer;
+        if (r.npdiffer > 0) {
+            /* Its clean sectors are older than the origin's and its dirty
+             * ones the newest data: neither the block nor its sectors can
+             * go alone, and serving it would return the older sectors. */
+            qsort(r.pdiffer, r.npdiffer, sizeof *r.pdiffer, cmp_u64);
+            char blocks[256] = "";
+            size_t used = 0;
+            uint64_t listed = 0;
+            for (; listed < r.npdiffer && used + 32 < sizeof blocks; listed++)
+                used += (size_t)snprintf(blocks + used, sizeof blocks - used, "%s%llu",
+                                         listed ? ", " : "",
+                                         (unsigned long long)r.pdiffer[listed]);
+            if (listed < r.npdiffer)
+                snprintf(blocks + used, sizeof blocks - used, ", ...");
+            snprintf(err, errlen,
+                     "origin %s: --adopt-origin: %llu blocks of the cache on %s hold dirty "
+                     "sectors beside clean ones that differ from the origin (blocks %s, of %u "
+                     "bytes): the clean ones are older than the origin's data and cannot be "
+                     "dropped apart from the dirty ones, which are the newest.  Write the "
+                     "cache's dirty data to the origin with 'tiercache check --salvage "
+                     "--adopt-origin --cache ... --origin %s', then reformat the cache "
+                     "('tiercache format --force --discard-dirty'); nothing was written",
+                     origin->name, (unsigned long long)r.npdiffer, c->devs[0].dev->name, blocks,
+                     c->block_size, origin->name);
+            free(r.differ);
+            free(r.pdiffer);
+            free(r.zdiffer);
+            return -1;
+        }
+        free(r.pdiffer);
+        if (r.ndiffer == 0) {
+            tc_info("origin %s: every clean sector of the cache's %llu blocks compared with it "
+                    "%s (--adopt-origin): the same%s (%.3f s)", origin->name,
+                    (unsigned long long)r.compared, r.when,
+                    r.unread ? " (some could not be read: see above)" : "",
+                    (double)(tc_now_ns() - t0) / 1e9);
+            free(r.differ);
+            free(r.zdiffer);
+            return 0;
+        }
     }
     /* The differing blocks in origin order; the first of them described,
      * with where the cache keeps its first different sector. */
@@ -786,8 +868,8 @@ int cache_origin_sample(struct cache *c, struct tc_dev *origin, unsigned n, bool
                  "server, restored from a backup, another disk behind the same name), and the "
                  "cache's copies of the blocks it changed would be served over the newer "
                  "data%s.  To keep the origin as it is, reformat the cache with %s; to "
-                 "trust the origin's data anyway, pass --adopt-origin (every clean block is "
-                 "then compared, and each one found different dropped from the cache)",
+                 "trust the origin's data anyway, pass --adopt-origin (every clean sector is "
+                 "then compared, and each clean block found different dropped from the cache)",
                  origin->name, c->devs[0].dev->name, stopped,
                  (unsigned long long)r.compared, r.when,
                  (unsigned long long)r.ndiffer, blocks, first, dpart,

@@ -95,6 +95,10 @@ struct cache_stats {
      * counts too; no hit, miss or policy event). */
     uint64_t origin_check_blocks, origin_check_differ, origin_check_unread;
     uint64_t origin_check_read_bytes;
+    /* ... and, of a start with --adopt-origin that compared every clean
+     * sector, the blocks with dirty sectors whose clean sectors differ
+     * (the start is refused: none can be dropped alone). */
+    uint64_t origin_check_partly_dirty_differ;
     uint64_t recovery_malformed;    /* entries that did not decode (damage) */
     uint64_t recovery_damage_ignored; /* damage below abandoned_seq: serve ignores
                                          it; offline it is in recovery_damaged too */
