@@ -87,6 +87,9 @@ struct rec {
 
 struct recovery {
     struct cache *c;
+    /* Lost sectors a write-through version covers, not yet cleared: see
+     * wt_lost_defer() (apply()). */
+    struct lost wt_clears;
     struct rec *recs;
     size_t nrecs, cap;
     uint64_t max_seq, max_chunk_seq, tail_seq, wt_stable, durable;
@@ -1073,6 +1076,61 @@ static void untrusted_clean(struct recovery *rc, uint64_t mark)
                 (unsigned long long)mark);
 }
 
+/*
+ * A write-through version over lost sectors clears them only if no
+ * tombstone of its block follows.  A write-through write goes to the log
+ * and the origin at once; the origin may refuse it, and then the block's
+ * tombstone follows (writepath.c, tombstone_append()) and the client is
+ * told the write failed -- the sectors stay lost, as they do in the
+ * running daemon, which clears a lost sector only when a write of it
+ * succeeds.  Without this, the version cleared them, the tombstone
+ * dropped the block, and a restart after a kill served the origin's
+ * older data where the daemon had answered EIO.  A version not followed
+ * by a tombstone was acknowledged, or was in flight at the crash (either
+ * may be read); a dirty version clears at once (its log entry is the
+ * write).  A LOST record of the block states its set after the version
+ * (a settle's, recorded once the write was durable): it supersedes what
+ * is pending, as a stop's recorded set does (the pending clears are made
+ * before it applies: a stop comes after every write it covers ended).
+ */
+static void wt_lost_defer(struct recovery *rc, const struct rec *r, const struct tc_mask *lm)
+{
+    struct tc_mask m = *lm, pend;
+    mask_and(&m, &r->valid);
+    if (mask_empty(&m))
+        return;
+    if (lost_get(&rc->wt_clears, r->oblock, &pend))
+        mask_or(&m, &pend);
+    lost_set(&rc->wt_clears, r->oblock, &m);
+}
+
+static void wt_lost_clear_one(void *arg, uint64_t oblock, const struct tc_mask *pend)
+{
+    struct cache *c = arg;
+    struct tc_mask lm;
+    if (!lost_get(&c->map.lost, oblock, &lm))
+        return;
+    mask_andnot(&lm, pend);
+    lost_set(&c->map.lost, oblock, &lm);
+}
+
+/* The clears no tombstone cancelled, made; none left pending. */
+static void wt_lost_clear_pending(struct recovery *rc)
+{
+    lost_foreach(&rc->wt_clears, wt_lost_clear_one, rc->c);
+    lost_free(&rc->wt_clears);
+}
+
+static void wt_lost_cancel(struct recovery *rc, uint64_t oblock)
+{
+    struct tc_mask none;
+    mask_clear(&none);
+    if (lost_get(&rc->wt_clears, oblock, &none)) {
+        mask_clear(&none);
+        lost_set(&rc->wt_clears, oblock, &none);
+    }
+}
+
 static void apply(struct recovery *rc)
 {
     struct cache *c = rc->c;
@@ -1085,6 +1143,7 @@ static void apply(struct recovery *rc)
         struct rec *r = &rc->recs[i];
         if (c->stop_lost_seq && r->seq >= c->stop_lost_seq) {
             /* The lost set a stop recorded (abandon.c). */
+            wt_lost_clear_pending(rc);
             abandon_stop_lost_apply(c, wt_unstable, rc);
         }
         /* Written before the cache was abandoned: see abandon.c.  Applied
@@ -1112,8 +1171,12 @@ static void apply(struct recovery *rc)
             bool fresh = id == NIL;
             struct tc_mask lm;
             if (!before_loss && lost_get(&c->map.lost, r->oblock, &lm)) {
-                mask_andnot(&lm, &r->valid);    /* written again after the loss */
-                lost_set(&c->map.lost, r->oblock, &lm);
+                if (r->flags & TC_ENTRY_WT) {
+                    wt_lost_defer(rc, r, &lm);  /* unless its tombstone follows */
+                } else {
+                    mask_andnot(&lm, &r->valid);    /* written again after the loss */
+                    lost_set(&c->map.lost, r->oblock, &lm);
+                }
             }
             id = map_add_fragment(c, r->oblock, &r->valid, &r->dirty, r->seg, r->off, NIL, 0,
                                     0, false);
@@ -1129,14 +1192,19 @@ static void apply(struct recovery *rc)
         } else if (r->type == TC_ENTRY_TOMBSTONE) {
             if (r->target && !linked_version(rc, i))
                 continue;       /* its version was torn: neither happened */
+            if (!before_loss)
+                wt_lost_cancel(rc, r->oblock);
             map_drop_block(c, r->oblock);
         } else if (r->type == TC_ENTRY_LOST) {
-            if (!before_loss)
+            if (!before_loss) {
+                wt_lost_cancel(rc, r->oblock);
                 lost_set(&c->map.lost, r->oblock, &r->valid);
+            }
         } else {
             apply_clean(rc, r);
         }
     }
+    wt_lost_clear_pending(rc);
     abandon_stop_lost_apply(c, wt_unstable, rc);
     untrusted_clean(rc, mark);
     /* Write-through versions the origin may lack become dirty. */
