@@ -908,6 +908,13 @@ static void drain_synced(struct log_waiter *w, int err)
         x->emptied = true;
         x->ending = true;
         x->old_tail = c->lg.tail_seq;
+        /* The group open now began below the new tail: a record appended
+         * to it would be dead at the next start (recovery replays the
+         * groups at or after the tail), and the lost set with it -- the
+         * sectors read the origin's older data after a restart, where the
+         * daemon answered EIO.  Closed, the records below open a new one. */
+        if (c->map.lost.blocks)
+            log_close_group(c);
         c->lg.tail_seq = c->lg.next_seq;
         /* The lost set outlives the emptied log: its records go again
          * into the group that stays live.  Then the chunk whose header
