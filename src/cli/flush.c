@@ -24,8 +24,9 @@ static const char flush_help[] =
 "left, the rate and the time left on a terminal.  The daemon keeps serving\n"
 "meanwhile; what clients write while the flush runs may stay dirty (the\n"
 "summary says how much), so a flush ends however busy they are.\n"
-"Data lost with a failed cache is not dirty, but the origin lacks it: the\n"
-"summary says how much (its sectors read EIO until written again).\n"
+"Lost sectors (data lost with a failed cache or an origin connection, or\n"
+"writes in doubt) are not dirty, but the origin lacks their newest version:\n"
+"the summary says how much (they read EIO until written again).\n"
 "\n"
 "  --socket PATH   the daemon's NBD socket (x.sock) or control socket (x.ctl)\n"
 "  --help, -h      this text\n"
@@ -33,9 +34,9 @@ static const char flush_help[] =
 "Exit status: 0 the origin holds every write acknowledged before the flush\n"
 "began; 1 some of it is not written back (with the reason and how much dirty\n"
 "data is left), or the daemon could not be asked; 2 bad usage; 3 written\n"
-"back, but acknowledged data was lost with a failed cache (how much is\n"
-"said): the origin lacks its newest version, so it must not be used alone\n"
-"as current.\n";
+"back, but some sectors are lost (acknowledged data a failed cache or a lost\n"
+"origin connection took, or writes in doubt; how much is said): the origin\n"
+"lacks their newest version, so it must not be used alone as current.\n";
 
 static const char detach_help[] =
 "Usage: tiercache detach [--socket PATH]\n"
@@ -52,9 +53,10 @@ static const char detach_help[] =
 "\n"
 "Exit status: 0 detached, the origin holds every acknowledged write; 1 not\n"
 "detached (the reason is said), or the daemon could not be asked; 2 bad\n"
-"usage; 3 detached, but acknowledged data was lost with a failed cache (how\n"
-"much is said; its sectors read EIO until written again): the origin lacks\n"
-"its newest version.\n";
+"usage; 3 detached, but some sectors are lost (acknowledged data a failed\n"
+"cache or a lost origin connection took, or writes in doubt; how much is\n"
+"said; they read EIO until written again): the origin lacks their newest\n"
+"version.\n";
 
 static const char mode_help[] =
 "Usage: tiercache mode [--socket PATH] [MODE]\n"
@@ -149,9 +151,10 @@ static void on_line(const char *line, void *arg)
             v->lost = lost > 0 ? (uint64_t)lost : 0;
             if (lost > 0 && n > 0 && (size_t)n < sizeof v->final)
                 snprintf(v->final + n, sizeof v->final - (size_t)n,
-                         "; %s of acknowledged data was lost with the cache: the origin "
-                         "lacks its newest version, and reads of it fail with EIO until it "
-                         "is written again",
+                         "; %s of lost sectors (acknowledged data a failed cache or a "
+                         "lost origin connection took, or writes in doubt): the origin "
+                         "lacks their newest version, and reads of them fail with EIO until "
+                         "written again",
                          tc_format_size((uint64_t)lost, w, sizeof w));
             jv_free(j);
         }
@@ -218,8 +221,9 @@ static int run(const char *cmd, const char *help, int argc, char **argv, bool wa
      * do, and must not exit 0 when it is not. */
     if (v.lost && strcmp(cmd, "mode") != 0) {
         char l[32];
-        fprintf(stderr, "tiercache: %s: %s of acknowledged data was lost with the cache: the "
-                "origin is not current (exit status %d)\n", cmd,
+        fprintf(stderr, "tiercache: %s: %s of lost sectors (acknowledged data a failed cache "
+                "or a lost origin connection took, or writes in doubt): the origin is not "
+                "current (exit status %d)\n", cmd,
                 tc_format_size(v.lost, l, sizeof l), EXIT_LOST);
         return EXIT_LOST;
     }
