@@ -1141,8 +1141,8 @@ static void apply(struct recovery *rc)
         qsort_r(rc->recs, rc->nrecs, sizeof *rc->recs, cmp_rec, c);
     for (size_t i = 0; i < rc->nrecs; i++) {
         struct rec *r = &rc->recs[i];
-        if (c->stop_lost_seq && r->seq >= c->stop_lost_seq) {
-            /* The lost set a stop recorded (abandon.c). */
+        if (c->stop_lost_seq && r->seq >= c->stop_lost_seq && !c->ab.stop_lost_applied) {
+            /* The lost set a stop recorded (abandon.c), once. */
             wt_lost_clear_pending(rc);
             abandon_stop_lost_apply(c, wt_unstable, rc);
         }
