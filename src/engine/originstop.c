@@ -511,8 +511,14 @@ static void sample_compare(struct sample *s)
             /* Zeroes on the origin prove nothing: a trim of a block that
              * was partly dirty keeps the block's clean sectors in the
              * cache (a trim is advisory: writepath.c) while the origin's
-             * range reads zeroes from then on. */
-            if (o[0] == 0 && memcmp(o, o + 1, TC_SECTOR - 1) == 0) {
+             * range reads zeroes from then on.  But for --adopt-origin's
+             * pass over every entry (r->partial): the origin's data is
+             * what the operator trusts, its zeroes too (written there
+             * behind the cache, say), so they differ like any data -- a
+             * clean block goes (only a miss), a block with dirty sectors
+             * refuses the start (a trimmed one too: the rule errs on the
+             * side of refusing). */
+            if (!r->partial && o[0] == 0 && memcmp(o, o + 1, TC_SECTOR - 1) == 0) {
                 r->zeroed++;
                 if (!zero_only) {
                     zsector = k;
