@@ -548,10 +548,10 @@ static void sample_compare(struct sample *s)
             break;
         }
         /* Zeroes on the origin beside data it holds as the cache does:
-         * a trim's (its written-back dirty sectors), not a wipe's.  In a
-         * block with dirty sectors, always a trim's (that is how a block
-         * keeps clean sectors the origin reads as zeroes). */
-        if (zero_only && !differs && !data_same && !partly_dirty) {
+         * a trim's (its written-back dirty sectors), not a wipe's.  (Only
+         * the sample gets here: it takes no block with dirty sectors, and
+         * the pass over every entry counts zeroes as a difference.) */
+        if (zero_only && !differs && !data_same) {
             if (r->nzdiffer == r->zcap) {
                 r->zcap = r->zcap ? 2 * r->zcap : 64;
                 r->zdiffer = realloc(r->zdiffer, r->zcap * sizeof *r->zdiffer);
