@@ -32,7 +32,7 @@ FCFLAGS   := -O1 -g -fno-omit-frame-pointer $(CSTD) $(WARN) $(SANITIZE) -fsaniti
 FLDFLAGS  := $(SANITIZE) -fsanitize=fuzzer
 LIBS      := -luring -lnbd -lgnutls -lpthread -lm
 
-HARNESSES := nbd_handshake nbd_transmission superblock chunk recovery trace
+HARNESSES := nbd_handshake nbd_transmission superblock chunk recovery trace statefiles
 
 # What each harness links, besides its own tests/fuzz/fuzz_NAME.c.
 UTIL := src/util/crc32c.c src/util/crc32c_fold.c src/util/log.c src/util/misc.c src/util/json.c
@@ -49,6 +49,7 @@ SRCS_nbd_transmission := $(NBD_SRCS)
 SRCS_superblock       := src/format/superblock.c $(UTIL)
 SRCS_chunk            := src/format/chunk.c $(UTIL)
 SRCS_trace            := src/trace/reader.c $(UTIL)
+SRCS_statefiles       := src/format/statefile.c src/format/seqrec.c $(UTIL)
 # Recovery runs the whole engine, reactor and devices included.
 SRCS_recovery         := $(filter-out src/cli/main.c,$(sort $(wildcard src/*/*.c)))
 
@@ -59,6 +60,7 @@ MAXLEN_superblock       := 4096
 MAXLEN_chunk            := 32776
 MAXLEN_recovery         := 65536
 MAXLEN_trace            := 8192
+MAXLEN_statefiles       := 16384
 
 DICT_nbd_handshake    := tests/fuzz/nbd.dict
 DICT_nbd_transmission := tests/fuzz/nbd.dict
@@ -66,6 +68,7 @@ DICT_superblock       := tests/fuzz/format.dict
 DICT_chunk            := tests/fuzz/format.dict
 DICT_recovery         := tests/fuzz/format.dict
 DICT_trace            := tests/fuzz/trace.dict
+DICT_statefiles       := tests/fuzz/statefiles.dict
 
 BINS := $(HARNESSES:%=$(FUZZ_BUILD)/fuzz_%)
 $(foreach h,$(HARNESSES),$(eval OBJS_$(h) := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,tests/fuzz/fuzz_$(h).c $(SRCS_$(h)))))
@@ -135,6 +138,7 @@ COVSRC_nbd_transmission := $(COVSRC_nbd_handshake)
 COVSRC_superblock       := src/format/superblock.c
 COVSRC_chunk            := src/format/chunk.c
 COVSRC_trace            := src/trace/reader.c
+COVSRC_statefiles       := src/format/statefile.c src/format/seqrec.c
 COVSRC_recovery         := src/engine/recovery.c src/engine/cache.c src/engine/space.c \
                            src/engine/check.c src/format/superblock.c src/format/chunk.c
 $(foreach h,$(HARNESSES),$(eval COVOBJS_$(h) := $(patsubst $(FUZZ_BUILD)/obj/%,$(COV)/obj/%,$(OBJS_$(h)))))

@@ -33,16 +33,10 @@
 #include "util/crc32c.h"
 #include "util/misc.h"
 #include "../common/chunk_equal.h"
+#include "check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);   \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
 
 #define SECTOR 4096u
 #define MAX_HDR (TC_MAX_HDR_SECTORS * SECTOR)

@@ -18,16 +18,10 @@
 
 #include "format/ondisk.h"
 #include "util/crc32c.h"
+#include "check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);   \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* Bytes after the terminating NUL of a string field are not part of it. */
 static void normalize(struct tc_superblock *sb)

@@ -7,6 +7,8 @@ tests/fuzz/mkcorpus, which captures real clients and makes real caches.
     seeds.py nbd-synth CORPUS               hand-made NBD inputs
     seeds.py cache NAME CORPUS DEV [DEV...] superblocks and chunk headers of
                                             one cache set (after a workload)
+    seeds.py statefiles CORPUS              state files and sequence records of
+                                            every version, made by hand
 
 CORPUS is tests/fuzz/corpus; each kind of seed goes to its harness's
 folder.  Names are stable so that a rerun replaces rather than adds.
@@ -264,6 +266,99 @@ def cmd_cache(name, corpus, devs):
         write(corpus, "recovery", "%s-repair%d" % (name, repair), bytes(out))
 
 
+TC_STATE_MAGIC = 0x0145544154534354
+TC_SEQREC_MAGIC = 0x0143525145534354
+TC_MAX_DEVICES = 16
+TC_ORIGIN_ID_LEN = 128
+
+
+def with_crc(buf):
+    """The file with its CRC-32C (bytes 12..15, zero while computed) set."""
+    buf = bytearray(buf)
+    buf[12:16] = b"\0\0\0\0"
+    buf[12:16] = struct.pack("<I", crc32c(bytes(buf)))
+    return bytes(buf)
+
+
+def state_file(version, flags, spb, entries, abandoned_seq=0, stop_seq=0):
+    """A state file (ondisk.h); entries: (block, lost mask, extra), extra
+    being the proofs [(sector, where, crc)] of version 3 or the (marks,
+    digest) of version 4."""
+    words = (spb + 63) // 64
+    out = bytearray(struct.pack("<QII16sIIQQQ", TC_STATE_MAGIC, version, 0, b"fuzz-cache-set!\0",
+                                flags, spb, abandoned_seq, 1800000000 * 10**9, len(entries)))
+    if version >= 2:
+        out += struct.pack("<Q", stop_seq)
+    for block, mask, extra in entries:
+        out += struct.pack("<Q", block)
+        out += b"".join(struct.pack("<Q", (mask >> (64 * w)) & (2**64 - 1)) for w in range(words))
+        if version == 3:
+            proofs = bytearray(12 * spb)
+            for sector, where, crc in extra:
+                proofs[12 * sector:12 * sector + 12] = struct.pack("<QI", where, crc)
+            out += proofs
+        elif version == 4:
+            marks, digest = extra
+            out += b"".join(struct.pack("<Q", (marks >> (64 * w)) & (2**64 - 1))
+                            for w in range(words))
+            out += struct.pack("<II", digest, 0)
+    return with_crc(out)
+
+
+def seqrec(version, ndevs, chunk_seq, dev_chunks=(), token=b"", marks=()):
+    """A sequence record (ondisk.h) of the given version."""
+    out = bytearray(struct.pack("<QII16sIIQQQ", TC_SEQREC_MAGIC, version, 0, b"fuzz-cache-set!\0",
+                                ndevs, 0, chunk_seq, 1800000000 * 10**9, 1 << 30))
+    for i in range(TC_MAX_DEVICES):
+        out += (b"dev-uuid-%02d....." % i)[:16] if i < ndevs else bytes(16)
+    out += b"file:/srv/origin.img".ljust(TC_ORIGIN_ID_LEN, b"\0")
+    if version >= 2:
+        out += b"".join(struct.pack("<Q", dev_chunks[i] if i < len(dev_chunks) else 0)
+                        for i in range(TC_MAX_DEVICES))
+    if version >= 3:
+        out += token.ljust(16, b"\0")
+    if version >= 4:
+        out += b"".join(struct.pack("<Q", marks[i] if i < len(marks) else 0)
+                        for i in range(TC_MAX_DEVICES))
+    return with_crc(out)
+
+
+def cmd_statefiles(corpus):
+    """Seeds of the statefiles harness: byte 0 bit 0 picks the sequence
+    record, bit 1 repairs the checksum (fuzz_statefiles.c)."""
+    abandoned, stop_lost, stop_drops = 1, 2, 4
+    where = (1 << 56) | 4096
+    seeds = {
+        "state-v1-abandoned": state_file(1, abandoned, 16, [(7, 0xffff, None), (9, 0x1, None)],
+                                         abandoned_seq=120),
+        "state-v1-empty": state_file(1, abandoned, 16, [], abandoned_seq=5),
+        "state-v2-stop-lost": state_file(2, stop_lost, 16, [(3, 0xf0, None)], stop_seq=300),
+        "state-v2-stop-drops": state_file(2, abandoned | stop_lost | stop_drops, 128,
+                                          [(1, (1 << 128) - 1, None), (2, 0, None)],
+                                          abandoned_seq=10, stop_seq=400),
+        "state-v3-proofs": state_file(3, abandoned, 16,
+                                      [(5, 0x3, [(0, where, 0x1234), (1, where + 1, 0x5678)])],
+                                      abandoned_seq=77),
+        "state-v3-4k": state_file(3, abandoned, 1, [(0, 1, [(0, where, 9)])], abandoned_seq=2),
+        "state-v4-marks": state_file(4, abandoned, 16, [(11, 0xff, (0x0f, 0xdeadbeef)),
+                                                        (12, 0x1, (0, 0))], abandoned_seq=50),
+        "state-v4-256": state_file(4, abandoned | stop_lost, 256,
+                                   [(4, (1 << 256) - 1, ((1 << 200) - 1, 42))],
+                                   abandoned_seq=60, stop_seq=90),
+    }
+    for name, data in seeds.items():
+        write(corpus, "statefiles", name, bytes([2]) + data)
+    records = {
+        "seqrec-v1": seqrec(1, 1, 500),
+        "seqrec-v2": seqrec(2, 2, 900, dev_chunks=(900, 850)),
+        "seqrec-v3": seqrec(3, 3, 1000, dev_chunks=(1000, 0, 990), token=b"state-token-0001"),
+        "seqrec-v4": seqrec(4, 2, 2000, dev_chunks=(2000, 1500), token=b"state-token-0002",
+                            marks=(0, 1700)),
+    }
+    for name, data in records.items():
+        write(corpus, "statefiles", name, bytes([3]) + data)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "nbd":
@@ -272,6 +367,8 @@ def main():
         cmd_nbd_synth(sys.argv[2])
     elif cmd == "cache":
         cmd_cache(sys.argv[2], sys.argv[3], sys.argv[4:])
+    elif cmd == "statefiles":
+        cmd_statefiles(sys.argv[2])
     else:
         sys.exit("seeds.py: unknown command " + cmd)
 
