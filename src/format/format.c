@@ -106,21 +106,73 @@ uint32_t tc_format_segment_size(uint64_t usable, uint32_t block_size)
 }
 
 /* The offset of the first byte that is not zero in the device's first
- * plen bytes (already read into probe) or in DATA_SAMPLES reads of
- * DATA_SAMPLE bytes spread evenly over the rest: *at, or UINT64_MAX when
- * all read zero.  0, or -errno of a failed read.  probe is overwritten. */
+ * plen bytes (already read into probe), in DATA_SAMPLES reads of
+ * DATA_SAMPLE bytes spread evenly over the rest, or -- a regular file --
+ * at the start of any of its first DATA_EXTENTS extents that hold data
+ * (SEEK_DATA: a raw image used as an origin is often a sparse file with
+ * its data anywhere, which the samples miss): *at, or UINT64_MAX when all
+ * read zero.  0, or -errno of a failed read.  probe is overwritten. */
 #define DATA_SAMPLES 8u
 #define DATA_SAMPLE (64u << 10)
+#define DATA_EXTENTS 4096u
+#define DATA_EXTENT_READ 4096u
 
-static int find_data(struct tc_dev *dev, uint8_t *probe, size_t plen, uint64_t *at)
+static bool nonzero(const uint8_t *b, uint64_t len, uint64_t off, uint64_t *at)
 {
-    *at = UINT64_MAX;
-    for (size_t i = 0; i < plen; i++) {
-        if (probe[i]) {
-            *at = i;
-            return 0;
+    for (uint64_t i = 0; i < len; i++) {
+        if (b[i]) {
+            *at = off + i;
+            return true;
         }
     }
+    return false;
+}
+
+/* The start of each data extent of a regular file, read (a 4 KiB
+ * sector): the extents of a sparse image are where its data is. */
+static int find_data_extents(const char *path, struct tc_dev *dev, uint8_t *probe,
+                             uint64_t *at)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;       /* the samples were read: nothing more to learn */
+    struct stat st;
+    uint64_t size = tc_round_down(dev->size, 4096);
+    int rc = 0;
+    off_t from = 0;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        goto out;
+    for (unsigned n = 0; n < DATA_EXTENTS && (uint64_t)from < size; n++) {
+        off_t d = lseek(fd, from, SEEK_DATA);
+        if (d < 0)
+            break;      /* ENXIO: no data past from; EINVAL: not supported */
+        off_t h = lseek(fd, d, SEEK_HOLE);
+        if (h < 0 || h <= d)
+            h = (off_t)size;
+        uint64_t off = tc_round_down((uint64_t)d, 4096);
+        if (off >= size)
+            break;
+        uint64_t len = TC_MIN((uint64_t)DATA_EXTENT_READ, size - off);
+        int e = dev_sync_io(dev, TC_DEV_READ, probe, off, len, 0);
+        if (e) {
+            rc = e;
+            goto out;
+        }
+        if (nonzero(probe, len, off, at))
+            goto out;
+        from = h;
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+static int find_data(const char *path, struct tc_dev *dev, uint8_t *probe, size_t plen,
+                     uint64_t *at)
+{
+    *at = UINT64_MAX;
+    if (nonzero(probe, plen, 0, at))
+        return 0;
     uint64_t size = tc_round_down(dev->size, 4096);
     for (unsigned k = 1; k <= DATA_SAMPLES; k++) {
         uint64_t off = tc_round_down(size / DATA_SAMPLES * k, 4096);
@@ -131,14 +183,10 @@ static int find_data(struct tc_dev *dev, uint8_t *probe, size_t plen, uint64_t *
         int e = dev_sync_io(dev, TC_DEV_READ, probe, off, len, 0);
         if (e)
             return e;
-        for (uint64_t i = 0; i < len; i++) {
-            if (probe[i]) {
-                *at = off + i;
-                return 0;
-            }
-        }
+        if (nonzero(probe, len, off, at))
+            return 0;
     }
-    return 0;
+    return find_data_extents(path, dev, probe, at);
 }
 
 int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char *err,
@@ -280,7 +328,7 @@ int tc_format(const struct tc_format_opts *o, struct tc_format_result *res, char
          * new or wiped device reads zeroes there. */
         if (!what && !o->force) {
             uint64_t at;
-            int e2 = find_data(devs[n], probe, plen, &at);
+            int e2 = find_data(path, devs[n], probe, plen, &at);
             if (e2) {
                 snprintf(err, errlen, "%s: cannot read the device: %s", path, strerror(-e2));
                 goto out;
