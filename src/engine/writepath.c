@@ -1595,6 +1595,27 @@ static void sync_then_discard_origin(struct wreq *w)
  * the tombstones are written before the origin range changes, then the
  * whole range goes to the origin as one operation.
  */
+/* Whether any block of [off, off + len) is cached: a look-up per block of
+ * the range, or a walk of the index when that has fewer entries (a fast
+ * zero of a whole large volume). */
+static bool range_cached(struct cache *c, uint64_t off, uint64_t len)
+{
+    const struct index *ix = &c->map.idx;
+    uint64_t first = off / c->block_size, end = (off + len + c->block_size - 1) / c->block_size;
+    if (end - first > ix->used) {
+        for (uint32_t id = 0; id < ix->used; id++) {
+            uint64_t ob = ce_oblock(CE(ix, id));
+            if (!ce_is_free(CE(ix, id)) && ob >= first && ob < end)
+                return true;
+        }
+        return false;
+    }
+    for (uint64_t b = first; b < end; b++)
+        if (index_lookup(ix, b) != NIL)
+            return true;
+    return false;
+}
+
 void cache_discard(struct ereq *e)
 {
     bool zero = e->op == TC_OP_WRITE_ZEROES;
@@ -1607,10 +1628,24 @@ void cache_discard(struct ereq *e)
         e->complete(e);
         return;
     }
-    readahead_invalidate(e->vol->cache, e->off, e->len);
     struct cache *c = e->vol->cache;
-    c->last_client_io_ns = tc_now_ns();
     bool back = zero && e->vol->mode == TC_MODE_WRITEBACK;
+    if (zero && (e->flags & TC_REQ_FAST_ZERO) && range_cached(c, e->off, e->len)) {
+        /* The cached blocks of the range are zeroed (dirty zeroes in
+         * writeback, made durable first; zeroes written through in the
+         * other modes) before the origin is asked: an origin that offers
+         * fast zeroes may still refuse one (ENOTSUP: its file system
+         * cannot, for that range), and the export would then read zeroes
+         * where the request failed.  A failed fast zero leaves the export
+         * as it was (proto.md), so one over cached blocks is refused here:
+         * the client falls back to a plain write-zeroes, which zeroes
+         * them. */
+        e->err = -ENOTSUP;
+        e->complete(e);
+        return;
+    }
+    readahead_invalidate(c, e->off, e->len);
+    c->last_client_io_ns = tc_now_ns();
     struct wreq *w = split(e, NULL, back ? W_BACK : zero ? W_AROUND : W_DISCARD);
     /* The origin range is registered from now until the origin operation
      * ends (discard_origin_done), not only while it runs: between the
