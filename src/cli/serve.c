@@ -548,14 +548,14 @@ static void volume_closed(void *arg, int err)
     tc_format_size(bytes, sz, sizeof sz);
     tc_format_size(unwritten_bytes, usz, sizeof usz);
     if (s->origin_gone && blocks)
-        tc_error("stopped with errors: the origin lost its name while served (writes and "
-                 "flushes failed since); %s of dirty data (%llu blocks) stays in the cache, "
+        tc_error("stopped with errors: the origin lost its name while served, or was "
+                 "truncated (writes and flushes failed since); %s of dirty data (%llu blocks) stays in the cache, "
                  "and the next start refuses the file now at the origin's path: give the origin "
                  "its name back if it still has one, or pass --adopt-origin to have the dirty "
                  "data written to the file there", sz, (unsigned long long)blocks);
     else if (s->origin_gone)
-        tc_error("stopped with errors: the origin lost its name while served (writes and "
-                 "flushes failed since); no dirty data in the cache");
+        tc_error("stopped with errors: the origin lost its name while served, or was "
+                 "truncated (writes and flushes failed since); no dirty data in the cache");
     else if (unwritten_blocks && s->cache_unlinked)
         tc_error("stopped %s; %s of dirty data (%llu blocks) could not be written back and "
                  "is lost with the cache device that was removed or replaced while served",

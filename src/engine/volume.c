@@ -114,6 +114,10 @@ static int origin_record_check(const struct tc_volume_config *cfg, const struct 
  *    cache's dirty data stays dirty (its write-backs are refused too), and
  *    the next start refuses the file or device now at the path: its
  *    identity is not the one the cache's superblock records (cache.c).
+ *    A file origin truncated below its size while served is treated so
+ *    too (dev_file_shrunk()): what it held past its new end -- flushed
+ *    writes among it -- is gone, writes there would only extend it again
+ *    with holes, and the next start refuses its size.
  * NBD exports are not looked at: a device that vanishes fails its I/O,
  * which the failure paths see. */
 
@@ -156,7 +160,8 @@ static void paths_check(struct tc_volume *vol)
 {
     char why[1024];
     if (!vol->origin_gone && !vol->read_only &&
-        dev_path_lost(vol->origin, "origin", why, sizeof why)) {
+        (dev_path_lost(vol->origin, "origin", why, sizeof why) ||
+         dev_file_shrunk(vol->origin, why, sizeof why))) {
         const char *what = vol->origin->is_block_device ? "device" : "file";
         vol->origin_gone = true;
         vol->origin->refuse_writes = true;

@@ -271,6 +271,12 @@ bool dev_file_mtime(const struct tc_dev *d, uint64_t *ns);
  * (EACCES, EIO: nothing is known).  One fstat() and one stat(): cheap
  * enough for once a second and each FLUSH (engine/volume.c). */
 bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len);
+/* Whether a regular file's size is now below the size it had when opened
+ * (d->size): truncated while open (a `truncate -s`).  What it held past
+ * its new end is gone; why says how much.  A file truncated and grown
+ * back between two looks (a copy written over it in place) is not seen.
+ * False for any other device, or when fstat() fails.  One fstat(). */
+bool dev_file_shrunk(const struct tc_dev *d, char *why, size_t len);
 /* What a local block device's path names now, against the device open
  * (stat() of the path, following symlinks such as /dev/disk/by-id/...,
  * against fstat() of the descriptor: st_rdev):

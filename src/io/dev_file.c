@@ -495,6 +495,20 @@ bool dev_file_unlinked(const struct tc_dev *d, char *why, size_t len)
     return true;
 }
 
+bool dev_file_shrunk(const struct tc_dev *d, char *why, size_t len)
+{
+    if (d->ops != &file_ops || d->is_block_device)
+        return false;
+    const struct dev_file *f = container_of(d, const struct dev_file, dev);
+    struct stat st;
+    if (fstat(f->fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size >= d->size)
+        return false;
+    snprintf(why, len, "%s was truncated to %llu bytes (it had %llu): what it held past that "
+             "is gone from it", d->name, (unsigned long long)st.st_size,
+             (unsigned long long)d->size);
+    return true;
+}
+
 enum dev_path dev_block_path(const struct tc_dev *d, char *why, size_t len)
 {
     if (d->ops != &file_ops || !d->is_block_device)
