@@ -908,6 +908,40 @@ static bool one_per_device(struct cache *c, const struct parse *ps)
     return ok;
 }
 
+/*
+ * The marks a start found beside the stop record: an abandonment (the
+ * state file's, or a superblock's) and devices' failure marks.  Each was
+ * set at or above the log's next sequence when it happened, and every
+ * stop after it writes a chunk above it: a checkpoint whose log ends at
+ * or below a mark (ck->next_seq, above every sequence it covers) was
+ * written before the mark was set -- an older copy's: a backup of the
+ * cache taken at a clean stop and put back after the cache was
+ * abandoned, whose superblocks carry no mark yet the state file does.
+ * Its entries name versions older than what the origin received since,
+ * and the scan, which applies the marks, is what rebuilds the state then.
+ * -1 with why.
+ */
+static int marks_after(const struct cache *c, const struct tc_ckpt *ck, char *why,
+                       size_t whylen)
+{
+    if (c->abandoned_seq && ck->next_seq <= c->abandoned_seq) {
+        snprintf(why, whylen, "it was written before the abandonment at log sequence %llu "
+                 "the state file or the superblocks record (its log ends at %llu): it is an "
+                 "older copy's", (unsigned long long)c->abandoned_seq,
+                 (unsigned long long)ck->next_seq);
+        return -1;
+    }
+    for (unsigned d = 0; d < TC_MAX_DEVICES; d++) {
+        if (c->failed_seq[d] && ck->next_seq <= c->failed_seq[d]) {
+            snprintf(why, whylen, "it was written before device %u's failure mark at log "
+                     "sequence %llu (its log ends at %llu): it is an older copy's", d,
+                     (unsigned long long)c->failed_seq[d], (unsigned long long)ck->next_seq);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int ckpt_restore(struct cache *c, const struct tc_superblock *rec, char *why, size_t whylen)
 {
     /* A stop's lost set in the state file (abandon.c) is applied to what a
@@ -932,6 +966,8 @@ int ckpt_restore(struct cache *c, const struct tc_superblock *rec, char *why, si
         snprintf(why, whylen, "a group has two segments on one device");
         rc = -1;
     }
+    if (rc == 0)
+        rc = marks_after(c, &ck, why, whylen);
     if (rc == 0)
         rc = parse(&ps, true, why, whylen);
     if (rc == 0) {
