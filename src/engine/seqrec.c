@@ -56,9 +56,19 @@
  *
  * The log counts a chunk whose write failed as written (its data is
  * appended again elsewhere) and a flush that failed on one device as done:
- * after any cache write or flush error, a device failure or an
- * abandonment in this run, flushed_upto no longer says what the devices
- * hold, so the record stays where it was until the next start.
+ * after a cache write or flush error in this run flushed_upto no longer
+ * says what the devices hold.  Such an error fails its device at once
+ * (failure.c), and its chunks are untrusted from its failure mark on, so
+ * the record names from then on the newest chunk a flush made durable on
+ * a device still in service (durable_chunk()): every chunk up to it on
+ * such a device was written before a flush that ended (a device's chunk
+ * counts as written only once every chunk before it is, on every device),
+ * and the failed device's entry is dropped (record_fill()).  A whole set
+ * put back from a backup taken before the failure is then still refused
+ * (before, the record stayed where it was from the first error on, and
+ * such a backup was served).  Once the cache is abandoned (no device in
+ * service), the record stays at chunk 0 (seqrec_abandoned()) until the
+ * next start.
  *
  * So the record never names a chunk the devices may lose in a crash (the
  * invariant in seqrec.h), and lags them by at most SEQREC_PERIOD_NS plus
@@ -1255,6 +1265,7 @@ void seqrec_started(struct cache *c)
 }
 
 static bool updatable(struct cache *c);
+static uint64_t durable_chunk(const struct cache *c);
 
 /*
  * The chunk a start after a crash writes and flushes before anything else
@@ -1272,7 +1283,7 @@ void seqrec_restart_marked(struct cache *c)
     struct seqrec *sr = c->seqrec;
     if (!sr || sr->thread_started || !updatable(c))
         return;
-    uint64_t v = c->lg.flushed_upto;
+    uint64_t v = durable_chunk(c);
     if (v <= sr->posted || v <= c->lg.skipped_upto || c->lg.flushed_ns <= sr->start_ns)
         return;
     struct tc_seqrec r;
@@ -1286,21 +1297,39 @@ void seqrec_restart_marked(struct cache *c)
     stop_mirror(sr, &r, c->vol->origin_recorded && !sr->forget_stop);
 }
 
-/* False once this run had a cache device error (see the top): logged once. */
+/* False once no device is left in service (see the top): logged once. */
 static bool updatable(struct cache *c)
 {
     struct seqrec *sr = c->seqrec;
     if (sr->frozen)
         return false;
-    bool bad = c->st.cache_write_errors || c->abandoned || c->vol->cache_failed;
-    for (unsigned d = 0; d < c->ndevs && !bad; d++)
-        bad = c->devs[d].state != CDEV_OK;
-    if (!bad)
+    bool in_service = false;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        in_service |= c->devs[d].state == CDEV_OK;
+    if (in_service && !c->abandoned && !c->vol->cache_failed)
         return true;
     sr->frozen = true;
-    tc_warn("sequence record %s: not updated in this run any more after a cache device "
-            "error (it stays at chunk %llu)", sr->path, (unsigned long long)sr->posted);
+    tc_warn("sequence record %s: not updated in this run any more: no cache device is left "
+            "in service (it stays at chunk %llu)", sr->path, (unsigned long long)sr->posted);
     return false;
+}
+
+/* The newest chunk the record may name now (see the top): flushed_upto
+ * while this run had no cache write or flush error and every device is in
+ * service; after one, the newest chunk a flush made durable on a device
+ * in service. */
+static uint64_t durable_chunk(const struct cache *c)
+{
+    bool all_ok = c->st.cache_write_errors == 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        all_ok &= c->devs[d].state == CDEV_OK;
+    if (all_ok)
+        return c->lg.flushed_upto;
+    uint64_t v = 0;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].state == CDEV_OK)
+            v = TC_MAX(v, c->lg.dev_flushed[d]);
+    return TC_MIN(v, c->lg.flushed_upto);
 }
 
 void seqrec_tick(struct cache *c, uint64_t now_ns)
@@ -1320,7 +1349,7 @@ void seqrec_tick(struct cache *c, uint64_t now_ns)
      * what it and the one on file name (guard_apply()). */
     if (sr->sent)
         return;
-    uint64_t v = c->lg.flushed_upto;
+    uint64_t v = durable_chunk(c);
     struct tc_seqrec r;
     /* Only a flush of this run vouches for what it covers (a chunk read
      * back at the start may still sit in a volatile cache), and only for
@@ -1446,7 +1475,7 @@ void seqrec_close(struct cache *c)
     sent_settle(c, true);
     if (!updatable(c))
         return;
-    uint64_t v = c->lg.flushed_upto;
+    uint64_t v = durable_chunk(c);
     pthread_mutex_lock(&sr->mu);
     uint64_t written = sr->written;
     pthread_mutex_unlock(&sr->mu);
