@@ -216,6 +216,16 @@ static int refuse_salvage(struct cache *c, struct tc_dev *o, struct seqrec_look 
  * anyway).
  * Unlike serve, salvage records nothing: an adopted identity is not
  * written to the superblock. */
+static void salvage_first_write(struct tc_dev *d, void *ctx)
+{
+    const struct cache *c = ctx;
+    int e = originrec_writer_write(d, c->set_uuid);
+    if (e < 0)
+        tc_warn("origin %s: cannot record the salvage as its last writer (%s): a cache set that "
+                "stopped cleanly before will not know that it was written", d->name,
+                strerror(-e));
+}
+
 static int salvage(struct cache *c, struct tc_reactor *r, const char *const *paths,
                    const char *state_file, const char *origin, bool json, bool progress,
                    bool accept_older, bool adopt, unsigned check_blocks)
@@ -226,6 +236,11 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
         cache_close_offline(c);
         tc_die(2, "check --salvage: %s", err);
     }
+    /* The salvage's first write makes it the origin's last writer
+     * (io/originrec.c): another set that stopped cleanly refuses the
+     * origin it wrote. */
+    o->first_write = salvage_first_write;
+    o->first_write_ctx = c;
     const struct tc_superblock *sb = &c->devs[0].sb;
     uint64_t osize = tc_round_down(o->size, TC_SECTOR);
     bool same_id = dev_identity_matches(o, sb->origin_id, TC_ORIGIN_ID_LEN - 1) != DEV_ID_OTHER;
@@ -375,7 +390,10 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
     if (rc == 0 && same_id) {
         struct originrec_stamp stamp;
         origin_stamp(o, &stamp);
-        int e = originrec_stop_write_salvaged(c->set_uuid, look.found, &stamp);
+        struct originrec_writer *w = tc_xcalloc(1, sizeof *w);
+        const char *token = originrec_writer_read(o, w) == 0 && w->found ? w->token : NULL;
+        int e = originrec_stop_write_salvaged(c->set_uuid, look.found, &stamp, token);
+        free(w);
         if (e < 0)
             snprintf(marked, sizeof marked, "could not record the salvage in the set's stop "
                      "record (%s): a start of the set would not know it; if the origin is "

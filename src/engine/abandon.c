@@ -138,6 +138,7 @@
 #include "engine/lostlog.h"
 #include "engine/seqrec.h"
 #include "io/claim.h"
+#include "io/originrec.h"
 #include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/json.h"
@@ -1629,8 +1630,59 @@ static void unfiled_found(struct cache *c, const char *dev, uint64_t seq, const 
             c->state_path, why);
 }
 
+static int load_state(struct cache *c, const char *state_file, const char *first_path,
+                      char *err, size_t errlen);
+
+/*
+ * The set's stop record (io/originrec.c), kept with the origin records,
+ * away from the cache's folder, says the cache was abandoned at run time
+ * at log sequence N (seqrec_abandoned()), but neither the state file nor
+ * any superblock records an abandonment that recent: the state file was
+ * lost or replaced by an older copy, and the devices are maybe an older
+ * copy too (a backup put back), from before the abandonment -- whose log
+ * the start would trust, serving data the origin has overwritten since
+ * and writing its older dirty data over it.  Refused, naming the record;
+ * --accept-older-cache serves them anyway (the origin restored to the
+ * same point, the operator says), as for the other records of the set's
+ * progress.  Not for sets on memory devices (replay's), which keep no
+ * records.
+ */
+static int abandonment_forgotten(struct cache *c, const char *first_path, char *err,
+                                 size_t errlen)
+{
+    if (dev_is_mem(first_path) || c->vol->cfg.accept_older_cache)
+        return 0;
+    struct originrec_stop *st = tc_xcalloc(1, sizeof *st);
+    int rc = 0;
+    uint64_t known = c->abandoned_seq;
+    for (unsigned d = 0; d < c->ndevs; d++)
+        if (c->devs[d].sb.flags & TC_SB_ABANDONED)
+            known = TC_MAX(known, c->devs[d].sb.abandoned_seq);
+    if (originrec_stop_read(c->set_uuid, st) == 0 && st->found && st->abandoned_seq > known) {
+        snprintf(err, errlen, "the set's stop record %s says that the cache was abandoned at run "
+                 "time (log sequence %llu), but neither its state file %s nor its devices record "
+                 "that: the state file was lost or replaced by an older copy, and the devices may "
+                 "be an older copy too (a backup put back), whose data the origin has overwritten "
+                 "since.  Restore the state file; if these devices and the origin were restored "
+                 "together to the same point, start with --accept-older-cache; otherwise "
+                 "reformat the cache with 'tiercache format --force --discard-dirty'", st->path,
+                 (unsigned long long)st->abandoned_seq, c->state_path);
+        rc = -1;
+    }
+    free(st);
+    return rc;
+}
+
 int abandon_load(struct cache *c, const char *state_file, const char *first_path, char *err,
                  size_t errlen)
+{
+    if (load_state(c, state_file, first_path, err, errlen) < 0)
+        return -1;
+    return abandonment_forgotten(c, first_path, err, errlen);
+}
+
+static int load_state(struct cache *c, const char *state_file, const char *first_path,
+                      char *err, size_t errlen)
 {
     c->state_path = state_file ? tc_xstrdup(state_file)
                                : set_state_path(c, first_path, err, errlen);

@@ -103,6 +103,12 @@ struct tc_volume {
     /* The origin's record names this cache set (io/originrec.c): removed
      * at a clean stop that leaves the origin holding every write. */
     bool origin_recorded;
+    /* The set a start with a cache names as the origin's writer before the
+     * cache is open (origin_first_write()). */
+    bool writer_set_known;
+    uint8_t writer_set[16];
+    /* Its lock among the daemons that may write the origin (io/claim.c). */
+    struct claim_set *origin_claim;
     bool detached;                  /* the cache is emptied and unused */
     bool cache_failed;              /* every cache device failed: origin only */
     /* Detach gate: while closed, new requests wait here until the cache

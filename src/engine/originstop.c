@@ -36,7 +36,12 @@
  * lower than recorded), or the kernel keeps no count now (its I/O
  * statistics turned off).  Nothing is recorded for an NBD origin, nor by
  * a build before the fields: then, as for a time put back, the sample of
- * clean blocks below (cache_origin_sample()) is all that can tell.
+ * clean blocks below (cache_origin_sample()) is all that can tell -- but
+ * for tiercache's own writes: every start that may write an origin
+ * records the set it serves it with, or none (io/originrec.c, the origin's
+ * last writer), so a start after a clean stop that finds another writer
+ * recorded (another set, or a serve without a cache) knows the origin was
+ * served since (writer_verdict()), an NBD export as any other.
  * Nothing is known after a crash or a kill (no clean-stop record): the
  * sample alone tells there.
  * check --salvage asks the same before it writes the dirty data there.
@@ -199,6 +204,16 @@ static enum verdict device_verdict(const struct tc_superblock *sb, struct tc_dev
     return WRITTEN;
 }
 
+/* The evidence a writer record w gives, into what: another run wrote the
+ * origin (writer_verdict(), cache_origin_salvage_changed()). */
+static void writer_written(const struct originrec_writer *w, char *what, size_t len)
+{
+    char when[64];
+    snprintf(what, len, "tiercache wrote it since, %s%s, from %s (its writer record %.300s)",
+             w->none ? "without a cache" : "with cache set ", w->none ? "" : w->set,
+             format_ns(w->since_ns, when, sizeof when), w->path);
+}
+
 int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
                                  size_t errlen)
 {
@@ -209,11 +224,20 @@ int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool ad
     }
     struct tc_superblock *then = tc_xmalloc(sizeof *then);
     stamp_into(&st->salvaged_stamp, then);
-    char what[400];
+    char what[600];
     bool file = dev_file_mtime(origin, &(uint64_t){ 0 });
     enum verdict v = file ? file_verdict(then, origin, "salvage", what, sizeof what)
                           : device_verdict(then, origin, "salvage", what, sizeof what);
     free(then);
+    /* The origin's last writer since the salvage (io/originrec.c): the
+     * salvage's own writes made the token its record keeps. */
+    struct originrec_writer *w = tc_xcalloc(1, sizeof *w);
+    if (v != WRITTEN && st->writer_token[0] && originrec_writer_read(origin, w) == 0 &&
+        w->found && strcmp(w->token, st->writer_token) != 0) {
+        writer_written(w, what, sizeof what);
+        v = WRITTEN;
+    }
+    free(w);
     int rc = 0;
     if (v == UNKNOWN) {
         tc_warn("origin %s: whether it was written since 'tiercache check --salvage' wrote the "
@@ -246,7 +270,7 @@ void cache_origin_salvage_served(struct cache *c)
 {
     struct originrec_stop *st = tc_xcalloc(1, sizeof *st);
     if (originrec_stop_read(c->set_uuid, st) == 0 && st->salvaged) {
-        int e = originrec_stop_write(c->set_uuid, st->chunk, false);
+        int e = originrec_stop_write(c->set_uuid, st->chunk, false, NULL);
         if (e < 0)
             tc_warn("the set's stop record %s: cannot write it again (%s): it still says "
                     "that the set was salvaged, and a start after this daemon's own writes "
@@ -256,16 +280,60 @@ void cache_origin_salvage_served(struct cache *c)
     free(st);
 }
 
+/* The origin's last writer (io/originrec.c): the first write of every run
+ * (another set's, one without a cache, this set's own) records a new
+ * token, and this set's clean stop kept the token it found then.  Another
+ * token now means another run wrote the origin since.  The only evidence
+ * for an origin the other verdicts know nothing of (an NBD export), when
+ * tiercache wrote it.  Nothing kept (a stop record of an older build, or
+ * none): nothing to compare. */
+static enum verdict writer_verdict(struct cache *c, struct tc_dev *origin, char *what,
+                                   size_t len)
+{
+    if (!c->vol->origin_recorded)
+        return UNCHANGED;
+    struct originrec_stop *st = tc_xcalloc(1, sizeof *st);
+    struct originrec_writer *w = tc_xcalloc(1, sizeof *w);
+    enum verdict v = UNCHANGED;
+    if (originrec_stop_read(c->set_uuid, st) < 0 || !st->found || !st->writer_token[0])
+        goto out;
+    if (originrec_writer_read(origin, w) < 0) {
+        snprintf(what, len, "its writer record: %.900s", w->why);
+        v = UNKNOWN;
+    } else if (!w->found) {
+        if (strcmp(st->writer_token, ORIGINREC_TOKEN_NONE) != 0) {
+            snprintf(what, len, "its writer record, which the set's stop record %.500s names, "
+                     "is gone", st->path);
+            v = UNKNOWN;
+        }
+    } else if (strcmp(w->token, st->writer_token) != 0) {
+        writer_written(w, what, len);
+        v = WRITTEN;
+    }
+out:
+    free(st);
+    free(w);
+    return v;
+}
+
 int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
                          size_t errlen)
 {
     const struct tc_superblock *sb = &c->devs[0].sb;
     if (!(sb->flags & TC_SB_CLEAN_STOP))
         return 0;
-    char what[400];
+    char what[1200];
     bool file = dev_file_mtime(origin, &(uint64_t){ 0 });
     enum verdict v = file ? file_verdict(sb, origin, "stop", what, sizeof what)
                           : device_verdict(sb, origin, "stop", what, sizeof what);
+    if (v != WRITTEN) {
+        char wwhat[sizeof what];
+        enum verdict wv = writer_verdict(c, origin, wwhat, sizeof wwhat);
+        if (wv == WRITTEN || (wv == UNKNOWN && v == UNCHANGED)) {
+            v = wv;
+            snprintf(what, sizeof what, "%s", wwhat);
+        }
+    }
     if (v == UNCHANGED)
         return 0;
     if (v == UNKNOWN) {
@@ -297,7 +365,8 @@ int cache_origin_changed(struct cache *c, struct tc_dev *origin, bool adopt, cha
                  "writes", tc_format_size(c->map.dirty_sectors * TC_SECTOR, dirty, sizeof dirty));
     snprintf(err, errlen,
              "origin %s was modified after the cache on %s stopped cleanly (%s): something "
-             "wrote it while no daemon served it, so the cache's copies of its blocks may be "
+             "wrote it while no daemon served it with this cache, so the cache's copies of its "
+             "blocks may be "
              "older than the origin%s.  If the origin's data was not changed (%s), pass "
              "--adopt-origin; %s",
              origin->name, c->devs[0].dev->name, what, dpart,

@@ -449,7 +449,7 @@ static void stop_mirror(struct seqrec *sr, const struct tc_seqrec *r, bool wante
     pthread_mutex_unlock(&sr->mu);
     if (!want)
         return;
-    int rc = originrec_stop_write(r->set_uuid, r->chunk_seq, false);
+    int rc = originrec_stop_write(r->set_uuid, r->chunk_seq, false, NULL);
     pthread_mutex_lock(&sr->mu);
     if (rc == 0) {
         sr->stop_written = r->chunk_seq;
@@ -825,9 +825,10 @@ static void look_record(const struct cache *c, struct seqrec_look *l, bool token
  * names: OLDER, as the sequence record would say (by_stop).  Compared
  * where the sequence record let the start go on (current, missing,
  * another set's); not with a device out of service (the newest chunk
- * may be on it), nor after an abandonment (seqrec.c removes the stop
- * record then).  A stop record that cannot be read is said and not
- * compared: it adds to the sequence record, which still stands.
+ * may be on it), nor after an abandonment (seqrec_abandoned() sets the
+ * stop record to chunk 0 then, with the abandonment: abandon.c).  A stop
+ * record that cannot be read is said and not compared: it adds to the
+ * sequence record, which still stands.
  */
 static void look(const struct cache *c, struct seqrec_look *l, bool tokens)
 {
@@ -1450,11 +1451,16 @@ void seqrec_abandoned(struct cache *c)
         return;
     sr->abandoned = sr->frozen = true;
     /* Nor does the set's stop record hold the devices to its chunk: the
-     * writer, which keeps it up (stop_mirror()), stopped first. */
+     * writer, which keeps it up (stop_mirror()), stopped first.  It says
+     * chunk 0 from now on, and the abandonment: a start that finds neither
+     * the state file nor the superblocks recording it is refused
+     * (abandon.c, abandonment_forgotten()). */
     writer_stop(sr);
-    int e = originrec_stop_remove(c->set_uuid);
+    int e = c->vol->origin_recorded ? originrec_stop_write_abandoned(c->set_uuid,
+                                                                     c->abandoned_seq)
+                                    : originrec_stop_remove(c->set_uuid);
     if (e < 0)
-        tc_warn("cannot remove the set's stop record: %s; a start of these devices may be "
+        tc_warn("cannot write the set's stop record: %s; a start of these devices may be "
                 "refused as an older copy (remove it by hand)", strerror(-e));
     sent_settle(c, true);
     sr->sent = false;

@@ -53,6 +53,8 @@ void tc_volume_config_defaults(struct tc_volume_config *cfg)
     cfg->origin_check_blocks = 32;
 }
 
+static void origin_first_write(struct tc_dev *d, void *ctx);
+
 /* Does the origin keep records of its cache set (io/originrec.c)?  Not
  * a memory origin, nor a data-free volume (replay): they live and die
  * with the process. */
@@ -287,6 +289,18 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
         dev_close(origin);
         return NULL;
     }
+    /* Not beside another daemon that may write the origin (io/claim.c,
+     * claim_origin_lock()): a serve with a cache holds it alone, one without
+     * a cache that may write shares it.  An NBD export is claimed by no
+     * one else: a set started beside a serve without a cache of the same
+     * export would hold clean copies that serve's writes make older. */
+    struct claim_set *claim = NULL;
+    if (records && claim_set_enabled() && (cached || !cfg->read_only) &&
+        (claim = claim_origin_lock(origin->identity, cfg->origin, cached, err, errlen)) ==
+            NULL) {
+        dev_close(origin);
+        return NULL;
+    }
     /* The record of the set, before the cache is opened (which changes it:
      * its start clears the clean-stop record) and anything served: a kill
      * from now on leaves it.  Not written, the start is refused -- that
@@ -298,6 +312,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     if (records && have_set && !had_set &&
         originrec_write(origin, cfg->origin, set, cfg->caches, err, errlen) < 0) {
         dev_close(origin);
+        claim_set_release(claim);
         return NULL;
     }
     origin->hold_timeout_ns = cfg->origin_timeout_ns;
@@ -310,6 +325,20 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
     vol->read_only = cfg->read_only;
     vol->mode = cfg->caches && cfg->caches[0] ? cfg->mode : TC_MODE_PASSTHROUGH;
     vol->opened_ns = tc_now_ns();
+    vol->origin_claim = claim;
+    /* The origin's last writer (io/originrec.c): this run, from its first
+     * write, trim or write-zeroes on (a run that only reads changes
+     * nothing), so that a set that stopped cleanly before knows at its next
+     * start that the origin was written since (originstop.c).  From before
+     * the cache is opened: its start may write the origin (a drain resumed
+     * from the log, abandon.c). */
+    if (records && !cfg->read_only) {
+        vol->writer_set_known = have_set;
+        if (have_set)
+            memcpy(vol->writer_set, set, 16);
+        origin->first_write = origin_first_write;
+        origin->first_write_ctx = vol;
+    }
     if (cfg->caches && cfg->caches[0]) {
         /* Recorded above: the start's own records of the set's progress
          * (seqrec.c, its stop record) go with it from the first. */
@@ -320,6 +349,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
             if (records && have_set && !had_set)
                 originrec_remove(origin, set);
             dev_close(origin);
+            claim_set_release(claim);
             free(vol);
             return NULL;
         }
@@ -523,6 +553,22 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
     engine_submit_locked(e);
 }
 
+/* The origin's first write of this run (the origin device's hook): the
+ * run becomes its last writer (io/originrec.c).  Blocking, once a run (a
+ * small file written and synced).  Not recorded, a warning: the origin is
+ * served all the same, as it always was. */
+static void origin_first_write(struct tc_dev *d, void *ctx)
+{
+    struct tc_volume *vol = ctx;
+    const uint8_t *set = vol->cache ? vol->cache->set_uuid
+                         : vol->writer_set_known ? vol->writer_set : NULL;
+    int e = originrec_writer_write(d, set);
+    if (e < 0)
+        tc_warn("origin %s: cannot record this run as its last writer (%s): a cache set that "
+                "stopped cleanly before will not know that it was written since, and may serve "
+                "older copies of what is written now", vol->cfg.origin, strerror(-e));
+}
+
 /* ---- close ---- */
 
 /* The volume is closed: the origin's background activity (a remote
@@ -545,8 +591,19 @@ static void close_finish(struct tc_volume *vol, int err)
      * with that folder is told by it (io/originrec.c, engine/seqrec.c).
      * Dirty data left or not: the stop's chunk is on the devices. */
     if (vol->origin_recorded && vol->cache && err == 0 && vol->cache->stop_chunk_recorded) {
+        /* With the origin's writer token now (after this run's last origin
+         * write), which the next start compares (originstop.c). */
+        struct originrec_writer *w = tc_xcalloc(1, sizeof *w);
+        const char *token = NULL;
+        if (originrec_writer_read(vol->origin, w) == 0)
+            token = w->found ? w->token : ORIGINREC_TOKEN_NONE;
+        else
+            tc_warn("origin %s: %s: the set's stop record keeps no writer token, and the next "
+                    "start cannot tell whether another run wrote the origin", vol->origin->name,
+                    w->why);
         int e = originrec_stop_write(vol->cache->set_uuid, vol->cache->stop_chunk_recorded,
-                                     true);
+                                     true, token);
+        free(w);
         if (e)
             tc_warn("cache: cannot write the set's stop record with the origin records (%s): "
                     "an older copy of the set restored with its state file's folder is not "
@@ -619,6 +676,7 @@ void tc_volume_free(struct tc_volume *vol)
     timer_cancel(vol->reactor, &vol->path_timer);
     cache_free(vol->cache);
     dev_close(vol->origin);
+    claim_set_release(vol->origin_claim);
     free(vol->attach_state_file);
     free(vol);
 }

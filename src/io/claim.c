@@ -926,6 +926,31 @@ struct claim_set *claim_state_lock(const char *state_path, char *err, size_t err
     return s;
 }
 
+struct claim_set *claim_origin_lock(const char *identity, const char *origin, bool exclusive,
+                                    char *err, size_t errlen)
+{
+    if (set_dir[0] == '\0')
+        return NULL;
+    size_t n = strlen(identity);
+    char name[48], what[700], holder[512];
+    snprintf(name, sizeof name, "origin-%08x%08x", tc_crc32c(0, identity, n),
+             tc_crc32c(0x9e3779b9u, identity, n));
+    snprintf(what, sizeof what, "origin %.600s", origin);
+    bool busy;
+    struct claim_set *s = dir_lock(name, what, exclusive, &busy, holder, sizeof holder, err,
+                                   errlen);
+    if (s == NULL && busy)
+        snprintf(err, errlen, "origin %s is in use by %s (through its lock %s/%s.lock): %s",
+                 origin, holder[0] ? holder : "another process", set_dir, name,
+                 exclusive ? "a serve with a cache must be the origin's only writer (another "
+                             "daemon's writes would make the cache's clean copies older than "
+                             "the origin); stop the other daemon first"
+                           : "it is served with a cache, whose clean copies the writes of this "
+                             "daemon would make older than the origin; stop it first, or serve "
+                             "--read-only");
+    return s;
+}
+
 void claim_set_release(struct claim_set *s)
 {
     if (s == NULL)

@@ -93,6 +93,16 @@ struct claim_set *claim_set_hold(const uint8_t uuid[16], const char *devname, ch
  * or error, with a message; released with claim_set_release(). */
 struct claim_set *claim_state_lock(const char *state_path, char *err, size_t errlen);
 
+/* An origin's lock among the daemons that may write it, in the same
+ * directory under a name made from its identity: exclusive for a serve
+ * with a cache (its clean copies must not grow older under it), shared
+ * for one without a cache that may write.  Local origins are claimed
+ * anyway (claim_open()); this is what keeps an NBD export's.  NULL on
+ * conflict or error, with a message naming origin and the holder;
+ * released with claim_set_release(). */
+struct claim_set *claim_origin_lock(const char *identity, const char *origin, bool exclusive,
+                                    char *err, size_t errlen);
+
 /* An origin that is a cache device: -1 with a message if a local origin
  * holds a tiercache superblock.  With cache devices (swapped: true) that
  * means --cache and --origin were swapped; without, a cache device served

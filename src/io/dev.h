@@ -233,6 +233,11 @@ struct tc_dev {
      * flush fails with EIO from then on, without reaching the device;
      * reads go on. */
     bool refuse_writes;
+    /* Called once, at the first write, trim or write-zeroes submitted
+     * (set by the owner, engine/volume.c: the origin's writer record). */
+    void (*first_write)(struct tc_dev *d, void *ctx);
+    void *first_write_ctx;
+    bool write_seen;
     /* The owner's paths' check (engine/volume.c): when a block device's
      * path was first seen naming nothing, or 0 (it names the device). */
     uint64_t path_gone_ns;
@@ -374,6 +379,12 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
         dio->alone = dev->stats.inflight == 0;
     } else {
         dio->alone = false;
+    }
+    if (!dev->write_seen &&
+        (dio->op == TC_DEV_WRITE || dio->op == TC_DEV_TRIM || dio->op == TC_DEV_ZERO)) {
+        dev->write_seen = true;
+        if (dev->first_write)
+            dev->first_write(dev, dev->first_write_ctx);
     }
     dev->stats.inflight++;
     dev->submitting++;

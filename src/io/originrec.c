@@ -51,6 +51,17 @@
  * the same data in another way (a copy, an NBD export by another URI, a
  * device-mapper target over a disk) is not recognised.
  *
+ * Beside the records, the origin's last writer (origin-HASH.tcwriter,
+ * the same HASH): the first write, trim or write-zeroes each run sends the
+ * origin -- with a cache or without -- replaces it with a new random token,
+ * the set it serves the origin with (or none) and the time.  A run that
+ * only reads leaves it as it is.  A set's clean stop keeps the token it
+ * finds then in its stop record (below, "writer_token"); its next start
+ * compares, and another token means another run wrote the origin since
+ * (engine/originstop.c): for an NBD export, which has no time or count,
+ * the only record of tiercache's own writes there.  The record above is
+ * removed at a clean stop; this one stays.
+ *
  * Where (record_places()).  The protection is never skipped in silence:
  * a record that cannot be written at a start with a cache refuses the
  * start, before the cache is opened (that cache's writes would otherwise
@@ -552,10 +563,23 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
  *
  *   DIR/set-UUID.tcstop     "tiercache set stop record 1", "set UUID",
  *                           "chunk N", "written stop", "written
- *                           serving" or "written salvaged", "crc X"
- *                           (CRC-32C of the lines before it; a record
- *                           without the "written" line was written at a
- *                           clean stop)
+ *                           serving", "written salvaged" or "written
+ *                           abandoned", "crc X" (CRC-32C of the lines
+ *                           before it; a record without the "written"
+ *                           line was written at a clean stop)
+ *
+ * "writer_token T" (at a clean stop): the origin's writer token then
+ * (ORIGINREC_TOKEN_NONE: no writer record), compared at the next start.
+ *
+ * "written abandoned", chunk 0, with "abandoned_seq N": the cache was
+ * abandoned at run time at log sequence N, which the state file records
+ * (engine/seqrec.c, seqrec_abandoned()).  No copy of the devices is
+ * refused for their chunks then (the log below N is untrusted anyway),
+ * but a start whose state file and superblocks record no abandonment that
+ * recent -- the state file lost or replaced, the devices an older copy
+ * from before it -- would trust that older log: it is refused instead
+ * (engine/abandon.c, abandon_load()).  The next write of the record, by a
+ * start that knew the abandonment, drops the line.
  *
  * The sequence record beside the state file tells an older copy of the
  * devices from the current ones (engine/seqrec.c), but a restore that
@@ -584,6 +608,29 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
  */
 #define STOP_HEADER "tiercache set stop record 1\n"
 
+/* A small text file at path into text (NUL-terminated, cut at size - 1
+ * bytes): 1; 0 if there is none; -1 with why if it cannot be opened or
+ * read. */
+static int read_text(const char *path, char *text, size_t size, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0;
+        snprintf(why, whylen, "%s cannot be opened: %s", path, strerror(errno));
+        return -1;
+    }
+    ssize_t n = read(fd, text, size - 1);
+    int e = errno;
+    close(fd);
+    if (n < 0) {
+        snprintf(why, whylen, "%s cannot be read: %s", path, strerror(e));
+        return -1;
+    }
+    text[n] = '\0';
+    return 1;
+}
+
 static void stop_path(const char *dir, const uint8_t set_uuid[16], char *out, size_t len)
 {
     char set[37];
@@ -592,7 +639,8 @@ static void stop_path(const char *dir, const uint8_t set_uuid[16], char *out, si
 }
 
 static int stop_write(const uint8_t set_uuid[16], uint64_t chunk, const char *written,
-                      const struct originrec_stamp *origin)
+                      const struct originrec_stamp *origin, uint64_t abandoned_seq,
+                      const char *writer_token)
 {
     struct places p;
     record_places(&p);
@@ -614,20 +662,32 @@ static int stop_write(const uint8_t set_uuid[16], uint64_t chunk, const char *wr
                         (unsigned long long)origin->written,
                         (unsigned long long)origin->diskseq, boot);
     }
+    if (abandoned_seq)
+        len += snprintf(text + len, sizeof text - (size_t)len, "abandoned_seq %llu\n",
+                        (unsigned long long)abandoned_seq);
+    if (writer_token)
+        len += snprintf(text + len, sizeof text - (size_t)len, "writer_token %.32s\n",
+                        writer_token);
     len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
                     tc_crc32c(0, text, (size_t)len));
     return write_durably(path, text, (size_t)len);
 }
 
-int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop)
+int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop,
+                         const char *writer_token)
 {
-    return stop_write(set_uuid, chunk, at_stop ? "stop" : "serving", NULL);
+    return stop_write(set_uuid, chunk, at_stop ? "stop" : "serving", NULL, 0, writer_token);
 }
 
 int originrec_stop_write_salvaged(const uint8_t set_uuid[16], uint64_t chunk,
-                                  const struct originrec_stamp *origin)
+                                  const struct originrec_stamp *origin, const char *writer_token)
 {
-    return stop_write(set_uuid, chunk, "salvaged", origin);
+    return stop_write(set_uuid, chunk, "salvaged", origin, 0, writer_token);
+}
+
+int originrec_stop_write_abandoned(const uint8_t set_uuid[16], uint64_t abandoned_seq)
+{
+    return stop_write(set_uuid, 0, "abandoned", NULL, abandoned_seq, NULL);
 }
 
 /* The origin's stamp in a salvaged record; false if a field is missing
@@ -669,24 +729,12 @@ int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
     for (unsigned i = 0; i < p.n; i++) {
         char path[4200];
         stop_path(p.dir[i], set_uuid, path, sizeof path);
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) {
-            if (errno == ENOENT || errno == ENOTDIR)
-                continue;
-            snprintf(s->why, sizeof s->why, "%s cannot be opened: %s", path, strerror(errno));
-            rc = -1;
-            continue;
-        }
         char text[1024];
-        ssize_t n = read(fd, text, sizeof text - 1);
-        int e = errno;
-        close(fd);
-        if (n < 0) {
-            snprintf(s->why, sizeof s->why, "%s cannot be read: %s", path, strerror(e));
-            rc = -1;
+        int got = read_text(path, text, sizeof text, s->why, sizeof s->why);
+        if (got <= 0) {
+            rc = got < 0 ? -1 : rc;
             continue;
         }
-        text[n] = '\0';
         char rset[64] = "", rchunk[32] = "", rcrc[16] = "", rwritten[16] = "";
         const char *crcline = strstr(text, "crc ");
         unsigned long long chunk;
@@ -712,7 +760,30 @@ int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s)
             rc = -1;
             continue;
         }
-        if (!s->found || chunk > s->chunk) {
+        char rab[32];
+        uint64_t abandoned = 0;
+        if (field(text, "abandoned_seq", rab, sizeof rab)) {
+            errno = 0;
+            abandoned = strtoull(rab, &end, 10);
+            if (errno || *end != '\0' || end == rab) {
+                snprintf(s->why, sizeof s->why, "%s is damaged (its abandonment's field does "
+                         "not check)", path);
+                rc = -1;
+                continue;
+            }
+        }
+        char rtok[40] = "";
+        if (field(text, "writer_token", rtok, sizeof rtok) &&
+            (strlen(rtok) != ORIGINREC_TOKEN_LEN ||
+             strspn(rtok, "0123456789abcdef") != ORIGINREC_TOKEN_LEN)) {
+            snprintf(s->why, sizeof s->why, "%s is damaged (its writer token does not check)",
+                     path);
+            rc = -1;
+            continue;
+        }
+        if (!s->found || chunk > s->chunk || (chunk == s->chunk && abandoned > s->abandoned_seq)) {
+            snprintf(s->writer_token, sizeof s->writer_token, "%.32s", rtok);
+            s->abandoned_seq = abandoned;
             s->salvaged = salvaged;
             if (salvaged)
                 s->salvaged_stamp = stamp;
@@ -746,6 +817,101 @@ int originrec_stop_remove(const uint8_t set_uuid[16])
             e = 0;
         if (e && rc == 0)
             rc = e;
+    }
+    return rc;
+}
+
+/* ---- the origin's last writer ---- */
+
+#define WRITER_HEADER "tiercache origin writer 1\n"
+
+static void writer_path(const char *dir, const char *identity, char *out, size_t len)
+{
+    record_path(dir, identity, out, len);
+    size_t n = strlen(out);
+    const char *suffix = ".tcorigin";
+    if (n > strlen(suffix))
+        snprintf(out + n - strlen(suffix), len - (n - strlen(suffix)), ".tcwriter");
+}
+
+int originrec_writer_write(const struct tc_dev *d, const uint8_t *set_uuid)
+{
+    struct places p;
+    record_places(&p);
+    int rc = make_dir(p.dir[0], geteuid() == 0 ? 0755 : 0700);
+    if (rc)
+        return rc;
+    char path[4200], set[37] = "none", token[ORIGINREC_TOKEN_LEN + 1], text[1024];
+    writer_path(p.dir[0], d->identity, path, sizeof path);
+    if (set_uuid)
+        tc_uuid_format(set_uuid, set);
+    uint8_t raw[16];
+    tc_uuid_generate(raw);
+    for (unsigned i = 0; i < 16; i++)
+        snprintf(token + 2 * i, 3, "%02x", raw[i]);
+    int len = snprintf(text, sizeof text, WRITER_HEADER "identity %s\nset %s\nsince %llu\n"
+                       "token %s\n", d->identity, set, (unsigned long long)tc_wall_ns(), token);
+    if (len < 0 || (size_t)len >= sizeof text - 16)
+        return -ENAMETOOLONG;
+    len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
+                    tc_crc32c(0, text, (size_t)len));
+    return write_durably(path, text, (size_t)len);
+}
+
+/* One writer record at path into w if it is newer than w's; false with
+ * w->why when it cannot be read or does not check. */
+static bool writer_read_one(const char *path, const char *identity, struct originrec_writer *w)
+{
+    char text[1024];
+    int got = read_text(path, text, sizeof text, w->why, sizeof w->why);
+    if (got <= 0)
+        return got == 0;
+    char rid[600] = "", rset[64] = "", rsince[32] = "", rcrc[16] = "", rtoken[40] = "";
+    const char *crcline = strstr(text, "crc ");
+    unsigned crc;
+    unsigned long long since;
+    char *end;
+    if (strncmp(text, WRITER_HEADER, strlen(WRITER_HEADER)) != 0 || crcline == NULL ||
+        !field(text, "identity", rid, sizeof rid) || !field(text, "set", rset, sizeof rset) ||
+        !field(text, "since", rsince, sizeof rsince) ||
+        !field(text, "token", rtoken, sizeof rtoken) ||
+        strspn(rtoken, "0123456789abcdef") != ORIGINREC_TOKEN_LEN ||
+        strlen(rtoken) != ORIGINREC_TOKEN_LEN ||
+        !field(text, "crc", rcrc, sizeof rcrc) || sscanf(rcrc, "%8x", &crc) != 1 ||
+        crc != tc_crc32c(0, text, (size_t)(crcline - text)) || strcmp(rid, identity) != 0 ||
+        (strcmp(rset, "none") != 0 && strlen(rset) != 36) ||
+        (errno = 0, since = strtoull(rsince, &end, 10), errno != 0 || *end != '\0')) {
+        snprintf(w->why, sizeof w->why, "%s is damaged (its checksum or a field does not "
+                 "check)", path);
+        return false;
+    }
+    if (!w->found || since > w->since_ns) {
+        w->found = true;
+        w->since_ns = since;
+        w->none = strcmp(rset, "none") == 0;
+        snprintf(w->set, sizeof w->set, "%.36s", w->none ? "" : rset);
+        snprintf(w->token, sizeof w->token, "%.32s", rtoken);
+        snprintf(w->path, sizeof w->path, "%s", path);
+    }
+    return true;
+}
+
+int originrec_writer_read(const struct tc_dev *d, struct originrec_writer *w)
+{
+    struct places p;
+    record_places(&p);
+    memset(w, 0, sizeof *w);
+    char twin[512];
+    const char *ids[2] = { d->identity,
+                           originrec_twin(d->identity, twin, sizeof twin) ? twin : NULL };
+    int rc = 0;
+    for (unsigned i = 0; i < p.n; i++) {
+        for (unsigned k = 0; k < 2 && ids[k]; k++) {
+            char path[4200];
+            writer_path(p.dir[i], ids[k], path, sizeof path);
+            if (!writer_read_one(path, ids[k], w))
+                rc = -1;
+        }
     }
     return rc;
 }

@@ -76,10 +76,16 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16]);
  * with s->why when one cannot be read or is damaged (those found
  * readable are in s as well).  write, remove: 0 or -errno.
  * write_salvaged: check --salvage wrote the set's dirty data to the
- * origin, whose stamp was then *origin (s->salvaged, s->salvaged_stamp). */
+ * origin, whose stamp was then *origin (s->salvaged, s->salvaged_stamp),
+ * and its writer token writer_token (the salvage's own first write made
+ * it: the origin's last writer, below). */
 /* What shows a write to an origin since (engine/originstop.c): a file's
  * modification time, a block device's count of sectors written with its
  * sequence number and the boot ID (zero: not known). */
+/* A writer token (below, "the origin's last writer"): hex digits of 16
+ * random bytes. */
+#define ORIGINREC_TOKEN_LEN 32
+
 struct originrec_stamp {
     uint64_t mtime;
     uint64_t written;
@@ -97,11 +103,52 @@ struct originrec_stop {
      * then. */
     bool salvaged;
     struct originrec_stamp salvaged_stamp;
+    /* The origin's writer token a clean stop found (originrec_writer_*;
+     * empty: none kept, a record of an older build or written while
+     * serving). */
+    char writer_token[ORIGINREC_TOKEN_LEN + 1];
+    /* The newest record was written when the cache was abandoned at run
+     * time (engine/seqrec.c, seqrec_abandoned()): its log sequence, which
+     * the state file records too (0: not such a record). */
+    uint64_t abandoned_seq;
 };
-int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop);
+int originrec_stop_write(const uint8_t set_uuid[16], uint64_t chunk, bool at_stop,
+                         const char *writer_token);
+/* The cache was abandoned at log sequence abandoned_seq: chunk 0 (no copy
+ * of the devices is refused for their chunks: the log below is untrusted
+ * anyway), and the abandonment, which a start whose state file and
+ * devices do not record it is refused for (engine/abandon.c). */
+int originrec_stop_write_abandoned(const uint8_t set_uuid[16], uint64_t abandoned_seq);
 int originrec_stop_write_salvaged(const uint8_t set_uuid[16], uint64_t chunk,
-                                  const struct originrec_stamp *origin);
+                                  const struct originrec_stamp *origin, const char *writer_token);
 int originrec_stop_read(const uint8_t set_uuid[16], struct originrec_stop *s);
 int originrec_stop_remove(const uint8_t set_uuid[16]);
+
+/* The origin's last writer (originrec.c, "the origin's last writer"): the
+ * first write, trim or write-zeroes a run sends origin d records a new
+ * random token, with the cache set the run serves it with (set_uuid NULL:
+ * none) and when, in the place records are written (durably: synced,
+ * renamed over the old one).  A set's clean stop keeps the token it finds
+ * then in its stop record (writer_token), and its next start compares:
+ * another token means another run wrote the origin since
+ * (engine/originstop.c) -- the only record there is of that for an origin
+ * with no time or count (an NBD export), when tiercache wrote it.  read:
+ * the newest record of d's identity or its twin in every place; 0,
+ * w->found saying if there is one; -1 with w->why when one cannot be read
+ * or is damaged.  write: 0 or -errno. */
+struct originrec_writer {
+    bool found;
+    bool none;                      /* served without a cache */
+    char set[37];                   /* else the set's UUID */
+    uint64_t since_ns;              /* when that run first wrote */
+    char token[ORIGINREC_TOKEN_LEN + 1];
+    char path[4200];
+    char why[4400];
+};
+int originrec_writer_write(const struct tc_dev *d, const uint8_t *set_uuid);
+int originrec_writer_read(const struct tc_dev *d, struct originrec_writer *w);
+/* The token a stop record keeps when no run had written the origin (no
+ * writer record): any writer record found later is another run's. */
+#define ORIGINREC_TOKEN_NONE "00000000000000000000000000000000"
 
 #endif

@@ -23,7 +23,10 @@ seen.
 killed left in RUNDIR (/run/tiercache; io/claim.c): set-UUID.lock of the
 test's sets, and state-CRC.lock of the state files they had in TMP (a
 file there, FILE.tcstate beside a device, or the one beside a sequence
-record, *.tcseq) or in DIR.  Each only when no one holds it: locked first,
+record, *.tcseq) or in DIR; and every origin-HASH.lock no one holds (the
+origins' locks: a test's origin is not always known from its files -- an
+NBD export served without a cache leaves none -- and a lock file no one
+holds is a killed holder's, whoever's).  Each only when no one holds it: locked first,
 as its holder removes it (claim_set_release()), so a process opening it
 meanwhile finds the name gone and makes a new one.  Prints the files
 removed.
@@ -104,15 +107,16 @@ def remove_unheld(path):
 
 def unlock(tmp, d, rundir):
     uuids = set_uuids(tmp)
-    names = {f"set-{u}.lock" for u in uuids}
+    locks = {f"set-{u}.lock" for u in uuids}
     states = {os.path.join(d, u + ".tcstate") for u in uuids}
     for p in files(tmp):
         p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
         states |= {p, p + ".tcstate"}
         if p.endswith(".tcseq"):
             states |= {p[:-len(".tcseq")], p[:-len(".tcseq")] + ".tcstate"}
-    names |= {"state-%08x.lock" % crc32c(s.encode()) for s in states}
-    for n in sorted(names):
+    locks |= {"state-%08x.lock" % crc32c(s.encode()) for s in states}
+    locks |= {n for n in names(rundir) if n.startswith("origin-") and n.endswith(".lock")}
+    for n in sorted(locks):
         p = os.path.join(rundir, n)
         if os.path.lexists(p) and remove_unheld(p):
             print(p)
