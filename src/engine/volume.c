@@ -296,7 +296,7 @@ struct tc_volume *tc_volume_open(struct tc_reactor *r, const struct tc_volume_co
      * export would hold clean copies that serve's writes make older. */
     struct claim_set *claim = NULL;
     if (records && claim_set_enabled() && (cached || !cfg->read_only) &&
-        (claim = claim_origin_lock(origin->identity, cfg->origin, cached, err, errlen)) ==
+        (claim = claim_origin_lock(dev_record_key(origin), cfg->origin, cached, err, errlen)) ==
             NULL) {
         dev_close(origin);
         return NULL;

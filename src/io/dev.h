@@ -203,6 +203,10 @@ struct tc_dev {
      * also takes a file or loop identity recorded without the birth time
      * for this one). */
     char legacy_identity[128];
+    /* The name the origin's records and lock go under, when it is not the
+     * identity (dev_record_key()): an NBD export's, from where its
+     * connection went (dev_nbd.c), or "". */
+    char record_key[128];
     struct tc_dev_stats stats;
     struct tc_dev_cost cost;        /* what its reads cost (see struct tc_dev_cost) */
     /* Errors since the last success (for messages). */
@@ -362,6 +366,13 @@ void dev_complete(struct tc_dev_io *dio, int err);
 static inline bool dev_fast_zero_refused(const struct tc_dev *dev, bool no_hole)
 {
     return !dev->can_fast_zero || (dev->is_block_device && no_hole);
+}
+
+/* The name an origin's records (io/originrec.c) and lock (io/claim.c)
+ * go under: the same for every spelling of the same origin. */
+static inline const char *dev_record_key(const struct tc_dev *d)
+{
+    return d->record_key[0] ? d->record_key : d->identity;
 }
 
 static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)

@@ -69,6 +69,9 @@
 
 #include <errno.h>
 #include <libnbd.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1353,6 +1356,9 @@ static struct nbd_handle *connect_one(const char *uri, char *err, size_t errlen)
  * description (a server handing out a restored or replaced file under
  * the same words), nor a change of its data.
  */
+static void nbd_record_key(struct nbd_handle *h, const char *uri, const char *fields,
+                           struct tc_dev *d);
+
 static void nbd_identity(struct nbd_handle *h, const char *uri, struct tc_dev *d)
 {
     char fields[40] = "";
@@ -1368,9 +1374,100 @@ static void nbd_identity(struct nbd_handle *h, const char *uri, struct tc_dev *d
     snprintf(d->identity, sizeof d->identity, "nbd%s:%s", fields, uri);
     if (fields[0])
         snprintf(d->legacy_identity, sizeof d->legacy_identity, "nbd:%s", uri);
+    nbd_record_key(h, uri, fields, d);
     free(asked);
     free(name);
     free(desc);
+}
+
+/* The value of the URI's query parameter key ("socket"), percent-decoded,
+ * into out; false if there is none or it does not fit. */
+static bool uri_query_value(const char *uri, const char *key, char *out, size_t len)
+{
+    const char *q = strchr(uri, '?');
+    size_t klen = strlen(key);
+    while (q) {
+        q++;
+        if (strncmp(q, key, klen) == 0 && q[klen] == '=') {
+            const char *v = q + klen + 1;
+            size_t n = 0;
+            while (*v && *v != '&' && *v != '#') {
+                unsigned c = (unsigned char)*v;
+                if (c == '%' && v[1] && v[2] && sscanf(v + 1, "%2x", &c) == 1)
+                    v += 2;
+                if (n + 1 >= len)
+                    return false;
+                out[n++] = (char)c;
+                v++;
+            }
+            out[n] = '\0';
+            return n > 0;
+        }
+        q = strchr(q, '&');
+    }
+    return false;
+}
+
+/*
+ * The name an export's records and lock go under (io/originrec.c,
+ * io/claim.c: dev_record_key()): its identity's fields, and where the
+ * connection really went rather than how the URI spells it, so that
+ * nbd+unix:///?socket=D/./s and nbd+unix:///?socket=D/s, or
+ * nbd://localhost and nbd://127.0.0.1, are one origin -- else a serve
+ * without a cache, given the other spelling, would start beside a set
+ * serving the export, or write it while the set's record names it:
+ *
+ *   nbd[;n=CRC][;d=CRC]:unix:REALPATH/EXPORT     (the socket's path resolved)
+ *   nbd[;n=CRC][;d=CRC]:tcp:ADDRESS:PORT/EXPORT  (the peer's numeric address;
+ *                                                 any loopback is "loopback")
+ *
+ * hashed ("nbdk...:CRC.CRC") when longer than the identity's 127 bytes.
+ * Another transport (vsock) keeps its identity.  Not one origin: a server
+ * reached at two of its addresses other than loopback, a socket reached
+ * through a hard link.  The superblock still records the identity (the URI
+ * as given): the key only names the records, and an older build's
+ * records, under the identity, are read too.
+ */
+static void nbd_record_key(struct nbd_handle *h, const char *uri, const char *fields,
+                           struct tc_dev *d)
+{
+    char where[PATH_MAX + 64] = "", path[PATH_MAX], real[PATH_MAX];
+    char *export = nbd_get_export_name(h);
+    if (strstr(uri, "+unix:") && uri_query_value(uri, "socket", path, sizeof path)) {
+        snprintf(where, sizeof where, "unix:%s",
+                 realpath(path, real) ? real : path);
+    } else {
+        struct sockaddr_storage sa;
+        socklen_t salen = sizeof sa;
+        int fd = nbd_aio_get_fd(h);
+        char host[NI_MAXHOST], port[NI_MAXSERV];
+        if (fd >= 0 && getpeername(fd, (struct sockaddr *)&sa, &salen) == 0 &&
+            (sa.ss_family == AF_INET || sa.ss_family == AF_INET6) &&
+            getnameinfo((struct sockaddr *)&sa, salen, host, sizeof host, port, sizeof port,
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+            bool loopback = false;
+            if (sa.ss_family == AF_INET) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *)&sa;
+                loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+            } else {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&sa;
+                loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
+                           (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) &&
+                            in6->sin6_addr.s6_addr[12] == 127);
+            }
+            snprintf(where, sizeof where, "tcp:%s:%s", loopback ? "loopback" : host, port);
+        }
+    }
+    if (where[0]) {
+        char key[sizeof where + 600];
+        int n = snprintf(key, sizeof key, "nbd%s:%s/%s", fields, where, export ? export : "");
+        if (n > 0 && (size_t)n < sizeof d->record_key)
+            memcpy(d->record_key, key, (size_t)n + 1);
+        else if (n > 0)
+            snprintf(d->record_key, sizeof d->record_key, "nbdk%s:%08x.%08x", fields,
+                     tc_crc32c(0, key, strlen(key)), tc_crc32c(0x9e3779b9u, key, strlen(key)));
+    }
+    free(export);
 }
 
 struct tc_dev *dev_nbd_open(struct tc_reactor *r, const char *uri, bool read_only, char *err,

@@ -14,7 +14,9 @@
  *
  *   DIR/origin-HASH.tcorigin      DIR: $TIERCACHE_ORIGIN_RECORDS, else
  *                                 /var/lib/tiercache; HASH: two CRC-32C
- *                                 of the origin's identity (io/dev.h)
+ *                                 of the origin's record key (io/dev.h,
+ *                                 dev_record_key(): its identity, or an
+ *                                 NBD export's address resolved)
  *
  * a few lines of text (the identity itself, the origin's name, the set's
  * UUID and its devices, for the messages and for a human; the bytes the
@@ -37,7 +39,9 @@
  *
  * A record that cannot be read (damaged, another format) is refused as
  * naming an unknown set: nothing proves the origin current.  The check is
- * of the origin's identity, so it holds whatever name the origin is given;
+ * of the origin's identity, so it holds whatever name the origin is given
+ * (an NBD export's, of where its connection went: every spelling of its
+ * URI, the records an older build wrote under the URI as given read too);
  * a file and a loop device over it at offset 0 (two identities) are both
  * looked up (originrec_twin()).  The same data is also reached through
  * windows into a file or disk: a loop device at an offset (or with a size
@@ -138,6 +142,9 @@ static void record_places(struct places *p)
     }
     snprintf(p->dir[p->n++], sizeof p->dir[0], "%s", sys);
 }
+
+/* How many names an origin's records are read under (origin_ids()). */
+#define ORIGIN_IDS 3
 
 static void record_path(const char *dir, const char *identity, char *out, size_t len)
 {
@@ -267,20 +274,19 @@ static int read_path(const char *dir, const char *identity, const struct dev_ext
 }
 
 /* Calls visit(r, arg) for each record in dir of an origin whose bytes
- * overlap *x, under an identity other than skip[0] and skip[1] (those are
- * read by their own names), until visit returns true: true then.  A place
+ * overlap *x, under a name other than those in skip (NULL-terminated:
+ * those are read by their own names), until visit returns true: true then.  A place
  * that cannot be listed has nothing to add here (read_one() reports a
  * place that cannot be read). */
-static bool scan_overlaps(const char *dir, const struct dev_extent *x, const char *const skip[2],
+static bool scan_overlaps(const char *dir, const struct dev_extent *x, const char *const *skip,
                           bool (*visit)(struct originrec *r, void *arg), void *arg)
 {
     DIR *dp = opendir(dir);
     if (dp == NULL)
         return false;
-    char own[2][4096] = { "", "" }, err[256];
-    for (unsigned k = 0; k < 2; k++)
-        if (skip[k])
-            record_path(dir, skip[k], own[k], sizeof own[k]);
+    char own[ORIGIN_IDS][4096] = { "", "", "" }, err[256];
+    for (unsigned k = 0; k < ORIGIN_IDS && skip[k]; k++)
+        record_path(dir, skip[k], own[k], sizeof own[k]);
     struct dirent *e;
     bool done = false;
     struct originrec *r = tc_xcalloc(1, sizeof *r);
@@ -291,7 +297,7 @@ static bool scan_overlaps(const char *dir, const struct dev_extent *x, const cha
             continue;
         memset(r, 0, sizeof *r);
         if (!under(dir, e->d_name, r->path, sizeof r->path) || strcmp(r->path, own[0]) == 0 ||
-            strcmp(r->path, own[1]) == 0)
+            strcmp(r->path, own[1]) == 0 || strcmp(r->path, own[2]) == 0)
             continue;
         if (read_path(dir, NULL, x, r, err, sizeof err) == 0 && r->found)
             done = visit(r, arg);
@@ -333,6 +339,25 @@ static bool first_refusing(struct originrec *r, void *arg)
     return true;
 }
 
+/* The names d's records are read under (ids, NULL-terminated): its
+ * record key (dev_record_key(): how an NBD export is reached, whatever
+ * the URI's spelling), its identity when that differs (records an older
+ * build wrote under the URI as given), then the key's twin: a file served
+ * before through a loop device over it (or the reverse) has its record
+ * under the other name. */
+static void origin_ids(const struct tc_dev *d, const char *ids[ORIGIN_IDS + 1], char *twin,
+                       size_t len)
+{
+    unsigned n = 0;
+    ids[n++] = dev_record_key(d);
+    if (strcmp(d->identity, ids[0]) != 0)
+        ids[n++] = d->identity;
+    if (originrec_twin(ids[0], twin, len))
+        ids[n++] = twin;
+    while (n <= ORIGIN_IDS)
+        ids[n++] = NULL;
+}
+
 int originrec_read(const struct tc_dev *d, const uint8_t *accept_set, struct originrec *r,
                    char *err, size_t errlen)
 {
@@ -341,13 +366,10 @@ int originrec_read(const struct tc_dev *d, const uint8_t *accept_set, struct ori
     char accept[37] = "";
     if (accept_set)
         tc_uuid_format(accept_set, accept);
-    /* The origin's own identity, then its twin: a file served before
-     * through a loop device over it (or the reverse) has its record under
-     * the other name. */
     char twin[512];
-    const char *identity = d->identity;
-    const char *ids[2] = { identity, originrec_twin(identity, twin, sizeof twin) ? twin : NULL };
-    for (unsigned k = 0; k < 2 && ids[k]; k++) {
+    const char *ids[ORIGIN_IDS + 1];
+    origin_ids(d, ids, twin, sizeof twin);
+    for (unsigned k = 0; ids[k]; k++) {
         for (unsigned i = 0; i < p.n; i++) {
             if (read_one(p.dir[i], ids[k], r, err, errlen) < 0)
                 return -1;
@@ -454,7 +476,7 @@ static int write_durably(const char *path, const char *text, size_t len)
 static int write_record(const char *dir, const struct tc_dev *d, const char *origin,
                         const uint8_t set_uuid[16], const char *const *devices)
 {
-    const char *identity = d->identity;
+    const char *identity = dev_record_key(d);
     struct dev_extent x;
     dev_data_extent(d, &x);
     char path[4096];
@@ -528,10 +550,10 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
     char err[256], set[37];
     tc_uuid_format(set_uuid, set);
     int rc = 0;
-    const char *identity = d->identity;
     char twin[512];
-    const char *ids[2] = { identity, originrec_twin(identity, twin, sizeof twin) ? twin : NULL };
-    for (unsigned n = 0; n < 2 * p.n && ids[n / p.n]; n++) {
+    const char *ids[ORIGIN_IDS + 1];
+    origin_ids(d, ids, twin, sizeof twin);
+    for (unsigned n = 0; n < ORIGIN_IDS * p.n && ids[n / p.n]; n++) {
         unsigned i = n % p.n;
         struct originrec r;
         if (read_one(p.dir[i], ids[n / p.n], &r, err, sizeof err) < 0) {
@@ -842,7 +864,7 @@ int originrec_writer_write(const struct tc_dev *d, const uint8_t *set_uuid)
     if (rc)
         return rc;
     char path[4200], set[37] = "none", token[ORIGINREC_TOKEN_LEN + 1], text[1024];
-    writer_path(p.dir[0], d->identity, path, sizeof path);
+    writer_path(p.dir[0], dev_record_key(d), path, sizeof path);
     if (set_uuid)
         tc_uuid_format(set_uuid, set);
     uint8_t raw[16];
@@ -850,7 +872,8 @@ int originrec_writer_write(const struct tc_dev *d, const uint8_t *set_uuid)
     for (unsigned i = 0; i < 16; i++)
         snprintf(token + 2 * i, 3, "%02x", raw[i]);
     int len = snprintf(text, sizeof text, WRITER_HEADER "identity %s\nset %s\nsince %llu\n"
-                       "token %s\n", d->identity, set, (unsigned long long)tc_wall_ns(), token);
+                       "token %s\n", dev_record_key(d), set, (unsigned long long)tc_wall_ns(),
+                       token);
     if (len < 0 || (size_t)len >= sizeof text - 16)
         return -ENAMETOOLONG;
     len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
@@ -902,11 +925,11 @@ int originrec_writer_read(const struct tc_dev *d, struct originrec_writer *w)
     record_places(&p);
     memset(w, 0, sizeof *w);
     char twin[512];
-    const char *ids[2] = { d->identity,
-                           originrec_twin(d->identity, twin, sizeof twin) ? twin : NULL };
+    const char *ids[ORIGIN_IDS + 1];
+    origin_ids(d, ids, twin, sizeof twin);
     int rc = 0;
     for (unsigned i = 0; i < p.n; i++) {
-        for (unsigned k = 0; k < 2 && ids[k]; k++) {
+        for (unsigned k = 0; ids[k]; k++) {
             char path[4200];
             writer_path(p.dir[i], ids[k], path, sizeof path);
             if (!writer_read_one(path, ids[k], w))
