@@ -70,6 +70,11 @@ static const char check_help[] =
 "                        older version could overwrite newer data): it is\n"
 "                        listed as lost.  Exit status 0 when nothing was\n"
 "                        lost, 1 when some was (listed), 2 could not run.\n"
+"                        When nothing was lost, the origin's record of the\n"
+"                        set is removed (JSON: origin_record_removed): the\n"
+"                        origin may then be served without the set.  Never\n"
+"                        beside a daemon that may write ORIGIN (its lock;\n"
+"                        exit 2, naming the daemon).\n"
 "                        After the cache was abandoned at run time, only\n"
 "                        versions written after a restart are written back;\n"
 "                        the sectors lost then are listed as lost, but for\n"
@@ -194,12 +199,13 @@ static struct cache *open_set(char *list, const char *origin, const char *state_
 
 /* A salvage refused before anything was written: says so, closes what
  * salvage() opened, and gives its exit status. */
-static int refuse_salvage(struct cache *c, struct tc_dev *o, struct seqrec_look *look,
-                          const char *why, const char *more)
+static int refuse_salvage(struct cache *c, struct tc_dev *o, struct claim_set *claim,
+                          struct seqrec_look *look, const char *why, const char *more)
 {
     fprintf(stderr, "tiercache: check --salvage: %s%s: nothing written\n", why, more);
     seqrec_look_free(look);
     dev_close(o);
+    claim_set_release(claim);
     cache_close_offline(c);
     return 2;
 }
@@ -216,14 +222,15 @@ static int refuse_salvage(struct cache *c, struct tc_dev *o, struct seqrec_look 
  * anyway).
  * Unlike serve, salvage records nothing: an adopted identity is not
  * written to the superblock. */
-static void salvage_first_write(struct tc_dev *d, void *ctx)
+static int salvage_first_write(struct tc_dev *d, void *ctx)
 {
     const struct cache *c = ctx;
     int e = originrec_writer_write(d, c->set_uuid);
     if (e < 0)
-        tc_warn("origin %s: cannot record the salvage as its last writer (%s): a cache set that "
-                "stopped cleanly before will not know that it was written", d->name,
-                strerror(-e));
+        tc_error("origin %s: cannot record the salvage as its last writer (%s): its writes fail "
+                 "(a cache set that stopped cleanly before would not know that the origin was "
+                 "written)", d->name, strerror(-e));
+    return e;
 }
 
 static int salvage(struct cache *c, struct tc_reactor *r, const char *const *paths,
@@ -235,6 +242,17 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
     if (o == NULL) {
         cache_close_offline(c);
         tc_die(2, "check --salvage: %s", err);
+    }
+    /* Not beside a daemon that may write the origin (io/claim.c,
+     * claim_origin_lock(): a local origin is claimed anyway, this keeps an
+     * NBD export's): its writes and the salvage's older dirty data would
+     * race. */
+    struct claim_set *claim = NULL;
+    if (claim_set_enabled() &&
+        (claim = claim_origin_lock(dev_record_key(o), origin, true, err, sizeof err)) == NULL) {
+        dev_close(o);
+        cache_close_offline(c);
+        tc_die(2, "check --salvage: %s: nothing written", err);
     }
     /* The salvage's first write makes it the origin's last writer
      * (io/originrec.c): another set that stopped cleanly refuses the
@@ -253,6 +271,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
                 osize == sb->origin_size ? "; if this origin is an exact copy of that one, "
                                            "salvage with --adopt-origin" : "");
         dev_close(o);
+        claim_set_release(claim);
         cache_close_offline(c);
         return 2;
     }
@@ -279,7 +298,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
     char refusal[2048];
     if (seqrec_refusal(&look, &salvage_words, refusal, sizeof refusal) < 0) {
         if (!accept_older)
-            return refuse_salvage(c, o, &look, refusal,
+            return refuse_salvage(c, o, claim, &look, refusal,
                                   c->damage ? ".  The log is damaged too: if its newest chunks "
                                               "are among the damaged places, this may be the "
                                               "current device, which --accept-older-cache "
@@ -304,14 +323,14 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
      * (--accept-older-cache goes with --adopt-origin then, as for serve). */
     if (same_id && cache_origin_changed(c, o, false, err, sizeof err) < 0) {
         if (!adopt)
-            return refuse_salvage(c, o, &look, err, "");
+            return refuse_salvage(c, o, claim, &look, err, "");
         fprintf(stderr, "tiercache: check --salvage: origin %s was modified after the "
                 "cache's clean stop: salvaged anyway, the cache's dirty data over those "
                 "writes (--adopt-origin)\n", origin);
     }
     /* And since a salvage before this one wrote the dirty data there. */
     if (same_id && cache_origin_salvage_changed(c, o, adopt, err, sizeof err) < 0)
-        return refuse_salvage(c, o, &look, err, "");
+        return refuse_salvage(c, o, claim, &look, err, "");
     /* What the records above cannot see (an NBD export replaced by a
      * blank one or another volume's, a file's time put back): the cache's
      * clean copies compared with the origin, as serve's start does, before
@@ -323,7 +342,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
     } else if (cache_origin_sample(c, o, check_blocks, false, SAMPLE_AT_SALVAGE, err,
                                    sizeof err) < 0) {
         if (!adopt)
-            return refuse_salvage(c, o, &look, err, "");
+            return refuse_salvage(c, o, claim, &look, err, "");
         fprintf(stderr, "tiercache: check --salvage: origin %s: %llu of %llu clean blocks "
                 "compared differ: salvaged anyway, the cache's dirty data written over it "
                 "(--adopt-origin)\n", origin, (unsigned long long)c->st.origin_check_differ,
@@ -362,6 +381,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
             fprintf(stderr, "tiercache: check --salvage: %s; nothing else written\n", err);
             seqrec_look_free(&look);
             dev_close(o);
+            claim_set_release(claim);
             cache_close_offline(c);
             return 2;
         }
@@ -375,8 +395,10 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
                     "sectors: %s\n", (unsigned long long)marks_written, err);
             seqrec_look_free(&look);
             dev_close(o);
+            claim_set_release(claim);
             return 2;
         }
+        o->first_write_ctx = c;     /* the set opened again names the writer */
     }
     if (!json && c->damage)
         fprintf(stderr, "%s", c->damage);
@@ -387,17 +409,33 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
      * says so, with the origin's stamp (engine/originstop.c): a later
      * start or salvage that finds the origin written since is refused. */
     char marked[4400] = "";
+    bool origin_record_removed = false;
     if (rc == 0 && same_id) {
         struct originrec_stamp stamp;
         origin_stamp(o, &stamp);
         struct originrec_writer *w = tc_xcalloc(1, sizeof *w);
-        const char *token = originrec_writer_read(o, w) == 0 && w->found ? w->token : NULL;
+        const char *token = NULL;
+        if (originrec_writer_read(o, w) == 0)
+            token = w->found ? w->token : ORIGINREC_TOKEN_NONE;
         int e = originrec_stop_write_salvaged(c->set_uuid, look.found, &stamp, token);
         free(w);
         if (e < 0)
             snprintf(marked, sizeof marked, "could not record the salvage in the set's stop "
                      "record (%s): a start of the set would not know it; if the origin is "
                      "written without the set, reformat the set first", strerror(-e));
+        /* Nothing lost, and a later start of the set can tell the origin
+         * was written since (the stop record's stamp and writer token):
+         * the origin's record of the set goes, and the origin may be
+         * served without it (io/originrec.c). */
+        if (e == 0 && token && res.sectors_lost == 0) {
+            e = originrec_remove(o, c->set_uuid);
+            if (e < 0)
+                snprintf(marked, sizeof marked, "could not remove the origin's record of the "
+                         "set (%s): serving the origin without the set stays refused until it "
+                         "is removed", strerror(-e));
+            else
+                origin_record_removed = true;
+        }
     }
     char a[32], b[32], l[32];
     if (json) {
@@ -406,6 +444,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
         json_begin_object(&j, NULL);
         json_bool(&j, "complete", rc == 0);
         json_bool(&j, "salvage_recorded", rc == 0 && same_id && !marked[0]);
+        json_bool(&j, "origin_record_removed", origin_record_removed);
         if (rc)
             json_string(&j, "error", err);
         json_uint(&j, "damaged_places", res.damaged);
@@ -483,10 +522,12 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
                    "lost too\n");
         if (rc == 0)
             printf("salvage: done; the cache can be reformatted ('tiercache format --force "
-                   "--discard-dirty')%s\n", same_id && !marked[0]
+                   "--discard-dirty')%s%s\n", same_id && !marked[0]
                        ? "; the cache still holds as dirty what was written back, and serve "
                          "and check --salvage refuse it once the origin is written without it"
-                       : "");
+                       : "",
+                   origin_record_removed ? "; the origin's record of the set is removed: the "
+                                           "origin may be served without the set" : "");
     }
     if (marked[0])
         fprintf(stderr, "tiercache: check --salvage: %s\n", marked);
@@ -496,6 +537,7 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
     salvage_result_free(&res);
     seqrec_look_free(&look);
     dev_close(o);
+    claim_set_release(claim);
     cache_close_offline(c);
     return status;
 }

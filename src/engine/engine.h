@@ -107,6 +107,10 @@ struct tc_volume {
      * cache is open (origin_first_write()). */
     bool writer_set_known;
     uint8_t writer_set[16];
+    /* Origin writes failed so far because that record could not be made,
+     * and when that was last said. */
+    uint64_t writer_record_failures;
+    uint64_t writer_record_said_ns;
     /* Its lock among the daemons that may write the origin (io/claim.c). */
     struct claim_set *origin_claim;
     bool detached;                  /* the cache is emptied and unused */

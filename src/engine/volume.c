@@ -53,7 +53,7 @@ void tc_volume_config_defaults(struct tc_volume_config *cfg)
     cfg->origin_check_blocks = 32;
 }
 
-static void origin_first_write(struct tc_dev *d, void *ctx);
+static int origin_first_write(struct tc_dev *d, void *ctx);
 
 /* Does the origin keep records of its cache set (io/originrec.c)?  Not
  * a memory origin, nor a data-free volume (replay): they live and die
@@ -555,18 +555,37 @@ void tc_submit(struct tc_volume *vol, struct tc_request *req)
 
 /* The origin's first write of this run (the origin device's hook): the
  * run becomes its last writer (io/originrec.c).  Blocking, once a run (a
- * small file written and synced).  Not recorded, a warning: the origin is
- * served all the same, as it always was. */
-static void origin_first_write(struct tc_dev *d, void *ctx)
+ * small file written and synced).  Not recorded, the write fails with
+ * EIO, and so does every write, trim and write-zeroes after it until the
+ * record is made (tried again at each): a cache set that stopped cleanly
+ * before would not know that the origin was written since, and would
+ * serve older copies of what is written now.  Said once, and again at
+ * most once a minute while it goes on. */
+static int origin_first_write(struct tc_dev *d, void *ctx)
 {
     struct tc_volume *vol = ctx;
     const uint8_t *set = vol->cache ? vol->cache->set_uuid
                          : vol->writer_set_known ? vol->writer_set : NULL;
     int e = originrec_writer_write(d, set);
-    if (e < 0)
-        tc_warn("origin %s: cannot record this run as its last writer (%s): a cache set that "
-                "stopped cleanly before will not know that it was written since, and may serve "
-                "older copies of what is written now", vol->cfg.origin, strerror(-e));
+    uint64_t now = tc_now_ns();
+    if (e == 0) {
+        if (vol->writer_record_failures)
+            tc_info("origin %s: this run is recorded as its last writer now, after %llu "
+                    "writes failed for want of the record", vol->cfg.origin,
+                    (unsigned long long)vol->writer_record_failures);
+        return 0;
+    }
+    if (vol->writer_record_failures++ == 0 ||
+        now - vol->writer_record_said_ns >= 60ull * 1000 * 1000 * 1000) {
+        vol->writer_record_said_ns = now;
+        tc_error("origin %s: cannot record this run as its last writer (%s): its writes fail "
+                 "with EIO until the record is made (a cache set that stopped cleanly before "
+                 "would not know that the origin was written since, and would serve older "
+                 "copies of what is written now); give the origin records' folder room or "
+                 "write access (%llu writes failed so far)", vol->cfg.origin, strerror(-e),
+                 (unsigned long long)vol->writer_record_failures);
+    }
+    return -EIO;
 }
 
 /* ---- close ---- */
@@ -575,31 +594,20 @@ static void origin_first_write(struct tc_dev *d, void *ctx)
  * origin's polls and reconnect timers) stops, so the reactor can end. */
 static void close_finish(struct tc_volume *vol, int err)
 {
-    /* The origin holds every acknowledged write: its record of the cache
-     * set goes (io/originrec.c).  Not after a failed close or flush, nor
-     * with dirty data or lost sectors left. */
-    if (vol->origin_recorded && vol->cache && err == 0 && tc_volume_dirty_bytes(vol) == 0 &&
-        tc_volume_lost_bytes(vol) == 0) {
-        int e = originrec_remove(vol->origin, vol->cache->set_uuid);
-        if (e)
-            tc_warn("origin %s: cannot remove its record of the cache set (%s): serving it "
-                    "without this cache stays refused until it is removed", vol->origin->name,
-                    strerror(-e));
-    }
     /* How far the set's log reached at this clean stop, kept away from
      * its devices and state folder: an older copy of the set restored
      * with that folder is told by it (io/originrec.c, engine/seqrec.c).
-     * Dirty data left or not: the stop's chunk is on the devices. */
+     * Dirty data left or not: the stop's chunk is on the devices.  With
+     * the origin's writer token now (after this run's last origin write),
+     * which the next start compares (originstop.c). */
+    bool token_kept = false;
     if (vol->origin_recorded && vol->cache && err == 0 && vol->cache->stop_chunk_recorded) {
-        /* With the origin's writer token now (after this run's last origin
-         * write), which the next start compares (originstop.c). */
         struct originrec_writer *w = tc_xcalloc(1, sizeof *w);
         const char *token = NULL;
         if (originrec_writer_read(vol->origin, w) == 0)
             token = w->found ? w->token : ORIGINREC_TOKEN_NONE;
         else
-            tc_warn("origin %s: %s: the set's stop record keeps no writer token, and the next "
-                    "start cannot tell whether another run wrote the origin", vol->origin->name,
+            tc_warn("origin %s: %s: the set's stop record keeps no writer token", vol->origin->name,
                     w->why);
         int e = originrec_stop_write(vol->cache->set_uuid, vol->cache->stop_chunk_recorded,
                                      true, token);
@@ -608,6 +616,30 @@ static void close_finish(struct tc_volume *vol, int err)
             tc_warn("cache: cannot write the set's stop record with the origin records (%s): "
                     "an older copy of the set restored with its state file's folder is not "
                     "told at the next start", strerror(-e));
+        token_kept = e == 0 && token != NULL;
+    }
+    /* The origin holds every acknowledged write: its record of the cache
+     * set goes (io/originrec.c).  Not after a failed close or flush, nor
+     * with dirty data or lost sectors left -- nor when the stop record
+     * above does not keep the origin's writer token (a superblock's
+     * clean-stop write or the stop record's own failed): the next start
+     * could not tell whether another run wrote the origin since, so no
+     * other run may (the record refuses it) until the set is served and
+     * stopped again.  A cache abandoned, failed or detached serves nothing
+     * it holds now: no copy of it can grow older. */
+    if (vol->origin_recorded && vol->cache && err == 0 && tc_volume_dirty_bytes(vol) == 0 &&
+        tc_volume_lost_bytes(vol) == 0) {
+        token_kept |= vol->cache->abandoned || vol->cache_failed || vol->detached;
+        int e = token_kept ? originrec_remove(vol->origin, vol->cache->set_uuid) : 0;
+        if (!token_kept)
+            tc_warn("origin %s: its record of the cache set is kept: the set's stop record "
+                    "does not keep the origin's writer token, so serving the origin without "
+                    "this cache stays refused until the set is served and stopped again",
+                    vol->origin->name);
+        else if (e)
+            tc_warn("origin %s: cannot remove its record of the cache set (%s): serving it "
+                    "without this cache stays refused until it is removed", vol->origin->name,
+                    strerror(-e));
     }
     dev_quiesce(vol->origin);
     vol->close_done(vol->close_arg, err);
@@ -1252,6 +1284,8 @@ void tc_volume_status_json(struct tc_volume *vol, struct tc_json *j)
     json_uint(j, "lost_bytes", vol->cache ? lost_sectors(&vol->cache->map.lost) * TC_SECTOR : 0);
     /* The paths' check: "" while the files have their names. */
     json_string(j, "origin_file_gone", vol->origin_gone_why);
+    /* Origin writes failed for want of the origin's writer record. */
+    json_uint(j, "origin_writer_record_failures", vol->writer_record_failures);
     json_string(j, "cache_file_gone", vol->cache_gone_why);
     tc_volume_settings_json(vol, j);
     dev_json(vol, j, "origin", vol->origin);

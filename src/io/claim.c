@@ -942,9 +942,10 @@ struct claim_set *claim_origin_lock(const char *identity, const char *origin, bo
     if (s == NULL && busy)
         snprintf(err, errlen, "origin %s is in use by %s (through its lock %s/%s.lock): %s",
                  origin, holder[0] ? holder : "another process", set_dir, name,
-                 exclusive ? "a serve with a cache must be the origin's only writer (another "
-                             "daemon's writes would make the cache's clean copies older than "
-                             "the origin); stop the other daemon first"
+                 exclusive ? "a serve with a cache, or check --salvage, must be the origin's "
+                             "only writer (another daemon's writes would make the cache's "
+                             "copies older than the origin, or race them); stop the other "
+                             "daemon first"
                            : "it is served with a cache, whose clean copies the writes of this "
                              "daemon would make older than the origin; stop it first, or serve "
                              "--read-only");

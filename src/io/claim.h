@@ -94,9 +94,11 @@ struct claim_set *claim_set_hold(const uint8_t uuid[16], const char *devname, ch
 struct claim_set *claim_state_lock(const char *state_path, char *err, size_t errlen);
 
 /* An origin's lock among the daemons that may write it, in the same
- * directory under a name made from its identity: exclusive for a serve
- * with a cache (its clean copies must not grow older under it), shared
- * for one without a cache that may write.  Local origins are claimed
+ * directory under a name made from its record key (dev_record_key()):
+ * exclusive for a serve with a cache (its clean copies must not grow
+ * older under it) and for check --salvage (its writes of older dirty
+ * data must not race another's), shared for a serve without a cache that
+ * may write.  Local origins are claimed
  * anyway (claim_open()); this is what keeps an NBD export's.  NULL on
  * conflict or error, with a message naming origin and the holder;
  * released with claim_set_release(). */

@@ -237,9 +237,12 @@ struct tc_dev {
      * flush fails with EIO from then on, without reaching the device;
      * reads go on. */
     bool refuse_writes;
-    /* Called once, at the first write, trim or write-zeroes submitted
-     * (set by the owner, engine/volume.c: the origin's writer record). */
-    void (*first_write)(struct tc_dev *d, void *ctx);
+    /* Called at the first write, trim or write-zeroes submitted, and
+     * again at the next one for as long as it fails (set by the owner,
+     * engine/volume.c: the origin's writer record, which must be durable
+     * before the origin changes).  While it fails (-errno), those requests
+     * fail with EIO without reaching the device. */
+    int (*first_write)(struct tc_dev *d, void *ctx);
     void *first_write_ctx;
     bool write_seen;
     /* The owner's paths' check (engine/volume.c): when a block device's
@@ -391,15 +394,17 @@ static inline void dev_submit(struct tc_dev *dev, struct tc_dev_io *dio)
     } else {
         dio->alone = false;
     }
+    bool refuse = dev->refuse_writes && dio->op != TC_DEV_READ && dio->op != TC_DEV_BLOCK_STATUS;
     if (!dev->write_seen &&
         (dio->op == TC_DEV_WRITE || dio->op == TC_DEV_TRIM || dio->op == TC_DEV_ZERO)) {
-        dev->write_seen = true;
-        if (dev->first_write)
-            dev->first_write(dev, dev->first_write_ctx);
+        if (dev->first_write == NULL || dev->first_write(dev, dev->first_write_ctx) == 0)
+            dev->write_seen = true;
+        else
+            refuse = true;
     }
     dev->stats.inflight++;
     dev->submitting++;
-    if (dev->refuse_writes && dio->op != TC_DEV_READ && dio->op != TC_DEV_BLOCK_STATUS)
+    if (refuse)
         dev_complete(dio, -EIO);
     else
         dev->ops->submit(dev, dio);
