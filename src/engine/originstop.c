@@ -280,6 +280,20 @@ void cache_origin_salvage_served(struct cache *c)
     free(st);
 }
 
+/* Whether writer record w names this set: the origin was last written by
+ * a run of this set itself -- one whose stop was cut short after its
+ * superblocks recorded the clean stop but before the stop record took the
+ * new token (a second SIGTERM).  Its writes went through this cache.  (A
+ * copy of the set's devices served elsewhere writes the same set's name,
+ * and moves the set's stop record past these devices' log: refused as an
+ * older copy, seqrec.c.) */
+static bool own_run(const struct cache *c, const struct originrec_writer *w)
+{
+    char set[37];
+    tc_uuid_format(c->set_uuid, set);
+    return !w->none && strcmp(w->set, set) == 0;
+}
+
 /* The origin's last writer (io/originrec.c): the first write of every run
  * (another set's, one without a cache, this set's own) records a new
  * token, and this set's clean stop kept the token it found then.  Another
@@ -306,7 +320,7 @@ static enum verdict writer_verdict(struct cache *c, struct tc_dev *origin, char 
                      "is gone", st->path);
             v = UNKNOWN;
         }
-    } else if (strcmp(w->token, st->writer_token) != 0) {
+    } else if (strcmp(w->token, st->writer_token) != 0 && !own_run(c, w)) {
         writer_written(w, what, len);
         v = WRITTEN;
     }
