@@ -340,6 +340,7 @@ static void chunk_write_done(struct tc_dev_io *dio, int err)
                  (unsigned long long)dio->off, strerror(-err));
         c->st.cache_write_errors++;
         struct log *lg = &c->lg;
+        lg->failed_chunk = TC_MAX(lg->failed_chunk, cw->chunk_seq);
         if (lg->nfailed_chunks == lg->failed_chunks_cap) {
             lg->failed_chunks_cap = lg->failed_chunks_cap ? 2 * lg->failed_chunks_cap : 8;
             lg->failed_chunks = realloc(lg->failed_chunks,
@@ -467,6 +468,13 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
         .written_ns = tc_wall_ns(),
         .flushed_seq = c->lg.flushed_upto,
     };
+    /* After the numbers a start skipped, every chunk of the run records
+     * how far the runs before were durable (TC_CHUNK_RESTART): the chunk
+     * numbers up to there must all be found again. */
+    if (c->lg.skipped_upto) {
+        hdr.flags |= TC_CHUNK_RESTART;
+        hdr.restart_durable = c->lg.restart_durable;
+    }
     c->lg.marked_upto = TC_MAX(c->lg.marked_upto, hdr.flushed_seq);
     c->lg.tail_recorded = hdr.tail_seq;
     c->lg.wt_stable_recorded = hdr.wt_stable_seq;
@@ -474,6 +482,8 @@ static void seal(struct cache *c, unsigned d, bool force, bool closing)
     if (sg->first_chunk == 0)
         sg->first_chunk = hdr.chunk_seq;
     sg->top_chunk = hdr.chunk_seq;
+    hdr.tail_chunk = space_tail_chunk(&c->sp, hdr.tail_seq);
+    hdr.failed_chunk = c->lg.failed_chunk;
     if (h->nentries > 0)
         c->lg.entries_chunk = hdr.chunk_seq;
     memcpy(hdr.set_uuid, c->set_uuid, 16);
@@ -1418,6 +1428,10 @@ bool log_chunk_written(struct cache *c, uint32_t seg, uint32_t off)
 void log_device_failed(struct cache *c, unsigned d)
 {
     struct head *h = &c->lg.heads[d];
+    /* Any chunk issued so far may be on it, written but not flushed, and
+     * lost with it: a number later headers must not call missing while
+     * the failure is not yet recorded (ondisk.h, failed_chunk). */
+    c->lg.failed_chunk = TC_MAX(c->lg.failed_chunk, c->lg.chunks_issued);
     if (h->seg != NIL) {
         uint32_t seg = head_leave(c, d);
         h->nentries = 0;
@@ -1470,7 +1484,7 @@ void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint6
     lg->tail_seq = tail_seq;
     lg->wt_stable_seq = wt_stable_seq;
     lg->skipped_upto = skipped ? last_chunk : 0;
-    lg->recovered_newest = skipped ? last_chunk - TC_SEQ_RESTART_GAP : last_chunk;
+    lg->recovered_newest = last_chunk;     /* the caller's, when it skipped */
     lg->restart_mark_owed = skipped;
 }
 

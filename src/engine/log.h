@@ -209,6 +209,11 @@ struct log {
     uint64_t skipped_upto;
     bool restart_mark_owed;         /* log_write_restart_mark() is still to run */
     uint64_t recovered_newest;      /* the newest chunk recovery found (below the skip) */
+    uint64_t restart_durable;       /* the durable mark recovery found, which the
+                                       chunks after the skip record (TC_CHUNK_RESTART) */
+    uint64_t failed_chunk;          /* the newest chunk whose write failed, or issued
+                                       when a device failed (0: none), which every
+                                       header sealed since records */
     /* By device: the newest chunk written to it without error, once
      * every chunk before it is written (a walk of its segment at the next
      * start reaches it: none before it can be torn); at the start of a

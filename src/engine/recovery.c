@@ -93,6 +93,8 @@ struct recovery {
     struct rec *recs;
     size_t nrecs, cap;
     uint64_t max_seq, max_chunk_seq, tail_seq, wt_stable, durable;
+    uint64_t tail_chunk;            /* the newest header's first live chunk (0: not known) */
+    uint64_t failed_chunk;          /* the newest chunk any header says failed to write */
     bool clean_stop;                /* the newest chunk was written by a clean stop */
     uint64_t clean_from;            /* ... and every chunk up to this was durable then */
     bool stop_record;               /* the superblocks' clean-stop record is in rec */
@@ -131,6 +133,13 @@ struct recovery {
         uint32_t s, k;
     } *torn_data;
     size_t ntorn_data, torn_data_cap;
+    /* The runs begun by a start after a crash whose chunks the walks found
+     * (TC_CHUNK_RESTART): the run's first chunk, and the durable mark that
+     * start found (missing_chunks()). */
+    struct restart_mark {
+        uint64_t first, durable;
+    } *restarts;
+    size_t nrestarts, restarts_cap;
 };
 
 /*
@@ -378,6 +387,22 @@ static void keep_entries(struct recovery *rc, uint32_t s, uint32_t k, uint32_t s
     f->n[k] = h->nr_entries;
 }
 
+/* The first chunk of the run that chunk_seq is of, when its chunks carry
+ * TC_CHUNK_RESTART: a start after a crash numbers them from just past a
+ * multiple of TC_SEQ_RESTART_GAP (skip_unseen_numbers()). */
+static uint64_t run_first(uint64_t chunk_seq)
+{
+    return (chunk_seq - 1) / TC_SEQ_RESTART_GAP * TC_SEQ_RESTART_GAP + 1;
+}
+
+static const struct restart_mark *run_known(const struct recovery *rc, uint64_t first)
+{
+    for (size_t m = 0; m < rc->nrestarts; m++)
+        if (rc->restarts[m].first == first)
+            return &rc->restarts[m];
+    return NULL;
+}
+
 /* Step 1 for the header read at w->at: false when the walk ends there. */
 static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uint8_t *hdr,
                       size_t len)
@@ -392,6 +417,16 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
     }
     w->seq = h.group_seq;
     rc->last_chunk[s] = h.chunk_seq;
+    if ((h.flags & TC_CHUNK_RESTART) && !run_known(rc, run_first(h.chunk_seq))) {
+        if (rc->nrestarts == rc->restarts_cap) {
+            rc->restarts_cap = rc->restarts_cap ? 2 * rc->restarts_cap : 8;
+            rc->restarts = realloc(rc->restarts, rc->restarts_cap * sizeof *rc->restarts);
+            if (rc->restarts == NULL)
+                abort();
+        }
+        rc->restarts[rc->nrestarts++] = (struct restart_mark){ run_first(h.chunk_seq),
+                                                               h.restart_durable };
+    }
     segment_add_chunk(&c->sp, s, w->at, h.hdr_sectors, h.data_sectors);
     note_chunk_seq(rc, s, space_seg(&c->sp, s)->nchunks - 1, h.chunk_seq);
     keep_entries(rc, s, space_seg(&c->sp, s)->nchunks - 1, w->at, hdr, &h);
@@ -402,9 +437,11 @@ static bool walk_step(struct recovery *rc, uint32_t s, struct walk *w, const uin
         rc->wt_stable = h.wt_stable_seq;
         rc->clean_stop = h.flags & TC_CHUNK_CLEAN_STOP;
         rc->clean_from = h.flushed_seq;
+        rc->tail_chunk = h.tail_chunk;
     }
     if (h.flushed_seq > rc->durable)
         rc->durable = h.flushed_seq;
+    rc->failed_chunk = TC_MAX(rc->failed_chunk, h.failed_chunk);
     if (h.group_seq > rc->max_seq)
         rc->max_seq = h.group_seq;
     w->at += h.hdr_sectors + h.data_sectors;
@@ -1278,6 +1315,48 @@ static bool stop_record_partial(const struct cache *c)
  * checkpoint with what the scan rebuilt).  A checkpoint that cannot be
  * used is said so, and the log is scanned as after a crash.
  */
+/*
+ * After a start from a checkpoint, which names no chunk numbers, the
+ * oldest live group's first chunk is read from the device: the headers
+ * of this run then name the live log's first chunk (tail_chunk) from the
+ * start, not only once the cleaner has reclaimed every group the
+ * checkpoint knew -- which on a large cache may be never -- and a
+ * summary of that group gone whole is found at the next start after a
+ * crash (missing_chunks()).  The first header of each of its segments, a
+ * read each; any that does not check leaves the number unknown (0).
+ */
+static void learn_tail_chunk(struct cache *c)
+{
+    c->sp.tail_hint_group = c->sp.tail_hint_chunk = 0;
+    if (c->sp.ngroups == 0 || c->offline)
+        return;
+    const struct group *g = group_at(&c->sp, c->sp.group_tail);
+    size_t len = (size_t)TC_MAX_HDR_SECTORS * TC_SECTOR;
+    uint8_t *buf = tc_alloc_aligned(len);
+    uint64_t first = 0;
+    for (unsigned i = 0; i < g->nsegs; i++) {
+        uint32_t s = g->segs[i];
+        struct tc_chunk_header h;
+        char why[128];
+        if (space_seg(&c->sp, s)->nchunks == 0)
+            continue;
+        if (dev_sync_io(seg_cdev(c, s)->dev, TC_DEV_READ, buf, seg_dev_offset(c, s),
+                        TC_MIN(len, (size_t)c->seg_sectors * TC_SECTOR), 0) != 0 ||
+            chunk_decode(buf, len, c->set_uuid, c->spb, c->seg_sectors, &h, why, sizeof why) < 0 ||
+            h.segment != s || h.chunk_sector != 0 || h.group_seq != g->seq) {
+            first = 0;
+            break;
+        }
+        if (first == 0 || h.chunk_seq < first)
+            first = h.chunk_seq;
+    }
+    free(buf);
+    if (first) {
+        c->sp.tail_hint_group = g->seq;
+        c->sp.tail_hint_chunk = first;
+    }
+}
+
 static bool from_checkpoint(struct cache *c)
 {
     struct tc_superblock rec;
@@ -1308,6 +1387,144 @@ static bool from_checkpoint(struct cache *c)
     space_compact_chunk_tables(&c->sp);
     malloc_trim(0);
     return true;
+}
+
+/*
+ * Chunks missing from the log.  A chunk whose summary is gone whole -- the
+ * first sector of a segment zeroed, a cache file truncated and grown back,
+ * a write that landed elsewhere -- leaves no header for find_damage() to
+ * judge: its segment reads as never written, and older versions of its
+ * blocks would come back as current, dirty data a FLUSH covered with them.
+ * The chunk numbers tell.  They are issued one after the other, every
+ * one issued is written (or fails: failed_chunk below), one group is open
+ * at a time and groups are reclaimed oldest first (ondisk.h).  So from the
+ * live log's first chunk, which the newest header names (tail_chunk), every
+ * number up to the durable mark names a chunk the walks must have found --
+ * but for these:
+ *
+ *  - a start after a crash skips to the next multiple of
+ *    TC_SEQ_RESTART_GAP past the newest number plus the gap: a gap of half
+ *    the skip or more is such a skip (a run loses far fewer to a crash);
+ *  - below a skip, numbers above the durable mark that start found may
+ *    never have reached the device, though the durable marks written
+ *    since (which jumped the skip) pass them: every chunk of the run above
+ *    the skip records that mark (TC_CHUNK_RESTART), which judges the run
+ *    below up to it; and, its first number being the multiple of the gap
+ *    plus one, the run above is judged from there.  A skip no chunk above
+ *    records (an older build's, or every such chunk missing) leaves the
+ *    run below it unjudged;
+ *  - a chunk whose write failed, or any issued when a device failed, may
+ *    be missing for good, its device's failure maybe not recorded: no
+ *    number up to the newest such a header names (failed_chunk) is judged;
+ *  - numbers up to `cut` (a running checkpoint's, which vouches for them;
+ *    0: none) are not judged.
+ *
+ * Only chunks whose entries count are looked at: the segments walked, of
+ * groups at or after the tail, the abandonment and every device's failure
+ * mark.  When such a mark is above the tail, or the newest header does not
+ * name the live log's first chunk (an older build's, or none known), only
+ * the numbers between two chunks found are judged (a number between them
+ * is of a group between theirs), not those before the oldest found nor the
+ * first of a run above a skip.  Returns how many numbers are missing, the
+ * first run of them in *lo..*hi, and in *group the newest group any of
+ * them may be of (~0: not known); *bound is the durable mark the newest run
+ * is judged by.
+ */
+struct chunk_no {
+    uint64_t seq, group;
+};
+
+static int cmp_chunk_no(const void *a, const void *b)
+{
+    const struct chunk_no *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static uint64_t missing_chunks(const struct recovery *rc, uint64_t cut, uint64_t *lo,
+                               uint64_t *hi, uint64_t *bound, uint64_t *group)
+{
+    struct cache *c = rc->c;
+    uint64_t floor = TC_MAX(rc->tail_seq, c->abandoned_seq);
+    for (unsigned i = 0; i < TC_MAX_DEVICES; i++)
+        floor = TC_MAX(floor, c->failed_seq[i]);
+    /* Numbers up to `from` are not judged.  Anchored, every number above
+     * it is of a live group, which the walks must have found: the newest
+     * header names the live log's first chunk, and no mark above the tail
+     * leaves groups out.  Otherwise only numbers between two chunks found
+     * are (a number between them is of a group between theirs). */
+    bool anchored = rc->tail_chunk > 0 && floor == rc->tail_seq;
+    uint64_t from = TC_MAX(cut, rc->failed_chunk);
+    if (anchored)
+        from = TC_MAX(from, rc->tail_chunk - 1);
+    size_t n = anchored ? 1 : 0;
+    for (uint32_t s = 0; s < c->sp.nsegs; s++)
+        n += space_seg(&c->sp, s)->nchunks;
+    struct chunk_no *no = tc_xmalloc((n ? n : 1) * sizeof *no);
+    n = 0;
+    if (anchored && from > 0)
+        no[n++] = (struct chunk_no){ from, 0 };
+    for (uint32_t s = 0; s < c->sp.nsegs; s++) {
+        const struct segment *sg = space_seg(&c->sp, s);
+        if (sg->nchunks == 0 || sg->seq == 0 || sg->seq < floor ||
+            devfail_untrusted(c, sg->dev, sg->seq) || (rc->only && !rc->only[s]))
+            continue;
+        for (uint32_t k = 0; k < sg->nchunks; k++)
+            no[n++] = (struct chunk_no){ rc->cseq[s][k], sg->seq };
+    }
+    *bound = TC_MIN(rc->durable, rc->max_chunk_seq);
+    *lo = *hi = *group = 0;
+    if (n == 0) {
+        free(no);
+        return 0;
+    }
+    qsort(no, n, sizeof *no, cmp_chunk_no);
+    /* The durable mark each chunk's run is judged by, from the newest run
+     * down: below a skip, the one the run above it records. */
+    uint64_t *run_bound = tc_xmalloc(n * sizeof *run_bound);
+    uint64_t cur = *bound;
+    for (size_t i = n; i-- > 0;) {
+        run_bound[i] = cur;
+        if (i > 0 && no[i].seq - no[i - 1].seq >= TC_SEQ_RESTART_GAP / 2) {
+            const struct restart_mark *rm = run_known(rc, run_first(no[i].seq));
+            cur = rm ? rm->durable : 0;     /* unjudged, unless the run above says */
+        }
+    }
+    uint64_t missing = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t a = no[i].seq;
+        if (a < from)
+            continue;
+        bool last = i + 1 == n;
+        uint64_t b = last ? run_bound[i] + 1 : no[i + 1].seq;   /* past the last: its mark */
+        if (b <= a + 1)
+            continue;
+        /* Judged: a + 1 .. top, and (across a skip) first .. b - 1. */
+        uint64_t top = TC_MIN(b - 1, run_bound[i]), first = 0;
+        if (b - a >= TC_SEQ_RESTART_GAP / 2) {
+            /* A skip: the run below up to its durable mark; the run above
+             * from its first chunk, when its chunks say where it began and
+             * every number there is of a live group. */
+            top = TC_MIN(top, a + TC_SEQ_RESTART_GAP / 2);
+            if (anchored && !last && run_known(rc, run_first(b)))
+                first = TC_MAX(run_first(b), from + 1);
+        }
+        uint64_t runs[2][2] = { { a + 1, top }, { first, first ? TC_MIN(b - 1, run_bound[i + 1]) : 0 } };
+        for (unsigned r = 0; r < 2; r++) {
+            if (runs[r][0] == 0 || runs[r][1] < runs[r][0])
+                continue;
+            if (missing == 0) {
+                *lo = runs[r][0];
+                *hi = runs[r][1];
+            }
+            missing += runs[r][1] - runs[r][0] + 1;
+            /* A missing chunk is of the group of the chunk found after
+             * it, or an older one; past the newest found, of any. */
+            *group = TC_MAX(*group, last ? UINT64_MAX : no[i + 1].group);
+        }
+    }
+    free(run_bound);
+    free(no);
+    return missing;
 }
 
 /*
@@ -1552,6 +1769,7 @@ static void rc_free(struct recovery *rc)
     free(rc->cur_seq);
     free(rc->wt_seq);
     free(rc->below_mark);
+    free(rc->restarts);
     free(rc->hdr);
 }
 
@@ -1577,7 +1795,7 @@ static int skip_unseen_numbers(struct cache *c, uint64_t *next_seq, uint64_t *ne
 {
     if (!skips_numbers(c))
         return 0;
-    if (TC_MAX(*next_seq, *newest_chunk) >= TC_SEQ_LIMIT - TC_SEQ_RESTART_GAP) {
+    if (TC_MAX(*next_seq, *newest_chunk) >= TC_SEQ_LIMIT - 2 * TC_SEQ_RESTART_GAP) {
         snprintf(err, errlen, "the log's sequence numbers are used up: the next would be %llu, "
                  "and a start after a crash skips %llu of them, past the limit of %llu; 'tiercache "
                  "flush' cannot help, but 'tiercache check --salvage --origin ORIGIN' writes the "
@@ -1587,7 +1805,9 @@ static int skip_unseen_numbers(struct cache *c, uint64_t *next_seq, uint64_t *ne
         return -1;
     }
     *next_seq += TC_SEQ_RESTART_GAP;
-    *newest_chunk += TC_SEQ_RESTART_GAP;
+    /* Chunk numbers skip to a multiple of the gap: the run's first chunk
+     * is then known from any of its chunks (missing_chunks()). */
+    *newest_chunk = (*newest_chunk / TC_SEQ_RESTART_GAP + 2) * TC_SEQ_RESTART_GAP;
     return 0;
 }
 
@@ -1811,6 +2031,10 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
             rc.tail_seq != tail)
             snprintf(why, sizeof why, "the log written after it is damaged or moved");
     }
+    uint64_t lo, hi, durable_bound = 0, missing_group;
+    if (!why[0] && missing_chunks(&rc, ck->chunk_seq, &lo, &hi, &durable_bound, &missing_group))
+        snprintf(why, sizeof why, "the log written after it lacks chunks %llu..%llu, though "
+                 "they were durable", (unsigned long long)lo, (unsigned long long)hi);
     if (why[0]) {
         /* As it was: the walked segments hold nothing, the counters and
          * the damage as before. */
@@ -1892,6 +2116,9 @@ static int from_running_checkpoint(struct cache *c, char *err, size_t errlen)
     if (c->sp.ngroups == 0)
         first_live = next_seq;
     log_recovered(&c->lg, next_seq, issued, first_live, rc.wt_stable, skips_numbers(c));
+    c->lg.restart_durable = TC_MAX(durable_bound, ck->chunk_seq);
+    learn_tail_chunk(c);
+    c->lg.recovered_newest = newest;
     c->recovered_durable = TC_MIN(rc.durable, newest);
     /* And the newest up to the durable mark, as devices_newest() counts
      * it: exact when a walked chunk of the device is below the mark (the
@@ -2187,8 +2414,10 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
 {
     if (!c->offline && stale_device(c, err, errlen) < 0)
         return -1;
-    if (from_checkpoint(c))
+    if (from_checkpoint(c)) {
+        learn_tail_chunk(c);
         return 0;
+    }
     int from_run = from_running_checkpoint(c, err, errlen);
     if (from_run < 0)
         return -1;
@@ -2213,6 +2442,27 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
         for (uint32_t s = 0; s < c->sp.nsegs; s++)
             find_damage(&rc, s);
     } while (rc.durable != seen_durable || rc.max_chunk_seq != seen_newest);
+    /* Looked for when no damage was found: damage already found stands
+     * for the chunks its summaries described, whose numbers are missing
+     * too, and the start is refused anyway (check lists that damage; its
+     * groups bound what salvage trusts). */
+    uint64_t lo, hi, durable_bound, missing_group;
+    uint64_t missing = missing_chunks(&rc, 0, &lo, &hi, &durable_bound, &missing_group);
+    if (missing && c->damage == NULL && !rc.damage_uncounted) {
+        damage_group(&rc, missing_group);
+        rc.damaged_chunks += missing;
+        char range[64];
+        if (lo == hi)
+            snprintf(range, sizeof range, "chunk %llu", (unsigned long long)lo);
+        else
+            snprintf(range, sizeof range, "chunks %llu..%llu", (unsigned long long)lo,
+                     (unsigned long long)hi);
+        add_damage(&rc, "the log lacks %s (%llu missing in all), though the log was durable up "
+                   "to chunk %llu: chunk summaries that had reached the cache devices are gone "
+                   "(overwritten, zeroed, or a cache file truncated), and the blocks they "
+                   "described are unknown", range, (unsigned long long)missing,
+                   (unsigned long long)durable_bound);
+    }
     int older_copy = past_stop_record(&rc, err, errlen);
     devices_newest(&rc);
 
@@ -2275,6 +2525,8 @@ int recovery_run(struct cache *c, char *err, size_t errlen)
     log_recovered(&c->lg, next_seq, newest,
                   nlive ? space_seg(&c->sp, live[0])->seq : next_seq, rc.wt_stable,
                   unclean && skips_numbers(c));
+    c->lg.restart_durable = durable_bound;
+    c->lg.recovered_newest = rc.max_chunk_seq;
     c->recovered_durable = TC_MIN(rc.durable, rc.max_chunk_seq);
     c->st.recovered_entries = c->map.idx.count;
     c->st.recovered_dirty_sectors = c->map.dirty_sectors;

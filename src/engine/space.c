@@ -317,6 +317,27 @@ bool space_open_group_above(struct space *sp, uint64_t *next_seq, uint32_t keep)
     return true;
 }
 
+uint64_t space_tail_chunk(const struct space *sp, uint64_t tail_seq)
+{
+    for (uint32_t k = 0; k < sp->ngroups; k++) {
+        const struct group *g = &sp->groups[(sp->group_tail + k) % sp->groups_cap];
+        if (g->seq < tail_seq)
+            continue;
+        if (g->seq == sp->tail_hint_group && sp->tail_hint_chunk)
+            return sp->tail_hint_chunk;
+        uint64_t first = 0;
+        for (unsigned i = 0; i < g->nsegs; i++) {
+            const struct segment *sg = &sp->segs[g->segs[i]];
+            if (sg->chunks_bounded)
+                return 0;
+            if (sg->first_chunk != 0 && (first == 0 || sg->first_chunk < first))
+                first = sg->first_chunk;
+        }
+        return first;
+    }
+    return 0;
+}
+
 bool space_chunk_live(const struct space *sp, unsigned dev, uint64_t chunk)
 {
     for (uint32_t s = sp->dev_first[dev]; s < sp->dev_first[dev] + sp->dev_nsegs[dev]; s++) {

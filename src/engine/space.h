@@ -157,6 +157,10 @@ struct space {
                                        group holds at most one per device */
     uint32_t groups_cap, group_tail, ngroups;
     uint32_t open_group;            /* ring slot, or NIL */
+    /* The first chunk of group tail_hint_group, read from the device at
+     * a start from a checkpoint (which names no chunk numbers): exact
+     * where the segments' own are bounds (space_tail_chunk()). */
+    uint64_t tail_hint_group, tail_hint_chunk;
     struct free_stack stacks[TC_MAX_DEVICES];   /* by device */
     unsigned ndevs;
     bool dev_failed[TC_MAX_DEVICES];    /* space_drop_free(): no space there */
@@ -212,6 +216,11 @@ void space_close_group(struct space *sp);
  * of its free stack that invariant 22 does not hold back; a device with
  * only such segments sits this group out, unless no device has another:
  * then the unguard event first, and the top of the stack. */
+/* The first chunk sealed into the oldest group at or after tail_seq (the
+ * log's first live chunk: chunk headers record it, ondisk.h); 0 when not
+ * known -- no such group, none of its chunks sealed yet, or its segments'
+ * chunks only bounded (read back from a checkpoint) and no hint for it. */
+uint64_t space_tail_chunk(const struct space *sp, uint64_t tail_seq);
 bool space_open_group(struct space *sp, uint64_t *next_seq);
 /* The same, taking a segment only from devices with more than `keep`
  * free: a device's own share of the reserve stays free

@@ -32,6 +32,10 @@ void chunk_encode(uint8_t *buf, const struct tc_chunk_header *h, const struct tc
     le32_put(buf + CH_OFF_NR_ENTRIES, h->nr_entries);
     le64_put(buf + CH_OFF_WRITTEN_NS, h->written_ns);
     le64_put(buf + CH_OFF_FLUSHED_SEQ, h->flushed_seq);
+    le64_put(buf + CH_OFF_RESTART_DURABLE,
+             (h->flags & TC_CHUNK_RESTART) ? h->restart_durable : 0);
+    le64_put(buf + CH_OFF_TAIL_CHUNK, h->tail_chunk);
+    le64_put(buf + CH_OFF_FAILED_CHUNK, h->failed_chunk);
     size_t esz = tc_entry_size(spb);
     unsigned words = mask_words(spb);
     uint8_t *p = buf + CH_OFF_ENTRIES;
@@ -104,6 +108,10 @@ int chunk_decode(const uint8_t *buf, size_t buflen, const uint8_t set_uuid[16], 
     h->nr_entries = le32_get(buf + CH_OFF_NR_ENTRIES);
     h->written_ns = le64_get(buf + CH_OFF_WRITTEN_NS);
     h->flushed_seq = le64_get(buf + CH_OFF_FLUSHED_SEQ);
+    if (h->flags & TC_CHUNK_RESTART)
+        h->restart_durable = le64_get(buf + CH_OFF_RESTART_DURABLE);
+    h->tail_chunk = le64_get(buf + CH_OFF_TAIL_CHUNK);
+    h->failed_chunk = le64_get(buf + CH_OFF_FAILED_CHUNK);
     size_t len = (size_t)h->hdr_sectors * 4096;
     if (h->hdr_sectors == 0 || h->hdr_sectors > TC_MAX_HDR_SECTORS || len > buflen) {
         snprintf(err, errlen, "header size %u sectors is out of range", h->hdr_sectors);
@@ -121,7 +129,8 @@ int chunk_decode(const uint8_t *buf, size_t buflen, const uint8_t set_uuid[16], 
     }
     if (h->group_seq >= TC_SEQ_LIMIT || h->chunk_seq >= TC_SEQ_LIMIT ||
         h->tail_seq >= TC_SEQ_LIMIT || h->wt_stable_seq >= TC_SEQ_LIMIT ||
-        h->flushed_seq >= TC_SEQ_LIMIT) {
+        h->flushed_seq >= TC_SEQ_LIMIT || h->restart_durable >= TC_SEQ_LIMIT ||
+        h->tail_chunk >= TC_SEQ_LIMIT || h->failed_chunk >= TC_SEQ_LIMIT) {
         snprintf(err, errlen, "a sequence number is out of range (group %llu, chunk %llu)",
                  (unsigned long long)h->group_seq, (unsigned long long)h->chunk_seq);
         return -1;

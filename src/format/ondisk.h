@@ -799,6 +799,33 @@ enum tc_entry_type {
  * first flush (engine/originwin.c).  Readers that do not know the flag
  * lose nothing by ignoring it. */
 #define TC_CHUNK_CLEAN_STOP (1u << 1)
+/*
+ * On every chunk of a run begun by a start that found no clean stop, which
+ * skipped numbers (TC_SEQ_RESTART_GAP below): the run's first chunk is then
+ * the multiple of the gap just below plus one, and restart_durable holds
+ * the log's durable mark as that start found it -- every chunk of the runs
+ * before, up to it, was found and checked by that start.  The numbers
+ * above it and below the skip may never have reached the device (a crash
+ * keeps any subset of the unflushed writes).  Recovery tells by them which
+ * missing chunk numbers are damage (engine/recovery.c, missing_chunks()).
+ * Without the flag the field is zero; readers that do not know the flag
+ * ignore both (the checksum covers them).
+ *
+ * Every header also names the first chunk of the oldest live group
+ * (tail_chunk: of the first group at or after its tail_seq; 0 when not
+ * known -- a group read back from a checkpoint, which names no chunk
+ * numbers, or none live): the newest header's says from which chunk on
+ * recovery must find every number.  And the newest chunk of the run whose
+ * write failed, or that was issued when a device failed (failed_chunk; 0:
+ * none): its number, or one below it, may name no chunk, and
+ * when its device's failure could not be recorded (no room in the log for
+ * what the failure must write first, or a crash before the superblocks
+ * took the mark) nothing else says so; recovery judges no number at or
+ * below it.  Every header sealed after the failed write carries it, so
+ * every durable mark that passes that chunk comes with it.  Headers of
+ * builds before these fields hold 0 there (unused bytes, always zero).
+ */
+#define TC_CHUNK_RESTART    (1u << 2)
 
 /* A location in the cache: a segment and a sector offset inside it. */
 static inline uint64_t tc_loc(uint32_t segment, uint32_t sector)
@@ -823,8 +850,10 @@ struct tc_mask {
 
 /* Sequence numbers are not contiguous.  A start that finds no clean stop
  * (a crash, a power loss, or a first start; not replay's memory devices,
- * which start empty) numbers the chunks, groups and entries it writes
- * TC_SEQ_RESTART_GAP above the newest it found, and
+ * which start empty) numbers the groups and entries it writes
+ * TC_SEQ_RESTART_GAP above the newest it found, and its chunks from the
+ * multiple of the gap past the newest chunk plus the gap (so that a run's
+ * first chunk is known from any of its chunks: TC_CHUNK_RESTART), and
  * writes and flushes one chunk (a header with no entries, in a new group)
  * before anything else, so that the next start finds the gap taken.
  *
@@ -839,7 +868,7 @@ struct tc_mask {
  * durable (a healthy log refused as damaged).  The gap exceeds what a run
  * can issue between two flushes of the cache devices by far (the commit
  * interval flushes every few seconds; 2^36 is 68 billion numbers), and
- * leaves room for 2^26 such starts below TC_SEQ_LIMIT; a start that would
+ * leaves room for 2^25 such starts below TC_SEQ_LIMIT; a start that would
  * pass the limit is refused (reformat). */
 #define TC_SEQ_RESTART_GAP (1ull << 36)
 
@@ -874,6 +903,13 @@ struct tc_chunk_header {
     uint64_t flushed_seq;           /* every chunk up to this one was flushed when
                                        this one was written: recovery checks the
                                        data of later chunks, which may be torn */
+    uint64_t restart_durable;       /* TC_CHUNK_RESTART: the durable mark the start
+                                       found (0 otherwise) */
+    uint64_t tail_chunk;            /* the first chunk of the oldest group at or
+                                       after tail_seq (0: not known) */
+    uint64_t failed_chunk;          /* the newest chunk of this run whose write
+                                       failed or that was issued when a device
+                                       failed, as this one was sealed (0: none) */
 };
 
 enum {
@@ -882,6 +918,8 @@ enum {
     CH_OFF_WT_STABLE_SEQ = 56, CH_OFF_SEGMENT = 64, CH_OFF_CHUNK_SECTOR = 68,
     CH_OFF_HDR_SECTORS = 72, CH_OFF_FLAGS = 74, CH_OFF_DATA_SECTORS = 76,
     CH_OFF_NR_ENTRIES = 80, CH_OFF_WRITTEN_NS = 88, CH_OFF_FLUSHED_SEQ = 96,
+    CH_OFF_RESTART_DURABLE = 104, CH_OFF_TAIL_CHUNK = 112,
+    CH_OFF_FAILED_CHUNK = 120,
     CH_OFF_ENTRIES = 128,
 };
 
