@@ -318,19 +318,22 @@ static int salvage(struct cache *c, struct tc_reactor *r, const char *const *pat
             fprintf(stderr, "tiercache: check --salvage: sequence record %s is unusable (%s): "
                     "not checked (--accept-older-cache)\n", look.path, look.why);
     }
+    /* Since a salvage before this one wrote the dirty data there: judged
+     * by that salvage, whose own writes changed the origin after the
+     * clean stop (and are not what the time check below is for). */
+    int salvaged = same_id ? cache_origin_salvage_changed(c, o, adopt, err, sizeof err) : 0;
+    if (salvaged < 0)
+        return refuse_salvage(c, o, claim, &look, err, "");
     /* After the older copy: its clean stop recorded an older time, and
      * the daemon's writes since are not what the time check is for
      * (--accept-older-cache goes with --adopt-origin then, as for serve). */
-    if (same_id && cache_origin_changed(c, o, false, err, sizeof err) < 0) {
+    if (same_id && !salvaged && cache_origin_changed(c, o, false, err, sizeof err) < 0) {
         if (!adopt)
             return refuse_salvage(c, o, claim, &look, err, "");
         fprintf(stderr, "tiercache: check --salvage: origin %s was modified after the "
                 "cache's clean stop: salvaged anyway, the cache's dirty data over those "
                 "writes (--adopt-origin)\n", origin);
     }
-    /* And since a salvage before this one wrote the dirty data there. */
-    if (same_id && cache_origin_salvage_changed(c, o, adopt, err, sizeof err) < 0)
-        return refuse_salvage(c, o, claim, &look, err, "");
     /* What the records above cannot see (an NBD export replaced by a
      * blank one or another volume's, a file's time put back): the cache's
      * clean copies compared with the origin, as serve's start does, before

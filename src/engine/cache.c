@@ -673,10 +673,20 @@ static int cache_attach(struct tc_volume *vol, const char *const *paths, bool of
     if (!c->in_memory && seqrec_check(c, vol->cfg.accept_older_cache, vol->cfg.adopt_state_file,
                                    err, errlen) < 0)
         goto fail_cache;
-    if (same_id && cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
+    /* A set salvaged since its clean stop is judged by the salvage: the
+     * salvage's own writes changed the origin after that stop: judged by
+     * the clean stop, they made every start of the set refuse the origin
+     * as written by "something", offering --adopt-origin -- which, after
+     * writes made since the salvage, puts the cache's older data back
+     * over them. */
+    int salvaged = same_id && !c->in_memory
+                       ? cache_origin_salvage_changed(c, origin, vol->cfg.adopt_origin, err,
+                                                      errlen)
+                       : 0;
+    if (salvaged < 0)
         goto fail_cache;
-    if (same_id && !c->in_memory &&
-        cache_origin_salvage_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
+    if (same_id && !salvaged &&
+        cache_origin_changed(c, origin, vol->cfg.adopt_origin, err, errlen) < 0)
         goto fail_cache;
     /* An abandonment the state file could not record: the log's dirty data
      * written back and the abandonment recorded; or a drain cut short

@@ -238,7 +238,7 @@ int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool ad
         v = WRITTEN;
     }
     free(w);
-    int rc = 0;
+    int rc = 1;
     if (v == UNKNOWN) {
         tc_warn("origin %s: whether it was written since 'tiercache check --salvage' wrote the "
                 "dirty data of the cache on %s to it cannot be told (%s; the set's stop record "
@@ -262,6 +262,14 @@ int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool ad
                  file ? "only its time" : "the same data written again");
         rc = -1;
     }
+    /* The salvage judged the origin against the clean stop of the set as
+     * it was then (the newest chunk it found): changes since that stop
+     * are the salvage's own.  Another copy of the set -- an older one,
+     * put back -- stopped before that: what the origin received between
+     * its stop and the salvage is for the clean-stop check to judge. */
+    const struct tc_superblock *sb = &c->devs[0].sb;
+    if (rc == 1 && (sb->flags & TC_SB_CLEAN_STOP) && sb->stop_chunk_seq != st->chunk)
+        rc = 0;
     free(st);
     return rc;
 }

@@ -45,9 +45,12 @@ struct originrec_stamp;
 void origin_stamp(struct tc_dev *origin, struct originrec_stamp *out);
 /* An origin written since check --salvage wrote the set's dirty data to
  * it (the set's stop record says so, with the origin's stamp then): -1
- * with the refusal in err -- unless adopt (then a warning) --, else 0
- * (with a warning when it cannot be told).  Serve's start, and check
- * --salvage. */
+ * with the refusal in err -- unless adopt (then a warning) --, else 1
+ * when this copy of the set was the one salvaged (its clean stop is the
+ * one the salvage found; with a warning when whether the origin was
+ * written cannot be told), 0 when it was not.  Serve's start and check
+ * --salvage, which then judge the origin by the salvage, not by the
+ * clean stop before it: the salvage's own writes are no stranger's. */
 int cache_origin_salvage_changed(struct cache *c, struct tc_dev *origin, bool adopt, char *err,
                                  size_t errlen);
 /* A start past that comparison, which can no longer fail: the set serves
