@@ -148,8 +148,25 @@ forget_stop_records() {
   rm -f "$TIERCACHE_ORIGIN_RECORDS"/set-*.tcstop
 }
 
-# make_file PATH SIZE [random]: a sparse or random file
+# forget_origin_path PATH: remove the origin records of an origin that was
+# the file at PATH.  Another file made at that path is refused as the
+# first one replaced (io/originrec.c) while a record names a set that may
+# hold writes for it; a test making a new origin there has given that set
+# up (as an operator removes the record once the set is gone for good).
+forget_origin_path() {
+  local p f
+  [ -n "${TIERCACHE_ORIGIN_RECORDS:-}" ] || return 0
+  p=$(realpath -m "$1")
+  for f in "$TIERCACHE_ORIGIN_RECORDS"/origin-*.tcorigin; do
+    [ -e "$f" ] || continue
+    if grep -qxF "origin $p" "$f"; then rm -f "$f"; fi
+  done
+}
+
+# make_file PATH SIZE [random]: a sparse or random file (a new one: the
+# origin records of a file that was at PATH are forgotten)
 make_file() {
+  forget_origin_path "$1"
   if [ "${3:-}" = random ]; then
     head -c "$2" /dev/urandom > "$1"
   else

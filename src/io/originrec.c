@@ -210,7 +210,7 @@ static bool extents_overlap(const struct dev_extent *a, const struct dev_extent 
 }
 
 static int read_path(const char *dir, const char *identity, const struct dev_extent *x,
-                     struct originrec *r, char *err, size_t errlen);
+                     const char *opath, struct originrec *r, char *err, size_t errlen);
 
 /* The record in one place: 0 (r->found says if there is one), or -1
  * with the message when it cannot be read. */
@@ -219,15 +219,16 @@ static int read_one(const char *dir, const char *identity, struct originrec *r, 
 {
     memset(r, 0, sizeof *r);
     record_path(dir, identity, r->path, sizeof r->path);
-    return read_path(dir, identity, NULL, r, err, errlen);
+    return read_path(dir, identity, NULL, NULL, r, err, errlen);
 }
 
 /* The record in file r->path (of place dir): as read_one(), for
  * identity when given; else (identity NULL) for any origin whose bytes
- * overlap *x, r->found false for a record of another, or one that cannot
+ * overlap *x, or that was named opath (when given: another file now at
+ * that path), r->found false for a record of another, or one that cannot
  * be parsed (whose origin nothing tells). */
 static int read_path(const char *dir, const char *identity, const struct dev_extent *x,
-                     struct originrec *r, char *err, size_t errlen)
+                     const char *opath, struct originrec *r, char *err, size_t errlen)
 {
     int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
@@ -264,6 +265,8 @@ static int read_path(const char *dir, const char *identity, const struct dev_ext
     if (identity == NULL) {
         record_extent(text, id, &r->extent);
         r->found = r->overlap = extents_overlap(x, &r->extent);
+        if (!r->found && opath && opath[0] && strcmp(r->origin, opath) == 0)
+            r->found = r->by_path = true;
     } else if (strcmp(id, identity) != 0) {
         /* Another identity of the same hash: not this origin's record. */
         r->found = false;
@@ -274,12 +277,14 @@ static int read_path(const char *dir, const char *identity, const struct dev_ext
 }
 
 /* Calls visit(r, arg) for each record in dir of an origin whose bytes
- * overlap *x, under a name other than those in skip (NULL-terminated:
+ * overlap *x, or that was named opath (NULL: none), under a name other
+ * than those in skip (NULL-terminated:
  * those are read by their own names), until visit returns true: true then.  A place
  * that cannot be listed has nothing to add here (read_one() reports a
  * place that cannot be read). */
-static bool scan_overlaps(const char *dir, const struct dev_extent *x, const char *const *skip,
-                          bool (*visit)(struct originrec *r, void *arg), void *arg)
+static bool scan_overlaps(const char *dir, const struct dev_extent *x, const char *opath,
+                          const char *const *skip, bool (*visit)(struct originrec *r, void *arg),
+                          void *arg)
 {
     DIR *dp = opendir(dir);
     if (dp == NULL)
@@ -299,7 +304,7 @@ static bool scan_overlaps(const char *dir, const struct dev_extent *x, const cha
         if (!under(dir, e->d_name, r->path, sizeof r->path) || strcmp(r->path, own[0]) == 0 ||
             strcmp(r->path, own[1]) == 0 || strcmp(r->path, own[2]) == 0)
             continue;
-        if (read_path(dir, NULL, x, r, err, sizeof err) == 0 && r->found)
+        if (read_path(dir, NULL, x, opath, r, err, sizeof err) == 0 && r->found)
             done = visit(r, arg);
     }
     free(r);
@@ -358,6 +363,24 @@ static void origin_ids(const struct tc_dev *d, const char *ids[ORIGIN_IDS + 1], 
         ids[n++] = NULL;
 }
 
+/* The path of origin d when it is a regular file, made absolute as
+ * records keep it (write_record()); "" for anything else.  A record under
+ * another identity with this path is of another file that was at it: the
+ * origin was replaced (moved, copied or restored over), and its set may
+ * hold writes this one lacks.  Not a device node: /dev/loop0 or /dev/sdb
+ * names whatever is attached there now, and a record of what was is no
+ * word on what is. */
+static void origin_path(const struct tc_dev *d, char *out, size_t len)
+{
+    char abs[PATH_MAX];
+    struct stat st;
+    out[0] = '\0';
+    if (strstr(d->name, "://") || !realpath(d->name, abs) || stat(abs, &st) != 0 ||
+        !S_ISREG(st.st_mode))
+        return;
+    snprintf(out, len, "%s", abs);
+}
+
 int originrec_read(const struct tc_dev *d, const uint8_t *accept_set, struct originrec *r,
                    char *err, size_t errlen)
 {
@@ -377,12 +400,15 @@ int originrec_read(const struct tc_dev *d, const uint8_t *accept_set, struct ori
                 return 0;
         }
     }
-    /* Then the records of any other window into the same bytes. */
+    /* Then the records of any other window into the same bytes, and of
+     * another file that was at the same path. */
     struct dev_extent x;
     dev_data_extent(d, &x);
+    char opath[PATH_MAX];
+    origin_path(d, opath, sizeof opath);
     struct first_refusing f = { .accept = accept_set ? accept : NULL, .out = r };
     for (unsigned i = 0; i < p.n; i++)
-        if (scan_overlaps(p.dir[i], &x, ids, first_refusing, &f))
+        if (scan_overlaps(p.dir[i], &x, opath, ids, first_refusing, &f))
             return 0;
     memset(r, 0, sizeof *r);
     return 0;
@@ -396,6 +422,18 @@ void originrec_refusal(const struct originrec *r, const char *origin, const char
                  "a cache set holding writes the origin lacks, and %s could return older data "
                  "for them.  If no cache of this origin holds such writes, remove the record",
                  origin, r->path, what);
+        return;
+    }
+    if (r->by_path) {
+        snprintf(err, errlen, "origin %s is not the file last served at that path: that one "
+                 "was served with cache set %s (devices %s), which is in use or was not "
+                 "stopped with every write back on it (record %s), and this file is another "
+                 "-- moved, copied or restored over it since.  The set may hold acknowledged "
+                 "writes this file lacks, and %s would return older data for them.  Put back "
+                 "the file the set was served with; if this file is a copy of it, serve it "
+                 "with that cache ('--cache %s --adopt-origin'), run 'tiercache flush' and "
+                 "stop it; if that cache is gone for good, remove the record (its writes are "
+                 "lost)", origin, r->set, r->devices, r->path, what, r->devices);
         return;
     }
     if (r->overlap) {
@@ -568,13 +606,16 @@ int originrec_remove(const struct tc_dev *d, const uint8_t set_uuid[16])
         if (e && rc == 0)
             rc = e;
     }
-    /* And the set's records under other windows into the same bytes:
-     * every write of the set is on them now. */
+    /* And the set's records under other windows into the same bytes, or
+     * of another file at the same path (adopted: --adopt-origin): every
+     * write of the set is on this origin now. */
     struct dev_extent x;
     dev_data_extent(d, &x);
+    char opath[PATH_MAX];
+    origin_path(d, opath, sizeof opath);
     struct remove_set rs = { .set = set, .rc = 0 };
     for (unsigned i = 0; i < p.n; i++)
-        scan_overlaps(p.dir[i], &x, ids, remove_of_set, &rs);
+        scan_overlaps(p.dir[i], &x, opath, ids, remove_of_set, &rs);
     return rc ? rc : rs.rc;
 }
 

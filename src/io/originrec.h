@@ -26,11 +26,15 @@ struct originrec {
      * (struct dev_extent): the same data given by another name. */
     bool overlap;
     struct dev_extent extent;       /* the bytes the record's origin was */
+    /* Found under another identity with the same path: another file was
+     * at the origin's path (moved, copied or restored over since). */
+    bool by_path;
 };
 
 /* The record of origin d, in any of the places records are kept: under
  * its identity, its twin's, or any other whose recorded bytes overlap
- * d's (dev_data_extent()) -- the first that does not name accept_set,
+ * d's (dev_data_extent()) or whose origin had d's path (another file at
+ * it then) -- the first that does not name accept_set,
  * when given (a record of that set does not refuse it).  0, with r->found
  * false when there is none; -1 with a message naming the directory and
  * the ways on when a place or a file cannot be read. */
