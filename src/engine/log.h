@@ -389,9 +389,11 @@ int log_init(struct cache *c);
 /* Recovery read the log back: the next sequence number, the newest chunk
  * (written and flushed: it was read from the device), the tail and the
  * write-through stable mark the newest chunk recorded.  skipped: the start
- * found no clean stop, and next_seq and last_chunk are TC_SEQ_RESTART_GAP
- * above what it found (ondisk.h): no chunk has the numbers up to
- * last_chunk, and log_write_restart_mark() is owed. */
+ * found no clean stop, and next_seq is TC_SEQ_RESTART_GAP above what it
+ * found, last_chunk a multiple of it at least that far above (ondisk.h):
+ * no chunk has the numbers up to last_chunk, and log_write_restart_mark()
+ * is owed.  The caller sets recovered_newest (the newest chunk found) and
+ * restart_durable after it. */
 void log_recovered(struct log *lg, uint64_t next_seq, uint64_t last_chunk, uint64_t tail_seq,
                    uint64_t wt_stable_seq, bool skipped);
 /* After a start that skipped numbers (log_recovered()), before anything
